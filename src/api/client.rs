@@ -1,0 +1,298 @@
+//! The blocking client of the daemon API, used by the short-lived plugin and by the
+//! CLI. It speaks a minimal HTTP/1.1 over a unix stream (one request per connection,
+//! `Connection: close`), which needs no async runtime and starts in microseconds.
+
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::http::{RawResponse, build_query, encode_component, parse_response};
+use super::models::*;
+
+/// Largest response body the client accepts.
+const MAX_RESPONSE: u64 = 16 * 1024 * 1024;
+
+/// Why a call to the daemon failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing listens on the socket (no file, refused, or permission denied).
+    #[error(
+        "podnet daemon is not reachable at {socket}: {source}; is the daemon running? (podnet daemon --socket {socket})"
+    )]
+    Unreachable {
+        socket: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The daemon accepted the connection but did not answer in time.
+    #[error("podnet daemon at {socket} did not answer within {secs} s")]
+    Timeout { socket: String, secs: u64 },
+    /// The daemon answered with an error status; `message` is its error text.
+    #[error("{message}")]
+    Status { status: u16, message: String },
+    /// The answer could not be read or decoded.
+    #[error("invalid answer from podnet daemon at {socket}: {detail}")]
+    Protocol { socket: String, detail: String },
+}
+
+impl ClientError {
+    /// True when the daemon could not be reached or did not answer: the request may
+    /// succeed later.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Unreachable { .. } | ClientError::Timeout { .. }
+        ) || matches!(self, ClientError::Status { status: 503, .. })
+    }
+
+    /// The HTTP status of a daemon error answer.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// Parameters of `POST /v1/ipam`.
+#[derive(Debug, Clone, Default)]
+pub struct AllocateParams<'a> {
+    /// `ipv4`, `ipv6`, or empty for every enabled family.
+    pub family: &'a str,
+    pub owner: &'a str,
+    pub pool: &'a str,
+    pub expiration: bool,
+    /// podnet: the attachment the address is for, so DEL and GC can find it.
+    pub container_id: &'a str,
+    pub ifname: &'a str,
+    /// podnet: the CNI network name, so GC touches only its own network.
+    pub network: &'a str,
+}
+
+/// A connection factory for one daemon socket.
+#[derive(Debug, Clone)]
+pub struct Client {
+    socket: PathBuf,
+    timeout: Duration,
+}
+
+impl Client {
+    /// A client for the daemon at `socket`, giving up on a call after `timeout`.
+    pub fn new(socket: impl AsRef<Path>, timeout: Duration) -> Client {
+        Client {
+            socket: socket.as_ref().to_path_buf(),
+            timeout,
+        }
+    }
+
+    /// The socket path this client talks to.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// `GET /v1/config`.
+    pub fn config(&self) -> Result<DaemonConfiguration, ClientError> {
+        self.call_json("GET", "/v1/config", &[], None::<&()>)
+    }
+
+    /// `GET /v1/healthz`.
+    pub fn healthz(&self) -> Result<StatusResponse, ClientError> {
+        self.call_json("GET", "/v1/healthz", &[], None::<&()>)
+    }
+
+    /// `POST /v1/ipam`: allocate the next address of each requested family.
+    pub fn allocate(&self, p: &AllocateParams<'_>) -> Result<IpamResponse, ClientError> {
+        let query = build_query(&[
+            ("family", p.family),
+            ("owner", p.owner),
+            ("pool", p.pool),
+            ("container-id", p.container_id),
+            ("ifname", p.ifname),
+            ("network", p.network),
+        ]);
+        let headers = [("expiration", if p.expiration { "true" } else { "false" })];
+        self.call_json("POST", &format!("/v1/ipam?{query}"), &headers, None::<&()>)
+    }
+
+    /// `POST /v1/ipam/{ip}`: allocate one specific address.
+    pub fn allocate_ip(
+        &self,
+        ip: &str,
+        owner: &str,
+        pool: &str,
+    ) -> Result<IpamResponse, ClientError> {
+        let query = build_query(&[("owner", owner), ("pool", pool)]);
+        let path = format!("/v1/ipam/{}?{query}", encode_component(ip));
+        self.call_json("POST", &path, &[], None::<&()>)
+    }
+
+    /// `DELETE /v1/ipam/{ip}`: release one address.
+    pub fn release_ip(&self, ip: &str, pool: &str) -> Result<(), ClientError> {
+        let query = build_query(&[("pool", pool)]);
+        let path = format!("/v1/ipam/{}?{query}", encode_component(ip));
+        self.call("DELETE", &path, &[], None).map(|_| ())
+    }
+
+    /// `PUT /v1/endpoint/{id}`: register the endpoint (stops the expiration timers).
+    pub fn create_endpoint(
+        &self,
+        req: &EndpointChangeRequest,
+    ) -> Result<EndpointView, ClientError> {
+        let path = format!(
+            "/v1/endpoint/{}",
+            encode_component(super::LOCAL_ENDPOINT_ID)
+        );
+        self.call_json("PUT", &path, &[], Some(req))
+    }
+
+    /// `GET /v1/endpoint/cni-attachment-id:<cid>:<ifname>`.
+    pub fn endpoint(&self, container_id: &str, ifname: &str) -> Result<EndpointView, ClientError> {
+        let id = format!("cni-attachment-id:{container_id}:{ifname}");
+        self.call_json(
+            "GET",
+            &format!("/v1/endpoint/{}", encode_component(&id)),
+            &[],
+            None::<&()>,
+        )
+    }
+
+    /// `DELETE /v1/endpoint`: delete the endpoints of a container and release their
+    /// addresses. A 404 (nothing known) is success.
+    pub fn delete_endpoints(&self, req: &EndpointBatchDeleteRequest) -> Result<(), ClientError> {
+        let body = to_body(req, &self.socket)?;
+        match self.call("DELETE", "/v1/endpoint", &[], Some(body)) {
+            Ok(_) => Ok(()),
+            Err(ClientError::Status { status: 404, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `POST /v1/cni/gc`.
+    pub fn gc(&self, req: &GcRequest) -> Result<GcResponse, ClientError> {
+        self.call_json("POST", "/v1/cni/gc", &[], Some(req))
+    }
+
+    fn call_json<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&B>,
+    ) -> Result<T, ClientError> {
+        let body = match body {
+            Some(b) => Some(to_body(b, &self.socket)?),
+            None => None,
+        };
+        let resp = self.call(method, path, headers, body)?;
+        serde_json::from_slice(&resp.body).map_err(|e| ClientError::Protocol {
+            socket: self.socket.display().to_string(),
+            detail: format!("{method} {path}: {e}"),
+        })
+    }
+
+    /// One request on a fresh connection. Non-2xx answers become `ClientError::Status`
+    /// carrying the daemon's error text (a JSON string, as Cilium's API sends).
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Result<RawResponse, ClientError> {
+        let sock = self.socket.display().to_string();
+        let mut stream =
+            UnixStream::connect(&self.socket).map_err(|source| ClientError::Unreachable {
+                socket: sock.clone(),
+                source,
+            })?;
+        let timeout_err = |e: std::io::Error| {
+            if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
+                ClientError::Timeout {
+                    socket: sock.clone(),
+                    secs: self.timeout.as_secs().max(1),
+                }
+            } else {
+                ClientError::Protocol {
+                    socket: sock.clone(),
+                    detail: e.to_string(),
+                }
+            }
+        };
+        stream
+            .set_read_timeout(Some(self.timeout))
+            .map_err(timeout_err)?;
+        stream
+            .set_write_timeout(Some(self.timeout))
+            .map_err(timeout_err)?;
+        let body = body.unwrap_or_default();
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if !body.is_empty() {
+            req.push_str("Content-Type: application/json\r\n");
+        }
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        let mut out = req.into_bytes();
+        out.extend_from_slice(&body);
+        stream.write_all(&out).map_err(timeout_err)?;
+        let mut raw = Vec::with_capacity(4096);
+        stream
+            .take(MAX_RESPONSE)
+            .read_to_end(&mut raw)
+            .map_err(timeout_err)?;
+        let resp = parse_response(&raw).map_err(|detail| ClientError::Protocol {
+            socket: sock.clone(),
+            detail,
+        })?;
+        if (200..300).contains(&resp.status) {
+            Ok(resp)
+        } else {
+            Err(ClientError::Status {
+                status: resp.status,
+                message: error_text(&resp.body),
+            })
+        }
+    }
+}
+
+fn to_body<B: Serialize>(b: &B, socket: &Path) -> Result<Vec<u8>, ClientError> {
+    serde_json::to_vec(b).map_err(|e| ClientError::Protocol {
+        socket: socket.display().to_string(),
+        detail: format!("encoding request: {e}"),
+    })
+}
+
+/// The daemon's error body is a JSON string; fall back to the raw text.
+fn error_text(body: &[u8]) -> String {
+    match serde_json::from_slice::<String>(body) {
+        Ok(s) => s,
+        Err(_) => String::from_utf8_lossy(body).trim().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreachable_socket_is_reported_as_such() {
+        let c = Client::new("/nonexistent/podnet.sock", Duration::from_secs(1));
+        let e = c.healthz().unwrap_err();
+        assert!(e.is_unavailable());
+        assert!(e.to_string().contains("is the daemon running"));
+    }
+
+    #[test]
+    fn error_bodies() {
+        assert_eq!(error_text(b"\"range is full\""), "range is full");
+        assert_eq!(error_text(b"plain\n"), "plain");
+    }
+}

@@ -1,0 +1,358 @@
+//! Wire models of the daemon API. Field names follow Cilium's `api/v1/openapi.yaml`
+//! (kebab-case, with Cilium's few camelCase exceptions); podnet's own additions are
+//! marked as such and are all optional, so a Cilium client still parses them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/ipam` and `POST /v1/ipam/{ip}` answer: Cilium's `IPAMResponse`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct IpamResponse {
+    pub address: AddressPair,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv4: Option<IpamAddressResponse>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6: Option<IpamAddressResponse>,
+    #[serde(rename = "host-addressing")]
+    pub host_addressing: NodeAddressing,
+}
+
+/// Cilium's `AddressPair`: the plain addresses, their pools and expiration ids.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct AddressPair {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ipv4: String,
+    #[serde(
+        rename = "ipv4-pool-name",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub ipv4_pool_name: String,
+    #[serde(
+        rename = "ipv4-expiration-uuid",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub ipv4_expiration_uuid: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ipv6: String,
+    #[serde(
+        rename = "ipv6-pool-name",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub ipv6_pool_name: String,
+    #[serde(
+        rename = "ipv6-expiration-uuid",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub ipv6_expiration_uuid: String,
+}
+
+/// Cilium's `IPAMAddressResponse`, one per family.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct IpamAddressResponse {
+    pub ip: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub gateway: String,
+    /// Cilium never omits `cidrs`; it is `null` outside ENI-class modes.
+    #[serde(default)]
+    pub cidrs: Option<Vec<String>>,
+    #[serde(
+        rename = "master-mac",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub master_mac: String,
+    #[serde(
+        rename = "expiration-uuid",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub expiration_uuid: String,
+    #[serde(
+        rename = "interface-number",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub interface_number: String,
+    #[serde(rename = "skip-masquerade", default, skip_serializing_if = "is_false")]
+    pub skip_masquerade: bool,
+    /// podnet: the pool the address came from (Cilium puts it only in `address`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pool: String,
+}
+
+/// Cilium's `NodeAddressing`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct NodeAddressing {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv4: Option<NodeAddressingElement>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6: Option<NodeAddressingElement>,
+}
+
+/// Cilium's `NodeAddressingElement`: the router IP and the node's alloc range.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct NodeAddressingElement {
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub enabled: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ip: String,
+    #[serde(
+        rename = "alloc-range",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub alloc_range: String,
+}
+
+/// `GET /v1/config`: Cilium's `DaemonConfiguration` (the status part the CNI reads).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DaemonConfiguration {
+    #[serde(default)]
+    pub status: DaemonConfigurationStatus,
+}
+
+/// The fields of Cilium's `DaemonConfigurationStatus` that podnet fills.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DaemonConfigurationStatus {
+    #[serde(default)]
+    pub addressing: NodeAddressing,
+    #[serde(rename = "ipam-mode", default)]
+    pub ipam_mode: String,
+    #[serde(rename = "deviceMTU", default)]
+    pub device_mtu: u32,
+    #[serde(rename = "routeMTU", default)]
+    pub route_mtu: u32,
+    #[serde(rename = "datapathMode", default)]
+    pub datapath_mode: String,
+    #[serde(rename = "configuredDatapathMode", default)]
+    pub configured_datapath_mode: String,
+    /// podnet: the node's name.
+    #[serde(
+        rename = "node-name",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub node_name: String,
+}
+
+/// `PUT /v1/endpoint/{id}` body: the subset of Cilium's `EndpointChangeRequest` the
+/// CNI fills.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct EndpointChangeRequest {
+    #[serde(rename = "container-id", default)]
+    pub container_id: String,
+    #[serde(
+        rename = "container-interface-name",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub container_interface_name: String,
+    #[serde(
+        rename = "k8s-pod-name",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub k8s_pod_name: String,
+    #[serde(
+        rename = "k8s-namespace",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub k8s_namespace: String,
+    #[serde(rename = "k8s-uid", default, skip_serializing_if = "String::is_empty")]
+    pub k8s_uid: String,
+    #[serde(default)]
+    pub state: String,
+    #[serde(default)]
+    pub addressing: AddressPair,
+    #[serde(
+        rename = "interface-name",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub interface_name: String,
+    #[serde(rename = "interface-index", default, skip_serializing_if = "is_zero")]
+    pub interface_index: u32,
+    #[serde(
+        rename = "container-netns-path",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub container_netns_path: String,
+    #[serde(rename = "sync-build-endpoint", default)]
+    pub sync_build_endpoint: bool,
+}
+
+/// `DELETE /v1/endpoint` body: Cilium's `EndpointBatchDeleteRequest`. podnet adds the
+/// optional interface name, so one attachment of a multi-interface pod can go alone.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct EndpointBatchDeleteRequest {
+    #[serde(rename = "container-id", default)]
+    pub container_id: String,
+    #[serde(
+        rename = "container-interface-name",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub container_interface_name: String,
+}
+
+/// podnet's view of one endpoint (`GET /v1/endpoint/{id}`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct EndpointView {
+    #[serde(rename = "container-id")]
+    pub container_id: String,
+    #[serde(rename = "container-interface-name")]
+    pub container_interface_name: String,
+    #[serde(rename = "interface-name")]
+    pub interface_name: String,
+    #[serde(default)]
+    pub owner: String,
+    #[serde(default)]
+    pub addressing: AddressPair,
+    #[serde(default)]
+    pub restored: bool,
+}
+
+/// One attachment in a GC request (`cni.dev/valid-attachments`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AttachmentRef {
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    pub ifname: String,
+}
+
+/// podnet: `POST /v1/cni/gc` body: release every allocation of `network` whose
+/// attachment is not listed.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct GcRequest {
+    pub network: String,
+    #[serde(rename = "valid-attachments")]
+    pub valid_attachments: Vec<AttachmentRef>,
+}
+
+/// podnet: `POST /v1/cni/gc` answer.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct GcResponse {
+    /// Addresses released, as `ip (owner)`.
+    pub released: Vec<String>,
+}
+
+/// `GET /v1/healthz`: the parts of Cilium's `StatusResponse` podnet fills.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct StatusResponse {
+    pub cilium: StatusElement,
+    pub ipam: IpamStatus,
+}
+
+/// Cilium's `Status`: `state` is `Ok`, `Warning`, `Failure` or `Disabled`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct StatusElement {
+    pub state: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub msg: String,
+}
+
+/// Cilium's `IPAMStatus`, plus podnet's per-range figures.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct IpamStatus {
+    /// ip (or `pool/ip` outside the default pool) → owner.
+    #[serde(default)]
+    pub allocations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv4: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6: Option<Vec<String>>,
+    #[serde(default)]
+    pub status: String,
+    /// podnet: one entry per node range.
+    #[serde(default)]
+    pub ranges: Vec<RangeStatus>,
+    /// podnet: the IPAM mode.
+    #[serde(default)]
+    pub mode: String,
+    /// podnet: the node's name.
+    #[serde(rename = "node-name", default)]
+    pub node_name: String,
+}
+
+/// podnet: fill of one node range.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RangeStatus {
+    pub family: String,
+    pub cidr: String,
+    /// Addresses in use, infrastructure (router, health, ingress) included.
+    pub used: u64,
+    /// Addresses that can be handed out at all (network/broadcast excluded).
+    pub usable: u64,
+}
+
+impl RangeStatus {
+    /// True when no address of the range can be handed out.
+    pub fn is_exhausted(&self) -> bool {
+        self.used >= self.usable
+    }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipam_response_uses_cilium_field_names() {
+        let r = IpamResponse {
+            address: AddressPair {
+                ipv4: "10.0.1.23".into(),
+                ipv4_pool_name: "default".into(),
+                ..Default::default()
+            },
+            ipv4: Some(IpamAddressResponse {
+                ip: "10.0.1.23".into(),
+                expiration_uuid: "u".into(),
+                ..Default::default()
+            }),
+            ipv6: None,
+            host_addressing: NodeAddressing {
+                ipv4: Some(NodeAddressingElement {
+                    enabled: true,
+                    ip: "10.0.1.1".into(),
+                    alloc_range: "10.0.1.0/24".into(),
+                }),
+                ipv6: None,
+            },
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["address"]["ipv4-pool-name"], "default");
+        assert_eq!(v["ipv4"]["expiration-uuid"], "u");
+        assert!(v["ipv4"]["cidrs"].is_null());
+        assert!(v["ipv4"].get("gateway").is_none());
+        assert_eq!(v["host-addressing"]["ipv4"]["alloc-range"], "10.0.1.0/24");
+        assert!(v.get("ipv6").is_none());
+        let back: IpamResponse = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn range_exhaustion() {
+        let r = RangeStatus {
+            family: "ipv4".into(),
+            cidr: "10.0.0.0/30".into(),
+            used: 2,
+            usable: 2,
+        };
+        assert!(r.is_exhausted());
+    }
+}

@@ -1,0 +1,48 @@
+//! Operator commands: `podnet status` and `podnet version` (the plugin and the
+//! daemon have their own modules). They reach the daemon only through the API client.
+
+pub mod status;
+
+use clap::{Parser, Subcommand};
+
+/// podnet: Kubernetes CNI plugin with an embedded node IPAM daemon.
+#[derive(Debug, Parser)]
+#[command(name = "podnet", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the node daemon (options: `podnet daemon --help`).
+    #[command(disable_help_flag = true)]
+    Daemon {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Show the daemon's IPAM status.
+    Status(status::StatusArgs),
+    /// Print podnet's version and the CNI versions it speaks.
+    Version,
+}
+
+/// Runs a subcommand; returns the exit code.
+pub fn run(args: Vec<String>) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    match cli.command {
+        Command::Daemon { args } => crate::daemon::run(&args),
+        Command::Status(a) => status::run(&a),
+        Command::Version => {
+            println!("podnet {}", env!("CARGO_PKG_VERSION"));
+            println!(
+                "CNI spec versions: {}",
+                crate::cni::SUPPORTED_VERSIONS.join(", ")
+            );
+            0
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! `podnet status`: the IPAM one-liner in Cilium's form, the node's ranges, and with
+//! `--all-addresses` every address and its owner; `-o json` for scripts.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::api::client::Client;
+
+/// `podnet status` options.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// The daemon's socket.
+    #[arg(long, default_value = crate::api::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// List every allocated address with its owner.
+    #[arg(long = "all-addresses")]
+    pub all_addresses: bool,
+    /// Output format: text or json.
+    #[arg(short = 'o', long = "output", default_value = "text")]
+    pub output: String,
+}
+
+/// Runs `podnet status`.
+pub fn run(args: &StatusArgs) -> i32 {
+    let client = Client::new(&args.socket, Duration::from_secs(10));
+    let status = match client.healthz() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("podnet status: {e}");
+            return 1;
+        }
+    };
+    if args.output == "json" {
+        let node = client
+            .call("GET", "/v1/node", &[], None)
+            .ok()
+            .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok());
+        let out = serde_json::json!({"status": status, "node": node});
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return 0;
+    }
+    println!("Node:\t{}", status.ipam.node_name);
+    println!("Mode:\t{}", status.ipam.mode);
+    println!(
+        "State:\t{}{}",
+        status.cilium.state,
+        if status.cilium.msg.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", status.cilium.msg)
+        }
+    );
+    println!("IPAM:\t{}", status.ipam.status);
+    for r in &status.ipam.ranges {
+        println!(
+            "  {} {}: {} used, {} free of {} usable",
+            r.family,
+            r.cidr,
+            r.used,
+            r.usable.saturating_sub(r.used),
+            r.usable
+        );
+    }
+    if args.all_addresses {
+        println!("Allocated addresses:");
+        let mut lines: Vec<String> = status
+            .ipam
+            .allocations
+            .iter()
+            .map(|(ip, owner)| format!("  {ip} ({owner})"))
+            .collect();
+        lines.sort();
+        for l in lines {
+            println!("{l}");
+        }
+    }
+    0
+}

@@ -1,0 +1,121 @@
+//! The daemon's own devices in the node namespace: the router device pair
+//! (`podnet_host`, the analog of `cilium_host`, carrying the router IPs, with its
+//! twin `podnet_net`), the forwarding and NDP-proxy sysctls pods need, and removal
+//! of garbage-collected attachments' host links.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use crate::datapath::{
+    IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname, write_sysctl,
+};
+
+/// The router device that carries the node's router IPs.
+pub const ROUTER_DEVICE: &str = "podnet_host";
+/// The other end of the router pair.
+pub const ROUTER_PEER: &str = "podnet_net";
+
+/// Creates (or reuses) the router pair, puts the router IPs on it and enables
+/// forwarding. Idempotent: a restarted daemon finds the pair in place.
+pub fn setup_router(routers: &[IpAddr], mtu: u32) -> Result<(), String> {
+    let sock = NetlinkSocket::new().map_err(|e| format!("router device: {e}"))?;
+    let host = match sock
+        .link_by_name(ROUTER_DEVICE)
+        .map_err(|e| format!("router device: {e}"))?
+    {
+        Some(l) => l,
+        None => {
+            let here = NetNs::current().map_err(|e| format!("router device: {e}"))?;
+            sock.create_veth_pair(&VethSpec {
+                host_name: ROUTER_DEVICE,
+                host_mac: None,
+                peer_name: ROUTER_PEER,
+                peer_mac: None,
+                mtu,
+                peer_netns: &here,
+                txqlen: None,
+            })
+            .map_err(|e| format!("creating the router device {ROUTER_DEVICE}: {e}"))?
+        }
+    };
+    if let Some(peer) = sock
+        .link_by_name(ROUTER_PEER)
+        .map_err(|e| format!("router device: {e}"))?
+    {
+        sock.set_link_up(peer.index)
+            .map_err(|e| format!("router device: {e}"))?;
+    }
+    sock.set_link_up(host.index)
+        .map_err(|e| format!("router device: {e}"))?;
+    let present = sock
+        .list_addresses(host.index)
+        .map_err(|e| format!("router device: {e}"))?;
+    for ip in routers {
+        let net = IpNet::from(*ip);
+        if !present.contains(&net) {
+            sock.add_address(host.index, net, ip.is_ipv6())
+                .map_err(|e| format!("putting router IP {ip} on {ROUTER_DEVICE}: {e}"))?;
+        }
+    }
+    // Addresses a previous run left that are no longer router IPs.
+    for net in present {
+        if net.prefix_len() == net.max_prefix_len()
+            && !routers.contains(&net.addr())
+            && !is_link_local(&net.addr())
+        {
+            tracing::info!(address = %net, "removing a stale router address");
+            if let Err(e) = sock.delete_address(host.index, net) {
+                tracing::warn!(address = %net, error = %e, "could not remove a stale router address");
+            }
+        }
+    }
+    let sysctl = |k: &str, v: &str| write_sysctl(k, v).map_err(|e| format!("sysctl {k}={v}: {e}"));
+    if routers.iter().any(|r| r.is_ipv4()) {
+        sysctl("net/ipv4/ip_forward", "1")?;
+    }
+    if routers.iter().any(|r| r.is_ipv6()) {
+        sysctl("net/ipv6/conf/all/forwarding", "1")?;
+        sysctl("net/ipv6/conf/all/proxy_ndp", "1")?;
+    }
+    Ok(())
+}
+
+fn is_link_local(ip: &IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    }
+}
+
+/// The MTU of the device that carries the default route, if there is one.
+pub fn default_route_mtu() -> Option<u32> {
+    let sock = NetlinkSocket::new().ok()?;
+    let routes = sock.list_routes(IpFamily::V4, Some(TABLE_MAIN)).ok()?;
+    let oif = routes.iter().find(|r| r.dst.prefix_len() == 0)?.oif?;
+    sock.link_by_index(oif)
+        .ok()?
+        .map(|l| l.mtu)
+        .filter(|m| *m > 0)
+}
+
+/// Deletes the host-side links of the given attachments where they still exist.
+pub fn remove_host_links(attachments: &[(String, String)]) {
+    let sock = match NetlinkSocket::new() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot open netlink to remove host links");
+            return;
+        }
+    };
+    for (cid, ifname) in attachments {
+        let name = host_ifname(cid, ifname);
+        match sock.delete_link_by_name(&name) {
+            Ok(true) => {
+                tracing::info!(link = %name, container = %cid, "removed host link of a collected attachment")
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(link = %name, error = %e, "could not remove host link"),
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! The daemon's options. Names are Cilium's agent/operator option names; every option
+//! can be given as a flag or as a file in `--config-dir` (one file per option, the
+//! way a ConfigMap is mounted). Flags win over files, files over defaults.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{ArgAction, Args, CommandFactory, FromArgMatches};
+
+/// `podnet daemon` options.
+#[derive(Debug, Clone, Args)]
+pub struct DaemonOptions {
+    /// Directory with one file per option (a mounted ConfigMap); flags override it.
+    #[arg(long = "config-dir", value_name = "DIR")]
+    pub config_dir: Option<PathBuf>,
+
+    /// IPAM mode: cluster-pool (default) or kubernetes.
+    #[arg(long = "ipam", default_value = "cluster-pool")]
+    pub ipam: String,
+
+    /// Allocate IPv4 addresses.
+    #[arg(long = "enable-ipv4", action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_ipv4: bool,
+
+    /// Allocate IPv6 addresses.
+    #[arg(long = "enable-ipv6", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_ipv6: bool,
+
+    /// Cluster pool IPv4 CIDRs, space-separated (default 10.0.0.0/8 when IPv4 is enabled).
+    #[arg(long = "cluster-pool-ipv4-cidr", value_name = "CIDRS")]
+    pub cluster_pool_ipv4_cidr: Option<String>,
+
+    /// Node CIDR mask size for IPv4.
+    #[arg(long = "cluster-pool-ipv4-mask-size", default_value_t = 24)]
+    pub cluster_pool_ipv4_mask_size: u8,
+
+    /// Cluster pool IPv6 CIDRs, space-separated (default fd00::/104 when IPv6 is enabled).
+    #[arg(long = "cluster-pool-ipv6-cidr", value_name = "CIDRS")]
+    pub cluster_pool_ipv6_cidr: Option<String>,
+
+    /// Node CIDR mask size for IPv6 (Helm's default, 120).
+    #[arg(long = "cluster-pool-ipv6-mask-size", default_value_t = 120)]
+    pub cluster_pool_ipv6_mask_size: u8,
+
+    /// This node's name (defaults to $K8S_NODE_NAME, then the host name).
+    #[arg(long = "k8s-node-name", alias = "node-name", env = "K8S_NODE_NAME")]
+    pub node_name: Option<String>,
+
+    /// kubernetes mode: the node's pod CIDRs (Node.spec.podCIDRs), space-separated.
+    #[arg(long = "pod-cidrs", value_name = "CIDRS")]
+    pub pod_cidrs: Option<String>,
+
+    /// kubernetes mode: override of the node's IPv4 pod CIDR ("auto" = none).
+    #[arg(long = "ipv4-range", default_value = "auto")]
+    pub ipv4_range: String,
+
+    /// kubernetes mode: override of the node's IPv6 pod CIDR ("auto" = none).
+    #[arg(long = "ipv6-range", default_value = "auto")]
+    pub ipv6_range: String,
+
+    /// MTU of pod devices and routes; 0 = the MTU of the node's default-route device, else 1500.
+    #[arg(long = "mtu", default_value_t = 0)]
+    pub mtu: u32,
+
+    /// How long an address handed out with `expiration: true` waits for its endpoint.
+    #[arg(long = "ipam-expiration", default_value = "10m", value_parser = parse_duration)]
+    pub ipam_expiration: Duration,
+
+    /// Reserve a health endpoint address per family.
+    #[arg(long = "enable-health-checking", action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_health_checking: bool,
+
+    /// Reserve an ingress address per family.
+    #[arg(long = "enable-ingress-controller", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_ingress_controller: bool,
+
+    /// The daemon's unix socket (created 0600).
+    #[arg(long = "socket", default_value = crate::api::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+
+    /// Where the journal lives (created 0700).
+    #[arg(long = "state-dir", default_value = "/run/podnet/state")]
+    pub state_dir: PathBuf,
+
+    /// Log filter (error, warn, info, debug, trace, or a tracing filter).
+    #[arg(long = "log-level", default_value = "info")]
+    pub log_level: String,
+}
+
+/// Parses Go-style booleans as Cilium's flags accept them.
+pub fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "t" | "true" | "yes" | "on" => Ok(true),
+        "0" | "f" | "false" | "no" | "off" => Ok(false),
+        other => Err(format!("{other:?} is not a boolean (use true or false)")),
+    }
+}
+
+/// Parses `500ms`, `30s`, `10m`, `1h` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 30s, 10m)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{s:?} has an unknown unit (use ms, s, m or h)")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("{s:?} is not a valid duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Why the options could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum OptionsError {
+    /// A flag or a config-dir value is invalid (or help was asked for).
+    #[error("{0}")]
+    Flags(clap::Error),
+    /// The config dir could not be read.
+    #[error("{0}")]
+    ConfigDir(String),
+}
+
+/// Command used only to parse daemon options on their own.
+#[derive(Debug, clap::Parser)]
+#[command(name = "podnet daemon", args_override_self = true)]
+struct DaemonCommand {
+    #[command(flatten)]
+    opts: DaemonOptions,
+}
+
+impl DaemonOptions {
+    /// Parses `args` (the words after `daemon`), merging `--config-dir` files under
+    /// the command line. Unknown files in the config dir are ignored (a Cilium
+    /// ConfigMap holds many options podnet does not use).
+    pub fn parse_with_config_dir(args: &[String]) -> Result<DaemonOptions, OptionsError> {
+        let config_dir = find_config_dir(args);
+        let mut argv = vec!["podnet daemon".to_string()];
+        if let Some(dir) = &config_dir {
+            argv.extend(read_config_dir(dir).map_err(OptionsError::ConfigDir)?);
+        }
+        argv.extend(args.iter().cloned());
+        let cmd = DaemonCommand::command();
+        let matches = cmd
+            .try_get_matches_from(argv)
+            .map_err(OptionsError::Flags)?;
+        DaemonCommand::from_arg_matches(&matches)
+            .map(|c| c.opts)
+            .map_err(OptionsError::Flags)
+    }
+}
+
+fn find_config_dir(args: &[String]) -> Option<PathBuf> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if let Some(v) = a.strip_prefix("--config-dir=") {
+            return Some(PathBuf::from(v));
+        }
+        if a == "--config-dir" {
+            return it.next().map(PathBuf::from);
+        }
+    }
+    None
+}
+
+/// Turns each known option file into `--name=value`.
+fn read_config_dir(dir: &Path) -> Result<Vec<String>, String> {
+    let known: Vec<String> = DaemonCommand::command()
+        .get_arguments()
+        .filter_map(|a| a.get_long().map(str::to_string))
+        .collect();
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("--config-dir {}: {e}", dir.display()))?;
+    let mut out = Vec::new();
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("--config-dir {}: {e}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.starts_with('.') || name == "config-dir" {
+            continue;
+        }
+        if !known.contains(&name) {
+            tracing::debug!(option = %name, "ignoring config-dir entry podnet does not use");
+            continue;
+        }
+        names.push((name, entry.path()));
+    }
+    names.sort();
+    for (name, path) in names {
+        let value = std::fs::read_to_string(&path)
+            .map_err(|e| format!("--config-dir {}: {e}", path.display()))?;
+        out.push(format!("--{name}={}", value.trim()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<DaemonOptions, OptionsError> {
+        DaemonOptions::parse_with_config_dir(
+            &args.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn defaults() {
+        let o = parse(&[]).unwrap();
+        assert_eq!(o.ipam, "cluster-pool");
+        assert!(o.enable_ipv4);
+        assert!(!o.enable_ipv6);
+        assert_eq!(o.cluster_pool_ipv4_mask_size, 24);
+        assert_eq!(o.ipam_expiration, Duration::from_secs(600));
+        assert_eq!(o.socket, PathBuf::from("/run/podnet/podnet.sock"));
+    }
+
+    #[test]
+    fn bool_forms() {
+        assert!(parse(&["--enable-ipv6"]).unwrap().enable_ipv6);
+        assert!(parse(&["--enable-ipv6=true"]).unwrap().enable_ipv6);
+        assert!(!parse(&["--enable-ipv4=false"]).unwrap().enable_ipv4);
+        assert!(parse(&["--enable-ipv4=maybe"]).is_err());
+    }
+
+    #[test]
+    fn config_dir_under_flags() {
+        let dir = std::env::temp_dir().join(format!("podnet-optdir-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("cluster-pool-ipv4-cidr"), "10.9.0.0/16\n").unwrap();
+        std::fs::write(dir.join("cluster-pool-ipv4-mask-size"), "26").unwrap();
+        std::fs::write(dir.join("enable-ipv6"), "true").unwrap();
+        std::fs::write(dir.join("some-cilium-option"), "x").unwrap();
+        std::fs::write(dir.join("..data"), "x").unwrap();
+        let d = dir.display().to_string();
+        let o = parse(&["--config-dir", &d, "--cluster-pool-ipv4-mask-size", "28"]).unwrap();
+        assert_eq!(o.cluster_pool_ipv4_cidr.as_deref(), Some("10.9.0.0/16"));
+        assert_eq!(o.cluster_pool_ipv4_mask_size, 28);
+        assert!(o.enable_ipv6);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("2d").is_err());
+        assert!(parse_duration("x").is_err());
+    }
+
+    #[test]
+    fn bad_mask_value_is_rejected() {
+        assert!(parse(&["--cluster-pool-ipv4-mask-size", "abc"]).is_err());
+    }
+}

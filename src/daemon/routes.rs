@@ -1,0 +1,177 @@
+//! The REST routes: Cilium's paths under `/v1` (plus podnet's `/v1/cni/gc` and
+//! `/v1/node`), mapped onto `IpamState` calls. Each state call runs on a blocking
+//! thread under the state mutex, because it commits to the journal before answering.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use serde::Serialize;
+
+use super::Daemon;
+use super::state::{AllocateRequest, ApiError};
+use crate::api::http::{decode_component, parse_query};
+use crate::api::models::{EndpointBatchDeleteRequest, EndpointChangeRequest, GcRequest};
+use crate::ipam::Family;
+
+/// Largest request body accepted.
+pub const MAX_BODY: usize = 1024 * 1024;
+
+type Reply = Response<Full<Bytes>>;
+
+/// Serves one request.
+pub async fn handle(
+    daemon: Arc<Daemon>,
+    req: Request<Incoming>,
+) -> Result<Reply, std::convert::Infallible> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let result = route(daemon, req).await;
+    Ok(match result {
+        Ok(reply) => reply,
+        Err(e) => {
+            if e.status >= 500 {
+                tracing::warn!(%method, %path, status = e.status, error = %e.message, "request failed");
+            } else {
+                tracing::debug!(%method, %path, status = e.status, error = %e.message, "request refused");
+            }
+            json_reply(e.status, &e.message)
+        }
+    })
+}
+
+async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, ApiError> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let query = parse_query(req.uri().query().unwrap_or("")).map_err(|e| ApiError::new(400, e))?;
+    let q = |k: &str| query.get(k).cloned().unwrap_or_default();
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    match (&method, segments.as_slice()) {
+        (&Method::GET, ["v1", "healthz"]) => {
+            let status = daemon.with_state(|s| Ok(s.status())).await?;
+            Ok(json_reply(200, &status))
+        }
+        (&Method::GET, ["v1", "config"]) => Ok(json_reply(
+            200,
+            &daemon.with_state(|s| Ok(s.config())).await?,
+        )),
+        (&Method::GET, ["v1", "node"]) => Ok(json_reply(
+            200,
+            &daemon.with_state(|s| Ok(s.node().clone())).await?,
+        )),
+        (&Method::POST, ["v1", "ipam"]) => {
+            let family = match q("family").as_str() {
+                "" => None,
+                f => Some(Family::parse(f).map_err(|_| {
+                    ApiError::new(
+                        400,
+                        format!("invalid family {f:?}: must be \"ipv4\" or \"ipv6\""),
+                    )
+                })?),
+            };
+            let expiration = header(&req, "expiration")
+                .map(|v| v.eq_ignore_ascii_case("true"))
+                .unwrap_or(false);
+            let areq = AllocateRequest {
+                family,
+                owner: q("owner"),
+                pool: q("pool"),
+                expiration,
+                container_id: non_empty(q("container-id")),
+                ifname: non_empty(q("ifname")),
+                network: non_empty(q("network")),
+            };
+            let (resp, timers) = daemon.with_state(move |s| s.allocate_next(&areq)).await?;
+            daemon.arm_timers(timers);
+            Ok(json_reply(201, &resp))
+        }
+        (&Method::POST, ["v1", "ipam", ip]) => {
+            let ip = decode(ip)?;
+            let (owner, pool) = (q("owner"), q("pool"));
+            let resp = daemon
+                .with_state(move |s| s.allocate_ip(&ip, &owner, &pool))
+                .await?;
+            Ok(json_reply(200, &resp))
+        }
+        (&Method::DELETE, ["v1", "ipam", ip]) => {
+            let ip = decode(ip)?;
+            let pool = q("pool");
+            daemon.with_state(move |s| s.release_ip(&ip, &pool)).await?;
+            Ok(json_reply(200, &serde_json::Value::Null))
+        }
+        (&Method::PUT, ["v1", "endpoint", _id]) => {
+            let body: EndpointChangeRequest = read_json(req).await?;
+            let view = daemon.with_state(move |s| s.create_endpoint(&body)).await?;
+            Ok(json_reply(201, &view))
+        }
+        (&Method::GET, ["v1", "endpoint", id]) => {
+            let id = decode(id)?;
+            Ok(json_reply(
+                200,
+                &daemon.with_state(move |s| s.endpoint(&id)).await?,
+            ))
+        }
+        (&Method::DELETE, ["v1", "endpoint"]) => {
+            let body: EndpointBatchDeleteRequest = read_json(req).await?;
+            daemon
+                .with_state(move |s| s.delete_endpoints(&body))
+                .await?;
+            Ok(json_reply(200, &serde_json::Value::Null))
+        }
+        (&Method::POST, ["v1", "cni", "gc"]) => {
+            let body: GcRequest = read_json(req).await?;
+            let (resp, stale) = daemon.with_state(move |s| s.gc(&body)).await?;
+            daemon.remove_host_links(stale).await;
+            Ok(json_reply(200, &resp))
+        }
+        (_, ["v1", ..]) => Err(ApiError::new(404, format!("no route for {method} {path}"))),
+        _ => Err(ApiError::new(
+            404,
+            format!("no route for {method} {path} (the API lives under /v1)"),
+        )),
+    }
+}
+
+fn non_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+fn decode(s: &str) -> Result<String, ApiError> {
+    decode_component(s).map_err(|e| ApiError::new(400, e))
+}
+
+fn header(req: &Request<Incoming>, name: &str) -> Option<String> {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, ApiError> {
+    let body = Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                413,
+                format!("request body rejected: {e} (limit {MAX_BODY} bytes)"),
+            )
+        })?
+        .to_bytes();
+    serde_json::from_slice(&body)
+        .map_err(|e| ApiError::new(400, format!("invalid request body: {e}")))
+}
+
+fn json_reply<T: Serialize>(status: u16, body: &T) -> Reply {
+    let bytes =
+        serde_json::to_vec(body).unwrap_or_else(|_| b"\"internal encoding error\"".to_vec());
+    let mut resp = Response::new(Full::new(Bytes::from(bytes)));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}

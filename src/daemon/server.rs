@@ -1,0 +1,146 @@
+//! The unix-socket listener: one daemon per socket (enforced with a lock file next
+//! to it), the socket created 0600 in a directory only root can write, and one task
+//! per connection so a slow client never blocks the others.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use nix::fcntl::{Flock, FlockArg};
+use tokio::net::UnixListener;
+
+use super::Daemon;
+use super::routes::handle;
+
+/// How long a connection may take to send its request head.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The lock that makes this daemon the only one on its socket.
+pub struct SocketLock {
+    _lock: Flock<File>,
+    path: PathBuf,
+}
+
+impl SocketLock {
+    /// The lock file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Creates the socket's directory (0700) if needed and takes the daemon lock.
+/// Refuses when another daemon holds it, or when the directory is writable by others.
+pub fn lock_socket(socket: &Path) -> Result<SocketLock, String> {
+    let dir = socket
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    ensure_private_dir(dir, "socket directory")?;
+    let lock_path = PathBuf::from(format!("{}.lock", socket.display()));
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("cannot open lock file {}: {e}", lock_path.display()))?;
+    let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+        if errno == nix::errno::Errno::EWOULDBLOCK {
+            format!(
+                "another podnet daemon is already serving on {} (it holds {}); stop it first or give this one its own --socket",
+                socket.display(),
+                lock_path.display()
+            )
+        } else {
+            format!("cannot lock {}: {errno}", lock_path.display())
+        }
+    })?;
+    Ok(SocketLock {
+        _lock: lock,
+        path: lock_path,
+    })
+}
+
+/// Creates `dir` with mode 0700 if missing; refuses an existing one that group or
+/// others can write, or that root does not own.
+pub fn ensure_private_dir(dir: &Path, what: &str) -> Result<(), String> {
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot create {what} {}: {e}", dir.display()))?;
+    }
+    let meta = std::fs::metadata(dir).map_err(|e| format!("{what} {}: {e}", dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("{what} {} is not a directory", dir.display()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{what} {} is writable by group or others (mode {:o}); refusing to use it: chmod go-w it or pick another path",
+            dir.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(format!(
+            "{what} {} is owned by uid {}, not by the daemon's user",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    Ok(())
+}
+
+/// Binds the socket (removing a stale file first; the lock proves nobody serves it)
+/// with mode 0600.
+pub fn bind(socket: &Path) -> Result<UnixListener, String> {
+    if socket.exists() {
+        std::fs::remove_file(socket)
+            .map_err(|e| format!("cannot remove stale socket {}: {e}", socket.display()))?;
+    }
+    let listener = UnixListener::bind(socket)
+        .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("cannot chmod {}: {e}", socket.display()))?;
+    Ok(listener)
+}
+
+/// Accepts connections until `shutdown` resolves.
+pub async fn serve(
+    listener: UnixListener,
+    daemon: Arc<Daemon>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let d = daemon.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| handle(d.clone(), req));
+                    let conn = http1::Builder::new()
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(HEADER_TIMEOUT)
+                        .serve_connection(TokioIo::new(stream), svc);
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+        }
+    }
+}

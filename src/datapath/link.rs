@@ -1,0 +1,262 @@
+//! Links: lookup/listing (`LinkInfo`), veth pair creation with the peer placed
+//! directly in the pod netns under its final name, up/MTU changes, deletion.
+
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_packet_route::link::{
+    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo as NlLinkInfo, LinkMessage,
+};
+
+use super::error::{DatapathError, Result};
+use super::names::{format_mac, validate_ifname};
+use super::netns::NetNs;
+use super::socket::NetlinkSocket;
+
+/// What we know about a link, as reported by RTM_GETLINK.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkInfo {
+    pub index: u32,
+    pub name: String,
+    /// Hardware address, when it is a 6-byte Ethernet address.
+    pub mac: Option<[u8; 6]>,
+    pub mtu: u32,
+    /// `IFLA_INFO_KIND` (e.g. "veth"); `None` for links without one (lo).
+    pub kind: Option<String>,
+    /// Administratively up (IFF_UP).
+    pub up: bool,
+    /// IFLA_LINK: for a veth, the peer's ifindex (in the peer's netns).
+    pub link: Option<u32>,
+    pub txqlen: Option<u32>,
+}
+
+/// Parameters of [`NetlinkSocket::create_veth_pair`].
+#[derive(Debug, Clone, Copy)]
+pub struct VethSpec<'a> {
+    /// Name of the end that stays in this socket's netns (e.g. `lxc…`).
+    pub host_name: &'a str,
+    pub host_mac: Option<[u8; 6]>,
+    /// Final name of the end created inside `peer_netns` (e.g. `eth0`).
+    pub peer_name: &'a str,
+    pub peer_mac: Option<[u8; 6]>,
+    /// MTU applied to both ends (0 = kernel default).
+    pub mtu: u32,
+    pub peer_netns: &'a NetNs,
+    /// Transmit queue length applied to both ends (None = kernel default).
+    pub txqlen: Option<u32>,
+}
+
+impl LinkInfo {
+    fn from_message(msg: LinkMessage) -> Self {
+        let mut info = LinkInfo {
+            index: msg.header.index,
+            name: String::new(),
+            mac: None,
+            mtu: 0,
+            kind: None,
+            up: msg.header.flags.contains(LinkFlags::Up),
+            link: None,
+            txqlen: None,
+        };
+        for attr in msg.attributes {
+            match attr {
+                LinkAttribute::IfName(n) => info.name = n,
+                LinkAttribute::Address(a) => info.mac = <[u8; 6]>::try_from(a.as_slice()).ok(),
+                LinkAttribute::Mtu(m) => info.mtu = m,
+                LinkAttribute::Link(l) => info.link = Some(l),
+                LinkAttribute::TxQueueLen(q) => info.txqlen = Some(q),
+                LinkAttribute::LinkInfo(infos) => {
+                    for i in infos {
+                        if let NlLinkInfo::Kind(k) = i {
+                            info.kind = Some(k.to_string());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        info
+    }
+}
+
+fn first_link(msgs: Vec<RouteNetlinkMessage>) -> Option<LinkInfo> {
+    msgs.into_iter().find_map(|m| match m {
+        RouteNetlinkMessage::NewLink(l) => Some(LinkInfo::from_message(l)),
+        _ => None,
+    })
+}
+
+fn is_missing_link(e: &DatapathError) -> bool {
+    matches!(e.errno(), Some(libc::ENODEV | libc::ENOENT))
+}
+
+impl NetlinkSocket {
+    /// Look a link up by name; `None` when it does not exist.
+    pub fn link_by_name(&self, name: &str) -> Result<Option<LinkInfo>> {
+        validate_ifname(name)?;
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        match self.request(RouteNetlinkMessage::GetLink(msg), 0, || {
+            format!("looking up link {name}{}", self.where_())
+        }) {
+            Ok(msgs) => Ok(first_link(msgs)),
+            Err(e) if is_missing_link(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Look a link up by ifindex; `None` when it does not exist.
+    pub fn link_by_index(&self, index: u32) -> Result<Option<LinkInfo>> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        match self.request(RouteNetlinkMessage::GetLink(msg), 0, || {
+            format!("looking up link #{index}{}", self.where_())
+        }) {
+            Ok(msgs) => Ok(first_link(msgs)),
+            Err(e) if is_missing_link(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// All links of this socket's netns.
+    pub fn list_links(&self) -> Result<Vec<LinkInfo>> {
+        let msgs = self.dump(RouteNetlinkMessage::GetLink(LinkMessage::default()), || {
+            format!("listing links{}", self.where_())
+        })?;
+        Ok(msgs
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewLink(l) => Some(LinkInfo::from_message(l)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Create a veth pair in ONE RTM_NEWLINK: the host end in this socket's
+    /// netns, the peer directly inside `spec.peer_netns` under its final name,
+    /// both with `spec.mtu`. Neither end is brought up. Fails with EEXIST when
+    /// the host name (or the peer name in the pod netns) is taken. Returns the
+    /// host end (its `link` is the peer's ifindex).
+    pub fn create_veth_pair(&self, spec: &VethSpec<'_>) -> Result<LinkInfo> {
+        validate_ifname(spec.host_name)?;
+        validate_ifname(spec.peer_name)?;
+        let ctx = || {
+            format!(
+                "creating veth {} (peer {} in {}){}",
+                spec.host_name,
+                spec.peer_name,
+                spec.peer_netns.label(),
+                self.where_()
+            )
+        };
+
+        let mut peer = LinkMessage::default();
+        peer.attributes
+            .push(LinkAttribute::IfName(spec.peer_name.to_string()));
+        peer.attributes
+            .push(LinkAttribute::NetNsFd(spec.peer_netns.as_raw_fd()));
+        let mut host = LinkMessage::default();
+        host.attributes
+            .push(LinkAttribute::IfName(spec.host_name.to_string()));
+        for (msg, mac) in [(&mut peer, spec.peer_mac), (&mut host, spec.host_mac)] {
+            if spec.mtu > 0 {
+                msg.attributes.push(LinkAttribute::Mtu(spec.mtu));
+            }
+            if let Some(q) = spec.txqlen {
+                msg.attributes.push(LinkAttribute::TxQueueLen(q));
+            }
+            if let Some(mac) = mac {
+                msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
+            }
+        }
+        host.attributes.push(LinkAttribute::LinkInfo(vec![
+            NlLinkInfo::Kind(InfoKind::Veth),
+            NlLinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer))),
+        ]));
+        // `spec.peer_netns` (and so the fd inside the request) is borrowed for
+        // the whole call, so the fd stays valid until the kernel has read it.
+        self.request(
+            RouteNetlinkMessage::NewLink(host),
+            NLM_F_CREATE | NLM_F_EXCL,
+            ctx,
+        )?;
+        self.link_by_name(spec.host_name)?
+            .ok_or_else(|| DatapathError::Netlink {
+                context: format!("{}: created link vanished", ctx()),
+                source: std::io::Error::from_raw_os_error(libc::ENODEV),
+                ext_ack: None,
+            })
+    }
+
+    fn set_link(&self, msg: LinkMessage, what: impl Fn() -> String) -> Result<()> {
+        self.request(RouteNetlinkMessage::SetLink(msg), 0, what)
+            .map(|_| ())
+    }
+
+    /// Bring a link administratively up.
+    pub fn set_link_up(&self, index: u32) -> Result<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.header.flags = LinkFlags::Up;
+        msg.header.change_mask = LinkFlags::Up;
+        self.set_link(msg, || format!("setting link #{index} up{}", self.where_()))
+    }
+
+    /// Bring a link administratively down.
+    pub fn set_link_down(&self, index: u32) -> Result<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.header.change_mask = LinkFlags::Up;
+        self.set_link(msg, || {
+            format!("setting link #{index} down{}", self.where_())
+        })
+    }
+
+    /// Change a link's MTU.
+    pub fn set_link_mtu(&self, index: u32, mtu: u32) -> Result<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.attributes.push(LinkAttribute::Mtu(mtu));
+        self.set_link(msg, || {
+            format!("setting MTU {mtu} on link #{index}{}", self.where_())
+        })
+    }
+
+    /// Change a link's MAC address.
+    pub fn set_link_mac(&self, index: u32, mac: [u8; 6]) -> Result<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
+        self.set_link(msg, || {
+            format!(
+                "setting MAC {} on link #{index}{}",
+                format_mac(&mac),
+                self.where_()
+            )
+        })
+    }
+
+    /// Delete a link by ifindex (ENODEV if it does not exist). Deleting one
+    /// end of a veth removes both.
+    pub fn delete_link(&self, index: u32) -> Result<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        self.request(RouteNetlinkMessage::DelLink(msg), 0, || {
+            format!("deleting link #{index}{}", self.where_())
+        })
+        .map(|_| ())
+    }
+
+    /// Delete a link by name. `Ok(false)` when it did not exist.
+    pub fn delete_link_by_name(&self, name: &str) -> Result<bool> {
+        validate_ifname(name)?;
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        match self.request(RouteNetlinkMessage::DelLink(msg), 0, || {
+            format!("deleting link {name}{}", self.where_())
+        }) {
+            Ok(_) => Ok(true),
+            Err(e) if is_missing_link(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}

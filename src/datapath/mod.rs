@@ -1,0 +1,40 @@
+//! podnet datapath: the kernel side of pod networking without eBPF, over
+//! synchronous rtnetlink (netlink-packet-route + netlink-sys, no tokio).
+//!
+//! * [`NetlinkSocket`] — a blocking NETLINK_ROUTE socket, bound to the netns it
+//!   was created in; per-object operations are methods on it (links, addresses,
+//!   routes, proxy neighbours, rules).
+//! * [`NetNs`] / [`in_netns`] — namespace handles and "run this on a
+//!   short-lived thread inside that netns" (the caller's thread never switches).
+//! * [`write_sysctl`] / [`read_sysctl`] — act on the calling thread's netns.
+//! * [`host_ifname`] — Cilium's `lxc<12 hex>` host-side veth name.
+//!
+//! Usable from the short-lived CNI plugin process and from dedicated
+//! std::threads of the daemon (never `setns` on an async/pooled thread).
+//! Every failure is a [`DatapathError`] naming the operation and object, with
+//! the errno available through [`DatapathError::errno`].
+
+mod addr;
+mod error;
+mod link;
+mod names;
+mod neigh;
+mod netns;
+mod route;
+mod rule;
+mod socket;
+mod sysctl;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::{DatapathError, Result};
+pub use link::{LinkInfo, VethSpec};
+pub use names::{IFNAME_MAX_LEN, format_mac, host_ifname, random_mac, validate_ifname};
+pub use netns::{NetNs, THREAD_SELF_NETNS, in_netns};
+pub use route::{
+    IpFamily, RouteInfo, RouteSpec, SCOPE_HOST, SCOPE_LINK, SCOPE_UNIVERSE, TABLE_LOCAL, TABLE_MAIN,
+};
+pub use rule::RuleSpec;
+pub use socket::NetlinkSocket;
+pub use sysctl::{read_sysctl, write_sysctl};

@@ -1,0 +1,50 @@
+//! Sysctls under `/proc/sys`. `/proc/sys/net/...` resolves against the CALLING
+//! THREAD's netns: to set a pod's sysctl, call these from inside
+//! [`in_netns`](super::netns::in_netns).
+
+use std::fs;
+use std::path::PathBuf;
+
+use super::error::{DatapathError, Result};
+
+/// Resolve `key` (`net/ipv4/conf/eth0/rp_filter`, optionally with a leading
+/// `/proc/sys/`) to a path, refusing anything that could escape `/proc/sys`.
+/// Slashes are required: dots are legal in interface names (`eth0.100`).
+fn sysctl_path(key: &str) -> Result<PathBuf> {
+    let rel = key.strip_prefix("/proc/sys/").unwrap_or(key);
+    let rel = rel.trim_start_matches('/');
+    if rel.is_empty()
+        || rel
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Err(DatapathError::Invalid(format!(
+            "invalid sysctl path {key:?}"
+        )));
+    }
+    Ok(PathBuf::from("/proc/sys").join(rel))
+}
+
+/// Read a sysctl (trailing newline removed).
+pub fn read_sysctl(key: &str) -> Result<String> {
+    let path = sysctl_path(key)?;
+    let value = fs::read_to_string(&path)
+        .map_err(|e| DatapathError::io(format!("reading sysctl {}", path.display()), e))?;
+    Ok(value.trim_end_matches('\n').to_string())
+}
+
+/// Write a sysctl unless it already has `value` (compared with whitespace
+/// normalised, so `"1024 4999"` matches `"1024\t4999"`). Returns whether it wrote.
+pub fn write_sysctl(key: &str, value: &str) -> Result<bool> {
+    let path = sysctl_path(key)?;
+    let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if let Ok(current) = fs::read_to_string(&path)
+        && norm(&current) == norm(value)
+    {
+        return Ok(false);
+    }
+    fs::write(&path, value.as_bytes()).map_err(|e| {
+        DatapathError::io(format!("writing {value:?} to sysctl {}", path.display()), e)
+    })?;
+    Ok(true)
+}

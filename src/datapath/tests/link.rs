@@ -1,0 +1,137 @@
+//! veth creation across namespaces, link attributes, up/MTU, deletion.
+
+use super::{in_private_netns, new_netns, root};
+use crate::datapath::*;
+
+#[test]
+fn veth_pair_peer_created_in_pod_netns() {
+    if !root("veth_pair_peer_created_in_pod_netns") {
+        return;
+    }
+    in_private_netns(|| {
+        let pod = new_netns("pod-veth");
+        let host = NetlinkSocket::new().unwrap();
+        let podsock = NetlinkSocket::new_in(&pod).unwrap();
+        let host_mac = random_mac().unwrap();
+        let peer_mac = random_mac().unwrap();
+        let spec = VethSpec {
+            host_name: "lxctest0",
+            host_mac: Some(host_mac),
+            peer_name: "eth0",
+            peer_mac: Some(peer_mac),
+            mtu: 1400,
+            peer_netns: &pod,
+            txqlen: Some(1000),
+        };
+        let h = host.create_veth_pair(&spec).unwrap();
+        assert_eq!(h.name, "lxctest0");
+        assert_eq!(h.kind.as_deref(), Some("veth"));
+        assert_eq!(h.mtu, 1400);
+        assert_eq!(h.mac, Some(host_mac));
+        assert_eq!(h.txqlen, Some(1000));
+        assert!(!h.up);
+
+        // The peer exists only inside the pod netns, under its final name.
+        assert!(host.link_by_name("eth0").unwrap().is_none());
+        let p = podsock
+            .link_by_name("eth0")
+            .unwrap()
+            .expect("peer in pod ns");
+        assert_eq!(p.mtu, 1400, "peer carries its own MTU");
+        assert_eq!(p.mac, Some(peer_mac));
+        assert_eq!(p.kind.as_deref(), Some("veth"));
+        assert_eq!(
+            h.link,
+            Some(p.index),
+            "IFLA_LINK of host end = peer ifindex"
+        );
+        assert_eq!(p.link, Some(h.index));
+        assert_eq!(
+            podsock.link_by_index(p.index).unwrap().unwrap().name,
+            "eth0"
+        );
+
+        // Duplicate create: EEXIST, with a message naming the objects.
+        let e = host.create_veth_pair(&spec).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EEXIST), "{e}");
+        assert!(e.is_exists());
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with(
+                "creating veth lxctest0 (peer eth0 in pod-veth): File exists (os error 17)"
+            ),
+            "{msg}"
+        );
+        // Same peer name in the pod but a new host name: also EEXIST.
+        let e = host
+            .create_veth_pair(&VethSpec {
+                host_name: "lxctest1",
+                ..spec
+            })
+            .unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EEXIST), "{e}");
+        assert!(host.link_by_name("lxctest1").unwrap().is_none());
+
+        // Up and MTU.
+        host.set_link_up(h.index).unwrap();
+        podsock.set_link_up(p.index).unwrap();
+        assert!(host.link_by_index(h.index).unwrap().unwrap().up);
+        assert!(podsock.link_by_name("eth0").unwrap().unwrap().up);
+        host.set_link_mtu(h.index, 1300).unwrap();
+        assert_eq!(host.link_by_index(h.index).unwrap().unwrap().mtu, 1300);
+        let mac = random_mac().unwrap();
+        host.set_link_mac(h.index, mac).unwrap();
+        assert_eq!(host.link_by_index(h.index).unwrap().unwrap().mac, Some(mac));
+        host.set_link_down(h.index).unwrap();
+        assert!(!host.link_by_index(h.index).unwrap().unwrap().up);
+
+        let names: Vec<String> = host
+            .list_links()
+            .unwrap()
+            .into_iter()
+            .map(|l| l.name)
+            .collect();
+        assert!(names.contains(&"lo".to_string()) && names.contains(&"lxctest0".to_string()));
+
+        // Deleting the host end removes the pod end too.
+        assert!(host.delete_link_by_name("lxctest0").unwrap());
+        assert!(!host.delete_link_by_name("lxctest0").unwrap());
+        assert!(podsock.link_by_name("eth0").unwrap().is_none());
+    });
+}
+
+#[test]
+fn delete_missing_link() {
+    if !root("delete_missing_link") {
+        return;
+    }
+    in_private_netns(|| {
+        let s = NetlinkSocket::new().unwrap();
+        assert!(!s.delete_link_by_name("nosuchlink0").unwrap());
+        assert!(s.link_by_name("nosuchlink0").unwrap().is_none());
+        assert!(s.link_by_index(999_999).unwrap().is_none());
+        let e = s.delete_link(999_999).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENODEV), "{e}");
+        assert!(e.is_not_found());
+        assert!(e.to_string().starts_with("deleting link #999999: "), "{e}");
+        assert!(s.delete_link_by_name("bad/name").is_err());
+    });
+}
+
+#[test]
+fn socket_in_pod_netns_sees_only_pod_links() {
+    if !root("socket_in_pod_netns_sees_only_pod_links") {
+        return;
+    }
+    in_private_netns(|| {
+        let pod = new_netns("pod-links");
+        // Socket created on another thread, used here: still bound to the pod ns.
+        let podsock = NetlinkSocket::new_in(&pod).unwrap();
+        let links = podsock.list_links().unwrap();
+        assert_eq!(links.len(), 1, "{links:?}");
+        assert_eq!(links[0].name, "lo");
+        assert!(links[0].kind.is_none());
+        let e = podsock.delete_link(999_999).unwrap_err();
+        assert!(e.to_string().contains(" in pod-links: "), "{e}");
+    });
+}

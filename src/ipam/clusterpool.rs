@@ -1,0 +1,820 @@
+//! Owns the cluster-pool IPAM operator options (`cluster-pool-ipv4-cidr`,
+//! `cluster-pool-ipv4-mask-size`, `cluster-pool-ipv6-cidr`,
+//! `cluster-pool-ipv6-mask-size`), their validation with Cilium's start-up
+//! errors, and [`NodeCidrCarver`], which hands each node its pod CIDRs out of
+//! the pool CIDRs (Cilium `operator/pkg/ipam/allocator/clusterpool` and
+//! `podcidr`).
+
+use std::fmt;
+
+use ipnet::IpNet;
+
+use super::Family;
+use super::cidrset::{CidrSet, CidrSetError};
+
+/// Option holding the IPv4 pool CIDRs (space-separated).
+pub const OPT_IPV4_CIDR: &str = "cluster-pool-ipv4-cidr";
+/// Option holding the IPv6 pool CIDRs (space-separated).
+pub const OPT_IPV6_CIDR: &str = "cluster-pool-ipv6-cidr";
+/// Option holding the IPv4 node mask size.
+pub const OPT_IPV4_MASK_SIZE: &str = "cluster-pool-ipv4-mask-size";
+/// Option holding the IPv6 node mask size.
+pub const OPT_IPV6_MASK_SIZE: &str = "cluster-pool-ipv6-mask-size";
+/// Operator default of `cluster-pool-ipv4-mask-size`.
+pub const DEFAULT_IPV4_MASK_SIZE: u8 = 24;
+/// Operator default of `cluster-pool-ipv6-mask-size` (the Helm chart uses 120).
+pub const DEFAULT_IPV6_MASK_SIZE: u8 = 112;
+
+fn cidr_option(family: Family) -> &'static str {
+    match family {
+        Family::V4 => OPT_IPV4_CIDR,
+        Family::V6 => OPT_IPV6_CIDR,
+    }
+}
+
+fn mask_option(family: Family) -> &'static str {
+    match family {
+        Family::V4 => OPT_IPV4_MASK_SIZE,
+        Family::V6 => OPT_IPV6_MASK_SIZE,
+    }
+}
+
+fn short(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "v4",
+        Family::V6 => "v6",
+    }
+}
+
+/// Errors of option parsing, validation and node carving.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterPoolError {
+    /// A list entry is not `<address>/<prefix length>`.
+    #[error(
+        "invalid {option} entry {entry:?}: not a valid CIDR (expected <address>/<prefix length>, \
+         e.g. 10.0.0.0/8)"
+    )]
+    InvalidCidr { option: String, entry: String },
+    /// A list entry of the other family.
+    #[error("{option}: {entry} is not an {} CIDR", expected.label())]
+    WrongFamily {
+        option: String,
+        entry: String,
+        expected: Family,
+    },
+    /// A list entry with host bits set.
+    #[error("{option}: {entry} has host bits set; did you mean {network}?")]
+    HostBitsSet {
+        option: String,
+        entry: String,
+        network: IpNet,
+    },
+    /// Neither IPv4 nor IPv6 is enabled (podnet check).
+    #[error("cluster-pool IPAM needs at least one of IPv4 and IPv6 enabled")]
+    NoFamilyEnabled,
+    /// Cilium: `<option> must be provided when using ClusterPool`.
+    #[error("{} must be provided when using ClusterPool", cidr_option(*family))]
+    CidrRequired { family: Family },
+    /// Cilium: `<option> must not be set if IPvX is disabled`.
+    #[error("{} must not be set if {} is disabled", cidr_option(*family), family.label())]
+    CidrSetForDisabledFamily { family: Family },
+    /// Cilium `newCIDRSet`: an entry of the wrong family in the configured list.
+    #[error("unable to initialize {} allocator: CIDR is not {} family: {cidr}", family.label(), short(*family))]
+    NotFamily { family: Family, cidr: IpNet },
+    /// Cilium `ErrCIDRColision`: two pool CIDRs of one family overlap.
+    #[error("unable to initialize {} allocator: CIDR \"{cidr}\" collides with \"{existing}\"", family.label())]
+    Collision {
+        family: Family,
+        cidr: IpNet,
+        existing: IpNet,
+    },
+    /// [`CidrSet::new`] refused a pool CIDR / mask size combination.
+    #[error(
+        "unable to initialize {} allocator: {} {cidr} with {} {mask}: {error}",
+        family.label(),
+        cidr_option(*family),
+        mask_option(*family)
+    )]
+    AllocatorInit {
+        family: Family,
+        cidr: IpNet,
+        mask: u8,
+        error: CidrSetError,
+    },
+    /// A node's existing CIDR cannot be re-adopted.
+    #[error(
+        "node has CIDRs allocated ({node_cidrs}) that conflict with requested CIDRs: {cidr} {reason}"
+    )]
+    Conflict {
+        node_cidrs: String,
+        cidr: IpNet,
+        reason: String,
+    },
+    /// Every pool CIDR of the family is full (Display is the cidrset's
+    /// no-remaining error, verbatim).
+    #[error("{error}")]
+    Exhausted { family: Family, error: CidrSetError },
+}
+
+/// Parses a pool CIDR list option value: entries separated by whitespace
+/// and/or commas; an empty value gives an empty list.
+///
+/// The expected family comes from `option_name`: a name containing `ipv4`
+/// accepts only IPv4 CIDRs, one containing `ipv6` only IPv6 CIDRs; any other
+/// name accepts both. Entries with host bits set (`10.0.0.1/8`) are refused
+/// (Cilium silently masks them).
+pub fn parse_cidr_list(option_name: &str, value: &str) -> Result<Vec<IpNet>, ClusterPoolError> {
+    let expected = if option_name.contains("ipv6") {
+        Some(Family::V6)
+    } else if option_name.contains("ipv4") {
+        Some(Family::V4)
+    } else {
+        None
+    };
+    value
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|e| !e.is_empty())
+        .map(|entry| {
+            let net: IpNet = entry.parse().map_err(|_| ClusterPoolError::InvalidCidr {
+                option: option_name.to_string(),
+                entry: entry.to_string(),
+            })?;
+            if let Some(f) = expected
+                && Family::of_net(&net) != f
+            {
+                return Err(ClusterPoolError::WrongFamily {
+                    option: option_name.to_string(),
+                    entry: entry.to_string(),
+                    expected: f,
+                });
+            }
+            if net.addr() != net.network() {
+                return Err(ClusterPoolError::HostBitsSet {
+                    option: option_name.to_string(),
+                    entry: entry.to_string(),
+                    network: net.trunc(),
+                });
+            }
+            Ok(net)
+        })
+        .collect()
+}
+
+/// The cluster-pool operator options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterPoolConfig {
+    pub enable_ipv4: bool,
+    pub enable_ipv6: bool,
+    /// `cluster-pool-ipv4-cidr`.
+    pub ipv4_cidrs: Vec<IpNet>,
+    /// `cluster-pool-ipv4-mask-size` (default 24).
+    pub ipv4_mask_size: u8,
+    /// `cluster-pool-ipv6-cidr`.
+    pub ipv6_cidrs: Vec<IpNet>,
+    /// `cluster-pool-ipv6-mask-size` (default 112).
+    pub ipv6_mask_size: u8,
+}
+
+impl Default for ClusterPoolConfig {
+    /// IPv4 on, IPv6 off (Cilium's `enable-ipv4`/`enable-ipv6` defaults), no
+    /// pool CIDRs (the operator flag default is empty), masks 24 and 112.
+    fn default() -> Self {
+        Self {
+            enable_ipv4: true,
+            enable_ipv6: false,
+            ipv4_cidrs: Vec::new(),
+            ipv4_mask_size: DEFAULT_IPV4_MASK_SIZE,
+            ipv6_cidrs: Vec::new(),
+            ipv6_mask_size: DEFAULT_IPV6_MASK_SIZE,
+        }
+    }
+}
+
+impl ClusterPoolConfig {
+    /// Checks the options as the Cilium operator does at start-up (IPv4 first,
+    /// then IPv6): a CIDR list is required for an enabled family and refused
+    /// for a disabled one; each CIDR must be of the family, must not overlap
+    /// an earlier one, and must accept the mask size ([`CidrSet::new`]).
+    pub fn validate(&self) -> Result<(), ClusterPoolError> {
+        self.build_sets().map(|_| ())
+    }
+
+    fn build_sets(&self) -> Result<(Vec<CidrSet>, Vec<CidrSet>), ClusterPoolError> {
+        if !self.enable_ipv4 && !self.enable_ipv6 {
+            return Err(ClusterPoolError::NoFamilyEnabled);
+        }
+        let v4 = build_family(
+            Family::V4,
+            self.enable_ipv4,
+            &self.ipv4_cidrs,
+            self.ipv4_mask_size,
+        )?;
+        let v6 = build_family(
+            Family::V6,
+            self.enable_ipv6,
+            &self.ipv6_cidrs,
+            self.ipv6_mask_size,
+        )?;
+        Ok((v4, v6))
+    }
+}
+
+fn build_family(
+    family: Family,
+    enabled: bool,
+    cidrs: &[IpNet],
+    mask: u8,
+) -> Result<Vec<CidrSet>, ClusterPoolError> {
+    if !enabled {
+        if !cidrs.is_empty() {
+            return Err(ClusterPoolError::CidrSetForDisabledFamily { family });
+        }
+        return Ok(Vec::new());
+    }
+    if cidrs.is_empty() {
+        return Err(ClusterPoolError::CidrRequired { family });
+    }
+    let mut sets: Vec<CidrSet> = Vec::with_capacity(cidrs.len());
+    for cidr in cidrs {
+        if Family::of_net(cidr) != family {
+            return Err(ClusterPoolError::NotFamily {
+                family,
+                cidr: *cidr,
+            });
+        }
+        if let Some(existing) = sets.iter().find(|s| s.in_range(cidr)) {
+            return Err(ClusterPoolError::Collision {
+                family,
+                cidr: *cidr,
+                existing: existing.cluster(),
+            });
+        }
+        let set = CidrSet::new(*cidr, mask).map_err(|error| ClusterPoolError::AllocatorInit {
+            family,
+            cidr: cidr.trunc(),
+            mask,
+            error,
+        })?;
+        sets.push(set);
+    }
+    Ok(sets)
+}
+
+/// Hands nodes their pod CIDRs: one [`CidrSet`] per pool CIDR per enabled
+/// family, tried in configuration order.
+///
+/// The carver does not remember which node holds what; the caller records
+/// the result of [`Self::carve_for_node`] and calls [`Self::release_node`]
+/// when the node goes away.
+#[derive(Debug, Clone)]
+pub struct NodeCidrCarver {
+    v4: Vec<CidrSet>,
+    v6: Vec<CidrSet>,
+}
+
+struct JoinedCidrs<'a>(&'a [IpNet]);
+
+impl fmt::Display for JoinedCidrs<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, c) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{c}")?;
+        }
+        Ok(())
+    }
+}
+
+impl NodeCidrCarver {
+    /// Validates `config` and builds the allocators.
+    pub fn new(config: &ClusterPoolConfig) -> Result<Self, ClusterPoolError> {
+        let (v4, v6) = config.build_sets()?;
+        Ok(Self { v4, v6 })
+    }
+
+    /// The allocators of one family, in configuration order (empty for a
+    /// disabled family).
+    pub fn sets(&self, family: Family) -> &[CidrSet] {
+        match family {
+            Family::V4 => &self.v4,
+            Family::V6 => &self.v6,
+        }
+    }
+
+    fn sets_mut(&mut self, family: Family) -> &mut Vec<CidrSet> {
+        match family {
+            Family::V4 => &mut self.v4,
+            Family::V6 => &mut self.v6,
+        }
+    }
+
+    /// Returns the node's pod CIDRs (IPv4 first, then IPv6).
+    ///
+    /// For each enabled family: if `existing` holds CIDRs of that family, each
+    /// is re-adopted (occupied) when it lies in a pool CIDR with exactly the
+    /// pool's node mask and is not allocated yet; otherwise one new CIDR is
+    /// allocated round-robin from the first pool CIDR that is not full. Any
+    /// existing CIDR that cannot be re-adopted (already allocated, wrong
+    /// mask, in no pool, or of a disabled family) fails the whole call with
+    /// [`ClusterPoolError::Conflict`]; all pools full fails with
+    /// [`ClusterPoolError::Exhausted`]. On error nothing stays allocated.
+    pub fn carve_for_node(&mut self, existing: &[IpNet]) -> Result<Vec<IpNet>, ClusterPoolError> {
+        let mut done: Vec<(Family, usize, IpNet)> = Vec::new();
+        let result = self.carve_inner(existing, &mut done);
+        if result.is_err() {
+            for (family, i, cidr) in done {
+                if let Some(set) = self.sets_mut(family).get_mut(i) {
+                    let _ = set.release(&cidr);
+                }
+            }
+        }
+        result
+    }
+
+    fn carve_inner(
+        &mut self,
+        existing: &[IpNet],
+        done: &mut Vec<(Family, usize, IpNet)>,
+    ) -> Result<Vec<IpNet>, ClusterPoolError> {
+        let mut node: Vec<IpNet> = Vec::with_capacity(existing.len());
+        for c in existing {
+            let c = c.trunc();
+            if !node.contains(&c) {
+                node.push(c);
+            }
+        }
+        let conflict = |cidr: IpNet, reason: String| ClusterPoolError::Conflict {
+            node_cidrs: JoinedCidrs(existing).to_string(),
+            cidr,
+            reason,
+        };
+        let mut out = Vec::new();
+        for family in [Family::V4, Family::V6] {
+            let mine: Vec<IpNet> = node
+                .iter()
+                .copied()
+                .filter(|c| Family::of_net(c) == family)
+                .collect();
+            let sets = self.sets_mut(family);
+            if mine.is_empty() {
+                if sets.is_empty() {
+                    continue;
+                }
+                let Some((i, cidr)) = sets
+                    .iter_mut()
+                    .enumerate()
+                    .filter(|(_, s)| !s.is_full())
+                    .find_map(|(i, s)| s.allocate_next().ok().map(|c| (i, c)))
+                else {
+                    return Err(ClusterPoolError::Exhausted {
+                        family,
+                        error: CidrSetError::NoRemaining,
+                    });
+                };
+                done.push((family, i, cidr));
+                out.push(cidr);
+                continue;
+            }
+            if sets.is_empty() {
+                return Err(conflict(
+                    mine[0],
+                    format!(
+                        "is an {} CIDR but {} is disabled",
+                        family.label(),
+                        family.label()
+                    ),
+                ));
+            }
+            for cidr in mine {
+                let Some(i) = sets.iter().position(|s| s.in_range(&cidr)) else {
+                    let pools: Vec<IpNet> = sets.iter().map(CidrSet::cluster).collect();
+                    return Err(conflict(
+                        cidr,
+                        format!(
+                            "is not in any pool of {} ({})",
+                            cidr_option(family),
+                            JoinedCidrs(&pools)
+                        ),
+                    ));
+                };
+                let set = &mut sets[i];
+                if cidr.prefix_len() != set.node_mask() {
+                    return Err(conflict(
+                        cidr,
+                        format!(
+                            "does not have the node mask size /{} of pool {}",
+                            set.node_mask(),
+                            set.cluster()
+                        ),
+                    ));
+                }
+                let allocated = set
+                    .is_allocated(&cidr)
+                    .map_err(|e| conflict(cidr, e.to_string()))?;
+                if allocated {
+                    return Err(conflict(cidr, "is already allocated".to_string()));
+                }
+                set.occupy(&cidr)
+                    .map_err(|e| conflict(cidr, e.to_string()))?;
+                done.push((family, i, cidr));
+                out.push(cidr);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Releases a node's CIDRs back to their pools. CIDRs that are in no pool
+    /// or not allocated are ignored.
+    pub fn release_node(&mut self, cidrs: &[IpNet]) {
+        for cidr in cidrs {
+            let family = Family::of_net(cidr);
+            if let Some(set) = self.sets_mut(family).iter_mut().find(|s| s.in_range(cidr)) {
+                let _ = set.release(cidr);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+    fn nets(list: &[&str]) -> Vec<IpNet> {
+        list.iter().map(|s| net(s)).collect()
+    }
+    fn v4_config(cidrs: &[&str], mask: u8) -> ClusterPoolConfig {
+        ClusterPoolConfig {
+            ipv4_cidrs: nets(cidrs),
+            ipv4_mask_size: mask,
+            ..Default::default()
+        }
+    }
+    fn dual(v4: &[&str], v4m: u8, v6: &[&str], v6m: u8) -> ClusterPoolConfig {
+        ClusterPoolConfig {
+            enable_ipv4: true,
+            enable_ipv6: true,
+            ipv4_cidrs: nets(v4),
+            ipv4_mask_size: v4m,
+            ipv6_cidrs: nets(v6),
+            ipv6_mask_size: v6m,
+        }
+    }
+
+    #[test]
+    fn parse_lists() {
+        assert_eq!(
+            parse_cidr_list(OPT_IPV4_CIDR, "10.0.0.0/8 192.168.0.0/16").unwrap(),
+            nets(&["10.0.0.0/8", "192.168.0.0/16"])
+        );
+        assert_eq!(
+            parse_cidr_list(
+                OPT_IPV4_CIDR,
+                " 10.0.0.0/8,172.16.0.0/12 ,\t192.168.0.0/16 "
+            )
+            .unwrap(),
+            nets(&["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"])
+        );
+        assert_eq!(parse_cidr_list(OPT_IPV4_CIDR, "").unwrap(), vec![]);
+        assert_eq!(parse_cidr_list(OPT_IPV4_CIDR, "  , ").unwrap(), vec![]);
+        assert_eq!(
+            parse_cidr_list(OPT_IPV6_CIDR, "fd00::/104").unwrap(),
+            nets(&["fd00::/104"])
+        );
+        assert_eq!(
+            parse_cidr_list("pool", "fd00::/104 10.0.0.0/8").unwrap(),
+            nets(&["fd00::/104", "10.0.0.0/8"])
+        );
+    }
+
+    #[test]
+    fn parse_list_errors() {
+        assert_eq!(
+            parse_cidr_list(OPT_IPV4_CIDR, "fd00::/104")
+                .unwrap_err()
+                .to_string(),
+            "cluster-pool-ipv4-cidr: fd00::/104 is not an IPv4 CIDR"
+        );
+        assert_eq!(
+            parse_cidr_list(OPT_IPV6_CIDR, "fd00::/104 10.0.0.0/8")
+                .unwrap_err()
+                .to_string(),
+            "cluster-pool-ipv6-cidr: 10.0.0.0/8 is not an IPv6 CIDR"
+        );
+        let err = parse_cidr_list(OPT_IPV4_CIDR, "10.0.0.1/8").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cluster-pool-ipv4-cidr: 10.0.0.1/8 has host bits set; did you mean 10.0.0.0/8?"
+        );
+        assert!(
+            err.to_string()
+                .contains("10.0.0.1/8 has host bits set; did you mean 10.0.0.0/8?")
+        );
+        assert_eq!(
+            parse_cidr_list(OPT_IPV6_CIDR, "fd00::1/104")
+                .unwrap_err()
+                .to_string(),
+            "cluster-pool-ipv6-cidr: fd00::1/104 has host bits set; did you mean fd00::/104?"
+        );
+        for bad in [
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "banana",
+            "10.0.0.0/8/8",
+            "10.0.0.256/24",
+        ] {
+            let err = parse_cidr_list(OPT_IPV4_CIDR, &format!("10.0.0.0/8 {bad}")).unwrap_err();
+            assert_eq!(
+                err,
+                ClusterPoolError::InvalidCidr {
+                    option: OPT_IPV4_CIDR.into(),
+                    entry: bad.into()
+                }
+            );
+        }
+        assert_eq!(
+            parse_cidr_list(OPT_IPV4_CIDR, "10.0.0.0")
+                .unwrap_err()
+                .to_string(),
+            "invalid cluster-pool-ipv4-cidr entry \"10.0.0.0\": not a valid CIDR (expected \
+             <address>/<prefix length>, e.g. 10.0.0.0/8)"
+        );
+    }
+
+    #[test]
+    fn defaults() {
+        let c = ClusterPoolConfig::default();
+        assert!(c.enable_ipv4 && !c.enable_ipv6);
+        assert_eq!(c.ipv4_mask_size, 24);
+        assert_eq!(c.ipv6_mask_size, 112);
+        assert!(c.ipv4_cidrs.is_empty() && c.ipv6_cidrs.is_empty());
+    }
+
+    #[test]
+    fn validate_exact_errors() {
+        let msg = |c: ClusterPoolConfig| c.validate().unwrap_err().to_string();
+        assert_eq!(
+            msg(ClusterPoolConfig::default()),
+            "cluster-pool-ipv4-cidr must be provided when using ClusterPool"
+        );
+        assert_eq!(
+            msg(ClusterPoolConfig {
+                enable_ipv4: false,
+                enable_ipv6: true,
+                ipv4_cidrs: nets(&["10.0.0.0/8"]),
+                ipv6_cidrs: nets(&["fd00::/104"]),
+                ..Default::default()
+            }),
+            "cluster-pool-ipv4-cidr must not be set if IPv4 is disabled"
+        );
+        assert_eq!(
+            msg(ClusterPoolConfig {
+                enable_ipv6: true,
+                ipv4_cidrs: nets(&["10.0.0.0/8"]),
+                ..Default::default()
+            }),
+            "cluster-pool-ipv6-cidr must be provided when using ClusterPool"
+        );
+        assert_eq!(
+            msg(ClusterPoolConfig {
+                ipv4_cidrs: nets(&["10.0.0.0/8"]),
+                ipv6_cidrs: nets(&["fd00::/104"]),
+                ..Default::default()
+            }),
+            "cluster-pool-ipv6-cidr must not be set if IPv6 is disabled"
+        );
+        assert_eq!(
+            msg(ClusterPoolConfig {
+                enable_ipv4: false,
+                ..Default::default()
+            }),
+            "cluster-pool IPAM needs at least one of IPv4 and IPv6 enabled"
+        );
+    }
+
+    #[test]
+    fn validate_mask_errors_are_wrapped() {
+        assert_eq!(
+            v4_config(&["10.0.0.0/8"], 33)
+                .validate()
+                .unwrap_err()
+                .to_string(),
+            "unable to initialize IPv4 allocator: cluster-pool-ipv4-cidr 10.0.0.0/8 with \
+             cluster-pool-ipv4-mask-size 33: SubNetMask is invalid, should be lower or equal to \
+             32 for IPv4 and to 128 for IPv6"
+        );
+        assert_eq!(
+            dual(&["10.0.0.0/8"], 24, &["fd00::/104"], 121)
+                .validate()
+                .unwrap_err()
+                .to_string(),
+            "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00::/104 with \
+             cluster-pool-ipv6-mask-size 121: New CIDR set failed; the node CIDR size is too big"
+        );
+        assert_eq!(
+            v4_config(&["10.0.0.0/16"], 8).validate().unwrap_err(),
+            ClusterPoolError::AllocatorInit {
+                family: Family::V4,
+                cidr: net("10.0.0.0/16"),
+                mask: 8,
+                error: CidrSetError::NodeMaskShorterThanCluster {
+                    cluster: net("10.0.0.0/16"),
+                    node_mask: 8
+                }
+            }
+        );
+        // The Helm and operator defaults are valid.
+        dual(&["10.0.0.0/8"], 24, &["fd00::/104"], 120)
+            .validate()
+            .unwrap();
+        dual(&["10.244.0.0/16"], 24, &["fd00:10:244::/96"], 112)
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn validate_overlap_and_family() {
+        assert_eq!(
+            v4_config(&["10.0.0.0/8", "10.1.0.0/16"], 24)
+                .validate()
+                .unwrap_err()
+                .to_string(),
+            "unable to initialize IPv4 allocator: CIDR \"10.1.0.0/16\" collides with \"10.0.0.0/8\""
+        );
+        assert_eq!(
+            v4_config(&["10.1.0.0/16", "10.0.0.0/8"], 24)
+                .validate()
+                .unwrap_err()
+                .to_string(),
+            "unable to initialize IPv4 allocator: CIDR \"10.0.0.0/8\" collides with \"10.1.0.0/16\""
+        );
+        assert!(matches!(
+            v4_config(&["10.0.0.0/16", "10.0.0.0/16"], 24).validate(),
+            Err(ClusterPoolError::Collision { .. })
+        ));
+        v4_config(&["10.0.0.0/16", "10.1.0.0/16"], 24)
+            .validate()
+            .unwrap();
+        assert_eq!(
+            v4_config(&["fd00::/104"], 24)
+                .validate()
+                .unwrap_err()
+                .to_string(),
+            "unable to initialize IPv4 allocator: CIDR is not v4 family: fd00::/104"
+        );
+        assert_eq!(
+            dual(&["10.0.0.0/8"], 24, &["10.0.0.0/8"], 112)
+                .validate()
+                .unwrap_err()
+                .to_string(),
+            "unable to initialize IPv6 allocator: CIDR is not v6 family: 10.0.0.0/8"
+        );
+    }
+
+    #[test]
+    fn carve_fresh_dual_stack() {
+        let mut c = NodeCidrCarver::new(&dual(&["10.0.0.0/8"], 24, &["fd00::/104"], 120)).unwrap();
+        assert_eq!(
+            c.carve_for_node(&[]).unwrap(),
+            nets(&["10.0.0.0/24", "fd00::/120"])
+        );
+        assert_eq!(
+            c.carve_for_node(&[]).unwrap(),
+            nets(&["10.0.1.0/24", "fd00::100/120"])
+        );
+        assert_eq!(c.sets(Family::V4)[0].allocated_count(), 2);
+        assert_eq!(c.sets(Family::V6)[0].allocated_count(), 2);
+    }
+
+    #[test]
+    fn carve_readopts_existing() {
+        let mut c = NodeCidrCarver::new(&v4_config(&["10.0.0.0/16"], 24)).unwrap();
+        assert_eq!(
+            c.carve_for_node(&nets(&["10.0.1.0/24"])).unwrap(),
+            nets(&["10.0.1.0/24"])
+        );
+        // Multiple existing CIDRs of a family are all re-adopted.
+        assert_eq!(
+            c.carve_for_node(&nets(&["10.0.3.0/24", "10.0.4.0/24"]))
+                .unwrap(),
+            nets(&["10.0.3.0/24", "10.0.4.0/24"])
+        );
+        // Fresh allocations skip the re-adopted ones.
+        assert_eq!(c.carve_for_node(&[]).unwrap(), nets(&["10.0.0.0/24"]));
+        assert_eq!(c.carve_for_node(&[]).unwrap(), nets(&["10.0.2.0/24"]));
+        assert_eq!(c.carve_for_node(&[]).unwrap(), nets(&["10.0.5.0/24"]));
+        assert_eq!(c.sets(Family::V4)[0].allocated_count(), 6);
+    }
+
+    #[test]
+    fn carve_readopts_one_family_and_allocates_the_other() {
+        let mut c = NodeCidrCarver::new(&dual(&["10.0.0.0/16"], 24, &["fd00::/104"], 120)).unwrap();
+        assert_eq!(
+            c.carve_for_node(&nets(&["fd00::500/120"])).unwrap(),
+            nets(&["10.0.0.0/24", "fd00::500/120"])
+        );
+        assert!(
+            c.sets(Family::V6)[0]
+                .is_allocated(&net("fd00::500/120"))
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn carve_conflicts() {
+        let mut c = NodeCidrCarver::new(&v4_config(&["10.0.0.0/16"], 24)).unwrap();
+        c.carve_for_node(&nets(&["10.0.1.0/24"])).unwrap();
+        assert_eq!(
+            c.carve_for_node(&nets(&["10.0.1.0/24"]))
+                .unwrap_err()
+                .to_string(),
+            "node has CIDRs allocated (10.0.1.0/24) that conflict with requested CIDRs: \
+             10.0.1.0/24 is already allocated"
+        );
+        assert_eq!(
+            c.carve_for_node(&nets(&["10.0.2.0/25"]))
+                .unwrap_err()
+                .to_string(),
+            "node has CIDRs allocated (10.0.2.0/25) that conflict with requested CIDRs: \
+             10.0.2.0/25 does not have the node mask size /24 of pool 10.0.0.0/16"
+        );
+        assert_eq!(
+            c.carve_for_node(&nets(&["10.9.0.0/24"]))
+                .unwrap_err()
+                .to_string(),
+            "node has CIDRs allocated (10.9.0.0/24) that conflict with requested CIDRs: \
+             10.9.0.0/24 is not in any pool of cluster-pool-ipv4-cidr (10.0.0.0/16)"
+        );
+        assert_eq!(
+            c.carve_for_node(&nets(&["10.0.7.0/24", "fd00::/120"]))
+                .unwrap_err()
+                .to_string(),
+            "node has CIDRs allocated (10.0.7.0/24, fd00::/120) that conflict with requested \
+             CIDRs: fd00::/120 is an IPv6 CIDR but IPv6 is disabled"
+        );
+        // Failed calls leave nothing behind (10.0.7.0/24 was reverted).
+        assert_eq!(c.sets(Family::V4)[0].allocated_count(), 1);
+        // A partially conflicting list is reverted as a whole.
+        assert!(
+            c.carve_for_node(&nets(&["10.0.8.0/24", "10.0.1.0/24"]))
+                .is_err()
+        );
+        assert!(
+            !c.sets(Family::V4)[0]
+                .is_allocated(&net("10.0.8.0/24"))
+                .unwrap()
+        );
+        assert_eq!(c.sets(Family::V4)[0].allocated_count(), 1);
+        // Duplicates within one node's list are merged, not a conflict.
+        assert_eq!(
+            c.carve_for_node(&nets(&["10.0.9.0/24", "10.0.9.0/24"]))
+                .unwrap(),
+            nets(&["10.0.9.0/24"])
+        );
+    }
+
+    #[test]
+    fn full_pool_moves_to_next_cidr_then_exhausts() {
+        let mut c = NodeCidrCarver::new(&v4_config(&["10.0.0.0/23", "10.1.0.0/24"], 24)).unwrap();
+        assert_eq!(c.carve_for_node(&[]).unwrap(), nets(&["10.0.0.0/24"]));
+        assert_eq!(c.carve_for_node(&[]).unwrap(), nets(&["10.0.1.0/24"]));
+        assert_eq!(c.carve_for_node(&[]).unwrap(), nets(&["10.1.0.0/24"]));
+        let err = c.carve_for_node(&[]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "CIDR allocation failed; there are no remaining CIDRs left to allocate in the accepted range"
+        );
+        assert_eq!(
+            err,
+            ClusterPoolError::Exhausted {
+                family: Family::V4,
+                error: CidrSetError::NoRemaining
+            }
+        );
+        // Releasing a node frees its CIDR for the next one.
+        c.release_node(&nets(&["10.0.1.0/24"]));
+        assert_eq!(c.carve_for_node(&[]).unwrap(), nets(&["10.0.1.0/24"]));
+        // Releasing unknown CIDRs is ignored.
+        c.release_node(&nets(&["192.168.0.0/24", "fd00::/120"]));
+    }
+
+    #[test]
+    fn exhausted_second_family_reverts_first() {
+        let mut c = NodeCidrCarver::new(&dual(&["10.0.0.0/16"], 24, &["fd00::/120"], 120)).unwrap();
+        assert_eq!(
+            c.carve_for_node(&[]).unwrap(),
+            nets(&["10.0.0.0/24", "fd00::/120"])
+        );
+        assert!(matches!(
+            c.carve_for_node(&[]),
+            Err(ClusterPoolError::Exhausted {
+                family: Family::V6,
+                ..
+            })
+        ));
+        assert_eq!(c.sets(Family::V4)[0].allocated_count(), 1);
+    }
+}

@@ -1,0 +1,27 @@
+//! podnet: a Kubernetes CNI plugin with an embedded node IPAM daemon.
+//!
+//! One binary plays two roles: the CNI plugin (when `CNI_COMMAND` is set) and the
+//! node daemon plus operator tools (subcommands). Dependencies point one way:
+//! `cni` and `ipam` know nothing of netlink or HTTP; `plugin` uses `cni`,
+//! `datapath` and `api`; `daemon` uses `api`, `ipam`, `node`, `store` and
+//! `datapath` for its own devices.
+
+pub mod api;
+pub mod cli;
+pub mod cni;
+pub mod daemon;
+pub mod datapath;
+pub mod ipam;
+pub mod logging;
+pub mod node;
+pub mod plugin;
+pub mod store;
+
+/// Runs the binary: the CNI plugin when `CNI_COMMAND` is set and non-empty, else a
+/// subcommand. Returns the exit code.
+pub fn run() -> i32 {
+    match std::env::var("CNI_COMMAND") {
+        Ok(c) if !c.is_empty() => plugin::run(),
+        _ => cli::run(std::env::args().collect()),
+    }
+}

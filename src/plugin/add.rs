@@ -1,0 +1,405 @@
+//! ADD: allocate from the daemon, create the veth pair with the pod end created
+//! directly in the pod netns, address and route both ends, register the endpoint.
+//! Any failure after the allocation undoes the link and releases the addresses.
+//!
+//! An interface named `CNI_IFNAME` that already exists in the pod is replaced when
+//! it is podnet's own (its host-side twin `lxc…` for this attachment exists: a
+//! retried ADD after a crash), and refused otherwise (code 104): podnet never
+//! deletes an interface another plugin made.
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use ipnet::IpNet;
+
+use crate::api::client::{AllocateParams, Client};
+use crate::api::models::{
+    AddressPair, EndpointBatchDeleteRequest, EndpointChangeRequest, IpamResponse,
+};
+use crate::cni::{CniEnv, CniError, CniResult, Interface, IpConfig, NetConf, Route};
+use crate::datapath::{
+    DatapathError, NetNs, NetlinkSocket, RouteSpec, VethSpec, format_mac, host_ifname, in_netns,
+    random_mac, write_sysctl,
+};
+
+use super::daemon_errors::to_cni;
+
+/// One family's address and router, as the daemon handed them out.
+struct FamilyPlan {
+    ip: IpAddr,
+    router: IpAddr,
+}
+
+impl FamilyPlan {
+    fn host_net(&self) -> IpNet {
+        IpNet::from(self.ip)
+    }
+    fn router_net(&self) -> IpNet {
+        IpNet::from(self.router)
+    }
+    fn default_net(&self) -> IpNet {
+        match self.ip {
+            IpAddr::V4(_) => "0.0.0.0/0".parse().unwrap_or(IpNet::from(self.ip)),
+            IpAddr::V6(_) => "::/0".parse().unwrap_or(IpNet::from(self.ip)),
+        }
+    }
+}
+
+pub fn add(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<String, CniError> {
+    let (cid, ifname, netns_path) = attachment(env)?;
+    if conf.prev_result.is_some() {
+        return Err(CniError::invalid_network_config(
+            "podnet creates the pod's interface and must be the first plugin in the chain, but it was given a prevResult",
+        ));
+    }
+    let netns = open_netns(netns_path)?;
+    let daemon_cfg = client
+        .config()
+        .map_err(|e| to_cni(e, "reading the daemon's configuration"))?
+        .status;
+    let host_sock =
+        NetlinkSocket::new().map_err(dp("opening netlink in the runtime's namespace"))?;
+    let pod_sock =
+        NetlinkSocket::new_in(&netns).map_err(dp("opening netlink in the pod's namespace"))?;
+    let host_name = host_ifname(cid, ifname);
+    clear_previous_attempt(&host_sock, &pod_sock, &host_name, ifname, netns_path)?;
+
+    let owner = env.args.owner(cid);
+    let alloc = client
+        .allocate(&AllocateParams {
+            owner: &owner,
+            expiration: true,
+            container_id: cid,
+            ifname,
+            network: &conf.name,
+            ..Default::default()
+        })
+        .map_err(|e| to_cni(e, "unable to allocate IP via local podnet daemon"))?;
+
+    let attempt = configure(
+        env,
+        conf,
+        client,
+        &alloc,
+        &daemon_cfg,
+        &netns,
+        &host_sock,
+        &pod_sock,
+        &host_name,
+    );
+    match attempt {
+        Ok(out) => Ok(out),
+        Err(e) => {
+            undo(client, &host_sock, &host_name, cid, ifname);
+            Err(e)
+        }
+    }
+}
+
+/// Everything after the allocation; an error here is rolled back by the caller.
+#[allow(clippy::too_many_arguments)]
+fn configure(
+    env: &CniEnv,
+    conf: &NetConf,
+    client: &Client,
+    alloc: &IpamResponse,
+    daemon_cfg: &crate::api::models::DaemonConfigurationStatus,
+    netns: &NetNs,
+    host_sock: &NetlinkSocket,
+    pod_sock: &NetlinkSocket,
+    host_name: &str,
+) -> Result<String, CniError> {
+    let (cid, ifname, netns_path) = attachment(env)?;
+    let plans = plan_families(alloc)?;
+    let mtu = daemon_cfg.device_mtu;
+    let route_mtu = daemon_cfg.route_mtu;
+    let host_mac = random_mac().map_err(dp("generating a MAC address"))?;
+    let pod_mac = random_mac().map_err(dp("generating a MAC address"))?;
+    let host = host_sock
+        .create_veth_pair(&VethSpec {
+            host_name,
+            host_mac: Some(host_mac),
+            peer_name: ifname,
+            peer_mac: Some(pod_mac),
+            mtu,
+            peer_netns: netns,
+            txqlen: Some(1000),
+        })
+        .map_err(dp("unable to set up link on host side"))?;
+
+    // Host side: up, no reverse-path filter, a /32 (/128) route to the pod, and an
+    // NDP proxy entry so the pod can resolve the IPv6 router address.
+    write_sysctl(&format!("net/ipv4/conf/{host_name}/rp_filter"), "0")
+        .map_err(dp("host rp_filter"))?;
+    host_sock
+        .set_link_up(host.index)
+        .map_err(dp("bringing up the host side"))?;
+    for p in &plans {
+        host_sock
+            .replace_route(&RouteSpec {
+                dst: p.host_net(),
+                gateway: None,
+                oif: host.index,
+                scope_link: true,
+                mtu: None,
+                table: None,
+                priority: None,
+            })
+            .map_err(dp("adding the host route to the pod"))?;
+        if p.ip.is_ipv6() {
+            host_sock
+                .add_proxy_neighbour(host.index, p.router)
+                .map_err(dp("adding the IPv6 router proxy entry"))?;
+        }
+    }
+
+    // Pod side.
+    let has_v6 = plans.iter().any(|p| p.ip.is_ipv6());
+    in_netns(netns, || {
+        if has_v6 {
+            write_sysctl("net/ipv6/conf/all/disable_ipv6", "0")?;
+        }
+        Ok(())
+    })
+    .map_err(dp("enabling IPv6 in the pod"))?;
+    if let Some(lo) = pod_sock
+        .link_by_name("lo")
+        .map_err(dp("finding lo in the pod"))?
+    {
+        pod_sock
+            .set_link_up(lo.index)
+            .map_err(dp("bringing up lo in the pod"))?;
+    }
+    let pod = pod_sock
+        .link_by_name(ifname)
+        .map_err(dp("finding the pod interface"))?
+        .ok_or_else(|| {
+            CniError::datapath_failure(format!(
+                "{ifname} did not appear in {}",
+                netns_path.display()
+            ))
+        })?;
+    pod_sock
+        .set_link_up(pod.index)
+        .map_err(dp("bringing up the pod interface"))?;
+    let mut routes = Vec::new();
+    let mut ips = Vec::new();
+    for p in &plans {
+        pod_sock
+            .add_address(pod.index, p.host_net(), p.ip.is_ipv6())
+            .map_err(dp("adding the pod address"))?;
+        let link_route = RouteSpec {
+            dst: p.router_net(),
+            gateway: None,
+            oif: pod.index,
+            scope_link: true,
+            mtu: None,
+            table: None,
+            priority: None,
+        };
+        let default_route = RouteSpec {
+            dst: p.default_net(),
+            gateway: Some(p.router),
+            oif: pod.index,
+            scope_link: false,
+            mtu: (route_mtu > 0).then_some(route_mtu),
+            table: None,
+            priority: None,
+        };
+        for r in [&link_route, &default_route] {
+            match pod_sock.add_route(r) {
+                Err(e) if !e.is_exists() => return Err(dp("adding a pod route")(e)),
+                _ => {}
+            }
+        }
+        ips.push(IpConfig {
+            address: p.host_net(),
+            gateway: Some(p.router),
+            interface: Some(1),
+        });
+        routes.push(result_route(p.router_net(), None, None));
+        routes.push(result_route(
+            p.default_net(),
+            Some(p.router),
+            (route_mtu > 0).then_some(route_mtu),
+        ));
+    }
+
+    let addressing = AddressPair {
+        ipv4: alloc.address.ipv4.clone(),
+        ipv4_pool_name: alloc.address.ipv4_pool_name.clone(),
+        ipv4_expiration_uuid: alloc
+            .ipv4
+            .as_ref()
+            .map(|a| a.expiration_uuid.clone())
+            .unwrap_or_default(),
+        ipv6: alloc.address.ipv6.clone(),
+        ipv6_pool_name: alloc.address.ipv6_pool_name.clone(),
+        ipv6_expiration_uuid: alloc
+            .ipv6
+            .as_ref()
+            .map(|a| a.expiration_uuid.clone())
+            .unwrap_or_default(),
+    };
+    client
+        .create_endpoint(&EndpointChangeRequest {
+            container_id: cid.to_string(),
+            container_interface_name: ifname.to_string(),
+            k8s_pod_name: env.args.pod_name.clone().unwrap_or_default(),
+            k8s_namespace: env.args.pod_namespace.clone().unwrap_or_default(),
+            k8s_uid: env.args.pod_uid.clone().unwrap_or_default(),
+            state: "waiting-for-identity".into(),
+            addressing,
+            interface_name: host_name.to_string(),
+            interface_index: host.index,
+            container_netns_path: netns_path.display().to_string(),
+            sync_build_endpoint: true,
+        })
+        .map_err(|e| to_cni(e, "unable to create endpoint"))?;
+
+    let result = CniResult {
+        cni_version: conf.cni_version.clone(),
+        interfaces: vec![
+            Interface {
+                name: host_name.to_string(),
+                mac: Some(format_mac(&host_mac)),
+                mtu: Some(mtu),
+                ..Default::default()
+            },
+            Interface {
+                name: ifname.to_string(),
+                mac: Some(format_mac(&pod_mac)),
+                mtu: Some(mtu),
+                sandbox: Some(netns_path.display().to_string()),
+                ..Default::default()
+            },
+        ],
+        ips,
+        routes,
+        dns: None,
+    };
+    serde_json::to_string(&result.to_json(&conf.cni_version))
+        .map_err(|e| CniError::io_failure(format!("encoding the result: {e}")))
+}
+
+fn result_route(dst: IpNet, gw: Option<IpAddr>, mtu: Option<u32>) -> Route {
+    Route {
+        dst,
+        gw,
+        mtu,
+        advmss: None,
+        priority: None,
+        table: None,
+        scope: None,
+    }
+}
+
+/// The addresses the daemon gave, IPv6 first (Cilium's order). A family counts only
+/// when it has an address and the daemon reports its router.
+fn plan_families(alloc: &IpamResponse) -> Result<Vec<FamilyPlan>, CniError> {
+    let mut plans = Vec::new();
+    for (ip, node) in [
+        (&alloc.address.ipv6, &alloc.host_addressing.ipv6),
+        (&alloc.address.ipv4, &alloc.host_addressing.ipv4),
+    ] {
+        let Some(node) = node.as_ref().filter(|n| n.enabled && !ip.is_empty()) else {
+            continue;
+        };
+        let ip: IpAddr = ip.split('/').next().unwrap_or("").parse().map_err(|_| {
+            CniError::daemon_rejected(format!("invalid IPAM response: address {ip:?}"))
+        })?;
+        let router: IpAddr = node.ip.parse().map_err(|_| {
+            CniError::daemon_rejected(format!(
+                "invalid IPAM response: router address {:?}",
+                node.ip
+            ))
+        })?;
+        plans.push(FamilyPlan { ip, router });
+    }
+    if plans.is_empty() {
+        return Err(CniError::daemon_rejected(
+            "IPAM did provide neither IPv4 nor IPv6 address",
+        ));
+    }
+    Ok(plans)
+}
+
+/// A retried ADD: remove what a previous attempt for this attachment left.
+fn clear_previous_attempt(
+    host_sock: &NetlinkSocket,
+    pod_sock: &NetlinkSocket,
+    host_name: &str,
+    ifname: &str,
+    netns_path: &Path,
+) -> Result<(), CniError> {
+    let ours = host_sock
+        .link_by_name(host_name)
+        .map_err(dp("looking up the host side"))?
+        .is_some();
+    let in_pod = pod_sock
+        .link_by_name(ifname)
+        .map_err(dp("looking up the pod interface"))?
+        .is_some();
+    if in_pod && !ours {
+        return Err(CniError::interface_exists(format!(
+            "interface {ifname} already exists in {} and was not created by podnet for this container; refusing to replace it (pick another CNI_IFNAME or remove it)",
+            netns_path.display()
+        )));
+    }
+    if ours {
+        tracing::info!(
+            host = host_name,
+            "removing the interface pair of a previous ADD of this attachment"
+        );
+        host_sock
+            .delete_link_by_name(host_name)
+            .map_err(dp("removing the previous host side"))?;
+    }
+    Ok(())
+}
+
+/// Rolls an ADD back: the link pair goes with its host side, the addresses are
+/// released through the daemon. Failures are logged; the expiration timer is the
+/// last resort for an address that could not be released.
+fn undo(client: &Client, host_sock: &NetlinkSocket, host_name: &str, cid: &str, ifname: &str) {
+    if let Err(e) = host_sock.delete_link_by_name(host_name) {
+        tracing::warn!(error = %e, "rollback: could not delete {host_name}");
+    }
+    let req = EndpointBatchDeleteRequest {
+        container_id: cid.into(),
+        container_interface_name: ifname.into(),
+    };
+    if let Err(e) = client.delete_endpoints(&req) {
+        tracing::warn!(error = %e, "rollback: could not release the addresses; they expire on their own");
+    }
+}
+
+/// The attachment's container ID, interface name and netns path (ADD and CHECK
+/// require all three; the env parser has checked they are present).
+pub fn attachment(env: &CniEnv) -> Result<(&str, &str, &Path), CniError> {
+    match (&env.container_id, &env.ifname, &env.netns) {
+        (Some(c), Some(i), Some(n)) => Ok((c, i, n)),
+        _ => Err(CniError::invalid_env(
+            "CNI_CONTAINERID, CNI_IFNAME and CNI_NETNS are required",
+        )),
+    }
+}
+
+/// Opens the pod's netns; a missing one is code 3 (nothing was allocated yet).
+pub fn open_netns(path: &Path) -> Result<NetNs, CniError> {
+    NetNs::open(path).map_err(|e| {
+        if e.is_not_found() {
+            CniError::unknown_container(format!(
+                "network namespace {} does not exist: the container is gone (nothing was allocated)",
+                path.display()
+            ))
+        } else {
+            CniError::io_failure(format!("opening network namespace {}: {e}", path.display()))
+        }
+    })
+}
+
+/// Wraps a datapath error with what was being done (code 102).
+pub fn dp(what: &'static str) -> impl Fn(DatapathError) -> CniError {
+    move |e| CniError::datapath_failure(format!("{what}: {e}"))
+}

@@ -1,0 +1,133 @@
+//! CHECK: the pod interface, its addresses and routes must match `prevResult`; the
+//! daemon must know the attachment and agree on its addresses; the host side link
+//! and its route to the pod must exist. The first difference is reported (103).
+
+use std::net::IpAddr;
+
+use crate::api::client::Client;
+use crate::cni::{CniEnv, CniError, NetConf};
+use crate::datapath::{IpFamily, NetlinkSocket, TABLE_MAIN, host_ifname};
+
+use super::add::{attachment, dp, open_netns};
+use super::daemon_errors::to_cni;
+
+pub fn check(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<(), CniError> {
+    let (cid, ifname, netns_path) = attachment(env)?;
+    let prev = conf
+        .prev_result
+        .as_ref()
+        .ok_or_else(|| CniError::invalid_network_config("CHECK needs the prevResult of the ADD"))?;
+    let ep = client.endpoint(cid, ifname).map_err(|e| match e.status() {
+        Some(404) => {
+            CniError::check_mismatch(format!("podnet daemon has no endpoint for {cid}/{ifname}"))
+        }
+        _ => to_cni(e, "asking the daemon about the endpoint"),
+    })?;
+    let recorded: Vec<IpAddr> = [&ep.addressing.ipv4, &ep.addressing.ipv6]
+        .into_iter()
+        .filter_map(|s| s.parse().ok())
+        .collect();
+
+    // Which interface index of prevResult is the pod's.
+    let pod_idx = prev
+        .interfaces
+        .iter()
+        .position(|i| i.name == *ifname && i.sandbox.is_some());
+    let expected: Vec<_> = prev
+        .ips
+        .iter()
+        .filter(|ip| ip.interface.is_none() || ip.interface == pod_idx)
+        .collect();
+    for ip in &expected {
+        if !recorded.contains(&ip.address.addr()) {
+            return Err(CniError::check_mismatch(format!(
+                "prevResult lists {} but the daemon records {:?} for {cid}/{ifname}",
+                ip.address, recorded
+            )));
+        }
+    }
+
+    let netns = open_netns(netns_path)?;
+    let pod_sock =
+        NetlinkSocket::new_in(&netns).map_err(dp("opening netlink in the pod's namespace"))?;
+    let link = pod_sock
+        .link_by_name(ifname)
+        .map_err(dp("looking up the pod interface"))?
+        .ok_or_else(|| {
+            CniError::check_mismatch(format!(
+                "cannot find container link {ifname} in {}",
+                netns_path.display()
+            ))
+        })?;
+    if !link.up {
+        return Err(CniError::check_mismatch(format!(
+            "container link {ifname} is down"
+        )));
+    }
+    let addrs = pod_sock
+        .list_addresses(link.index)
+        .map_err(dp("listing pod addresses"))?;
+    for ip in &expected {
+        if !addrs.contains(&ip.address) {
+            return Err(CniError::check_mismatch(format!(
+                "expected ip {} on interface {ifname}",
+                ip.address
+            )));
+        }
+    }
+    for route in &prev.routes {
+        let family = if route.dst.addr().is_ipv4() {
+            IpFamily::V4
+        } else {
+            IpFamily::V6
+        };
+        let present = pod_sock
+            .list_routes(family, Some(TABLE_MAIN))
+            .map_err(dp("listing pod routes"))?
+            .iter()
+            .any(|r| r.dst == route.dst && r.gateway == route.gw);
+        if !present {
+            let via = route.gw.map(|g| format!(" via {g}")).unwrap_or_default();
+            return Err(CniError::check_mismatch(format!(
+                "route {}{via} is missing from {} in {}",
+                route.dst,
+                ifname,
+                netns_path.display()
+            )));
+        }
+    }
+
+    let host_sock =
+        NetlinkSocket::new().map_err(dp("opening netlink in the runtime's namespace"))?;
+    let host_name = host_ifname(cid, ifname);
+    let host = host_sock
+        .link_by_name(&host_name)
+        .map_err(dp("looking up the host side"))?
+        .ok_or_else(|| {
+            CniError::check_mismatch(format!(
+                "host side {host_name} of {cid}/{ifname} is missing"
+            ))
+        })?;
+    for ip in &recorded {
+        let family = if ip.is_ipv4() {
+            IpFamily::V4
+        } else {
+            IpFamily::V6
+        };
+        let routed = host_sock
+            .list_routes(family, Some(TABLE_MAIN))
+            .map_err(dp("listing host routes"))?
+            .iter()
+            .any(|r| {
+                r.dst.addr() == *ip
+                    && r.dst.prefix_len() == r.dst.max_prefix_len()
+                    && r.oif == Some(host.index)
+            });
+        if !routed {
+            return Err(CniError::check_mismatch(format!(
+                "host route {ip} dev {host_name} is missing"
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,45 @@
+//! DEL: idempotent teardown. The pod end goes first (when the netns still exists),
+//! then the host end, then the daemon releases the addresses. Missing netns, link,
+//! allocation or endpoint all count as already done. If the daemon cannot be
+//! reached the links are still removed and DEL fails with 11 (try again later) so
+//! the runtime retries: success would leak the address.
+
+use crate::api::client::Client;
+use crate::api::models::EndpointBatchDeleteRequest;
+use crate::cni::{CniEnv, CniError};
+use crate::datapath::{NetNs, NetlinkSocket, host_ifname};
+
+use super::add::dp;
+use super::daemon_errors::to_cni;
+
+pub fn del(env: &CniEnv, client: &Client) -> Result<(), CniError> {
+    let (Some(cid), Some(ifname)) = (&env.container_id, &env.ifname) else {
+        return Err(CniError::invalid_env(
+            "CNI_CONTAINERID and CNI_IFNAME are required",
+        ));
+    };
+    if let Some(path) = &env.netns {
+        match NetNs::open(path) {
+            Ok(ns) => {
+                let pod_sock = NetlinkSocket::new_in(&ns)
+                    .map_err(dp("opening netlink in the pod's namespace"))?;
+                pod_sock
+                    .delete_link_by_name(ifname)
+                    .map_err(dp("deleting the pod interface"))?;
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(dp("opening the pod's network namespace")(e)),
+        }
+    }
+    let host_sock =
+        NetlinkSocket::new().map_err(dp("opening netlink in the runtime's namespace"))?;
+    host_sock
+        .delete_link_by_name(&host_ifname(cid, ifname))
+        .map_err(dp("deleting the host side"))?;
+    client
+        .delete_endpoints(&EndpointBatchDeleteRequest {
+            container_id: cid.clone(),
+            container_interface_name: ifname.clone(),
+        })
+        .map_err(|e| to_cni(e, &format!("releasing the addresses of {cid}/{ifname}")))
+}

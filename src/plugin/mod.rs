@@ -1,0 +1,94 @@
+//! The CNI plugin: reads the `CNI_*` environment and the request config, runs one
+//! verb (one file each), and prints the result or the error JSON on stdout
+//! (exit 1 on error, never the error code as exit status). It reaches the daemon
+//! only through the API client, and the kernel only through `datapath`.
+
+mod add;
+mod check;
+mod daemon_errors;
+mod del;
+mod gc;
+mod status;
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::api::client::Client;
+use crate::cni::{CniEnv, CniError, Command, LATEST_VERSION, NetConf, version_reply};
+
+/// How long a plugin call waits for the daemon before giving up.
+const DAEMON_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs the plugin for this process's environment and stdin; returns the exit code.
+pub fn run() -> i32 {
+    crate::logging::init_stderr("warn");
+    let mut stdin = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut stdin) {
+        return fail(
+            &CniError::io_failure(format!("reading the network config from stdin: {e}")),
+            LATEST_VERSION,
+        );
+    }
+    let version = request_version(&stdin);
+    let env = match CniEnv::from_lookup(|k| std::env::var(k).ok()) {
+        Ok(e) => e,
+        Err(e) => return fail(&e, &version),
+    };
+    if env.command == Command::Version {
+        return match version_reply(&stdin) {
+            Ok(out) => {
+                println!("{out}");
+                0
+            }
+            Err(e) => fail(&e, &version),
+        };
+    }
+    let conf = match NetConf::parse(&stdin, env.command) {
+        Ok(c) => c,
+        Err(e) => return fail(&e, &version),
+    };
+    let client = Client::new(socket_path(&conf), DAEMON_TIMEOUT);
+    let outcome = match env.command {
+        Command::Add => add::add(&env, &conf, &client).map(Some),
+        Command::Del => del::del(&env, &client).map(|_| None),
+        Command::Check => check::check(&env, &conf, &client).map(|_| None),
+        Command::Status => status::status(&client).map(|_| None),
+        Command::Gc => gc::gc(&conf, &client).map(|_| None),
+        Command::Version => Ok(None),
+    };
+    match outcome {
+        Ok(Some(out)) => {
+            println!("{out}");
+            0
+        }
+        Ok(None) => 0,
+        Err(e) => fail(&e, &conf.cni_version),
+    }
+}
+
+/// The daemon socket named by the config (`socket-path`), else the default.
+fn socket_path(conf: &NetConf) -> PathBuf {
+    conf.socket_path
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(crate::api::DEFAULT_SOCKET))
+}
+
+/// The version to answer an error in when the config could not be fully parsed.
+fn request_version(stdin: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(stdin)
+        .ok()
+        .and_then(|v| {
+            v.get("cniVersion")
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        })
+        .filter(|v| crate::cni::is_supported(v))
+        .unwrap_or_else(|| LATEST_VERSION.to_string())
+}
+
+fn fail(e: &CniError, version: &str) -> i32 {
+    tracing::warn!(code = e.code, msg = %e.msg, details = %e.details, "CNI call failed");
+    println!("{}", e.to_json(version));
+    1
+}

@@ -1,0 +1,41 @@
+//! STATUS: ready (exit 0) when the daemon answers and every node range has room;
+//! 50 when the daemon is unreachable or failing, 51 when a range is exhausted.
+
+use crate::api::client::Client;
+use crate::cni::CniError;
+
+pub fn status(client: &Client) -> Result<(), CniError> {
+    let st = client
+        .healthz()
+        .map_err(|e| CniError::plugin_not_available(format!("podnet is not available: {e}")))?;
+    if st.cilium.state == "Failure" {
+        return Err(CniError::plugin_not_available(format!(
+            "podnet daemon reports failure: {}",
+            st.cilium.msg
+        )));
+    }
+    if st.ipam.ranges.is_empty() {
+        return Err(CniError::plugin_not_available(
+            "podnet daemon has no address range for this node yet",
+        ));
+    }
+    let full: Vec<String> = st
+        .ipam
+        .ranges
+        .iter()
+        .filter(|r| r.is_exhausted())
+        .map(|r| {
+            format!(
+                "{} range {} of node {} is exhausted ({}/{} addresses in use)",
+                r.family, r.cidr, st.ipam.node_name, r.used, r.usable
+            )
+        })
+        .collect();
+    if !full.is_empty() {
+        return Err(CniError::limited_connectivity(format!(
+            "{}: new pods on this node cannot get an address until pods are deleted (or give nodes a larger range: cluster-pool-ipv4-mask-size)",
+            full.join("; ")
+        )));
+    }
+    Ok(())
+}

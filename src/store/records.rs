@@ -1,0 +1,99 @@
+//! What the journal stores: one record per allocated address and per registered
+//! endpoint. Records are JSON inside redb, so a human can read a dump of them.
+
+use std::net::IpAddr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds since the Unix epoch (0 if the clock is before 1970).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Where an allocated address is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllocationState {
+    /// Handed out with an expiration timer; no endpoint registered yet.
+    Pending,
+    /// Bound to a registered endpoint (or allocated without expiration).
+    Bound,
+    /// Reserved by the daemon for itself (router, health, ingress).
+    Infra,
+}
+
+/// One allocated address.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocationRecord {
+    pub ip: IpAddr,
+    /// `ipv4` or `ipv6`.
+    pub family: String,
+    pub pool: String,
+    pub owner: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ifname: Option<String>,
+    /// The CNI network name the allocation was made for (GC scope).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    pub state: AllocationState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiration_uuid: Option<String>,
+    /// When a pending allocation expires (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+    pub allocated_at_ms: u64,
+}
+
+impl AllocationRecord {
+    /// The journal key: `<pool>/<ip>`.
+    pub fn key(&self) -> String {
+        allocation_key(&self.pool, &self.ip)
+    }
+
+    /// True if this allocation belongs to the given attachment.
+    pub fn is_for(&self, container_id: &str, ifname: Option<&str>) -> bool {
+        self.container_id.as_deref() == Some(container_id)
+            && ifname.is_none_or(|i| self.ifname.as_deref() == Some(i))
+    }
+}
+
+/// The journal key of an allocation.
+pub fn allocation_key(pool: &str, ip: &IpAddr) -> String {
+    format!("{pool}/{ip}")
+}
+
+/// One registered endpoint (a CNI attachment that completed ADD).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndpointRecord {
+    pub container_id: String,
+    pub ifname: String,
+    /// The host-side link name.
+    pub host_ifname: String,
+    pub owner: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv4: Option<IpAddr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6: Option<IpAddr>,
+    pub pool: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
+    pub created_at_ms: u64,
+}
+
+impl EndpointRecord {
+    /// The journal key: `<containerID>:<ifname>`.
+    pub fn key(&self) -> String {
+        Self::key_of(&self.container_id, &self.ifname)
+    }
+
+    /// The journal key of the endpoint of an attachment.
+    pub fn key_of(container_id: &str, ifname: &str) -> String {
+        format!("{container_id}:{ifname}")
+    }
+}
