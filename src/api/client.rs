@@ -242,12 +242,15 @@ impl Client {
         req.push_str("\r\n");
         let mut out = req.into_bytes();
         out.extend_from_slice(&body);
-        stream.write_all(&out).map_err(timeout_err)?;
+        // A server that refuses a request early (e.g. a body over its limit) answers
+        // and closes while we still write: keep the write error and read the answer.
+        let write_result = stream.write_all(&out);
         let mut raw = Vec::with_capacity(4096);
-        stream
-            .take(MAX_RESPONSE)
-            .read_to_end(&mut raw)
-            .map_err(timeout_err)?;
+        let read_result = stream.take(MAX_RESPONSE).read_to_end(&mut raw);
+        if raw.is_empty() {
+            write_result.map_err(timeout_err)?;
+            read_result.map_err(timeout_err)?;
+        }
         let resp = parse_response(&raw).map_err(|detail| ClientError::Protocol {
             socket: sock.clone(),
             detail,

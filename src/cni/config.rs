@@ -77,8 +77,9 @@ impl NetConf {
     /// [`super::version_reply`] instead; this function applies the same
     /// rules as ADD to it.
     pub fn parse(stdin: &[u8], command: Command) -> Result<NetConf, CniError> {
-        let raw: Value = serde_json::from_slice(stdin)
-            .map_err(|e| CniError::decode_failure(format!("error decoding network config: {e}")))?;
+        let raw: Value = serde_json::from_slice(stdin).map_err(|e| {
+            CniError::decode_failure(format!("network config on stdin is not valid JSON: {e}"))
+        })?;
         let obj = raw
             .as_object()
             .ok_or_else(|| CniError::decode_failure("network config is not a JSON object"))?;

@@ -131,6 +131,13 @@ fn configure(
     // NDP proxy entry so the pod can resolve the IPv6 router address.
     write_sysctl(&format!("net/ipv4/conf/{host_name}/rp_filter"), "0")
         .map_err(dp("host rp_filter"))?;
+    let has_v6 = plans.iter().any(|p| p.ip.is_ipv6());
+    if has_v6 {
+        // No DAD on the host side: while its link-local address is tentative the
+        // kernel sends no neighbour solicitation to the pod at all.
+        write_sysctl(&format!("net/ipv6/conf/{host_name}/accept_dad"), "0")
+            .map_err(dp("host accept_dad"))?;
+    }
     host_sock
         .set_link_up(host.index)
         .map_err(dp("bringing up the host side"))?;
@@ -147,6 +154,10 @@ fn configure(
             })
             .map_err(dp("adding the host route to the pod"))?;
         if p.ip.is_ipv6() {
+            // Answer the pod's router solicitations at once (the default proxy
+            // delay is up to 0.8 s per resolution).
+            write_sysctl(&format!("net/ipv6/neigh/{host_name}/proxy_delay"), "0")
+                .map_err(dp("host proxy_delay"))?;
             host_sock
                 .add_proxy_neighbour(host.index, p.router)
                 .map_err(dp("adding the IPv6 router proxy entry"))?;
@@ -154,10 +165,10 @@ fn configure(
     }
 
     // Pod side.
-    let has_v6 = plans.iter().any(|p| p.ip.is_ipv6());
     in_netns(netns, || {
         if has_v6 {
             write_sysctl("net/ipv6/conf/all/disable_ipv6", "0")?;
+            write_sysctl(&format!("net/ipv6/conf/{ifname}/accept_dad"), "0")?;
         }
         Ok(())
     })
@@ -393,6 +404,8 @@ pub fn open_netns(path: &Path) -> Result<NetNs, CniError> {
                 "network namespace {} does not exist: the container is gone (nothing was allocated)",
                 path.display()
             ))
+        } else if e.errno() == Some(libc::EINVAL) {
+            CniError::invalid_env(format!("CNI_NETNS={} is not a network namespace: {e}", path.display()))
         } else {
             CniError::io_failure(format!("opening network namespace {}: {e}", path.display()))
         }

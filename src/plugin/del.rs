@@ -27,7 +27,8 @@ pub fn del(env: &CniEnv, client: &Client) -> Result<(), CniError> {
                     .delete_link_by_name(ifname)
                     .map_err(dp("deleting the pod interface"))?;
             }
-            Err(e) if e.is_not_found() => {}
+            // Gone, or a pin file left behind after its unmount: nothing to remove.
+            Err(e) if e.is_not_found() || e.errno() == Some(libc::EINVAL) => {}
             Err(e) => return Err(dp("opening the pod's network namespace")(e)),
         }
     }

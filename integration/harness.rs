@@ -1,0 +1,416 @@
+//! The test harness: a `Node` (private netns + temp dir + the real daemon), its
+//! `Sandbox`es (pod netns), and `plugin()` to run the real plugin binary in the
+//! node namespace with CNI variables. Everything is removed on drop.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The podnet binary under test.
+pub fn podnet_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_podnet")
+}
+
+/// True when running as root (the tests need it); prints a skip line otherwise.
+pub fn root_or_skip(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        true
+    } else {
+        eprintln!("SKIPPED {test}: needs root (network namespaces)");
+        false
+    }
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A unique short name for a namespace of this test process.
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"))
+}
+
+/// A named network namespace, deleted on drop.
+pub struct Netns {
+    pub name: String,
+    deleted: bool,
+}
+
+impl Netns {
+    pub fn new(prefix: &str) -> Netns {
+        let name = unique(prefix);
+        let out = run(Command::new("ip").args(["netns", "add", &name]));
+        assert!(
+            out.status.success(),
+            "ip netns add {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Netns {
+            name,
+            deleted: false,
+        }
+    }
+
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.name)
+    }
+
+    /// Runs a command inside the namespace.
+    pub fn exec(&self, args: &[&str]) -> Output {
+        run(Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args))
+    }
+
+    /// Deletes the namespace now (a test that simulates a vanished pod).
+    pub fn delete(&mut self) {
+        if !self.deleted {
+            let _ = run(Command::new("ip").args(["netns", "del", &self.name]));
+            self.deleted = true;
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        self.delete();
+    }
+}
+
+/// A sandbox (pod) namespace with its attachment identity.
+pub struct Sandbox {
+    pub ns: Netns,
+    pub container_id: String,
+    pub ifname: String,
+}
+
+impl Sandbox {
+    /// `ping -c1` from the sandbox; true if answered.
+    pub fn ping(&self, ip: &str) -> bool {
+        let fam = if ip.contains(':') { "-6" } else { "-4" };
+        self.ns
+            .exec(&["ping", fam, "-c1", "-W2", ip])
+            .status
+            .success()
+    }
+}
+
+/// What one plugin run gave.
+#[derive(Debug)]
+pub struct PluginOutput {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl PluginOutput {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("plugin stdout is not JSON ({e}): {self:?}"))
+    }
+
+    /// The CNI error code of a failed run.
+    pub fn code(&self) -> u64 {
+        assert!(!self.ok, "expected failure, got success: {self:?}");
+        self.json()["code"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no code in {self:?}"))
+    }
+
+    pub fn msg(&self) -> String {
+        self.json()["msg"].as_str().unwrap_or("").to_string()
+    }
+
+    /// The addresses of a successful ADD result, without prefix.
+    pub fn ips(&self) -> Vec<String> {
+        assert!(self.ok, "ADD failed: {self:?}");
+        self.json()["ips"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|ip| ip["address"].as_str())
+                    .map(|s| s.split('/').next().unwrap_or("").to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn ipv4(&self) -> String {
+        self.ips()
+            .into_iter()
+            .find(|i| !i.contains(':'))
+            .expect("no IPv4 in result")
+    }
+
+    pub fn ipv6(&self) -> String {
+        self.ips()
+            .into_iter()
+            .find(|i| i.contains(':'))
+            .expect("no IPv6 in result")
+    }
+}
+
+/// A node: its namespace, a temp dir with the socket and state, and the daemon.
+pub struct Node {
+    pub ns: Netns,
+    pub dir: PathBuf,
+    pub daemon: Option<Child>,
+    pub args: Vec<String>,
+    sandboxes: u32,
+}
+
+impl Node {
+    /// A node whose daemon runs with `args` (besides socket and state dir).
+    pub fn start(args: &[&str]) -> Node {
+        let ns = Netns::new("pnt-node");
+        let dir = std::env::temp_dir().join(format!("podnet-it-{}", ns.name));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut node = Node {
+            ns,
+            dir,
+            daemon: None,
+            args: args.iter().map(|s| s.to_string()).collect(),
+            sandboxes: 0,
+        };
+        node.start_daemon();
+        node
+    }
+
+    /// The usual dual-stack node.
+    pub fn dual_stack() -> Node {
+        Node::start(&[
+            "--enable-ipv6",
+            "--cluster-pool-ipv4-cidr",
+            "10.20.0.0/16",
+            "--cluster-pool-ipv6-cidr",
+            "fd00:20::/104",
+            "--k8s-node-name",
+            "it-node",
+        ])
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("run").join("podnet.sock")
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    /// The daemon command line (socket and state dir first, then the node's args).
+    pub fn daemon_command(&self, extra: &[&str]) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns.name, podnet_bin(), "daemon"])
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .args(&self.args)
+            .args(extra);
+        cmd
+    }
+
+    /// Starts the daemon and waits until it answers.
+    pub fn start_daemon(&mut self) {
+        assert!(self.daemon.is_none(), "daemon already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("daemon.log"))
+            .expect("daemon log");
+        let child = self
+            .daemon_command(&[])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawning the daemon");
+        self.daemon = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let client = self.client();
+        while Instant::now() < deadline {
+            if client.healthz().is_ok() {
+                return;
+            }
+            if let Some(child) = self.daemon.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "daemon exited ({status}) before it was ready; log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("daemon did not become ready; log:\n{}", self.log());
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Stops the daemon: SIGTERM (clean) or SIGKILL, by its PID.
+    pub fn stop_daemon(&mut self, kill: bool) {
+        if let Some(mut child) = self.daemon.take() {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let sig = if kill {
+                nix::sys::signal::Signal::SIGKILL
+            } else {
+                nix::sys::signal::Signal::SIGTERM
+            };
+            let _ = nix::sys::signal::kill(pid, sig);
+            let _ = child.wait();
+        }
+    }
+
+    /// Restarts the daemon (clean stop, same options).
+    pub fn restart_daemon(&mut self) {
+        self.stop_daemon(false);
+        self.start_daemon();
+    }
+
+    pub fn client(&self) -> podnet::api::client::Client {
+        podnet::api::client::Client::new(self.socket(), Duration::from_secs(10))
+    }
+
+    /// A new sandbox namespace with a unique container ID and `eth0`.
+    pub fn sandbox(&mut self) -> Sandbox {
+        self.sandboxes += 1;
+        let ns = Netns::new("pnt-sb");
+        Sandbox {
+            container_id: format!("cid-{}", ns.name),
+            ns,
+            ifname: "eth0".into(),
+        }
+    }
+
+    /// The network config the tests use.
+    pub fn conf(&self, version: &str) -> String {
+        serde_json::json!({
+            "cniVersion": version,
+            "name": "podnet-it",
+            "type": "podnet",
+            "socket-path": self.socket(),
+        })
+        .to_string()
+    }
+
+    /// Runs the plugin in the node namespace.
+    pub fn plugin(
+        &self,
+        command: &str,
+        sb: Option<&Sandbox>,
+        stdin: &str,
+        extra_env: &[(&str, &str)],
+    ) -> PluginOutput {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns.name, podnet_bin()]);
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("CNI_COMMAND", command);
+        if let Some(sb) = sb {
+            cmd.env("CNI_CONTAINERID", &sb.container_id)
+                .env("CNI_NETNS", sb.ns.path())
+                .env("CNI_IFNAME", &sb.ifname)
+                .env(
+                    "CNI_ARGS",
+                    format!(
+                        "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={}",
+                        sb.ns.name
+                    ),
+                );
+        }
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        plugin_run(cmd, stdin)
+    }
+
+    pub fn add(&self, sb: &Sandbox) -> PluginOutput {
+        self.plugin("ADD", Some(sb), &self.conf("1.1.0"), &[])
+    }
+
+    pub fn del(&self, sb: &Sandbox) -> PluginOutput {
+        self.plugin("DEL", Some(sb), &self.conf("1.1.0"), &[])
+    }
+
+    /// CHECK with the ADD result as prevResult.
+    pub fn check(&self, sb: &Sandbox, add_result: &PluginOutput) -> PluginOutput {
+        let mut conf: Value = serde_json::from_str(&self.conf("1.1.0")).expect("conf");
+        conf["prevResult"] = add_result.json();
+        self.plugin("CHECK", Some(sb), &conf.to_string(), &[])
+    }
+
+    /// The daemon's allocation map (ip → owner).
+    pub fn allocations(&self) -> std::collections::BTreeMap<String, String> {
+        self.client().healthz().expect("healthz").ipam.allocations
+    }
+
+    /// Host-side links (lxc…) present in the node namespace.
+    pub fn host_links(&self) -> Vec<String> {
+        let out = self.ns.exec(&["ip", "-o", "link", "show"]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1))
+            .map(|n| n.split('@').next().unwrap_or("").to_string())
+            .filter(|n| n.starts_with("lxc"))
+            .collect()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop_daemon(true);
+        self.ns.delete();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs a prepared plugin command with `stdin`, with a hang guard.
+pub fn plugin_run(mut cmd: Command, stdin: &str) -> PluginOutput {
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawning the plugin");
+    if let Some(mut i) = child.stdin.take() {
+        let _ = i.write_all(stdin.as_bytes());
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("plugin did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = child.wait_with_output().expect("plugin output");
+    PluginOutput {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr).to_string(),
+    }
+}
+
+/// Path of a file in the repository.
+pub fn repo_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}

@@ -1,0 +1,12 @@
+//! Tests that run the real `podnet` binary in real network namespaces: each test
+//! builds its own node namespace (where the daemon runs and host-side links live)
+//! and sandbox namespaces, drives the plugin with CNI environment variables, and
+//! removes everything it made (processes by PID). They need root; without it they
+//! report themselves skipped.
+
+mod harness;
+
+mod bad_input;
+mod cnitool;
+mod core_path;
+mod daemon_lifecycle;
