@@ -1,0 +1,32 @@
+# podnet: build, test, demo and lint. `make test` and `make demo` run
+# scripts/setup first (it installs what is missing; needs root).
+
+SHELL := /bin/bash
+export PATH := $(or $(HOME),/root)/.cargo/bin:/usr/local/go/bin:$(PATH)
+
+CARGO ?= cargo
+
+.PHONY: all build test demo lint clean
+
+all: build
+
+build:
+	$(CARGO) build --release
+
+# The integration tests need root (network namespaces); the cnitool conformance
+# test uses the CNI client scripts/setup built (.cache/cni-client names it).
+test:
+	bash scripts/setup
+	PODNET_CNI_CLIENT="$(CURDIR)/.cache/bin/$$(cat .cache/cni-client)" $(CARGO) test
+
+demo:
+	bash scripts/setup
+	bash scripts/demo
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean
+	rm -rf .cache
