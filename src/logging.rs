@@ -11,9 +11,12 @@ pub fn init_stderr(level: &str) {
         .and_then(|v| EnvFilter::try_new(v).ok())
         .or_else(|| EnvFilter::try_new(level).ok())
         .unwrap_or_else(|| EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
+        .with_ansi(ansi)
         .try_init();
 }
