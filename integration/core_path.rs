@@ -228,6 +228,8 @@ fn status_reports_ready_then_exhausted_and_add_names_the_full_range() {
         "29",
         "--k8s-node-name",
         "small",
+        "--ipam-release-cooldown",
+        "2s",
     ]);
     assert!(node.plugin("STATUS", None, &node.conf("1.1.0"), &[]).ok);
     let sbs: Vec<Sandbox> = (0..5).map(|_| node.sandbox()).collect();
@@ -256,10 +258,28 @@ fn status_reports_ready_then_exhausted_and_add_names_the_full_range() {
     let st = node.plugin("STATUS", None, &node.conf("1.1.0"), &[]);
     assert_eq!(st.code(), 51, "{st:?}");
     assert!(st.msg().contains("exhausted"), "{}", st.msg());
+    // The released address cools down first: still full, and STATUS says so.
+    let freed = node
+        .allocations()
+        .into_iter()
+        .find(|(_, o)| o.ends_with(&sbs[0].ns.name))
+        .map(|(ip, _)| ip);
     assert!(node.del(&sbs[0]).ok);
+    assert_eq!(
+        node.plugin("STATUS", None, &node.conf("1.1.0"), &[]).code(),
+        51
+    );
+    assert_eq!(node.add(&sbs[4]).code(), 101);
+    let cooling = node.client().healthz().expect("healthz").ipam.cooling;
+    assert!(
+        freed.as_ref().is_some_and(|ip| cooling.contains_key(ip)),
+        "{cooling:?}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(2500));
     assert!(node.plugin("STATUS", None, &node.conf("1.1.0"), &[]).ok);
     let r = node.add(&sbs[4]);
     assert!(r.ok, "{r:?}");
+    assert_eq!(Some(r.ipv4()), freed);
 }
 
 #[test]

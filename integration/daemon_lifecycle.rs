@@ -71,16 +71,25 @@ fn plugin_with_the_daemon_stopped() {
     assert_eq!(add.code(), 11, "{add:?}");
     assert!(add.msg().contains("is the daemon running"), "{}", add.msg());
     assert!(b.ns.exec(&["ip", "link", "show", "eth0"]).status.code() != Some(0));
-    // DEL: removes the links, then fails with 11 so the runtime retries: answering
-    // success would leak the address the daemon still holds.
-    let del = node.del(&a);
-    assert_eq!(del.code(), 11, "{del:?}");
-    assert!(node.host_links().is_empty());
-    node.start_daemon();
-    assert!(node.allocations().contains_key(&r.ipv4()));
+    // DEL: removes the links, queues the release and succeeds; the daemon replays
+    // the queue when it starts.
     let del = node.del(&a);
     assert!(del.ok, "{del:?}");
-    assert!(!node.allocations().contains_key(&r.ipv4()));
+    assert!(del.stderr.contains("queued"), "{}", del.stderr);
+    assert!(node.host_links().is_empty());
+    node.start_daemon();
+    let st = node.client().healthz().expect("healthz");
+    assert!(
+        !st.ipam.allocations.contains_key(&r.ipv4()),
+        "{:?}",
+        st.ipam.allocations
+    );
+    assert!(
+        st.ipam.cooling.contains_key(&r.ipv4()),
+        "released address should cool down: {:?}",
+        st.ipam.cooling
+    );
+    assert_eq!(st.ipam.restore.queued_deletes, 1);
 }
 
 #[test]

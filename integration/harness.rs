@@ -98,6 +98,25 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
+    /// The global addresses on the sandbox's interface, as the kernel has them.
+    pub fn kernel_addresses(&self) -> Vec<String> {
+        let out = self.ns.exec(&[
+            "ip",
+            "-o",
+            "addr",
+            "show",
+            "dev",
+            &self.ifname,
+            "scope",
+            "global",
+        ]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(3))
+            .map(|a| a.split('/').next().unwrap_or("").to_string())
+            .collect()
+    }
+
     /// `ping -c1` from the sandbox; true if answered.
     pub fn ping(&self, ip: &str) -> bool {
         let fam = if ip.contains(':') { "-6" } else { "-4" };
@@ -277,6 +296,60 @@ impl Node {
             let _ = nix::sys::signal::kill(pid, sig);
             let _ = child.wait();
         }
+    }
+
+    /// The daemon's PID, if it runs.
+    pub fn daemon_pid(&self) -> Option<i32> {
+        self.daemon.as_ref().map(|c| c.id() as i32)
+    }
+
+    /// Runs `command` for every sandbox with `workers` plugin processes at once.
+    pub fn plugin_parallel(
+        &self,
+        command: &str,
+        sbs: &[&Sandbox],
+        workers: usize,
+    ) -> Vec<PluginOutput> {
+        self.plugin_parallel_counting(
+            command,
+            sbs,
+            workers,
+            &std::sync::atomic::AtomicUsize::new(0),
+        )
+    }
+
+    /// `plugin_parallel`, counting finished runs in `done` as they complete.
+    pub fn plugin_parallel_counting(
+        &self,
+        command: &str,
+        sbs: &[&Sandbox],
+        workers: usize,
+        done: &std::sync::atomic::AtomicUsize,
+    ) -> Vec<PluginOutput> {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results: Vec<std::sync::Mutex<Option<PluginOutput>>> =
+            sbs.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        if i >= sbs.len() {
+                            break;
+                        }
+                        let out = self.plugin(command, Some(sbs[i]), &self.conf("1.1.0"), &[]);
+                        if let Ok(mut slot) = results[i].lock() {
+                            *slot = Some(out);
+                        }
+                        done.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        results
+            .into_iter()
+            .map(|m| m.into_inner().ok().flatten().expect("every sandbox ran"))
+            .collect()
     }
 
     /// Restarts the daemon (clean stop, same options).

@@ -9,4 +9,5 @@ mod harness;
 mod bad_input;
 mod cnitool;
 mod core_path;
+mod crash_safety;
 mod daemon_lifecycle;

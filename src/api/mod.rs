@@ -3,6 +3,7 @@
 //! The server's routes live in `daemon::routes`; this module holds no daemon logic.
 
 pub mod client;
+pub mod delete_queue;
 pub mod http;
 pub mod models;
 

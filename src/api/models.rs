@@ -279,6 +279,39 @@ pub struct IpamStatus {
     /// podnet: the node's name.
     #[serde(rename = "node-name", default)]
     pub node_name: String,
+    /// podnet: released addresses that are not handed out yet (ip → former owner).
+    #[serde(default)]
+    pub cooling: BTreeMap<String, String>,
+    /// podnet: what the last start restored and reconciled.
+    #[serde(default)]
+    pub restore: RestoreStatus,
+}
+
+/// podnet: what the daemon's start found in the journal and the kernel, and did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RestoreStatus {
+    /// Allocations restored from the journal.
+    pub restored: usize,
+    /// Pending allocations whose expiration passed while the daemon was down.
+    pub expired: usize,
+    /// Cooling addresses whose cooldown ended while the daemon was down.
+    #[serde(rename = "cooled-down")]
+    pub cooled_down: usize,
+    /// DELs queued while the daemon was down, replayed at start.
+    #[serde(rename = "queued-deletes")]
+    pub queued_deletes: usize,
+    /// Allocations outside the node's current ranges (kept, never handed out).
+    #[serde(rename = "outside-ranges", default)]
+    pub outside_ranges: Vec<String>,
+    /// Bound allocations released because their host link was gone.
+    #[serde(rename = "released-link-gone", default)]
+    pub released_link_gone: Vec<String>,
+    /// Host links removed because no allocation accounted for them.
+    #[serde(rename = "orphan-links-removed", default)]
+    pub orphan_links_removed: Vec<String>,
+    /// Addresses adopted from the kernel (journal rebuild).
+    #[serde(rename = "adopted-from-kernel", default)]
+    pub adopted_from_kernel: Vec<String>,
 }
 
 /// podnet: fill of one node range.
@@ -290,6 +323,9 @@ pub struct RangeStatus {
     pub used: u64,
     /// Addresses that can be handed out at all (network/broadcast excluded).
     pub usable: u64,
+    /// Of `used`, addresses released recently and still cooling down.
+    #[serde(default)]
+    pub cooling: u64,
 }
 
 impl RangeStatus {
@@ -352,6 +388,7 @@ mod tests {
             cidr: "10.0.0.0/30".into(),
             used: 2,
             usable: 2,
+            cooling: 1,
         };
         assert!(r.is_exhausted());
     }

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use super::state::{KernelLink, KernelView};
 use crate::datapath::{
     IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname, write_sysctl,
 };
@@ -97,6 +98,63 @@ pub fn default_route_mtu() -> Option<u32> {
         .ok()?
         .map(|l| l.mtu)
         .filter(|m| *m > 0)
+}
+
+/// The host-side links (`lxc…`) of this namespace and the /32 and /128 routes of
+/// the main table through each.
+pub fn kernel_view() -> Result<KernelView, String> {
+    let sock = NetlinkSocket::new().map_err(|e| format!("reading host links: {e}"))?;
+    let links = sock
+        .list_links()
+        .map_err(|e| format!("reading host links: {e}"))?;
+    let mut routes = sock
+        .list_routes(IpFamily::V4, Some(TABLE_MAIN))
+        .map_err(|e| format!("reading host routes: {e}"))?;
+    routes.extend(
+        sock.list_routes(IpFamily::V6, Some(TABLE_MAIN))
+            .map_err(|e| format!("reading host routes: {e}"))?,
+    );
+    let mut view = KernelView::default();
+    for link in links.into_iter().filter(|l| l.name.starts_with("lxc")) {
+        let routed = routes
+            .iter()
+            .filter(|r| r.oif == Some(link.index) && r.dst.prefix_len() == r.dst.max_prefix_len())
+            .map(|r| r.dst.addr())
+            .collect();
+        view.links.push(KernelLink {
+            name: link.name,
+            routed,
+        });
+    }
+    Ok(view)
+}
+
+/// The addresses on the router device, if it exists (hints for a rebuild).
+pub fn router_addresses() -> Vec<IpAddr> {
+    let Ok(sock) = NetlinkSocket::new() else {
+        return Vec::new();
+    };
+    let Ok(Some(link)) = sock.link_by_name(ROUTER_DEVICE) else {
+        return Vec::new();
+    };
+    sock.list_addresses(link.index)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| n.prefix_len() == n.max_prefix_len() && !is_link_local(&n.addr()))
+        .map(|n| n.addr())
+        .collect()
+}
+
+/// Deletes the given host links (orphans found at start).
+pub fn delete_links(names: &[String]) {
+    let Ok(sock) = NetlinkSocket::new() else {
+        return;
+    };
+    for name in names {
+        if let Err(e) = sock.delete_link_by_name(name) {
+            tracing::warn!(link = %name, error = %e, "could not remove an orphan host link");
+        }
+    }
 }
 
 /// Deletes the host-side links of the given attachments where they still exist.

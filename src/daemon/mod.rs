@@ -1,7 +1,8 @@
 //! The node daemon (`podnet daemon`): reads its options, takes the socket lock,
-//! restores the journal, lets the node backend say what the node owns, reserves
-//! the router addresses and sets up the router device, then serves the REST API
-//! on the unix socket and runs the expiration timers.
+//! restores the journal, lets the node backend say what the node owns, replays the
+//! DEL queue, reconciles with the kernel, reserves the router addresses and sets up
+//! the router device, then serves the REST API on the unix socket and runs the
+//! expiration and cooldown timers.
 
 mod devices;
 pub mod options;
@@ -10,16 +11,18 @@ mod server;
 pub mod state;
 
 use std::net::IpAddr;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ipnet::IpNet;
 
+use crate::api::delete_queue::{DeleteQueue, read_entry};
 use crate::ipam::clusterpool::{ClusterPoolConfig, parse_cidr_list};
 use crate::node::{EmbeddedBackend, EmbeddedMode, NodeBackend, NodeResource};
-use crate::store::{Journal, now_ms};
+use crate::store::{Journal, Snapshot, now_ms};
 use options::{DaemonOptions, OptionsError};
-use state::{ApiError, Expiry, IpamState, NODE_META_KEY, StateConfig};
+use state::{ApiError, IpamState, NODE_META_KEY, StateConfig, Timer};
 
 /// The running daemon, shared by every connection and timer.
 pub struct Daemon {
@@ -27,30 +30,33 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Runs `f` on the state, on a blocking thread (the journal commit blocks).
+    /// Runs `f` on the state, on a blocking thread (the journal commit blocks), and
+    /// arms the timers the call queued.
     pub async fn with_state<T, F>(self: &Arc<Self>, f: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
         F: FnOnce(&mut IpamState) -> Result<T, ApiError> + Send + 'static,
     {
         let d = self.clone();
-        tokio::task::spawn_blocking(move || {
+        let (result, timers) = tokio::task::spawn_blocking(move || {
             let mut st = d.state.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut st)
+            let r = f(&mut st);
+            (r, st.take_timers())
         })
         .await
-        .map_err(|e| ApiError::new(500, format!("internal error: {e}")))?
+        .map_err(|e| ApiError::new(500, format!("internal error: {e}")))?;
+        self.arm_timers(timers);
+        result
     }
 
-    /// Arms one task per expiration timer.
-    pub fn arm_timers(self: &Arc<Self>, timers: Vec<Expiry>) {
+    /// Arms one task per timer.
+    fn arm_timers(self: &Arc<Self>, timers: Vec<Timer>) {
         for t in timers {
             let d = self.clone();
             tokio::spawn(async move {
                 let wait = t.deadline_ms.saturating_sub(now_ms());
                 tokio::time::sleep(Duration::from_millis(wait)).await;
-                let (ip, uuid) = (t.ip, t.uuid);
-                let _ = d.with_state(move |s| Ok(s.expire(ip, &uuid))).await;
+                let _ = d.with_state(move |s| Ok(s.fire(&t))).await;
             });
         }
     }
@@ -97,20 +103,16 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     let mode = embedded_mode(&opts)?;
     let lock = server::lock_socket(&opts.socket)?;
     server::ensure_private_dir(&opts.state_dir, "state directory")?;
-    let journal = Journal::open(&opts.state_dir.join("journal.redb")).map_err(|e| e.to_string())?;
-    let snapshot = journal.load().map_err(|e| e.to_string())?;
-    let current: Option<NodeResource> = snapshot
-        .meta
-        .iter()
-        .find(|(k, _)| k == NODE_META_KEY)
-        .map(|(_, v)| serde_json::from_value(v.clone()))
-        .transpose()
-        .map_err(|e| {
-            format!(
-                "journal {}: node resource is corrupt: {e}",
-                journal.path().display()
-            )
-        })?;
+    let (journal, snapshot, rebuilt) = open_journal(
+        &opts.state_dir.join("journal.redb"),
+        opts.rebuild_from_kernel,
+    )?;
+    let router_hints = devices::router_addresses();
+    let current = if rebuilt {
+        rebuilt_node(&node_name, &mode, &router_hints)
+    } else {
+        stored_node(&snapshot, &journal)?
+    };
     let node = EmbeddedBackend::new(&node_name, mode).sync(current)?;
     let cidrs: Vec<IpNet> = node
         .spec
@@ -131,22 +133,40 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         node_name: node_name.clone(),
         ipam_mode: opts.ipam.clone(),
         expiration: opts.ipam_expiration,
+        cooldown: opts.ipam_release_cooldown,
         mtu,
         reserve_health: opts.enable_health_checking,
         reserve_ingress: opts.enable_ingress_controller,
     };
-    let (state, timers, report) = IpamState::restore(cfg, journal, node, &cidrs, snapshot)?;
+    let mut state = IpamState::restore(cfg, journal, node, &cidrs, snapshot, &router_hints)?;
+
+    // Replay the DELs queued while the daemon was down, holding the queue lock
+    // until the socket accepts requests (a plugin that waits for the lock then
+    // finds the daemon up).
+    let queue = DeleteQueue::open(&opts.socket)?;
+    let queue_lock = queue.lock_exclusive()?;
+    replay_queue(&queue, &mut state)?;
+    let kernel = devices::kernel_view()?;
+    let reconciled = state.reconcile_with_kernel(&kernel, rebuilt)?;
+    devices::delete_links(&reconciled.links_to_delete);
     let routers: Vec<IpAddr> = state.router_ips();
     devices::setup_router(&routers, mtu)?;
+    let report = state.restore_report().clone();
     tracing::info!(
         node = %node_name,
         cidrs = ?cidrs.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
         routers = ?routers.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
         restored = report.restored,
         expired = report.expired,
-        dropped = report.dropped_out_of_range.len(),
+        cooled_down = report.cooled_down,
+        queued_deletes = report.queued_deletes,
+        outside_ranges = report.outside_ranges.len(),
+        released_link_gone = report.released_link_gone.len(),
+        orphan_links_removed = report.orphan_links_removed.len(),
+        adopted_from_kernel = report.adopted_from_kernel.len(),
         "IPAM restored"
     );
+    let timers = state.take_timers();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -155,6 +175,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     let socket = opts.socket.clone();
     runtime.block_on(async move {
         let listener = server::bind(&socket)?;
+        drop(queue_lock);
         let daemon = Arc::new(Daemon { state: Mutex::new(state) });
         daemon.arm_timers(timers);
         tracing::info!(socket = %socket.display(), lock = %lock.path().display(), "podnet daemon ready");
@@ -163,6 +184,90 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         tracing::info!("podnet daemon stopped");
         Ok::<(), String>(())
     })
+}
+
+/// Opens and reads the journal. With `rebuild`, a journal that cannot be read is
+/// moved aside (never deleted) and an empty one started; returns whether that
+/// happened.
+fn open_journal(path: &Path, rebuild: bool) -> Result<(Journal, Snapshot, bool), String> {
+    let read = Journal::open(path).and_then(|j| j.load().map(|s| (j, s)));
+    match read {
+        Ok((j, s)) => Ok((j, s, false)),
+        Err(e) if rebuild => {
+            let aside = path.with_extension(format!("redb.corrupt-{}", now_ms()));
+            tracing::warn!(error = %e, aside = %aside.display(), "journal unreadable: moving it aside and rebuilding from the kernel");
+            std::fs::rename(path, &aside)
+                .map_err(|re| format!("{e}; and it could not be moved aside: {re}"))?;
+            let j = Journal::open(path).map_err(|e| e.to_string())?;
+            Ok((j, Snapshot::default(), true))
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The node resource the journal holds.
+fn stored_node(snapshot: &Snapshot, journal: &Journal) -> Result<Option<NodeResource>, String> {
+    snapshot
+        .meta
+        .iter()
+        .find(|(k, _)| k == NODE_META_KEY)
+        .map(|(_, v)| serde_json::from_value(v.clone()))
+        .transpose()
+        .map_err(|e| {
+            format!(
+                "journal {}: node resource is corrupt: {e}",
+                journal.path().display()
+            )
+        })
+}
+
+/// In a rebuild, the node's CIDRs are those that hold the router device's addresses.
+fn rebuilt_node(node_name: &str, mode: &EmbeddedMode, routers: &[IpAddr]) -> Option<NodeResource> {
+    let EmbeddedMode::ClusterPool(cfg) = mode else {
+        return None;
+    };
+    let mut node = NodeResource::new(node_name);
+    for ip in routers {
+        let mask = if ip.is_ipv4() {
+            cfg.ipv4_mask_size
+        } else {
+            cfg.ipv6_mask_size
+        };
+        if let Ok(net) = IpNet::new(*ip, mask) {
+            node.spec.ipam.pod_cidrs.push(net.trunc().to_string());
+        }
+    }
+    Some(node)
+}
+
+/// Replays and removes the queued DELs. A corrupt entry is renamed `*.bad` and
+/// reported: the daemon does not guess what it meant.
+fn replay_queue(queue: &DeleteQueue, state: &mut IpamState) -> Result<(), String> {
+    queue.remove_partial_writes();
+    let mut n = 0;
+    for path in queue.entries()? {
+        match read_entry(&path) {
+            Ok(req) => {
+                match state.delete_endpoints(&req) {
+                    Ok(_) => {}
+                    Err(e) if e.status == 404 => {}
+                    Err(e) => return Err(format!("replaying {}: {}", path.display(), e.message)),
+                }
+                tracing::info!(container = %req.container_id, ifname = %req.container_interface_name, "replayed a queued DEL");
+                std::fs::remove_file(&path)
+                    .map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+                n += 1;
+            }
+            Err(e) => {
+                tracing::error!(
+                    "{e}; renaming it to .bad and leaving its addresses to GC or the expiration timer"
+                );
+                let _ = std::fs::rename(&path, path.with_extension("bad"));
+            }
+        }
+    }
+    state.note_queued_deletes(n);
+    Ok(())
 }
 
 async fn shutdown_signal() {

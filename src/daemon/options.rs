@@ -66,6 +66,15 @@ pub struct DaemonOptions {
     #[arg(long = "ipam-expiration", default_value = "10m", value_parser = parse_duration)]
     pub ipam_expiration: Duration,
 
+    /// How long a released address waits before it is handed out again.
+    #[arg(long = "ipam-release-cooldown", default_value = "30s", value_parser = parse_duration)]
+    pub ipam_release_cooldown: Duration,
+
+    /// If the journal cannot be read, move it aside and rebuild the allocations
+    /// from the pods' host links and routes (see README, "Crash safety").
+    #[arg(long = "rebuild-from-kernel", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub rebuild_from_kernel: bool,
+
     /// Reserve a health endpoint address per family.
     #[arg(long = "enable-health-checking", action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = parse_bool)]
     pub enable_health_checking: bool,

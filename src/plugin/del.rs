@@ -1,10 +1,11 @@
 //! DEL: idempotent teardown. The pod end goes first (when the netns still exists),
 //! then the host end, then the daemon releases the addresses. Missing netns, link,
 //! allocation or endpoint all count as already done. If the daemon cannot be
-//! reached the links are still removed and DEL fails with 11 (try again later) so
-//! the runtime retries: success would leak the address.
+//! reached, the release goes to the on-disk DEL queue the daemon replays at start,
+//! and DEL succeeds; only a full or unwritable queue fails (11, try again later).
 
 use crate::api::client::Client;
+use crate::api::delete_queue::DeleteQueue;
 use crate::api::models::EndpointBatchDeleteRequest;
 use crate::cni::{CniEnv, CniError};
 use crate::datapath::{NetNs, NetlinkSocket, host_ifname};
@@ -37,10 +38,41 @@ pub fn del(env: &CniEnv, client: &Client) -> Result<(), CniError> {
     host_sock
         .delete_link_by_name(&host_ifname(cid, ifname))
         .map_err(dp("deleting the host side"))?;
-    client
-        .delete_endpoints(&EndpointBatchDeleteRequest {
-            container_id: cid.clone(),
-            container_interface_name: ifname.clone(),
-        })
-        .map_err(|e| to_cni(e, &format!("releasing the addresses of {cid}/{ifname}")))
+    let req = EndpointBatchDeleteRequest {
+        container_id: cid.clone(),
+        container_interface_name: ifname.clone(),
+    };
+    let what = format!("releasing the addresses of {cid}/{ifname}");
+    match client.delete_endpoints(&req) {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_unavailable() => queue_release(client, &req, &e.to_string()).map_err(|q| {
+            CniError::try_again_later(format!(
+                "{what}: {e}; and the release could not be queued: {q}"
+            ))
+        }),
+        Err(e) => Err(to_cni(e, &what)),
+    }
+}
+
+/// Queues the release for the daemon, under the queue's shared lock, after one
+/// more try of the API (the daemon may have just finished starting).
+fn queue_release(
+    client: &Client,
+    req: &EndpointBatchDeleteRequest,
+    why: &str,
+) -> Result<(), String> {
+    let queue = DeleteQueue::open(client.socket())?;
+    let _lock = queue.lock_shared()?;
+    match client.delete_endpoints(req) {
+        Ok(()) => Ok(()),
+        Err(e) if !e.is_unavailable() => Err(e.to_string()),
+        Err(_) => {
+            let path = queue.enqueue(req)?;
+            eprintln!(
+                "podnet DEL: {why}; the release is queued in {} for the daemon",
+                path.display()
+            );
+            Ok(())
+        }
+    }
 }

@@ -18,12 +18,14 @@ const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error(
-        "journal {path} cannot be opened: {detail}. If the file is damaged, stop the daemon, move it aside and restart: the daemon then starts from an empty journal"
+        "journal {path} cannot be opened: {detail}. If the file is damaged, restart the daemon with --rebuild-from-kernel: it moves the file aside and rebuilds the allocations from the pods' host links and routes"
     )]
     Open { path: PathBuf, detail: String },
     #[error("journal {path}: {detail}")]
     Io { path: PathBuf, detail: String },
-    #[error("journal {path}: record {key:?} in table {table} is corrupt: {detail}")]
+    #[error(
+        "journal {path}: record {key:?} in table {table} is corrupt: {detail}. Restart the daemon with --rebuild-from-kernel to move the journal aside and rebuild the allocations from the pods' host links and routes"
+    )]
     Corrupt {
         path: PathBuf,
         table: &'static str,
@@ -201,6 +203,8 @@ mod tests {
             expiration_uuid: Some("u".into()),
             expires_at_ms: Some(now_ms() + 1000),
             allocated_at_ms: now_ms(),
+            host_ifname: None,
+            cooling_until_ms: None,
         }
     }
 
@@ -245,7 +249,7 @@ mod tests {
         .unwrap();
         let err = Journal::open(&path).err().unwrap().to_string();
         assert!(err.contains("journal.redb"), "{err}");
-        assert!(err.contains("move it aside"), "{err}");
+        assert!(err.contains("--rebuild-from-kernel"), "{err}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 

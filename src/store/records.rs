@@ -24,6 +24,8 @@ pub enum AllocationState {
     Bound,
     /// Reserved by the daemon for itself (router, health, ingress).
     Infra,
+    /// Released, but not handed out again before `cooling_until_ms`.
+    Cooling,
 }
 
 /// One allocated address.
@@ -48,6 +50,12 @@ pub struct AllocationRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
     pub allocated_at_ms: u64,
+    /// The host-side link of the attachment, when known (rebuilt from the kernel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_ifname: Option<String>,
+    /// When a cooling address may be handed out again (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooling_until_ms: Option<u64>,
 }
 
 impl AllocationRecord {
@@ -56,9 +64,10 @@ impl AllocationRecord {
         allocation_key(&self.pool, &self.ip)
     }
 
-    /// True if this allocation belongs to the given attachment.
+    /// True if this live allocation belongs to the given attachment.
     pub fn is_for(&self, container_id: &str, ifname: Option<&str>) -> bool {
-        self.container_id.as_deref() == Some(container_id)
+        self.state != AllocationState::Cooling
+            && self.container_id.as_deref() == Some(container_id)
             && ifname.is_none_or(|i| self.ifname.as_deref() == Some(i))
     }
 }

@@ -1,0 +1,253 @@
+//! The on-disk DEL queue between the plugin and the daemon: when the daemon cannot
+//! be reached, DEL records the release here and succeeds; the daemon replays the
+//! queue at start before it serves. A directory `delete-queue/` next to the socket
+//! (0700) holds one `<hash>.delete` file per attachment (the JSON of an
+//! `EndpointBatchDeleteRequest`), written to a temporary name, synced and renamed,
+//! so a crash at any point leaves either no entry or a whole one. A lock file
+//! closes the race with a starting daemon: writers hold it shared while they retry
+//! the API and write; the daemon holds it exclusively from before it replays the
+//! queue until its socket accepts requests.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{Flock, FlockArg};
+use sha2::{Digest, Sha256};
+
+use super::models::EndpointBatchDeleteRequest;
+
+/// At most this many queued entries; a DEL beyond it fails (try again later).
+pub const MAX_ENTRIES: usize = 256;
+/// How long a writer waits for the shared lock (a starting daemon holds it).
+pub const LOCK_TIMEOUT: Duration = Duration::from_millis(1500);
+const SUFFIX: &str = ".delete";
+
+/// The queue directory that belongs to a daemon socket.
+pub fn queue_dir(socket: &Path) -> PathBuf {
+    socket
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join("delete-queue")
+}
+
+/// The queue of one daemon socket.
+pub struct DeleteQueue {
+    dir: PathBuf,
+}
+
+/// A held queue lock (shared for writers, exclusive for the daemon).
+pub struct QueueLock {
+    _lock: Flock<File>,
+}
+
+impl DeleteQueue {
+    /// The queue next to `socket`; creates the directory (0700) if needed.
+    pub fn open(socket: &Path) -> Result<DeleteQueue, String> {
+        let dir = queue_dir(socket);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("cannot create the DEL queue {}: {e}", dir.display()))?;
+        Ok(DeleteQueue { dir })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn lock_file(&self) -> Result<File, String> {
+        let path = self.dir.join("lockfile");
+        OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))
+    }
+
+    /// Takes the lock shared, waiting at most `LOCK_TIMEOUT`.
+    pub fn lock_shared(&self) -> Result<QueueLock, String> {
+        let deadline = Instant::now() + LOCK_TIMEOUT;
+        let mut file = self.lock_file()?;
+        loop {
+            match Flock::lock(file, FlockArg::LockSharedNonblock) {
+                Ok(lock) => return Ok(QueueLock { _lock: lock }),
+                Err((f, nix::errno::Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+                    file = f;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err((_, e)) => {
+                    return Err(format!(
+                        "cannot lock the DEL queue {} (is the daemon starting?): {e}",
+                        self.dir.display()
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Takes the lock exclusively (the daemon, at start), waiting for writers.
+    pub fn lock_exclusive(&self) -> Result<QueueLock, String> {
+        let file = self.lock_file()?;
+        Flock::lock(file, FlockArg::LockExclusive)
+            .map(|lock| QueueLock { _lock: lock })
+            .map_err(|(_, e)| format!("cannot lock the DEL queue {}: {e}", self.dir.display()))
+    }
+
+    /// Records a release durably. Idempotent per attachment.
+    pub fn enqueue(&self, req: &EndpointBatchDeleteRequest) -> Result<PathBuf, String> {
+        let body = serde_json::to_vec(req).map_err(|e| e.to_string())?;
+        let name = entry_name(&req.container_id, &req.container_interface_name);
+        let path = self.dir.join(&name);
+        if !path.exists() && self.entries()?.len() >= MAX_ENTRIES {
+            return Err(format!(
+                "the DEL queue {} already holds {MAX_ENTRIES} entries; the daemon must start and drain it",
+                self.dir.display()
+            ));
+        }
+        let tmp = self.dir.join(format!(".{name}.tmp"));
+        let write = || -> std::io::Result<()> {
+            let mut f = OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(&body)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+            File::open(&self.dir)?.sync_all()
+        };
+        write().map_err(|e| format!("cannot write the DEL queue entry {}: {e}", path.display()))?;
+        Ok(path)
+    }
+
+    /// The queued entries, oldest name first.
+    pub fn entries(&self) -> Result<Vec<PathBuf>, String> {
+        let mut out = Vec::new();
+        let rd = std::fs::read_dir(&self.dir)
+            .map_err(|e| format!("cannot read {}: {e}", self.dir.display()))?;
+        for entry in rd.flatten() {
+            let p = entry.path();
+            if p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(SUFFIX) && !n.starts_with('.'))
+            {
+                out.push(p);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Removes temporary files of writers that died before renaming (they never
+    /// reported success, so nothing is lost).
+    pub fn remove_partial_writes(&self) {
+        if let Ok(rd) = std::fs::read_dir(&self.dir) {
+            for entry in rd.flatten() {
+                let name = entry.file_name().to_string_lossy().to_string();
+                if name.starts_with('.') && name.ends_with(".tmp") {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+    }
+}
+
+/// Reads one entry. A file that does not parse is an error naming it.
+pub fn read_entry(path: &Path) -> Result<EndpointBatchDeleteRequest, String> {
+    let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let req: EndpointBatchDeleteRequest = serde_json::from_slice(&data)
+        .map_err(|e| format!("DEL queue entry {} is corrupt: {e}", path.display()))?;
+    if req.container_id.is_empty() {
+        return Err(format!(
+            "DEL queue entry {} has no container-id",
+            path.display()
+        ));
+    }
+    Ok(req)
+}
+
+fn entry_name(container_id: &str, ifname: &str) -> String {
+    let digest = Sha256::digest(format!("{container_id}:{ifname}").as_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("{hex}{SUFFIX}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp_socket() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("podnet-dq-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&d).unwrap();
+        d.join("podnet.sock")
+    }
+
+    #[test]
+    fn enqueue_is_idempotent_and_readable() {
+        let sock = tmp_socket();
+        let q = DeleteQueue::open(&sock).unwrap();
+        let req = EndpointBatchDeleteRequest {
+            container_id: "c1".into(),
+            container_interface_name: "eth0".into(),
+        };
+        let p1 = q.enqueue(&req).unwrap();
+        let p2 = q.enqueue(&req).unwrap();
+        assert_eq!(p1, p2);
+        assert_eq!(q.entries().unwrap().len(), 1);
+        assert_eq!(read_entry(&p1).unwrap(), req);
+        std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn queue_is_bounded() {
+        let sock = tmp_socket();
+        let q = DeleteQueue::open(&sock).unwrap();
+        for i in 0..MAX_ENTRIES {
+            q.enqueue(&EndpointBatchDeleteRequest {
+                container_id: format!("c{i}"),
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        let e = q.enqueue(&EndpointBatchDeleteRequest {
+            container_id: "one-more".into(),
+            ..Default::default()
+        });
+        assert!(e.unwrap_err().contains("256 entries"));
+        std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn corrupt_and_partial_entries() {
+        let sock = tmp_socket();
+        let q = DeleteQueue::open(&sock).unwrap();
+        let bad = q.dir().join("0000.delete");
+        std::fs::write(&bad, b"{\"container-id\": ").unwrap();
+        assert!(read_entry(&bad).unwrap_err().contains("corrupt"));
+        std::fs::write(q.dir().join(".x.delete.tmp"), b"partial").unwrap();
+        q.remove_partial_writes();
+        assert_eq!(q.entries().unwrap(), vec![bad]);
+        std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn exclusive_lock_blocks_writers() {
+        let sock = tmp_socket();
+        let q = DeleteQueue::open(&sock).unwrap();
+        let held = q.lock_exclusive().unwrap();
+        let t = Instant::now();
+        assert!(q.lock_shared().is_err());
+        assert!(t.elapsed() >= LOCK_TIMEOUT);
+        drop(held);
+        assert!(q.lock_shared().is_ok());
+        std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
+    }
+}

@@ -1,0 +1,440 @@
+//! Allocation and release: `POST/DELETE /v1/ipam`, endpoint creation and deletion
+//! (which binds and releases addresses), and CNI GC. Each builds its journal ops,
+//! commits them, then applies them to memory.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use super::{AllocateRequest, ApiError, DEFAULT_POOL, IpamState};
+use crate::api::models::*;
+use crate::datapath::host_ifname;
+use crate::ipam::Family;
+use crate::store::{AllocationRecord, AllocationState, EndpointRecord, JournalOp, now_ms};
+
+impl IpamState {
+    fn check_pool(&self, pool: &str) -> Result<(), ApiError> {
+        if pool.is_empty() || pool == DEFAULT_POOL {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                400,
+                format!(
+                    "pool {pool:?} does not exist: ipam mode {} has only the {DEFAULT_POOL:?} pool",
+                    self.cfg.ipam_mode
+                ),
+            ))
+        }
+    }
+
+    /// `POST /v1/ipam`: the next address of each requested family (IPv6 first, as
+    /// Cilium does; if IPv4 then fails, the IPv6 address is given back).
+    pub fn allocate_next(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
+        self.check_pool(&req.pool)?;
+        let now = now_ms();
+        let mut ops = Vec::new();
+        // A runtime that re-adds an attachment without DEL supersedes the old one.
+        if let (Some(cid), Some(ifname)) = (&req.container_id, &req.ifname) {
+            self.release_attachment(cid, Some(ifname), &mut ops, now);
+        }
+        let families: Vec<Family> = [Family::V6, Family::V4]
+            .into_iter()
+            .filter(|f| req.family.is_none_or(|want| want == *f))
+            .filter(|f| self.ranges.iter().any(|r| r.family == *f))
+            .collect();
+        let mut taken: Vec<AllocationRecord> = Vec::new();
+        for family in families {
+            let node = self.cfg.node_name.clone();
+            let range = self
+                .range_mut(family)
+                .ok_or_else(|| ApiError::new(500, "family vanished"))?;
+            match range.alloc.allocate_next() {
+                Ok(ip) => taken.push(self.new_record(ip, family, req, now)),
+                Err(e) => {
+                    self.give_back(&taken);
+                    return Err(ApiError::new(502, format!("{e} (node {node})")));
+                }
+            }
+        }
+        ops.extend(taken.iter().cloned().map(JournalOp::PutAllocation));
+        if let Err(e) = self.commit(&ops) {
+            self.give_back(&taken);
+            return Err(e);
+        }
+        self.apply(ops, "attachment added again");
+        let mut resp = IpamResponse {
+            host_addressing: self.node_addressing(),
+            ..Default::default()
+        };
+        for rec in &taken {
+            fill_response(&mut resp, rec);
+            tracing::info!(ip = %rec.ip, owner = %rec.owner, container = rec.container_id.as_deref().unwrap_or(""), "allocated");
+        }
+        Ok(resp)
+    }
+
+    /// Clears allocator bits taken for records that were never committed.
+    fn give_back(&mut self, taken: &[AllocationRecord]) {
+        for rec in taken {
+            if let Some(r) = self.range_mut(Family::of_addr(&rec.ip)) {
+                r.alloc.release(rec.ip);
+            }
+        }
+    }
+
+    fn new_record(
+        &self,
+        ip: IpAddr,
+        family: Family,
+        req: &AllocateRequest,
+        now: u64,
+    ) -> AllocationRecord {
+        let (state, uuid, expires) = if req.expiration {
+            (
+                AllocationState::Pending,
+                Some(uuid::Uuid::new_v4().to_string()),
+                Some(now + self.cfg.expiration.as_millis() as u64),
+            )
+        } else {
+            (AllocationState::Bound, None, None)
+        };
+        AllocationRecord {
+            ip,
+            family: family.as_str().into(),
+            pool: DEFAULT_POOL.into(),
+            owner: req.owner.clone(),
+            container_id: req.container_id.clone(),
+            ifname: req.ifname.clone(),
+            network: req.network.clone(),
+            state,
+            expiration_uuid: uuid,
+            expires_at_ms: expires,
+            allocated_at_ms: now,
+            host_ifname: None,
+            cooling_until_ms: None,
+        }
+    }
+
+    /// `POST /v1/ipam/{ip}`: reserve one given address (no expiration).
+    pub fn allocate_ip(
+        &mut self,
+        ip: &str,
+        owner: &str,
+        pool: &str,
+    ) -> Result<IpamResponse, ApiError> {
+        let addr: IpAddr = ip
+            .parse()
+            .map_err(|_| ApiError::new(400, format!("Invalid IP address: {ip}")))?;
+        self.check_pool(pool)?;
+        if let Some(rec) = self
+            .allocations
+            .get(&addr)
+            .filter(|r| r.state == AllocationState::Cooling)
+        {
+            let left = rec.cooling_until_ms.unwrap_or(0).saturating_sub(now_ms()) / 1000;
+            return Err(ApiError::new(
+                409,
+                format!("IP {addr} was released recently and cools down for {left} s more"),
+            ));
+        }
+        let family = Family::of_addr(&addr);
+        let range = self
+            .range_mut(family)
+            .ok_or_else(|| ApiError::new(400, format!("{} allocation disabled", family.label())))?;
+        range
+            .alloc
+            .allocate(addr)
+            .map_err(|e| ApiError::new(409, e.to_string()))?;
+        let req = AllocateRequest {
+            owner: owner.into(),
+            pool: pool.into(),
+            ..Default::default()
+        };
+        let rec = self.new_record(addr, family, &req, now_ms());
+        if let Err(e) = self.commit(&[JournalOp::PutAllocation(rec.clone())]) {
+            self.give_back(std::slice::from_ref(&rec));
+            return Err(e);
+        }
+        let mut resp = IpamResponse {
+            host_addressing: self.node_addressing(),
+            ..Default::default()
+        };
+        fill_response(&mut resp, &rec);
+        self.allocations.insert(addr, rec);
+        Ok(resp)
+    }
+
+    /// `DELETE /v1/ipam/{ip}`: release one address. Refused while an endpoint uses it
+    /// or when it is one of the daemon's own; releasing a free address is a no-op.
+    pub fn release_ip(&mut self, ip: &str, pool: &str) -> Result<(), ApiError> {
+        let addr: IpAddr = ip
+            .parse()
+            .map_err(|_| ApiError::new(400, format!("Invalid IP address {ip}")))?;
+        self.check_pool(pool)?;
+        if let Some(ep) = self
+            .endpoints
+            .values()
+            .find(|e| e.ipv4 == Some(addr) || e.ipv6 == Some(addr))
+        {
+            return Err(ApiError::new(
+                409,
+                format!("IP is in use by endpoint {}", ep.key()),
+            ));
+        }
+        let Some(rec) = self.allocations.get(&addr) else {
+            return Ok(());
+        };
+        match rec.state {
+            AllocationState::Infra => Err(ApiError::new(
+                409,
+                format!(
+                    "IP {addr} is the node's {} address and cannot be released",
+                    rec.owner
+                ),
+            )),
+            AllocationState::Cooling => Ok(()),
+            _ => {
+                let op = self.release_op(rec, now_ms());
+                self.commit_apply(vec![op], "released through the API")
+            }
+        }
+    }
+
+    /// Adds the journal ops that release every allocation and endpoint of an
+    /// attachment (`ifname` None: every interface of the container), including
+    /// addresses adopted from the kernel under the attachment's host link name.
+    fn release_attachment(
+        &self,
+        container_id: &str,
+        ifname: Option<&str>,
+        ops: &mut Vec<JournalOp>,
+        now: u64,
+    ) {
+        let mut ips: BTreeSet<IpAddr> = BTreeSet::new();
+        let links: Vec<String> = match ifname {
+            Some(i) => vec![host_ifname(container_id, i)],
+            None => Vec::new(),
+        };
+        for rec in self.allocations.values() {
+            let adopted = rec.state != AllocationState::Cooling
+                && rec.host_ifname.as_ref().is_some_and(|h| links.contains(h));
+            if rec.is_for(container_id, ifname) || adopted {
+                ips.insert(rec.ip);
+            }
+        }
+        for ep in self
+            .endpoints
+            .values()
+            .filter(|e| e.container_id == container_id && ifname.is_none_or(|i| e.ifname == i))
+        {
+            ops.push(JournalOp::DeleteEndpoint {
+                container_id: ep.container_id.clone(),
+                ifname: ep.ifname.clone(),
+            });
+            ips.extend([ep.ipv4, ep.ipv6].into_iter().flatten().filter(|ip| {
+                self.allocations.get(ip).is_some_and(|r| {
+                    matches!(r.state, AllocationState::Bound | AllocationState::Pending)
+                })
+            }));
+        }
+        for ip in ips {
+            if let Some(rec) = self.allocations.get(&ip) {
+                ops.push(self.release_op(rec, now));
+            }
+        }
+    }
+
+    /// `PUT /v1/endpoint/{id}`: registers the endpoint, binds its addresses and stops
+    /// their expiration timers.
+    pub fn create_endpoint(
+        &mut self,
+        req: &EndpointChangeRequest,
+    ) -> Result<EndpointView, ApiError> {
+        if req.container_id.is_empty() {
+            return Err(ApiError::new(400, "invalid container id"));
+        }
+        let ifname = if req.container_interface_name.is_empty() {
+            "eth0"
+        } else {
+            &req.container_interface_name
+        };
+        let key = EndpointRecord::key_of(&req.container_id, ifname);
+        if self.endpoints.contains_key(&key) {
+            return Err(ApiError::new(
+                400,
+                format!(
+                    "endpoint for CNI attachment ID {}:{ifname} already exists",
+                    req.container_id
+                ),
+            ));
+        }
+        let mut ops = Vec::new();
+        let mut ips = (None, None);
+        for (label, ip, uuid) in [
+            (
+                "ipv4",
+                &req.addressing.ipv4,
+                &req.addressing.ipv4_expiration_uuid,
+            ),
+            (
+                "ipv6",
+                &req.addressing.ipv6,
+                &req.addressing.ipv6_expiration_uuid,
+            ),
+        ] {
+            if ip.is_empty() {
+                continue;
+            }
+            let addr: IpAddr = ip
+                .split('/')
+                .next()
+                .unwrap_or("")
+                .parse()
+                .map_err(|_| ApiError::new(400, format!("invalid {label} address {ip:?}")))?;
+            let rec = self
+                .allocations
+                .get(&addr)
+                .filter(|r| r.state != AllocationState::Cooling)
+                .ok_or_else(|| ApiError::new(400, format!("IP {label}:{addr} is not allocated")))?;
+            if rec
+                .container_id
+                .as_deref()
+                .is_some_and(|c| c != req.container_id)
+            {
+                return Err(ApiError::new(
+                    400,
+                    format!("IP {label}:{addr} is already in use"),
+                ));
+            }
+            if rec.state == AllocationState::Pending
+                && !uuid.is_empty()
+                && rec.expiration_uuid.as_deref() != Some(uuid)
+            {
+                return Err(ApiError::new(
+                    500,
+                    "UUID mismatch, not stopping expiration timer",
+                ));
+            }
+            let mut bound = rec.clone();
+            if bound.state != AllocationState::Infra {
+                bound.state = AllocationState::Bound;
+                bound.expiration_uuid = None;
+                bound.expires_at_ms = None;
+                bound.container_id = Some(req.container_id.clone());
+                bound.ifname = Some(ifname.to_string());
+            }
+            ops.push(JournalOp::PutAllocation(bound));
+            if addr.is_ipv4() {
+                ips.0 = Some(addr);
+            } else {
+                ips.1 = Some(addr);
+            }
+        }
+        let owner = if !req.k8s_namespace.is_empty() && !req.k8s_pod_name.is_empty() {
+            format!("{}/{}", req.k8s_namespace, req.k8s_pod_name)
+        } else {
+            req.container_id.clone()
+        };
+        let ep = EndpointRecord {
+            container_id: req.container_id.clone(),
+            ifname: ifname.to_string(),
+            host_ifname: req.interface_name.clone(),
+            owner,
+            ipv4: ips.0,
+            ipv6: ips.1,
+            pool: DEFAULT_POOL.into(),
+            netns: (!req.container_netns_path.is_empty()).then(|| req.container_netns_path.clone()),
+            created_at_ms: now_ms(),
+        };
+        ops.push(JournalOp::PutEndpoint(ep.clone()));
+        self.commit_apply(ops, "endpoint created")?;
+        tracing::info!(endpoint = %key, owner = %ep.owner, "endpoint created");
+        Ok(self.view(&ep))
+    }
+
+    /// `DELETE /v1/endpoint`: deletes the container's endpoints (or the one
+    /// attachment) and releases their addresses, and any address still pending for
+    /// them. 404 when nothing was known.
+    pub fn delete_endpoints(
+        &mut self,
+        req: &EndpointBatchDeleteRequest,
+    ) -> Result<usize, ApiError> {
+        if req.container_id.is_empty() {
+            return Err(ApiError::new(400, "invalid container id"));
+        }
+        let ifname = (!req.container_interface_name.is_empty())
+            .then_some(req.container_interface_name.as_str());
+        let mut ops = Vec::new();
+        self.release_attachment(&req.container_id, ifname, &mut ops, now_ms());
+        if ops.is_empty() {
+            return Err(ApiError::new(404, "endpoints not found"));
+        }
+        let n = ops.len();
+        self.commit_apply(ops, "endpoint deleted")?;
+        Ok(n)
+    }
+
+    /// `POST /v1/cni/gc`: releases every allocation of `network` whose attachment is
+    /// not in the valid set. Returns what was released and the attachments whose
+    /// host links the caller removes.
+    pub fn gc(&mut self, req: &GcRequest) -> Result<(GcResponse, Vec<(String, String)>), ApiError> {
+        let valid: BTreeSet<(String, String)> = req
+            .valid_attachments
+            .iter()
+            .map(|a| (a.container_id.clone(), a.ifname.clone()))
+            .collect();
+        let mut stale: BTreeSet<(String, String)> = BTreeSet::new();
+        for rec in self.allocations.values() {
+            if !matches!(rec.state, AllocationState::Bound | AllocationState::Pending)
+                || rec.network.as_deref() != Some(req.network.as_str())
+            {
+                continue;
+            }
+            if let (Some(cid), Some(ifname)) = (&rec.container_id, &rec.ifname)
+                && !valid.contains(&(cid.clone(), ifname.clone()))
+            {
+                stale.insert((cid.clone(), ifname.clone()));
+            }
+        }
+        let now = now_ms();
+        let mut ops = Vec::new();
+        for (cid, ifname) in &stale {
+            self.release_attachment(cid, Some(ifname), &mut ops, now);
+        }
+        let released = ops
+            .iter()
+            .filter_map(|op| match op {
+                JournalOp::DeleteAllocation { ip, .. } => Some(*ip),
+                JournalOp::PutAllocation(r) => Some(r.ip),
+                _ => None,
+            })
+            .map(|ip| {
+                let owner = self
+                    .allocations
+                    .get(&ip)
+                    .map(|r| r.owner.clone())
+                    .unwrap_or_default();
+                format!("{ip} ({owner})")
+            })
+            .collect();
+        self.commit_apply(ops, "garbage collected")?;
+        Ok((GcResponse { released }, stale.into_iter().collect()))
+    }
+}
+
+pub(super) fn fill_response(resp: &mut IpamResponse, rec: &AllocationRecord) {
+    let el = IpamAddressResponse {
+        ip: rec.ip.to_string(),
+        expiration_uuid: rec.expiration_uuid.clone().unwrap_or_default(),
+        pool: rec.pool.clone(),
+        ..Default::default()
+    };
+    if rec.ip.is_ipv4() {
+        resp.address.ipv4 = rec.ip.to_string();
+        resp.address.ipv4_pool_name = rec.pool.clone();
+        resp.ipv4 = Some(el);
+    } else {
+        resp.address.ipv6 = rec.ip.to_string();
+        resp.address.ipv6_pool_name = rec.pool.clone();
+        resp.ipv6 = Some(el);
+    }
+}

@@ -1,0 +1,257 @@
+//! The daemon's IPAM state: the host-scope allocators over the node's CIDRs, every
+//! allocation and endpoint, and the journal that makes them durable. All methods are
+//! synchronous; the server calls them on blocking threads under one mutex, and every
+//! change is committed to the journal before the method returns. Timers the state
+//! wants armed (expiration, end of cooldown) are queued and taken by the caller.
+
+mod alloc;
+mod restore;
+mod views;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::ipam::Family;
+use crate::ipam::hostscope::HostScopeAllocator;
+use crate::node::NodeResource;
+use crate::store::{AllocationRecord, AllocationState, EndpointRecord, Journal, JournalOp, now_ms};
+
+pub use restore::{KernelLink, KernelView, ReconcileReport, RestoreReport};
+
+/// The only pool of the host-scope modes.
+pub const DEFAULT_POOL: &str = "default";
+/// Journal key of the node resource.
+pub const NODE_META_KEY: &str = "ciliumnode";
+
+/// An API failure: HTTP status and the message the client sees.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+/// What a timer does when it fires.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TimerKind {
+    /// Release a pending address unless its endpoint was created (UUID matches).
+    Expire { uuid: String },
+    /// End the cooldown of a released address.
+    Cooldown,
+}
+
+/// A timer to arm: act on `ip` at `deadline_ms` (ms since the epoch).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timer {
+    pub ip: IpAddr,
+    pub deadline_ms: u64,
+    pub kind: TimerKind,
+}
+
+/// Static facts the state needs.
+#[derive(Debug, Clone)]
+pub struct StateConfig {
+    pub node_name: String,
+    pub ipam_mode: String,
+    pub expiration: Duration,
+    pub cooldown: Duration,
+    pub mtu: u32,
+    pub reserve_health: bool,
+    pub reserve_ingress: bool,
+}
+
+/// A request for the next address(es).
+#[derive(Debug, Clone, Default)]
+pub struct AllocateRequest {
+    pub family: Option<Family>,
+    pub owner: String,
+    pub pool: String,
+    pub expiration: bool,
+    pub container_id: Option<String>,
+    pub ifname: Option<String>,
+    pub network: Option<String>,
+}
+
+struct FamilyRange {
+    family: Family,
+    alloc: HostScopeAllocator,
+    router: Option<IpAddr>,
+}
+
+/// The IPAM state of one node.
+pub struct IpamState {
+    cfg: StateConfig,
+    ranges: Vec<FamilyRange>,
+    allocations: BTreeMap<IpAddr, AllocationRecord>,
+    endpoints: BTreeMap<String, EndpointRecord>,
+    restored_endpoints: BTreeSet<String>,
+    journal: Journal,
+    node: NodeResource,
+    timers: Vec<Timer>,
+    restore_report: RestoreReport,
+}
+
+impl IpamState {
+    /// The timers queued since the last call; the caller arms them.
+    pub fn take_timers(&mut self) -> Vec<Timer> {
+        std::mem::take(&mut self.timers)
+    }
+
+    /// The node resource as it stands.
+    pub fn node(&self) -> &NodeResource {
+        &self.node
+    }
+
+    /// The router address of each enabled family.
+    pub fn router_ips(&self) -> Vec<IpAddr> {
+        self.ranges.iter().filter_map(|r| r.router).collect()
+    }
+
+    fn range_mut(&mut self, family: Family) -> Option<&mut FamilyRange> {
+        self.ranges.iter_mut().find(|r| r.family == family)
+    }
+
+    fn commit(&self, ops: &[JournalOp]) -> Result<(), ApiError> {
+        self.journal.commit(ops).map_err(|e| {
+            tracing::error!(error = %e, "journal commit failed");
+            ApiError::new(500, format!("cannot record the change durably: {e}"))
+        })
+    }
+
+    /// The journal op that releases `rec`: straight back to the pool without a
+    /// cooldown, else into the cooling state.
+    fn release_op(&self, rec: &AllocationRecord, now: u64) -> JournalOp {
+        if self.cfg.cooldown.is_zero() {
+            JournalOp::DeleteAllocation {
+                pool: rec.pool.clone(),
+                ip: rec.ip,
+            }
+        } else {
+            JournalOp::PutAllocation(AllocationRecord {
+                state: AllocationState::Cooling,
+                container_id: None,
+                ifname: None,
+                network: None,
+                expiration_uuid: None,
+                expires_at_ms: None,
+                host_ifname: None,
+                cooling_until_ms: Some(now + self.cfg.cooldown.as_millis() as u64),
+                ..rec.clone()
+            })
+        }
+    }
+
+    /// Applies committed ops to memory (allocator bits, maps, timers).
+    fn apply(&mut self, ops: Vec<JournalOp>, why: &str) {
+        for op in ops {
+            match op {
+                JournalOp::DeleteAllocation { ip, .. } => {
+                    if let Some(rec) = self.allocations.remove(&ip)
+                        && rec.state != AllocationState::Cooling
+                    {
+                        tracing::info!(ip = %ip, owner = %rec.owner, reason = why, "released");
+                    }
+                    if let Some(r) = self.range_mut(Family::of_addr(&ip)) {
+                        r.alloc.release(ip);
+                    }
+                }
+                JournalOp::PutAllocation(rec) => {
+                    match (
+                        &rec.state,
+                        rec.cooling_until_ms,
+                        &rec.expiration_uuid,
+                        rec.expires_at_ms,
+                    ) {
+                        (AllocationState::Cooling, Some(until), _, _) => {
+                            tracing::info!(ip = %rec.ip, owner = %rec.owner, reason = why, "released (cooling down)");
+                            self.timers.push(Timer {
+                                ip: rec.ip,
+                                deadline_ms: until,
+                                kind: TimerKind::Cooldown,
+                            });
+                        }
+                        (AllocationState::Pending, _, Some(uuid), Some(deadline)) => {
+                            self.timers.push(Timer {
+                                ip: rec.ip,
+                                deadline_ms: deadline,
+                                kind: TimerKind::Expire { uuid: uuid.clone() },
+                            });
+                        }
+                        _ => {}
+                    }
+                    self.allocations.insert(rec.ip, rec);
+                }
+                JournalOp::PutEndpoint(ep) => {
+                    self.endpoints.insert(ep.key(), ep);
+                }
+                JournalOp::DeleteEndpoint {
+                    container_id,
+                    ifname,
+                } => {
+                    let key = EndpointRecord::key_of(&container_id, &ifname);
+                    self.endpoints.remove(&key);
+                    self.restored_endpoints.remove(&key);
+                }
+                JournalOp::PutMeta { .. } => {}
+            }
+        }
+    }
+
+    /// Commits `ops` and applies them.
+    fn commit_apply(&mut self, ops: Vec<JournalOp>, why: &str) -> Result<(), ApiError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.commit(&ops)?;
+        self.apply(ops, why);
+        Ok(())
+    }
+
+    /// Fires a timer. Expiration releases the address if it is still pending with
+    /// the same UUID; the end of a cooldown gives the address back to the pool.
+    /// Returns true if it changed something.
+    pub fn fire(&mut self, timer: &Timer) -> bool {
+        let Some(rec) = self.allocations.get(&timer.ip).cloned() else {
+            return false;
+        };
+        let now = now_ms();
+        let ops = match &timer.kind {
+            TimerKind::Expire { uuid } => {
+                if rec.state != AllocationState::Pending
+                    || rec.expiration_uuid.as_deref() != Some(uuid)
+                {
+                    return false;
+                }
+                tracing::warn!(ip = %rec.ip, owner = %rec.owner, "Released IP after expiration");
+                vec![self.release_op(&rec, now)]
+            }
+            TimerKind::Cooldown => {
+                if rec.state != AllocationState::Cooling
+                    || rec.cooling_until_ms.is_some_and(|t| t > now)
+                {
+                    return false;
+                }
+                vec![JournalOp::DeleteAllocation {
+                    pool: rec.pool.clone(),
+                    ip: rec.ip,
+                }]
+            }
+        };
+        match self.commit_apply(ops, "timer") {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(ip = %rec.ip, error = %e.message, "could not journal a timer's change; keeping the address");
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! Start-up: rebuild the state from the journal, then reconcile it with the kernel.
+//! Who wins when the sources disagree (each decision is logged and counted in the
+//! restore report that status shows; nothing is dropped silently):
+//! - journal allocation outside the node's current ranges: kept (the pod still has
+//!   the address) but never handed out again; DEL releases it;
+//! - pending allocation whose expiration passed while the daemon was down: released;
+//! - cooling address whose cooldown ended while the daemon was down: freed;
+//! - bound allocation whose host link is gone: the pod's netns is gone (deleting a
+//!   netns destroys the veth pair), so the address is released (into cooldown);
+//! - host link (`lxc…`) no allocation accounts for: removed, unless the journal is
+//!   being rebuilt from the kernel, in which case its routed addresses are adopted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::{DEFAULT_POOL, FamilyRange, IpamState, NODE_META_KEY, StateConfig, Timer, TimerKind};
+use crate::datapath::host_ifname;
+use crate::ipam::Family;
+use crate::ipam::hostscope::HostScopeAllocator;
+use crate::node::NodeResource;
+use crate::store::{
+    AllocationRecord, AllocationState, EndpointRecord, Journal, JournalOp, Snapshot, now_ms,
+};
+
+/// What restore and reconciliation decided (podnet's status shows it).
+pub type RestoreReport = crate::api::models::RestoreStatus;
+
+/// What the kernel shows of the node's pods: host-side links and the host routes
+/// (/32, /128) through each.
+#[derive(Debug, Clone, Default)]
+pub struct KernelView {
+    pub links: Vec<KernelLink>,
+}
+
+/// One host-side link and the addresses routed through it.
+#[derive(Debug, Clone, Default)]
+pub struct KernelLink {
+    pub name: String,
+    pub routed: Vec<IpAddr>,
+}
+
+/// What reconciliation wants done to the kernel.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReconcileReport {
+    /// Host links to delete (no allocation accounts for them).
+    pub links_to_delete: Vec<String>,
+}
+
+impl IpamState {
+    /// Builds the state for the node's CIDRs (one per enabled family), restores the
+    /// journal's allocations and endpoints, and reserves the router (and health,
+    /// ingress) addresses.
+    pub fn restore(
+        cfg: StateConfig,
+        journal: Journal,
+        mut node: NodeResource,
+        cidrs: &[IpNet],
+        snapshot: Snapshot,
+        router_hints: &[IpAddr],
+    ) -> Result<IpamState, String> {
+        let mut ranges = Vec::new();
+        for cidr in cidrs {
+            let alloc =
+                HostScopeAllocator::new(*cidr).map_err(|e| format!("node CIDR {cidr}: {e}"))?;
+            ranges.push(FamilyRange {
+                family: Family::of_net(cidr),
+                alloc,
+                router: None,
+            });
+        }
+        let mut report = RestoreReport::default();
+        let mut ops = Vec::new();
+        let mut timers = Vec::new();
+        let mut allocations = BTreeMap::new();
+        let now = now_ms();
+        let mut by_age: Vec<AllocationRecord> = snapshot.allocations;
+        by_age.sort_by_key(|r| r.allocated_at_ms);
+        for rec in by_age {
+            let range = ranges.iter_mut().find(|r| r.alloc.contains(rec.ip));
+            match rec.state {
+                AllocationState::Pending if rec.expires_at_ms.is_some_and(|t| t <= now) => {
+                    tracing::warn!(ip = %rec.ip, owner = %rec.owner, "Released IP after expiration (expired while the daemon was down)");
+                    report.expired += 1;
+                    ops.push(JournalOp::DeleteAllocation {
+                        pool: rec.pool.clone(),
+                        ip: rec.ip,
+                    });
+                    continue;
+                }
+                AllocationState::Cooling if rec.cooling_until_ms.is_none_or(|t| t <= now) => {
+                    report.cooled_down += 1;
+                    ops.push(JournalOp::DeleteAllocation {
+                        pool: rec.pool.clone(),
+                        ip: rec.ip,
+                    });
+                    continue;
+                }
+                _ => {}
+            }
+            match range {
+                Some(range) => {
+                    range.alloc.allocate(rec.ip).map_err(|e| {
+                        format!(
+                            "journal {}: cannot restore {} ({}): {e}",
+                            journal.path().display(),
+                            rec.ip,
+                            rec.owner
+                        )
+                    })?;
+                    range.alloc.set_cursor_after(rec.ip);
+                }
+                None => {
+                    tracing::warn!(ip = %rec.ip, owner = %rec.owner, "journal allocation is outside the node's ranges: kept until its pod is deleted, never handed out again");
+                    report
+                        .outside_ranges
+                        .push(format!("{} ({})", rec.ip, rec.owner));
+                }
+            }
+            match (
+                &rec.state,
+                &rec.expiration_uuid,
+                rec.expires_at_ms,
+                rec.cooling_until_ms,
+            ) {
+                (AllocationState::Pending, Some(uuid), Some(deadline_ms), _) => {
+                    timers.push(Timer {
+                        ip: rec.ip,
+                        deadline_ms,
+                        kind: TimerKind::Expire { uuid: uuid.clone() },
+                    });
+                }
+                (AllocationState::Cooling, _, _, Some(until)) => {
+                    timers.push(Timer {
+                        ip: rec.ip,
+                        deadline_ms: until,
+                        kind: TimerKind::Cooldown,
+                    });
+                }
+                _ => {}
+            }
+            if rec.state != AllocationState::Cooling {
+                report.restored += 1;
+            }
+            allocations.insert(rec.ip, rec);
+        }
+        let endpoints: BTreeMap<String, EndpointRecord> = snapshot
+            .endpoints
+            .into_iter()
+            .map(|e| (e.key(), e))
+            .collect();
+        let restored_endpoints = endpoints.keys().cloned().collect();
+        let mut state = IpamState {
+            cfg,
+            ranges,
+            allocations,
+            endpoints,
+            restored_endpoints,
+            journal,
+            node: NodeResource::default(),
+            timers,
+            restore_report: RestoreReport::default(),
+        };
+        let mut infra = vec!["router"];
+        if state.cfg.reserve_health {
+            infra.push("health");
+        }
+        if state.cfg.reserve_ingress {
+            infra.push("ingress");
+        }
+        for idx in 0..state.ranges.len() {
+            for owner in &infra {
+                let ip = state.reserve_infra(idx, owner, router_hints, &mut ops)?;
+                if *owner == "router" {
+                    state.ranges[idx].router = Some(ip);
+                    node.set_address("CiliumInternalIP", ip);
+                }
+            }
+        }
+        state.node = node;
+        let node_json = serde_json::to_value(&state.node).map_err(|e| e.to_string())?;
+        ops.push(JournalOp::PutMeta {
+            key: NODE_META_KEY.into(),
+            value: node_json,
+        });
+        state.journal.commit(&ops).map_err(|e| e.to_string())?;
+        state.restore_report = report;
+        Ok(state)
+    }
+
+    /// Takes the previous router (health, ingress) address of a family from the
+    /// journal, else (router only) the address the router device still carries, else
+    /// a new one.
+    fn reserve_infra(
+        &mut self,
+        idx: usize,
+        owner: &str,
+        router_hints: &[IpAddr],
+        ops: &mut Vec<JournalOp>,
+    ) -> Result<IpAddr, String> {
+        let family = self.ranges[idx].family;
+        if let Some(rec) = self.allocations.values().find(|r| {
+            r.state == AllocationState::Infra
+                && r.owner == owner
+                && Family::of_addr(&r.ip) == family
+        }) {
+            return Ok(rec.ip);
+        }
+        let hinted = router_hints
+            .iter()
+            .filter(|_| owner == "router")
+            .find(|ip| {
+                self.ranges[idx].alloc.contains(**ip) && !self.ranges[idx].alloc.is_allocated(**ip)
+            })
+            .copied();
+        let ip = match hinted {
+            Some(ip) => self.ranges[idx].alloc.allocate(ip).map(|_| ip),
+            None => self.ranges[idx].alloc.allocate_next(),
+        }
+        .map_err(|e| {
+            format!(
+                "unable to allocate {owner} {}: {e}, see https://cilium.link/ipam-range-full",
+                family.label()
+            )
+        })?;
+        let rec = infra_record(ip, owner);
+        ops.push(JournalOp::PutAllocation(rec.clone()));
+        self.allocations.insert(ip, rec);
+        Ok(ip)
+    }
+
+    /// The host link an allocation's attachment should have, if it has one.
+    fn expected_link(rec: &AllocationRecord) -> Option<String> {
+        match (&rec.host_ifname, &rec.container_id, &rec.ifname) {
+            (Some(h), _, _) => Some(h.clone()),
+            (None, Some(cid), Some(ifname)) => Some(host_ifname(cid, ifname)),
+            _ => None,
+        }
+    }
+
+    /// Reconciles the restored state with the kernel's host links (see the module
+    /// comment for who wins). With `adopt`, links no allocation accounts for are
+    /// taken over (journal rebuilt from the kernel) instead of removed.
+    pub fn reconcile_with_kernel(
+        &mut self,
+        kernel: &KernelView,
+        adopt: bool,
+    ) -> Result<ReconcileReport, String> {
+        let present: BTreeSet<&str> = kernel.links.iter().map(|l| l.name.as_str()).collect();
+        let now = now_ms();
+        let mut ops = Vec::new();
+        let mut expected = BTreeSet::new();
+        let mut gone = Vec::new();
+        for rec in self.allocations.values() {
+            let Some(link) = Self::expected_link(rec) else {
+                continue;
+            };
+            match rec.state {
+                AllocationState::Bound if !present.contains(link.as_str()) => {
+                    gone.push((rec.clone(), link));
+                }
+                AllocationState::Bound | AllocationState::Pending => {
+                    expected.insert(link);
+                }
+                _ => {}
+            }
+        }
+        for (rec, link) in gone {
+            tracing::warn!(ip = %rec.ip, owner = %rec.owner, link = %link, "host link is gone (the pod's netns was deleted while the daemon was down): releasing");
+            self.restore_report
+                .released_link_gone
+                .push(format!("{} ({})", rec.ip, rec.owner));
+            ops.push(self.release_op(&rec, now));
+            if let (Some(cid), Some(ifname)) = (&rec.container_id, &rec.ifname) {
+                let key = EndpointRecord::key_of(cid, ifname);
+                if self.endpoints.contains_key(&key) && !ops.iter().any(|o| matches!(o, JournalOp::DeleteEndpoint { container_id, ifname: i } if container_id == cid && i == ifname)) {
+                    ops.push(JournalOp::DeleteEndpoint { container_id: cid.clone(), ifname: ifname.clone() });
+                }
+            }
+        }
+        let mut report = ReconcileReport::default();
+        for link in &kernel.links {
+            if expected.contains(&link.name) {
+                continue;
+            }
+            if adopt && let Some(adopted) = self.adopt_link(link, &mut ops) {
+                self.restore_report.adopted_from_kernel.extend(adopted);
+                continue;
+            }
+            tracing::warn!(link = %link.name, routed = ?link.routed, "host link without an allocation: removing it");
+            self.restore_report
+                .orphan_links_removed
+                .push(link.name.clone());
+            report.links_to_delete.push(link.name.clone());
+        }
+        self.commit(&ops).map_err(|e| e.message)?;
+        self.apply(ops, "reconciled with the kernel");
+        Ok(report)
+    }
+
+    /// Takes over the addresses routed through a link (journal rebuild). Returns
+    /// None when none of them can be taken (the link is then removed).
+    fn adopt_link(&mut self, link: &KernelLink, ops: &mut Vec<JournalOp>) -> Option<Vec<String>> {
+        let mut adopted = Vec::new();
+        for ip in &link.routed {
+            let Some(range) = self.ranges.iter_mut().find(|r| r.alloc.contains(*ip)) else {
+                continue;
+            };
+            if range.alloc.allocate(*ip).is_err() {
+                continue;
+            }
+            let rec = AllocationRecord {
+                ip: *ip,
+                family: Family::of_addr(ip).as_str().into(),
+                pool: DEFAULT_POOL.into(),
+                owner: format!("{} [from kernel]", link.name),
+                container_id: None,
+                ifname: None,
+                network: None,
+                state: AllocationState::Bound,
+                expiration_uuid: None,
+                expires_at_ms: None,
+                allocated_at_ms: now_ms(),
+                host_ifname: Some(link.name.clone()),
+                cooling_until_ms: None,
+            };
+            tracing::warn!(ip = %ip, link = %link.name, "adopted an address from the kernel");
+            adopted.push(format!("{ip} ({})", link.name));
+            self.allocations.insert(*ip, rec.clone());
+            ops.push(JournalOp::PutAllocation(rec));
+        }
+        (!adopted.is_empty()).then_some(adopted)
+    }
+
+    /// Records how many queued DELs were replayed at start.
+    pub fn note_queued_deletes(&mut self, n: usize) {
+        self.restore_report.queued_deletes += n;
+    }
+
+    /// What restore and reconciliation decided.
+    pub fn restore_report(&self) -> &RestoreReport {
+        &self.restore_report
+    }
+}
+
+fn infra_record(ip: IpAddr, owner: &str) -> AllocationRecord {
+    AllocationRecord {
+        ip,
+        family: Family::of_addr(&ip).as_str().into(),
+        pool: DEFAULT_POOL.into(),
+        owner: owner.into(),
+        container_id: None,
+        ifname: None,
+        network: None,
+        state: AllocationState::Infra,
+        expiration_uuid: None,
+        expires_at_ms: None,
+        allocated_at_ms: now_ms(),
+        host_ifname: None,
+        cooling_until_ms: None,
+    }
+}

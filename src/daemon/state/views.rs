@@ -1,0 +1,172 @@
+//! Read-only views of the state: `GET /v1/config`, `GET /v1/healthz` (Cilium's
+//! status shape plus podnet's per-range, cooling and restore figures) and endpoints.
+
+use super::{ApiError, IpamState};
+use crate::api::models::*;
+use crate::ipam::Family;
+use crate::store::{AllocationState, EndpointRecord, now_ms};
+
+impl IpamState {
+    pub(super) fn node_addressing(&self) -> NodeAddressing {
+        let mut na = NodeAddressing::default();
+        for r in &self.ranges {
+            let el = NodeAddressingElement {
+                enabled: true,
+                ip: r.router.map(|ip| ip.to_string()).unwrap_or_default(),
+                alloc_range: r.alloc.cidr().to_string(),
+            };
+            match r.family {
+                Family::V4 => na.ipv4 = Some(el),
+                Family::V6 => na.ipv6 = Some(el),
+            }
+        }
+        na
+    }
+
+    /// `GET /v1/config`.
+    pub fn config(&self) -> DaemonConfiguration {
+        DaemonConfiguration {
+            status: DaemonConfigurationStatus {
+                addressing: self.node_addressing(),
+                ipam_mode: self.cfg.ipam_mode.clone(),
+                device_mtu: self.cfg.mtu,
+                route_mtu: self.cfg.mtu,
+                datapath_mode: "veth".into(),
+                configured_datapath_mode: "veth".into(),
+                node_name: self.cfg.node_name.clone(),
+            },
+        }
+    }
+
+    pub(super) fn view(&self, ep: &EndpointRecord) -> EndpointView {
+        let mut addressing = AddressPair::default();
+        if let Some(ip) = ep.ipv4 {
+            addressing.ipv4 = ip.to_string();
+            addressing.ipv4_pool_name = ep.pool.clone();
+        }
+        if let Some(ip) = ep.ipv6 {
+            addressing.ipv6 = ip.to_string();
+            addressing.ipv6_pool_name = ep.pool.clone();
+        }
+        EndpointView {
+            container_id: ep.container_id.clone(),
+            container_interface_name: ep.ifname.clone(),
+            interface_name: ep.host_ifname.clone(),
+            owner: ep.owner.clone(),
+            addressing,
+            restored: self.restored_endpoints.contains(&ep.key()),
+        }
+    }
+
+    /// `GET /v1/endpoint/{id}` for `cni-attachment-id:<cid>:<ifname>` or
+    /// `container-id:<cid>`.
+    pub fn endpoint(&self, id: &str) -> Result<EndpointView, ApiError> {
+        let found = if let Some(rest) = id.strip_prefix("cni-attachment-id:") {
+            match rest.rsplit_once(':') {
+                Some((cid, ifname)) => self.endpoints.get(&EndpointRecord::key_of(cid, ifname)),
+                None => self.endpoints.values().find(|e| e.container_id == rest),
+            }
+        } else if let Some(cid) = id.strip_prefix("container-id:") {
+            self.endpoints.values().find(|e| e.container_id == cid)
+        } else {
+            return Err(ApiError::new(
+                400,
+                format!(
+                    "unsupported endpoint id {id:?} (use cni-attachment-id:<containerID>:<ifname>)"
+                ),
+            ));
+        };
+        found
+            .map(|e| self.view(e))
+            .ok_or_else(|| ApiError::new(404, format!("endpoint {id} not found")))
+    }
+
+    /// `GET /v1/healthz`: Cilium's status shape with podnet's per-range figures.
+    /// Cooling addresses count as used; they are listed under `cooling`, not
+    /// `allocations` (nobody owns them).
+    pub fn status(&self) -> StatusResponse {
+        let mut ipam = IpamStatus {
+            mode: self.cfg.ipam_mode.clone(),
+            node_name: self.cfg.node_name.clone(),
+            restore: self.restore_report.clone(),
+            ..Default::default()
+        };
+        let now = now_ms();
+        let mut lines = Vec::new();
+        for r in &self.ranges {
+            let in_family = || {
+                self.allocations
+                    .values()
+                    .filter(|rec| Family::of_addr(&rec.ip) == r.family)
+            };
+            let used = in_family().filter(|rec| r.alloc.contains(rec.ip)).count() as u64;
+            let cooling = in_family()
+                .filter(|rec| rec.state == AllocationState::Cooling)
+                .count() as u64;
+            let list: Vec<String> = in_family().map(|rec| rec.ip.to_string()).collect();
+            match r.family {
+                Family::V4 => ipam.ipv4 = Some(list),
+                Family::V6 => ipam.ipv6 = Some(list),
+            }
+            lines.push(format!(
+                "{}: {used}/{} allocated from {}",
+                r.family.label(),
+                r.alloc.capacity(),
+                r.alloc.cidr()
+            ));
+            ipam.ranges.push(RangeStatus {
+                family: r.family.as_str().into(),
+                cidr: r.alloc.cidr().to_string(),
+                used,
+                usable: r.alloc.usable(),
+                cooling,
+            });
+        }
+        ipam.status = lines.join(", ");
+        for (ip, rec) in &self.allocations {
+            if rec.state == AllocationState::Cooling {
+                let left = rec.cooling_until_ms.unwrap_or(now).saturating_sub(now);
+                ipam.cooling
+                    .insert(ip.to_string(), format!("{} ({} ms left)", rec.owner, left));
+                continue;
+            }
+            let restored = match (&rec.container_id, &rec.ifname) {
+                (Some(c), Some(i)) => self
+                    .restored_endpoints
+                    .contains(&EndpointRecord::key_of(c, i)),
+                _ => false,
+            };
+            let mut owner = rec.owner.clone();
+            if restored {
+                owner.push_str(" [restored]");
+            }
+            if rec.state == AllocationState::Pending {
+                owner.push_str(" [expiring]");
+            }
+            ipam.allocations.insert(ip.to_string(), owner);
+        }
+        let exhausted: Vec<&RangeStatus> =
+            ipam.ranges.iter().filter(|r| r.is_exhausted()).collect();
+        let cilium = if exhausted.is_empty() {
+            StatusElement {
+                state: "Ok".into(),
+                msg: String::new(),
+            }
+        } else {
+            StatusElement {
+                state: "Warning".into(),
+                msg: exhausted
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{} range {} of node {} is full ({}/{} in use, {} cooling)",
+                            r.family, r.cidr, self.cfg.node_name, r.used, r.usable, r.cooling
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            }
+        };
+        StatusResponse { cilium, ipam }
+    }
+}
