@@ -195,6 +195,7 @@ impl Node {
     /// A node whose daemon runs with `args` (besides socket and state dir).
     pub fn start(args: &[&str]) -> Node {
         let ns = Netns::new("pnt-node");
+        ns.exec(&["ip", "link", "set", "lo", "up"]);
         let dir = std::env::temp_dir().join(format!("podnet-it-{}", ns.name));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let mut node = Node {

@@ -11,3 +11,4 @@ mod cnitool;
 mod core_path;
 mod crash_safety;
 mod daemon_lifecycle;
+mod operations;

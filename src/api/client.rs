@@ -171,6 +171,19 @@ impl Client {
         }
     }
 
+    /// `POST /v1/cni/report`: the plugin's timings and failure.
+    pub fn report(&self, report: &CniReport) -> Result<(), ClientError> {
+        let body = to_body(report, &self.socket)?;
+        self.call("POST", "/v1/cni/report", &[], Some(body))
+            .map(|_| ())
+    }
+
+    /// `GET /v1/explain?q=`.
+    pub fn explain(&self, query: &str) -> Result<ExplainResponse, ClientError> {
+        let q = build_query(&[("q", query)]);
+        self.call_json("GET", &format!("/v1/explain?{q}"), &[], None::<&()>)
+    }
+
     /// `POST /v1/cni/gc`.
     pub fn gc(&self, req: &GcRequest) -> Result<GcResponse, ClientError> {
         self.call_json("POST", "/v1/cni/gc", &[], Some(req))

@@ -285,6 +285,17 @@ pub struct IpamStatus {
     /// podnet: what the last start restored and reconciled.
     #[serde(default)]
     pub restore: RestoreStatus,
+    /// podnet: the datapath in use (`veth`).
+    #[serde(default)]
+    pub datapath: String,
+    /// podnet: the journal file and its size.
+    #[serde(default)]
+    pub journal: String,
+    #[serde(rename = "journal-bytes", default)]
+    pub journal_bytes: u64,
+    /// podnet: DELs waiting in the on-disk queue.
+    #[serde(rename = "queue-depth", default)]
+    pub queue_depth: u64,
 }
 
 /// podnet: what the daemon's start found in the journal and the kernel, and did.
@@ -333,6 +344,91 @@ impl RangeStatus {
     pub fn is_exhausted(&self) -> bool {
         self.used >= self.usable
     }
+}
+
+/// podnet: `POST /v1/cni/report`, sent by the plugin at the end of ADD and DEL:
+/// its phase timings and, for a failure, the reason and message (kept for
+/// `podnet explain`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CniReport {
+    pub verb: String,
+    #[serde(rename = "container-id", default)]
+    pub container_id: String,
+    #[serde(default)]
+    pub ifname: String,
+    #[serde(default)]
+    pub owner: String,
+    /// Phase name → seconds.
+    #[serde(default)]
+    pub phases: BTreeMap<String, f64>,
+    /// Short machine reason of a failure (`range-full`, `datapath`, ...).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+/// podnet: one remembered failure.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FailureRecord {
+    #[serde(rename = "at-ms")]
+    pub at_ms: u64,
+    pub verb: String,
+    #[serde(default)]
+    pub owner: String,
+    #[serde(rename = "container-id", default)]
+    pub container_id: String,
+    #[serde(default)]
+    pub ifname: String,
+    pub reason: String,
+    pub message: String,
+    /// What to do about it.
+    #[serde(default)]
+    pub hint: String,
+}
+
+/// podnet: `GET /v1/explain?q=<pod|ip|container-id>`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ExplainResponse {
+    pub query: String,
+    /// The addresses that match, with why each is where it is.
+    #[serde(default)]
+    pub addresses: Vec<AddressExplanation>,
+    /// Recent failures that match.
+    #[serde(default)]
+    pub failures: Vec<FailureRecord>,
+    /// A one-paragraph answer.
+    pub summary: String,
+}
+
+/// podnet: why one address is allocated (or cooling).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct AddressExplanation {
+    pub ip: String,
+    pub pool: String,
+    pub owner: String,
+    /// `pending`, `bound`, `infra` or `cooling`.
+    pub state: String,
+    #[serde(rename = "container-id", default)]
+    pub container_id: String,
+    #[serde(default)]
+    pub ifname: String,
+    #[serde(default)]
+    pub network: String,
+    /// The rule that chose the range (the pool-selection step in multi-pool).
+    pub rule: String,
+    /// The node range the address comes from.
+    pub range: String,
+    #[serde(rename = "allocated-at-ms")]
+    pub allocated_at_ms: u64,
+    /// Pending: when it expires; cooling: when it is free again.
+    #[serde(rename = "until-ms", default)]
+    pub until_ms: u64,
+    #[serde(default)]
+    pub restored: bool,
+    /// The host-side link the attachment has.
+    #[serde(rename = "host-link", default)]
+    pub host_link: String,
 }
 
 fn is_false(b: &bool) -> bool {

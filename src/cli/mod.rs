@@ -1,6 +1,7 @@
 //! Operator commands: `podnet status` and `podnet version` (the plugin and the
 //! daemon have their own modules). They reach the daemon only through the API client.
 
+pub mod explain;
 pub mod status;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +24,8 @@ enum Command {
     },
     /// Show the daemon's IPAM status.
     Status(status::StatusArgs),
+    /// Explain why a pod, address or container has its address, or none.
+    Explain(explain::ExplainArgs),
     /// Print podnet's version and the CNI versions it speaks.
     Version,
 }
@@ -36,6 +39,7 @@ pub fn run(args: Vec<String>) -> i32 {
     match cli.command {
         Command::Daemon { args } => crate::daemon::run(&args),
         Command::Status(a) => status::run(&a),
+        Command::Explain(a) => explain::run(&a),
         Command::Version => {
             println!("podnet {}", env!("CARGO_PKG_VERSION"));
             println!(

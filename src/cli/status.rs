@@ -41,35 +41,58 @@ pub fn run(args: &StatusArgs) -> i32 {
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return 0;
     }
-    println!("Node:\t{}", status.ipam.node_name);
-    println!("Mode:\t{}", status.ipam.mode);
-    println!(
-        "State:\t{}{}",
-        status.cilium.state,
-        if status.cilium.msg.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", status.cilium.msg)
-        }
-    );
-    println!("IPAM:\t{}", status.ipam.status);
-    for r in &status.ipam.ranges {
+    let ipam = &status.ipam;
+    let state = if ipam.ranges.is_empty() {
+        "Not ready"
+    } else {
+        status.cilium.state.as_str()
+    };
+    println!("Node:       {}", ipam.node_name);
+    println!("Mode:       {}", ipam.mode);
+    println!("Datapath:   {}", ipam.datapath);
+    match status.cilium.msg.as_str() {
+        "" => println!("State:      {state}"),
+        msg => println!("State:      {state} ({msg})"),
+    }
+    println!("IPAM:       {}", ipam.status);
+    for r in &ipam.ranges {
         println!(
-            "  {} {}: {} used, {} free of {} usable",
+            "  {} {}: {} used ({} cooling), {} free of {} usable",
             r.family,
             r.cidr,
             r.used,
+            r.cooling,
             r.usable.saturating_sub(r.used),
             r.usable
         );
     }
+    println!(
+        "Journal:    {} ({} bytes)",
+        ipam.journal, ipam.journal_bytes
+    );
+    println!("DEL queue:  {} waiting", ipam.queue_depth);
+    let rr = &ipam.restore;
+    println!(
+        "Restore:    {} restored, {} expired, {} queued DELs replayed, {} released (link gone), {} orphan links removed, {} adopted from the kernel, {} outside the ranges",
+        rr.restored,
+        rr.expired,
+        rr.queued_deletes,
+        rr.released_link_gone.len(),
+        rr.orphan_links_removed.len(),
+        rr.adopted_from_kernel.len(),
+        rr.outside_ranges.len()
+    );
     if args.all_addresses {
         println!("Allocated addresses:");
-        let mut lines: Vec<String> = status
-            .ipam
+        let mut lines: Vec<String> = ipam
             .allocations
             .iter()
             .map(|(ip, owner)| format!("  {ip} ({owner})"))
+            .chain(
+                ipam.cooling
+                    .iter()
+                    .map(|(ip, was)| format!("  {ip} [cooling] (was {was})")),
+            )
             .collect();
         lines.sort();
         for l in lines {

@@ -5,6 +5,7 @@
 //! expiration and cooldown timers.
 
 mod devices;
+pub mod metrics;
 pub mod options;
 mod routes;
 mod server;
@@ -27,6 +28,7 @@ use state::{ApiError, IpamState, NODE_META_KEY, StateConfig, Timer};
 /// The running daemon, shared by every connection and timer.
 pub struct Daemon {
     state: Mutex<IpamState>,
+    queue: DeleteQueue,
 }
 
 impl Daemon {
@@ -59,6 +61,22 @@ impl Daemon {
                 let _ = d.with_state(move |s| Ok(s.fire(&t))).await;
             });
         }
+    }
+
+    /// DELs waiting in the on-disk queue (normally none while the daemon runs).
+    pub fn queue_depth(&self) -> usize {
+        self.queue.entries().map(|e| e.len()).unwrap_or(0)
+    }
+
+    /// The metrics text, with the gauges brought up to date.
+    pub async fn metrics_text(self: &Arc<Self>) -> Result<String, ApiError> {
+        let depth = self.queue_depth();
+        self.with_state(move |s| {
+            s.refresh_gauges(s.metrics());
+            s.metrics().queue_depth.set(depth as i64);
+            Ok(s.metrics().encode())
+        })
+        .await
     }
 
     /// Deletes the host-side links of garbage-collected attachments that still exist.
@@ -138,7 +156,9 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         reserve_health: opts.enable_health_checking,
         reserve_ingress: opts.enable_ingress_controller,
     };
-    let mut state = IpamState::restore(cfg, journal, node, &cidrs, snapshot, &router_hints)?;
+    let metrics = Arc::new(metrics::Metrics::new(&opts.metrics_prefix));
+    let mut state =
+        IpamState::restore(cfg, journal, node, &cidrs, snapshot, &router_hints, metrics)?;
 
     // Replay the DELs queued while the daemon was down, holding the queue lock
     // until the socket accepts requests (a plugin that waits for the lock then
@@ -173,11 +193,16 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let socket = opts.socket.clone();
+    let metrics_addr = opts.prometheus_serve_addr.clone();
     runtime.block_on(async move {
         let listener = server::bind(&socket)?;
         drop(queue_lock);
-        let daemon = Arc::new(Daemon { state: Mutex::new(state) });
+        let daemon = Arc::new(Daemon { state: Mutex::new(state), queue });
         daemon.arm_timers(timers);
+        if !metrics_addr.is_empty() {
+            let tcp = server::bind_metrics(&metrics_addr).await?;
+            tokio::spawn(server::serve_metrics(tcp, daemon.clone()));
+        }
         tracing::info!(socket = %socket.display(), lock = %lock.path().display(), "podnet daemon ready");
         server::serve(listener, daemon, shutdown_signal()).await;
         let _ = std::fs::remove_file(&socket);

@@ -91,6 +91,15 @@ pub struct DaemonOptions {
     #[arg(long = "state-dir", default_value = "/run/podnet/state")]
     pub state_dir: PathBuf,
 
+    /// Serve Prometheus metrics on this address (e.g. `127.0.0.1:9962`, or `:9962`
+    /// for every address); empty = off.
+    #[arg(long = "prometheus-serve-addr", default_value = "")]
+    pub prometheus_serve_addr: String,
+
+    /// Prefix of metric names (`cilium` gives Cilium's names).
+    #[arg(long = "metrics-prefix", default_value = "podnet")]
+    pub metrics_prefix: String,
+
     /// Log filter (error, warn, info, debug, trace, or a tracing filter).
     #[arg(long = "log-level", default_value = "info")]
     pub log_level: String,

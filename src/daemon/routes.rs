@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::Daemon;
 use super::state::{AllocateRequest, ApiError};
 use crate::api::http::{decode_component, parse_query};
-use crate::api::models::{EndpointBatchDeleteRequest, EndpointChangeRequest, GcRequest};
+use crate::api::models::{CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest, GcRequest};
 use crate::ipam::Family;
 
 /// Largest request body accepted.
@@ -50,7 +50,8 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
     let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     match (&method, segments.as_slice()) {
         (&Method::GET, ["v1", "healthz"]) => {
-            let status = daemon.with_state(|s| Ok(s.status())).await?;
+            let mut status = daemon.with_state(|s| Ok(s.status())).await?;
+            status.ipam.queue_depth = daemon.queue_depth() as u64;
             Ok(json_reply(200, &status))
         }
         (&Method::GET, ["v1", "config"]) => Ok(json_reply(
@@ -119,6 +120,30 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
                 .await?;
             Ok(json_reply(200, &serde_json::Value::Null))
         }
+        (&Method::POST, ["v1", "cni", "report"]) => {
+            let body: CniReport = read_json(req).await?;
+            daemon
+                .with_state(move |s| {
+                    s.cni_report(&body);
+                    Ok(())
+                })
+                .await?;
+            Ok(json_reply(200, &serde_json::Value::Null))
+        }
+        (&Method::GET, ["v1", "explain"]) => {
+            let q = q("q");
+            if q.is_empty() {
+                return Err(ApiError::new(
+                    400,
+                    "explain needs ?q=<pod ns/name | ip | container id>",
+                ));
+            }
+            Ok(json_reply(
+                200,
+                &daemon.with_state(move |s| Ok(s.explain(&q))).await?,
+            ))
+        }
+        (&Method::GET, ["metrics"]) => Ok(text_reply(daemon.metrics_text().await?)),
         (&Method::POST, ["v1", "cni", "gc"]) => {
             let body: GcRequest = read_json(req).await?;
             let (resp, stale) = daemon.with_state(move |s| s.gc(&body)).await?;
@@ -161,6 +186,16 @@ async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Re
         .to_bytes();
     serde_json::from_slice(&body)
         .map_err(|e| ApiError::new(400, format!("invalid request body: {e}")))
+}
+
+/// The Prometheus text exposition.
+pub fn text_reply(body: String) -> Reply {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    resp
 }
 
 fn json_reply<T: Serialize>(status: u16, body: &T) -> Reply {

@@ -110,6 +110,51 @@ pub fn bind(socket: &Path) -> Result<UnixListener, String> {
     Ok(listener)
 }
 
+/// Binds the metrics listener (`host:port`, or `:port` for every address).
+pub async fn bind_metrics(addr: &str) -> Result<tokio::net::TcpListener, String> {
+    let addr = if addr.starts_with(':') {
+        format!("[::]{addr}")
+    } else {
+        addr.to_string()
+    };
+    tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))
+}
+
+/// Serves `GET /metrics` (anything else is 404) on the metrics listener.
+pub async fn serve_metrics(listener: tokio::net::TcpListener, daemon: Arc<Daemon>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let d = daemon.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let d = d.clone();
+                async move {
+                    let reply = if req.uri().path() == "/metrics" {
+                        match d.metrics_text().await {
+                            Ok(text) => super::routes::text_reply(text),
+                            Err(e) => super::routes::text_reply(e.message),
+                        }
+                    } else {
+                        let mut r = super::routes::text_reply("only /metrics lives here\n".into());
+                        *r.status_mut() = hyper::StatusCode::NOT_FOUND;
+                        r
+                    };
+                    Ok::<_, std::convert::Infallible>(reply)
+                }
+            });
+            let conn = http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), svc);
+            let _ = conn.await;
+        });
+    }
+}
+
 /// Accepts connections until `shutdown` resolves.
 pub async fn serve(
     listener: UnixListener,

@@ -14,7 +14,8 @@ use ipnet::IpNet;
 
 use crate::api::client::{AllocateParams, Client};
 use crate::api::models::{
-    AddressPair, EndpointBatchDeleteRequest, EndpointChangeRequest, IpamResponse,
+    AddressPair, DaemonConfigurationStatus, EndpointBatchDeleteRequest, EndpointChangeRequest,
+    IpamResponse,
 };
 use crate::cni::{CniEnv, CniError, CniResult, Interface, IpConfig, NetConf, Route};
 use crate::datapath::{
@@ -23,6 +24,7 @@ use crate::datapath::{
 };
 
 use super::daemon_errors::to_cni;
+use super::report::Timings;
 
 /// One family's address and router, as the daemon handed them out.
 struct FamilyPlan {
@@ -45,7 +47,12 @@ impl FamilyPlan {
     }
 }
 
-pub fn add(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<String, CniError> {
+pub fn add(
+    env: &CniEnv,
+    conf: &NetConf,
+    client: &Client,
+    t: &mut Timings,
+) -> Result<String, CniError> {
     let (cid, ifname, netns_path) = attachment(env)?;
     if conf.prev_result.is_some() {
         return Err(CniError::invalid_network_config(
@@ -57,12 +64,14 @@ pub fn add(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<String, CniE
         .config()
         .map_err(|e| to_cni(e, "reading the daemon's configuration"))?
         .status;
+    t.mark("daemon-config");
     let host_sock =
         NetlinkSocket::new().map_err(dp("opening netlink in the runtime's namespace"))?;
     let pod_sock =
         NetlinkSocket::new_in(&netns).map_err(dp("opening netlink in the pod's namespace"))?;
     let host_name = host_ifname(cid, ifname);
     clear_previous_attempt(&host_sock, &pod_sock, &host_name, ifname, netns_path)?;
+    t.mark("netlink-setup");
 
     let owner = env.args.owner(cid);
     let alloc = client
@@ -75,19 +84,20 @@ pub fn add(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<String, CniE
             ..Default::default()
         })
         .map_err(|e| to_cni(e, "unable to allocate IP via local podnet daemon"))?;
+    t.mark("ipam-round-trip");
 
-    let attempt = configure(
+    let attempt = Attempt {
         env,
         conf,
         client,
-        &alloc,
-        &daemon_cfg,
-        &netns,
-        &host_sock,
-        &pod_sock,
-        &host_name,
-    );
-    match attempt {
+        alloc: &alloc,
+        daemon_cfg: &daemon_cfg,
+        netns: &netns,
+        host_sock: &host_sock,
+        pod_sock: &pod_sock,
+        host_name: &host_name,
+    };
+    match attempt.configure(t) {
         Ok(out) => Ok(out),
         Err(e) => {
             undo(client, &host_sock, &host_name, cid, ifname);
@@ -96,201 +106,222 @@ pub fn add(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<String, CniE
     }
 }
 
-/// Everything after the allocation; an error here is rolled back by the caller.
-#[allow(clippy::too_many_arguments)]
-fn configure(
-    env: &CniEnv,
-    conf: &NetConf,
-    client: &Client,
-    alloc: &IpamResponse,
-    daemon_cfg: &crate::api::models::DaemonConfigurationStatus,
-    netns: &NetNs,
-    host_sock: &NetlinkSocket,
-    pod_sock: &NetlinkSocket,
-    host_name: &str,
-) -> Result<String, CniError> {
-    let (cid, ifname, netns_path) = attachment(env)?;
-    let plans = plan_families(alloc)?;
-    let mtu = daemon_cfg.device_mtu;
-    let route_mtu = daemon_cfg.route_mtu;
-    let host_mac = random_mac().map_err(dp("generating a MAC address"))?;
-    let pod_mac = random_mac().map_err(dp("generating a MAC address"))?;
-    let host = host_sock
-        .create_veth_pair(&VethSpec {
-            host_name,
-            host_mac: Some(host_mac),
-            peer_name: ifname,
-            peer_mac: Some(pod_mac),
-            mtu,
-            peer_netns: netns,
-            txqlen: Some(1000),
-        })
-        .map_err(dp("unable to set up link on host side"))?;
+/// What the steps after the allocation work with.
+struct Attempt<'a> {
+    env: &'a CniEnv,
+    conf: &'a NetConf,
+    client: &'a Client,
+    alloc: &'a IpamResponse,
+    daemon_cfg: &'a DaemonConfigurationStatus,
+    netns: &'a NetNs,
+    host_sock: &'a NetlinkSocket,
+    pod_sock: &'a NetlinkSocket,
+    host_name: &'a str,
+}
 
-    // Host side: up, no reverse-path filter, a /32 (/128) route to the pod, and an
-    // NDP proxy entry so the pod can resolve the IPv6 router address.
-    write_sysctl(&format!("net/ipv4/conf/{host_name}/rp_filter"), "0")
-        .map_err(dp("host rp_filter"))?;
-    let has_v6 = plans.iter().any(|p| p.ip.is_ipv6());
-    if has_v6 {
-        // No DAD on the host side: while its link-local address is tentative the
-        // kernel sends no neighbour solicitation to the pod at all.
-        write_sysctl(&format!("net/ipv6/conf/{host_name}/accept_dad"), "0")
-            .map_err(dp("host accept_dad"))?;
-    }
-    host_sock
-        .set_link_up(host.index)
-        .map_err(dp("bringing up the host side"))?;
-    for p in &plans {
+impl Attempt<'_> {
+    /// Everything after the allocation; an error here is rolled back by the caller.
+    fn configure(&self, t: &mut Timings) -> Result<String, CniError> {
+        let Attempt {
+            env,
+            conf,
+            client,
+            alloc,
+            daemon_cfg,
+            netns,
+            host_sock,
+            pod_sock,
+            host_name,
+        } = *self;
+        let (cid, ifname, netns_path) = attachment(env)?;
+        let plans = plan_families(alloc)?;
+        let mtu = daemon_cfg.device_mtu;
+        let route_mtu = daemon_cfg.route_mtu;
+        let host_mac = random_mac().map_err(dp("generating a MAC address"))?;
+        let pod_mac = random_mac().map_err(dp("generating a MAC address"))?;
+        let host = host_sock
+            .create_veth_pair(&VethSpec {
+                host_name,
+                host_mac: Some(host_mac),
+                peer_name: ifname,
+                peer_mac: Some(pod_mac),
+                mtu,
+                peer_netns: netns,
+                txqlen: Some(1000),
+            })
+            .map_err(dp("unable to set up link on host side"))?;
+
+        // Host side: up, no reverse-path filter, a /32 (/128) route to the pod, and an
+        // NDP proxy entry so the pod can resolve the IPv6 router address.
+        write_sysctl(&format!("net/ipv4/conf/{host_name}/rp_filter"), "0")
+            .map_err(dp("host rp_filter"))?;
+        let has_v6 = plans.iter().any(|p| p.ip.is_ipv6());
+        if has_v6 {
+            // No DAD on the host side: while its link-local address is tentative the
+            // kernel sends no neighbour solicitation to the pod at all.
+            write_sysctl(&format!("net/ipv6/conf/{host_name}/accept_dad"), "0")
+                .map_err(dp("host accept_dad"))?;
+        }
         host_sock
-            .replace_route(&RouteSpec {
-                dst: p.host_net(),
+            .set_link_up(host.index)
+            .map_err(dp("bringing up the host side"))?;
+        for p in &plans {
+            host_sock
+                .replace_route(&RouteSpec {
+                    dst: p.host_net(),
+                    gateway: None,
+                    oif: host.index,
+                    scope_link: true,
+                    mtu: None,
+                    table: None,
+                    priority: None,
+                })
+                .map_err(dp("adding the host route to the pod"))?;
+            if p.ip.is_ipv6() {
+                // Answer the pod's router solicitations at once (the default proxy
+                // delay is up to 0.8 s per resolution).
+                write_sysctl(&format!("net/ipv6/neigh/{host_name}/proxy_delay"), "0")
+                    .map_err(dp("host proxy_delay"))?;
+                host_sock
+                    .add_proxy_neighbour(host.index, p.router)
+                    .map_err(dp("adding the IPv6 router proxy entry"))?;
+            }
+        }
+
+        t.mark("netlink-host");
+
+        // Pod side.
+        in_netns(netns, || {
+            if has_v6 {
+                write_sysctl("net/ipv6/conf/all/disable_ipv6", "0")?;
+                write_sysctl(&format!("net/ipv6/conf/{ifname}/accept_dad"), "0")?;
+            }
+            Ok(())
+        })
+        .map_err(dp("enabling IPv6 in the pod"))?;
+        if let Some(lo) = pod_sock
+            .link_by_name("lo")
+            .map_err(dp("finding lo in the pod"))?
+        {
+            pod_sock
+                .set_link_up(lo.index)
+                .map_err(dp("bringing up lo in the pod"))?;
+        }
+        let pod = pod_sock
+            .link_by_name(ifname)
+            .map_err(dp("finding the pod interface"))?
+            .ok_or_else(|| {
+                CniError::datapath_failure(format!(
+                    "{ifname} did not appear in {}",
+                    netns_path.display()
+                ))
+            })?;
+        pod_sock
+            .set_link_up(pod.index)
+            .map_err(dp("bringing up the pod interface"))?;
+        let mut routes = Vec::new();
+        let mut ips = Vec::new();
+        for p in &plans {
+            pod_sock
+                .add_address(pod.index, p.host_net(), p.ip.is_ipv6())
+                .map_err(dp("adding the pod address"))?;
+            let link_route = RouteSpec {
+                dst: p.router_net(),
                 gateway: None,
-                oif: host.index,
+                oif: pod.index,
                 scope_link: true,
                 mtu: None,
                 table: None,
                 priority: None,
-            })
-            .map_err(dp("adding the host route to the pod"))?;
-        if p.ip.is_ipv6() {
-            // Answer the pod's router solicitations at once (the default proxy
-            // delay is up to 0.8 s per resolution).
-            write_sysctl(&format!("net/ipv6/neigh/{host_name}/proxy_delay"), "0")
-                .map_err(dp("host proxy_delay"))?;
-            host_sock
-                .add_proxy_neighbour(host.index, p.router)
-                .map_err(dp("adding the IPv6 router proxy entry"))?;
-        }
-    }
-
-    // Pod side.
-    in_netns(netns, || {
-        if has_v6 {
-            write_sysctl("net/ipv6/conf/all/disable_ipv6", "0")?;
-            write_sysctl(&format!("net/ipv6/conf/{ifname}/accept_dad"), "0")?;
-        }
-        Ok(())
-    })
-    .map_err(dp("enabling IPv6 in the pod"))?;
-    if let Some(lo) = pod_sock
-        .link_by_name("lo")
-        .map_err(dp("finding lo in the pod"))?
-    {
-        pod_sock
-            .set_link_up(lo.index)
-            .map_err(dp("bringing up lo in the pod"))?;
-    }
-    let pod = pod_sock
-        .link_by_name(ifname)
-        .map_err(dp("finding the pod interface"))?
-        .ok_or_else(|| {
-            CniError::datapath_failure(format!(
-                "{ifname} did not appear in {}",
-                netns_path.display()
-            ))
-        })?;
-    pod_sock
-        .set_link_up(pod.index)
-        .map_err(dp("bringing up the pod interface"))?;
-    let mut routes = Vec::new();
-    let mut ips = Vec::new();
-    for p in &plans {
-        pod_sock
-            .add_address(pod.index, p.host_net(), p.ip.is_ipv6())
-            .map_err(dp("adding the pod address"))?;
-        let link_route = RouteSpec {
-            dst: p.router_net(),
-            gateway: None,
-            oif: pod.index,
-            scope_link: true,
-            mtu: None,
-            table: None,
-            priority: None,
-        };
-        let default_route = RouteSpec {
-            dst: p.default_net(),
-            gateway: Some(p.router),
-            oif: pod.index,
-            scope_link: false,
-            mtu: (route_mtu > 0).then_some(route_mtu),
-            table: None,
-            priority: None,
-        };
-        for r in [&link_route, &default_route] {
-            match pod_sock.add_route(r) {
-                Err(e) if !e.is_exists() => return Err(dp("adding a pod route")(e)),
-                _ => {}
+            };
+            let default_route = RouteSpec {
+                dst: p.default_net(),
+                gateway: Some(p.router),
+                oif: pod.index,
+                scope_link: false,
+                mtu: (route_mtu > 0).then_some(route_mtu),
+                table: None,
+                priority: None,
+            };
+            for r in [&link_route, &default_route] {
+                match pod_sock.add_route(r) {
+                    Err(e) if !e.is_exists() => return Err(dp("adding a pod route")(e)),
+                    _ => {}
+                }
             }
+            ips.push(IpConfig {
+                address: p.host_net(),
+                gateway: Some(p.router),
+                interface: Some(1),
+            });
+            routes.push(result_route(p.router_net(), None, None));
+            routes.push(result_route(
+                p.default_net(),
+                Some(p.router),
+                (route_mtu > 0).then_some(route_mtu),
+            ));
         }
-        ips.push(IpConfig {
-            address: p.host_net(),
-            gateway: Some(p.router),
-            interface: Some(1),
-        });
-        routes.push(result_route(p.router_net(), None, None));
-        routes.push(result_route(
-            p.default_net(),
-            Some(p.router),
-            (route_mtu > 0).then_some(route_mtu),
-        ));
+
+        t.mark("netlink-pod");
+
+        let addressing = AddressPair {
+            ipv4: alloc.address.ipv4.clone(),
+            ipv4_pool_name: alloc.address.ipv4_pool_name.clone(),
+            ipv4_expiration_uuid: alloc
+                .ipv4
+                .as_ref()
+                .map(|a| a.expiration_uuid.clone())
+                .unwrap_or_default(),
+            ipv6: alloc.address.ipv6.clone(),
+            ipv6_pool_name: alloc.address.ipv6_pool_name.clone(),
+            ipv6_expiration_uuid: alloc
+                .ipv6
+                .as_ref()
+                .map(|a| a.expiration_uuid.clone())
+                .unwrap_or_default(),
+        };
+        client
+            .create_endpoint(&EndpointChangeRequest {
+                container_id: cid.to_string(),
+                container_interface_name: ifname.to_string(),
+                k8s_pod_name: env.args.pod_name.clone().unwrap_or_default(),
+                k8s_namespace: env.args.pod_namespace.clone().unwrap_or_default(),
+                k8s_uid: env.args.pod_uid.clone().unwrap_or_default(),
+                state: "waiting-for-identity".into(),
+                addressing,
+                interface_name: host_name.to_string(),
+                interface_index: host.index,
+                container_netns_path: netns_path.display().to_string(),
+                sync_build_endpoint: true,
+            })
+            .map_err(|e| to_cni(e, "unable to create endpoint"))?;
+
+        t.mark("endpoint-registration");
+
+        let result = CniResult {
+            cni_version: conf.cni_version.clone(),
+            interfaces: vec![
+                Interface {
+                    name: host_name.to_string(),
+                    mac: Some(format_mac(&host_mac)),
+                    mtu: Some(mtu),
+                    ..Default::default()
+                },
+                Interface {
+                    name: ifname.to_string(),
+                    mac: Some(format_mac(&pod_mac)),
+                    mtu: Some(mtu),
+                    sandbox: Some(netns_path.display().to_string()),
+                    ..Default::default()
+                },
+            ],
+            ips,
+            routes,
+            dns: None,
+        };
+        serde_json::to_string(&result.to_json(&conf.cni_version))
+            .map_err(|e| CniError::io_failure(format!("encoding the result: {e}")))
     }
-
-    let addressing = AddressPair {
-        ipv4: alloc.address.ipv4.clone(),
-        ipv4_pool_name: alloc.address.ipv4_pool_name.clone(),
-        ipv4_expiration_uuid: alloc
-            .ipv4
-            .as_ref()
-            .map(|a| a.expiration_uuid.clone())
-            .unwrap_or_default(),
-        ipv6: alloc.address.ipv6.clone(),
-        ipv6_pool_name: alloc.address.ipv6_pool_name.clone(),
-        ipv6_expiration_uuid: alloc
-            .ipv6
-            .as_ref()
-            .map(|a| a.expiration_uuid.clone())
-            .unwrap_or_default(),
-    };
-    client
-        .create_endpoint(&EndpointChangeRequest {
-            container_id: cid.to_string(),
-            container_interface_name: ifname.to_string(),
-            k8s_pod_name: env.args.pod_name.clone().unwrap_or_default(),
-            k8s_namespace: env.args.pod_namespace.clone().unwrap_or_default(),
-            k8s_uid: env.args.pod_uid.clone().unwrap_or_default(),
-            state: "waiting-for-identity".into(),
-            addressing,
-            interface_name: host_name.to_string(),
-            interface_index: host.index,
-            container_netns_path: netns_path.display().to_string(),
-            sync_build_endpoint: true,
-        })
-        .map_err(|e| to_cni(e, "unable to create endpoint"))?;
-
-    let result = CniResult {
-        cni_version: conf.cni_version.clone(),
-        interfaces: vec![
-            Interface {
-                name: host_name.to_string(),
-                mac: Some(format_mac(&host_mac)),
-                mtu: Some(mtu),
-                ..Default::default()
-            },
-            Interface {
-                name: ifname.to_string(),
-                mac: Some(format_mac(&pod_mac)),
-                mtu: Some(mtu),
-                sandbox: Some(netns_path.display().to_string()),
-                ..Default::default()
-            },
-        ],
-        ips,
-        routes,
-        dns: None,
-    };
-    serde_json::to_string(&result.to_json(&conf.cni_version))
-        .map_err(|e| CniError::io_failure(format!("encoding the result: {e}")))
 }
 
 fn result_route(dst: IpNet, gw: Option<IpAddr>, mtu: Option<u32>) -> Route {

@@ -12,8 +12,9 @@ use crate::datapath::{NetNs, NetlinkSocket, host_ifname};
 
 use super::add::dp;
 use super::daemon_errors::to_cni;
+use super::report::Timings;
 
-pub fn del(env: &CniEnv, client: &Client) -> Result<(), CniError> {
+pub fn del(env: &CniEnv, client: &Client, t: &mut Timings) -> Result<(), CniError> {
     let (Some(cid), Some(ifname)) = (&env.container_id, &env.ifname) else {
         return Err(CniError::invalid_env(
             "CNI_CONTAINERID and CNI_IFNAME are required",
@@ -33,17 +34,21 @@ pub fn del(env: &CniEnv, client: &Client) -> Result<(), CniError> {
             Err(e) => return Err(dp("opening the pod's network namespace")(e)),
         }
     }
+    t.mark("netlink-pod");
     let host_sock =
         NetlinkSocket::new().map_err(dp("opening netlink in the runtime's namespace"))?;
     host_sock
         .delete_link_by_name(&host_ifname(cid, ifname))
         .map_err(dp("deleting the host side"))?;
+    t.mark("netlink-host");
     let req = EndpointBatchDeleteRequest {
         container_id: cid.clone(),
         container_interface_name: ifname.clone(),
     };
     let what = format!("releasing the addresses of {cid}/{ifname}");
-    match client.delete_endpoints(&req) {
+    let released = client.delete_endpoints(&req);
+    t.mark("daemon-release");
+    match released {
         Ok(()) => Ok(()),
         Err(e) if e.is_unavailable() => queue_release(client, &req, &e.to_string()).map_err(|q| {
             CniError::try_again_later(format!(

@@ -8,6 +8,7 @@ mod check;
 mod daemon_errors;
 mod del;
 mod gc;
+mod report;
 mod status;
 
 use std::io::Read;
@@ -49,14 +50,32 @@ pub fn run() -> i32 {
         Err(e) => return fail(&e, &version),
     };
     let client = Client::new(socket_path(&conf), DAEMON_TIMEOUT);
+    let mut timings = report::Timings::start();
     let outcome = match env.command {
-        Command::Add => add::add(&env, &conf, &client).map(Some),
-        Command::Del => del::del(&env, &client).map(|_| None),
+        Command::Add => add::add(&env, &conf, &client, &mut timings).map(Some),
+        Command::Del => del::del(&env, &client, &mut timings).map(|_| None),
         Command::Check => check::check(&env, &conf, &client).map(|_| None),
         Command::Status => status::status(&client).map(|_| None),
         Command::Gc => gc::gc(&conf, &client).map(|_| None),
         Command::Version => Ok(None),
     };
+    if matches!(env.command, Command::Add | Command::Del) {
+        let owner = env
+            .args
+            .owner(env.container_id.as_deref().unwrap_or_default());
+        let result = match &outcome {
+            Ok(out) => Ok(out.as_deref().unwrap_or("")),
+            Err(e) => Err(e),
+        };
+        let o = report::Outcome {
+            verb: env.command.as_str(),
+            container_id: env.container_id.as_deref().unwrap_or_default(),
+            ifname: env.ifname.as_deref().unwrap_or_default(),
+            owner: &owner,
+            result,
+        };
+        report::report(&client, conf.log_file.as_deref(), timings, &o);
+    }
     match outcome {
         Ok(Some(out)) => {
             println!("{out}");

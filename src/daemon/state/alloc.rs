@@ -29,6 +29,29 @@ impl IpamState {
     /// `POST /v1/ipam`: the next address of each requested family (IPv6 first, as
     /// Cilium does; if IPv4 then fails, the IPv6 address is given back).
     pub fn allocate_next(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
+        let started = std::time::Instant::now();
+        let result = self.allocate_next_inner(req);
+        self.metrics
+            .phase("ADD", "daemon-allocation", started.elapsed().as_secs_f64());
+        if let Err(e) = &result {
+            let reason = if e.status == 502 {
+                "range-full"
+            } else {
+                "rejected"
+            };
+            self.record_failure(
+                "ADD",
+                reason,
+                &e.message,
+                &req.owner,
+                req.container_id.as_deref(),
+                req.ifname.as_deref(),
+            );
+        }
+        result
+    }
+
+    fn allocate_next_inner(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
         self.check_pool(&req.pool)?;
         let now = now_ms();
         let mut ops = Vec::new();
@@ -66,6 +89,7 @@ impl IpamState {
             ..Default::default()
         };
         for rec in &taken {
+            self.metrics.event("allocate", &rec.family);
             fill_response(&mut resp, rec);
             tracing::info!(ip = %rec.ip, owner = %rec.owner, container = rec.container_id.as_deref().unwrap_or(""), "allocated");
         }
@@ -159,6 +183,7 @@ impl IpamState {
             ..Default::default()
         };
         fill_response(&mut resp, &rec);
+        self.metrics.event("allocate", &rec.family);
         self.allocations.insert(addr, rec);
         Ok(resp)
     }

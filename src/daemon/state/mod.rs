@@ -5,13 +5,17 @@
 //! wants armed (expiration, end of cooldown) are queued and taken by the caller.
 
 mod alloc;
+mod explain;
 mod restore;
 mod views;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use super::metrics::Metrics;
+use crate::api::models::FailureRecord;
 use crate::ipam::Family;
 use crate::ipam::hostscope::HostScopeAllocator;
 use crate::node::NodeResource;
@@ -21,6 +25,8 @@ pub use restore::{KernelLink, KernelView, ReconcileReport, RestoreReport};
 
 /// The only pool of the host-scope modes.
 pub const DEFAULT_POOL: &str = "default";
+/// How many recent failures `explain` remembers.
+pub const MAX_FAILURES: usize = 256;
 /// Journal key of the node resource.
 pub const NODE_META_KEY: &str = "ciliumnode";
 
@@ -98,6 +104,8 @@ pub struct IpamState {
     node: NodeResource,
     timers: Vec<Timer>,
     restore_report: RestoreReport,
+    metrics: Arc<Metrics>,
+    failures: VecDeque<FailureRecord>,
 }
 
 impl IpamState {
@@ -121,7 +129,11 @@ impl IpamState {
     }
 
     fn commit(&self, ops: &[JournalOp]) -> Result<(), ApiError> {
-        self.journal.commit(ops).map_err(|e| {
+        let started = Instant::now();
+        let result = self.journal.commit(ops);
+        self.metrics
+            .phase("daemon", "journal-commit", started.elapsed().as_secs_f64());
+        result.map_err(|e| {
             tracing::error!(error = %e, "journal commit failed");
             ApiError::new(500, format!("cannot record the change durably: {e}"))
         })
@@ -159,6 +171,7 @@ impl IpamState {
                         && rec.state != AllocationState::Cooling
                     {
                         tracing::info!(ip = %ip, owner = %rec.owner, reason = why, "released");
+                        self.metrics.event("release", &rec.family);
                     }
                     if let Some(r) = self.range_mut(Family::of_addr(&ip)) {
                         r.alloc.release(ip);
@@ -173,6 +186,7 @@ impl IpamState {
                     ) {
                         (AllocationState::Cooling, Some(until), _, _) => {
                             tracing::info!(ip = %rec.ip, owner = %rec.owner, reason = why, "released (cooling down)");
+                            self.metrics.event("release", &rec.family);
                             self.timers.push(Timer {
                                 ip: rec.ip,
                                 deadline_ms: until,

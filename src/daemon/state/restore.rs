@@ -10,11 +10,13 @@
 //! - host link (`lxc…`) no allocation accounts for: removed, unless the journal is
 //!   being rebuilt from the kernel, in which case its routed addresses are adopted.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
+use super::super::metrics::Metrics;
 use super::{DEFAULT_POOL, FamilyRange, IpamState, NODE_META_KEY, StateConfig, Timer, TimerKind};
 use crate::datapath::host_ifname;
 use crate::ipam::Family;
@@ -59,6 +61,7 @@ impl IpamState {
         cidrs: &[IpNet],
         snapshot: Snapshot,
         router_hints: &[IpAddr],
+        metrics: Arc<Metrics>,
     ) -> Result<IpamState, String> {
         let mut ranges = Vec::new();
         for cidr in cidrs {
@@ -161,6 +164,8 @@ impl IpamState {
             node: NodeResource::default(),
             timers,
             restore_report: RestoreReport::default(),
+            metrics,
+            failures: VecDeque::new(),
         };
         let mut infra = vec!["router"];
         if state.cfg.reserve_health {

@@ -1,12 +1,65 @@
 //! Read-only views of the state: `GET /v1/config`, `GET /v1/healthz` (Cilium's
 //! status shape plus podnet's per-range, cooling and restore figures) and endpoints.
 
+use super::super::metrics::{CapacityLabels, FamilyLabels, Metrics, OutcomeLabels};
 use super::{ApiError, IpamState};
 use crate::api::models::*;
 use crate::ipam::Family;
 use crate::store::{AllocationState, EndpointRecord, now_ms};
 
 impl IpamState {
+    /// Sets the gauges that mirror the state (capacity, use, cooling, restore).
+    pub fn refresh_gauges(&self, m: &Metrics) {
+        for r in &self.ranges {
+            let family = r.family.as_str().to_string();
+            let in_family = || {
+                self.allocations
+                    .values()
+                    .filter(|rec| Family::of_addr(&rec.ip) == r.family)
+            };
+            let cap = i64::try_from(r.alloc.capacity()).unwrap_or(i64::MAX);
+            m.capacity
+                .get_or_create(&CapacityLabels {
+                    family: family.clone(),
+                    cidr: r.alloc.cidr().to_string(),
+                })
+                .set(cap);
+            m.addresses
+                .get_or_create(&FamilyLabels {
+                    family: family.clone(),
+                })
+                .set(in_family().count() as i64);
+            let cooling = in_family()
+                .filter(|rec| rec.state == AllocationState::Cooling)
+                .count() as i64;
+            m.cooling
+                .get_or_create(&FamilyLabels { family })
+                .set(cooling);
+        }
+        let rr = &self.restore_report;
+        for (outcome, n) in [
+            ("restored", rr.restored),
+            ("expired", rr.expired),
+            ("cooled-down", rr.cooled_down),
+            ("queued-deletes", rr.queued_deletes),
+            ("outside-ranges", rr.outside_ranges.len()),
+            ("released-link-gone", rr.released_link_gone.len()),
+            ("orphan-links-removed", rr.orphan_links_removed.len()),
+            ("adopted-from-kernel", rr.adopted_from_kernel.len()),
+        ] {
+            m.restore
+                .get_or_create(&OutcomeLabels {
+                    outcome: outcome.into(),
+                })
+                .set(n as i64);
+        }
+    }
+
+    /// The daemon's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     pub(super) fn node_addressing(&self) -> NodeAddressing {
         let mut na = NodeAddressing::default();
         for r in &self.ranges {
@@ -89,6 +142,11 @@ impl IpamState {
             mode: self.cfg.ipam_mode.clone(),
             node_name: self.cfg.node_name.clone(),
             restore: self.restore_report.clone(),
+            datapath: "veth".into(),
+            journal: self.journal.path().display().to_string(),
+            journal_bytes: std::fs::metadata(self.journal.path())
+                .map(|m| m.len())
+                .unwrap_or(0),
             ..Default::default()
         };
         let now = now_ms();

@@ -1,0 +1,85 @@
+//! `podnet explain <pod|ip|container-id>`: why this pod has this address, or why it
+//! has none (the matching allocations with their rule, range, times and state, and
+//! the recent failures with the troubleshooting hint).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::api::client::Client;
+use crate::store::now_ms;
+
+/// `podnet explain` options.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainArgs {
+    /// A pod (`namespace/name`), an address, or a container ID.
+    pub query: String,
+    /// The daemon's socket.
+    #[arg(long, default_value = crate::api::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// Output format: text or json.
+    #[arg(short = 'o', long = "output", default_value = "text")]
+    pub output: String,
+}
+
+/// Runs `podnet explain`; exit 0 when something matched, 1 when nothing did.
+pub fn run(args: &ExplainArgs) -> i32 {
+    let client = Client::new(&args.socket, Duration::from_secs(10));
+    let ex = match client.explain(&args.query) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("podnet explain: {e}");
+            return 1;
+        }
+    };
+    let found = !ex.addresses.is_empty() || !ex.failures.is_empty();
+    if args.output == "json" {
+        println!("{}", serde_json::to_string_pretty(&ex).unwrap_or_default());
+        return if found { 0 } else { 1 };
+    }
+    println!("{}", ex.summary);
+    let now = now_ms();
+    for a in &ex.addresses {
+        println!();
+        println!("Address:    {} ({}, pool {})", a.ip, a.state, a.pool);
+        println!("Owner:      {}", a.owner);
+        if !a.container_id.is_empty() {
+            println!(
+                "Attachment: {} {} (network {}, host link {})",
+                a.container_id, a.ifname, a.network, a.host_link
+            );
+        }
+        println!("Range:      {}", a.range);
+        println!("Rule:       {}", a.rule);
+        println!(
+            "Allocated:  {} s ago{}",
+            now.saturating_sub(a.allocated_at_ms) / 1000,
+            if a.restored {
+                " (restored after a restart)"
+            } else {
+                ""
+            }
+        );
+        if a.until_ms > 0 {
+            let what = if a.state == "cooling" {
+                "Free again in"
+            } else {
+                "Expires in"
+            };
+            println!("{what}: {} s", a.until_ms.saturating_sub(now) / 1000);
+        }
+    }
+    for f in &ex.failures {
+        println!();
+        println!(
+            "Failure {} s ago: {} {} ({})",
+            now.saturating_sub(f.at_ms) / 1000,
+            f.verb,
+            f.message,
+            f.reason
+        );
+        println!("Hint: {}", f.hint);
+    }
+    if found { 0 } else { 1 }
+}

@@ -1,0 +1,196 @@
+//! Prometheus metrics: Cilium's agent IPAM names under a configurable prefix
+//! (`podnet_` by default, `cilium_` for dashboards built for Cilium), plus what no
+//! anchor exposes: CNI latency per phase (as the daemon and the plugin saw it),
+//! allocation failures by reason, restore outcomes, DEL-queue depth and cooling
+//! addresses. Served as text on `--prometheus-serve-addr` (off by default).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CapacityLabels {
+    pub family: String,
+    pub cidr: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    pub action: String,
+    pub family: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FamilyLabels {
+    pub family: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub verb: String,
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 50 µs .. ~1.6 s
+    Histogram::new(exponential_buckets(0.00005, 2.0, 16))
+}
+
+/// Every metric the daemon exports.
+pub struct Metrics {
+    registry: Registry,
+    pub capacity: Family<CapacityLabels, Gauge>,
+    pub events: Family<EventLabels, Counter>,
+    pub addresses: Family<FamilyLabels, Gauge>,
+    pub cooling: Family<FamilyLabels, Gauge>,
+    pub phase_seconds: Family<PhaseLabels, Histogram, fn() -> Histogram>,
+    pub failures: Family<ReasonLabels, Counter>,
+    pub restore: Family<OutcomeLabels, Gauge>,
+    pub queue_depth: Gauge,
+}
+
+impl Metrics {
+    /// All metrics, named `<prefix>_...`.
+    pub fn new(prefix: &str) -> Metrics {
+        let mut registry = Registry::with_prefix(prefix);
+        let m = Metrics {
+            registry: Registry::default(),
+            capacity: Family::default(),
+            events: Family::default(),
+            addresses: Family::default(),
+            cooling: Family::default(),
+            phase_seconds: Family::new_with_constructor(latency_histogram),
+            failures: Family::default(),
+            restore: Family::default(),
+            queue_depth: Gauge::default(),
+        };
+        registry.register(
+            "ipam_capacity",
+            "Addresses the node's range can hold, per family and CIDR",
+            m.capacity.clone(),
+        );
+        registry.register(
+            "ipam_events",
+            "IPAM allocations and releases",
+            m.events.clone(),
+        );
+        registry.register(
+            "ip_addresses",
+            "Addresses in use (cooling included), per family",
+            m.addresses.clone(),
+        );
+        registry.register(
+            "ipam_cooling_addresses",
+            "Released addresses still cooling down, per family",
+            m.cooling.clone(),
+        );
+        registry.register(
+            "cni_phase_duration_seconds",
+            "Time spent per CNI verb and phase (daemon allocation and journal commit measured by the daemon; the netlink phases, endpoint registration and total as the plugin saw them)",
+            m.phase_seconds.clone(),
+        );
+        registry.register(
+            "ipam_allocation_failures",
+            "Failed ADDs and allocations, by reason",
+            m.failures.clone(),
+        );
+        registry.register(
+            "ipam_restore_outcomes",
+            "What the last start restored and reconciled, per outcome",
+            m.restore.clone(),
+        );
+        registry.register(
+            "delete_queue_depth",
+            "DELs queued on disk for the daemon",
+            m.queue_depth.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// Counts an allocation or release.
+    pub fn event(&self, action: &str, family: &str) {
+        self.events
+            .get_or_create(&EventLabels {
+                action: action.into(),
+                family: family.into(),
+            })
+            .inc();
+    }
+
+    /// Counts a failure.
+    pub fn failure(&self, reason: &str) {
+        self.failures
+            .get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// Records one phase duration in seconds.
+    pub fn phase(&self, verb: &str, phase: &str, seconds: f64) {
+        self.phase_seconds
+            .get_or_create(&PhaseLabels {
+                verb: verb.into(),
+                phase: phase.into(),
+            })
+            .observe(seconds);
+    }
+
+    /// The text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "encoding metrics failed");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_carry_the_prefix_and_labels() {
+        let m = Metrics::new("cilium");
+        m.event("allocate", "ipv4");
+        m.capacity
+            .get_or_create(&CapacityLabels {
+                family: "ipv4".into(),
+                cidr: "10.0.1.0/24".into(),
+            })
+            .set(254);
+        m.phase("ADD", "total", 0.004);
+        m.failure("range-full");
+        let text = m.encode();
+        assert!(
+            text.contains("cilium_ipam_events_total{action=\"allocate\",family=\"ipv4\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cilium_ipam_capacity{family=\"ipv4\",cidr=\"10.0.1.0/24\"} 254"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cilium_cni_phase_duration_seconds_bucket{le="),
+            "{text}"
+        );
+        assert!(
+            text.contains("cilium_ipam_allocation_failures_total{reason=\"range-full\"} 1"),
+            "{text}"
+        );
+    }
+}

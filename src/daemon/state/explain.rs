@@ -1,0 +1,227 @@
+//! Answers "why does this pod have this address, or none": the allocation records
+//! that match a pod (`ns/name`), an address or a container ID, the rule and range
+//! behind each, and the recent failures that match with the chapter's
+//! troubleshooting hint. Failures are kept in a bounded ring, so explain can answer
+//! after the fact.
+
+use std::net::IpAddr;
+
+use super::{IpamState, MAX_FAILURES};
+use crate::api::models::{AddressExplanation, CniReport, ExplainResponse, FailureRecord};
+use crate::datapath::host_ifname;
+use crate::ipam::Family;
+use crate::store::{AllocationRecord, AllocationState, EndpointRecord, now_ms};
+
+/// What to do about a failure of `reason` (the chapter's troubleshooting table).
+pub fn hint_for(reason: &str) -> &'static str {
+    match reason {
+        "range-full" => {
+            "the node's range is full: reduce pod density on this node or add nodes; the node mask (cluster-pool-ipv4-mask-size) is immutable, so a larger range needs a new pool CIDR or cluster. Released addresses also count until their cooldown ends (podnet status shows cooling)"
+        }
+        "rejected" => {
+            "the daemon refused the request: check the pool name and the family against podnet status"
+        }
+        "daemon-unavailable" => {
+            "the daemon did not answer: check that podnet daemon runs on this node and that socket-path in the CNI config matches its --socket"
+        }
+        "datapath" => {
+            "a kernel operation failed: the message names the link or route; check the node's namespace (ip link, ip route) and kernel logs"
+        }
+        "interface-exists" => {
+            "the pod's netns already has an interface of that name that podnet did not create: another plugin or a leftover; remove it or pick another CNI_IFNAME"
+        }
+        "netns-missing" => {
+            "the pod's network namespace was gone before podnet ran: the runtime will retry or tear the pod down"
+        }
+        "invalid-config" => {
+            "fix the CNI network config or the runtime's CNI variables named in the message"
+        }
+        _ => "see the message; podnet status and the daemon log have the node's side",
+    }
+}
+
+impl IpamState {
+    /// Remembers a failure (bounded) and counts it.
+    pub(super) fn record_failure(
+        &mut self,
+        verb: &str,
+        reason: &str,
+        message: &str,
+        owner: &str,
+        container_id: Option<&str>,
+        ifname: Option<&str>,
+    ) {
+        self.metrics.failure(reason);
+        if self.failures.len() >= MAX_FAILURES {
+            self.failures.pop_front();
+        }
+        self.failures.push_back(FailureRecord {
+            at_ms: now_ms(),
+            verb: verb.into(),
+            owner: owner.into(),
+            container_id: container_id.unwrap_or_default().into(),
+            ifname: ifname.unwrap_or_default().into(),
+            reason: reason.into(),
+            message: message.into(),
+            hint: hint_for(reason).into(),
+        });
+    }
+
+    /// `POST /v1/cni/report`: the plugin's timings, and its failure if any. A
+    /// range-full failure was already recorded by the daemon itself.
+    pub fn cni_report(&mut self, report: &CniReport) {
+        for (phase, secs) in &report.phases {
+            self.metrics.phase(&report.verb, phase, *secs);
+        }
+        if !report.error.is_empty() && report.reason != "range-full" {
+            let reason = if report.reason.is_empty() {
+                "other"
+            } else {
+                report.reason.as_str()
+            };
+            self.record_failure(
+                &report.verb,
+                reason,
+                &report.error,
+                &report.owner,
+                Some(&report.container_id),
+                Some(&report.ifname),
+            );
+        }
+    }
+
+    /// `GET /v1/explain?q=`: matches an address, a container ID or an owner.
+    pub fn explain(&self, query: &str) -> ExplainResponse {
+        let ip: Option<IpAddr> = query.parse().ok();
+        let matches = |rec: &AllocationRecord| {
+            Some(rec.ip) == ip
+                || rec.container_id.as_deref() == Some(query)
+                || rec.owner == query
+                || rec.owner.strip_suffix(" [from kernel]") == Some(query)
+        };
+        let addresses: Vec<AddressExplanation> = self
+            .allocations
+            .values()
+            .filter(|r| matches(r))
+            .map(|r| self.explain_record(r))
+            .collect();
+        let failures: Vec<FailureRecord> = self
+            .failures
+            .iter()
+            .rev()
+            .filter(|f| {
+                f.owner == query
+                    || f.container_id == query
+                    || ip.is_some_and(|ip| f.message.contains(&ip.to_string()))
+            })
+            .take(10)
+            .cloned()
+            .collect();
+        let summary = summarize(query, &addresses, &failures);
+        ExplainResponse {
+            query: query.into(),
+            addresses,
+            failures,
+            summary,
+        }
+    }
+
+    fn explain_record(&self, rec: &AllocationRecord) -> AddressExplanation {
+        let family = Family::of_addr(&rec.ip);
+        let range = self
+            .ranges
+            .iter()
+            .find(|r| r.alloc.contains(rec.ip))
+            .map(|r| r.alloc.cidr().to_string())
+            .unwrap_or_else(|| {
+                "outside the node's current ranges (kept until its pod is deleted)".into()
+            });
+        let (state, until) = match rec.state {
+            AllocationState::Pending => ("pending", rec.expires_at_ms.unwrap_or(0)),
+            AllocationState::Bound => ("bound", 0),
+            AllocationState::Infra => ("infra", 0),
+            AllocationState::Cooling => ("cooling", rec.cooling_until_ms.unwrap_or(0)),
+        };
+        let restored = match (&rec.container_id, &rec.ifname) {
+            (Some(c), Some(i)) => self
+                .restored_endpoints
+                .contains(&EndpointRecord::key_of(c, i)),
+            _ => false,
+        };
+        let host_link = match (&rec.host_ifname, &rec.container_id, &rec.ifname) {
+            (Some(h), _, _) => h.clone(),
+            (None, Some(c), Some(i)) => host_ifname(c, i),
+            _ => String::new(),
+        };
+        AddressExplanation {
+            ip: rec.ip.to_string(),
+            pool: rec.pool.clone(),
+            owner: rec.owner.clone(),
+            state: state.into(),
+            container_id: rec.container_id.clone().unwrap_or_default(),
+            ifname: rec.ifname.clone().unwrap_or_default(),
+            network: rec.network.clone().unwrap_or_default(),
+            rule: format!(
+                "ipam mode {}: one host-scope range per family, so every {} address of node {} comes from its {} node range",
+                self.cfg.ipam_mode,
+                family.label(),
+                self.cfg.node_name,
+                family.label()
+            ),
+            range,
+            allocated_at_ms: rec.allocated_at_ms,
+            until_ms: until,
+            restored,
+            host_link,
+        }
+    }
+}
+
+fn summarize(query: &str, addresses: &[AddressExplanation], failures: &[FailureRecord]) -> String {
+    let now = now_ms();
+    let mut parts = Vec::new();
+    for a in addresses {
+        let what = match a.state.as_str() {
+            "pending" => format!(
+                "{} is handed out to {} but its endpoint is not created yet; it is released in {} s unless ADD completes",
+                a.ip,
+                a.owner,
+                a.until_ms.saturating_sub(now) / 1000
+            ),
+            "cooling" => format!(
+                "{} was released from {} and is not handed out again for {} s",
+                a.ip,
+                a.owner,
+                a.until_ms.saturating_sub(now) / 1000
+            ),
+            "infra" => format!("{} is the node's {} address", a.ip, a.owner),
+            _ => format!(
+                "{} belongs to {} (container {}, {}), from {}{}",
+                a.ip,
+                a.owner,
+                a.container_id,
+                a.ifname,
+                a.range,
+                if a.restored {
+                    ", restored after a daemon restart"
+                } else {
+                    ""
+                }
+            ),
+        };
+        parts.push(what);
+    }
+    if let Some(f) = failures.first() {
+        parts.push(format!(
+            "last failure: {} ({}). Hint: {}",
+            f.message, f.reason, f.hint
+        ));
+    }
+    if parts.is_empty() {
+        format!(
+            "nothing matches {query:?}: no address, container or pod of that name is known to this node's daemon, and no recent failure names it"
+        )
+    } else {
+        parts.join(". ")
+    }
+}

@@ -1,0 +1,217 @@
+//! What the plugin tells afterwards: its phase timings (and failure, if any) to the
+//! daemon, which turns them into metrics and keeps failures for `podnet explain`;
+//! and one line per ADD/DEL in the config's `log-file` (runtimes swallow the
+//! plugin's stderr), rotated at 10 MiB with 7 backups as Cilium's CNI log.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::api::client::Client;
+use crate::api::models::CniReport;
+use crate::cni::CniError;
+
+const LOG_MAX_BYTES: u64 = 10 * 1024 * 1024;
+const LOG_BACKUPS: u32 = 7;
+
+/// Phase timings of one plugin run.
+pub struct Timings {
+    started: Instant,
+    last: Instant,
+    phases: BTreeMap<String, f64>,
+}
+
+impl Timings {
+    pub fn start() -> Timings {
+        let now = Instant::now();
+        Timings {
+            started: now,
+            last: now,
+            phases: BTreeMap::new(),
+        }
+    }
+
+    /// Ends a phase: the time since the previous mark goes to `phase`.
+    pub fn mark(&mut self, phase: &str) {
+        let now = Instant::now();
+        *self.phases.entry(phase.to_string()).or_insert(0.0) += (now - self.last).as_secs_f64();
+        self.last = now;
+    }
+
+    /// Time since the start.
+    pub fn total(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
+/// The short reason of a failure, by CNI error code.
+pub fn reason_of(e: &CniError) -> &'static str {
+    match e.code {
+        101 => "range-full",
+        11 => "daemon-unavailable",
+        102 => "datapath",
+        104 => "interface-exists",
+        3 => "netns-missing",
+        1 | 4 | 6 | 7 => "invalid-config",
+        100 => "rejected",
+        _ => "other",
+    }
+}
+
+/// One finished ADD or DEL.
+pub struct Outcome<'a> {
+    pub verb: &'a str,
+    pub container_id: &'a str,
+    pub ifname: &'a str,
+    pub owner: &'a str,
+    pub result: Result<&'a str, &'a CniError>,
+}
+
+/// Sends the timings (best effort, short timeout) and appends the log line.
+pub fn report(client: &Client, log_file: Option<&Path>, timings: Timings, outcome: &Outcome<'_>) {
+    let total = timings.total();
+    let mut phases = timings.phases;
+    phases.insert("total".into(), total.as_secs_f64());
+    let (reason, error) = match outcome.result {
+        Ok(_) => (String::new(), String::new()),
+        Err(e) => (reason_of(e).to_string(), e.msg.clone()),
+    };
+    if reason != "daemon-unavailable" {
+        let quick = Client::new(client.socket(), Duration::from_secs(1));
+        let body = CniReport {
+            verb: outcome.verb.into(),
+            container_id: outcome.container_id.into(),
+            ifname: outcome.ifname.into(),
+            owner: outcome.owner.into(),
+            phases,
+            reason,
+            error,
+        };
+        if let Err(e) = quick.report(&body) {
+            tracing::debug!(error = %e, "could not report timings");
+        }
+    }
+    if let Some(path) = log_file
+        && let Err(e) = append_log(path, &log_line(outcome, total))
+    {
+        tracing::warn!(error = %e, path = %path.display(), "could not write the CNI log file");
+    }
+}
+
+fn log_line(o: &Outcome<'_>, total: Duration) -> String {
+    let result = match o.result {
+        Ok(out) => {
+            let ips: Vec<String> = serde_json::from_str::<serde_json::Value>(out)
+                .ok()
+                .and_then(|v| v.get("ips").and_then(|i| i.as_array()).cloned())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|ip| {
+                    ip.get("address")
+                        .and_then(|a| a.as_str())
+                        .map(str::to_string)
+                })
+                .collect();
+            format!("ok ips=[{}]", ips.join(","))
+        }
+        Err(e) => format!("error code={} msg={:?}", e.code, e.msg),
+    };
+    format!(
+        "{} {} container={} ifname={} pod={} {} duration_ms={:.2}\n",
+        utc_now(),
+        o.verb,
+        o.container_id,
+        o.ifname,
+        o.owner,
+        result,
+        total.as_secs_f64() * 1000.0
+    )
+}
+
+/// Appends `line`, rotating the file first when it is over the limit.
+fn append_log(path: &Path, line: &str) -> std::io::Result<()> {
+    if std::fs::metadata(path)
+        .map(|m| m.len() >= LOG_MAX_BYTES)
+        .unwrap_or(false)
+    {
+        for i in (1..LOG_BACKUPS).rev() {
+            let from = path.with_extension(format!("log.{i}"));
+            if from.exists() {
+                std::fs::rename(&from, path.with_extension(format!("log.{}", i + 1)))?;
+            }
+        }
+        std::fs::rename(path, path.with_extension("log.1"))?;
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    f.write_all(line.as_bytes())
+}
+
+/// The current UTC time as RFC 3339 with milliseconds.
+fn utc_now() -> String {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, day) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), Howard Hinnant's algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_788), (2026, 12, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn log_rotates() {
+        let dir = std::env::temp_dir().join(format!("podnet-log-{}", uuid::Uuid::new_v4()));
+        let path = dir.join("cni.log");
+        append_log(&path, "a\n").unwrap();
+        std::fs::write(&path, vec![b'x'; LOG_MAX_BYTES as usize]).unwrap();
+        append_log(&path, "b\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "b\n");
+        assert!(dir.join("cni.log.1").exists());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn reasons() {
+        assert_eq!(reason_of(&CniError::address_exhausted("x")), "range-full");
+        assert_eq!(
+            reason_of(&CniError::try_again_later("x")),
+            "daemon-unavailable"
+        );
+    }
+}
