@@ -11,4 +11,5 @@ mod cnitool;
 mod core_path;
 mod crash_safety;
 mod daemon_lifecycle;
+mod install;
 mod operations;

@@ -2,6 +2,7 @@
 //! daemon have their own modules). They reach the daemon only through the API client.
 
 pub mod explain;
+pub mod install;
 pub mod status;
 
 use clap::{Parser, Subcommand};
@@ -26,6 +27,8 @@ enum Command {
     Status(status::StatusArgs),
     /// Explain why a pod, address or container has its address, or none.
     Explain(explain::ExplainArgs),
+    /// Copy this binary into the CNI bin dir atomically (DaemonSet init step).
+    Install(install::InstallArgs),
     /// Print podnet's version and the CNI versions it speaks.
     Version,
 }
@@ -40,6 +43,7 @@ pub fn run(args: Vec<String>) -> i32 {
         Command::Daemon { args } => crate::daemon::run(&args),
         Command::Status(a) => status::run(&a),
         Command::Explain(a) => explain::run(&a),
+        Command::Install(a) => install::run(&a),
         Command::Version => {
             println!("podnet {}", env!("CARGO_PKG_VERSION"));
             println!(

@@ -4,6 +4,7 @@
 //! the router device, then serves the REST API on the unix socket and runs the
 //! expiration and cooldown timers.
 
+mod cniconf;
 mod devices;
 pub mod metrics;
 pub mod options;
@@ -194,6 +195,11 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let socket = opts.socket.clone();
     let metrics_addr = opts.prometheus_serve_addr.clone();
+    let (cni_conf_dir, cni_log_file, cni_exclusive) = (
+        opts.write_cni_conf_when_ready.clone(),
+        opts.cni_log_file.clone(),
+        opts.cni_exclusive,
+    );
     runtime.block_on(async move {
         let listener = server::bind(&socket)?;
         drop(queue_lock);
@@ -202,6 +208,10 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         if !metrics_addr.is_empty() {
             let tcp = server::bind_metrics(&metrics_addr).await?;
             tokio::spawn(server::serve_metrics(tcp, daemon.clone()));
+        }
+        if !cni_conf_dir.is_empty() {
+            let path = cniconf::write(Path::new(&cni_conf_dir), &socket, &cni_log_file, cni_exclusive)?;
+            tracing::info!(path = %path.display(), "wrote the CNI config");
         }
         tracing::info!(socket = %socket.display(), lock = %lock.path().display(), "podnet daemon ready");
         server::serve(listener, daemon, shutdown_signal()).await;

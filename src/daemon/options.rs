@@ -91,6 +91,19 @@ pub struct DaemonOptions {
     #[arg(long = "state-dir", default_value = "/run/podnet/state")]
     pub state_dir: PathBuf,
 
+    /// Write the CNI config (`05-podnet.conflist`) into this directory once the
+    /// daemon can serve; empty = never.
+    #[arg(long = "write-cni-conf-when-ready", default_value = "")]
+    pub write_cni_conf_when_ready: String,
+
+    /// With `write-cni-conf-when-ready`: move other CNI configs aside as `*.podnet_bak`.
+    #[arg(long = "cni-exclusive", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub cni_exclusive: bool,
+
+    /// The log file the written CNI config gives the plugin.
+    #[arg(long = "cni-log-file", default_value = "/run/podnet/podnet-cni.log")]
+    pub cni_log_file: PathBuf,
+
     /// Serve Prometheus metrics on this address (e.g. `127.0.0.1:9962`, or `:9962`
     /// for every address); empty = off.
     #[arg(long = "prometheus-serve-addr", default_value = "")]

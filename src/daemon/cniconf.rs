@@ -1,0 +1,68 @@
+//! The CNI network config the daemon writes once it can serve
+//! (`--write-cni-conf-when-ready DIR`): `05-podnet.conflist`, mode 0600, written to
+//! a temporary name and renamed, so a runtime never reads half a file and never
+//! sees podnet before its daemon answers. With `--cni-exclusive`, other configs in
+//! the directory are renamed `*.podnet_bak`, as Cilium does with `*.cilium_bak`.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// The file name podnet writes.
+pub const CONF_NAME: &str = "05-podnet.conflist";
+
+/// The conflist for a daemon on `socket`, with the plugin logging to `log_file`.
+pub fn conflist(socket: &Path, log_file: &Path) -> serde_json::Value {
+    serde_json::json!({
+        "cniVersion": "1.1.0",
+        "cniVersions": ["1.0.0", "1.1.0"],
+        "name": "podnet",
+        "plugins": [{
+            "type": "podnet",
+            "socket-path": socket,
+            "log-file": log_file,
+        }]
+    })
+}
+
+/// Writes the conflist into `dir`; with `exclusive`, moves other configs aside.
+pub fn write(
+    dir: &Path,
+    socket: &Path,
+    log_file: &Path,
+    exclusive: bool,
+) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    if exclusive {
+        let entries =
+            std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            let is_conf = [".conf", ".conflist", ".json"]
+                .iter()
+                .any(|s| name.ends_with(s));
+            if is_conf && name != CONF_NAME {
+                let aside = dir.join(format!("{name}.podnet_bak"));
+                std::fs::rename(entry.path(), &aside)
+                    .map_err(|e| format!("cannot move {name} aside: {e}"))?;
+                tracing::info!(config = %name, "moved another CNI config aside (cni-exclusive)");
+            }
+        }
+    }
+    let body = serde_json::to_vec_pretty(&conflist(socket, log_file)).map_err(|e| e.to_string())?;
+    let dest = dir.join(CONF_NAME);
+    let tmp = dir.join(format!(".{CONF_NAME}.tmp"));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(&body)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &dest)
+    };
+    write().map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+    Ok(dest)
+}
