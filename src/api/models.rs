@@ -337,12 +337,18 @@ pub struct RangeStatus {
     /// Of `used`, addresses released recently and still cooling down.
     #[serde(default)]
     pub cooling: u64,
+    /// The pool (`default` in the host-scope modes).
+    #[serde(default)]
+    pub pool: String,
+    /// Multi-pool: the operator can still add blocks to this pool.
+    #[serde(rename = "can-grow", default)]
+    pub can_grow: bool,
 }
 
 impl RangeStatus {
-    /// True when no address of the range can be handed out.
+    /// True when no address can be handed out and no more can come.
     pub fn is_exhausted(&self) -> bool {
-        self.used >= self.usable
+        self.used >= self.usable && !self.can_grow
     }
 }
 
@@ -485,6 +491,8 @@ mod tests {
             used: 2,
             usable: 2,
             cooling: 1,
+            pool: "default".into(),
+            can_grow: false,
         };
         assert!(r.is_exhausted());
     }

@@ -3,6 +3,7 @@
 
 pub mod explain;
 pub mod install;
+pub mod plan;
 pub mod status;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,8 @@ enum Command {
     Explain(explain::ExplainArgs),
     /// Copy this binary into the CNI bin dir atomically (DaemonSet init step).
     Install(install::InstallArgs),
+    /// Size a cluster: nodes, addresses and pod IPs per node (offline).
+    Plan(plan::PlanArgs),
     /// Print podnet's version and the CNI versions it speaks.
     Version,
 }
@@ -44,6 +47,7 @@ pub fn run(args: Vec<String>) -> i32 {
         Command::Status(a) => status::run(&a),
         Command::Explain(a) => explain::run(&a),
         Command::Install(a) => install::run(&a),
+        Command::Plan(a) => plan::run(&a),
         Command::Version => {
             println!("podnet {}", env!("CARGO_PKG_VERSION"));
             println!(

@@ -12,19 +12,24 @@ mod routes;
 mod server;
 pub mod state;
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ipnet::IpNet;
 
 use crate::api::delete_queue::{DeleteQueue, read_entry};
+use crate::ipam::Family;
+use crate::ipam::pool_options::{parse_auto_create_pools, parse_pre_allocation};
+use crate::ipam::pooldef::PoolDef;
+use crate::node::manifests::ManifestDir;
 use crate::ipam::clusterpool::{ClusterPoolConfig, parse_cidr_list};
 use crate::node::{EmbeddedBackend, EmbeddedMode, NodeBackend, NodeResource};
 use crate::store::{Journal, Snapshot, now_ms};
 use options::{DaemonOptions, OptionsError};
-use state::{ApiError, IpamState, NODE_META_KEY, StateConfig, Timer};
+use state::{ApiError, IpamState, MultiPoolSettings, NODE_META_KEY, PoolingMode, StateConfig, Timer};
 
 /// The running daemon, shared by every connection and timer.
 pub struct Daemon {
@@ -119,7 +124,13 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             .to_string_lossy()
             .to_string(),
     };
-    let mode = embedded_mode(&opts)?;
+    let pool_defs = load_pool_defs(&opts)?;
+    let node_labels = parse_node_labels(&opts.node_labels)?;
+    let default_pool = match opts.pool_dir.as_deref().map(ManifestDir::load).transpose()? {
+        Some(dir) => dir.node_default_pool(&node_labels).unwrap_or_else(|| opts.default_ip_pool.clone()),
+        None => opts.default_ip_pool.clone(),
+    };
+    let mode = embedded_mode(&opts, &pool_defs, &default_pool)?;
     let lock = server::lock_socket(&opts.socket)?;
     server::ensure_private_dir(&opts.state_dir, "state directory")?;
     let (journal, snapshot, rebuilt) = open_journal(
@@ -132,22 +143,28 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     } else {
         stored_node(&snapshot, &journal)?
     };
-    let node = EmbeddedBackend::new(&node_name, mode).sync(current)?;
-    let cidrs: Vec<IpNet> = node
-        .spec
-        .ipam
-        .pod_cidrs
-        .iter()
-        .map(|c| {
-            c.parse()
-                .map_err(|e| format!("node resource podCIDR {c:?}: {e}"))
-        })
-        .collect::<Result<_, _>>()?;
-    let mtu = if opts.mtu > 0 {
-        opts.mtu
+    let mut backend: Box<dyn NodeBackend> = Box::new(EmbeddedBackend::new(&node_name, mode.clone()));
+    let node = backend.sync(current)?;
+    let cidrs: Vec<String> = if matches!(mode, EmbeddedMode::MultiPool { .. }) {
+        node.spec.ipam.pools.allocated.iter().flat_map(|a| a.cidrs.iter().map(|c| format!("{}/{c}", a.pool))).collect()
     } else {
-        devices::default_route_mtu().unwrap_or(1500)
+        node.spec.ipam.pod_cidrs.clone()
     };
+    let pooling = match &mode {
+        EmbeddedMode::MultiPool { .. } => PoolingMode::MultiPool(MultiPoolSettings {
+            default_pool: default_pool.clone(),
+            pre_allocation: parse_pre_allocation(&opts.multi_pool_pre_allocation, &default_pool)
+                .map_err(|e| format!("Invalid ipam-multi-pool-pre-allocation flag value: {e}"))?,
+            only_masquerade_default_pool: opts.only_masquerade_default_pool,
+        }),
+        _ => PoolingMode::HostScope,
+    };
+    let families: Vec<Family> = [(opts.enable_ipv6, Family::V6), (opts.enable_ipv4, Family::V4)]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, f)| f)
+        .collect();
+    let mtu = if opts.mtu > 0 { opts.mtu } else { devices::default_route_mtu().unwrap_or(1500) };
     let cfg = StateConfig {
         node_name: node_name.clone(),
         ipam_mode: opts.ipam.clone(),
@@ -156,10 +173,15 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         mtu,
         reserve_health: opts.enable_health_checking,
         reserve_ingress: opts.enable_ingress_controller,
+        families,
+        pooling,
     };
     let metrics = Arc::new(metrics::Metrics::new(&opts.metrics_prefix));
-    let mut state =
-        IpamState::restore(cfg, journal, node, &cidrs, snapshot, &router_hints, metrics)?;
+    let defs = backend.pools();
+    let mut state = IpamState::restore(cfg, journal, node, backend, defs, snapshot, &router_hints, metrics)?;
+    if let Some(dir) = &opts.metadata_dir {
+        state.set_metadata(Box::new(ManifestDir::load(dir)?));
+    }
 
     // Replay the DELs queued while the daemon was down, holding the queue lock
     // until the socket accepts requests (a plugin that waits for the lock then
@@ -170,6 +192,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     let kernel = devices::kernel_view()?;
     let reconciled = state.reconcile_with_kernel(&kernel, rebuilt)?;
     devices::delete_links(&reconciled.links_to_delete);
+    state.finish_restore();
     let routers: Vec<IpAddr> = state.router_ips();
     devices::setup_router(&routers, mtu)?;
     let report = state.restore_report().clone();
@@ -195,6 +218,11 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let socket = opts.socket.clone();
     let metrics_addr = opts.prometheus_serve_addr.clone();
+    let watched = Watched {
+        pool_dir: opts.pool_dir.clone(),
+        metadata_dir: opts.metadata_dir.clone(),
+        auto_create: opts.auto_create_pools.clone(),
+    };
     let (cni_conf_dir, cni_log_file, cni_exclusive) = (
         opts.write_cni_conf_when_ready.clone(),
         opts.cni_log_file.clone(),
@@ -209,6 +237,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             let tcp = server::bind_metrics(&metrics_addr).await?;
             tokio::spawn(server::serve_metrics(tcp, daemon.clone()));
         }
+        tokio::spawn(watch_manifests(daemon.clone(), watched));
         if !cni_conf_dir.is_empty() {
             let path = cniconf::write(Path::new(&cni_conf_dir), &socket, &cni_log_file, cni_exclusive)?;
             tracing::info!(path = %path.display(), "wrote the CNI config");
@@ -321,10 +350,102 @@ async fn shutdown_signal() {
     }
 }
 
+/// The manifest directories the daemon polls.
+struct Watched {
+    pool_dir: Option<PathBuf>,
+    metadata_dir: Option<PathBuf>,
+    auto_create: String,
+}
+
+/// How often the manifest directories are checked for changes.
+const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Polls the pool and metadata directories and hands changes to the state. A
+/// directory that does not parse keeps the previous state (and says why).
+async fn watch_manifests(daemon: Arc<Daemon>, watched: Watched) {
+    let stamp = |d: &Option<PathBuf>| d.as_deref().and_then(|d| ManifestDir::fingerprint(d).ok());
+    let (mut pools_seen, mut meta_seen) = (stamp(&watched.pool_dir), stamp(&watched.metadata_dir));
+    loop {
+        tokio::time::sleep(WATCH_INTERVAL).await;
+        let pools_now = stamp(&watched.pool_dir);
+        if pools_now != pools_seen {
+            pools_seen = pools_now;
+            let defs = pool_defs_from(watched.pool_dir.as_deref(), &watched.auto_create);
+            let applied = match defs {
+                Ok(defs) => daemon.with_state(move |s| s.set_pool_defs(defs).map_err(|e| ApiError::new(409, e))).await,
+                Err(e) => Err(ApiError::new(400, e)),
+            };
+            match applied {
+                Ok(()) => tracing::info!("pool definitions reloaded"),
+                Err(e) => tracing::error!(error = %e.message, "pool definitions not applied; keeping the previous ones"),
+            }
+        }
+        let meta_now = stamp(&watched.metadata_dir);
+        if meta_now != meta_seen {
+            meta_seen = meta_now;
+            if let Some(dir) = watched.metadata_dir.clone() {
+                match ManifestDir::load(&dir) {
+                    Ok(m) => {
+                        let _ = daemon
+                            .with_state(move |s| {
+                                s.set_metadata(Box::new(m));
+                                Ok(())
+                            })
+                            .await;
+                        tracing::info!("pod and namespace metadata reloaded");
+                    }
+                    Err(e) => tracing::error!(error = %e, "metadata not reloaded; keeping the previous one"),
+                }
+            }
+        }
+    }
+}
+
+/// The pools of the pool directory plus the auto-created ones that it lacks.
+fn pool_defs_from(pool_dir: Option<&Path>, auto_create: &str) -> Result<Vec<PoolDef>, String> {
+    let mut defs: Vec<PoolDef> = match pool_dir {
+        Some(dir) => ManifestDir::load(dir)?.pools().to_vec(),
+        None => Vec::new(),
+    };
+    for auto in parse_auto_create_pools(auto_create).map_err(|e| format!("auto-create-cilium-pod-ip-pools: {e}"))? {
+        if !defs.iter().any(|d| d.name == auto.name) {
+            defs.push(auto);
+        }
+    }
+    Ok(defs)
+}
+
+fn load_pool_defs(opts: &DaemonOptions) -> Result<Vec<PoolDef>, String> {
+    if opts.ipam != "multi-pool" {
+        return Ok(Vec::new());
+    }
+    pool_defs_from(opts.pool_dir.as_deref(), &opts.auto_create_pools)
+}
+
+/// `k=v,k2=v2`.
+fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').ok_or_else(|| format!("--node-labels: {pair:?} is not key=value"))?;
+        out.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(out)
+}
+
 /// Builds the embedded operator's mode from the options, with Cilium's start-up
 /// checks.
-fn embedded_mode(opts: &DaemonOptions) -> Result<EmbeddedMode, String> {
+fn embedded_mode(opts: &DaemonOptions, pool_defs: &[PoolDef], default_pool: &str) -> Result<EmbeddedMode, String> {
     match opts.ipam.as_str() {
+        "multi-pool" => {
+            if !pool_defs.iter().any(|p| p.name == default_pool) {
+                tracing::warn!(pool = default_pool, "the default pool does not exist (yet): pods that no annotation or selector places will not get addresses");
+            }
+            Ok(EmbeddedMode::MultiPool {
+                pools: pool_defs.to_vec(),
+                default_pool: default_pool.to_string(),
+                migrate_cluster_pool: opts.cluster_pool_migration,
+            })
+        }
         "cluster-pool" => {
             let list = |value: &Option<String>, enabled: bool, name: &str, default: &str| {
                 let v = value.clone().unwrap_or_else(|| {
@@ -384,7 +505,7 @@ fn embedded_mode(opts: &DaemonOptions) -> Result<EmbeddedMode, String> {
             })
         }
         other => Err(format!(
-            "ipam mode {other:?} is not supported by this build: use cluster-pool (default) or kubernetes"
+            "ipam mode {other:?} is not supported by this build: use cluster-pool (default), kubernetes or multi-pool"
         )),
     }
 }

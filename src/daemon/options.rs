@@ -14,7 +14,7 @@ pub struct DaemonOptions {
     #[arg(long = "config-dir", value_name = "DIR")]
     pub config_dir: Option<PathBuf>,
 
-    /// IPAM mode: cluster-pool (default) or kubernetes.
+    /// IPAM mode: cluster-pool (default), kubernetes or multi-pool.
     #[arg(long = "ipam", default_value = "cluster-pool")]
     pub ipam: String,
 
@@ -57,6 +57,40 @@ pub struct DaemonOptions {
     /// kubernetes mode: override of the node's IPv6 pod CIDR ("auto" = none).
     #[arg(long = "ipv6-range", default_value = "auto")]
     pub ipv6_range: String,
+
+    /// multi-pool: directory of `CiliumPodIPPool` (and `CiliumNodeConfig`) manifests,
+    /// watched for changes.
+    #[arg(long = "pool-dir", value_name = "DIR")]
+    pub pool_dir: Option<PathBuf>,
+
+    /// multi-pool: directory of Pod and Namespace manifests (labels and annotations
+    /// for pool selection), watched for changes.
+    #[arg(long = "metadata-dir", value_name = "DIR")]
+    pub metadata_dir: Option<PathBuf>,
+
+    /// multi-pool: pools to create when absent, `<pool>=ipv4-cidrs:<cidr>[,..];ipv4-mask-size:<n>[;...]`.
+    #[arg(long = "auto-create-cilium-pod-ip-pools", default_value = "")]
+    pub auto_create_pools: String,
+
+    /// multi-pool: addresses to keep ready per pool and family (`default=8,mars=4`).
+    #[arg(long = "ipam-multi-pool-pre-allocation", default_value = "")]
+    pub multi_pool_pre_allocation: String,
+
+    /// multi-pool: the pool of pods nothing else selects.
+    #[arg(long = "ipam-default-ip-pool", default_value = "default")]
+    pub default_ip_pool: String,
+
+    /// multi-pool: pods outside the default pool keep their source address.
+    #[arg(long = "only-masquerade-default-pool", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub only_masquerade_default_pool: bool,
+
+    /// multi-pool: adopt a cluster-pool node's CIDRs into the default pool at start.
+    #[arg(long = "enable-cluster-pool-to-multi-pool-migration", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub cluster_pool_migration: bool,
+
+    /// This node's labels (`k=v,k2=v2`), for `CiliumNodeConfig` node selectors.
+    #[arg(long = "node-labels", default_value = "")]
+    pub node_labels: String,
 
     /// MTU of pod devices and routes; 0 = the MTU of the node's default-route device, else 1500.
     #[arg(long = "mtu", default_value_t = 0)]

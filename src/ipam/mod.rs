@@ -9,6 +9,12 @@ mod bitmap;
 pub mod cidrset;
 pub mod clusterpool;
 pub mod hostscope;
+pub mod multipool;
+pub mod pool_operator;
+pub mod pool_options;
+pub mod pooldef;
+pub mod selection;
+pub mod sizing;
 
 use std::fmt;
 use std::net::IpAddr;

@@ -40,8 +40,59 @@ pub struct NodeAddress {
 /// `spec.ipam`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeIpamSpec {
-    #[serde(rename = "podCIDRs", default)]
+    #[serde(rename = "podCIDRs", default, skip_serializing_if = "Vec::is_empty")]
     pub pod_cidrs: Vec<String>,
+    /// Multi-pool: what the node asks for and what it was given.
+    #[serde(default, skip_serializing_if = "IpamPools::is_empty")]
+    pub pools: IpamPools,
+}
+
+/// `spec.ipam.pools`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct IpamPools {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requested: Vec<RequestedPool>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allocated: Vec<AllocatedPool>,
+}
+
+impl IpamPools {
+    pub fn is_empty(&self) -> bool {
+        self.requested.is_empty() && self.allocated.is_empty()
+    }
+}
+
+/// `spec.ipam.pools.requested[]`: demand per pool (zero counts omitted).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestedPool {
+    pub pool: String,
+    pub needed: PoolDemand,
+}
+
+/// `needed`: addresses per family.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolDemand {
+    #[serde(rename = "ipv4-addrs", default, skip_serializing_if = "is_zero")]
+    pub ipv4_addrs: u64,
+    #[serde(rename = "ipv6-addrs", default, skip_serializing_if = "is_zero")]
+    pub ipv6_addrs: u64,
+}
+
+/// `spec.ipam.pools.allocated[]`: the blocks the node owns in a pool (IPv4 CIDRs
+/// sorted, then IPv6 CIDRs sorted).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocatedPool {
+    pub pool: String,
+    #[serde(rename = "allowFirstIP", default)]
+    pub allow_first_ip: bool,
+    #[serde(rename = "allowLastIP", default)]
+    pub allow_last_ip: bool,
+    #[serde(default)]
+    pub cidrs: Vec<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -205,6 +205,7 @@ mod tests {
             allocated_at_ms: now_ms(),
             host_ifname: None,
             cooling_until_ms: None,
+            selected_by: None,
         }
     }
 

@@ -56,6 +56,9 @@ pub struct AllocationRecord {
     /// When a cooling address may be handed out again (ms since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cooling_until_ms: Option<u64>,
+    /// Why the address came from its pool (the pool-selection step), for explain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selected_by: Option<String>,
 }
 
 impl AllocationRecord {

@@ -5,76 +5,60 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use super::{AllocateRequest, ApiError, DEFAULT_POOL, IpamState};
+use super::{AllocateRequest, ApiError, IpamState};
 use crate::api::models::*;
 use crate::datapath::host_ifname;
 use crate::ipam::Family;
+use crate::ipam::multipool::PoolError;
 use crate::store::{AllocationRecord, AllocationState, EndpointRecord, JournalOp, now_ms};
 
 impl IpamState {
-    fn check_pool(&self, pool: &str) -> Result<(), ApiError> {
-        if pool.is_empty() || pool == DEFAULT_POOL {
-            Ok(())
-        } else {
-            Err(ApiError::new(
-                400,
-                format!(
-                    "pool {pool:?} does not exist: ipam mode {} has only the {DEFAULT_POOL:?} pool",
-                    self.cfg.ipam_mode
-                ),
-            ))
-        }
-    }
-
     /// `POST /v1/ipam`: the next address of each requested family (IPv6 first, as
     /// Cilium does; if IPv4 then fails, the IPv6 address is given back).
     pub fn allocate_next(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
         let started = std::time::Instant::now();
         let result = self.allocate_next_inner(req);
-        self.metrics
-            .phase("ADD", "daemon-allocation", started.elapsed().as_secs_f64());
+        self.metrics.phase("ADD", "daemon-allocation", started.elapsed().as_secs_f64());
         if let Err(e) = &result {
-            let reason = if e.status == 502 {
+            let reason = if e.message.starts_with("range is full") || e.message.starts_with("all CIDR ranges are exhausted") {
                 "range-full"
+            } else if e.message.contains("pool not (yet) available") {
+                "pool-not-available"
+            } else if e.message.contains("unable to determine IPAM pool") {
+                "pool-selection"
             } else {
                 "rejected"
             };
-            self.record_failure(
-                "ADD",
-                reason,
-                &e.message,
-                &req.owner,
-                req.container_id.as_deref(),
-                req.ifname.as_deref(),
-            );
+            self.record_failure("ADD", reason, &e.message, &req.owner, req.container_id.as_deref(), req.ifname.as_deref());
         }
         result
     }
 
     fn allocate_next_inner(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
-        self.check_pool(&req.pool)?;
         let now = now_ms();
         let mut ops = Vec::new();
         // A runtime that re-adds an attachment without DEL supersedes the old one.
         if let (Some(cid), Some(ifname)) = (&req.container_id, &req.ifname) {
             self.release_attachment(cid, Some(ifname), &mut ops, now);
         }
-        let families: Vec<Family> = [Family::V6, Family::V4]
-            .into_iter()
-            .filter(|f| req.family.is_none_or(|want| want == *f))
-            .filter(|f| self.ranges.iter().any(|r| r.family == *f))
-            .collect();
+        let families: Vec<Family> =
+            self.cfg.families.iter().copied().filter(|f| req.family.is_none_or(|want| want == *f)).collect();
         let mut taken: Vec<AllocationRecord> = Vec::new();
         for family in families {
-            let node = self.cfg.node_name.clone();
-            let range = self
-                .range_mut(family)
-                .ok_or_else(|| ApiError::new(500, "family vanished"))?;
-            match range.alloc.allocate_next() {
-                Ok(ip) => taken.push(self.new_record(ip, family, req, now)),
+            let picked = self.choose_pool(&req.pool, &req.owner, family).and_then(|(pool, why)| {
+                let ip = self.take_next(&pool, family, &req.owner)?;
+                Ok((pool, why, ip))
+            });
+            match picked {
+                Ok((pool, why, ip)) => {
+                    let mut rec = self.new_record(ip, family, req, now);
+                    rec.pool = pool;
+                    rec.selected_by = Some(why);
+                    taken.push(rec);
+                }
                 Err(e) => {
                     self.give_back(&taken);
-                    return Err(ApiError::new(502, format!("{e} (node {node})")));
+                    return Err(e);
                 }
             }
         }
@@ -84,34 +68,55 @@ impl IpamState {
             return Err(e);
         }
         self.apply(ops, "attachment added again");
-        let mut resp = IpamResponse {
-            host_addressing: self.node_addressing(),
-            ..Default::default()
-        };
+        let mut resp = IpamResponse { host_addressing: self.node_addressing(), ..Default::default() };
         for rec in &taken {
             self.metrics.event("allocate", &rec.family);
-            fill_response(&mut resp, rec);
-            tracing::info!(ip = %rec.ip, owner = %rec.owner, container = rec.container_id.as_deref().unwrap_or(""), "allocated");
+            self.clear_pending(&rec.pool, Family::of_addr(&rec.ip), &rec.owner);
+            fill_response(&mut resp, rec, self.skip_masquerade(&rec.pool));
+            tracing::info!(ip = %rec.ip, pool = %rec.pool, owner = %rec.owner, container = rec.container_id.as_deref().unwrap_or(""), "allocated");
         }
+        self.sync_demand();
         Ok(resp)
+    }
+
+    /// The next address of `pool`; in multi-pool a pool without room first asks
+    /// the backend for more blocks (the demand counts this request as pending).
+    fn take_next(&mut self, pool: &str, family: Family, owner: &str) -> Result<IpAddr, ApiError> {
+        match self.pools.allocate_next(pool, family) {
+            Ok(ip) => return Ok(ip),
+            Err(e) if !self.is_multi_pool() => {
+                let (used, usable) = (self.pools.used(pool, family), self.pools.usable(pool, family));
+                let cidr = self.node_addressing_cidr(family).unwrap_or_default();
+                return Err(ApiError::new(
+                    502,
+                    match e {
+                        PoolError::Exhausted { .. } => format!(
+                            "range is full: no free address in {cidr} ({used} of {usable} allocated) (node {})",
+                            self.cfg.node_name
+                        ),
+                        other => format!("{other} (node {})", self.cfg.node_name),
+                    },
+                ));
+            }
+            Err(_) => {}
+        }
+        self.note_pending(pool, family, owner);
+        self.sync_demand();
+        self.pools.allocate_next(pool, family).map_err(|e| {
+            let operator = &self.node.status.ipam.operator_status.error;
+            let why = if operator.is_empty() { String::new() } else { format!("; operator: {operator}") };
+            ApiError::new(502, format!("{e} (node {}){why}", self.cfg.node_name))
+        })
     }
 
     /// Clears allocator bits taken for records that were never committed.
     fn give_back(&mut self, taken: &[AllocationRecord]) {
         for rec in taken {
-            if let Some(r) = self.range_mut(Family::of_addr(&rec.ip)) {
-                r.alloc.release(rec.ip);
-            }
+            self.pools.release(rec.ip);
         }
     }
 
-    fn new_record(
-        &self,
-        ip: IpAddr,
-        family: Family,
-        req: &AllocateRequest,
-        now: u64,
-    ) -> AllocationRecord {
+    fn new_record(&self, ip: IpAddr, family: Family, req: &AllocateRequest, now: u64) -> AllocationRecord {
         let (state, uuid, expires) = if req.expiration {
             (
                 AllocationState::Pending,
@@ -124,7 +129,7 @@ impl IpamState {
         AllocationRecord {
             ip,
             family: family.as_str().into(),
-            pool: DEFAULT_POOL.into(),
+            pool: self.default_pool().to_string(),
             owner: req.owner.clone(),
             container_id: req.container_id.clone(),
             ifname: req.ifname.clone(),
@@ -135,56 +140,45 @@ impl IpamState {
             allocated_at_ms: now,
             host_ifname: None,
             cooling_until_ms: None,
+            selected_by: None,
         }
     }
 
-    /// `POST /v1/ipam/{ip}`: reserve one given address (no expiration).
-    pub fn allocate_ip(
-        &mut self,
-        ip: &str,
-        owner: &str,
-        pool: &str,
-    ) -> Result<IpamResponse, ApiError> {
-        let addr: IpAddr = ip
-            .parse()
-            .map_err(|_| ApiError::new(400, format!("Invalid IP address: {ip}")))?;
-        self.check_pool(pool)?;
-        if let Some(rec) = self
-            .allocations
-            .get(&addr)
-            .filter(|r| r.state == AllocationState::Cooling)
-        {
-            let left = rec.cooling_until_ms.unwrap_or(0).saturating_sub(now_ms()) / 1000;
-            return Err(ApiError::new(
-                409,
-                format!("IP {addr} was released recently and cools down for {left} s more"),
-            ));
-        }
+    /// `POST /v1/ipam/{ip}`: reserve one given address (no expiration). The pool
+    /// defaults to the default pool (Cilium requires it).
+    pub fn allocate_ip(&mut self, ip: &str, owner: &str, pool: &str) -> Result<IpamResponse, ApiError> {
+        let addr: IpAddr = ip.parse().map_err(|_| ApiError::new(400, format!("Invalid IP address: {ip}")))?;
         let family = Family::of_addr(&addr);
-        let range = self
-            .range_mut(family)
-            .ok_or_else(|| ApiError::new(400, format!("{} allocation disabled", family.label())))?;
-        range
-            .alloc
-            .allocate(addr)
-            .map_err(|e| ApiError::new(409, e.to_string()))?;
-        let req = AllocateRequest {
-            owner: owner.into(),
-            pool: pool.into(),
-            ..Default::default()
-        };
-        let rec = self.new_record(addr, family, &req, now_ms());
+        if !self.cfg.families.contains(&family) {
+            return Err(ApiError::new(400, format!("{} allocation disabled", family.label())));
+        }
+        let (pool, _) = self.choose_pool(pool, owner, family)?;
+        let pool = if pool.is_empty() { self.default_pool().to_string() } else { pool };
+        if let Some(rec) = self.allocations.get(&addr).filter(|r| r.state == AllocationState::Cooling) {
+            let left = rec.cooling_until_ms.unwrap_or(0).saturating_sub(now_ms()) / 1000;
+            return Err(ApiError::new(409, format!("IP {addr} was released recently and cools down for {left} s more")));
+        }
+        self.pools.allocate(&pool, addr).map_err(|e| {
+            let detail = match (&e, self.is_multi_pool(), self.node_addressing_cidr(family)) {
+                (PoolError::NotInRange { .. }, false, Some(cidr)) => {
+                    format!("provided IP is not in the valid range. The range of valid IPs is {cidr}")
+                }
+                _ => e.to_string(),
+            };
+            ApiError::new(409, detail)
+        })?;
+        let req = AllocateRequest { owner: owner.into(), pool: pool.clone(), ..Default::default() };
+        let mut rec = self.new_record(addr, family, &req, now_ms());
+        rec.pool = pool;
         if let Err(e) = self.commit(&[JournalOp::PutAllocation(rec.clone())]) {
             self.give_back(std::slice::from_ref(&rec));
             return Err(e);
         }
-        let mut resp = IpamResponse {
-            host_addressing: self.node_addressing(),
-            ..Default::default()
-        };
-        fill_response(&mut resp, &rec);
+        let mut resp = IpamResponse { host_addressing: self.node_addressing(), ..Default::default() };
+        fill_response(&mut resp, &rec, self.skip_masquerade(&rec.pool));
         self.metrics.event("allocate", &rec.family);
         self.allocations.insert(addr, rec);
+        self.sync_demand();
         Ok(resp)
     }
 
@@ -194,7 +188,9 @@ impl IpamState {
         let addr: IpAddr = ip
             .parse()
             .map_err(|_| ApiError::new(400, format!("Invalid IP address {ip}")))?;
-        self.check_pool(pool)?;
+        if !pool.is_empty() && !self.is_multi_pool() {
+            self.choose_pool(pool, "", Family::of_addr(&addr))?;
+        }
         if let Some(ep) = self
             .endpoints
             .values()
@@ -293,6 +289,7 @@ impl IpamState {
             ));
         }
         let mut ops = Vec::new();
+        let mut ep_pool = self.default_pool().to_string();
         let mut ips = (None, None);
         for (label, ip, uuid) in [
             (
@@ -339,6 +336,7 @@ impl IpamState {
                     "UUID mismatch, not stopping expiration timer",
                 ));
             }
+            ep_pool = rec.pool.clone();
             let mut bound = rec.clone();
             if bound.state != AllocationState::Infra {
                 bound.state = AllocationState::Bound;
@@ -366,7 +364,7 @@ impl IpamState {
             owner,
             ipv4: ips.0,
             ipv6: ips.1,
-            pool: DEFAULT_POOL.into(),
+            pool: ep_pool,
             netns: (!req.container_netns_path.is_empty()).then(|| req.container_netns_path.clone()),
             created_at_ms: now_ms(),
         };
@@ -446,11 +444,12 @@ impl IpamState {
     }
 }
 
-pub(super) fn fill_response(resp: &mut IpamResponse, rec: &AllocationRecord) {
+pub(super) fn fill_response(resp: &mut IpamResponse, rec: &AllocationRecord, skip_masquerade: bool) {
     let el = IpamAddressResponse {
         ip: rec.ip.to_string(),
         expiration_uuid: rec.expiration_uuid.clone().unwrap_or_default(),
         pool: rec.pool.clone(),
+        skip_masquerade,
         ..Default::default()
     };
     if rec.ip.is_ipv4() {

@@ -129,13 +129,10 @@ impl IpamState {
     fn explain_record(&self, rec: &AllocationRecord) -> AddressExplanation {
         let family = Family::of_addr(&rec.ip);
         let range = self
-            .ranges
-            .iter()
-            .find(|r| r.alloc.contains(rec.ip))
-            .map(|r| r.alloc.cidr().to_string())
-            .unwrap_or_else(|| {
-                "outside the node's current ranges (kept until its pod is deleted)".into()
-            });
+            .pools
+            .locate(rec.ip)
+            .map(|(pool, cidr)| format!("{cidr} (block of pool {pool})"))
+            .unwrap_or_else(|| "outside the node's current ranges (kept until its pod is deleted)".into());
         let (state, until) = match rec.state {
             AllocationState::Pending => ("pending", rec.expires_at_ms.unwrap_or(0)),
             AllocationState::Bound => ("bound", 0),
@@ -161,13 +158,17 @@ impl IpamState {
             container_id: rec.container_id.clone().unwrap_or_default(),
             ifname: rec.ifname.clone().unwrap_or_default(),
             network: rec.network.clone().unwrap_or_default(),
-            rule: format!(
-                "ipam mode {}: one host-scope range per family, so every {} address of node {} comes from its {} node range",
-                self.cfg.ipam_mode,
-                family.label(),
-                self.cfg.node_name,
-                family.label()
-            ),
+            rule: match (&rec.selected_by, rec.state) {
+                (Some(why), _) => format!("pool {} chosen by: {why}", rec.pool),
+                (None, AllocationState::Infra) => format!("the node's own {} address, from pool {}", rec.owner, rec.pool),
+                (None, _) => format!(
+                    "ipam mode {}: {} address of node {} from pool {}",
+                    self.cfg.ipam_mode,
+                    family.label(),
+                    self.cfg.node_name,
+                    rec.pool
+                ),
+            },
             range,
             allocated_at_ms: rec.allocated_at_ms,
             until_ms: until,

@@ -1,11 +1,13 @@
-//! The daemon's IPAM state: the host-scope allocators over the node's CIDRs, every
-//! allocation and endpoint, and the journal that makes them durable. All methods are
+//! The daemon's IPAM state: the pools of blocks the node owns (one `default` pool
+//! holding the node CIDRs in the host-scope modes), every allocation and endpoint,
+//! and the journal that makes them durable. All methods are
 //! synchronous; the server calls them on blocking threads under one mutex, and every
 //! change is committed to the journal before the method returns. Timers the state
 //! wants armed (expiration, end of cooldown) are queued and taken by the caller.
 
 mod alloc;
 mod explain;
+mod pools;
 mod restore;
 mod views;
 
@@ -17,13 +19,16 @@ use std::time::{Duration, Instant};
 use super::metrics::Metrics;
 use crate::api::models::FailureRecord;
 use crate::ipam::Family;
-use crate::ipam::hostscope::HostScopeAllocator;
-use crate::node::NodeResource;
+use crate::ipam::multipool::PoolSet;
+use crate::ipam::pooldef::PoolDef;
+use crate::ipam::selection::MetadataSource;
+use crate::node::{NodeBackend, NodeResource};
 use crate::store::{AllocationRecord, AllocationState, EndpointRecord, Journal, JournalOp, now_ms};
 
+pub use pools::{MultiPoolSettings, PoolingMode};
 pub use restore::{KernelLink, KernelView, ReconcileReport, RestoreReport};
 
-/// The only pool of the host-scope modes.
+/// The pool of the host-scope modes, and multi-pool's default default pool.
 pub const DEFAULT_POOL: &str = "default";
 /// How many recent failures `explain` remembers.
 pub const MAX_FAILURES: usize = 256;
@@ -73,6 +78,9 @@ pub struct StateConfig {
     pub mtu: u32,
     pub reserve_health: bool,
     pub reserve_ingress: bool,
+    /// The enabled families, IPv6 first (allocation order).
+    pub families: Vec<Family>,
+    pub pooling: PoolingMode,
 }
 
 /// A request for the next address(es).
@@ -87,16 +95,18 @@ pub struct AllocateRequest {
     pub network: Option<String>,
 }
 
-struct FamilyRange {
-    family: Family,
-    alloc: HostScopeAllocator,
-    router: Option<IpAddr>,
-}
-
 /// The IPAM state of one node.
 pub struct IpamState {
     cfg: StateConfig,
-    ranges: Vec<FamilyRange>,
+    pools: PoolSet,
+    routers: BTreeMap<Family, IpAddr>,
+    backend: Box<dyn NodeBackend>,
+    pool_defs: Vec<PoolDef>,
+    metadata: Option<Box<dyn MetadataSource + Send>>,
+    /// Owners whose allocation failed recently, per pool and family (demand).
+    pending: BTreeMap<(String, Family), BTreeMap<String, u64>>,
+    /// Free blocks are given back only once restore has finished.
+    restore_finished: bool,
     allocations: BTreeMap<IpAddr, AllocationRecord>,
     endpoints: BTreeMap<String, EndpointRecord>,
     restored_endpoints: BTreeSet<String>,
@@ -121,11 +131,7 @@ impl IpamState {
 
     /// The router address of each enabled family.
     pub fn router_ips(&self) -> Vec<IpAddr> {
-        self.ranges.iter().filter_map(|r| r.router).collect()
-    }
-
-    fn range_mut(&mut self, family: Family) -> Option<&mut FamilyRange> {
-        self.ranges.iter_mut().find(|r| r.family == family)
+        self.routers.values().copied().collect()
     }
 
     fn commit(&self, ops: &[JournalOp]) -> Result<(), ApiError> {
@@ -173,9 +179,7 @@ impl IpamState {
                         tracing::info!(ip = %ip, owner = %rec.owner, reason = why, "released");
                         self.metrics.event("release", &rec.family);
                     }
-                    if let Some(r) = self.range_mut(Family::of_addr(&ip)) {
-                        r.alloc.release(ip);
-                    }
+                    self.pools.release(ip);
                 }
                 JournalOp::PutAllocation(rec) => {
                     match (
@@ -220,13 +224,14 @@ impl IpamState {
         }
     }
 
-    /// Commits `ops` and applies them.
+    /// Commits `ops`, applies them, and brings the pools' demand up to date.
     fn commit_apply(&mut self, ops: Vec<JournalOp>, why: &str) -> Result<(), ApiError> {
         if ops.is_empty() {
             return Ok(());
         }
         self.commit(&ops)?;
         self.apply(ops, why);
+        self.sync_demand();
         Ok(())
     }
 

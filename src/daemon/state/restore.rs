@@ -14,14 +14,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use ipnet::IpNet;
-
 use super::super::metrics::Metrics;
-use super::{DEFAULT_POOL, FamilyRange, IpamState, NODE_META_KEY, StateConfig, Timer, TimerKind};
+use super::{DEFAULT_POOL, IpamState, NODE_META_KEY, StateConfig, Timer, TimerKind};
 use crate::datapath::host_ifname;
 use crate::ipam::Family;
-use crate::ipam::hostscope::HostScopeAllocator;
-use crate::node::NodeResource;
+use crate::ipam::multipool::{PoolError, PoolSet};
+use crate::ipam::pooldef::PoolDef;
+use crate::node::{NodeBackend, NodeResource};
 use crate::store::{
     AllocationRecord, AllocationState, EndpointRecord, Journal, JournalOp, Snapshot, now_ms,
 };
@@ -51,122 +50,94 @@ pub struct ReconcileReport {
 }
 
 impl IpamState {
-    /// Builds the state for the node's CIDRs (one per enabled family), restores the
-    /// journal's allocations and endpoints, and reserves the router (and health,
+    /// Builds the state for what the node owns (the node resource's CIDRs or
+    /// blocks), restores the journal's allocations and endpoints, lets the
+    /// backend meet the pools' demand, and reserves the router (and health,
     /// ingress) addresses.
+    #[allow(clippy::too_many_arguments)]
     pub fn restore(
         cfg: StateConfig,
         journal: Journal,
-        mut node: NodeResource,
-        cidrs: &[IpNet],
+        node: NodeResource,
+        backend: Box<dyn NodeBackend>,
+        pool_defs: Vec<PoolDef>,
         snapshot: Snapshot,
         router_hints: &[IpAddr],
         metrics: Arc<Metrics>,
     ) -> Result<IpamState, String> {
-        let mut ranges = Vec::new();
-        for cidr in cidrs {
-            let alloc =
-                HostScopeAllocator::new(*cidr).map_err(|e| format!("node CIDR {cidr}: {e}"))?;
-            ranges.push(FamilyRange {
-                family: Family::of_net(cidr),
-                alloc,
-                router: None,
-            });
-        }
+        let mut state = IpamState {
+            cfg,
+            pools: PoolSet::new(),
+            routers: BTreeMap::new(),
+            backend,
+            pool_defs,
+            metadata: None,
+            pending: BTreeMap::new(),
+            restore_finished: false,
+            allocations: BTreeMap::new(),
+            endpoints: BTreeMap::new(),
+            restored_endpoints: BTreeSet::new(),
+            journal,
+            node,
+            timers: Vec::new(),
+            restore_report: RestoreReport::default(),
+            metrics,
+            failures: VecDeque::new(),
+        };
+        state.apply_node_blocks();
         let mut report = RestoreReport::default();
         let mut ops = Vec::new();
-        let mut timers = Vec::new();
-        let mut allocations = BTreeMap::new();
         let now = now_ms();
         let mut by_age: Vec<AllocationRecord> = snapshot.allocations;
         by_age.sort_by_key(|r| r.allocated_at_ms);
         for rec in by_age {
-            let range = ranges.iter_mut().find(|r| r.alloc.contains(rec.ip));
             match rec.state {
                 AllocationState::Pending if rec.expires_at_ms.is_some_and(|t| t <= now) => {
                     tracing::warn!(ip = %rec.ip, owner = %rec.owner, "Released IP after expiration (expired while the daemon was down)");
                     report.expired += 1;
-                    ops.push(JournalOp::DeleteAllocation {
-                        pool: rec.pool.clone(),
-                        ip: rec.ip,
-                    });
+                    ops.push(JournalOp::DeleteAllocation { pool: rec.pool.clone(), ip: rec.ip });
                     continue;
                 }
                 AllocationState::Cooling if rec.cooling_until_ms.is_none_or(|t| t <= now) => {
                     report.cooled_down += 1;
-                    ops.push(JournalOp::DeleteAllocation {
-                        pool: rec.pool.clone(),
-                        ip: rec.ip,
-                    });
+                    ops.push(JournalOp::DeleteAllocation { pool: rec.pool.clone(), ip: rec.ip });
                     continue;
                 }
                 _ => {}
             }
-            match range {
-                Some(range) => {
-                    range.alloc.allocate(rec.ip).map_err(|e| {
-                        format!(
-                            "journal {}: cannot restore {} ({}): {e}",
-                            journal.path().display(),
-                            rec.ip,
-                            rec.owner
-                        )
-                    })?;
-                    range.alloc.set_cursor_after(rec.ip);
+            match state.pools.allocate(&rec.pool, rec.ip) {
+                Ok(()) => state.pools.set_cursor_after(rec.ip),
+                Err(PoolError::AlreadyAllocated { .. }) => {
+                    return Err(format!(
+                        "journal {}: {} is recorded twice (pool {}, owner {}); restart with --rebuild-from-kernel to rebuild the journal",
+                        state.journal.path().display(),
+                        rec.ip,
+                        rec.pool,
+                        rec.owner
+                    ));
                 }
-                None => {
-                    tracing::warn!(ip = %rec.ip, owner = %rec.owner, "journal allocation is outside the node's ranges: kept until its pod is deleted, never handed out again");
-                    report
-                        .outside_ranges
-                        .push(format!("{} ({})", rec.ip, rec.owner));
+                Err(_) => {
+                    tracing::warn!(ip = %rec.ip, pool = %rec.pool, owner = %rec.owner, "journal allocation is outside the node's ranges: kept until its pod is deleted, never handed out again");
+                    report.outside_ranges.push(format!("{} ({})", rec.ip, rec.owner));
                 }
             }
-            match (
-                &rec.state,
-                &rec.expiration_uuid,
-                rec.expires_at_ms,
-                rec.cooling_until_ms,
-            ) {
+            match (&rec.state, &rec.expiration_uuid, rec.expires_at_ms, rec.cooling_until_ms) {
                 (AllocationState::Pending, Some(uuid), Some(deadline_ms), _) => {
-                    timers.push(Timer {
-                        ip: rec.ip,
-                        deadline_ms,
-                        kind: TimerKind::Expire { uuid: uuid.clone() },
-                    });
+                    state.timers.push(Timer { ip: rec.ip, deadline_ms, kind: TimerKind::Expire { uuid: uuid.clone() } });
                 }
                 (AllocationState::Cooling, _, _, Some(until)) => {
-                    timers.push(Timer {
-                        ip: rec.ip,
-                        deadline_ms: until,
-                        kind: TimerKind::Cooldown,
-                    });
+                    state.timers.push(Timer { ip: rec.ip, deadline_ms: until, kind: TimerKind::Cooldown });
                 }
                 _ => {}
             }
             if rec.state != AllocationState::Cooling {
                 report.restored += 1;
             }
-            allocations.insert(rec.ip, rec);
+            state.allocations.insert(rec.ip, rec);
         }
-        let endpoints: BTreeMap<String, EndpointRecord> = snapshot
-            .endpoints
-            .into_iter()
-            .map(|e| (e.key(), e))
-            .collect();
-        let restored_endpoints = endpoints.keys().cloned().collect();
-        let mut state = IpamState {
-            cfg,
-            ranges,
-            allocations,
-            endpoints,
-            restored_endpoints,
-            journal,
-            node: NodeResource::default(),
-            timers,
-            restore_report: RestoreReport::default(),
-            metrics,
-            failures: VecDeque::new(),
-        };
+        state.endpoints = snapshot.endpoints.into_iter().map(|e| (e.key(), e)).collect();
+        state.restored_endpoints = state.endpoints.keys().cloned().collect();
+        state.sync_demand();
         let mut infra = vec!["router"];
         if state.cfg.reserve_health {
             infra.push("health");
@@ -174,21 +145,17 @@ impl IpamState {
         if state.cfg.reserve_ingress {
             infra.push("ingress");
         }
-        for idx in 0..state.ranges.len() {
+        for family in state.cfg.families.clone() {
             for owner in &infra {
-                let ip = state.reserve_infra(idx, owner, router_hints, &mut ops)?;
+                let ip = state.reserve_infra(family, owner, router_hints, &mut ops)?;
                 if *owner == "router" {
-                    state.ranges[idx].router = Some(ip);
-                    node.set_address("CiliumInternalIP", ip);
+                    state.routers.insert(family, ip);
+                    state.node.set_address("CiliumInternalIP", ip);
                 }
             }
         }
-        state.node = node;
         let node_json = serde_json::to_value(&state.node).map_err(|e| e.to_string())?;
-        ops.push(JournalOp::PutMeta {
-            key: NODE_META_KEY.into(),
-            value: node_json,
-        });
+        ops.push(JournalOp::PutMeta { key: NODE_META_KEY.into(), value: node_json });
         state.journal.commit(&ops).map_err(|e| e.to_string())?;
         state.restore_report = report;
         Ok(state)
@@ -196,40 +163,39 @@ impl IpamState {
 
     /// Takes the previous router (health, ingress) address of a family from the
     /// journal, else (router only) the address the router device still carries, else
-    /// a new one.
+    /// a new one from the default pool.
     fn reserve_infra(
         &mut self,
-        idx: usize,
+        family: Family,
         owner: &str,
         router_hints: &[IpAddr],
         ops: &mut Vec<JournalOp>,
     ) -> Result<IpAddr, String> {
-        let family = self.ranges[idx].family;
-        if let Some(rec) = self.allocations.values().find(|r| {
-            r.state == AllocationState::Infra
-                && r.owner == owner
-                && Family::of_addr(&r.ip) == family
-        }) {
+        if let Some(rec) = self
+            .allocations
+            .values()
+            .find(|r| r.state == AllocationState::Infra && r.owner == owner && Family::of_addr(&r.ip) == family)
+        {
             return Ok(rec.ip);
         }
+        let pool = self.default_pool().to_string();
         let hinted = router_hints
             .iter()
-            .filter(|_| owner == "router")
-            .find(|ip| {
-                self.ranges[idx].alloc.contains(**ip) && !self.ranges[idx].alloc.is_allocated(**ip)
-            })
+            .filter(|ip| owner == "router" && Family::of_addr(ip) == family)
+            .find(|ip| self.pools.locate(**ip).is_some_and(|(p, _)| p == pool))
             .copied();
-        let ip = match hinted {
-            Some(ip) => self.ranges[idx].alloc.allocate(ip).map(|_| ip),
-            None => self.ranges[idx].alloc.allocate_next(),
-        }
-        .map_err(|e| {
-            format!(
-                "unable to allocate {owner} {}: {e}, see https://cilium.link/ipam-range-full",
-                family.label()
-            )
-        })?;
-        let rec = infra_record(ip, owner);
+        let taken = match hinted {
+            Some(ip) => self.pools.allocate(&pool, ip).map(|_| ip),
+            None => Err(PoolError::NotInRange { ip: IpAddr::from([0, 0, 0, 0]) }),
+        };
+        let ip = match taken {
+            Ok(ip) => ip,
+            Err(_) => self.pools.allocate_next(&pool, family).map_err(|e| {
+                format!("unable to allocate {owner} {}: {e}, see https://cilium.link/ipam-range-full", family.label())
+            })?,
+        };
+        let mut rec = infra_record(ip, owner);
+        rec.pool = pool;
         ops.push(JournalOp::PutAllocation(rec.clone()));
         self.allocations.insert(ip, rec);
         Ok(ip)
@@ -309,16 +275,14 @@ impl IpamState {
     fn adopt_link(&mut self, link: &KernelLink, ops: &mut Vec<JournalOp>) -> Option<Vec<String>> {
         let mut adopted = Vec::new();
         for ip in &link.routed {
-            let Some(range) = self.ranges.iter_mut().find(|r| r.alloc.contains(*ip)) else {
-                continue;
-            };
-            if range.alloc.allocate(*ip).is_err() {
+            let Some(pool) = self.pools.locate(*ip).map(|(p, _)| p.to_string()) else { continue };
+            if self.pools.allocate(&pool, *ip).is_err() {
                 continue;
             }
             let rec = AllocationRecord {
                 ip: *ip,
                 family: Family::of_addr(ip).as_str().into(),
-                pool: DEFAULT_POOL.into(),
+                pool,
                 owner: format!("{} [from kernel]", link.name),
                 container_id: None,
                 ifname: None,
@@ -329,6 +293,7 @@ impl IpamState {
                 allocated_at_ms: now_ms(),
                 host_ifname: Some(link.name.clone()),
                 cooling_until_ms: None,
+                selected_by: None,
             };
             tracing::warn!(ip = %ip, link = %link.name, "adopted an address from the kernel");
             adopted.push(format!("{ip} ({})", link.name));
@@ -364,5 +329,6 @@ fn infra_record(ip: IpAddr, owner: &str) -> AllocationRecord {
         allocated_at_ms: now_ms(),
         host_ifname: None,
         cooling_until_ms: None,
+        selected_by: None,
     }
 }

@@ -10,31 +10,18 @@ use crate::store::{AllocationState, EndpointRecord, now_ms};
 impl IpamState {
     /// Sets the gauges that mirror the state (capacity, use, cooling, restore).
     pub fn refresh_gauges(&self, m: &Metrics) {
-        for r in &self.ranges {
-            let family = r.family.as_str().to_string();
-            let in_family = || {
-                self.allocations
-                    .values()
-                    .filter(|rec| Family::of_addr(&rec.ip) == r.family)
-            };
-            let cap = i64::try_from(r.alloc.capacity()).unwrap_or(i64::MAX);
+        for b in self.pools.blocks() {
+            let cap = i64::try_from(b.capacity).unwrap_or(i64::MAX);
             m.capacity
-                .get_or_create(&CapacityLabels {
-                    family: family.clone(),
-                    cidr: r.alloc.cidr().to_string(),
-                })
+                .get_or_create(&CapacityLabels { family: b.family.as_str().into(), cidr: b.cidr.to_string() })
                 .set(cap);
-            m.addresses
-                .get_or_create(&FamilyLabels {
-                    family: family.clone(),
-                })
-                .set(in_family().count() as i64);
-            let cooling = in_family()
-                .filter(|rec| rec.state == AllocationState::Cooling)
-                .count() as i64;
-            m.cooling
-                .get_or_create(&FamilyLabels { family })
-                .set(cooling);
+        }
+        for family in &self.cfg.families {
+            let in_family = || self.allocations.values().filter(|rec| Family::of_addr(&rec.ip) == *family);
+            let labels = FamilyLabels { family: family.as_str().into() };
+            m.addresses.get_or_create(&labels).set(in_family().count() as i64);
+            let cooling = in_family().filter(|rec| rec.state == AllocationState::Cooling).count() as i64;
+            m.cooling.get_or_create(&labels).set(cooling);
         }
         let rr = &self.restore_report;
         for (outcome, n) in [
@@ -60,20 +47,32 @@ impl IpamState {
         &self.metrics
     }
 
+    /// The node's alloc range of a family: the node CIDR (host-scope) or the
+    /// first block of the default pool (multi-pool).
+    pub(super) fn node_addressing_cidr(&self, family: Family) -> Option<String> {
+        let pool = self.default_pool();
+        self.pools.blocks().into_iter().find(|b| b.pool == pool && b.family == family).map(|b| b.cidr.to_string())
+    }
+
     pub(super) fn node_addressing(&self) -> NodeAddressing {
         let mut na = NodeAddressing::default();
-        for r in &self.ranges {
+        for family in &self.cfg.families {
             let el = NodeAddressingElement {
                 enabled: true,
-                ip: r.router.map(|ip| ip.to_string()).unwrap_or_default(),
-                alloc_range: r.alloc.cidr().to_string(),
+                ip: self.routers.get(family).map(|ip| ip.to_string()).unwrap_or_default(),
+                alloc_range: self.node_addressing_cidr(*family).unwrap_or_default(),
             };
-            match r.family {
+            match family {
                 Family::V4 => na.ipv4 = Some(el),
                 Family::V6 => na.ipv6 = Some(el),
             }
         }
         na
+    }
+
+    /// The allocation map key: the address, or `pool/ip` outside the default pool.
+    fn status_key(&self, ip: std::net::IpAddr, pool: &str) -> String {
+        if pool == self.default_pool() { ip.to_string() } else { format!("{pool}/{ip}") }
     }
 
     /// `GET /v1/config`.
@@ -151,41 +150,47 @@ impl IpamState {
         };
         let now = now_ms();
         let mut lines = Vec::new();
-        for r in &self.ranges {
-            let in_family = || {
-                self.allocations
-                    .values()
-                    .filter(|rec| Family::of_addr(&rec.ip) == r.family)
-            };
-            let used = in_family().filter(|rec| r.alloc.contains(rec.ip)).count() as u64;
-            let cooling = in_family()
-                .filter(|rec| rec.state == AllocationState::Cooling)
-                .count() as u64;
+        let operator_error = self.node.status.ipam.operator_status.error.clone();
+        for family in &self.cfg.families {
+            let in_family = || self.allocations.values().filter(|rec| Family::of_addr(&rec.ip) == *family);
             let list: Vec<String> = in_family().map(|rec| rec.ip.to_string()).collect();
-            match r.family {
+            match family {
                 Family::V4 => ipam.ipv4 = Some(list),
                 Family::V6 => ipam.ipv6 = Some(list),
             }
-            lines.push(format!(
-                "{}: {used}/{} allocated from {}",
-                r.family.label(),
-                r.alloc.capacity(),
-                r.alloc.cidr()
-            ));
-            ipam.ranges.push(RangeStatus {
-                family: r.family.as_str().into(),
-                cidr: r.alloc.cidr().to_string(),
-                used,
-                usable: r.alloc.usable(),
-                cooling,
-            });
+            let pools: Vec<String> =
+                self.pools.names().into_iter().filter(|p| self.pools.has(p, *family)).collect();
+            for pool in &pools {
+                let blocks: Vec<String> = self
+                    .pools
+                    .blocks()
+                    .into_iter()
+                    .filter(|b| b.pool == *pool && b.family == *family)
+                    .map(|b| b.cidr.to_string())
+                    .collect();
+                let cooling = in_family().filter(|r| r.pool == *pool && r.state == AllocationState::Cooling).count();
+                ipam.ranges.push(RangeStatus {
+                    family: family.as_str().into(),
+                    cidr: blocks.join(" "),
+                    used: self.pools.used(pool, *family),
+                    usable: self.pools.usable(pool, *family),
+                    cooling: cooling as u64,
+                    pool: pool.clone(),
+                    can_grow: self.is_multi_pool() && !operator_error.contains(&format!("\"{pool}\"")),
+                });
+            }
+            if self.is_multi_pool() {
+                lines.push(format!("{}: {} IPAM pool(s) available", family.label(), pools.len()));
+            } else if let Some(b) = self.pools.blocks().into_iter().find(|b| b.family == *family) {
+                lines.push(format!("{}: {}/{} allocated from {}", family.label(), b.used, b.capacity, b.cidr));
+            }
         }
         ipam.status = lines.join(", ");
         for (ip, rec) in &self.allocations {
             if rec.state == AllocationState::Cooling {
                 let left = rec.cooling_until_ms.unwrap_or(now).saturating_sub(now);
                 ipam.cooling
-                    .insert(ip.to_string(), format!("{} ({} ms left)", rec.owner, left));
+                    .insert(self.status_key(*ip, &rec.pool), format!("{} ({} ms left)", rec.owner, left));
                 continue;
             }
             let restored = match (&rec.container_id, &rec.ifname) {
@@ -201,7 +206,7 @@ impl IpamState {
             if rec.state == AllocationState::Pending {
                 owner.push_str(" [expiring]");
             }
-            ipam.allocations.insert(ip.to_string(), owner);
+            ipam.allocations.insert(self.status_key(rec.ip, &rec.pool), owner);
         }
         let exhausted: Vec<&RangeStatus> =
             ipam.ranges.iter().filter(|r| r.is_exhausted()).collect();

@@ -1,0 +1,818 @@
+//! `podnet plan`: the chapter's "Sizing math" as a command. Offline (no
+//! daemon): how many nodes a cluster pool serves and how many Pod addresses a
+//! node gets (`--pool-mode cluster-pool`, the default), how many blocks a
+//! node takes from a multi-pool pool for its pre-allocation
+//! (`--pool-mode multi-pool`), and the per-node limit of an AWS ENI instance
+//! (`--pool-mode eni`). `-o json` for scripts. The math is
+//! [`crate::ipam::sizing`].
+
+use clap::{Args, ValueEnum};
+use ipnet::IpNet;
+use serde::Serialize;
+
+use crate::ipam::Family;
+use crate::ipam::clusterpool::{DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE, parse_cidr_list};
+use crate::ipam::sizing::{
+    self, BlockPoolPlan, DEFAULT_ENI_PRE_ALLOCATE, DEFAULT_MAX_PODS,
+    DEFAULT_MULTI_POOL_PRE_ALLOCATION, DEFAULT_RESERVED_PER_NODE, DEFAULT_ROLLOUT_HEADROOM_PERCENT,
+    EniOptions, EniPlan, MultiPoolOptions, MultiPoolPlan, NodeDemand, Plan, PlanOptions, PoolPlan,
+    group_digits,
+};
+
+/// Which IPAM mode to size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PoolMode {
+    /// Cluster-pool (and Kubernetes host-scope): pool CIDRs carved into node CIDRs.
+    ClusterPool,
+    /// Multi-pool: one pool's CIDRs carved into per-node blocks on demand.
+    MultiPool,
+    /// AWS ENI: the instance's ENI/IP limit.
+    Eni,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+/// `podnet plan` options.
+#[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    /// Pool CIDR (repeatable; one family per plan).
+    #[arg(long = "cidr", value_name = "CIDR")]
+    pub cidrs: Vec<String>,
+    /// Node mask size (cluster-pool; default 24 for IPv4, 112 for IPv6 as the
+    /// operator flag, the Helm chart uses 120) or the pool's maskSize
+    /// (multi-pool, required).
+    #[arg(long = "mask-size", value_name = "M")]
+    pub mask_size: Option<u8>,
+    /// The kubelet's maxPods; 0 skips the density check.
+    #[arg(long = "max-pods", value_name = "N", default_value_t = DEFAULT_MAX_PODS)]
+    pub max_pods: u32,
+    /// Addresses Cilium takes per node: 2 (router, health), 3 with Ingress.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_RESERVED_PER_NODE)]
+    pub reserved: u32,
+    /// Rollout headroom over maxPods, in percent.
+    #[arg(long, value_name = "PERCENT", default_value_t = DEFAULT_ROLLOUT_HEADROOM_PERCENT)]
+    pub headroom: u32,
+    /// IPAM mode to size.
+    #[arg(long = "pool-mode", value_enum, default_value_t = PoolMode::ClusterPool)]
+    pub pool_mode: PoolMode,
+    /// multi-pool: the pool's pre-allocation (default 8); eni: pre-allocate
+    /// (default 8, 0 means 8).
+    #[arg(long = "pre-allocate", value_name = "N")]
+    pub pre_allocate: Option<u32>,
+    /// eni: network interfaces the instance type supports.
+    #[arg(long = "eni-adapters", value_name = "N")]
+    pub eni_adapters: Option<u32>,
+    /// eni: IPv4 addresses per ENI the instance type supports.
+    #[arg(long = "eni-ips-per-eni", value_name = "N")]
+    pub eni_ips_per_eni: Option<u32>,
+    /// eni: first-interface-index (ENIs below it carry no Pods; default 0).
+    #[arg(long = "eni-first-interface-index", value_name = "N")]
+    pub eni_first_interface_index: Option<u32>,
+    /// eni: prefix delegation (/28 prefixes, x16 per ENI).
+    #[arg(long = "eni-prefix-delegation")]
+    pub eni_prefix_delegation: bool,
+    /// eni: use-primary-address (+1 address per ENI).
+    #[arg(long = "eni-use-primary-address")]
+    pub eni_use_primary_address: bool,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+/// Runs `podnet plan`; exit 1 with a message on stderr on any error.
+pub fn run(args: &PlanArgs) -> i32 {
+    match render(args) {
+        Ok(out) => {
+            print!("{out}");
+            0
+        }
+        Err(e) => {
+            eprintln!("podnet plan: {e}");
+            1
+        }
+    }
+}
+
+/// The whole output (text or JSON, newline-terminated) or the error message.
+pub fn render(args: &PlanArgs) -> Result<String, String> {
+    check_mode_flags(args)?;
+    let max_pods = (args.max_pods > 0).then_some(args.max_pods);
+    match args.pool_mode {
+        PoolMode::ClusterPool => {
+            let cidrs = parse_cidrs(&args.cidrs)?;
+            let mask = args.mask_size.unwrap_or(match Family::of_net(&cidrs[0]) {
+                Family::V4 => DEFAULT_IPV4_MASK_SIZE,
+                Family::V6 => DEFAULT_IPV6_MASK_SIZE,
+            });
+            let opts = PlanOptions {
+                reserved_per_node: args.reserved,
+                max_pods,
+                rollout_headroom_percent: args.headroom,
+            };
+            let plan = sizing::plan_cluster_pool(&cidrs, mask, &opts).map_err(|e| e.to_string())?;
+            Ok(match args.output {
+                OutputFormat::Json => cluster_pool_json(&plan),
+                OutputFormat::Text => cluster_pool_text(&plan),
+            })
+        }
+        PoolMode::MultiPool => {
+            let cidrs = parse_cidrs(&args.cidrs)?;
+            let mask = args
+                .mask_size
+                .ok_or("--pool-mode multi-pool needs --mask-size (the pool's maskSize)")?;
+            let opts = MultiPoolOptions {
+                pre_allocate: args
+                    .pre_allocate
+                    .unwrap_or(DEFAULT_MULTI_POOL_PRE_ALLOCATION),
+                reserved_per_node: args.reserved,
+                max_pods,
+                rollout_headroom_percent: args.headroom,
+            };
+            let plan = sizing::plan_multi_pool(&cidrs, mask, &opts).map_err(|e| e.to_string())?;
+            Ok(match args.output {
+                OutputFormat::Json => multi_pool_json(&plan),
+                OutputFormat::Text => multi_pool_text(&plan),
+            })
+        }
+        PoolMode::Eni => {
+            let opts = EniOptions {
+                adapters: args
+                    .eni_adapters
+                    .ok_or("--pool-mode eni needs --eni-adapters and --eni-ips-per-eni")?,
+                ipv4_per_eni: args
+                    .eni_ips_per_eni
+                    .ok_or("--pool-mode eni needs --eni-adapters and --eni-ips-per-eni")?,
+                first_interface_index: args.eni_first_interface_index.unwrap_or(0),
+                prefix_delegation: args.eni_prefix_delegation,
+                use_primary_address: args.eni_use_primary_address,
+                pre_allocate: args.pre_allocate.unwrap_or(DEFAULT_ENI_PRE_ALLOCATE),
+                reserved_per_node: args.reserved,
+                max_pods,
+                rollout_headroom_percent: args.headroom,
+            };
+            let plan = sizing::plan_eni(&opts).map_err(|e| e.to_string())?;
+            Ok(match args.output {
+                OutputFormat::Json => eni_json(&plan),
+                OutputFormat::Text => eni_text(&plan),
+            })
+        }
+    }
+}
+
+/// Refuses flags that do not apply to the chosen mode.
+fn check_mode_flags(args: &PlanArgs) -> Result<(), String> {
+    let eni_flags = [
+        ("--eni-adapters", args.eni_adapters.is_some()),
+        ("--eni-ips-per-eni", args.eni_ips_per_eni.is_some()),
+        (
+            "--eni-first-interface-index",
+            args.eni_first_interface_index.is_some(),
+        ),
+        ("--eni-prefix-delegation", args.eni_prefix_delegation),
+        ("--eni-use-primary-address", args.eni_use_primary_address),
+    ];
+    let used = |flags: &[(&'static str, bool)]| flags.iter().find(|(_, set)| *set).map(|(n, _)| *n);
+    let refuse =
+        |flag: &str, mode: &str| Err(format!("{flag} does not apply to --pool-mode {mode}"));
+    match args.pool_mode {
+        PoolMode::ClusterPool => {
+            if args.pre_allocate.is_some() {
+                return Err(
+                    "--pre-allocate applies to --pool-mode multi-pool or eni, not \
+                            cluster-pool"
+                        .to_string(),
+                );
+            }
+            if let Some(flag) = used(&eni_flags) {
+                return refuse(flag, "cluster-pool");
+            }
+        }
+        PoolMode::MultiPool => {
+            if let Some(flag) = used(&eni_flags) {
+                return refuse(flag, "multi-pool");
+            }
+        }
+        PoolMode::Eni => {
+            if let Some(flag) = used(&[
+                ("--cidr", !args.cidrs.is_empty()),
+                ("--mask-size", args.mask_size.is_some()),
+            ]) {
+                return refuse(flag, "eni");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Parses every `--cidr` value (each may hold several, comma- or
+/// space-separated); at least one is required.
+fn parse_cidrs(values: &[String]) -> Result<Vec<IpNet>, String> {
+    let mut out = Vec::new();
+    for v in values {
+        out.extend(parse_cidr_list("--cidr", v).map_err(|e| e.to_string())?);
+    }
+    if out.is_empty() {
+        return Err("no pool CIDR given: pass at least one --cidr".to_string());
+    }
+    Ok(out)
+}
+
+fn n(v: impl Into<u128>) -> String {
+    group_digits(v.into())
+}
+
+/// A plain table: first column left-aligned, the others right-aligned except
+/// the last (left-aligned), two spaces between columns.
+fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let cols = headers.len();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate().take(cols) {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i > 0 {
+                s.push_str("  ");
+            }
+            let w = widths[i];
+            if i == 0 || i + 1 == cols {
+                s.push_str(&format!("{c:<w$}"));
+            } else {
+                s.push_str(&format!("{c:>w$}"));
+            }
+        }
+        s.truncate(s.trim_end().len());
+        s.push('\n');
+        s
+    };
+    let mut out = line(headers.to_vec());
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+fn warnings_text(warnings: &[String]) -> String {
+    if warnings.is_empty() {
+        return "\nNo warnings.\n".to_string();
+    }
+    let mut s = String::from("\nWarnings:\n");
+    for w in warnings {
+        s.push_str(&format!("  - {w}\n"));
+    }
+    s
+}
+
+fn pretty<T: Serialize>(v: &T) -> String {
+    let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+// ---------------------------------------------------------------- cluster-pool
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ClusterPoolJson<'a> {
+    nodes: u64,
+    addresses_per_node: u128,
+    usable_per_node: u64,
+    warnings: &'a [String],
+    pools: &'a [PoolPlan],
+}
+
+/// Top level exactly `nodes`, `addressesPerNode`, `usablePerNode`,
+/// `warnings`, `pools`.
+fn cluster_pool_json(plan: &Plan) -> String {
+    pretty(&ClusterPoolJson {
+        nodes: plan.nodes,
+        addresses_per_node: plan.addresses_per_node,
+        usable_per_node: plan.usable_per_node,
+        warnings: &plan.warnings,
+        pools: &plan.pools,
+    })
+}
+
+fn cluster_pool_text(plan: &Plan) -> String {
+    let reserved = plan.options.reserved_per_node;
+    let mut s = format!(
+        "Cluster-pool plan: {}, node mask /{}\n",
+        plan.family.label(),
+        plan.mask_size
+    );
+    s.push_str(&format!(
+        "Per node: {} addresses, {} allocatable (host-scope rules), {} usable after {} reserved \
+         ({})\n",
+        n(plan.addresses_per_node),
+        n(plan.allocatable_per_node),
+        n(plan.usable_per_node),
+        reserved,
+        reserved_label(reserved)
+    ));
+    if let (Some(max_pods), Some(required)) = (plan.options.max_pods, plan.required_per_node) {
+        s.push_str(&format!(
+            "Needed:   maxPods {max_pods} + {}% rollout headroom = {required} per node\n",
+            plan.options.rollout_headroom_percent
+        ));
+    }
+    s.push('\n');
+    let mut rows: Vec<Vec<String>> = plan
+        .pools
+        .iter()
+        .map(|p| {
+            vec![
+                p.cidr.to_string(),
+                n(p.nodes),
+                n(p.addresses_per_node),
+                n(p.usable_per_node),
+                n(p.pod_ips),
+                format!("{} .. {}", p.first_node_cidr, p.last_node_cidr),
+            ]
+        })
+        .collect();
+    rows.push(vec![
+        "total".to_string(),
+        n(plan.nodes),
+        n(plan.addresses_per_node),
+        n(plan.usable_per_node),
+        n(plan.total_pod_ips),
+        String::new(),
+    ]);
+    s.push_str(&table(
+        &[
+            "POOL CIDR",
+            "NODES",
+            "ADDRESSES/NODE",
+            "USABLE/NODE",
+            "POD IPS",
+            "NODE CIDRS",
+        ],
+        &rows,
+    ));
+    s.push_str(&warnings_text(&plan.warnings));
+    s
+}
+
+fn reserved_label(reserved: u32) -> &'static str {
+    match reserved {
+        0 => "none",
+        1 => "router",
+        2 => "router, health",
+        3 => "router, health, ingress",
+        _ => "router, health, ingress and others",
+    }
+}
+
+// ------------------------------------------------------------------ multi-pool
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MultiPoolJson<'a> {
+    mode: &'static str,
+    mask_size: u8,
+    pre_allocate: u32,
+    reserved_per_node: u32,
+    blocks: u64,
+    addresses_per_block: u128,
+    usable_per_block: u128,
+    idle: NodeDemand,
+    peak: Option<NodeDemand>,
+    warnings: &'a [String],
+    pools: &'a [BlockPoolPlan],
+}
+
+fn multi_pool_json(plan: &MultiPoolPlan) -> String {
+    pretty(&MultiPoolJson {
+        mode: "multi-pool",
+        mask_size: plan.mask_size,
+        pre_allocate: plan.options.pre_allocate,
+        reserved_per_node: plan.options.reserved_per_node,
+        blocks: plan.blocks,
+        addresses_per_block: plan.addresses_per_block,
+        usable_per_block: plan.usable_per_block,
+        idle: plan.idle,
+        peak: plan.peak,
+        warnings: &plan.warnings,
+        pools: &plan.pools,
+    })
+}
+
+fn multi_pool_text(plan: &MultiPoolPlan) -> String {
+    let o = &plan.options;
+    let mut s = format!(
+        "Multi-pool plan: {}, maskSize /{}, pre-allocation {}\n",
+        plan.family.label(),
+        plan.mask_size,
+        o.pre_allocate
+    );
+    s.push_str(&format!(
+        "Per block: {} addresses, {} usable (operator count)\n\n",
+        n(plan.addresses_per_block),
+        n(plan.usable_per_block)
+    ));
+    let mut rows: Vec<Vec<String>> = plan
+        .pools
+        .iter()
+        .map(|p| {
+            vec![
+                p.cidr.to_string(),
+                n(p.blocks),
+                format!("{} .. {}", p.first_block, p.last_block),
+            ]
+        })
+        .collect();
+    rows.push(vec!["total".to_string(), n(plan.blocks), String::new()]);
+    s.push_str(&table(&["POOL CIDR", "BLOCKS", "BLOCK CIDRS"], &rows));
+    s.push('\n');
+    let demand_row = |label: String, d: &NodeDemand| {
+        vec![
+            label,
+            n(d.in_use),
+            n(d.needed_ips),
+            n(d.blocks_per_node),
+            d.nodes.map(n).unwrap_or_else(|| "unbounded".to_string()),
+        ]
+    };
+    let mut rows = vec![demand_row(
+        format!("idle ({} reserved)", o.reserved_per_node),
+        &plan.idle,
+    )];
+    if let (Some(peak), Some(max_pods)) = (&plan.peak, o.max_pods) {
+        rows.push(demand_row(
+            format!(
+                "peak (reserved + maxPods {max_pods} + {}%)",
+                o.rollout_headroom_percent
+            ),
+            peak,
+        ));
+    }
+    s.push_str(&table(
+        &[
+            "NODE",
+            "IN USE",
+            "NEEDED (neededIPCeil)",
+            "BLOCKS/NODE",
+            "NODES",
+        ],
+        &rows,
+    ));
+    s.push_str(&warnings_text(&plan.warnings));
+    s
+}
+
+// ------------------------------------------------------------------------- ENI
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EniJson<'a> {
+    mode: &'static str,
+    adapters: u32,
+    ipv4_per_eni: u32,
+    first_interface_index: u32,
+    prefix_delegation: bool,
+    use_primary_address: bool,
+    usable_enis: u32,
+    addresses_per_eni: u64,
+    max_allocate: u64,
+    effective_pre_allocate: u32,
+    reserved_per_node: u32,
+    pod_capacity: u64,
+    required_per_node: Option<u64>,
+    warnings: &'a [String],
+}
+
+fn eni_json(plan: &EniPlan) -> String {
+    let o = &plan.options;
+    pretty(&EniJson {
+        mode: "eni",
+        adapters: o.adapters,
+        ipv4_per_eni: o.ipv4_per_eni,
+        first_interface_index: o.first_interface_index,
+        prefix_delegation: o.prefix_delegation,
+        use_primary_address: o.use_primary_address,
+        usable_enis: plan.usable_enis,
+        addresses_per_eni: plan.addresses_per_eni,
+        max_allocate: plan.max_allocate,
+        effective_pre_allocate: plan.effective_pre_allocate,
+        reserved_per_node: o.reserved_per_node,
+        pod_capacity: plan.pod_capacity,
+        required_per_node: plan.required_per_node,
+        warnings: &plan.warnings,
+    })
+}
+
+fn eni_text(plan: &EniPlan) -> String {
+    let o = &plan.options;
+    let mut per_eni = format!("({} - 1)", o.ipv4_per_eni);
+    if o.prefix_delegation {
+        per_eni.push_str(" x 16");
+    }
+    if o.use_primary_address {
+        per_eni.push_str(" + 1");
+    }
+    let mut s = format!(
+        "ENI plan: {} adapters, {} IPv4 per ENI, first-interface-index {}{}{}\n\n",
+        o.adapters,
+        o.ipv4_per_eni,
+        o.first_interface_index,
+        if o.prefix_delegation {
+            ", prefix delegation"
+        } else {
+            ""
+        },
+        if o.use_primary_address {
+            ", use-primary-address"
+        } else {
+            ""
+        }
+    );
+    let mut rows = vec![
+        vec![
+            "ENIs for Pods".to_string(),
+            n(plan.usable_enis),
+            format!("{} - {}", o.adapters, o.first_interface_index),
+        ],
+        vec![
+            "addresses per ENI".to_string(),
+            n(plan.addresses_per_eni),
+            per_eni,
+        ],
+        vec![
+            "max-allocate (instance limit)".to_string(),
+            n(plan.max_allocate),
+            "ENIs x addresses per ENI".to_string(),
+        ],
+        vec![
+            "pre-allocate".to_string(),
+            n(plan.effective_pre_allocate),
+            format!(
+                "min({}, ENIs x ({} - 1))",
+                if o.pre_allocate == 0 {
+                    8
+                } else {
+                    o.pre_allocate
+                },
+                o.ipv4_per_eni
+            ),
+        ],
+        vec![
+            "Pod capacity".to_string(),
+            n(plan.pod_capacity),
+            format!(
+                "max-allocate - {} reserved ({})",
+                o.reserved_per_node,
+                reserved_label(o.reserved_per_node)
+            ),
+        ],
+    ];
+    if let (Some(required), Some(max_pods)) = (plan.required_per_node, o.max_pods) {
+        rows.push(vec![
+            "needed".to_string(),
+            n(required),
+            format!(
+                "maxPods {max_pods} + {}% rollout headroom",
+                o.rollout_headroom_percent
+            ),
+        ]);
+    }
+    s.push_str(&table(&["PER NODE", "VALUE", "FORMULA"], &rows));
+    s.push_str(&warnings_text(&plan.warnings));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        plan: PlanArgs,
+    }
+
+    fn args(list: &[&str]) -> PlanArgs {
+        let mut v = vec!["plan"];
+        v.extend_from_slice(list);
+        Cli::try_parse_from(v).expect("parse").plan
+    }
+
+    fn json(list: &[&str]) -> serde_json::Value {
+        let mut l = list.to_vec();
+        l.extend_from_slice(&["-o", "json"]);
+        serde_json::from_str(&render(&args(&l)).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn plan_json_top_level_fields() {
+        let v = json(&[
+            "--cidr",
+            "10.244.0.0/16",
+            "--mask-size",
+            "24",
+            "--reserved",
+            "3",
+        ]);
+        let obj = v.as_object().unwrap();
+        let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "addressesPerNode",
+                "nodes",
+                "pools",
+                "usablePerNode",
+                "warnings"
+            ]
+        );
+        assert_eq!(v["nodes"], 256);
+        assert_eq!(v["addressesPerNode"], 256);
+        assert_eq!(v["usablePerNode"], 251);
+        assert_eq!(v["warnings"].as_array().unwrap().len(), 0);
+        let pool = &v["pools"][0];
+        assert_eq!(pool["cidr"], "10.244.0.0/16");
+        assert_eq!(pool["nodes"], 256);
+        assert_eq!(pool["usablePerNode"], 251);
+        assert_eq!(pool["podIps"], 64_256);
+        assert_eq!(pool["firstNodeCidr"], "10.244.0.0/24");
+        assert_eq!(pool["lastNodeCidr"], "10.244.255.0/24");
+    }
+
+    #[test]
+    fn plan_json_table_rows() {
+        for (cidr, mask, nodes, addrs) in [
+            ("10.0.0.0/8", "24", 65_536u64, 256u64),
+            ("fd00::/104", "120", 65_536, 256),
+            ("fd00:10:244::/96", "112", 65_536, 65_536),
+            ("10.244.0.0/16", "26", 1_024, 64),
+            ("10.244.0.0/16", "28", 4_096, 16),
+        ] {
+            let v = json(&["--cidr", cidr, "--mask-size", mask, "--reserved", "3"]);
+            assert_eq!(v["nodes"], nodes, "{cidr}");
+            assert_eq!(v["addressesPerNode"], addrs, "{cidr}");
+            assert_eq!(v["usablePerNode"], addrs - 5, "{cidr}");
+        }
+    }
+
+    #[test]
+    fn plan_default_masks_and_lists() {
+        let v = json(&["--cidr", "10.244.0.0/16,10.245.0.0/16"]);
+        assert_eq!(v["nodes"], 512);
+        assert_eq!(v["addressesPerNode"], 256);
+        let v6 = json(&["--cidr", "fd00:10:244::/96"]);
+        assert_eq!(v6["addressesPerNode"], 65_536, "IPv6 default mask is 112");
+    }
+
+    #[test]
+    fn plan_text_table() {
+        let out = render(&args(&[
+            "--cidr",
+            "10.244.0.0/16",
+            "--mask-size",
+            "26",
+            "--reserved",
+            "3",
+        ]))
+        .unwrap();
+        assert!(
+            out.starts_with("Cluster-pool plan: IPv4, node mask /26\n"),
+            "{out}"
+        );
+        assert!(out.contains("64 addresses, 62 allocatable"), "{out}");
+        assert!(out.contains("59 usable after 3 reserved (router, health, ingress)"));
+        assert!(out.contains("POOL CIDR"), "{out}");
+        assert!(out.contains("10.244.0.0/16"), "{out}");
+        assert!(out.contains("1,024"), "{out}");
+        assert!(out.contains("10.244.0.0/26 .. 10.244.255.192/26"), "{out}");
+        assert!(
+            out.contains("Warnings:\n  - usable Pod IPs per node (59)"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn plan_errors_are_messages() {
+        let e = render(&args(&["--cidr", "fd00::/104", "--mask-size", "121"])).unwrap_err();
+        assert!(e.contains("ErrCIDRSetSubNetTooBig"), "{e}");
+        let e = render(&args(&["--cidr", "10.0.0.0/16", "--mask-size", "33"])).unwrap_err();
+        assert!(e.contains("ErrSubNetMaskSizeInvalid"), "{e}");
+        let e = render(&args(&["--cidr", "10.0.0.1/16"])).unwrap_err();
+        assert!(
+            e.contains("has host bits set; did you mean 10.0.0.0/16?"),
+            "{e}"
+        );
+        let e = render(&args(&["--cidr", "bogus"])).unwrap_err();
+        assert!(e.contains("not a valid CIDR"), "{e}");
+        let e = render(&args(&[])).unwrap_err();
+        assert!(e.contains("at least one --cidr"), "{e}");
+        let e = render(&args(&["--cidr", "10.0.0.0/8", "--pre-allocate", "8"])).unwrap_err();
+        assert!(e.contains("--pre-allocate applies to"), "{e}");
+        let e = render(&args(&["--cidr", "10.0.0.0/8", "--eni-adapters", "3"])).unwrap_err();
+        assert!(e.contains("--eni-adapters does not apply"), "{e}");
+        let e = render(&args(&[
+            "--pool-mode",
+            "multi-pool",
+            "--cidr",
+            "10.10.0.0/16",
+        ]))
+        .unwrap_err();
+        assert!(e.contains("needs --mask-size"), "{e}");
+        let e = render(&args(&["--pool-mode", "eni", "--eni-adapters", "3"])).unwrap_err();
+        assert!(e.contains("--eni-ips-per-eni"), "{e}");
+        let e = render(&args(&[
+            "--pool-mode",
+            "eni",
+            "--cidr",
+            "10.0.0.0/8",
+            "--eni-adapters",
+            "3",
+            "--eni-ips-per-eni",
+            "10",
+        ]))
+        .unwrap_err();
+        assert!(
+            e.contains("--cidr does not apply to --pool-mode eni"),
+            "{e}"
+        );
+        assert_eq!(
+            run(&args(&["--cidr", "fd00::/104", "--mask-size", "121"])),
+            1
+        );
+    }
+
+    #[test]
+    fn plan_max_pods_zero_disables_check() {
+        let v = json(&[
+            "--cidr",
+            "10.244.0.0/16",
+            "--mask-size",
+            "28",
+            "--max-pods",
+            "0",
+        ]);
+        assert_eq!(v["warnings"].as_array().unwrap().len(), 0);
+        let w = json(&["--cidr", "10.244.0.0/16", "--mask-size", "28"]);
+        assert_eq!(w["warnings"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn plan_multi_pool_outputs() {
+        let base = [
+            "--pool-mode",
+            "multi-pool",
+            "--cidr",
+            "10.10.0.0/16",
+            "--mask-size",
+            "27",
+            "--pre-allocate",
+            "8",
+        ];
+        let v = json(&base);
+        assert_eq!(v["mode"], "multi-pool");
+        assert_eq!(v["blocks"], 2_048);
+        assert_eq!(v["addressesPerBlock"], 32);
+        assert_eq!(v["usablePerBlock"], 30);
+        assert_eq!(v["idle"]["neededIps"], 16);
+        assert_eq!(v["idle"]["blocksPerNode"], 1);
+        assert_eq!(v["peak"]["neededIps"], 152);
+        assert_eq!(v["peak"]["blocksPerNode"], 6);
+        assert_eq!(v["pools"][0]["blocks"], 2_048);
+        let text = render(&args(&base)).unwrap();
+        assert!(text.contains("Multi-pool plan: IPv4, maskSize /27, pre-allocation 8"));
+        assert!(text.contains("NEEDED (neededIPCeil)"), "{text}");
+        assert!(text.contains("10.10.0.0/27 .. 10.10.255.224/27"), "{text}");
+    }
+
+    #[test]
+    fn plan_eni_outputs() {
+        let base = [
+            "--pool-mode",
+            "eni",
+            "--eni-adapters",
+            "3",
+            "--eni-ips-per-eni",
+            "10",
+        ];
+        let v = json(&base);
+        assert_eq!(v["mode"], "eni");
+        assert_eq!(v["maxAllocate"], 27);
+        assert_eq!(v["podCapacity"], 25);
+        assert_eq!(v["effectivePreAllocate"], 8);
+        let mut pd = base.to_vec();
+        pd.push("--eni-prefix-delegation");
+        let w = json(&pd);
+        assert_eq!(w["maxAllocate"], 432);
+        let text = render(&args(&pd)).unwrap();
+        assert!(text.contains("(10 - 1) x 16"), "{text}");
+        assert!(text.contains("max-allocate (instance limit)"), "{text}");
+    }
+}

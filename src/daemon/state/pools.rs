@@ -1,0 +1,248 @@
+//! The pools side of the state: which pool a request draws from (pool selection in
+//! multi-pool, always `default` in the host-scope modes), keeping the blocks in step
+//! with the node resource, and in multi-pool the demand loop: compute
+//! `spec.ipam.pools.requested` with Cilium's rounding, let the backend carve blocks
+//! into `allocated`, and give back blocks that are free and above demand (only
+//! once restore has finished).
+
+use std::collections::BTreeMap;
+
+use ipnet::IpNet;
+
+use super::{ApiError, IpamState, NODE_META_KEY};
+use crate::ipam::Family;
+use crate::ipam::hostscope::AllocatorOptions;
+use crate::ipam::multipool::needed_ip_ceil;
+use crate::ipam::pooldef::PoolDef;
+use crate::ipam::selection::{MetadataSource, Step, select_pool};
+use crate::node::{PoolDemand, RequestedPool};
+use crate::store::{JournalOp, now_ms};
+
+/// How long a failed allocation keeps counting towards demand (Cilium: 5 min).
+const PENDING_TTL_MS: u64 = 5 * 60 * 1000;
+
+/// How the node's addresses are organised.
+#[derive(Debug, Clone)]
+pub enum PoolingMode {
+    /// cluster-pool, kubernetes: one pool, `default`, holding the node CIDR of
+    /// each family.
+    HostScope,
+    /// multi-pool: blocks of named pools, chosen per pod.
+    MultiPool(MultiPoolSettings),
+}
+
+/// Multi-pool options.
+#[derive(Debug, Clone)]
+pub struct MultiPoolSettings {
+    /// `ipam-default-ip-pool` (after a per-node override).
+    pub default_pool: String,
+    /// `ipam-multi-pool-pre-allocation`, pool → addresses per family.
+    pub pre_allocation: BTreeMap<String, u64>,
+    /// `only-masquerade-default-pool`.
+    pub only_masquerade_default_pool: bool,
+}
+
+impl IpamState {
+    /// The pool a request without `pool` falls back to.
+    pub(super) fn default_pool(&self) -> &str {
+        match &self.cfg.pooling {
+            PoolingMode::HostScope => super::DEFAULT_POOL,
+            PoolingMode::MultiPool(m) => &m.default_pool,
+        }
+    }
+
+    pub(super) fn is_multi_pool(&self) -> bool {
+        matches!(self.cfg.pooling, PoolingMode::MultiPool(_))
+    }
+
+    /// Brings the blocks in line with the node resource (podCIDRs in the host-scope
+    /// modes, `pools.allocated` in multi-pool).
+    pub(super) fn apply_node_blocks(&mut self) {
+        let mut wanted: BTreeMap<(String, Family), (Vec<IpNet>, AllocatorOptions)> = BTreeMap::new();
+        match self.cfg.pooling {
+            PoolingMode::HostScope => {
+                for c in self.node.spec.ipam.pod_cidrs.iter().filter_map(|c| c.parse::<IpNet>().ok()) {
+                    let e = wanted
+                        .entry((super::DEFAULT_POOL.to_string(), Family::of_net(&c)))
+                        .or_insert((Vec::new(), AllocatorOptions::default()));
+                    if e.0.is_empty() {
+                        e.0.push(c);
+                    }
+                }
+            }
+            PoolingMode::MultiPool(_) => {
+                for a in &self.node.spec.ipam.pools.allocated {
+                    let opts = AllocatorOptions { allow_first_ip: a.allow_first_ip, allow_last_ip: a.allow_last_ip };
+                    for c in a.cidrs.iter().filter_map(|c| c.parse::<IpNet>().ok()) {
+                        wanted.entry((a.pool.clone(), Family::of_net(&c))).or_insert((Vec::new(), opts)).0.push(c);
+                    }
+                }
+            }
+        }
+        for name in self.pools.names() {
+            for family in [Family::V4, Family::V6] {
+                wanted.entry((name.clone(), family)).or_insert((Vec::new(), AllocatorOptions::default()));
+            }
+        }
+        for ((pool, family), (cidrs, opts)) in wanted {
+            for line in self.pools.sync_pool(&pool, family, &cidrs, opts) {
+                tracing::warn!("{line}");
+            }
+        }
+    }
+
+    /// The pool for a request: the one asked for, else the default (host-scope), else
+    /// pool selection (multi-pool). Returns the pool and how it was chosen.
+    pub(super) fn choose_pool(&self, requested: &str, owner: &str, family: Family) -> Result<(String, String), ApiError> {
+        if !requested.is_empty() {
+            if !self.is_multi_pool() && requested != super::DEFAULT_POOL {
+                return Err(ApiError::new(
+                    400,
+                    format!(
+                        "pool {requested:?} does not exist: ipam mode {} has only the {:?} pool",
+                        self.cfg.ipam_mode,
+                        super::DEFAULT_POOL
+                    ),
+                ));
+            }
+            return Ok((requested.to_string(), "requested by the caller".into()));
+        }
+        if !self.is_multi_pool() {
+            return Ok((
+                super::DEFAULT_POOL.into(),
+                format!("ipam mode {}: the node's single pool", self.cfg.ipam_mode),
+            ));
+        }
+        let default = self.default_pool().to_string();
+        let Some(meta) = self.metadata.as_deref() else {
+            return Ok((default, "default pool (no pod metadata source is configured)".into()));
+        };
+        let outcome = select_pool(owner, family, &self.pool_defs, meta, &default)
+            .map_err(|e| ApiError::new(502, format!("unable to determine IPAM pool for owner {owner:?}: {e}")))?;
+        for w in &outcome.warnings {
+            tracing::warn!(owner = %owner, "{w}");
+        }
+        let why = match outcome.step {
+            Step::PodAnnotation => "the pod's ipam.cilium.io pool annotation (precedence step 1)",
+            Step::NamespaceAnnotation => "the namespace's ipam.cilium.io pool annotation (precedence step 2)",
+            Step::Selector => "the only CiliumPodIPPool whose selectors match the pod (precedence step 3)",
+            Step::Default => "the default pool: no annotation or pool selector applies (precedence step 4)",
+        };
+        Ok((outcome.pool, why.to_string()))
+    }
+
+    /// Notes a failed allocation as pending demand (expires after 5 minutes).
+    pub(super) fn note_pending(&mut self, pool: &str, family: Family, owner: &str) {
+        self.pending.entry((pool.to_string(), family)).or_default().insert(owner.to_string(), now_ms());
+    }
+
+    /// Clears an owner's pending demand after a success.
+    pub(super) fn clear_pending(&mut self, pool: &str, family: Family, owner: &str) {
+        if let Some(m) = self.pending.get_mut(&(pool.to_string(), family)) {
+            m.remove(owner);
+        }
+    }
+
+    /// Multi-pool: recomputes the demand, lets the backend carve blocks, gives back
+    /// free blocks above demand, and journals the node resource when it changed.
+    pub(super) fn sync_demand(&mut self) {
+        let PoolingMode::MultiPool(settings) = &self.cfg.pooling else { return };
+        let settings = settings.clone();
+        let now = now_ms();
+        for m in self.pending.values_mut() {
+            m.retain(|_, t| now.saturating_sub(*t) < PENDING_TTL_MS);
+        }
+        let before = self.node.clone();
+        let mut names: Vec<String> = self.pools.names();
+        names.extend(settings.pre_allocation.keys().cloned());
+        names.extend(self.pending.keys().map(|(p, _)| p.clone()));
+        names.sort();
+        names.dedup();
+        let mut requested = Vec::new();
+        let mut needed_by: BTreeMap<(String, Family), u64> = BTreeMap::new();
+        for pool in &names {
+            let mut demand = PoolDemand::default();
+            for family in self.cfg.families.clone() {
+                let in_use = self.pools.used(pool, family);
+                let pending = self.pending.get(&(pool.clone(), family)).map_or(0, |m| m.len() as u64);
+                let needed = match settings.pre_allocation.get(pool) {
+                    Some(p) => needed_ip_ceil(in_use + pending, *p),
+                    None => in_use + pending,
+                };
+                needed_by.insert((pool.clone(), family), needed);
+                match family {
+                    Family::V4 => demand.ipv4_addrs = needed,
+                    Family::V6 => demand.ipv6_addrs = needed,
+                }
+            }
+            if demand.ipv4_addrs > 0 || demand.ipv6_addrs > 0 {
+                requested.push(RequestedPool { pool: pool.clone(), needed: demand });
+            }
+        }
+        self.node.spec.ipam.pools.requested = requested;
+        for e in self.backend.satisfy(&mut self.node) {
+            tracing::warn!(error = %e, "the pool operator could not meet the node's demand");
+        }
+        self.apply_node_blocks();
+        if self.restore_finished {
+            for ((pool, family), needed) in needed_by {
+                for cidr in self.pools.release_free_blocks(&pool, family, needed) {
+                    tracing::info!(pool = %pool, cidr = %cidr, "released a free block above demand");
+                    self.backend.release_block(&pool, &cidr);
+                    let text = cidr.to_string();
+                    for a in self.node.spec.ipam.pools.allocated.iter_mut().filter(|a| a.pool == pool) {
+                        a.cidrs.retain(|c| *c != text);
+                    }
+                }
+            }
+            self.node.spec.ipam.pools.allocated.retain(|a| !a.cidrs.is_empty());
+        }
+        if self.node != before {
+            self.journal_node();
+        }
+    }
+
+    /// Journals the node resource (a failure is logged: the resource is rebuilt from
+    /// the blocks' allocations on the next start).
+    pub(super) fn journal_node(&self) {
+        match serde_json::to_value(&self.node) {
+            Ok(value) => {
+                if let Err(e) = self.commit(&[JournalOp::PutMeta { key: NODE_META_KEY.into(), value }]) {
+                    tracing::error!(error = %e.message, "could not journal the node resource");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "could not encode the node resource"),
+        }
+    }
+
+    /// Whether addresses of `pool` keep their source address (no masquerade).
+    pub(super) fn skip_masquerade(&self, pool: &str) -> bool {
+        match &self.cfg.pooling {
+            PoolingMode::HostScope => false,
+            PoolingMode::MultiPool(m) => {
+                (m.only_masquerade_default_pool && pool != m.default_pool)
+                    || self.pool_defs.iter().any(|p| p.name == pool && p.skip_masquerade)
+            }
+        }
+    }
+
+    /// New pool definitions (the pool directory changed). Refused, with nothing
+    /// changed, when the change breaks what the node uses.
+    pub fn set_pool_defs(&mut self, defs: Vec<PoolDef>) -> Result<(), String> {
+        self.backend.update_pools(&defs, &self.node)?;
+        self.pool_defs = defs;
+        self.sync_demand();
+        Ok(())
+    }
+
+    /// The pod/namespace metadata used for pool selection.
+    pub fn set_metadata(&mut self, meta: Box<dyn MetadataSource + Send>) {
+        self.metadata = Some(meta);
+    }
+
+    /// Marks the end of restore: from now on free blocks may be given back.
+    pub fn finish_restore(&mut self) {
+        self.restore_finished = true;
+        self.sync_demand();
+    }
+}
