@@ -22,14 +22,16 @@ use ipnet::IpNet;
 
 use crate::api::delete_queue::{DeleteQueue, read_entry};
 use crate::ipam::Family;
+use crate::ipam::clusterpool::{ClusterPoolConfig, parse_cidr_list};
 use crate::ipam::pool_options::{parse_auto_create_pools, parse_pre_allocation};
 use crate::ipam::pooldef::PoolDef;
 use crate::node::manifests::ManifestDir;
-use crate::ipam::clusterpool::{ClusterPoolConfig, parse_cidr_list};
 use crate::node::{EmbeddedBackend, EmbeddedMode, NodeBackend, NodeResource};
 use crate::store::{Journal, Snapshot, now_ms};
 use options::{DaemonOptions, OptionsError};
-use state::{ApiError, IpamState, MultiPoolSettings, NODE_META_KEY, PoolingMode, StateConfig, Timer};
+use state::{
+    ApiError, IpamState, MultiPoolSettings, NODE_META_KEY, PoolingMode, StateConfig, Timer,
+};
 
 /// The running daemon, shared by every connection and timer.
 pub struct Daemon {
@@ -126,8 +128,15 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     };
     let pool_defs = load_pool_defs(&opts)?;
     let node_labels = parse_node_labels(&opts.node_labels)?;
-    let default_pool = match opts.pool_dir.as_deref().map(ManifestDir::load).transpose()? {
-        Some(dir) => dir.node_default_pool(&node_labels).unwrap_or_else(|| opts.default_ip_pool.clone()),
+    let default_pool = match opts
+        .pool_dir
+        .as_deref()
+        .map(ManifestDir::load)
+        .transpose()?
+    {
+        Some(dir) => dir
+            .node_default_pool(&node_labels)
+            .unwrap_or_else(|| opts.default_ip_pool.clone()),
         None => opts.default_ip_pool.clone(),
     };
     let mode = embedded_mode(&opts, &pool_defs, &default_pool)?;
@@ -143,10 +152,17 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     } else {
         stored_node(&snapshot, &journal)?
     };
-    let mut backend: Box<dyn NodeBackend> = Box::new(EmbeddedBackend::new(&node_name, mode.clone()));
+    let mut backend: Box<dyn NodeBackend> =
+        Box::new(EmbeddedBackend::new(&node_name, mode.clone()));
     let node = backend.sync(current)?;
     let cidrs: Vec<String> = if matches!(mode, EmbeddedMode::MultiPool { .. }) {
-        node.spec.ipam.pools.allocated.iter().flat_map(|a| a.cidrs.iter().map(|c| format!("{}/{c}", a.pool))).collect()
+        node.spec
+            .ipam
+            .pools
+            .allocated
+            .iter()
+            .flat_map(|a| a.cidrs.iter().map(|c| format!("{}/{c}", a.pool)))
+            .collect()
     } else {
         node.spec.ipam.pod_cidrs.clone()
     };
@@ -159,12 +175,19 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         }),
         _ => PoolingMode::HostScope,
     };
-    let families: Vec<Family> = [(opts.enable_ipv6, Family::V6), (opts.enable_ipv4, Family::V4)]
-        .into_iter()
-        .filter(|(on, _)| *on)
-        .map(|(_, f)| f)
-        .collect();
-    let mtu = if opts.mtu > 0 { opts.mtu } else { devices::default_route_mtu().unwrap_or(1500) };
+    let families: Vec<Family> = [
+        (opts.enable_ipv6, Family::V6),
+        (opts.enable_ipv4, Family::V4),
+    ]
+    .into_iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, f)| f)
+    .collect();
+    let mtu = if opts.mtu > 0 {
+        opts.mtu
+    } else {
+        devices::default_route_mtu().unwrap_or(1500)
+    };
     let cfg = StateConfig {
         node_name: node_name.clone(),
         ipam_mode: opts.ipam.clone(),
@@ -178,7 +201,16 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     };
     let metrics = Arc::new(metrics::Metrics::new(&opts.metrics_prefix));
     let defs = backend.pools();
-    let mut state = IpamState::restore(cfg, journal, node, backend, defs, snapshot, &router_hints, metrics)?;
+    let mut state = IpamState::restore(
+        cfg,
+        journal,
+        node,
+        backend,
+        defs,
+        snapshot,
+        &router_hints,
+        metrics,
+    )?;
     if let Some(dir) = &opts.metadata_dir {
         state.set_metadata(Box::new(ManifestDir::load(dir)?));
     }
@@ -372,12 +404,20 @@ async fn watch_manifests(daemon: Arc<Daemon>, watched: Watched) {
             pools_seen = pools_now;
             let defs = pool_defs_from(watched.pool_dir.as_deref(), &watched.auto_create);
             let applied = match defs {
-                Ok(defs) => daemon.with_state(move |s| s.set_pool_defs(defs).map_err(|e| ApiError::new(409, e))).await,
+                Ok(defs) => {
+                    daemon
+                        .with_state(move |s| {
+                            s.set_pool_defs(defs).map_err(|e| ApiError::new(409, e))
+                        })
+                        .await
+                }
                 Err(e) => Err(ApiError::new(400, e)),
             };
             match applied {
                 Ok(()) => tracing::info!("pool definitions reloaded"),
-                Err(e) => tracing::error!(error = %e.message, "pool definitions not applied; keeping the previous ones"),
+                Err(e) => {
+                    tracing::error!(error = %e.message, "pool definitions not applied; keeping the previous ones")
+                }
             }
         }
         let meta_now = stamp(&watched.metadata_dir);
@@ -394,7 +434,9 @@ async fn watch_manifests(daemon: Arc<Daemon>, watched: Watched) {
                             .await;
                         tracing::info!("pod and namespace metadata reloaded");
                     }
-                    Err(e) => tracing::error!(error = %e, "metadata not reloaded; keeping the previous one"),
+                    Err(e) => {
+                        tracing::error!(error = %e, "metadata not reloaded; keeping the previous one")
+                    }
                 }
             }
         }
@@ -407,7 +449,9 @@ fn pool_defs_from(pool_dir: Option<&Path>, auto_create: &str) -> Result<Vec<Pool
         Some(dir) => ManifestDir::load(dir)?.pools().to_vec(),
         None => Vec::new(),
     };
-    for auto in parse_auto_create_pools(auto_create).map_err(|e| format!("auto-create-cilium-pod-ip-pools: {e}"))? {
+    for auto in parse_auto_create_pools(auto_create)
+        .map_err(|e| format!("auto-create-cilium-pod-ip-pools: {e}"))?
+    {
         if !defs.iter().any(|d| d.name == auto.name) {
             defs.push(auto);
         }
@@ -426,7 +470,9 @@ fn load_pool_defs(opts: &DaemonOptions) -> Result<Vec<PoolDef>, String> {
 fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
     for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').ok_or_else(|| format!("--node-labels: {pair:?} is not key=value"))?;
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("--node-labels: {pair:?} is not key=value"))?;
         out.insert(k.trim().to_string(), v.trim().to_string());
     }
     Ok(out)
@@ -434,11 +480,18 @@ fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
 
 /// Builds the embedded operator's mode from the options, with Cilium's start-up
 /// checks.
-fn embedded_mode(opts: &DaemonOptions, pool_defs: &[PoolDef], default_pool: &str) -> Result<EmbeddedMode, String> {
+fn embedded_mode(
+    opts: &DaemonOptions,
+    pool_defs: &[PoolDef],
+    default_pool: &str,
+) -> Result<EmbeddedMode, String> {
     match opts.ipam.as_str() {
         "multi-pool" => {
             if !pool_defs.iter().any(|p| p.name == default_pool) {
-                tracing::warn!(pool = default_pool, "the default pool does not exist (yet): pods that no annotation or selector places will not get addresses");
+                tracing::warn!(
+                    pool = default_pool,
+                    "the default pool does not exist (yet): pods that no annotation or selector places will not get addresses"
+                );
             }
             Ok(EmbeddedMode::MultiPool {
                 pools: pool_defs.to_vec(),

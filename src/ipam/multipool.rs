@@ -23,10 +23,23 @@ use super::hostscope::{AllocatorOptions, HostScopeAllocator};
 pub enum PoolError {
     #[error("unable to allocate from pool \"{pool}\" (family {family}): pool not (yet) available")]
     NotAvailable { pool: String, family: &'static str },
-    #[error("unable to reserve IP {ip} from pool \"{pool}\" (family {family}): pool not (yet) available")]
-    ReserveNotAvailable { pool: String, family: &'static str, ip: IpAddr },
-    #[error("all CIDR ranges are exhausted: pool \"{pool}\" ({family}) has {used} of {usable} addresses in use")]
-    Exhausted { pool: String, family: &'static str, used: u64, usable: u64 },
+    #[error(
+        "unable to reserve IP {ip} from pool \"{pool}\" (family {family}): pool not (yet) available"
+    )]
+    ReserveNotAvailable {
+        pool: String,
+        family: &'static str,
+        ip: IpAddr,
+    },
+    #[error(
+        "all CIDR ranges are exhausted: pool \"{pool}\" ({family}) has {used} of {usable} addresses in use"
+    )]
+    Exhausted {
+        pool: String,
+        family: &'static str,
+        used: u64,
+        usable: u64,
+    },
     #[error("IP {ip} not in range of any CIDR")]
     NotInRange { ip: IpAddr },
     #[error("provided IP is already allocated")]
@@ -86,7 +99,11 @@ pub fn needed_ip_ceil(n: u64, p: u64) -> u64 {
     if p == 0 {
         return n;
     }
-    if !n.is_multiple_of(p) { (n / p + 2) * p } else { (n / p + 1) * p }
+    if !n.is_multiple_of(p) {
+        (n / p + 2) * p
+    } else {
+        (n / p + 1) * p
+    }
 }
 
 impl PoolSet {
@@ -115,7 +132,10 @@ impl PoolSet {
             }
             if b.alloc.used() > 0 {
                 if !b.removed {
-                    log.push(format!("in-use CIDR was removed from spec: {} of pool {pool}", b.cidr));
+                    log.push(format!(
+                        "in-use CIDR was removed from spec: {} of pool {pool}",
+                        b.cidr
+                    ));
                 }
                 b.removed = true;
                 true
@@ -128,7 +148,11 @@ impl PoolSet {
                 continue;
             }
             match HostScopeAllocator::with_options(*cidr, opts) {
-                Ok(alloc) if alloc.usable() > 0 => blocks.push(Block { cidr: *cidr, alloc, removed: false }),
+                Ok(alloc) if alloc.usable() > 0 => blocks.push(Block {
+                    cidr: *cidr,
+                    alloc,
+                    removed: false,
+                }),
                 Ok(_) => log.push(format!("skipping too-small CIDR {cidr} of pool {pool}")),
                 Err(e) => log.push(format!("skipping CIDR {cidr} of pool {pool}: {e}")),
             }
@@ -141,7 +165,9 @@ impl PoolSet {
 
     /// True if the pool has any block of `family`.
     pub fn has(&self, pool: &str, family: Family) -> bool {
-        self.pools.get(pool).is_some_and(|p| !p.blocks(family).is_empty())
+        self.pools
+            .get(pool)
+            .is_some_and(|p| !p.blocks(family).is_empty())
     }
 
     /// The next free address of `pool` in `family`.
@@ -150,14 +176,22 @@ impl PoolSet {
             .pools
             .get_mut(pool)
             .filter(|p| !p.blocks(family).is_empty())
-            .ok_or_else(|| PoolError::NotAvailable { pool: pool.into(), family: family.as_str() })?;
+            .ok_or_else(|| PoolError::NotAvailable {
+                pool: pool.into(),
+                family: family.as_str(),
+            })?;
         for b in p.blocks_mut(family).iter_mut().filter(|b| !b.removed) {
             if let Ok(ip) = b.alloc.allocate_next() {
                 return Ok(ip);
             }
         }
         let (used, usable) = (self.used(pool, family), self.usable(pool, family));
-        Err(PoolError::Exhausted { pool: pool.into(), family: family.as_str(), used, usable })
+        Err(PoolError::Exhausted {
+            pool: pool.into(),
+            family: family.as_str(),
+            used,
+            usable,
+        })
     }
 
     /// Reserves `ip` in `pool` (restore, or a specific request).
@@ -167,9 +201,19 @@ impl PoolSet {
             .pools
             .get_mut(pool)
             .filter(|p| !p.blocks(family).is_empty())
-            .ok_or_else(|| PoolError::ReserveNotAvailable { pool: pool.into(), family: family.as_str(), ip })?;
-        let b = p.blocks_mut(family).iter_mut().find(|b| b.alloc.contains(ip)).ok_or(PoolError::NotInRange { ip })?;
-        b.alloc.allocate(ip).map_err(|_| PoolError::AlreadyAllocated { ip })
+            .ok_or_else(|| PoolError::ReserveNotAvailable {
+                pool: pool.into(),
+                family: family.as_str(),
+                ip,
+            })?;
+        let b = p
+            .blocks_mut(family)
+            .iter_mut()
+            .find(|b| b.alloc.contains(ip))
+            .ok_or(PoolError::NotInRange { ip })?;
+        b.alloc
+            .allocate(ip)
+            .map_err(|_| PoolError::AlreadyAllocated { ip })
     }
 
     /// Releases `ip` wherever it is; false if it was not allocated.
@@ -186,20 +230,29 @@ impl PoolSet {
 
     fn block_mut(&mut self, ip: IpAddr) -> Option<&mut Block> {
         let family = Family::of_addr(&ip);
-        self.pools.values_mut().flat_map(|p| p.blocks_mut(family).iter_mut()).find(|b| b.alloc.contains(ip))
+        self.pools
+            .values_mut()
+            .flat_map(|p| p.blocks_mut(family).iter_mut())
+            .find(|b| b.alloc.contains(ip))
     }
 
     /// The pool and block CIDR whose usable range holds `ip`.
     pub fn locate(&self, ip: IpAddr) -> Option<(&str, IpNet)> {
         let family = Family::of_addr(&ip);
         self.pools.iter().find_map(|(name, p)| {
-            p.blocks(family).iter().find(|b| b.alloc.contains(ip)).map(|b| (name.as_str(), b.cidr))
+            p.blocks(family)
+                .iter()
+                .find(|b| b.alloc.contains(ip))
+                .map(|b| (name.as_str(), b.cidr))
         })
     }
 
     /// Addresses in use in `pool`/`family`.
     pub fn used(&self, pool: &str, family: Family) -> u64 {
-        self.pools.get(pool).map(|p| p.blocks(family).iter().map(|b| b.alloc.used()).sum()).unwrap_or(0)
+        self.pools
+            .get(pool)
+            .map(|p| p.blocks(family).iter().map(|b| b.alloc.used()).sum())
+            .unwrap_or(0)
     }
 
     /// Addresses that can be handed out at all in `pool`/`family` (removed blocks
@@ -207,7 +260,18 @@ impl PoolSet {
     pub fn usable(&self, pool: &str, family: Family) -> u64 {
         self.pools
             .get(pool)
-            .map(|p| p.blocks(family).iter().map(|b| if b.removed { b.alloc.used() } else { b.alloc.usable() }).sum())
+            .map(|p| {
+                p.blocks(family)
+                    .iter()
+                    .map(|b| {
+                        if b.removed {
+                            b.alloc.used()
+                        } else {
+                            b.alloc.usable()
+                        }
+                    })
+                    .sum()
+            })
             .unwrap_or(0)
     }
 
@@ -242,11 +306,17 @@ impl PoolSet {
     /// The chosen blocks are dropped here; the caller removes them from the node's
     /// allocation.
     pub fn release_free_blocks(&mut self, pool: &str, family: Family, needed: u64) -> Vec<IpNet> {
-        let Some(p) = self.pools.get_mut(pool) else { return Vec::new() };
+        let Some(p) = self.pools.get_mut(pool) else {
+            return Vec::new();
+        };
         let blocks = p.blocks_mut(family);
         let in_use: u64 = blocks.iter().map(|b| b.alloc.used()).sum();
         let free_needed = needed.saturating_sub(in_use);
-        let mut free: u64 = blocks.iter().filter(|b| !b.removed).map(|b| b.alloc.free()).sum();
+        let mut free: u64 = blocks
+            .iter()
+            .filter(|b| !b.removed)
+            .map(|b| b.alloc.free())
+            .sum();
         let mut released = Vec::new();
         for b in blocks.iter().rev() {
             if b.alloc.used() == 0 && free.saturating_sub(b.alloc.free()) >= free_needed {
@@ -290,17 +360,29 @@ mod tests {
     #[test]
     fn allocation_walks_blocks_in_order_and_reports_exhaustion() {
         let mut s = PoolSet::new();
-        s.sync_pool("default", Family::V4, &[net("10.0.0.0/30"), net("10.0.1.0/30")], AllocatorOptions::default());
-        let got: Vec<String> = (0..4).map(|_| s.allocate_next("default", Family::V4).unwrap().to_string()).collect();
+        s.sync_pool(
+            "default",
+            Family::V4,
+            &[net("10.0.0.0/30"), net("10.0.1.0/30")],
+            AllocatorOptions::default(),
+        );
+        let got: Vec<String> = (0..4)
+            .map(|_| s.allocate_next("default", Family::V4).unwrap().to_string())
+            .collect();
         assert_eq!(got, ["10.0.0.1", "10.0.0.2", "10.0.1.1", "10.0.1.2"]);
         let e = s.allocate_next("default", Family::V4).unwrap_err();
-        assert!(e.to_string().starts_with("all CIDR ranges are exhausted"), "{e}");
+        assert!(
+            e.to_string().starts_with("all CIDR ranges are exhausted"),
+            "{e}"
+        );
         assert_eq!(
             s.allocate_next("mars", Family::V4).unwrap_err().to_string(),
             "unable to allocate from pool \"mars\" (family ipv4): pool not (yet) available"
         );
         assert_eq!(
-            s.allocate_next("default", Family::V6).unwrap_err().to_string(),
+            s.allocate_next("default", Family::V6)
+                .unwrap_err()
+                .to_string(),
             "unable to allocate from pool \"default\" (family ipv6): pool not (yet) available"
         );
     }
@@ -308,24 +390,54 @@ mod tests {
     #[test]
     fn first_and_last_follow_the_pool_options() {
         let mut s = PoolSet::new();
-        let opts = AllocatorOptions { allow_first_ip: true, allow_last_ip: true };
+        let opts = AllocatorOptions {
+            allow_first_ip: true,
+            allow_last_ip: true,
+        };
         s.sync_pool("eni", Family::V4, &[net("10.1.0.0/30")], opts);
         assert_eq!(s.usable("eni", Family::V4), 4);
-        assert_eq!(s.allocate_next("eni", Family::V4).unwrap().to_string(), "10.1.0.0");
-        s.sync_pool("single", Family::V4, &[net("10.2.0.7/32")], AllocatorOptions::default());
-        assert_eq!(s.allocate_next("single", Family::V4).unwrap().to_string(), "10.2.0.7");
+        assert_eq!(
+            s.allocate_next("eni", Family::V4).unwrap().to_string(),
+            "10.1.0.0"
+        );
+        s.sync_pool(
+            "single",
+            Family::V4,
+            &[net("10.2.0.7/32")],
+            AllocatorOptions::default(),
+        );
+        assert_eq!(
+            s.allocate_next("single", Family::V4).unwrap().to_string(),
+            "10.2.0.7"
+        );
     }
 
     #[test]
     fn specific_allocation_errors() {
         let mut s = PoolSet::new();
-        s.sync_pool("default", Family::V4, &[net("10.0.0.0/24")], AllocatorOptions::default());
+        s.sync_pool(
+            "default",
+            Family::V4,
+            &[net("10.0.0.0/24")],
+            AllocatorOptions::default(),
+        );
         let ip: IpAddr = "10.0.0.9".parse().unwrap();
         s.allocate("default", ip).unwrap();
-        assert_eq!(s.allocate("default", ip).unwrap_err(), PoolError::AlreadyAllocated { ip });
+        assert_eq!(
+            s.allocate("default", ip).unwrap_err(),
+            PoolError::AlreadyAllocated { ip }
+        );
         let out: IpAddr = "10.9.0.1".parse().unwrap();
-        assert_eq!(s.allocate("default", out).unwrap_err().to_string(), "IP 10.9.0.1 not in range of any CIDR");
-        assert!(s.allocate("mars", ip).unwrap_err().to_string().contains("unable to reserve IP 10.0.0.9 from pool \"mars\""));
+        assert_eq!(
+            s.allocate("default", out).unwrap_err().to_string(),
+            "IP 10.9.0.1 not in range of any CIDR"
+        );
+        assert!(
+            s.allocate("mars", ip)
+                .unwrap_err()
+                .to_string()
+                .contains("unable to reserve IP 10.0.0.9 from pool \"mars\"")
+        );
         assert_eq!(s.locate(ip), Some(("default", net("10.0.0.0/24"))));
         assert!(s.release(ip));
         assert!(!s.release(ip));
@@ -335,11 +447,22 @@ mod tests {
     fn a_block_removed_while_in_use_is_kept_but_not_used() {
         let mut s = PoolSet::new();
         let opts = AllocatorOptions::default();
-        s.sync_pool("default", Family::V4, &[net("10.0.0.0/30"), net("10.0.1.0/30")], opts);
+        s.sync_pool(
+            "default",
+            Family::V4,
+            &[net("10.0.0.0/30"), net("10.0.1.0/30")],
+            opts,
+        );
         let ip = s.allocate_next("default", Family::V4).unwrap();
         let log = s.sync_pool("default", Family::V4, &[net("10.0.1.0/30")], opts);
-        assert!(log[0].contains("in-use CIDR was removed from spec"), "{log:?}");
-        assert_eq!(s.allocate_next("default", Family::V4).unwrap().to_string(), "10.0.1.1");
+        assert!(
+            log[0].contains("in-use CIDR was removed from spec"),
+            "{log:?}"
+        );
+        assert_eq!(
+            s.allocate_next("default", Family::V4).unwrap().to_string(),
+            "10.0.1.1"
+        );
         assert!(s.release(ip));
         s.sync_pool("default", Family::V4, &[net("10.0.1.0/30")], opts);
         assert_eq!(s.blocks().len(), 1);
@@ -358,17 +481,28 @@ mod tests {
         let released = s.release_free_blocks("default", Family::V4, 8);
         assert_eq!(released, vec![net("10.0.0.16/29")]);
         // With no demand the other empty block goes; the one in use never does.
-        assert_eq!(s.release_free_blocks("default", Family::V4, 0), vec![net("10.0.0.8/29")]);
+        assert_eq!(
+            s.release_free_blocks("default", Family::V4, 0),
+            vec![net("10.0.0.8/29")]
+        );
         assert!(s.release_free_blocks("default", Family::V4, 0).is_empty());
         s.release(ip);
-        assert_eq!(s.release_free_blocks("default", Family::V4, 0), vec![net("10.0.0.0/29")]);
+        assert_eq!(
+            s.release_free_blocks("default", Family::V4, 0),
+            vec![net("10.0.0.0/29")]
+        );
         assert!(s.names().is_empty());
     }
 
     #[test]
     fn too_small_cidrs_are_skipped() {
         let mut s = PoolSet::new();
-        let log = s.sync_pool("p", Family::V4, &[net("0.0.0.0/0")], AllocatorOptions::default());
+        let log = s.sync_pool(
+            "p",
+            Family::V4,
+            &[net("0.0.0.0/0")],
+            AllocatorOptions::default(),
+        );
         assert!(log[0].contains("skipping CIDR"), "{log:?}");
         assert!(!s.has("p", Family::V4));
     }

@@ -18,9 +18,17 @@ pub enum EmbeddedMode {
     /// Carve one CIDR per enabled family from the cluster pool.
     ClusterPool(ClusterPoolConfig),
     /// The node's podCIDRs are given (kubernetes mode).
-    Kubernetes { pod_cidrs: Vec<IpNet>, enable_ipv4: bool, enable_ipv6: bool },
+    Kubernetes {
+        pod_cidrs: Vec<IpNet>,
+        enable_ipv4: bool,
+        enable_ipv6: bool,
+    },
     /// Blocks of named pools, carved on demand.
-    MultiPool { pools: Vec<PoolDef>, default_pool: String, migrate_cluster_pool: bool },
+    MultiPool {
+        pools: Vec<PoolDef>,
+        default_pool: String,
+        migrate_cluster_pool: bool,
+    },
 }
 
 /// The embedded backend for one node.
@@ -32,7 +40,11 @@ pub struct EmbeddedBackend {
 
 impl EmbeddedBackend {
     pub fn new(node_name: &str, mode: EmbeddedMode) -> EmbeddedBackend {
-        EmbeddedBackend { node_name: node_name.to_string(), mode, operator: None }
+        EmbeddedBackend {
+            node_name: node_name.to_string(),
+            mode,
+            operator: None,
+        }
     }
 
     fn multi_pool_sync(
@@ -42,7 +54,13 @@ impl EmbeddedBackend {
         default_pool: &str,
         migrate: bool,
     ) -> Result<NodeResource, String> {
-        let pod_cidrs: Vec<IpNet> = node.spec.ipam.pod_cidrs.iter().filter_map(|c| c.parse().ok()).collect();
+        let pod_cidrs: Vec<IpNet> = node
+            .spec
+            .ipam
+            .pod_cidrs
+            .iter()
+            .filter_map(|c| c.parse().ok())
+            .collect();
         if !pod_cidrs.is_empty() && node.spec.ipam.pools.allocated.is_empty() {
             if !migrate {
                 return Err(format!(
@@ -54,7 +72,11 @@ impl EmbeddedBackend {
                 format!("cluster-pool to multi-pool migration needs the default pool {default_pool:?} to exist before the restart")
             })?;
             check_migration(def, &pod_cidrs)?;
-            node.spec.ipam.pools.allocated.push(migrated_allocation(def, &pod_cidrs));
+            node.spec
+                .ipam
+                .pools
+                .allocated
+                .push(migrated_allocation(def, &pod_cidrs));
             tracing::info!(node = %self.node_name, cidrs = ?node.spec.ipam.pod_cidrs, pool = default_pool, "migrated the node's cluster-pool CIDRs into the default pool");
         }
         let mut operator = PoolOperator::new(pools)?;
@@ -78,7 +100,13 @@ impl NodeBackend for EmbeddedBackend {
         };
         let cidrs = match &self.mode {
             EmbeddedMode::ClusterPool(cfg) => {
-                let existing: Vec<IpNet> = node.spec.ipam.pod_cidrs.iter().filter_map(|c| c.parse().ok()).collect();
+                let existing: Vec<IpNet> = node
+                    .spec
+                    .ipam
+                    .pod_cidrs
+                    .iter()
+                    .filter_map(|c| c.parse().ok())
+                    .collect();
                 let mut carver = NodeCidrCarver::new(cfg).map_err(|e| e.to_string())?;
                 match carver.carve_for_node(&existing) {
                     Ok(c) => c,
@@ -88,11 +116,18 @@ impl NodeBackend for EmbeddedBackend {
                     }
                 }
             }
-            EmbeddedMode::Kubernetes { pod_cidrs, enable_ipv4, enable_ipv6 } => {
-                kubernetes_cidrs(pod_cidrs, *enable_ipv4, *enable_ipv6)?
-            }
-            EmbeddedMode::MultiPool { pools, default_pool, migrate_cluster_pool } => {
-                let (pools, default_pool, migrate) = (pools.clone(), default_pool.clone(), *migrate_cluster_pool);
+            EmbeddedMode::Kubernetes {
+                pod_cidrs,
+                enable_ipv4,
+                enable_ipv6,
+            } => kubernetes_cidrs(pod_cidrs, *enable_ipv4, *enable_ipv6)?,
+            EmbeddedMode::MultiPool {
+                pools,
+                default_pool,
+                migrate_cluster_pool,
+            } => {
+                let (pools, default_pool, migrate) =
+                    (pools.clone(), default_pool.clone(), *migrate_cluster_pool);
                 return self.multi_pool_sync(node, &pools, &default_pool, migrate);
             }
         };
@@ -102,9 +137,15 @@ impl NodeBackend for EmbeddedBackend {
     }
 
     fn satisfy(&mut self, node: &mut NodeResource) -> Vec<String> {
-        let Some(op) = self.operator.as_mut() else { return Vec::new() };
+        let Some(op) = self.operator.as_mut() else {
+            return Vec::new();
+        };
         let requested = node.spec.ipam.pools.requested.clone();
-        let errors = op.satisfy(&self.node_name, &requested, &mut node.spec.ipam.pools.allocated);
+        let errors = op.satisfy(
+            &self.node_name,
+            &requested,
+            &mut node.spec.ipam.pools.allocated,
+        );
         node.status.ipam.operator_status.error = errors.join("; ");
         errors
     }
@@ -116,7 +157,9 @@ impl NodeBackend for EmbeddedBackend {
     }
 
     fn update_pools(&mut self, pools: &[PoolDef], node: &NodeResource) -> Result<(), String> {
-        let Some(op) = self.operator.as_mut() else { return Ok(()) };
+        let Some(op) = self.operator.as_mut() else {
+            return Ok(());
+        };
         op.update_pools(pools, &node.spec.ipam.pools.allocated)?;
         if let EmbeddedMode::MultiPool { pools: current, .. } = &mut self.mode {
             *current = pools.to_vec();
@@ -137,7 +180,9 @@ impl NodeBackend for EmbeddedBackend {
 fn kubernetes_cidrs(pod_cidrs: &[IpNet], v4: bool, v6: bool) -> Result<Vec<IpNet>, String> {
     let mut out = Vec::new();
     for (enabled, is_v4, name) in [(v4, true, "IPv4"), (v6, false, "IPv6")] {
-        let found = pod_cidrs.iter().find(|c| matches!(c, IpNet::V4(_)) == is_v4);
+        let found = pod_cidrs
+            .iter()
+            .find(|c| matches!(c, IpNet::V4(_)) == is_v4);
         match (enabled, found) {
             (true, Some(c)) => out.push(c.trunc()),
             (true, None) => {
@@ -161,7 +206,10 @@ mod tests {
         let mut b = EmbeddedBackend::new(
             "n1",
             EmbeddedMode::Kubernetes {
-                pod_cidrs: vec!["10.1.2.0/24".parse().unwrap(), "fd00:1::/120".parse().unwrap()],
+                pod_cidrs: vec![
+                    "10.1.2.0/24".parse().unwrap(),
+                    "fd00:1::/120".parse().unwrap(),
+                ],
                 enable_ipv4: true,
                 enable_ipv6: true,
             },
@@ -188,9 +236,17 @@ mod tests {
     fn journal_of_another_node_is_refused() {
         let mut b = EmbeddedBackend::new(
             "n1",
-            EmbeddedMode::Kubernetes { pod_cidrs: vec![], enable_ipv4: false, enable_ipv6: false },
+            EmbeddedMode::Kubernetes {
+                pod_cidrs: vec![],
+                enable_ipv4: false,
+                enable_ipv6: false,
+            },
         );
-        assert!(b.sync(Some(NodeResource::new("other"))).unwrap_err().contains("other"));
+        assert!(
+            b.sync(Some(NodeResource::new("other")))
+                .unwrap_err()
+                .contains("other")
+        );
     }
 
     #[test]
@@ -199,9 +255,16 @@ mod tests {
         node.spec.ipam.pod_cidrs = vec!["10.0.1.0/24".into()];
         let mut b = EmbeddedBackend::new(
             "n1",
-            EmbeddedMode::MultiPool { pools: vec![], default_pool: "default".into(), migrate_cluster_pool: false },
+            EmbeddedMode::MultiPool {
+                pools: vec![],
+                default_pool: "default".into(),
+                migrate_cluster_pool: false,
+            },
         );
         let e = b.sync(Some(node)).unwrap_err();
-        assert!(e.contains("enable-cluster-pool-to-multi-pool-migration"), "{e}");
+        assert!(
+            e.contains("enable-cluster-pool-to-multi-pool-migration"),
+            "{e}"
+        );
     }
 }

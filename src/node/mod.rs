@@ -12,7 +12,9 @@ use ipnet::IpNet;
 use crate::ipam::pooldef::PoolDef;
 
 pub use embedded::{EmbeddedBackend, EmbeddedMode};
-pub use resource::{AllocatedPool, IpamPools, NodeAddress, NodeIpamSpec, NodeResource, PoolDemand, RequestedPool};
+pub use resource::{
+    AllocatedPool, IpamPools, NodeAddress, NodeIpamSpec, NodeResource, PoolDemand, RequestedPool,
+};
 
 /// Where the node resource comes from, and who plays the operator for it.
 pub trait NodeBackend: Send {

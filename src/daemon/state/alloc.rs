@@ -18,9 +18,12 @@ impl IpamState {
     pub fn allocate_next(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
         let started = std::time::Instant::now();
         let result = self.allocate_next_inner(req);
-        self.metrics.phase("ADD", "daemon-allocation", started.elapsed().as_secs_f64());
+        self.metrics
+            .phase("ADD", "daemon-allocation", started.elapsed().as_secs_f64());
         if let Err(e) = &result {
-            let reason = if e.message.starts_with("range is full") || e.message.starts_with("all CIDR ranges are exhausted") {
+            let reason = if e.message.starts_with("range is full")
+                || e.message.starts_with("all CIDR ranges are exhausted")
+            {
                 "range-full"
             } else if e.message.contains("pool not (yet) available") {
                 "pool-not-available"
@@ -29,7 +32,14 @@ impl IpamState {
             } else {
                 "rejected"
             };
-            self.record_failure("ADD", reason, &e.message, &req.owner, req.container_id.as_deref(), req.ifname.as_deref());
+            self.record_failure(
+                "ADD",
+                reason,
+                &e.message,
+                &req.owner,
+                req.container_id.as_deref(),
+                req.ifname.as_deref(),
+            );
         }
         result
     }
@@ -41,14 +51,21 @@ impl IpamState {
         if let (Some(cid), Some(ifname)) = (&req.container_id, &req.ifname) {
             self.release_attachment(cid, Some(ifname), &mut ops, now);
         }
-        let families: Vec<Family> =
-            self.cfg.families.iter().copied().filter(|f| req.family.is_none_or(|want| want == *f)).collect();
+        let families: Vec<Family> = self
+            .cfg
+            .families
+            .iter()
+            .copied()
+            .filter(|f| req.family.is_none_or(|want| want == *f))
+            .collect();
         let mut taken: Vec<AllocationRecord> = Vec::new();
         for family in families {
-            let picked = self.choose_pool(&req.pool, &req.owner, family).and_then(|(pool, why)| {
-                let ip = self.take_next(&pool, family, &req.owner)?;
-                Ok((pool, why, ip))
-            });
+            let picked = self
+                .choose_pool(&req.pool, &req.owner, family)
+                .and_then(|(pool, why)| {
+                    let ip = self.take_next(&pool, family, &req.owner)?;
+                    Ok((pool, why, ip))
+                });
             match picked {
                 Ok((pool, why, ip)) => {
                     let mut rec = self.new_record(ip, family, req, now);
@@ -68,7 +85,10 @@ impl IpamState {
             return Err(e);
         }
         self.apply(ops, "attachment added again");
-        let mut resp = IpamResponse { host_addressing: self.node_addressing(), ..Default::default() };
+        let mut resp = IpamResponse {
+            host_addressing: self.node_addressing(),
+            ..Default::default()
+        };
         for rec in &taken {
             self.metrics.event("allocate", &rec.family);
             self.clear_pending(&rec.pool, Family::of_addr(&rec.ip), &rec.owner);
@@ -85,7 +105,10 @@ impl IpamState {
         match self.pools.allocate_next(pool, family) {
             Ok(ip) => return Ok(ip),
             Err(e) if !self.is_multi_pool() => {
-                let (used, usable) = (self.pools.used(pool, family), self.pools.usable(pool, family));
+                let (used, usable) = (
+                    self.pools.used(pool, family),
+                    self.pools.usable(pool, family),
+                );
                 let cidr = self.node_addressing_cidr(family).unwrap_or_default();
                 return Err(ApiError::new(
                     502,
@@ -104,7 +127,11 @@ impl IpamState {
         self.sync_demand();
         self.pools.allocate_next(pool, family).map_err(|e| {
             let operator = &self.node.status.ipam.operator_status.error;
-            let why = if operator.is_empty() { String::new() } else { format!("; operator: {operator}") };
+            let why = if operator.is_empty() {
+                String::new()
+            } else {
+                format!("; operator: {operator}")
+            };
             ApiError::new(502, format!("{e} (node {}){why}", self.cfg.node_name))
         })
     }
@@ -116,7 +143,13 @@ impl IpamState {
         }
     }
 
-    fn new_record(&self, ip: IpAddr, family: Family, req: &AllocateRequest, now: u64) -> AllocationRecord {
+    fn new_record(
+        &self,
+        ip: IpAddr,
+        family: Family,
+        req: &AllocateRequest,
+        now: u64,
+    ) -> AllocationRecord {
         let (state, uuid, expires) = if req.expiration {
             (
                 AllocationState::Pending,
@@ -146,35 +179,65 @@ impl IpamState {
 
     /// `POST /v1/ipam/{ip}`: reserve one given address (no expiration). The pool
     /// defaults to the default pool (Cilium requires it).
-    pub fn allocate_ip(&mut self, ip: &str, owner: &str, pool: &str) -> Result<IpamResponse, ApiError> {
-        let addr: IpAddr = ip.parse().map_err(|_| ApiError::new(400, format!("Invalid IP address: {ip}")))?;
+    pub fn allocate_ip(
+        &mut self,
+        ip: &str,
+        owner: &str,
+        pool: &str,
+    ) -> Result<IpamResponse, ApiError> {
+        let addr: IpAddr = ip
+            .parse()
+            .map_err(|_| ApiError::new(400, format!("Invalid IP address: {ip}")))?;
         let family = Family::of_addr(&addr);
         if !self.cfg.families.contains(&family) {
-            return Err(ApiError::new(400, format!("{} allocation disabled", family.label())));
+            return Err(ApiError::new(
+                400,
+                format!("{} allocation disabled", family.label()),
+            ));
         }
         let (pool, _) = self.choose_pool(pool, owner, family)?;
-        let pool = if pool.is_empty() { self.default_pool().to_string() } else { pool };
-        if let Some(rec) = self.allocations.get(&addr).filter(|r| r.state == AllocationState::Cooling) {
+        let pool = if pool.is_empty() {
+            self.default_pool().to_string()
+        } else {
+            pool
+        };
+        if let Some(rec) = self
+            .allocations
+            .get(&addr)
+            .filter(|r| r.state == AllocationState::Cooling)
+        {
             let left = rec.cooling_until_ms.unwrap_or(0).saturating_sub(now_ms()) / 1000;
-            return Err(ApiError::new(409, format!("IP {addr} was released recently and cools down for {left} s more")));
+            return Err(ApiError::new(
+                409,
+                format!("IP {addr} was released recently and cools down for {left} s more"),
+            ));
         }
         self.pools.allocate(&pool, addr).map_err(|e| {
             let detail = match (&e, self.is_multi_pool(), self.node_addressing_cidr(family)) {
                 (PoolError::NotInRange { .. }, false, Some(cidr)) => {
-                    format!("provided IP is not in the valid range. The range of valid IPs is {cidr}")
+                    format!(
+                        "provided IP is not in the valid range. The range of valid IPs is {cidr}"
+                    )
                 }
                 _ => e.to_string(),
             };
             ApiError::new(409, detail)
         })?;
-        let req = AllocateRequest { owner: owner.into(), pool: pool.clone(), ..Default::default() };
+        let req = AllocateRequest {
+            owner: owner.into(),
+            pool: pool.clone(),
+            ..Default::default()
+        };
         let mut rec = self.new_record(addr, family, &req, now_ms());
         rec.pool = pool;
         if let Err(e) = self.commit(&[JournalOp::PutAllocation(rec.clone())]) {
             self.give_back(std::slice::from_ref(&rec));
             return Err(e);
         }
-        let mut resp = IpamResponse { host_addressing: self.node_addressing(), ..Default::default() };
+        let mut resp = IpamResponse {
+            host_addressing: self.node_addressing(),
+            ..Default::default()
+        };
         fill_response(&mut resp, &rec, self.skip_masquerade(&rec.pool));
         self.metrics.event("allocate", &rec.family);
         self.allocations.insert(addr, rec);
@@ -444,7 +507,11 @@ impl IpamState {
     }
 }
 
-pub(super) fn fill_response(resp: &mut IpamResponse, rec: &AllocationRecord, skip_masquerade: bool) {
+pub(super) fn fill_response(
+    resp: &mut IpamResponse,
+    rec: &AllocationRecord,
+    skip_masquerade: bool,
+) {
     let el = IpamAddressResponse {
         ip: rec.ip.to_string(),
         expiration_uuid: rec.expiration_uuid.clone().unwrap_or_default(),

@@ -132,7 +132,9 @@ impl IpamState {
             .pools
             .locate(rec.ip)
             .map(|(pool, cidr)| format!("{cidr} (block of pool {pool})"))
-            .unwrap_or_else(|| "outside the node's current ranges (kept until its pod is deleted)".into());
+            .unwrap_or_else(|| {
+                "outside the node's current ranges (kept until its pod is deleted)".into()
+            });
         let (state, until) = match rec.state {
             AllocationState::Pending => ("pending", rec.expires_at_ms.unwrap_or(0)),
             AllocationState::Bound => ("bound", 0),
@@ -160,7 +162,10 @@ impl IpamState {
             network: rec.network.clone().unwrap_or_default(),
             rule: match (&rec.selected_by, rec.state) {
                 (Some(why), _) => format!("pool {} chosen by: {why}", rec.pool),
-                (None, AllocationState::Infra) => format!("the node's own {} address, from pool {}", rec.owner, rec.pool),
+                (None, AllocationState::Infra) => format!(
+                    "the node's own {} address, from pool {}",
+                    rec.owner, rec.pool
+                ),
                 (None, _) => format!(
                     "ipam mode {}: {} address of node {} from pool {}",
                     self.cfg.ipam_mode,

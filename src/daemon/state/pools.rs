@@ -58,10 +58,18 @@ impl IpamState {
     /// Brings the blocks in line with the node resource (podCIDRs in the host-scope
     /// modes, `pools.allocated` in multi-pool).
     pub(super) fn apply_node_blocks(&mut self) {
-        let mut wanted: BTreeMap<(String, Family), (Vec<IpNet>, AllocatorOptions)> = BTreeMap::new();
+        let mut wanted: BTreeMap<(String, Family), (Vec<IpNet>, AllocatorOptions)> =
+            BTreeMap::new();
         match self.cfg.pooling {
             PoolingMode::HostScope => {
-                for c in self.node.spec.ipam.pod_cidrs.iter().filter_map(|c| c.parse::<IpNet>().ok()) {
+                for c in self
+                    .node
+                    .spec
+                    .ipam
+                    .pod_cidrs
+                    .iter()
+                    .filter_map(|c| c.parse::<IpNet>().ok())
+                {
                     let e = wanted
                         .entry((super::DEFAULT_POOL.to_string(), Family::of_net(&c)))
                         .or_insert((Vec::new(), AllocatorOptions::default()));
@@ -72,16 +80,25 @@ impl IpamState {
             }
             PoolingMode::MultiPool(_) => {
                 for a in &self.node.spec.ipam.pools.allocated {
-                    let opts = AllocatorOptions { allow_first_ip: a.allow_first_ip, allow_last_ip: a.allow_last_ip };
+                    let opts = AllocatorOptions {
+                        allow_first_ip: a.allow_first_ip,
+                        allow_last_ip: a.allow_last_ip,
+                    };
                     for c in a.cidrs.iter().filter_map(|c| c.parse::<IpNet>().ok()) {
-                        wanted.entry((a.pool.clone(), Family::of_net(&c))).or_insert((Vec::new(), opts)).0.push(c);
+                        wanted
+                            .entry((a.pool.clone(), Family::of_net(&c)))
+                            .or_insert((Vec::new(), opts))
+                            .0
+                            .push(c);
                     }
                 }
             }
         }
         for name in self.pools.names() {
             for family in [Family::V4, Family::V6] {
-                wanted.entry((name.clone(), family)).or_insert((Vec::new(), AllocatorOptions::default()));
+                wanted
+                    .entry((name.clone(), family))
+                    .or_insert((Vec::new(), AllocatorOptions::default()));
             }
         }
         for ((pool, family), (cidrs, opts)) in wanted {
@@ -93,7 +110,12 @@ impl IpamState {
 
     /// The pool for a request: the one asked for, else the default (host-scope), else
     /// pool selection (multi-pool). Returns the pool and how it was chosen.
-    pub(super) fn choose_pool(&self, requested: &str, owner: &str, family: Family) -> Result<(String, String), ApiError> {
+    pub(super) fn choose_pool(
+        &self,
+        requested: &str,
+        owner: &str,
+        family: Family,
+    ) -> Result<(String, String), ApiError> {
         if !requested.is_empty() {
             if !self.is_multi_pool() && requested != super::DEFAULT_POOL {
                 return Err(ApiError::new(
@@ -115,25 +137,41 @@ impl IpamState {
         }
         let default = self.default_pool().to_string();
         let Some(meta) = self.metadata.as_deref() else {
-            return Ok((default, "default pool (no pod metadata source is configured)".into()));
+            return Ok((
+                default,
+                "default pool (no pod metadata source is configured)".into(),
+            ));
         };
-        let outcome = select_pool(owner, family, &self.pool_defs, meta, &default)
-            .map_err(|e| ApiError::new(502, format!("unable to determine IPAM pool for owner {owner:?}: {e}")))?;
+        let outcome = select_pool(owner, family, &self.pool_defs, meta, &default).map_err(|e| {
+            ApiError::new(
+                502,
+                format!("unable to determine IPAM pool for owner {owner:?}: {e}"),
+            )
+        })?;
         for w in &outcome.warnings {
             tracing::warn!(owner = %owner, "{w}");
         }
         let why = match outcome.step {
             Step::PodAnnotation => "the pod's ipam.cilium.io pool annotation (precedence step 1)",
-            Step::NamespaceAnnotation => "the namespace's ipam.cilium.io pool annotation (precedence step 2)",
-            Step::Selector => "the only CiliumPodIPPool whose selectors match the pod (precedence step 3)",
-            Step::Default => "the default pool: no annotation or pool selector applies (precedence step 4)",
+            Step::NamespaceAnnotation => {
+                "the namespace's ipam.cilium.io pool annotation (precedence step 2)"
+            }
+            Step::Selector => {
+                "the only CiliumPodIPPool whose selectors match the pod (precedence step 3)"
+            }
+            Step::Default => {
+                "the default pool: no annotation or pool selector applies (precedence step 4)"
+            }
         };
         Ok((outcome.pool, why.to_string()))
     }
 
     /// Notes a failed allocation as pending demand (expires after 5 minutes).
     pub(super) fn note_pending(&mut self, pool: &str, family: Family, owner: &str) {
-        self.pending.entry((pool.to_string(), family)).or_default().insert(owner.to_string(), now_ms());
+        self.pending
+            .entry((pool.to_string(), family))
+            .or_default()
+            .insert(owner.to_string(), now_ms());
     }
 
     /// Clears an owner's pending demand after a success.
@@ -146,7 +184,9 @@ impl IpamState {
     /// Multi-pool: recomputes the demand, lets the backend carve blocks, gives back
     /// free blocks above demand, and journals the node resource when it changed.
     pub(super) fn sync_demand(&mut self) {
-        let PoolingMode::MultiPool(settings) = &self.cfg.pooling else { return };
+        let PoolingMode::MultiPool(settings) = &self.cfg.pooling else {
+            return;
+        };
         let settings = settings.clone();
         let now = now_ms();
         for m in self.pending.values_mut() {
@@ -164,7 +204,10 @@ impl IpamState {
             let mut demand = PoolDemand::default();
             for family in self.cfg.families.clone() {
                 let in_use = self.pools.used(pool, family);
-                let pending = self.pending.get(&(pool.clone(), family)).map_or(0, |m| m.len() as u64);
+                let pending = self
+                    .pending
+                    .get(&(pool.clone(), family))
+                    .map_or(0, |m| m.len() as u64);
                 let needed = match settings.pre_allocation.get(pool) {
                     Some(p) => needed_ip_ceil(in_use + pending, *p),
                     None => in_use + pending,
@@ -176,7 +219,10 @@ impl IpamState {
                 }
             }
             if demand.ipv4_addrs > 0 || demand.ipv6_addrs > 0 {
-                requested.push(RequestedPool { pool: pool.clone(), needed: demand });
+                requested.push(RequestedPool {
+                    pool: pool.clone(),
+                    needed: demand,
+                });
             }
         }
         self.node.spec.ipam.pools.requested = requested;
@@ -190,12 +236,25 @@ impl IpamState {
                     tracing::info!(pool = %pool, cidr = %cidr, "released a free block above demand");
                     self.backend.release_block(&pool, &cidr);
                     let text = cidr.to_string();
-                    for a in self.node.spec.ipam.pools.allocated.iter_mut().filter(|a| a.pool == pool) {
+                    for a in self
+                        .node
+                        .spec
+                        .ipam
+                        .pools
+                        .allocated
+                        .iter_mut()
+                        .filter(|a| a.pool == pool)
+                    {
                         a.cidrs.retain(|c| *c != text);
                     }
                 }
             }
-            self.node.spec.ipam.pools.allocated.retain(|a| !a.cidrs.is_empty());
+            self.node
+                .spec
+                .ipam
+                .pools
+                .allocated
+                .retain(|a| !a.cidrs.is_empty());
         }
         if self.node != before {
             self.journal_node();
@@ -207,7 +266,10 @@ impl IpamState {
     pub(super) fn journal_node(&self) {
         match serde_json::to_value(&self.node) {
             Ok(value) => {
-                if let Err(e) = self.commit(&[JournalOp::PutMeta { key: NODE_META_KEY.into(), value }]) {
+                if let Err(e) = self.commit(&[JournalOp::PutMeta {
+                    key: NODE_META_KEY.into(),
+                    value,
+                }]) {
                     tracing::error!(error = %e.message, "could not journal the node resource");
                 }
             }
@@ -221,7 +283,10 @@ impl IpamState {
             PoolingMode::HostScope => false,
             PoolingMode::MultiPool(m) => {
                 (m.only_masquerade_default_pool && pool != m.default_pool)
-                    || self.pool_defs.iter().any(|p| p.name == pool && p.skip_masquerade)
+                    || self
+                        .pool_defs
+                        .iter()
+                        .any(|p| p.name == pool && p.skip_masquerade)
             }
         }
     }

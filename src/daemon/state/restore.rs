@@ -95,12 +95,18 @@ impl IpamState {
                 AllocationState::Pending if rec.expires_at_ms.is_some_and(|t| t <= now) => {
                     tracing::warn!(ip = %rec.ip, owner = %rec.owner, "Released IP after expiration (expired while the daemon was down)");
                     report.expired += 1;
-                    ops.push(JournalOp::DeleteAllocation { pool: rec.pool.clone(), ip: rec.ip });
+                    ops.push(JournalOp::DeleteAllocation {
+                        pool: rec.pool.clone(),
+                        ip: rec.ip,
+                    });
                     continue;
                 }
                 AllocationState::Cooling if rec.cooling_until_ms.is_none_or(|t| t <= now) => {
                     report.cooled_down += 1;
-                    ops.push(JournalOp::DeleteAllocation { pool: rec.pool.clone(), ip: rec.ip });
+                    ops.push(JournalOp::DeleteAllocation {
+                        pool: rec.pool.clone(),
+                        ip: rec.ip,
+                    });
                     continue;
                 }
                 _ => {}
@@ -118,15 +124,30 @@ impl IpamState {
                 }
                 Err(_) => {
                     tracing::warn!(ip = %rec.ip, pool = %rec.pool, owner = %rec.owner, "journal allocation is outside the node's ranges: kept until its pod is deleted, never handed out again");
-                    report.outside_ranges.push(format!("{} ({})", rec.ip, rec.owner));
+                    report
+                        .outside_ranges
+                        .push(format!("{} ({})", rec.ip, rec.owner));
                 }
             }
-            match (&rec.state, &rec.expiration_uuid, rec.expires_at_ms, rec.cooling_until_ms) {
+            match (
+                &rec.state,
+                &rec.expiration_uuid,
+                rec.expires_at_ms,
+                rec.cooling_until_ms,
+            ) {
                 (AllocationState::Pending, Some(uuid), Some(deadline_ms), _) => {
-                    state.timers.push(Timer { ip: rec.ip, deadline_ms, kind: TimerKind::Expire { uuid: uuid.clone() } });
+                    state.timers.push(Timer {
+                        ip: rec.ip,
+                        deadline_ms,
+                        kind: TimerKind::Expire { uuid: uuid.clone() },
+                    });
                 }
                 (AllocationState::Cooling, _, _, Some(until)) => {
-                    state.timers.push(Timer { ip: rec.ip, deadline_ms: until, kind: TimerKind::Cooldown });
+                    state.timers.push(Timer {
+                        ip: rec.ip,
+                        deadline_ms: until,
+                        kind: TimerKind::Cooldown,
+                    });
                 }
                 _ => {}
             }
@@ -135,7 +156,11 @@ impl IpamState {
             }
             state.allocations.insert(rec.ip, rec);
         }
-        state.endpoints = snapshot.endpoints.into_iter().map(|e| (e.key(), e)).collect();
+        state.endpoints = snapshot
+            .endpoints
+            .into_iter()
+            .map(|e| (e.key(), e))
+            .collect();
         state.restored_endpoints = state.endpoints.keys().cloned().collect();
         state.sync_demand();
         let mut infra = vec!["router"];
@@ -155,7 +180,10 @@ impl IpamState {
             }
         }
         let node_json = serde_json::to_value(&state.node).map_err(|e| e.to_string())?;
-        ops.push(JournalOp::PutMeta { key: NODE_META_KEY.into(), value: node_json });
+        ops.push(JournalOp::PutMeta {
+            key: NODE_META_KEY.into(),
+            value: node_json,
+        });
         state.journal.commit(&ops).map_err(|e| e.to_string())?;
         state.restore_report = report;
         Ok(state)
@@ -171,11 +199,11 @@ impl IpamState {
         router_hints: &[IpAddr],
         ops: &mut Vec<JournalOp>,
     ) -> Result<IpAddr, String> {
-        if let Some(rec) = self
-            .allocations
-            .values()
-            .find(|r| r.state == AllocationState::Infra && r.owner == owner && Family::of_addr(&r.ip) == family)
-        {
+        if let Some(rec) = self.allocations.values().find(|r| {
+            r.state == AllocationState::Infra
+                && r.owner == owner
+                && Family::of_addr(&r.ip) == family
+        }) {
             return Ok(rec.ip);
         }
         let pool = self.default_pool().to_string();
@@ -186,12 +214,17 @@ impl IpamState {
             .copied();
         let taken = match hinted {
             Some(ip) => self.pools.allocate(&pool, ip).map(|_| ip),
-            None => Err(PoolError::NotInRange { ip: IpAddr::from([0, 0, 0, 0]) }),
+            None => Err(PoolError::NotInRange {
+                ip: IpAddr::from([0, 0, 0, 0]),
+            }),
         };
         let ip = match taken {
             Ok(ip) => ip,
             Err(_) => self.pools.allocate_next(&pool, family).map_err(|e| {
-                format!("unable to allocate {owner} {}: {e}, see https://cilium.link/ipam-range-full", family.label())
+                format!(
+                    "unable to allocate {owner} {}: {e}, see https://cilium.link/ipam-range-full",
+                    family.label()
+                )
             })?,
         };
         let mut rec = infra_record(ip, owner);
@@ -275,7 +308,9 @@ impl IpamState {
     fn adopt_link(&mut self, link: &KernelLink, ops: &mut Vec<JournalOp>) -> Option<Vec<String>> {
         let mut adopted = Vec::new();
         for ip in &link.routed {
-            let Some(pool) = self.pools.locate(*ip).map(|(p, _)| p.to_string()) else { continue };
+            let Some(pool) = self.pools.locate(*ip).map(|(p, _)| p.to_string()) else {
+                continue;
+            };
             if self.pools.allocate(&pool, *ip).is_err() {
                 continue;
             }

@@ -13,14 +13,27 @@ impl IpamState {
         for b in self.pools.blocks() {
             let cap = i64::try_from(b.capacity).unwrap_or(i64::MAX);
             m.capacity
-                .get_or_create(&CapacityLabels { family: b.family.as_str().into(), cidr: b.cidr.to_string() })
+                .get_or_create(&CapacityLabels {
+                    family: b.family.as_str().into(),
+                    cidr: b.cidr.to_string(),
+                })
                 .set(cap);
         }
         for family in &self.cfg.families {
-            let in_family = || self.allocations.values().filter(|rec| Family::of_addr(&rec.ip) == *family);
-            let labels = FamilyLabels { family: family.as_str().into() };
-            m.addresses.get_or_create(&labels).set(in_family().count() as i64);
-            let cooling = in_family().filter(|rec| rec.state == AllocationState::Cooling).count() as i64;
+            let in_family = || {
+                self.allocations
+                    .values()
+                    .filter(|rec| Family::of_addr(&rec.ip) == *family)
+            };
+            let labels = FamilyLabels {
+                family: family.as_str().into(),
+            };
+            m.addresses
+                .get_or_create(&labels)
+                .set(in_family().count() as i64);
+            let cooling = in_family()
+                .filter(|rec| rec.state == AllocationState::Cooling)
+                .count() as i64;
             m.cooling.get_or_create(&labels).set(cooling);
         }
         let rr = &self.restore_report;
@@ -51,7 +64,11 @@ impl IpamState {
     /// first block of the default pool (multi-pool).
     pub(super) fn node_addressing_cidr(&self, family: Family) -> Option<String> {
         let pool = self.default_pool();
-        self.pools.blocks().into_iter().find(|b| b.pool == pool && b.family == family).map(|b| b.cidr.to_string())
+        self.pools
+            .blocks()
+            .into_iter()
+            .find(|b| b.pool == pool && b.family == family)
+            .map(|b| b.cidr.to_string())
     }
 
     pub(super) fn node_addressing(&self) -> NodeAddressing {
@@ -59,7 +76,11 @@ impl IpamState {
         for family in &self.cfg.families {
             let el = NodeAddressingElement {
                 enabled: true,
-                ip: self.routers.get(family).map(|ip| ip.to_string()).unwrap_or_default(),
+                ip: self
+                    .routers
+                    .get(family)
+                    .map(|ip| ip.to_string())
+                    .unwrap_or_default(),
                 alloc_range: self.node_addressing_cidr(*family).unwrap_or_default(),
             };
             match family {
@@ -72,7 +93,11 @@ impl IpamState {
 
     /// The allocation map key: the address, or `pool/ip` outside the default pool.
     fn status_key(&self, ip: std::net::IpAddr, pool: &str) -> String {
-        if pool == self.default_pool() { ip.to_string() } else { format!("{pool}/{ip}") }
+        if pool == self.default_pool() {
+            ip.to_string()
+        } else {
+            format!("{pool}/{ip}")
+        }
     }
 
     /// `GET /v1/config`.
@@ -152,14 +177,22 @@ impl IpamState {
         let mut lines = Vec::new();
         let operator_error = self.node.status.ipam.operator_status.error.clone();
         for family in &self.cfg.families {
-            let in_family = || self.allocations.values().filter(|rec| Family::of_addr(&rec.ip) == *family);
+            let in_family = || {
+                self.allocations
+                    .values()
+                    .filter(|rec| Family::of_addr(&rec.ip) == *family)
+            };
             let list: Vec<String> = in_family().map(|rec| rec.ip.to_string()).collect();
             match family {
                 Family::V4 => ipam.ipv4 = Some(list),
                 Family::V6 => ipam.ipv6 = Some(list),
             }
-            let pools: Vec<String> =
-                self.pools.names().into_iter().filter(|p| self.pools.has(p, *family)).collect();
+            let pools: Vec<String> = self
+                .pools
+                .names()
+                .into_iter()
+                .filter(|p| self.pools.has(p, *family))
+                .collect();
             for pool in &pools {
                 let blocks: Vec<String> = self
                     .pools
@@ -168,7 +201,9 @@ impl IpamState {
                     .filter(|b| b.pool == *pool && b.family == *family)
                     .map(|b| b.cidr.to_string())
                     .collect();
-                let cooling = in_family().filter(|r| r.pool == *pool && r.state == AllocationState::Cooling).count();
+                let cooling = in_family()
+                    .filter(|r| r.pool == *pool && r.state == AllocationState::Cooling)
+                    .count();
                 ipam.ranges.push(RangeStatus {
                     family: family.as_str().into(),
                     cidr: blocks.join(" "),
@@ -176,21 +211,39 @@ impl IpamState {
                     usable: self.pools.usable(pool, *family),
                     cooling: cooling as u64,
                     pool: pool.clone(),
-                    can_grow: self.is_multi_pool() && !operator_error.contains(&format!("\"{pool}\"")),
+                    can_grow: self.is_multi_pool()
+                        && !operator_error.contains(&format!("\"{pool}\"")),
                 });
             }
             if self.is_multi_pool() {
-                lines.push(format!("{}: {} IPAM pool(s) available", family.label(), pools.len()));
-            } else if let Some(b) = self.pools.blocks().into_iter().find(|b| b.family == *family) {
-                lines.push(format!("{}: {}/{} allocated from {}", family.label(), b.used, b.capacity, b.cidr));
+                lines.push(format!(
+                    "{}: {} IPAM pool(s) available",
+                    family.label(),
+                    pools.len()
+                ));
+            } else if let Some(b) = self
+                .pools
+                .blocks()
+                .into_iter()
+                .find(|b| b.family == *family)
+            {
+                lines.push(format!(
+                    "{}: {}/{} allocated from {}",
+                    family.label(),
+                    b.used,
+                    b.capacity,
+                    b.cidr
+                ));
             }
         }
         ipam.status = lines.join(", ");
         for (ip, rec) in &self.allocations {
             if rec.state == AllocationState::Cooling {
                 let left = rec.cooling_until_ms.unwrap_or(now).saturating_sub(now);
-                ipam.cooling
-                    .insert(self.status_key(*ip, &rec.pool), format!("{} ({} ms left)", rec.owner, left));
+                ipam.cooling.insert(
+                    self.status_key(*ip, &rec.pool),
+                    format!("{} ({} ms left)", rec.owner, left),
+                );
                 continue;
             }
             let restored = match (&rec.container_id, &rec.ifname) {
@@ -206,7 +259,8 @@ impl IpamState {
             if rec.state == AllocationState::Pending {
                 owner.push_str(" [expiring]");
             }
-            ipam.allocations.insert(self.status_key(rec.ip, &rec.pool), owner);
+            ipam.allocations
+                .insert(self.status_key(rec.ip, &rec.pool), owner);
         }
         let exhausted: Vec<&RangeStatus> =
             ipam.ranges.iter().filter(|r| r.is_exhausted()).collect();
