@@ -21,7 +21,7 @@ fn bad_plugin_input_gets_the_right_cni_code() {
     if !root_or_skip("bad_plugin_input") {
         return;
     }
-    let mut node = Node::dual_stack();
+    let node = Node::dual_stack();
     let a = node.sandbox();
     let base = node.allocations().len();
     let cases: Vec<(&str, String, u64, &str)> = vec![

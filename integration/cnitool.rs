@@ -213,7 +213,7 @@ fn cnitool_conformance() {
         ClientKind::Driver => "1.0.0",
     };
 
-    let mut node = Node::dual_stack();
+    let node = Node::dual_stack();
     let sb = node.sandbox();
     let other = node.sandbox();
 

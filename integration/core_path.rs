@@ -9,7 +9,7 @@ fn two_sandboxes_get_distinct_addresses_and_reach_each_other() {
     if !root_or_skip("two_sandboxes") {
         return;
     }
-    let mut node = Node::dual_stack();
+    let node = Node::dual_stack();
     let a = node.sandbox();
     let b = node.sandbox();
     let ra = node.add(&a);
@@ -81,7 +81,7 @@ fn check_passes_then_fails_after_the_pod_route_is_removed() {
     if !root_or_skip("check") {
         return;
     }
-    let mut node = Node::dual_stack();
+    let node = Node::dual_stack();
     let a = node.sandbox();
     let r = node.add(&a);
     let c = node.check(&a, &r);
@@ -123,7 +123,7 @@ fn del_frees_the_address_is_idempotent_and_works_without_the_netns() {
     if !root_or_skip("del") {
         return;
     }
-    let mut node = Node::dual_stack();
+    let node = Node::dual_stack();
     let a = node.sandbox();
     let mut b = node.sandbox();
     let ra = node.add(&a);
@@ -170,7 +170,7 @@ fn gc_releases_attachments_missing_from_the_valid_list() {
     if !root_or_skip("gc") {
         return;
     }
-    let mut node = Node::dual_stack();
+    let node = Node::dual_stack();
     let a = node.sandbox();
     let b = node.sandbox();
     let (ra, rb) = (node.add(&a), node.add(&b));
@@ -221,7 +221,7 @@ fn status_reports_ready_then_exhausted_and_add_names_the_full_range() {
         return;
     }
     // A /29 has 6 usable addresses: router + health leave 4 for pods.
-    let mut node = Node::start(&[
+    let node = Node::start(&[
         "--cluster-pool-ipv4-cidr",
         "10.30.0.0/24",
         "--cluster-pool-ipv4-mask-size",
@@ -287,7 +287,7 @@ fn a_retried_add_replaces_its_own_interface_but_not_a_foreign_one() {
     if !root_or_skip("retried_add") {
         return;
     }
-    let mut node = Node::dual_stack();
+    let node = Node::dual_stack();
     let a = node.sandbox();
     let first = node.add(&a);
     let second = node.add(&a);
@@ -330,7 +330,7 @@ fn ipv4_only_node_with_spec_1_0_0() {
     if !root_or_skip("ipv4_only") {
         return;
     }
-    let mut node = Node::start(&[
+    let node = Node::start(&[
         "--cluster-pool-ipv4-cidr",
         "10.40.0.0/16",
         "--k8s-node-name",

@@ -126,7 +126,7 @@ fn sixty_four_parallel_adds_get_distinct_addresses() {
     if !root_or_skip("parallel_adds") {
         return;
     }
-    let mut node = Node::dual_stack();
+    let node = Node::dual_stack();
     let sbs: Vec<Sandbox> = (0..64).map(|_| node.sandbox()).collect();
     let refs: Vec<&Sandbox> = sbs.iter().collect();
     let results = node.plugin_parallel("ADD", &refs, 64);
@@ -353,7 +353,7 @@ fn hostile_clients_do_not_block_others() {
     if !root_or_skip("hostile_clients") {
         return;
     }
-    let mut node = Node::dual_stack();
+    let node = Node::dual_stack();
     // Ten clients that send half a request and stall.
     let stalled: Vec<UnixStream> = (0..10)
         .map(|_| {

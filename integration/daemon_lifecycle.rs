@@ -116,7 +116,7 @@ fn expiration_frees_an_address_whose_endpoint_never_came() {
     };
     let lost = client.allocate(&params).expect("allocate").address.ipv4;
     // A normal ADD in the same window keeps its address: the endpoint stopped the timer.
-    let mut node = node;
+    let node = node;
     let a = node.sandbox();
     let r = node.add(&a);
     assert!(
@@ -268,7 +268,7 @@ fn kubernetes_mode_uses_the_given_pod_cidrs() {
     if !root_or_skip("kubernetes_mode") {
         return;
     }
-    let mut node = Node::start(&[
+    let node = Node::start(&[
         "--ipam",
         "kubernetes",
         "--enable-ipv6",
@@ -305,7 +305,7 @@ fn options_come_from_a_config_dir() {
     std::fs::write(cfgdir.join("enable-ipv6"), "false").expect("write");
     std::fs::write(cfgdir.join("tunnel-protocol"), "vxlan").expect("write");
     let cfg = cfgdir.display().to_string();
-    let mut node = Node::start(&["--config-dir", &cfg, "--k8s-node-name", "cfgdir"]);
+    let node = Node::start(&["--config-dir", &cfg, "--k8s-node-name", "cfgdir"]);
     let a = node.sandbox();
     let r = node.add(&a);
     assert!(r.ipv4().starts_with("10.70.0."), "{r:?}");

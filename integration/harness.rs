@@ -188,7 +188,6 @@ pub struct Node {
     pub dir: PathBuf,
     pub daemon: Option<Child>,
     pub args: Vec<String>,
-    sandboxes: u32,
 }
 
 impl Node {
@@ -203,7 +202,6 @@ impl Node {
             dir,
             daemon: None,
             args: args.iter().map(|s| s.to_string()).collect(),
-            sandboxes: 0,
         };
         node.start_daemon();
         node
@@ -364,8 +362,7 @@ impl Node {
     }
 
     /// A new sandbox namespace with a unique container ID and `eth0`.
-    pub fn sandbox(&mut self) -> Sandbox {
-        self.sandboxes += 1;
+    pub fn sandbox(&self) -> Sandbox {
         let ns = Netns::new("pnt-sb");
         Sandbox {
             container_id: format!("cid-{}", ns.name),

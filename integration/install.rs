@@ -54,7 +54,7 @@ fn the_cni_config_is_written_once_the_daemon_serves() {
     std::fs::create_dir_all(&confdir).expect("mkdir");
     std::fs::write(confdir.join("10-other.conflist"), "{}").expect("write");
     let cd = confdir.display().to_string();
-    let mut node = Node::start(&[
+    let node = Node::start(&[
         "--k8s-node-name",
         "conf",
         "--write-cni-conf-when-ready",

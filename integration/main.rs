@@ -12,4 +12,5 @@ mod core_path;
 mod crash_safety;
 mod daemon_lifecycle;
 mod install;
+mod multipool;
 mod operations;

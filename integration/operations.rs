@@ -39,7 +39,7 @@ fn metrics_have_cilium_names_under_the_prefix_and_move() {
     if !root_or_skip("metrics") {
         return;
     }
-    let mut node = Node::start(&[
+    let node = Node::start(&[
         "--cluster-pool-ipv4-cidr",
         "10.90.0.0/24",
         "--cluster-pool-ipv4-mask-size",
@@ -162,7 +162,7 @@ fn status_and_explain_answer_for_a_full_range_and_a_missing_pod() {
     if !root_or_skip("status_explain") {
         return;
     }
-    let mut node = Node::start(&[
+    let node = Node::start(&[
         "--cluster-pool-ipv4-cidr",
         "10.92.0.0/24",
         "--cluster-pool-ipv4-mask-size",
@@ -225,7 +225,7 @@ fn the_plugin_logs_each_add_and_del_to_its_log_file() {
     if !root_or_skip("log_file") {
         return;
     }
-    let mut node = Node::dual_stack();
+    let node = Node::dual_stack();
     let a = node.sandbox();
     let log = node.dir.join("cni.log");
     let conf = serde_json::json!({
