@@ -12,5 +12,6 @@ mod core_path;
 mod crash_safety;
 mod daemon_lifecycle;
 mod install;
+mod lint;
 mod multipool;
 mod operations;

@@ -3,6 +3,7 @@
 
 pub mod explain;
 pub mod install;
+pub mod lint;
 pub mod plan;
 pub mod status;
 
@@ -30,6 +31,12 @@ enum Command {
     Explain(explain::ExplainArgs),
     /// Copy this binary into the CNI bin dir atomically (DaemonSet init step).
     Install(install::InstallArgs),
+    /// Check daemon options, pools, metadata and conflists before an install.
+    #[command(disable_help_flag = true)]
+    Lint {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Size a cluster: nodes, addresses and pod IPs per node (offline).
     Plan(plan::PlanArgs),
     /// Print podnet's version and the CNI versions it speaks.
@@ -48,6 +55,7 @@ pub fn run(args: Vec<String>) -> i32 {
         Command::Explain(a) => explain::run(&a),
         Command::Install(a) => install::run(&a),
         Command::Plan(a) => plan::run(&a),
+        Command::Lint { args } => lint::run(&args),
         Command::Version => {
             println!("podnet {}", env!("CARGO_PKG_VERSION"));
             println!(

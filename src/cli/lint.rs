@@ -1,0 +1,404 @@
+//! `podnet lint`: checks the daemon options, pools, pod metadata and conflists
+//! before an install, one line per finding, exit 1 when there is any:
+//! Cilium's start-up errors and the sizing warnings, pod ranges that overlap the
+//! node's own addresses or routes (the 10.0.0.0/8 hazard), overlapping pools,
+//! pool changes a running daemon would refuse (immutable fields, blocks in use),
+//! ENI with tunnelling, the misspelled `ipam.cilium.io/ipam-pool` key, and
+//! conflists that do not reach the daemon.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use crate::api::client::Client;
+use crate::daemon::options::DaemonOptions;
+use crate::datapath::{IpFamily, NetlinkSocket, TABLE_MAIN};
+use crate::ipam::clusterpool::{ClusterPoolConfig, parse_cidr_list};
+use crate::ipam::pool_operator::PoolOperator;
+use crate::ipam::pool_options::{parse_auto_create_pools, parse_pre_allocation};
+use crate::ipam::pooldef::PoolDef;
+use crate::ipam::sizing::{PlanOptions, plan_cluster_pool};
+use crate::node::NodeResource;
+use crate::node::manifests::ManifestDir;
+
+/// A finding: `error` breaks the install, `warning` deserves a look.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub severity: &'static str,
+    pub text: String,
+}
+
+fn error(text: impl Into<String>) -> Finding {
+    Finding {
+        severity: "error",
+        text: text.into(),
+    }
+}
+
+fn warning(text: impl Into<String>) -> Finding {
+    Finding {
+        severity: "warning",
+        text: text.into(),
+    }
+}
+
+/// Runs `podnet lint [--conflist FILE]... [daemon options]`.
+pub fn run(args: &[String]) -> i32 {
+    let mut conflists = Vec::new();
+    let mut rest = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if let Some(v) = a.strip_prefix("--conflist=") {
+            conflists.push(PathBuf::from(v));
+        } else if a == "--conflist" {
+            match it.next() {
+                Some(v) => conflists.push(PathBuf::from(v)),
+                None => {
+                    eprintln!("podnet lint: --conflist needs a file");
+                    return 2;
+                }
+            }
+        } else if a == "--help" || a == "-h" {
+            println!(
+                "podnet lint [--conflist FILE]... [the daemon's options, e.g. --config-dir DIR --pool-dir DIR]"
+            );
+            return 0;
+        } else {
+            rest.push(a.clone());
+        }
+    }
+    let findings = lint(&rest, &conflists);
+    for f in &findings {
+        println!("{}: {}", f.severity, f.text);
+    }
+    if findings.is_empty() {
+        println!("ok: no findings");
+        0
+    } else {
+        1
+    }
+}
+
+/// All findings for these daemon options and conflists.
+pub fn lint(daemon_args: &[String], conflists: &[PathBuf]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let opts = match DaemonOptions::parse_with_config_dir(daemon_args) {
+        Ok(o) => o,
+        Err(e) => {
+            return vec![error(format!(
+                "daemon options: {}",
+                e.to_string().lines().next().unwrap_or("")
+            ))];
+        }
+    };
+    out.extend(lint_tunnel(&opts));
+    let pod_cidrs = match opts.ipam.as_str() {
+        "cluster-pool" => lint_cluster_pool(&opts, &mut out),
+        "multi-pool" => lint_multi_pool(&opts, &mut out),
+        "kubernetes" => lint_kubernetes(&opts, &mut out),
+        other => {
+            out.push(error(format!(
+                "ipam mode {other:?} is not supported by this build: use cluster-pool, kubernetes or multi-pool"
+            )));
+            Vec::new()
+        }
+    };
+    out.extend(lint_node_overlap(&pod_cidrs));
+    if let Some(dir) = &opts.metadata_dir {
+        out.extend(lint_misspelled_key(dir));
+    }
+    if let Some(dir) = &opts.pool_dir {
+        out.extend(lint_misspelled_key(dir));
+    }
+    for c in conflists {
+        out.extend(lint_conflist(c, &opts.socket));
+    }
+    out
+}
+
+fn lint_cluster_pool(opts: &DaemonOptions, out: &mut Vec<Finding>) -> Vec<IpNet> {
+    let list = |v: &Option<String>, on: bool, name: &str, default: &str| {
+        parse_cidr_list(
+            name,
+            &v.clone()
+                .unwrap_or_else(|| if on { default.into() } else { String::new() }),
+        )
+    };
+    let cfg = match (
+        list(
+            &opts.cluster_pool_ipv4_cidr,
+            opts.enable_ipv4,
+            "cluster-pool-ipv4-cidr",
+            "10.0.0.0/8",
+        ),
+        list(
+            &opts.cluster_pool_ipv6_cidr,
+            opts.enable_ipv6,
+            "cluster-pool-ipv6-cidr",
+            "fd00::/104",
+        ),
+    ) {
+        (Ok(v4), Ok(v6)) => ClusterPoolConfig {
+            enable_ipv4: opts.enable_ipv4,
+            enable_ipv6: opts.enable_ipv6,
+            ipv4_cidrs: v4,
+            ipv4_mask_size: opts.cluster_pool_ipv4_mask_size,
+            ipv6_cidrs: v6,
+            ipv6_mask_size: opts.cluster_pool_ipv6_mask_size,
+        },
+        (Err(e), _) | (_, Err(e)) => {
+            out.push(error(e.to_string()));
+            return Vec::new();
+        }
+    };
+    if let Err(e) = cfg.validate() {
+        out.push(error(e.to_string()));
+        return Vec::new();
+    }
+    let reserved = 2 + u32::from(opts.enable_ingress_controller);
+    let plan_opts = PlanOptions {
+        reserved_per_node: reserved,
+        ..PlanOptions::default()
+    };
+    for (cidrs, mask) in [
+        (&cfg.ipv4_cidrs, cfg.ipv4_mask_size),
+        (&cfg.ipv6_cidrs, cfg.ipv6_mask_size),
+    ] {
+        if cidrs.is_empty() {
+            continue;
+        }
+        match plan_cluster_pool(cidrs, mask, &plan_opts) {
+            Ok(plan) => out.extend(plan.warnings.into_iter().map(warning)),
+            Err(e) => out.push(error(e.to_string())),
+        }
+    }
+    cfg.ipv4_cidrs
+        .iter()
+        .chain(cfg.ipv6_cidrs.iter())
+        .copied()
+        .collect()
+}
+
+fn lint_kubernetes(opts: &DaemonOptions, out: &mut Vec<Finding>) -> Vec<IpNet> {
+    let mut cidrs = Vec::new();
+    for c in opts
+        .pod_cidrs
+        .as_deref()
+        .unwrap_or("")
+        .split([' ', ','])
+        .filter(|s| !s.is_empty())
+    {
+        match c.parse::<IpNet>() {
+            Ok(n) => cidrs.push(n),
+            Err(e) => out.push(error(format!("--pod-cidrs {c:?}: {e}"))),
+        }
+    }
+    for (on, v4, name) in [
+        (opts.enable_ipv4, true, "IPv4"),
+        (opts.enable_ipv6, false, "IPv6"),
+    ] {
+        if on && !cidrs.iter().any(|c| c.addr().is_ipv4() == v4) {
+            out.push(error(format!(
+                "Required {name} PodCIDR not available: give it with --pod-cidrs"
+            )));
+        }
+    }
+    cidrs
+}
+
+fn lint_multi_pool(opts: &DaemonOptions, out: &mut Vec<Finding>) -> Vec<IpNet> {
+    let mut defs: Vec<PoolDef> = Vec::new();
+    if let Some(dir) = &opts.pool_dir {
+        match ManifestDir::load(dir) {
+            Ok(m) => defs.extend(m.pools().iter().cloned()),
+            Err(e) => out.push(error(format!("pool dir: {e}"))),
+        }
+    }
+    match parse_auto_create_pools(&opts.auto_create_pools) {
+        Ok(auto) => defs.extend(
+            auto.into_iter()
+                .filter(|a| !defs.iter().any(|d| d.name == a.name))
+                .collect::<Vec<_>>(),
+        ),
+        Err(e) => out.push(error(format!("auto-create-cilium-pod-ip-pools: {e}"))),
+    }
+    if let Err(e) = parse_pre_allocation(&opts.multi_pool_pre_allocation, &opts.default_ip_pool) {
+        out.push(error(format!(
+            "Invalid ipam-multi-pool-pre-allocation flag value: {e}"
+        )));
+    }
+    if !defs.iter().any(|d| d.name == opts.default_ip_pool) {
+        out.push(warning(format!(
+            "the default pool {:?} does not exist: pods no annotation or selector places get no address",
+            opts.default_ip_pool
+        )));
+    }
+    match PoolOperator::new(&defs) {
+        Ok(mut op) => {
+            if let Some(node) = running_node(&opts.socket)
+                && let Err(e) = op.adopt(&node.spec.ipam.pools.allocated)
+            {
+                out.push(error(format!("against the running daemon's blocks: {e}")));
+            }
+        }
+        Err(e) => out.push(error(e)),
+    }
+    defs.iter()
+        .flat_map(|d| {
+            d.ipv4
+                .iter()
+                .chain(d.ipv6.iter())
+                .flat_map(|f| f.cidrs.clone())
+        })
+        .collect()
+}
+
+/// The node resource of a daemon already running on `socket`, if any.
+fn running_node(socket: &Path) -> Option<NodeResource> {
+    let client = Client::new(socket, Duration::from_secs(3));
+    let resp = client.call("GET", "/v1/node", &[], None).ok()?;
+    serde_json::from_slice(&resp.body).ok()
+}
+
+/// ENI routes pods natively through the VPC: Cilium refuses it with a tunnel.
+fn lint_tunnel(opts: &DaemonOptions) -> Vec<Finding> {
+    let Some(dir) = &opts.config_dir else {
+        return Vec::new();
+    };
+    let read = |k: &str| {
+        std::fs::read_to_string(dir.join(k))
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let tunnel = read("routing-mode").is_some_and(|m| m == "tunnel")
+        || read("tunnel-protocol").is_some_and(|t| !t.is_empty() && t != "disabled")
+        || read("tunnel").is_some_and(|t| !t.is_empty() && t != "disabled");
+    let ipam = read("ipam").unwrap_or_default();
+    if tunnel && matches!(ipam.as_str(), "eni" | "azure" | "alibabacloud") {
+        vec![error(format!(
+            "ipam {ipam} needs native routing: it cannot be combined with a tunnel (routing-mode/tunnel-protocol)"
+        ))]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Pod ranges that overlap an address or route of this node break its network.
+fn lint_node_overlap(pod_cidrs: &[IpNet]) -> Vec<Finding> {
+    let Ok(sock) = NetlinkSocket::new() else {
+        return Vec::new();
+    };
+    let mut own: Vec<(IpNet, String)> = Vec::new();
+    for link in sock.list_links().unwrap_or_default() {
+        if link.name == "lo" || link.name.starts_with("lxc") || link.name.starts_with("podnet_") {
+            continue;
+        }
+        for a in sock.list_addresses(link.index).unwrap_or_default() {
+            if !is_link_local(&a.addr()) {
+                own.push((a, format!("address {a} on {}", link.name)));
+            }
+        }
+    }
+    for fam in [IpFamily::V4, IpFamily::V6] {
+        for r in sock.list_routes(fam, Some(TABLE_MAIN)).unwrap_or_default() {
+            let host_route = r.dst.prefix_len() == r.dst.max_prefix_len();
+            if r.dst.prefix_len() > 0 && !host_route && !is_link_local(&r.dst.addr()) {
+                own.push((r.dst, format!("route {}", r.dst)));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for pod in pod_cidrs {
+        for (net, what) in &own {
+            if pod.contains(&net.network()) || net.contains(&pod.network()) {
+                out.push(error(format!(
+                    "pod CIDR {pod} overlaps this node's {what}: pods would take the node's own addresses and the node loses connectivity (the 10.0.0.0/8 hazard); set the pod ranges explicitly"
+                )));
+                break;
+            }
+        }
+    }
+    out
+}
+
+fn is_link_local(ip: &IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    }
+}
+
+/// `ipam.cilium.io/ipam-pool` appears in upstream tutorial text but does nothing.
+fn lint_misspelled_key(dir: &Path) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    let mut paths: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+    paths.sort();
+    for p in paths {
+        if let Ok(text) = std::fs::read_to_string(&p)
+            && text.contains("ipam.cilium.io/ipam-pool")
+        {
+            out.push(warning(format!(
+                "{} uses the annotation ipam.cilium.io/ipam-pool, which does nothing: the key is ipam.cilium.io/ip-pool",
+                p.display()
+            )));
+        }
+    }
+    out
+}
+
+/// A conflist must parse, speak a supported version and reach the daemon.
+fn lint_conflist(path: &Path, socket: &Path) -> Vec<Finding> {
+    let shown = path.display();
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => return vec![error(format!("{shown}: {e}"))],
+    };
+    let v: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => return vec![error(format!("{shown} is not valid JSON: {e}"))],
+    };
+    let mut out = Vec::new();
+    let versions: Vec<String> = v["cniVersions"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_else(|| {
+            v["cniVersion"]
+                .as_str()
+                .map(|s| vec![s.to_string()])
+                .unwrap_or_default()
+        });
+    if !versions.iter().any(|s| crate::cni::is_supported(s)) {
+        out.push(error(format!(
+            "{shown}: no cniVersion podnet speaks (it speaks {:?})",
+            crate::cni::SUPPORTED_VERSIONS
+        )));
+    }
+    let plugins = v["plugins"]
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| vec![v.clone()]);
+    match plugins.iter().find(|p| p["type"] == "podnet") {
+        None => out.push(error(format!("{shown}: no plugin of type podnet"))),
+        Some(p) => {
+            let sock = p["socket-path"]
+                .as_str()
+                .unwrap_or(crate::api::DEFAULT_SOCKET);
+            if Path::new(sock) != socket {
+                out.push(error(format!(
+                    "{shown}: socket-path {sock} is not the daemon's --socket {}: the plugin would not reach it",
+                    socket.display()
+                )));
+            }
+        }
+    }
+    out
+}
