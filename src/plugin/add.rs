@@ -26,6 +26,10 @@ use crate::datapath::{
 use super::daemon_errors::to_cni;
 use super::report::Timings;
 
+/// What an allocation failure says first (Cilium's wording); the daemon has
+/// already recorded such failures itself.
+pub const ALLOCATE_CONTEXT: &str = "unable to allocate IP via local podnet daemon";
+
 /// One family's address and router, as the daemon handed them out.
 struct FamilyPlan {
     ip: IpAddr,
@@ -83,7 +87,7 @@ pub fn add(
             network: &conf.name,
             ..Default::default()
         })
-        .map_err(|e| to_cni(e, "unable to allocate IP via local podnet daemon"))?;
+        .map_err(|e| to_cni(e, ALLOCATE_CONTEXT))?;
     t.mark("ipam-round-trip");
 
     let attempt = Attempt {

@@ -45,8 +45,12 @@ impl Timings {
     }
 }
 
-/// The short reason of a failure, by CNI error code.
+/// The short reason of a failure, by CNI error code (`allocation` for failures of
+/// the daemon's allocation, which the daemon records itself).
 pub fn reason_of(e: &CniError) -> &'static str {
+    if e.msg.starts_with(super::add::ALLOCATE_CONTEXT) && e.code != 11 {
+        return "allocation";
+    }
     match e.code {
         101 => "range-full",
         11 => "daemon-unavailable",
@@ -209,6 +213,11 @@ mod tests {
     #[test]
     fn reasons() {
         assert_eq!(reason_of(&CniError::address_exhausted("x")), "range-full");
+        let alloc = CniError::address_exhausted(format!(
+            "{}: range is full",
+            super::super::add::ALLOCATE_CONTEXT
+        ));
+        assert_eq!(reason_of(&alloc), "allocation");
         assert_eq!(
             reason_of(&CniError::try_again_later("x")),
             "daemon-unavailable"

@@ -21,6 +21,12 @@ pub fn hint_for(reason: &str) -> &'static str {
         "rejected" => {
             "the daemon refused the request: check the pool name and the family against podnet status"
         }
+        "pool-not-available" => {
+            "the pool does not exist on this node (yet): create the CiliumPodIPPool (in the daemon's --pool-dir, or kubectl get cpip in a cluster) or fix the ipam.cilium.io/ip-pool annotation of the pod or its namespace"
+        }
+        "pool-selection" => {
+            "no single pool could be chosen: with two matching pools tighten their podSelector/namespaceSelector; with require-pool-match add a matching pool or an ipam.cilium.io/ip-pool annotation; a missing Pod or Namespace means the metadata (--metadata-dir) lacks it"
+        }
         "daemon-unavailable" => {
             "the daemon did not answer: check that podnet daemon runs on this node and that socket-path in the CNI config matches its --socket"
         }
@@ -67,13 +73,13 @@ impl IpamState {
         });
     }
 
-    /// `POST /v1/cni/report`: the plugin's timings, and its failure if any. A
-    /// range-full failure was already recorded by the daemon itself.
+    /// `POST /v1/cni/report`: the plugin's timings, and its failure if any.
+    /// Allocation failures were already recorded by the daemon itself.
     pub fn cni_report(&mut self, report: &CniReport) {
         for (phase, secs) in &report.phases {
             self.metrics.phase(&report.verb, phase, *secs);
         }
-        if !report.error.is_empty() && report.reason != "range-full" {
+        if !report.error.is_empty() && report.reason != "allocation" {
             let reason = if report.reason.is_empty() {
                 "other"
             } else {
