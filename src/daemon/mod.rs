@@ -21,6 +21,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::api::delete_queue::{DeleteQueue, read_entry};
+use crate::datapath::{NetkitSupport, probe_netkit};
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{ClusterPoolConfig, parse_cidr_list};
 use crate::ipam::pool_options::{parse_auto_create_pools, parse_pre_allocation};
@@ -196,6 +197,8 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         mtu,
         reserve_health: opts.enable_health_checking,
         reserve_ingress: opts.enable_ingress_controller,
+        datapath_mode: resolve_datapath_mode(&opts.datapath_mode)?,
+        configured_datapath_mode: opts.datapath_mode.clone(),
         families,
         pooling,
     };
@@ -464,6 +467,30 @@ fn load_pool_defs(opts: &DaemonOptions) -> Result<Vec<PoolDef>, String> {
         return Ok(Vec::new());
     }
     pool_defs_from(opts.pool_dir.as_deref(), &opts.auto_create_pools)
+}
+
+/// The pod device type for `--datapath-mode`: netkit is checked here, at start, so
+/// a kernel without it fails the daemon, never a pod's ADD.
+fn resolve_datapath_mode(configured: &str) -> Result<String, String> {
+    match configured {
+        "veth" => Ok("veth".into()),
+        "netkit" | "netkit-l2" => match probe_netkit() {
+            NetkitSupport::Supported => Ok(configured.into()),
+            NetkitSupport::Unsupported { reason } => Err(format!(
+                "--datapath-mode={configured}: {reason}; use veth or auto"
+            )),
+        },
+        "auto" => match probe_netkit() {
+            NetkitSupport::Supported => Ok("netkit".into()),
+            NetkitSupport::Unsupported { reason } => {
+                tracing::info!("datapath-mode auto: using veth ({reason})");
+                Ok("veth".into())
+            }
+        },
+        other => Err(format!(
+            "--datapath-mode {other:?} is not one of veth, netkit, netkit-l2, auto"
+        )),
+    }
 }
 
 /// `k=v,k2=v2`.

@@ -92,6 +92,11 @@ pub struct DaemonOptions {
     #[arg(long = "node-labels", default_value = "")]
     pub node_labels: String,
 
+    /// Pod device type: veth, netkit (L3), netkit-l2, or auto (netkit where the
+    /// kernel has it, else veth).
+    #[arg(long = "datapath-mode", default_value = "veth")]
+    pub datapath_mode: String,
+
     /// MTU of pod devices and routes; 0 = the MTU of the node's default-route device, else 1500.
     #[arg(long = "mtu", default_value_t = 0)]
     pub mtu: u32,

@@ -19,6 +19,7 @@ mod error;
 mod link;
 mod names;
 mod neigh;
+mod netkit;
 mod netns;
 mod route;
 mod rule;
@@ -31,6 +32,7 @@ mod tests;
 pub use error::{DatapathError, Result};
 pub use link::{LinkInfo, VethSpec};
 pub use names::{IFNAME_MAX_LEN, format_mac, host_ifname, random_mac, validate_ifname};
+pub use netkit::{NetkitMode, NetkitSpec, NetkitSupport, build_netkit_request, probe_netkit};
 pub use netns::{NetNs, THREAD_SELF_NETNS, in_netns};
 pub use route::{
     IpFamily, RouteInfo, RouteSpec, SCOPE_HOST, SCOPE_LINK, SCOPE_UNIVERSE, TABLE_LOCAL, TABLE_MAIN,

@@ -19,8 +19,8 @@ use crate::api::models::{
 };
 use crate::cni::{CniEnv, CniError, CniResult, Interface, IpConfig, NetConf, Route};
 use crate::datapath::{
-    DatapathError, NetNs, NetlinkSocket, RouteSpec, VethSpec, format_mac, host_ifname, in_netns,
-    random_mac, write_sysctl,
+    DatapathError, NetNs, NetkitMode, NetkitSpec, NetlinkSocket, RouteSpec, VethSpec, format_mac,
+    host_ifname, in_netns, random_mac, write_sysctl,
 };
 
 use super::daemon_errors::to_cni;
@@ -141,19 +141,46 @@ impl Attempt<'_> {
         let plans = plan_families(alloc)?;
         let mtu = daemon_cfg.device_mtu;
         let route_mtu = daemon_cfg.route_mtu;
-        let host_mac = random_mac().map_err(dp("generating a MAC address"))?;
-        let pod_mac = random_mac().map_err(dp("generating a MAC address"))?;
-        let host = host_sock
-            .create_veth_pair(&VethSpec {
+        // veth and netkit-l2 carry Ethernet headers and get random MACs (set
+        // explicitly, so systemd's MACAddressPolicy leaves them alone); netkit in L3
+        // mode has none.
+        let mode = daemon_cfg.datapath_mode.as_str();
+        let (host_mac, pod_mac) = if mode == "netkit" {
+            (None, None)
+        } else {
+            (
+                Some(random_mac().map_err(dp("generating a MAC address"))?),
+                Some(random_mac().map_err(dp("generating a MAC address"))?),
+            )
+        };
+        let created = match mode {
+            "netkit" | "netkit-l2" => host_sock.create_netkit_pair(&NetkitSpec {
+                mode: if mode == "netkit" {
+                    NetkitMode::L3
+                } else {
+                    NetkitMode::L2
+                },
                 host_name,
-                host_mac: Some(host_mac),
+                host_mac,
                 peer_name: ifname,
-                peer_mac: Some(pod_mac),
+                peer_mac: pod_mac,
                 mtu,
                 peer_netns: netns,
                 txqlen: Some(1000),
-            })
-            .map_err(dp("unable to set up link on host side"))?;
+                headroom: 0,
+                tailroom: 0,
+            }),
+            _ => host_sock.create_veth_pair(&VethSpec {
+                host_name,
+                host_mac,
+                peer_name: ifname,
+                peer_mac: pod_mac,
+                mtu,
+                peer_netns: netns,
+                txqlen: Some(1000),
+            }),
+        };
+        let host = created.map_err(dp("unable to set up link on host side"))?;
 
         // Host side: up, no reverse-path filter, a /32 (/128) route to the pod, and an
         // NDP proxy entry so the pod can resolve the IPv6 router address.
@@ -307,13 +334,13 @@ impl Attempt<'_> {
             interfaces: vec![
                 Interface {
                     name: host_name.to_string(),
-                    mac: Some(format_mac(&host_mac)),
+                    mac: host_mac.as_ref().map(format_mac),
                     mtu: Some(mtu),
                     ..Default::default()
                 },
                 Interface {
                     name: ifname.to_string(),
-                    mac: Some(format_mac(&pod_mac)),
+                    mac: pod_mac.as_ref().map(format_mac),
                     mtu: Some(mtu),
                     sandbox: Some(netns_path.display().to_string()),
                     ..Default::default()

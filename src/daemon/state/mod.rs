@@ -78,6 +78,10 @@ pub struct StateConfig {
     pub mtu: u32,
     pub reserve_health: bool,
     pub reserve_ingress: bool,
+    /// The pod device type in use (`veth`, `netkit`, `netkit-l2`) and as configured
+    /// (`auto` included).
+    pub datapath_mode: String,
+    pub configured_datapath_mode: String,
     /// The enabled families, IPv6 first (allocation order).
     pub families: Vec<Family>,
     pub pooling: PoolingMode,

@@ -108,8 +108,8 @@ impl IpamState {
                 ipam_mode: self.cfg.ipam_mode.clone(),
                 device_mtu: self.cfg.mtu,
                 route_mtu: self.cfg.mtu,
-                datapath_mode: "veth".into(),
-                configured_datapath_mode: "veth".into(),
+                datapath_mode: self.cfg.datapath_mode.clone(),
+                configured_datapath_mode: self.cfg.configured_datapath_mode.clone(),
                 node_name: self.cfg.node_name.clone(),
             },
         }
@@ -166,7 +166,7 @@ impl IpamState {
             mode: self.cfg.ipam_mode.clone(),
             node_name: self.cfg.node_name.clone(),
             restore: self.restore_report.clone(),
-            datapath: "veth".into(),
+            datapath: self.cfg.datapath_mode.clone(),
             journal: self.journal.path().display().to_string(),
             journal_bytes: std::fs::metadata(self.journal.path())
                 .map(|m| m.len())
