@@ -11,6 +11,7 @@ mod cnitool;
 mod core_path;
 mod crash_safety;
 mod daemon_lifecycle;
+mod delegated;
 mod install;
 mod lint;
 mod multipool;

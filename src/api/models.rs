@@ -186,6 +186,16 @@ pub struct EndpointChangeRequest {
     pub container_netns_path: String,
     #[serde(rename = "sync-build-endpoint", default)]
     pub sync_build_endpoint: bool,
+    /// Cilium's `datapath-configuration`; `external-ipam` in delegated-plugin mode.
+    #[serde(rename = "datapath-configuration", default)]
+    pub datapath_configuration: DatapathConfiguration,
+}
+
+/// Cilium's `EndpointDatapathConfiguration` (the part the CNI sets).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DatapathConfiguration {
+    #[serde(rename = "external-ipam", default, skip_serializing_if = "is_false")]
+    pub external_ipam: bool,
 }
 
 /// `DELETE /v1/endpoint` body: Cilium's `EndpointBatchDeleteRequest`. podnet adds the

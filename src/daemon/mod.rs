@@ -198,6 +198,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         reserve_health: opts.enable_health_checking,
         reserve_ingress: opts.enable_ingress_controller,
         datapath_mode: resolve_datapath_mode(&opts.datapath_mode)?,
+        fixed_routers: fixed_routers(&opts)?,
         configured_datapath_mode: opts.datapath_mode.clone(),
         families,
         pooling,
@@ -493,6 +494,47 @@ fn resolve_datapath_mode(configured: &str) -> Result<String, String> {
     }
 }
 
+/// `--local-router-ipv4/6`; delegated-plugin mode defaults the IPv4 one to
+/// 169.254.0.1 (the node answers ARP for it as a local address).
+fn fixed_routers(opts: &DaemonOptions) -> Result<BTreeMap<Family, IpAddr>, String> {
+    let mut out = BTreeMap::new();
+    let delegated = opts.ipam == "delegated-plugin";
+    for (value, family, on, name) in [
+        (
+            &opts.local_router_ipv4,
+            Family::V4,
+            opts.enable_ipv4,
+            "local-router-ipv4",
+        ),
+        (
+            &opts.local_router_ipv6,
+            Family::V6,
+            opts.enable_ipv6,
+            "local-router-ipv6",
+        ),
+    ] {
+        let value = if value.is_empty() && delegated && family == Family::V4 {
+            "169.254.0.1"
+        } else {
+            value.as_str()
+        };
+        if value.is_empty() || !on {
+            continue;
+        }
+        let ip: IpAddr = value
+            .parse()
+            .map_err(|_| format!("--{name} {value:?} is not an IP address"))?;
+        if Family::of_addr(&ip) != family {
+            return Err(format!(
+                "--{name} {value:?} is not an {} address",
+                family.label()
+            ));
+        }
+        out.insert(family, ip);
+    }
+    Ok(out)
+}
+
 /// `k=v,k2=v2`.
 fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
@@ -558,6 +600,7 @@ fn embedded_mode(
             cfg.validate().map_err(|e| e.to_string())?;
             Ok(EmbeddedMode::ClusterPool(cfg))
         }
+        "delegated-plugin" => Ok(EmbeddedMode::Delegated),
         "kubernetes" => {
             let mut cidrs: Vec<IpNet> = Vec::new();
             for (range, v4) in [(&opts.ipv4_range, true), (&opts.ipv6_range, false)] {
@@ -585,7 +628,7 @@ fn embedded_mode(
             })
         }
         other => Err(format!(
-            "ipam mode {other:?} is not supported by this build: use cluster-pool (default), kubernetes or multi-pool"
+            "ipam mode {other:?} is not supported by this build: use cluster-pool (default), kubernetes, multi-pool or delegated-plugin"
         )),
     }
 }

@@ -92,6 +92,16 @@ pub struct DaemonOptions {
     #[arg(long = "node-labels", default_value = "")]
     pub node_labels: String,
 
+    /// A fixed router IPv4 address (not taken from IPAM); delegated-plugin mode
+    /// defaults to 169.254.0.1.
+    #[arg(long = "local-router-ipv4", default_value = "")]
+    pub local_router_ipv4: String,
+
+    /// A fixed router IPv6 address (not taken from IPAM); delegated-plugin mode
+    /// with IPv6 needs one.
+    #[arg(long = "local-router-ipv6", default_value = "")]
+    pub local_router_ipv6: String,
+
     /// Pod device type: veth, netkit (L3), netkit-l2, or auto (netkit where the
     /// kernel has it, else veth).
     #[arg(long = "datapath-mode", default_value = "veth")]

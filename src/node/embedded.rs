@@ -23,6 +23,9 @@ pub enum EmbeddedMode {
         enable_ipv4: bool,
         enable_ipv6: bool,
     },
+    /// Another CNI IPAM plugin, run by the CNI plugin, owns the addresses: the node
+    /// owns nothing here.
+    Delegated,
     /// Blocks of named pools, carved on demand.
     MultiPool {
         pools: Vec<PoolDef>,
@@ -121,6 +124,7 @@ impl NodeBackend for EmbeddedBackend {
                 enable_ipv4,
                 enable_ipv6,
             } => kubernetes_cidrs(pod_cidrs, *enable_ipv4, *enable_ipv6)?,
+            EmbeddedMode::Delegated => Vec::new(),
             EmbeddedMode::MultiPool {
                 pools,
                 default_pool,

@@ -3,6 +3,7 @@
 //! daemon asks a `NodeBackend` for the node's CIDRs (host-scope modes) or blocks
 //! (multi-pool), hands it the node's demand, and gives blocks back through it.
 
+pub mod cilium_node_file;
 mod embedded;
 pub mod manifests;
 mod resource;

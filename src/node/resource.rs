@@ -1,6 +1,8 @@
 //! `CiliumNode`-shaped node resource (cilium.io/v2 field names), the part podnet
 //! uses: `spec.ipam.podCIDRs`, `spec.addresses`, `status.ipam.operator-status`.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// The node resource. Unknown fields are kept out; podnet writes what it reads.
@@ -27,6 +29,16 @@ pub struct NodeSpec {
     pub addresses: Vec<NodeAddress>,
     #[serde(default)]
     pub ipam: NodeIpamSpec,
+    /// `spec.instance-id` (cloud instance; written by whoever creates the node).
+    #[serde(
+        rename = "instance-id",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub instance_id: String,
+    /// `spec.eni`: AWS ENI settings of this node (ENI mode).
+    #[serde(default, skip_serializing_if = "EniSpec::is_empty")]
+    pub eni: EniSpec,
 }
 
 /// `spec.addresses[]`: `type` is e.g. `CiliumInternalIP` (the router IP).
@@ -45,6 +57,238 @@ pub struct NodeIpamSpec {
     /// Multi-pool: what the node asks for and what it was given.
     #[serde(default, skip_serializing_if = "IpamPools::is_empty")]
     pub pools: IpamPools,
+    /// CRD-backed IPAM: available single IPs, `ip -> {owner, resource}` (both
+    /// families; the family comes from the key).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pool: BTreeMap<String, AllocationIp>,
+    /// `ipv6-pool`: same shape (not read by Cilium's CRD allocator).
+    #[serde(
+        rename = "ipv6-pool",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub ipv6_pool: BTreeMap<String, AllocationIp>,
+    /// Watermarks (operator side, ENI/CRD modes): 0 = unset.
+    #[serde(rename = "min-allocate", default, skip_serializing_if = "is_zero")]
+    pub min_allocate: u64,
+    #[serde(rename = "max-allocate", default, skip_serializing_if = "is_zero")]
+    pub max_allocate: u64,
+    #[serde(rename = "pre-allocate", default, skip_serializing_if = "is_zero")]
+    pub pre_allocate: u64,
+    #[serde(
+        rename = "max-above-watermark",
+        default,
+        skip_serializing_if = "is_zero"
+    )]
+    pub max_above_watermark: u64,
+    #[serde(
+        rename = "static-ip-tags",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub static_ip_tags: BTreeMap<String, String>,
+}
+
+/// `{owner, resource}` of a `spec.ipam.pool` / `status.ipam.used` entry
+/// (`resource` is the ENI or interface ID in cloud modes).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationIp {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub owner: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource: String,
+}
+
+/// `spec.eni` (AWS `ENISpec`, the same keys as the CNI conf's `eni` object).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EniSpec {
+    #[serde(
+        rename = "instance-type",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub instance_type: String,
+    /// ENIs with a `number` below this are not used for Pods (unset = 0).
+    #[serde(
+        rename = "first-interface-index",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub first_interface_index: Option<u32>,
+    #[serde(
+        rename = "security-groups",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub security_groups: Vec<String>,
+    #[serde(
+        rename = "security-group-tags",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub security_group_tags: BTreeMap<String, String>,
+    #[serde(rename = "subnet-ids", default, skip_serializing_if = "Vec::is_empty")]
+    pub subnet_ids: Vec<String>,
+    #[serde(
+        rename = "subnet-tags",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub subnet_tags: BTreeMap<String, String>,
+    #[serde(
+        rename = "node-subnet-id",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub node_subnet_id: String,
+    #[serde(rename = "vpc-id", default, skip_serializing_if = "String::is_empty")]
+    pub vpc_id: String,
+    #[serde(
+        rename = "availability-zone",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub availability_zone: String,
+    /// ENIs carrying all of these tags are not used for Pods.
+    #[serde(
+        rename = "exclude-interface-tags",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub exclude_interface_tags: BTreeMap<String, String>,
+    #[serde(
+        rename = "delete-on-termination",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub delete_on_termination: Option<bool>,
+    /// The ENI primary IP may be given to Pods.
+    #[serde(
+        rename = "use-primary-address",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub use_primary_address: Option<bool>,
+    #[serde(
+        rename = "disable-prefix-delegation",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub disable_prefix_delegation: Option<bool>,
+}
+
+impl EniSpec {
+    pub fn is_empty(&self) -> bool {
+        *self == EniSpec::default()
+    }
+}
+
+/// `status.eni`: the ENI inventory (written by the operator side).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EniStatus {
+    /// ENI ID -> ENI.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub enis: BTreeMap<String, Eni>,
+}
+
+impl EniStatus {
+    pub fn is_empty(&self) -> bool {
+        self.enis.is_empty()
+    }
+}
+
+/// One ENI of `status.eni.enis`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Eni {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
+    /// The ENI primary private IP.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ip: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mac: String,
+    #[serde(
+        rename = "availability-zone",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub availability_zone: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// Interface number (device index); the route table is 10 + number.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub number: u32,
+    #[serde(default, skip_serializing_if = "AwsSubnet::is_empty")]
+    pub subnet: AwsSubnet,
+    #[serde(default, skip_serializing_if = "AwsVpc::is_empty")]
+    pub vpc: AwsVpc,
+    /// Private IPs (secondary IPs; prefix members may be listed too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
+    /// Delegated IPv4 prefixes (/28).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefixes: Vec<String>,
+    /// Delegated IPv6 prefixes (/80).
+    #[serde(
+        rename = "ipv6-prefixes",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub ipv6_prefixes: Vec<String>,
+    #[serde(
+        rename = "security-groups",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub security_groups: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    #[serde(
+        rename = "public-ip",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub public_ip: String,
+}
+
+/// `subnet {id, cidr}` of an ENI.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AwsSubnet {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cidr: String,
+}
+
+impl AwsSubnet {
+    pub fn is_empty(&self) -> bool {
+        self.id.is_empty() && self.cidr.is_empty()
+    }
+}
+
+/// `vpc {id, primary-cidr, cidrs[]}` of an ENI.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AwsVpc {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
+    #[serde(
+        rename = "primary-cidr",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub primary_cidr: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cidrs: Vec<String>,
+}
+
+impl AwsVpc {
+    pub fn is_empty(&self) -> bool {
+        self.id.is_empty() && self.primary_cidr.is_empty() && self.cidrs.is_empty()
+    }
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 /// `spec.ipam.pools`.
@@ -99,12 +343,24 @@ fn is_zero(n: &u64) -> bool {
 pub struct NodeStatus {
     #[serde(default)]
     pub ipam: NodeIpamStatus,
+    /// `status.eni`: the ENI inventory (ENI mode).
+    #[serde(default, skip_serializing_if = "EniStatus::is_empty")]
+    pub eni: EniStatus,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeIpamStatus {
     #[serde(rename = "operator-status", default)]
     pub operator_status: OperatorStatus,
+    /// CRD-backed IPAM: IPs in use, `ip -> {owner, resource}` (rewritten in full).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub used: BTreeMap<String, AllocationIp>,
+    #[serde(
+        rename = "ipv6-used",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub ipv6_used: BTreeMap<String, AllocationIp>,
 }
 
 /// `status.ipam.operator-status`: the operator's last error for this node.

@@ -14,16 +14,17 @@ use ipnet::IpNet;
 
 use crate::api::client::{AllocateParams, Client};
 use crate::api::models::{
-    AddressPair, DaemonConfigurationStatus, EndpointBatchDeleteRequest, EndpointChangeRequest,
-    IpamResponse,
+    AddressPair, DaemonConfigurationStatus, DatapathConfiguration, EndpointBatchDeleteRequest,
+    EndpointChangeRequest, IpamAddressResponse, IpamResponse,
 };
-use crate::cni::{CniEnv, CniError, CniResult, Interface, IpConfig, NetConf, Route};
+use crate::cni::{CniEnv, CniError, CniResult, Command, Interface, IpConfig, NetConf, Route};
 use crate::datapath::{
     DatapathError, NetNs, NetkitMode, NetkitSpec, NetlinkSocket, RouteSpec, VethSpec, format_mac,
     host_ifname, in_netns, random_mac, write_sysctl,
 };
 
 use super::daemon_errors::to_cni;
+use super::delegate;
 use super::report::Timings;
 
 /// What an allocation failure says first (Cilium's wording); the daemon has
@@ -78,16 +79,21 @@ pub fn add(
     t.mark("netlink-setup");
 
     let owner = env.args.owner(cid);
-    let alloc = client
-        .allocate(&AllocateParams {
-            owner: &owner,
-            expiration: true,
-            container_id: cid,
-            ifname,
-            network: &conf.name,
-            ..Default::default()
-        })
-        .map_err(|e| to_cni(e, ALLOCATE_CONTEXT))?;
+    let delegated = daemon_cfg.ipam_mode == "delegated-plugin";
+    let alloc = if delegated {
+        delegated_allocation(env, conf, &daemon_cfg)?
+    } else {
+        client
+            .allocate(&AllocateParams {
+                owner: &owner,
+                expiration: true,
+                container_id: cid,
+                ifname,
+                network: &conf.name,
+                ..Default::default()
+            })
+            .map_err(|e| to_cni(e, ALLOCATE_CONTEXT))?
+    };
     t.mark("ipam-round-trip");
 
     let attempt = Attempt {
@@ -105,9 +111,54 @@ pub fn add(
         Ok(out) => Ok(out),
         Err(e) => {
             undo(client, &host_sock, &host_name, cid, ifname);
+            if delegated && let Err(d) = delegate::run_configured(Command::Del, env, conf) {
+                tracing::warn!(error = %d, "rollback: the delegated IPAM plugin's DEL failed");
+            }
             Err(e)
         }
     }
+}
+
+/// delegated-plugin mode: the config's IPAM plugin hands out the addresses; the
+/// answer is shaped like the daemon's (Cilium keeps the prefix in `address`), with
+/// the daemon's router addresses.
+fn delegated_allocation(
+    env: &CniEnv,
+    conf: &NetConf,
+    daemon_cfg: &DaemonConfigurationStatus,
+) -> Result<IpamResponse, CniError> {
+    if delegate::ipam_type(conf).is_none() {
+        return Err(CniError::invalid_network_config(
+            "the daemon runs ipam=delegated-plugin: the network config needs ipam.type naming the IPAM plugin (e.g. host-local)",
+        ));
+    }
+    let result = delegate::run_configured(Command::Add, env, conf)?.ok_or_else(|| {
+        CniError::invalid_network_config("the delegated IPAM plugin returned no result")
+    })?;
+    let (v4, v6) = delegate::ipam_addresses(&result);
+    let mut resp = IpamResponse {
+        host_addressing: daemon_cfg.addressing.clone(),
+        ..Default::default()
+    };
+    if let Some((_, net, gw)) = v4 {
+        resp.address.ipv4 = net.to_string();
+        resp.ipv4 = Some(IpamAddressResponse {
+            ip: net.addr().to_string(),
+            gateway: gw.map(|g| g.to_string()).unwrap_or_default(),
+            interface_number: "0".into(),
+            ..Default::default()
+        });
+    }
+    if let Some((_, net, gw)) = v6 {
+        resp.address.ipv6 = net.to_string();
+        resp.ipv6 = Some(IpamAddressResponse {
+            ip: net.addr().to_string(),
+            gateway: gw.map(|g| g.to_string()).unwrap_or_default(),
+            interface_number: "0".into(),
+            ..Default::default()
+        });
+    }
+    Ok(resp)
 }
 
 /// What the steps after the allocation work with.
@@ -324,6 +375,9 @@ impl Attempt<'_> {
                 interface_index: host.index,
                 container_netns_path: netns_path.display().to_string(),
                 sync_build_endpoint: true,
+                datapath_configuration: DatapathConfiguration {
+                    external_ipam: daemon_cfg.ipam_mode == "delegated-plugin",
+                },
             })
             .map_err(|e| to_cni(e, "unable to create endpoint"))?;
 

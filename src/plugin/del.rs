@@ -7,19 +7,23 @@
 use crate::api::client::Client;
 use crate::api::delete_queue::DeleteQueue;
 use crate::api::models::EndpointBatchDeleteRequest;
-use crate::cni::{CniEnv, CniError};
+use crate::cni::{CniEnv, CniError, Command, NetConf};
 use crate::datapath::{NetNs, NetlinkSocket, host_ifname};
 
 use super::add::dp;
 use super::daemon_errors::to_cni;
+use super::delegate;
 use super::report::Timings;
 
-pub fn del(env: &CniEnv, client: &Client, t: &mut Timings) -> Result<(), CniError> {
+pub fn del(env: &CniEnv, conf: &NetConf, client: &Client, t: &mut Timings) -> Result<(), CniError> {
     let (Some(cid), Some(ifname)) = (&env.container_id, &env.ifname) else {
         return Err(CniError::invalid_env(
             "CNI_CONTAINERID and CNI_IFNAME are required",
         ));
     };
+    // A delegated IPAM plugin releases its addresses first, before the netns (which
+    // may be gone) is touched; its error is returned so the runtime retries.
+    delegate::run_configured(Command::Del, env, conf)?;
     if let Some(path) = &env.netns {
         match NetNs::open(path) {
             Ok(ns) => {

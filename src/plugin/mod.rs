@@ -7,6 +7,7 @@ mod add;
 mod check;
 mod daemon_errors;
 mod del;
+mod delegate;
 mod gc;
 mod report;
 mod status;
@@ -53,10 +54,16 @@ pub fn run() -> i32 {
     let mut timings = report::Timings::start();
     let outcome = match env.command {
         Command::Add => add::add(&env, &conf, &client, &mut timings).map(Some),
-        Command::Del => del::del(&env, &client, &mut timings).map(|_| None),
-        Command::Check => check::check(&env, &conf, &client).map(|_| None),
-        Command::Status => status::status(&client).map(|_| None),
-        Command::Gc => gc::gc(&conf, &client).map(|_| None),
+        Command::Del => del::del(&env, &conf, &client, &mut timings).map(|_| None),
+        Command::Check => check::check(&env, &conf, &client)
+            .and_then(|_| delegate::run_configured(Command::Check, &env, &conf))
+            .map(|_| None),
+        Command::Status => status::status(&client)
+            .and_then(|_| delegate::run_configured(Command::Status, &env, &conf))
+            .map(|_| None),
+        Command::Gc => gc::gc(&conf, &client)
+            .and_then(|_| delegate::run_configured(Command::Gc, &env, &conf))
+            .map(|_| None),
         Command::Version => Ok(None),
     };
     if matches!(env.command, Command::Add | Command::Del) {

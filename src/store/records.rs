@@ -96,6 +96,9 @@ pub struct EndpointRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns: Option<String>,
     pub created_at_ms: u64,
+    /// The addresses belong to a delegated IPAM plugin: the daemon never frees them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub external_ipam: bool,
 }
 
 impl EndpointRecord {

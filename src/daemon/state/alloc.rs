@@ -375,6 +375,16 @@ impl IpamState {
                 .unwrap_or("")
                 .parse()
                 .map_err(|_| ApiError::new(400, format!("invalid {label} address {ip:?}")))?;
+            let external = req.datapath_configuration.external_ipam;
+            if external {
+                // A delegated IPAM plugin owns the address: only remember it.
+                if addr.is_ipv4() {
+                    ips.0 = Some(addr);
+                } else {
+                    ips.1 = Some(addr);
+                }
+                continue;
+            }
             let rec = self
                 .allocations
                 .get(&addr)
@@ -430,6 +440,7 @@ impl IpamState {
             pool: ep_pool,
             netns: (!req.container_netns_path.is_empty()).then(|| req.container_netns_path.clone()),
             created_at_ms: now_ms(),
+            external_ipam: req.datapath_configuration.external_ipam,
         };
         ops.push(JournalOp::PutEndpoint(ep.clone()));
         self.commit_apply(ops, "endpoint created")?;

@@ -82,6 +82,9 @@ pub struct StateConfig {
     /// (`auto` included).
     pub datapath_mode: String,
     pub configured_datapath_mode: String,
+    /// Router addresses given by the operator (`local-router-ipv4/6`), not taken
+    /// from IPAM.
+    pub fixed_routers: BTreeMap<Family, IpAddr>,
     /// The enabled families, IPv6 first (allocation order).
     pub families: Vec<Family>,
     pub pooling: PoolingMode,

@@ -170,8 +170,25 @@ impl IpamState {
         if state.cfg.reserve_ingress {
             infra.push("ingress");
         }
+        let delegated = state.cfg.ipam_mode == "delegated-plugin";
         for family in state.cfg.families.clone() {
+            if let Some(ip) = state.cfg.fixed_routers.get(&family).copied() {
+                state.routers.insert(family, ip);
+                state.node.set_address("CiliumInternalIP", ip);
+            } else if delegated {
+                return Err(format!(
+                    "delegated-plugin mode takes no addresses from IPAM: give the {} router address with --local-router-ipv{}",
+                    family.label(),
+                    if family == Family::V4 { 4 } else { 6 }
+                ));
+            }
+            if delegated {
+                continue;
+            }
             for owner in &infra {
+                if *owner == "router" && state.routers.contains_key(&family) {
+                    continue;
+                }
                 let ip = state.reserve_infra(family, owner, router_hints, &mut ops)?;
                 if *owner == "router" {
                     state.routers.insert(family, ip);
@@ -268,6 +285,20 @@ impl IpamState {
                     expected.insert(link);
                 }
                 _ => {}
+            }
+        }
+        for ep in self.endpoints.values() {
+            if present.contains(ep.host_ifname.as_str()) {
+                expected.insert(ep.host_ifname.clone());
+            } else if ep.external_ipam {
+                tracing::warn!(endpoint = %ep.key(), link = %ep.host_ifname, "host link is gone: forgetting the endpoint (its addresses belong to the delegated IPAM plugin)");
+                self.restore_report
+                    .released_link_gone
+                    .push(format!("{} (external IPAM)", ep.owner));
+                ops.push(JournalOp::DeleteEndpoint {
+                    container_id: ep.container_id.clone(),
+                    ifname: ep.ifname.clone(),
+                });
             }
         }
         for (rec, link) in gone {
