@@ -292,6 +292,11 @@ fn cnitool_conformance() {
             "plugin GC without cni.dev/valid-attachments released {o4}/{o6}: {allocs:?}\ndaemon log:\n{}",
             node.log()
         );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while node.host_links() != vec![other_link.clone()] && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         assert_eq!(node.host_links(), vec![other_link]);
         assert!(
             !scratch.cache_file.exists(),
@@ -302,7 +307,7 @@ fn cnitool_conformance() {
         let del = node.del(&other);
         assert!(del.ok, "direct DEL: {del:?}");
         assert!(
-            node.host_links().is_empty(),
+            node.host_links_gone(),
             "links left: {:?}",
             node.host_links()
         );
@@ -332,7 +337,7 @@ fn cnitool_conformance() {
         );
     }
     assert!(
-        node.host_links().is_empty(),
+        node.host_links_gone(),
         "links left after del: {:?}",
         node.host_links()
     );

@@ -86,7 +86,7 @@ fn delegated_plugin_mode_with_host_local() {
     assert_eq!(state_files(&data).len(), 1);
     assert!(node.plugin("DEL", Some(&b), &c, &path).ok);
     assert!(state_files(&data).is_empty());
-    assert!(node.host_links().is_empty());
+    assert!(node.host_links_gone());
 }
 
 #[test]

@@ -98,6 +98,23 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
+    /// True once the sandbox's interface is gone (waits up to 5 s).
+    pub fn interface_gone(&self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if !self
+                .ns
+                .exec(&["ip", "link", "show", &self.ifname])
+                .status
+                .success()
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     /// The global addresses on the sandbox's interface, as the kernel has them.
     pub fn kernel_addresses(&self) -> Vec<String> {
         let out = self.ns.exec(&[
@@ -431,6 +448,22 @@ impl Node {
     /// The daemon's allocation map (ip → owner).
     pub fn allocations(&self) -> std::collections::BTreeMap<String, String> {
         self.client().healthz().expect("healthz").ipam.allocations
+    }
+
+    /// True once no host-side link is left (DEL hands the link teardown to the
+    /// daemon, which finishes it in the background): waits up to 5 s.
+    pub fn host_links_gone(&self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if self.host_links().is_empty() {
+                return true;
+            }
+            if Instant::now() > deadline {
+                eprintln!("host links left: {:?}", self.host_links());
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Host-side links (lxc…) present in the node namespace.

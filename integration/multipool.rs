@@ -432,6 +432,15 @@ fn a_burst_of_100_sandboxes_grows_and_shrinks_the_blocks() {
     for r in node.plugin_parallel("DEL", &refs, 16) {
         assert!(r.ok, "{r:?}");
     }
+    // The links go in the background; the addresses are released after them.
+    assert!(node.host_links_gone());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while node_resource(&node)["spec"]["ipam"]["pools"]["requested"][0]["needed"]["ipv4-addrs"]
+        != 16
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let after = blocks_of(&node, "default");
     let n = node_resource(&node);
     assert_eq!(

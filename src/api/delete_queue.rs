@@ -197,6 +197,7 @@ mod tests {
         let req = EndpointBatchDeleteRequest {
             container_id: "c1".into(),
             container_interface_name: "eth0".into(),
+            ..Default::default()
         };
         let p1 = q.enqueue(&req).unwrap();
         let p2 = q.enqueue(&req).unwrap();

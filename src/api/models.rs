@@ -199,7 +199,9 @@ pub struct DatapathConfiguration {
 }
 
 /// `DELETE /v1/endpoint` body: Cilium's `EndpointBatchDeleteRequest`. podnet adds the
-/// optional interface name, so one attachment of a multi-interface pod can go alone.
+/// optional interface name, so one attachment of a multi-interface pod can go alone,
+/// and the host links the daemon deletes before it releases the addresses (the
+/// plugin's DEL then returns without waiting for the kernel's link teardown).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct EndpointBatchDeleteRequest {
     #[serde(rename = "container-id", default)]
@@ -210,6 +212,19 @@ pub struct EndpointBatchDeleteRequest {
         skip_serializing_if = "String::is_empty"
     )]
     pub container_interface_name: String,
+    #[serde(
+        rename = "teardown-links",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub teardown_links: Vec<LinkRef>,
+}
+
+/// podnet: a link by name and index (the index guards against a reused name).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LinkRef {
+    pub name: String,
+    pub index: u32,
 }
 
 /// podnet's view of one endpoint (`GET /v1/endpoint/{id}`).

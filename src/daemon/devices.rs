@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use super::state::{KernelLink, KernelView};
+use crate::api::models::LinkRef;
 use crate::datapath::{
     IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname, write_sysctl,
 };
@@ -155,6 +156,24 @@ pub fn delete_links(names: &[String]) {
             tracing::warn!(link = %name, error = %e, "could not remove an orphan host link");
         }
     }
+}
+
+/// Deletes links by index, each only if it still has its recorded name (an index
+/// reused by a newer link is left alone). Missing links count as deleted.
+pub fn delete_links_checked(links: &[LinkRef]) -> Result<(), String> {
+    let sock = NetlinkSocket::new().map_err(|e| format!("link teardown: {e}"))?;
+    for l in links {
+        match sock.link_by_index(l.index) {
+            Ok(Some(found)) if found.name == l.name => match sock.delete_link(l.index) {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(format!("deleting {} (#{}): {e}", l.name, l.index)),
+            },
+            Ok(_) => {}
+            Err(e) => return Err(format!("looking up {} (#{}): {e}", l.name, l.index)),
+        }
+    }
+    Ok(())
 }
 
 /// Deletes the host-side links of the given attachments where they still exist.

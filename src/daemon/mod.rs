@@ -88,6 +88,29 @@ impl Daemon {
         .await
     }
 
+    /// Deletes a DEL's links in the background, then lets the held addresses go.
+    /// A link that cannot be deleted keeps them held (the next start retries).
+    pub fn spawn_teardown(self: &Arc<Self>, teardown: state::Teardown) {
+        let d = self.clone();
+        tokio::spawn(async move {
+            let links = teardown.links.clone();
+            let deleted =
+                tokio::task::spawn_blocking(move || devices::delete_links_checked(&links)).await;
+            match deleted {
+                Ok(Ok(())) => {
+                    let key = teardown.key.clone();
+                    if let Err(e) = d.with_state(move |s| s.finish_teardown(&key)).await {
+                        tracing::error!(error = %e.message, "could not journal the end of a teardown");
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, key = %teardown.key, "link teardown failed; the addresses stay held until the next start")
+                }
+                Err(e) => tracing::error!(error = %e, "link teardown task failed"),
+            }
+        });
+    }
+
     /// Deletes the host-side links of garbage-collected attachments that still exist.
     pub async fn remove_host_links(&self, attachments: Vec<(String, String)>) {
         let res =
@@ -228,6 +251,10 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     let kernel = devices::kernel_view()?;
     let reconciled = state.reconcile_with_kernel(&kernel, rebuilt)?;
     devices::delete_links(&reconciled.links_to_delete);
+    for td in state.pending_teardowns() {
+        devices::delete_links_checked(&td.links)?;
+        state.finish_teardown(&td.key).map_err(|e| e.message)?;
+    }
     state.finish_restore();
     let routers: Vec<IpAddr> = state.router_ips();
     devices::setup_router(&routers, mtu)?;

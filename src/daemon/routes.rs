@@ -115,9 +115,12 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         }
         (&Method::DELETE, ["v1", "endpoint"]) => {
             let body: EndpointBatchDeleteRequest = read_json(req).await?;
-            daemon
+            if let Some(teardown) = daemon
                 .with_state(move |s| s.delete_endpoints(&body))
-                .await?;
+                .await?
+            {
+                daemon.spawn_teardown(teardown);
+            }
             Ok(json_reply(200, &serde_json::Value::Null))
         }
         (&Method::POST, ["v1", "cni", "report"]) => {

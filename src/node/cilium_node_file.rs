@@ -676,6 +676,7 @@ status:
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
 
         // A file that never stops changing: bounded retries, clear error.
+        fs::write(&p, YAML).unwrap();
         let mut n = 0;
         let err = f
             .write_status_inner(&status, &mut |_| {

@@ -495,6 +495,7 @@ fn undo(client: &Client, host_sock: &NetlinkSocket, host_name: &str, cid: &str, 
     let req = EndpointBatchDeleteRequest {
         container_id: cid.into(),
         container_interface_name: ifname.into(),
+        ..Default::default()
     };
     if let Err(e) = client.delete_endpoints(&req) {
         tracing::warn!(error = %e, "rollback: could not release the addresses; they expire on their own");

@@ -1,14 +1,16 @@
-//! DEL: idempotent teardown. The pod end goes first (when the netns still exists),
-//! then the host end, then the daemon releases the addresses. Missing netns, link,
+//! DEL: idempotent teardown. The plugin finds the attachment's host link and hands
+//! it to the daemon with the release: the daemon journals both, answers at once,
+//! deletes the pair in the background and releases the addresses only after the
+//! link is gone (a restart finishes what a crash interrupted). Missing netns, link,
 //! allocation or endpoint all count as already done. If the daemon cannot be
 //! reached, the release goes to the on-disk DEL queue the daemon replays at start,
 //! and DEL succeeds; only a full or unwritable queue fails (11, try again later).
 
 use crate::api::client::Client;
 use crate::api::delete_queue::DeleteQueue;
-use crate::api::models::EndpointBatchDeleteRequest;
+use crate::api::models::{EndpointBatchDeleteRequest, LinkRef};
 use crate::cni::{CniEnv, CniError, Command, NetConf};
-use crate::datapath::{NetNs, NetlinkSocket, host_ifname};
+use crate::datapath::{DatapathError, NetNs, NetlinkSocket, host_ifname};
 
 use super::add::dp;
 use super::daemon_errors::to_cni;
@@ -24,43 +26,81 @@ pub fn del(env: &CniEnv, conf: &NetConf, client: &Client, t: &mut Timings) -> Re
     // A delegated IPAM plugin releases its addresses first, before the netns (which
     // may be gone) is touched; its error is returned so the runtime retries.
     delegate::run_configured(Command::Del, env, conf)?;
-    if let Some(path) = &env.netns {
-        match NetNs::open(path) {
-            Ok(ns) => {
-                let pod_sock = NetlinkSocket::new_in(&ns)
-                    .map_err(dp("opening netlink in the pod's namespace"))?;
-                pod_sock
-                    .delete_link_by_name(ifname)
-                    .map_err(dp("deleting the pod interface"))?;
-            }
-            // Gone, or a pin file left behind after its unmount: nothing to remove.
-            Err(e) if e.is_not_found() || e.errno() == Some(libc::EINVAL) => {}
-            Err(e) => return Err(dp("opening the pod's network namespace")(e)),
-        }
-    }
-    t.mark("netlink-pod");
     let host_sock =
         NetlinkSocket::new().map_err(dp("opening netlink in the runtime's namespace"))?;
-    host_sock
-        .delete_link_by_name(&host_ifname(cid, ifname))
-        .map_err(dp("deleting the host side"))?;
-    t.mark("netlink-host");
+    let host_name = host_ifname(cid, ifname);
+    let host = host_sock
+        .link_by_name(&host_name)
+        .map_err(dp("looking up the host side"))?;
+    if host.is_none() {
+        // No pair of ours: remove a stray pod interface of that name, if any.
+        delete_pod_side(env, ifname)?;
+    }
+    t.mark("netlink-lookup");
+    // The daemon deletes the pair (the kernel's teardown takes tens of ms) and only
+    // then releases the addresses, so DEL does not wait for it.
     let req = EndpointBatchDeleteRequest {
         container_id: cid.clone(),
         container_interface_name: ifname.clone(),
+        teardown_links: host
+            .iter()
+            .map(|l| LinkRef {
+                name: l.name.clone(),
+                index: l.index,
+            })
+            .collect(),
     };
     let what = format!("releasing the addresses of {cid}/{ifname}");
     let released = client.delete_endpoints(&req);
     t.mark("daemon-release");
     match released {
         Ok(()) => Ok(()),
-        Err(e) if e.is_unavailable() => queue_release(client, &req, &e.to_string()).map_err(|q| {
-            CniError::try_again_later(format!(
-                "{what}: {e}; and the release could not be queued: {q}"
-            ))
-        }),
+        Err(e) if e.is_unavailable() => {
+            // No daemon to hand the teardown to: delete the pair here, then queue
+            // the release.
+            if let Some(l) = &host {
+                host_sock
+                    .delete_link(l.index)
+                    .or_else(ignore_missing)
+                    .map_err(dp("deleting the host side"))?;
+            }
+            t.mark("netlink-host");
+            let queued = EndpointBatchDeleteRequest {
+                teardown_links: Vec::new(),
+                ..req
+            };
+            queue_release(client, &queued, &e.to_string()).map_err(|q| {
+                CniError::try_again_later(format!(
+                    "{what}: {e}; and the release could not be queued: {q}"
+                ))
+            })
+        }
         Err(e) => Err(to_cni(e, &what)),
     }
+}
+
+/// Deletes `ifname` inside the pod's netns when both still exist.
+fn delete_pod_side(env: &CniEnv, ifname: &str) -> Result<(), CniError> {
+    let Some(path) = &env.netns else {
+        return Ok(());
+    };
+    match NetNs::open(path) {
+        Ok(ns) => {
+            let pod_sock =
+                NetlinkSocket::new_in(&ns).map_err(dp("opening netlink in the pod's namespace"))?;
+            pod_sock
+                .delete_link_by_name(ifname)
+                .map_err(dp("deleting the pod interface"))?;
+            Ok(())
+        }
+        // Gone, or a pin file left behind after its unmount: nothing to remove.
+        Err(e) if e.is_not_found() || e.errno() == Some(libc::EINVAL) => Ok(()),
+        Err(e) => Err(dp("opening the pod's network namespace")(e)),
+    }
+}
+
+fn ignore_missing(e: DatapathError) -> Result<(), DatapathError> {
+    if e.is_not_found() { Ok(()) } else { Err(e) }
 }
 
 /// Queues the release for the daemon, under the queue's shared lock, after one

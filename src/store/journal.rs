@@ -48,6 +48,10 @@ pub enum JournalOp {
         ifname: String,
     },
     /// A named JSON document (e.g. the node resource).
+    /// Removes a named JSON document.
+    DeleteMeta {
+        key: String,
+    },
     PutMeta {
         key: String,
         value: serde_json::Value,
@@ -127,6 +131,9 @@ impl Journal {
                     } => {
                         eps.remove(EndpointRecord::key_of(container_id, ifname).as_str())
                             .map_err(|e| self.io(e))?;
+                    }
+                    JournalOp::DeleteMeta { key } => {
+                        meta.remove(key.as_str()).map_err(|e| self.io(e))?;
                     }
                     JournalOp::PutMeta { key, value } => {
                         let v = self.encode(value)?;

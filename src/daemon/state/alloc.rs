@@ -5,7 +5,9 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use super::{AllocateRequest, ApiError, IpamState};
+use super::{
+    AllocateRequest, ApiError, HOLD_UNTIL_TEARDOWN, IpamState, TEARDOWN_PREFIX, Teardown, held,
+};
 use crate::api::models::*;
 use crate::datapath::host_ifname;
 use crate::ipam::Family;
@@ -292,7 +294,7 @@ impl IpamState {
         ifname: Option<&str>,
         ops: &mut Vec<JournalOp>,
         now: u64,
-    ) {
+    ) -> Vec<IpAddr> {
         let mut ips: BTreeSet<IpAddr> = BTreeSet::new();
         let links: Vec<String> = match ifname {
             Some(i) => vec![host_ifname(container_id, i)],
@@ -320,11 +322,12 @@ impl IpamState {
                 })
             }));
         }
-        for ip in ips {
-            if let Some(rec) = self.allocations.get(&ip) {
+        for ip in &ips {
+            if let Some(rec) = self.allocations.get(ip) {
                 ops.push(self.release_op(rec, now));
             }
         }
+        ips.into_iter().collect()
     }
 
     /// `PUT /v1/endpoint/{id}`: registers the endpoint, binds its addresses and stops
@@ -450,24 +453,89 @@ impl IpamState {
 
     /// `DELETE /v1/endpoint`: deletes the container's endpoints (or the one
     /// attachment) and releases their addresses, and any address still pending for
-    /// them. 404 when nothing was known.
+    /// them. 404 when nothing was known. With `teardown-links`, the addresses are
+    /// held (cooling without an end) until the caller has deleted the links and
+    /// called `finish_teardown` with the returned key; a restart finishes it too.
     pub fn delete_endpoints(
         &mut self,
         req: &EndpointBatchDeleteRequest,
-    ) -> Result<usize, ApiError> {
+    ) -> Result<Option<Teardown>, ApiError> {
         if req.container_id.is_empty() {
             return Err(ApiError::new(400, "invalid container id"));
         }
         let ifname = (!req.container_interface_name.is_empty())
             .then_some(req.container_interface_name.as_str());
         let mut ops = Vec::new();
-        self.release_attachment(&req.container_id, ifname, &mut ops, now_ms());
-        if ops.is_empty() {
-            return Err(ApiError::new(404, "endpoints not found"));
+        let ips = self.release_attachment(&req.container_id, ifname, &mut ops, now_ms());
+        if req.teardown_links.is_empty() {
+            if ops.is_empty() {
+                return Err(ApiError::new(404, "endpoints not found"));
+            }
+            self.commit_apply(ops, "endpoint deleted")?;
+            return Ok(None);
         }
-        let n = ops.len();
-        self.commit_apply(ops, "endpoint deleted")?;
-        Ok(n)
+        for op in ops.iter_mut() {
+            if let JournalOp::PutAllocation(rec) = op
+                && rec.state == AllocationState::Cooling
+            {
+                rec.cooling_until_ms = Some(HOLD_UNTIL_TEARDOWN);
+            } else if let JournalOp::DeleteAllocation { ip, .. } = op
+                && let Some(rec) = self.allocations.get(ip)
+            {
+                *op = JournalOp::PutAllocation(held(rec));
+            }
+        }
+        let teardown = Teardown {
+            key: format!(
+                "{TEARDOWN_PREFIX}{}:{}",
+                req.container_id, req.container_interface_name
+            ),
+            links: req.teardown_links.clone(),
+            ips,
+        };
+        let value =
+            serde_json::to_value(&teardown).map_err(|e| ApiError::new(500, e.to_string()))?;
+        ops.push(JournalOp::PutMeta {
+            key: teardown.key.clone(),
+            value,
+        });
+        self.commit_apply(ops, "endpoint deleted (links being torn down)")?;
+        Ok(Some(teardown))
+    }
+
+    /// The links of a DEL are gone: the held addresses cool down (or are free).
+    pub fn finish_teardown(&mut self, key: &str) -> Result<(), ApiError> {
+        let Some(td) = self.teardowns.get(key).cloned() else {
+            return Ok(());
+        };
+        let now = now_ms();
+        let mut ops: Vec<JournalOp> = td
+            .ips
+            .iter()
+            .filter_map(|ip| self.allocations.get(ip))
+            .filter(|r| {
+                r.state == AllocationState::Cooling
+                    && r.cooling_until_ms == Some(HOLD_UNTIL_TEARDOWN)
+            })
+            .map(|r| {
+                self.release_op(
+                    &AllocationRecord {
+                        state: AllocationState::Bound,
+                        ..r.clone()
+                    },
+                    now,
+                )
+            })
+            .collect();
+        ops.push(JournalOp::DeleteMeta {
+            key: key.to_string(),
+        });
+        self.commit_apply(ops, "links torn down")
+    }
+
+    /// DELs whose links were not confirmed gone (restart after a crash).
+    pub fn pending_teardowns(&self) -> Vec<Teardown> {
+        self.teardowns.values().cloned().collect()
     }
 
     /// `POST /v1/cni/gc`: releases every allocation of `network` whose attachment is

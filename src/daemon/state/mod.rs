@@ -30,6 +30,34 @@ pub use restore::{KernelLink, KernelView, ReconcileReport, RestoreReport};
 
 /// The pool of the host-scope modes, and multi-pool's default default pool.
 pub const DEFAULT_POOL: &str = "default";
+/// Cooling "until" of an address held while its links are torn down.
+pub const HOLD_UNTIL_TEARDOWN: u64 = u64::MAX;
+/// Journal meta key prefix of pending link teardowns.
+pub const TEARDOWN_PREFIX: &str = "teardown/";
+
+/// A DEL's host links the daemon deletes before it releases the addresses.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Teardown {
+    pub key: String,
+    pub links: Vec<crate::api::models::LinkRef>,
+    pub ips: Vec<IpAddr>,
+}
+
+/// `rec` held: cooling with no end, until its teardown finishes.
+pub(super) fn held(rec: &AllocationRecord) -> AllocationRecord {
+    AllocationRecord {
+        state: AllocationState::Cooling,
+        container_id: None,
+        ifname: None,
+        network: None,
+        expiration_uuid: None,
+        expires_at_ms: None,
+        host_ifname: None,
+        cooling_until_ms: Some(HOLD_UNTIL_TEARDOWN),
+        ..rec.clone()
+    }
+}
+
 /// How many recent failures `explain` remembers.
 pub const MAX_FAILURES: usize = 256;
 /// Journal key of the node resource.
@@ -114,6 +142,8 @@ pub struct IpamState {
     pending: BTreeMap<(String, Family), BTreeMap<String, u64>>,
     /// Free blocks are given back only once restore has finished.
     restore_finished: bool,
+    /// DELs whose links are being torn down, by journal key.
+    teardowns: BTreeMap<String, Teardown>,
     allocations: BTreeMap<IpAddr, AllocationRecord>,
     endpoints: BTreeMap<String, EndpointRecord>,
     restored_endpoints: BTreeSet<String>,
@@ -189,15 +219,26 @@ impl IpamState {
                     self.pools.release(ip);
                 }
                 JournalOp::PutAllocation(rec) => {
+                    // A held address that starts its cooldown was already counted.
+                    let was_cooling = self
+                        .allocations
+                        .get(&rec.ip)
+                        .is_some_and(|r| r.state == AllocationState::Cooling);
                     match (
                         &rec.state,
                         rec.cooling_until_ms,
                         &rec.expiration_uuid,
                         rec.expires_at_ms,
                     ) {
-                        (AllocationState::Cooling, Some(until), _, _) => {
-                            tracing::info!(ip = %rec.ip, owner = %rec.owner, reason = why, "released (cooling down)");
+                        (AllocationState::Cooling, Some(HOLD_UNTIL_TEARDOWN), _, _) => {
+                            tracing::info!(ip = %rec.ip, owner = %rec.owner, reason = why, "released (held until its links are gone)");
                             self.metrics.event("release", &rec.family);
+                        }
+                        (AllocationState::Cooling, Some(until), _, _) => {
+                            if !was_cooling {
+                                tracing::info!(ip = %rec.ip, owner = %rec.owner, reason = why, "released (cooling down)");
+                                self.metrics.event("release", &rec.family);
+                            }
                             self.timers.push(Timer {
                                 ip: rec.ip,
                                 deadline_ms: until,
@@ -226,7 +267,16 @@ impl IpamState {
                     self.endpoints.remove(&key);
                     self.restored_endpoints.remove(&key);
                 }
-                JournalOp::PutMeta { .. } => {}
+                JournalOp::PutMeta { key, value } => {
+                    if key.starts_with(TEARDOWN_PREFIX)
+                        && let Ok(td) = serde_json::from_value::<Teardown>(value)
+                    {
+                        self.teardowns.insert(key, td);
+                    }
+                }
+                JournalOp::DeleteMeta { key } => {
+                    self.teardowns.remove(&key);
+                }
             }
         }
     }

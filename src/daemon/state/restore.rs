@@ -15,7 +15,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::super::metrics::Metrics;
-use super::{DEFAULT_POOL, IpamState, NODE_META_KEY, StateConfig, Timer, TimerKind};
+use super::{
+    DEFAULT_POOL, HOLD_UNTIL_TEARDOWN, IpamState, NODE_META_KEY, StateConfig, TEARDOWN_PREFIX,
+    Teardown, Timer, TimerKind,
+};
 use crate::datapath::host_ifname;
 use crate::ipam::Family;
 use crate::ipam::multipool::{PoolError, PoolSet};
@@ -74,6 +77,7 @@ impl IpamState {
             metadata: None,
             pending: BTreeMap::new(),
             restore_finished: false,
+            teardowns: BTreeMap::new(),
             allocations: BTreeMap::new(),
             endpoints: BTreeMap::new(),
             restored_endpoints: BTreeSet::new(),
@@ -142,7 +146,7 @@ impl IpamState {
                         kind: TimerKind::Expire { uuid: uuid.clone() },
                     });
                 }
-                (AllocationState::Cooling, _, _, Some(until)) => {
+                (AllocationState::Cooling, _, _, Some(until)) if until != HOLD_UNTIL_TEARDOWN => {
                     state.timers.push(Timer {
                         ip: rec.ip,
                         deadline_ms: until,
@@ -155,6 +159,13 @@ impl IpamState {
                 report.restored += 1;
             }
             state.allocations.insert(rec.ip, rec);
+        }
+        for (key, value) in &snapshot.meta {
+            if key.starts_with(TEARDOWN_PREFIX)
+                && let Ok(td) = serde_json::from_value::<Teardown>(value.clone())
+            {
+                state.teardowns.insert(key.clone(), td);
+            }
         }
         state.endpoints = snapshot
             .endpoints

@@ -239,10 +239,14 @@ impl IpamState {
         ipam.status = lines.join(", ");
         for (ip, rec) in &self.allocations {
             if rec.state == AllocationState::Cooling {
-                let left = rec.cooling_until_ms.unwrap_or(now).saturating_sub(now);
+                let until = rec.cooling_until_ms.unwrap_or(now);
                 ipam.cooling.insert(
                     self.status_key(*ip, &rec.pool),
-                    format!("{} ({} ms left)", rec.owner, left),
+                    if until == super::HOLD_UNTIL_TEARDOWN {
+                        format!("{} (held until its links are gone)", rec.owner)
+                    } else {
+                        format!("{} ({} ms left)", rec.owner, until.saturating_sub(now))
+                    },
                 );
                 continue;
             }
