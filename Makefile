@@ -30,3 +30,20 @@ lint:
 clean:
 	$(CARGO) clean
 	rm -rf .cache
+
+# Performance run (root): podnet vs ptp/bridge + host-local vs the kernel floor,
+# resource figures; results in target/bench/ (see BENCHMARKS.md). BENCH_MICRO=1
+# also runs the criterion micro-benchmarks (cargo bench).
+.PHONY: bench
+bench:
+	bash scripts/setup
+	bash scripts/bench
+
+# Fuzzing (not part of `make test` or CI; needs the nightly toolchain, installs
+# cargo-fuzz if missing): builds fuzz/ and runs each target for FUZZ_SECONDS,
+# one after the other, printing a summary line per target. See fuzz/README.md.
+FUZZ_SECONDS ?= 60
+
+.PHONY: fuzz
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/run.sh $(FUZZ_TARGETS)

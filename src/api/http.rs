@@ -25,18 +25,15 @@ pub fn decode_component(s: &str) -> Result<String, String> {
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(v) => {
-                        out.push(v);
-                        i += 3;
-                    }
-                    Err(_) => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
+            b'%' if i + 2 < bytes.len()
+                && bytes[i + 1].is_ascii_hexdigit()
+                && bytes[i + 2].is_ascii_hexdigit() =>
+            {
+                // Both are hex digits, so this cannot fail; `from_str_radix` alone
+                // would also take a sign (`%+1`).
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("00");
+                out.push(u8::from_str_radix(hex, 16).unwrap_or(0));
+                i += 3;
             }
             b'+' => {
                 out.push(b' ');
@@ -131,7 +128,7 @@ fn dechunk(mut data: &[u8]) -> Result<Vec<u8>, String> {
         if size == 0 {
             return Ok(out);
         }
-        if data.len() < size + 2 {
+        if size.checked_add(2).is_none_or(|need| data.len() < need) {
             return Err("chunk truncated".into());
         }
         out.extend_from_slice(&data[..size]);
@@ -155,6 +152,7 @@ mod tests {
         assert_eq!(decode_component("a%2fb").unwrap(), "a/b");
         assert_eq!(decode_component("100%").unwrap(), "100%");
         assert_eq!(decode_component("%zz").unwrap(), "%zz");
+        assert_eq!(decode_component("%+1").unwrap(), "% 1");
         assert!(decode_component("%ff").is_err());
     }
 
@@ -187,6 +185,8 @@ mod tests {
         assert_eq!(r.body, b"abc");
         assert!(parse_response(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nab").is_err());
         assert!(parse_response(b"garbage").is_err());
+        let huge = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nx";
+        assert!(parse_response(huge).is_err());
         assert!(parse_response(b"HTTP/1.1 abc\r\n\r\n").is_err());
     }
 }

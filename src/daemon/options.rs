@@ -196,7 +196,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if !secs.is_finite() || secs < 0.0 {
         return Err(format!("{s:?} is not a valid duration"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is too long a duration"))
 }
 
 /// Why the options could not be read.
@@ -336,6 +336,7 @@ mod tests {
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("2d").is_err());
         assert!(parse_duration("x").is_err());
+        assert!(parse_duration("99999999999999999999999h").is_err());
     }
 
     #[test]
