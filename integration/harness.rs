@@ -210,18 +210,23 @@ pub struct Node {
 impl Node {
     /// A node whose daemon runs with `args` (besides socket and state dir).
     pub fn start(args: &[&str]) -> Node {
+        let mut node = Node::new(args);
+        node.start_daemon();
+        node
+    }
+
+    /// A node whose daemon is not started yet.
+    pub fn new(args: &[&str]) -> Node {
         let ns = Netns::new("pnt-node");
         ns.exec(&["ip", "link", "set", "lo", "up"]);
         let dir = std::env::temp_dir().join(format!("podnet-it-{}", ns.name));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let mut node = Node {
+        Node {
             ns,
             dir,
             daemon: None,
             args: args.iter().map(|s| s.to_string()).collect(),
-        };
-        node.start_daemon();
-        node
+        }
     }
 
     /// The usual dual-stack node.
@@ -260,6 +265,12 @@ impl Node {
 
     /// Starts the daemon and waits until it answers.
     pub fn start_daemon(&mut self) {
+        self.spawn_daemon();
+        self.wait_ready();
+    }
+
+    /// Starts the daemon without waiting for it.
+    pub fn spawn_daemon(&mut self) {
         assert!(self.daemon.is_none(), "daemon already running");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -273,10 +284,10 @@ impl Node {
             .spawn()
             .expect("spawning the daemon");
         self.daemon = Some(child);
-        self.wait_ready();
     }
 
-    fn wait_ready(&mut self) {
+    /// Waits until the daemon answers (20 s at most).
+    pub fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         let client = self.client();
         while Instant::now() < deadline {

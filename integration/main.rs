@@ -12,6 +12,7 @@ mod core_path;
 mod crash_safety;
 mod daemon_lifecycle;
 mod delegated;
+mod external_modes;
 mod install;
 mod lint;
 mod multipool;

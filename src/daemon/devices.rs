@@ -12,6 +12,7 @@ use crate::api::models::LinkRef;
 use crate::datapath::{
     IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname, write_sysctl,
 };
+use crate::datapath::{RULE_PRIORITY_EGRESS, RULE_PRIORITY_INGRESS, is_pod_rule};
 
 /// The router device that carries the node's router IPs.
 pub const ROUTER_DEVICE: &str = "podnet_host";
@@ -154,6 +155,29 @@ pub fn delete_links(names: &[String]) {
     for name in names {
         if let Err(e) = sock.delete_link_by_name(name) {
             tracing::warn!(link = %name, error = %e, "could not remove an orphan host link");
+        }
+    }
+}
+
+/// Removes the ENI-class rules (`to <ip> lookup main`, `from <ip> lookup 10+n`) of
+/// addresses `stale` says are no longer in use.
+pub fn prune_pod_rules(stale: impl Fn(IpAddr) -> bool) {
+    let Ok(sock) = NetlinkSocket::new() else {
+        return;
+    };
+    for family in [IpFamily::V4, IpFamily::V6] {
+        for rule in sock.list_rules(family).unwrap_or_default() {
+            let ip = match (rule.priority, rule.src, rule.dst) {
+                (RULE_PRIORITY_INGRESS, None, Some(d)) => d.addr(),
+                (RULE_PRIORITY_EGRESS, Some(s), None) => s.addr(),
+                _ => continue,
+            };
+            if is_pod_rule(&rule, ip)
+                && stale(ip)
+                && let Err(e) = sock.delete_rule(&rule)
+            {
+                tracing::warn!(error = %e, ip = %ip, "could not remove a pod rule");
+            }
         }
     }
 }

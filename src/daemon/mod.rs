@@ -26,6 +26,8 @@ use crate::ipam::Family;
 use crate::ipam::clusterpool::{ClusterPoolConfig, parse_cidr_list};
 use crate::ipam::pool_options::{parse_auto_create_pools, parse_pre_allocation};
 use crate::ipam::pooldef::PoolDef;
+use crate::node::cilium_node_file::CiliumNodeFile;
+use crate::node::external::ExternalBackend;
 use crate::node::manifests::ManifestDir;
 use crate::node::{EmbeddedBackend, EmbeddedMode, NodeBackend, NodeResource};
 use crate::store::{Journal, Snapshot, now_ms};
@@ -93,9 +95,13 @@ impl Daemon {
     pub fn spawn_teardown(self: &Arc<Self>, teardown: state::Teardown) {
         let d = self.clone();
         tokio::spawn(async move {
-            let links = teardown.links.clone();
-            let deleted =
-                tokio::task::spawn_blocking(move || devices::delete_links_checked(&links)).await;
+            let (links, ips) = (teardown.links.clone(), teardown.ips.clone());
+            let deleted = tokio::task::spawn_blocking(move || {
+                let r = devices::delete_links_checked(&links);
+                devices::prune_pod_rules(|ip| ips.contains(&ip));
+                r
+            })
+            .await;
             match deleted {
                 Ok(Ok(())) => {
                     let key = teardown.key.clone();
@@ -163,7 +169,11 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             .unwrap_or_else(|| opts.default_ip_pool.clone()),
         None => opts.default_ip_pool.clone(),
     };
-    let mode = embedded_mode(&opts, &pool_defs, &default_pool)?;
+    let external = external_mode(&opts)?;
+    let mode = match external {
+        Some(_) => EmbeddedMode::Delegated,
+        None => embedded_mode(&opts, &pool_defs, &default_pool)?,
+    };
     let lock = server::lock_socket(&opts.socket)?;
     server::ensure_private_dir(&opts.state_dir, "state directory")?;
     let (journal, snapshot, rebuilt) = open_journal(
@@ -176,22 +186,30 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     } else {
         stored_node(&snapshot, &journal)?
     };
-    let mut backend: Box<dyn NodeBackend> =
-        Box::new(EmbeddedBackend::new(&node_name, mode.clone()));
+    let mut backend: Box<dyn NodeBackend> = match (&external, &opts.node_resource) {
+        (Some(eni), Some(path)) => {
+            let needed = opts.enable_ipv4 as u64 + opts.enable_ipv6 as u64;
+            let needed = needed * (1 + opts.enable_health_checking as u64);
+            Box::new(wait_for_external_ips(&node_name, path, *eni, needed)?)
+        }
+        _ => Box::new(EmbeddedBackend::new(&node_name, mode.clone())),
+    };
     let node = backend.sync(current)?;
-    let cidrs: Vec<String> = if matches!(mode, EmbeddedMode::MultiPool { .. }) {
+    let cidrs: Vec<String> = if node.spec.ipam.pod_cidrs.is_empty() {
         node.spec
             .ipam
             .pools
             .allocated
             .iter()
             .flat_map(|a| a.cidrs.iter().map(|c| format!("{}/{c}", a.pool)))
+            .chain(node.spec.ipam.pool.keys().cloned())
             .collect()
     } else {
         node.spec.ipam.pod_cidrs.clone()
     };
-    let pooling = match &mode {
-        EmbeddedMode::MultiPool { .. } => PoolingMode::MultiPool(MultiPoolSettings {
+    let pooling = match (&mode, external) {
+        (_, Some(eni)) => PoolingMode::External { eni },
+        (EmbeddedMode::MultiPool { .. }, None) => PoolingMode::MultiPool(MultiPoolSettings {
             default_pool: default_pool.clone(),
             pre_allocation: parse_pre_allocation(&opts.multi_pool_pre_allocation, &default_pool)
                 .map_err(|e| format!("Invalid ipam-multi-pool-pre-allocation flag value: {e}"))?,
@@ -255,6 +273,10 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         devices::delete_links_checked(&td.links)?;
         state.finish_teardown(&td.key).map_err(|e| e.message)?;
     }
+    // ENI-class rules of addresses no pod holds any more (DELs while the daemon was
+    // down, crashes).
+    let live = state.live_addresses();
+    devices::prune_pod_rules(|ip| !live.contains(&ip));
     state.finish_restore();
     let routers: Vec<IpAddr> = state.router_ips();
     devices::setup_router(&routers, mtu)?;
@@ -285,7 +307,12 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         pool_dir: opts.pool_dir.clone(),
         metadata_dir: opts.metadata_dir.clone(),
         auto_create: opts.auto_create_pools.clone(),
+        node_resource: external.and(opts.node_resource.clone()).zip(external),
+        node_name: node_name.clone(),
     };
+    let status_writer = external
+        .and(opts.node_resource.clone())
+        .map(|p| (p, opts.node_update_rate));
     let (cni_conf_dir, cni_log_file, cni_exclusive) = (
         opts.write_cni_conf_when_ready.clone(),
         opts.cni_log_file.clone(),
@@ -301,6 +328,9 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             tokio::spawn(server::serve_metrics(tcp, daemon.clone()));
         }
         tokio::spawn(watch_manifests(daemon.clone(), watched));
+        if let Some((path, rate)) = status_writer {
+            tokio::spawn(write_node_status(daemon.clone(), path, rate));
+        }
         if !cni_conf_dir.is_empty() {
             let path = cniconf::write(Path::new(&cni_conf_dir), &socket, &cni_log_file, cni_exclusive)?;
             tracing::info!(path = %path.display(), "wrote the CNI config");
@@ -413,11 +443,14 @@ async fn shutdown_signal() {
     }
 }
 
-/// The manifest directories the daemon polls.
+/// The manifest directories (and node resource file) the daemon polls.
 struct Watched {
     pool_dir: Option<PathBuf>,
     metadata_dir: Option<PathBuf>,
     auto_create: String,
+    /// crd/eni: the node resource file, and whether it is eni mode.
+    node_resource: Option<(PathBuf, bool)>,
+    node_name: String,
 }
 
 /// How often the manifest directories are checked for changes.
@@ -428,8 +461,37 @@ const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 async fn watch_manifests(daemon: Arc<Daemon>, watched: Watched) {
     let stamp = |d: &Option<PathBuf>| d.as_deref().and_then(|d| ManifestDir::fingerprint(d).ok());
     let (mut pools_seen, mut meta_seen) = (stamp(&watched.pool_dir), stamp(&watched.metadata_dir));
+    let node_stamp = || {
+        watched
+            .node_resource
+            .as_ref()
+            .and_then(|(p, _)| CiliumNodeFile::current_fingerprint(p).ok())
+    };
+    let mut node_seen = node_stamp();
     loop {
         tokio::time::sleep(WATCH_INTERVAL).await;
+        let node_now = node_stamp();
+        if node_now != node_seen
+            && let Some((path, eni)) = &watched.node_resource
+        {
+            node_seen = node_now;
+            let loaded = ExternalBackend::load(&watched.node_name, path, *eni)
+                .and_then(|b| ExternalBackend::resolved(b.resource(), *eni));
+            match loaded {
+                Ok(node) => {
+                    let _ = daemon
+                        .with_state(move |s| {
+                            s.set_external_node(node);
+                            Ok(())
+                        })
+                        .await;
+                    tracing::info!(file = %path.display(), "node resource reloaded");
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "node resource not reloaded; keeping the previous one")
+                }
+            }
+        }
         let pools_now = stamp(&watched.pool_dir);
         if pools_now != pools_seen {
             pools_seen = pools_now;
@@ -471,6 +533,28 @@ async fn watch_manifests(daemon: Arc<Daemon>, watched: Watched) {
                 }
             }
         }
+    }
+}
+
+/// crd/eni: writes the used addresses into the node resource's status, at most
+/// once per `rate` (Cilium's `ipam-cilium-node-update-rate`).
+async fn write_node_status(daemon: Arc<Daemon>, path: PathBuf, rate: Duration) {
+    loop {
+        if let Ok(Some(status)) = daemon.with_state(|s| Ok(s.take_external_status())).await {
+            let p = path.clone();
+            let written = tokio::task::spawn_blocking(move || {
+                CiliumNodeFile::load(&p).and_then(|(f, _)| f.write_status(&status))
+            })
+            .await;
+            match written {
+                Ok(Ok(())) => tracing::debug!(file = %path.display(), "wrote status.ipam.used"),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "could not write the node resource's status")
+                }
+                Err(e) => tracing::warn!(error = %e, "status writer failed"),
+            }
+        }
+        tokio::time::sleep(rate).await;
     }
 }
 
@@ -560,6 +644,69 @@ fn fixed_routers(opts: &DaemonOptions) -> Result<BTreeMap<Family, IpAddr>, Strin
         out.insert(family, ip);
     }
     Ok(out)
+}
+
+/// crd, azure, alibabacloud (`Some(false)`) and eni (`Some(true)`) read the node
+/// resource from `--node-resource`; ENI-class modes route natively and refuse a
+/// tunnel, as Cilium does.
+fn external_mode(opts: &DaemonOptions) -> Result<Option<bool>, String> {
+    let eni = match opts.ipam.as_str() {
+        "crd" | "azure" | "alibabacloud" => false,
+        "eni" => true,
+        _ => return Ok(None),
+    };
+    if opts.routing_mode == "tunnel" && opts.ipam != "crd" {
+        return Err(format!(
+            "ipam {} needs routing-mode=native: its pod addresses are routed by the cloud network, and a tunnel would bypass it",
+            opts.ipam
+        ));
+    }
+    if opts.node_resource.is_none() {
+        return Err(format!(
+            "ipam {} needs --node-resource FILE: the CiliumNode manifest the external IPAM writes for this node",
+            opts.ipam
+        ));
+    }
+    Ok(Some(eni))
+}
+
+/// Reads the node resource file until it offers `needed` addresses (Cilium waits
+/// the same way before it serves).
+fn wait_for_external_ips(
+    node: &str,
+    path: &Path,
+    eni: bool,
+    needed: u64,
+) -> Result<ExternalBackend, String> {
+    let mut logged = false;
+    loop {
+        let backend = ExternalBackend::load(node, path, eni)?;
+        let resolved = ExternalBackend::resolved(backend.resource(), eni)?;
+        let have = resolved.spec.ipam.pool.len() as u64
+            + resolved.spec.ipam.ipv6_pool.len() as u64
+            + resolved
+                .spec
+                .ipam
+                .pools
+                .allocated
+                .iter()
+                .flat_map(|a| a.cidrs.iter())
+                .filter_map(|c| c.parse::<IpNet>().ok())
+                .map(|n| 1u64 << (n.max_prefix_len() - n.prefix_len()).min(63))
+                .sum::<u64>();
+        if have >= needed {
+            return Ok(backend);
+        }
+        if !logged {
+            tracing::info!(
+                have,
+                needed,
+                "Waiting for initial IP to become available in '{node}' custom resource"
+            );
+            logged = true;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
 }
 
 /// `k=v,k2=v2`.

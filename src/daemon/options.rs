@@ -102,6 +102,20 @@ pub struct DaemonOptions {
     #[arg(long = "local-router-ipv6", default_value = "")]
     pub local_router_ipv6: String,
 
+    /// crd, azure, alibabacloud, eni: the CiliumNode manifest file the external
+    /// IPAM writes for this node; the daemon writes only `status` into it.
+    #[arg(long = "node-resource", value_name = "FILE")]
+    pub node_resource: Option<PathBuf>,
+
+    /// crd/eni: how often, at most, the used addresses are written into the node
+    /// resource's status.
+    #[arg(long = "ipam-cilium-node-update-rate", default_value = "15s", value_parser = parse_duration)]
+    pub node_update_rate: Duration,
+
+    /// native or tunnel (ENI-class modes need native).
+    #[arg(long = "routing-mode", default_value = "native")]
+    pub routing_mode: String,
+
     /// Pod device type: veth, netkit (L3), netkit-l2, or auto (netkit where the
     /// kernel has it, else veth).
     #[arg(long = "datapath-mode", default_value = "veth")]

@@ -15,6 +15,7 @@
 //! the errno available through [`DatapathError::errno`].
 
 mod addr;
+mod eni;
 mod error;
 mod link;
 mod names;
@@ -29,6 +30,7 @@ mod sysctl;
 #[cfg(test)]
 mod tests;
 
+pub use eni::{RULE_PRIORITY_EGRESS, RULE_PRIORITY_INGRESS, eni_rules, eni_table, is_pod_rule};
 pub use error::{DatapathError, Result};
 pub use link::{LinkInfo, VethSpec};
 pub use names::{IFNAME_MAX_LEN, format_mac, host_ifname, random_mac, validate_ifname};

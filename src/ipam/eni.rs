@@ -39,19 +39,6 @@ use crate::node::cilium_node_file::{Eni, EniSpec};
 /// The pool ENI addresses go to.
 pub const ENI_POOL: &str = "default";
 
-/// `RulePriorityIngress`: `to <ip>/32 lookup main`.
-pub const RULE_PRIORITY_INGRESS: u32 = 20;
-/// `RulePriorityEgressv2` (ENI, AlibabaCloud, delegated): `from <ip>/32 lookup
-/// 10 + number`.
-pub const RULE_PRIORITY_EGRESS: u32 = 111;
-/// `RouteTableInterfacesOffset`: the per-ENI table is this + the ENI number.
-pub const ROUTE_TABLE_INTERFACES_OFFSET: u32 = 10;
-/// The main routing table.
-pub const TABLE_MAIN: u32 = 254;
-/// `RTPROT_KERNEL`: the protocol of the rules and routes (systemd-networkd
-/// leaves them alone).
-pub const RT_PROTO_KERNEL: u8 = 2;
-
 // ------------------------------------------------------------------ inventory
 
 /// One CIDR of the ENI allocation and the ENI it belongs to.
@@ -411,71 +398,6 @@ pub fn eni_for_ip(enis: &BTreeMap<String, Eni>, ip: IpAddr) -> Option<EniRouting
         vpc_cidrs,
         subnet_cidr,
     })
-}
-
-/// A `lookup <table>` policy rule, as data. Maps 1:1 onto
-/// `datapath::RuleSpec { family: IpFamily::of(&pod_ip), src, dst, table,
-/// priority }` (proto kernel is the datapath's business).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EniRule {
-    /// `from <net>`; `None` = from all.
-    pub src: Option<IpNet>,
-    /// `to <net>`; `None` = to all.
-    pub dst: Option<IpNet>,
-    pub table: u32,
-    pub priority: u32,
-}
-
-/// The per-ENI route table: 10 + interface number.
-pub fn eni_route_table(interface_number: u32) -> u32 {
-    ROUTE_TABLE_INTERFACES_OFFSET + interface_number
-}
-
-/// The rules of one Pod address (§3.3, non-masquerading case):
-/// ingress `priority 20, to <ip>/32 (/128), lookup main` (not installed for the
-/// router IP, `host=true`) and egress `priority 111, from <ip>/32, lookup
-/// 10 + number`.
-pub fn eni_rules(pod_ip: IpAddr, interface_number: u32) -> (EniRule, EniRule) {
-    let ingress = EniRule {
-        src: None,
-        dst: Some(IpNet::from(pod_ip)),
-        table: TABLE_MAIN,
-        priority: RULE_PRIORITY_INGRESS,
-    };
-    let egress = EniRule {
-        src: Some(IpNet::from(pod_ip)),
-        dst: None,
-        table: eni_route_table(interface_number),
-        priority: RULE_PRIORITY_EGRESS,
-    };
-    (ingress, egress)
-}
-
-/// The egress rules when masquerading is on in ENI mode (§3.3 step 4): one
-/// `from <ip>/32, to <cidr>` rule per (already coalesced) CIDR, a default
-/// route CIDR (`0.0.0.0/0`, `::/0`) normalised to no `to`; CIDRs of the other
-/// family are skipped. No CIDR gives the single non-masquerading rule.
-pub fn eni_egress_rules_masq(
-    pod_ip: IpAddr,
-    interface_number: u32,
-    cidrs: &[IpNet],
-) -> Vec<EniRule> {
-    let (_, plain) = eni_rules(pod_ip, interface_number);
-    let mut out: Vec<EniRule> = Vec::new();
-    for c in cidrs.iter().filter(|c| same_family(c, &pod_ip)) {
-        let dst = (c.prefix_len() != 0).then_some(c.trunc());
-        let rule = EniRule {
-            dst,
-            ..plain.clone()
-        };
-        if !out.contains(&rule) {
-            out.push(rule);
-        }
-    }
-    if out.is_empty() {
-        out.push(plain);
-    }
-    out
 }
 
 // --------------------------------------------------------- allocation algorithm
@@ -875,46 +797,6 @@ mod tests {
         let mut inv = base.clone();
         inv.get_mut("eni-1").unwrap().prefixes.push("nope".into());
         assert!(eni_allocation(&inv, &EniSpec::default()).is_err());
-    }
-
-    #[test]
-    fn rules() {
-        let ip: IpAddr = "10.0.1.20".parse().unwrap();
-        let (ing, eg) = eni_rules(ip, 1);
-        assert_eq!(
-            ing,
-            EniRule {
-                src: None,
-                dst: Some("10.0.1.20/32".parse().unwrap()),
-                table: 254,
-                priority: 20
-            }
-        );
-        assert_eq!(
-            eg,
-            EniRule {
-                src: Some("10.0.1.20/32".parse().unwrap()),
-                dst: None,
-                table: 11,
-                priority: 111
-            }
-        );
-        let (ing6, _) = eni_rules("fd00::1".parse().unwrap(), 0);
-        assert_eq!(ing6.dst, Some("fd00::1/128".parse().unwrap()));
-        let m = eni_egress_rules_masq(
-            ip,
-            2,
-            &[
-                "10.0.0.0/16".parse().unwrap(),
-                "0.0.0.0/0".parse().unwrap(),
-                "fd00::/8".parse().unwrap(),
-            ],
-        );
-        assert_eq!(m.len(), 2);
-        assert_eq!(m[0].dst, Some("10.0.0.0/16".parse().unwrap()));
-        assert_eq!(m[0].table, 12);
-        assert_eq!(m[1].dst, None);
-        assert_eq!(eni_egress_rules_masq(ip, 2, &[]), vec![eni_rules(ip, 2).1]);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 pub mod cilium_node_file;
 mod embedded;
+pub mod external;
 pub mod manifests;
 mod resource;
 

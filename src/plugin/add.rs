@@ -19,8 +19,8 @@ use crate::api::models::{
 };
 use crate::cni::{CniEnv, CniError, CniResult, Command, Interface, IpConfig, NetConf, Route};
 use crate::datapath::{
-    DatapathError, NetNs, NetkitMode, NetkitSpec, NetlinkSocket, RouteSpec, VethSpec, format_mac,
-    host_ifname, in_netns, random_mac, write_sysctl,
+    DatapathError, NetNs, NetkitMode, NetkitSpec, NetlinkSocket, RouteSpec, VethSpec, eni_rules,
+    eni_table, format_mac, host_ifname, in_netns, random_mac, write_sysctl,
 };
 
 use super::daemon_errors::to_cni;
@@ -35,6 +35,15 @@ pub const ALLOCATE_CONTEXT: &str = "unable to allocate IP via local podnet daemo
 struct FamilyPlan {
     ip: IpAddr,
     router: IpAddr,
+    /// ENI-class modes: the ENI the address belongs to.
+    eni: Option<EniPlan>,
+}
+
+/// The ENI routing of one address (from the IPAM response).
+struct EniPlan {
+    mac: [u8; 6],
+    number: u32,
+    gateway: IpAddr,
 }
 
 impl FamilyPlan {
@@ -270,6 +279,11 @@ impl Attempt<'_> {
             }
         }
 
+        for p in &plans {
+            if let Some(eni) = &p.eni {
+                install_eni_routing(host_sock, p.ip, eni)?;
+            }
+        }
         t.mark("netlink-host");
 
         // Pod side.
@@ -425,9 +439,17 @@ fn result_route(dst: IpNet, gw: Option<IpAddr>, mtu: Option<u32>) -> Route {
 /// when it has an address and the daemon reports its router.
 fn plan_families(alloc: &IpamResponse) -> Result<Vec<FamilyPlan>, CniError> {
     let mut plans = Vec::new();
-    for (ip, node) in [
-        (&alloc.address.ipv6, &alloc.host_addressing.ipv6),
-        (&alloc.address.ipv4, &alloc.host_addressing.ipv4),
+    for (ip, node, detail) in [
+        (
+            &alloc.address.ipv6,
+            &alloc.host_addressing.ipv6,
+            &alloc.ipv6,
+        ),
+        (
+            &alloc.address.ipv4,
+            &alloc.host_addressing.ipv4,
+            &alloc.ipv4,
+        ),
     ] {
         let Some(node) = node.as_ref().filter(|n| n.enabled && !ip.is_empty()) else {
             continue;
@@ -441,7 +463,13 @@ fn plan_families(alloc: &IpamResponse) -> Result<Vec<FamilyPlan>, CniError> {
                 node.ip
             ))
         })?;
-        plans.push(FamilyPlan { ip, router });
+        let eni = detail
+            .as_ref()
+            .filter(|d| !d.master_mac.is_empty())
+            .map(eni_plan)
+            .transpose()?
+            .flatten();
+        plans.push(FamilyPlan { ip, router, eni });
     }
     if plans.is_empty() {
         return Err(CniError::daemon_rejected(
@@ -449,6 +477,91 @@ fn plan_families(alloc: &IpamResponse) -> Result<Vec<FamilyPlan>, CniError> {
         ));
     }
     Ok(plans)
+}
+
+/// The ENI routing the daemon asks for: MAC, interface number and gateway (no
+/// gateway, e.g. IPv6 without a subnet, means no ENI routing, as in Cilium).
+fn eni_plan(d: &IpamAddressResponse) -> Result<Option<EniPlan>, CniError> {
+    let bad = |what: &str| CniError::daemon_rejected(format!("invalid IPAM response: {what}"));
+    let Ok(gateway) = d.gateway.parse::<IpAddr>() else {
+        return Ok(None);
+    };
+    let mut mac = [0u8; 6];
+    let parts: Vec<&str> = d.master_mac.split(':').collect();
+    if parts.len() != 6 {
+        return Err(bad(&format!("master-mac {:?}", d.master_mac)));
+    }
+    for (b, p) in mac.iter_mut().zip(parts) {
+        *b = u8::from_str_radix(p, 16)
+            .map_err(|_| bad(&format!("master-mac {:?}", d.master_mac)))?;
+    }
+    let number = d
+        .interface_number
+        .parse::<u32>()
+        .map_err(|_| bad(&format!("interface-number {:?}", d.interface_number)))?;
+    Ok(Some(EniPlan {
+        mac,
+        number,
+        gateway,
+    }))
+}
+
+/// ENI-class modes: the pod's rules and its ENI's table (Cilium §3.3): `to <pod>
+/// lookup main` (priority 20), `from <pod> lookup 10+n` (111), and in table 10+n a
+/// link route to the gateway and a default route via it, through the ENI device
+/// found by its MAC.
+fn install_eni_routing(
+    host_sock: &NetlinkSocket,
+    ip: IpAddr,
+    eni: &EniPlan,
+) -> Result<(), CniError> {
+    let links = host_sock.list_links().map_err(dp("listing host links"))?;
+    let dev = links
+        .iter()
+        .find(|l| l.mac == Some(eni.mac) && !l.name.starts_with("lxc") && !l.name.starts_with("podnet_"))
+        .ok_or_else(|| {
+            CniError::datapath_failure(format!(
+                "the ENI with MAC {} (interface number {}) is on no host link: the ENI inventory and the node disagree",
+                format_mac(&eni.mac),
+                eni.number
+            ))
+        })?;
+    let table = eni_table(eni.number);
+    for r in [
+        RouteSpec {
+            dst: IpNet::from(eni.gateway),
+            gateway: None,
+            oif: dev.index,
+            scope_link: true,
+            mtu: None,
+            table: Some(table),
+            priority: None,
+        },
+        RouteSpec {
+            dst: if ip.is_ipv4() {
+                "0.0.0.0/0".parse().unwrap_or(IpNet::from(ip))
+            } else {
+                "::/0".parse().unwrap_or(IpNet::from(ip))
+            },
+            gateway: Some(eni.gateway),
+            oif: dev.index,
+            scope_link: false,
+            mtu: None,
+            table: Some(table),
+            priority: None,
+        },
+    ] {
+        host_sock
+            .replace_route(&r)
+            .map_err(dp("adding the ENI table route"))?;
+    }
+    for rule in eni_rules(ip, eni.number) {
+        match host_sock.add_rule(&rule) {
+            Err(e) if !e.is_exists() => return Err(dp("adding the ENI rule")(e)),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// A retried ADD: remove what a previous attempt for this attachment left.

@@ -11,7 +11,8 @@ pub fn to_cni(e: ClientError, what: &str) -> CniError {
         _ if e.is_unavailable() => CniError::try_again_later(text),
         ClientError::Status { message, .. }
             if message.starts_with("range is full")
-                || message.starts_with("all CIDR ranges are exhausted") =>
+                || message.starts_with("all CIDR ranges are exhausted")
+                || message.starts_with("No IPs available") =>
         {
             CniError::address_exhausted(text)
         }

@@ -95,6 +95,7 @@ impl IpamState {
             self.metrics.event("allocate", &rec.family);
             self.clear_pending(&rec.pool, Family::of_addr(&rec.ip), &rec.owner);
             fill_response(&mut resp, rec, self.skip_masquerade(&rec.pool));
+            self.add_eni_details(&mut resp, rec.ip);
             tracing::info!(ip = %rec.ip, pool = %rec.pool, owner = %rec.owner, container = rec.container_id.as_deref().unwrap_or(""), "allocated");
         }
         self.sync_demand();
@@ -115,6 +116,15 @@ impl IpamState {
                 return Err(ApiError::new(
                     502,
                     match e {
+                        PoolError::Exhausted { .. }
+                            if matches!(self.cfg.pooling, super::PoolingMode::External { .. }) =>
+                        {
+                            format!(
+                                "No IPs available: the node's custom resource holds {usable} {} addresses and {used} are in use (node {})",
+                                family.label(),
+                                self.cfg.node_name
+                            )
+                        }
                         PoolError::Exhausted { .. } => format!(
                             "range is full: no free address in {cidr} ({used} of {usable} allocated) (node {})",
                             self.cfg.node_name
@@ -136,6 +146,25 @@ impl IpamState {
             };
             ApiError::new(502, format!("{e} (node {}){why}", self.cfg.node_name))
         })
+    }
+
+    /// eni: the gateway, VPC CIDRs, master MAC and interface number of the address's
+    /// ENI, which the plugin turns into the pod's routing rules.
+    fn add_eni_details(&self, resp: &mut IpamResponse, ip: IpAddr) {
+        let Some(eni) = self.eni_details(ip) else {
+            return;
+        };
+        let el = if ip.is_ipv4() {
+            resp.ipv4.as_mut()
+        } else {
+            resp.ipv6.as_mut()
+        };
+        if let Some(el) = el {
+            el.gateway = eni.gateway.map(|g| g.to_string()).unwrap_or_default();
+            el.cidrs = Some(eni.vpc_cidrs.iter().map(|c| c.to_string()).collect());
+            el.master_mac = eni.mac.clone();
+            el.interface_number = eni.interface_number.to_string();
+        }
     }
 
     /// Clears allocator bits taken for records that were never committed.

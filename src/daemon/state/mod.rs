@@ -144,6 +144,8 @@ pub struct IpamState {
     restore_finished: bool,
     /// DELs whose links are being torn down, by journal key.
     teardowns: BTreeMap<String, Teardown>,
+    /// crd/eni: the used addresses changed since they were last written out.
+    status_dirty: bool,
     allocations: BTreeMap<IpAddr, AllocationRecord>,
     endpoints: BTreeMap<String, EndpointRecord>,
     restored_endpoints: BTreeSet<String>,
@@ -289,6 +291,7 @@ impl IpamState {
         self.commit(&ops)?;
         self.apply(ops, why);
         self.sync_demand();
+        self.status_dirty = true;
         Ok(())
     }
 

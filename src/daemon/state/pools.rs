@@ -29,6 +29,9 @@ pub enum PoolingMode {
     HostScope,
     /// multi-pool: blocks of named pools, chosen per pod.
     MultiPool(MultiPoolSettings),
+    /// crd, azure, alibabacloud (single IPs of `spec.ipam.pool`) and eni (the ENI
+    /// inventory as blocks): an external system decides; one pool, `default`.
+    External { eni: bool },
 }
 
 /// Multi-pool options.
@@ -46,7 +49,7 @@ impl IpamState {
     /// The pool a request without `pool` falls back to.
     pub(super) fn default_pool(&self) -> &str {
         match &self.cfg.pooling {
-            PoolingMode::HostScope => super::DEFAULT_POOL,
+            PoolingMode::HostScope | PoolingMode::External { .. } => super::DEFAULT_POOL,
             PoolingMode::MultiPool(m) => &m.default_pool,
         }
     }
@@ -78,7 +81,25 @@ impl IpamState {
                     }
                 }
             }
-            PoolingMode::MultiPool(_) => {
+            PoolingMode::External { eni: false } => {
+                let single = |ip: &String| ip.parse::<std::net::IpAddr>().ok().map(IpNet::from);
+                for c in self
+                    .node
+                    .spec
+                    .ipam
+                    .pool
+                    .keys()
+                    .chain(self.node.spec.ipam.ipv6_pool.keys())
+                    .filter_map(single)
+                {
+                    wanted
+                        .entry((super::DEFAULT_POOL.to_string(), Family::of_net(&c)))
+                        .or_insert((Vec::new(), AllocatorOptions::default()))
+                        .0
+                        .push(c);
+                }
+            }
+            PoolingMode::MultiPool(_) | PoolingMode::External { eni: true } => {
                 for a in &self.node.spec.ipam.pools.allocated {
                     let opts = AllocatorOptions {
                         allow_first_ip: a.allow_first_ip,
@@ -280,7 +301,7 @@ impl IpamState {
     /// Whether addresses of `pool` keep their source address (no masquerade).
     pub(super) fn skip_masquerade(&self, pool: &str) -> bool {
         match &self.cfg.pooling {
-            PoolingMode::HostScope => false,
+            PoolingMode::HostScope | PoolingMode::External { .. } => false,
             PoolingMode::MultiPool(m) => {
                 (m.only_masquerade_default_pool && pool != m.default_pool)
                     || self
@@ -309,5 +330,61 @@ impl IpamState {
     pub fn finish_restore(&mut self) {
         self.restore_finished = true;
         self.sync_demand();
+    }
+
+    /// crd/eni: the external system changed the node resource (the spec, and in
+    /// eni mode the inventory): take the new addresses; ones in use that vanished
+    /// stay until their pods go, and are reported.
+    pub fn set_external_node(&mut self, node: crate::node::NodeResource) {
+        self.node.spec.ipam.pool = node.spec.ipam.pool;
+        self.node.spec.ipam.ipv6_pool = node.spec.ipam.ipv6_pool;
+        self.node.spec.ipam.pools.allocated = node.spec.ipam.pools.allocated;
+        self.node.spec.eni = node.spec.eni;
+        self.node.status.eni = node.status.eni;
+        self.apply_node_blocks();
+        self.status_dirty = true;
+        self.journal_node();
+    }
+
+    /// crd/eni: addresses the node can hand out at all (start-up waits for enough).
+    pub fn usable_addresses(&self) -> u64 {
+        self.cfg
+            .families
+            .iter()
+            .map(|f| self.pools.usable(self.default_pool(), *f))
+            .sum()
+    }
+
+    /// crd/eni: `status.ipam.used` / `ipv6-used` as the daemon writes them into the
+    /// node resource file, and whether anything changed since the last call.
+    pub fn take_external_status(&mut self) -> Option<serde_json::Value> {
+        if !std::mem::take(&mut self.status_dirty) {
+            return None;
+        }
+        let mut used = serde_json::Map::new();
+        let mut used6 = serde_json::Map::new();
+        for rec in self
+            .allocations
+            .values()
+            .filter(|r| r.state != crate::store::AllocationState::Cooling)
+        {
+            let entry = serde_json::json!({"owner": rec.owner, "resource": rec.container_id.clone().unwrap_or_default()});
+            if rec.ip.is_ipv4() {
+                used.insert(rec.ip.to_string(), entry);
+            } else {
+                used6.insert(rec.ip.to_string(), entry);
+            }
+        }
+        Some(serde_json::json!({"ipam": {"used": used, "ipv6-used": used6}}))
+    }
+
+    /// eni: the ENI details of an address for the IPAM response.
+    pub(super) fn eni_details(&self, ip: std::net::IpAddr) -> Option<crate::ipam::eni::EniRouting> {
+        match self.cfg.pooling {
+            PoolingMode::External { eni: true } => {
+                crate::ipam::eni::eni_for_ip(&self.node.status.eni.enis, ip)
+            }
+            _ => None,
+        }
     }
 }

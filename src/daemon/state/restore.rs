@@ -78,6 +78,7 @@ impl IpamState {
             pending: BTreeMap::new(),
             restore_finished: false,
             teardowns: BTreeMap::new(),
+            status_dirty: true,
             allocations: BTreeMap::new(),
             endpoints: BTreeMap::new(),
             restored_endpoints: BTreeSet::new(),

@@ -55,6 +55,15 @@ impl IpamState {
         }
     }
 
+    /// Addresses a pod or the node holds (not cooling).
+    pub fn live_addresses(&self) -> std::collections::BTreeSet<std::net::IpAddr> {
+        self.allocations
+            .values()
+            .filter(|r| r.state != AllocationState::Cooling)
+            .map(|r| r.ip)
+            .collect()
+    }
+
     /// The daemon's metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
