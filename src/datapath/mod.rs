@@ -35,7 +35,7 @@ pub use error::{DatapathError, Result};
 pub use link::{LinkInfo, VethSpec};
 pub use names::{IFNAME_MAX_LEN, format_mac, host_ifname, random_mac, validate_ifname};
 pub use netkit::{NetkitMode, NetkitSpec, NetkitSupport, build_netkit_request, probe_netkit};
-pub use netns::{NetNs, THREAD_SELF_NETNS, in_netns};
+pub use netns::{NetNs, NetnsGuard, THREAD_SELF_NETNS, enter_netns, in_netns};
 pub use route::{
     IpFamily, RouteInfo, RouteSpec, SCOPE_HOST, SCOPE_LINK, SCOPE_UNIVERSE, TABLE_LOCAL, TABLE_MAIN,
 };

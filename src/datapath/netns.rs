@@ -106,6 +106,51 @@ impl AsFd for NetNs {
     }
 }
 
+/// The calling thread inside another netns until `leave` (or drop) returns it.
+/// Only for single-threaded callers such as the plugin: the daemon uses
+/// [`in_netns`] (a thread of a runtime's pool must never switch).
+pub struct NetnsGuard {
+    original: File,
+    left: bool,
+}
+
+/// Moves the calling thread into `ns`, remembering where it was.
+pub fn enter_netns(ns: &NetNs) -> Result<NetnsGuard> {
+    let original = File::open(THREAD_SELF_NETNS)
+        .map_err(|e| DatapathError::io(format!("opening {THREAD_SELF_NETNS}"), e))?;
+    setns(ns.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
+        DatapathError::io(
+            format!("entering network namespace {}", ns.label),
+            io::Error::from(e),
+        )
+    })?;
+    Ok(NetnsGuard {
+        original,
+        left: false,
+    })
+}
+
+impl NetnsGuard {
+    /// Returns the thread to its original netns.
+    pub fn leave(mut self) -> Result<()> {
+        self.left = true;
+        setns(self.original.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
+            DatapathError::io(
+                "returning to the original network namespace",
+                io::Error::from(e),
+            )
+        })
+    }
+}
+
+impl Drop for NetnsGuard {
+    fn drop(&mut self) {
+        if !self.left {
+            let _ = setns(self.original.as_fd(), CloneFlags::CLONE_NEWNET);
+        }
+    }
+}
+
 /// Run `f` on a fresh, short-lived thread that has `setns`'d into `ns`.
 /// The calling thread's namespace never changes. `f` may borrow from the
 /// caller. Anything it creates that is bound to a netns (netlink sockets) keeps

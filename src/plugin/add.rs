@@ -20,7 +20,7 @@ use crate::api::models::{
 use crate::cni::{CniEnv, CniError, CniResult, Command, Interface, IpConfig, NetConf, Route};
 use crate::datapath::{
     DatapathError, NetNs, NetkitMode, NetkitSpec, NetlinkSocket, RouteSpec, VethSpec, eni_rules,
-    eni_table, format_mac, host_ifname, in_netns, random_mac, write_sysctl,
+    eni_table, enter_netns, format_mac, host_ifname, random_mac, write_sysctl,
 };
 
 use super::daemon_errors::to_cni;
@@ -81,8 +81,7 @@ pub fn add(
     t.mark("daemon-config");
     let host_sock =
         NetlinkSocket::new().map_err(dp("opening netlink in the runtime's namespace"))?;
-    let pod_sock =
-        NetlinkSocket::new_in(&netns).map_err(dp("opening netlink in the pod's namespace"))?;
+    let pod_sock = open_pod_socket(&netns, &daemon_cfg)?;
     let host_name = host_ifname(cid, ifname);
     clear_previous_attempt(&host_sock, &pod_sock, &host_name, ifname, netns_path)?;
     t.mark("netlink-setup");
@@ -286,15 +285,8 @@ impl Attempt<'_> {
         }
         t.mark("netlink-host");
 
-        // Pod side.
-        in_netns(netns, || {
-            if has_v6 {
-                write_sysctl("net/ipv6/conf/all/disable_ipv6", "0")?;
-                write_sysctl(&format!("net/ipv6/conf/{ifname}/accept_dad"), "0")?;
-            }
-            Ok(())
-        })
-        .map_err(dp("enabling IPv6 in the pod"))?;
+        // Pod side (the interface was created up; its IPv6 sysctls were set with
+        // the namespace's defaults when the socket was opened).
         if let Some(lo) = pod_sock
             .link_by_name("lo")
             .map_err(dp("finding lo in the pod"))?
@@ -312,9 +304,11 @@ impl Attempt<'_> {
                     netns_path.display()
                 ))
             })?;
-        pod_sock
-            .set_link_up(pod.index)
-            .map_err(dp("bringing up the pod interface"))?;
+        if !pod.up {
+            pod_sock
+                .set_link_up(pod.index)
+                .map_err(dp("bringing up the pod interface"))?;
+        }
         let mut routes = Vec::new();
         let mut ips = Vec::new();
         for p in &plans {
@@ -562,6 +556,28 @@ fn install_eni_routing(
         }
     }
     Ok(())
+}
+
+/// A netlink socket inside the pod's netns, opened by entering the netns on this
+/// (the plugin's only) thread, which also sets the pod's IPv6 defaults there: IPv6
+/// on, and no DAD for interfaces created from now on (so `eth0` answers at once).
+fn open_pod_socket(
+    netns: &NetNs,
+    cfg: &DaemonConfigurationStatus,
+) -> Result<NetlinkSocket, CniError> {
+    let v6 = cfg.addressing.ipv6.as_ref().is_some_and(|a| a.enabled);
+    let guard = enter_netns(netns).map_err(dp("entering the pod's network namespace"))?;
+    let opened = NetlinkSocket::new().and_then(|sock| {
+        if v6 {
+            write_sysctl("net/ipv6/conf/all/disable_ipv6", "0")?;
+            write_sysctl("net/ipv6/conf/default/accept_dad", "0")?;
+        }
+        Ok(sock)
+    });
+    guard
+        .leave()
+        .map_err(dp("leaving the pod's network namespace"))?;
+    opened.map_err(dp("opening netlink in the pod's namespace"))
 }
 
 /// A retried ADD: remove what a previous attempt for this attachment left.

@@ -24,7 +24,11 @@ const DAEMON_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs the plugin for this process's environment and stdin; returns the exit code.
 pub fn run() -> i32 {
-    crate::logging::init_stderr("warn");
+    // Runtimes swallow the plugin's stderr: logs are opt-in (PODNET_LOG), which also
+    // keeps the filter set-up off every pod's start-up path.
+    if std::env::var_os("PODNET_LOG").is_some() {
+        crate::logging::init_stderr("warn");
+    }
     let mut stdin = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut stdin) {
         return fail(
