@@ -69,7 +69,12 @@ fn metrics_have_cilium_names_under_the_prefix_and_move() {
     let b = node.sandbox();
     assert!(node.add(&a).ok);
     assert_eq!(node.add(&b).code(), 101);
-    let after = scrape(&node, 9962);
+    let mut after = scrape(&node, 9962);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while !after.contains("verb=\"ADD\",phase=\"total\"") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        after = scrape(&node, 9962);
+    }
     assert_eq!(
         metric_value(
             &after,
@@ -110,7 +115,13 @@ fn metrics_have_cilium_names_under_the_prefix_and_move() {
     ));
     // DEL moves the release counter and the cooling gauge.
     assert!(node.del(&a).ok);
-    let del = scrape(&node, 9962);
+    // The plugin sends its timings without waiting for the answer.
+    let mut del = scrape(&node, 9962);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while !del.contains("verb=\"DEL\",phase=\"total\"") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        del = scrape(&node, 9962);
+    }
     assert_eq!(
         metric_value(
             &del,

@@ -104,6 +104,11 @@ impl Client {
         self.call_json("GET", "/v1/healthz", &[], None::<&()>)
     }
 
+    /// `GET /v1/healthz` with `brief: true`: the figures without per-address lists.
+    pub fn healthz_brief(&self) -> Result<StatusResponse, ClientError> {
+        self.call_json("GET", "/v1/healthz", &[("brief", "true")], None::<&()>)
+    }
+
     /// `POST /v1/ipam`: allocate the next address of each requested family.
     pub fn allocate(&self, p: &AllocateParams<'_>) -> Result<IpamResponse, ClientError> {
         let query = build_query(&[
@@ -172,10 +177,25 @@ impl Client {
     }
 
     /// `POST /v1/cni/report`: the plugin's timings and failure.
+    /// Sent without waiting for the answer: the plugin exits right after it.
     pub fn report(&self, report: &CniReport) -> Result<(), ClientError> {
         let body = to_body(report, &self.socket)?;
-        self.call("POST", "/v1/cni/report", &[], Some(body))
-            .map(|_| ())
+        let sock = self.socket.display().to_string();
+        let mut stream =
+            UnixStream::connect(&self.socket).map_err(|source| ClientError::Unreachable {
+                socket: sock.clone(),
+                source,
+            })?;
+        let head = format!(
+            "POST /v1/cni/report HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        stream
+            .write_all(&[head.as_bytes(), &body].concat())
+            .map_err(|e| ClientError::Protocol {
+                socket: sock,
+                detail: e.to_string(),
+            })
     }
 
     /// `GET /v1/explain?q=`.

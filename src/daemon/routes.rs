@@ -50,7 +50,12 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
     let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     match (&method, segments.as_slice()) {
         (&Method::GET, ["v1", "healthz"]) => {
-            let mut status = daemon.with_state(|s| Ok(s.status())).await?;
+            // Cilium's `brief` header: the figures without the per-address lists
+            // (what CNI STATUS needs; a full /16 lists 65,534 addresses).
+            let brief = header(&req, "brief").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+            let mut status = daemon
+                .with_state(move |s| Ok(s.status_brief(brief)))
+                .await?;
             status.ipam.queue_depth = daemon.queue_depth() as u64;
             Ok(json_reply(200, &status))
         }

@@ -6,7 +6,7 @@ use crate::cni::CniError;
 
 pub fn status(client: &Client) -> Result<(), CniError> {
     let st = client
-        .healthz()
+        .healthz_brief()
         .map_err(|e| CniError::plugin_not_available(format!("podnet is not available: {e}")))?;
     if st.cilium.state == "Failure" {
         return Err(CniError::plugin_not_available(format!(

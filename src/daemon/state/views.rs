@@ -171,6 +171,11 @@ impl IpamState {
     /// Cooling addresses count as used; they are listed under `cooling`, not
     /// `allocations` (nobody owns them).
     pub fn status(&self) -> StatusResponse {
+        self.status_brief(false)
+    }
+
+    /// `status`, without the per-address maps and lists when `brief`.
+    pub fn status_brief(&self, brief: bool) -> StatusResponse {
         let mut ipam = IpamStatus {
             mode: self.cfg.ipam_mode.clone(),
             node_name: self.cfg.node_name.clone(),
@@ -246,7 +251,11 @@ impl IpamState {
             }
         }
         ipam.status = lines.join(", ");
-        for (ip, rec) in &self.allocations {
+        if brief {
+            ipam.ipv4 = None;
+            ipam.ipv6 = None;
+        }
+        for (ip, rec) in self.allocations.iter().filter(|_| !brief) {
             if rec.state == AllocationState::Cooling {
                 let until = rec.cooling_until_ms.unwrap_or(now);
                 ipam.cooling.insert(
