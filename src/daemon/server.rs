@@ -177,8 +177,11 @@ pub async fn serve(
                 let d = daemon.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| handle(d.clone(), req));
+                    // half_close: a plugin that sends its timing report and exits
+                    // still has the report processed.
                     let conn = http1::Builder::new()
                         .timer(hyper_util::rt::TokioTimer::new())
+                        .half_close(true)
                         .header_read_timeout(HEADER_TIMEOUT)
                         .serve_connection(TokioIo::new(stream), svc);
                     if let Err(e) = conn.await {
