@@ -12,6 +12,8 @@ use super::records::{AllocationRecord, EndpointRecord, allocation_key};
 
 const ALLOCATIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("allocations");
 const ENDPOINTS: TableDefinition<&str, &[u8]> = TableDefinition::new("endpoints");
+/// The journal's page cache.
+const JOURNAL_CACHE_BYTES: usize = 4 * 1024 * 1024;
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
 /// Why the journal could not be used. Every message names the file.
@@ -75,10 +77,15 @@ pub struct Journal {
 impl Journal {
     /// Opens (or creates) the journal file.
     pub fn open(path: &Path) -> Result<Journal, StoreError> {
-        let db = Database::create(path).map_err(|e| StoreError::Open {
-            path: path.to_path_buf(),
-            detail: e.to_string(),
-        })?;
+        // A small page cache: the daemon keeps its state in memory and reads the
+        // journal only at start (redb's default cache grows to 1 GiB).
+        let db = redb::Builder::new()
+            .set_cache_size(JOURNAL_CACHE_BYTES)
+            .create(path)
+            .map_err(|e| StoreError::Open {
+                path: path.to_path_buf(),
+                detail: e.to_string(),
+            })?;
         let j = Journal {
             db,
             path: path.to_path_buf(),
@@ -200,7 +207,7 @@ mod tests {
     fn rec(ip: &str) -> AllocationRecord {
         AllocationRecord {
             ip: ip.parse().unwrap(),
-            family: "ipv4".into(),
+            family: crate::ipam::Family::V4,
             pool: "default".into(),
             owner: "ns/pod".into(),
             container_id: Some("c1".into()),

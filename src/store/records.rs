@@ -33,7 +33,7 @@ pub enum AllocationState {
 pub struct AllocationRecord {
     pub ip: IpAddr,
     /// `ipv4` or `ipv6`.
-    pub family: String,
+    pub family: crate::ipam::Family,
     pub pool: String,
     pub owner: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -72,7 +72,7 @@ impl IpamState {
                 Ok((pool, why, ip)) => {
                     let mut rec = self.new_record(ip, family, req, now);
                     rec.pool = pool;
-                    rec.selected_by = Some(why);
+                    rec.selected_by = why.map(str::to_string);
                     taken.push(rec);
                 }
                 Err(e) => {
@@ -92,7 +92,7 @@ impl IpamState {
             ..Default::default()
         };
         for rec in &taken {
-            self.metrics.event("allocate", &rec.family);
+            self.metrics.event("allocate", rec.family.as_str());
             self.clear_pending(&rec.pool, Family::of_addr(&rec.ip), &rec.owner);
             fill_response(&mut resp, rec, self.skip_masquerade(&rec.pool));
             self.add_eni_details(&mut resp, rec.ip);
@@ -192,7 +192,7 @@ impl IpamState {
         };
         AllocationRecord {
             ip,
-            family: family.as_str().into(),
+            family,
             pool: self.default_pool().to_string(),
             owner: req.owner.clone(),
             container_id: req.container_id.clone(),
@@ -270,7 +270,7 @@ impl IpamState {
             ..Default::default()
         };
         fill_response(&mut resp, &rec, self.skip_masquerade(&rec.pool));
-        self.metrics.event("allocate", &rec.family);
+        self.metrics.event("allocate", rec.family.as_str());
         self.allocations.insert(addr, rec);
         self.sync_demand();
         Ok(resp)

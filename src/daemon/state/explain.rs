@@ -167,7 +167,11 @@ impl IpamState {
             ifname: rec.ifname.clone().unwrap_or_default(),
             network: rec.network.clone().unwrap_or_default(),
             rule: match (&rec.selected_by, rec.state) {
-                (Some(why), _) => format!("pool {} chosen by: {why}", rec.pool),
+                (Some(code), _) => format!(
+                    "pool {} chosen by: {}",
+                    rec.pool,
+                    super::pools::selection_text(code)
+                ),
                 (None, AllocationState::Infra) => format!(
                     "the node's own {} address, from pool {}",
                     rec.owner, rec.pool

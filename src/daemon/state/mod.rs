@@ -216,7 +216,7 @@ impl IpamState {
                         && rec.state != AllocationState::Cooling
                     {
                         tracing::info!(ip = %ip, owner = %rec.owner, reason = why, "released");
-                        self.metrics.event("release", &rec.family);
+                        self.metrics.event("release", rec.family.as_str());
                     }
                     self.pools.release(ip);
                 }
@@ -234,12 +234,12 @@ impl IpamState {
                     ) {
                         (AllocationState::Cooling, Some(HOLD_UNTIL_TEARDOWN), _, _) => {
                             tracing::info!(ip = %rec.ip, owner = %rec.owner, reason = why, "released (held until its links are gone)");
-                            self.metrics.event("release", &rec.family);
+                            self.metrics.event("release", rec.family.as_str());
                         }
                         (AllocationState::Cooling, Some(until), _, _) => {
                             if !was_cooling {
                                 tracing::info!(ip = %rec.ip, owner = %rec.owner, reason = why, "released (cooling down)");
-                                self.metrics.event("release", &rec.family);
+                                self.metrics.event("release", rec.family.as_str());
                             }
                             self.timers.push(Timer {
                                 ip: rec.ip,

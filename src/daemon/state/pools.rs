@@ -14,7 +14,7 @@ use crate::ipam::Family;
 use crate::ipam::hostscope::AllocatorOptions;
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pooldef::PoolDef;
-use crate::ipam::selection::{MetadataSource, Step, select_pool};
+use crate::ipam::selection::{MetadataSource, select_pool};
 use crate::node::{PoolDemand, RequestedPool};
 use crate::store::{JournalOp, now_ms};
 
@@ -130,13 +130,14 @@ impl IpamState {
     }
 
     /// The pool for a request: the one asked for, else the default (host-scope), else
-    /// pool selection (multi-pool). Returns the pool and how it was chosen.
+    /// pool selection (multi-pool). Returns the pool and, outside the single-pool
+    /// modes, a short code of how it was chosen (`selection_text` explains it).
     pub(super) fn choose_pool(
         &self,
         requested: &str,
         owner: &str,
         family: Family,
-    ) -> Result<(String, String), ApiError> {
+    ) -> Result<(String, Option<&'static str>), ApiError> {
         if !requested.is_empty() {
             if !self.is_multi_pool() && requested != super::DEFAULT_POOL {
                 return Err(ApiError::new(
@@ -148,20 +149,14 @@ impl IpamState {
                     ),
                 ));
             }
-            return Ok((requested.to_string(), "requested by the caller".into()));
+            return Ok((requested.to_string(), Some("requested")));
         }
         if !self.is_multi_pool() {
-            return Ok((
-                super::DEFAULT_POOL.into(),
-                format!("ipam mode {}: the node's single pool", self.cfg.ipam_mode),
-            ));
+            return Ok((super::DEFAULT_POOL.into(), None));
         }
         let default = self.default_pool().to_string();
         let Some(meta) = self.metadata.as_deref() else {
-            return Ok((
-                default,
-                "default pool (no pod metadata source is configured)".into(),
-            ));
+            return Ok((default, Some("no-metadata")));
         };
         let outcome = select_pool(owner, family, &self.pool_defs, meta, &default).map_err(|e| {
             ApiError::new(
@@ -172,19 +167,7 @@ impl IpamState {
         for w in &outcome.warnings {
             tracing::warn!(owner = %owner, "{w}");
         }
-        let why = match outcome.step {
-            Step::PodAnnotation => "the pod's ipam.cilium.io pool annotation (precedence step 1)",
-            Step::NamespaceAnnotation => {
-                "the namespace's ipam.cilium.io pool annotation (precedence step 2)"
-            }
-            Step::Selector => {
-                "the only CiliumPodIPPool whose selectors match the pod (precedence step 3)"
-            }
-            Step::Default => {
-                "the default pool: no annotation or pool selector applies (precedence step 4)"
-            }
-        };
-        Ok((outcome.pool, why.to_string()))
+        Ok((outcome.pool, Some(outcome.step.as_str())))
     }
 
     /// Notes a failed allocation as pending demand (expires after 5 minutes).
@@ -386,5 +369,20 @@ impl IpamState {
             }
             _ => None,
         }
+    }
+}
+
+/// What a pool-selection code (kept per allocation) means, for explain.
+pub(super) fn selection_text(code: &str) -> &'static str {
+    match code {
+        "requested" => "requested by the caller",
+        "no-metadata" => "the default pool (no pod metadata source is configured)",
+        "pod-annotation" => "the pod's ipam.cilium.io pool annotation (precedence step 1)",
+        "namespace-annotation" => {
+            "the namespace's ipam.cilium.io pool annotation (precedence step 2)"
+        }
+        "selector" => "the only CiliumPodIPPool whose selectors match the pod (precedence step 3)",
+        "default" => "the default pool: no annotation or pool selector applies (precedence step 4)",
+        _ => "unknown",
     }
 }

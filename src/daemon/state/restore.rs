@@ -359,7 +359,7 @@ impl IpamState {
             }
             let rec = AllocationRecord {
                 ip: *ip,
-                family: Family::of_addr(ip).as_str().into(),
+                family: Family::of_addr(ip),
                 pool,
                 owner: format!("{} [from kernel]", link.name),
                 container_id: None,
@@ -395,7 +395,7 @@ impl IpamState {
 fn infra_record(ip: IpAddr, owner: &str) -> AllocationRecord {
     AllocationRecord {
         ip,
-        family: Family::of_addr(&ip).as_str().into(),
+        family: Family::of_addr(&ip),
         pool: DEFAULT_POOL.into(),
         owner: owner.into(),
         container_id: None,
