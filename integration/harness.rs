@@ -12,9 +12,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// The podnet binary under test.
+/// The podnet binary under test: cargo's build of this crate, or the binary
+/// `PODNET_TEST_BIN` names (`make test-release` runs the suite against the static
+/// release build that gets installed).
 pub fn podnet_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_podnet")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| match std::env::var("PODNET_TEST_BIN") {
+        Ok(path) if !path.is_empty() => path,
+        _ => env!("CARGO_BIN_EXE_podnet").to_string(),
+    })
 }
 
 /// True when running as root (the tests need it); prints a skip line otherwise.
