@@ -110,16 +110,27 @@ pub fn bind(socket: &Path) -> Result<UnixListener, String> {
     Ok(listener)
 }
 
-/// Binds the metrics listener (`host:port`, or `:port` for every address).
+/// Binds the metrics listener (`ip:port`, or `:port` for every address). Host names
+/// are refused rather than resolved: the release binary links glibc statically,
+/// where name service lookups are unreliable.
 pub async fn bind_metrics(addr: &str) -> Result<tokio::net::TcpListener, String> {
-    let addr = if addr.starts_with(':') {
+    let socket_addr = parse_metrics_addr(addr)?;
+    tokio::net::TcpListener::bind(socket_addr)
+        .await
+        .map_err(|e| format!("cannot serve metrics on {socket_addr}: {e}"))
+}
+
+fn parse_metrics_addr(addr: &str) -> Result<std::net::SocketAddr, String> {
+    let literal = if addr.starts_with(':') {
         format!("[::]{addr}")
     } else {
         addr.to_string()
     };
-    tokio::net::TcpListener::bind(&addr)
-        .await
-        .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))
+    literal.parse().map_err(|_| {
+        format!(
+            "--prometheus-serve-addr {addr:?}: want an IP address and port (127.0.0.1:9962, [::1]:9962) or :port for every address; host names are not resolved"
+        )
+    })
 }
 
 /// Serves `GET /metrics` (anything else is 404) on the metrics listener.
@@ -189,6 +200,31 @@ pub async fn serve(
                     }
                 });
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_metrics_addr;
+
+    #[test]
+    fn metrics_address_is_an_ip_and_port_or_a_bare_port() {
+        assert_eq!(
+            parse_metrics_addr("127.0.0.1:9962").map(|a| a.to_string()),
+            Ok("127.0.0.1:9962".to_string())
+        );
+        assert_eq!(
+            parse_metrics_addr(":9962").map(|a| a.to_string()),
+            Ok("[::]:9962".to_string())
+        );
+        assert_eq!(
+            parse_metrics_addr("[::1]:9962").map(|a| a.to_string()),
+            Ok("[::1]:9962".to_string())
+        );
+        for bad in ["localhost:9962", "9962", "127.0.0.1", "", "[::1]"] {
+            let err = parse_metrics_addr(bad).expect_err(bad);
+            assert!(err.contains("host names are not resolved"), "{bad}: {err}");
         }
     }
 }
