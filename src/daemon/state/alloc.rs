@@ -271,7 +271,7 @@ impl IpamState {
         };
         fill_response(&mut resp, &rec, self.skip_masquerade(&rec.pool));
         self.metrics.event("allocate", rec.family.as_str());
-        self.allocations.insert(addr, rec);
+        self.allocations.insert(addr, Box::new(rec));
         self.sync_demand();
         Ok(resp)
     }
@@ -442,7 +442,7 @@ impl IpamState {
                 ));
             }
             ep_pool = rec.pool.clone();
-            let mut bound = rec.clone();
+            let mut bound = AllocationRecord::clone(rec);
             if bound.state != AllocationState::Infra {
                 bound.state = AllocationState::Bound;
                 bound.expiration_uuid = None;
@@ -550,7 +550,7 @@ impl IpamState {
                 self.release_op(
                     &AllocationRecord {
                         state: AllocationState::Bound,
-                        ..r.clone()
+                        ..AllocationRecord::clone(r)
                     },
                     now,
                 )

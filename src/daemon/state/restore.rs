@@ -159,7 +159,7 @@ impl IpamState {
             if rec.state != AllocationState::Cooling {
                 report.restored += 1;
             }
-            state.allocations.insert(rec.ip, rec);
+            state.allocations.insert(rec.ip, Box::new(rec));
         }
         for (key, value) in &snapshot.meta {
             if key.starts_with(TEARDOWN_PREFIX)
@@ -259,7 +259,7 @@ impl IpamState {
         let mut rec = infra_record(ip, owner);
         rec.pool = pool;
         ops.push(JournalOp::PutAllocation(rec.clone()));
-        self.allocations.insert(ip, rec);
+        self.allocations.insert(ip, Box::new(rec));
         Ok(ip)
     }
 
@@ -375,7 +375,7 @@ impl IpamState {
             };
             tracing::warn!(ip = %ip, link = %link.name, "adopted an address from the kernel");
             adopted.push(format!("{ip} ({})", link.name));
-            self.allocations.insert(*ip, rec.clone());
+            self.allocations.insert(*ip, Box::new(rec.clone()));
             ops.push(JournalOp::PutAllocation(rec));
         }
         (!adopted.is_empty()).then_some(adopted)
