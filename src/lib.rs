@@ -7,6 +7,7 @@
 //! `datapath` for its own devices.
 
 pub mod api;
+pub mod atomic_file;
 pub mod cli;
 pub mod cni;
 pub mod daemon;

@@ -9,7 +9,6 @@
 //! queue until its socket accepts requests.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -112,19 +111,8 @@ impl DeleteQueue {
             ));
         }
         let tmp = self.dir.join(format!(".{name}.tmp"));
-        let write = || -> std::io::Result<()> {
-            let mut f = OpenOptions::new()
-                .create(true)
-                .truncate(true)
-                .write(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(&body)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            File::open(&self.dir)?.sync_all()
-        };
-        write().map_err(|e| format!("cannot write the DEL queue entry {}: {e}", path.display()))?;
+        crate::atomic_file::replace(&path, &tmp, &body, 0o600)
+            .map_err(|e| format!("cannot write the DEL queue entry {}: {e}", path.display()))?;
         Ok(path)
     }
 

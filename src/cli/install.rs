@@ -3,8 +3,6 @@
 //! directory, synced, then renamed over `podnet`, so a runtime never executes a
 //! half-written file.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
@@ -51,21 +49,7 @@ pub fn install(source: &Path, dir: &Path) -> Result<PathBuf, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let dest = dir.join("podnet");
     let tmp = dir.join(format!(".podnet.new.{}", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o755)
-            .open(&tmp)?;
-        f.write_all(&data)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &dest)?;
-        std::fs::File::open(dir)?.sync_all()
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("cannot install into {}: {e}", dest.display())
-    })?;
+    crate::atomic_file::replace(&dest, &tmp, &data, 0o755)
+        .map_err(|e| format!("cannot install into {}: {e}", dest.display()))?;
     Ok(dest)
 }

@@ -4,8 +4,6 @@
 //! sees podnet before its daemon answers. With `--cni-exclusive`, other configs in
 //! the directory are renamed `*.podnet_bak`, as Cilium does with `*.cilium_bak`.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// The file name podnet writes.
@@ -52,17 +50,7 @@ pub fn write(
     let body = serde_json::to_vec_pretty(&conflist(socket, log_file)).map_err(|e| e.to_string())?;
     let dest = dir.join(CONF_NAME);
     let tmp = dir.join(format!(".{CONF_NAME}.tmp"));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&body)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &dest)
-    };
-    write().map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+    crate::atomic_file::replace(&dest, &tmp, &body, 0o600)
+        .map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
     Ok(dest)
 }

@@ -78,6 +78,40 @@ impl LinkInfo {
     }
 }
 
+/// The two halves of one RTM_NEWLINK creating a pair (veth or netkit): `host`
+/// carries the link info the caller adds; `peer` is named, placed in
+/// `peer_netns`, and both get the MTU, queue length and MAC asked for.
+pub(super) fn pair_link_messages(
+    host_name: &str,
+    host_mac: Option<[u8; 6]>,
+    peer_name: &str,
+    peer_mac: Option<[u8; 6]>,
+    peer_netns: &NetNs,
+    mtu: u32,
+    txqlen: Option<u32>,
+) -> (LinkMessage, LinkMessage) {
+    let mut peer = LinkMessage::default();
+    peer.attributes
+        .push(LinkAttribute::IfName(peer_name.to_string()));
+    peer.attributes
+        .push(LinkAttribute::NetNsFd(peer_netns.as_raw_fd()));
+    let mut host = LinkMessage::default();
+    host.attributes
+        .push(LinkAttribute::IfName(host_name.to_string()));
+    for (msg, mac) in [(&mut peer, peer_mac), (&mut host, host_mac)] {
+        if mtu > 0 {
+            msg.attributes.push(LinkAttribute::Mtu(mtu));
+        }
+        if let Some(q) = txqlen {
+            msg.attributes.push(LinkAttribute::TxQueueLen(q));
+        }
+        if let Some(mac) = mac {
+            msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
+        }
+    }
+    (host, peer)
+}
+
 fn first_link(msgs: Vec<RouteNetlinkMessage>) -> Option<LinkInfo> {
     msgs.into_iter().find_map(|m| match m {
         RouteNetlinkMessage::NewLink(l) => Some(LinkInfo::from_message(l)),
@@ -149,25 +183,15 @@ impl NetlinkSocket {
             )
         };
 
-        let mut peer = LinkMessage::default();
-        peer.attributes
-            .push(LinkAttribute::IfName(spec.peer_name.to_string()));
-        peer.attributes
-            .push(LinkAttribute::NetNsFd(spec.peer_netns.as_raw_fd()));
-        let mut host = LinkMessage::default();
-        host.attributes
-            .push(LinkAttribute::IfName(spec.host_name.to_string()));
-        for (msg, mac) in [(&mut peer, spec.peer_mac), (&mut host, spec.host_mac)] {
-            if spec.mtu > 0 {
-                msg.attributes.push(LinkAttribute::Mtu(spec.mtu));
-            }
-            if let Some(q) = spec.txqlen {
-                msg.attributes.push(LinkAttribute::TxQueueLen(q));
-            }
-            if let Some(mac) = mac {
-                msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
-            }
-        }
+        let (mut host, peer) = pair_link_messages(
+            spec.host_name,
+            spec.host_mac,
+            spec.peer_name,
+            spec.peer_mac,
+            spec.peer_netns,
+            spec.mtu,
+            spec.txqlen,
+        );
         host.attributes.push(LinkAttribute::LinkInfo(vec![
             NlLinkInfo::Kind(InfoKind::Veth),
             NlLinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer))),

@@ -26,7 +26,7 @@ use netlink_packet_route::link::{
 use nix::sched::{CloneFlags, unshare};
 
 use super::error::{DatapathError, Result};
-use super::link::LinkInfo;
+use super::link::{LinkInfo, pair_link_messages};
 use super::names::validate_ifname;
 use super::netns::NetNs;
 use super::socket::NetlinkSocket;
@@ -114,25 +114,15 @@ pub fn build_netkit_request(spec: &NetkitSpec<'_>) -> Result<LinkMessage> {
         )));
     }
 
-    let mut peer = LinkMessage::default();
-    peer.attributes
-        .push(LinkAttribute::IfName(spec.peer_name.to_string()));
-    peer.attributes
-        .push(LinkAttribute::NetNsFd(spec.peer_netns.as_raw_fd()));
-    let mut host = LinkMessage::default();
-    host.attributes
-        .push(LinkAttribute::IfName(spec.host_name.to_string()));
-    for (msg, mac) in [(&mut peer, spec.peer_mac), (&mut host, spec.host_mac)] {
-        if spec.mtu > 0 {
-            msg.attributes.push(LinkAttribute::Mtu(spec.mtu));
-        }
-        if let Some(q) = spec.txqlen {
-            msg.attributes.push(LinkAttribute::TxQueueLen(q));
-        }
-        if let Some(mac) = mac {
-            msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
-        }
-    }
+    let (mut host, peer) = pair_link_messages(
+        spec.host_name,
+        spec.host_mac,
+        spec.peer_name,
+        spec.peer_mac,
+        spec.peer_netns,
+        spec.mtu,
+        spec.txqlen,
+    );
 
     let mut data = vec![
         InfoNetkit::Mode(spec.mode.into()),

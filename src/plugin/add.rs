@@ -148,23 +148,19 @@ fn delegated_allocation(
         host_addressing: daemon_cfg.addressing.clone(),
         ..Default::default()
     };
+    let address = |net: &IpNet, gw: Option<IpAddr>| IpamAddressResponse {
+        ip: net.addr().to_string(),
+        gateway: gw.map(|g| g.to_string()).unwrap_or_default(),
+        interface_number: "0".into(),
+        ..Default::default()
+    };
     if let Some((_, net, gw)) = v4 {
         resp.address.ipv4 = net.to_string();
-        resp.ipv4 = Some(IpamAddressResponse {
-            ip: net.addr().to_string(),
-            gateway: gw.map(|g| g.to_string()).unwrap_or_default(),
-            interface_number: "0".into(),
-            ..Default::default()
-        });
+        resp.ipv4 = Some(address(&net, gw));
     }
     if let Some((_, net, gw)) = v6 {
         resp.address.ipv6 = net.to_string();
-        resp.ipv6 = Some(IpamAddressResponse {
-            ip: net.addr().to_string(),
-            gateway: gw.map(|g| g.to_string()).unwrap_or_default(),
-            interface_number: "0".into(),
-            ..Default::default()
-        });
+        resp.ipv6 = Some(address(&net, gw));
     }
     Ok(resp)
 }

@@ -45,6 +45,12 @@ pub struct Teardown {
 
 /// `rec` held: cooling with no end, until its teardown finishes.
 pub(super) fn held(rec: &AllocationRecord) -> AllocationRecord {
+    cooling(rec, HOLD_UNTIL_TEARDOWN)
+}
+
+/// `rec` released into the cooling state until `until_ms`: the attachment's
+/// fields are cleared, owner and pool stay for `status` and `explain`.
+fn cooling(rec: &AllocationRecord, until_ms: u64) -> AllocationRecord {
     AllocationRecord {
         state: AllocationState::Cooling,
         container_id: None,
@@ -53,7 +59,7 @@ pub(super) fn held(rec: &AllocationRecord) -> AllocationRecord {
         expiration_uuid: None,
         expires_at_ms: None,
         host_ifname: None,
-        cooling_until_ms: Some(HOLD_UNTIL_TEARDOWN),
+        cooling_until_ms: Some(until_ms),
         ..rec.clone()
     }
 }
@@ -195,17 +201,7 @@ impl IpamState {
                 ip: rec.ip,
             }
         } else {
-            JournalOp::PutAllocation(AllocationRecord {
-                state: AllocationState::Cooling,
-                container_id: None,
-                ifname: None,
-                network: None,
-                expiration_uuid: None,
-                expires_at_ms: None,
-                host_ifname: None,
-                cooling_until_ms: Some(now + self.cfg.cooldown.as_millis() as u64),
-                ..rec.clone()
-            })
+            JournalOp::PutAllocation(cooling(rec, now + self.cfg.cooldown.as_millis() as u64))
         }
     }
 
