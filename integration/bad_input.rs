@@ -111,30 +111,20 @@ fn bad_api_requests_get_precise_statuses() {
             Ok(resp) => resp.status,
             Err(e) => e.status().unwrap_or(0),
         };
-    assert_eq!(
-        status_of(c.call("POST", "/v1/ipam?family=ipv5", &[], None)),
-        400
-    );
-    assert_eq!(
-        status_of(c.call("POST", "/v1/ipam?family=IPV4", &[], None)),
-        400
-    );
-    assert_eq!(
-        status_of(c.call("POST", "/v1/ipam/not-an-ip", &[], None)),
-        400
-    );
-    assert_eq!(
-        status_of(c.call("DELETE", "/v1/ipam/10.1.2.300", &[], None)),
-        400
-    );
-    assert_eq!(
-        status_of(c.call("POST", "/v1/ipam?pool=mars", &[], None)),
-        400
-    );
-    assert_eq!(
-        status_of(c.call("POST", "/v1/ipam/192.0.2.1", &[], None)),
-        409
-    );
+    for (method, path, want) in [
+        ("POST", "/v1/ipam?family=ipv5", 400),
+        ("POST", "/v1/ipam?family=IPV4", 400),
+        ("POST", "/v1/ipam/not-an-ip", 400),
+        ("DELETE", "/v1/ipam/10.1.2.300", 400),
+        ("POST", "/v1/ipam?pool=mars", 400),
+        ("POST", "/v1/ipam/192.0.2.1", 409),
+    ] {
+        assert_eq!(
+            status_of(c.call(method, path, &[], None)),
+            want,
+            "{method} {path}"
+        );
+    }
     assert_eq!(
         status_of(c.call(
             "PUT",
@@ -164,30 +154,14 @@ fn bad_api_requests_get_precise_statuses() {
         413
     );
     // The router address cannot be released through the API.
-    let router = c
-        .config()
-        .expect("cfg")
-        .status
-        .addressing
-        .ipv4
-        .expect("v4")
-        .ip;
+    let router = node.ipv4_addressing().ip;
     assert_eq!(
         status_of(c.call("DELETE", &format!("/v1/ipam/{router}"), &[], None)),
         409
     );
     assert_eq!(node.allocations().len(), base);
     // A specific address can be taken and given back; taking it twice is a conflict.
-    let range: ipnet::IpNet = c
-        .config()
-        .expect("cfg")
-        .status
-        .addressing
-        .ipv4
-        .expect("v4")
-        .alloc_range
-        .parse()
-        .expect("range");
+    let range: ipnet::IpNet = node.ipv4_addressing().alloc_range.parse().expect("range");
     let ip = range.hosts().nth(100).expect("host").to_string();
     assert_eq!(
         status_of(c.call("POST", &format!("/v1/ipam/{ip}?owner=manual"), &[], None)),

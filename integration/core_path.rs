@@ -100,15 +100,7 @@ fn check_passes_then_fails_after_the_pod_route_is_removed() {
         "add",
         "default",
         "via",
-        &node
-            .client()
-            .config()
-            .expect("cfg")
-            .status
-            .addressing
-            .ipv4
-            .expect("v4")
-            .ip,
+        &node.ipv4_addressing().ip,
         "dev",
         "eth0",
     ]);
@@ -189,19 +181,7 @@ fn gc_releases_attachments_missing_from_the_valid_list() {
     assert!(!allocs.contains_key(&a4), "{allocs:?}");
     assert!(allocs.contains_key(&b4));
     assert_eq!(node.host_links().len(), 1, "a's host link should be gone");
-    assert!(
-        b.ping(
-            &node
-                .client()
-                .config()
-                .expect("cfg")
-                .status
-                .addressing
-                .ipv4
-                .expect("v4")
-                .ip
-        )
-    );
+    assert!(b.ping(&node.ipv4_addressing().ip));
 
     // The legacy key works too, and a config below 1.1.0 may not GC.
     let mut conf: serde_json::Value = serde_json::from_str(&node.conf("1.1.0")).expect("conf");
@@ -296,19 +276,7 @@ fn a_retried_add_replaces_its_own_interface_but_not_a_foreign_one() {
         "{allocs:?}"
     );
     assert_eq!(node.host_links().len(), 1);
-    assert!(
-        a.ping(
-            &node
-                .client()
-                .config()
-                .expect("cfg")
-                .status
-                .addressing
-                .ipv4
-                .expect("v4")
-                .ip
-        )
-    );
+    assert!(a.ping(&node.ipv4_addressing().ip));
 
     // An eth0 podnet did not make is left alone: code 104, nothing allocated.
     let b = node.sandbox();

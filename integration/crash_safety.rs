@@ -243,19 +243,7 @@ fn restore_reconciles_with_the_kernel() {
         vec!["lxcdeadbeef0001".to_string()]
     );
     assert_eq!(node.host_links().len(), 1);
-    assert!(
-        kept.ping(
-            &node
-                .client()
-                .config()
-                .expect("cfg")
-                .status
-                .addressing
-                .ipv4
-                .expect("v4")
-                .ip
-        )
-    );
+    assert!(kept.ping(&node.ipv4_addressing().ip));
 }
 
 #[test]
@@ -267,14 +255,7 @@ fn a_corrupt_journal_is_refused_then_rebuilt_from_the_kernel() {
     let a = node.sandbox();
     let b = node.sandbox();
     let (ra, rb) = (node.add(&a), node.add(&b));
-    let router = node
-        .client()
-        .config()
-        .expect("cfg")
-        .status
-        .addressing
-        .ipv4
-        .expect("v4");
+    let router = node.ipv4_addressing();
     node.stop_daemon(true);
     let journal = node.state_dir().join("journal.redb");
     std::fs::write(&journal, vec![0xA5u8; 8192]).expect("corrupt the journal");
@@ -289,14 +270,7 @@ fn a_corrupt_journal_is_refused_then_rebuilt_from_the_kernel() {
     node.args.push("--rebuild-from-kernel".into());
     node.start_daemon();
     let st = node.client().healthz().expect("healthz");
-    let cfg = node
-        .client()
-        .config()
-        .expect("cfg")
-        .status
-        .addressing
-        .ipv4
-        .expect("v4");
+    let cfg = node.ipv4_addressing();
     assert_eq!(
         cfg.ip, router.ip,
         "the router address must survive a rebuild"

@@ -310,15 +310,7 @@ fn options_come_from_a_config_dir() {
     let r = node.add(&a);
     assert!(r.ipv4().starts_with("10.70.0."), "{r:?}");
     assert_eq!(r.ips().len(), 1);
-    let range = node
-        .client()
-        .config()
-        .expect("cfg")
-        .status
-        .addressing
-        .ipv4
-        .expect("v4")
-        .alloc_range;
+    let range = node.ipv4_addressing().alloc_range;
     assert!(range.ends_with("/26"), "{range}");
 }
 

@@ -58,15 +58,7 @@ fn delegated_plugin_mode_with_host_local() {
         "{ra:?} {rb:?}"
     );
     assert_eq!(state_files(&data).len(), 2, "host-local's state files");
-    let router = node
-        .client()
-        .config()
-        .expect("cfg")
-        .status
-        .addressing
-        .ipv4
-        .expect("v4")
-        .ip;
+    let router = node.ipv4_addressing().ip;
     assert_eq!(router, "169.254.0.1");
     assert!(a.ping(&rb.ipv4()) && b.ping(&ra.ipv4()) && a.ping(&router));
     // The daemon holds no address of the delegate's, but knows the endpoints.

@@ -395,6 +395,18 @@ impl Node {
         podnet::api::client::Client::new(self.socket(), Duration::from_secs(10))
     }
 
+    /// The daemon's IPv4 addressing (router address, allocation range) from
+    /// `GET /v1/config`.
+    pub fn ipv4_addressing(&self) -> podnet::api::models::NodeAddressingElement {
+        self.client()
+            .config()
+            .expect("GET /v1/config")
+            .status
+            .addressing
+            .ipv4
+            .expect("the daemon has IPv4 addressing")
+    }
+
     /// A new sandbox namespace with a unique container ID and `eth0`.
     pub fn sandbox(&self) -> Sandbox {
         let ns = Netns::new("pnt-sb");

@@ -210,15 +210,7 @@ fn lab3_cluster_pool_to_multi_pool_migration_keeps_live_sandboxes() {
     let a = node.sandbox();
     let b = node.sandbox();
     let (ra, rb) = (node.add(&a), node.add(&b));
-    let cidr = node
-        .client()
-        .config()
-        .expect("cfg")
-        .status
-        .addressing
-        .ipv4
-        .expect("v4")
-        .alloc_range;
+    let cidr = node.ipv4_addressing().alloc_range;
     node.stop_daemon(false);
 
     // Preconditions: the flag, and a default pool with the same mask.
