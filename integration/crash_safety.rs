@@ -209,6 +209,10 @@ fn restore_reconciles_with_the_kernel() {
     // While the daemon is down: a pod's netns disappears (its veth with it), and a
     // stray lxc link appears that no allocation accounts for.
     gone.ns.delete();
+    assert!(
+        node.host_links_down_to(1),
+        "the deleted netns did not take its veth with it"
+    );
     let out = node.ns.exec(&[
         "ip",
         "link",

@@ -482,9 +482,16 @@ impl Node {
     /// True once no host-side link is left (DEL hands the link teardown to the
     /// daemon, which finishes it in the background): waits up to 5 s.
     pub fn host_links_gone(&self) -> bool {
+        self.host_links_down_to(0)
+    }
+
+    /// True once at most `n` host-side links are left: waits up to 5 s. Also for a
+    /// deleted pod netns, which the kernel frees (and its veth with it) after
+    /// `ip netns del` has returned.
+    pub fn host_links_down_to(&self, n: usize) -> bool {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            if self.host_links().is_empty() {
+            if self.host_links().len() <= n {
                 return true;
             }
             if Instant::now() > deadline {
