@@ -205,26 +205,65 @@ fn restore_reconciles_with_the_kernel() {
     let mut gone = node.sandbox();
     let kept = node.sandbox();
     let (rg, rk) = (node.add(&gone), node.add(&kept));
+    let journal_id = node.journal_id_of(&podnet::datapath::host_ifname(&kept.container_id, "eth0"));
+    let range: ipnet::Ipv4Net = node.ipv4_addressing().alloc_range.parse().expect("range");
+    let late_ip = std::net::Ipv4Addr::from(u32::from(range.network()) + 200).to_string();
     node.stop_daemon(true);
-    // While the daemon is down: a pod's netns disappears (its veth with it), and a
-    // stray lxc link appears that no allocation accounts for.
+    // While the daemon is down: a pod's netns disappears (its veth with it), and
+    // lxc links appear that no allocation accounts for: one this journal made and
+    // released (its marker says so), one without a marker (not provably podnet's),
+    // and one made at a commit the journal does not have (the journal lost it).
     gone.ns.delete();
     assert!(
         node.host_links_down_to(1),
         "the deleted netns did not take its veth with it"
     );
+    let stray = |name: &str, peer: &str, alias: Option<String>| {
+        let out = node.ns.exec(&[
+            "ip", "link", "add", name, "type", "veth", "peer", "name", peer,
+        ]);
+        assert!(out.status.success());
+        if let Some(a) = alias {
+            assert!(
+                node.ns
+                    .exec(&["ip", "link", "set", name, "alias", &a])
+                    .status
+                    .success()
+            );
+        }
+    };
+    stray(
+        "lxcdeadbeef0001",
+        "strayp1",
+        Some(format!("podnet j={journal_id}.1 c=gone-cid i=eth0")),
+    );
+    stray("lxcdeadbeef0002", "strayp2", None);
+    stray(
+        "lxcdeadbeef0003",
+        "strayp3",
+        Some(format!(
+            "podnet j={journal_id}.99999999 c=late-cid i=eth0 o=default/late"
+        )),
+    );
+    assert!(
+        node.ns
+            .exec(&["ip", "link", "set", "lxcdeadbeef0003", "up"])
+            .status
+            .success()
+    );
     let out = node.ns.exec(&[
         "ip",
-        "link",
+        "route",
         "add",
-        "lxcdeadbeef0001",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "strayp0",
+        &format!("{late_ip}/32"),
+        "dev",
+        "lxcdeadbeef0003",
     ]);
-    assert!(out.status.success());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     node.start_daemon();
     let st = node.client().healthz().expect("healthz");
     let report = &st.ipam.restore;
@@ -246,8 +285,38 @@ fn restore_reconciles_with_the_kernel() {
         report.orphan_links_removed,
         vec!["lxcdeadbeef0001".to_string()]
     );
-    assert_eq!(node.host_links().len(), 1);
+    assert_eq!(
+        report.unaccounted_links_kept,
+        vec!["lxcdeadbeef0002".to_string()]
+    );
+    assert!(
+        report
+            .adopted_from_kernel
+            .iter()
+            .any(|a| a.starts_with(&late_ip)),
+        "{report:?}"
+    );
+    assert!(
+        report.adopted_because.contains("newer than the journal"),
+        "{report:?}"
+    );
+    assert_eq!(
+        st.ipam.allocations.get(&late_ip).map(String::as_str),
+        Some("default/late [from kernel]")
+    );
+    let mut links = node.host_links();
+    links.sort();
+    assert_eq!(links.len(), 3, "{links:?}");
+    assert!(!links.contains(&"lxcdeadbeef0001".to_string()));
     assert!(kept.ping(&node.ipv4_addressing().ip));
+    // The adopted attachment is a pod like any other: its DEL releases it.
+    let late = Sandbox {
+        ns: Netns::new("pnt-late"),
+        container_id: "late-cid".into(),
+        ifname: "eth0".into(),
+    };
+    assert!(node.del(&late).ok);
+    assert!(!node.allocations().contains_key(&late_ip));
 }
 
 #[test]

@@ -205,6 +205,17 @@ impl PluginOutput {
     }
 }
 
+/// The daemon options of the usual dual-stack node.
+pub const DUAL_STACK: [&str; 7] = [
+    "--enable-ipv6",
+    "--cluster-pool-ipv4-cidr",
+    "10.20.0.0/16",
+    "--cluster-pool-ipv6-cidr",
+    "fd00:20::/104",
+    "--k8s-node-name",
+    "it-node",
+];
+
 /// A node: its namespace, a temp dir with the socket and state, and the daemon.
 pub struct Node {
     pub ns: Netns,
@@ -237,15 +248,7 @@ impl Node {
 
     /// The usual dual-stack node.
     pub fn dual_stack() -> Node {
-        Node::start(&[
-            "--enable-ipv6",
-            "--cluster-pool-ipv4-cidr",
-            "10.20.0.0/16",
-            "--cluster-pool-ipv6-cidr",
-            "fd00:20::/104",
-            "--k8s-node-name",
-            "it-node",
-        ])
+        Node::start(&DUAL_STACK)
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -500,6 +503,20 @@ impl Node {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The alias of a link in the node namespace (podnet's marker on host links).
+    pub fn link_alias(&self, name: &str) -> Option<String> {
+        let out = self.ns.exec(&["ip", "-j", "link", "show", "dev", name]);
+        let links: Value = serde_json::from_slice(&out.stdout).ok()?;
+        links[0]["ifalias"].as_str().map(str::to_string)
+    }
+
+    /// The id of the daemon's journal, read from a host link's marker.
+    pub fn journal_id_of(&self, link: &str) -> String {
+        let alias = self.link_alias(link).expect("the host link has a marker");
+        let marker = podnet::api::link_marker::LinkMarker::parse(&alias).expect("a podnet marker");
+        marker.journal.journal_id
     }
 
     /// Host-side links (lxc…) present in the node namespace.

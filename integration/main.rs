@@ -14,6 +14,7 @@ mod daemon_lifecycle;
 mod delegated;
 mod external_modes;
 mod install;
+mod journal_faults;
 mod lint;
 mod multipool;
 mod operations;

@@ -16,6 +16,14 @@ pub struct IpamResponse {
     pub ipv6: Option<IpamAddressResponse>,
     #[serde(rename = "host-addressing")]
     pub host_addressing: NodeAddressing,
+    /// podnet: the journal commit that recorded the allocation (`<journal id>.<seq>`);
+    /// the plugin marks the pod's host link with it (see `api::link_marker`).
+    #[serde(
+        rename = "journal-mark",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub journal_mark: String,
 }
 
 /// Cilium's `AddressPair`: the plain addresses, their pools and expiration ids.
@@ -318,6 +326,13 @@ pub struct IpamStatus {
     pub journal: String,
     #[serde(rename = "journal-bytes", default)]
     pub journal_bytes: u64,
+    /// podnet: why the journal cannot commit, while it cannot (empty when it works).
+    #[serde(
+        rename = "journal-error",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub journal_error: String,
     /// podnet: DELs waiting in the on-disk queue.
     #[serde(rename = "queue-depth", default)]
     pub queue_depth: u64,
@@ -345,9 +360,21 @@ pub struct RestoreStatus {
     /// Host links removed because no allocation accounted for them.
     #[serde(rename = "orphan-links-removed", default)]
     pub orphan_links_removed: Vec<String>,
-    /// Addresses adopted from the kernel (journal rebuild).
+    /// Addresses adopted from the kernel: host links the journal did not know
+    /// (a new, lost or rebuilt journal, or one older than the link).
     #[serde(rename = "adopted-from-kernel", default)]
     pub adopted_from_kernel: Vec<String>,
+    /// Why the restore adopted from the kernel, when it did.
+    #[serde(
+        rename = "adopted-because",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub adopted_because: String,
+    /// Host links podnet could not account for and left alone (not provably made
+    /// under this journal, and no address of theirs could be adopted).
+    #[serde(rename = "unaccounted-links-kept", default)]
+    pub unaccounted_links_kept: Vec<String>,
 }
 
 /// podnet: fill of one node range.
@@ -496,8 +523,10 @@ mod tests {
                 }),
                 ipv6: None,
             },
+            journal_mark: String::new(),
         };
         let v = serde_json::to_value(&r).unwrap();
+        assert!(v.get("journal-mark").is_none());
         assert_eq!(v["address"]["ipv4-pool-name"], "default");
         assert_eq!(v["ipv4"]["expiration-uuid"], "u");
         assert!(v["ipv4"]["cidrs"].is_null());

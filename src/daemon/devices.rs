@@ -7,7 +7,8 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::state::{KernelLink, KernelView};
+use super::state::{KernelLink, KernelView, StaleLink};
+use crate::api::link_marker::LinkMarker;
 use crate::api::models::LinkRef;
 use crate::datapath::{
     IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname, write_sysctl,
@@ -124,6 +125,7 @@ pub fn kernel_view() -> Result<KernelView, String> {
             .map(|r| r.dst.addr())
             .collect();
         view.links.push(KernelLink {
+            marker: link.alias.as_deref().and_then(LinkMarker::parse),
             name: link.name,
             routed,
         });
@@ -198,6 +200,41 @@ pub fn delete_links_checked(links: &[LinkRef]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Removes the host link of an attachment whose address expired, if its marker
+/// proves it was made under this journal no later than the expiry; a link without
+/// that proof (a newer ADD's, or another program's) is left alone.
+pub fn remove_stale_link(stale: &StaleLink) {
+    let found = NetlinkSocket::new().and_then(|sock| {
+        let link = sock.link_by_name(&stale.name)?;
+        Ok((sock, link))
+    });
+    let (sock, link) = match found {
+        Ok((sock, Some(link))) => (sock, link),
+        Ok((_, None)) => return,
+        Err(e) => {
+            tracing::warn!(link = %stale.name, error = %e, "cannot look up the host link of an expired address");
+            return;
+        }
+    };
+    let marker = link.alias.as_deref().and_then(LinkMarker::parse);
+    let proven = marker.as_ref().is_some_and(|m| {
+        m.journal.journal_id == stale.made_by.journal_id && m.journal.seq <= stale.made_by.seq
+    });
+    if !proven {
+        tracing::info!(link = %stale.name, alias = ?link.alias, "the expired attachment's host link is not provably the one its address was handed out for: leaving it alone");
+        return;
+    }
+    match sock.delete_link(link.index) {
+        Ok(()) => {
+            tracing::info!(link = %stale.name, "removed the host link of an expired address (its ADD never finished)")
+        }
+        Err(e) if e.is_not_found() => {}
+        Err(e) => {
+            tracing::warn!(link = %stale.name, error = %e, "could not remove the host link of an expired address")
+        }
+    }
 }
 
 /// Deletes the host-side links of the given attachments where they still exist.

@@ -21,6 +21,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::api::delete_queue::{DeleteQueue, read_entry};
+use crate::api::models::EndpointBatchDeleteRequest;
 use crate::datapath::{NetkitSupport, probe_netkit};
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{ClusterPoolConfig, parse_cidr_list};
@@ -33,7 +34,8 @@ use crate::node::{EmbeddedBackend, EmbeddedMode, NodeBackend, NodeResource};
 use crate::store::{Journal, Snapshot, now_ms};
 use options::{DaemonOptions, OptionsError};
 use state::{
-    ApiError, IpamState, MultiPoolSettings, NODE_META_KEY, PoolingMode, StateConfig, Timer,
+    ApiError, IpamState, JournalOrigin, MultiPoolSettings, NODE_META_KEY, PoolingMode, StateConfig,
+    Timer,
 };
 
 /// The running daemon, shared by every connection and timer.
@@ -43,22 +45,25 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Runs `f` on the state, on a blocking thread (the journal commit blocks), and
-    /// arms the timers the call queued.
+    /// Runs `f` on the state, on a blocking thread (the journal commit blocks), arms
+    /// the timers the call queued and removes the host links of expired addresses.
     pub async fn with_state<T, F>(self: &Arc<Self>, f: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
         F: FnOnce(&mut IpamState) -> Result<T, ApiError> + Send + 'static,
     {
         let d = self.clone();
-        let (result, timers) = tokio::task::spawn_blocking(move || {
+        let (result, timers, stale) = tokio::task::spawn_blocking(move || {
             let mut st = d.state.lock().unwrap_or_else(|p| p.into_inner());
             let r = f(&mut st);
-            (r, st.take_timers())
+            (r, st.take_timers(), st.take_stale_links())
         })
         .await
         .map_err(|e| ApiError::new(500, format!("internal error: {e}")))?;
         self.arm_timers(timers);
+        if !stale.is_empty() {
+            tokio::task::spawn_blocking(move || stale.iter().for_each(devices::remove_stale_link));
+        }
         result
     }
 
@@ -106,7 +111,7 @@ impl Daemon {
                 Ok(Ok(())) => {
                     let key = teardown.key.clone();
                     if let Err(e) = d.with_state(move |s| s.finish_teardown(&key)).await {
-                        tracing::error!(error = %e.message, "could not journal the end of a teardown");
+                        tracing::error!(error = %e.message, "could not journal the end of a teardown; it is retried once the journal works again");
                     }
                 }
                 Ok(Err(e)) => {
@@ -176,15 +181,23 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     };
     let lock = server::lock_socket(&opts.socket)?;
     server::ensure_private_dir(&opts.state_dir, "state directory")?;
-    let (journal, snapshot, rebuilt) = open_journal(
+    let (journal, snapshot, origin, current) = open_journal(
         &opts.state_dir.join("journal.redb"),
         opts.rebuild_from_kernel,
     )?;
     let router_hints = devices::router_addresses();
-    let current = if rebuilt {
-        rebuilt_node(&node_name, &mode, &router_hints)
-    } else {
-        stored_node(&snapshot, &journal)?
+    // A journal that knows nothing (rebuilt, or new on a node whose router device
+    // shows that podnet ran here) takes the node's CIDRs from the router device.
+    let current = match origin {
+        JournalOrigin::Rebuilt => rebuilt_node(&node_name, &mode, &router_hints),
+        JournalOrigin::Created if !router_hints.is_empty() => {
+            tracing::warn!(
+                routers = ?router_hints,
+                "the journal is new, but the router device shows that podnet ran on this node: taking the node's CIDRs from it and adopting the pods' addresses from their host links"
+            );
+            rebuilt_node(&node_name, &mode, &router_hints)
+        }
+        _ => current,
     };
     let mut backend: Box<dyn NodeBackend> = match (&external, &opts.node_resource) {
         (Some(eni), Some(path)) => {
@@ -246,16 +259,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     };
     let metrics = Arc::new(metrics::Metrics::new(&opts.metrics_prefix));
     let defs = backend.pools();
-    let mut state = IpamState::restore(
-        cfg,
-        journal,
-        node,
-        backend,
-        defs,
-        snapshot,
-        &router_hints,
-        metrics,
-    )?;
+    let mut state = IpamState::restore(cfg, journal, node, backend, defs, snapshot, metrics)?;
     if let Some(dir) = &opts.metadata_dir {
         state.set_metadata(Box::new(ManifestDir::load(dir)?));
     }
@@ -265,10 +269,15 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     // finds the daemon up).
     let queue = DeleteQueue::open(&opts.socket)?;
     let queue_lock = queue.lock_exclusive()?;
-    replay_queue(&queue, &mut state)?;
+    queue.remove_partial_writes();
+    let queued = read_queue(&queue)?;
+    let replayed = apply_queued(&mut state, &queued)?;
+    remove_queued(&queued)?;
+    state.note_queued_deletes(replayed);
     let kernel = devices::kernel_view()?;
-    let reconciled = state.reconcile_with_kernel(&kernel, rebuilt)?;
+    let reconciled = state.reconcile_with_kernel(&kernel, origin)?;
     devices::delete_links(&reconciled.links_to_delete);
+    state.reserve_infra_addresses(&router_hints)?;
     for td in state.pending_teardowns() {
         devices::delete_links_checked(&td.links)?;
         state.finish_teardown(&td.key).map_err(|e| e.message)?;
@@ -329,6 +338,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             tokio::spawn(server::serve_metrics(tcp, daemon.clone()));
         }
         tokio::spawn(watch_manifests(daemon.clone(), watched));
+        tokio::spawn(keep_journal_working(daemon.clone()));
         if let Some((path, rate)) = status_writer {
             tokio::spawn(write_node_status(daemon.clone(), path, rate));
         }
@@ -344,22 +354,38 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     })
 }
 
-/// Opens and reads the journal. With `rebuild`, a journal that cannot be read is
-/// moved aside (never deleted) and an empty one started; returns whether that
-/// happened.
-fn open_journal(path: &Path, rebuild: bool) -> Result<(Journal, Snapshot, bool), String> {
-    let read = Journal::open(path).and_then(|j| j.load().map(|s| (j, s)));
+/// Opens and reads the journal, including the node resource it holds. With
+/// `rebuild`, a journal that cannot be read for any reason (a damaged file, a
+/// record or the node resource that does not decode) is moved aside (never
+/// deleted) and an empty one started.
+fn open_journal(
+    path: &Path,
+    rebuild: bool,
+) -> Result<(Journal, Snapshot, JournalOrigin, Option<NodeResource>), String> {
+    let read = Journal::open(path)
+        .map_err(|e| e.to_string())
+        .and_then(|(j, s)| {
+            let node = stored_node(&s, &j)?;
+            Ok((j, s, node))
+        });
     match read {
-        Ok((j, s)) => Ok((j, s, false)),
+        Ok((j, s, node)) => {
+            let origin = if j.created() {
+                JournalOrigin::Created
+            } else {
+                JournalOrigin::Existing
+            };
+            Ok((j, s, origin, node))
+        }
         Err(e) if rebuild => {
             let aside = path.with_extension(format!("redb.corrupt-{}", now_ms()));
             tracing::warn!(error = %e, aside = %aside.display(), "journal unreadable: moving it aside and rebuilding from the kernel");
             std::fs::rename(path, &aside)
                 .map_err(|re| format!("{e}; and it could not be moved aside: {re}"))?;
-            let j = Journal::open(path).map_err(|e| e.to_string())?;
-            Ok((j, Snapshot::default(), true))
+            let (j, _) = Journal::open(path).map_err(|e| e.to_string())?;
+            Ok((j, Snapshot::default(), JournalOrigin::Rebuilt, None))
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e),
     }
 }
 
@@ -373,7 +399,7 @@ fn stored_node(snapshot: &Snapshot, journal: &Journal) -> Result<Option<NodeReso
         .transpose()
         .map_err(|e| {
             format!(
-                "journal {}: node resource is corrupt: {e}",
+                "journal {}: the node resource record is corrupt: {e}. Restart the daemon with --rebuild-from-kernel to move the journal aside and rebuild the allocations from the pods' host links and routes",
                 journal.path().display()
             )
         })
@@ -398,24 +424,13 @@ fn rebuilt_node(node_name: &str, mode: &EmbeddedMode, routers: &[IpAddr]) -> Opt
     Some(node)
 }
 
-/// Replays and removes the queued DELs. A corrupt entry is renamed `*.bad` and
-/// reported: the daemon does not guess what it meant.
-fn replay_queue(queue: &DeleteQueue, state: &mut IpamState) -> Result<(), String> {
-    queue.remove_partial_writes();
-    let mut n = 0;
+/// The queued DELs, read outside the state lock. A corrupt entry is renamed
+/// `*.bad` and reported: the daemon does not guess what it meant.
+fn read_queue(queue: &DeleteQueue) -> Result<Vec<(PathBuf, EndpointBatchDeleteRequest)>, String> {
+    let mut out = Vec::new();
     for path in queue.entries()? {
         match read_entry(&path) {
-            Ok(req) => {
-                match state.delete_endpoints(&req) {
-                    Ok(_) => {}
-                    Err(e) if e.status == 404 => {}
-                    Err(e) => return Err(format!("replaying {}: {}", path.display(), e.message)),
-                }
-                tracing::info!(container = %req.container_id, ifname = %req.container_interface_name, "replayed a queued DEL");
-                std::fs::remove_file(&path)
-                    .map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
-                n += 1;
-            }
+            Ok(req) => out.push((path, req)),
             Err(e) => {
                 tracing::error!(
                     "{e}; renaming it to .bad and leaving its addresses to GC or the expiration timer"
@@ -424,9 +439,97 @@ fn replay_queue(queue: &DeleteQueue, state: &mut IpamState) -> Result<(), String
             }
         }
     }
-    state.note_queued_deletes(n);
+    Ok(out)
+}
+
+/// Applies queued DELs to the state (one already applied counts as done).
+fn apply_queued(
+    state: &mut IpamState,
+    queued: &[(PathBuf, EndpointBatchDeleteRequest)],
+) -> Result<usize, String> {
+    for (path, req) in queued {
+        match state.delete_endpoints(req) {
+            Ok(_) => {}
+            Err(e) if e.status == 404 => {}
+            Err(e) => return Err(format!("replaying {}: {}", path.display(), e.message)),
+        }
+        tracing::info!(container = ?req.container_id, ifname = ?req.container_interface_name, "replayed a queued DEL");
+    }
+    Ok(queued.len())
+}
+
+/// Removes queue entries that were applied.
+fn remove_queued(queued: &[(PathBuf, EndpointBatchDeleteRequest)]) -> Result<(), String> {
+    for (path, _) in queued {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot remove {}: {e}", path.display())),
+        }
+    }
     Ok(())
 }
+
+/// Keeps the journal working while the daemon serves: once a second, a failed
+/// journal (a full disk) is reopened and checked against memory; after that the
+/// teardowns it could not finish are retried. DELs that plugins queued meanwhile
+/// (the daemon answered 503) are replayed as soon as the journal commits again.
+async fn keep_journal_working(daemon: Arc<Daemon>) {
+    loop {
+        tokio::time::sleep(JOURNAL_CHECK_INTERVAL).await;
+        let recovered = daemon
+            .with_state(|s| Ok(s.recover_journal()))
+            .await
+            .ok()
+            .flatten();
+        match recovered {
+            Some(false) => continue,
+            Some(true) => {
+                if let Ok(teardowns) = daemon.with_state(|s| Ok(s.pending_teardowns())).await {
+                    for td in teardowns {
+                        daemon.spawn_teardown(td);
+                    }
+                }
+            }
+            None => {}
+        }
+        let d = daemon.clone();
+        let queued = match tokio::task::spawn_blocking(move || read_queue(&d.queue)).await {
+            Ok(Ok(q)) if !q.is_empty() => q,
+            Ok(Ok(_)) => continue,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot read the DEL queue");
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let queued = Arc::new(queued);
+        let q = queued.clone();
+        match daemon
+            .with_state(move |s| {
+                let n = apply_queued(s, &q).map_err(|e| ApiError::new(503, e))?;
+                s.note_queued_deletes(n);
+                Ok(n)
+            })
+            .await
+        {
+            Ok(n) => {
+                let removed = tokio::task::spawn_blocking(move || remove_queued(&queued)).await;
+                if let Ok(Err(e)) = removed {
+                    tracing::warn!(error = %e, "queued DELs were applied but not removed (replaying them again is harmless)");
+                }
+                tracing::info!(
+                    replayed = n,
+                    "replayed DELs queued while the daemon could not take them"
+                );
+            }
+            Err(e) => tracing::warn!(error = %e.message, "queued DELs not replayed yet"),
+        }
+    }
+}
+
+/// How often the journal's health and the DEL queue are checked while serving.
+const JOURNAL_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};

@@ -27,6 +27,8 @@ pub struct LinkInfo {
     /// IFLA_LINK: for a veth, the peer's ifindex (in the peer's netns).
     pub link: Option<u32>,
     pub txqlen: Option<u32>,
+    /// IFLA_IFALIAS (podnet keeps its marker there, see `api::link_marker`).
+    pub alias: Option<String>,
 }
 
 /// Parameters of [`NetlinkSocket::create_veth_pair`].
@@ -56,6 +58,7 @@ impl LinkInfo {
             up: msg.header.flags.contains(LinkFlags::Up),
             link: None,
             txqlen: None,
+            alias: None,
         };
         for attr in msg.attributes {
             match attr {
@@ -64,6 +67,7 @@ impl LinkInfo {
                 LinkAttribute::Mtu(m) => info.mtu = m,
                 LinkAttribute::Link(l) => info.link = Some(l),
                 LinkAttribute::TxQueueLen(q) => info.txqlen = Some(q),
+                LinkAttribute::IfAlias(a) => info.alias = Some(a),
                 LinkAttribute::LinkInfo(infos) => {
                     for i in infos {
                         if let NlLinkInfo::Kind(k) = i {
@@ -223,6 +227,23 @@ impl NetlinkSocket {
         msg.header.flags = LinkFlags::Up;
         msg.header.change_mask = LinkFlags::Up;
         self.set_link(msg, || format!("setting link #{index} up{}", self.where_()))
+    }
+
+    /// Bring a link up and set its alias in the same request (the kernel ignores
+    /// an alias in the request that creates a link).
+    pub fn set_link_up_with_alias(&self, index: u32, alias: &str) -> Result<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.header.flags = LinkFlags::Up;
+        msg.header.change_mask = LinkFlags::Up;
+        msg.attributes
+            .push(LinkAttribute::IfAlias(alias.to_string()));
+        self.set_link(msg, || {
+            format!(
+                "setting link #{index} up with alias {alias:?}{}",
+                self.where_()
+            )
+        })
     }
 
     /// Bring a link administratively down.

@@ -13,6 +13,7 @@ use std::path::Path;
 use ipnet::IpNet;
 
 use crate::api::client::{AllocateParams, Client};
+use crate::api::link_marker::{JournalMark, LinkMarker};
 use crate::api::models::{
     AddressPair, DaemonConfigurationStatus, DatapathConfiguration, EndpointBatchDeleteRequest,
     EndpointChangeRequest, IpamAddressResponse, IpamResponse,
@@ -248,9 +249,21 @@ impl Attempt<'_> {
             write_sysctl(&format!("net/ipv6/conf/{host_name}/accept_dad"), "0")
                 .map_err(dp("host accept_dad"))?;
         }
-        host_sock
-            .set_link_up(host.index)
-            .map_err(dp("bringing up the host side"))?;
+        // The marker ties the link to the journal commit that handed out its
+        // addresses, so a restart can tell a stale link from one the journal lost.
+        match JournalMark::parse(&alloc.journal_mark) {
+            Some(journal) => {
+                let marker = LinkMarker {
+                    journal,
+                    container_id: Some(cid.to_string()),
+                    ifname: Some(ifname.to_string()),
+                    owner: Some(env.args.owner(cid)),
+                };
+                host_sock.set_link_up_with_alias(host.index, &marker.encode())
+            }
+            None => host_sock.set_link_up(host.index),
+        }
+        .map_err(dp("bringing up the host side"))?;
         for p in &plans {
             host_sock
                 .replace_route(&RouteSpec {

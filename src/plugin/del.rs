@@ -2,7 +2,8 @@
 //! it to the daemon with the release: the daemon journals both, answers at once,
 //! deletes the pair in the background and releases the addresses only after the
 //! link is gone (a restart finishes what a crash interrupted). Missing netns, link,
-//! allocation or endpoint all count as already done. If the daemon cannot be
+//! allocation or endpoint all count as already done. DEL never deletes anything
+//! inside the pod's netns: only the host twin proves an interface is podnet's. If the daemon cannot be
 //! reached, the release goes to the on-disk DEL queue the daemon replays at start,
 //! and DEL succeeds; only a full or unwritable queue fails (11, try again later).
 
@@ -10,7 +11,7 @@ use crate::api::client::Client;
 use crate::api::delete_queue::DeleteQueue;
 use crate::api::models::{EndpointBatchDeleteRequest, LinkRef};
 use crate::cni::{CniEnv, CniError, Command, NetConf};
-use crate::datapath::{DatapathError, NetNs, NetlinkSocket, host_ifname};
+use crate::datapath::{DatapathError, NetlinkSocket, host_ifname};
 
 use super::add::dp;
 use super::daemon_errors::to_cni;
@@ -29,13 +30,12 @@ pub fn del(env: &CniEnv, conf: &NetConf, client: &Client, t: &mut Timings) -> Re
     let host_sock =
         NetlinkSocket::new().map_err(dp("opening netlink in the runtime's namespace"))?;
     let host_name = host_ifname(cid, ifname);
+    // The pair goes with its host side; the pod's netns is never touched: without
+    // the host twin named for this (container ID, ifname), an interface in the netns
+    // is not one podnet made for this attachment (a veth pair dies as a whole).
     let host = host_sock
         .link_by_name(&host_name)
         .map_err(dp("looking up the host side"))?;
-    if host.is_none() {
-        // No pair of ours: remove a stray pod interface of that name, if any.
-        delete_pod_side(env, ifname)?;
-    }
     t.mark("netlink-lookup");
     // The daemon deletes the pair (the kernel's teardown takes tens of ms) and only
     // then releases the addresses, so DEL does not wait for it.
@@ -76,26 +76,6 @@ pub fn del(env: &CniEnv, conf: &NetConf, client: &Client, t: &mut Timings) -> Re
             })
         }
         Err(e) => Err(to_cni(e, &what)),
-    }
-}
-
-/// Deletes `ifname` inside the pod's netns when both still exist.
-fn delete_pod_side(env: &CniEnv, ifname: &str) -> Result<(), CniError> {
-    let Some(path) = &env.netns else {
-        return Ok(());
-    };
-    match NetNs::open(path) {
-        Ok(ns) => {
-            let pod_sock =
-                NetlinkSocket::new_in(&ns).map_err(dp("opening netlink in the pod's namespace"))?;
-            pod_sock
-                .delete_link_by_name(ifname)
-                .map_err(dp("deleting the pod interface"))?;
-            Ok(())
-        }
-        // Gone, or a pin file left behind after its unmount: nothing to remove.
-        Err(e) if e.is_not_found() || e.errno() == Some(libc::EINVAL) => Ok(()),
-        Err(e) => Err(dp("opening the pod's network namespace")(e)),
     }
 }
 

@@ -6,5 +6,5 @@
 mod journal;
 mod records;
 
-pub use journal::{Journal, JournalOp, Snapshot, StoreError};
+pub use journal::{Journal, JournalFailure, JournalOp, Snapshot, StoreError};
 pub use records::{AllocationRecord, AllocationState, EndpointRecord, now_ms};

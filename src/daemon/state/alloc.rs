@@ -23,7 +23,9 @@ impl IpamState {
         self.metrics
             .phase("ADD", "daemon-allocation", started.elapsed().as_secs_f64());
         if let Err(e) = &result {
-            let reason = if e.message.starts_with("range is full")
+            let reason = if e.status == 503 && e.message.starts_with(super::JOURNAL_UNAVAILABLE) {
+                "journal-unavailable"
+            } else if e.message.starts_with("range is full")
                 || e.message.starts_with("all CIDR ranges are exhausted")
             {
                 "range-full"
@@ -89,6 +91,7 @@ impl IpamState {
         self.apply(ops, "attachment added again");
         let mut resp = IpamResponse {
             host_addressing: self.node_addressing(),
+            journal_mark: self.journal_mark().encode(),
             ..Default::default()
         };
         for rec in &taken {

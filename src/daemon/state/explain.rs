@@ -39,6 +39,9 @@ pub fn hint_for(reason: &str) -> &'static str {
         "netns-missing" => {
             "the pod's network namespace was gone before podnet ran: the runtime will retry or tear the pod down"
         }
+        "journal-unavailable" => {
+            "the daemon cannot write its journal (the filesystem of its --state-dir is full or failing): free space or fix the disk there; the daemon reopens the journal by itself and then serves again (podnet status shows the journal error meanwhile)"
+        }
         "invalid-config" => {
             "fix the CNI network config or the runtime's CNI variables named in the message"
         }

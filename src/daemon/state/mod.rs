@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::metrics::Metrics;
+use crate::api::link_marker::JournalMark;
 use crate::api::models::FailureRecord;
 use crate::ipam::Family;
 use crate::ipam::multipool::PoolSet;
@@ -26,7 +27,7 @@ use crate::node::{NodeBackend, NodeResource};
 use crate::store::{AllocationRecord, AllocationState, EndpointRecord, Journal, JournalOp, now_ms};
 
 pub use pools::{MultiPoolSettings, PoolingMode};
-pub use restore::{KernelLink, KernelView, ReconcileReport, RestoreReport};
+pub use restore::{JournalOrigin, KernelLink, KernelView, ReconcileReport, RestoreReport};
 
 /// The pool of the host-scope modes, and multi-pool's default default pool.
 pub const DEFAULT_POOL: &str = "default";
@@ -64,6 +65,8 @@ fn cooling(rec: &AllocationRecord, until_ms: u64) -> AllocationRecord {
     }
 }
 
+/// The first words of the error a client gets while the journal cannot commit.
+pub const JOURNAL_UNAVAILABLE: &str = "cannot record the change durably";
 /// How many recent failures `explain` remembers.
 pub const MAX_FAILURES: usize = 256;
 /// Journal key of the node resource.
@@ -100,6 +103,16 @@ pub struct Timer {
     pub ip: IpAddr,
     pub deadline_ms: u64,
     pub kind: TimerKind,
+}
+
+/// The host link of an attachment whose address expired (its plugin died before
+/// the endpoint was registered). The daemon removes it only if its marker shows
+/// it was made under this journal no later than `made_by`: a retried ADD's newer
+/// link of the same name is left alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StaleLink {
+    pub name: String,
+    pub made_by: JournalMark,
 }
 
 /// Static facts the state needs.
@@ -160,6 +173,7 @@ pub struct IpamState {
     journal: Journal,
     node: NodeResource,
     timers: Vec<Timer>,
+    stale_links: Vec<StaleLink>,
     restore_report: RestoreReport,
     metrics: Arc<Metrics>,
     failures: VecDeque<FailureRecord>,
@@ -169,6 +183,12 @@ impl IpamState {
     /// The timers queued since the last call; the caller arms them.
     pub fn take_timers(&mut self) -> Vec<Timer> {
         std::mem::take(&mut self.timers)
+    }
+
+    /// The host links of expired attachments queued since the last call; the
+    /// caller removes them.
+    pub fn take_stale_links(&mut self) -> Vec<StaleLink> {
+        std::mem::take(&mut self.stale_links)
     }
 
     /// The node resource as it stands.
@@ -181,15 +201,140 @@ impl IpamState {
         self.routers.values().copied().collect()
     }
 
-    fn commit(&self, ops: &[JournalOp]) -> Result<(), ApiError> {
+    /// Commits `ops` to the journal. While the journal is failed (a full disk),
+    /// it is first reopened if possible; otherwise the change is refused with 503,
+    /// which clients treat as "try again later" (a DEL goes to the on-disk queue).
+    fn commit(&mut self, ops: &[JournalOp]) -> Result<(), ApiError> {
+        if self.journal.failure().is_some() {
+            self.recover_journal();
+        }
         let started = Instant::now();
         let result = self.journal.commit(ops);
         self.metrics
             .phase("daemon", "journal-commit", started.elapsed().as_secs_f64());
         result.map_err(|e| {
             tracing::error!(error = %e, "journal commit failed");
-            ApiError::new(500, format!("cannot record the change durably: {e}"))
+            ApiError::new(503, self.journal_unavailable(&e.to_string()))
         })
+    }
+
+    /// The journal's identity and last commit (what host links are marked with).
+    pub fn journal_mark(&self) -> JournalMark {
+        JournalMark {
+            journal_id: self.journal.id().to_string(),
+            seq: self.journal.seq(),
+        }
+    }
+
+    /// What a client is told while the journal cannot commit.
+    fn journal_unavailable(&self, detail: &str) -> String {
+        let dir = self
+            .journal
+            .path()
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let hint = if self.journal.failure().is_some_and(|f| f.no_space) {
+            format!("the filesystem of the state directory {dir} is full: free space there")
+        } else {
+            format!("check the state directory {dir} and the kernel log for I/O errors")
+        };
+        format!(
+            "{JOURNAL_UNAVAILABLE}: {detail}; {hint} (the daemon reopens the journal by itself once it can write)"
+        )
+    }
+
+    /// Brings a failed journal back: reopens it (at most once a second), checks it
+    /// against the state in memory (what clients were told) and writes whatever
+    /// differs. None when the journal was not failed; else whether it works now.
+    pub fn recover_journal(&mut self) -> Option<bool> {
+        self.journal.failure()?;
+        let snapshot = match self.journal.reopen()? {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "journal still unavailable");
+                return Some(false);
+            }
+        };
+        let fixes = self.journal_fixes(snapshot);
+        let n = fixes.len();
+        match self.journal.commit(&fixes) {
+            Ok(()) => {
+                tracing::warn!(
+                    rewritten = n,
+                    journal = %self.journal.path().display(),
+                    "journal reopened after a failure and checked against the state in memory"
+                );
+                Some(true)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "journal reopened, but it still cannot commit");
+                Some(false)
+            }
+        }
+    }
+
+    /// The ops that make the journal hold exactly what memory holds.
+    fn journal_fixes(&self, snapshot: crate::store::Snapshot) -> Vec<JournalOp> {
+        let mut ops = Vec::new();
+        let mut seen = BTreeSet::new();
+        for rec in snapshot.allocations {
+            match self.allocations.get(&rec.ip) {
+                Some(mem) if **mem == rec => {}
+                Some(mem) if mem.pool == rec.pool => {
+                    ops.push(JournalOp::PutAllocation(AllocationRecord::clone(mem)))
+                }
+                _ => ops.push(JournalOp::DeleteAllocation {
+                    pool: rec.pool.clone(),
+                    ip: rec.ip,
+                }),
+            }
+            seen.insert(rec.key());
+        }
+        ops.extend(
+            self.allocations
+                .values()
+                .filter(|r| !seen.contains(&r.key()))
+                .map(|r| JournalOp::PutAllocation(AllocationRecord::clone(r))),
+        );
+        let mut seen = BTreeSet::new();
+        for ep in snapshot.endpoints {
+            match self.endpoints.get(&ep.key()) {
+                Some(mem) if *mem == ep => {}
+                Some(mem) => ops.push(JournalOp::PutEndpoint(mem.clone())),
+                None => ops.push(JournalOp::DeleteEndpoint {
+                    container_id: ep.container_id.clone(),
+                    ifname: ep.ifname.clone(),
+                }),
+            }
+            seen.insert(ep.key());
+        }
+        ops.extend(
+            self.endpoints
+                .iter()
+                .filter(|(k, _)| !seen.contains(*k))
+                .map(|(_, e)| JournalOp::PutEndpoint(e.clone())),
+        );
+        for (key, _) in &snapshot.meta {
+            if key.starts_with(TEARDOWN_PREFIX) && !self.teardowns.contains_key(key) {
+                ops.push(JournalOp::DeleteMeta { key: key.clone() });
+            }
+        }
+        for (key, td) in &self.teardowns {
+            if let Ok(value) = serde_json::to_value(td) {
+                ops.push(JournalOp::PutMeta {
+                    key: key.clone(),
+                    value,
+                });
+            }
+        }
+        if let Ok(value) = serde_json::to_value(&self.node) {
+            ops.push(JournalOp::PutMeta {
+                key: NODE_META_KEY.into(),
+                value,
+            });
+        }
+        ops
     }
 
     /// The journal op that releases `rec`: straight back to the pool without a
@@ -293,6 +438,27 @@ impl IpamState {
         Ok(())
     }
 
+    /// The host link of an expired allocation's attachment, unless something else
+    /// of that attachment still lives (another address, or its endpoint).
+    fn expired_attachment_link(&self, rec: &AllocationRecord) -> Option<StaleLink> {
+        let (cid, ifname) = (rec.container_id.as_deref()?, rec.ifname.as_deref()?);
+        let others = self
+            .allocations
+            .values()
+            .any(|r| r.ip != rec.ip && r.is_for(cid, Some(ifname)));
+        if others
+            || self
+                .endpoints
+                .contains_key(&EndpointRecord::key_of(cid, ifname))
+        {
+            return None;
+        }
+        Some(StaleLink {
+            name: crate::datapath::host_ifname(cid, ifname),
+            made_by: self.journal_mark(),
+        })
+    }
+
     /// Fires a timer. Expiration releases the address if it is still pending with
     /// the same UUID; the end of a cooldown gives the address back to the pool.
     /// Returns true if it changed something.
@@ -309,6 +475,9 @@ impl IpamState {
                     return false;
                 }
                 tracing::warn!(ip = %rec.ip, owner = %rec.owner, "Released IP after expiration");
+                if let Some(link) = self.expired_attachment_link(&rec) {
+                    self.stale_links.push(link);
+                }
                 vec![self.release_op(&rec, now)]
             }
             TimerKind::Cooldown => {
@@ -326,7 +495,12 @@ impl IpamState {
         match self.commit_apply(ops, "timer") {
             Ok(()) => true,
             Err(e) => {
-                tracing::error!(ip = %rec.ip, error = %e.message, "could not journal a timer's change; keeping the address");
+                // Try again later (the journal may be failed for a while).
+                tracing::error!(ip = %rec.ip, error = %e.message, "could not journal a timer's change; keeping the address and trying again in a second");
+                self.timers.push(Timer {
+                    deadline_ms: now_ms() + 1000,
+                    ..timer.clone()
+                });
                 false
             }
         }

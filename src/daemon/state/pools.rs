@@ -267,7 +267,7 @@ impl IpamState {
 
     /// Journals the node resource (a failure is logged: the resource is rebuilt from
     /// the blocks' allocations on the next start).
-    pub(super) fn journal_node(&self) {
+    pub(super) fn journal_node(&mut self) {
         match serde_json::to_value(&self.node) {
             Ok(value) => {
                 if let Err(e) = self.commit(&[JournalOp::PutMeta {

@@ -7,8 +7,12 @@
 //! - cooling address whose cooldown ended while the daemon was down: freed;
 //! - bound allocation whose host link is gone: the pod's netns is gone (deleting a
 //!   netns destroys the veth pair), so the address is released (into cooldown);
-//! - host link (`lxc…`) no allocation accounts for: removed, unless the journal is
-//!   being rebuilt from the kernel, in which case its routed addresses are adopted.
+//! - host link (`lxc…`) no allocation accounts for: removed only when its marker
+//!   (`api::link_marker`) shows it was made under this very journal at a commit the
+//!   journal has (so the journal saw the attachment and released it). Otherwise the
+//!   journal never knew the link (it is new, was lost or rebuilt, or is older than
+//!   the link): the link's routed addresses are adopted, and a link with nothing to
+//!   adopt is left alone. A journal's silence is never a reason to delete a pod.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
@@ -19,6 +23,7 @@ use super::{
     DEFAULT_POOL, HOLD_UNTIL_TEARDOWN, IpamState, NODE_META_KEY, StateConfig, TEARDOWN_PREFIX,
     Teardown, Timer, TimerKind,
 };
+use crate::api::link_marker::LinkMarker;
 use crate::datapath::host_ifname;
 use crate::ipam::Family;
 use crate::ipam::multipool::{PoolError, PoolSet};
@@ -38,11 +43,32 @@ pub struct KernelView {
     pub links: Vec<KernelLink>,
 }
 
-/// One host-side link and the addresses routed through it.
+/// One host-side link, the addresses routed through it and its podnet marker.
 #[derive(Debug, Clone, Default)]
 pub struct KernelLink {
     pub name: String,
     pub routed: Vec<IpAddr>,
+    pub marker: Option<LinkMarker>,
+}
+
+/// Where the journal the daemon started with came from: what it can vouch for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JournalOrigin {
+    /// Read from the file the previous run wrote.
+    Existing,
+    /// The file was missing or empty: it knows nothing of what ran before.
+    Created,
+    /// The file was unreadable and moved aside (`--rebuild-from-kernel`).
+    Rebuilt,
+}
+
+/// What restore does with a host link no allocation accounts for.
+#[derive(Debug, Clone, PartialEq)]
+enum LinkVerdict {
+    /// The journal recorded the attachment and released it: the link is stale.
+    Remove,
+    /// The journal never knew the link: take over its addresses (why).
+    Adopt(String),
 }
 
 /// What reconciliation wants done to the kernel.
@@ -54,9 +80,10 @@ pub struct ReconcileReport {
 
 impl IpamState {
     /// Builds the state for what the node owns (the node resource's CIDRs or
-    /// blocks), restores the journal's allocations and endpoints, lets the
-    /// backend meet the pools' demand, and reserves the router (and health,
-    /// ingress) addresses.
+    /// blocks), restores the journal's allocations and endpoints and lets the
+    /// backend meet the pools' demand. The router (health, ingress) addresses are
+    /// reserved later, after the kernel's links were reconciled (adopted pod
+    /// addresses must not be taken for them).
     #[allow(clippy::too_many_arguments)]
     pub fn restore(
         cfg: StateConfig,
@@ -65,7 +92,6 @@ impl IpamState {
         backend: Box<dyn NodeBackend>,
         pool_defs: Vec<PoolDef>,
         snapshot: Snapshot,
-        router_hints: &[IpAddr],
         metrics: Arc<Metrics>,
     ) -> Result<IpamState, String> {
         let mut state = IpamState {
@@ -85,6 +111,7 @@ impl IpamState {
             journal,
             node,
             timers: Vec::new(),
+            stale_links: Vec::new(),
             restore_report: RestoreReport::default(),
             metrics,
             failures: VecDeque::new(),
@@ -175,18 +202,32 @@ impl IpamState {
             .collect();
         state.restored_endpoints = state.endpoints.keys().cloned().collect();
         state.sync_demand();
+        let node_json = serde_json::to_value(&state.node).map_err(|e| e.to_string())?;
+        ops.push(JournalOp::PutMeta {
+            key: NODE_META_KEY.into(),
+            value: node_json,
+        });
+        state.journal.commit(&ops).map_err(|e| e.to_string())?;
+        state.restore_report = report;
+        Ok(state)
+    }
+
+    /// Reserves the router (and health, ingress) address of each family: the
+    /// journal's, else (router) the router device's, else a new one.
+    pub fn reserve_infra_addresses(&mut self, router_hints: &[IpAddr]) -> Result<(), String> {
+        let mut ops = Vec::new();
         let mut infra = vec!["router"];
-        if state.cfg.reserve_health {
+        if self.cfg.reserve_health {
             infra.push("health");
         }
-        if state.cfg.reserve_ingress {
+        if self.cfg.reserve_ingress {
             infra.push("ingress");
         }
-        let delegated = state.cfg.ipam_mode == "delegated-plugin";
-        for family in state.cfg.families.clone() {
-            if let Some(ip) = state.cfg.fixed_routers.get(&family).copied() {
-                state.routers.insert(family, ip);
-                state.node.set_address("CiliumInternalIP", ip);
+        let delegated = self.cfg.ipam_mode == "delegated-plugin";
+        for family in self.cfg.families.clone() {
+            if let Some(ip) = self.cfg.fixed_routers.get(&family).copied() {
+                self.routers.insert(family, ip);
+                self.node.set_address("CiliumInternalIP", ip);
             } else if delegated {
                 return Err(format!(
                     "delegated-plugin mode takes no addresses from IPAM: give the {} router address with --local-router-ipv{}",
@@ -198,24 +239,22 @@ impl IpamState {
                 continue;
             }
             for owner in &infra {
-                if *owner == "router" && state.routers.contains_key(&family) {
+                if *owner == "router" && self.routers.contains_key(&family) {
                     continue;
                 }
-                let ip = state.reserve_infra(family, owner, router_hints, &mut ops)?;
+                let ip = self.reserve_infra(family, owner, router_hints, &mut ops)?;
                 if *owner == "router" {
-                    state.routers.insert(family, ip);
-                    state.node.set_address("CiliumInternalIP", ip);
+                    self.routers.insert(family, ip);
+                    self.node.set_address("CiliumInternalIP", ip);
                 }
             }
         }
-        let node_json = serde_json::to_value(&state.node).map_err(|e| e.to_string())?;
+        let node_json = serde_json::to_value(&self.node).map_err(|e| e.to_string())?;
         ops.push(JournalOp::PutMeta {
             key: NODE_META_KEY.into(),
             value: node_json,
         });
-        state.journal.commit(&ops).map_err(|e| e.to_string())?;
-        state.restore_report = report;
-        Ok(state)
+        self.commit(&ops).map_err(|e| e.message)
     }
 
     /// Takes the previous router (health, ingress) address of a family from the
@@ -273,12 +312,11 @@ impl IpamState {
     }
 
     /// Reconciles the restored state with the kernel's host links (see the module
-    /// comment for who wins). With `adopt`, links no allocation accounts for are
-    /// taken over (journal rebuilt from the kernel) instead of removed.
+    /// comment for who wins).
     pub fn reconcile_with_kernel(
         &mut self,
         kernel: &KernelView,
-        adopt: bool,
+        origin: JournalOrigin,
     ) -> Result<ReconcileReport, String> {
         let present: BTreeSet<&str> = kernel.links.iter().map(|l| l.name.as_str()).collect();
         let now = now_ms();
@@ -298,6 +336,10 @@ impl IpamState {
                 }
                 _ => {}
             }
+        }
+        // Links of DELs being torn down are finished by the teardown itself.
+        for td in self.teardowns.values() {
+            expected.extend(td.links.iter().map(|l| l.name.clone()));
         }
         for ep in self.endpoints.values() {
             if present.contains(ep.host_ifname.as_str()) {
@@ -331,25 +373,91 @@ impl IpamState {
             if expected.contains(&link.name) {
                 continue;
             }
-            if adopt && let Some(adopted) = self.adopt_link(link, &mut ops) {
-                self.restore_report.adopted_from_kernel.extend(adopted);
-                continue;
+            match self.judge_link(link, origin) {
+                LinkVerdict::Remove => {
+                    tracing::warn!(link = %link.name, routed = ?link.routed, "host link without an allocation, made under this journal, which released it: removing it");
+                    self.restore_report
+                        .orphan_links_removed
+                        .push(link.name.clone());
+                    report.links_to_delete.push(link.name.clone());
+                }
+                LinkVerdict::Adopt(why) => match self.adopt_link(link, &mut ops) {
+                    Some(adopted) => {
+                        tracing::warn!(link = %link.name, addresses = ?adopted, because = %why, "adopted a pod's addresses from the kernel");
+                        self.restore_report.adopted_from_kernel.extend(adopted);
+                        if self.restore_report.adopted_because.is_empty() {
+                            self.restore_report.adopted_because = why;
+                        }
+                    }
+                    None => {
+                        tracing::warn!(link = %link.name, routed = ?link.routed, because = %why, "host link without an allocation and without an address to adopt: leaving it alone");
+                        self.restore_report
+                            .unaccounted_links_kept
+                            .push(link.name.clone());
+                    }
+                },
             }
-            tracing::warn!(link = %link.name, routed = ?link.routed, "host link without an allocation: removing it");
-            self.restore_report
-                .orphan_links_removed
-                .push(link.name.clone());
-            report.links_to_delete.push(link.name.clone());
         }
         self.commit(&ops).map_err(|e| e.message)?;
         self.apply(ops, "reconciled with the kernel");
         Ok(report)
     }
 
-    /// Takes over the addresses routed through a link (journal rebuild). Returns
-    /// None when none of them can be taken (the link is then removed).
+    /// Decides what to do with a host link no allocation accounts for.
+    fn judge_link(&self, link: &KernelLink, origin: JournalOrigin) -> LinkVerdict {
+        let path = self.journal.path().display();
+        match origin {
+            JournalOrigin::Created => {
+                return LinkVerdict::Adopt(format!(
+                    "the journal {path} was missing or empty at start, so it cannot account for running pods"
+                ));
+            }
+            JournalOrigin::Rebuilt => {
+                return LinkVerdict::Adopt(format!(
+                    "the journal was unreadable and moved aside; {path} is rebuilt from the kernel"
+                ));
+            }
+            JournalOrigin::Existing => {}
+        }
+        let Some(marker) = &link.marker else {
+            return LinkVerdict::Adopt(
+                "the link carries no podnet marker, so the journal cannot vouch that it released it".into(),
+            );
+        };
+        let mark = &marker.journal;
+        if mark.journal_id != self.journal.id() {
+            return LinkVerdict::Adopt(format!(
+                "the link was made under journal {}, not this one ({})",
+                mark.journal_id,
+                self.journal.id()
+            ));
+        }
+        if mark.seq > self.journal.seq_at_open() {
+            return LinkVerdict::Adopt(format!(
+                "the link is newer than the journal (made at commit {}, the journal ends at {}): the journal lost commits",
+                mark.seq,
+                self.journal.seq_at_open()
+            ));
+        }
+        LinkVerdict::Remove
+    }
+
+    /// Takes over the addresses routed through a link, with the attachment its
+    /// marker names (then DEL, CHECK and GC work for it as for any pod). Returns
+    /// None when none of them can be taken.
     fn adopt_link(&mut self, link: &KernelLink, ops: &mut Vec<JournalOp>) -> Option<Vec<String>> {
+        let marker = link.marker.as_ref();
+        let attachment = marker.and_then(|m| m.container_id.clone().zip(m.ifname.clone()));
+        let owner = match marker
+            .and_then(|m| m.owner.clone())
+            .or_else(|| attachment.as_ref().map(|a| a.0.clone()))
+        {
+            Some(o) => format!("{o} [from kernel]"),
+            None => format!("{} [from kernel]", link.name),
+        };
         let mut adopted = Vec::new();
+        let mut endpoint_ips = (None, None);
+        let mut endpoint_pool = None;
         for ip in &link.routed {
             let Some(pool) = self.pools.locate(*ip).map(|(p, _)| p.to_string()) else {
                 continue;
@@ -360,10 +468,10 @@ impl IpamState {
             let rec = AllocationRecord {
                 ip: *ip,
                 family: Family::of_addr(ip),
-                pool,
-                owner: format!("{} [from kernel]", link.name),
-                container_id: None,
-                ifname: None,
+                pool: pool.clone(),
+                owner: owner.clone(),
+                container_id: attachment.as_ref().map(|a| a.0.clone()),
+                ifname: attachment.as_ref().map(|a| a.1.clone()),
                 network: None,
                 state: AllocationState::Bound,
                 expiration_uuid: None,
@@ -373,10 +481,32 @@ impl IpamState {
                 cooling_until_ms: None,
                 selected_by: None,
             };
-            tracing::warn!(ip = %ip, link = %link.name, "adopted an address from the kernel");
             adopted.push(format!("{ip} ({})", link.name));
+            if ip.is_ipv4() {
+                endpoint_ips.0 = Some(*ip);
+            } else {
+                endpoint_ips.1 = Some(*ip);
+            }
+            endpoint_pool.get_or_insert(pool);
             self.allocations.insert(*ip, Box::new(rec.clone()));
             ops.push(JournalOp::PutAllocation(rec));
+        }
+        if let (Some((container_id, ifname)), Some(pool)) = (attachment, endpoint_pool) {
+            let ep = EndpointRecord {
+                container_id,
+                ifname,
+                host_ifname: link.name.clone(),
+                owner: owner.trim_end_matches(" [from kernel]").to_string(),
+                ipv4: endpoint_ips.0,
+                ipv6: endpoint_ips.1,
+                pool,
+                netns: None,
+                created_at_ms: now_ms(),
+                external_ipam: false,
+            };
+            if !self.endpoints.contains_key(&ep.key()) {
+                ops.push(JournalOp::PutEndpoint(ep));
+            }
         }
         (!adopted.is_empty()).then_some(adopted)
     }

@@ -286,7 +286,17 @@ impl IpamState {
         }
         let exhausted: Vec<&RangeStatus> =
             ipam.ranges.iter().filter(|r| r.is_exhausted()).collect();
-        let cilium = if exhausted.is_empty() {
+        let cilium = if let Some(f) = self.journal.failure() {
+            ipam.journal_error = f.message.clone();
+            StatusElement {
+                state: "Failure".into(),
+                msg: self.journal_unavailable(&format!(
+                    "{} (for {} s)",
+                    f.message,
+                    now.saturating_sub(f.since_ms) / 1000
+                )),
+            }
+        } else if exhausted.is_empty() {
             StatusElement {
                 state: "Ok".into(),
                 msg: String::new(),
