@@ -348,7 +348,8 @@ pub struct RestoreStatus {
     /// Cooling addresses whose cooldown ended while the daemon was down.
     #[serde(rename = "cooled-down")]
     pub cooled_down: usize,
-    /// DELs queued while the daemon was down, replayed at start.
+    /// DELs from the on-disk queue, replayed at start (queued while the daemon was
+    /// down) or while serving (queued while the journal could not commit).
     #[serde(rename = "queued-deletes")]
     pub queued_deletes: usize,
     /// Allocations outside the node's current ranges (kept, never handed out).

@@ -66,10 +66,16 @@ pub fn run(args: &StatusArgs) -> i32 {
             r.usable
         );
     }
-    println!(
-        "Journal:    {} ({} bytes)",
-        ipam.journal, ipam.journal_bytes
-    );
+    match ipam.journal_error.as_str() {
+        "" => println!(
+            "Journal:    {} ({} bytes)",
+            ipam.journal, ipam.journal_bytes
+        ),
+        err => println!(
+            "Journal:    {} ({} bytes) CANNOT COMMIT: {err}",
+            ipam.journal, ipam.journal_bytes
+        ),
+    }
     println!("DEL queue:  {} waiting", ipam.queue_depth);
     let rr = &ipam.restore;
     println!(
@@ -82,6 +88,15 @@ pub fn run(args: &StatusArgs) -> i32 {
         rr.adopted_from_kernel.len(),
         rr.outside_ranges.len()
     );
+    if !rr.adopted_because.is_empty() {
+        println!("            adopted because {}", rr.adopted_because);
+    }
+    if !rr.unaccounted_links_kept.is_empty() {
+        println!(
+            "            host links left alone (not provably podnet's, nothing to adopt): {}",
+            rr.unaccounted_links_kept.join(", ")
+        );
+    }
     if args.all_addresses {
         println!("Allocated addresses:");
         let mut lines: Vec<String> = ipam

@@ -46,6 +46,7 @@ impl IpamState {
             ("released-link-gone", rr.released_link_gone.len()),
             ("orphan-links-removed", rr.orphan_links_removed.len()),
             ("adopted-from-kernel", rr.adopted_from_kernel.len()),
+            ("unaccounted-links-kept", rr.unaccounted_links_kept.len()),
         ] {
             m.restore
                 .get_or_create(&OutcomeLabels {
