@@ -1,10 +1,13 @@
-//! The node daemon (`podnet daemon`): reads its options, takes the socket lock,
-//! restores the journal, lets the node backend say what the node owns, replays the
-//! DEL queue, reconciles with the kernel, reserves the router addresses and sets up
-//! the router device, then serves the REST API on the unix socket and runs the
-//! expiration and cooldown timers.
+//! The node daemon (`podnet daemon`): resolves its options, takes the socket lock,
+//! opens the journal, asks the node backend's source what the node owns (and the
+//! embedded operator, where it plays the operator, to carve it), restores, replays
+//! the DEL queue, reconciles with the kernel, reserves the router addresses and
+//! sets up the router device, then serves the REST API on the unix socket, applies
+//! the backend's events, flushes the node outbox to the backend's sink, and runs
+//! the expiration and cooldown timers.
 
 mod cniconf;
+pub mod config;
 mod devices;
 pub mod metrics;
 pub mod options;
@@ -12,7 +15,6 @@ mod routes;
 mod server;
 pub mod state;
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -24,14 +26,14 @@ use crate::api::delete_queue::{DeleteQueue, read_entry};
 use crate::api::models::EndpointBatchDeleteRequest;
 use crate::datapath::{NetkitSupport, probe_netkit};
 use crate::ipam::Family;
-use crate::ipam::clusterpool::{ClusterPoolConfig, parse_cidr_list};
-use crate::ipam::pool_options::{parse_auto_create_pools, parse_pre_allocation};
 use crate::ipam::pooldef::PoolDef;
-use crate::node::cilium_node_file::CiliumNodeFile;
-use crate::node::external::ExternalBackend;
-use crate::node::manifests::ManifestDir;
-use crate::node::{EmbeddedBackend, EmbeddedMode, NodeBackend, NodeResource};
+use crate::node::external::{ExternalSink, ExternalSource};
+use crate::node::manifest_source::ManifestSource;
+use crate::node::{
+    EmbeddedMode, EmbeddedOperator, NodeEvent, NodeOperator, NodeResource, NodeSink, NodeSource,
+};
 use crate::store::{Journal, Snapshot, now_ms};
+use config::{DaemonConfig, DatapathMode, IpamMode};
 use options::{DaemonOptions, OptionsError};
 use state::{
     ApiError, IpamState, JournalOrigin, MultiPoolSettings, NODE_META_KEY, PoolingMode, StateConfig,
@@ -154,6 +156,7 @@ pub fn run(args: &[String]) -> i32 {
 }
 
 fn start(opts: DaemonOptions) -> Result<(), String> {
+    let config = DaemonConfig::resolve(&opts)?;
     let node_name = match &opts.node_name {
         Some(n) if !n.is_empty() => n.clone(),
         _ => nix::unistd::gethostname()
@@ -161,53 +164,46 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             .to_string_lossy()
             .to_string(),
     };
-    let pool_defs = load_pool_defs(&opts)?;
-    let node_labels = parse_node_labels(&opts.node_labels)?;
-    let default_pool = match opts
-        .pool_dir
-        .as_deref()
-        .map(ManifestDir::load)
-        .transpose()?
-    {
-        Some(dir) => dir
-            .node_default_pool(&node_labels)
-            .unwrap_or_else(|| opts.default_ip_pool.clone()),
-        None => opts.default_ip_pool.clone(),
-    };
-    let external = external_mode(&opts)?;
-    let mode = match external {
-        Some(_) => EmbeddedMode::Delegated,
-        None => embedded_mode(&opts, &pool_defs, &default_pool)?,
-    };
+    let datapath_mode = resolve_datapath_mode(config.datapath)?;
     let lock = server::lock_socket(&opts.socket)?;
     server::ensure_private_dir(&opts.state_dir, "state directory")?;
     let (journal, snapshot, origin, current) = open_journal(
         &opts.state_dir.join("journal.redb"),
         opts.rebuild_from_kernel,
     )?;
+    let (mut source, sink) = node_source(&config, &opts, &node_name);
+    let view = source.initial().map_err(|e| e.to_string())?;
+    let default_pool = config
+        .multi_pool
+        .as_ref()
+        .map(|m| view.default_pool.clone().unwrap_or_else(|| m.default_pool.clone()));
+    // The embedded backend plays the operator for this node; an external IPAM
+    // needs none.
+    let mut operator: Option<Box<dyn NodeOperator>> = (!config.ipam.is_external()).then(|| {
+        Box::new(EmbeddedOperator::new(
+            &node_name,
+            embedded_mode(&config, &view.pools, default_pool.as_deref()),
+        )) as Box<dyn NodeOperator>
+    });
     let router_hints = devices::router_addresses();
     // A journal that knows nothing (rebuilt, or new on a node whose router device
     // shows that podnet ran here) takes the node's CIDRs from the router device.
     let current = match origin {
-        JournalOrigin::Rebuilt => rebuilt_node(&node_name, &mode, &router_hints),
+        JournalOrigin::Rebuilt => rebuilt_node(&node_name, &config, &router_hints),
         JournalOrigin::Created if !router_hints.is_empty() => {
             tracing::warn!(
                 routers = ?router_hints,
                 "the journal is new, but the router device shows that podnet ran on this node: taking the node's CIDRs from it and adopting the pods' addresses from their host links"
             );
-            rebuilt_node(&node_name, &mode, &router_hints)
+            rebuilt_node(&node_name, &config, &router_hints)
         }
         _ => current,
     };
-    let mut backend: Box<dyn NodeBackend> = match (&external, &opts.node_resource) {
-        (Some(eni), Some(path)) => {
-            let needed = opts.enable_ipv4 as u64 + opts.enable_ipv6 as u64;
-            let needed = needed * (1 + opts.enable_health_checking as u64);
-            Box::new(wait_for_external_ips(&node_name, path, *eni, needed)?)
-        }
-        _ => Box::new(EmbeddedBackend::new(&node_name, mode.clone())),
+    let node = match (operator.as_mut(), view.node) {
+        (Some(op), _) => op.sync(current).map_err(|e| e.to_string())?,
+        (None, Some(node)) => node,
+        (None, None) => current.unwrap_or_else(|| NodeResource::new(&node_name)),
     };
-    let node = backend.sync(current)?;
     let cidrs: Vec<String> = if node.spec.ipam.pod_cidrs.is_empty() {
         node.spec
             .ipam
@@ -220,24 +216,17 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     } else {
         node.spec.ipam.pod_cidrs.clone()
     };
-    let pooling = match (&mode, external) {
-        (_, Some(eni)) => PoolingMode::External { eni },
-        (EmbeddedMode::MultiPool { .. }, None) => PoolingMode::MultiPool(MultiPoolSettings {
-            default_pool: default_pool.clone(),
-            pre_allocation: parse_pre_allocation(&opts.multi_pool_pre_allocation, &default_pool)
-                .map_err(|e| format!("Invalid ipam-multi-pool-pre-allocation flag value: {e}"))?,
-            only_masquerade_default_pool: opts.only_masquerade_default_pool,
+    let pooling = match (&config.multi_pool, config.ipam) {
+        (_, IpamMode::Eni) => PoolingMode::External { eni: true },
+        (_, mode) if mode.is_external() => PoolingMode::External { eni: false },
+        (Some(m), _) => PoolingMode::MultiPool(MultiPoolSettings {
+            default_pool: default_pool.clone().unwrap_or_else(|| m.default_pool.clone()),
+            configured_default_pool: m.default_pool.clone(),
+            pre_allocation: m.pre_allocation.clone(),
+            only_masquerade_default_pool: m.only_masquerade_default_pool,
         }),
         _ => PoolingMode::HostScope,
     };
-    let families: Vec<Family> = [
-        (opts.enable_ipv6, Family::V6),
-        (opts.enable_ipv4, Family::V4),
-    ]
-    .into_iter()
-    .filter(|(on, _)| *on)
-    .map(|(_, f)| f)
-    .collect();
     let mtu = if opts.mtu > 0 {
         opts.mtu
     } else {
@@ -245,23 +234,22 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     };
     let cfg = StateConfig {
         node_name: node_name.clone(),
-        ipam_mode: opts.ipam.clone(),
+        ipam_mode: config.ipam,
         expiration: opts.ipam_expiration,
         cooldown: opts.ipam_release_cooldown,
         mtu,
         reserve_health: opts.enable_health_checking,
         reserve_ingress: opts.enable_ingress_controller,
-        datapath_mode: resolve_datapath_mode(&opts.datapath_mode)?,
-        fixed_routers: fixed_routers(&opts)?,
-        configured_datapath_mode: opts.datapath_mode.clone(),
-        families,
+        datapath_mode,
+        configured_datapath_mode: config.datapath,
+        fixed_routers: config.fixed_routers.clone(),
+        families: config.families.clone(),
         pooling,
     };
     let metrics = Arc::new(metrics::Metrics::new(&opts.metrics_prefix));
-    let defs = backend.pools();
-    let mut state = IpamState::restore(cfg, journal, node, backend, defs, snapshot, metrics)?;
-    if let Some(dir) = &opts.metadata_dir {
-        state.set_metadata(Box::new(ManifestDir::load(dir)?));
+    let mut state = IpamState::restore(cfg, journal, node, operator, view.pools, snapshot, metrics)?;
+    if let Some(meta) = view.metadata {
+        state.set_metadata(meta);
     }
 
     // Replay the DELs queued while the daemon was down, holding the queue lock
@@ -313,16 +301,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let socket = opts.socket.clone();
     let metrics_addr = opts.prometheus_serve_addr.clone();
-    let watched = Watched {
-        pool_dir: opts.pool_dir.clone(),
-        metadata_dir: opts.metadata_dir.clone(),
-        auto_create: opts.auto_create_pools.clone(),
-        node_resource: external.and(opts.node_resource.clone()).zip(external),
-        node_name: node_name.clone(),
-    };
-    let status_writer = external
-        .and(opts.node_resource.clone())
-        .map(|p| (p, opts.node_update_rate));
+    let update_rate = opts.node_update_rate;
     let (cni_conf_dir, cni_log_file, cni_exclusive) = (
         opts.write_cni_conf_when_ready.clone(),
         opts.cni_log_file.clone(),
@@ -337,11 +316,13 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             let tcp = server::bind_metrics(&metrics_addr).await?;
             tokio::spawn(server::serve_metrics(tcp, daemon.clone()));
         }
-        tokio::spawn(watch_manifests(daemon.clone(), watched));
-        tokio::spawn(keep_journal_working(daemon.clone()));
-        if let Some((path, rate)) = status_writer {
-            tokio::spawn(write_node_status(daemon.clone(), path, rate));
+        let (events_tx, events) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(source.watch(events_tx));
+        tokio::spawn(apply_node_events(daemon.clone(), events));
+        if let Some(sink) = sink {
+            tokio::spawn(flush_outbox(daemon.clone(), sink, update_rate));
         }
+        tokio::spawn(keep_journal_working(daemon.clone()));
         if !cni_conf_dir.is_empty() {
             let path = cniconf::write(Path::new(&cni_conf_dir), &socket, &cni_log_file, cni_exclusive)?;
             tracing::info!(path = %path.display(), "wrote the CNI config");
@@ -406,10 +387,8 @@ fn stored_node(snapshot: &Snapshot, journal: &Journal) -> Result<Option<NodeReso
 }
 
 /// In a rebuild, the node's CIDRs are those that hold the router device's addresses.
-fn rebuilt_node(node_name: &str, mode: &EmbeddedMode, routers: &[IpAddr]) -> Option<NodeResource> {
-    let EmbeddedMode::ClusterPool(cfg) = mode else {
-        return None;
-    };
+fn rebuilt_node(node_name: &str, config: &DaemonConfig, routers: &[IpAddr]) -> Option<NodeResource> {
+    let cfg = config.cluster_pool.as_ref()?;
     let mut node = NodeResource::new(node_name);
     for ip in routers {
         let mask = if ip.is_ipv4() {
@@ -547,367 +526,158 @@ async fn shutdown_signal() {
     }
 }
 
-/// The manifest directories (and node resource file) the daemon polls.
-struct Watched {
-    pool_dir: Option<PathBuf>,
-    metadata_dir: Option<PathBuf>,
-    auto_create: String,
-    /// crd/eni: the node resource file, and whether it is eni mode.
-    node_resource: Option<(PathBuf, bool)>,
-    node_name: String,
-}
-
-/// How often the manifest directories are checked for changes.
-const WATCH_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Polls the pool and metadata directories and hands changes to the state. A
-/// directory that does not parse keeps the previous state (and says why).
-async fn watch_manifests(daemon: Arc<Daemon>, watched: Watched) {
-    let stamp = |d: &Option<PathBuf>| d.as_deref().and_then(|d| ManifestDir::fingerprint(d).ok());
-    let (mut pools_seen, mut meta_seen) = (stamp(&watched.pool_dir), stamp(&watched.metadata_dir));
-    let node_stamp = || {
-        watched
-            .node_resource
-            .as_ref()
-            .and_then(|(p, _)| CiliumNodeFile::current_fingerprint(p).ok())
-    };
-    let mut node_seen = node_stamp();
-    loop {
-        tokio::time::sleep(WATCH_INTERVAL).await;
-        let node_now = node_stamp();
-        if node_now != node_seen
-            && let Some((path, eni)) = &watched.node_resource
-        {
-            node_seen = node_now;
-            let loaded = ExternalBackend::load(&watched.node_name, path, *eni)
-                .and_then(|b| ExternalBackend::resolved(b.resource(), *eni));
-            match loaded {
-                Ok(node) => {
-                    let _ = daemon
-                        .with_state(move |s| {
-                            s.set_external_node(node);
-                            Ok(())
-                        })
-                        .await;
-                    tracing::info!(file = %path.display(), "node resource reloaded");
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "node resource not reloaded; keeping the previous one")
-                }
-            }
-        }
-        let pools_now = stamp(&watched.pool_dir);
-        if pools_now != pools_seen {
-            pools_seen = pools_now;
-            let defs = pool_defs_from(watched.pool_dir.as_deref(), &watched.auto_create);
-            let applied = match defs {
-                Ok(defs) => {
-                    daemon
-                        .with_state(move |s| {
-                            s.set_pool_defs(defs).map_err(|e| ApiError::new(409, e))
-                        })
-                        .await
-                }
-                Err(e) => Err(ApiError::new(400, e)),
-            };
-            match applied {
-                Ok(()) => tracing::info!("pool definitions reloaded"),
-                Err(e) => {
-                    tracing::error!(error = %e.message, "pool definitions not applied; keeping the previous ones")
-                }
-            }
-        }
-        let meta_now = stamp(&watched.metadata_dir);
-        if meta_now != meta_seen {
-            meta_seen = meta_now;
-            if let Some(dir) = watched.metadata_dir.clone() {
-                match ManifestDir::load(&dir) {
-                    Ok(m) => {
-                        let _ = daemon
-                            .with_state(move |s| {
-                                s.set_metadata(Box::new(m));
-                                Ok(())
-                            })
-                            .await;
-                        tracing::info!("pod and namespace metadata reloaded");
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "metadata not reloaded; keeping the previous one")
-                    }
-                }
-            }
+/// Applies the backend's events to the state, one at a time. A change the state
+/// refuses (a pool edit that breaks what the node uses) keeps the previous state,
+/// and the log says why.
+async fn apply_node_events(daemon: Arc<Daemon>, mut events: tokio::sync::mpsc::Receiver<NodeEvent>) {
+    while let Some(event) = events.recv().await {
+        let (what, applied) = match event {
+            NodeEvent::Node(node) => (
+                "node resource",
+                daemon
+                    .with_state(move |s| {
+                        s.set_external_node(*node);
+                        Ok(())
+                    })
+                    .await,
+            ),
+            NodeEvent::Pools(defs) => (
+                "pool definitions",
+                daemon
+                    .with_state(move |s| s.set_pool_defs(defs).map_err(|e| ApiError::new(409, e)))
+                    .await,
+            ),
+            NodeEvent::DefaultPool(pool) => (
+                "default pool",
+                daemon
+                    .with_state(move |s| {
+                        s.set_default_pool(pool);
+                        Ok(())
+                    })
+                    .await,
+            ),
+            NodeEvent::Metadata(meta) => (
+                "pod and namespace metadata",
+                daemon
+                    .with_state(move |s| {
+                        s.set_metadata(meta);
+                        Ok(())
+                    })
+                    .await,
+            ),
+        };
+        match applied {
+            Ok(()) => tracing::info!("{what} reloaded"),
+            Err(e) => tracing::error!(error = %e.message, "{what} not applied; keeping the previous state"),
         }
     }
 }
 
-/// crd/eni: writes the used addresses into the node resource's status, at most
-/// once per `rate` (Cilium's `ipam-cilium-node-update-rate`).
-async fn write_node_status(daemon: Arc<Daemon>, path: PathBuf, rate: Duration) {
+/// Flushes the state's outbox to the backend's sink at most once per `rate`
+/// (Cilium's `ipam-cilium-node-update-rate`), outside the state's lock.
+async fn flush_outbox(daemon: Arc<Daemon>, sink: Box<dyn NodeSink>, rate: Duration) {
+    let sink = Arc::new(Mutex::new(sink));
     loop {
-        if let Ok(Some(status)) = daemon.with_state(|s| Ok(s.take_external_status())).await {
-            let p = path.clone();
-            let written = tokio::task::spawn_blocking(move || {
-                CiliumNodeFile::load(&p).and_then(|(f, _)| f.write_status(&status))
+        if let Ok(Some(outbox)) = daemon.with_state(|s| Ok(s.take_outbox())).await {
+            let sink = sink.clone();
+            let flushed = tokio::task::spawn_blocking(move || {
+                sink.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .flush(&outbox)
             })
             .await;
-            match written {
-                Ok(Ok(())) => tracing::debug!(file = %path.display(), "wrote status.ipam.used"),
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "could not write the node resource's status")
-                }
-                Err(e) => tracing::warn!(error = %e, "status writer failed"),
+            match flushed {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "could not write the node resource"),
+                Err(e) => tracing::warn!(error = %e, "node resource writer failed"),
             }
         }
         tokio::time::sleep(rate).await;
     }
 }
 
-/// The pools of the pool directory plus the auto-created ones that it lacks.
-fn pool_defs_from(pool_dir: Option<&Path>, auto_create: &str) -> Result<Vec<PoolDef>, String> {
-    let mut defs: Vec<PoolDef> = match pool_dir {
-        Some(dir) => ManifestDir::load(dir)?.pools().to_vec(),
-        None => Vec::new(),
-    };
-    for auto in parse_auto_create_pools(auto_create)
-        .map_err(|e| format!("auto-create-cilium-pod-ip-pools: {e}"))?
-    {
-        if !defs.iter().any(|d| d.name == auto.name) {
-            defs.push(auto);
-        }
-    }
-    Ok(defs)
-}
-
-fn load_pool_defs(opts: &DaemonOptions) -> Result<Vec<PoolDef>, String> {
-    if opts.ipam != "multi-pool" {
-        return Ok(Vec::new());
-    }
-    pool_defs_from(opts.pool_dir.as_deref(), &opts.auto_create_pools)
-}
-
 /// The pod device type for `--datapath-mode`: netkit is checked here, at start, so
 /// a kernel without it fails the daemon, never a pod's ADD.
-fn resolve_datapath_mode(configured: &str) -> Result<String, String> {
+fn resolve_datapath_mode(configured: DatapathMode) -> Result<DatapathMode, String> {
     match configured {
-        "veth" => Ok("veth".into()),
-        "netkit" | "netkit-l2" => match probe_netkit() {
-            NetkitSupport::Supported => Ok(configured.into()),
+        DatapathMode::Veth => Ok(DatapathMode::Veth),
+        DatapathMode::Netkit | DatapathMode::NetkitL2 => match probe_netkit() {
+            NetkitSupport::Supported => Ok(configured),
             NetkitSupport::Unsupported { reason } => Err(format!(
                 "--datapath-mode={configured}: {reason}; use veth or auto"
             )),
         },
-        "auto" => match probe_netkit() {
-            NetkitSupport::Supported => Ok("netkit".into()),
+        DatapathMode::Auto => match probe_netkit() {
+            NetkitSupport::Supported => Ok(DatapathMode::Netkit),
             NetkitSupport::Unsupported { reason } => {
                 tracing::info!("datapath-mode auto: using veth ({reason})");
-                Ok("veth".into())
+                Ok(DatapathMode::Veth)
             }
         },
-        other => Err(format!(
-            "--datapath-mode {other:?} is not one of veth, netkit, netkit-l2, auto"
-        )),
     }
 }
 
-/// `--local-router-ipv4/6`; delegated-plugin mode defaults the IPv4 one to
-/// 169.254.0.1 (the node answers ARP for it as a local address).
-fn fixed_routers(opts: &DaemonOptions) -> Result<BTreeMap<Family, IpAddr>, String> {
-    let mut out = BTreeMap::new();
-    let delegated = opts.ipam == "delegated-plugin";
-    for (value, family, on, name) in [
-        (
-            &opts.local_router_ipv4,
-            Family::V4,
-            opts.enable_ipv4,
-            "local-router-ipv4",
-        ),
-        (
-            &opts.local_router_ipv6,
-            Family::V6,
-            opts.enable_ipv6,
-            "local-router-ipv6",
-        ),
-    ] {
-        let value = if value.is_empty() && delegated && family == Family::V4 {
-            "169.254.0.1"
-        } else {
-            value.as_str()
-        };
-        if value.is_empty() || !on {
-            continue;
-        }
-        let ip: IpAddr = value
-            .parse()
-            .map_err(|_| format!("--{name} {value:?} is not an IP address"))?;
-        if Family::of_addr(&ip) != family {
-            return Err(format!(
-                "--{name} {value:?} is not an {} address",
-                family.label()
-            ));
-        }
-        out.insert(family, ip);
-    }
-    Ok(out)
-}
-
-/// crd, azure, alibabacloud (`Some(false)`) and eni (`Some(true)`) read the node
-/// resource from `--node-resource`; ENI-class modes route natively and refuse a
-/// tunnel, as Cilium does.
-fn external_mode(opts: &DaemonOptions) -> Result<Option<bool>, String> {
-    let eni = match opts.ipam.as_str() {
-        "crd" | "azure" | "alibabacloud" => false,
-        "eni" => true,
-        _ => return Ok(None),
-    };
-    if opts.routing_mode == "tunnel" && opts.ipam != "crd" {
-        return Err(format!(
-            "ipam {} needs routing-mode=native: its pod addresses are routed by the cloud network, and a tunnel would bypass it",
-            opts.ipam
-        ));
-    }
-    if opts.node_resource.is_none() {
-        return Err(format!(
-            "ipam {} needs --node-resource FILE: the CiliumNode manifest the external IPAM writes for this node",
-            opts.ipam
-        ));
-    }
-    Ok(Some(eni))
-}
-
-/// Reads the node resource file until it offers `needed` addresses (Cilium waits
-/// the same way before it serves).
-fn wait_for_external_ips(
-    node: &str,
-    path: &Path,
-    eni: bool,
-    needed: u64,
-) -> Result<ExternalBackend, String> {
-    let mut logged = false;
-    loop {
-        let backend = ExternalBackend::load(node, path, eni)?;
-        let resolved = ExternalBackend::resolved(backend.resource(), eni)?;
-        let have = resolved.spec.ipam.pool.len() as u64
-            + resolved.spec.ipam.ipv6_pool.len() as u64
-            + resolved
-                .spec
-                .ipam
-                .pools
-                .allocated
-                .iter()
-                .flat_map(|a| a.cidrs.iter())
-                .filter_map(|c| c.parse::<IpNet>().ok())
-                .map(|n| 1u64 << (n.max_prefix_len() - n.prefix_len()).min(63))
-                .sum::<u64>();
-        if have >= needed {
-            return Ok(backend);
-        }
-        if !logged {
-            tracing::info!(
-                have,
-                needed,
-                "Waiting for initial IP to become available in '{node}' custom resource"
-            );
-            logged = true;
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
-}
-
-/// `k=v,k2=v2`.
-fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
-    let mut out = BTreeMap::new();
-    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (k, v) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("--node-labels: {pair:?} is not key=value"))?;
-        out.insert(k.trim().to_string(), v.trim().to_string());
-    }
-    Ok(out)
-}
-
-/// Builds the embedded operator's mode from the options, with Cilium's start-up
-/// checks.
-fn embedded_mode(
+/// The backend's source, and its sink where it has one: an external IPAM's
+/// CiliumNode file (crd, azure, alibabacloud, eni), else the embedded backend's
+/// manifest directories.
+fn node_source(
+    config: &DaemonConfig,
     opts: &DaemonOptions,
-    pool_defs: &[PoolDef],
-    default_pool: &str,
-) -> Result<EmbeddedMode, String> {
-    match opts.ipam.as_str() {
-        "multi-pool" => {
-            if !pool_defs.iter().any(|p| p.name == default_pool) {
+    node_name: &str,
+) -> (Box<dyn NodeSource>, Option<Box<dyn NodeSink>>) {
+    match (&opts.node_resource, config.ipam.is_external()) {
+        (Some(path), true) => {
+            let families = config.families.len() as u64;
+            (
+                Box::new(ExternalSource {
+                    node_name: node_name.to_string(),
+                    path: path.clone(),
+                    eni: config.ipam == IpamMode::Eni,
+                    needed: families * (1 + opts.enable_health_checking as u64),
+                }),
+                Some(Box::new(ExternalSink { path: path.clone() })),
+            )
+        }
+        _ => (
+            Box::new(ManifestSource {
+                pool_dir: opts.pool_dir.clone(),
+                metadata_dir: opts.metadata_dir.clone(),
+                auto_create: config
+                    .multi_pool
+                    .as_ref()
+                    .map(|m| m.auto_create.clone())
+                    .unwrap_or_default(),
+                node_labels: config.node_labels.clone(),
+            }),
+            None,
+        ),
+    }
+}
+
+/// What the embedded operator decides the node's addresses from.
+fn embedded_mode(config: &DaemonConfig, pools: &[PoolDef], default_pool: Option<&str>) -> EmbeddedMode {
+    match (&config.cluster_pool, &config.multi_pool, config.ipam) {
+        (Some(cp), _, _) => EmbeddedMode::ClusterPool(cp.clone()),
+        (_, Some(m), _) => {
+            let default_pool = default_pool.unwrap_or(&m.default_pool);
+            if !pools.iter().any(|p| p.name == default_pool) {
                 tracing::warn!(
                     pool = default_pool,
                     "the default pool does not exist (yet): pods that no annotation or selector places will not get addresses"
                 );
             }
-            Ok(EmbeddedMode::MultiPool {
-                pools: pool_defs.to_vec(),
+            EmbeddedMode::MultiPool {
+                pools: pools.to_vec(),
                 default_pool: default_pool.to_string(),
-                migrate_cluster_pool: opts.cluster_pool_migration,
-            })
-        }
-        "cluster-pool" => {
-            let list = |value: &Option<String>, enabled: bool, name: &str, default: &str| {
-                let v = value.clone().unwrap_or_else(|| {
-                    if enabled {
-                        default.to_string()
-                    } else {
-                        String::new()
-                    }
-                });
-                parse_cidr_list(name, &v).map_err(|e| e.to_string())
-            };
-            let cfg = ClusterPoolConfig {
-                enable_ipv4: opts.enable_ipv4,
-                enable_ipv6: opts.enable_ipv6,
-                ipv4_cidrs: list(
-                    &opts.cluster_pool_ipv4_cidr,
-                    opts.enable_ipv4,
-                    "cluster-pool-ipv4-cidr",
-                    "10.0.0.0/8",
-                )?,
-                ipv4_mask_size: opts.cluster_pool_ipv4_mask_size,
-                ipv6_cidrs: list(
-                    &opts.cluster_pool_ipv6_cidr,
-                    opts.enable_ipv6,
-                    "cluster-pool-ipv6-cidr",
-                    "fd00::/104",
-                )?,
-                ipv6_mask_size: opts.cluster_pool_ipv6_mask_size,
-            };
-            cfg.validate().map_err(|e| e.to_string())?;
-            Ok(EmbeddedMode::ClusterPool(cfg))
-        }
-        "delegated-plugin" => Ok(EmbeddedMode::Delegated),
-        "kubernetes" => {
-            let mut cidrs: Vec<IpNet> = Vec::new();
-            for (range, v4) in [(&opts.ipv4_range, true), (&opts.ipv6_range, false)] {
-                if range != "auto" && !range.is_empty() {
-                    let c: IpNet = range.parse().map_err(|e| {
-                        format!("--ipv{}-range {range:?}: {e}", if v4 { 4 } else { 6 })
-                    })?;
-                    cidrs.push(c);
-                }
+                migrate_cluster_pool: m.migrate_cluster_pool,
             }
-            for c in opts
-                .pod_cidrs
-                .as_deref()
-                .unwrap_or("")
-                .split([' ', ','])
-                .filter(|s| !s.is_empty())
-            {
-                let c: IpNet = c.parse().map_err(|e| format!("--pod-cidrs {c:?}: {e}"))?;
-                cidrs.push(c);
-            }
-            Ok(EmbeddedMode::Kubernetes {
-                pod_cidrs: cidrs,
-                enable_ipv4: opts.enable_ipv4,
-                enable_ipv6: opts.enable_ipv6,
-            })
         }
-        other => Err(format!(
-            "ipam mode {other:?} is not supported by this build: use cluster-pool (default), kubernetes, multi-pool or delegated-plugin"
-        )),
+        (_, _, IpamMode::Kubernetes) => EmbeddedMode::Kubernetes {
+            pod_cidrs: config.pod_cidrs.clone(),
+            enable_ipv4: config.families.contains(&Family::V4),
+            enable_ipv6: config.families.contains(&Family::V6),
+        },
+        _ => EmbeddedMode::Delegated,
     }
 }
 

@@ -1,13 +1,14 @@
-//! The embedded backend: the node resource lives in the daemon's own journal, and an
-//! embedded operator plays the cluster operator's part for this one node. In
-//! cluster-pool mode it carves the node CIDRs out of the cluster pool (re-adopting
-//! the ones the node already owns); in kubernetes mode it takes the node's podCIDRs
-//! as given (the analog of `Node.spec.podCIDRs`); in multi-pool mode it carves
-//! blocks of each pool on demand, and migrates a cluster-pool node when asked to.
+//! The embedded operator: in the embedded backend the node resource lives in the
+//! daemon's own journal, and this plays the cluster operator's part for this one
+//! node. In cluster-pool mode it carves the node CIDRs out of the cluster pool
+//! (re-adopting the ones the node already owns); in kubernetes mode it takes the
+//! node's podCIDRs as given (the analog of `Node.spec.podCIDRs`); in multi-pool mode
+//! it carves blocks of each pool on demand, and migrates a cluster-pool node when
+//! asked to.
 
 use ipnet::IpNet;
 
-use super::{NodeBackend, NodeResource};
+use super::{NodeError, NodeOperator, NodeResource};
 use crate::ipam::clusterpool::{ClusterPoolConfig, NodeCidrCarver};
 use crate::ipam::pool_operator::{PoolOperator, check_migration, migrated_allocation};
 use crate::ipam::pooldef::PoolDef;
@@ -34,16 +35,16 @@ pub enum EmbeddedMode {
     },
 }
 
-/// The embedded backend for one node.
-pub struct EmbeddedBackend {
+/// The embedded operator of one node.
+pub struct EmbeddedOperator {
     node_name: String,
     mode: EmbeddedMode,
     operator: Option<PoolOperator>,
 }
 
-impl EmbeddedBackend {
-    pub fn new(node_name: &str, mode: EmbeddedMode) -> EmbeddedBackend {
-        EmbeddedBackend {
+impl EmbeddedOperator {
+    pub fn new(node_name: &str, mode: EmbeddedMode) -> EmbeddedOperator {
+        EmbeddedOperator {
             node_name: node_name.to_string(),
             mode,
             operator: None,
@@ -56,7 +57,7 @@ impl EmbeddedBackend {
         pools: &[PoolDef],
         default_pool: &str,
         migrate: bool,
-    ) -> Result<NodeResource, String> {
+    ) -> Result<NodeResource, NodeError> {
         let pod_cidrs: Vec<IpNet> = node
             .spec
             .ipam
@@ -66,15 +67,15 @@ impl EmbeddedBackend {
             .collect();
         if !pod_cidrs.is_empty() && node.spec.ipam.pools.allocated.is_empty() {
             if !migrate {
-                return Err(format!(
+                return Err(NodeError::Invalid(format!(
                     "node {} was running cluster-pool (spec.ipam.podCIDRs = {:?}); restarting it in multi-pool mode needs enable-cluster-pool-to-multi-pool-migration=true and a default pool {default_pool:?} that covers those CIDRs with the same mask",
                     self.node_name, node.spec.ipam.pod_cidrs
-                ));
+                )));
             }
             let def = pools.iter().find(|p| p.name == default_pool).ok_or_else(|| {
-                format!("cluster-pool to multi-pool migration needs the default pool {default_pool:?} to exist before the restart")
+                NodeError::Invalid(format!("cluster-pool to multi-pool migration needs the default pool {default_pool:?} to exist before the restart"))
             })?;
-            check_migration(def, &pod_cidrs)?;
+            check_migration(def, &pod_cidrs).map_err(NodeError::Invalid)?;
             node.spec
                 .ipam
                 .pools
@@ -82,22 +83,24 @@ impl EmbeddedBackend {
                 .push(migrated_allocation(def, &pod_cidrs));
             tracing::info!(node = %self.node_name, cidrs = ?node.spec.ipam.pod_cidrs, pool = default_pool, "migrated the node's cluster-pool CIDRs into the default pool");
         }
-        let mut operator = PoolOperator::new(pools)?;
-        operator.adopt(&node.spec.ipam.pools.allocated)?;
+        let mut operator = PoolOperator::new(pools).map_err(NodeError::Invalid)?;
+        operator
+            .adopt(&node.spec.ipam.pools.allocated)
+            .map_err(NodeError::Invalid)?;
         self.operator = Some(operator);
         Ok(node)
     }
 }
 
-impl NodeBackend for EmbeddedBackend {
-    fn sync(&mut self, current: Option<NodeResource>) -> Result<NodeResource, String> {
+impl NodeOperator for EmbeddedOperator {
+    fn sync(&mut self, current: Option<NodeResource>) -> Result<NodeResource, NodeError> {
         let mut node = match current {
             Some(n) if n.metadata.name == self.node_name => n,
             Some(n) => {
-                return Err(format!(
+                return Err(NodeError::Invalid(format!(
                     "the journal belongs to node {:?}, not {:?}; use the node's own --state-dir or move the journal aside",
                     n.metadata.name, self.node_name
-                ));
+                )));
             }
             None => NodeResource::new(&self.node_name),
         };
@@ -110,20 +113,18 @@ impl NodeBackend for EmbeddedBackend {
                     .iter()
                     .filter_map(|c| c.parse().ok())
                     .collect();
-                let mut carver = NodeCidrCarver::new(cfg).map_err(|e| e.to_string())?;
-                match carver.carve_for_node(&existing) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        node.status.ipam.operator_status.error = e.to_string();
-                        return Err(format!("node {}: {e}", self.node_name));
-                    }
-                }
+                let mut carver =
+                    NodeCidrCarver::new(cfg).map_err(|e| NodeError::Invalid(e.to_string()))?;
+                carver
+                    .carve_for_node(&existing)
+                    .map_err(|e| NodeError::Operator(format!("node {}: {e}", self.node_name)))?
             }
             EmbeddedMode::Kubernetes {
                 pod_cidrs,
                 enable_ipv4,
                 enable_ipv6,
-            } => kubernetes_cidrs(pod_cidrs, *enable_ipv4, *enable_ipv6)?,
+            } => kubernetes_cidrs(pod_cidrs, *enable_ipv4, *enable_ipv6)
+                .map_err(NodeError::Invalid)?,
             EmbeddedMode::Delegated => Vec::new(),
             EmbeddedMode::MultiPool {
                 pools,
@@ -160,22 +161,16 @@ impl NodeBackend for EmbeddedBackend {
         }
     }
 
-    fn update_pools(&mut self, pools: &[PoolDef], node: &NodeResource) -> Result<(), String> {
+    fn update_pools(&mut self, pools: &[PoolDef], node: &NodeResource) -> Result<(), NodeError> {
         let Some(op) = self.operator.as_mut() else {
             return Ok(());
         };
-        op.update_pools(pools, &node.spec.ipam.pools.allocated)?;
+        op.update_pools(pools, &node.spec.ipam.pools.allocated)
+            .map_err(NodeError::Invalid)?;
         if let EmbeddedMode::MultiPool { pools: current, .. } = &mut self.mode {
             *current = pools.to_vec();
         }
         Ok(())
-    }
-
-    fn pools(&self) -> Vec<PoolDef> {
-        match &self.mode {
-            EmbeddedMode::MultiPool { pools, .. } => pools.clone(),
-            _ => Vec::new(),
-        }
     }
 }
 
@@ -207,7 +202,7 @@ mod tests {
 
     #[test]
     fn kubernetes_mode_takes_given_cidrs() {
-        let mut b = EmbeddedBackend::new(
+        let mut b = EmbeddedOperator::new(
             "n1",
             EmbeddedMode::Kubernetes {
                 pod_cidrs: vec![
@@ -224,7 +219,7 @@ mod tests {
 
     #[test]
     fn kubernetes_mode_needs_a_cidr_per_enabled_family() {
-        let mut b = EmbeddedBackend::new(
+        let mut b = EmbeddedOperator::new(
             "n1",
             EmbeddedMode::Kubernetes {
                 pod_cidrs: vec!["10.1.2.0/24".parse().unwrap()],
@@ -232,13 +227,13 @@ mod tests {
                 enable_ipv6: true,
             },
         );
-        let e = b.sync(None).unwrap_err();
+        let e = b.sync(None).unwrap_err().to_string();
         assert!(e.contains("Required IPv6 PodCIDR not available"), "{e}");
     }
 
     #[test]
     fn journal_of_another_node_is_refused() {
-        let mut b = EmbeddedBackend::new(
+        let mut b = EmbeddedOperator::new(
             "n1",
             EmbeddedMode::Kubernetes {
                 pod_cidrs: vec![],
@@ -249,6 +244,7 @@ mod tests {
         assert!(
             b.sync(Some(NodeResource::new("other")))
                 .unwrap_err()
+                .to_string()
                 .contains("other")
         );
     }
@@ -257,7 +253,7 @@ mod tests {
     fn a_cluster_pool_node_is_not_silently_switched_to_multi_pool() {
         let mut node = NodeResource::new("n1");
         node.spec.ipam.pod_cidrs = vec!["10.0.1.0/24".into()];
-        let mut b = EmbeddedBackend::new(
+        let mut b = EmbeddedOperator::new(
             "n1",
             EmbeddedMode::MultiPool {
                 pools: vec![],
@@ -265,7 +261,7 @@ mod tests {
                 migrate_cluster_pool: false,
             },
         );
-        let e = b.sync(Some(node)).unwrap_err();
+        let e = b.sync(Some(node)).unwrap_err().to_string();
         assert!(
             e.contains("enable-cluster-pool-to-multi-pool-migration"),
             "{e}"

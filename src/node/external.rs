@@ -1,83 +1,144 @@
 //! The external backend: in crd, azure, alibabacloud and eni modes something other
 //! than podnet decides what the node owns and writes it into a `CiliumNode`
-//! manifest file (`--node-resource`); the daemon reads the spec (and the ENI
-//! inventory in `status.eni`) and writes only its own part of `status` back (see
-//! `cilium_node_file` for the two-writer rule). In eni mode the inventory is
-//! converted into blocks of pool `default` (Cilium 1.20's ENI-on-multi-pool model);
-//! podnet never carves anything here.
+//! manifest file (`--node-resource`). The source reads the spec (and the ENI
+//! inventory in `status.eni`), waits at start until the node owns enough addresses
+//! and polls the file for changes; the sink writes only the daemon's part of
+//! `status` back (see `cilium_node_file` for the two-writer rule). In eni mode the
+//! inventory is converted into blocks of pool `default` (Cilium 1.20's
+//! ENI-on-multi-pool model). podnet never carves anything here: no operator.
+
+use std::path::PathBuf;
+use std::time::Duration;
 
 use ipnet::IpNet;
 
 use super::cilium_node_file::CiliumNodeFile;
-use super::{NodeBackend, NodeResource};
+use super::{NodeError, NodeEvent, NodeOutbox, NodeResource, NodeSink, NodeSource, NodeView};
+use super::WatchFuture;
 use crate::ipam::eni::eni_allocation;
-use crate::ipam::pooldef::PoolDef;
 
-/// The node resource from a file an external tool writes.
-pub struct ExternalBackend {
-    node_name: String,
-    eni: bool,
-    file: CiliumNodeFile,
-    resource: NodeResource,
+/// How often the file is checked for changes.
+const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// This node's resource from the file an external IPAM writes.
+pub struct ExternalSource {
+    pub node_name: String,
+    pub path: PathBuf,
+    pub eni: bool,
+    /// Addresses the node must own before the daemon serves (one per family, two
+    /// with health checking).
+    pub needed: u64,
 }
 
-impl ExternalBackend {
-    /// Loads the file; its node must be this node.
-    pub fn load(
-        node_name: &str,
-        path: &std::path::Path,
-        eni: bool,
-    ) -> Result<ExternalBackend, String> {
-        let (file, resource) = CiliumNodeFile::load(path)?;
-        if resource.metadata.name != node_name {
-            return Err(format!(
-                "{} describes node {:?}, not this node {node_name:?}",
-                path.display(),
-                resource.metadata.name
-            ));
+impl ExternalSource {
+    /// Reads the file; its node must be this node. In eni mode the inventory is
+    /// converted into pool blocks.
+    fn read(&self) -> Result<NodeResource, NodeError> {
+        let (_, resource) = CiliumNodeFile::load(&self.path).map_err(NodeError::Invalid)?;
+        if resource.metadata.name != self.node_name {
+            return Err(NodeError::Invalid(format!(
+                "{} describes node {:?}, not this node {:?}",
+                self.path.display(),
+                resource.metadata.name,
+                self.node_name
+            )));
         }
-        Ok(ExternalBackend {
-            node_name: node_name.to_string(),
-            eni,
-            file,
-            resource,
+        let mut node = resource;
+        if self.eni {
+            node.spec.ipam.pools.allocated = eni_allocation(&node.status.eni.enis, &node.spec.eni)
+                .map_err(NodeError::Invalid)?;
+        }
+        Ok(node)
+    }
+}
+
+/// The addresses a node resource offers (single IPs and blocks).
+fn offered(node: &NodeResource) -> u64 {
+    node.spec.ipam.pool.len() as u64
+        + node.spec.ipam.ipv6_pool.len() as u64
+        + node
+            .spec
+            .ipam
+            .pools
+            .allocated
+            .iter()
+            .flat_map(|a| a.cidrs.iter())
+            .filter_map(|c| c.parse::<IpNet>().ok())
+            .map(|n| 1u64 << (n.max_prefix_len() - n.prefix_len()).min(63))
+            .sum::<u64>()
+}
+
+impl NodeSource for ExternalSource {
+    /// Reads the file until it offers enough addresses (Cilium waits the same way
+    /// before it serves).
+    fn initial(&mut self) -> Result<NodeView, NodeError> {
+        let mut logged = false;
+        loop {
+            let node = self.read()?;
+            let have = offered(&node);
+            if have >= self.needed {
+                tracing::info!(node = %self.node_name, file = %self.path.display(), "node resource read from file");
+                return Ok(NodeView {
+                    node: Some(node),
+                    ..NodeView::default()
+                });
+            }
+            if !logged {
+                tracing::info!(
+                    have,
+                    needed = self.needed,
+                    "Waiting for initial IP to become available in '{}' custom resource",
+                    self.node_name
+                );
+                logged = true;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    fn watch(self: Box<Self>, events: tokio::sync::mpsc::Sender<NodeEvent>) -> WatchFuture {
+        Box::pin(async move {
+            let stamp = || CiliumNodeFile::current_fingerprint(&self.path).ok();
+            let mut seen = stamp();
+            loop {
+                tokio::time::sleep(WATCH_INTERVAL).await;
+                let now = stamp();
+                if now == seen {
+                    continue;
+                }
+                seen = now;
+                match self.read() {
+                    Ok(node) => {
+                        if events.send(NodeEvent::Node(Box::new(node))).await.is_err() {
+                            return;
+                        }
+                        tracing::info!(file = %self.path.display(), "node resource reloaded");
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "node resource not reloaded; keeping the previous one")
+                    }
+                }
+            }
         })
     }
-
-    /// The node resource as the file has it, with the ENI inventory converted into
-    /// pool blocks in eni mode.
-    pub fn resolved(resource: &NodeResource, eni: bool) -> Result<NodeResource, String> {
-        let mut node = resource.clone();
-        if eni {
-            node.spec.ipam.pools.allocated = eni_allocation(&node.status.eni.enis, &node.spec.eni)?;
-        }
-        Ok(node)
-    }
-
-    /// The node resource as read.
-    pub fn resource(&self) -> &NodeResource {
-        &self.resource
-    }
 }
 
-impl NodeBackend for ExternalBackend {
-    fn sync(&mut self, _current: Option<NodeResource>) -> Result<NodeResource, String> {
-        let node = Self::resolved(&self.resource, self.eni)?;
-        tracing::info!(node = %self.node_name, file = %self.file.path().display(), "node resource read from file");
-        Ok(node)
-    }
+/// Writes the used addresses into the file's `status.ipam` (the external IPAM owns
+/// everything else in it).
+pub struct ExternalSink {
+    pub path: PathBuf,
+}
 
-    fn satisfy(&mut self, _node: &mut NodeResource) -> Vec<String> {
-        Vec::new()
-    }
-
-    fn release_block(&mut self, _pool: &str, _cidr: &IpNet) {}
-
-    fn update_pools(&mut self, _pools: &[PoolDef], _node: &NodeResource) -> Result<(), String> {
+impl NodeSink for ExternalSink {
+    fn flush(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
+        let Some(used) = &outbox.used else {
+            return Ok(());
+        };
+        let status = serde_json::json!({"ipam": {"used": used.ipv4, "ipv6-used": used.ipv6}});
+        CiliumNodeFile::load(&self.path)
+            .and_then(|(f, _)| f.write_status(&status))
+            .map_err(NodeError::Io)?;
+        tracing::debug!(file = %self.path.display(), "wrote status.ipam.used");
         Ok(())
-    }
-
-    fn pools(&self) -> Vec<PoolDef> {
-        Vec::new()
     }
 }

@@ -1,32 +1,139 @@
-//! The node resource (shaped like Cilium's `CiliumNode`) and the backends that say
-//! what this node owns. Nothing outside this module knows which backend runs: the
-//! daemon asks a `NodeBackend` for the node's CIDRs (host-scope modes) or blocks
-//! (multi-pool), hands it the node's demand, and gives blocks back through it.
+//! What this node owns, and where that truth lives: the node resource (shaped like
+//! Cilium's `CiliumNode`) and the backends that hold it. A backend is three small
+//! parts, and the daemon does not know which backend runs:
+//! - a [`NodeSource`]: what the backend has at start ([`NodeView`]), then typed
+//!   [`NodeEvent`]s (this node's resource, pools, the default pool, pod metadata)
+//!   that one loop in the daemon applies to the state;
+//! - a [`NodeSink`], optional: a writer task flushes the state's [`NodeOutbox`]
+//!   (requested pools, used addresses, node addresses) to where the backend keeps
+//!   the resource, rate-limited and never under the state's lock;
+//! - a [`NodeOperator`], optional: the operator's part (carving node CIDRs and pool
+//!   blocks), present in the embedded backend for a single node, absent where a
+//!   cluster operator owns it.
+//!
+//! Backends: `embedded` (the embedded operator, manifests in watched directories:
+//! [`manifest_source`]) and `external` (crd/eni: a CiliumNode file an external IPAM
+//! writes: [`external`]).
 
 pub mod cilium_node_file;
 mod embedded;
 pub mod external;
+pub mod manifest_source;
 pub mod manifests;
 mod resource;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 
 use ipnet::IpNet;
 
 use crate::ipam::pooldef::PoolDef;
+use crate::ipam::selection::MetadataSource;
 
-pub use embedded::{EmbeddedBackend, EmbeddedMode};
+pub use embedded::{EmbeddedMode, EmbeddedOperator};
 pub use resource::{
-    AllocatedPool, IpamPools, NodeAddress, NodeIpamSpec, NodeResource, PoolDemand, RequestedPool,
+    AllocatedPool, AllocationIp, IpamPools, NodeAddress, NodeIpamSpec, NodeResource, PoolDemand,
+    RequestedPool,
 };
 
-/// Where the node resource comes from, and who plays the operator for it.
-pub trait NodeBackend: Send {
+/// Why a backend could not do what was asked; the text says which object and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NodeError {
+    /// The backend's objects are invalid or do not fit this node.
+    #[error("{0}")]
+    Invalid(String),
+    /// The operator cannot give the node what it needs (Cilium's operator errors).
+    #[error("{0}")]
+    Operator(String),
+    /// Reading or writing where the backend keeps the resource failed.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// What a backend has when the daemon starts.
+#[derive(Default)]
+pub struct NodeView {
+    /// This node's resource as the backend keeps it; None where the backend keeps
+    /// none of its own (embedded: the journal's copy is the node resource).
+    pub node: Option<NodeResource>,
+    /// The pool definitions (multi-pool).
+    pub pools: Vec<PoolDef>,
+    /// This node's default pool, when something overrides the option's
+    /// (a CiliumNodeConfig).
+    pub default_pool: Option<String>,
+    /// Pod and Namespace labels and annotations for pool selection, if any.
+    pub metadata: Option<Box<dyn MetadataSource + Send>>,
+}
+
+/// A change the backend saw.
+pub enum NodeEvent {
+    /// This node's resource changed (crd/eni: the spec and the ENI inventory).
+    Node(Box<NodeResource>),
+    /// The pool definitions changed.
+    Pools(Vec<PoolDef>),
+    /// This node's default pool changed (None: back to the option's).
+    DefaultPool(Option<String>),
+    /// Pod and Namespace metadata changed.
+    Metadata(Box<dyn MetadataSource + Send>),
+}
+
+/// A boxed future of a source's watch loop.
+pub type WatchFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Where the node resource, pools and pod metadata come from.
+pub trait NodeSource: Send {
+    /// What the backend has now; called once at start, before restore. It may
+    /// wait (crd mode waits until the node owns enough addresses, as Cilium does).
+    fn initial(&mut self) -> Result<NodeView, NodeError>;
+
+    /// Watches for changes until the daemon stops, sending each as an event.
+    fn watch(self: Box<Self>, events: tokio::sync::mpsc::Sender<NodeEvent>) -> WatchFuture;
+}
+
+/// `status.ipam.used` / `ipv6-used`: address → owner and resource.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UsedAddresses {
+    pub ipv4: BTreeMap<String, AllocationIp>,
+    pub ipv6: BTreeMap<String, AllocationIp>,
+}
+
+/// What the state wants written to the node's resource; each part only when it
+/// changed since the last flush.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeOutbox {
+    /// `spec.ipam.pools.requested` (multi-pool demand).
+    pub requested_pools: Option<Vec<RequestedPool>>,
+    /// `status.ipam.used` and `ipv6-used`.
+    pub used: Option<UsedAddresses>,
+    /// `spec.addresses` (the router's CiliumInternalIP).
+    pub addresses: Option<Vec<NodeAddress>>,
+}
+
+impl NodeOutbox {
+    pub fn is_empty(&self) -> bool {
+        self.requested_pools.is_none() && self.used.is_none() && self.addresses.is_none()
+    }
+}
+
+/// Writes the outbox to where the backend keeps the node resource. Called by the
+/// writer task, outside the state's lock; a failed flush is retried with the
+/// next one.
+pub trait NodeSink: Send {
+    fn flush(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError>;
+}
+
+/// The operator's part for this node: what the node owns at start, blocks on
+/// demand, blocks given back. Pure bookkeeping, no I/O: the state calls it under
+/// its lock.
+pub trait NodeOperator: Send {
     /// Brings the node resource up to date at start (cluster-pool: carve the node
-    /// CIDRs; multi-pool: adopt the node's blocks, or migrate its cluster-pool CIDRs)
-    /// and returns it. Called once, before any allocation.
-    fn sync(&mut self, current: Option<NodeResource>) -> Result<NodeResource, String>;
+    /// CIDRs; kubernetes: take the given ones; multi-pool: adopt the node's blocks,
+    /// or migrate its cluster-pool CIDRs) and returns it.
+    fn sync(&mut self, current: Option<NodeResource>) -> Result<NodeResource, NodeError>;
 
     /// Multi-pool: carves blocks until `spec.ipam.pools.requested` is met, into
-    /// `spec.ipam.pools.allocated`. Returns the errors for
+    /// `spec.ipam.pools.allocated`. Returns the errors it also writes into
     /// `status.ipam.operator-status.error` (empty: all met).
     fn satisfy(&mut self, node: &mut NodeResource) -> Vec<String>;
 
@@ -35,8 +142,12 @@ pub trait NodeBackend: Send {
 
     /// Multi-pool: the pool definitions changed; refused (nothing changes) when a
     /// change breaks what the node uses.
-    fn update_pools(&mut self, pools: &[PoolDef], node: &NodeResource) -> Result<(), String>;
+    fn update_pools(&mut self, pools: &[PoolDef], node: &NodeResource) -> Result<(), NodeError>;
+}
 
-    /// The pool definitions in force (empty outside multi-pool).
-    fn pools(&self) -> Vec<PoolDef>;
+/// One backend: its source, and its sink and operator where it has them.
+pub struct Backend {
+    pub source: Box<dyn NodeSource>,
+    pub sink: Option<Box<dyn NodeSink>>,
+    pub operator: Option<Box<dyn NodeOperator>>,
 }

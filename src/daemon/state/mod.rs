@@ -23,7 +23,8 @@ use crate::ipam::Family;
 use crate::ipam::multipool::PoolSet;
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::MetadataSource;
-use crate::node::{NodeBackend, NodeResource};
+use super::config::{DatapathMode, IpamMode};
+use crate::node::{NodeOperator, NodeResource, RequestedPool};
 use crate::store::{AllocationRecord, AllocationState, EndpointRecord, Journal, JournalOp, now_ms};
 
 pub use pools::{MultiPoolSettings, PoolingMode};
@@ -115,20 +116,27 @@ pub struct StaleLink {
     pub made_by: JournalMark,
 }
 
+/// What was last handed to the node sink, to send only what changed.
+#[derive(Debug, Clone, Default)]
+struct OutboxMarks {
+    used_changed: bool,
+    requested: Option<Vec<RequestedPool>>,
+    addresses: Option<Vec<crate::node::NodeAddress>>,
+}
+
 /// Static facts the state needs.
 #[derive(Debug, Clone)]
 pub struct StateConfig {
     pub node_name: String,
-    pub ipam_mode: String,
+    pub ipam_mode: IpamMode,
     pub expiration: Duration,
     pub cooldown: Duration,
     pub mtu: u32,
     pub reserve_health: bool,
     pub reserve_ingress: bool,
-    /// The pod device type in use (`veth`, `netkit`, `netkit-l2`) and as configured
-    /// (`auto` included).
-    pub datapath_mode: String,
-    pub configured_datapath_mode: String,
+    /// The pod device type in use (never `Auto`) and as configured.
+    pub datapath_mode: DatapathMode,
+    pub configured_datapath_mode: DatapathMode,
     /// Router addresses given by the operator (`local-router-ipv4/6`), not taken
     /// from IPAM.
     pub fixed_routers: BTreeMap<Family, IpAddr>,
@@ -154,7 +162,8 @@ pub struct IpamState {
     cfg: StateConfig,
     pools: PoolSet,
     routers: BTreeMap<Family, IpAddr>,
-    backend: Box<dyn NodeBackend>,
+    /// The operator's part, where this node plays it (the embedded backend).
+    operator: Option<Box<dyn NodeOperator>>,
     pool_defs: Vec<PoolDef>,
     metadata: Option<Box<dyn MetadataSource + Send>>,
     /// Owners whose allocation failed recently, per pool and family (demand).
@@ -163,8 +172,8 @@ pub struct IpamState {
     restore_finished: bool,
     /// DELs whose links are being torn down, by journal key.
     teardowns: BTreeMap<String, Teardown>,
-    /// crd/eni: the used addresses changed since they were last written out.
-    status_dirty: bool,
+    /// What the node sink last got, and whether the used addresses changed since.
+    outbox: OutboxMarks,
     /// Boxed: the map's nodes then hold 8-byte values, not whole records, which
     /// halves its memory (ascending inserts leave nodes about half full).
     allocations: BTreeMap<IpAddr, Box<AllocationRecord>>,
@@ -434,7 +443,7 @@ impl IpamState {
         self.commit(&ops)?;
         self.apply(ops, why);
         self.sync_demand();
-        self.status_dirty = true;
+        self.outbox.used_changed = true;
         Ok(())
     }
 

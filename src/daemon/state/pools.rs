@@ -15,7 +15,7 @@ use crate::ipam::hostscope::AllocatorOptions;
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::{MetadataSource, select_pool};
-use crate::node::{PoolDemand, RequestedPool};
+use crate::node::{AllocationIp, NodeOutbox, PoolDemand, RequestedPool, UsedAddresses};
 use crate::store::{JournalOp, now_ms};
 
 /// How long a failed allocation keeps counting towards demand (Cilium: 5 min).
@@ -39,6 +39,8 @@ pub enum PoolingMode {
 pub struct MultiPoolSettings {
     /// `ipam-default-ip-pool` (after a per-node override).
     pub default_pool: String,
+    /// `ipam-default-ip-pool` as the option gives it.
+    pub configured_default_pool: String,
     /// `ipam-multi-pool-pre-allocation`, pool → addresses per family.
     pub pre_allocation: BTreeMap<String, u64>,
     /// `only-masquerade-default-pool`.
@@ -230,7 +232,11 @@ impl IpamState {
             }
         }
         self.node.spec.ipam.pools.requested = requested;
-        for e in self.backend.satisfy(&mut self.node) {
+        let errors = match self.operator.as_mut() {
+            Some(op) => op.satisfy(&mut self.node),
+            None => Vec::new(),
+        };
+        for e in errors {
             tracing::warn!(error = %e, "the pool operator could not meet the node's demand");
         }
         self.apply_node_blocks();
@@ -238,7 +244,9 @@ impl IpamState {
             for ((pool, family), needed) in needed_by {
                 for cidr in self.pools.release_free_blocks(&pool, family, needed) {
                     tracing::info!(pool = %pool, cidr = %cidr, "released a free block above demand");
-                    self.backend.release_block(&pool, &cidr);
+                    if let Some(op) = self.operator.as_mut() {
+                        op.release_block(&pool, &cidr);
+                    }
                     let text = cidr.to_string();
                     for a in self
                         .node
@@ -298,7 +306,9 @@ impl IpamState {
     /// New pool definitions (the pool directory changed). Refused, with nothing
     /// changed, when the change breaks what the node uses.
     pub fn set_pool_defs(&mut self, defs: Vec<PoolDef>) -> Result<(), String> {
-        self.backend.update_pools(&defs, &self.node)?;
+        if let Some(op) = self.operator.as_mut() {
+            op.update_pools(&defs, &self.node).map_err(|e| e.to_string())?;
+        }
         self.pool_defs = defs;
         self.sync_demand();
         Ok(())
@@ -325,40 +335,58 @@ impl IpamState {
         self.node.spec.eni = node.spec.eni;
         self.node.status.eni = node.status.eni;
         self.apply_node_blocks();
-        self.status_dirty = true;
+        self.outbox.used_changed = true;
         self.journal_node();
     }
 
-    /// crd/eni: addresses the node can hand out at all (start-up waits for enough).
-    pub fn usable_addresses(&self) -> u64 {
-        self.cfg
-            .families
-            .iter()
-            .map(|f| self.pools.usable(self.default_pool(), *f))
-            .sum()
+    /// What changed for the node sink since the last call: the used addresses
+    /// (`status.ipam.used`), the demand (`spec.ipam.pools.requested`) and the node's
+    /// addresses. None when nothing did.
+    pub fn take_outbox(&mut self) -> Option<NodeOutbox> {
+        let mut out = NodeOutbox::default();
+        if std::mem::take(&mut self.outbox.used_changed) {
+            let mut used = UsedAddresses::default();
+            for rec in self
+                .allocations
+                .values()
+                .filter(|r| r.state != crate::store::AllocationState::Cooling)
+            {
+                let entry = AllocationIp {
+                    owner: rec.owner.clone(),
+                    resource: rec.container_id.clone().unwrap_or_default(),
+                };
+                match rec.family {
+                    Family::V4 => used.ipv4.insert(rec.ip.to_string(), entry),
+                    Family::V6 => used.ipv6.insert(rec.ip.to_string(), entry),
+                };
+            }
+            out.used = Some(used);
+        }
+        let requested = &self.node.spec.ipam.pools.requested;
+        if self.is_multi_pool() && self.outbox.requested.as_ref() != Some(requested) {
+            self.outbox.requested = Some(requested.clone());
+            out.requested_pools = Some(requested.clone());
+        }
+        let addresses = &self.node.spec.addresses;
+        if self.outbox.addresses.as_ref() != Some(addresses) {
+            self.outbox.addresses = Some(addresses.clone());
+            out.addresses = Some(addresses.clone());
+        }
+        (!out.is_empty()).then_some(out)
     }
 
-    /// crd/eni: `status.ipam.used` / `ipv6-used` as the daemon writes them into the
-    /// node resource file, and whether anything changed since the last call.
-    pub fn take_external_status(&mut self) -> Option<serde_json::Value> {
-        if !std::mem::take(&mut self.status_dirty) {
-            return None;
+    /// Multi-pool: this node's default pool changed (a CiliumNodeConfig); None goes
+    /// back to the option's.
+    pub fn set_default_pool(&mut self, pool: Option<String>) {
+        let PoolingMode::MultiPool(m) = &mut self.cfg.pooling else {
+            return;
+        };
+        let pool = pool.unwrap_or_else(|| m.configured_default_pool.clone());
+        if m.default_pool != pool {
+            tracing::info!(from = %m.default_pool, to = %pool, "this node's default pool changed");
+            m.default_pool = pool;
+            self.sync_demand();
         }
-        let mut used = serde_json::Map::new();
-        let mut used6 = serde_json::Map::new();
-        for rec in self
-            .allocations
-            .values()
-            .filter(|r| r.state != crate::store::AllocationState::Cooling)
-        {
-            let entry = serde_json::json!({"owner": rec.owner, "resource": rec.container_id.clone().unwrap_or_default()});
-            if rec.ip.is_ipv4() {
-                used.insert(rec.ip.to_string(), entry);
-            } else {
-                used6.insert(rec.ip.to_string(), entry);
-            }
-        }
-        Some(serde_json::json!({"ipam": {"used": used, "ipv6-used": used6}}))
     }
 
     /// eni: the ENI details of an address for the IPAM response.

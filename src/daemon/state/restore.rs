@@ -23,12 +23,13 @@ use super::{
     DEFAULT_POOL, HOLD_UNTIL_TEARDOWN, IpamState, NODE_META_KEY, StateConfig, TEARDOWN_PREFIX,
     Teardown, Timer, TimerKind,
 };
+use super::super::config::IpamMode;
 use crate::api::link_marker::LinkMarker;
 use crate::datapath::host_ifname;
 use crate::ipam::Family;
 use crate::ipam::multipool::{PoolError, PoolSet};
 use crate::ipam::pooldef::PoolDef;
-use crate::node::{NodeBackend, NodeResource};
+use crate::node::{NodeOperator, NodeResource};
 use crate::store::{
     AllocationRecord, AllocationState, EndpointRecord, Journal, JournalOp, Snapshot, now_ms,
 };
@@ -89,7 +90,7 @@ impl IpamState {
         cfg: StateConfig,
         journal: Journal,
         node: NodeResource,
-        backend: Box<dyn NodeBackend>,
+        operator: Option<Box<dyn NodeOperator>>,
         pool_defs: Vec<PoolDef>,
         snapshot: Snapshot,
         metrics: Arc<Metrics>,
@@ -98,13 +99,16 @@ impl IpamState {
             cfg,
             pools: PoolSet::new(),
             routers: BTreeMap::new(),
-            backend,
+            operator,
             pool_defs,
             metadata: None,
             pending: BTreeMap::new(),
             restore_finished: false,
             teardowns: BTreeMap::new(),
-            status_dirty: true,
+            outbox: super::OutboxMarks {
+                used_changed: true,
+                ..Default::default()
+            },
             allocations: BTreeMap::new(),
             endpoints: BTreeMap::new(),
             restored_endpoints: BTreeSet::new(),
@@ -223,7 +227,7 @@ impl IpamState {
         if self.cfg.reserve_ingress {
             infra.push("ingress");
         }
-        let delegated = self.cfg.ipam_mode == "delegated-plugin";
+        let delegated = self.cfg.ipam_mode == IpamMode::DelegatedPlugin;
         for family in self.cfg.families.clone() {
             if let Some(ip) = self.cfg.fixed_routers.get(&family).copied() {
                 self.routers.insert(family, ip);

@@ -115,11 +115,11 @@ impl IpamState {
         DaemonConfiguration {
             status: DaemonConfigurationStatus {
                 addressing: self.node_addressing(),
-                ipam_mode: self.cfg.ipam_mode.clone(),
+                ipam_mode: self.cfg.ipam_mode.to_string(),
                 device_mtu: self.cfg.mtu,
                 route_mtu: self.cfg.mtu,
-                datapath_mode: self.cfg.datapath_mode.clone(),
-                configured_datapath_mode: self.cfg.configured_datapath_mode.clone(),
+                datapath_mode: self.cfg.datapath_mode.to_string(),
+                configured_datapath_mode: self.cfg.configured_datapath_mode.to_string(),
                 node_name: self.cfg.node_name.clone(),
             },
         }
@@ -178,10 +178,10 @@ impl IpamState {
     /// `status`, without the per-address maps and lists when `brief`.
     pub fn status_brief(&self, brief: bool) -> StatusResponse {
         let mut ipam = IpamStatus {
-            mode: self.cfg.ipam_mode.clone(),
+            mode: self.cfg.ipam_mode.to_string(),
             node_name: self.cfg.node_name.clone(),
             restore: self.restore_report.clone(),
-            datapath: self.cfg.datapath_mode.clone(),
+            datapath: self.cfg.datapath_mode.to_string(),
             journal: self.journal.path().display().to_string(),
             journal_bytes: std::fs::metadata(self.journal.path())
                 .map(|m| m.len())

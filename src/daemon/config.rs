@@ -1,0 +1,443 @@
+//! The daemon's options resolved once into what they mean: the IPAM mode, routing
+//! and datapath modes as enums, the enabled families, the cluster pool, the node's
+//! given pod CIDRs (kubernetes mode), the multi-pool settings and the fixed router
+//! addresses, with Cilium's start-up checks and texts. `podnet daemon` starts from a
+//! [`DaemonConfig`] and `podnet lint` checks one, so both refuse the same options
+//! with the same words. Nothing here touches the kernel or the disk.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::options::DaemonOptions;
+use crate::ipam::Family;
+use crate::ipam::clusterpool::{ClusterPoolConfig, parse_cidr_list};
+use crate::ipam::pool_options::{parse_auto_create_pools, parse_pre_allocation};
+use crate::ipam::pooldef::PoolDef;
+
+/// `--ipam`: who decides what the node owns, and how addresses are allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpamMode {
+    ClusterPool,
+    Kubernetes,
+    MultiPool,
+    Crd,
+    Azure,
+    AlibabaCloud,
+    Eni,
+    DelegatedPlugin,
+}
+
+impl IpamMode {
+    /// Every mode, by its option value.
+    pub const ALL: [IpamMode; 8] = [
+        IpamMode::ClusterPool,
+        IpamMode::Kubernetes,
+        IpamMode::MultiPool,
+        IpamMode::Crd,
+        IpamMode::Azure,
+        IpamMode::AlibabaCloud,
+        IpamMode::Eni,
+        IpamMode::DelegatedPlugin,
+    ];
+
+    /// The option value (Cilium's spelling, also what `/v1/config` reports).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpamMode::ClusterPool => "cluster-pool",
+            IpamMode::Kubernetes => "kubernetes",
+            IpamMode::MultiPool => "multi-pool",
+            IpamMode::Crd => "crd",
+            IpamMode::Azure => "azure",
+            IpamMode::AlibabaCloud => "alibabacloud",
+            IpamMode::Eni => "eni",
+            IpamMode::DelegatedPlugin => "delegated-plugin",
+        }
+    }
+
+    /// Parses `--ipam`.
+    pub fn parse(s: &str) -> Result<IpamMode, String> {
+        IpamMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "ipam mode {s:?} is not supported by this build: use cluster-pool (default), kubernetes, multi-pool, crd, azure, alibabacloud, eni or delegated-plugin"
+                )
+            })
+    }
+
+    /// crd, azure, alibabacloud and eni: an external system writes the node's
+    /// CiliumNode; podnet carves nothing.
+    pub fn is_external(self) -> bool {
+        matches!(
+            self,
+            IpamMode::Crd | IpamMode::Azure | IpamMode::AlibabaCloud | IpamMode::Eni
+        )
+    }
+}
+
+impl fmt::Display for IpamMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `--datapath-mode`: the pod device type asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DatapathMode {
+    Veth,
+    /// netkit in L3 mode.
+    Netkit,
+    NetkitL2,
+    /// netkit where the kernel has it, else veth (decided at start).
+    Auto,
+}
+
+impl DatapathMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DatapathMode::Veth => "veth",
+            DatapathMode::Netkit => "netkit",
+            DatapathMode::NetkitL2 => "netkit-l2",
+            DatapathMode::Auto => "auto",
+        }
+    }
+
+    /// Parses `--datapath-mode`.
+    pub fn parse(s: &str) -> Result<DatapathMode, String> {
+        [
+            DatapathMode::Veth,
+            DatapathMode::Netkit,
+            DatapathMode::NetkitL2,
+            DatapathMode::Auto,
+        ]
+        .into_iter()
+        .find(|m| m.as_str() == s)
+        .ok_or_else(|| format!("--datapath-mode {s:?} is not one of veth, netkit, netkit-l2, auto"))
+    }
+}
+
+impl fmt::Display for DatapathMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `--routing-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoutingMode {
+    Native,
+    Tunnel,
+}
+
+impl RoutingMode {
+    /// Parses `--routing-mode`.
+    pub fn parse(s: &str) -> Result<RoutingMode, String> {
+        match s {
+            "native" => Ok(RoutingMode::Native),
+            "tunnel" => Ok(RoutingMode::Tunnel),
+            other => Err(format!(
+                "--routing-mode {other:?} is not one of native, tunnel"
+            )),
+        }
+    }
+}
+
+/// Multi-pool settings.
+#[derive(Debug, Clone)]
+pub struct MultiPoolConfig {
+    /// `ipam-default-ip-pool` (a CiliumNodeConfig may override it per node).
+    pub default_pool: String,
+    /// `ipam-multi-pool-pre-allocation`, pool → addresses per family.
+    pub pre_allocation: BTreeMap<String, u64>,
+    /// `only-masquerade-default-pool`.
+    pub only_masquerade_default_pool: bool,
+    /// `enable-cluster-pool-to-multi-pool-migration`.
+    pub migrate_cluster_pool: bool,
+    /// `auto-create-cilium-pod-ip-pools`.
+    pub auto_create: Vec<PoolDef>,
+}
+
+/// The daemon's options, resolved and checked.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    pub ipam: IpamMode,
+    pub routing: RoutingMode,
+    pub datapath: DatapathMode,
+    /// The enabled families, IPv6 first (allocation order).
+    pub families: Vec<Family>,
+    /// cluster-pool: the pool the node CIDR is carved from.
+    pub cluster_pool: Option<ClusterPoolConfig>,
+    /// kubernetes: the node's pod CIDRs (`--pod-cidrs`, `--ipv4-range`, `--ipv6-range`).
+    pub pod_cidrs: Vec<IpNet>,
+    pub multi_pool: Option<MultiPoolConfig>,
+    /// Router addresses given by the operator (`local-router-ipv4/6`), not from IPAM.
+    pub fixed_routers: BTreeMap<Family, IpAddr>,
+    /// This node's labels (`--node-labels`), for CiliumNodeConfig selectors.
+    pub node_labels: BTreeMap<String, String>,
+}
+
+impl DaemonConfig {
+    /// Resolves the options, with Cilium's start-up checks.
+    pub fn resolve(opts: &DaemonOptions) -> Result<DaemonConfig, String> {
+        let ipam = IpamMode::parse(&opts.ipam)?;
+        let routing = RoutingMode::parse(&opts.routing_mode)?;
+        let datapath = DatapathMode::parse(&opts.datapath_mode)?;
+        if ipam.is_external() && ipam != IpamMode::Crd && routing == RoutingMode::Tunnel {
+            return Err(format!(
+                "ipam {ipam} needs routing-mode=native: its pod addresses are routed by the cloud network, and a tunnel would bypass it"
+            ));
+        }
+        if ipam.is_external() && opts.node_resource.is_none() {
+            return Err(format!(
+                "ipam {ipam} needs --node-resource FILE: the CiliumNode manifest the external IPAM writes for this node"
+            ));
+        }
+        let families = [
+            (opts.enable_ipv6, Family::V6),
+            (opts.enable_ipv4, Family::V4),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, f)| f)
+        .collect();
+        Ok(DaemonConfig {
+            ipam,
+            routing,
+            datapath,
+            families,
+            cluster_pool: match ipam {
+                IpamMode::ClusterPool => Some(cluster_pool(opts)?),
+                _ => None,
+            },
+            pod_cidrs: match ipam {
+                IpamMode::Kubernetes => kubernetes_pod_cidrs(opts)?,
+                _ => Vec::new(),
+            },
+            multi_pool: match ipam {
+                IpamMode::MultiPool => Some(multi_pool(opts)?),
+                _ => None,
+            },
+            fixed_routers: fixed_routers(opts, ipam)?,
+            node_labels: parse_node_labels(&opts.node_labels)?,
+        })
+    }
+}
+
+fn cluster_pool(opts: &DaemonOptions) -> Result<ClusterPoolConfig, String> {
+    let list = |value: &Option<String>, enabled: bool, name: &str, default: &str| {
+        let v = value.clone().unwrap_or_else(|| {
+            if enabled {
+                default.to_string()
+            } else {
+                String::new()
+            }
+        });
+        parse_cidr_list(name, &v).map_err(|e| e.to_string())
+    };
+    let cfg = ClusterPoolConfig {
+        enable_ipv4: opts.enable_ipv4,
+        enable_ipv6: opts.enable_ipv6,
+        ipv4_cidrs: list(
+            &opts.cluster_pool_ipv4_cidr,
+            opts.enable_ipv4,
+            "cluster-pool-ipv4-cidr",
+            "10.0.0.0/8",
+        )?,
+        ipv4_mask_size: opts.cluster_pool_ipv4_mask_size,
+        ipv6_cidrs: list(
+            &opts.cluster_pool_ipv6_cidr,
+            opts.enable_ipv6,
+            "cluster-pool-ipv6-cidr",
+            "fd00::/104",
+        )?,
+        ipv6_mask_size: opts.cluster_pool_ipv6_mask_size,
+    };
+    cfg.validate().map_err(|e| e.to_string())?;
+    Ok(cfg)
+}
+
+/// kubernetes mode: `--ipv4-range`/`--ipv6-range` (unless `auto`) and `--pod-cidrs`.
+fn kubernetes_pod_cidrs(opts: &DaemonOptions) -> Result<Vec<IpNet>, String> {
+    let mut cidrs: Vec<IpNet> = Vec::new();
+    for (range, v4) in [(&opts.ipv4_range, true), (&opts.ipv6_range, false)] {
+        if range != "auto" && !range.is_empty() {
+            let c: IpNet = range
+                .parse()
+                .map_err(|e| format!("--ipv{}-range {range:?}: {e}", if v4 { 4 } else { 6 }))?;
+            cidrs.push(c);
+        }
+    }
+    for c in opts
+        .pod_cidrs
+        .as_deref()
+        .unwrap_or("")
+        .split([' ', ','])
+        .filter(|s| !s.is_empty())
+    {
+        let c: IpNet = c.parse().map_err(|e| format!("--pod-cidrs {c:?}: {e}"))?;
+        cidrs.push(c);
+    }
+    Ok(cidrs)
+}
+
+fn multi_pool(opts: &DaemonOptions) -> Result<MultiPoolConfig, String> {
+    Ok(MultiPoolConfig {
+        default_pool: opts.default_ip_pool.clone(),
+        pre_allocation: parse_pre_allocation(&opts.multi_pool_pre_allocation, &opts.default_ip_pool)
+            .map_err(|e| format!("Invalid ipam-multi-pool-pre-allocation flag value: {e}"))?,
+        only_masquerade_default_pool: opts.only_masquerade_default_pool,
+        migrate_cluster_pool: opts.cluster_pool_migration,
+        auto_create: parse_auto_create_pools(&opts.auto_create_pools)
+            .map_err(|e| format!("auto-create-cilium-pod-ip-pools: {e}"))?,
+    })
+}
+
+/// `--local-router-ipv4/6`; delegated-plugin mode defaults the IPv4 one to
+/// 169.254.0.1 (the node answers ARP for it as a local address).
+fn fixed_routers(opts: &DaemonOptions, ipam: IpamMode) -> Result<BTreeMap<Family, IpAddr>, String> {
+    let mut out = BTreeMap::new();
+    let delegated = ipam == IpamMode::DelegatedPlugin;
+    for (value, family, on, name) in [
+        (
+            &opts.local_router_ipv4,
+            Family::V4,
+            opts.enable_ipv4,
+            "local-router-ipv4",
+        ),
+        (
+            &opts.local_router_ipv6,
+            Family::V6,
+            opts.enable_ipv6,
+            "local-router-ipv6",
+        ),
+    ] {
+        let value = if value.is_empty() && delegated && family == Family::V4 {
+            "169.254.0.1"
+        } else {
+            value.as_str()
+        };
+        if value.is_empty() || !on {
+            continue;
+        }
+        let ip: IpAddr = value
+            .parse()
+            .map_err(|_| format!("--{name} {value:?} is not an IP address"))?;
+        if Family::of_addr(&ip) != family {
+            return Err(format!(
+                "--{name} {value:?} is not an {} address",
+                family.label()
+            ));
+        }
+        out.insert(family, ip);
+    }
+    Ok(out)
+}
+
+/// `k=v,k2=v2`.
+fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("--node-labels: {pair:?} is not key=value"))?;
+        out.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(args: &[&str]) -> Result<DaemonConfig, String> {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let opts = DaemonOptions::parse_with_config_dir(&args).map_err(|e| e.to_string())?;
+        DaemonConfig::resolve(&opts)
+    }
+
+    #[test]
+    fn every_mode_round_trips_through_its_name() {
+        for m in IpamMode::ALL {
+            assert_eq!(IpamMode::parse(m.as_str()), Ok(m));
+        }
+        let e = IpamMode::parse("host-local").unwrap_err();
+        assert!(e.contains("not supported by this build"), "{e}");
+    }
+
+    #[test]
+    fn defaults_are_cluster_pool_ipv4_veth_native() {
+        let c = resolve(&[]).unwrap();
+        assert_eq!(c.ipam, IpamMode::ClusterPool);
+        assert_eq!(c.routing, RoutingMode::Native);
+        assert_eq!(c.datapath, DatapathMode::Veth);
+        assert_eq!(c.families, vec![Family::V4]);
+        let cp = c.cluster_pool.unwrap();
+        assert_eq!(cp.ipv4_cidrs, vec!["10.0.0.0/8".parse::<IpNet>().unwrap()]);
+        assert!(c.multi_pool.is_none());
+    }
+
+    #[test]
+    fn families_are_ipv6_first() {
+        let c = resolve(&["--enable-ipv6", "--cluster-pool-ipv6-cidr", "fd00::/104"]).unwrap();
+        assert_eq!(c.families, vec![Family::V6, Family::V4]);
+    }
+
+    #[test]
+    fn ciliums_start_up_checks() {
+        let e = resolve(&["--enable-ipv6=false", "--cluster-pool-ipv6-cidr", "fd00::/104"])
+            .unwrap_err();
+        assert!(e.contains("must not be set if IPv6 is disabled"), "{e}");
+        let e = resolve(&["--ipam", "eni", "--routing-mode", "tunnel"]).unwrap_err();
+        assert!(e.contains("routing-mode=native"), "{e}");
+        let e = resolve(&["--ipam", "crd"]).unwrap_err();
+        assert!(e.contains("--node-resource"), "{e}");
+        let e = resolve(&["--datapath-mode", "ebpf"]).unwrap_err();
+        assert!(e.contains("not one of veth"), "{e}");
+        let e = resolve(&["--routing-mode", "overlay"]).unwrap_err();
+        assert!(e.contains("not one of native, tunnel"), "{e}");
+    }
+
+    #[test]
+    fn kubernetes_cidrs_and_router_overrides() {
+        let c = resolve(&[
+            "--ipam",
+            "kubernetes",
+            "--pod-cidrs",
+            "10.1.2.0/24",
+            "--ipv6-range",
+            "fd00:1::/120",
+            "--enable-ipv6",
+        ])
+        .unwrap();
+        assert_eq!(c.pod_cidrs.len(), 2);
+        let c = resolve(&["--ipam", "delegated-plugin"]).unwrap();
+        assert_eq!(
+            c.fixed_routers.get(&Family::V4),
+            Some(&"169.254.0.1".parse::<IpAddr>().unwrap())
+        );
+        let e = resolve(&["--local-router-ipv4", "fd00::1"]).unwrap_err();
+        assert!(e.contains("not an IPv4 address"), "{e}");
+    }
+
+    #[test]
+    fn multi_pool_settings() {
+        let c = resolve(&[
+            "--ipam",
+            "multi-pool",
+            "--ipam-multi-pool-pre-allocation",
+            "default=8,mars=4",
+            "--node-labels",
+            "zone=a, rack=7",
+        ])
+        .unwrap();
+        let m = c.multi_pool.unwrap();
+        assert_eq!(m.pre_allocation.get("mars"), Some(&4));
+        assert_eq!(c.node_labels.get("rack").map(String::as_str), Some("7"));
+        let e = resolve(&["--node-labels", "zone"]).unwrap_err();
+        assert!(e.contains("not key=value"), "{e}");
+    }
+}
