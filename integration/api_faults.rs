@@ -1,0 +1,178 @@
+//! Faults at the API boundary, injected on purpose: a daemon that goes away in the
+//! middle of a request (a fake one on the socket that closes, resets or cuts its
+//! answer short), and an error answer without a body.
+
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::harness::*;
+
+/// What the fake daemon does with each request.
+#[derive(Clone, Copy, Debug)]
+enum Misbehaviour {
+    /// Reads the request and closes without a word.
+    CloseSilently,
+    /// Reads the request and sends half a response head.
+    HalfHead,
+    /// Closes without reading the request: the kernel resets the connection.
+    Reset,
+    /// Answers 500 with an empty body.
+    EmptyError,
+}
+
+/// A "daemon" on the socket path that misbehaves on every connection; stopped
+/// (thread joined, socket file removed) on drop.
+struct FakeDaemon {
+    socket: PathBuf,
+    stop: Arc<AtomicBool>,
+    served: Arc<AtomicUsize>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakeDaemon {
+    fn start(socket: &Path, how: Misbehaviour) -> FakeDaemon {
+        std::fs::create_dir_all(socket.parent().expect("socket dir")).expect("socket dir");
+        let _ = std::fs::remove_file(socket);
+        let listener = UnixListener::bind(socket).expect("bind the fake daemon");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let stop = Arc::new(AtomicBool::new(false));
+        let served = Arc::new(AtomicUsize::new(0));
+        let (s, n) = (stop.clone(), served.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        misbehave(stream, how);
+                        n.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(e) => panic!("fake daemon accept: {e}"),
+                }
+            }
+        });
+        FakeDaemon {
+            socket: socket.to_path_buf(),
+            stop,
+            served,
+            thread: Some(thread),
+        }
+    }
+
+    fn served(&self) -> usize {
+        self.served.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FakeDaemon {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+fn misbehave(mut stream: UnixStream, how: Misbehaviour) {
+    stream
+        .set_nonblocking(false)
+        .and_then(|_| stream.set_read_timeout(Some(Duration::from_secs(5))))
+        .expect("blocking stream");
+    match how {
+        Misbehaviour::Reset => {
+            // Wait until the request is there, then close with it unread.
+            let _ = nix::sys::socket::recv(
+                std::os::fd::AsRawFd::as_raw_fd(&stream),
+                &mut [0u8; 1],
+                nix::sys::socket::MsgFlags::MSG_PEEK,
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Misbehaviour::CloseSilently => read_head(&mut stream),
+        Misbehaviour::HalfHead => {
+            read_head(&mut stream);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: appl");
+        }
+        Misbehaviour::EmptyError => {
+            read_head(&mut stream);
+            let _ = stream.write_all(
+                b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    }
+}
+
+/// Reads until the end of the request head (the plugin's requests to the config
+/// and allocation routes have no body).
+fn read_head(stream: &mut UnixStream) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+#[test]
+fn a_daemon_that_goes_away_mid_request_means_try_again() {
+    if !root_or_skip("daemon_gone_mid_request") {
+        return;
+    }
+    // The node's namespace and directory, with a fake daemon on its socket.
+    let node = Node::new(&[]);
+    let sb = node.sandbox();
+    for how in [
+        Misbehaviour::CloseSilently,
+        Misbehaviour::HalfHead,
+        Misbehaviour::Reset,
+    ] {
+        let fake = FakeDaemon::start(&node.socket(), how);
+        let r = node.add(&sb);
+        assert!(
+            fake.served() >= 1,
+            "{how:?}: the plugin never reached the fake"
+        );
+        assert_eq!(r.code(), 11, "{how:?}: {r:?}");
+        let msg = r.msg();
+        assert!(
+            msg.contains("closed the connection") && msg.contains("try again"),
+            "{how:?}: {msg}"
+        );
+        assert!(
+            sb.ns.exec(&["ip", "link", "show", "eth0"]).status.code() != Some(0),
+            "{how:?}: ADD left an interface behind"
+        );
+    }
+    // DEL treats it as a daemon that is down: the release is queued, DEL succeeds.
+    let fake = FakeDaemon::start(&node.socket(), Misbehaviour::Reset);
+    let r = node.del(&sb);
+    assert!(r.ok, "{r:?}");
+    assert!(r.stderr.contains("queued"), "{}", r.stderr);
+    drop(fake);
+    let queued = std::fs::read_dir(node.dir.join("run").join("delete-queue"))
+        .expect("queue dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".delete"))
+        .count();
+    assert_eq!(queued, 1);
+    // An error answer without a body: code 100 with the HTTP status, never empty.
+    let fake = FakeDaemon::start(&node.socket(), Misbehaviour::EmptyError);
+    let r = node.add(&sb);
+    assert_eq!(r.code(), 100, "{r:?}");
+    assert!(
+        r.msg().ends_with(
+            "podnet daemon answered HTTP 500 Internal Server Error without an error message"
+        ),
+        "{}",
+        r.msg()
+    );
+    drop(fake);
+}
