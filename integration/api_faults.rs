@@ -1,13 +1,14 @@
 //! Faults at the API boundary, injected on purpose: a daemon that goes away in the
 //! middle of a request (a fake one on the socket that closes, resets or cuts its
-//! answer short), and an error answer without a body.
+//! answer short), a client that stalls its request body, and an error answer
+//! without a body.
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::harness::*;
 
@@ -175,4 +176,40 @@ fn a_daemon_that_goes_away_mid_request_means_try_again() {
         r.msg()
     );
     drop(fake);
+}
+
+#[test]
+fn a_stalled_request_body_is_dropped_after_the_body_timeout() {
+    if !root_or_skip("stalled_body") {
+        return;
+    }
+    let node = Node::dual_stack();
+    let mut s = UnixStream::connect(node.socket()).expect("connect");
+    s.write_all(
+        b"PUT /v1/endpoint/cilium-local:0 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"contain",
+    )
+    .expect("write head and 10 bytes");
+    let t = Instant::now();
+    // Others are served meanwhile.
+    assert!(node.client().healthz().is_ok());
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("read timeout");
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer)
+        .expect("the daemon closes the connection");
+    let waited = t.elapsed();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(
+        text.starts_with("HTTP/1.1 408 "),
+        "want 408 then close, got {text:?}"
+    );
+    assert!(
+        text.contains("request body did not arrive within 10 s"),
+        "{text}"
+    );
+    assert!(
+        waited >= Duration::from_secs(9) && waited < Duration::from_secs(14),
+        "closed after {waited:?}"
+    );
+    assert!(node.client().healthz().is_ok());
 }

@@ -11,6 +11,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 
 use super::Daemon;
+use super::server::BODY_TIMEOUT;
 use super::state::{AllocateRequest, ApiError};
 use crate::api::http::{decode_component, parse_query};
 use crate::api::models::{CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest, GcRequest};
@@ -181,17 +182,30 @@ fn header(req: &Request<Incoming>, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Reads a JSON body of at most `MAX_BODY` bytes that arrives within
+/// `BODY_TIMEOUT`; a stalled body gets 408, and the connection is closed after it.
 async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, ApiError> {
-    let body = Limited::new(req.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                413,
-                format!("request body rejected: {e} (limit {MAX_BODY} bytes)"),
-            )
-        })?
-        .to_bytes();
+    let body = tokio::time::timeout(
+        BODY_TIMEOUT,
+        Limited::new(req.into_body(), MAX_BODY).collect(),
+    )
+    .await
+    .map_err(|_| {
+        ApiError::new(
+            408,
+            format!(
+                "request body did not arrive within {} s; closing the connection",
+                BODY_TIMEOUT.as_secs()
+            ),
+        )
+    })?
+    .map_err(|e| {
+        ApiError::new(
+            413,
+            format!("request body rejected: {e} (limit {MAX_BODY} bytes)"),
+        )
+    })?
+    .to_bytes();
     serde_json::from_slice(&body)
         .map_err(|e| ApiError::new(400, format!("invalid request body: {e}")))
 }
