@@ -1,7 +1,8 @@
 //! Faults at the API boundary, injected on purpose: a daemon that goes away in the
 //! middle of a request (a fake one on the socket that closes, resets or cuts its
-//! answer short), a client that stalls its request body, and an error answer
-//! without a body.
+//! answer short), a client that stalls its request body, identifiers that would
+//! forge log lines or climb out of a directory, oversized pod names, and an error
+//! answer without a body.
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -9,6 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+use podnet::api::client::ClientError;
+use podnet::api::http::encode_component;
 
 use crate::harness::*;
 
@@ -212,4 +216,222 @@ fn a_stalled_request_body_is_dropped_after_the_body_timeout() {
         "closed after {waited:?}"
     );
     assert!(node.client().healthz().is_ok());
+}
+
+#[test]
+fn identifiers_that_forge_log_lines_or_paths_are_refused() {
+    if !root_or_skip("bad_identifiers") {
+        return;
+    }
+    // Debug logging, so the refusals themselves are logged.
+    let node = Node::start(&[
+        "--cluster-pool-ipv4-cidr",
+        "10.31.0.0/16",
+        "--k8s-node-name",
+        "idents",
+        "--log-level",
+        "debug",
+    ]);
+    let c = node.client();
+    let before = node.allocations();
+    let forged = "x\n2030-01-01T00:00:00.000000Z  INFO allocated ip=10.31.0.99 owner=FORGED";
+    let enc = encode_component;
+    let range: ipnet::IpNet = node.ipv4_addressing().alloc_range.parse().expect("range");
+    let ip = range.hosts().nth(50).expect("host").to_string();
+    let endpoint = |fields: serde_json::Value| {
+        let mut body = serde_json::json!({
+            "container-id": "c0ffee",
+            "container-interface-name": "eth0",
+            "k8s-pod-name": "web-0",
+            "k8s-namespace": "default",
+            "addressing": {"ipv4": "10.31.0.98"},
+        });
+        for (k, v) in fields.as_object().expect("object") {
+            body[k] = v.clone();
+        }
+        body.to_string().into_bytes()
+    };
+    let cases: Vec<(&str, String, Option<Vec<u8>>, &str)> = vec![
+        (
+            "POST",
+            format!("/v1/ipam?owner={}", enc(forged)),
+            None,
+            "invalid owner",
+        ),
+        ("POST", "/v1/ipam?owner=a%00b".into(), None, "invalid owner"),
+        (
+            "POST",
+            format!("/v1/ipam?owner={}", "o".repeat(600)),
+            None,
+            "at most 512",
+        ),
+        (
+            "POST",
+            "/v1/ipam?owner=ok&container-id=..%2F..%2Fx".into(),
+            None,
+            "invalid container-id \"../../x\"",
+        ),
+        (
+            "POST",
+            "/v1/ipam?owner=ok&ifname=a%2Fb".into(),
+            None,
+            "invalid ifname",
+        ),
+        (
+            "POST",
+            "/v1/ipam?owner=ok&network=a%0Ab".into(),
+            None,
+            "invalid network",
+        ),
+        (
+            "POST",
+            "/v1/ipam?owner=ok&pool=de%0Afault".into(),
+            None,
+            "invalid pool",
+        ),
+        (
+            "POST",
+            format!("/v1/ipam/{ip}?owner={}", enc(forged)),
+            None,
+            "invalid owner",
+        ),
+        (
+            "PUT",
+            "/v1/endpoint/cilium-local:0".into(),
+            Some(endpoint(serde_json::json!({"container-id": "../../x"}))),
+            "invalid container-id \"../../x\"",
+        ),
+        (
+            "PUT",
+            "/v1/endpoint/cilium-local:0".into(),
+            Some(endpoint(serde_json::json!({"k8s-pod-name": forged}))),
+            "invalid k8s-pod-name",
+        ),
+        (
+            "PUT",
+            "/v1/endpoint/cilium-local:0".into(),
+            Some(endpoint(serde_json::json!({"interface-name": "../lxc"}))),
+            "invalid interface-name",
+        ),
+        (
+            "DELETE",
+            "/v1/endpoint".into(),
+            Some(br#"{"container-id":"../../x"}"#.to_vec()),
+            "invalid container-id",
+        ),
+        (
+            "POST",
+            "/v1/cni/report".into(),
+            Some(
+                serde_json::json!({"verb": "ADD", "container-id": "c0ffee", "owner": forged})
+                    .to_string()
+                    .into_bytes(),
+            ),
+            "invalid owner",
+        ),
+        (
+            "POST",
+            "/v1/cni/gc".into(),
+            Some(br#"{"network":"a\nb","valid-attachments":[]}"#.to_vec()),
+            "invalid network",
+        ),
+        (
+            "GET",
+            format!("/v1/explain?q={}", enc(forged)),
+            None,
+            "invalid q",
+        ),
+    ];
+    for (method, path, body, want) in cases {
+        match c.call(method, &path, &[], body) {
+            Err(ClientError::Status { status, message }) => {
+                assert_eq!(status, 400, "{method} {path}: {message}");
+                assert!(message.contains(want), "{method} {path}: {message}");
+            }
+            other => panic!("{method} {path}: want 400, got {other:?}"),
+        }
+    }
+    assert_eq!(node.allocations(), before, "a refused request allocated");
+    let log = node.log();
+    assert!(
+        log.contains("request refused") && log.contains("\\n2030-01-01"),
+        "the refusals are logged, escaped:\n{log}"
+    );
+    for line in log.lines() {
+        assert!(
+            !line.starts_with("2030-01-01"),
+            "a forged log line:\n{line}"
+        );
+    }
+
+    // The plugin refuses such an attachment before it asks the daemon: code 4.
+    let mut sb = node.sandbox();
+    for (cid, want) in [
+        ("../../x".to_string(), "has invalid characters"),
+        ("c".repeat(2000), "longer than 1024 bytes"),
+    ] {
+        let r = node.plugin(
+            "ADD",
+            Some(&sb),
+            &node.conf("1.1.0"),
+            &[("CNI_CONTAINERID", &cid)],
+        );
+        assert_eq!(r.code(), 4, "{r:?}");
+        assert!(r.msg().contains(want), "{}", r.msg());
+    }
+    sb.ifname = "a/b".into();
+    let r = node.add(&sb);
+    assert_eq!(r.code(), 4, "{r:?}");
+    assert!(r.msg().contains("CNI_IFNAME"), "{}", r.msg());
+    assert_eq!(node.allocations(), before);
+    // Ordinary names still pass.
+    sb.ifname = "eth0".into();
+    let r = node.add(&sb);
+    assert!(r.ok, "{r:?}");
+    assert!(node.del(&sb).ok);
+}
+
+#[test]
+fn oversized_pod_names_are_refused_and_empty_error_answers_say_the_status() {
+    if !root_or_skip("oversized_pod_names") {
+        return;
+    }
+    let node = Node::dual_stack();
+    let sb = node.sandbox();
+    let before = node.allocations();
+    let huge = format!(
+        "K8S_POD_NAMESPACE=default;K8S_POD_NAME={}",
+        "a".repeat(100_000)
+    );
+    let long_ns = format!("K8S_POD_NAMESPACE={};K8S_POD_NAME=web-0", "n".repeat(64));
+    for (args, key, limit) in [
+        (huge.as_str(), "K8S_POD_NAME", "at most 253"),
+        (long_ns.as_str(), "K8S_POD_NAMESPACE", "at most 63"),
+        (
+            "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web\n0",
+            "K8S_POD_NAME",
+            "Kubernetes name",
+        ),
+    ] {
+        let r = node.plugin("ADD", Some(&sb), &node.conf("1.1.0"), &[("CNI_ARGS", args)]);
+        assert_eq!(r.code(), 4, "{key}: {r:?}");
+        let msg = r.msg();
+        assert!(
+            msg.starts_with(&format!("CNI_ARGS: {key} ")) && msg.contains(limit),
+            "{msg}"
+        );
+        assert!(msg.len() < 400, "the message quotes an excerpt: {msg}");
+    }
+    assert_eq!(node.allocations(), before);
+    assert!(sb.ns.exec(&["ip", "link", "show", "eth0"]).status.code() != Some(0));
+    // A request the daemon's HTTP layer refuses without a body (a URI over 64 KiB
+    // gets 414): the client's error names the status.
+    let long_query = format!("/v1/explain?q={}", "q".repeat(70_000));
+    match node.client().call("GET", &long_query, &[], None) {
+        Err(e @ ClientError::Status { status: 414, .. }) => assert_eq!(
+            e.to_string(),
+            "podnet daemon answered HTTP 414 URI Too Long without an error message"
+        ),
+        other => panic!("want 414, got {other:?}"),
+    }
 }

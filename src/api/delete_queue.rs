@@ -17,6 +17,7 @@ use nix::fcntl::{Flock, FlockArg};
 use sha2::{Digest, Sha256};
 
 use super::models::EndpointBatchDeleteRequest;
+use super::validate;
 
 /// At most this many queued entries; a DEL beyond it fails (try again later).
 pub const MAX_ENTRIES: usize = 256;
@@ -148,17 +149,14 @@ impl DeleteQueue {
     }
 }
 
-/// Reads one entry. A file that does not parse is an error naming it.
+/// Reads one entry. A file that does not parse, or whose attachment the API would
+/// refuse, is an error naming it.
 pub fn read_entry(path: &Path) -> Result<EndpointBatchDeleteRequest, String> {
     let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let req: EndpointBatchDeleteRequest = serde_json::from_slice(&data)
         .map_err(|e| format!("DEL queue entry {} is corrupt: {e}", path.display()))?;
-    if req.container_id.is_empty() {
-        return Err(format!(
-            "DEL queue entry {} has no container-id",
-            path.display()
-        ));
-    }
+    validate::endpoint_delete(&req)
+        .map_err(|e| format!("DEL queue entry {} is unusable: {e}", path.display()))?;
     Ok(req)
 }
 
@@ -223,7 +221,13 @@ mod tests {
         assert!(read_entry(&bad).unwrap_err().contains("corrupt"));
         std::fs::write(q.dir().join(".x.delete.tmp"), b"partial").unwrap();
         q.remove_partial_writes();
-        assert_eq!(q.entries().unwrap(), vec![bad]);
+        assert_eq!(q.entries().unwrap(), vec![bad.clone()]);
+        let forged = q.dir().join("0001.delete");
+        std::fs::write(&forged, br#"{"container-id": "../../x"}"#).unwrap();
+        let e = read_entry(&forged).unwrap_err();
+        assert!(e.contains("unusable: invalid container-id"), "{e}");
+        std::fs::write(&forged, br#"{"container-interface-name": "eth0"}"#).unwrap();
+        assert!(read_entry(&forged).unwrap_err().contains("container-id"));
         std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
     }
 

@@ -1,5 +1,6 @@
 //! The REST routes: Cilium's paths under `/v1` (plus podnet's `/v1/cni/gc` and
-//! `/v1/node`), mapped onto `IpamState` calls. Each state call runs on a blocking
+//! `/v1/node`), mapped onto `IpamState` calls. Identifiers are checked
+//! (`api::validate`) before any state call; each state call runs on a blocking
 //! thread under the state mutex, because it commits to the journal before answering.
 
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use super::server::BODY_TIMEOUT;
 use super::state::{AllocateRequest, ApiError};
 use crate::api::http::{decode_component, parse_query};
 use crate::api::models::{CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest, GcRequest};
+use crate::api::validate::{self, MAX_QUERY_BYTES, optional};
 use crate::ipam::Family;
 
 /// Largest request body accepted.
@@ -33,10 +35,11 @@ pub async fn handle(
     Ok(match result {
         Ok(reply) => reply,
         Err(e) => {
+            // Debug formatting: the message may quote what the client sent.
             if e.status >= 500 {
-                tracing::warn!(%method, %path, status = e.status, error = %e.message, "request failed");
+                tracing::warn!(%method, ?path, status = e.status, error = ?e.message, "request failed");
             } else {
-                tracing::debug!(%method, %path, status = e.status, error = %e.message, "request refused");
+                tracing::debug!(%method, ?path, status = e.status, error = ?e.message, "request refused");
             }
             json_reply(e.status, &e.message)
         }
@@ -81,6 +84,13 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             let expiration = header(&req, "expiration")
                 .map(|v| v.eq_ignore_ascii_case("true"))
                 .unwrap_or(false);
+            refuse_invalid(validate::owner(&q("owner")))?;
+            refuse_invalid(validate::pool("pool", &q("pool")))?;
+            refuse_invalid(optional(&q("container-id"), |v| {
+                validate::container_id("container-id", v)
+            }))?;
+            refuse_invalid(optional(&q("ifname"), |v| validate::ifname("ifname", v)))?;
+            refuse_invalid(optional(&q("network"), |v| validate::network("network", v)))?;
             let areq = AllocateRequest {
                 family,
                 owner: q("owner"),
@@ -96,6 +106,8 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         (&Method::POST, ["v1", "ipam", ip]) => {
             let ip = decode(ip)?;
             let (owner, pool) = (q("owner"), q("pool"));
+            refuse_invalid(validate::owner(&owner))?;
+            refuse_invalid(validate::pool("pool", &pool))?;
             let resp = daemon
                 .with_state(move |s| s.allocate_ip(&ip, &owner, &pool))
                 .await?;
@@ -104,16 +116,19 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         (&Method::DELETE, ["v1", "ipam", ip]) => {
             let ip = decode(ip)?;
             let pool = q("pool");
+            refuse_invalid(validate::pool("pool", &pool))?;
             daemon.with_state(move |s| s.release_ip(&ip, &pool)).await?;
             Ok(json_reply(200, &serde_json::Value::Null))
         }
         (&Method::PUT, ["v1", "endpoint", _id]) => {
             let body: EndpointChangeRequest = read_json(req).await?;
+            refuse_invalid(validate::endpoint_change(&body))?;
             let view = daemon.with_state(move |s| s.create_endpoint(&body)).await?;
             Ok(json_reply(201, &view))
         }
         (&Method::GET, ["v1", "endpoint", id]) => {
             let id = decode(id)?;
+            refuse_invalid(validate::printable("endpoint id", &id, MAX_QUERY_BYTES))?;
             Ok(json_reply(
                 200,
                 &daemon.with_state(move |s| s.endpoint(&id)).await?,
@@ -121,6 +136,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         }
         (&Method::DELETE, ["v1", "endpoint"]) => {
             let body: EndpointBatchDeleteRequest = read_json(req).await?;
+            refuse_invalid(validate::endpoint_delete(&body))?;
             if let Some(teardown) = daemon
                 .with_state(move |s| s.delete_endpoints(&body))
                 .await?
@@ -131,6 +147,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         }
         (&Method::POST, ["v1", "cni", "report"]) => {
             let body: CniReport = read_json(req).await?;
+            refuse_invalid(validate::report(&body))?;
             daemon
                 .with_state(move |s| {
                     s.cni_report(&body);
@@ -147,6 +164,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
                     "explain needs ?q=<pod ns/name | ip | container id>",
                 ));
             }
+            refuse_invalid(validate::printable("q", &q, MAX_QUERY_BYTES))?;
             Ok(json_reply(
                 200,
                 &daemon.with_state(move |s| Ok(s.explain(&q))).await?,
@@ -155,6 +173,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         (&Method::GET, ["metrics"]) => Ok(text_reply(daemon.metrics_text().await?)),
         (&Method::POST, ["v1", "cni", "gc"]) => {
             let body: GcRequest = read_json(req).await?;
+            refuse_invalid(validate::gc(&body))?;
             let (resp, stale) = daemon.with_state(move |s| s.gc(&body)).await?;
             daemon.remove_host_links(stale).await;
             Ok(json_reply(200, &resp))
@@ -165,6 +184,11 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             format!("no route for {method} {path} (the API lives under /v1)"),
         )),
     }
+}
+
+/// A value the API does not accept: 400 with the rule.
+fn refuse_invalid(checked: Result<(), String>) -> Result<(), ApiError> {
+    checked.map_err(|e| ApiError::new(400, e))
 }
 
 fn non_empty(s: String) -> Option<String> {

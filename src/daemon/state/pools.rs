@@ -165,7 +165,7 @@ impl IpamState {
             )
         })?;
         for w in &outcome.warnings {
-            tracing::warn!(owner = %owner, "{w}");
+            tracing::warn!(owner = ?owner, "{w}");
         }
         Ok((outcome.pool, Some(outcome.step.as_str())))
     }
