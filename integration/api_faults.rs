@@ -1,12 +1,13 @@
 //! Faults at the API boundary, injected on purpose: a daemon that goes away in the
 //! middle of a request (a fake one on the socket that closes, resets or cuts its
 //! answer short), a client that stalls its request body, identifiers that would
-//! forge log lines or climb out of a directory, oversized pod names, and an error
-//! answer without a body.
+//! forge log lines or climb out of a directory, oversized pod names, an error
+//! answer without a body, and DEL-queue entries the daemon cannot read.
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -434,4 +435,79 @@ fn oversized_pod_names_are_refused_and_empty_error_answers_say_the_status() {
         ),
         other => panic!("want 414, got {other:?}"),
     }
+}
+
+fn podnet(node: &Node, args: &[&str]) -> String {
+    let out = Command::new(podnet_bin())
+        .args(args)
+        .arg("--socket")
+        .arg(node.socket())
+        .output()
+        .expect("podnet");
+    assert!(out.status.success(), "podnet {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn unreadable_queue_entries_show_in_status_and_metrics_until_removed() {
+    if !root_or_skip("unreadable_queue_entries") {
+        return;
+    }
+    let mut node = Node::dual_stack();
+    node.stop_daemon(false);
+    let queue = node.dir.join("run").join("delete-queue");
+    std::fs::create_dir_all(&queue).expect("queue dir");
+    std::fs::write(queue.join("0000000000000001.delete"), b"\x00garbage").expect("write");
+    std::fs::write(
+        queue.join("0000000000000002.delete"),
+        br#"{"container-id":"../../x"}"#,
+    )
+    .expect("write");
+    node.start_daemon();
+    let bad: Vec<String> = ["0000000000000001.bad", "0000000000000002.bad"]
+        .iter()
+        .map(|n| queue.join(n).display().to_string())
+        .collect();
+    let text = podnet(&node, &["status"]);
+    assert!(
+        text.contains(&format!(
+            "DEL queue:  0 waiting, 2 unreadable (moved aside: {}, {}; remove them after checking)",
+            bad[0], bad[1]
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("State:      Warning (2 unreadable DEL-queue entries set aside"),
+        "{text}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&podnet(&node, &["status", "-o", "json"])).expect("json");
+    assert_eq!(v["status"]["ipam"]["queue-unreadable"], 2);
+    assert_eq!(
+        v["status"]["ipam"]["queue-unreadable-files"],
+        serde_json::json!(bad)
+    );
+    let metrics = |node: &Node| {
+        let r = node
+            .client()
+            .call("GET", "/metrics", &[], None)
+            .expect("metrics");
+        String::from_utf8_lossy(&r.body).to_string()
+    };
+    assert!(
+        metrics(&node).contains("\npodnet_delete_queue_bad_entries 2\n"),
+        "{}",
+        metrics(&node)
+    );
+    // A warning, not a failure: CNI STATUS still says ready.
+    let st = node.plugin("STATUS", None, &node.conf("1.1.0"), &[]);
+    assert!(st.ok, "{st:?}");
+    // Once removed, the warning goes (no restart needed).
+    for b in &bad {
+        std::fs::remove_file(b).expect("remove");
+    }
+    let text = podnet(&node, &["status"]);
+    assert!(text.contains("DEL queue:  0 waiting\n"), "{text}");
+    assert!(text.contains("State:      Ok\n"), "{text}");
+    assert!(metrics(&node).contains("\npodnet_delete_queue_bad_entries 0\n"));
 }

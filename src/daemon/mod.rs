@@ -79,12 +79,20 @@ impl Daemon {
         self.queue.entries().map(|e| e.len()).unwrap_or(0)
     }
 
+    /// Queue entries set aside because they could not be used, until someone
+    /// removes them.
+    pub fn queue_unreadable(&self) -> Vec<PathBuf> {
+        self.queue.unreadable_entries().unwrap_or_default()
+    }
+
     /// The metrics text, with the gauges brought up to date.
     pub async fn metrics_text(self: &Arc<Self>) -> Result<String, ApiError> {
         let depth = self.queue_depth();
+        let unreadable = self.queue_unreadable().len();
         self.with_state(move |s| {
             s.refresh_gauges(s.metrics());
             s.metrics().queue_depth.set(depth as i64);
+            s.metrics().queue_bad_entries.set(unreadable as i64);
             Ok(s.metrics().encode())
         })
         .await
@@ -399,7 +407,8 @@ fn rebuilt_node(node_name: &str, mode: &EmbeddedMode, routers: &[IpAddr]) -> Opt
 }
 
 /// Replays and removes the queued DELs. A corrupt entry is renamed `*.bad` and
-/// reported: the daemon does not guess what it meant.
+/// reported (in the log, and in status and metrics while it is there): the daemon
+/// does not guess what it meant.
 fn replay_queue(queue: &DeleteQueue, state: &mut IpamState) -> Result<(), String> {
     queue.remove_partial_writes();
     let mut n = 0;
@@ -416,12 +425,13 @@ fn replay_queue(queue: &DeleteQueue, state: &mut IpamState) -> Result<(), String
                     .map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
                 n += 1;
             }
-            Err(e) => {
-                tracing::error!(
-                    "{e}; renaming it to .bad and leaving its addresses to GC or the expiration timer"
-                );
-                let _ = std::fs::rename(&path, path.with_extension("bad"));
-            }
+            Err(e) => match queue.set_aside(&path) {
+                Ok(bad) => tracing::error!(
+                    "{e}; renamed it to {} and leaving its addresses to GC or the expiration timer",
+                    bad.display()
+                ),
+                Err(re) => tracing::error!("{e}; and it could not be set aside: {re}"),
+            },
         }
     }
     state.note_queued_deletes(n);

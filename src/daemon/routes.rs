@@ -3,6 +3,7 @@
 //! (`api::validate`) before any state call; each state call runs on a blocking
 //! thread under the state mutex, because it commits to the journal before answering.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -15,12 +16,16 @@ use super::Daemon;
 use super::server::BODY_TIMEOUT;
 use super::state::{AllocateRequest, ApiError};
 use crate::api::http::{decode_component, parse_query};
-use crate::api::models::{CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest, GcRequest};
+use crate::api::models::{
+    CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest, GcRequest, StatusResponse,
+};
 use crate::api::validate::{self, MAX_QUERY_BYTES, optional};
 use crate::ipam::Family;
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 1024 * 1024;
+/// At most this many unreadable DEL-queue entries are named in a status answer.
+const UNREADABLE_NAMED: usize = 16;
 
 type Reply = Response<Full<Bytes>>;
 
@@ -60,7 +65,11 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             let mut status = daemon
                 .with_state(move |s| Ok(s.status_brief(brief)))
                 .await?;
-            status.ipam.queue_depth = daemon.queue_depth() as u64;
+            add_queue_status(
+                &mut status,
+                daemon.queue_depth(),
+                &daemon.queue_unreadable(),
+            );
             Ok(json_reply(200, &status))
         }
         (&Method::GET, ["v1", "config"]) => Ok(json_reply(
@@ -191,6 +200,38 @@ fn refuse_invalid(checked: Result<(), String>) -> Result<(), ApiError> {
     checked.map_err(|e| ApiError::new(400, e))
 }
 
+/// Adds the DEL queue to a status answer: the entries waiting, and those set aside
+/// as unreadable, which make the state a Warning until someone removes them (the
+/// releases they meant are left to GC or the expiration timers).
+fn add_queue_status(status: &mut StatusResponse, waiting: usize, unreadable: &[PathBuf]) {
+    status.ipam.queue_depth = waiting as u64;
+    status.ipam.queue_unreadable = unreadable.len() as u64;
+    status.ipam.queue_unreadable_files = unreadable
+        .iter()
+        .take(UNREADABLE_NAMED)
+        .map(|p| p.display().to_string())
+        .collect();
+    if unreadable.is_empty() {
+        return;
+    }
+    let warning = format!(
+        "{} unreadable DEL-queue entr{} set aside ({}); check and remove {}",
+        unreadable.len(),
+        if unreadable.len() == 1 { "y" } else { "ies" },
+        status.ipam.queue_unreadable_files.join(", "),
+        if unreadable.len() == 1 { "it" } else { "them" },
+    );
+    let cilium = &mut status.cilium;
+    if cilium.state.is_empty() || cilium.state == "Ok" {
+        cilium.state = "Warning".into();
+    }
+    cilium.msg = if cilium.msg.is_empty() {
+        warning
+    } else {
+        format!("{}; {warning}", cilium.msg)
+    };
+}
+
 fn non_empty(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
@@ -254,4 +295,63 @@ fn json_reply<T: Serialize>(status: u16, body: &T) -> Reply {
         hyper::header::HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::models::StatusElement;
+
+    fn status(state: &str, msg: &str) -> StatusResponse {
+        StatusResponse {
+            cilium: StatusElement {
+                state: state.into(),
+                msg: msg.into(),
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn unreadable_queue_entries_make_a_warning_that_names_them() {
+        let mut s = status("Ok", "");
+        add_queue_status(&mut s, 2, &[]);
+        assert_eq!((s.ipam.queue_depth, s.ipam.queue_unreadable), (2, 0));
+        assert_eq!(s.cilium, status("Ok", "").cilium);
+
+        let mut s = status("Ok", "");
+        add_queue_status(&mut s, 0, &[PathBuf::from("/q/00.bad")]);
+        assert_eq!(s.ipam.queue_unreadable, 1);
+        assert_eq!(s.ipam.queue_unreadable_files, vec!["/q/00.bad".to_string()]);
+        assert_eq!(s.cilium.state, "Warning");
+        assert_eq!(
+            s.cilium.msg,
+            "1 unreadable DEL-queue entry set aside (/q/00.bad); check and remove it"
+        );
+
+        // A full range keeps its warning; a failure stays a failure.
+        let mut s = status("Warning", "ipv4 range 10.0.0.0/30 of node n is full");
+        add_queue_status(
+            &mut s,
+            0,
+            &[PathBuf::from("/q/a.bad"), PathBuf::from("/q/b.bad")],
+        );
+        assert_eq!(s.cilium.state, "Warning");
+        assert_eq!(
+            s.cilium.msg,
+            "ipv4 range 10.0.0.0/30 of node n is full; 2 unreadable DEL-queue entries set aside (/q/a.bad, /q/b.bad); check and remove them"
+        );
+        let mut s = status("Failure", "journal");
+        add_queue_status(&mut s, 0, &[PathBuf::from("/q/a.bad")]);
+        assert_eq!(s.cilium.state, "Failure");
+
+        // Many are counted, the first few named.
+        let many: Vec<PathBuf> = (0..40)
+            .map(|i| PathBuf::from(format!("/q/{i:02}.bad")))
+            .collect();
+        let mut s = status("Ok", "");
+        add_queue_status(&mut s, 0, &many);
+        assert_eq!(s.ipam.queue_unreadable, 40);
+        assert_eq!(s.ipam.queue_unreadable_files.len(), UNREADABLE_NAMED);
+    }
 }
