@@ -6,6 +6,7 @@
 
 mod harness;
 
+mod api_faults;
 mod bad_input;
 mod cnitool;
 mod core_path;

@@ -3,8 +3,9 @@
 //! One binary plays two roles: the CNI plugin (when `CNI_COMMAND` is set) and the
 //! node daemon plus operator tools (subcommands). Dependencies point one way:
 //! `cni` and `ipam` know nothing of netlink or HTTP; `plugin` uses `cni`,
-//! `datapath` and `api`; `daemon` uses `api`, `ipam`, `node`, `store` and
-//! `datapath` for its own devices.
+//! `datapath` and `api`; `api` takes its identifier rules from `cni`, so the plugin
+//! and the daemon's API check the same; `daemon` uses `api`, `ipam`, `node`,
+//! `store` and `datapath` for its own devices.
 
 pub mod api;
 pub mod atomic_file;

@@ -1,11 +1,13 @@
 //! `podnet::api::delete_queue::read_entry` on arbitrary file contents (a DEL
-//! queue file the daemon replays at start; it may be corrupt after a crash).
+//! queue file the daemon replays at start; it may be corrupt after a crash): it
+//! returns exactly the entries that parse and that the API would accept.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use podnet::api::delete_queue::read_entry;
 use podnet::api::models::EndpointBatchDeleteRequest;
+use podnet::api::validate::endpoint_delete;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -32,13 +34,14 @@ fuzz_target!(|data: &[u8]| {
     let direct = serde_json::from_slice::<EndpointBatchDeleteRequest>(data).ok();
     match read_entry(path) {
         Ok(req) => {
-            assert!(!req.container_id.is_empty());
+            assert!(endpoint_delete(&req).is_ok(), "{req:?}");
             assert_eq!(direct.as_ref(), Some(&req));
         }
         Err(msg) => {
             assert!(msg.contains(&*path.to_string_lossy()), "{msg}");
             if let Some(d) = direct {
-                assert!(d.container_id.is_empty(), "{msg}");
+                // It parsed, so the API would refuse the attachment it names.
+                assert!(endpoint_delete(&d).is_err(), "{msg}");
             }
         }
     }

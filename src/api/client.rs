@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::http::{RawResponse, build_query, encode_component, parse_response};
+use super::http::{RawResponse, ResponseError, build_query, encode_component, parse_response};
 use super::models::*;
 
 /// Largest response body the client accepts.
@@ -31,6 +31,12 @@ pub enum ClientError {
     /// The daemon accepted the connection but did not answer in time.
     #[error("podnet daemon at {socket} did not answer within {secs} s")]
     Timeout { socket: String, secs: u64 },
+    /// The daemon closed the connection before its answer was complete (it was
+    /// stopped or crashed in the middle of the request).
+    #[error(
+        "podnet daemon at {socket} closed the connection before it answered ({detail}); it may be restarting: try again"
+    )]
+    Closed { socket: String, detail: String },
     /// The daemon answered with an error status; `message` is its error text.
     #[error("{message}")]
     Status { status: u16, message: String },
@@ -40,13 +46,16 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// True when the daemon could not be reached or did not answer: the request may
-    /// succeed later.
+    /// True when the daemon could not be reached, did not answer, or closed the
+    /// connection before its answer was complete: the request may succeed later.
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            ClientError::Unreachable { .. } | ClientError::Timeout { .. }
-        ) || matches!(self, ClientError::Status { status: 503, .. })
+            ClientError::Unreachable { .. }
+                | ClientError::Timeout { .. }
+                | ClientError::Closed { .. }
+                | ClientError::Status { status: 503, .. }
+        )
     }
 
     /// The HTTP status of a daemon error answer.
@@ -242,25 +251,13 @@ impl Client {
                 socket: sock.clone(),
                 source,
             })?;
-        let timeout_err = |e: std::io::Error| {
-            if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
-                ClientError::Timeout {
-                    socket: sock.clone(),
-                    secs: self.timeout.as_secs().max(1),
-                }
-            } else {
-                ClientError::Protocol {
-                    socket: sock.clone(),
-                    detail: e.to_string(),
-                }
-            }
-        };
+        let io_err = |e: std::io::Error| io_error(&sock, self.timeout, e);
         stream
             .set_read_timeout(Some(self.timeout))
-            .map_err(timeout_err)?;
+            .map_err(io_err)?;
         stream
             .set_write_timeout(Some(self.timeout))
-            .map_err(timeout_err)?;
+            .map_err(io_err)?;
         let body = body.unwrap_or_default();
         let mut req = format!(
             "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n",
@@ -281,21 +278,57 @@ impl Client {
         let mut raw = Vec::with_capacity(4096);
         let read_result = stream.take(MAX_RESPONSE).read_to_end(&mut raw);
         if raw.is_empty() {
-            write_result.map_err(timeout_err)?;
-            read_result.map_err(timeout_err)?;
+            write_result.map_err(io_err)?;
+            read_result.map_err(io_err)?;
+            return Err(ClientError::Closed {
+                socket: sock,
+                detail: "nothing received".into(),
+            });
         }
-        let resp = parse_response(&raw).map_err(|detail| ClientError::Protocol {
-            socket: sock.clone(),
-            detail,
+        let resp = parse_response(&raw).map_err(|e| match e {
+            // Cut off in the middle: the daemon went away while answering.
+            ResponseError::Incomplete(detail) => match read_result {
+                Err(read) => io_err(read),
+                Ok(_) => ClientError::Closed {
+                    socket: sock.clone(),
+                    detail,
+                },
+            },
+            ResponseError::Malformed(detail) => ClientError::Protocol {
+                socket: sock.clone(),
+                detail,
+            },
         })?;
         if (200..300).contains(&resp.status) {
             Ok(resp)
         } else {
             Err(ClientError::Status {
                 status: resp.status,
-                message: error_text(&resp.body),
+                message: error_text(&resp),
             })
         }
+    }
+}
+
+/// Classifies a failed socket read or write: a timeout, the daemon closing the
+/// connection (reset, broken pipe, early end), or anything else.
+fn io_error(socket: &str, timeout: Duration, e: std::io::Error) -> ClientError {
+    match e.kind() {
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => ClientError::Timeout {
+            socket: socket.to_string(),
+            secs: timeout.as_secs().max(1),
+        },
+        ErrorKind::ConnectionReset
+        | ErrorKind::ConnectionAborted
+        | ErrorKind::BrokenPipe
+        | ErrorKind::UnexpectedEof => ClientError::Closed {
+            socket: socket.to_string(),
+            detail: e.to_string(),
+        },
+        _ => ClientError::Protocol {
+            socket: socket.to_string(),
+            detail: e.to_string(),
+        },
     }
 }
 
@@ -306,12 +339,25 @@ fn to_body<B: Serialize>(b: &B, socket: &Path) -> Result<Vec<u8>, ClientError> {
     })
 }
 
-/// The daemon's error body is a JSON string; fall back to the raw text.
-fn error_text(body: &[u8]) -> String {
-    match serde_json::from_slice::<String>(body) {
+/// The daemon's error text: its body is a JSON string; fall back to the raw text,
+/// and to the HTTP status when the body says nothing.
+fn error_text(resp: &RawResponse) -> String {
+    let text = match serde_json::from_slice::<String>(&resp.body) {
         Ok(s) => s,
-        Err(_) => String::from_utf8_lossy(body).trim().to_string(),
+        Err(_) => String::from_utf8_lossy(&resp.body).trim().to_string(),
+    };
+    if !text.trim().is_empty() {
+        return text;
     }
+    let reason = if resp.reason.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", resp.reason)
+    };
+    format!(
+        "podnet daemon answered HTTP {}{reason} without an error message",
+        resp.status
+    )
 }
 
 #[cfg(test)]
@@ -326,9 +372,77 @@ mod tests {
         assert!(e.to_string().contains("is the daemon running"));
     }
 
+    fn answer(status: u16, reason: &str, body: &[u8]) -> RawResponse {
+        RawResponse {
+            status,
+            reason: reason.into(),
+            body: body.to_vec(),
+        }
+    }
+
     #[test]
     fn error_bodies() {
-        assert_eq!(error_text(b"\"range is full\""), "range is full");
-        assert_eq!(error_text(b"plain\n"), "plain");
+        assert_eq!(
+            error_text(&answer(502, "Bad Gateway", b"\"range is full\"")),
+            "range is full"
+        );
+        assert_eq!(error_text(&answer(400, "", b"plain\n")), "plain");
+    }
+
+    #[test]
+    fn an_empty_error_body_says_the_status() {
+        for body in [&b""[..], b"\"\"", b" \n", b"\"  \""] {
+            assert_eq!(
+                error_text(&answer(414, "URI Too Long", body)),
+                "podnet daemon answered HTTP 414 URI Too Long without an error message"
+            );
+        }
+        assert_eq!(
+            error_text(&answer(500, "", b"")),
+            "podnet daemon answered HTTP 500 without an error message"
+        );
+    }
+
+    #[test]
+    fn a_closed_connection_is_try_again_and_says_so() {
+        for kind in [
+            ErrorKind::ConnectionReset,
+            ErrorKind::ConnectionAborted,
+            ErrorKind::BrokenPipe,
+            ErrorKind::UnexpectedEof,
+        ] {
+            let e = io_error("/s.sock", Duration::from_secs(3), kind.into());
+            assert!(matches!(e, ClientError::Closed { .. }), "{kind:?}: {e:?}");
+            assert!(e.is_unavailable(), "{kind:?}");
+            let text = e.to_string();
+            assert!(
+                text.contains("closed the connection") && text.contains("try again"),
+                "{text}"
+            );
+        }
+        let e = io_error(
+            "/s.sock",
+            Duration::from_secs(3),
+            ErrorKind::TimedOut.into(),
+        );
+        assert!(matches!(e, ClientError::Timeout { secs: 3, .. }));
+        assert!(e.is_unavailable());
+        let e = io_error(
+            "/s.sock",
+            Duration::from_secs(3),
+            ErrorKind::InvalidData.into(),
+        );
+        assert!(matches!(e, ClientError::Protocol { .. }));
+        assert!(!e.is_unavailable());
+        let refused = ClientError::Status {
+            status: 400,
+            message: "no".into(),
+        };
+        assert!(!refused.is_unavailable());
+        let busy = ClientError::Status {
+            status: 503,
+            message: "busy".into(),
+        };
+        assert!(busy.is_unavailable());
     }
 }

@@ -6,7 +6,8 @@
 //! so a crash at any point leaves either no entry or a whole one. A lock file
 //! closes the race with a starting daemon: writers hold it shared while they retry
 //! the API and write; the daemon holds it exclusively from before it replays the
-//! queue until its socket accepts requests.
+//! queue until its socket accepts requests. An entry the daemon cannot use is set
+//! aside as `<hash>.bad`, listed until someone removes it.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -17,12 +18,15 @@ use nix::fcntl::{Flock, FlockArg};
 use sha2::{Digest, Sha256};
 
 use super::models::EndpointBatchDeleteRequest;
+use super::validate;
 
 /// At most this many queued entries; a DEL beyond it fails (try again later).
 pub const MAX_ENTRIES: usize = 256;
 /// How long a writer waits for the shared lock (a starting daemon holds it).
 pub const LOCK_TIMEOUT: Duration = Duration::from_millis(1500);
 const SUFFIX: &str = ".delete";
+/// The extension of entries set aside.
+const BAD_EXTENSION: &str = "bad";
 
 /// The queue directory that belongs to a daemon socket.
 pub fn queue_dir(socket: &Path) -> PathBuf {
@@ -118,6 +122,24 @@ impl DeleteQueue {
 
     /// The queued entries, oldest name first.
     pub fn entries(&self) -> Result<Vec<PathBuf>, String> {
+        self.files_ending(SUFFIX)
+    }
+
+    /// Sets an entry that cannot be used aside (`<hash>.bad`), so it is neither
+    /// replayed again nor lost; returns the new path.
+    pub fn set_aside(&self, entry: &Path) -> Result<PathBuf, String> {
+        let bad = entry.with_extension(BAD_EXTENSION);
+        std::fs::rename(entry, &bad)
+            .map_err(|e| format!("cannot rename {} aside: {e}", entry.display()))?;
+        Ok(bad)
+    }
+
+    /// The entries set aside, by name.
+    pub fn unreadable_entries(&self) -> Result<Vec<PathBuf>, String> {
+        self.files_ending(&format!(".{BAD_EXTENSION}"))
+    }
+
+    fn files_ending(&self, suffix: &str) -> Result<Vec<PathBuf>, String> {
         let mut out = Vec::new();
         let rd = std::fs::read_dir(&self.dir)
             .map_err(|e| format!("cannot read {}: {e}", self.dir.display()))?;
@@ -125,7 +147,7 @@ impl DeleteQueue {
             let p = entry.path();
             if p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.ends_with(SUFFIX) && !n.starts_with('.'))
+                .is_some_and(|n| n.ends_with(suffix) && !n.starts_with('.'))
             {
                 out.push(p);
             }
@@ -148,17 +170,14 @@ impl DeleteQueue {
     }
 }
 
-/// Reads one entry. A file that does not parse is an error naming it.
+/// Reads one entry. A file that does not parse, or whose attachment the API would
+/// refuse, is an error naming it.
 pub fn read_entry(path: &Path) -> Result<EndpointBatchDeleteRequest, String> {
     let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let req: EndpointBatchDeleteRequest = serde_json::from_slice(&data)
         .map_err(|e| format!("DEL queue entry {} is corrupt: {e}", path.display()))?;
-    if req.container_id.is_empty() {
-        return Err(format!(
-            "DEL queue entry {} has no container-id",
-            path.display()
-        ));
-    }
+    validate::endpoint_delete(&req)
+        .map_err(|e| format!("DEL queue entry {} is unusable: {e}", path.display()))?;
     Ok(req)
 }
 
@@ -223,7 +242,37 @@ mod tests {
         assert!(read_entry(&bad).unwrap_err().contains("corrupt"));
         std::fs::write(q.dir().join(".x.delete.tmp"), b"partial").unwrap();
         q.remove_partial_writes();
-        assert_eq!(q.entries().unwrap(), vec![bad]);
+        assert_eq!(q.entries().unwrap(), vec![bad.clone()]);
+        let forged = q.dir().join("0001.delete");
+        std::fs::write(&forged, br#"{"container-id": "../../x"}"#).unwrap();
+        let e = read_entry(&forged).unwrap_err();
+        assert!(e.contains("unusable: invalid container-id"), "{e}");
+        std::fs::write(&forged, br#"{"container-interface-name": "eth0"}"#).unwrap();
+        assert!(read_entry(&forged).unwrap_err().contains("container-id"));
+        std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn unusable_entries_are_set_aside_and_listed() {
+        let sock = tmp_socket();
+        let q = DeleteQueue::open(&sock).unwrap();
+        let good = q
+            .enqueue(&EndpointBatchDeleteRequest {
+                container_id: "c1".into(),
+                ..Default::default()
+            })
+            .unwrap();
+        let bad = q.dir().join("00000000.delete");
+        std::fs::write(&bad, b"garbage").unwrap();
+        assert_eq!(q.unreadable_entries().unwrap(), Vec::<PathBuf>::new());
+        let aside = q.set_aside(&bad).unwrap();
+        assert_eq!(aside, q.dir().join("00000000.bad"));
+        assert!(!bad.exists() && aside.exists());
+        assert_eq!(q.entries().unwrap(), vec![good]);
+        assert_eq!(q.unreadable_entries().unwrap(), vec![aside.clone()]);
+        assert!(q.set_aside(&bad).unwrap_err().contains("cannot rename"));
+        std::fs::remove_file(&aside).unwrap();
+        assert!(q.unreadable_entries().unwrap().is_empty());
         std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
     }
 

@@ -68,25 +68,59 @@ pub fn build_query(pairs: &[(&str, &str)]) -> String {
         .join("&")
 }
 
-/// A parsed HTTP response: status code and body.
+/// A parsed HTTP response: status code, reason phrase and body.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RawResponse {
     pub status: u16,
+    /// The status line's reason phrase (`Request Timeout`), possibly empty.
+    pub reason: String,
     pub body: Vec<u8>,
+}
+
+/// Why the bytes of a response could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResponseError {
+    /// The bytes stop before the response does (no end of headers, a short body or
+    /// chunk): the server closed the connection in the middle of its answer.
+    Incomplete(String),
+    /// The bytes are not an HTTP/1.1 response.
+    Malformed(String),
+}
+
+impl std::fmt::Display for ResponseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResponseError::Incomplete(s) | ResponseError::Malformed(s) => f.write_str(s),
+        }
+    }
 }
 
 /// Parses a complete HTTP/1.1 response (the connection was closed by the server, so
 /// everything is in `raw`). Honours Content-Length and chunked transfer coding.
-pub fn parse_response(raw: &[u8]) -> Result<RawResponse, String> {
-    let head_end = find(raw, b"\r\n\r\n").ok_or("response has no end of headers")?;
-    let head = std::str::from_utf8(&raw[..head_end]).map_err(|_| "response head is not UTF-8")?;
+pub fn parse_response(raw: &[u8]) -> Result<RawResponse, ResponseError> {
+    use ResponseError::{Incomplete, Malformed};
+    let Some(head_end) = find(raw, b"\r\n\r\n") else {
+        // A cut-off head still starts like one; anything else is another protocol.
+        let n = raw.len().min(5);
+        return Err(if raw[..n] == b"HTTP/"[..n] {
+            Incomplete(format!(
+                "the answer stops after {} bytes, before the end of its headers",
+                raw.len()
+            ))
+        } else {
+            Malformed("the answer is not HTTP".into())
+        });
+    };
+    let head = std::str::from_utf8(&raw[..head_end])
+        .map_err(|_| Malformed("response head is not UTF-8".into()))?;
     let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap_or("");
-    let status = status_line
-        .split_whitespace()
+    let mut parts = status_line.splitn(3, ' ');
+    let status = parts
         .nth(1)
         .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
+        .ok_or_else(|| Malformed(format!("bad status line {status_line:?}")))?;
+    let reason = parts.next().unwrap_or("").trim().to_string();
     let mut content_length = None;
     let mut chunked = false;
     for line in lines {
@@ -105,31 +139,38 @@ pub fn parse_response(raw: &[u8]) -> Result<RawResponse, String> {
         dechunk(rest)?
     } else if let Some(n) = content_length {
         if rest.len() < n {
-            return Err(format!(
+            return Err(Incomplete(format!(
                 "response body truncated: {} of {n} bytes",
                 rest.len()
-            ));
+            )));
         }
         rest[..n].to_vec()
     } else {
         rest.to_vec()
     };
-    Ok(RawResponse { status, body })
+    Ok(RawResponse {
+        status,
+        reason,
+        body,
+    })
 }
 
-fn dechunk(mut data: &[u8]) -> Result<Vec<u8>, String> {
+fn dechunk(mut data: &[u8]) -> Result<Vec<u8>, ResponseError> {
+    use ResponseError::{Incomplete, Malformed};
     let mut out = Vec::new();
     loop {
-        let line_end = find(data, b"\r\n").ok_or("bad chunk header")?;
-        let size_str = std::str::from_utf8(&data[..line_end]).map_err(|_| "bad chunk size")?;
+        let line_end =
+            find(data, b"\r\n").ok_or_else(|| Incomplete("chunk header truncated".into()))?;
+        let size_str = std::str::from_utf8(&data[..line_end])
+            .map_err(|_| Malformed("bad chunk size".into()))?;
         let size = usize::from_str_radix(size_str.split(';').next().unwrap_or("").trim(), 16)
-            .map_err(|_| format!("bad chunk size {size_str:?}"))?;
+            .map_err(|_| Malformed(format!("bad chunk size {size_str:?}")))?;
         data = &data[line_end + 2..];
         if size == 0 {
             return Ok(out);
         }
         if size.checked_add(2).is_none_or(|need| data.len() < need) {
-            return Err("chunk truncated".into());
+            return Err(Incomplete("chunk truncated".into()));
         }
         out.extend_from_slice(&data[..size]);
         data = &data[size + 2..];
@@ -175,6 +216,7 @@ mod tests {
             r,
             RawResponse {
                 status: 201,
+                reason: "Created".into(),
                 body: b"{}".to_vec()
             }
         );
@@ -183,10 +225,42 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.body, b"abc");
-        assert!(parse_response(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nab").is_err());
-        assert!(parse_response(b"garbage").is_err());
-        let huge = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nx";
-        assert!(parse_response(huge).is_err());
-        assert!(parse_response(b"HTTP/1.1 abc\r\n\r\n").is_err());
+        let r = parse_response(b"HTTP/1.1 414 URI Too Long\r\ncontent-length: 0\r\n\r\n").unwrap();
+        assert_eq!((r.status, r.reason.as_str()), (414, "URI Too Long"));
+        let r = parse_response(b"HTTP/1.1 500\r\n\r\n").unwrap();
+        assert_eq!((r.status, r.reason.as_str()), (500, ""));
+    }
+
+    #[test]
+    fn cut_off_responses_are_incomplete_and_others_malformed() {
+        let incomplete =
+            |raw: &[u8]| matches!(parse_response(raw), Err(ResponseError::Incomplete(_)));
+        let malformed =
+            |raw: &[u8]| matches!(parse_response(raw), Err(ResponseError::Malformed(_)));
+        for raw in [
+            &b""[..],
+            b"H",
+            b"HTTP/",
+            b"HTTP/1.1 200 OK\r\nContent-",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nab",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nx",
+        ] {
+            assert!(incomplete(raw), "{:?}", String::from_utf8_lossy(raw));
+        }
+        for raw in [
+            &b"garbage"[..],
+            b"SSH-2.0-OpenSSH\r\n",
+            b"HTTP/1.1 abc\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        ] {
+            assert!(malformed(raw), "{:?}", String::from_utf8_lossy(raw));
+        }
+        let e = parse_response(b"HTTP/1.1 2").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the answer stops after 10 bytes, before the end of its headers"
+        );
     }
 }

@@ -1,12 +1,14 @@
 //! The daemon's REST API as both sides see it: the wire models (Cilium's JSON field
-//! names), the blocking client the plugin and the CLI use, and small HTTP helpers.
-//! The server's routes live in `daemon::routes`; this module holds no daemon logic.
+//! names), the identifier rules the API enforces, the blocking client the plugin and
+//! the CLI use, and small HTTP helpers. The server's routes live in
+//! `daemon::routes`; this module holds no daemon logic.
 
 pub mod client;
 pub mod delete_queue;
 pub mod http;
 pub mod link_marker;
 pub mod models;
+pub mod validate;
 
 /// Default path of the daemon's unix socket.
 pub const DEFAULT_SOCKET: &str = "/run/podnet/podnet.sock";

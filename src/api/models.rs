@@ -336,6 +336,12 @@ pub struct IpamStatus {
     /// podnet: DELs waiting in the on-disk queue.
     #[serde(rename = "queue-depth", default)]
     pub queue_depth: u64,
+    /// podnet: queue entries the daemon could not read, set aside as `*.bad`.
+    #[serde(rename = "queue-unreadable", default)]
+    pub queue_unreadable: u64,
+    /// podnet: the paths of (the first few of) those entries.
+    #[serde(rename = "queue-unreadable-files", default)]
+    pub queue_unreadable_files: Vec<String>,
 }
 
 /// podnet: what the daemon's start found in the journal and the kernel, and did.

@@ -1,4 +1,5 @@
-//! `podnet status`: the IPAM one-liner in Cilium's form, the node's ranges, and with
+//! `podnet status`: the IPAM one-liner in Cilium's form, the node's ranges, the
+//! journal and DEL queue (with entries set aside as unreadable), and with
 //! `--all-addresses` every address and its owner; `-o json` for scripts.
 
 use std::path::PathBuf;
@@ -7,6 +8,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::api::client::Client;
+use crate::api::models::IpamStatus;
 
 /// `podnet status` options.
 #[derive(Debug, Clone, Args)]
@@ -76,7 +78,7 @@ pub fn run(args: &StatusArgs) -> i32 {
             ipam.journal, ipam.journal_bytes
         ),
     }
-    println!("DEL queue:  {} waiting", ipam.queue_depth);
+    println!("DEL queue:  {}", queue_line(ipam));
     let rr = &ipam.restore;
     println!(
         "Restore:    {} restored, {} expired, {} queued DELs replayed, {} released (link gone), {} orphan links removed, {} adopted from the kernel, {} outside the ranges",
@@ -115,4 +117,51 @@ pub fn run(args: &StatusArgs) -> i32 {
         }
     }
     0
+}
+
+/// `0 waiting`, and the entries set aside as unreadable with what to do about them.
+fn queue_line(ipam: &IpamStatus) -> String {
+    let waiting = format!("{} waiting", ipam.queue_depth);
+    if ipam.queue_unreadable == 0 {
+        return waiting;
+    }
+    let mut names = ipam.queue_unreadable_files.join(", ");
+    let unnamed = ipam
+        .queue_unreadable
+        .saturating_sub(ipam.queue_unreadable_files.len() as u64);
+    if unnamed > 0 {
+        names.push_str(&format!(" and {unnamed} more"));
+    }
+    format!(
+        "{waiting}, {} unreadable (moved aside: {names}; remove them after checking)",
+        ipam.queue_unreadable
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_line_names_unreadable_entries() {
+        let mut ipam = IpamStatus {
+            queue_depth: 3,
+            ..Default::default()
+        };
+        assert_eq!(queue_line(&ipam), "3 waiting");
+        ipam.queue_depth = 0;
+        ipam.queue_unreadable = 1;
+        ipam.queue_unreadable_files = vec!["/run/podnet/delete-queue/0a.bad".into()];
+        assert_eq!(
+            queue_line(&ipam),
+            "0 waiting, 1 unreadable (moved aside: /run/podnet/delete-queue/0a.bad; remove them after checking)"
+        );
+        ipam.queue_unreadable = 20;
+        ipam.queue_unreadable_files.push("/q/0b.bad".into());
+        assert!(
+            queue_line(&ipam).contains("0a.bad, /q/0b.bad and 18 more;"),
+            "{}",
+            queue_line(&ipam)
+        );
+    }
 }

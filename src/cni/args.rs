@@ -1,7 +1,12 @@
 //! `CNI_ARGS`: the `K=V;K2=V2` string Kubernetes runtimes use to pass the pod's
-//! identity, parsed with libcni's `LoadArgs` rules.
+//! identity, parsed with libcni's `LoadArgs` rules; the pod's names and UID are
+//! checked against Kubernetes' shapes and lengths before anything uses them.
 
 use super::error::CniError;
+use super::validate::{
+    MAX_POD_NAME_BYTES, MAX_POD_NAMESPACE_BYTES, MAX_POD_UID_BYTES, excerpt, k8s_name_problem,
+    printable_problem,
+};
 
 /// The keys of `CNI_ARGS` podnet understands. Empty values count as unset.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -31,6 +36,9 @@ impl CniArgs {
     /// - Unknown keys → code 4,
     ///   `CNI_ARGS: unknown args ["X"] (set IgnoreUnknown=1 to ignore them)`,
     ///   unless `IgnoreUnknown` is true (wherever it appears in the string).
+    /// - `K8S_POD_NAME` (at most 253 bytes) and `K8S_POD_NAMESPACE` (at most 63)
+    ///   must be Kubernetes names, `K8S_POD_UID` printable and at most 128 bytes;
+    ///   otherwise → code 4 naming the key and the rule.
     pub fn parse(s: &str) -> Result<CniArgs, CniError> {
         let mut args = CniArgs::default();
         let mut ignore_unknown = false;
@@ -47,9 +55,18 @@ impl CniArgs {
             let non_empty = || (!value.is_empty()).then(|| value.to_string());
             match key {
                 "IgnoreUnknown" => ignore_unknown = parse_bool(pair, value)?,
-                "K8S_POD_NAMESPACE" => args.pod_namespace = non_empty(),
-                "K8S_POD_NAME" => args.pod_name = non_empty(),
-                "K8S_POD_UID" => args.pod_uid = non_empty(),
+                "K8S_POD_NAMESPACE" => {
+                    check(key, value, k8s_name_problem(value, MAX_POD_NAMESPACE_BYTES))?;
+                    args.pod_namespace = non_empty();
+                }
+                "K8S_POD_NAME" => {
+                    check(key, value, k8s_name_problem(value, MAX_POD_NAME_BYTES))?;
+                    args.pod_name = non_empty();
+                }
+                "K8S_POD_UID" => {
+                    check(key, value, printable_problem(value, MAX_POD_UID_BYTES))?;
+                    args.pod_uid = non_empty();
+                }
                 "K8S_POD_INFRA_CONTAINER_ID" => args.pod_infra_container_id = non_empty(),
                 other => {
                     if !unknown.contains(&other) {
@@ -75,6 +92,17 @@ impl CniArgs {
             (Some(ns), Some(pod)) => format!("{ns}/{pod}"),
             _ => container_id.to_string(),
         }
+    }
+}
+
+/// Code 4 for a non-empty `value` of `key` with a `problem`.
+fn check(key: &str, value: &str, problem: Option<String>) -> Result<(), CniError> {
+    match problem {
+        Some(why) if !value.is_empty() => Err(CniError::invalid_env(format!(
+            "CNI_ARGS: {key} {} is invalid: {why}",
+            excerpt(value)
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -186,5 +214,46 @@ mod tests {
         let e = CniArgs::parse("IgnoreUnknown=yes").unwrap_err();
         assert_eq!(e.code, CniError::INVALID_ENV);
         assert!(e.msg.contains("IgnoreUnknown=yes"), "{}", e.msg);
+    }
+
+    #[test]
+    fn pod_identity_is_checked() {
+        let long = "a".repeat(100_000);
+        let e =
+            CniArgs::parse(&format!("K8S_POD_NAMESPACE=default;K8S_POD_NAME={long}")).unwrap_err();
+        assert_eq!(e.code, CniError::INVALID_ENV);
+        assert!(
+            e.msg.starts_with("CNI_ARGS: K8S_POD_NAME \"aaaa")
+                && e.msg.contains("(100000 bytes)")
+                && e.msg
+                    .ends_with("it is 100000 bytes long; at most 253 are allowed"),
+            "{}",
+            e.msg
+        );
+        assert!(e.msg.len() < 200, "{}", e.msg);
+        for (args, key) in [
+            ("K8S_POD_NAME=web\n2024-01-01 INFO forged", "K8S_POD_NAME"),
+            ("K8S_POD_NAME=a/b", "K8S_POD_NAME"),
+            ("K8S_POD_NAME=-a", "K8S_POD_NAME"),
+            ("K8S_POD_NAMESPACE=kube system", "K8S_POD_NAMESPACE"),
+            ("K8S_POD_NAMESPACE=a\0", "K8S_POD_NAMESPACE"),
+            ("K8S_POD_UID=12\n34", "K8S_POD_UID"),
+        ] {
+            let e = CniArgs::parse(args).unwrap_err();
+            assert_eq!(e.code, CniError::INVALID_ENV, "{args:?}");
+            assert!(e.msg.starts_with(&format!("CNI_ARGS: {key} ")), "{}", e.msg);
+        }
+        let e = CniArgs::parse(&format!("K8S_POD_NAMESPACE={}", "n".repeat(64))).unwrap_err();
+        assert!(e.msg.contains("at most 63"), "{}", e.msg);
+        let e = CniArgs::parse(&format!("K8S_POD_UID={}", "u".repeat(129))).unwrap_err();
+        assert!(e.msg.contains("at most 128"), "{}", e.msg);
+        let max = format!(
+            "K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_UID={}",
+            "n".repeat(63),
+            "p".repeat(253),
+            "u".repeat(128)
+        );
+        let a = CniArgs::parse(&max).unwrap();
+        assert_eq!(a.owner("c").len(), 63 + 1 + 253);
     }
 }

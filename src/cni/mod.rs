@@ -12,7 +12,7 @@ mod config;
 mod env;
 mod error;
 mod result;
-mod validate;
+pub mod validate;
 mod version;
 
 pub use args::CniArgs;

@@ -287,8 +287,11 @@ fn kubernetes_pod_cidrs(opts: &DaemonOptions) -> Result<Vec<IpNet>, String> {
 fn multi_pool(opts: &DaemonOptions) -> Result<MultiPoolConfig, String> {
     Ok(MultiPoolConfig {
         default_pool: opts.default_ip_pool.clone(),
-        pre_allocation: parse_pre_allocation(&opts.multi_pool_pre_allocation, &opts.default_ip_pool)
-            .map_err(|e| format!("Invalid ipam-multi-pool-pre-allocation flag value: {e}"))?,
+        pre_allocation: parse_pre_allocation(
+            &opts.multi_pool_pre_allocation,
+            &opts.default_ip_pool,
+        )
+        .map_err(|e| format!("Invalid ipam-multi-pool-pre-allocation flag value: {e}"))?,
         only_masquerade_default_pool: opts.only_masquerade_default_pool,
         migrate_cluster_pool: opts.cluster_pool_migration,
         auto_create: parse_auto_create_pools(&opts.auto_create_pools)
@@ -388,8 +391,12 @@ mod tests {
 
     #[test]
     fn ciliums_start_up_checks() {
-        let e = resolve(&["--enable-ipv6=false", "--cluster-pool-ipv6-cidr", "fd00::/104"])
-            .unwrap_err();
+        let e = resolve(&[
+            "--enable-ipv6=false",
+            "--cluster-pool-ipv6-cidr",
+            "fd00::/104",
+        ])
+        .unwrap_err();
         assert!(e.contains("must not be set if IPv6 is disabled"), "{e}");
         let e = resolve(&["--ipam", "eni", "--routing-mode", "tunnel"]).unwrap_err();
         assert!(e.contains("routing-mode=native"), "{e}");

@@ -250,7 +250,7 @@ pub fn remove_host_links(attachments: &[(String, String)]) {
         let name = host_ifname(cid, ifname);
         match sock.delete_link_by_name(&name) {
             Ok(true) => {
-                tracing::info!(link = %name, container = %cid, "removed host link of a collected attachment")
+                tracing::info!(link = %name, container = ?cid, "removed host link of a collected attachment")
             }
             Ok(false) => {}
             Err(e) => tracing::warn!(link = %name, error = %e, "could not remove host link"),

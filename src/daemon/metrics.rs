@@ -1,8 +1,9 @@
 //! Prometheus metrics: Cilium's agent IPAM names under a configurable prefix
 //! (`podnet_` by default, `cilium_` for dashboards built for Cilium), plus what no
 //! anchor exposes: CNI latency per phase (as the daemon and the plugin saw it),
-//! allocation failures by reason, restore outcomes, DEL-queue depth and cooling
-//! addresses. Served as text on `--prometheus-serve-addr` (off by default).
+//! allocation failures by reason, restore outcomes, DEL-queue depth and entries set
+//! aside as unreadable, and cooling addresses. Served as text on
+//! `--prometheus-serve-addr` (off by default).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -60,6 +61,7 @@ pub struct Metrics {
     pub failures: Family<ReasonLabels, Counter>,
     pub restore: Family<OutcomeLabels, Gauge>,
     pub queue_depth: Gauge,
+    pub queue_bad_entries: Gauge,
 }
 
 impl Metrics {
@@ -76,6 +78,7 @@ impl Metrics {
             failures: Family::default(),
             restore: Family::default(),
             queue_depth: Gauge::default(),
+            queue_bad_entries: Gauge::default(),
         };
         registry.register(
             "ipam_capacity",
@@ -116,6 +119,11 @@ impl Metrics {
             "delete_queue_depth",
             "DELs queued on disk for the daemon",
             m.queue_depth.clone(),
+        );
+        registry.register(
+            "delete_queue_bad_entries",
+            "DEL-queue entries the daemon could not read, set aside as *.bad until removed",
+            m.queue_bad_entries.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -175,6 +183,7 @@ mod tests {
             .set(254);
         m.phase("ADD", "total", 0.004);
         m.failure("range-full");
+        m.queue_bad_entries.set(2);
         let text = m.encode();
         assert!(
             text.contains("cilium_ipam_events_total{action=\"allocate\",family=\"ipv4\"} 1"),
@@ -192,5 +201,6 @@ mod tests {
             text.contains("cilium_ipam_allocation_failures_total{reason=\"range-full\"} 1"),
             "{text}"
         );
+        assert!(text.contains("cilium_delete_queue_bad_entries 2"), "{text}");
     }
 }

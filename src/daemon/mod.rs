@@ -86,12 +86,20 @@ impl Daemon {
         self.queue.entries().map(|e| e.len()).unwrap_or(0)
     }
 
+    /// Queue entries set aside because they could not be used, until someone
+    /// removes them.
+    pub fn queue_unreadable(&self) -> Vec<PathBuf> {
+        self.queue.unreadable_entries().unwrap_or_default()
+    }
+
     /// The metrics text, with the gauges brought up to date.
     pub async fn metrics_text(self: &Arc<Self>) -> Result<String, ApiError> {
         let depth = self.queue_depth();
+        let unreadable = self.queue_unreadable().len();
         self.with_state(move |s| {
             s.refresh_gauges(s.metrics());
             s.metrics().queue_depth.set(depth as i64);
+            s.metrics().queue_bad_entries.set(unreadable as i64);
             Ok(s.metrics().encode())
         })
         .await
@@ -173,10 +181,11 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     )?;
     let (mut source, sink) = node_source(&config, &opts, &node_name);
     let view = source.initial().map_err(|e| e.to_string())?;
-    let default_pool = config
-        .multi_pool
-        .as_ref()
-        .map(|m| view.default_pool.clone().unwrap_or_else(|| m.default_pool.clone()));
+    let default_pool = config.multi_pool.as_ref().map(|m| {
+        view.default_pool
+            .clone()
+            .unwrap_or_else(|| m.default_pool.clone())
+    });
     // The embedded backend plays the operator for this node; an external IPAM
     // needs none.
     let mut operator: Option<Box<dyn NodeOperator>> = (!config.ipam.is_external()).then(|| {
@@ -220,7 +229,9 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         (_, IpamMode::Eni) => PoolingMode::External { eni: true },
         (_, mode) if mode.is_external() => PoolingMode::External { eni: false },
         (Some(m), _) => PoolingMode::MultiPool(MultiPoolSettings {
-            default_pool: default_pool.clone().unwrap_or_else(|| m.default_pool.clone()),
+            default_pool: default_pool
+                .clone()
+                .unwrap_or_else(|| m.default_pool.clone()),
             configured_default_pool: m.default_pool.clone(),
             pre_allocation: m.pre_allocation.clone(),
             only_masquerade_default_pool: m.only_masquerade_default_pool,
@@ -247,7 +258,8 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         pooling,
     };
     let metrics = Arc::new(metrics::Metrics::new(&opts.metrics_prefix));
-    let mut state = IpamState::restore(cfg, journal, node, operator, view.pools, snapshot, metrics)?;
+    let mut state =
+        IpamState::restore(cfg, journal, node, operator, view.pools, snapshot, metrics)?;
     if let Some(meta) = view.metadata {
         state.set_metadata(meta);
     }
@@ -387,7 +399,11 @@ fn stored_node(snapshot: &Snapshot, journal: &Journal) -> Result<Option<NodeReso
 }
 
 /// In a rebuild, the node's CIDRs are those that hold the router device's addresses.
-fn rebuilt_node(node_name: &str, config: &DaemonConfig, routers: &[IpAddr]) -> Option<NodeResource> {
+fn rebuilt_node(
+    node_name: &str,
+    config: &DaemonConfig,
+    routers: &[IpAddr],
+) -> Option<NodeResource> {
     let cfg = config.cluster_pool.as_ref()?;
     let mut node = NodeResource::new(node_name);
     for ip in routers {
@@ -404,18 +420,20 @@ fn rebuilt_node(node_name: &str, config: &DaemonConfig, routers: &[IpAddr]) -> O
 }
 
 /// The queued DELs, read outside the state lock. A corrupt entry is renamed
-/// `*.bad` and reported: the daemon does not guess what it meant.
+/// `*.bad` and reported (in the log, and in status and metrics while it is
+/// there): the daemon does not guess what it meant.
 fn read_queue(queue: &DeleteQueue) -> Result<Vec<(PathBuf, EndpointBatchDeleteRequest)>, String> {
     let mut out = Vec::new();
     for path in queue.entries()? {
         match read_entry(&path) {
             Ok(req) => out.push((path, req)),
-            Err(e) => {
-                tracing::error!(
-                    "{e}; renaming it to .bad and leaving its addresses to GC or the expiration timer"
-                );
-                let _ = std::fs::rename(&path, path.with_extension("bad"));
-            }
+            Err(e) => match queue.set_aside(&path) {
+                Ok(bad) => tracing::error!(
+                    "{e}; renamed it to {} and leaving its addresses to GC or the expiration timer",
+                    bad.display()
+                ),
+                Err(re) => tracing::error!("{e}; and it could not be set aside: {re}"),
+            },
         }
     }
     Ok(out)
@@ -529,7 +547,10 @@ async fn shutdown_signal() {
 /// Applies the backend's events to the state, one at a time. A change the state
 /// refuses (a pool edit that breaks what the node uses) keeps the previous state,
 /// and the log says why.
-async fn apply_node_events(daemon: Arc<Daemon>, mut events: tokio::sync::mpsc::Receiver<NodeEvent>) {
+async fn apply_node_events(
+    daemon: Arc<Daemon>,
+    mut events: tokio::sync::mpsc::Receiver<NodeEvent>,
+) {
     while let Some(event) = events.recv().await {
         let (what, applied) = match event {
             NodeEvent::Node(node) => (
@@ -568,7 +589,9 @@ async fn apply_node_events(daemon: Arc<Daemon>, mut events: tokio::sync::mpsc::R
         };
         match applied {
             Ok(()) => tracing::info!("{what} reloaded"),
-            Err(e) => tracing::error!(error = %e.message, "{what} not applied; keeping the previous state"),
+            Err(e) => {
+                tracing::error!(error = %e.message, "{what} not applied; keeping the previous state")
+            }
         }
     }
 }
@@ -655,7 +678,11 @@ fn node_source(
 }
 
 /// What the embedded operator decides the node's addresses from.
-fn embedded_mode(config: &DaemonConfig, pools: &[PoolDef], default_pool: Option<&str>) -> EmbeddedMode {
+fn embedded_mode(
+    config: &DaemonConfig,
+    pools: &[PoolDef],
+    default_pool: Option<&str>,
+) -> EmbeddedMode {
     match (&config.cluster_pool, &config.multi_pool, config.ipam) {
         (Some(cp), _, _) => EmbeddedMode::ClusterPool(cp.clone()),
         (_, Some(m), _) => {

@@ -1,7 +1,9 @@
 //! The REST routes: Cilium's paths under `/v1` (plus podnet's `/v1/cni/gc` and
-//! `/v1/node`), mapped onto `IpamState` calls. Each state call runs on a blocking
+//! `/v1/node`), mapped onto `IpamState` calls. Identifiers are checked
+//! (`api::validate`) before any state call; each state call runs on a blocking
 //! thread under the state mutex, because it commits to the journal before answering.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -11,13 +13,19 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 
 use super::Daemon;
+use super::server::BODY_TIMEOUT;
 use super::state::{AllocateRequest, ApiError};
 use crate::api::http::{decode_component, parse_query};
-use crate::api::models::{CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest, GcRequest};
+use crate::api::models::{
+    CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest, GcRequest, StatusResponse,
+};
+use crate::api::validate::{self, MAX_QUERY_BYTES, optional};
 use crate::ipam::Family;
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 1024 * 1024;
+/// At most this many unreadable DEL-queue entries are named in a status answer.
+const UNREADABLE_NAMED: usize = 16;
 
 type Reply = Response<Full<Bytes>>;
 
@@ -32,10 +40,11 @@ pub async fn handle(
     Ok(match result {
         Ok(reply) => reply,
         Err(e) => {
+            // Debug formatting: the message may quote what the client sent.
             if e.status >= 500 {
-                tracing::warn!(%method, %path, status = e.status, error = %e.message, "request failed");
+                tracing::warn!(%method, ?path, status = e.status, error = ?e.message, "request failed");
             } else {
-                tracing::debug!(%method, %path, status = e.status, error = %e.message, "request refused");
+                tracing::debug!(%method, ?path, status = e.status, error = ?e.message, "request refused");
             }
             json_reply(e.status, &e.message)
         }
@@ -56,7 +65,11 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             let mut status = daemon
                 .with_state(move |s| Ok(s.status_brief(brief)))
                 .await?;
-            status.ipam.queue_depth = daemon.queue_depth() as u64;
+            add_queue_status(
+                &mut status,
+                daemon.queue_depth(),
+                &daemon.queue_unreadable(),
+            );
             Ok(json_reply(200, &status))
         }
         (&Method::GET, ["v1", "config"]) => Ok(json_reply(
@@ -80,6 +93,13 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             let expiration = header(&req, "expiration")
                 .map(|v| v.eq_ignore_ascii_case("true"))
                 .unwrap_or(false);
+            refuse_invalid(validate::owner(&q("owner")))?;
+            refuse_invalid(validate::pool("pool", &q("pool")))?;
+            refuse_invalid(optional(&q("container-id"), |v| {
+                validate::container_id("container-id", v)
+            }))?;
+            refuse_invalid(optional(&q("ifname"), |v| validate::ifname("ifname", v)))?;
+            refuse_invalid(optional(&q("network"), |v| validate::network("network", v)))?;
             let areq = AllocateRequest {
                 family,
                 owner: q("owner"),
@@ -95,6 +115,8 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         (&Method::POST, ["v1", "ipam", ip]) => {
             let ip = decode(ip)?;
             let (owner, pool) = (q("owner"), q("pool"));
+            refuse_invalid(validate::owner(&owner))?;
+            refuse_invalid(validate::pool("pool", &pool))?;
             let resp = daemon
                 .with_state(move |s| s.allocate_ip(&ip, &owner, &pool))
                 .await?;
@@ -103,16 +125,19 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         (&Method::DELETE, ["v1", "ipam", ip]) => {
             let ip = decode(ip)?;
             let pool = q("pool");
+            refuse_invalid(validate::pool("pool", &pool))?;
             daemon.with_state(move |s| s.release_ip(&ip, &pool)).await?;
             Ok(json_reply(200, &serde_json::Value::Null))
         }
         (&Method::PUT, ["v1", "endpoint", _id]) => {
             let body: EndpointChangeRequest = read_json(req).await?;
+            refuse_invalid(validate::endpoint_change(&body))?;
             let view = daemon.with_state(move |s| s.create_endpoint(&body)).await?;
             Ok(json_reply(201, &view))
         }
         (&Method::GET, ["v1", "endpoint", id]) => {
             let id = decode(id)?;
+            refuse_invalid(validate::printable("endpoint id", &id, MAX_QUERY_BYTES))?;
             Ok(json_reply(
                 200,
                 &daemon.with_state(move |s| s.endpoint(&id)).await?,
@@ -120,6 +145,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         }
         (&Method::DELETE, ["v1", "endpoint"]) => {
             let body: EndpointBatchDeleteRequest = read_json(req).await?;
+            refuse_invalid(validate::endpoint_delete(&body))?;
             if let Some(teardown) = daemon
                 .with_state(move |s| s.delete_endpoints(&body))
                 .await?
@@ -130,6 +156,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         }
         (&Method::POST, ["v1", "cni", "report"]) => {
             let body: CniReport = read_json(req).await?;
+            refuse_invalid(validate::report(&body))?;
             daemon
                 .with_state(move |s| {
                     s.cni_report(&body);
@@ -146,6 +173,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
                     "explain needs ?q=<pod ns/name | ip | container id>",
                 ));
             }
+            refuse_invalid(validate::printable("q", &q, MAX_QUERY_BYTES))?;
             Ok(json_reply(
                 200,
                 &daemon.with_state(move |s| Ok(s.explain(&q))).await?,
@@ -154,6 +182,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         (&Method::GET, ["metrics"]) => Ok(text_reply(daemon.metrics_text().await?)),
         (&Method::POST, ["v1", "cni", "gc"]) => {
             let body: GcRequest = read_json(req).await?;
+            refuse_invalid(validate::gc(&body))?;
             let (resp, stale) = daemon.with_state(move |s| s.gc(&body)).await?;
             daemon.remove_host_links(stale).await;
             Ok(json_reply(200, &resp))
@@ -164,6 +193,43 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             format!("no route for {method} {path} (the API lives under /v1)"),
         )),
     }
+}
+
+/// A value the API does not accept: 400 with the rule.
+fn refuse_invalid(checked: Result<(), String>) -> Result<(), ApiError> {
+    checked.map_err(|e| ApiError::new(400, e))
+}
+
+/// Adds the DEL queue to a status answer: the entries waiting, and those set aside
+/// as unreadable, which make the state a Warning until someone removes them (the
+/// releases they meant are left to GC or the expiration timers).
+fn add_queue_status(status: &mut StatusResponse, waiting: usize, unreadable: &[PathBuf]) {
+    status.ipam.queue_depth = waiting as u64;
+    status.ipam.queue_unreadable = unreadable.len() as u64;
+    status.ipam.queue_unreadable_files = unreadable
+        .iter()
+        .take(UNREADABLE_NAMED)
+        .map(|p| p.display().to_string())
+        .collect();
+    if unreadable.is_empty() {
+        return;
+    }
+    let warning = format!(
+        "{} unreadable DEL-queue entr{} set aside ({}); check and remove {}",
+        unreadable.len(),
+        if unreadable.len() == 1 { "y" } else { "ies" },
+        status.ipam.queue_unreadable_files.join(", "),
+        if unreadable.len() == 1 { "it" } else { "them" },
+    );
+    let cilium = &mut status.cilium;
+    if cilium.state.is_empty() || cilium.state == "Ok" {
+        cilium.state = "Warning".into();
+    }
+    cilium.msg = if cilium.msg.is_empty() {
+        warning
+    } else {
+        format!("{}; {warning}", cilium.msg)
+    };
 }
 
 fn non_empty(s: String) -> Option<String> {
@@ -181,17 +247,30 @@ fn header(req: &Request<Incoming>, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Reads a JSON body of at most `MAX_BODY` bytes that arrives within
+/// `BODY_TIMEOUT`; a stalled body gets 408, and the connection is closed after it.
 async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, ApiError> {
-    let body = Limited::new(req.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                413,
-                format!("request body rejected: {e} (limit {MAX_BODY} bytes)"),
-            )
-        })?
-        .to_bytes();
+    let body = tokio::time::timeout(
+        BODY_TIMEOUT,
+        Limited::new(req.into_body(), MAX_BODY).collect(),
+    )
+    .await
+    .map_err(|_| {
+        ApiError::new(
+            408,
+            format!(
+                "request body did not arrive within {} s; closing the connection",
+                BODY_TIMEOUT.as_secs()
+            ),
+        )
+    })?
+    .map_err(|e| {
+        ApiError::new(
+            413,
+            format!("request body rejected: {e} (limit {MAX_BODY} bytes)"),
+        )
+    })?
+    .to_bytes();
     serde_json::from_slice(&body)
         .map_err(|e| ApiError::new(400, format!("invalid request body: {e}")))
 }
@@ -216,4 +295,63 @@ fn json_reply<T: Serialize>(status: u16, body: &T) -> Reply {
         hyper::header::HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::models::StatusElement;
+
+    fn status(state: &str, msg: &str) -> StatusResponse {
+        StatusResponse {
+            cilium: StatusElement {
+                state: state.into(),
+                msg: msg.into(),
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn unreadable_queue_entries_make_a_warning_that_names_them() {
+        let mut s = status("Ok", "");
+        add_queue_status(&mut s, 2, &[]);
+        assert_eq!((s.ipam.queue_depth, s.ipam.queue_unreadable), (2, 0));
+        assert_eq!(s.cilium, status("Ok", "").cilium);
+
+        let mut s = status("Ok", "");
+        add_queue_status(&mut s, 0, &[PathBuf::from("/q/00.bad")]);
+        assert_eq!(s.ipam.queue_unreadable, 1);
+        assert_eq!(s.ipam.queue_unreadable_files, vec!["/q/00.bad".to_string()]);
+        assert_eq!(s.cilium.state, "Warning");
+        assert_eq!(
+            s.cilium.msg,
+            "1 unreadable DEL-queue entry set aside (/q/00.bad); check and remove it"
+        );
+
+        // A full range keeps its warning; a failure stays a failure.
+        let mut s = status("Warning", "ipv4 range 10.0.0.0/30 of node n is full");
+        add_queue_status(
+            &mut s,
+            0,
+            &[PathBuf::from("/q/a.bad"), PathBuf::from("/q/b.bad")],
+        );
+        assert_eq!(s.cilium.state, "Warning");
+        assert_eq!(
+            s.cilium.msg,
+            "ipv4 range 10.0.0.0/30 of node n is full; 2 unreadable DEL-queue entries set aside (/q/a.bad, /q/b.bad); check and remove them"
+        );
+        let mut s = status("Failure", "journal");
+        add_queue_status(&mut s, 0, &[PathBuf::from("/q/a.bad")]);
+        assert_eq!(s.cilium.state, "Failure");
+
+        // Many are counted, the first few named.
+        let many: Vec<PathBuf> = (0..40)
+            .map(|i| PathBuf::from(format!("/q/{i:02}.bad")))
+            .collect();
+        let mut s = status("Ok", "");
+        add_queue_status(&mut s, 0, &many);
+        assert_eq!(s.ipam.queue_unreadable, 40);
+        assert_eq!(s.ipam.queue_unreadable_files.len(), UNREADABLE_NAMED);
+    }
 }

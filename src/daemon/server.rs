@@ -1,6 +1,7 @@
 //! The unix-socket listener: one daemon per socket (enforced with a lock file next
-//! to it), the socket created 0600 in a directory only root can write, and one task
-//! per connection so a slow client never blocks the others.
+//! to it), the socket created 0600 in a directory only root can write, one task per
+//! connection so a slow client never blocks the others, and time limits on the
+//! request head and body so a stalled client does not hold its task forever.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -19,6 +20,10 @@ use super::routes::handle;
 
 /// How long a connection may take to send its request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request may take to send its body once its head has arrived
+/// (`routes::read_json` enforces it: hyper has no body timeout). A plugin sends its
+/// body (at most a few kB) right after the head.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The lock that makes this daemon the only one on its socket.
 pub struct SocketLock {

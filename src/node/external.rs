@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+use super::WatchFuture;
 use super::cilium_node_file::CiliumNodeFile;
 use super::{NodeError, NodeEvent, NodeOutbox, NodeResource, NodeSink, NodeSource, NodeView};
-use super::WatchFuture;
 use crate::ipam::eni::eni_allocation;
 
 /// How often the file is checked for changes.

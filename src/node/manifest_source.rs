@@ -54,8 +54,10 @@ impl NodeSource for ManifestSource {
     fn initial(&mut self) -> Result<NodeView, NodeError> {
         let (pools, default_pool) = self.pools()?;
         let metadata = match self.metadata_dir.as_deref() {
-            Some(dir) => Some(Box::new(ManifestDir::load(dir).map_err(NodeError::Invalid)?)
-                as Box<dyn crate::ipam::selection::MetadataSource + Send>),
+            Some(dir) => Some(
+                Box::new(ManifestDir::load(dir).map_err(NodeError::Invalid)?)
+                    as Box<dyn crate::ipam::selection::MetadataSource + Send>,
+            ),
             None => None,
         };
         Ok(NodeView {
@@ -78,7 +80,10 @@ impl NodeSource for ManifestSource {
                     match self.pools() {
                         Ok((defs, default_pool)) => {
                             let sent = events.send(NodeEvent::Pools(defs)).await.is_ok()
-                                && events.send(NodeEvent::DefaultPool(default_pool)).await.is_ok();
+                                && events
+                                    .send(NodeEvent::DefaultPool(default_pool))
+                                    .await
+                                    .is_ok();
                             if !sent {
                                 return;
                             }

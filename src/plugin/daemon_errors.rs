@@ -1,5 +1,6 @@
-//! How daemon API failures become CNI errors: unreachable → 11 (try again later),
-//! a full range or exhausted pool → 101, any other refusal → 100; the daemon's own text is kept.
+//! How daemon API failures become CNI errors: unreachable, silent, or gone in the
+//! middle of the request (connection closed or reset) → 11 (try again later), a full
+//! range or exhausted pool → 101, any other refusal → 100; the daemon's own text is kept.
 
 use crate::api::client::ClientError;
 use crate::cni::CniError;
@@ -17,5 +18,38 @@ pub fn to_cni(e: ClientError, what: &str) -> CniError {
             CniError::address_exhausted(text)
         }
         _ => CniError::daemon_rejected(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes() {
+        let closed = ClientError::Closed {
+            socket: "/run/podnet/podnet.sock".into(),
+            detail: "Connection reset by peer (os error 104)".into(),
+        };
+        let e = to_cni(closed, "reading the daemon's configuration");
+        assert_eq!(e.code, CniError::TRY_AGAIN_LATER);
+        assert!(
+            e.msg.starts_with("reading the daemon's configuration: ")
+                && e.msg.contains("closed the connection")
+                && e.msg.contains("try again"),
+            "{}",
+            e.msg
+        );
+        let full = ClientError::Status {
+            status: 502,
+            message: "range is full: no free address".into(),
+        };
+        assert_eq!(to_cni(full, "x").code, CniError::ADDRESS_EXHAUSTED);
+        let refused = ClientError::Status {
+            status: 400,
+            message: "invalid owner".into(),
+        };
+        let e = to_cni(refused, "x");
+        assert_eq!((e.code, e.msg.as_str()), (100, "x: invalid owner"));
     }
 }

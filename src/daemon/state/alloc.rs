@@ -99,7 +99,7 @@ impl IpamState {
             self.clear_pending(&rec.pool, Family::of_addr(&rec.ip), &rec.owner);
             fill_response(&mut resp, rec, self.skip_masquerade(&rec.pool));
             self.add_eni_details(&mut resp, rec.ip);
-            tracing::info!(ip = %rec.ip, pool = %rec.pool, owner = %rec.owner, container = rec.container_id.as_deref().unwrap_or(""), "allocated");
+            tracing::info!(ip = %rec.ip, pool = ?rec.pool, owner = ?rec.owner, container = rec.container_id.as_deref().unwrap_or(""), "allocated");
         }
         self.sync_demand();
         Ok(resp)
@@ -479,7 +479,7 @@ impl IpamState {
         };
         ops.push(JournalOp::PutEndpoint(ep.clone()));
         self.commit_apply(ops, "endpoint created")?;
-        tracing::info!(endpoint = %key, owner = %ep.owner, "endpoint created");
+        tracing::info!(endpoint = ?key, owner = ?ep.owner, "endpoint created");
         Ok(self.view(&ep))
     }
 

@@ -16,6 +16,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::config::{DatapathMode, IpamMode};
 use super::metrics::Metrics;
 use crate::api::link_marker::JournalMark;
 use crate::api::models::FailureRecord;
@@ -23,7 +24,6 @@ use crate::ipam::Family;
 use crate::ipam::multipool::PoolSet;
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::MetadataSource;
-use super::config::{DatapathMode, IpamMode};
 use crate::node::{NodeOperator, NodeResource, RequestedPool};
 use crate::store::{AllocationRecord, AllocationState, EndpointRecord, Journal, JournalOp, now_ms};
 
@@ -367,7 +367,7 @@ impl IpamState {
                     if let Some(rec) = self.allocations.remove(&ip)
                         && rec.state != AllocationState::Cooling
                     {
-                        tracing::info!(ip = %ip, owner = %rec.owner, reason = why, "released");
+                        tracing::info!(ip = %ip, owner = ?rec.owner, reason = why, "released");
                         self.metrics.event("release", rec.family.as_str());
                     }
                     self.pools.release(ip);
@@ -385,12 +385,12 @@ impl IpamState {
                         rec.expires_at_ms,
                     ) {
                         (AllocationState::Cooling, Some(HOLD_UNTIL_TEARDOWN), _, _) => {
-                            tracing::info!(ip = %rec.ip, owner = %rec.owner, reason = why, "released (held until its links are gone)");
+                            tracing::info!(ip = %rec.ip, owner = ?rec.owner, reason = why, "released (held until its links are gone)");
                             self.metrics.event("release", rec.family.as_str());
                         }
                         (AllocationState::Cooling, Some(until), _, _) => {
                             if !was_cooling {
-                                tracing::info!(ip = %rec.ip, owner = %rec.owner, reason = why, "released (cooling down)");
+                                tracing::info!(ip = %rec.ip, owner = ?rec.owner, reason = why, "released (cooling down)");
                                 self.metrics.event("release", rec.family.as_str());
                             }
                             self.timers.push(Timer {
@@ -483,7 +483,7 @@ impl IpamState {
                 {
                     return false;
                 }
-                tracing::warn!(ip = %rec.ip, owner = %rec.owner, "Released IP after expiration");
+                tracing::warn!(ip = %rec.ip, owner = ?rec.owner, "Released IP after expiration");
                 if let Some(link) = self.expired_attachment_link(&rec) {
                     self.stale_links.push(link);
                 }

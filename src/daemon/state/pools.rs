@@ -167,7 +167,7 @@ impl IpamState {
             )
         })?;
         for w in &outcome.warnings {
-            tracing::warn!(owner = %owner, "{w}");
+            tracing::warn!(owner = ?owner, "{w}");
         }
         Ok((outcome.pool, Some(outcome.step.as_str())))
     }
@@ -307,7 +307,8 @@ impl IpamState {
     /// changed, when the change breaks what the node uses.
     pub fn set_pool_defs(&mut self, defs: Vec<PoolDef>) -> Result<(), String> {
         if let Some(op) = self.operator.as_mut() {
-            op.update_pools(&defs, &self.node).map_err(|e| e.to_string())?;
+            op.update_pools(&defs, &self.node)
+                .map_err(|e| e.to_string())?;
         }
         self.pool_defs = defs;
         self.sync_demand();

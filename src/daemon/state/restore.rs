@@ -18,12 +18,12 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use super::super::config::IpamMode;
 use super::super::metrics::Metrics;
 use super::{
     DEFAULT_POOL, HOLD_UNTIL_TEARDOWN, IpamState, NODE_META_KEY, StateConfig, TEARDOWN_PREFIX,
     Teardown, Timer, TimerKind,
 };
-use super::super::config::IpamMode;
 use crate::api::link_marker::LinkMarker;
 use crate::datapath::host_ifname;
 use crate::ipam::Family;
@@ -129,7 +129,7 @@ impl IpamState {
         for rec in by_age {
             match rec.state {
                 AllocationState::Pending if rec.expires_at_ms.is_some_and(|t| t <= now) => {
-                    tracing::warn!(ip = %rec.ip, owner = %rec.owner, "Released IP after expiration (expired while the daemon was down)");
+                    tracing::warn!(ip = %rec.ip, owner = ?rec.owner, "Released IP after expiration (expired while the daemon was down)");
                     report.expired += 1;
                     ops.push(JournalOp::DeleteAllocation {
                         pool: rec.pool.clone(),
@@ -159,7 +159,7 @@ impl IpamState {
                     ));
                 }
                 Err(_) => {
-                    tracing::warn!(ip = %rec.ip, pool = %rec.pool, owner = %rec.owner, "journal allocation is outside the node's ranges: kept until its pod is deleted, never handed out again");
+                    tracing::warn!(ip = %rec.ip, pool = ?rec.pool, owner = ?rec.owner, "journal allocation is outside the node's ranges: kept until its pod is deleted, never handed out again");
                     report
                         .outside_ranges
                         .push(format!("{} ({})", rec.ip, rec.owner));
@@ -360,7 +360,7 @@ impl IpamState {
             }
         }
         for (rec, link) in gone {
-            tracing::warn!(ip = %rec.ip, owner = %rec.owner, link = %link, "host link is gone (the pod's netns was deleted while the daemon was down): releasing");
+            tracing::warn!(ip = %rec.ip, owner = ?rec.owner, link = %link, "host link is gone (the pod's netns was deleted while the daemon was down): releasing");
             self.restore_report
                 .released_link_gone
                 .push(format!("{} ({})", rec.ip, rec.owner));
