@@ -345,7 +345,9 @@ fn identifiers_that_forge_log_lines_or_paths_are_refused() {
     ];
     for (method, path, body, want) in cases {
         match c.call(method, &path, &[], body) {
-            Err(ClientError::Status { status, message }) => {
+            Err(ClientError::Status {
+                status, message, ..
+            }) => {
                 assert_eq!(status, 400, "{method} {path}: {message}");
                 assert!(message.contains(want), "{method} {path}: {message}");
             }

@@ -39,7 +39,12 @@ pub enum ClientError {
     Closed { socket: String, detail: String },
     /// The daemon answered with an error status; `message` is its error text.
     #[error("{message}")]
-    Status { status: u16, message: String },
+    Status {
+        status: u16,
+        message: String,
+        /// Why, where the daemon says (the `podnet-reason` header).
+        reason: Option<FailureReason>,
+    },
     /// The answer could not be read or decoded.
     #[error("invalid answer from podnet daemon at {socket}: {detail}")]
     Protocol { socket: String, detail: String },
@@ -305,6 +310,7 @@ impl Client {
             Err(ClientError::Status {
                 status: resp.status,
                 message: error_text(&resp),
+                reason: resp.podnet_reason.as_deref().and_then(FailureReason::parse),
             })
         }
     }
@@ -376,6 +382,7 @@ mod tests {
         RawResponse {
             status,
             reason: reason.into(),
+            podnet_reason: None,
             body: body.to_vec(),
         }
     }
@@ -437,11 +444,13 @@ mod tests {
         let refused = ClientError::Status {
             status: 400,
             message: "no".into(),
+            reason: None,
         };
         assert!(!refused.is_unavailable());
         let busy = ClientError::Status {
             status: 503,
             message: "busy".into(),
+            reason: Some(FailureReason::JournalUnavailable),
         };
         assert!(busy.is_unavailable());
     }

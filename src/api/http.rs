@@ -74,6 +74,8 @@ pub struct RawResponse {
     pub status: u16,
     /// The status line's reason phrase (`Request Timeout`), possibly empty.
     pub reason: String,
+    /// The `podnet-reason` header: why the daemon refused, when it says.
+    pub podnet_reason: Option<String>,
     pub body: Vec<u8>,
 }
 
@@ -123,6 +125,7 @@ pub fn parse_response(raw: &[u8]) -> Result<RawResponse, ResponseError> {
     let reason = parts.next().unwrap_or("").trim().to_string();
     let mut content_length = None;
     let mut chunked = false;
+    let mut podnet_reason = None;
     for line in lines {
         if let Some((k, v)) = line.split_once(':') {
             let k = k.trim().to_ascii_lowercase();
@@ -131,6 +134,8 @@ pub fn parse_response(raw: &[u8]) -> Result<RawResponse, ResponseError> {
                 content_length = v.parse::<usize>().ok();
             } else if k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked") {
                 chunked = true;
+            } else if k == crate::api::models::REASON_HEADER {
+                podnet_reason = Some(v.to_string());
             }
         }
     }
@@ -151,6 +156,7 @@ pub fn parse_response(raw: &[u8]) -> Result<RawResponse, ResponseError> {
     Ok(RawResponse {
         status,
         reason,
+        podnet_reason,
         body,
     })
 }
@@ -217,9 +223,15 @@ mod tests {
             RawResponse {
                 status: 201,
                 reason: "Created".into(),
+                podnet_reason: None,
                 body: b"{}".to_vec()
             }
         );
+        let r = parse_response(
+            b"HTTP/1.1 502 Bad Gateway\r\npodnet-reason: range-full\r\ncontent-length: 2\r\n\r\n\"\"",
+        )
+        .unwrap();
+        assert_eq!(r.podnet_reason.as_deref(), Some("range-full"));
         let r = parse_response(
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n1\r\nc\r\n0\r\n\r\n",
         )

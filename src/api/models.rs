@@ -6,6 +6,53 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// podnet: the HTTP header that carries why the daemon refused a request. The body
+/// stays Cilium's error (a JSON string), so Cilium's clients are unaffected.
+pub const REASON_HEADER: &str = "podnet-reason";
+
+/// podnet: why the daemon refused a request, on the wire (the `podnet-reason`
+/// header), so clients map failures to CNI codes without reading messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureReason {
+    /// The node's range (or a pool that cannot grow) has no free address.
+    RangeFull,
+    /// The pool does not exist on this node (yet).
+    PoolNotAvailable,
+    /// No single pool could be chosen for the pod.
+    PoolSelection,
+    /// Pod or Namespace metadata is not synced yet: try again.
+    MetadataNotSynced,
+    /// The journal cannot record changes (a full or failing disk): try again.
+    JournalUnavailable,
+}
+
+impl FailureReason {
+    /// The header value (also the reason `explain` and the metrics use).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::RangeFull => "range-full",
+            FailureReason::PoolNotAvailable => "pool-not-available",
+            FailureReason::PoolSelection => "pool-selection",
+            FailureReason::MetadataNotSynced => "metadata-not-synced",
+            FailureReason::JournalUnavailable => "journal-unavailable",
+        }
+    }
+
+    /// Reads a header value; None for a reason this build does not know.
+    pub fn parse(s: &str) -> Option<FailureReason> {
+        [
+            FailureReason::RangeFull,
+            FailureReason::PoolNotAvailable,
+            FailureReason::PoolSelection,
+            FailureReason::MetadataNotSynced,
+            FailureReason::JournalUnavailable,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
+}
+
 /// `POST /v1/ipam` and `POST /v1/ipam/{ip}` answer: Cilium's `IPAMResponse`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct IpamResponse {

@@ -17,7 +17,8 @@ use super::server::BODY_TIMEOUT;
 use super::state::{AllocateRequest, ApiError};
 use crate::api::http::{decode_component, parse_query};
 use crate::api::models::{
-    CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest, GcRequest, StatusResponse,
+    CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest, GcRequest, REASON_HEADER,
+    StatusResponse,
 };
 use crate::api::validate::{self, MAX_QUERY_BYTES, optional};
 use crate::ipam::Family;
@@ -46,7 +47,14 @@ pub async fn handle(
             } else {
                 tracing::debug!(%method, ?path, status = e.status, error = ?e.message, "request refused");
             }
-            json_reply(e.status, &e.message)
+            let mut reply = json_reply(e.status, &e.message);
+            if let Some(reason) = e.reason {
+                reply.headers_mut().insert(
+                    REASON_HEADER,
+                    hyper::header::HeaderValue::from_static(reason.as_str()),
+                );
+            }
+            reply
         }
     })
 }

@@ -56,6 +56,9 @@ pub struct NamespaceMeta {
 pub trait MetadataSource {
     fn pod(&self, namespace: &str, name: &str) -> Option<PodMeta>;
     fn namespace(&self, name: &str) -> Option<NamespaceMeta>;
+    /// False while the source has not seen its initial state (a watch that has
+    /// not listed yet): a missing Pod then means "not yet", not "does not exist".
+    fn synced(&self) -> bool;
 }
 
 /// Which precedence step chose the pool (for `podnet explain`).
@@ -109,6 +112,8 @@ impl fmt::Display for RequireMatchOn {
 /// `unable to determine IPAM pool for owner "<owner>": <err>`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectionError {
+    #[error("pod and namespace metadata is not synced yet; try again")]
+    NotSynced,
     #[error("resource Pod \"{namespace}/{name}\" not found")]
     PodNotFound { namespace: String, name: String },
     #[error("resource Namespace \"{namespace}\" not found")]
@@ -247,6 +252,9 @@ pub fn select_pool(
     };
 
     let Some(pod) = meta.pod(ns, name) else {
+        if !meta.synced() {
+            return Err(SelectionError::NotSynced);
+        }
         return Err(SelectionError::PodNotFound {
             namespace: ns.to_string(),
             name: name.to_string(),
@@ -323,6 +331,8 @@ mod tests {
     struct Meta {
         pods: Vec<PodMeta>,
         namespaces: Vec<NamespaceMeta>,
+        /// A watch that has not listed yet.
+        not_synced: bool,
     }
 
     impl MetadataSource for Meta {
@@ -334,6 +344,9 @@ mod tests {
         }
         fn namespace(&self, name: &str) -> Option<NamespaceMeta> {
             self.namespaces.iter().find(|n| n.name == name).cloned()
+        }
+        fn synced(&self) -> bool {
+            !self.not_synced
         }
     }
 
@@ -390,6 +403,7 @@ mod tests {
         Meta {
             pods: vec![p],
             namespaces: vec![n],
+            not_synced: false,
         }
     }
 
@@ -561,6 +575,16 @@ mod tests {
     }
 
     #[test]
+    fn a_source_that_has_not_synced_says_try_again_not_missing() {
+        let m = Meta {
+            not_synced: true,
+            ..Meta::default()
+        };
+        let e = select_pool("ns1/p", Family::V4, &[], &m, "default").unwrap_err();
+        assert!(matches!(e, SelectionError::NotSynced), "{e}");
+    }
+
+    #[test]
     fn missing_pod_and_namespace() {
         let m = Meta::default();
         assert_eq!(
@@ -570,6 +594,7 @@ mod tests {
         let m = Meta {
             pods: vec![pod("ns1", "p", &[], &[])],
             namespaces: vec![],
+            not_synced: false,
         };
         assert_eq!(
             sel_err("ns1/p", Family::V6, &[], &m),
@@ -583,6 +608,7 @@ mod tests {
         let m = Meta {
             pods: vec![pod("ns1", "p", &[], &[(ANNOTATION_IP_POOL, "mars")])],
             namespaces: vec![],
+            not_synced: false,
         };
         assert_eq!(
             sel_ok("ns1/p", Family::V4, &[], &m),

@@ -821,6 +821,11 @@ impl MetadataSource for ManifestDir {
     fn namespace(&self, name: &str) -> Option<NamespaceMeta> {
         self.namespaces.get(name).cloned()
     }
+
+    /// A directory is read whole: it is synced once loaded.
+    fn synced(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

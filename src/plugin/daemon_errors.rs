@@ -1,8 +1,11 @@
-//! How daemon API failures become CNI errors: unreachable, silent, or gone in the
-//! middle of the request (connection closed or reset) → 11 (try again later), a full
-//! range or exhausted pool → 101, any other refusal → 100; the daemon's own text is kept.
+//! How daemon API failures become CNI errors: unreachable, silent, gone in the
+//! middle of the request (connection closed or reset), or busy (503: its journal
+//! cannot commit, pod metadata not synced) → 11 (try again later); a full range or
+//! exhausted pool (the daemon's `range-full` reason) → 101; any other refusal → 100.
+//! The daemon's own text is kept; the code follows its reason, never its wording.
 
 use crate::api::client::ClientError;
+use crate::api::models::FailureReason;
 use crate::cni::CniError;
 
 /// Maps a failed daemon call made while doing `what`.
@@ -10,13 +13,10 @@ pub fn to_cni(e: ClientError, what: &str) -> CniError {
     let text = format!("{what}: {e}");
     match &e {
         _ if e.is_unavailable() => CniError::try_again_later(text),
-        ClientError::Status { message, .. }
-            if message.starts_with("range is full")
-                || message.starts_with("all CIDR ranges are exhausted")
-                || message.starts_with("No IPs available") =>
-        {
-            CniError::address_exhausted(text)
-        }
+        ClientError::Status {
+            reason: Some(FailureReason::RangeFull),
+            ..
+        } => CniError::address_exhausted(text),
         _ => CniError::daemon_rejected(text),
     }
 }
@@ -43,11 +43,26 @@ mod tests {
         let full = ClientError::Status {
             status: 502,
             message: "range is full: no free address".into(),
+            reason: Some(FailureReason::RangeFull),
         };
         assert_eq!(to_cni(full, "x").code, CniError::ADDRESS_EXHAUSTED);
+        // The wording alone does not make a full range.
+        let worded = ClientError::Status {
+            status: 502,
+            message: "range is full: but no reason given".into(),
+            reason: None,
+        };
+        assert_eq!(to_cni(worded, "x").code, CniError::DAEMON_REJECTED);
+        let journal = ClientError::Status {
+            status: 503,
+            message: "cannot record the change durably".into(),
+            reason: Some(FailureReason::JournalUnavailable),
+        };
+        assert_eq!(to_cni(journal, "x").code, CniError::TRY_AGAIN_LATER);
         let refused = ClientError::Status {
             status: 400,
             message: "invalid owner".into(),
+            reason: None,
         };
         let e = to_cni(refused, "x");
         assert_eq!((e.code, e.msg.as_str()), (100, "x: invalid owner"));

@@ -23,19 +23,7 @@ impl IpamState {
         self.metrics
             .phase("ADD", "daemon-allocation", started.elapsed().as_secs_f64());
         if let Err(e) = &result {
-            let reason = if e.status == 503 && e.message.starts_with(super::JOURNAL_UNAVAILABLE) {
-                "journal-unavailable"
-            } else if e.message.starts_with("range is full")
-                || e.message.starts_with("all CIDR ranges are exhausted")
-            {
-                "range-full"
-            } else if e.message.contains("pool not (yet) available") {
-                "pool-not-available"
-            } else if e.message.contains("unable to determine IPAM pool") {
-                "pool-selection"
-            } else {
-                "rejected"
-            };
+            let reason = e.reason.map_or("rejected", FailureReason::as_str);
             self.record_failure(
                 "ADD",
                 reason,
@@ -116,25 +104,35 @@ impl IpamState {
                     self.pools.usable(pool, family),
                 );
                 let cidr = self.node_addressing_cidr(family).unwrap_or_default();
-                return Err(ApiError::new(
-                    502,
-                    match e {
-                        PoolError::Exhausted { .. }
-                            if matches!(self.cfg.pooling, super::PoolingMode::External { .. }) =>
-                        {
-                            format!(
-                                "No IPs available: the node's custom resource holds {usable} {} addresses and {used} are in use (node {})",
-                                family.label(),
+                let reason = match e {
+                    PoolError::Exhausted { .. } => Some(FailureReason::RangeFull),
+                    _ => None,
+                };
+                return Err(ApiError {
+                    reason,
+                    ..ApiError::new(
+                        502,
+                        match e {
+                            PoolError::Exhausted { .. }
+                                if matches!(
+                                    self.cfg.pooling,
+                                    super::PoolingMode::External { .. }
+                                ) =>
+                            {
+                                format!(
+                                    "No IPs available: the node's custom resource holds {usable} {} addresses and {used} are in use (node {})",
+                                    family.label(),
+                                    self.cfg.node_name
+                                )
+                            }
+                            PoolError::Exhausted { .. } => format!(
+                                "range is full: no free address in {cidr} ({used} of {usable} allocated) (node {})",
                                 self.cfg.node_name
-                            )
-                        }
-                        PoolError::Exhausted { .. } => format!(
-                            "range is full: no free address in {cidr} ({used} of {usable} allocated) (node {})",
-                            self.cfg.node_name
-                        ),
-                        other => format!("{other} (node {})", self.cfg.node_name),
-                    },
-                ));
+                            ),
+                            other => format!("{other} (node {})", self.cfg.node_name),
+                        },
+                    )
+                });
             }
             Err(_) => {}
         }
@@ -147,7 +145,17 @@ impl IpamState {
             } else {
                 format!("; operator: {operator}")
             };
-            ApiError::new(502, format!("{e} (node {}){why}", self.cfg.node_name))
+            let reason = match e {
+                PoolError::Exhausted { .. } => Some(FailureReason::RangeFull),
+                PoolError::NotAvailable { .. } | PoolError::ReserveNotAvailable { .. } => {
+                    Some(FailureReason::PoolNotAvailable)
+                }
+                _ => None,
+            };
+            ApiError {
+                reason,
+                ..ApiError::new(502, format!("{e} (node {}){why}", self.cfg.node_name))
+            }
         })
     }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use super::config::{DatapathMode, IpamMode};
 use super::metrics::Metrics;
 use crate::api::link_marker::JournalMark;
-use crate::api::models::FailureRecord;
+use crate::api::models::{FailureReason, FailureRecord};
 use crate::ipam::Family;
 use crate::ipam::multipool::PoolSet;
 use crate::ipam::pooldef::PoolDef;
@@ -73,11 +73,13 @@ pub const MAX_FAILURES: usize = 256;
 /// Journal key of the node resource.
 pub const NODE_META_KEY: &str = "ciliumnode";
 
-/// An API failure: HTTP status and the message the client sees.
+/// An API failure: HTTP status, the message the client sees and, where the client
+/// acts on it, why (sent in the `podnet-reason` header).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
     pub status: u16,
     pub message: String,
+    pub reason: Option<FailureReason>,
 }
 
 impl ApiError {
@@ -85,6 +87,15 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            reason: None,
+        }
+    }
+
+    /// An error whose reason the client may act on.
+    pub fn because(reason: FailureReason, status: u16, message: impl Into<String>) -> ApiError {
+        ApiError {
+            reason: Some(reason),
+            ..ApiError::new(status, message)
         }
     }
 }
@@ -223,7 +234,11 @@ impl IpamState {
             .phase("daemon", "journal-commit", started.elapsed().as_secs_f64());
         result.map_err(|e| {
             tracing::error!(error = %e, "journal commit failed");
-            ApiError::new(503, self.journal_unavailable(&e.to_string()))
+            ApiError::because(
+                FailureReason::JournalUnavailable,
+                503,
+                self.journal_unavailable(&e.to_string()),
+            )
         })
     }
 

@@ -10,11 +10,12 @@ use std::collections::BTreeMap;
 use ipnet::IpNet;
 
 use super::{ApiError, IpamState, NODE_META_KEY};
+use crate::api::models::FailureReason;
 use crate::ipam::Family;
 use crate::ipam::hostscope::AllocatorOptions;
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pooldef::PoolDef;
-use crate::ipam::selection::{MetadataSource, select_pool};
+use crate::ipam::selection::{MetadataSource, SelectionError, select_pool};
 use crate::node::{AllocationIp, NodeOutbox, PoolDemand, RequestedPool, UsedAddresses};
 use crate::store::{JournalOp, now_ms};
 
@@ -161,8 +162,13 @@ impl IpamState {
             return Ok((default, Some("no-metadata")));
         };
         let outcome = select_pool(owner, family, &self.pool_defs, meta, &default).map_err(|e| {
-            ApiError::new(
-                502,
+            let (reason, status) = match e {
+                SelectionError::NotSynced => (FailureReason::MetadataNotSynced, 503),
+                _ => (FailureReason::PoolSelection, 502),
+            };
+            ApiError::because(
+                reason,
+                status,
                 format!("unable to determine IPAM pool for owner {owner:?}: {e}"),
             )
         })?;
