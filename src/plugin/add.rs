@@ -1,7 +1,8 @@
 //! ADD: allocate from the daemon, create the veth pair with the pod end created
 //! directly in the pod netns, set up the host side (and, in ENI-class modes, the
 //! pod's ENI routing), address and route the pod side, register the endpoint.
-//! Any failure after the allocation undoes the link and releases the addresses.
+//! Any failure after the allocation deletes the link pair, removes the ENI rules
+//! the attempt added and releases the addresses.
 //!
 //! An interface named `CNI_IFNAME` that already exists in the pod is replaced when
 //! it is podnet's own (its host-side twin `lxc…` for this attachment exists: a
@@ -21,8 +22,8 @@ use crate::api::models::{
 };
 use crate::cni::{CniEnv, CniError, CniResult, Command, Interface, IpConfig, NetConf, Route};
 use crate::datapath::{
-    DatapathError, NetNs, NetkitMode, NetkitSpec, NetlinkSocket, RouteSpec, VethSpec, eni_rules,
-    eni_table, enter_netns, format_mac, host_ifname, random_mac, write_sysctl,
+    DatapathError, NetNs, NetkitMode, NetkitSpec, NetlinkSocket, RouteSpec, RuleSpec, VethSpec,
+    eni_rules, eni_table, enter_netns, format_mac, host_ifname, random_mac, write_sysctl,
 };
 
 use super::daemon_errors::to_cni;
@@ -113,10 +114,11 @@ pub fn add(
         netns_path,
         host_name: &host_name,
     };
-    match attempt.configure(t) {
+    let mut added_rules = Vec::new();
+    match attempt.configure(&mut added_rules, t) {
         Ok(out) => Ok(out),
         Err(e) => {
-            undo(client, &host_sock, &host_name, cid, ifname);
+            undo(client, &host_sock, &host_name, &added_rules, cid, ifname);
             if delegated && let Err(d) = delegate::run_configured(Command::Del, env, conf) {
                 tracing::warn!(error = %d, "rollback: the delegated IPAM plugin's DEL failed");
             }
@@ -209,15 +211,20 @@ struct LinkPair {
 }
 
 impl Attempt<'_> {
-    /// Everything after the allocation, in the order of the pod's lifecycle; an
-    /// error here is rolled back by the caller.
-    fn configure(&self, t: &mut Timings) -> Result<String, CniError> {
+    /// Everything after the allocation, in the order of the pod's lifecycle. An
+    /// error here is rolled back by the caller, which also removes the ENI rules
+    /// listed in `added_rules` (the ones this attempt added).
+    fn configure(
+        &self,
+        added_rules: &mut Vec<RuleSpec>,
+        t: &mut Timings,
+    ) -> Result<String, CniError> {
         let plans = plan_families(self.alloc)?;
         let pair = self.create_pair()?;
         self.set_up_host_side(pair.host_index, &plans)?;
         for p in &plans {
             if let Some(eni) = &p.eni {
-                install_eni_routing(self.host_sock, p.ip, eni)?;
+                install_eni_routing(self.host_sock, p.ip, eni, added_rules)?;
             }
         }
         t.mark("netlink-host");
@@ -579,11 +586,14 @@ fn eni_plan(d: &IpamAddressResponse) -> Result<Option<EniPlan>, CniError> {
 /// ENI-class modes: the pod's rules and its ENI's table (Cilium §3.3): `to <pod>
 /// lookup main` (priority 20), `from <pod> lookup 10+n` (111), and in table 10+n a
 /// link route to the gateway and a default route via it, through the ENI device
-/// found by its MAC.
+/// found by its MAC. Each rule it adds goes into `added_rules` at once, so a
+/// rollback removes exactly those (a rule that already existed is not this
+/// ADD's); the table's routes are shared by the ENI's pods and stay, as on DEL.
 fn install_eni_routing(
     host_sock: &NetlinkSocket,
     ip: IpAddr,
     eni: &EniPlan,
+    added_rules: &mut Vec<RuleSpec>,
 ) -> Result<(), CniError> {
     let device = eni_device(host_sock, eni)?;
     let table = eni_table(eni.number);
@@ -618,8 +628,9 @@ fn install_eni_routing(
     }
     for rule in eni_rules(ip, eni.number) {
         match host_sock.add_rule(&rule) {
-            Err(e) if !e.is_exists() => return Err(dp("adding the ENI rule")(e)),
-            _ => {}
+            Ok(()) => added_rules.push(rule),
+            Err(e) if e.is_exists() => {}
+            Err(e) => return Err(dp("adding the ENI rule")(e)),
         }
     }
     Ok(())
@@ -700,12 +711,29 @@ fn clear_previous_attempt(
     Ok(())
 }
 
-/// Rolls an ADD back: the link pair goes with its host side, the addresses are
-/// released through the daemon. Failures are logged; the expiration timer is the
-/// last resort for an address that could not be released.
-fn undo(client: &Client, host_sock: &NetlinkSocket, host_name: &str, cid: &str, ifname: &str) {
+/// Rolls an ADD back: the link pair goes with its host side, the ENI rules this
+/// attempt added are removed, and the addresses are released through the daemon.
+/// Failures are logged; the expiration timer is the last resort for an address
+/// that could not be released, and the daemon's next start removes rules of
+/// addresses no pod holds.
+fn undo(
+    client: &Client,
+    host_sock: &NetlinkSocket,
+    host_name: &str,
+    added_rules: &[RuleSpec],
+    cid: &str,
+    ifname: &str,
+) {
     if let Err(e) = host_sock.delete_link_by_name(host_name) {
         tracing::warn!(error = %e, "rollback: could not delete {host_name}");
+    }
+    for rule in added_rules {
+        match host_sock.delete_rule(rule) {
+            Err(e) if !e.is_not_found() => {
+                tracing::warn!(error = %e, "rollback: could not remove an ENI rule");
+            }
+            _ => {}
+        }
     }
     let req = EndpointBatchDeleteRequest {
         container_id: cid.into(),
