@@ -1,9 +1,10 @@
 //! AWS ENI IPAM, the pure part (no I/O, no netlink): what the node may use from
 //! the ENI inventory the operator side writes to `status.eni.enis`, which ENI an
-//! address belongs to (for the ENI host routing of `cilium-facts.md` §3), the
-//! operator-side capacity math of the chapter's "Allocation algorithm", and the
-//! policy-routing rules the plugin installs per Pod IP.
+//! address belongs to (for the ENI host routing of `cilium-facts.md` §3), and the
+//! operator-side allocation math of the chapter's "Allocation algorithm".
 //!
+//! * [`validate_inventory`]: the inventory's addresses, prefixes, subnets and
+//!   MACs parse and agree (checked when the node resource is read).
 //! * [`eni_allocation`]: the inventory as `spec.ipam.pools.allocated` of pool
 //!   `default` (§6.3): each `prefixes` / `ipv6-prefixes` entry is a CIDR, each
 //!   `addresses` entry not covered by one of the ENI's prefixes a /32 (/128),
@@ -14,18 +15,18 @@
 //!   `spec.eni.use-primary-address: true`. Only listed `addresses` are used: a
 //!   primary IP missing from `addresses` is not added.
 //! * [`eni_for_ip`]: the ENI of a Pod address and what the IPAM response needs
-//!   from it (`master-mac`, `interface-number`, `gateway`, `cidrs`).
+//!   from it (`master-mac`, `interface-number`, `gateway`, `cidrs`). The rules
+//!   and the table the plugin installs from it are `crate::datapath`'s
+//!   (`eni_rules`, `eni_table`).
 //! * [`deficit`], [`excess`], [`per_cycle_allocation`], [`surge_allocate`],
-//!   [`effective_pre_allocate`], [`instance_max_allocate`]: the watermark math
-//!   (`operator/pkg/ipam/nodemanager/node.go`). The instance limits come from
-//!   [`super::sizing::plan_eni`], not recomputed here.
-//! * [`eni_rules`]: ingress / egress rules (priority 20 / 111, table 10 + ENI
-//!   number). Plain data ([`EniRule`]) so `ipam` stays free of netlink; the
-//!   plugin maps it 1:1 onto `datapath::RuleSpec`.
+//!   [`prefixes_for`], [`effective_pre_allocate`], [`effective_max_allocate`]:
+//!   the operator's watermark math (`operator/pkg/ipam/nodemanager/node.go`),
+//!   which `podnet plan --pool-mode eni` shows for a node's numbers (podnet has
+//!   no EC2 operator, so the daemon does not run it). The instance limits come
+//!   from [`super::sizing::plan_eni`], not recomputed here.
 //!
-//! The node resource types ([`Eni`], [`EniSpec`]) live in `crate::node` (the
-//! `CiliumNode` shape); they are reached here through
-//! `crate::node::cilium_node_file`, which re-exports them.
+//! The inventory types ([`Eni`], [`EniSpec`]) are the node resource's; this
+//! module only reads them.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

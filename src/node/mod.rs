@@ -1,7 +1,20 @@
-//! The node resource (shaped like Cilium's `CiliumNode`) and the backends that say
-//! what this node owns. Nothing outside this module knows which backend runs: the
-//! daemon asks a `NodeBackend` for the node's CIDRs (host-scope modes) or blocks
-//! (multi-pool), hands it the node's demand, and gives blocks back through it.
+//! What this node owns and where that comes from: the `NodeBackend`s that fill in
+//! the node resource (shaped like Cilium's `CiliumNode`), and the files they read.
+//!
+//! * `EmbeddedBackend`: the node resource lives in the daemon's journal and an
+//!   embedded operator decides (cluster-pool, kubernetes and multi-pool modes,
+//!   and delegated-plugin, where it carves nothing).
+//! * `external::ExternalBackend`: something else decides and writes a
+//!   `CiliumNode` file (crd, azure, alibabacloud, eni); `cilium_node_file` reads
+//!   it and writes the daemon's part of `status` back under the two-writer rule.
+//! * `manifests`: directories of `CiliumPodIPPool`, `CiliumNodeConfig`, Pod and
+//!   Namespace manifests (the daemon's pool and metadata directories, and
+//!   `podnet lint`).
+//!
+//! The daemon picks the backend at start (and re-reads an external file when it
+//! changes); its IPAM state holds only a `NodeBackend`, through which it brings the
+//! resource up to date at start and, in multi-pool mode, has blocks carved for the
+//! node's demand, gives blocks back and hands over changed pool definitions.
 
 pub mod cilium_node_file;
 mod embedded;
