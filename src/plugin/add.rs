@@ -223,9 +223,7 @@ impl Attempt<'_> {
         let pair = self.create_pair()?;
         self.set_up_host_side(pair.host_index, &plans)?;
         for p in &plans {
-            if let Some(eni) = &p.eni {
-                install_eni_routing(self.host_sock, p.ip, eni, added_rules)?;
-            }
+            install_eni_routing(self.host_sock, p, added_rules)?;
         }
         t.mark("netlink-host");
         self.set_up_pod_side(&plans)?;
@@ -586,22 +584,20 @@ fn eni_plan(d: &IpamAddressResponse) -> Result<Option<EniPlan>, CniError> {
 /// ENI-class modes: the pod's rules and its ENI's table (Cilium §3.3): `to <pod>
 /// lookup main` (priority 20), `from <pod> lookup 10+n` (111), and in table 10+n a
 /// link route to the gateway and a default route via it, through the ENI device
-/// found by its MAC. Each rule it adds goes into `added_rules` at once, so a
-/// rollback removes exactly those (a rule that already existed is not this
-/// ADD's); the table's routes are shared by the ENI's pods and stay, as on DEL.
+/// found by its MAC; nothing for a family without ENI routing. Each rule it adds
+/// goes into `added_rules` at once, so a rollback removes exactly those (a rule
+/// that already existed is not this ADD's); the table's routes are shared by the
+/// ENI's pods and stay, as on DEL.
 fn install_eni_routing(
     host_sock: &NetlinkSocket,
-    ip: IpAddr,
-    eni: &EniPlan,
+    p: &FamilyPlan,
     added_rules: &mut Vec<RuleSpec>,
 ) -> Result<(), CniError> {
+    let Some(eni) = &p.eni else {
+        return Ok(());
+    };
     let device = eni_device(host_sock, eni)?;
     let table = eni_table(eni.number);
-    let default_net = if ip.is_ipv4() {
-        "0.0.0.0/0".parse().unwrap_or(IpNet::from(ip))
-    } else {
-        "::/0".parse().unwrap_or(IpNet::from(ip))
-    };
     for r in [
         RouteSpec {
             dst: IpNet::from(eni.gateway),
@@ -613,7 +609,7 @@ fn install_eni_routing(
             priority: None,
         },
         RouteSpec {
-            dst: default_net,
+            dst: p.default_net(),
             gateway: Some(eni.gateway),
             oif: device,
             scope_link: false,
@@ -626,7 +622,7 @@ fn install_eni_routing(
             .replace_route(&r)
             .map_err(dp("adding the ENI table route"))?;
     }
-    for rule in eni_rules(ip, eni.number) {
+    for rule in eni_rules(p.ip, eni.number) {
         match host_sock.add_rule(&rule) {
             Ok(()) => added_rules.push(rule),
             Err(e) if e.is_exists() => {}
