@@ -39,7 +39,6 @@ enum ClientKind {
 
 /// The client to use, or None when the test is to be skipped.
 fn client_or_skip(test: &str) -> Option<(PathBuf, ClientKind)> {
-    let ci = std::env::var("CI").map(|v| v == "true").unwrap_or(false);
     let why = match std::env::var_os("PODNET_CNI_CLIENT") {
         None => "PODNET_CNI_CLIENT is not set (make test sets it; run scripts/setup)".to_string(),
         Some(p) if !Path::new(&p).is_file() => {
@@ -58,8 +57,7 @@ fn client_or_skip(test: &str) -> Option<(PathBuf, ClientKind)> {
             return Some((path, kind));
         }
     };
-    assert!(!ci, "{test}: CI=true but {why}");
-    eprintln!("SKIPPED {test}: {why}");
+    skip(test, &why);
     None
 }
 

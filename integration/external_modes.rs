@@ -186,6 +186,33 @@ status:
     s
 }
 
+/// The ENI veths of `eni_manifest`'s eni-1 and eni-2: device, MAC, gateway.
+const ENIS: [(&str, &str, &str); 2] = [
+    ("eni0", "02:00:00:00:0e:01", "10.0.1.1/24"),
+    ("eni1", "02:00:00:00:0e:02", "10.0.2.1/24"),
+];
+
+/// The options of an eni-mode daemon on the manifest `file`.
+fn eni_daemon_args(file: &Path) -> Vec<String> {
+    let f = file.display().to_string();
+    [
+        "--ipam",
+        "eni",
+        "--node-resource",
+        &f,
+        "--k8s-node-name",
+        "eni-node",
+        "--enable-health-checking=false",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn ip_rules(node: &Node) -> String {
+    String::from_utf8_lossy(&node.ns.exec(&["ip", "rule", "show"]).stdout).to_string()
+}
+
 #[test]
 fn eni_mode_routes_each_pod_through_its_eni() {
     if !root_or_skip("eni") {
@@ -215,25 +242,8 @@ fn eni_mode_routes_each_pod_through_its_eni() {
             && String::from_utf8_lossy(&out.stderr).contains("routing-mode=native")
     );
 
-    let _vpc = vpc(
-        &node,
-        &[
-            ("eni0", "02:00:00:00:0e:01", "10.0.1.1/24"),
-            ("eni1", "02:00:00:00:0e:02", "10.0.2.1/24"),
-        ],
-    );
-    node.args = [
-        "--ipam",
-        "eni",
-        "--node-resource",
-        &f,
-        "--k8s-node-name",
-        "eni-node",
-        "--enable-health-checking=false",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let _vpc = vpc(&node, &ENIS);
+    node.args = eni_daemon_args(&file);
     node.start_daemon();
     let (a, b, c, d) = (
         node.sandbox(),
@@ -245,7 +255,7 @@ fn eni_mode_routes_each_pod_through_its_eni() {
     // The router took 10.0.1.20; a gets the rest of ENI 1, b the first of ENI 2.
     assert_eq!(ra.ipv4(), "10.0.1.21", "{ra:?}");
     assert_eq!(rb.ipv4(), "10.0.2.20", "{rb:?}");
-    let rules = String::from_utf8_lossy(&node.ns.exec(&["ip", "rule", "show"]).stdout).to_string();
+    let rules = ip_rules(&node);
     assert!(
         rules.contains("20:\tfrom all to 10.0.1.21 lookup main"),
         "{rules}"
@@ -324,12 +334,81 @@ fn eni_mode_routes_each_pod_through_its_eni() {
     assert!(!node.allocations().contains_key("10.0.3.20"));
     // DEL removes a's rules and keeps b's.
     assert!(node.del(&a).ok);
-    wait_until("a's rules to go", || {
-        let rules =
-            String::from_utf8_lossy(&node.ns.exec(&["ip", "rule", "show"]).stdout).to_string();
-        !rules.contains("10.0.1.21")
-    });
-    let rules = String::from_utf8_lossy(&node.ns.exec(&["ip", "rule", "show"]).stdout).to_string();
+    wait_until("a's rules to go", || !ip_rules(&node).contains("10.0.1.21"));
+    let rules = ip_rules(&node);
     assert!(rules.contains("from 10.0.2.20 lookup 12"), "{rules}");
     assert!(b.ping(VPC_ADDRESS));
+}
+
+/// An ADD that fails after it installed the pod's ENI routing takes back the rules
+/// it added, and only those: another pod's rules and a rule that was there before
+/// stay, and so do the ENI table's routes (other pods on the ENI share them, as on
+/// DEL). The failure is a real one: the sandbox's own policy routing prohibits the
+/// router address, so the kernel refuses the pod's default route via the router,
+/// a pod-side step after the ENI routing.
+#[test]
+fn eni_add_rolled_back_after_its_routing_removes_the_rules_it_added() {
+    if !root_or_skip("eni_rollback") {
+        return;
+    }
+    let mut node = Node::new(&[]);
+    let file = node.dir.join("ciliumnode.yaml");
+    write(&file, &eni_manifest(false));
+    let _vpc = vpc(&node, &ENIS);
+    node.args = eni_daemon_args(&file);
+    node.start_daemon();
+    let router = node.ipv4_addressing().ip;
+    assert_eq!(router, "10.0.1.20");
+
+    // a takes ENI 1's pod address; the next ADD gets ENI 2's first, 10.0.2.20.
+    let a = node.sandbox();
+    assert_eq!(node.add(&a).ipv4(), "10.0.1.21");
+    // A rule for 10.0.2.20 someone else left: not this attempt's to remove.
+    node.ns.exec(&[
+        "ip",
+        "rule",
+        "add",
+        "to",
+        "10.0.2.20",
+        "lookup",
+        "main",
+        "pref",
+        "20",
+    ]);
+
+    let b = node.sandbox();
+    let prohibit = ["ip", "rule", "add", "to", &router, "prohibit", "pref", "10"];
+    assert!(b.ns.exec(&prohibit).status.success());
+    let rb = node.add(&b);
+    assert_eq!(rb.code(), 102, "{rb:?}");
+    assert!(rb.msg().starts_with("adding a pod route"), "{}", rb.msg());
+
+    // The ENI routing had been installed (table 12 exists only through it) ...
+    let t12 =
+        String::from_utf8_lossy(&node.ns.exec(&["ip", "route", "show", "table", "12"]).stdout)
+            .to_string();
+    assert!(t12.contains("default via 10.0.2.1 dev eni1"), "{t12}");
+    // ... and the rollback removed the rule it added, nothing else.
+    let rules = ip_rules(&node);
+    assert!(!rules.contains("from 10.0.2.20 lookup 12"), "{rules}");
+    assert!(
+        rules.contains("20:\tfrom all to 10.0.2.20 lookup main"),
+        "{rules}"
+    );
+    assert!(
+        rules.contains("20:\tfrom all to 10.0.1.21 lookup main"),
+        "{rules}"
+    );
+    assert!(rules.contains("111:\tfrom 10.0.1.21 lookup 11"), "{rules}");
+    // The pair and the address went too.
+    assert!(b.interface_gone());
+    assert_eq!(node.host_links().len(), 1);
+    assert!(!node.allocations().contains_key("10.0.2.20"));
+
+    // Without the prohibiting rule the same sandbox attaches.
+    let allow = ["ip", "rule", "del", "to", &router, "prohibit", "pref", "10"];
+    assert!(b.ns.exec(&allow).status.success());
+    let rb = node.add(&b);
+    assert!(rb.ok, "{rb:?}");
+    assert!(b.ping(VPC_ADDRESS), "pod on ENI 2 cannot reach the VPC");
 }

@@ -2,7 +2,8 @@
 //! builds its own node namespace (where the daemon runs and host-side links live)
 //! and sandbox namespaces, drives the plugin with CNI environment variables, and
 //! removes everything it made (processes by PID). They need root; without it they
-//! report themselves skipped.
+//! report themselves skipped (`SKIPPED <test>: <reason>`), and fail under `CI=true`
+//! (`harness::skip`).
 
 mod harness;
 

@@ -3,8 +3,9 @@
 //! node gets (`--pool-mode cluster-pool`, the default), how many blocks a
 //! node takes from a multi-pool pool for its pre-allocation
 //! (`--pool-mode multi-pool`), and the per-node limit of an AWS ENI instance
-//! (`--pool-mode eni`). `-o json` for scripts. The math is
-//! [`crate::ipam::sizing`].
+//! with the operator's allocation cycle for a node's numbers (`--pool-mode
+//! eni`). `-o json` for scripts. The math is [`crate::ipam::sizing`], and
+//! [`crate::ipam::eni`] for the ENI cycle.
 
 use clap::{Args, ValueEnum};
 use ipnet::IpNet;
@@ -12,11 +13,12 @@ use serde::Serialize;
 
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE, parse_cidr_list};
+use crate::ipam::eni;
 use crate::ipam::sizing::{
     self, BlockPoolPlan, DEFAULT_ENI_PRE_ALLOCATE, DEFAULT_MAX_PODS,
     DEFAULT_MULTI_POOL_PRE_ALLOCATION, DEFAULT_RESERVED_PER_NODE, DEFAULT_ROLLOUT_HEADROOM_PERCENT,
-    EniOptions, EniPlan, MultiPoolOptions, MultiPoolPlan, NodeDemand, Plan, PlanOptions, PoolPlan,
-    group_digits,
+    ENI_PREFIX_ADDRESSES, EniOptions, EniPlan, MultiPoolOptions, MultiPoolPlan, NodeDemand, Plan,
+    PlanOptions, PoolPlan, group_digits,
 };
 
 /// Which IPAM mode to size.
@@ -60,8 +62,9 @@ pub struct PlanArgs {
     /// IPAM mode to size.
     #[arg(long = "pool-mode", value_enum, default_value_t = PoolMode::ClusterPool)]
     pub pool_mode: PoolMode,
-    /// multi-pool: the pool's pre-allocation (default 8); eni: pre-allocate
-    /// (default 8, 0 means 8).
+    /// multi-pool: the pool's pre-allocation (default 8); eni:
+    /// `spec.ipam.pre-allocate` (not set, or 0: 8, lowered on small instances;
+    /// a value that is set is kept).
     #[arg(long = "pre-allocate", value_name = "N")]
     pub pre_allocate: Option<u32>,
     /// eni: network interfaces the instance type supports.
@@ -79,6 +82,35 @@ pub struct PlanArgs {
     /// eni: use-primary-address (+1 address per ENI).
     #[arg(long = "eni-use-primary-address")]
     pub eni_use_primary_address: bool,
+    /// eni: `spec.ipam.min-allocate`, the addresses a node holds at least
+    /// (default 0).
+    #[arg(long = "min-allocate", value_name = "N")]
+    pub min_allocate: Option<u64>,
+    /// eni: `spec.ipam.max-allocate`, the addresses a node holds at most
+    /// (default: the instance limit).
+    #[arg(long = "max-allocate", value_name = "N")]
+    pub max_allocate: Option<u64>,
+    /// eni: `spec.ipam.max-above-watermark`, extra addresses per allocation
+    /// (default 0).
+    #[arg(long = "max-above-watermark", value_name = "N")]
+    pub max_above_watermark: Option<u64>,
+    /// eni: addresses the node holds now, for the operator cycle (default 0: a
+    /// new node).
+    #[arg(long = "available-ips", value_name = "N")]
+    pub available_ips: Option<u64>,
+    /// eni: addresses in use on the node now (default 0).
+    #[arg(long = "used-ips", value_name = "N")]
+    pub used_ips: Option<u64>,
+    /// eni: Pods waiting for an address on the node (default 0).
+    #[arg(long = "pending-pods", value_name = "N")]
+    pub pending_pods: Option<u64>,
+    /// eni: free addresses on the ENI the operator allocates on (default: no
+    /// limit).
+    #[arg(long = "eni-free-ips", value_name = "N")]
+    pub eni_free_ips: Option<u64>,
+    /// eni: free addresses in that ENI's subnet (default: no limit).
+    #[arg(long = "subnet-free-ips", value_name = "N")]
+    pub subnet_free_ips: Option<u64>,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
@@ -150,15 +182,23 @@ pub fn render(args: &PlanArgs) -> Result<String, String> {
                 first_interface_index: args.eni_first_interface_index.unwrap_or(0),
                 prefix_delegation: args.eni_prefix_delegation,
                 use_primary_address: args.eni_use_primary_address,
-                pre_allocate: args.pre_allocate.unwrap_or(DEFAULT_ENI_PRE_ALLOCATE),
+                pre_allocate: args.pre_allocate.unwrap_or(0),
                 reserved_per_node: args.reserved,
                 max_pods,
                 rollout_headroom_percent: args.headroom,
             };
-            let plan = sizing::plan_eni(&opts).map_err(|e| e.to_string())?;
+            let mut plan = sizing::plan_eni(&opts).map_err(|e| e.to_string())?;
+            let cycle = eni_cycle(args, &opts)?;
+            if cycle.max_allocate > plan.max_allocate {
+                plan.warnings.push(format!(
+                    "max-allocate {} is above the instance limit {}: the operator only warns, \
+                     and the instance's ENIs hold at most {}",
+                    cycle.max_allocate, plan.max_allocate, plan.max_allocate
+                ));
+            }
             Ok(match args.output {
-                OutputFormat::Json => eni_json(&plan),
-                OutputFormat::Text => eni_text(&plan),
+                OutputFormat::Json => eni_json(&plan, &cycle),
+                OutputFormat::Text => eni_text(&plan, &cycle),
             })
         }
     }
@@ -175,6 +215,14 @@ fn check_mode_flags(args: &PlanArgs) -> Result<(), String> {
         ),
         ("--eni-prefix-delegation", args.eni_prefix_delegation),
         ("--eni-use-primary-address", args.eni_use_primary_address),
+        ("--min-allocate", args.min_allocate.is_some()),
+        ("--max-allocate", args.max_allocate.is_some()),
+        ("--max-above-watermark", args.max_above_watermark.is_some()),
+        ("--available-ips", args.available_ips.is_some()),
+        ("--used-ips", args.used_ips.is_some()),
+        ("--pending-pods", args.pending_pods.is_some()),
+        ("--eni-free-ips", args.eni_free_ips.is_some()),
+        ("--subnet-free-ips", args.subnet_free_ips.is_some()),
     ];
     let used = |flags: &[(&'static str, bool)]| flags.iter().find(|(_, set)| *set).map(|(n, _)| *n);
     let refuse =
@@ -486,10 +534,76 @@ struct EniJson<'a> {
     reserved_per_node: u32,
     pod_capacity: u64,
     required_per_node: Option<u64>,
+    cycle: &'a EniCycle,
     warnings: &'a [String],
 }
 
-fn eni_json(plan: &EniPlan) -> String {
+/// The operator's allocation cycle for one node's numbers (chapter
+/// "Allocation algorithm"), computed by [`crate::ipam::eni`].
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EniCycle {
+    available_ips: u64,
+    used_ips: u64,
+    pending_pods: u64,
+    /// In force: set, or the default lowered on small instances.
+    pre_allocate: u64,
+    min_allocate: u64,
+    /// In force: set, or the instance limit.
+    max_allocate: u64,
+    max_above_watermark: u64,
+    eni_free_ips: Option<u64>,
+    subnet_free_ips: Option<u64>,
+    deficit: u64,
+    surge_allocate: u64,
+    per_cycle_allocation: u64,
+    /// With prefix delegation: the /28 prefixes the per-cycle allocation takes.
+    prefixes: Option<u64>,
+    /// Released only with `--aws-release-excess-ips`.
+    excess: u64,
+}
+
+/// The cycle for the node the flags describe (a new node by default).
+fn eni_cycle(args: &PlanArgs, opts: &EniOptions) -> Result<EniCycle, String> {
+    let available = args.available_ips.unwrap_or(0);
+    let used = args.used_ips.unwrap_or(0);
+    if used > available {
+        return Err(format!(
+            "--used-ips {used} is more than --available-ips {available}: a node uses only addresses it holds"
+        ));
+    }
+    let pending = args.pending_pods.unwrap_or(0);
+    let pre = eni::effective_pre_allocate(u64::from(opts.pre_allocate), opts);
+    let min = args.min_allocate.unwrap_or(0);
+    let max = eni::effective_max_allocate(args.max_allocate.unwrap_or(0), opts);
+    let watermark = args.max_above_watermark.unwrap_or(0);
+    let needed = eni::deficit(available, used, pre, min, max);
+    let per_cycle = eni::per_cycle_allocation(
+        args.subnet_free_ips.unwrap_or(u64::MAX),
+        args.eni_free_ips.unwrap_or(u64::MAX),
+        needed,
+        watermark,
+        pending,
+    );
+    Ok(EniCycle {
+        available_ips: available,
+        used_ips: used,
+        pending_pods: pending,
+        pre_allocate: pre,
+        min_allocate: min,
+        max_allocate: max,
+        max_above_watermark: watermark,
+        eni_free_ips: args.eni_free_ips,
+        subnet_free_ips: args.subnet_free_ips,
+        deficit: needed,
+        surge_allocate: eni::surge_allocate(pending, needed),
+        per_cycle_allocation: per_cycle,
+        prefixes: opts.prefix_delegation.then(|| eni::prefixes_for(per_cycle)),
+        excess: eni::excess(available, used, pre, min, watermark),
+    })
+}
+
+fn eni_json(plan: &EniPlan, cycle: &EniCycle) -> String {
     let o = &plan.options;
     pretty(&EniJson {
         mode: "eni",
@@ -505,11 +619,12 @@ fn eni_json(plan: &EniPlan) -> String {
         reserved_per_node: o.reserved_per_node,
         pod_capacity: plan.pod_capacity,
         required_per_node: plan.required_per_node,
+        cycle,
         warnings: &plan.warnings,
     })
 }
 
-fn eni_text(plan: &EniPlan) -> String {
+fn eni_text(plan: &EniPlan, cycle: &EniCycle) -> String {
     let o = &plan.options;
     let mut per_eni = format!("({} - 1)", o.ipv4_per_eni);
     if o.prefix_delegation {
@@ -553,15 +668,14 @@ fn eni_text(plan: &EniPlan) -> String {
         vec![
             "pre-allocate".to_string(),
             n(plan.effective_pre_allocate),
-            format!(
-                "min({}, ENIs x ({} - 1))",
-                if o.pre_allocate == 0 {
-                    8
-                } else {
-                    o.pre_allocate
-                },
-                o.ipv4_per_eni
-            ),
+            if o.pre_allocate == 0 {
+                format!(
+                    "min({DEFAULT_ENI_PRE_ALLOCATE}, ENIs x ({} - 1))",
+                    o.ipv4_per_eni
+                )
+            } else {
+                "set (a set value is not lowered)".to_string()
+            },
         ],
         vec![
             "Pod capacity".to_string(),
@@ -584,7 +698,67 @@ fn eni_text(plan: &EniPlan) -> String {
         ]);
     }
     s.push_str(&table(&["PER NODE", "VALUE", "FORMULA"], &rows));
+    s.push('\n');
+    s.push_str(&eni_cycle_text(cycle));
     s.push_str(&warnings_text(&plan.warnings));
+    s
+}
+
+/// The cycle as a table, each formula with the node's numbers filled in.
+fn eni_cycle_text(c: &EniCycle) -> String {
+    let (avail, used, pre) = (c.available_ips, c.used_ips, c.pre_allocate);
+    let mut s = format!(
+        "Operator cycle: {avail} available, {used} used, {} Pods pending; pre-allocate {pre}, \
+         min-allocate {}, max-allocate {}, max-above-watermark {}\n\n",
+        c.pending_pods, c.min_allocate, c.max_allocate, c.max_above_watermark
+    );
+    let mut deficit = format!("{pre} + {used} - {avail}");
+    if c.min_allocate > 0 {
+        deficit = format!("max({deficit}, {} - {avail})", c.min_allocate);
+    }
+    if c.max_allocate > 0 {
+        deficit.push_str(&format!(", at most {} held", c.max_allocate));
+    }
+    deficit.push_str(", floor 0");
+    let want = format!(
+        "{} + {} + {}",
+        c.deficit, c.max_above_watermark, c.surge_allocate
+    );
+    let caps: Vec<String> = [("subnet", c.subnet_free_ips), ("ENI", c.eni_free_ips)]
+        .into_iter()
+        .filter_map(|(what, free)| free.map(|f| format!("{what} free {f}")))
+        .collect();
+    let per_cycle = if caps.is_empty() {
+        format!("{want} (needed + max-above-watermark + surge)")
+    } else {
+        format!("min({}, {want})", caps.join(", "))
+    };
+    let mut rows = vec![
+        vec!["deficit (needed)".to_string(), n(c.deficit), deficit],
+        vec![
+            "surge".to_string(),
+            n(c.surge_allocate),
+            format!("{} pending - {} needed, floor 0", c.pending_pods, c.deficit),
+        ],
+        vec![
+            "per-cycle allocation".to_string(),
+            n(c.per_cycle_allocation),
+            per_cycle,
+        ],
+    ];
+    if let Some(prefixes) = c.prefixes {
+        rows.push(vec![
+            "prefixes (/28)".to_string(),
+            n(prefixes),
+            format!("ceil({} / {ENI_PREFIX_ADDRESSES})", c.per_cycle_allocation),
+        ]);
+    }
+    rows.push(vec![
+        "excess".to_string(),
+        n(c.excess),
+        "released only with --aws-release-excess-ips".to_string(),
+    ]);
+    s.push_str(&table(&["CYCLE", "VALUE", "FORMULA"], &rows));
     s
 }
 
@@ -814,5 +988,146 @@ mod tests {
         let text = render(&args(&pd)).unwrap();
         assert!(text.contains("(10 - 1) x 16"), "{text}");
         assert!(text.contains("max-allocate (instance limit)"), "{text}");
+        // A new node by default: the first cycle asks for the pre-allocation.
+        assert_eq!(v["cycle"]["availableIps"], 0);
+        assert_eq!(v["cycle"]["deficit"], 8);
+        assert_eq!(v["cycle"]["perCycleAllocation"], 8);
+        assert_eq!(v["cycle"]["prefixes"], serde_json::Value::Null);
+        assert_eq!(w["cycle"]["prefixes"], 1);
+    }
+
+    #[test]
+    fn plan_eni_cycle_worked_example() {
+        // The chapter: preAllocate=8, minAllocate=16, 10 available, 4 used:
+        // deficit = max(8 + 4 - 10, 16 - 10) = 6.
+        let example = [
+            "--pool-mode",
+            "eni",
+            "--eni-adapters",
+            "3",
+            "--eni-ips-per-eni",
+            "10",
+            "--pre-allocate",
+            "8",
+            "--min-allocate",
+            "16",
+            "--available-ips",
+            "10",
+            "--used-ips",
+            "4",
+        ];
+        let v = json(&example);
+        let c = &v["cycle"];
+        assert_eq!(c["deficit"], 6);
+        assert_eq!(c["maxAllocate"], 27, "the instance limit when not set");
+        assert_eq!(c["perCycleAllocation"], 6);
+        assert_eq!(c["excess"], 0);
+        let text = render(&args(&example)).unwrap();
+        assert!(
+            text.contains("max(8 + 4 - 10, 16 - 10), at most 27 held, floor 0"),
+            "{text}"
+        );
+
+        // Watermark, surge and the ENI's free addresses; prefixes with delegation.
+        let mut busy = example.to_vec();
+        busy.extend([
+            "--max-above-watermark",
+            "2",
+            "--pending-pods",
+            "10",
+            "--eni-free-ips",
+            "5",
+            "--eni-prefix-delegation",
+        ]);
+        let c = json(&busy)["cycle"].clone();
+        assert_eq!(c["surgeAllocate"], 4);
+        assert_eq!(c["perCycleAllocation"], 5, "min(ENI free 5, 6 + 2 + 4)");
+        assert_eq!(c["prefixes"], 1);
+        let text = render(&args(&busy)).unwrap();
+        assert!(text.contains("min(ENI free 5, 6 + 2 + 4)"), "{text}");
+
+        // More than needed: excess = 26 - 10 used - 8 pre-allocate - 2 watermark.
+        let c = json(&[
+            "--pool-mode",
+            "eni",
+            "--eni-adapters",
+            "3",
+            "--eni-ips-per-eni",
+            "10",
+            "--available-ips",
+            "26",
+            "--used-ips",
+            "10",
+            "--max-above-watermark",
+            "2",
+        ])["cycle"]
+            .clone();
+        assert_eq!(
+            (c["deficit"].clone(), c["excess"].clone()),
+            (0.into(), 6.into())
+        );
+    }
+
+    #[test]
+    fn plan_eni_pre_and_max_allocate_in_force() {
+        let small = [
+            "--pool-mode",
+            "eni",
+            "--eni-adapters",
+            "2",
+            "--eni-ips-per-eni",
+            "4",
+            "--eni-first-interface-index",
+            "1",
+        ];
+        // Not set: 8 lowered to the small instance's 3; set: kept, as upstream.
+        let v = json(&small);
+        assert_eq!(v["effectivePreAllocate"], 3);
+        assert_eq!(v["cycle"]["preAllocate"], 3);
+        let mut set = small.to_vec();
+        set.extend(["--pre-allocate", "8", "--max-allocate", "10"]);
+        let v = json(&set);
+        assert_eq!(v["effectivePreAllocate"], 8);
+        assert_eq!(v["cycle"]["preAllocate"], 8);
+        assert_eq!(v["cycle"]["maxAllocate"], 10);
+        assert_eq!(v["cycle"]["deficit"], 8);
+        let warnings = v["warnings"].to_string();
+        assert!(!warnings.contains("lowered"), "{warnings}");
+        assert!(
+            warnings.contains("max-allocate 10 is above the instance limit 3"),
+            "{warnings}"
+        );
+    }
+
+    #[test]
+    fn plan_eni_cycle_flags_are_checked() {
+        let e = render(&args(&["--cidr", "10.0.0.0/8", "--min-allocate", "16"])).unwrap_err();
+        assert!(e.contains("--min-allocate does not apply"), "{e}");
+        let e = render(&args(&[
+            "--pool-mode",
+            "multi-pool",
+            "--cidr",
+            "10.10.0.0/16",
+            "--mask-size",
+            "27",
+            "--used-ips",
+            "3",
+        ]))
+        .unwrap_err();
+        assert!(e.contains("--used-ips does not apply"), "{e}");
+        let e = render(&args(&[
+            "--pool-mode",
+            "eni",
+            "--eni-adapters",
+            "3",
+            "--eni-ips-per-eni",
+            "10",
+            "--used-ips",
+            "5",
+            "--available-ips",
+            "4",
+        ]))
+        .unwrap_err();
+        assert!(e.contains("is more than --available-ips 4"), "{e}");
     }
 }

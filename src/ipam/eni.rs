@@ -1,9 +1,10 @@
 //! AWS ENI IPAM, the pure part (no I/O, no netlink): what the node may use from
 //! the ENI inventory the operator side writes to `status.eni.enis`, which ENI an
-//! address belongs to (for the ENI host routing of `cilium-facts.md` §3), the
-//! operator-side capacity math of the chapter's "Allocation algorithm", and the
-//! policy-routing rules the plugin installs per Pod IP.
+//! address belongs to (for the ENI host routing of `cilium-facts.md` §3), and the
+//! operator-side allocation math of the chapter's "Allocation algorithm".
 //!
+//! * [`validate_inventory`]: the inventory's addresses, prefixes, subnets and
+//!   MACs parse and agree (checked when the node resource is read).
 //! * [`eni_allocation`]: the inventory as `spec.ipam.pools.allocated` of pool
 //!   `default` (§6.3): each `prefixes` / `ipv6-prefixes` entry is a CIDR, each
 //!   `addresses` entry not covered by one of the ENI's prefixes a /32 (/128),
@@ -14,18 +15,18 @@
 //!   `spec.eni.use-primary-address: true`. Only listed `addresses` are used: a
 //!   primary IP missing from `addresses` is not added.
 //! * [`eni_for_ip`]: the ENI of a Pod address and what the IPAM response needs
-//!   from it (`master-mac`, `interface-number`, `gateway`, `cidrs`).
+//!   from it (`master-mac`, `interface-number`, `gateway`, `cidrs`). The rules
+//!   and the table the plugin installs from it are `crate::datapath`'s
+//!   (`eni_rules`, `eni_table`).
 //! * [`deficit`], [`excess`], [`per_cycle_allocation`], [`surge_allocate`],
-//!   [`effective_pre_allocate`], [`instance_max_allocate`]: the watermark math
-//!   (`operator/pkg/ipam/nodemanager/node.go`). The instance limits come from
-//!   [`super::sizing::plan_eni`], not recomputed here.
-//! * [`eni_rules`]: ingress / egress rules (priority 20 / 111, table 10 + ENI
-//!   number). Plain data ([`EniRule`]) so `ipam` stays free of netlink; the
-//!   plugin maps it 1:1 onto `datapath::RuleSpec`.
+//!   [`prefixes_for`], [`effective_pre_allocate`], [`effective_max_allocate`]:
+//!   the operator's watermark math (`operator/pkg/ipam/nodemanager/node.go`),
+//!   which `podnet plan --pool-mode eni` shows for a node's numbers (podnet has
+//!   no EC2 operator, so the daemon does not run it). The instance limits come
+//!   from [`super::sizing::plan_eni`], not recomputed here.
 //!
-//! The node resource types ([`Eni`], [`EniSpec`]) live in `crate::node` (the
-//! `CiliumNode` shape); they are reached here through
-//! `crate::node::cilium_node_file`, which re-exports them.
+//! The inventory types ([`Eni`], [`EniSpec`]) are the node resource's; this
+//! module only reads them.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -499,18 +500,16 @@ pub fn prefixes_for(ips: u64) -> u64 {
 /// The pre-allocate in force: `spec.ipam.pre-allocate` when set; when 0, the
 /// default 8 lowered on small instances to `min(8, (adapters - firstIndex) x
 /// (ipsPerENI - 1))` (`plan_eni`'s `effective_pre_allocate`; 0 when
-/// first-interface-index leaves no adapter). Without instance limits: 8. An
-/// explicit value is not lowered (upstream only lowers the default).
-pub fn effective_pre_allocate(spec_pre_allocate: u64, instance: Option<&EniOptions>) -> u64 {
+/// first-interface-index leaves no adapter). With unknown instance limits (no
+/// adapters or no IPs per ENI): 8. An explicit value is not lowered (upstream
+/// only lowers the default).
+pub fn effective_pre_allocate(spec_pre_allocate: u64, instance: &EniOptions) -> u64 {
     if spec_pre_allocate != 0 {
         return spec_pre_allocate;
     }
-    let Some(opts) = instance else {
-        return u64::from(DEFAULT_ENI_PRE_ALLOCATE);
-    };
     let opts = EniOptions {
         pre_allocate: 0,
-        ..*opts
+        ..*instance
     };
     match plan_eni(&opts) {
         Ok(plan) => u64::from(plan.effective_pre_allocate),
@@ -529,33 +528,13 @@ pub fn instance_max_allocate(instance: &EniOptions) -> u64 {
 }
 
 /// `max-allocate` in force: `spec.ipam.max-allocate` when set (even above the
-/// instance limit; upstream only warns), else the instance limit, else 0.
-pub fn effective_max_allocate(spec_max_allocate: u64, instance: Option<&EniOptions>) -> u64 {
+/// instance limit; upstream only warns), else the instance limit (0 when it is
+/// unknown: no limit).
+pub fn effective_max_allocate(spec_max_allocate: u64, instance: &EniOptions) -> u64 {
     if spec_max_allocate > 0 {
         return spec_max_allocate;
     }
-    instance.map_or(0, instance_max_allocate)
-}
-
-/// Whether prefix delegation is used on this node (`IsPrefixDelegated`):
-/// enabled operator-wide, a Nitro (or bare-metal) instance, not opted out by
-/// `spec.eni.disable-prefix-delegation`, and no mixed mode: no ENI holds
-/// secondary IPs outside prefixes (an ENI whose only address is its primary IP
-/// is ignored).
-pub fn prefix_delegation_used(
-    enabled: bool,
-    nitro: bool,
-    spec: &EniSpec,
-    enis: &BTreeMap<String, Eni>,
-) -> bool {
-    if !enabled || !nitro || spec.disable_prefix_delegation.unwrap_or(false) {
-        return false;
-    }
-    enis.values().all(|e| {
-        e.addresses.is_empty()
-            || !e.prefixes.is_empty()
-            || (e.addresses.len() == 1 && e.addresses[0] == e.ip)
-    })
+    instance_max_allocate(instance)
 }
 
 #[cfg(test)]
@@ -879,54 +858,31 @@ mod tests {
             }),
             0
         );
-        assert_eq!(effective_max_allocate(50, Some(&m5)), 50);
-        assert_eq!(effective_max_allocate(0, Some(&m5)), 27);
-        assert_eq!(effective_max_allocate(0, None), 0);
+        let unknown = EniOptions::default();
+        assert_eq!(effective_max_allocate(50, &m5), 50);
+        assert_eq!(effective_max_allocate(0, &m5), 27);
+        assert_eq!(effective_max_allocate(0, &unknown), 0);
 
         // Pre-allocate: 0 -> 8, lowered on small instances; explicit kept.
-        assert_eq!(effective_pre_allocate(0, None), 8);
-        assert_eq!(effective_pre_allocate(0, Some(&m5)), 8);
+        assert_eq!(effective_pre_allocate(0, &unknown), 8);
+        assert_eq!(effective_pre_allocate(0, &m5), 8);
         let small = EniOptions {
             adapters: 2,
             ipv4_per_eni: 4,
             first_interface_index: 1,
             ..EniOptions::default()
         };
-        assert_eq!(effective_pre_allocate(0, Some(&small)), 3);
-        assert_eq!(effective_pre_allocate(12, Some(&small)), 12);
+        assert_eq!(effective_pre_allocate(0, &small), 3);
+        assert_eq!(effective_pre_allocate(12, &small), 12);
         assert_eq!(
             effective_pre_allocate(
                 0,
-                Some(&EniOptions {
+                &EniOptions {
                     first_interface_index: 2,
                     ..small
-                })
+                }
             ),
             0
         );
-    }
-
-    #[test]
-    fn prefix_delegation_mixed_mode() {
-        let inv = inventory();
-        let spec = EniSpec::default();
-        // eni-0 / eni-1 hold secondary /32s: no prefix delegation.
-        assert!(!prefix_delegation_used(true, true, &spec, &inv));
-        let mut pd = BTreeMap::new();
-        let mut e = eni("eni-a", 0, "10.0.0.0/24", "10.0.0.10");
-        e.addresses = s(&["10.0.0.10"]); // only the primary: ignored
-        pd.insert("eni-a".to_string(), e);
-        let mut e = eni("eni-b", 1, "10.0.1.0/24", "10.0.1.10");
-        e.addresses = s(&["10.0.1.16", "10.0.1.17"]);
-        e.prefixes = s(&["10.0.1.16/28"]);
-        pd.insert("eni-b".to_string(), e);
-        assert!(prefix_delegation_used(true, true, &spec, &pd));
-        assert!(!prefix_delegation_used(false, true, &spec, &pd));
-        assert!(!prefix_delegation_used(true, false, &spec, &pd));
-        let opt_out = EniSpec {
-            disable_prefix_delegation: Some(true),
-            ..EniSpec::default()
-        };
-        assert!(!prefix_delegation_used(true, true, &opt_out, &pd));
     }
 }

@@ -47,7 +47,7 @@ pub const DEFAULT_MAX_PODS: u32 = 110;
 pub const DEFAULT_ROLLOUT_HEADROOM_PERCENT: u32 = 25;
 /// Cilium's default `--ipam-multi-pool-pre-allocation` for the default pool.
 pub const DEFAULT_MULTI_POOL_PRE_ALLOCATION: u32 = 8;
-/// ENI `pre-allocate` default (a 0 is treated as 8).
+/// ENI `pre-allocate` default (a 0 means not set: 8, lowered on small instances).
 pub const DEFAULT_ENI_PRE_ALLOCATE: u32 = 8;
 /// Addresses in one ENI delegated IPv4 prefix (/28).
 pub const ENI_PREFIX_ADDRESSES: u64 = 16;
@@ -685,7 +685,8 @@ pub struct EniOptions {
     pub prefix_delegation: bool,
     /// `use-primary-address`: each ENI's primary IP is usable too.
     pub use_primary_address: bool,
-    /// `pre-allocate` (0 is treated as 8).
+    /// `spec.ipam.pre-allocate`; 0 = not set: 8, lowered on small instances (an
+    /// explicit value is kept, as upstream).
     pub pre_allocate: u32,
     /// Addresses Cilium takes per node (router, health[, ingress]).
     pub reserved_per_node: u32,
@@ -697,7 +698,7 @@ pub struct EniOptions {
 
 impl Default for EniOptions {
     /// No instance limits (callers set `adapters` and `ipv4_per_eni`),
-    /// first-interface-index 0, no prefix delegation, pre-allocate 8,
+    /// first-interface-index 0, no prefix delegation, pre-allocate not set,
     /// reserved 2, maxPods 110, headroom 25 %.
     fn default() -> Self {
         Self {
@@ -706,7 +707,7 @@ impl Default for EniOptions {
             first_interface_index: 0,
             prefix_delegation: false,
             use_primary_address: false,
-            pre_allocate: DEFAULT_ENI_PRE_ALLOCATE,
+            pre_allocate: 0,
             reserved_per_node: DEFAULT_RESERVED_PER_NODE,
             max_pods: Some(DEFAULT_MAX_PODS),
             rollout_headroom_percent: DEFAULT_ROLLOUT_HEADROOM_PERCENT,
@@ -726,7 +727,8 @@ pub struct EniPlan {
     /// The default max-allocate (the instance limit): usable ENIs ×
     /// addresses per ENI.
     pub max_allocate: u64,
-    /// `min(pre-allocate, usable ENIs × (IPs per ENI − 1))`.
+    /// The pre-allocate in force: the one set, else `min(8, usable ENIs × (IPs
+    /// per ENI − 1))`.
     pub effective_pre_allocate: u32,
     /// `max_allocate − reserved` (floor 0).
     pub pod_capacity: u64,
@@ -738,12 +740,13 @@ pub struct EniPlan {
 /// The chapter's ENI instance limit ("Allocation algorithm", "Prefix
 /// delegation", "ENI caveats"): max-allocate = (adapters −
 /// firstInterfaceIndex) × (ipv4PerENI − 1), × 16 with prefix delegation, + 1
-/// per ENI with usePrimaryAddress; pre-allocate (0 → 8) lowered to
-/// min(pre-allocate, (adapters − firstIndex) × (ipsPerENI − 1)).
+/// per ENI with usePrimaryAddress; a pre-allocate that is not set is 8,
+/// lowered to min(8, (adapters − firstIndex) × (ipsPerENI − 1)) (the operator
+/// fills in `GetMinimumAllocatableIPv4` only for a 0; a value that is set stays).
 ///
-/// Not modelled (the chapter gives no figures or they are runtime state):
-/// the deficit / excess / watermark cycle, subnet free addresses and /28
-/// fragmentation, instance-type tables, IPv6 (/80 per node).
+/// The operator's deficit / excess / watermark cycle is [`super::eni`]'s. Not
+/// modelled: /28 fragmentation of the subnet, instance-type tables, IPv6 (/80
+/// per node).
 pub fn plan_eni(opts: &EniOptions) -> Result<EniPlan, SizingError> {
     if opts.adapters == 0 {
         return Err(SizingError::EniNoAdapters);
@@ -768,23 +771,22 @@ pub fn plan_eni(opts: &EniOptions) -> Result<EniPlan, SizingError> {
         addresses_per_eni += 1;
     }
     let max_allocate = u64::from(usable_enis) * addresses_per_eni;
-    let requested_pre = if opts.pre_allocate == 0 {
-        DEFAULT_ENI_PRE_ALLOCATE
+    let small_limit = u64::from(usable_enis) * secondary;
+    let effective_pre_allocate = if opts.pre_allocate == 0 {
+        u32::try_from(u64::from(DEFAULT_ENI_PRE_ALLOCATE).min(small_limit))
+            .unwrap_or(DEFAULT_ENI_PRE_ALLOCATE)
     } else {
         opts.pre_allocate
     };
-    let small_limit = u64::from(usable_enis) * secondary;
-    let effective_pre_allocate =
-        u32::try_from(u64::from(requested_pre).min(small_limit)).unwrap_or(requested_pre);
     let reserved = u64::from(opts.reserved_per_node);
     let pod_capacity = max_allocate.saturating_sub(reserved);
     let required = required_with_headroom(opts.max_pods, opts.rollout_headroom_percent);
 
     let mut warnings = Vec::new();
-    if effective_pre_allocate < requested_pre {
+    if opts.pre_allocate == 0 && effective_pre_allocate < DEFAULT_ENI_PRE_ALLOCATE {
         warnings.push(format!(
-            "pre-allocate lowered from {requested_pre} to {effective_pre_allocate} on this small \
-             instance: min({requested_pre}, ({} - {}) x ({} - 1))",
+            "pre-allocate lowered from {DEFAULT_ENI_PRE_ALLOCATE} to {effective_pre_allocate} on \
+             this small instance: min({DEFAULT_ENI_PRE_ALLOCATE}, ({} - {}) x ({} - 1))",
             opts.adapters, opts.first_interface_index, opts.ipv4_per_eni
         ));
     }
@@ -1292,6 +1294,28 @@ mod tests {
         assert_eq!(p.effective_pre_allocate, 3);
         assert_eq!(p.max_allocate, 3);
         assert!(p.warnings.iter().any(|w| w.contains("lowered from 8 to 3")));
+    }
+
+    #[test]
+    fn eni_pre_allocate_set_is_kept() {
+        // Upstream lowers only the default: a pre-allocate that is set stays, even
+        // on an instance that cannot hold it.
+        let small = EniOptions {
+            adapters: 2,
+            ipv4_per_eni: 4,
+            first_interface_index: 1,
+            ..EniOptions::default()
+        };
+        for set in [2, 8, 12] {
+            let p = plan_eni(&EniOptions {
+                pre_allocate: set,
+                ..small
+            })
+            .unwrap();
+            assert_eq!(p.effective_pre_allocate, set);
+            assert!(!p.warnings.iter().any(|w| w.contains("lowered")));
+        }
+        assert_eq!(plan_eni(&small).unwrap().effective_pre_allocate, 3);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! ADD: allocate from the daemon, create the veth pair with the pod end created
-//! directly in the pod netns, address and route both ends, register the endpoint.
-//! Any failure after the allocation undoes the link and releases the addresses.
+//! directly in the pod netns, set up the host side (and, in ENI-class modes, the
+//! pod's ENI routing), address and route the pod side, register the endpoint.
+//! Any failure after the allocation deletes the link pair, removes the ENI rules
+//! the attempt added and releases the addresses.
 //!
 //! An interface named `CNI_IFNAME` that already exists in the pod is replaced when
 //! it is podnet's own (its host-side twin `lxc…` for this attachment exists: a
@@ -20,8 +22,8 @@ use crate::api::models::{
 };
 use crate::cni::{CniEnv, CniError, CniResult, Command, Interface, IpConfig, NetConf, Route};
 use crate::datapath::{
-    DatapathError, NetNs, NetkitMode, NetkitSpec, NetlinkSocket, RouteSpec, VethSpec, eni_rules,
-    eni_table, enter_netns, format_mac, host_ifname, random_mac, write_sysctl,
+    DatapathError, NetNs, NetkitMode, NetkitSpec, NetlinkSocket, RouteSpec, RuleSpec, VethSpec,
+    eni_rules, eni_table, enter_netns, format_mac, host_ifname, random_mac, write_sysctl,
 };
 
 use super::daemon_errors::to_cni;
@@ -62,6 +64,9 @@ impl FamilyPlan {
     }
 }
 
+/// ADD: checks the attachment, allocates, configures the pod
+/// (`Attempt::configure`) and answers the result; a failure after the allocation
+/// is rolled back (`undo`).
 pub fn add(
     env: &CniEnv,
     conf: &NetConf,
@@ -87,21 +92,11 @@ pub fn add(
     clear_previous_attempt(&host_sock, &pod_sock, &host_name, ifname, netns_path)?;
     t.mark("netlink-setup");
 
-    let owner = env.args.owner(cid);
     let delegated = daemon_cfg.ipam_mode == "delegated-plugin";
     let alloc = if delegated {
         delegated_allocation(env, conf, &daemon_cfg)?
     } else {
-        client
-            .allocate(&AllocateParams {
-                owner: &owner,
-                expiration: true,
-                container_id: cid,
-                ifname,
-                network: &conf.name,
-                ..Default::default()
-            })
-            .map_err(|e| to_cni(e, ALLOCATE_CONTEXT))?
+        daemon_allocation(env, conf, client, cid, ifname)?
     };
     t.mark("ipam-round-trip");
 
@@ -114,18 +109,43 @@ pub fn add(
         netns: &netns,
         host_sock: &host_sock,
         pod_sock: &pod_sock,
+        container_id: cid,
+        ifname,
+        netns_path,
         host_name: &host_name,
     };
-    match attempt.configure(t) {
+    let mut added_rules = Vec::new();
+    match attempt.configure(&mut added_rules, t) {
         Ok(out) => Ok(out),
         Err(e) => {
-            undo(client, &host_sock, &host_name, cid, ifname);
+            undo(client, &host_sock, &host_name, &added_rules, cid, ifname);
             if delegated && let Err(d) = delegate::run_configured(Command::Del, env, conf) {
                 tracing::warn!(error = %d, "rollback: the delegated IPAM plugin's DEL failed");
             }
             Err(e)
         }
     }
+}
+
+/// The daemon hands out the addresses, with `expiration: true`: they go back by
+/// themselves unless the endpoint is registered in time.
+fn daemon_allocation(
+    env: &CniEnv,
+    conf: &NetConf,
+    client: &Client,
+    cid: &str,
+    ifname: &str,
+) -> Result<IpamResponse, CniError> {
+    client
+        .allocate(&AllocateParams {
+            owner: &env.args.owner(cid),
+            expiration: true,
+            container_id: cid,
+            ifname,
+            network: &conf.name,
+            ..Default::default()
+        })
+        .map_err(|e| to_cni(e, ALLOCATE_CONTEXT))
 }
 
 /// delegated-plugin mode: the config's IPAM plugin hands out the addresses; the
@@ -176,31 +196,49 @@ struct Attempt<'a> {
     netns: &'a NetNs,
     host_sock: &'a NetlinkSocket,
     pod_sock: &'a NetlinkSocket,
+    container_id: &'a str,
+    ifname: &'a str,
+    netns_path: &'a Path,
     host_name: &'a str,
 }
 
+/// The pair `create_pair` made: the host end's index and both ends' MACs (none
+/// for netkit in L3 mode).
+struct LinkPair {
+    host_index: u32,
+    host_mac: Option<[u8; 6]>,
+    pod_mac: Option<[u8; 6]>,
+}
+
 impl Attempt<'_> {
-    /// Everything after the allocation; an error here is rolled back by the caller.
-    fn configure(&self, t: &mut Timings) -> Result<String, CniError> {
-        let Attempt {
-            env,
-            conf,
-            client,
-            alloc,
-            daemon_cfg,
-            netns,
-            host_sock,
-            pod_sock,
-            host_name,
-        } = *self;
-        let (cid, ifname, netns_path) = attachment(env)?;
-        let plans = plan_families(alloc)?;
-        let mtu = daemon_cfg.device_mtu;
-        let route_mtu = daemon_cfg.route_mtu;
-        // veth and netkit-l2 carry Ethernet headers and get random MACs (set
-        // explicitly, so systemd's MACAddressPolicy leaves them alone); netkit in L3
-        // mode has none.
-        let mode = daemon_cfg.datapath_mode.as_str();
+    /// Everything after the allocation, in the order of the pod's lifecycle. An
+    /// error here is rolled back by the caller, which also removes the ENI rules
+    /// listed in `added_rules` (the ones this attempt added).
+    fn configure(
+        &self,
+        added_rules: &mut Vec<RuleSpec>,
+        t: &mut Timings,
+    ) -> Result<String, CniError> {
+        let plans = plan_families(self.alloc)?;
+        let pair = self.create_pair()?;
+        self.set_up_host_side(pair.host_index, &plans)?;
+        for p in &plans {
+            install_eni_routing(self.host_sock, p, added_rules)?;
+        }
+        t.mark("netlink-host");
+        self.set_up_pod_side(&plans)?;
+        t.mark("netlink-pod");
+        self.register_endpoint(pair.host_index)?;
+        t.mark("endpoint-registration");
+        self.result(&pair, &plans)
+    }
+
+    /// Creates the veth (or netkit) pair in one request, the pod end directly in
+    /// the pod netns under its final name. veth and netkit-l2 carry Ethernet
+    /// headers and get random MACs (set explicitly, so systemd's MACAddressPolicy
+    /// leaves them alone); netkit in L3 mode has none.
+    fn create_pair(&self) -> Result<LinkPair, CniError> {
+        let mode = self.daemon_cfg.datapath_mode.as_str();
         let (host_mac, pod_mac) = if mode == "netkit" {
             (None, None)
         } else {
@@ -209,8 +247,9 @@ impl Attempt<'_> {
                 Some(random_mac().map_err(dp("generating a MAC address"))?),
             )
         };
+        let (host_name, peer_name, mtu) = (self.host_name, self.ifname, self.daemon_cfg.device_mtu);
         let created = match mode {
-            "netkit" | "netkit-l2" => host_sock.create_netkit_pair(&NetkitSpec {
+            "netkit" | "netkit-l2" => self.host_sock.create_netkit_pair(&NetkitSpec {
                 mode: if mode == "netkit" {
                     NetkitMode::L3
                 } else {
@@ -218,58 +257,56 @@ impl Attempt<'_> {
                 },
                 host_name,
                 host_mac,
-                peer_name: ifname,
+                peer_name,
                 peer_mac: pod_mac,
                 mtu,
-                peer_netns: netns,
+                peer_netns: self.netns,
                 txqlen: Some(1000),
                 headroom: 0,
                 tailroom: 0,
             }),
-            _ => host_sock.create_veth_pair(&VethSpec {
+            _ => self.host_sock.create_veth_pair(&VethSpec {
                 host_name,
                 host_mac,
-                peer_name: ifname,
+                peer_name,
                 peer_mac: pod_mac,
                 mtu,
-                peer_netns: netns,
+                peer_netns: self.netns,
                 txqlen: Some(1000),
             }),
         };
         let host = created.map_err(dp("unable to set up link on host side"))?;
+        Ok(LinkPair {
+            host_index: host.index,
+            host_mac,
+            pod_mac,
+        })
+    }
 
-        // Host side: up, no reverse-path filter, a /32 (/128) route to the pod, and an
-        // NDP proxy entry so the pod can resolve the IPv6 router address.
+    /// Host side: no reverse-path filter, up (with podnet's marker in its alias,
+    /// set in the same request), a /32 (/128) route to the pod, and an NDP proxy
+    /// entry so the pod can resolve the IPv6 router address.
+    fn set_up_host_side(&self, host_index: u32, plans: &[FamilyPlan]) -> Result<(), CniError> {
+        let (host_sock, host_name) = (self.host_sock, self.host_name);
         write_sysctl(&format!("net/ipv4/conf/{host_name}/rp_filter"), "0")
             .map_err(dp("host rp_filter"))?;
-        let has_v6 = plans.iter().any(|p| p.ip.is_ipv6());
-        if has_v6 {
+        if plans.iter().any(|p| p.ip.is_ipv6()) {
             // No DAD on the host side: while its link-local address is tentative the
             // kernel sends no neighbour solicitation to the pod at all.
             write_sysctl(&format!("net/ipv6/conf/{host_name}/accept_dad"), "0")
                 .map_err(dp("host accept_dad"))?;
         }
-        // The marker ties the link to the journal commit that handed out its
-        // addresses, so a restart can tell a stale link from one the journal lost.
-        match JournalMark::parse(&alloc.journal_mark) {
-            Some(journal) => {
-                let marker = LinkMarker {
-                    journal,
-                    container_id: Some(cid.to_string()),
-                    ifname: Some(ifname.to_string()),
-                    owner: Some(env.args.owner(cid)),
-                };
-                host_sock.set_link_up_with_alias(host.index, &marker.encode())
-            }
-            None => host_sock.set_link_up(host.index),
+        match self.link_marker() {
+            Some(marker) => host_sock.set_link_up_with_alias(host_index, &marker.encode()),
+            None => host_sock.set_link_up(host_index),
         }
         .map_err(dp("bringing up the host side"))?;
-        for p in &plans {
+        for p in plans {
             host_sock
                 .replace_route(&RouteSpec {
                     dst: p.host_net(),
                     gateway: None,
-                    oif: host.index,
+                    oif: host_index,
                     scope_link: true,
                     mtu: None,
                     table: None,
@@ -282,20 +319,31 @@ impl Attempt<'_> {
                 write_sysctl(&format!("net/ipv6/neigh/{host_name}/proxy_delay"), "0")
                     .map_err(dp("host proxy_delay"))?;
                 host_sock
-                    .add_proxy_neighbour(host.index, p.router)
+                    .add_proxy_neighbour(host_index, p.router)
                     .map_err(dp("adding the IPv6 router proxy entry"))?;
             }
         }
+        Ok(())
+    }
 
-        for p in &plans {
-            if let Some(eni) = &p.eni {
-                install_eni_routing(host_sock, p.ip, eni)?;
-            }
-        }
-        t.mark("netlink-host");
+    /// The marker that ties the host link to the journal commit that handed out
+    /// its addresses, so a restart can tell a stale link from one the journal
+    /// lost; none when the daemon sent no journal mark.
+    fn link_marker(&self) -> Option<LinkMarker> {
+        let journal = JournalMark::parse(&self.alloc.journal_mark)?;
+        Some(LinkMarker {
+            journal,
+            container_id: Some(self.container_id.to_string()),
+            ifname: Some(self.ifname.to_string()),
+            owner: Some(self.env.args.owner(self.container_id)),
+        })
+    }
 
-        // Pod side (the interface was created up; its IPv6 sysctls were set with
-        // the namespace's defaults when the socket was opened).
+    /// Pod side: `lo` and the interface up (it was created up; its IPv6 sysctls
+    /// were set with the namespace's defaults when the socket was opened), then per
+    /// family the /32 (/128), a link route to the router and a default route via it.
+    fn set_up_pod_side(&self, plans: &[FamilyPlan]) -> Result<(), CniError> {
+        let (pod_sock, ifname) = (self.pod_sock, self.ifname);
         if let Some(lo) = pod_sock
             .link_by_name("lo")
             .map_err(dp("finding lo in the pod"))?
@@ -310,7 +358,7 @@ impl Attempt<'_> {
             .ok_or_else(|| {
                 CniError::datapath_failure(format!(
                     "{ifname} did not appear in {}",
-                    netns_path.display()
+                    self.netns_path.display()
                 ))
             })?;
         if !pod.up {
@@ -318,102 +366,101 @@ impl Attempt<'_> {
                 .set_link_up(pod.index)
                 .map_err(dp("bringing up the pod interface"))?;
         }
-        let mut routes = Vec::new();
-        let mut ips = Vec::new();
-        for p in &plans {
+        for p in plans {
             pod_sock
                 .add_address(pod.index, p.host_net(), p.ip.is_ipv6())
                 .map_err(dp("adding the pod address"))?;
-            let link_route = RouteSpec {
-                dst: p.router_net(),
-                gateway: None,
-                oif: pod.index,
-                scope_link: true,
-                mtu: None,
-                table: None,
-                priority: None,
-            };
-            let default_route = RouteSpec {
-                dst: p.default_net(),
-                gateway: Some(p.router),
-                oif: pod.index,
-                scope_link: false,
-                mtu: (route_mtu > 0).then_some(route_mtu),
-                table: None,
-                priority: None,
-            };
-            for r in [&link_route, &default_route] {
-                match pod_sock.add_route(r) {
+            for r in pod_routes(p, pod.index, self.route_mtu()) {
+                match pod_sock.add_route(&r) {
                     Err(e) if !e.is_exists() => return Err(dp("adding a pod route")(e)),
                     _ => {}
                 }
             }
-            ips.push(IpConfig {
-                address: p.host_net(),
-                gateway: Some(p.router),
-                interface: Some(1),
-            });
-            routes.push(result_route(p.router_net(), None, None));
-            routes.push(result_route(
-                p.default_net(),
-                Some(p.router),
-                (route_mtu > 0).then_some(route_mtu),
-            ));
         }
+        Ok(())
+    }
 
-        t.mark("netlink-pod");
+    /// The MTU of the pod's default route, when the daemon sets one.
+    fn route_mtu(&self) -> Option<u32> {
+        let mtu = self.daemon_cfg.route_mtu;
+        (mtu > 0).then_some(mtu)
+    }
 
+    /// Registers the endpoint with the daemon, which binds the addresses and stops
+    /// their expiration timers.
+    fn register_endpoint(&self, host_index: u32) -> Result<(), CniError> {
+        let (alloc, args) = (self.alloc, &self.env.args);
+        let expiration_uuid = |detail: &Option<IpamAddressResponse>| {
+            detail
+                .as_ref()
+                .map(|a| a.expiration_uuid.clone())
+                .unwrap_or_default()
+        };
         let addressing = AddressPair {
             ipv4: alloc.address.ipv4.clone(),
             ipv4_pool_name: alloc.address.ipv4_pool_name.clone(),
-            ipv4_expiration_uuid: alloc
-                .ipv4
-                .as_ref()
-                .map(|a| a.expiration_uuid.clone())
-                .unwrap_or_default(),
+            ipv4_expiration_uuid: expiration_uuid(&alloc.ipv4),
             ipv6: alloc.address.ipv6.clone(),
             ipv6_pool_name: alloc.address.ipv6_pool_name.clone(),
-            ipv6_expiration_uuid: alloc
-                .ipv6
-                .as_ref()
-                .map(|a| a.expiration_uuid.clone())
-                .unwrap_or_default(),
+            ipv6_expiration_uuid: expiration_uuid(&alloc.ipv6),
         };
-        client
+        self.client
             .create_endpoint(&EndpointChangeRequest {
-                container_id: cid.to_string(),
-                container_interface_name: ifname.to_string(),
-                k8s_pod_name: env.args.pod_name.clone().unwrap_or_default(),
-                k8s_namespace: env.args.pod_namespace.clone().unwrap_or_default(),
-                k8s_uid: env.args.pod_uid.clone().unwrap_or_default(),
+                container_id: self.container_id.to_string(),
+                container_interface_name: self.ifname.to_string(),
+                k8s_pod_name: args.pod_name.clone().unwrap_or_default(),
+                k8s_namespace: args.pod_namespace.clone().unwrap_or_default(),
+                k8s_uid: args.pod_uid.clone().unwrap_or_default(),
                 state: "waiting-for-identity".into(),
                 addressing,
-                interface_name: host_name.to_string(),
-                interface_index: host.index,
-                container_netns_path: netns_path.display().to_string(),
+                interface_name: self.host_name.to_string(),
+                interface_index: host_index,
+                container_netns_path: self.netns_path.display().to_string(),
                 sync_build_endpoint: true,
                 datapath_configuration: DatapathConfiguration {
-                    external_ipam: daemon_cfg.ipam_mode == "delegated-plugin",
+                    external_ipam: self.daemon_cfg.ipam_mode == "delegated-plugin",
                 },
             })
-            .map_err(|e| to_cni(e, "unable to create endpoint"))?;
+            .map(|_| ())
+            .map_err(|e| to_cni(e, "unable to create endpoint"))
+    }
 
-        t.mark("endpoint-registration");
-
+    /// The CNI result: the host interface first, the pod interface second, the
+    /// addresses on the pod interface with their routes, in the config's version.
+    fn result(&self, pair: &LinkPair, plans: &[FamilyPlan]) -> Result<String, CniError> {
+        let (conf, mtu) = (self.conf, self.daemon_cfg.device_mtu);
+        let route_mtu = self.route_mtu();
+        let ips = plans
+            .iter()
+            .map(|p| IpConfig {
+                address: p.host_net(),
+                gateway: Some(p.router),
+                interface: Some(1),
+            })
+            .collect();
+        let routes = plans
+            .iter()
+            .flat_map(|p| {
+                [
+                    result_route(p.router_net(), None, None),
+                    result_route(p.default_net(), Some(p.router), route_mtu),
+                ]
+            })
+            .collect();
         let result = CniResult {
             cni_version: conf.cni_version.clone(),
             interfaces: vec![
                 Interface {
-                    name: host_name.to_string(),
-                    mac: host_mac.as_ref().map(format_mac),
+                    name: self.host_name.to_string(),
+                    mac: pair.host_mac.as_ref().map(format_mac),
                     mtu: Some(mtu),
                     ..Default::default()
                 },
                 Interface {
-                    name: ifname.to_string(),
-                    mac: pod_mac.as_ref().map(format_mac),
+                    name: self.ifname.to_string(),
+                    mac: pair.pod_mac.as_ref().map(format_mac),
                     mtu: Some(mtu),
-                    sandbox: Some(netns_path.display().to_string()),
+                    sandbox: Some(self.netns_path.display().to_string()),
                     ..Default::default()
                 },
             ],
@@ -424,6 +471,31 @@ impl Attempt<'_> {
         serde_json::to_string(&result.to_json(&conf.cni_version))
             .map_err(|e| CniError::io_failure(format!("encoding the result: {e}")))
     }
+}
+
+/// The pod's routes of one family: a link route to the router, and the default
+/// route via it (with the daemon's route MTU).
+fn pod_routes(p: &FamilyPlan, pod_index: u32, route_mtu: Option<u32>) -> [RouteSpec; 2] {
+    [
+        RouteSpec {
+            dst: p.router_net(),
+            gateway: None,
+            oif: pod_index,
+            scope_link: true,
+            mtu: None,
+            table: None,
+            priority: None,
+        },
+        RouteSpec {
+            dst: p.default_net(),
+            gateway: Some(p.router),
+            oif: pod_index,
+            scope_link: false,
+            mtu: route_mtu,
+            table: None,
+            priority: None,
+        },
+    ]
 }
 
 fn result_route(dst: IpNet, gw: Option<IpAddr>, mtu: Option<u32>) -> Route {
@@ -512,42 +584,34 @@ fn eni_plan(d: &IpamAddressResponse) -> Result<Option<EniPlan>, CniError> {
 /// ENI-class modes: the pod's rules and its ENI's table (Cilium §3.3): `to <pod>
 /// lookup main` (priority 20), `from <pod> lookup 10+n` (111), and in table 10+n a
 /// link route to the gateway and a default route via it, through the ENI device
-/// found by its MAC.
+/// found by its MAC; nothing for a family without ENI routing. Each rule it adds
+/// goes into `added_rules` at once, so a rollback removes exactly those (a rule
+/// that already existed is not this ADD's); the table's routes are shared by the
+/// ENI's pods and stay, as on DEL.
 fn install_eni_routing(
     host_sock: &NetlinkSocket,
-    ip: IpAddr,
-    eni: &EniPlan,
+    p: &FamilyPlan,
+    added_rules: &mut Vec<RuleSpec>,
 ) -> Result<(), CniError> {
-    let links = host_sock.list_links().map_err(dp("listing host links"))?;
-    let dev = links
-        .iter()
-        .find(|l| l.mac == Some(eni.mac) && !l.name.starts_with("lxc") && !l.name.starts_with("podnet_"))
-        .ok_or_else(|| {
-            CniError::datapath_failure(format!(
-                "the ENI with MAC {} (interface number {}) is on no host link: the ENI inventory and the node disagree",
-                format_mac(&eni.mac),
-                eni.number
-            ))
-        })?;
+    let Some(eni) = &p.eni else {
+        return Ok(());
+    };
+    let device = eni_device(host_sock, eni)?;
     let table = eni_table(eni.number);
     for r in [
         RouteSpec {
             dst: IpNet::from(eni.gateway),
             gateway: None,
-            oif: dev.index,
+            oif: device,
             scope_link: true,
             mtu: None,
             table: Some(table),
             priority: None,
         },
         RouteSpec {
-            dst: if ip.is_ipv4() {
-                "0.0.0.0/0".parse().unwrap_or(IpNet::from(ip))
-            } else {
-                "::/0".parse().unwrap_or(IpNet::from(ip))
-            },
+            dst: p.default_net(),
             gateway: Some(eni.gateway),
-            oif: dev.index,
+            oif: device,
             scope_link: false,
             mtu: None,
             table: Some(table),
@@ -558,13 +622,33 @@ fn install_eni_routing(
             .replace_route(&r)
             .map_err(dp("adding the ENI table route"))?;
     }
-    for rule in eni_rules(ip, eni.number) {
+    for rule in eni_rules(p.ip, eni.number) {
         match host_sock.add_rule(&rule) {
-            Err(e) if !e.is_exists() => return Err(dp("adding the ENI rule")(e)),
-            _ => {}
+            Ok(()) => added_rules.push(rule),
+            Err(e) if e.is_exists() => {}
+            Err(e) => return Err(dp("adding the ENI rule")(e)),
         }
     }
     Ok(())
+}
+
+/// The index of the host link that is the ENI (found by its MAC; podnet's own
+/// links are never it).
+fn eni_device(host_sock: &NetlinkSocket, eni: &EniPlan) -> Result<u32, CniError> {
+    let links = host_sock.list_links().map_err(dp("listing host links"))?;
+    links
+        .iter()
+        .find(|l| {
+            l.mac == Some(eni.mac) && !l.name.starts_with("lxc") && !l.name.starts_with("podnet_")
+        })
+        .map(|l| l.index)
+        .ok_or_else(|| {
+            CniError::datapath_failure(format!(
+                "the ENI with MAC {} (interface number {}) is on no host link: the ENI inventory and the node disagree",
+                format_mac(&eni.mac),
+                eni.number
+            ))
+        })
 }
 
 /// A netlink socket inside the pod's netns, opened by entering the netns on this
@@ -623,12 +707,29 @@ fn clear_previous_attempt(
     Ok(())
 }
 
-/// Rolls an ADD back: the link pair goes with its host side, the addresses are
-/// released through the daemon. Failures are logged; the expiration timer is the
-/// last resort for an address that could not be released.
-fn undo(client: &Client, host_sock: &NetlinkSocket, host_name: &str, cid: &str, ifname: &str) {
+/// Rolls an ADD back: the link pair goes with its host side, the ENI rules this
+/// attempt added are removed, and the addresses are released through the daemon.
+/// Failures are logged; the expiration timer is the last resort for an address
+/// that could not be released, and the daemon's next start removes rules of
+/// addresses no pod holds.
+fn undo(
+    client: &Client,
+    host_sock: &NetlinkSocket,
+    host_name: &str,
+    added_rules: &[RuleSpec],
+    cid: &str,
+    ifname: &str,
+) {
     if let Err(e) = host_sock.delete_link_by_name(host_name) {
         tracing::warn!(error = %e, "rollback: could not delete {host_name}");
+    }
+    for rule in added_rules {
+        match host_sock.delete_rule(rule) {
+            Err(e) if !e.is_not_found() => {
+                tracing::warn!(error = %e, "rollback: could not remove an ENI rule");
+            }
+            _ => {}
+        }
     }
     let req = EndpointBatchDeleteRequest {
         container_id: cid.into(),
