@@ -23,9 +23,8 @@
 //!   number). Plain data ([`EniRule`]) so `ipam` stays free of netlink; the
 //!   plugin maps it 1:1 onto `datapath::RuleSpec`.
 //!
-//! The node resource types ([`Eni`], [`EniSpec`]) live in `crate::node` (the
-//! `CiliumNode` shape); they are reached here through
-//! `crate::node::cilium_node_file`, which re-exports them.
+//! The node resource types ([`Eni`], [`EniSpec`]) are the `CiliumNode`'s, from
+//! `crate::resources`.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -33,8 +32,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use ipnet::IpNet;
 
 use super::sizing::{DEFAULT_ENI_PRE_ALLOCATE, ENI_PREFIX_ADDRESSES, EniOptions, plan_eni};
-use crate::node::AllocatedPool;
-use crate::node::cilium_node_file::{Eni, EniSpec};
+use crate::resources::{AllocatedPool, Eni, EniSpec};
 
 /// The pool ENI addresses go to.
 pub const ENI_POOL: &str = "default";
@@ -561,7 +559,7 @@ pub fn prefix_delegation_used(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::cilium_node_file::{AwsSubnet, AwsVpc};
+    use crate::resources::{AwsSubnet, AwsVpc};
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()

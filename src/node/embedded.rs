@@ -57,13 +57,11 @@ impl EmbeddedBackend {
         default_pool: &str,
         migrate: bool,
     ) -> Result<NodeResource, String> {
-        let pod_cidrs: Vec<IpNet> = node
+        let pod_cidrs = node
             .spec
             .ipam
-            .pod_cidrs
-            .iter()
-            .filter_map(|c| c.parse().ok())
-            .collect();
+            .pod_cidr_nets()
+            .map_err(|e| format!("node {}: {e}", self.node_name))?;
         if !pod_cidrs.is_empty() && node.spec.ipam.pools.allocated.is_empty() {
             if !migrate {
                 return Err(format!(
@@ -103,13 +101,11 @@ impl NodeBackend for EmbeddedBackend {
         };
         let cidrs = match &self.mode {
             EmbeddedMode::ClusterPool(cfg) => {
-                let existing: Vec<IpNet> = node
+                let existing = node
                     .spec
                     .ipam
-                    .pod_cidrs
-                    .iter()
-                    .filter_map(|c| c.parse().ok())
-                    .collect();
+                    .pod_cidr_nets()
+                    .map_err(|e| format!("node {}: {e}", self.node_name))?;
                 let mut carver = NodeCidrCarver::new(cfg).map_err(|e| e.to_string())?;
                 match carver.carve_for_node(&existing) {
                     Ok(c) => c,

@@ -1,22 +1,20 @@
-//! The node resource (shaped like Cilium's `CiliumNode`) and the backends that say
-//! what this node owns. Nothing outside this module knows which backend runs: the
-//! daemon asks a `NodeBackend` for the node's CIDRs (host-scope modes) or blocks
-//! (multi-pool), hands it the node's demand, and gives blocks back through it.
+//! The backends that say what this node owns, through its node resource (the
+//! `CiliumNode` of `crate::resources`, re-exported here as the backends' currency).
+//! Nothing outside this module knows which backend runs: the daemon asks a
+//! `NodeBackend` for the node's CIDRs (host-scope modes) or blocks (multi-pool),
+//! hands it the node's demand, and gives blocks back through it.
 
 pub mod cilium_node_file;
 mod embedded;
 pub mod external;
 pub mod manifests;
-mod resource;
 
 use ipnet::IpNet;
 
 use crate::ipam::pooldef::PoolDef;
 
+pub use crate::resources::NodeResource;
 pub use embedded::{EmbeddedBackend, EmbeddedMode};
-pub use resource::{
-    AllocatedPool, IpamPools, NodeAddress, NodeIpamSpec, NodeResource, PoolDemand, RequestedPool,
-};
 
 /// Where the node resource comes from, and who plays the operator for it.
 pub trait NodeBackend: Send {
