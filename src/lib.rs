@@ -2,7 +2,9 @@
 //!
 //! One binary plays two roles: the CNI plugin (when `CNI_COMMAND` is set) and the
 //! node daemon plus operator tools (subcommands). Dependencies point one way:
-//! `cni` and `ipam` know nothing of netlink or HTTP; `plugin` uses `cni`,
+//! `resources` (the typed Kubernetes and Cilium objects) depends on nothing;
+//! `cni` and `ipam` know nothing of netlink or HTTP, and `ipam` reads resources
+//! only from `resources`; `node` uses `ipam` and `resources`; `plugin` uses `cni`,
 //! `datapath` and `api`; `api` takes its identifier rules from `cni`, so the plugin
 //! and the daemon's API check the same; `daemon` uses `api`, `ipam`, `node`,
 //! `store` and `datapath` for its own devices.
@@ -17,6 +19,7 @@ pub mod ipam;
 pub mod logging;
 pub mod node;
 pub mod plugin;
+pub mod resources;
 pub mod store;
 
 /// Runs the binary: the CNI plugin when `CNI_COMMAND` is set and non-empty, else a

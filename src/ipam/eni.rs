@@ -25,8 +25,8 @@
 //!   no EC2 operator, so the daemon does not run it). The instance limits come
 //!   from [`super::sizing::plan_eni`], not recomputed here.
 //!
-//! The inventory types ([`Eni`], [`EniSpec`]) are the node resource's; this
-//! module only reads them.
+//! The node resource types ([`Eni`], [`EniSpec`]) are the `CiliumNode`'s, from
+//! `crate::resources`.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -34,8 +34,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use ipnet::IpNet;
 
 use super::sizing::{DEFAULT_ENI_PRE_ALLOCATE, ENI_PREFIX_ADDRESSES, EniOptions, plan_eni};
-use crate::node::AllocatedPool;
-use crate::node::cilium_node_file::{Eni, EniSpec};
+use crate::resources::{AllocatedPool, Eni, EniSpec};
 
 /// The pool ENI addresses go to.
 pub const ENI_POOL: &str = "default";
@@ -540,7 +539,7 @@ pub fn effective_max_allocate(spec_max_allocate: u64, instance: &EniOptions) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::cilium_node_file::{AwsSubnet, AwsVpc};
+    use crate::resources::{AwsSubnet, AwsVpc};
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()

@@ -11,6 +11,7 @@ pub mod clusterpool;
 pub mod eni;
 pub mod hostscope;
 pub mod multipool;
+pub mod node_config;
 pub mod pool_operator;
 pub mod pool_options;
 pub mod pooldef;

@@ -35,7 +35,7 @@ use super::Family;
 use super::cidrset::{CidrSet, CidrSetError};
 use super::hostscope::{ip_to_u128, u128_to_ip};
 use super::pooldef::{PoolDef, PoolFamilySpec};
-use crate::node::{AllocatedPool, RequestedPool};
+use crate::resources::{AllocatedPool, RequestedPool};
 
 /// Prefix Cilium's operator puts before a migration error in
 /// `status.ipam.operator-status.error`: write
@@ -717,7 +717,7 @@ mod tests {
     use std::net::IpAddr;
 
     use super::*;
-    use crate::node::PoolDemand;
+    use crate::resources::PoolDemand;
 
     fn net(s: &str) -> IpNet {
         s.parse().unwrap()

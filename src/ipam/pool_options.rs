@@ -183,16 +183,22 @@ pub fn parse_pool_cidr(s: &str, family: Family) -> Result<IpNet, String> {
         };
         format!("{s:?} is not a CIDR (expected <address>/<prefix length>, e.g. {example})")
     })?;
-    if Family::of_net(&net) != family {
-        return Err(format!("{s} is not an {} CIDR", family.label()));
+    check_pool_cidr(&net, family)?;
+    Ok(net)
+}
+
+/// Checks a parsed pool CIDR: of `family`, without host bits.
+pub fn check_pool_cidr(net: &IpNet, family: Family) -> Result<(), String> {
+    if Family::of_net(net) != family {
+        return Err(format!("{net} is not an {} CIDR", family.label()));
     }
-    if net.trunc() != net {
+    if net.trunc() != *net {
         return Err(format!(
-            "{s} has host bits set; did you mean {}?",
+            "{net} has host bits set; did you mean {}?",
             net.trunc()
         ));
     }
-    Ok(net)
+    Ok(())
 }
 
 fn looks_like_json(s: &str) -> bool {

@@ -17,7 +17,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::Family;
-use super::pooldef::{LabelSelector, PoolDef};
+use super::pooldef::PoolDef;
+use crate::resources::{InvalidObject, LabelSelector, Namespace, Pod};
 
 /// Pod (and namespace) annotation naming the pool for both families.
 pub const ANNOTATION_IP_POOL: &str = "ipam.cilium.io/ip-pool";
@@ -33,6 +34,8 @@ pub const ANNOTATION_MISSPELLED_POOL: &str = "ipam.cilium.io/ipam-pool";
 pub const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 /// Synthetic pod label holding the pod's name (for `podSelector`).
 pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
+/// The label the API server puts on every namespace (added when an object lacks it).
+pub const LABEL_NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
 
 /// What pool selection needs to know about a pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -49,6 +52,58 @@ pub struct NamespaceMeta {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+}
+
+/// A pod needs a name; without `metadata.namespace` it is in `default`.
+impl TryFrom<&Pod> for PodMeta {
+    type Error = InvalidObject;
+
+    fn try_from(pod: &Pod) -> Result<PodMeta, InvalidObject> {
+        let meta = &pod.metadata;
+        let invalid = |problem: &str| InvalidObject {
+            object: meta.describe("Pod"),
+            problem: problem.to_string(),
+        };
+        if meta.name.is_empty() {
+            return Err(invalid("metadata.name is missing"));
+        }
+        let namespace = match meta.namespace.as_deref() {
+            None => "default",
+            Some("") => return Err(invalid("metadata.namespace must be a non-empty string")),
+            Some(ns) => ns,
+        };
+        Ok(PodMeta {
+            namespace: namespace.to_string(),
+            name: meta.name.clone(),
+            labels: meta.labels.clone(),
+            annotations: meta.annotations.clone(),
+        })
+    }
+}
+
+/// A namespace needs a name; it gets the [`LABEL_NAMESPACE_NAME`] label the API
+/// server always sets, when missing.
+impl TryFrom<&Namespace> for NamespaceMeta {
+    type Error = InvalidObject;
+
+    fn try_from(ns: &Namespace) -> Result<NamespaceMeta, InvalidObject> {
+        let meta = &ns.metadata;
+        if meta.name.is_empty() {
+            return Err(InvalidObject {
+                object: meta.describe("Namespace"),
+                problem: "metadata.name is missing".into(),
+            });
+        }
+        let mut labels = meta.labels.clone();
+        labels
+            .entry(LABEL_NAMESPACE_NAME.to_string())
+            .or_insert_with(|| meta.name.clone());
+        Ok(NamespaceMeta {
+            name: meta.name.clone(),
+            labels,
+            annotations: meta.annotations.clone(),
+        })
+    }
 }
 
 /// Where pods and namespaces are looked up (manifests in embedded mode, the
@@ -325,7 +380,8 @@ pub fn select_pool(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipam::pooldef::{LabelSelectorRequirement, PoolFamilySpec};
+    use crate::ipam::pooldef::PoolFamilySpec;
+    use crate::resources::LabelSelectorRequirement;
 
     #[derive(Default)]
     struct Meta {
@@ -967,5 +1023,49 @@ mod tests {
         assert_eq!(Step::NamespaceAnnotation.as_str(), "namespace-annotation");
         assert_eq!(Step::Selector.as_str(), "selector");
         assert_eq!(Step::Default.as_str(), "default");
+    }
+
+    #[test]
+    fn pod_and_namespace_objects() {
+        let obj: Pod = crate::resources::decode(&serde_json::json!({
+            "kind": "Pod",
+            "metadata": {"name": "web", "labels": {"app": "web"}, "annotations": {ANNOTATION_IP_POOL: "blue"}}
+        }))
+        .unwrap();
+        let meta = PodMeta::try_from(&obj).unwrap();
+        assert_eq!(
+            meta,
+            pod(
+                "default",
+                "web",
+                &[("app", "web")],
+                &[(ANNOTATION_IP_POOL, "blue")]
+            )
+        );
+        let mut unnamed = obj.clone();
+        unnamed.metadata.name.clear();
+        assert_eq!(
+            PodMeta::try_from(&unnamed).unwrap_err().to_string(),
+            "Pod (unnamed): metadata.name is missing"
+        );
+        let mut empty_ns = obj;
+        empty_ns.metadata.namespace = Some(String::new());
+        assert_eq!(
+            PodMeta::try_from(&empty_ns).unwrap_err().to_string(),
+            "Pod \"web\": metadata.namespace must be a non-empty string"
+        );
+
+        let mut ns = Namespace::default();
+        ns.metadata.name = "shop".into();
+        ns.metadata.labels = map(&[("tier", "gold")]);
+        assert_eq!(
+            NamespaceMeta::try_from(&ns).unwrap().labels,
+            map(&[(LABEL_NAMESPACE_NAME, "shop"), ("tier", "gold")])
+        );
+        ns.metadata.name.clear();
+        assert_eq!(
+            NamespaceMeta::try_from(&ns).unwrap_err().problem,
+            "metadata.name is missing"
+        );
     }
 }

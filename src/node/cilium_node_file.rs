@@ -45,11 +45,9 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
-use super::resource::NodeResource;
-pub use super::resource::{AllocationIp, AwsSubnet, AwsVpc, Eni, EniSpec, EniStatus};
+use crate::resources::{AllocationIp, NodeResource, decode};
 
 /// The `apiVersion` accepted.
 pub const API_VERSION: &str = "cilium.io/v2";
@@ -183,27 +181,13 @@ fn fingerprint_of(json: &serde_json::Value) -> Fingerprint {
     Fingerprint(Sha256::digest(&bytes).into())
 }
 
-/// Addresses and CIDRs of the resource parse (see [`CiliumNodeFile::load`]).
+/// Addresses of the resource parse (see [`CiliumNodeFile::load`]; its CIDRs are
+/// checked when it is read).
 fn validate(node: &NodeResource) -> Result<(), String> {
     for (i, a) in node.spec.addresses.iter().enumerate() {
         a.ip.trim()
             .parse::<IpAddr>()
             .map_err(|_| format!("spec.addresses[{i}].ip {:?} is not an IP address", a.ip))?;
-    }
-    for c in &node.spec.ipam.pod_cidrs {
-        c.trim()
-            .parse::<IpNet>()
-            .map_err(|_| format!("spec.ipam.podCIDRs: {c:?} is not a CIDR"))?;
-    }
-    for p in &node.spec.ipam.pools.allocated {
-        for c in &p.cidrs {
-            c.trim().parse::<IpNet>().map_err(|_| {
-                format!(
-                    "spec.ipam.pools.allocated (pool {:?}): {c:?} is not a CIDR",
-                    p.pool
-                )
-            })?;
-        }
     }
     let keys = |what: &str, m: &std::collections::BTreeMap<String, AllocationIp>, v6: bool| {
         for k in m.keys() {
@@ -226,14 +210,8 @@ fn validate(node: &NodeResource) -> Result<(), String> {
 }
 
 /// The file's typed content, with errors that say where.
-fn typed(text: &str, format: FileFormat, src: &str) -> Result<NodeResource, String> {
-    let node: NodeResource = match format {
-        FileFormat::Json => serde_json::from_str(text.trim_start_matches('\u{feff}'))
-            .map_err(|e| format!("{src}: not a valid {KIND}: {e}"))?,
-        FileFormat::Yaml => {
-            serde_yaml_ng::from_str(text).map_err(|e| format!("{src}: not a valid {KIND}: {e}"))?
-        }
-    };
+fn typed(json: &serde_json::Value, src: &str) -> Result<NodeResource, String> {
+    let node: NodeResource = decode(json).map_err(|e| format!("{src}: not a valid {KIND}: {e}"))?;
     validate(&node).map_err(|e| format!("{src}: {e}"))?;
     Ok(node)
 }
@@ -330,7 +308,7 @@ impl CiliumNodeFile {
         let text = fs::read_to_string(path).map_err(|e| format!("{src}: {e}"))?;
         let (format, _doc, json) = parse(&text, &src)?;
         let name = check_identity(&json, &src)?;
-        let node = typed(&text, format, &src)?;
+        let node = typed(&json, &src)?;
         Ok((
             CiliumNodeFile {
                 path: path.to_path_buf(),

@@ -58,13 +58,11 @@ impl EmbeddedOperator {
         default_pool: &str,
         migrate: bool,
     ) -> Result<NodeResource, NodeError> {
-        let pod_cidrs: Vec<IpNet> = node
+        let pod_cidrs = node
             .spec
             .ipam
-            .pod_cidrs
-            .iter()
-            .filter_map(|c| c.parse().ok())
-            .collect();
+            .pod_cidr_nets()
+            .map_err(|e| NodeError::Invalid(format!("node {}: {e}", self.node_name)))?;
         if !pod_cidrs.is_empty() && node.spec.ipam.pools.allocated.is_empty() {
             if !migrate {
                 return Err(NodeError::Invalid(format!(
@@ -106,13 +104,11 @@ impl NodeOperator for EmbeddedOperator {
         };
         let cidrs = match &self.mode {
             EmbeddedMode::ClusterPool(cfg) => {
-                let existing: Vec<IpNet> = node
+                let existing = node
                     .spec
                     .ipam
-                    .pod_cidrs
-                    .iter()
-                    .filter_map(|c| c.parse().ok())
-                    .collect();
+                    .pod_cidr_nets()
+                    .map_err(|e| NodeError::Invalid(format!("node {}: {e}", self.node_name)))?;
                 let mut carver =
                     NodeCidrCarver::new(cfg).map_err(|e| NodeError::Invalid(e.to_string()))?;
                 carver

@@ -2,36 +2,30 @@
 //! `kubectl get -o yaml` / `-o json`: single objects, multi-document files (`---`)
 //! and `kind: List` with `items`. Reads `CiliumPodIPPool` (`cilium.io/v2alpha1` and
 //! `cilium.io/v2`), `Pod` and `Namespace` metadata (for pool selection) and
-//! `CiliumNodeConfig` (the per-node `ipam-default-ip-pool`). Fields podnet does not
-//! use (`status`, `managedFields`, ...) are ignored, as are objects of other kinds.
+//! `CiliumNodeConfig` (the per-node `ipam-default-ip-pool`). Each object is read
+//! into its type of `crate::resources` and checked by the conversion every backend
+//! shares (`ipam::pooldef`, `ipam::selection`, `ipam::node_config`); objects of
+//! other kinds are ignored, and so are fields podnet does not use.
 //!
 //! [`ManifestDir`] loads a directory of such files and implements
 //! [`MetadataSource`]; its [`Fingerprint`] lets a caller poll for changes cheaply.
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use ipnet::IpNet;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::ipam::Family;
-use crate::ipam::pool_options::parse_pool_cidr;
-use crate::ipam::pooldef::{LabelSelector, LabelSelectorRequirement, PoolDef, PoolFamilySpec};
-use crate::ipam::selection::{MetadataSource, NamespaceMeta, PodMeta, selector_matches};
-
-/// The pool annotation that opts a pool's pods out of masquerading.
-pub const ANNOTATION_SKIP_MASQUERADE: &str = "ipam.cilium.io/skip-masquerade";
-/// The `CiliumNodeConfig` `spec.defaults` key holding the node's default pool.
-pub const KEY_DEFAULT_POOL: &str = "ipam-default-ip-pool";
-/// The label the API server puts on every namespace (added when a manifest lacks it).
-pub const LABEL_NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
-
-/// `cilium.io/v2` caps `cidrs` at this many items.
-const V2_MAX_CIDRS: usize = 32;
+use crate::ipam::node_config::{NodeConfigDef, node_default_pool};
+use crate::ipam::pooldef::PoolDef;
+use crate::ipam::selection::{MetadataSource, NamespaceMeta, PodMeta};
+use crate::resources::{
+    CiliumNodeConfig, CiliumPodIPPool, InvalidObject, NODE_CONFIG_KIND, Namespace,
+    POD_IP_POOL_KIND, Pod, decode,
+};
 
 // ---------------------------------------------------------------------------
 // Documents
@@ -53,15 +47,11 @@ impl Object {
         self.str_at("kind").unwrap_or("")
     }
 
-    fn meta(&self, key: &str) -> Option<&Value> {
+    fn meta(&self, key: &str) -> Option<&str> {
         self.value
             .get("metadata")
             .and_then(|m| m.get(key))
-            .filter(|v| !v.is_null())
-    }
-
-    fn name(&self) -> Option<&str> {
-        self.meta("name").and_then(Value::as_str)
+            .and_then(Value::as_str)
     }
 
     /// `Kind "name"`, or `Kind (document N[, item M])` when unnamed.
@@ -71,7 +61,7 @@ impl Object {
         } else {
             self.kind()
         };
-        match (self.name(), self.meta("namespace").and_then(Value::as_str)) {
+        match (self.meta("name"), self.meta("namespace")) {
             (Some(n), Some(ns)) if kind != "Namespace" && !is_cluster_scoped(kind) => {
                 format!("{kind} \"{ns}/{n}\"")
             }
@@ -82,10 +72,22 @@ impl Object {
             },
         }
     }
+
+    /// The object read as `T` and converted by `check`; errors are
+    /// `<source>: <object>: <field and problem>`.
+    fn convert<T: DeserializeOwned, U>(
+        &self,
+        source: &str,
+        check: impl FnOnce(&T) -> Result<U, InvalidObject>,
+    ) -> Result<U, String> {
+        let at = |problem: &str| format!("{source}: {}: {problem}", self.describe());
+        let typed: T = decode(&self.value).map_err(|e| at(&e))?;
+        check(&typed).map_err(|e| at(&e.problem))
+    }
 }
 
 fn is_cluster_scoped(kind: &str) -> bool {
-    kind == "CiliumPodIPPool"
+    kind == POD_IP_POOL_KIND
 }
 
 /// Parses a file into objects: YAML (multi-document) or, for `*.json` sources, a
@@ -152,163 +154,8 @@ fn flatten(obj: Object, source: &str, out: &mut Vec<Object>) -> Result<(), Strin
     Ok(())
 }
 
-/// Error context: `<source>: <object>: <message>`.
-struct Ctx<'a> {
-    source: &'a str,
-    what: String,
-}
-
-impl Ctx<'_> {
-    fn err(&self, msg: impl std::fmt::Display) -> String {
-        format!("{}: {}: {}", self.source, self.what, msg)
-    }
-}
-
-/// `v` unless absent or null.
-fn present<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
-    v.get(key).filter(|v| !v.is_null())
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a map",
-    }
-}
-
-fn string_map(v: Option<&Value>, path: &str, cx: &Ctx) -> Result<BTreeMap<String, String>, String> {
-    match v {
-        None | Some(Value::Null) => Ok(BTreeMap::new()),
-        Some(Value::Object(m)) => m
-            .iter()
-            .map(|(k, v)| match v {
-                Value::String(s) => Ok((k.clone(), s.clone())),
-                other => Err(cx.err(format_args!(
-                    "{path}.{k} must be a string, not {} (quote it)",
-                    type_name(other)
-                ))),
-            })
-            .collect(),
-        Some(other) => Err(cx.err(format_args!(
-            "{path} must be a map, not {}",
-            type_name(other)
-        ))),
-    }
-}
-
-fn required_name(obj: &Object, cx: &Ctx) -> Result<String, String> {
-    match obj.meta("name") {
-        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-        _ => Err(cx.err("metadata.name is missing")),
-    }
-}
-
-fn opt_bool(v: &Value, key: &str, path: &str, cx: &Ctx) -> Result<bool, String> {
-    match present(v, key) {
-        None => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(other) => Err(cx.err(format_args!(
-            "{path}.{key} must be true or false, not {}",
-            type_name(other)
-        ))),
-    }
-}
-
-/// A label selector; In/NotIn need values, Exists/DoesNotExist none (as Kubernetes
-/// requires); an unknown operator is an error here (Cilium could not use the pool).
-fn label_selector(v: &Value, path: &str, cx: &Ctx) -> Result<LabelSelector, String> {
-    if !v.is_object() {
-        return Err(cx.err(format_args!("{path} must be a map, not {}", type_name(v))));
-    }
-    let match_labels = string_map(
-        present(v, "matchLabels"),
-        &format!("{path}.matchLabels"),
-        cx,
-    )?;
-    let mut match_expressions = Vec::new();
-    match present(v, "matchExpressions") {
-        None => {}
-        Some(Value::Array(a)) => {
-            for (i, e) in a.iter().enumerate() {
-                let p = format!("{path}.matchExpressions[{i}]");
-                let s = |k: &str| match present(e, k) {
-                    Some(Value::String(s)) => Ok(s.clone()),
-                    _ => Err(cx.err(format_args!("{p}.{k} is missing"))),
-                };
-                let key = s("key")?;
-                let operator = s("operator")?;
-                let values: Vec<String> = match present(e, "values") {
-                    None => Vec::new(),
-                    Some(Value::Array(vs)) => vs
-                        .iter()
-                        .map(|x| {
-                            x.as_str()
-                                .map(str::to_string)
-                                .ok_or_else(|| cx.err(format_args!("{p}.values must be strings")))
-                        })
-                        .collect::<Result<_, _>>()?,
-                    Some(other) => {
-                        return Err(cx.err(format_args!(
-                            "{p}.values must be a list, not {}",
-                            type_name(other)
-                        )));
-                    }
-                };
-                match operator.as_str() {
-                    "In" | "NotIn" if values.is_empty() => {
-                        return Err(cx.err(format_args!(
-                            "{p}: operator {operator} needs at least one value"
-                        )));
-                    }
-                    "Exists" | "DoesNotExist" if !values.is_empty() => {
-                        return Err(
-                            cx.err(format_args!("{p}: operator {operator} takes no values"))
-                        );
-                    }
-                    "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-                    other => {
-                        return Err(cx.err(format_args!(
-                            "{p}.operator {other:?} is not one of In, NotIn, Exists, DoesNotExist"
-                        )));
-                    }
-                }
-                match_expressions.push(LabelSelectorRequirement {
-                    key,
-                    operator,
-                    values,
-                });
-            }
-        }
-        Some(other) => {
-            return Err(cx.err(format_args!(
-                "{path}.matchExpressions must be a list, not {}",
-                type_name(other)
-            )));
-        }
-    }
-    Ok(LabelSelector {
-        match_labels,
-        match_expressions,
-    })
-}
-
-fn opt_selector(
-    v: &Value,
-    key: &str,
-    path: &str,
-    cx: &Ctx,
-) -> Result<Option<LabelSelector>, String> {
-    present(v, key)
-        .map(|s| label_selector(s, &format!("{path}.{key}"), cx))
-        .transpose()
-}
-
 // ---------------------------------------------------------------------------
-// CiliumPodIPPool
+// The objects of a file
 
 /// Parses the `CiliumPodIPPool` objects (`cilium.io/v2alpha1` or `cilium.io/v2`) of
 /// a file. `source` names the file in errors. Objects of other kinds are ignored.
@@ -318,8 +165,8 @@ pub fn parse_pools(yaml: &str, source: &str) -> Result<Vec<PoolDef>, String> {
 
 fn pools_from(objs: &[Object], source: &str) -> Result<Vec<PoolDef>, String> {
     let mut out: Vec<PoolDef> = Vec::new();
-    for obj in objs.iter().filter(|o| o.kind() == "CiliumPodIPPool") {
-        let pool = pool_from(obj, source)?;
+    for obj in objs.iter().filter(|o| o.kind() == POD_IP_POOL_KIND) {
+        let pool = obj.convert(source, |p: &CiliumPodIPPool| PoolDef::try_from(p))?;
         if out.iter().any(|p| p.name == pool.name) {
             return Err(format!(
                 "{source}: CiliumPodIPPool {:?} is defined twice",
@@ -330,185 +177,6 @@ fn pools_from(objs: &[Object], source: &str) -> Result<Vec<PoolDef>, String> {
     }
     Ok(out)
 }
-
-fn pool_from(obj: &Object, source: &str) -> Result<PoolDef, String> {
-    let cx = Ctx {
-        source,
-        what: obj.describe(),
-    };
-    let v2 = match obj.str_at("apiVersion") {
-        Some("cilium.io/v2alpha1") => false,
-        Some("cilium.io/v2") => true,
-        other => {
-            return Err(cx.err(format_args!(
-                "unsupported apiVersion {:?} (expected cilium.io/v2alpha1 or cilium.io/v2)",
-                other.unwrap_or("")
-            )));
-        }
-    };
-    let name = required_name(obj, &cx)?;
-    let annotations = string_map(obj.meta("annotations"), "metadata.annotations", &cx)?;
-    let spec = match present(&obj.value, "spec") {
-        Some(s @ Value::Object(_)) => s,
-        Some(other) => {
-            return Err(cx.err(format_args!("spec must be a map, not {}", type_name(other))));
-        }
-        None => return Err(cx.err("spec is missing")),
-    };
-    Ok(PoolDef {
-        name,
-        ipv4: family_spec(spec, Family::V4, v2, &cx)?,
-        ipv6: family_spec(spec, Family::V6, v2, &cx)?,
-        allow_first_ip: opt_bool(spec, "allowFirstIP", "spec", &cx)?,
-        allow_last_ip: opt_bool(spec, "allowLastIP", "spec", &cx)?,
-        skip_masquerade: annotations
-            .get(ANNOTATION_SKIP_MASQUERADE)
-            .map(String::as_str)
-            == Some("true"),
-        pod_selector: opt_selector(spec, "podSelector", "spec", &cx)?,
-        namespace_selector: opt_selector(spec, "namespaceSelector", "spec", &cx)?,
-    })
-}
-
-fn family_spec(
-    spec: &Value,
-    family: Family,
-    v2: bool,
-    cx: &Ctx,
-) -> Result<Option<PoolFamilySpec>, String> {
-    let key = family.as_str();
-    let path = format!("spec.{key}");
-    let Some(f) = present(spec, key) else {
-        return Ok(None);
-    };
-    if !f.is_object() {
-        return Err(cx.err(format_args!("{path} must be a map, not {}", type_name(f))));
-    }
-    let cidr_values = match present(f, "cidrs") {
-        Some(Value::Array(a)) if !a.is_empty() => a,
-        Some(Value::Array(_)) | None => {
-            return Err(cx.err(format_args!("{path}.cidrs must have at least 1 item")));
-        }
-        Some(other) => {
-            return Err(cx.err(format_args!(
-                "{path}.cidrs must be a list, not {}",
-                type_name(other)
-            )));
-        }
-    };
-    if v2 && cidr_values.len() > V2_MAX_CIDRS {
-        return Err(cx.err(format_args!(
-            "{path}.cidrs has {} items; cilium.io/v2 allows at most {V2_MAX_CIDRS}",
-            cidr_values.len()
-        )));
-    }
-    let mut cidrs = Vec::with_capacity(cidr_values.len());
-    for (i, c) in cidr_values.iter().enumerate() {
-        let p = format!("{path}.cidrs[{i}]");
-        let s = c
-            .as_str()
-            .ok_or_else(|| cx.err(format_args!("{p} must be a string")))?;
-        cidrs.push(parse_pool_cidr(s, family).map_err(|e| cx.err(format_args!("{p}: {e}")))?);
-    }
-    let bits = family.bits();
-    let mask_size = match present(f, "maskSize") {
-        None => return Err(cx.err(format_args!("{path}.maskSize is missing"))),
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(m) if (1..=u64::from(bits)).contains(&m) => m as u8,
-            _ => {
-                return Err(cx.err(format_args!(
-                    "{path}.maskSize {n} is out of range (1..{bits})"
-                )));
-            }
-        },
-        Some(other) => {
-            return Err(cx.err(format_args!(
-                "{path}.maskSize must be a number, not {}",
-                type_name(other)
-            )));
-        }
-    };
-    let mut reserved_ranges = Vec::new();
-    if let Some(pool) = present(f, "pool") {
-        if !v2 {
-            return Err(cx.err(format_args!(
-                "{path}.pool is a cilium.io/v2 field; this object is cilium.io/v2alpha1"
-            )));
-        }
-        let Value::Array(entries) = pool else {
-            return Err(cx.err(format_args!(
-                "{path}.pool must be a list, not {}",
-                type_name(pool)
-            )));
-        };
-        for (i, e) in entries.iter().enumerate() {
-            let p = format!("{path}.pool[{i}]");
-            let s = present(e, "cidr")
-                .and_then(Value::as_str)
-                .ok_or_else(|| cx.err(format_args!("{p}.cidr is missing")))?;
-            let cidr =
-                parse_pool_cidr(s, family).map_err(|e| cx.err(format_args!("{p}.cidr: {e}")))?;
-            if !cidrs.contains(&cidr) {
-                return Err(cx.err(format_args!("{p}.cidr {cidr} is not one of {path}.cidrs")));
-            }
-            match present(e, "reservedRanges") {
-                None => {}
-                Some(Value::Array(ranges)) => {
-                    for (j, r) in ranges.iter().enumerate() {
-                        let rp = format!("{p}.reservedRanges[{j}]");
-                        reserved_ranges.push(reserved_range(r, &cidr, family, &rp, cx)?);
-                    }
-                }
-                Some(other) => {
-                    return Err(cx.err(format_args!(
-                        "{p}.reservedRanges must be a list, not {}",
-                        type_name(other)
-                    )));
-                }
-            }
-        }
-    }
-    Ok(Some(PoolFamilySpec {
-        cidrs,
-        mask_size,
-        reserved_ranges,
-    }))
-}
-
-fn reserved_range(
-    r: &Value,
-    cidr: &IpNet,
-    family: Family,
-    p: &str,
-    cx: &Ctx,
-) -> Result<(IpAddr, IpAddr), String> {
-    let addr = |k: &str| -> Result<IpAddr, String> {
-        let s = present(r, k)
-            .and_then(Value::as_str)
-            .ok_or_else(|| cx.err(format_args!("{p}.{k} is missing")))?;
-        let ip: IpAddr = s
-            .parse()
-            .map_err(|_| cx.err(format_args!("{p}.{k} {s:?} is not an IP address")))?;
-        if Family::of_addr(&ip) != family {
-            return Err(cx.err(format_args!(
-                "{p}.{k} {ip} is not an {} address",
-                family.label()
-            )));
-        }
-        if !cidr.contains(&ip) {
-            return Err(cx.err(format_args!("{p}.{k} {ip} is outside pool CIDR {cidr}")));
-        }
-        Ok(ip)
-    };
-    let (start, end) = (addr("start")?, addr("end")?);
-    if start > end {
-        return Err(cx.err(format_args!("{p}: start {start} is after end {end}")));
-    }
-    Ok((start, end))
-}
-
-// ---------------------------------------------------------------------------
-// Pods and namespaces
 
 /// Parses the `Pod` and `Namespace` objects of a file (name, labels, annotations;
 /// a pod without `metadata.namespace` is in `default`). Namespaces get the
@@ -527,47 +195,29 @@ fn metadata_from(
     let mut pods: Vec<PodMeta> = Vec::new();
     let mut namespaces: Vec<NamespaceMeta> = Vec::new();
     for obj in objs {
-        let cx = Ctx {
-            source,
-            what: obj.describe(),
-        };
         match obj.kind() {
             "Pod" => {
-                let name = required_name(obj, &cx)?;
-                let namespace = match obj.meta("namespace") {
-                    None => "default".to_string(),
-                    Some(Value::String(s)) if !s.is_empty() => s.clone(),
-                    Some(_) => return Err(cx.err("metadata.namespace must be a non-empty string")),
-                };
+                let pod = obj.convert(source, |p: &Pod| PodMeta::try_from(p))?;
                 if pods
                     .iter()
-                    .any(|p| p.namespace == namespace && p.name == name)
+                    .any(|p| p.namespace == pod.namespace && p.name == pod.name)
                 {
                     return Err(format!(
-                        "{source}: Pod \"{namespace}/{name}\" is defined twice"
+                        "{source}: Pod \"{}/{}\" is defined twice",
+                        pod.namespace, pod.name
                     ));
                 }
-                pods.push(PodMeta {
-                    labels: string_map(obj.meta("labels"), "metadata.labels", &cx)?,
-                    annotations: string_map(obj.meta("annotations"), "metadata.annotations", &cx)?,
-                    namespace,
-                    name,
-                });
+                pods.push(pod);
             }
             "Namespace" => {
-                let name = required_name(obj, &cx)?;
-                if namespaces.iter().any(|n| n.name == name) {
-                    return Err(format!("{source}: Namespace \"{name}\" is defined twice"));
+                let ns = obj.convert(source, |n: &Namespace| NamespaceMeta::try_from(n))?;
+                if namespaces.iter().any(|n| n.name == ns.name) {
+                    return Err(format!(
+                        "{source}: Namespace \"{}\" is defined twice",
+                        ns.name
+                    ));
                 }
-                let mut labels = string_map(obj.meta("labels"), "metadata.labels", &cx)?;
-                labels
-                    .entry(LABEL_NAMESPACE_NAME.to_string())
-                    .or_insert_with(|| name.clone());
-                namespaces.push(NamespaceMeta {
-                    annotations: string_map(obj.meta("annotations"), "metadata.annotations", &cx)?,
-                    labels,
-                    name,
-                });
+                namespaces.push(ns);
             }
             _ => {}
         }
@@ -575,75 +225,11 @@ fn metadata_from(
     Ok((pods, namespaces))
 }
 
-// ---------------------------------------------------------------------------
-// CiliumNodeConfig
-
-#[derive(Debug, Clone)]
-struct NodeConfig {
-    name: String,
-    v2: bool,
-    selector: Option<LabelSelector>,
-    defaults: BTreeMap<String, String>,
-}
-
-fn node_configs_from(objs: &[Object], source: &str) -> Result<Vec<NodeConfig>, String> {
-    let mut out = Vec::new();
-    for obj in objs.iter().filter(|o| o.kind() == "CiliumNodeConfig") {
-        let cx = Ctx {
-            source,
-            what: obj.describe(),
-        };
-        let v2 = match obj.str_at("apiVersion") {
-            Some("cilium.io/v2") => true,
-            Some("cilium.io/v2alpha1") => false,
-            other => {
-                return Err(cx.err(format_args!(
-                    "unsupported apiVersion {:?} (expected cilium.io/v2)",
-                    other.unwrap_or("")
-                )));
-            }
-        };
-        let name = required_name(obj, &cx)?;
-        let spec = present(&obj.value, "spec").unwrap_or(&Value::Null);
-        let defaults = string_map(present(spec, "defaults"), "spec.defaults", &cx)?;
-        if defaults.get(KEY_DEFAULT_POOL).is_some_and(String::is_empty) {
-            return Err(cx.err(format_args!("spec.defaults.{KEY_DEFAULT_POOL} is empty")));
-        }
-        let selector = opt_selector(spec, "nodeSelector", "spec", &cx)?;
-        out.push(NodeConfig {
-            name,
-            v2,
-            selector,
-            defaults,
-        });
-    }
-    Ok(out)
-}
-
-/// Cilium's resolution (`pkg/option/resolver`): configs with empty `defaults` or no
-/// `nodeSelector` do not apply; matching ones apply in name order (later wins); if
-/// any `cilium.io/v2` config applies, `v2alpha1` ones are not consulted.
-fn resolve_default_pool(
-    configs: &[NodeConfig],
-    node_labels: &BTreeMap<String, String>,
-) -> Option<String> {
-    let mut matching: Vec<&NodeConfig> = configs
-        .iter()
-        .filter(|c| !c.defaults.is_empty())
-        .filter(|c| {
-            c.selector
-                .as_ref()
-                .is_some_and(|s| selector_matches(s, node_labels))
-        })
-        .collect();
-    if matching.iter().any(|c| c.v2) {
-        matching.retain(|c| c.v2);
-    }
-    matching.sort_by(|a, b| a.name.cmp(&b.name));
-    matching
-        .iter()
-        .rev()
-        .find_map(|c| c.defaults.get(KEY_DEFAULT_POOL).cloned())
+fn node_configs_from(objs: &[Object], source: &str) -> Result<Vec<NodeConfigDef>, String> {
+    objs.iter()
+        .filter(|o| o.kind() == NODE_CONFIG_KIND)
+        .map(|o| o.convert(source, |c: &CiliumNodeConfig| NodeConfigDef::try_from(c)))
+        .collect()
 }
 
 /// The node's default pool from the `CiliumNodeConfig` objects of a file whose
@@ -655,7 +241,7 @@ pub fn parse_node_config(
     node_labels: &BTreeMap<String, String>,
 ) -> Result<Option<String>, String> {
     let configs = node_configs_from(&parse_objects(yaml, source)?, source)?;
-    Ok(resolve_default_pool(&configs, node_labels))
+    Ok(node_default_pool(&configs, node_labels))
 }
 
 // ---------------------------------------------------------------------------
@@ -685,7 +271,7 @@ pub struct ManifestDir {
     pools: Vec<PoolDef>,
     pods: BTreeMap<(String, String), PodMeta>,
     namespaces: BTreeMap<String, NamespaceMeta>,
-    node_configs: Vec<NodeConfig>,
+    node_configs: Vec<NodeConfigDef>,
 }
 
 fn is_manifest_name(name: &str) -> bool {
@@ -807,7 +393,7 @@ impl ManifestDir {
 
     /// The node's default pool from the `CiliumNodeConfig`s of all files.
     pub fn node_default_pool(&self, node_labels: &BTreeMap<String, String>) -> Option<String> {
-        resolve_default_pool(&self.node_configs, node_labels)
+        node_default_pool(&self.node_configs, node_labels)
     }
 }
 
@@ -830,8 +416,11 @@ impl MetadataSource for ManifestDir {
 
 #[cfg(test)]
 mod tests {
+    use ipnet::IpNet;
+
     use super::*;
-    use crate::ipam::selection::{Step, select_pool};
+    use crate::ipam::Family;
+    use crate::ipam::selection::{LABEL_NAMESPACE_NAME, Step, select_pool};
 
     fn labels(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
         kv.iter()

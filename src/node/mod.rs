@@ -20,7 +20,6 @@ mod embedded;
 pub mod external;
 pub mod manifest_source;
 pub mod manifests;
-mod resource;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -31,11 +30,8 @@ use ipnet::IpNet;
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::MetadataSource;
 
+pub use crate::resources::{AllocationIp, NodeAddress, NodeResource, RequestedPool};
 pub use embedded::{EmbeddedMode, EmbeddedOperator};
-pub use resource::{
-    AllocatedPool, AllocationIp, IpamPools, NodeAddress, NodeIpamSpec, NodeResource, PoolDemand,
-    RequestedPool,
-};
 
 /// Why a backend could not do what was asked; the text says which object and why.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -16,7 +16,8 @@ use crate::ipam::hostscope::AllocatorOptions;
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::{MetadataSource, SelectionError, select_pool};
-use crate::node::{AllocationIp, NodeOutbox, PoolDemand, RequestedPool, UsedAddresses};
+use crate::node::{NodeOutbox, UsedAddresses};
+use crate::resources::{AllocationIp, PoolDemand, RequestedPool};
 use crate::store::{JournalOp, now_ms};
 
 /// How long a failed allocation keeps counting towards demand (Cilium: 5 min).
@@ -48,6 +49,20 @@ pub struct MultiPoolSettings {
     pub only_masquerade_default_pool: bool,
 }
 
+/// A CIDR of the node resource. Deserializing the resource refuses a value that
+/// is not one, so a failure means it was set in memory: logged, and left out.
+fn node_cidr(field: &str, text: &str) -> Option<IpNet> {
+    text.parse()
+        .map_err(|_| {
+            tracing::error!(
+                field,
+                value = text,
+                "the node resource holds a value that is not a CIDR: left out"
+            );
+        })
+        .ok()
+}
+
 impl IpamState {
     /// The pool a request without `pool` falls back to.
     pub(super) fn default_pool(&self) -> &str {
@@ -74,7 +89,7 @@ impl IpamState {
                     .ipam
                     .pod_cidrs
                     .iter()
-                    .filter_map(|c| c.parse::<IpNet>().ok())
+                    .filter_map(|c| node_cidr("spec.ipam.podCIDRs", c))
                 {
                     let e = wanted
                         .entry((super::DEFAULT_POOL.to_string(), Family::of_net(&c)))
@@ -108,7 +123,11 @@ impl IpamState {
                         allow_first_ip: a.allow_first_ip,
                         allow_last_ip: a.allow_last_ip,
                     };
-                    for c in a.cidrs.iter().filter_map(|c| c.parse::<IpNet>().ok()) {
+                    for c in a
+                        .cidrs
+                        .iter()
+                        .filter_map(|c| node_cidr("spec.ipam.pools.allocated", c))
+                    {
                         wanted
                             .entry((a.pool.clone(), Family::of_net(&c)))
                             .or_insert((Vec::new(), opts))
@@ -335,7 +354,7 @@ impl IpamState {
     /// crd/eni: the external system changed the node resource (the spec, and in
     /// eni mode the inventory): take the new addresses; ones in use that vanished
     /// stay until their pods go, and are reported.
-    pub fn set_external_node(&mut self, node: crate::node::NodeResource) {
+    pub fn set_external_node(&mut self, node: crate::resources::NodeResource) {
         self.node.spec.ipam.pool = node.spec.ipam.pool;
         self.node.spec.ipam.ipv6_pool = node.spec.ipam.ipv6_pool;
         self.node.spec.ipam.pools.allocated = node.spec.ipam.pools.allocated;

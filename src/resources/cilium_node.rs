@@ -1,26 +1,30 @@
-//! `CiliumNode`-shaped node resource (cilium.io/v2 field names), the part podnet
-//! uses: `spec.ipam.podCIDRs`, `spec.addresses`, `status.ipam.operator-status`.
+//! `CiliumNode` (cilium.io/v2, field names as Cilium spells them), the node
+//! resource: the part podnet uses (`spec.ipam`, `spec.addresses`, `spec.eni`,
+//! `status.ipam`, `status.eni`), with every other field kept on a round trip.
 
 use std::collections::BTreeMap;
 
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-/// The node resource. Unknown fields are kept out; podnet writes what it reads.
+use super::ObjectMeta;
+use super::fields::{cidr_texts, parse_cidr_texts};
+
+/// The node resource (`CiliumNode`). Fields podnet does not model are kept in the
+/// `extra` maps (top level, `metadata`, `spec`, `spec.ipam`, `status`) and written
+/// back as read; `status.ipam` is the daemon's own and keeps only what it models.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeResource {
     #[serde(rename = "apiVersion")]
     pub api_version: String,
     pub kind: String,
-    pub metadata: Metadata,
+    pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: NodeSpec,
     #[serde(default)]
     pub status: NodeStatus,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Metadata {
-    pub name: String,
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -39,6 +43,8 @@ pub struct NodeSpec {
     /// `spec.eni`: AWS ENI settings of this node (ENI mode).
     #[serde(default, skip_serializing_if = "EniSpec::is_empty")]
     pub eni: EniSpec,
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
 }
 
 /// `spec.addresses[]`: `type` is e.g. `CiliumInternalIP` (the router IP).
@@ -52,7 +58,14 @@ pub struct NodeAddress {
 /// `spec.ipam`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeIpamSpec {
-    #[serde(rename = "podCIDRs", default, skip_serializing_if = "Vec::is_empty")]
+    /// Cluster-pool and kubernetes modes: the node's CIDRs, as written (each one
+    /// a CIDR: deserializing refuses anything else).
+    #[serde(
+        rename = "podCIDRs",
+        default,
+        deserialize_with = "cidr_texts",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub pod_cidrs: Vec<String>,
     /// Multi-pool: what the node asks for and what it was given.
     #[serde(default, skip_serializing_if = "IpamPools::is_empty")]
@@ -87,6 +100,16 @@ pub struct NodeIpamSpec {
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub static_ip_tags: BTreeMap<String, String>,
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+impl NodeIpamSpec {
+    /// `podCIDRs`, parsed. A value that is not a CIDR can only have been set in
+    /// memory (deserializing refuses it); it is an error naming it.
+    pub fn pod_cidr_nets(&self) -> Result<Vec<IpNet>, String> {
+        parse_cidr_texts(&self.pod_cidrs, "spec.ipam.podCIDRs")
+    }
 }
 
 /// `{owner, resource}` of a `spec.ipam.pool` / `status.ipam.used` entry
@@ -331,7 +354,8 @@ pub struct AllocatedPool {
     pub allow_first_ip: bool,
     #[serde(rename = "allowLastIP", default)]
     pub allow_last_ip: bool,
-    #[serde(default)]
+    /// As written (each one a CIDR: deserializing refuses anything else).
+    #[serde(default, deserialize_with = "cidr_texts")]
     pub cidrs: Vec<String>,
 }
 
@@ -346,8 +370,11 @@ pub struct NodeStatus {
     /// `status.eni`: the ENI inventory (ENI mode).
     #[serde(default, skip_serializing_if = "EniStatus::is_empty")]
     pub eni: EniStatus,
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
 }
 
+/// `status.ipam`: the daemon writes all of it; keys it does not model are dropped.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeIpamStatus {
     #[serde(rename = "operator-status", default)]
@@ -376,7 +403,7 @@ impl NodeResource {
         NodeResource {
             api_version: "cilium.io/v2".into(),
             kind: "CiliumNode".into(),
-            metadata: Metadata { name: name.into() },
+            metadata: ObjectMeta::named(name),
             ..Default::default()
         }
     }
@@ -426,6 +453,88 @@ mod tests {
         assert_eq!(
             n.addresses_of("CiliumInternalIP")[0].to_string(),
             "10.0.1.7"
+        );
+    }
+
+    /// What `kubectl get ciliumnode -o json` prints, with fields podnet does not
+    /// model at every level.
+    fn kubectl_node() -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "cilium.io/v2",
+            "kind": "CiliumNode",
+            "metadata": {
+                "name": "worker-1",
+                "labels": {"kubernetes.io/hostname": "worker-1"},
+                "resourceVersion": "4711",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "worker-1", "uid": "u-1"}],
+                "uid": "c0ffee",
+                "creationTimestamp": "2026-09-20T10:00:00Z"
+            },
+            "spec": {
+                "addresses": [{"type": "CiliumInternalIP", "ip": "10.0.1.1"}],
+                "bootid": "b-1",
+                "health": {"ipv4": "10.0.1.2"},
+                "ipam": {
+                    "podCIDRs": ["10.0.1.0/24"],
+                    "pools": {"allocated": [{
+                        "pool": "default",
+                        "allowFirstIP": false,
+                        "allowLastIP": false,
+                        "cidrs": ["10.9.0.0/27"]
+                    }]},
+                    "future-knob": 3
+                }
+            },
+            "status": {
+                "ipam": {"operator-status": {}, "release-ips": {"10.0.1.30": "released"}},
+                "azure": {"interfaces": []}
+            },
+            "future-top-level": true
+        })
+    }
+
+    #[test]
+    fn round_trip_keeps_unknown_fields() {
+        let before = kubectl_node();
+        let node: NodeResource = crate::resources::decode(&before).unwrap();
+        assert_eq!(node.metadata.name, "worker-1");
+        assert_eq!(node.metadata.resource_version.as_deref(), Some("4711"));
+        assert_eq!(node.metadata.owner_references[0].kind, "Node");
+        assert_eq!(node.metadata.labels["kubernetes.io/hostname"], "worker-1");
+        assert_eq!(
+            node.spec.ipam.pod_cidr_nets().unwrap(),
+            vec!["10.0.1.0/24".parse::<IpNet>().unwrap()]
+        );
+        let after = serde_json::to_value(&node).unwrap();
+        // Everything but status.ipam (the daemon's own) comes back as it was.
+        let mut expected = before.clone();
+        expected["status"]["ipam"] = serde_json::json!({"operator-status": {}});
+        assert_eq!(after, expected);
+    }
+
+    #[test]
+    fn cidr_fields_must_be_cidrs() {
+        let mut v = kubectl_node();
+        v["spec"]["ipam"]["podCIDRs"] = serde_json::json!(["10.0.1.0/24", "10.0.2.0/33"]);
+        assert_eq!(
+            crate::resources::decode::<NodeResource>(&v).unwrap_err(),
+            "spec.ipam.podCIDRs[1]: \"10.0.2.0/33\" is not a CIDR (expected <address>/<prefix \
+             length>, e.g. 10.0.0.0/16 or fd00::/104)"
+        );
+        let mut v = kubectl_node();
+        v["spec"]["ipam"]["pools"]["allocated"][0]["cidrs"] = serde_json::json!(["10.9.0.0"]);
+        let e = crate::resources::decode::<NodeResource>(&v).unwrap_err();
+        assert!(
+            e.starts_with("spec.ipam.pools.allocated[0].cidrs[0]: \"10.9.0.0\" is not a CIDR"),
+            "{e}"
+        );
+        // Set in memory, a bad value is an error naming it.
+        let mut n = NodeResource::new("n1");
+        n.spec.ipam.pod_cidrs = vec!["10.0.1.0/24".into(), "ten".into()];
+        assert_eq!(
+            n.spec.ipam.pod_cidr_nets().unwrap_err(),
+            "spec.ipam.podCIDRs[1]: \"ten\" is not a CIDR (expected <address>/<prefix length>, \
+             e.g. 10.0.0.0/16 or fd00::/104)"
         );
     }
 }
