@@ -9,6 +9,8 @@ mod alloc;
 mod explain;
 mod pools;
 mod restore;
+#[cfg(test)]
+mod tests;
 mod views;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

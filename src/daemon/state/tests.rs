@@ -1,0 +1,1921 @@
+//! Unit tests of the IPAM state, built as the daemon's start builds it: a real
+//! journal in a temporary directory, the embedded operator (or a fake one where a
+//! test must control what the operator grants), restore, the router addresses and
+//! the end of restore. The kernel is given as data (`KernelView`); nothing here
+//! touches links or namespaces. The full-disk test mounts a small tmpfs (it is
+//! skipped, with the reason printed, where `mount` is not allowed).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use super::*;
+use crate::api::link_marker::{JournalMark, LinkMarker};
+use crate::api::models::{
+    AddressPair, AttachmentRef, EndpointBatchDeleteRequest, EndpointChangeRequest, GcRequest,
+    IpamResponse, LinkRef, RangeStatus,
+};
+use crate::datapath::host_ifname;
+use crate::ipam::clusterpool::ClusterPoolConfig;
+use crate::ipam::pooldef::PoolFamilySpec;
+use crate::ipam::selection::{
+    ANNOTATION_IP_POOL, ANNOTATION_REQUIRE_POOL_MATCH, NamespaceMeta, PodMeta,
+};
+use crate::node::{AllocatedPool, EmbeddedMode, EmbeddedOperator, NodeError};
+use crate::store::Snapshot;
+
+const NODE: &str = "node-a";
+
+/// A directory under the system's temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "podnet-state-test-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn journal(&self) -> PathBuf {
+        self.0.join("journal.redb")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What a test node runs with: the state's config, and the embedded operator's
+/// mode and pools.
+#[derive(Clone)]
+struct Setup {
+    cfg: StateConfig,
+    mode: EmbeddedMode,
+    pools: Vec<PoolDef>,
+}
+
+fn state_config(ipam_mode: IpamMode, families: Vec<Family>, pooling: PoolingMode) -> StateConfig {
+    StateConfig {
+        node_name: NODE.into(),
+        ipam_mode,
+        expiration: Duration::from_secs(600),
+        cooldown: Duration::from_secs(30),
+        mtu: 1500,
+        reserve_health: false,
+        reserve_ingress: false,
+        datapath_mode: DatapathMode::Veth,
+        configured_datapath_mode: DatapathMode::Veth,
+        fixed_routers: BTreeMap::new(),
+        families,
+        pooling,
+    }
+}
+
+impl Setup {
+    /// cluster-pool whose pool CIDRs are exactly one node's CIDRs, so the node
+    /// gets them.
+    fn cluster_pool(v4: Option<&str>, v6: Option<&str>) -> Setup {
+        let parse = |c: Option<&str>| c.map(|c| c.parse::<IpNet>().unwrap());
+        let (v4, v6) = (parse(v4), parse(v6));
+        let families = [(v6, Family::V6), (v4, Family::V4)]
+            .into_iter()
+            .filter(|(c, _)| c.is_some())
+            .map(|(_, f)| f)
+            .collect();
+        let pool = ClusterPoolConfig {
+            enable_ipv4: v4.is_some(),
+            enable_ipv6: v6.is_some(),
+            ipv4_cidrs: v4.into_iter().collect(),
+            ipv4_mask_size: v4.map_or(24, |c| c.prefix_len()),
+            ipv6_cidrs: v6.into_iter().collect(),
+            ipv6_mask_size: v6.map_or(112, |c| c.prefix_len()),
+        };
+        Setup {
+            cfg: state_config(IpamMode::ClusterPool, families, PoolingMode::HostScope),
+            mode: EmbeddedMode::ClusterPool(pool),
+            pools: Vec::new(),
+        }
+    }
+
+    /// The usual dual-stack node: 10.0.0.0/28 and fd00::/124 (14 usable each).
+    fn dual() -> Setup {
+        Setup::cluster_pool(Some("10.0.0.0/28"), Some("fd00::/124"))
+    }
+
+    /// multi-pool, IPv4 only, default pool `default`.
+    fn multi_pool(pools: Vec<PoolDef>, pre_allocation: &[(&str, u64)]) -> Setup {
+        let settings = MultiPoolSettings {
+            default_pool: DEFAULT_POOL.into(),
+            configured_default_pool: DEFAULT_POOL.into(),
+            pre_allocation: pre_allocation
+                .iter()
+                .map(|(p, n)| (p.to_string(), *n))
+                .collect(),
+            only_masquerade_default_pool: false,
+        };
+        Setup {
+            cfg: state_config(
+                IpamMode::MultiPool,
+                vec![Family::V4],
+                PoolingMode::MultiPool(settings),
+            ),
+            mode: EmbeddedMode::MultiPool {
+                pools: pools.clone(),
+                default_pool: DEFAULT_POOL.into(),
+                migrate_cluster_pool: false,
+            },
+            pools,
+        }
+    }
+
+    fn cooldown(mut self, d: Duration) -> Setup {
+        self.cfg.cooldown = d;
+        self
+    }
+
+    fn expiration(mut self, d: Duration) -> Setup {
+        self.cfg.expiration = d;
+        self
+    }
+
+    fn health(mut self) -> Setup {
+        self.cfg.reserve_health = true;
+        self
+    }
+}
+
+fn pool_def(name: &str, cidr: &str, mask: u8) -> PoolDef {
+    PoolDef {
+        name: name.into(),
+        ipv4: Some(PoolFamilySpec {
+            cidrs: vec![cidr.parse().unwrap()],
+            mask_size: mask,
+            reserved_ranges: Vec::new(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The two pools of the multi-pool tests: `default` (blocks of 14) and `blue`
+/// (blocks of 6).
+fn default_and_blue() -> Vec<PoolDef> {
+    vec![
+        pool_def(DEFAULT_POOL, "10.10.0.0/16", 28),
+        pool_def("blue", "10.20.0.0/24", 29),
+    ]
+}
+
+/// Opens the journal and restores from it with `operator`, as the daemon's start
+/// does up to the kernel reconciliation. The journal's node resource goes
+/// through the operator's `sync`, as at start.
+fn restore_with(
+    dir: &TempDir,
+    setup: &Setup,
+    mut operator: Box<dyn NodeOperator>,
+) -> (IpamState, JournalOrigin) {
+    let (journal, snapshot) = Journal::open(&dir.journal()).unwrap();
+    let origin = if journal.created() {
+        JournalOrigin::Created
+    } else {
+        JournalOrigin::Existing
+    };
+    let current = snapshot
+        .meta
+        .iter()
+        .find(|(k, _)| k == NODE_META_KEY)
+        .map(|(_, v)| serde_json::from_value(v.clone()).unwrap());
+    let node = operator.sync(current).unwrap();
+    let state = IpamState::restore(
+        setup.cfg.clone(),
+        journal,
+        node,
+        Some(operator),
+        setup.pools.clone(),
+        snapshot,
+        Arc::new(Metrics::new("podnet")),
+    )
+    .unwrap();
+    (state, origin)
+}
+
+/// `restore_with` the embedded operator.
+fn restore(dir: &TempDir, setup: &Setup) -> (IpamState, JournalOrigin) {
+    let operator = Box::new(EmbeddedOperator::new(NODE, setup.mode.clone()));
+    restore_with(dir, setup, operator)
+}
+
+/// The rest of the start: router addresses, then the end of restore.
+fn ready(mut state: IpamState) -> IpamState {
+    state.reserve_infra_addresses(&[]).unwrap();
+    state.finish_restore();
+    state
+}
+
+/// A whole start without a kernel (nothing to reconcile).
+fn start(dir: &TempDir, setup: &Setup) -> IpamState {
+    ready(restore(dir, setup).0)
+}
+
+/// An ADD's allocation for the attachment `<cid>:eth0` of pod `ns/<cid>`.
+fn pod(cid: &str) -> AllocateRequest {
+    AllocateRequest {
+        owner: format!("ns/{cid}"),
+        expiration: true,
+        container_id: Some(cid.into()),
+        ifname: Some("eth0".into()),
+        network: Some("podnet".into()),
+        ..Default::default()
+    }
+}
+
+/// An allocation without expiration and without an attachment.
+fn plain(owner: &str, pool: &str) -> AllocateRequest {
+    AllocateRequest {
+        owner: owner.into(),
+        pool: pool.into(),
+        ..Default::default()
+    }
+}
+
+fn v4(resp: &IpamResponse) -> IpAddr {
+    resp.address.ipv4.parse().unwrap()
+}
+
+fn v6(resp: &IpamResponse) -> IpAddr {
+    resp.address.ipv6.parse().unwrap()
+}
+
+/// The addresses of a response, IPv6 first.
+fn ips(resp: &IpamResponse) -> Vec<IpAddr> {
+    [&resp.address.ipv6, &resp.address.ipv4]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect()
+}
+
+fn addr(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// The endpoint the plugin registers after a successful ADD.
+fn endpoint_for(cid: &str, resp: &IpamResponse) -> EndpointChangeRequest {
+    let uuid = |el: &Option<crate::api::models::IpamAddressResponse>| {
+        el.as_ref()
+            .map(|e| e.expiration_uuid.clone())
+            .unwrap_or_default()
+    };
+    EndpointChangeRequest {
+        container_id: cid.into(),
+        container_interface_name: "eth0".into(),
+        k8s_pod_name: cid.into(),
+        k8s_namespace: "ns".into(),
+        addressing: AddressPair {
+            ipv4: resp.address.ipv4.clone(),
+            ipv4_expiration_uuid: uuid(&resp.ipv4),
+            ipv6: resp.address.ipv6.clone(),
+            ipv6_expiration_uuid: uuid(&resp.ipv6),
+            ..Default::default()
+        },
+        interface_name: host_ifname(cid, "eth0"),
+        ..Default::default()
+    }
+}
+
+fn del(cid: &str) -> EndpointBatchDeleteRequest {
+    EndpointBatchDeleteRequest {
+        container_id: cid.into(),
+        container_interface_name: "eth0".into(),
+        teardown_links: Vec::new(),
+    }
+}
+
+fn state_of(s: &IpamState, ip: IpAddr) -> Option<AllocationState> {
+    s.allocations.get(&ip).map(|r| r.state)
+}
+
+fn range(s: &IpamState, family: &str) -> RangeStatus {
+    s.status()
+        .ipam
+        .ranges
+        .into_iter()
+        .find(|r| r.family == family)
+        .unwrap()
+}
+
+fn expire_timers(timers: &[Timer]) -> Vec<Timer> {
+    timers
+        .iter()
+        .filter(|t| matches!(t.kind, TimerKind::Expire { .. }))
+        .cloned()
+        .collect()
+}
+
+fn cooldown_timers(timers: &[Timer]) -> Vec<Timer> {
+    timers
+        .iter()
+        .filter(|t| t.kind == TimerKind::Cooldown)
+        .cloned()
+        .collect()
+}
+
+/// Lets the wall clock move on, so records get distinct allocation times.
+fn tick() {
+    std::thread::sleep(Duration::from_millis(3));
+}
+
+/// A marker as the plugin writes it for `<cid>:eth0` of pod `ns/<cid>`.
+fn marker(journal_id: &str, seq: u64, cid: &str) -> LinkMarker {
+    LinkMarker {
+        journal: JournalMark {
+            journal_id: journal_id.into(),
+            seq,
+        },
+        container_id: Some(cid.into()),
+        ifname: Some("eth0".into()),
+        owner: Some(format!("ns/{cid}")),
+    }
+}
+
+fn link(cid: &str, routed: &[IpAddr], marker: Option<LinkMarker>) -> KernelLink {
+    KernelLink {
+        name: host_ifname(cid, "eth0"),
+        routed: routed.to_vec(),
+        marker,
+    }
+}
+
+/// The blocks the node holds in `pool`.
+fn blocks(s: &IpamState, pool: &str) -> Vec<String> {
+    s.node()
+        .spec
+        .ipam
+        .pools
+        .allocated
+        .iter()
+        .filter(|a| a.pool == pool)
+        .flat_map(|a| a.cidrs.clone())
+        .collect()
+}
+
+/// The IPv4 demand of `pool` in `spec.ipam.pools.requested`.
+fn requested(s: &IpamState, pool: &str) -> Option<u64> {
+    s.node()
+        .spec
+        .ipam
+        .pools
+        .requested
+        .iter()
+        .find(|r| r.pool == pool)
+        .map(|r| r.needed.ipv4_addrs)
+}
+
+fn in_block(ip: IpAddr, cidr: &str) -> bool {
+    cidr.parse::<IpNet>().unwrap().contains(&ip)
+}
+
+// --- allocation -----------------------------------------------------------------
+
+#[test]
+fn router_and_health_are_reserved_first_and_never_handed_out() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual().health());
+    assert_eq!(s.router_ips(), vec![addr("10.0.0.1"), addr("fd00::1")]);
+    let infra: BTreeMap<IpAddr, String> = s
+        .allocations
+        .values()
+        .filter(|r| r.state == AllocationState::Infra)
+        .map(|r| (r.ip, r.owner.clone()))
+        .collect();
+    let expected: BTreeMap<IpAddr, String> = [
+        ("10.0.0.1", "router"),
+        ("10.0.0.2", "health"),
+        ("fd00::1", "router"),
+        ("fd00::2", "health"),
+    ]
+    .into_iter()
+    .map(|(ip, o)| (addr(ip), o.to_string()))
+    .collect();
+    assert_eq!(infra, expected);
+    let mut handed_out = BTreeSet::new();
+    while let Ok(resp) = s.allocate_next(&plain("ns/p", "")) {
+        handed_out.extend(ips(&resp));
+    }
+    assert_eq!(handed_out.len(), 2 * 12, "14 usable per family, 2 reserved");
+    assert!(handed_out.iter().all(|ip| !infra.contains_key(ip)));
+    let e = s.release_ip("10.0.0.1", "").unwrap_err();
+    assert_eq!(e.status, 409);
+    assert_eq!(
+        e.message,
+        "IP 10.0.0.1 is the node's router address and cannot be released"
+    );
+    assert_eq!(state_of(&s, addr("10.0.0.1")), Some(AllocationState::Infra));
+}
+
+#[test]
+fn addresses_are_unique_until_the_range_is_full_then_502_names_the_ipv6_range_first() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual());
+    let mut seen = BTreeSet::new();
+    for i in 0..13 {
+        let resp = s.allocate_next(&pod(&format!("c{i}"))).unwrap();
+        assert!(resp.ipv6.is_some() && resp.ipv4.is_some(), "{resp:?}");
+        assert!(in_block(v4(&resp), "10.0.0.0/28") && in_block(v6(&resp), "fd00::/124"));
+        for ip in ips(&resp) {
+            assert!(seen.insert(ip), "{ip} handed out twice");
+        }
+    }
+    let e = s.allocate_next(&pod("one-too-many")).unwrap_err();
+    assert_eq!(e.status, 502);
+    // IPv6 is allocated first, so a node full in both families names IPv6.
+    assert_eq!(
+        e.message,
+        "range is full: no free address in fd00::/124 (14 of 14 allocated) (node node-a)"
+    );
+    assert_eq!(
+        s.failures.back().map(|f| f.reason.as_str()),
+        Some("range-full")
+    );
+    let st = s.status();
+    assert_eq!(st.cilium.state, "Warning", "{:?}", st.cilium);
+}
+
+#[test]
+fn an_ipv4_failure_gives_the_ipv6_address_back() {
+    let dir = TempDir::new();
+    let mut s = start(
+        &dir,
+        &Setup::cluster_pool(Some("10.0.0.0/29"), Some("fd00::/124")),
+    );
+    for i in 0..5 {
+        s.allocate_next(&pod(&format!("c{i}"))).unwrap();
+    }
+    let e = s.allocate_next(&pod("c5")).unwrap_err();
+    assert_eq!(e.status, 502);
+    assert_eq!(
+        e.message,
+        "range is full: no free address in 10.0.0.0/29 (6 of 6 allocated) (node node-a)"
+    );
+    assert_eq!(
+        range(&s, "ipv6").used,
+        6,
+        "router and five pods, nothing more"
+    );
+    let v6_records = s.allocations.keys().filter(|ip| ip.is_ipv6()).count();
+    assert_eq!(v6_records, 6);
+}
+
+/// The next IPv4 address for an anonymous owner.
+fn next_v4(s: &mut IpamState) -> Result<IpAddr, ApiError> {
+    s.allocate_next(&plain("ns/p", "")).map(|r| v4(&r))
+}
+
+#[test]
+fn next_fit_hands_a_released_address_out_again_only_after_the_range_wrapped() {
+    let dir = TempDir::new();
+    let setup = Setup::cluster_pool(Some("10.0.0.0/28"), None).cooldown(Duration::ZERO);
+    let mut s = start(&dir, &setup);
+    assert_eq!(next_v4(&mut s).unwrap(), addr("10.0.0.2"));
+    assert_eq!(next_v4(&mut s).unwrap(), addr("10.0.0.3"));
+    s.release_ip("10.0.0.2", "").unwrap();
+    let order: Vec<IpAddr> = (0..12).map(|_| next_v4(&mut s).unwrap()).collect();
+    let expected: Vec<IpAddr> = (4..=14)
+        .map(|i| addr(&format!("10.0.0.{i}")))
+        .chain([addr("10.0.0.2")])
+        .collect();
+    assert_eq!(order, expected);
+    let e = next_v4(&mut s).unwrap_err();
+    assert!(e.message.starts_with("range is full"), "{}", e.message);
+}
+
+#[test]
+fn a_repeated_add_of_an_attachment_supersedes_its_old_addresses() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual());
+    let first = s.allocate_next(&pod("c1")).unwrap();
+    let second = s.allocate_next(&pod("c1")).unwrap();
+    for ip in ips(&first) {
+        assert_eq!(state_of(&s, ip), Some(AllocationState::Cooling), "{ip}");
+    }
+    for ip in ips(&second) {
+        assert_eq!(state_of(&s, ip), Some(AllocationState::Pending), "{ip}");
+        assert!(!ips(&first).contains(&ip));
+    }
+    let live = s
+        .allocations
+        .values()
+        .filter(|r| r.is_for("c1", Some("eth0")));
+    assert_eq!(live.count(), 2);
+}
+
+#[test]
+fn gc_releases_only_the_networks_attachments_missing_from_the_valid_set() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
+    let gone = s.allocate_next(&pod("gone")).unwrap();
+    let kept = s.allocate_next(&pod("kept")).unwrap();
+    let other = s
+        .allocate_next(&AllocateRequest {
+            network: Some("other-net".into()),
+            ..pod("other")
+        })
+        .unwrap();
+    let (resp, stale) = s
+        .gc(&GcRequest {
+            network: "podnet".into(),
+            valid_attachments: vec![AttachmentRef {
+                container_id: "kept".into(),
+                ifname: "eth0".into(),
+            }],
+        })
+        .unwrap();
+    assert_eq!(stale, vec![("gone".to_string(), "eth0".to_string())]);
+    let expected: BTreeSet<String> = ips(&gone)
+        .iter()
+        .map(|ip| format!("{ip} (ns/gone)"))
+        .collect();
+    assert_eq!(resp.released.into_iter().collect::<BTreeSet<_>>(), expected);
+    for ip in ips(&gone) {
+        assert_eq!(state_of(&s, ip), None);
+    }
+    for ip in ips(&kept).into_iter().chain(ips(&other)) {
+        assert_eq!(state_of(&s, ip), Some(AllocationState::Pending));
+    }
+}
+
+// --- expiration -----------------------------------------------------------------
+
+#[test]
+fn a_pending_allocation_is_released_when_its_expiration_timer_fires() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
+    s.take_timers();
+    let before = now_ms();
+    let resp = s.allocate_next(&pod("c1")).unwrap();
+    let timers = expire_timers(&s.take_timers());
+    assert_eq!(timers.len(), 2);
+    for t in &timers {
+        let el = if t.ip.is_ipv4() {
+            &resp.ipv4
+        } else {
+            &resp.ipv6
+        };
+        let uuid = el.as_ref().unwrap().expiration_uuid.clone();
+        assert!(!uuid.is_empty());
+        assert_eq!(t.kind, TimerKind::Expire { uuid });
+        assert!(t.deadline_ms >= before + 600_000 && t.deadline_ms <= now_ms() + 600_000);
+    }
+    for t in &timers {
+        assert!(s.fire(t));
+        assert_eq!(state_of(&s, t.ip), None, "released and free (no cooldown)");
+        assert!(!s.fire(t), "a second firing changes nothing");
+    }
+    let listed = s.status().ipam.allocations;
+    assert!(
+        ips(&resp)
+            .iter()
+            .all(|ip| !listed.contains_key(&ip.to_string()))
+    );
+}
+
+#[test]
+fn creating_the_endpoint_stops_the_expiration() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual());
+    s.take_timers();
+    let resp = s.allocate_next(&pod("c1")).unwrap();
+    let timers = expire_timers(&s.take_timers());
+    let view = s.create_endpoint(&endpoint_for("c1", &resp)).unwrap();
+    assert_eq!(view.owner, "ns/c1");
+    assert_eq!(view.addressing.ipv4, resp.address.ipv4);
+    for t in &timers {
+        assert!(!s.fire(t));
+        assert_eq!(state_of(&s, t.ip), Some(AllocationState::Bound));
+    }
+}
+
+#[test]
+fn an_endpoint_with_the_wrong_expiration_uuid_is_refused_and_the_timer_still_releases() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
+    s.take_timers();
+    let resp = s.allocate_next(&pod("c1")).unwrap();
+    let timers = expire_timers(&s.take_timers());
+    let mut req = endpoint_for("c1", &resp);
+    req.addressing.ipv4_expiration_uuid = "not-the-uuid".into();
+    let e = s.create_endpoint(&req).unwrap_err();
+    assert_eq!(
+        e,
+        ApiError::new(500, "UUID mismatch, not stopping expiration timer")
+    );
+    assert_eq!(
+        s.endpoint("cni-attachment-id:c1:eth0").unwrap_err().status,
+        404
+    );
+    let foreign = Timer {
+        kind: TimerKind::Expire {
+            uuid: "not-the-uuid".into(),
+        },
+        ..timers[0].clone()
+    };
+    assert!(
+        !s.fire(&foreign),
+        "a timer of another allocation does nothing"
+    );
+    assert_eq!(state_of(&s, timers[0].ip), Some(AllocationState::Pending));
+    for t in &timers {
+        assert!(s.fire(t));
+        assert_eq!(state_of(&s, t.ip), None);
+    }
+}
+
+#[test]
+fn expiry_queues_the_host_link_only_when_nothing_else_of_the_attachment_lives() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
+    s.take_timers();
+    let resp = s.allocate_next(&pod("c1")).unwrap();
+    let made = JournalMark::parse(&resp.journal_mark).unwrap();
+    let timers = expire_timers(&s.take_timers());
+    let t6 = timers.iter().find(|t| t.ip.is_ipv6()).unwrap();
+    let t4 = timers.iter().find(|t| t.ip.is_ipv4()).unwrap();
+    assert!(s.fire(t6));
+    assert!(
+        s.take_stale_links().is_empty(),
+        "the IPv4 address still lives"
+    );
+    assert!(s.fire(t4));
+    let stale = s.take_stale_links();
+    assert_eq!(stale.len(), 1);
+    assert_eq!(stale[0].name, host_ifname("c1", "eth0"));
+    assert_eq!(stale[0].made_by.journal_id, made.journal_id);
+    assert!(
+        made.seq <= stale[0].made_by.seq,
+        "the link of the expired ADD is covered"
+    );
+    let retried = s.allocate_next(&pod("c1")).unwrap();
+    let retried = JournalMark::parse(&retried.journal_mark).unwrap();
+    assert!(
+        retried.seq > stale[0].made_by.seq,
+        "a retried ADD's new link is not covered"
+    );
+
+    // An attachment whose endpoint exists keeps its link when a leftover
+    // pending address of it expires.
+    s.take_timers();
+    let resp = s.allocate_next(&pod("c2")).unwrap();
+    let timers = expire_timers(&s.take_timers());
+    let mut req = endpoint_for("c2", &resp);
+    req.addressing.ipv4.clear();
+    s.create_endpoint(&req).unwrap();
+    let t4 = timers.iter().find(|t| t.ip.is_ipv4()).unwrap();
+    assert!(s.fire(t4));
+    assert!(s.take_stale_links().is_empty());
+
+    // An allocation without an attachment has no link to remove.
+    s.take_timers();
+    s.allocate_next(&AllocateRequest {
+        expiration: true,
+        ..plain("ns/loose", "")
+    })
+    .unwrap();
+    for t in expire_timers(&s.take_timers()) {
+        assert!(s.fire(&t));
+    }
+    assert!(s.take_stale_links().is_empty());
+}
+
+// --- cooldown -------------------------------------------------------------------
+
+#[test]
+fn a_released_address_cools_down_counts_as_used_and_its_timer_frees_it() {
+    let dir = TempDir::new();
+    let setup = Setup::cluster_pool(Some("10.0.0.0/29"), None).cooldown(Duration::from_secs(1));
+    let mut s = start(&dir, &setup);
+    let taken: Vec<IpAddr> = (0..5).map(|_| next_v4(&mut s).unwrap()).collect();
+    s.take_timers();
+    s.release_ip(&taken[0].to_string(), "").unwrap();
+    assert_eq!(state_of(&s, taken[0]), Some(AllocationState::Cooling));
+    assert!(!s.live_addresses().contains(&taken[0]));
+    let r = range(&s, "ipv4");
+    assert_eq!((r.used, r.usable, r.cooling), (6, 6, 1));
+    assert!(s.status().ipam.cooling.contains_key(&taken[0].to_string()));
+    let e = s.allocate_next(&plain("ns/q", "")).unwrap_err();
+    assert!(e.message.starts_with("range is full"), "{}", e.message);
+    let e = s
+        .allocate_ip(&taken[0].to_string(), "ns/q", "")
+        .unwrap_err();
+    assert_eq!(e.status, 409);
+    assert!(
+        e.message.contains("was released recently and cools down"),
+        "{}",
+        e.message
+    );
+
+    let timers = cooldown_timers(&s.take_timers());
+    assert_eq!(timers.len(), 1);
+    assert_eq!(timers[0].ip, taken[0]);
+    assert!(!s.fire(&timers[0]), "the cooldown has not ended yet");
+    assert_eq!(state_of(&s, taken[0]), Some(AllocationState::Cooling));
+    std::thread::sleep(Duration::from_millis(
+        timers[0].deadline_ms.saturating_sub(now_ms()) + 20,
+    ));
+    assert!(s.fire(&timers[0]));
+    assert_eq!(state_of(&s, taken[0]), None);
+    assert_eq!(v4(&s.allocate_next(&plain("ns/q", "")).unwrap()), taken[0]);
+}
+
+#[test]
+fn without_a_cooldown_a_release_frees_the_address_at_once() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
+    let resp = s.allocate_next(&plain("ns/p", "")).unwrap();
+    s.take_timers();
+    s.release_ip(&resp.address.ipv4, "").unwrap();
+    assert_eq!(state_of(&s, v4(&resp)), None);
+    assert!(s.take_timers().is_empty());
+    assert!(s.status().ipam.cooling.is_empty());
+    s.allocate_ip(&resp.address.ipv4, "ns/q", "").unwrap();
+    assert_eq!(state_of(&s, v4(&resp)), Some(AllocationState::Bound));
+}
+
+// --- teardown hold --------------------------------------------------------------
+
+fn del_with_links(cid: &str) -> EndpointBatchDeleteRequest {
+    EndpointBatchDeleteRequest {
+        teardown_links: vec![LinkRef {
+            name: host_ifname(cid, "eth0"),
+            index: 42,
+        }],
+        ..del(cid)
+    }
+}
+
+#[test]
+fn a_teardown_holds_the_addresses_until_it_finishes() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual());
+    let resp = s.allocate_next(&pod("c1")).unwrap();
+    s.create_endpoint(&endpoint_for("c1", &resp)).unwrap();
+    s.take_timers();
+    let td = s.delete_endpoints(&del_with_links("c1")).unwrap().unwrap();
+    assert_eq!(td.key, "teardown/c1:eth0");
+    assert_eq!(td.links, del_with_links("c1").teardown_links);
+    assert_eq!(
+        td.ips.iter().copied().collect::<BTreeSet<_>>(),
+        ips(&resp).into_iter().collect::<BTreeSet<_>>()
+    );
+    assert_eq!(s.pending_teardowns(), vec![td.clone()]);
+    assert_eq!(
+        s.endpoint("cni-attachment-id:c1:eth0").unwrap_err().status,
+        404
+    );
+    assert!(s.take_timers().is_empty(), "a hold has no end to wait for");
+    let cooling = s.status().ipam.cooling;
+    for ip in ips(&resp) {
+        let rec = &s.allocations[&ip];
+        assert_eq!(rec.state, AllocationState::Cooling);
+        assert_eq!(rec.cooling_until_ms, Some(HOLD_UNTIL_TEARDOWN));
+        assert_eq!(
+            cooling.get(&ip.to_string()).map(String::as_str),
+            Some("ns/c1 (held until its links are gone)")
+        );
+        let early = Timer {
+            ip,
+            deadline_ms: now_ms(),
+            kind: TimerKind::Cooldown,
+        };
+        assert!(!s.fire(&early), "a cooldown timer does not end a hold");
+    }
+
+    let before = now_ms();
+    s.finish_teardown(&td.key).unwrap();
+    assert!(s.pending_teardowns().is_empty());
+    let timers = cooldown_timers(&s.take_timers());
+    assert_eq!(timers.len(), 2);
+    for ip in ips(&resp) {
+        let until = s.allocations[&ip].cooling_until_ms.unwrap();
+        assert!(until >= before + 30_000 && until <= now_ms() + 30_000);
+        assert!(timers.iter().any(|t| t.ip == ip && t.deadline_ms == until));
+    }
+    s.finish_teardown(&td.key).unwrap();
+}
+
+#[test]
+fn deleting_an_unknown_endpoint_is_404() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual());
+    let e = s.delete_endpoints(&del("nobody")).unwrap_err();
+    assert_eq!(e, ApiError::new(404, "endpoints not found"));
+}
+
+// --- restore --------------------------------------------------------------------
+
+#[test]
+fn restore_brings_back_allocations_endpoints_cooling_and_pending_timers() {
+    let dir = TempDir::new();
+    let setup = Setup::dual();
+    let mut s = start(&dir, &setup);
+    let pending = s.allocate_next(&pod("pending")).unwrap();
+    tick();
+    let bound = s.allocate_next(&pod("bound")).unwrap();
+    s.create_endpoint(&endpoint_for("bound", &bound)).unwrap();
+    tick();
+    let released = s.allocate_next(&pod("released")).unwrap();
+    s.delete_endpoints(&del("released")).unwrap();
+    let routers = s.router_ips();
+    let allocations = s.allocations.clone();
+    let endpoints = s.endpoints.clone();
+    drop(s);
+
+    let (mut s, origin) = restore(&dir, &setup);
+    assert_eq!(origin, JournalOrigin::Existing);
+    assert_eq!(s.allocations, allocations);
+    assert_eq!(s.endpoints, endpoints);
+    let report = s.restore_report().clone();
+    assert_eq!(
+        (report.restored, report.expired, report.cooled_down),
+        (6, 0, 0),
+        "two routers, two pending, two bound: {report:?}"
+    );
+    let timers = s.take_timers();
+    let expiring = expire_timers(&timers);
+    assert_eq!(expiring.len(), 2);
+    for t in &expiring {
+        let rec = &allocations[&t.ip];
+        assert!(ips(&pending).contains(&t.ip));
+        assert_eq!(Some(t.deadline_ms), rec.expires_at_ms);
+        assert_eq!(
+            t.kind,
+            TimerKind::Expire {
+                uuid: rec.expiration_uuid.clone().unwrap()
+            }
+        );
+    }
+    let cooling = cooldown_timers(&timers);
+    assert_eq!(cooling.len(), 2);
+    for t in &cooling {
+        assert!(ips(&released).contains(&t.ip));
+        assert_eq!(Some(t.deadline_ms), allocations[&t.ip].cooling_until_ms);
+    }
+
+    let mut s = ready(s);
+    assert_eq!(s.router_ips(), routers);
+    assert!(s.endpoint("cni-attachment-id:bound:eth0").unwrap().restored);
+    let st = s.status();
+    assert_eq!(
+        st.ipam
+            .allocations
+            .get(&bound.address.ipv4)
+            .map(String::as_str),
+        Some("ns/bound [restored]")
+    );
+    assert_eq!(
+        st.ipam
+            .allocations
+            .get(&pending.address.ipv4)
+            .map(String::as_str),
+        Some("ns/pending [expiring]")
+    );
+    let left = st.ipam.cooling[&released.address.ipv4].clone();
+    let ms: u64 = left
+        .strip_prefix("ns/released (")
+        .and_then(|l| l.strip_suffix(" ms left)"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(ms > 0 && ms <= 30_000, "{left}");
+    // The plugin that got the pending addresses before the restart can still
+    // register its endpoint with their expiration UUIDs.
+    s.create_endpoint(&endpoint_for("pending", &pending))
+        .unwrap();
+    for t in &expiring {
+        assert!(!s.fire(t));
+    }
+}
+
+#[test]
+fn restore_releases_what_expired_or_cooled_down_while_the_daemon_was_down() {
+    let dir = TempDir::new();
+    let short = Setup::dual()
+        .expiration(Duration::from_millis(50))
+        .cooldown(Duration::from_millis(50));
+    let mut s = start(&dir, &short);
+    let expired = s.allocate_next(&pod("expired")).unwrap();
+    let cooled = s.allocate_next(&pod("cooled")).unwrap();
+    s.delete_endpoints(&del("cooled")).unwrap();
+    let kept = s.allocate_next(&pod("kept")).unwrap();
+    s.create_endpoint(&endpoint_for("kept", &kept)).unwrap();
+    drop(s);
+    std::thread::sleep(Duration::from_millis(120));
+
+    let (mut s, _) = restore(&dir, &Setup::dual());
+    let report = s.restore_report().clone();
+    assert_eq!(
+        (report.restored, report.expired, report.cooled_down),
+        (4, 2, 2),
+        "{report:?}"
+    );
+    for ip in ips(&expired).into_iter().chain(ips(&cooled)) {
+        assert_eq!(state_of(&s, ip), None, "{ip}");
+    }
+    assert!(s.take_timers().is_empty());
+    let s = ready(s);
+    assert_eq!(range(&s, "ipv4").used, 2, "the router and the kept pod");
+    drop(s);
+    let (_, snapshot) = Journal::open(&dir.journal()).unwrap();
+    let journaled: BTreeSet<IpAddr> = snapshot.allocations.iter().map(|r| r.ip).collect();
+    for ip in ips(&expired).into_iter().chain(ips(&cooled)) {
+        assert!(!journaled.contains(&ip), "{ip} is still journaled");
+    }
+    assert!(ips(&kept).iter().all(|ip| journaled.contains(ip)));
+}
+
+#[test]
+fn after_a_restart_allocation_continues_after_the_newest_restored_address() {
+    let dir = TempDir::new();
+    let setup = Setup::cluster_pool(Some("10.0.0.0/28"), None).cooldown(Duration::ZERO);
+    let mut s = start(&dir, &setup);
+    for expected in ["10.0.0.2", "10.0.0.3", "10.0.0.4"] {
+        tick();
+        assert_eq!(next_v4(&mut s).unwrap(), addr(expected));
+    }
+    s.release_ip("10.0.0.2", "").unwrap();
+    drop(s);
+    let mut s = start(&dir, &setup);
+    assert_eq!(
+        next_v4(&mut s).unwrap(),
+        addr("10.0.0.5"),
+        "not the freed 10.0.0.2"
+    );
+}
+
+#[test]
+fn an_allocation_outside_the_node_ranges_is_kept_until_released() {
+    let dir = TempDir::new();
+    let setup = Setup::dual();
+    drop(start(&dir, &setup));
+    let outside = addr("192.168.50.5");
+    {
+        let (mut j, _) = Journal::open(&dir.journal()).unwrap();
+        j.commit(&[JournalOp::PutAllocation(AllocationRecord {
+            ip: outside,
+            family: Family::V4,
+            pool: DEFAULT_POOL.into(),
+            owner: "ns/old".into(),
+            container_id: None,
+            ifname: None,
+            network: None,
+            state: AllocationState::Bound,
+            expiration_uuid: None,
+            expires_at_ms: None,
+            allocated_at_ms: now_ms(),
+            host_ifname: None,
+            cooling_until_ms: None,
+            selected_by: None,
+        })])
+        .unwrap();
+    }
+    let mut s = start(&dir, &setup.cooldown(Duration::ZERO));
+    assert_eq!(
+        s.restore_report().outside_ranges,
+        vec!["192.168.50.5 (ns/old)".to_string()]
+    );
+    assert_eq!(state_of(&s, outside), Some(AllocationState::Bound));
+    s.release_ip("192.168.50.5", "").unwrap();
+    assert_eq!(state_of(&s, outside), None);
+}
+
+#[test]
+fn a_teardown_interrupted_by_a_restart_is_still_pending_and_holds_its_addresses() {
+    let dir = TempDir::new();
+    let setup = Setup::dual();
+    let mut s = start(&dir, &setup);
+    let resp = s.allocate_next(&pod("c1")).unwrap();
+    s.create_endpoint(&endpoint_for("c1", &resp)).unwrap();
+    let td = s.delete_endpoints(&del_with_links("c1")).unwrap().unwrap();
+    drop(s);
+    let (mut s, _) = restore(&dir, &setup);
+    assert!(cooldown_timers(&s.take_timers()).is_empty());
+    let mut s = ready(s);
+    assert_eq!(s.pending_teardowns(), vec![td.clone()]);
+    for ip in ips(&resp) {
+        assert_eq!(
+            s.allocations[&ip].cooling_until_ms,
+            Some(HOLD_UNTIL_TEARDOWN)
+        );
+    }
+    s.finish_teardown(&td.key).unwrap();
+    assert!(s.pending_teardowns().is_empty());
+    assert_eq!(cooldown_timers(&s.take_timers()).len(), 2);
+}
+
+// --- reconciliation with the kernel ----------------------------------------------
+
+#[test]
+fn reconcile_releases_bound_allocations_whose_link_is_gone() {
+    let dir = TempDir::new();
+    let setup = Setup::dual();
+    let mut s = start(&dir, &setup);
+    let gone = s.allocate_next(&pod("gone")).unwrap();
+    s.create_endpoint(&endpoint_for("gone", &gone)).unwrap();
+    let alive = s.allocate_next(&pod("alive")).unwrap();
+    s.create_endpoint(&endpoint_for("alive", &alive)).unwrap();
+    let starting = s.allocate_next(&pod("starting")).unwrap();
+    let mark = s.journal_mark();
+    drop(s);
+
+    let (mut s, origin) = restore(&dir, &setup);
+    let kernel = KernelView {
+        links: vec![link(
+            "alive",
+            &ips(&alive),
+            Some(marker(&mark.journal_id, mark.seq, "alive")),
+        )],
+    };
+    let report = s.reconcile_with_kernel(&kernel, origin).unwrap();
+    assert!(report.links_to_delete.is_empty());
+    let rr = s.restore_report().clone();
+    let expected: BTreeSet<String> = ips(&gone)
+        .iter()
+        .map(|ip| format!("{ip} (ns/gone)"))
+        .collect();
+    assert_eq!(
+        rr.released_link_gone.into_iter().collect::<BTreeSet<_>>(),
+        expected
+    );
+    assert!(rr.adopted_from_kernel.is_empty() && rr.orphan_links_removed.is_empty());
+    for ip in ips(&gone) {
+        assert_eq!(state_of(&s, ip), Some(AllocationState::Cooling), "{ip}");
+    }
+    assert_eq!(
+        s.endpoint("cni-attachment-id:gone:eth0")
+            .unwrap_err()
+            .status,
+        404
+    );
+    for ip in ips(&alive) {
+        assert_eq!(state_of(&s, ip), Some(AllocationState::Bound));
+    }
+    assert!(s.endpoint("cni-attachment-id:alive:eth0").is_ok());
+    for ip in ips(&starting) {
+        assert_eq!(
+            state_of(&s, ip),
+            Some(AllocationState::Pending),
+            "a pending ADD may not have made its link yet"
+        );
+    }
+}
+
+#[test]
+fn reconcile_removes_a_link_this_journal_saw_and_released() {
+    let dir = TempDir::new();
+    let setup = Setup::dual();
+    let mut s = start(&dir, &setup);
+    let resp = s.allocate_next(&pod("old")).unwrap();
+    let made = JournalMark::parse(&resp.journal_mark).unwrap();
+    s.create_endpoint(&endpoint_for("old", &resp)).unwrap();
+    s.delete_endpoints(&del("old")).unwrap();
+    drop(s);
+
+    let (mut s, origin) = restore(&dir, &setup);
+    let kernel = KernelView {
+        links: vec![link(
+            "old",
+            &ips(&resp),
+            Some(marker(&made.journal_id, made.seq, "old")),
+        )],
+    };
+    let report = s.reconcile_with_kernel(&kernel, origin).unwrap();
+    let name = host_ifname("old", "eth0");
+    assert_eq!(report.links_to_delete, vec![name.clone()]);
+    assert_eq!(s.restore_report().orphan_links_removed, vec![name]);
+    assert!(s.restore_report().adopted_from_kernel.is_empty());
+    for ip in ips(&resp) {
+        assert_eq!(state_of(&s, ip), Some(AllocationState::Cooling));
+    }
+}
+
+#[test]
+fn reconcile_adopts_links_the_journal_cannot_vouch_for_and_keeps_those_with_nothing_to_adopt() {
+    let dir = TempDir::new();
+    let setup = Setup::dual().cooldown(Duration::ZERO);
+    drop(start(&dir, &setup));
+    let (mut s, origin) = restore(&dir, &setup);
+    let id = s.journal.id().to_string();
+    let newer_seq = s.journal.seq_at_open() + 5;
+    let (newer, foreign, unmarked, nothing) = (
+        [addr("fd00::9"), addr("10.0.0.9")],
+        [addr("10.0.0.10")],
+        [addr("10.0.0.11")],
+        [addr("192.168.7.7")],
+    );
+    let kernel = KernelView {
+        links: vec![
+            link("newer", &newer, Some(marker(&id, newer_seq, "newer"))),
+            link(
+                "foreign",
+                &foreign,
+                Some(marker("00000000000000ff", 1, "foreign")),
+            ),
+            link("legacy", &unmarked, None),
+            link(
+                "outside",
+                &nothing,
+                Some(marker("00000000000000ff", 1, "outside")),
+            ),
+        ],
+    };
+    let report = s.reconcile_with_kernel(&kernel, origin).unwrap();
+    assert!(report.links_to_delete.is_empty());
+    let rr = s.restore_report().clone();
+    assert_eq!(
+        rr.unaccounted_links_kept,
+        vec![host_ifname("outside", "eth0")]
+    );
+    assert_eq!(rr.adopted_from_kernel.len(), 4, "{rr:?}");
+    assert!(
+        rr.adopted_because.contains("newer than the journal"),
+        "{}",
+        rr.adopted_because
+    );
+    for (ip, owner, cid) in [
+        (newer[0], "ns/newer [from kernel]", Some("newer")),
+        (newer[1], "ns/newer [from kernel]", Some("newer")),
+        (foreign[0], "ns/foreign [from kernel]", Some("foreign")),
+    ] {
+        let rec = &s.allocations[&ip];
+        assert_eq!(rec.state, AllocationState::Bound);
+        assert_eq!(rec.owner, owner);
+        assert_eq!(rec.container_id.as_deref(), cid);
+        assert_eq!(rec.host_ifname, Some(host_ifname(cid.unwrap(), "eth0")));
+    }
+    let legacy = &s.allocations[&unmarked[0]];
+    assert_eq!(
+        legacy.owner,
+        format!("{} [from kernel]", host_ifname("legacy", "eth0"))
+    );
+    assert_eq!(legacy.container_id, None);
+    assert_eq!(state_of(&s, nothing[0]), None);
+
+    // The endpoint comes back from the marker's container ID and interface.
+    let ep = s.endpoint("cni-attachment-id:newer:eth0").unwrap();
+    assert_eq!(ep.interface_name, host_ifname("newer", "eth0"));
+    assert_eq!(ep.owner, "ns/newer");
+    assert_eq!(
+        (ep.addressing.ipv6.as_str(), ep.addressing.ipv4.as_str()),
+        ("fd00::9", "10.0.0.9")
+    );
+    assert!(s.endpoint("cni-attachment-id:legacy:eth0").is_err());
+
+    // DEL works for adopted attachments, with or without a marker.
+    let mut s = ready(s);
+    s.delete_endpoints(&del("newer")).unwrap();
+    s.delete_endpoints(&del("legacy")).unwrap();
+    for ip in newer.iter().chain(&unmarked) {
+        assert_eq!(state_of(&s, *ip), None, "{ip}");
+    }
+}
+
+#[test]
+fn a_new_or_rebuilt_journal_adopts_even_links_marked_with_its_own_commits() {
+    for (origin, because) in [
+        (JournalOrigin::Existing, None),
+        (JournalOrigin::Created, Some("missing or empty")),
+        (JournalOrigin::Rebuilt, Some("moved aside")),
+    ] {
+        let dir = TempDir::new();
+        let (mut s, _) = restore(&dir, &Setup::dual());
+        let mark = s.journal_mark();
+        let routed = [addr("fd00::1"), addr("10.0.0.1")];
+        let kernel = KernelView {
+            links: vec![link(
+                "pod",
+                &routed,
+                Some(marker(&mark.journal_id, s.journal.seq_at_open(), "pod")),
+            )],
+        };
+        let report = s.reconcile_with_kernel(&kernel, origin).unwrap();
+        let s = ready(s);
+        match because {
+            None => {
+                assert_eq!(report.links_to_delete, vec![host_ifname("pod", "eth0")]);
+                assert_eq!(
+                    s.router_ips(),
+                    routed.iter().rev().copied().collect::<Vec<_>>()
+                );
+            }
+            Some(why) => {
+                assert!(report.links_to_delete.is_empty(), "{origin:?}");
+                let rr = s.restore_report();
+                assert!(
+                    rr.adopted_because.contains(why),
+                    "{origin:?}: {}",
+                    rr.adopted_because
+                );
+                assert!(s.endpoint("cni-attachment-id:pod:eth0").is_ok());
+                // The router is not given a pod's adopted address.
+                assert!(
+                    s.router_ips().iter().all(|r| !routed.contains(r)),
+                    "{origin:?}"
+                );
+            }
+        }
+    }
+}
+
+// --- multi-pool -----------------------------------------------------------------
+
+#[test]
+fn demand_follows_needed_ip_ceil_and_the_operator_carves_blocks() {
+    let dir = TempDir::new();
+    let setup = Setup::multi_pool(default_and_blue(), &[(DEFAULT_POOL, 8), ("blue", 3)])
+        .cooldown(Duration::ZERO);
+    let mut s = start(&dir, &setup);
+    assert_eq!(requested(&s, "blue"), Some(3), "0 in use asks for P");
+    assert_eq!(
+        requested(&s, DEFAULT_POOL),
+        Some(16),
+        "the router: 1 asks for 2P"
+    );
+    assert_eq!(blocks(&s, "blue").len(), 1);
+    let mut taken = Vec::new();
+    for (n, want) in [(1, 6), (2, 6), (3, 6), (4, 9)] {
+        let resp = s.allocate_next(&plain("ns/p", "blue")).unwrap();
+        assert_eq!(resp.address.ipv4_pool_name, "blue");
+        taken.push(v4(&resp));
+        assert_eq!(requested(&s, "blue"), Some(want), "{n} in use");
+    }
+    let held = blocks(&s, "blue");
+    assert_eq!(held.len(), 2, "9 addresses need two blocks of 6: {held:?}");
+    assert!(taken.iter().all(|ip| held.iter().any(|b| in_block(*ip, b))));
+    for b in &held {
+        assert!(in_block(
+            b.parse::<IpNet>().unwrap().network(),
+            "10.20.0.0/24"
+        ));
+    }
+    // One address less: demand 6, and the empty second block goes back.
+    s.release_ip(&taken[3].to_string(), "blue").unwrap();
+    assert_eq!(requested(&s, "blue"), Some(6));
+    let left = blocks(&s, "blue");
+    assert_eq!(left.len(), 1);
+    assert!(taken[..3].iter().all(|ip| in_block(*ip, &left[0])));
+}
+
+#[test]
+fn a_free_block_above_demand_is_given_back_only_after_restore_finished() {
+    let dir = TempDir::new();
+    let setup = Setup::multi_pool(default_and_blue(), &[(DEFAULT_POOL, 8), ("blue", 3)]);
+    let mut s = start(&dir, &setup.clone().expiration(Duration::from_millis(50)));
+    let first = v4(&s
+        .allocate_next(&AllocateRequest {
+            expiration: true,
+            ..plain("ns/p", "blue")
+        })
+        .unwrap());
+    for _ in 0..3 {
+        s.allocate_next(&AllocateRequest {
+            expiration: true,
+            ..plain("ns/p", "blue")
+        })
+        .unwrap();
+    }
+    let older = blocks(&s, "blue")
+        .into_iter()
+        .find(|b| in_block(first, b))
+        .unwrap();
+    assert_eq!(blocks(&s, "blue").len(), 2);
+    drop(s);
+    std::thread::sleep(Duration::from_millis(100));
+
+    let (mut s, _) = restore(&dir, &setup);
+    assert_eq!(s.restore_report().expired, 4);
+    s.reserve_infra_addresses(&[]).unwrap();
+    assert_eq!(blocks(&s, "blue").len(), 2, "kept while restore runs");
+    s.finish_restore();
+    assert_eq!(
+        blocks(&s, "blue"),
+        vec![older],
+        "the newer free block goes back"
+    );
+    assert_eq!(requested(&s, "blue"), Some(3));
+}
+
+#[test]
+fn set_pool_defs_refuses_a_change_that_breaks_a_block_in_use() {
+    let dir = TempDir::new();
+    let setup = Setup::multi_pool(default_and_blue(), &[(DEFAULT_POOL, 8)]);
+    let mut s = start(&dir, &setup);
+    let ip = v4(&s.allocate_next(&plain("ns/p", "blue")).unwrap());
+    let mut wider = default_and_blue();
+    wider[1] = pool_def("blue", "10.20.0.0/24", 28);
+    let e = s.set_pool_defs(wider).unwrap_err();
+    assert!(e.contains("maskSize is immutable"), "{e}");
+    let e = s
+        .set_pool_defs(vec![default_and_blue().remove(0)])
+        .unwrap_err();
+    assert!(e.contains("cannot delete pool \"blue\""), "{e}");
+    assert_eq!(s.pool_defs, default_and_blue(), "nothing changed");
+    assert_eq!(state_of(&s, ip), Some(AllocationState::Bound));
+
+    let mut more = default_and_blue();
+    more.push(pool_def("red", "10.30.0.0/24", 29));
+    s.set_pool_defs(more.clone()).unwrap();
+    assert_eq!(s.pool_defs, more);
+    let resp = s.allocate_next(&plain("ns/r", "red")).unwrap();
+    assert!(in_block(v4(&resp), "10.30.0.0/24"));
+}
+
+#[test]
+fn pool_selection_follows_the_pod_and_namespace_metadata() {
+    let dir = TempDir::new();
+    let setup = Setup::multi_pool(default_and_blue(), &[(DEFAULT_POOL, 8)]);
+    let mut s = start(&dir, &setup);
+    s.set_metadata(Box::new(FakeMetadata::new()));
+    let resp = s.allocate_next(&plain("apps/annotated", "")).unwrap();
+    assert_eq!(resp.address.ipv4_pool_name, "blue");
+    assert_eq!(
+        s.allocations[&v4(&resp)].selected_by.as_deref(),
+        Some("pod-annotation")
+    );
+    let resp = s.allocate_next(&plain("apps/plain", "")).unwrap();
+    assert_eq!(resp.address.ipv4_pool_name, DEFAULT_POOL);
+    assert_eq!(
+        s.allocations[&v4(&resp)].selected_by.as_deref(),
+        Some("default")
+    );
+    let e = s.allocate_next(&plain("strict/plain", "")).unwrap_err();
+    assert_eq!(e.status, 502);
+    assert!(
+        e.message.starts_with(
+            "unable to determine IPAM pool for owner \"strict/plain\": no matching CiliumPodIPPool"
+        ),
+        "{}",
+        e.message
+    );
+    assert_eq!(
+        s.failures.back().map(|f| f.reason.as_str()),
+        Some("pool-selection")
+    );
+}
+
+/// A node that starts with a block of `default` (and the given others).
+fn node_with_blocks(extra: &[(&str, &str)]) -> NodeResource {
+    let mut node = NodeResource::new(NODE);
+    let mut entries = vec![(DEFAULT_POOL, "10.10.0.0/28")];
+    entries.extend_from_slice(extra);
+    for (pool, cidr) in entries {
+        match node
+            .spec
+            .ipam
+            .pools
+            .allocated
+            .iter_mut()
+            .find(|a| a.pool == pool)
+        {
+            Some(a) => a.cidrs.push(cidr.into()),
+            None => node.spec.ipam.pools.allocated.push(AllocatedPool {
+                pool: pool.into(),
+                cidrs: vec![cidr.into()],
+                ..Default::default()
+            }),
+        }
+    }
+    node
+}
+
+#[test]
+fn a_pool_the_operator_cannot_grant_is_not_available_and_its_demand_is_recorded() {
+    let dir = TempDir::new();
+    let setup = Setup::multi_pool(default_and_blue(), &[]);
+    let (operator, calls) = FakeOperator::new(node_with_blocks(&[]));
+    let mut s = ready(restore_with(&dir, &setup, Box::new(operator)).0);
+    let e = s.allocate_next(&plain("ns/a", "green")).unwrap_err();
+    assert_eq!(
+        e,
+        ApiError::new(
+            502,
+            "unable to allocate from pool \"green\" (family ipv4): pool not (yet) available (node node-a); operator: fake operator has no block for pool \"green\""
+        )
+    );
+    assert_eq!(
+        s.failures.back().map(|f| f.reason.as_str()),
+        Some("pool-not-available")
+    );
+    assert_eq!(requested(&s, "green"), Some(1));
+    s.allocate_next(&plain("ns/b", "green")).unwrap_err();
+    assert_eq!(requested(&s, "green"), Some(2), "one per owner waiting");
+    s.allocate_next(&plain("ns/b", "green")).unwrap_err();
+    assert_eq!(
+        requested(&s, "green"),
+        Some(2),
+        "an owner that retries counts once"
+    );
+    assert_eq!(
+        calls
+            .lock()
+            .unwrap()
+            .requested
+            .iter()
+            .find(|r| r.pool == "green")
+            .map(|r| r.needed.ipv4_addrs),
+        Some(2),
+        "the operator was asked"
+    );
+    // A failed allocation counts towards demand for 5 minutes (Cilium's TTL).
+    for owners in s.pending.values_mut() {
+        owners
+            .values_mut()
+            .for_each(|t| *t = now_ms() - 5 * 60 * 1000);
+    }
+    s.sync_demand();
+    assert_eq!(requested(&s, "green"), None);
+}
+
+#[test]
+fn free_blocks_go_back_to_the_operator_only_after_restore_finished() {
+    let dir = TempDir::new();
+    let setup = Setup::multi_pool(default_and_blue(), &[]);
+    let node = node_with_blocks(&[("blue", "10.20.0.0/29"), ("blue", "10.20.0.8/29")]);
+    let (operator, calls) = FakeOperator::new(node);
+    let (mut s, _) = restore_with(&dir, &setup, Box::new(operator));
+    s.reserve_infra_addresses(&[]).unwrap();
+    assert_eq!(blocks(&s, "blue").len(), 2);
+    assert!(calls.lock().unwrap().released.is_empty());
+    s.finish_restore();
+    assert!(blocks(&s, "blue").is_empty());
+    assert_eq!(
+        calls.lock().unwrap().released,
+        vec![
+            ("blue".to_string(), "10.20.0.8/29".to_string()),
+            ("blue".to_string(), "10.20.0.0/29".to_string())
+        ],
+        "newest first"
+    );
+    assert_eq!(
+        blocks(&s, DEFAULT_POOL),
+        vec!["10.10.0.0/28"],
+        "the router's block stays"
+    );
+}
+
+// --- journal failure ------------------------------------------------------------
+
+#[test]
+fn journal_fixes_make_a_diverged_journal_hold_what_memory_holds() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual());
+    let a = s.allocate_next(&pod("a")).unwrap();
+    s.create_endpoint(&endpoint_for("a", &a)).unwrap();
+    let b = s.allocate_next(&pod("b")).unwrap();
+    let c = s.allocate_next(&pod("c")).unwrap();
+    s.create_endpoint(&endpoint_for("c", &c)).unwrap();
+    s.delete_endpoints(&del_with_links("c")).unwrap();
+
+    // A journal that missed and mixed up changes: a's IPv4 record is stale,
+    // b's IPv6 record is missing, a ghost allocation and endpoint linger, a's
+    // IPv6 address is also recorded under another pool, a finished teardown is
+    // still there and c's is missing.
+    let mut diverged = Snapshot::default();
+    for rec in s.allocations.values() {
+        let mut rec = AllocationRecord::clone(rec);
+        if rec.ip == v6(&b) {
+            continue;
+        }
+        if rec.ip == v4(&a) {
+            rec.state = AllocationState::Pending;
+            rec.container_id = None;
+        }
+        diverged.allocations.push(rec);
+    }
+    let mut ghost = AllocationRecord::clone(&s.allocations[&v4(&b)]);
+    ghost.ip = addr("10.0.0.13");
+    ghost.owner = "ns/ghost".into();
+    diverged.allocations.push(ghost);
+    let mut elsewhere = AllocationRecord::clone(&s.allocations[&v6(&a)]);
+    elsewhere.pool = "old".into();
+    diverged.allocations.push(elsewhere);
+    diverged.endpoints = s.endpoints.values().cloned().collect();
+    let mut ghost_ep = diverged.endpoints[0].clone();
+    ghost_ep.container_id = "ghost".into();
+    diverged.endpoints.push(ghost_ep);
+    diverged.meta.push((
+        "teardown/gone:eth0".into(),
+        serde_json::json!({"key": "teardown/gone:eth0", "links": [], "ips": []}),
+    ));
+
+    let other = TempDir::new();
+    let (mut j, _) = Journal::open(&other.journal()).unwrap();
+    let mut ops: Vec<JournalOp> = diverged
+        .allocations
+        .iter()
+        .cloned()
+        .map(JournalOp::PutAllocation)
+        .collect();
+    ops.extend(
+        diverged
+            .endpoints
+            .iter()
+            .cloned()
+            .map(JournalOp::PutEndpoint),
+    );
+    ops.extend(diverged.meta.iter().map(|(key, value)| JournalOp::PutMeta {
+        key: key.clone(),
+        value: value.clone(),
+    }));
+    j.commit(&ops).unwrap();
+    j.commit(&s.journal_fixes(diverged)).unwrap();
+    drop(j);
+
+    let (_, fixed) = Journal::open(&other.journal()).unwrap();
+    assert_eq!(journal_of(&fixed), memory_of(&s));
+}
+
+/// What a journal holds, or what memory holds, in one comparable shape.
+#[derive(Debug, PartialEq)]
+struct Held {
+    allocations: BTreeMap<String, AllocationRecord>,
+    endpoints: BTreeMap<String, EndpointRecord>,
+    teardowns: BTreeMap<String, Teardown>,
+    node: Option<serde_json::Value>,
+}
+
+fn memory_of(s: &IpamState) -> Held {
+    Held {
+        allocations: s
+            .allocations
+            .values()
+            .map(|r| (r.key(), AllocationRecord::clone(r)))
+            .collect(),
+        endpoints: s.endpoints.clone(),
+        teardowns: s.teardowns.clone(),
+        node: Some(serde_json::to_value(s.node()).unwrap()),
+    }
+}
+
+fn journal_of(snapshot: &Snapshot) -> Held {
+    Held {
+        allocations: snapshot
+            .allocations
+            .iter()
+            .map(|r| (r.key(), r.clone()))
+            .collect(),
+        endpoints: snapshot
+            .endpoints
+            .iter()
+            .map(|e| (e.key(), e.clone()))
+            .collect(),
+        teardowns: snapshot
+            .meta
+            .iter()
+            .filter(|(k, _)| k.starts_with(TEARDOWN_PREFIX))
+            .map(|(k, v)| (k.clone(), serde_json::from_value(v.clone()).unwrap()))
+            .collect(),
+        node: snapshot
+            .meta
+            .iter()
+            .find(|(k, _)| k == NODE_META_KEY)
+            .map(|(_, v)| v.clone()),
+    }
+}
+
+/// A small tmpfs mounted on a temporary directory, unmounted on drop (a state
+/// whose journal lives there must be dropped first).
+struct SmallDisk {
+    mount: TempDir,
+}
+
+impl SmallDisk {
+    /// None, with the reason printed, where tmpfs cannot be mounted.
+    fn mount() -> Option<SmallDisk> {
+        let mount = TempDir::new();
+        let out = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                "size=4m,mode=0700",
+                "podnet-state-test",
+            ])
+            .arg(&mount.0)
+            .output();
+        match out {
+            Ok(out) if out.status.success() => Some(SmallDisk { mount }),
+            Ok(out) => {
+                let why = String::from_utf8_lossy(&out.stderr);
+                eprintln!("skipped: cannot mount a tmpfs to fill ({})", why.trim());
+                None
+            }
+            Err(e) => {
+                eprintln!("skipped: cannot run mount ({e})");
+                None
+            }
+        }
+    }
+
+    /// A state directory on the small disk.
+    fn state_dir(&self) -> TempDir {
+        let dir = TempDir(self.mount.0.join("state"));
+        std::fs::create_dir_all(&dir.0).unwrap();
+        dir
+    }
+
+    /// Fills the filesystem with one file, then allocates until a commit fails
+    /// and a reopen right after it cannot write either (redb first reuses the
+    /// free pages of its own file). The failed reopen arms the once-a-second
+    /// reopen limit, so for about a second every commit fails without a retry.
+    /// Returns the first refusal and the file to remove to give the space back.
+    fn fill_until_a_commit_fails(&self, s: &mut IpamState) -> (ApiError, PathBuf) {
+        let path = self.mount.0.join("filler");
+        let mut f = std::fs::File::create(&path).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+        while f.write_all(&chunk[..512]).is_ok() {}
+        for i in 0..200 {
+            let before = memory_of(s);
+            let Err(e) = s.allocate_next(&pod(&format!("fill{i}"))) else {
+                continue;
+            };
+            assert_eq!(memory_of(s), before, "a refused change leaves memory alone");
+            loop {
+                match s.recover_journal() {
+                    Some(false) => return (e, path),
+                    Some(true) => break,
+                    None => std::thread::sleep(Duration::from_millis(100)),
+                }
+            }
+        }
+        panic!("200 allocations on a full disk were all journaled");
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mount.0).output();
+    }
+}
+
+/// Recovers the journal, waiting out the reopen interval (at most 5 s).
+fn recover(s: &mut IpamState) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while s.recover_journal() != Some(true) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the journal did not recover"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_full_disk_refuses_changes_with_503_and_recovery_makes_the_journal_match_memory() {
+    let Some(disk) = SmallDisk::mount() else {
+        return;
+    };
+    let dir = disk.state_dir();
+    let setup = Setup::cluster_pool(Some("10.0.0.0/24"), None).cooldown(Duration::ZERO);
+    let mut s = start(&dir, &setup);
+    s.take_timers();
+    let pending = s.allocate_next(&pod("pending")).unwrap();
+    let timer = expire_timers(&s.take_timers()).remove(0);
+    let bound = s.allocate_next(&pod("bound")).unwrap();
+    s.create_endpoint(&endpoint_for("bound", &bound)).unwrap();
+
+    let (e, filler) = disk.fill_until_a_commit_fails(&mut s);
+    assert_eq!(e.status, 503, "{}", e.message);
+    assert!(e.message.starts_with(JOURNAL_UNAVAILABLE), "{}", e.message);
+    assert!(
+        e.message.contains("is full: free space there"),
+        "{}",
+        e.message
+    );
+    assert_eq!(
+        s.failures.back().map(|f| f.reason.as_str()),
+        Some("journal-unavailable")
+    );
+    let st = s.status();
+    assert_eq!(st.cilium.state, "Failure", "{:?}", st.cilium);
+    assert!(
+        st.ipam.journal_error.contains("No space left"),
+        "{}",
+        st.ipam.journal_error
+    );
+    s.take_timers();
+    let before = memory_of(&s);
+    assert_eq!(
+        s.release_ip(&pending.address.ipv4, "").unwrap_err().status,
+        503
+    );
+    assert_eq!(s.delete_endpoints(&del("bound")).unwrap_err().status, 503);
+    assert!(!s.fire(&timer), "the expiry cannot be journaled yet");
+    assert_eq!(memory_of(&s), before);
+    let retry = s.take_timers();
+    assert_eq!(retry.len(), 1);
+    assert_eq!((retry[0].ip, &retry[0].kind), (timer.ip, &timer.kind));
+    assert!(
+        retry[0].deadline_ms > now_ms() + 500,
+        "retried in about a second"
+    );
+
+    std::fs::remove_file(filler).unwrap();
+    recover(&mut s);
+    assert_eq!(s.recover_journal(), None, "nothing left to recover");
+    assert_eq!(s.status().cilium.state, "Ok");
+    assert!(s.fire(&retry[0]));
+    assert_eq!(state_of(&s, v4(&pending)), None);
+    s.allocate_next(&pod("after")).unwrap();
+    let memory = memory_of(&s);
+    drop(s);
+    let (_, snapshot) = Journal::open(&dir.journal()).unwrap();
+    assert_eq!(journal_of(&snapshot), memory);
+}
+
+/// Known bug, kept as a failing test: `fire` queues the expired attachment's host
+/// link (`stale_links`) before it commits the release, and leaves it queued when
+/// the commit fails. The daemon then removes the link although the address stays
+/// pending, and queues it again at every retry while the journal fails.
+#[test]
+#[ignore = "known bug: fire queues the host link before its release is committed"]
+fn an_expiry_that_cannot_be_journaled_queues_no_host_link() {
+    let Some(disk) = SmallDisk::mount() else {
+        return;
+    };
+    let dir = disk.state_dir();
+    let mut s = start(&dir, &Setup::cluster_pool(Some("10.0.0.0/24"), None));
+    s.take_timers();
+    s.allocate_next(&pod("pending")).unwrap();
+    let timer = expire_timers(&s.take_timers()).remove(0);
+    let (_, filler) = disk.fill_until_a_commit_fails(&mut s);
+    assert!(!s.fire(&timer));
+    assert!(
+        s.take_stale_links().is_empty(),
+        "the address is still pending, so its link must stay"
+    );
+    std::fs::remove_file(filler).unwrap();
+    recover(&mut s);
+    assert!(s.fire(&timer));
+    assert_eq!(s.take_stale_links().len(), 1);
+}
+
+// --- node outbox ----------------------------------------------------------------
+
+/// Known bug, kept as a failing test: `allocate_next` and `allocate_ip` commit
+/// and apply without `commit_apply`, so they never mark the used addresses
+/// changed; `take_outbox` does not report them, and in the external modes
+/// (crd, eni) `status.ipam.used` misses a pending or reserved address until some
+/// other change (endpoint, release, timer) flushes it.
+#[test]
+#[ignore = "known bug: allocations do not mark the node sink's used addresses changed"]
+fn an_allocation_marks_the_used_addresses_changed_for_the_node_sink() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual());
+    s.take_outbox();
+    let resp = s.allocate_next(&pod("c1")).unwrap();
+    let used = s
+        .take_outbox()
+        .and_then(|o| o.used)
+        .expect("the used addresses changed");
+    assert!(used.ipv4.contains_key(&resp.address.ipv4));
+    s.allocate_ip("10.0.0.9", "ns/fixed", "").unwrap();
+    let used = s
+        .take_outbox()
+        .and_then(|o| o.used)
+        .expect("the used addresses changed");
+    assert!(used.ipv4.contains_key("10.0.0.9"));
+}
+
+// --- fakes ----------------------------------------------------------------------
+
+/// What the fake operator was asked.
+#[derive(Default)]
+struct FakeCalls {
+    requested: Vec<RequestedPool>,
+    released: Vec<(String, String)>,
+}
+
+/// An operator that carves nothing: the node keeps the blocks it starts with,
+/// every requested pool without a block is reported unmet, and the calls are
+/// recorded for the test.
+struct FakeOperator {
+    node: NodeResource,
+    calls: Arc<Mutex<FakeCalls>>,
+}
+
+impl FakeOperator {
+    fn new(node: NodeResource) -> (FakeOperator, Arc<Mutex<FakeCalls>>) {
+        let calls = Arc::new(Mutex::new(FakeCalls::default()));
+        (
+            FakeOperator {
+                node,
+                calls: calls.clone(),
+            },
+            calls,
+        )
+    }
+}
+
+impl NodeOperator for FakeOperator {
+    fn sync(&mut self, current: Option<NodeResource>) -> Result<NodeResource, NodeError> {
+        Ok(current.unwrap_or_else(|| self.node.clone()))
+    }
+
+    fn satisfy(&mut self, node: &mut NodeResource) -> Vec<String> {
+        let pools = &node.spec.ipam.pools;
+        self.calls.lock().unwrap().requested = pools.requested.clone();
+        let errors: Vec<String> = pools
+            .requested
+            .iter()
+            .filter(|r| !pools.allocated.iter().any(|a| a.pool == r.pool))
+            .map(|r| format!("fake operator has no block for pool {:?}", r.pool))
+            .collect();
+        node.status.ipam.operator_status.error = errors.join("; ");
+        errors
+    }
+
+    fn release_block(&mut self, pool: &str, cidr: &IpNet) {
+        self.calls
+            .lock()
+            .unwrap()
+            .released
+            .push((pool.to_string(), cidr.to_string()));
+    }
+
+    fn update_pools(&mut self, _: &[PoolDef], _: &NodeResource) -> Result<(), NodeError> {
+        Ok(())
+    }
+}
+
+/// Pods and namespaces for pool selection: `apps/annotated` asks for `blue`,
+/// `apps/plain` asks for nothing, and namespace `strict` requires a pool match.
+struct FakeMetadata {
+    pods: BTreeMap<(String, String), PodMeta>,
+    namespaces: BTreeMap<String, NamespaceMeta>,
+}
+
+impl FakeMetadata {
+    fn new() -> FakeMetadata {
+        let pod = |ns: &str, name: &str, annotations: &[(&str, &str)]| {
+            let meta = PodMeta {
+                namespace: ns.into(),
+                name: name.into(),
+                annotations: annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..Default::default()
+            };
+            ((ns.to_string(), name.to_string()), meta)
+        };
+        let namespace = |name: &str, annotations: &[(&str, &str)]| {
+            let meta = NamespaceMeta {
+                name: name.into(),
+                annotations: annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..Default::default()
+            };
+            (name.to_string(), meta)
+        };
+        FakeMetadata {
+            pods: [
+                pod("apps", "annotated", &[(ANNOTATION_IP_POOL, "blue")]),
+                pod("apps", "plain", &[]),
+                pod("strict", "plain", &[]),
+            ]
+            .into_iter()
+            .collect(),
+            namespaces: [
+                namespace("apps", &[]),
+                namespace("strict", &[(ANNOTATION_REQUIRE_POOL_MATCH, "true")]),
+            ]
+            .into_iter()
+            .collect(),
+        }
+    }
+}
+
+impl MetadataSource for FakeMetadata {
+    fn pod(&self, namespace: &str, name: &str) -> Option<PodMeta> {
+        self.pods
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    fn namespace(&self, name: &str) -> Option<NamespaceMeta> {
+        self.namespaces.get(name).cloned()
+    }
+}
