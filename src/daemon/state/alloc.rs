@@ -283,6 +283,7 @@ impl IpamState {
         fill_response(&mut resp, &rec, self.skip_masquerade(&rec.pool));
         self.metrics.event("allocate", rec.family.as_str());
         self.allocations.insert(addr, Box::new(rec));
+        self.outbox.used_changed = true;
         self.sync_demand();
         Ok(resp)
     }

@@ -376,8 +376,10 @@ impl IpamState {
         }
     }
 
-    /// Applies committed ops to memory (allocator bits, maps, timers).
+    /// Applies committed ops to memory (allocator bits, maps, timers), and marks
+    /// the used addresses changed for the node sink.
     fn apply(&mut self, ops: Vec<JournalOp>, why: &str) {
+        self.outbox.used_changed = true;
         for op in ops {
             match op {
                 JournalOp::DeleteAllocation { ip, .. } => {
@@ -460,7 +462,6 @@ impl IpamState {
         self.commit(&ops)?;
         self.apply(ops, why);
         self.sync_demand();
-        self.outbox.used_changed = true;
         Ok(())
     }
 
@@ -501,9 +502,6 @@ impl IpamState {
                     return false;
                 }
                 tracing::warn!(ip = %rec.ip, owner = ?rec.owner, "Released IP after expiration");
-                if let Some(link) = self.expired_attachment_link(&rec) {
-                    self.stale_links.push(link);
-                }
                 vec![self.release_op(&rec, now)]
             }
             TimerKind::Cooldown => {
@@ -518,8 +516,17 @@ impl IpamState {
                 }]
             }
         };
+        // Decided before the release (the attachment's other addresses are still
+        // live then), queued only once the release is journaled.
+        let stale_link = match &timer.kind {
+            TimerKind::Expire { .. } => self.expired_attachment_link(&rec),
+            TimerKind::Cooldown => None,
+        };
         match self.commit_apply(ops, "timer") {
-            Ok(()) => true,
+            Ok(()) => {
+                self.stale_links.extend(stale_link);
+                true
+            }
             Err(e) => {
                 // Try again later (the journal may be failed for a while).
                 tracing::error!(ip = %rec.ip, error = %e.message, "could not journal a timer's change; keeping the address and trying again in a second");

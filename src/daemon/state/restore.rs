@@ -3,7 +3,9 @@
 //! restore report that status shows; nothing is dropped silently):
 //! - journal allocation outside the node's current ranges: kept (the pod still has
 //!   the address) but never handed out again; DEL releases it;
-//! - pending allocation whose expiration passed while the daemon was down: released;
+//! - pending allocation whose expiration passed while the daemon was down: released
+//!   at once (it never served a pod, so no cooldown; its host link, if any, is then
+//!   an unaccounted link this journal made, and is removed below);
 //! - cooling address whose cooldown ended while the daemon was down: freed;
 //! - bound allocation whose host link is gone: the pod's netns is gone (deleting a
 //!   netns destroys the veth pair), so the address is released (into cooldown);

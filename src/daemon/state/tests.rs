@@ -27,7 +27,8 @@ use crate::ipam::pooldef::PoolFamilySpec;
 use crate::ipam::selection::{
     ANNOTATION_IP_POOL, ANNOTATION_REQUIRE_POOL_MATCH, NamespaceMeta, PodMeta,
 };
-use crate::node::{AllocatedPool, EmbeddedMode, EmbeddedOperator, NodeError};
+use crate::node::{EmbeddedMode, EmbeddedOperator, NodeError};
+use crate::resources::AllocatedPool;
 use crate::store::Snapshot;
 
 const NODE: &str = "node-a";
@@ -1372,6 +1373,31 @@ fn pool_selection_follows_the_pod_and_namespace_metadata() {
     );
 }
 
+#[test]
+fn metadata_that_has_not_synced_is_a_retryable_503_not_a_missing_pod() {
+    let dir = TempDir::new();
+    let setup = Setup::multi_pool(default_and_blue(), &[(DEFAULT_POOL, 8)]);
+    let mut s = start(&dir, &setup);
+    s.set_metadata(Box::new(FakeMetadata {
+        not_synced: true,
+        ..FakeMetadata::new()
+    }));
+    let e = s.allocate_next(&plain("apps/unknown", "")).unwrap_err();
+    assert_eq!(
+        (e.status, e.reason),
+        (503, Some(FailureReason::MetadataNotSynced)),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message.contains("not synced yet; try again"),
+        "{}",
+        e.message
+    );
+    // A pod the source does know is served even before it has synced.
+    assert!(s.allocate_next(&plain("apps/annotated", "")).is_ok());
+}
+
 /// A node that starts with a block of `default` (and the given others).
 fn node_with_blocks(extra: &[(&str, &str)]) -> NodeResource {
     let mut node = NodeResource::new(NODE);
@@ -1406,7 +1432,8 @@ fn a_pool_the_operator_cannot_grant_is_not_available_and_its_demand_is_recorded(
     let e = s.allocate_next(&plain("ns/a", "green")).unwrap_err();
     assert_eq!(
         e,
-        ApiError::new(
+        ApiError::because(
+            FailureReason::PoolNotAvailable,
             502,
             "unable to allocate from pool \"green\" (family ipv4): pool not (yet) available (node node-a); operator: fake operator has no block for pool \"green\""
         )
@@ -1748,7 +1775,6 @@ fn a_full_disk_refuses_changes_with_503_and_recovery_makes_the_journal_match_mem
 /// the commit fails. The daemon then removes the link although the address stays
 /// pending, and queues it again at every retry while the journal fails.
 #[test]
-#[ignore = "known bug: fire queues the host link before its release is committed"]
 fn an_expiry_that_cannot_be_journaled_queues_no_host_link() {
     let Some(disk) = SmallDisk::mount() else {
         return;
@@ -1778,7 +1804,6 @@ fn an_expiry_that_cannot_be_journaled_queues_no_host_link() {
 /// (crd, eni) `status.ipam.used` misses a pending or reserved address until some
 /// other change (endpoint, release, timer) flushes it.
 #[test]
-#[ignore = "known bug: allocations do not mark the node sink's used addresses changed"]
 fn an_allocation_marks_the_used_addresses_changed_for_the_node_sink() {
     let dir = TempDir::new();
     let mut s = start(&dir, &Setup::dual());
@@ -1863,6 +1888,8 @@ impl NodeOperator for FakeOperator {
 struct FakeMetadata {
     pods: BTreeMap<(String, String), PodMeta>,
     namespaces: BTreeMap<String, NamespaceMeta>,
+    /// A watch that has not listed yet.
+    not_synced: bool,
 }
 
 impl FakeMetadata {
@@ -1904,6 +1931,7 @@ impl FakeMetadata {
             ]
             .into_iter()
             .collect(),
+            not_synced: false,
         }
     }
 }
@@ -1917,5 +1945,9 @@ impl MetadataSource for FakeMetadata {
 
     fn namespace(&self, name: &str) -> Option<NamespaceMeta> {
         self.namespaces.get(name).cloned()
+    }
+
+    fn synced(&self) -> bool {
+        !self.not_synced
     }
 }
