@@ -13,11 +13,11 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::api::client::Client;
+use crate::daemon::config::{DaemonConfig, IpamMode};
 use crate::daemon::options::DaemonOptions;
 use crate::datapath::{IpFamily, NetlinkSocket, TABLE_MAIN};
-use crate::ipam::clusterpool::{ClusterPoolConfig, parse_cidr_list};
+use crate::ipam::Family;
 use crate::ipam::pool_operator::PoolOperator;
-use crate::ipam::pool_options::{parse_auto_create_pools, parse_pre_allocation};
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::sizing::{PlanOptions, plan_cluster_pool};
 use crate::node::NodeResource;
@@ -93,17 +93,27 @@ pub fn lint(daemon_args: &[String], conflists: &[PathBuf]) -> Vec<Finding> {
             ))];
         }
     };
-    out.extend(lint_tunnel(&opts));
-    let pod_cidrs = match opts.ipam.as_str() {
-        "cluster-pool" => lint_cluster_pool(&opts, &mut out),
-        "multi-pool" => lint_multi_pool(&opts, &mut out),
-        "kubernetes" => lint_kubernetes(&opts, &mut out),
-        other => {
-            out.push(error(format!(
-                "ipam mode {other:?} is not supported by this build: use cluster-pool, kubernetes or multi-pool"
-            )));
-            Vec::new()
+    let tunnel = lint_tunnel(&opts);
+    let config = match DaemonConfig::resolve(&opts) {
+        Ok(c) => Some(c),
+        // The tunnel finding says the same in lint's words.
+        Err(_) if !tunnel.is_empty() => None,
+        Err(e) => {
+            out.push(error(e));
+            None
         }
+    };
+    out.extend(tunnel);
+    let pod_cidrs = match &config {
+        Some(c) => match c.ipam {
+            IpamMode::ClusterPool => lint_cluster_pool(c, &opts, &mut out),
+            IpamMode::MultiPool => lint_multi_pool(c, &opts, &mut out),
+            IpamMode::Kubernetes => lint_kubernetes(c, &mut out),
+            // crd, azure, alibabacloud, eni and delegated-plugin: the addresses
+            // come from elsewhere; their options were checked by the resolve.
+            _ => Vec::new(),
+        },
+        None => Vec::new(),
     };
     out.extend(lint_node_overlap(&pod_cidrs));
     if let Some(dir) = &opts.metadata_dir {
@@ -118,45 +128,14 @@ pub fn lint(daemon_args: &[String], conflists: &[PathBuf]) -> Vec<Finding> {
     out
 }
 
-fn lint_cluster_pool(opts: &DaemonOptions, out: &mut Vec<Finding>) -> Vec<IpNet> {
-    let list = |v: &Option<String>, on: bool, name: &str, default: &str| {
-        parse_cidr_list(
-            name,
-            &v.clone()
-                .unwrap_or_else(|| if on { default.into() } else { String::new() }),
-        )
-    };
-    let cfg = match (
-        list(
-            &opts.cluster_pool_ipv4_cidr,
-            opts.enable_ipv4,
-            "cluster-pool-ipv4-cidr",
-            "10.0.0.0/8",
-        ),
-        list(
-            &opts.cluster_pool_ipv6_cidr,
-            opts.enable_ipv6,
-            "cluster-pool-ipv6-cidr",
-            "fd00::/104",
-        ),
-    ) {
-        (Ok(v4), Ok(v6)) => ClusterPoolConfig {
-            enable_ipv4: opts.enable_ipv4,
-            enable_ipv6: opts.enable_ipv6,
-            ipv4_cidrs: v4,
-            ipv4_mask_size: opts.cluster_pool_ipv4_mask_size,
-            ipv6_cidrs: v6,
-            ipv6_mask_size: opts.cluster_pool_ipv6_mask_size,
-        },
-        (Err(e), _) | (_, Err(e)) => {
-            out.push(error(e.to_string()));
-            return Vec::new();
-        }
-    };
-    if let Err(e) = cfg.validate() {
-        out.push(error(e.to_string()));
+fn lint_cluster_pool(
+    config: &DaemonConfig,
+    opts: &DaemonOptions,
+    out: &mut Vec<Finding>,
+) -> Vec<IpNet> {
+    let Some(cfg) = &config.cluster_pool else {
         return Vec::new();
-    }
+    };
     let reserved = 2 + u32::from(opts.enable_ingress_controller);
     let plan_opts = PlanOptions {
         reserved_per_node: reserved,
@@ -181,34 +160,27 @@ fn lint_cluster_pool(opts: &DaemonOptions, out: &mut Vec<Finding>) -> Vec<IpNet>
         .collect()
 }
 
-fn lint_kubernetes(opts: &DaemonOptions, out: &mut Vec<Finding>) -> Vec<IpNet> {
-    let mut cidrs = Vec::new();
-    for c in opts
-        .pod_cidrs
-        .as_deref()
-        .unwrap_or("")
-        .split([' ', ','])
-        .filter(|s| !s.is_empty())
-    {
-        match c.parse::<IpNet>() {
-            Ok(n) => cidrs.push(n),
-            Err(e) => out.push(error(format!("--pod-cidrs {c:?}: {e}"))),
-        }
-    }
-    for (on, v4, name) in [
-        (opts.enable_ipv4, true, "IPv4"),
-        (opts.enable_ipv6, false, "IPv6"),
-    ] {
-        if on && !cidrs.iter().any(|c| c.addr().is_ipv4() == v4) {
+fn lint_kubernetes(config: &DaemonConfig, out: &mut Vec<Finding>) -> Vec<IpNet> {
+    for (family, name) in [(Family::V4, "IPv4"), (Family::V6, "IPv6")] {
+        if config.families.contains(&family)
+            && !config.pod_cidrs.iter().any(|c| Family::of_net(c) == family)
+        {
             out.push(error(format!(
                 "Required {name} PodCIDR not available: give it with --pod-cidrs"
             )));
         }
     }
-    cidrs
+    config.pod_cidrs.clone()
 }
 
-fn lint_multi_pool(opts: &DaemonOptions, out: &mut Vec<Finding>) -> Vec<IpNet> {
+fn lint_multi_pool(
+    config: &DaemonConfig,
+    opts: &DaemonOptions,
+    out: &mut Vec<Finding>,
+) -> Vec<IpNet> {
+    let Some(mp) = &config.multi_pool else {
+        return Vec::new();
+    };
     let mut defs: Vec<PoolDef> = Vec::new();
     if let Some(dir) = &opts.pool_dir {
         match ManifestDir::load(dir) {
@@ -216,23 +188,15 @@ fn lint_multi_pool(opts: &DaemonOptions, out: &mut Vec<Finding>) -> Vec<IpNet> {
             Err(e) => out.push(error(format!("pool dir: {e}"))),
         }
     }
-    match parse_auto_create_pools(&opts.auto_create_pools) {
-        Ok(auto) => defs.extend(
-            auto.into_iter()
-                .filter(|a| !defs.iter().any(|d| d.name == a.name))
-                .collect::<Vec<_>>(),
-        ),
-        Err(e) => out.push(error(format!("auto-create-cilium-pod-ip-pools: {e}"))),
+    for auto in &mp.auto_create {
+        if !defs.iter().any(|d| d.name == auto.name) {
+            defs.push(auto.clone());
+        }
     }
-    if let Err(e) = parse_pre_allocation(&opts.multi_pool_pre_allocation, &opts.default_ip_pool) {
-        out.push(error(format!(
-            "Invalid ipam-multi-pool-pre-allocation flag value: {e}"
-        )));
-    }
-    if !defs.iter().any(|d| d.name == opts.default_ip_pool) {
+    if !defs.iter().any(|d| d.name == mp.default_pool) {
         out.push(warning(format!(
             "the default pool {:?} does not exist: pods no annotation or selector places get no address",
-            opts.default_ip_pool
+            mp.default_pool
         )));
     }
     match PoolOperator::new(&defs) {

@@ -183,9 +183,6 @@ impl IpamState {
             restore: self.restore_report.clone(),
             datapath: self.cfg.datapath_mode.to_string(),
             journal: self.journal.path().display().to_string(),
-            journal_bytes: std::fs::metadata(self.journal.path())
-                .map(|m| m.len())
-                .unwrap_or(0),
             ..Default::default()
         };
         let now = now_ms();
