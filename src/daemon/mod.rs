@@ -223,7 +223,12 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             .chain(node.spec.ipam.pool.keys().cloned())
             .collect()
     } else {
-        node.spec.ipam.pod_cidrs.clone()
+        node.spec
+            .ipam
+            .pod_cidrs
+            .iter()
+            .map(IpNet::to_string)
+            .collect()
     };
     let pooling = match (&config.multi_pool, config.ipam) {
         (_, IpamMode::Eni) => PoolingMode::External { eni: true },
@@ -413,7 +418,7 @@ fn rebuilt_node(
             cfg.ipv6_mask_size
         };
         if let Ok(net) = IpNet::new(*ip, mask) {
-            node.spec.ipam.pod_cidrs.push(net.trunc().to_string());
+            node.spec.ipam.pod_cidrs.push(net.trunc());
         }
     }
     Some(node)

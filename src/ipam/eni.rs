@@ -317,7 +317,7 @@ pub fn eni_allocation(
         pool: ENI_POOL.to_string(),
         allow_first_ip: true,
         allow_last_ip: true,
-        cidrs: cidrs.into_iter().map(|c| c.cidr.to_string()).collect(),
+        cidrs: cidrs.into_iter().map(|c| c.cidr).collect(),
     }])
 }
 
@@ -545,6 +545,10 @@ mod tests {
         v.iter().map(|x| x.to_string()).collect()
     }
 
+    fn nets(v: &[&str]) -> Vec<IpNet> {
+        v.iter().map(|x| x.parse().unwrap()).collect()
+    }
+
     fn eni(id: &str, number: u32, subnet: &str, ip: &str) -> Eni {
         Eni {
             id: id.into(),
@@ -591,7 +595,7 @@ mod tests {
         assert!(pools[0].allow_first_ip && pools[0].allow_last_ip);
         assert_eq!(
             pools[0].cidrs,
-            s(&[
+            nets(&[
                 "10.0.0.11/32",
                 "10.0.1.20/32",
                 "10.0.1.21/32",
@@ -613,7 +617,7 @@ mod tests {
         let pools = eni_allocation(&inv, &spec).unwrap();
         assert_eq!(
             pools[0].cidrs,
-            s(&[
+            nets(&[
                 "10.0.1.10/32",
                 "10.0.1.20/32",
                 "10.0.1.21/32",
@@ -634,11 +638,20 @@ mod tests {
         spec.exclude_interface_tags
             .insert("no-cilium".into(), "true".into());
         let c = eni_allocation(&inv2, &spec).unwrap();
-        assert!(!c[0].cidrs.iter().any(|c| c.starts_with("10.0.1.")));
+        assert!(
+            !c[0]
+                .cidrs
+                .iter()
+                .any(|c| c.to_string().starts_with("10.0.1."))
+        );
         spec.exclude_interface_tags
             .insert("other".into(), "x".into());
         let c = eni_allocation(&inv2, &spec).unwrap();
-        assert!(c[0].cidrs.iter().any(|c| c.starts_with("10.0.1.")));
+        assert!(
+            c[0].cidrs
+                .iter()
+                .any(|c| c.to_string().starts_with("10.0.1."))
+        );
 
         // Nothing usable: no pool entry.
         let spec = EniSpec {
@@ -659,7 +672,7 @@ mod tests {
         e.addresses = s(&["2600:1f00::5", "10.0.1.11"]);
         let inv: BTreeMap<_, _> = [("eni-6".to_string(), e)].into();
         let p = eni_allocation(&inv, &EniSpec::default()).unwrap();
-        assert_eq!(p[0].cidrs, s(&["10.0.1.11/32", "2600:1f00::5/128"]));
+        assert_eq!(p[0].cidrs, nets(&["10.0.1.11/32", "2600:1f00::5/128"]));
     }
 
     #[test]

@@ -55,13 +55,10 @@ fn block_addresses(family: Family, mask: u8) -> u128 {
     }
 }
 
-/// Sorts CIDR strings the Cilium way: IPv4 (by address, then prefix length),
-/// then IPv6; anything unparsable stays at the end in its order.
-fn sort_cidr_strings(cidrs: &mut [String]) {
-    cidrs.sort_by_cached_key(|s| {
-        let parsed = s.parse::<IpNet>().ok();
-        (parsed.is_none(), parsed)
-    });
+/// Sorts CIDRs the Cilium way: IPv4 (by address, then prefix length), then
+/// IPv6 (`IpNet`'s order).
+fn sort_cidrs(cidrs: &mut [IpNet]) {
+    cidrs.sort();
 }
 
 /// The smallest list of prefixes covering `[start, end]` (inclusive).
@@ -292,13 +289,12 @@ fn check_overlaps(pools: &[PoolDef]) -> Result<(), String> {
     Ok(())
 }
 
-/// The blocks listed per pool in `allocated` (parsed, deduplicated; entries
-/// that do not parse are skipped).
+/// The blocks listed per pool in `allocated` (deduplicated).
 fn held_blocks(allocated: &[AllocatedPool]) -> BTreeMap<&str, BTreeSet<IpNet>> {
     let mut held: BTreeMap<&str, BTreeSet<IpNet>> = BTreeMap::new();
     for entry in allocated {
         let blocks = held.entry(entry.pool.as_str()).or_default();
-        blocks.extend(entry.cidrs.iter().filter_map(|s| s.parse::<IpNet>().ok()));
+        blocks.extend(entry.cidrs.iter().copied());
     }
     held.retain(|_, b| !b.is_empty());
     held
@@ -356,10 +352,8 @@ impl PoolOperator {
 
     /// Locates a listed block: `(family, set index, block)` or the reason it
     /// is not a block of `pool`.
-    fn locate(&self, pool: &str, cidr: &str) -> Result<(Family, usize, IpNet), String> {
-        let block: IpNet = cidr
-            .parse()
-            .map_err(|e| format!("failed to parse CIDR {cidr:?} of pool {pool:?}: {e}"))?;
+    fn locate(&self, pool: &str, block: &IpNet) -> Result<(Family, usize, IpNet), String> {
+        let block = *block;
         let Some(p) = self.pools.get(pool) else {
             return Err(format!(
                 "unable to find pool {pool}, prefix {block} is still allocated to the node but \
@@ -384,7 +378,7 @@ impl PoolOperator {
     }
 
     /// At start: occupies the blocks the node already owns. Every valid block
-    /// is occupied; the others (unparsable, unknown pool, in no CIDR of its
+    /// is occupied; the others (unknown pool, in no CIDR of its
     /// pool, wrong size, not on a block boundary) are reported, one line each
     /// (`\n`-joined), for the caller to log and keep out. Idempotent.
     pub fn adopt(&mut self, allocated: &[AllocatedPool]) -> Result<(), String> {
@@ -474,7 +468,7 @@ impl PoolOperator {
                 while total < u128::from(needed) {
                     match fp.allocate() {
                         Ok(block) => {
-                            carved.push(block.to_string());
+                            carved.push(block);
                             total = total.saturating_add(per_block);
                         }
                         Err(e) => {
@@ -501,7 +495,7 @@ impl PoolOperator {
                 entry.allow_first_ip = allow_first_ip;
                 entry.allow_last_ip = allow_last_ip;
                 entry.cidrs.extend(carved);
-                sort_cidr_strings(&mut entry.cidrs);
+                sort_cidrs(&mut entry.cidrs);
             }
         }
         if changed {
@@ -702,8 +696,8 @@ pub fn check_migration(default_pool: &PoolDef, node_pod_cidrs: &[IpNet]) -> Resu
 /// allowFirstIP / allowLastIP from the pool).
 pub fn migrated_allocation(default_pool: &PoolDef, node_pod_cidrs: &[IpNet]) -> AllocatedPool {
     let set: BTreeSet<IpNet> = node_pod_cidrs.iter().map(IpNet::trunc).collect();
-    let mut cidrs: Vec<String> = set.iter().map(ToString::to_string).collect();
-    sort_cidr_strings(&mut cidrs);
+    let mut cidrs: Vec<IpNet> = set.into_iter().collect();
+    sort_cidrs(&mut cidrs);
     AllocatedPool {
         pool: default_pool.name.clone(),
         allow_first_ip: default_pool.allow_first_ip,
@@ -749,11 +743,11 @@ mod tests {
         }
     }
 
-    fn cidrs_of<'a>(allocated: &'a [AllocatedPool], pool: &str) -> Vec<&'a str> {
+    fn cidrs_of(allocated: &[AllocatedPool], pool: &str) -> Vec<String> {
         allocated
             .iter()
             .find(|e| e.pool == pool)
-            .map(|e| e.cidrs.iter().map(String::as_str).collect())
+            .map(|e| e.cidrs.iter().map(IpNet::to_string).collect())
             .unwrap_or_default()
     }
 
@@ -776,7 +770,7 @@ mod tests {
                 pool: "default".into(),
                 allow_first_ip: true,
                 allow_last_ip: false,
-                cidrs: vec!["10.10.0.0/27".into()],
+                cidrs: vec![net("10.10.0.0/27")],
             }]
         );
         // Already met: nothing changes.
@@ -858,7 +852,7 @@ mod tests {
         // A pre-existing entry listed v6 first gets normalised.
         let mut alloc = vec![AllocatedPool {
             pool: "default".into(),
-            cidrs: vec!["fd00:10::/120".into()],
+            cidrs: vec![net("fd00:10::/120")],
             ..Default::default()
         }];
         op.adopt(&alloc).unwrap();
@@ -868,15 +862,23 @@ mod tests {
             cidrs_of(&alloc, "default"),
             ["10.10.0.0/27", "fd00:10::/120", "fd00:10::100/120"]
         );
-        // Numeric, not string, order inside a family.
+        // Numeric, not string, order inside a family; IPv4 before IPv6.
         let mut v = vec![
-            "fd00::/120".to_string(),
-            "10.0.10.0/24".to_string(),
-            "10.0.2.0/24".to_string(),
-            "bogus".to_string(),
+            net("fd00::/120"),
+            net("10.0.10.0/24"),
+            net("10.0.2.0/24"),
+            net("10.0.2.0/23"),
         ];
-        sort_cidr_strings(&mut v);
-        assert_eq!(v, ["10.0.2.0/24", "10.0.10.0/24", "fd00::/120", "bogus"]);
+        sort_cidrs(&mut v);
+        assert_eq!(
+            v,
+            [
+                net("10.0.2.0/23"),
+                net("10.0.2.0/24"),
+                net("10.0.10.0/24"),
+                net("fd00::/120")
+            ]
+        );
     }
 
     #[test]
@@ -952,7 +954,7 @@ mod tests {
         );
 
         // The node hands the first block back; it can be carved again.
-        alloc[0].cidrs.retain(|c| c != "10.20.0.0/27");
+        alloc[0].cidrs.retain(|c| *c != net("10.20.0.0/27"));
         op.release("mars", &net("10.20.0.0/27"));
         op.release("mars", &net("10.20.0.0/27")); // twice is fine
         op.release("nope", &net("10.20.0.0/27")); // unknown pool ignored
@@ -970,18 +972,17 @@ mod tests {
             AllocatedPool {
                 pool: "mars".into(),
                 cidrs: vec![
-                    "10.20.0.32/27".into(),
-                    "10.99.0.0/27".into(),
-                    "10.20.0.0/26".into(),
-                    "10.20.0.5/27".into(),
-                    "fd00::/120".into(),
-                    "garbage".into(),
+                    net("10.20.0.32/27"),
+                    net("10.99.0.0/27"),
+                    net("10.20.0.0/26"),
+                    net("10.20.0.5/27"),
+                    net("fd00::/120"),
                 ],
                 ..Default::default()
             },
             AllocatedPool {
                 pool: "gone".into(),
-                cidrs: vec!["10.50.0.0/27".into()],
+                cidrs: vec![net("10.50.0.0/27")],
                 ..Default::default()
             },
         ];
@@ -998,7 +999,6 @@ mod tests {
                  (expected 10.20.0.0/27)",
                 "unable to reuse from pool mars: cidr fd00::/120 is not part of the requested \
                  pool",
-                "failed to parse CIDR \"garbage\" of pool \"mars\": invalid IP address syntax",
                 "unable to find pool gone, prefix 10.50.0.0/27 is still allocated to the node \
                  but is marked as orphan",
             ]
@@ -1022,7 +1022,7 @@ mod tests {
         // An existing block in the retired CIDR keeps working.
         let mut alloc = vec![AllocatedPool {
             pool: "default".into(),
-            cidrs: vec!["10.10.5.0/24".into()],
+            cidrs: vec![net("10.10.5.0/24")],
             ..Default::default()
         }];
         op.adopt(&alloc).unwrap();
@@ -1035,7 +1035,7 @@ mod tests {
             ["10.10.5.0/24", "10.20.0.0/24"]
         );
         // Released, it does not come back.
-        alloc[0].cidrs.retain(|c| c != "10.10.5.0/24");
+        alloc[0].cidrs.retain(|c| *c != net("10.10.5.0/24"));
         op.release("default", &net("10.10.5.0/24"));
         assert!(
             op.satisfy("n1", &[req("default", 500, 0)], &mut alloc)
@@ -1225,7 +1225,7 @@ mod tests {
                 .is_empty()
         );
         let entry = alloc.iter().find(|e| e.pool == "idle").unwrap();
-        assert_eq!(entry.cidrs, ["10.40.0.0/28"]);
+        assert_eq!(entry.cidrs, [net("10.40.0.0/28")]);
         assert!(entry.allow_first_ip && entry.allow_last_ip);
     }
 
@@ -1363,7 +1363,7 @@ mod tests {
         assert_eq!(errs.len(), 1);
         assert!(errs[0].ends_with(FULL));
         // A block missing from `allocated` at update time is free again.
-        alloc[0].cidrs.retain(|c| c != "10.20.0.32/27");
+        alloc[0].cidrs.retain(|c| *c != net("10.20.0.32/27"));
         op.update_pools(std::slice::from_ref(&def), &alloc).unwrap();
         assert!(
             op.satisfy("n1", &[req("default", 120, 0)], &mut alloc)
@@ -1423,7 +1423,7 @@ mod tests {
                 pool: "default".into(),
                 allow_first_ip: false,
                 allow_last_ip: true,
-                cidrs: vec!["10.0.1.0/24".into(), "fd00::100/120".into()],
+                cidrs: vec![net("10.0.1.0/24"), net("fd00::100/120")],
             }
         );
         // The operator adopts the migrated blocks and carves around them.

@@ -543,7 +543,13 @@ status:
         assert_eq!(node.status.eni.enis["eni-1"].number, 1);
         let alloc =
             crate::ipam::eni::eni_allocation(&node.status.eni.enis, &node.spec.eni).unwrap();
-        assert_eq!(alloc[0].cidrs, vec!["10.0.1.20/32", "10.0.1.21/32"]);
+        assert_eq!(
+            alloc[0].cidrs,
+            vec![
+                "10.0.1.20/32".parse::<ipnet::IpNet>().unwrap(),
+                "10.0.1.21/32".parse().unwrap()
+            ]
+        );
         assert!(!f.changed());
         fs::remove_dir_all(dir).unwrap();
     }

@@ -58,16 +58,13 @@ impl EmbeddedOperator {
         default_pool: &str,
         migrate: bool,
     ) -> Result<NodeResource, NodeError> {
-        let pod_cidrs = node
-            .spec
-            .ipam
-            .pod_cidr_nets()
-            .map_err(|e| NodeError::Invalid(format!("node {}: {e}", self.node_name)))?;
+        let pod_cidrs = node.spec.ipam.pod_cidrs.clone();
         if !pod_cidrs.is_empty() && node.spec.ipam.pools.allocated.is_empty() {
             if !migrate {
                 return Err(NodeError::Invalid(format!(
                     "node {} was running cluster-pool (spec.ipam.podCIDRs = {:?}); restarting it in multi-pool mode needs enable-cluster-pool-to-multi-pool-migration=true and a default pool {default_pool:?} that covers those CIDRs with the same mask",
-                    self.node_name, node.spec.ipam.pod_cidrs
+                    self.node_name,
+                    texts(&pod_cidrs)
                 )));
             }
             let def = pools.iter().find(|p| p.name == default_pool).ok_or_else(|| {
@@ -79,7 +76,7 @@ impl EmbeddedOperator {
                 .pools
                 .allocated
                 .push(migrated_allocation(def, &pod_cidrs));
-            tracing::info!(node = %self.node_name, cidrs = ?node.spec.ipam.pod_cidrs, pool = default_pool, "migrated the node's cluster-pool CIDRs into the default pool");
+            tracing::info!(node = %self.node_name, cidrs = ?texts(&pod_cidrs), pool = default_pool, "migrated the node's cluster-pool CIDRs into the default pool");
         }
         let mut operator = PoolOperator::new(pools).map_err(NodeError::Invalid)?;
         operator
@@ -104,15 +101,10 @@ impl NodeOperator for EmbeddedOperator {
         };
         let cidrs = match &self.mode {
             EmbeddedMode::ClusterPool(cfg) => {
-                let existing = node
-                    .spec
-                    .ipam
-                    .pod_cidr_nets()
-                    .map_err(|e| NodeError::Invalid(format!("node {}: {e}", self.node_name)))?;
                 let mut carver =
                     NodeCidrCarver::new(cfg).map_err(|e| NodeError::Invalid(e.to_string()))?;
                 carver
-                    .carve_for_node(&existing)
+                    .carve_for_node(&node.spec.ipam.pod_cidrs)
                     .map_err(|e| NodeError::Operator(format!("node {}: {e}", self.node_name)))?
             }
             EmbeddedMode::Kubernetes {
@@ -132,7 +124,7 @@ impl NodeOperator for EmbeddedOperator {
                 return self.multi_pool_sync(node, &pools, &default_pool, migrate);
             }
         };
-        node.spec.ipam.pod_cidrs = cidrs.iter().map(|c| c.to_string()).collect();
+        node.spec.ipam.pod_cidrs = cidrs;
         node.status.ipam.operator_status.error.clear();
         Ok(node)
     }
@@ -168,6 +160,12 @@ impl NodeOperator for EmbeddedOperator {
         }
         Ok(())
     }
+}
+
+/// CIDRs as text, so messages quote them as the node resource spells them
+/// (`["10.0.1.0/24"]`).
+fn texts(cidrs: &[IpNet]) -> Vec<String> {
+    cidrs.iter().map(IpNet::to_string).collect()
 }
 
 /// Kubernetes mode: the first CIDR of each enabled family is the node's; a missing
@@ -210,7 +208,13 @@ mod tests {
             },
         );
         let n = b.sync(None).unwrap();
-        assert_eq!(n.spec.ipam.pod_cidrs, vec!["10.1.2.0/24", "fd00:1::/120"]);
+        assert_eq!(
+            n.spec.ipam.pod_cidrs,
+            vec![
+                "10.1.2.0/24".parse::<IpNet>().unwrap(),
+                "fd00:1::/120".parse().unwrap()
+            ]
+        );
     }
 
     #[test]
@@ -248,7 +252,7 @@ mod tests {
     #[test]
     fn a_cluster_pool_node_is_not_silently_switched_to_multi_pool() {
         let mut node = NodeResource::new("n1");
-        node.spec.ipam.pod_cidrs = vec!["10.0.1.0/24".into()];
+        node.spec.ipam.pod_cidrs = vec!["10.0.1.0/24".parse().unwrap()];
         let mut b = EmbeddedOperator::new(
             "n1",
             EmbeddedMode::MultiPool {
@@ -262,5 +266,6 @@ mod tests {
             e.contains("enable-cluster-pool-to-multi-pool-migration"),
             "{e}"
         );
+        assert!(e.contains(r#"spec.ipam.podCIDRs = ["10.0.1.0/24"]"#), "{e}");
     }
 }

@@ -10,8 +10,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ipnet::IpNet;
-
 use super::WatchFuture;
 use super::cilium_node_file::CiliumNodeFile;
 use super::{NodeError, NodeEvent, NodeOutbox, NodeResource, NodeSink, NodeSource, NodeView};
@@ -63,7 +61,6 @@ fn offered(node: &NodeResource) -> u64 {
             .allocated
             .iter()
             .flat_map(|a| a.cidrs.iter())
-            .filter_map(|c| c.parse::<IpNet>().ok())
             .map(|n| 1u64 << (n.max_prefix_len() - n.prefix_len()).min(63))
             .sum::<u64>()
 }

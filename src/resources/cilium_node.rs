@@ -8,7 +8,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use super::ObjectMeta;
-use super::fields::{cidr_texts, parse_cidr_texts};
+use super::fields::cidr_list;
 
 /// The node resource (`CiliumNode`). Fields podnet does not model are kept in the
 /// `extra` maps (top level, `metadata`, `spec`, `spec.ipam`, `status`) and written
@@ -58,15 +58,15 @@ pub struct NodeAddress {
 /// `spec.ipam`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeIpamSpec {
-    /// Cluster-pool and kubernetes modes: the node's CIDRs, as written (each one
-    /// a CIDR: deserializing refuses anything else).
+    /// Cluster-pool and kubernetes modes: the node's CIDRs (on the wire, strings
+    /// such as `10.0.1.0/24`; deserializing refuses anything that is not a CIDR).
     #[serde(
         rename = "podCIDRs",
         default,
-        deserialize_with = "cidr_texts",
+        deserialize_with = "cidr_list",
         skip_serializing_if = "Vec::is_empty"
     )]
-    pub pod_cidrs: Vec<String>,
+    pub pod_cidrs: Vec<IpNet>,
     /// Multi-pool: what the node asks for and what it was given.
     #[serde(default, skip_serializing_if = "IpamPools::is_empty")]
     pub pools: IpamPools,
@@ -102,14 +102,6 @@ pub struct NodeIpamSpec {
     pub static_ip_tags: BTreeMap<String, String>,
     #[serde(flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,
-}
-
-impl NodeIpamSpec {
-    /// `podCIDRs`, parsed. A value that is not a CIDR can only have been set in
-    /// memory (deserializing refuses it); it is an error naming it.
-    pub fn pod_cidr_nets(&self) -> Result<Vec<IpNet>, String> {
-        parse_cidr_texts(&self.pod_cidrs, "spec.ipam.podCIDRs")
-    }
 }
 
 /// `{owner, resource}` of a `spec.ipam.pool` / `status.ipam.used` entry
@@ -354,9 +346,10 @@ pub struct AllocatedPool {
     pub allow_first_ip: bool,
     #[serde(rename = "allowLastIP", default)]
     pub allow_last_ip: bool,
-    /// As written (each one a CIDR: deserializing refuses anything else).
-    #[serde(default, deserialize_with = "cidr_texts")]
-    pub cidrs: Vec<String>,
+    /// On the wire, strings such as `10.0.1.0/24` (deserializing refuses anything
+    /// that is not a CIDR).
+    #[serde(default, deserialize_with = "cidr_list")]
+    pub cidrs: Vec<IpNet>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -442,7 +435,7 @@ mod tests {
     #[test]
     fn json_shape_matches_ciliumnode() {
         let mut n = NodeResource::new("n1");
-        n.spec.ipam.pod_cidrs = vec!["10.0.1.0/24".into()];
+        n.spec.ipam.pod_cidrs = vec!["10.0.1.0/24".parse().unwrap()];
         n.set_address("CiliumInternalIP", "10.0.1.5".parse().unwrap());
         n.set_address("CiliumInternalIP", "10.0.1.7".parse().unwrap());
         n.set_address("CiliumInternalIP", "fd00::1".parse().unwrap());
@@ -502,8 +495,12 @@ mod tests {
         assert_eq!(node.metadata.owner_references[0].kind, "Node");
         assert_eq!(node.metadata.labels["kubernetes.io/hostname"], "worker-1");
         assert_eq!(
-            node.spec.ipam.pod_cidr_nets().unwrap(),
+            node.spec.ipam.pod_cidrs,
             vec!["10.0.1.0/24".parse::<IpNet>().unwrap()]
+        );
+        assert_eq!(
+            node.spec.ipam.pools.allocated[0].cidrs,
+            vec!["10.9.0.0/27".parse::<IpNet>().unwrap()]
         );
         let after = serde_json::to_value(&node).unwrap();
         // Everything but status.ipam (the daemon's own) comes back as it was.
@@ -528,13 +525,56 @@ mod tests {
             e.starts_with("spec.ipam.pools.allocated[0].cidrs[0]: \"10.9.0.0\" is not a CIDR"),
             "{e}"
         );
-        // Set in memory, a bad value is an error naming it.
-        let mut n = NodeResource::new("n1");
-        n.spec.ipam.pod_cidrs = vec!["10.0.1.0/24".into(), "ten".into()];
+        // A list, not a string or null (as when the field held text).
+        let mut v = kubectl_node();
+        v["spec"]["ipam"]["podCIDRs"] = serde_json::json!(null);
         assert_eq!(
-            n.spec.ipam.pod_cidr_nets().unwrap_err(),
-            "spec.ipam.podCIDRs[1]: \"ten\" is not a CIDR (expected <address>/<prefix length>, \
-             e.g. 10.0.0.0/16 or fd00::/104)"
+            crate::resources::decode::<NodeResource>(&v).unwrap_err(),
+            "spec.ipam.podCIDRs must be a list, not null"
         );
+        let mut v = kubectl_node();
+        v["spec"]["ipam"]["pools"]["allocated"][0]["cidrs"] = serde_json::json!("10.9.0.0/27");
+        assert_eq!(
+            crate::resources::decode::<NodeResource>(&v).unwrap_err(),
+            "spec.ipam.pools.allocated[0].cidrs must be a list, not a string"
+        );
+    }
+
+    /// The CIDR fields are typed but the wire format is the strings Cilium
+    /// writes, both families (what a journal written before holds reads back and
+    /// is written again unchanged).
+    #[test]
+    fn cidr_fields_are_strings_on_the_wire() {
+        let stored = serde_json::json!({
+            "apiVersion": "cilium.io/v2",
+            "kind": "CiliumNode",
+            "metadata": {"name": "n1"},
+            "spec": {"ipam": {
+                "podCIDRs": ["10.0.1.0/24", "fd00::/120", "fd00:1:2::/64"],
+                "pools": {"allocated": [{
+                    "pool": "default",
+                    "allowFirstIP": false,
+                    "allowLastIP": false,
+                    "cidrs": ["10.9.0.0/27", "10.9.0.32/27", "fd00:9::/120", "2600:1f00::5/128"]
+                }]}
+            }},
+            "status": {"ipam": {"operator-status": {}}}
+        });
+        let node: NodeResource = crate::resources::decode(&stored).unwrap();
+        let net = |s: &str| s.parse::<IpNet>().unwrap();
+        assert_eq!(
+            node.spec.ipam.pod_cidrs,
+            [net("10.0.1.0/24"), net("fd00::/120"), net("fd00:1:2::/64")]
+        );
+        assert_eq!(
+            node.spec.ipam.pools.allocated[0].cidrs[2],
+            net("fd00:9::/120")
+        );
+        assert_eq!(serde_json::to_value(&node).unwrap(), stored);
+        // Written from memory: the same text as `IpNet`'s `Display`.
+        let mut n = NodeResource::new("n1");
+        n.spec.ipam.pod_cidrs = vec![net("fd00::/120"), net("10.0.1.0/24")];
+        let text = serde_json::to_string(&n.spec.ipam).unwrap();
+        assert_eq!(text, r#"{"podCIDRs":["fd00::/120","10.0.1.0/24"]}"#);
     }
 }

@@ -40,16 +40,6 @@ impl Parsed for IpAddr {
     }
 }
 
-/// A CIDR kept as written: it must parse, the text is what is stored.
-struct CidrText(String);
-
-impl Parsed for CidrText {
-    const EXPECTING: &'static str = "a CIDR";
-    fn parse(s: &str) -> Result<Self, String> {
-        <IpNet as Parsed>::parse(s).map(|_| CidrText(s.to_string()))
-    }
-}
-
 /// Deserializes a string into `T` with `T`'s message on failure.
 struct Text<T>(T);
 
@@ -80,22 +70,14 @@ pub fn cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
     Ok(list.unwrap_or_default().into_iter().map(|t| t.0).collect())
 }
 
-/// A list of CIDRs kept as written (each must parse).
-pub fn cidr_texts<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    let list: Vec<Text<CidrText>> = Deserialize::deserialize(d)?;
-    Ok(list.into_iter().map(|t| t.0.0).collect())
+/// A list of CIDRs that must be present as a list (`null` is refused, unlike
+/// [`cidrs`]).
+pub fn cidr_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
+    let list: Vec<Text<IpNet>> = Deserialize::deserialize(d)?;
+    Ok(list.into_iter().map(|t| t.0).collect())
 }
 
 /// An optional IP address (`null` = absent).
 pub fn opt_ip<'de, D: Deserializer<'de>>(d: D) -> Result<Option<IpAddr>, D::Error> {
     Ok(Option::<Text<IpAddr>>::deserialize(d)?.map(|t| t.0))
-}
-
-/// Parses CIDRs kept as text (`what` names the field in the error).
-pub fn parse_cidr_texts(texts: &[String], what: &str) -> Result<Vec<IpNet>, String> {
-    texts
-        .iter()
-        .enumerate()
-        .map(|(i, s)| <IpNet as Parsed>::parse(s).map_err(|e| format!("{what}[{i}]: {e}")))
-        .collect()
 }

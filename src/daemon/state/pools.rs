@@ -49,20 +49,6 @@ pub struct MultiPoolSettings {
     pub only_masquerade_default_pool: bool,
 }
 
-/// A CIDR of the node resource. Deserializing the resource refuses a value that
-/// is not one, so a failure means it was set in memory: logged, and left out.
-fn node_cidr(field: &str, text: &str) -> Option<IpNet> {
-    text.parse()
-        .map_err(|_| {
-            tracing::error!(
-                field,
-                value = text,
-                "the node resource holds a value that is not a CIDR: left out"
-            );
-        })
-        .ok()
-}
-
 impl IpamState {
     /// The pool a request without `pool` falls back to.
     pub(super) fn default_pool(&self) -> &str {
@@ -83,19 +69,12 @@ impl IpamState {
             BTreeMap::new();
         match self.cfg.pooling {
             PoolingMode::HostScope => {
-                for c in self
-                    .node
-                    .spec
-                    .ipam
-                    .pod_cidrs
-                    .iter()
-                    .filter_map(|c| node_cidr("spec.ipam.podCIDRs", c))
-                {
+                for c in &self.node.spec.ipam.pod_cidrs {
                     let e = wanted
-                        .entry((super::DEFAULT_POOL.to_string(), Family::of_net(&c)))
+                        .entry((super::DEFAULT_POOL.to_string(), Family::of_net(c)))
                         .or_insert((Vec::new(), AllocatorOptions::default()));
                     if e.0.is_empty() {
-                        e.0.push(c);
+                        e.0.push(*c);
                     }
                 }
             }
@@ -123,16 +102,12 @@ impl IpamState {
                         allow_first_ip: a.allow_first_ip,
                         allow_last_ip: a.allow_last_ip,
                     };
-                    for c in a
-                        .cidrs
-                        .iter()
-                        .filter_map(|c| node_cidr("spec.ipam.pools.allocated", c))
-                    {
+                    for c in &a.cidrs {
                         wanted
-                            .entry((a.pool.clone(), Family::of_net(&c)))
+                            .entry((a.pool.clone(), Family::of_net(c)))
                             .or_insert((Vec::new(), opts))
                             .0
-                            .push(c);
+                            .push(*c);
                     }
                 }
             }
@@ -272,7 +247,6 @@ impl IpamState {
                     if let Some(op) = self.operator.as_mut() {
                         op.release_block(&pool, &cidr);
                     }
-                    let text = cidr.to_string();
                     for a in self
                         .node
                         .spec
@@ -282,7 +256,7 @@ impl IpamState {
                         .iter_mut()
                         .filter(|a| a.pool == pool)
                     {
-                        a.cidrs.retain(|c| *c != text);
+                        a.cidrs.retain(|c| *c != cidr);
                     }
                 }
             }

@@ -367,7 +367,7 @@ fn blocks(s: &IpamState, pool: &str) -> Vec<String> {
         .allocated
         .iter()
         .filter(|a| a.pool == pool)
-        .flat_map(|a| a.cidrs.clone())
+        .flat_map(|a| a.cidrs.iter().map(ToString::to_string))
         .collect()
 }
 
@@ -1412,10 +1412,10 @@ fn node_with_blocks(extra: &[(&str, &str)]) -> NodeResource {
             .iter_mut()
             .find(|a| a.pool == pool)
         {
-            Some(a) => a.cidrs.push(cidr.into()),
+            Some(a) => a.cidrs.push(cidr.parse().unwrap()),
             None => node.spec.ipam.pools.allocated.push(AllocatedPool {
                 pool: pool.into(),
-                cidrs: vec![cidr.into()],
+                cidrs: vec![cidr.parse().unwrap()],
                 ..Default::default()
             }),
         }
