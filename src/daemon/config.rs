@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 use ipnet::IpNet;
 
@@ -146,6 +147,16 @@ impl RoutingMode {
     }
 }
 
+/// Where the node resource lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendKind {
+    /// The daemon's own journal and manifest directories (one node).
+    Embedded,
+    /// The API server: `--k8s-kubeconfig-path`, or the in-cluster service account
+    /// (None) when KUBERNETES_SERVICE_HOST is set.
+    Kubernetes { kubeconfig: Option<PathBuf> },
+}
+
 /// Multi-pool settings.
 #[derive(Debug, Clone)]
 pub struct MultiPoolConfig {
@@ -164,6 +175,7 @@ pub struct MultiPoolConfig {
 /// The daemon's options, resolved and checked.
 #[derive(Debug, Clone)]
 pub struct DaemonConfig {
+    pub backend: BackendKind,
     pub ipam: IpamMode,
     pub routing: RoutingMode,
     pub datapath: DatapathMode,
@@ -191,7 +203,22 @@ impl DaemonConfig {
                 "ipam {ipam} needs routing-mode=native: its pod addresses are routed by the cloud network, and a tunnel would bypass it"
             ));
         }
-        if ipam.is_external() && opts.node_resource.is_none() {
+        let backend = match &opts.k8s_kubeconfig_path {
+            Some(path) => BackendKind::Kubernetes {
+                kubeconfig: Some(path.clone()),
+            },
+            None if std::env::var("KUBERNETES_SERVICE_HOST").is_ok_and(|h| !h.is_empty()) => {
+                BackendKind::Kubernetes { kubeconfig: None }
+            }
+            None => BackendKind::Embedded,
+        };
+        if backend != BackendKind::Embedded && ipam == IpamMode::MultiPool {
+            return Err(
+                "ipam multi-pool on the Kubernetes backend is not supported by this build yet (CiliumPodIPPool, Pod and Namespace watches are missing): use cluster-pool or kubernetes, or the embedded backend".into(),
+            );
+        }
+        let embedded = backend == BackendKind::Embedded;
+        if embedded && ipam.is_external() && opts.node_resource.is_none() {
             return Err(format!(
                 "ipam {ipam} needs --node-resource FILE: the CiliumNode manifest the external IPAM writes for this node"
             ));
@@ -205,6 +232,7 @@ impl DaemonConfig {
         .map(|(_, f)| f)
         .collect();
         Ok(DaemonConfig {
+            backend,
             ipam,
             routing,
             datapath,

@@ -28,12 +28,13 @@ use crate::datapath::{NetkitSupport, probe_netkit};
 use crate::ipam::Family;
 use crate::ipam::pooldef::PoolDef;
 use crate::node::external::{ExternalSink, ExternalSource};
+use crate::node::kubernetes::{KubernetesConfig, KubernetesMode, kubernetes_backend};
 use crate::node::manifest_source::ManifestSource;
 use crate::node::{
     EmbeddedMode, EmbeddedOperator, NodeEvent, NodeOperator, NodeResource, NodeSink, NodeSource,
 };
 use crate::store::{Journal, Snapshot, now_ms};
-use config::{DaemonConfig, DatapathMode, IpamMode};
+use config::{BackendKind, DaemonConfig, DatapathMode, IpamMode};
 use options::{DaemonOptions, OptionsError};
 use state::{
     ApiError, IpamState, JournalOrigin, MultiPoolSettings, NODE_META_KEY, PoolingMode, StateConfig,
@@ -173,13 +174,24 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             .to_string(),
     };
     let datapath_mode = resolve_datapath_mode(config.datapath)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let lock = server::lock_socket(&opts.socket)?;
     server::ensure_private_dir(&opts.state_dir, "state directory")?;
     let (journal, snapshot, origin, current) = open_journal(
         &opts.state_dir.join("journal.redb"),
         opts.rebuild_from_kernel,
     )?;
-    let (mut source, sink) = node_source(&config, &opts, &node_name);
+    let (mut source, sink) = node_source(
+        &config,
+        &opts,
+        &node_name,
+        runtime.handle(),
+        current.clone(),
+    );
     let view = source.initial().map_err(|e| e.to_string())?;
     let default_pool = config.multi_pool.as_ref().map(|m| {
         view.default_pool
@@ -188,7 +200,8 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     });
     // The embedded backend plays the operator for this node; an external IPAM
     // needs none.
-    let mut operator: Option<Box<dyn NodeOperator>> = (!config.ipam.is_external()).then(|| {
+    let embedded = config.backend == BackendKind::Embedded;
+    let mut operator: Option<Box<dyn NodeOperator>> = (embedded && !config.ipam.is_external()).then(|| {
         Box::new(EmbeddedOperator::new(
             &node_name,
             embedded_mode(&config, &view.pools, default_pool.as_deref()),
@@ -311,11 +324,6 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     );
     let timers = state.take_timers();
     release_restore_memory();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let socket = opts.socket.clone();
     let metrics_addr = opts.prometheus_serve_addr.clone();
     let update_rate = opts.node_update_rate;
@@ -606,7 +614,7 @@ async fn apply_node_events(
 async fn flush_outbox(daemon: Arc<Daemon>, sink: Box<dyn NodeSink>, rate: Duration) {
     let sink = Arc::new(Mutex::new(sink));
     loop {
-        if let Ok(Some(outbox)) = daemon.with_state(|s| Ok(s.take_outbox())).await {
+        if let Ok(outbox) = daemon.with_state(|s| Ok(s.take_outbox().unwrap_or_default())).await {
             let sink = sink.clone();
             let flushed = tokio::task::spawn_blocking(move || {
                 sink.lock()
@@ -652,7 +660,29 @@ fn node_source(
     config: &DaemonConfig,
     opts: &DaemonOptions,
     node_name: &str,
+    runtime: &tokio::runtime::Handle,
+    journal_node: Option<NodeResource>,
 ) -> (Box<dyn NodeSource>, Option<Box<dyn NodeSink>>) {
+    if let BackendKind::Kubernetes { kubeconfig } = &config.backend {
+        let mode = match config.ipam {
+            IpamMode::Kubernetes => KubernetesMode::Kubernetes,
+            IpamMode::ClusterPool => KubernetesMode::ClusterPool,
+            IpamMode::MultiPool => KubernetesMode::MultiPool,
+            _ => KubernetesMode::External,
+        };
+        let (source, sink) = kubernetes_backend(
+            KubernetesConfig {
+                kubeconfig: kubeconfig.clone(),
+                node_name: node_name.to_string(),
+                mode,
+                ipv4: config.families.contains(&Family::V4),
+                ipv6: config.families.contains(&Family::V6),
+            },
+            runtime.clone(),
+            journal_node,
+        );
+        return (Box::new(source), Some(Box::new(sink)));
+    }
     match (&opts.node_resource, config.ipam.is_external()) {
         (Some(path), true) => {
             let families = config.families.len() as u64;

@@ -42,6 +42,12 @@ pub struct DaemonOptions {
     #[arg(long = "cluster-pool-ipv6-mask-size", default_value_t = 120)]
     pub cluster_pool_ipv6_mask_size: u8,
 
+    /// Kubernetes backend: the kubeconfig of the API server (Cilium's option). Without
+    /// it the in-cluster service account is used when KUBERNETES_SERVICE_HOST is set,
+    /// else the embedded backend.
+    #[arg(long = "k8s-kubeconfig-path", value_name = "FILE")]
+    pub k8s_kubeconfig_path: Option<PathBuf>,
+
     /// This node's name (defaults to $K8S_NODE_NAME, then the host name).
     #[arg(long = "k8s-node-name", alias = "node-name", env = "K8S_NODE_NAME")]
     pub node_name: Option<String>,

@@ -12,12 +12,14 @@
 //!   cluster operator owns it.
 //!
 //! Backends: `embedded` (the embedded operator, manifests in watched directories:
-//! [`manifest_source`]) and `external` (crd/eni: a CiliumNode file an external IPAM
-//! writes: [`external`]).
+//! [`manifest_source`]), `external` (crd/eni: a CiliumNode file an external IPAM
+//! writes: [`external`]) and `kubernetes` (this node's CiliumNode and Node through
+//! the API server: [`kubernetes`]).
 
 pub mod cilium_node_file;
 mod embedded;
 pub mod external;
+pub mod kubernetes;
 pub mod manifest_source;
 pub mod manifests;
 
@@ -113,8 +115,9 @@ impl NodeOutbox {
 }
 
 /// Writes the outbox to where the backend keeps the node resource. Called by the
-/// writer task, outside the state's lock; a failed flush is retried with the
-/// next one.
+/// writer task once per update interval, outside the state's lock, with what
+/// changed since the last call (often nothing); a sink keeps what it failed to
+/// write and tries again at the next call.
 pub trait NodeSink: Send {
     fn flush(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError>;
 }

@@ -1,0 +1,449 @@
+//! The Kubernetes backend: this node's `CiliumNode` (cilium.io/v2) and `Node`
+//! through the API server, with kube-rs. The source waits at start for what the
+//! mode needs (kubernetes: `Node.spec.podCIDRs`, mirrored into the CiliumNode;
+//! cluster-pool: the CIDRs the operator writes into `spec.ipam.podCIDRs`), unless the
+//! API server cannot be reached and the journal already knows the node's CIDRs: then
+//! the node serves from what it owns. It then watches the CiliumNode (new blocks,
+//! single IPs) and survives API-server restarts and expired resourceVersions (the
+//! watcher relists). The sink writes the agent's fields with server-side apply under
+//! its own field manager (`podnet-agent`): `spec.addresses` (InternalIP and the
+//! router's CiliumInternalIP), the owner reference to the Node (deleting the Node
+//! deletes its CiliumNode), `spec.ipam.podCIDRs` in kubernetes mode and
+//! `spec.ipam.pools.requested` in multi-pool. Apply owns exactly the fields it
+//! sends, so the operator's (`spec.ipam.podCIDRs` in cluster-pool, the allocated
+//! blocks, `status.ipam.operator-status`) are never touched, and a conflict is an
+//! error, not a lost write.
+//!
+//! The source and sink run their API calls on the daemon's runtime through its
+//! handle; `initial` and `flush` are called from plain threads, never from a task.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+use tokio::runtime::Handle;
+
+use super::{
+    NodeAddress, NodeError, NodeEvent, NodeOutbox, NodeResource, NodeSink, NodeSource, NodeView,
+    RequestedPool, WatchFuture,
+};
+use crate::resources::decode;
+
+/// The field manager of the agent's server-side applies.
+pub const FIELD_MANAGER: &str = "podnet-agent";
+/// How often a start that waits (for the API server, the Node, the CIDRs) retries.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// What the node's CIDRs come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KubernetesMode {
+    /// `Node.spec.podCIDRs`, mirrored into the CiliumNode by the agent.
+    Kubernetes,
+    /// `spec.ipam.podCIDRs`, written by the operator.
+    ClusterPool,
+    /// `spec.ipam.pools.allocated`, written by the operator on demand.
+    MultiPool,
+    /// crd/eni: whatever the external IPAM wrote into the CiliumNode.
+    External,
+}
+
+/// Where the API server is and how to reach it.
+#[derive(Debug, Clone)]
+pub struct KubernetesConfig {
+    /// `--k8s-kubeconfig-path`; None: the in-cluster service account.
+    pub kubeconfig: Option<PathBuf>,
+    pub node_name: String,
+    pub mode: KubernetesMode,
+    /// The enabled families (IPv4, IPv6), for kubernetes mode's CIDR check.
+    pub ipv4: bool,
+    pub ipv6: bool,
+}
+
+/// The fields the agent owns in its CiliumNode (one apply always sends them all:
+/// what an apply leaves out, the manager gives up).
+#[derive(Debug, Clone, Default)]
+struct AgentFields {
+    node_uid: String,
+    internal_ips: Vec<String>,
+    router_addresses: Vec<NodeAddress>,
+    pod_cidrs: Option<Vec<IpNet>>,
+    requested: Option<Vec<RequestedPool>>,
+}
+
+impl AgentFields {
+    fn apply_body(&self, node_name: &str) -> serde_json::Value {
+        let mut addresses: Vec<serde_json::Value> = self
+            .internal_ips
+            .iter()
+            .map(|ip| json!({"type": "InternalIP", "ip": ip}))
+            .collect();
+        addresses.extend(
+            self.router_addresses
+                .iter()
+                .map(|a| json!({"type": a.kind, "ip": a.ip})),
+        );
+        let mut ipam = serde_json::Map::new();
+        if let Some(cidrs) = &self.pod_cidrs {
+            ipam.insert("podCIDRs".into(), json!(cidrs));
+        }
+        if let Some(requested) = &self.requested {
+            ipam.insert("pools".into(), json!({ "requested": requested }));
+        }
+        let mut metadata = json!({"name": node_name});
+        if !self.node_uid.is_empty() {
+            metadata["ownerReferences"] = json!([{
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": node_name,
+                "uid": self.node_uid,
+            }]);
+        }
+        json!({
+            "apiVersion": "cilium.io/v2",
+            "kind": "CiliumNode",
+            "metadata": metadata,
+            "spec": {"addresses": addresses, "ipam": ipam},
+        })
+    }
+}
+
+/// The `ciliumnodes` resource of cilium.io/v2.
+fn cilium_nodes(client: kube::Client) -> Api<DynamicObject> {
+    let ar = ApiResource {
+        group: "cilium.io".into(),
+        version: "v2".into(),
+        api_version: "cilium.io/v2".into(),
+        kind: "CiliumNode".into(),
+        plural: "ciliumnodes".into(),
+    };
+    Api::all_with(client, &ar)
+}
+
+/// Connects to the API server named by the kubeconfig (or in-cluster).
+async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, NodeError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                NodeError::Invalid(format!("--k8s-kubeconfig-path {}: {e}", path.display()))
+            })?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| {
+                    NodeError::Invalid(format!("--k8s-kubeconfig-path {}: {e}", path.display()))
+                })?
+        }
+        None => kube::Config::incluster().map_err(|e| {
+            NodeError::Invalid(format!(
+                "in-cluster Kubernetes configuration (KUBERNETES_SERVICE_HOST is set): {e}"
+            ))
+        })?,
+    };
+    kube::Client::try_from(config).map_err(|e| NodeError::Io(format!("Kubernetes client: {e}")))
+}
+
+/// Both halves of the backend, sharing the agent's fields.
+pub fn kubernetes_backend(
+    config: KubernetesConfig,
+    runtime: Handle,
+    journal_node: Option<NodeResource>,
+) -> (KubernetesSource, KubernetesSink) {
+    let fields = Arc::new(Mutex::new(AgentFields::default()));
+    (
+        KubernetesSource {
+            config: config.clone(),
+            runtime: runtime.clone(),
+            journal_node,
+            fields: fields.clone(),
+            client: None,
+        },
+        KubernetesSink {
+            config,
+            runtime,
+            fields,
+            client: None,
+            pending: false,
+        },
+    )
+}
+
+/// This node's CiliumNode (and Node) from the API server.
+pub struct KubernetesSource {
+    config: KubernetesConfig,
+    runtime: Handle,
+    /// What the journal says the node owned (served from if the API server is down).
+    journal_node: Option<NodeResource>,
+    fields: Arc<Mutex<AgentFields>>,
+    client: Option<kube::Client>,
+}
+
+impl KubernetesSource {
+    /// The node's CIDRs the journal knows, if any (what the node owns already).
+    fn journal_owns_something(&self) -> bool {
+        self.journal_node.as_ref().is_some_and(|n| {
+            !n.spec.ipam.pod_cidrs.is_empty()
+                || n.spec.ipam.pools.allocated.iter().any(|a| !a.cidrs.is_empty())
+        })
+    }
+
+    async fn initial_async(&mut self) -> Result<NodeView, NodeError> {
+        let client = connect(self.config.kubeconfig.as_ref()).await?;
+        self.client = Some(client.clone());
+        let name = self.config.node_name.clone();
+        let nodes: Api<KubeNode> = Api::all(client.clone());
+        let mut waiting_logged = false;
+        let mut awaited = String::new();
+        loop {
+            match self.try_initial(&nodes, &client).await {
+                Ok(Ok(view)) => return Ok(view),
+                Ok(Err(what)) => {
+                    if what != awaited {
+                        tracing::info!(node = %name, "waiting for {what}");
+                        awaited = what;
+                    }
+                }
+                Err(e) if self.journal_owns_something() => {
+                    tracing::warn!(error = %e, node = %name, "the API server cannot be reached: serving from what the journal says this node owns; the watch resumes when it is back");
+                    return Ok(NodeView {
+                        node: self.journal_node.clone(),
+                        ..NodeView::default()
+                    });
+                }
+                Err(e) => {
+                    if !waiting_logged {
+                        tracing::warn!(error = %e, node = %name, "waiting for the API server");
+                        waiting_logged = true;
+                    }
+                }
+            }
+            tokio::time::sleep(RETRY).await;
+        }
+    }
+
+    /// One attempt: the Node, the agent's apply, then what the mode waits for.
+    /// Ok(Err(what)): not there yet, still waiting for `what`.
+    async fn try_initial(
+        &self,
+        nodes: &Api<KubeNode>,
+        client: &kube::Client,
+    ) -> Result<Result<NodeView, String>, NodeError> {
+        let name = &self.config.node_name;
+        let io = |e: kube::Error| NodeError::Io(format!("Kubernetes API: {e}"));
+        let Some(node) = nodes.get_opt(name).await.map_err(io)? else {
+            return Ok(Err(format!("this node's Node object {name:?}")));
+        };
+        let uid = node.metadata.uid.clone().unwrap_or_default();
+        let internal_ips: Vec<String> = node
+            .status
+            .as_ref()
+            .and_then(|s| s.addresses.as_ref())
+            .map(|a| {
+                a.iter()
+                    .filter(|a| a.type_ == "InternalIP")
+                    .map(|a| a.address.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let pod_cidrs = match self.config.mode {
+            KubernetesMode::Kubernetes => {
+                let given: Vec<IpNet> = node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.pod_cidrs.clone())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|c| c.parse().ok())
+                    .collect();
+                match kubernetes_cidrs(&given, self.config.ipv4, self.config.ipv6) {
+                    Ok(c) => Some(c),
+                    Err(why) => return Ok(Err(format!("Node.spec.podCIDRs ({why})"))),
+                }
+            }
+            _ => None,
+        };
+        let body = {
+            let mut f = self.fields.lock().unwrap_or_else(|p| p.into_inner());
+            f.node_uid = uid;
+            f.internal_ips = internal_ips;
+            f.pod_cidrs = pod_cidrs;
+            f.apply_body(name)
+        };
+        let api = cilium_nodes(client.clone());
+        let applied = api
+            .patch(name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&body))
+            .await
+            .map_err(io)?;
+        let resource = to_node_resource(&applied)?;
+        let ready = match self.config.mode {
+            KubernetesMode::Kubernetes | KubernetesMode::External => true,
+            KubernetesMode::ClusterPool => !resource.spec.ipam.pod_cidrs.is_empty(),
+            KubernetesMode::MultiPool => true,
+        };
+        if !ready {
+            return Ok(Err(
+                "the operator to write this node's CIDRs into spec.ipam.podCIDRs of its CiliumNode"
+                    .into(),
+            ));
+        }
+        Ok(Ok(NodeView {
+            node: Some(resource),
+            ..NodeView::default()
+        }))
+    }
+}
+
+/// kubernetes mode: the first CIDR of each enabled family (Cilium's check).
+fn kubernetes_cidrs(given: &[IpNet], v4: bool, v6: bool) -> Result<Vec<IpNet>, String> {
+    let mut out = Vec::new();
+    for (on, is_v4, name) in [(v4, true, "IPv4"), (v6, false, "IPv6")] {
+        match given.iter().find(|c| matches!(c, IpNet::V4(_)) == is_v4) {
+            Some(c) if on => out.push(c.trunc()),
+            None if on => return Err(format!("Required {name} PodCIDR not available")),
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The typed node resource of a CiliumNode object.
+fn to_node_resource(obj: &DynamicObject) -> Result<NodeResource, NodeError> {
+    let value = serde_json::to_value(obj)
+        .map_err(|e| NodeError::Invalid(format!("CiliumNode: {e}")))?;
+    decode::<NodeResource>(&value)
+        .map_err(|e| NodeError::Invalid(format!("CiliumNode {:?}: {e}", obj.metadata.name)))
+}
+
+impl NodeSource for KubernetesSource {
+    fn initial(&mut self) -> Result<NodeView, NodeError> {
+        let runtime = self.runtime.clone();
+        runtime.block_on(self.initial_async())
+    }
+
+    fn watch(self: Box<Self>, events: tokio::sync::mpsc::Sender<NodeEvent>) -> WatchFuture {
+        Box::pin(async move {
+            let client = match self.client.clone() {
+                Some(c) => c,
+                None => match connect(self.config.kubeconfig.as_ref()).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot watch this node's CiliumNode");
+                        return;
+                    }
+                },
+            };
+            let api = cilium_nodes(client);
+            let selector = format!("metadata.name={}", self.config.node_name);
+            let mut stream = watcher(api, watcher::Config::default().fields(&selector))
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(obj) => match to_node_resource(&obj) {
+                        Ok(node) => {
+                            if events.send(NodeEvent::Node(Box::new(node))).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => tracing::error!(error = %e, "CiliumNode not applied"),
+                    },
+                    Err(e) => tracing::warn!(error = %e, "CiliumNode watch interrupted; it resumes"),
+                }
+            }
+        })
+    }
+}
+
+/// Writes the agent's fields of the CiliumNode.
+pub struct KubernetesSink {
+    config: KubernetesConfig,
+    runtime: Handle,
+    fields: Arc<Mutex<AgentFields>>,
+    /// Connected on the first flush, then reused.
+    client: Option<kube::Client>,
+    /// An apply failed (the API server was down): send the fields again.
+    pending: bool,
+}
+
+impl NodeSink for KubernetesSink {
+    fn flush(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
+        let body = {
+            let mut f = self.fields.lock().unwrap_or_else(|p| p.into_inner());
+            let mut changed = self.pending;
+            if let Some(addresses) = &outbox.addresses {
+                f.router_addresses = addresses.clone();
+                changed = true;
+            }
+            if let Some(requested) = &outbox.requested_pools {
+                f.requested = Some(requested.clone());
+                changed = true;
+            }
+            if !changed {
+                return Ok(());
+            }
+            f.apply_body(&self.config.node_name)
+        };
+        let name = self.config.node_name.clone();
+        let kubeconfig = self.config.kubeconfig.clone();
+        let cached = self.client.clone();
+        self.pending = true;
+        let client = self.runtime.block_on(async move {
+            let client = match cached {
+                Some(c) => c,
+                None => connect(kubeconfig.as_ref()).await?,
+            };
+            cilium_nodes(client.clone())
+                .patch(&name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&body))
+                .await
+                .map_err(|e| NodeError::Io(format!("applying CiliumNode {name:?}: {e}")))?;
+            Ok::<_, NodeError>(client)
+        })?;
+        self.client = Some(client);
+        self.pending = false;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubernetes_mode_needs_a_cidr_per_enabled_family() {
+        let v4: IpNet = "10.1.2.0/24".parse().unwrap();
+        let v6: IpNet = "fd00:1::/120".parse().unwrap();
+        assert_eq!(kubernetes_cidrs(&[v4, v6], true, true), Ok(vec![v4, v6]));
+        assert_eq!(kubernetes_cidrs(&[v6, v4], true, false), Ok(vec![v4]));
+        assert_eq!(
+            kubernetes_cidrs(&[v4], true, true),
+            Err("Required IPv6 PodCIDR not available".into())
+        );
+    }
+
+    #[test]
+    fn an_apply_sends_every_field_the_agent_owns() {
+        let f = AgentFields {
+            node_uid: "u-1".into(),
+            internal_ips: vec!["10.250.0.2".into()],
+            router_addresses: vec![NodeAddress {
+                kind: "CiliumInternalIP".into(),
+                ip: "10.244.1.1".into(),
+            }],
+            pod_cidrs: None,
+            requested: Some(Vec::new()),
+        };
+        let body = f.apply_body("n1");
+        assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(body["metadata"]["ownerReferences"][0]["kind"], "Node");
+        assert_eq!(body["spec"]["addresses"][0]["type"], "InternalIP");
+        assert_eq!(body["spec"]["addresses"][1]["ip"], "10.244.1.1");
+        // cluster-pool: the operator owns podCIDRs; the agent never sends them.
+        assert!(body["spec"]["ipam"].get("podCIDRs").is_none());
+        assert!(body["spec"]["ipam"]["pools"]["requested"].is_array());
+    }
+}
