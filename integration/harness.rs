@@ -244,6 +244,13 @@ impl Node {
     pub fn new(args: &[&str]) -> Node {
         let ns = Netns::new("pnt-node");
         ns.exec(&["ip", "link", "set", "lo", "up"]);
+        Node::in_namespace(ns, args)
+    }
+
+    /// A node (daemon not started) in `ns`, a namespace made elsewhere, e.g. one
+    /// attached to a control plane's fabric (`k8s::ControlPlane::add_node_ns`).
+    /// The node owns `ns` from now on and deletes it on drop.
+    pub fn in_namespace(ns: Netns, args: &[&str]) -> Node {
         let dir = std::env::temp_dir().join(format!("podnet-it-{}", ns.name));
         std::fs::create_dir_all(&dir).expect("temp dir");
         Node {

@@ -17,6 +17,7 @@ mod delegated;
 mod external_modes;
 mod install;
 mod journal_faults;
+mod k8s;
 mod lint;
 mod multipool;
 mod operations;
