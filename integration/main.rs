@@ -18,6 +18,7 @@ mod external_modes;
 mod install;
 mod journal_faults;
 mod k8s;
+mod k8s_backend;
 mod lint;
 mod multipool;
 mod operations;

@@ -201,12 +201,13 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     // The embedded backend plays the operator for this node; an external IPAM
     // needs none.
     let embedded = config.backend == BackendKind::Embedded;
-    let mut operator: Option<Box<dyn NodeOperator>> = (embedded && !config.ipam.is_external()).then(|| {
-        Box::new(EmbeddedOperator::new(
-            &node_name,
-            embedded_mode(&config, &view.pools, default_pool.as_deref()),
-        )) as Box<dyn NodeOperator>
-    });
+    let mut operator: Option<Box<dyn NodeOperator>> = (embedded && !config.ipam.is_external())
+        .then(|| {
+            Box::new(EmbeddedOperator::new(
+                &node_name,
+                embedded_mode(&config, &view.pools, default_pool.as_deref()),
+            )) as Box<dyn NodeOperator>
+        });
     let router_hints = devices::router_addresses();
     // A journal that knows nothing (rebuilt, or new on a node whose router device
     // shows that podnet ran here) takes the node's CIDRs from the router device.
@@ -614,7 +615,10 @@ async fn apply_node_events(
 async fn flush_outbox(daemon: Arc<Daemon>, sink: Box<dyn NodeSink>, rate: Duration) {
     let sink = Arc::new(Mutex::new(sink));
     loop {
-        if let Ok(outbox) = daemon.with_state(|s| Ok(s.take_outbox().unwrap_or_default())).await {
+        if let Ok(outbox) = daemon
+            .with_state(|s| Ok(s.take_outbox().unwrap_or_default()))
+            .await
+        {
             let sink = sink.clone();
             let flushed = tokio::task::spawn_blocking(move || {
                 sink.lock()

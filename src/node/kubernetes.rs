@@ -187,7 +187,12 @@ impl KubernetesSource {
     fn journal_owns_something(&self) -> bool {
         self.journal_node.as_ref().is_some_and(|n| {
             !n.spec.ipam.pod_cidrs.is_empty()
-                || n.spec.ipam.pools.allocated.iter().any(|a| !a.cidrs.is_empty())
+                || n.spec
+                    .ipam
+                    .pools
+                    .allocated
+                    .iter()
+                    .any(|a| !a.cidrs.is_empty())
         })
     }
 
@@ -275,7 +280,11 @@ impl KubernetesSource {
         };
         let api = cilium_nodes(client.clone());
         let applied = api
-            .patch(name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&body))
+            .patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Apply(&body),
+            )
             .await
             .map_err(io)?;
         let resource = to_node_resource(&applied)?;
@@ -312,8 +321,8 @@ fn kubernetes_cidrs(given: &[IpNet], v4: bool, v6: bool) -> Result<Vec<IpNet>, S
 
 /// The typed node resource of a CiliumNode object.
 fn to_node_resource(obj: &DynamicObject) -> Result<NodeResource, NodeError> {
-    let value = serde_json::to_value(obj)
-        .map_err(|e| NodeError::Invalid(format!("CiliumNode: {e}")))?;
+    let value =
+        serde_json::to_value(obj).map_err(|e| NodeError::Invalid(format!("CiliumNode: {e}")))?;
     decode::<NodeResource>(&value)
         .map_err(|e| NodeError::Invalid(format!("CiliumNode {:?}: {e}", obj.metadata.name)))
 }
@@ -352,7 +361,9 @@ impl NodeSource for KubernetesSource {
                         }
                         Err(e) => tracing::error!(error = %e, "CiliumNode not applied"),
                     },
-                    Err(e) => tracing::warn!(error = %e, "CiliumNode watch interrupted; it resumes"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "CiliumNode watch interrupted; it resumes")
+                    }
                 }
             }
         })
@@ -398,7 +409,11 @@ impl NodeSink for KubernetesSink {
                 None => connect(kubeconfig.as_ref()).await?,
             };
             cilium_nodes(client.clone())
-                .patch(&name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&body))
+                .patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER),
+                    &Patch::Apply(&body),
+                )
                 .await
                 .map_err(|e| NodeError::Io(format!("applying CiliumNode {name:?}: {e}")))?;
             Ok::<_, NodeError>(client)

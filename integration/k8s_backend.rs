@@ -1,0 +1,339 @@
+//! The daemon on the Kubernetes backend, against a real kube-apiserver and etcd
+//! (integration/k8s.rs): kubernetes mode mirrors the Node's pod CIDRs into the
+//! CiliumNode, cluster-pool waits for the operator's CIDRs and never clobbers
+//! them, pods keep getting addresses while the API server is down (also across a
+//! daemon restart), ADD and DEL write nothing to the API server, and the agent's
+//! least-privilege ServiceAccount is enough and no more.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+use crate::k8s::{ControlPlane, NodeNs};
+
+/// Creates the Node object of a node namespace, with its InternalIP and pod CIDRs.
+fn create_node(cp: &ControlPlane, node: &NodeNs, pod_cidrs: &[&str]) {
+    let cidrs = pod_cidrs
+        .iter()
+        .map(|c| format!("\"{c}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let spec = if pod_cidrs.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "spec:\n  podCIDR: \"{}\"\n  podCIDRs: [{cidrs}]\n",
+            pod_cidrs[0]
+        )
+    };
+    cp.apply(&format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {}\n{spec}",
+        node.name
+    ));
+    cp.kubectl(&[
+        "patch",
+        "node",
+        &node.name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &format!(
+            r#"{{"status":{{"addresses":[{{"type":"InternalIP","address":"{}"}}]}}}}"#,
+            node.ip
+        ),
+    ])
+    .expect_ok("patch the Node's status");
+}
+
+/// Writes the node's CIDRs into its CiliumNode the way the operator does (its own
+/// field manager, server-side apply).
+fn operator_assigns(cp: &ControlPlane, node: &str, cidrs: &[&str]) {
+    let list = cidrs
+        .iter()
+        .map(|c| format!("\"{c}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    cp.kubectl_stdin(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager",
+            "podnet-operator",
+            "-f",
+            "-",
+        ],
+        &format!(
+            "apiVersion: cilium.io/v2\nkind: CiliumNode\nmetadata:\n  name: {node}\nspec:\n  ipam:\n    podCIDRs: [{list}]\n"
+        ),
+    )
+    .expect_ok("apply the operator's podCIDRs");
+}
+
+fn jsonpath(cp: &ControlPlane, kind: &str, name: &str, path: &str) -> String {
+    cp.kubectl(&["get", kind, name, "-o", &format!("jsonpath={path}")])
+        .expect_ok("get")
+}
+
+/// Waits until `f` holds (10 s at most).
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A daemon on the node namespace, talking to the API server with `kubeconfig`.
+fn k8s_node(node: NodeNs, kubeconfig: &std::path::Path, args: &[&str]) -> Node {
+    let mut all = vec![
+        "--k8s-kubeconfig-path",
+        kubeconfig.to_str().expect("path"),
+        "--k8s-node-name",
+        &node.name,
+        "--ipam-cilium-node-update-rate",
+        "1s",
+    ];
+    all.extend_from_slice(args);
+    Node::in_namespace(node.ns, &all)
+}
+
+/// The API server's own count of write requests to CiliumNodes and Nodes.
+fn api_writes(cp: &ControlPlane) -> u64 {
+    let metrics = cp
+        .kubectl(&["get", "--raw", "/metrics"])
+        .expect_ok("metrics");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| l.contains("resource=\"ciliumnodes\"") || l.contains("resource=\"nodes\""))
+        .filter(|l| {
+            ["APPLY", "POST", "PUT", "PATCH", "DELETE"]
+                .iter()
+                .any(|v| l.contains(&format!("verb=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[test]
+fn kubernetes_mode_mirrors_the_nodes_pod_cidrs_into_its_cilium_node() {
+    let Some(cp) = ControlPlane::start("k8s_kubernetes_mode") else {
+        return;
+    };
+    cp.install_crds();
+    let ns = cp.add_node_ns("kn-1");
+    create_node(&cp, &ns, &["10.244.5.0/24", "fd00:5::/120"]);
+    let name = ns.name.clone();
+    let mut node = k8s_node(
+        ns,
+        &cp.kubeconfig(),
+        &["--ipam", "kubernetes", "--enable-ipv6"],
+    );
+    node.start_daemon();
+    let sb = node.sandbox();
+    let r = node.add(&sb);
+    assert!(r.ok, "{}", r.stdout);
+    assert!(r.ipv4().starts_with("10.244.5."), "{}", r.ipv4());
+    assert!(r.ipv6().starts_with("fd00:5::"), "{}", r.ipv6());
+    assert_eq!(
+        jsonpath(&cp, "ciliumnode", &name, "{.spec.ipam.podCIDRs}"),
+        r#"["10.244.5.0/24","fd00:5::/120"]"#
+    );
+    assert_eq!(
+        jsonpath(
+            &cp,
+            "ciliumnode",
+            &name,
+            "{.metadata.ownerReferences[0].kind}"
+        ),
+        "Node"
+    );
+    let router = node.ipv4_addressing().ip;
+    eventually("the CiliumInternalIP in spec.addresses", || {
+        let addresses = jsonpath(&cp, "ciliumnode", &name, "{.spec.addresses}");
+        addresses.contains("InternalIP") && addresses.contains(&router)
+    });
+    assert!(sb.ping(&router));
+    assert!(node.del(&sb).ok);
+}
+
+#[test]
+fn cluster_pool_waits_for_the_operators_cidrs_and_never_clobbers_them() {
+    let Some(cp) = ControlPlane::start("k8s_cluster_pool") else {
+        return;
+    };
+    cp.install_crds();
+    let ns = cp.add_node_ns("cp-1");
+    create_node(&cp, &ns, &[]);
+    let name = ns.name.clone();
+    let mut node = k8s_node(ns, &cp.kubeconfig(), &["--ipam", "cluster-pool"]);
+    node.spawn_daemon();
+    eventually("the daemon to say what it waits for", || {
+        node.log()
+            .contains("waiting for the operator to write this node's CIDRs")
+    });
+    assert!(
+        node.client().healthz().is_err(),
+        "served before it owned anything"
+    );
+    operator_assigns(&cp, &name, &["10.77.3.0/24"]);
+    node.wait_ready();
+    let sb = node.sandbox();
+    let r = node.add(&sb);
+    assert!(r.ok, "{}", r.stdout);
+    assert!(r.ipv4().starts_with("10.77.3."), "{}", r.ipv4());
+
+    // The agent's applies (the router address, now and after a restart) leave the
+    // operator's field and its ownership alone.
+    eventually("the router address in the CiliumNode", || {
+        jsonpath(&cp, "ciliumnode", &name, "{.spec.addresses}").contains("CiliumInternalIP")
+    });
+    node.restart_daemon();
+    let owners = cp
+        .kubectl(&[
+            "get",
+            "ciliumnode",
+            &name,
+            "-o",
+            "json",
+            "--show-managed-fields",
+        ])
+        .expect_ok("managed fields");
+    let managed: serde_json::Value = serde_json::from_str(&owners).expect("json");
+    let fields_of = |manager: &str| {
+        managed["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["manager"] == manager)
+            .map(|m| m["fieldsV1"].to_string())
+            .collect::<String>()
+    };
+    assert!(fields_of("podnet-operator").contains("podCIDRs"));
+    assert!(!fields_of("podnet-agent").contains("podCIDRs"));
+    assert!(fields_of("podnet-agent").contains("addresses"));
+    assert_eq!(
+        jsonpath(&cp, "ciliumnode", &name, "{.spec.ipam.podCIDRs}"),
+        r#"["10.77.3.0/24"]"#
+    );
+}
+
+#[test]
+fn pods_get_addresses_while_the_api_server_is_down() {
+    let Some(mut cp) = ControlPlane::start("k8s_api_server_down") else {
+        return;
+    };
+    cp.install_crds();
+    let ns = cp.add_node_ns("down-1");
+    create_node(&cp, &ns, &[]);
+    let name = ns.name.clone();
+    let mut node = k8s_node(ns, &cp.kubeconfig(), &["--ipam", "cluster-pool"]);
+    node.spawn_daemon();
+    operator_assigns(&cp, &name, &["10.78.0.0/24"]);
+    node.wait_ready();
+
+    cp.stop_apiserver(true);
+    let before: Vec<Sandbox> = (0..5).map(|_| node.sandbox()).collect();
+    let refs: Vec<&Sandbox> = before.iter().collect();
+    let mut seen = std::collections::BTreeSet::new();
+    for r in node.plugin_parallel("ADD", &refs, 4) {
+        assert!(r.ok, "ADD with the API server down: {}", r.stdout);
+        assert!(seen.insert(r.ipv4()), "{} handed out twice", r.ipv4());
+    }
+    // A daemon restart while the API server is still down serves from the journal.
+    node.restart_daemon();
+    assert!(
+        node.log()
+            .contains("serving from what the journal says this node owns")
+    );
+    let after: Vec<Sandbox> = (0..5).map(|_| node.sandbox()).collect();
+    let refs: Vec<&Sandbox> = after.iter().collect();
+    let added = node.plugin_parallel("ADD", &refs, 4);
+    for r in &added {
+        assert!(
+            r.ok,
+            "ADD after a restart with the API server down: {}",
+            r.stdout
+        );
+        assert!(seen.insert(r.ipv4()), "{} handed out twice", r.ipv4());
+    }
+    assert!(before[0].ping(&added[0].ipv4()));
+
+    // The API server comes back: the watch resumes and sees changes again.
+    cp.start_apiserver();
+    cp.kubectl(&["annotate", "ciliumnode", &name, "podnet.test/poke=1"])
+        .expect_ok("annotate");
+    eventually("the watch to resume", || {
+        node.log().matches("node resource reloaded").count() >= 2
+    });
+    eventually("the router address re-applied", || {
+        jsonpath(&cp, "ciliumnode", &name, "{.spec.addresses}").contains("CiliumInternalIP")
+    });
+}
+
+#[test]
+fn adds_and_dels_write_nothing_to_the_api_server() {
+    let Some(cp) = ControlPlane::start("k8s_api_writes") else {
+        return;
+    };
+    cp.install_crds();
+    let ns = cp.add_node_ns("w-1");
+    create_node(&cp, &ns, &[]);
+    let name = ns.name.clone();
+    let mut node = k8s_node(ns, &cp.kubeconfig(), &["--ipam", "cluster-pool"]);
+    node.spawn_daemon();
+    operator_assigns(&cp, &name, &["10.79.0.0/24"]);
+    node.wait_ready();
+    eventually("the agent's start-up writes", || {
+        jsonpath(&cp, "ciliumnode", &name, "{.spec.addresses}").contains("CiliumInternalIP")
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let start = api_writes(&cp);
+    let pods: Vec<Sandbox> = (0..100).map(|_| node.sandbox()).collect();
+    let refs: Vec<&Sandbox> = pods.iter().collect();
+    for r in node.plugin_parallel("ADD", &refs, 8) {
+        assert!(r.ok, "{}", r.stdout);
+    }
+    for r in node.plugin_parallel("DEL", &refs, 8) {
+        assert!(r.ok, "{}", r.stdout);
+    }
+    // Two update intervals: a write the outbox would make has happened by now.
+    std::thread::sleep(Duration::from_millis(2500));
+    let writes = api_writes(&cp) - start;
+    eprintln!("API server writes for 100 pod ADD+DEL in cluster-pool mode: {writes}");
+    assert_eq!(writes, 0, "ADD/DEL wrote to the API server");
+}
+
+#[test]
+fn the_agents_service_account_is_enough_and_no_more() {
+    let Some(cp) = ControlPlane::start("k8s_agent_rbac") else {
+        return;
+    };
+    cp.install_crds();
+    cp.kubectl(&[
+        "apply",
+        "-f",
+        &repo_path("deploy/agent-rbac.yaml").to_string_lossy(),
+    ])
+    .expect_ok("apply deploy/agent-rbac.yaml");
+    let agent = cp.token_kubeconfig("kube-system", "podnet-agent");
+    let ns = cp.add_node_ns("rbac-1");
+    create_node(&cp, &ns, &["10.244.9.0/24"]);
+    let name = ns.name.clone();
+    let mut node = k8s_node(ns, &agent, &["--ipam", "kubernetes"]);
+    node.start_daemon();
+    let sb = node.sandbox();
+    let r = node.add(&sb);
+    assert!(r.ok, "{}", r.stdout);
+    eventually("the agent's CiliumNode", || {
+        jsonpath(&cp, "ciliumnode", &name, "{.spec.addresses}").contains("CiliumInternalIP")
+    });
+    // Writes the agent must not make are refused.
+    for args in [
+        vec!["delete", "ciliumnode", name.as_str()],
+        vec!["label", "node", name.as_str(), "podnet.test/x=1"],
+        vec!["create", "namespace", "agent-may-not"],
+    ] {
+        let out = cp.kubectl_as(&node.ns, &agent, &args, None);
+        assert!(out.forbidden(), "{args:?} as the agent: {out:?}");
+    }
+}
