@@ -337,3 +337,99 @@ fn the_agents_service_account_is_enough_and_no_more() {
         assert!(out.forbidden(), "{args:?} as the agent: {out:?}");
     }
 }
+
+/// A Pod object on `node` (no scheduler runs: `spec.nodeName` is set directly).
+fn create_pod(cp: &ControlPlane, namespace: &str, name: &str, node: &str, annotations: &str) {
+    cp.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {namespace}\n  annotations: {{{annotations}}}\n\
+         spec:\n  nodeName: {node}\n  containers: [{{name: c, image: busybox}}]\n"
+    ));
+}
+
+/// ADD for a sandbox as the pod `namespace/name`.
+fn add_as(node: &Node, sb: &Sandbox, namespace: &str, name: &str) -> PluginOutput {
+    let args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name}");
+    node.plugin("ADD", Some(sb), &node.conf("1.1.0"), &[("CNI_ARGS", &args)])
+}
+
+#[test]
+fn multi_pool_selects_pools_from_pod_and_namespace_annotations_in_the_api() {
+    let Some(cp) = ControlPlane::start("k8s_multi_pool") else {
+        return;
+    };
+    cp.install_crds();
+    cp.apply(
+        "apiVersion: cilium.io/v2alpha1\nkind: CiliumPodIPPool\nmetadata: {name: default}\n\
+         spec:\n  ipv4: {cidrs: [10.80.0.0/16], maskSize: 27}\n---\n\
+         apiVersion: cilium.io/v2alpha1\nkind: CiliumPodIPPool\nmetadata: {name: mars}\n\
+         spec:\n  ipv4: {cidrs: [10.81.0.0/16], maskSize: 27}\n---\n\
+         apiVersion: v1\nkind: Namespace\nmetadata:\n  name: lab2\n  annotations: {ipam.cilium.io/ip-pool: mars}\n",
+    );
+    let ns = cp.add_node_ns("mp-1");
+    create_node(&cp, &ns, &[]);
+    let name = ns.name.clone();
+    // The test plays the operator: each pool gets a block for this node.
+    cp.kubectl_stdin(
+        &["apply", "--server-side", "--field-manager", "podnet-operator", "-f", "-"],
+        &format!(
+            "apiVersion: cilium.io/v2\nkind: CiliumNode\nmetadata: {{name: {name}}}\nspec:\n  ipam:\n    pools:\n      allocated: [{{pool: default, cidrs: [10.80.0.0/27]}}, {{pool: mars, cidrs: [10.81.0.0/27]}}]\n"
+        ),
+    )
+    .expect_ok("the operator's blocks");
+    let mut node = k8s_node(
+        ns,
+        &cp.kubeconfig(),
+        &[
+            "--ipam",
+            "multi-pool",
+            "--ipam-multi-pool-pre-allocation",
+            "default=4,mars=4",
+        ],
+    );
+    node.start_daemon();
+    let (plain, annotated, in_lab2) = (node.sandbox(), node.sandbox(), node.sandbox());
+    create_pod(&cp, "default", "plain", &name, "");
+    create_pod(
+        &cp,
+        "default",
+        "annotated",
+        &name,
+        "ipam.cilium.io/ip-pool: mars",
+    );
+    create_pod(&cp, "lab2", "web", &name, "");
+    let cases = [
+        (&plain, "default", "plain", "10.80.0."),
+        (&annotated, "default", "annotated", "10.81.0."),
+        (&in_lab2, "lab2", "web", "10.81.0."),
+    ];
+    for (sb, namespace, pod, prefix) in cases {
+        // The pod may reach the daemon's cache a moment after it was created.
+        let mut r = add_as(&node, sb, namespace, pod);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !r.ok && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            r = add_as(&node, sb, namespace, pod);
+        }
+        assert!(r.ok, "{namespace}/{pod}: {}", r.stdout);
+        assert!(
+            r.ipv4().starts_with(prefix),
+            "{namespace}/{pod}: {}",
+            r.ipv4()
+        );
+    }
+    // A pod the API server does not know gets Cilium's selection error.
+    let unknown = node.sandbox();
+    let r = add_as(&node, &unknown, "default", "nobody");
+    assert!(!r.ok);
+    assert!(
+        r.msg()
+            .contains(r#"resource Pod "default/nobody" not found"#),
+        "{}",
+        r.msg()
+    );
+    // The demand reaches the CiliumNode for the operator.
+    eventually("spec.ipam.pools.requested", || {
+        let requested = jsonpath(&cp, "ciliumnode", &name, "{.spec.ipam.pools.requested}");
+        requested.contains("\"default\"") && requested.contains("\"mars\"")
+    });
+}

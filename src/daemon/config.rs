@@ -212,11 +212,6 @@ impl DaemonConfig {
             }
             None => BackendKind::Embedded,
         };
-        if backend != BackendKind::Embedded && ipam == IpamMode::MultiPool {
-            return Err(
-                "ipam multi-pool on the Kubernetes backend is not supported by this build yet (CiliumPodIPPool, Pod and Namespace watches are missing): use cluster-pool or kubernetes, or the embedded backend".into(),
-            );
-        }
         let embedded = backend == BackendKind::Embedded;
         if embedded && ipam.is_external() && opts.node_resource.is_none() {
             return Err(format!(

@@ -17,6 +17,7 @@
 //! The source and sink run their API calls on the daemon's runtime through its
 //! handle; `initial` and `flush` are called from plain threads, never from a task.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,6 +30,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tokio::runtime::Handle;
 
+use super::kube_pools::{self, KubeMetadata};
 use super::{
     NodeAddress, NodeError, NodeEvent, NodeOutbox, NodeResource, NodeSink, NodeSource, NodeView,
     RequestedPool, WatchFuture,
@@ -161,6 +163,7 @@ pub fn kubernetes_backend(
             journal_node,
             fields: fields.clone(),
             client: None,
+            node_labels: BTreeMap::new(),
         },
         KubernetesSink {
             config,
@@ -180,6 +183,8 @@ pub struct KubernetesSource {
     journal_node: Option<NodeResource>,
     fields: Arc<Mutex<AgentFields>>,
     client: Option<kube::Client>,
+    /// The Node's labels (CiliumNodeConfig node selectors).
+    node_labels: BTreeMap<String, String>,
 }
 
 impl KubernetesSource {
@@ -205,7 +210,17 @@ impl KubernetesSource {
         let mut awaited = String::new();
         loop {
             match self.try_initial(&nodes, &client).await {
-                Ok(Ok(view)) => return Ok(view),
+                Ok(Ok((mut view, labels))) => {
+                    if self.config.mode == KubernetesMode::MultiPool {
+                        let (pools, default_pool) = kube_pools::pools_now(&client, &labels).await?;
+                        view.pools = pools;
+                        view.default_pool = default_pool;
+                        view.metadata =
+                            Some(Box::new(KubeMetadata::start(&client, &name, &self.runtime)));
+                    }
+                    self.node_labels = labels;
+                    return Ok(view);
+                }
                 Ok(Err(what)) => {
                     if what != awaited {
                         tracing::info!(node = %name, "waiting for {what}");
@@ -230,13 +245,13 @@ impl KubernetesSource {
         }
     }
 
-    /// One attempt: the Node, the agent's apply, then what the mode waits for.
-    /// Ok(Err(what)): not there yet, still waiting for `what`.
+    /// One attempt: the Node, the agent's apply, then what the mode waits for;
+    /// the view and the Node's labels. Ok(Err(what)): still waiting for `what`.
     async fn try_initial(
         &self,
         nodes: &Api<KubeNode>,
         client: &kube::Client,
-    ) -> Result<Result<NodeView, String>, NodeError> {
+    ) -> Result<Result<(NodeView, BTreeMap<String, String>), String>, NodeError> {
         let name = &self.config.node_name;
         let io = |e: kube::Error| NodeError::Io(format!("Kubernetes API: {e}"));
         let Some(node) = nodes.get_opt(name).await.map_err(io)? else {
@@ -299,10 +314,14 @@ impl KubernetesSource {
                     .into(),
             ));
         }
-        Ok(Ok(NodeView {
-            node: Some(resource),
-            ..NodeView::default()
-        }))
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        Ok(Ok((
+            NodeView {
+                node: Some(resource),
+                ..NodeView::default()
+            },
+            labels,
+        )))
     }
 }
 
@@ -345,6 +364,13 @@ impl NodeSource for KubernetesSource {
                     }
                 },
             };
+            if self.config.mode == KubernetesMode::MultiPool {
+                tokio::spawn(kube_pools::watch_pools(
+                    client.clone(),
+                    self.node_labels.clone(),
+                    events.clone(),
+                ));
+            }
             let api = cilium_nodes(client);
             let selector = format!("metadata.name={}", self.config.node_name);
             let mut stream = watcher(api, watcher::Config::default().fields(&selector))

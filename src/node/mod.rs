@@ -19,6 +19,7 @@
 pub mod cilium_node_file;
 mod embedded;
 pub mod external;
+mod kube_pools;
 pub mod kubernetes;
 pub mod manifest_source;
 pub mod manifests;

@@ -1,0 +1,226 @@
+//! Multi-pool on the Kubernetes backend: the pool definitions (`CiliumPodIPPool`),
+//! this node's default pool (`CiliumNodeConfig` against the Node's labels) and the
+//! Pod and Namespace metadata pool selection reads, from the API server.
+//!
+//! Pools and node configs are few: on any change of either the source lists both
+//! again and sends the whole set (an invalid object is logged and left out, the
+//! others apply). Pods (only this node's, by `spec.nodeName`) and Namespaces live in
+//! reflector stores that pool selection reads directly; until both have listed,
+//! selection answers "not synced yet" (retryable) instead of "not found".
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace as KubeNamespace, Pod as KubePod};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::runtime::Handle;
+
+use super::{NodeError, NodeEvent};
+use crate::ipam::node_config::{NodeConfigDef, node_default_pool};
+use crate::ipam::pooldef::PoolDef;
+use crate::ipam::selection::{LABEL_NAMESPACE_NAME, MetadataSource, NamespaceMeta, PodMeta};
+use crate::resources::{CiliumNodeConfig, CiliumPodIPPool, decode};
+
+fn cilium_api(client: kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let ar = ApiResource {
+        group: "cilium.io".into(),
+        version: "v2".into(),
+        api_version: "cilium.io/v2".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    Api::all_with(client, &ar)
+}
+
+fn pools_api(client: kube::Client) -> Api<DynamicObject> {
+    cilium_api(client, "CiliumPodIPPool", "ciliumpodippools")
+}
+
+fn node_configs_api(client: kube::Client) -> Api<DynamicObject> {
+    cilium_api(client, "CiliumNodeConfig", "ciliumnodeconfigs")
+}
+
+/// Every valid pool; an invalid one is logged and left out.
+async fn list_pools(client: &kube::Client) -> Result<Vec<PoolDef>, NodeError> {
+    let listed = pools_api(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| NodeError::Io(format!("listing CiliumPodIPPools: {e}")))?;
+    Ok(listed
+        .items
+        .iter()
+        .filter_map(|obj| {
+            let checked = serde_json::to_value(obj)
+                .map_err(|e| e.to_string())
+                .and_then(|v| decode::<CiliumPodIPPool>(&v))
+                .and_then(|p| PoolDef::try_from(&p).map_err(|e| e.to_string()));
+            checked
+                .inspect_err(|e| tracing::error!(pool = ?obj.metadata.name, error = %e, "CiliumPodIPPool left out"))
+                .ok()
+        })
+        .collect())
+}
+
+/// This node's default pool from the CiliumNodeConfigs that select it.
+async fn default_pool(
+    client: &kube::Client,
+    node_labels: &BTreeMap<String, String>,
+) -> Result<Option<String>, NodeError> {
+    let listed = node_configs_api(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| NodeError::Io(format!("listing CiliumNodeConfigs: {e}")))?;
+    let configs: Vec<NodeConfigDef> = listed
+        .items
+        .iter()
+        .filter_map(|obj| {
+            let checked = serde_json::to_value(obj)
+                .map_err(|e| e.to_string())
+                .and_then(|v| decode::<CiliumNodeConfig>(&v))
+                .and_then(|c| NodeConfigDef::try_from(&c).map_err(|e| e.to_string()));
+            checked
+                .inspect_err(|e| tracing::error!(config = ?obj.metadata.name, error = %e, "CiliumNodeConfig left out"))
+                .ok()
+        })
+        .collect();
+    Ok(node_default_pool(&configs, node_labels))
+}
+
+/// The pools and this node's default pool, as they are now.
+pub(super) async fn pools_now(
+    client: &kube::Client,
+    node_labels: &BTreeMap<String, String>,
+) -> Result<(Vec<PoolDef>, Option<String>), NodeError> {
+    Ok((
+        list_pools(client).await?,
+        default_pool(client, node_labels).await?,
+    ))
+}
+
+/// Watches pools and node configs and sends the whole set after every change.
+pub(super) async fn watch_pools(
+    client: kube::Client,
+    node_labels: BTreeMap<String, String>,
+    events: tokio::sync::mpsc::Sender<NodeEvent>,
+) {
+    let changes = futures::stream::select(
+        watcher(pools_api(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .boxed(),
+        watcher(node_configs_api(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .boxed(),
+    );
+    let mut changes = changes.boxed();
+    while let Some(change) = changes.next().await {
+        match change {
+            // A list in progress: the whole set is sent when it is done.
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "pool watch interrupted; it resumes");
+                continue;
+            }
+        }
+        match pools_now(&client, &node_labels).await {
+            Ok((pools, default_pool)) => {
+                let sent = events.send(NodeEvent::Pools(pools)).await.is_ok()
+                    && events
+                        .send(NodeEvent::DefaultPool(default_pool))
+                        .await
+                        .is_ok();
+                if !sent {
+                    return;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "pools not reloaded"),
+        }
+    }
+}
+
+/// Pod (this node's) and Namespace metadata from reflector stores.
+pub struct KubeMetadata {
+    pods: Store<KubePod>,
+    namespaces: Store<KubeNamespace>,
+    synced: Arc<AtomicBool>,
+}
+
+impl KubeMetadata {
+    /// Starts the reflectors on `runtime`; the stores fill in the background.
+    pub(super) fn start(client: &kube::Client, node_name: &str, runtime: &Handle) -> KubeMetadata {
+        let (pods, pod_writer) = reflector::store::<KubePod>();
+        let (namespaces, ns_writer) = reflector::store::<KubeNamespace>();
+        let pod_stream = reflector::reflector(
+            pod_writer,
+            watcher(
+                Api::<KubePod>::all(client.clone()),
+                watcher::Config::default().fields(&format!("spec.nodeName={node_name}")),
+            ),
+        )
+        .default_backoff();
+        let ns_stream = reflector::reflector(
+            ns_writer,
+            watcher(
+                Api::<KubeNamespace>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+        )
+        .default_backoff();
+        runtime.spawn(pod_stream.for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "pod watch interrupted; it resumes");
+            }
+        }));
+        runtime.spawn(ns_stream.for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "namespace watch interrupted; it resumes");
+            }
+        }));
+        let synced = Arc::new(AtomicBool::new(false));
+        let (p, n, s) = (pods.clone(), namespaces.clone(), synced.clone());
+        runtime.spawn(async move {
+            if p.wait_until_ready().await.is_ok() && n.wait_until_ready().await.is_ok() {
+                s.store(true, Ordering::SeqCst);
+                tracing::info!("pod and namespace metadata synced");
+            }
+        });
+        KubeMetadata {
+            pods,
+            namespaces,
+            synced,
+        }
+    }
+}
+
+impl MetadataSource for KubeMetadata {
+    fn pod(&self, namespace: &str, name: &str) -> Option<PodMeta> {
+        let pod = self.pods.get(&ObjectRef::new(name).within(namespace))?;
+        Some(PodMeta {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            annotations: pod.metadata.annotations.clone().unwrap_or_default(),
+        })
+    }
+
+    fn namespace(&self, name: &str) -> Option<NamespaceMeta> {
+        let ns = self.namespaces.get(&ObjectRef::new(name))?;
+        let mut labels = ns.metadata.labels.clone().unwrap_or_default();
+        labels
+            .entry(LABEL_NAMESPACE_NAME.to_string())
+            .or_insert_with(|| name.to_string());
+        Some(NamespaceMeta {
+            name: name.to_string(),
+            labels,
+            annotations: ns.metadata.annotations.clone().unwrap_or_default(),
+        })
+    }
+
+    fn synced(&self) -> bool {
+        self.synced.load(Ordering::SeqCst)
+    }
+}
