@@ -433,3 +433,39 @@ fn multi_pool_selects_pools_from_pod_and_namespace_annotations_in_the_api() {
         requested.contains("\"default\"") && requested.contains("\"mars\"")
     });
 }
+
+#[test]
+fn crd_mode_serves_the_single_ips_an_external_ipam_writes_and_reports_them_used() {
+    let Some(cp) = ControlPlane::start("k8s_crd_mode") else {
+        return;
+    };
+    cp.install_crds();
+    let ns = cp.add_node_ns("crd-1");
+    create_node(&cp, &ns, &[]);
+    let name = ns.name.clone();
+    let mut node = k8s_node(ns, &cp.kubeconfig(), &["--ipam", "crd"]);
+    node.spawn_daemon();
+    eventually("Cilium's waiting message", || {
+        node.log().contains(&format!(
+            "initial IP to become available in '{name}' custom resource"
+        ))
+    });
+    // The external IPAM hands the node four addresses (its own field manager).
+    cp.kubectl_stdin(
+        &["apply", "--server-side", "--field-manager", "external-ipam", "-f", "-"],
+        &format!(
+            "apiVersion: cilium.io/v2\nkind: CiliumNode\nmetadata: {{name: {name}}}\nspec:\n  ipam:\n    pool:\n      10.90.1.10: {{resource: eni-1}}\n      10.90.1.11: {{resource: eni-1}}\n      10.90.1.12: {{resource: eni-1}}\n      10.90.1.13: {{resource: eni-1}}\n"
+        ),
+    )
+    .expect_ok("the external IPAM's addresses");
+    node.wait_ready();
+    let sb = node.sandbox();
+    let r = node.add(&sb);
+    assert!(r.ok, "{}", r.stdout);
+    assert!(r.ipv4().starts_with("10.90.1.1"), "{}", r.ipv4());
+    eventually("status.ipam.used to list the pod", || {
+        jsonpath(&cp, "ciliumnode", &name, "{.status.ipam.used}").contains(&r.ipv4())
+    });
+    // The external IPAM's field is still its own.
+    assert!(jsonpath(&cp, "ciliumnode", &name, "{.spec.ipam.pool}").contains("10.90.1.13"));
+}

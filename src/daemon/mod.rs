@@ -672,7 +672,9 @@ fn node_source(
             IpamMode::Kubernetes => KubernetesMode::Kubernetes,
             IpamMode::ClusterPool => KubernetesMode::ClusterPool,
             IpamMode::MultiPool => KubernetesMode::MultiPool,
-            _ => KubernetesMode::External,
+            mode => KubernetesMode::External {
+                eni: mode == IpamMode::Eni,
+            },
         };
         let (source, sink) = kubernetes_backend(
             KubernetesConfig {
@@ -681,6 +683,7 @@ fn node_source(
                 mode,
                 ipv4: config.families.contains(&Family::V4),
                 ipv6: config.families.contains(&Family::V6),
+                needed: config.families.len() as u64 * (1 + opts.enable_health_checking as u64),
             },
             runtime.clone(),
             journal_node,

@@ -51,7 +51,7 @@ impl ExternalSource {
 }
 
 /// The addresses a node resource offers (single IPs and blocks).
-fn offered(node: &NodeResource) -> u64 {
+pub(super) fn offered(node: &NodeResource) -> u64 {
     node.spec.ipam.pool.len() as u64
         + node.spec.ipam.ipv6_pool.len() as u64
         + node

@@ -30,11 +30,13 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tokio::runtime::Handle;
 
+use super::external::offered;
 use super::kube_pools::{self, KubeMetadata};
 use super::{
     NodeAddress, NodeError, NodeEvent, NodeOutbox, NodeResource, NodeSink, NodeSource, NodeView,
-    RequestedPool, WatchFuture,
+    RequestedPool, UsedAddresses, WatchFuture,
 };
+use crate::ipam::eni::eni_allocation;
 use crate::resources::decode;
 
 /// The field manager of the agent's server-side applies.
@@ -51,8 +53,9 @@ pub enum KubernetesMode {
     ClusterPool,
     /// `spec.ipam.pools.allocated`, written by the operator on demand.
     MultiPool,
-    /// crd/eni: whatever the external IPAM wrote into the CiliumNode.
-    External,
+    /// crd, azure, alibabacloud (`eni: false`) and eni: what the external IPAM
+    /// writes into the CiliumNode (single IPs, or the ENI inventory as blocks).
+    External { eni: bool },
 }
 
 /// Where the API server is and how to reach it.
@@ -65,6 +68,8 @@ pub struct KubernetesConfig {
     /// The enabled families (IPv4, IPv6), for kubernetes mode's CIDR check.
     pub ipv4: bool,
     pub ipv6: bool,
+    /// External modes: addresses the node must own before the daemon serves.
+    pub needed: u64,
 }
 
 /// The fields the agent owns in its CiliumNode (one apply always sends them all:
@@ -171,6 +176,7 @@ pub fn kubernetes_backend(
             fields,
             client: None,
             pending: false,
+            pending_used: None,
         },
     )
 }
@@ -302,17 +308,22 @@ impl KubernetesSource {
             )
             .await
             .map_err(io)?;
-        let resource = to_node_resource(&applied)?;
-        let ready = match self.config.mode {
-            KubernetesMode::Kubernetes | KubernetesMode::External => true,
-            KubernetesMode::ClusterPool => !resource.spec.ipam.pod_cidrs.is_empty(),
-            KubernetesMode::MultiPool => true,
-        };
-        if !ready {
-            return Ok(Err(
-                "the operator to write this node's CIDRs into spec.ipam.podCIDRs of its CiliumNode"
-                    .into(),
-            ));
+        let resource = resolved(self.config.mode, to_node_resource(&applied)?)?;
+        match self.config.mode {
+            KubernetesMode::ClusterPool if resource.spec.ipam.pod_cidrs.is_empty() => {
+                return Ok(Err(
+                    "the operator to write this node's CIDRs into spec.ipam.podCIDRs of its CiliumNode"
+                        .into(),
+                ));
+            }
+            KubernetesMode::External { .. } if offered(&resource) < self.config.needed => {
+                return Ok(Err(format!(
+                    "initial IP to become available in '{name}' custom resource ({} of {} addresses)",
+                    offered(&resource),
+                    self.config.needed
+                )));
+            }
+            _ => {}
         }
         let labels = node.metadata.labels.clone().unwrap_or_default();
         Ok(Ok((
@@ -336,6 +347,15 @@ fn kubernetes_cidrs(given: &[IpNet], v4: bool, v6: bool) -> Result<Vec<IpNet>, S
         }
     }
     Ok(out)
+}
+
+/// eni: the ENI inventory as blocks of pool `default`, as the external backend does.
+fn resolved(mode: KubernetesMode, mut node: NodeResource) -> Result<NodeResource, NodeError> {
+    if mode == (KubernetesMode::External { eni: true }) {
+        node.spec.ipam.pools.allocated =
+            eni_allocation(&node.status.eni.enis, &node.spec.eni).map_err(NodeError::Invalid)?;
+    }
+    Ok(node)
 }
 
 /// The typed node resource of a CiliumNode object.
@@ -371,6 +391,7 @@ impl NodeSource for KubernetesSource {
                     events.clone(),
                 ));
             }
+            let mode = self.config.mode;
             let api = cilium_nodes(client);
             let selector = format!("metadata.name={}", self.config.node_name);
             let mut stream = watcher(api, watcher::Config::default().fields(&selector))
@@ -379,7 +400,7 @@ impl NodeSource for KubernetesSource {
                 .boxed();
             while let Some(item) = stream.next().await {
                 match item {
-                    Ok(obj) => match to_node_resource(&obj) {
+                    Ok(obj) => match to_node_resource(&obj).and_then(|n| resolved(mode, n)) {
                         Ok(node) => {
                             if events.send(NodeEvent::Node(Box::new(node))).await.is_err() {
                                 return;
@@ -405,10 +426,59 @@ pub struct KubernetesSink {
     client: Option<kube::Client>,
     /// An apply failed (the API server was down): send the fields again.
     pending: bool,
+    /// External modes: used addresses not written yet.
+    pending_used: Option<UsedAddresses>,
+}
+
+impl KubernetesSink {
+    /// The API client, connected on first use.
+    fn client(&mut self) -> Result<kube::Client, NodeError> {
+        if let Some(c) = &self.client {
+            return Ok(c.clone());
+        }
+        let kubeconfig = self.config.kubeconfig.clone();
+        let client = self
+            .runtime
+            .block_on(async move { connect(kubeconfig.as_ref()).await })?;
+        self.client = Some(client.clone());
+        Ok(client)
+    }
+
+    /// crd/eni: `status.ipam.used` and `ipv6-used`, through the status subresource.
+    fn apply_used(&mut self, used: &UsedAddresses) -> Result<(), NodeError> {
+        let name = self.config.node_name.clone();
+        let body = json!({
+            "apiVersion": "cilium.io/v2",
+            "kind": "CiliumNode",
+            "metadata": {"name": name},
+            "status": {"ipam": {"used": used.ipv4, "ipv6-used": used.ipv6}},
+        });
+        let client = self.client()?;
+        self.runtime.block_on(async move {
+            cilium_nodes(client)
+                .patch_status(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER),
+                    &Patch::Apply(&body),
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| {
+                    NodeError::Io(format!("applying the status of CiliumNode {name:?}: {e}"))
+                })
+        })
+    }
 }
 
 impl NodeSink for KubernetesSink {
     fn flush(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
+        if let (KubernetesMode::External { .. }, Some(used)) = (self.config.mode, &outbox.used) {
+            self.pending_used = Some(used.clone());
+        }
+        if let Some(used) = self.pending_used.clone() {
+            self.apply_used(&used)?;
+            self.pending_used = None;
+        }
         let body = {
             let mut f = self.fields.lock().unwrap_or_else(|p| p.into_inner());
             let mut changed = self.pending;
@@ -426,25 +496,18 @@ impl NodeSink for KubernetesSink {
             f.apply_body(&self.config.node_name)
         };
         let name = self.config.node_name.clone();
-        let kubeconfig = self.config.kubeconfig.clone();
-        let cached = self.client.clone();
         self.pending = true;
-        let client = self.runtime.block_on(async move {
-            let client = match cached {
-                Some(c) => c,
-                None => connect(kubeconfig.as_ref()).await?,
-            };
-            cilium_nodes(client.clone())
+        let client = self.client()?;
+        self.runtime.block_on(async move {
+            cilium_nodes(client)
                 .patch(
                     &name,
                     &PatchParams::apply(FIELD_MANAGER),
                     &Patch::Apply(&body),
                 )
                 .await
-                .map_err(|e| NodeError::Io(format!("applying CiliumNode {name:?}: {e}")))?;
-            Ok::<_, NodeError>(client)
+                .map_err(|e| NodeError::Io(format!("applying CiliumNode {name:?}: {e}")))
         })?;
-        self.client = Some(client);
         self.pending = false;
         Ok(())
     }
