@@ -427,6 +427,28 @@ fn multi_pool_selects_pools_from_pod_and_namespace_annotations_in_the_api() {
         "{}",
         r.msg()
     );
+    // Status names the backend, the API server and each watch's state.
+    eventually("every watch synced in status", || {
+        let st = node.client().healthz().expect("healthz");
+        let b = st.ipam.backend.expect("backend status");
+        b.kind == "kubernetes"
+            && b.location.starts_with("API server https://10.250.0.1")
+            && ["ciliumnode", "pods", "namespaces", "pools"]
+                .iter()
+                .all(|w| b.watches.get(*w) == Some(&true))
+    });
+    let out = node.ns.exec(&[
+        podnet_bin(),
+        "status",
+        "--socket",
+        node.socket().to_str().expect("socket"),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Backend:    kubernetes (API server https://"),
+        "{text}"
+    );
+    assert!(text.contains("ciliumnode synced"), "{text}");
     // The demand reaches the CiliumNode for the operator.
     eventually("spec.ipam.pools.requested", || {
         let requested = jsonpath(&cp, "ciliumnode", &name, "{.spec.ipam.pools.requested}");

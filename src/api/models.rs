@@ -380,6 +380,9 @@ pub struct IpamStatus {
         skip_serializing_if = "String::is_empty"
     )]
     pub journal_error: String,
+    /// podnet: where the node resource comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendStatus>,
     /// podnet: DELs waiting in the on-disk queue.
     #[serde(rename = "queue-depth", default)]
     pub queue_depth: u64,
@@ -389,6 +392,16 @@ pub struct IpamStatus {
     /// podnet: the paths of (the first few of) those entries.
     #[serde(rename = "queue-unreadable-files", default)]
     pub queue_unreadable_files: Vec<String>,
+}
+
+/// podnet: the node backend: which (`embedded`, `file`, `kubernetes`), where it
+/// reads from, and whether each of its watches has synced.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct BackendStatus {
+    pub kind: String,
+    pub location: String,
+    #[serde(default)]
+    pub watches: BTreeMap<String, bool>,
 }
 
 /// podnet: what the daemon's start found in the journal and the kernel, and did.

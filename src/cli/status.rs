@@ -52,6 +52,22 @@ pub fn run(args: &StatusArgs) -> i32 {
     println!("Node:       {}", ipam.node_name);
     println!("Mode:       {}", ipam.mode);
     println!("Datapath:   {}", ipam.datapath);
+    if let Some(b) = &ipam.backend {
+        let watches: Vec<String> = b
+            .watches
+            .iter()
+            .map(|(w, synced)| format!("{w} {}", if *synced { "synced" } else { "not synced" }))
+            .collect();
+        let location = if b.location.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", b.location)
+        };
+        match watches.is_empty() {
+            true => println!("Backend:    {}{location}", b.kind),
+            false => println!("Backend:    {}{location}; {}", b.kind, watches.join(", ")),
+        }
+    }
     match status.cilium.msg.as_str() {
         "" => println!("State:      {state}"),
         msg => println!("State:      {state} ({msg})"),

@@ -31,7 +31,8 @@ use crate::node::external::{ExternalSink, ExternalSource};
 use crate::node::kubernetes::{KubernetesConfig, KubernetesMode, kubernetes_backend};
 use crate::node::manifest_source::ManifestSource;
 use crate::node::{
-    EmbeddedMode, EmbeddedOperator, NodeEvent, NodeOperator, NodeResource, NodeSink, NodeSource,
+    BackendHealth, EmbeddedMode, EmbeddedOperator, NodeEvent, NodeOperator, NodeResource, NodeSink,
+    NodeSource,
 };
 use crate::store::{Journal, Snapshot, now_ms};
 use config::{BackendKind, DaemonConfig, DatapathMode, IpamMode};
@@ -45,6 +46,7 @@ use state::{
 pub struct Daemon {
     state: Mutex<IpamState>,
     queue: DeleteQueue,
+    backend: Arc<BackendHealth>,
 }
 
 impl Daemon {
@@ -79,6 +81,15 @@ impl Daemon {
                 tokio::time::sleep(Duration::from_millis(wait)).await;
                 let _ = d.with_state(move |s| Ok(s.fire(&t))).await;
             });
+        }
+    }
+
+    /// The node backend, for status.
+    pub fn backend_status(&self) -> crate::api::models::BackendStatus {
+        crate::api::models::BackendStatus {
+            kind: self.backend.kind.into(),
+            location: self.backend.location(),
+            watches: self.backend.watches(),
         }
     }
 
@@ -185,12 +196,14 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         &opts.state_dir.join("journal.redb"),
         opts.rebuild_from_kernel,
     )?;
+    let health = backend_health(&config, &opts);
     let (mut source, sink) = node_source(
         &config,
         &opts,
         &node_name,
         runtime.handle(),
         current.clone(),
+        &health,
     );
     let view = source.initial().map_err(|e| e.to_string())?;
     let default_pool = config.multi_pool.as_ref().map(|m| {
@@ -336,7 +349,11 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     runtime.block_on(async move {
         let listener = server::bind(&socket)?;
         drop(queue_lock);
-        let daemon = Arc::new(Daemon { state: Mutex::new(state), queue });
+        let daemon = Arc::new(Daemon {
+            state: Mutex::new(state),
+            queue,
+            backend: health,
+        });
         daemon.arm_timers(timers);
         if !metrics_addr.is_empty() {
             let tcp = server::bind_metrics(&metrics_addr).await?;
@@ -666,6 +683,7 @@ fn node_source(
     node_name: &str,
     runtime: &tokio::runtime::Handle,
     journal_node: Option<NodeResource>,
+    health: &Arc<BackendHealth>,
 ) -> (Box<dyn NodeSource>, Option<Box<dyn NodeSink>>) {
     if let BackendKind::Kubernetes { kubeconfig } = &config.backend {
         let mode = match config.ipam {
@@ -687,6 +705,7 @@ fn node_source(
             },
             runtime.clone(),
             journal_node,
+            health.clone(),
         );
         return (Box::new(source), Some(Box::new(sink)));
     }
@@ -695,6 +714,7 @@ fn node_source(
             let families = config.families.len() as u64;
             (
                 Box::new(ExternalSource {
+                    health: health.clone(),
                     node_name: node_name.to_string(),
                     path: path.clone(),
                     eni: config.ipam == IpamMode::Eni,
@@ -705,6 +725,7 @@ fn node_source(
         }
         _ => (
             Box::new(ManifestSource {
+                health: health.clone(),
                 pool_dir: opts.pool_dir.clone(),
                 metadata_dir: opts.metadata_dir.clone(),
                 auto_create: config
@@ -716,6 +737,33 @@ fn node_source(
             }),
             None,
         ),
+    }
+}
+
+/// Which backend runs and where it reads from, for status.
+fn backend_health(config: &DaemonConfig, opts: &DaemonOptions) -> Arc<BackendHealth> {
+    let dirs = || {
+        [&opts.pool_dir, &opts.metadata_dir]
+            .into_iter()
+            .flatten()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    match (
+        &config.backend,
+        &opts.node_resource,
+        config.ipam.is_external(),
+    ) {
+        (BackendKind::Kubernetes { kubeconfig }, _, _) => BackendHealth::new(
+            "kubernetes",
+            kubeconfig
+                .as_ref()
+                .map(|k| format!("kubeconfig {}", k.display()))
+                .unwrap_or_else(|| "in-cluster service account".into()),
+        ),
+        (_, Some(path), true) => BackendHealth::new("file", path.display().to_string()),
+        _ => BackendHealth::new("embedded", dirs()),
     }
 }
 

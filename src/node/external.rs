@@ -20,6 +20,7 @@ const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// This node's resource from the file an external IPAM writes.
 pub struct ExternalSource {
+    pub health: std::sync::Arc<super::BackendHealth>,
     pub node_name: String,
     pub path: PathBuf,
     pub eni: bool,
@@ -74,6 +75,7 @@ impl NodeSource for ExternalSource {
             let node = self.read()?;
             let have = offered(&node);
             if have >= self.needed {
+                self.health.set("node-resource", true);
                 tracing::info!(node = %self.node_name, file = %self.path.display(), "node resource read from file");
                 return Ok(NodeView {
                     node: Some(node),

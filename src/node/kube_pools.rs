@@ -19,7 +19,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::runtime::Handle;
 
-use super::{NodeError, NodeEvent};
+use super::{BackendHealth, NodeError, NodeEvent};
 use crate::ipam::node_config::{NodeConfigDef, node_default_pool};
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::{LABEL_NAMESPACE_NAME, MetadataSource, NamespaceMeta, PodMeta};
@@ -106,6 +106,7 @@ pub(super) async fn watch_pools(
     client: kube::Client,
     node_labels: BTreeMap<String, String>,
     events: tokio::sync::mpsc::Sender<NodeEvent>,
+    health: Arc<BackendHealth>,
 ) {
     let changes = futures::stream::select(
         watcher(pools_api(client.clone()), watcher::Config::default())
@@ -122,12 +123,14 @@ pub(super) async fn watch_pools(
             Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
             Ok(_) => {}
             Err(e) => {
+                health.set("pools", false);
                 tracing::warn!(error = %e, "pool watch interrupted; it resumes");
                 continue;
             }
         }
         match pools_now(&client, &node_labels).await {
             Ok((pools, default_pool)) => {
+                health.set("pools", true);
                 let sent = events.send(NodeEvent::Pools(pools)).await.is_ok()
                     && events
                         .send(NodeEvent::DefaultPool(default_pool))
@@ -151,7 +154,12 @@ pub struct KubeMetadata {
 
 impl KubeMetadata {
     /// Starts the reflectors on `runtime`; the stores fill in the background.
-    pub(super) fn start(client: &kube::Client, node_name: &str, runtime: &Handle) -> KubeMetadata {
+    pub(super) fn start(
+        client: &kube::Client,
+        node_name: &str,
+        runtime: &Handle,
+        health: Arc<BackendHealth>,
+    ) -> KubeMetadata {
         let (pods, pod_writer) = reflector::store::<KubePod>();
         let (namespaces, ns_writer) = reflector::store::<KubeNamespace>();
         let pod_stream = reflector::reflector(
@@ -185,6 +193,8 @@ impl KubeMetadata {
         runtime.spawn(async move {
             if p.wait_until_ready().await.is_ok() && n.wait_until_ready().await.is_ok() {
                 s.store(true, Ordering::SeqCst);
+                health.set("pods", true);
+                health.set("namespaces", true);
                 tracing::info!("pod and namespace metadata synced");
             }
         });

@@ -33,8 +33,8 @@ use tokio::runtime::Handle;
 use super::external::offered;
 use super::kube_pools::{self, KubeMetadata};
 use super::{
-    NodeAddress, NodeError, NodeEvent, NodeOutbox, NodeResource, NodeSink, NodeSource, NodeView,
-    RequestedPool, UsedAddresses, WatchFuture,
+    BackendHealth, NodeAddress, NodeError, NodeEvent, NodeOutbox, NodeResource, NodeSink,
+    NodeSource, NodeView, RequestedPool, UsedAddresses, WatchFuture,
 };
 use crate::ipam::eni::eni_allocation;
 use crate::resources::decode;
@@ -132,8 +132,22 @@ fn cilium_nodes(client: kube::Client) -> Api<DynamicObject> {
     Api::all_with(client, &ar)
 }
 
+/// The API server's URL, for status.
+async fn api_server(config: &KubernetesConfig) -> String {
+    match kube_config(config.kubeconfig.as_ref()).await {
+        Ok(c) => c.cluster_url.to_string(),
+        Err(e) => e.to_string(),
+    }
+}
+
 /// Connects to the API server named by the kubeconfig (or in-cluster).
 async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, NodeError> {
+    let config = kube_config(kubeconfig).await?;
+    kube::Client::try_from(config).map_err(|e| NodeError::Io(format!("Kubernetes client: {e}")))
+}
+
+/// The client configuration from the kubeconfig, or in-cluster.
+async fn kube_config(kubeconfig: Option<&PathBuf>) -> Result<kube::Config, NodeError> {
     let config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
@@ -151,7 +165,7 @@ async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, NodeError
             ))
         })?,
     };
-    kube::Client::try_from(config).map_err(|e| NodeError::Io(format!("Kubernetes client: {e}")))
+    Ok(config)
 }
 
 /// Both halves of the backend, sharing the agent's fields.
@@ -159,6 +173,7 @@ pub fn kubernetes_backend(
     config: KubernetesConfig,
     runtime: Handle,
     journal_node: Option<NodeResource>,
+    health: Arc<BackendHealth>,
 ) -> (KubernetesSource, KubernetesSink) {
     let fields = Arc::new(Mutex::new(AgentFields::default()));
     (
@@ -169,6 +184,7 @@ pub fn kubernetes_backend(
             fields: fields.clone(),
             client: None,
             node_labels: BTreeMap::new(),
+            health,
         },
         KubernetesSink {
             config,
@@ -191,6 +207,7 @@ pub struct KubernetesSource {
     client: Option<kube::Client>,
     /// The Node's labels (CiliumNodeConfig node selectors).
     node_labels: BTreeMap<String, String>,
+    health: Arc<BackendHealth>,
 }
 
 impl KubernetesSource {
@@ -209,6 +226,8 @@ impl KubernetesSource {
 
     async fn initial_async(&mut self) -> Result<NodeView, NodeError> {
         let client = connect(self.config.kubeconfig.as_ref()).await?;
+        self.health
+            .set_location(format!("API server {}", api_server(&self.config).await));
         self.client = Some(client.clone());
         let name = self.config.node_name.clone();
         let nodes: Api<KubeNode> = Api::all(client.clone());
@@ -221,8 +240,12 @@ impl KubernetesSource {
                         let (pools, default_pool) = kube_pools::pools_now(&client, &labels).await?;
                         view.pools = pools;
                         view.default_pool = default_pool;
-                        view.metadata =
-                            Some(Box::new(KubeMetadata::start(&client, &name, &self.runtime)));
+                        view.metadata = Some(Box::new(KubeMetadata::start(
+                            &client,
+                            &name,
+                            &self.runtime,
+                            self.health.clone(),
+                        )));
                     }
                     self.node_labels = labels;
                     return Ok(view);
@@ -389,6 +412,7 @@ impl NodeSource for KubernetesSource {
                     client.clone(),
                     self.node_labels.clone(),
                     events.clone(),
+                    self.health.clone(),
                 ));
             }
             let mode = self.config.mode;
@@ -400,7 +424,10 @@ impl NodeSource for KubernetesSource {
                 .boxed();
             while let Some(item) = stream.next().await {
                 match item {
-                    Ok(obj) => match to_node_resource(&obj).and_then(|n| resolved(mode, n)) {
+                    Ok(obj) => match to_node_resource(&obj).and_then(|n| {
+                        self.health.set("ciliumnode", true);
+                        resolved(mode, n)
+                    }) {
                         Ok(node) => {
                             if events.send(NodeEvent::Node(Box::new(node))).await.is_err() {
                                 return;
@@ -409,6 +436,7 @@ impl NodeSource for KubernetesSource {
                         Err(e) => tracing::error!(error = %e, "CiliumNode not applied"),
                     },
                     Err(e) => {
+                        self.health.set("ciliumnode", false);
                         tracing::warn!(error = %e, "CiliumNode watch interrupted; it resumes")
                     }
                 }

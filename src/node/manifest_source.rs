@@ -17,6 +17,7 @@ const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Pools, the node's default pool and pod metadata from manifest directories.
 pub struct ManifestSource {
+    pub health: std::sync::Arc<super::BackendHealth>,
     pub pool_dir: Option<PathBuf>,
     pub metadata_dir: Option<PathBuf>,
     /// Pools created when the pool directory lacks them.
@@ -60,6 +61,14 @@ impl NodeSource for ManifestSource {
             ),
             None => None,
         };
+        for (watch, dir) in [
+            ("pool-dir", &self.pool_dir),
+            ("metadata-dir", &self.metadata_dir),
+        ] {
+            if dir.is_some() {
+                self.health.set(watch, true);
+            }
+        }
         Ok(NodeView {
             node: None,
             pools,

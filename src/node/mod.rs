@@ -145,9 +145,50 @@ pub trait NodeOperator: Send {
     fn update_pools(&mut self, pools: &[PoolDef], node: &NodeResource) -> Result<(), NodeError>;
 }
 
-/// One backend: its source, and its sink and operator where it has them.
-pub struct Backend {
-    pub source: Box<dyn NodeSource>,
-    pub sink: Option<Box<dyn NodeSink>>,
-    pub operator: Option<Box<dyn NodeOperator>>,
+/// What a backend says about itself for `podnet status`: which backend, where it
+/// reads from (the API server, the directories, the file), and whether each of
+/// its watches has listed (and not failed since).
+pub struct BackendHealth {
+    pub kind: &'static str,
+    location: std::sync::Mutex<String>,
+    watches: std::sync::Mutex<BTreeMap<String, bool>>,
+}
+
+impl BackendHealth {
+    pub fn new(kind: &'static str, location: String) -> std::sync::Arc<BackendHealth> {
+        std::sync::Arc::new(BackendHealth {
+            kind,
+            location: std::sync::Mutex::new(location),
+            watches: std::sync::Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// Where the backend reads from.
+    pub fn location(&self) -> String {
+        self.location
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Says where the backend reads from (once it knows, e.g. the API server).
+    pub fn set_location(&self, location: String) {
+        *self.location.lock().unwrap_or_else(|p| p.into_inner()) = location;
+    }
+
+    /// Records whether `watch` is synced.
+    pub fn set(&self, watch: &str, synced: bool) {
+        self.watches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(watch.to_string(), synced);
+    }
+
+    /// Each watch and whether it is synced.
+    pub fn watches(&self) -> BTreeMap<String, bool> {
+        self.watches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
