@@ -39,6 +39,10 @@ enum Command {
     },
     /// Size a cluster: nodes, addresses and pod IPs per node (offline).
     Plan(plan::PlanArgs),
+    /// Print the CustomResourceDefinitions podnet works with (Cilium 1.20's
+    /// CiliumNode, CiliumPodIPPool, CiliumNodeConfig), for `kubectl apply -f -`
+    /// where Cilium has not installed them.
+    Crds,
     /// Print podnet's version and the CNI versions it speaks.
     Version,
 }
@@ -56,6 +60,10 @@ pub fn run(args: Vec<String>) -> i32 {
         Command::Install(a) => install::run(&a),
         Command::Plan(a) => plan::run(&a),
         Command::Lint { args } => lint::run(&args),
+        Command::Crds => {
+            print!("{}", crate::resources::CRD_MANIFESTS.join("---\n"));
+            0
+        }
         Command::Version => {
             println!("podnet {}", env!("CARGO_PKG_VERSION"));
             println!(

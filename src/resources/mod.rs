@@ -13,6 +13,14 @@
 //! error is in. Fields podnet does not model are kept (`extra`), so an object
 //! written back loses nothing.
 
+/// The CRDs, as installed by `kubectl apply -f deploy/crds/` (and printed by
+/// `podnet crds`): Cilium 1.20's group, names, versions and schemas.
+pub const CRD_MANIFESTS: [&str; 3] = [
+    include_str!("../../deploy/crds/ciliumnodes.yaml"),
+    include_str!("../../deploy/crds/ciliumpodippools.yaml"),
+    include_str!("../../deploy/crds/ciliumnodeconfigs.yaml"),
+];
+
 mod cilium_node;
 pub mod core_v1;
 mod decode;
@@ -36,3 +44,31 @@ pub use pod_ip_pool::{
     CiliumPodIPPool, POD_IP_POOL_KIND, POD_IP_POOL_V2, POD_IP_POOL_V2ALPHA1, PodIPPoolSpec,
     PoolCidr, PoolFamily, ReservedRange,
 };
+
+#[cfg(test)]
+mod crd_tests {
+    use super::CRD_MANIFESTS;
+
+    #[test]
+    fn the_crds_are_ciliums_group_and_names() {
+        let names: Vec<String> = CRD_MANIFESTS
+            .iter()
+            .map(|m| {
+                let v: serde_json::Value = serde_yaml_ng::from_str(m).expect("a CRD");
+                assert_eq!(v["kind"], "CustomResourceDefinition");
+                assert_eq!(v["spec"]["group"], "cilium.io");
+                v["metadata"]["name"].as_str().unwrap_or_default().to_string()
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "ciliumnodes.cilium.io",
+                "ciliumpodippools.cilium.io",
+                "ciliumnodeconfigs.cilium.io"
+            ]
+        );
+        // Every manifest ends with a newline, so `podnet crds` separates them.
+        assert!(CRD_MANIFESTS.iter().all(|m| m.ends_with('\n')));
+    }
+}
