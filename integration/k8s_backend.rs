@@ -231,12 +231,18 @@ fn pods_get_addresses_while_the_api_server_is_down() {
     operator_assigns(&cp, &name, &["10.78.0.0/24"]);
     node.wait_ready();
 
-    cp.stop_apiserver(true);
-    let before: Vec<Sandbox> = (0..5).map(|_| node.sandbox()).collect();
+    // The API server is killed in the middle of a burst of ADDs.
+    let before: Vec<Sandbox> = (0..20).map(|_| node.sandbox()).collect();
     let refs: Vec<&Sandbox> = before.iter().collect();
+    let results = std::thread::scope(|s| {
+        let burst = s.spawn(|| node.plugin_parallel("ADD", &refs, 4));
+        std::thread::sleep(Duration::from_millis(100));
+        cp.stop_apiserver(true);
+        burst.join().expect("burst")
+    });
     let mut seen = std::collections::BTreeSet::new();
-    for r in node.plugin_parallel("ADD", &refs, 4) {
-        assert!(r.ok, "ADD with the API server down: {}", r.stdout);
+    for r in results {
+        assert!(r.ok, "ADD while the API server went down: {}", r.stdout);
         assert!(seen.insert(r.ipv4()), "{} handed out twice", r.ipv4());
     }
     // A daemon restart while the API server is still down serves from the journal.
@@ -270,12 +276,29 @@ fn pods_get_addresses_while_the_api_server_is_down() {
     });
 }
 
+/// API-server writes while the pods are added and deleted on `node` (8 at a time).
+fn writes_for(cp: &ControlPlane, node: &Node, pods: &[Sandbox]) -> u64 {
+    std::thread::sleep(Duration::from_millis(1500));
+    let start = api_writes(cp);
+    let refs: Vec<&Sandbox> = pods.iter().collect();
+    for r in node.plugin_parallel("ADD", &refs, 8) {
+        assert!(r.ok, "{}", r.stdout);
+    }
+    for r in node.plugin_parallel("DEL", &refs, 8) {
+        assert!(r.ok, "{}", r.stdout);
+    }
+    // Two update intervals: a write the outbox would make has happened by now.
+    std::thread::sleep(Duration::from_millis(2500));
+    api_writes(cp) - start
+}
+
 #[test]
 fn adds_and_dels_write_nothing_to_the_api_server() {
     let Some(cp) = ControlPlane::start("k8s_api_writes") else {
         return;
     };
     cp.install_crds();
+    // cluster-pool
     let ns = cp.add_node_ns("w-1");
     create_node(&cp, &ns, &[]);
     let name = ns.name.clone();
@@ -286,21 +309,74 @@ fn adds_and_dels_write_nothing_to_the_api_server() {
     eventually("the agent's start-up writes", || {
         jsonpath(&cp, "ciliumnode", &name, "{.spec.addresses}").contains("CiliumInternalIP")
     });
-    std::thread::sleep(Duration::from_millis(1500));
-    let start = api_writes(&cp);
     let pods: Vec<Sandbox> = (0..100).map(|_| node.sandbox()).collect();
-    let refs: Vec<&Sandbox> = pods.iter().collect();
-    for r in node.plugin_parallel("ADD", &refs, 8) {
-        assert!(r.ok, "{}", r.stdout);
-    }
-    for r in node.plugin_parallel("DEL", &refs, 8) {
-        assert!(r.ok, "{}", r.stdout);
-    }
-    // Two update intervals: a write the outbox would make has happened by now.
-    std::thread::sleep(Duration::from_millis(2500));
-    let writes = api_writes(&cp) - start;
-    eprintln!("API server writes for 100 pod ADD+DEL in cluster-pool mode: {writes}");
-    assert_eq!(writes, 0, "ADD/DEL wrote to the API server");
+    let writes = writes_for(&cp, &node, &pods);
+    eprintln!("API server writes for 100 pod ADD+DEL, cluster-pool: {writes}");
+    assert_eq!(writes, 0, "cluster-pool ADD/DEL wrote to the API server");
+    drop(node);
+
+    // kubernetes
+    let ns = cp.add_node_ns("w-2");
+    create_node(&cp, &ns, &["10.79.1.0/24"]);
+    let name = ns.name.clone();
+    let mut node = k8s_node(ns, &cp.kubeconfig(), &["--ipam", "kubernetes"]);
+    node.start_daemon();
+    eventually("the agent's start-up writes", || {
+        jsonpath(&cp, "ciliumnode", &name, "{.spec.addresses}").contains("CiliumInternalIP")
+    });
+    let pods: Vec<Sandbox> = (0..100).map(|_| node.sandbox()).collect();
+    let writes = writes_for(&cp, &node, &pods);
+    eprintln!("API server writes for 100 pod ADD+DEL, kubernetes: {writes}");
+    assert_eq!(writes, 0, "kubernetes-mode ADD/DEL wrote to the API server");
+    drop(node);
+
+    // multi-pool: a write only when the requested ceiling changes.
+    cp.apply(
+        "apiVersion: cilium.io/v2alpha1\nkind: CiliumPodIPPool\nmetadata: {name: default}\n\
+         spec:\n  ipv4: {cidrs: [10.82.0.0/16], maskSize: 24}\n",
+    );
+    let ns = cp.add_node_ns("w-3");
+    create_node(&cp, &ns, &[]);
+    let name = ns.name.clone();
+    cp.kubectl_stdin(
+        &["apply", "--server-side", "--field-manager", "podnet-operator", "-f", "-"],
+        &format!(
+            "apiVersion: cilium.io/v2\nkind: CiliumNode\nmetadata: {{name: {name}}}\nspec:\n  ipam:\n    pools:\n      allocated: [{{pool: default, cidrs: [10.82.0.0/24]}}]\n"
+        ),
+    )
+    .expect_ok("the operator's block");
+    let mut node = k8s_node(
+        ns,
+        &cp.kubeconfig(),
+        &[
+            "--ipam",
+            "multi-pool",
+            "--ipam-multi-pool-pre-allocation",
+            "default=16",
+        ],
+    );
+    node.start_daemon();
+    eventually("the first demand", || {
+        jsonpath(&cp, "ciliumnode", &name, "{.spec.ipam.pools.requested}").contains("default")
+    });
+    // Pool selection reads the Pods from the API server: create them first.
+    let pods: Vec<Sandbox> = (0..100).map(|_| node.sandbox()).collect();
+    let list: Vec<String> = pods
+        .iter()
+        .map(|sb| {
+            format!(
+                "- {{apiVersion: v1, kind: Pod, metadata: {{name: {}, namespace: default}}, spec: {{nodeName: {name}, containers: [{{name: c, image: busybox}}]}}}}",
+                sb.ns.name
+            )
+        })
+        .collect();
+    cp.apply(&format!(
+        "apiVersion: v1\nkind: List\nitems:\n{}\n",
+        list.join("\n")
+    ));
+    let writes = writes_for(&cp, &node, &pods);
+    eprintln!("API server writes for 100 pod ADD+DEL, multi-pool (pre-allocation 16): {writes}");
+    assert!(writes < 20, "multi-pool wrote {writes} times for 100 pods");
 }
 
 #[test]

@@ -57,7 +57,10 @@ mod crd_tests {
                 let v: serde_json::Value = serde_yaml_ng::from_str(m).expect("a CRD");
                 assert_eq!(v["kind"], "CustomResourceDefinition");
                 assert_eq!(v["spec"]["group"], "cilium.io");
-                v["metadata"]["name"].as_str().unwrap_or_default().to_string()
+                v["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
             })
             .collect();
         assert_eq!(
