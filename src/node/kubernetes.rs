@@ -114,7 +114,7 @@ impl AgentFields {
 }
 
 /// The `ciliumnodes` resource of cilium.io/v2.
-fn cilium_nodes(client: kube::Client) -> Api<DynamicObject> {
+pub(crate) fn cilium_nodes(client: kube::Client) -> Api<DynamicObject> {
     let ar = ApiResource {
         group: "cilium.io".into(),
         version: "v2".into(),
@@ -126,7 +126,7 @@ fn cilium_nodes(client: kube::Client) -> Api<DynamicObject> {
 }
 
 /// Connects to the API server named by the kubeconfig (or in-cluster).
-async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, NodeError> {
+pub(crate) async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, NodeError> {
     let config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
@@ -320,7 +320,7 @@ fn kubernetes_cidrs(given: &[IpNet], v4: bool, v6: bool) -> Result<Vec<IpNet>, S
 }
 
 /// The typed node resource of a CiliumNode object.
-fn to_node_resource(obj: &DynamicObject) -> Result<NodeResource, NodeError> {
+pub(crate) fn to_node_resource(obj: &DynamicObject) -> Result<NodeResource, NodeError> {
     let value =
         serde_json::to_value(obj).map_err(|e| NodeError::Invalid(format!("CiliumNode: {e}")))?;
     decode::<NodeResource>(&value)
