@@ -11,7 +11,7 @@ use crate::harness::*;
 use crate::k8s::{ControlPlane, NodeNs};
 
 /// Creates the Node object of a node namespace, with its InternalIP and pod CIDRs.
-fn create_node(cp: &ControlPlane, node: &NodeNs, pod_cidrs: &[&str]) {
+pub fn create_node(cp: &ControlPlane, node: &NodeNs, pod_cidrs: &[&str]) {
     let cidrs = pod_cidrs
         .iter()
         .map(|c| format!("\"{c}\""))
@@ -68,7 +68,7 @@ fn operator_assigns(cp: &ControlPlane, node: &str, cidrs: &[&str]) {
     .expect_ok("apply the operator's podCIDRs");
 }
 
-fn jsonpath(cp: &ControlPlane, kind: &str, name: &str, path: &str) -> String {
+pub fn jsonpath(cp: &ControlPlane, kind: &str, name: &str, path: &str) -> String {
     cp.kubectl(&["get", kind, name, "-o", &format!("jsonpath={path}")])
         .expect_ok("get")
 }
@@ -83,7 +83,7 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 /// A daemon on the node namespace, talking to the API server with `kubeconfig`.
-fn k8s_node(node: NodeNs, kubeconfig: &std::path::Path, args: &[&str]) -> Node {
+pub fn k8s_node(node: NodeNs, kubeconfig: &std::path::Path, args: &[&str]) -> Node {
     let mut all = vec![
         "--k8s-kubeconfig-path",
         kubeconfig.to_str().expect("path"),
@@ -97,7 +97,7 @@ fn k8s_node(node: NodeNs, kubeconfig: &std::path::Path, args: &[&str]) -> Node {
 }
 
 /// The API server's own count of write requests to CiliumNodes and Nodes.
-fn api_writes(cp: &ControlPlane) -> u64 {
+pub fn api_writes(cp: &ControlPlane) -> u64 {
     let metrics = cp
         .kubectl(&["get", "--raw", "/metrics"])
         .expect_ok("metrics");

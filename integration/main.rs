@@ -22,3 +22,4 @@ mod k8s_backend;
 mod lint;
 mod multipool;
 mod operations;
+mod operator;

@@ -7,7 +7,9 @@
 //! only from `resources`; `node` uses `ipam` and `resources`; `plugin` uses `cni`,
 //! `datapath` and `api`; `api` takes its identifier rules from `cni`, so the plugin
 //! and the daemon's API check the same; `daemon` uses `api`, `ipam`, `node`,
-//! `store` and `datapath` for its own devices.
+//! `store` and `datapath` for its own devices; `operator` (the cluster-wide IPAM
+//! operator) uses `ipam`, `resources` and the Kubernetes connection of `node`, and
+//! shares the option reader and the metrics listener of `daemon`.
 
 pub mod api;
 pub mod atomic_file;
@@ -18,6 +20,7 @@ pub mod datapath;
 pub mod ipam;
 pub mod logging;
 pub mod node;
+pub mod operator;
 pub mod plugin;
 pub mod resources;
 pub mod store;

@@ -1,5 +1,6 @@
-//! Operator commands: `podnet status` and `podnet version` (the plugin and the
-//! daemon have their own modules). They reach the daemon only through the API client.
+//! The subcommands: `podnet status`, `explain`, `plan`, `lint`, `install` and
+//! `version` live here; `daemon` and `operator` dispatch to their own modules (as
+//! does the plugin). They reach the daemon only through the API client.
 
 pub mod explain;
 pub mod install;
@@ -22,6 +23,12 @@ enum Command {
     /// Run the node daemon (options: `podnet daemon --help`).
     #[command(disable_help_flag = true)]
     Daemon {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run the cluster-wide IPAM operator (options: `podnet operator --help`).
+    #[command(disable_help_flag = true)]
+    Operator {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -55,6 +62,7 @@ pub fn run(args: Vec<String>) -> i32 {
     };
     match cli.command {
         Command::Daemon { args } => crate::daemon::run(&args),
+        Command::Operator { args } => crate::operator::run(&args),
         Command::Status(a) => status::run(&a),
         Command::Explain(a) => explain::run(&a),
         Command::Install(a) => install::run(&a),

@@ -12,7 +12,7 @@ mod devices;
 pub mod metrics;
 pub mod options;
 mod routes;
-mod server;
+pub(crate) mod server;
 pub mod state;
 
 use std::net::IpAddr;
@@ -357,7 +357,11 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         daemon.arm_timers(timers);
         if !metrics_addr.is_empty() {
             let tcp = server::bind_metrics(&metrics_addr).await?;
-            tokio::spawn(server::serve_metrics(tcp, daemon.clone()));
+            let d = daemon.clone();
+            tokio::spawn(server::serve_metrics(tcp, move || {
+                let d = d.clone();
+                async move { d.metrics_text().await.unwrap_or_else(|e| e.message) }
+            }));
         }
         let (events_tx, events) = tokio::sync::mpsc::channel(16);
         tokio::spawn(source.watch(events_tx));
@@ -559,7 +563,7 @@ async fn keep_journal_working(daemon: Arc<Daemon>) {
 /// How often the journal's health and the DEL queue are checked while serving.
 const JOURNAL_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match (
         signal(SignalKind::terminate()),

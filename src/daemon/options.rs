@@ -243,13 +243,8 @@ impl DaemonOptions {
     /// the command line. Unknown files in the config dir are ignored (a Cilium
     /// ConfigMap holds many options podnet does not use).
     pub fn parse_with_config_dir(args: &[String]) -> Result<DaemonOptions, OptionsError> {
-        let config_dir = find_config_dir(args);
-        let mut argv = vec!["podnet daemon".to_string()];
-        if let Some(dir) = &config_dir {
-            argv.extend(read_config_dir(dir).map_err(OptionsError::ConfigDir)?);
-        }
-        argv.extend(args.iter().cloned());
         let cmd = DaemonCommand::command();
+        let argv = argv_with_config_dir(&cmd, args)?;
         let matches = cmd
             .try_get_matches_from(argv)
             .map_err(OptionsError::Flags)?;
@@ -272,9 +267,24 @@ fn find_config_dir(args: &[String]) -> Option<PathBuf> {
     None
 }
 
-/// Turns each known option file into `--name=value`.
-fn read_config_dir(dir: &Path) -> Result<Vec<String>, String> {
-    let known: Vec<String> = DaemonCommand::command()
+/// The argv `cmd` parses: its name, the `--config-dir` files as `--name=value` (only
+/// the options `cmd` knows; a Cilium ConfigMap holds many others), then `args`, so
+/// flags win over files. The daemon and the operator read their config dirs with it.
+pub(crate) fn argv_with_config_dir(
+    cmd: &clap::Command,
+    args: &[String],
+) -> Result<Vec<String>, OptionsError> {
+    let mut argv = vec![cmd.get_name().to_string()];
+    if let Some(dir) = find_config_dir(args) {
+        argv.extend(read_config_dir(cmd, &dir).map_err(OptionsError::ConfigDir)?);
+    }
+    argv.extend(args.iter().cloned());
+    Ok(argv)
+}
+
+/// Turns each option file `cmd` knows into `--name=value`.
+fn read_config_dir(cmd: &clap::Command, dir: &Path) -> Result<Vec<String>, String> {
+    let known: Vec<String> = cmd
         .get_arguments()
         .filter_map(|a| a.get_long().map(str::to_string))
         .collect();

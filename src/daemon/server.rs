@@ -138,22 +138,24 @@ fn parse_metrics_addr(addr: &str) -> Result<std::net::SocketAddr, String> {
     })
 }
 
-/// Serves `GET /metrics` (anything else is 404) on the metrics listener.
-pub async fn serve_metrics(listener: tokio::net::TcpListener, daemon: Arc<Daemon>) {
+/// Serves `GET /metrics` (anything else is 404) on the metrics listener, with the
+/// text `metrics` gives for each scrape (the daemon's and the operator's registries).
+pub async fn serve_metrics<F, Fut>(listener: tokio::net::TcpListener, metrics: F)
+where
+    F: Fn() -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = String> + Send + 'static,
+{
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
-        let d = daemon.clone();
+        let metrics = metrics.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let d = d.clone();
+                let metrics = metrics.clone();
                 async move {
                     let reply = if req.uri().path() == "/metrics" {
-                        match d.metrics_text().await {
-                            Ok(text) => super::routes::text_reply(text),
-                            Err(e) => super::routes::text_reply(e.message),
-                        }
+                        super::routes::text_reply(metrics().await)
                     } else {
                         let mut r = super::routes::text_reply("only /metrics lives here\n".into());
                         *r.status_mut() = hyper::StatusCode::NOT_FOUND;

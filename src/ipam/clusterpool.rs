@@ -110,10 +110,11 @@ pub enum ClusterPoolError {
         cidr: IpNet,
         reason: String,
     },
-    /// Every pool CIDR of the family is full (Display is the cidrset's
-    /// no-remaining error, verbatim).
-    #[error("{error}")]
-    Exhausted { family: Family, error: CidrSetError },
+    /// Every pool CIDR of the family is full: Cilium's `ErrAllocatorFull`
+    /// (`podcidr.go`), the text its operator writes into the node's
+    /// `status.ipam.operator-status.error`.
+    #[error("allocator full")]
+    Exhausted { family: Family },
 }
 
 /// Parses a pool CIDR list option value: entries separated by whitespace
@@ -320,8 +321,31 @@ impl NodeCidrCarver {
     /// [`ClusterPoolError::Conflict`]; all pools full fails with
     /// [`ClusterPoolError::Exhausted`]. On error nothing stays allocated.
     pub fn carve_for_node(&mut self, existing: &[IpNet]) -> Result<Vec<IpNet>, ClusterPoolError> {
+        self.carve_or_adopt(existing, true)
+    }
+
+    /// Re-adopts the node's existing CIDRs with the checks of
+    /// [`Self::carve_for_node`], but allocates nothing for a family the node has no
+    /// CIDR of: an operator that starts re-adopts every node first and allocates
+    /// only then, so no fresh allocation can take a CIDR a node not read yet holds.
+    pub fn adopt_node(&mut self, existing: &[IpNet]) -> Result<Vec<IpNet>, ClusterPoolError> {
+        self.carve_or_adopt(existing, false)
+    }
+
+    /// Whether `cidrs` hold a CIDR of every enabled family.
+    pub fn covers_every_family(&self, cidrs: &[IpNet]) -> bool {
+        [Family::V4, Family::V6]
+            .into_iter()
+            .all(|f| self.sets(f).is_empty() || cidrs.iter().any(|c| Family::of_net(c) == f))
+    }
+
+    fn carve_or_adopt(
+        &mut self,
+        existing: &[IpNet],
+        allocate: bool,
+    ) -> Result<Vec<IpNet>, ClusterPoolError> {
         let mut done: Vec<(Family, usize, IpNet)> = Vec::new();
-        let result = self.carve_inner(existing, &mut done);
+        let result = self.carve_inner(existing, allocate, &mut done);
         if result.is_err() {
             for (family, i, cidr) in done {
                 if let Some(set) = self.sets_mut(family).get_mut(i) {
@@ -335,6 +359,7 @@ impl NodeCidrCarver {
     fn carve_inner(
         &mut self,
         existing: &[IpNet],
+        allocate: bool,
         done: &mut Vec<(Family, usize, IpNet)>,
     ) -> Result<Vec<IpNet>, ClusterPoolError> {
         let mut node: Vec<IpNet> = Vec::with_capacity(existing.len());
@@ -358,7 +383,7 @@ impl NodeCidrCarver {
                 .collect();
             let sets = self.sets_mut(family);
             if mine.is_empty() {
-                if sets.is_empty() {
+                if sets.is_empty() || !allocate {
                     continue;
                 }
                 let Some((i, cidr)) = sets
@@ -367,10 +392,7 @@ impl NodeCidrCarver {
                     .filter(|(_, s)| !s.is_full())
                     .find_map(|(i, s)| s.allocate_next().ok().map(|c| (i, c)))
                 else {
-                    return Err(ClusterPoolError::Exhausted {
-                        family,
-                        error: CidrSetError::NoRemaining,
-                    });
+                    return Err(ClusterPoolError::Exhausted { family });
                 };
                 done.push((family, i, cidr));
                 out.push(cidr);
@@ -783,22 +805,37 @@ mod tests {
         assert_eq!(c.carve_for_node(&[]).unwrap(), nets(&["10.0.1.0/24"]));
         assert_eq!(c.carve_for_node(&[]).unwrap(), nets(&["10.1.0.0/24"]));
         let err = c.carve_for_node(&[]).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "CIDR allocation failed; there are no remaining CIDRs left to allocate in the accepted range"
-        );
-        assert_eq!(
-            err,
-            ClusterPoolError::Exhausted {
-                family: Family::V4,
-                error: CidrSetError::NoRemaining
-            }
-        );
+        assert_eq!(err.to_string(), "allocator full");
+        assert_eq!(err, ClusterPoolError::Exhausted { family: Family::V4 });
         // Releasing a node frees its CIDR for the next one.
         c.release_node(&nets(&["10.0.1.0/24"]));
         assert_eq!(c.carve_for_node(&[]).unwrap(), nets(&["10.0.1.0/24"]));
         // Releasing unknown CIDRs is ignored.
         c.release_node(&nets(&["192.168.0.0/24", "fd00::/120"]));
+    }
+
+    #[test]
+    fn adopt_allocates_nothing_for_a_missing_family() {
+        let mut c = NodeCidrCarver::new(&dual(&["10.0.0.0/16"], 24, &["fd00::/104"], 120)).unwrap();
+        assert_eq!(
+            c.adopt_node(&nets(&["10.0.4.0/24"])).unwrap(),
+            nets(&["10.0.4.0/24"])
+        );
+        assert_eq!(c.sets(Family::V6)[0].allocated_count(), 0);
+        assert!(!c.covers_every_family(&nets(&["10.0.4.0/24"])));
+        assert!(c.covers_every_family(&nets(&["10.0.4.0/24", "fd00::/120"])));
+        assert_eq!(c.adopt_node(&[]).unwrap(), vec![]);
+        // The same checks as carving.
+        assert!(matches!(
+            c.adopt_node(&nets(&["10.0.4.0/24"])),
+            Err(ClusterPoolError::Conflict { .. })
+        ));
+        // Completing the node later: release, then carve what it holds.
+        c.release_node(&nets(&["10.0.4.0/24"]));
+        assert_eq!(
+            c.carve_for_node(&nets(&["10.0.4.0/24"])).unwrap(),
+            nets(&["10.0.4.0/24", "fd00::/120"])
+        );
     }
 
     #[test]

@@ -121,7 +121,7 @@ impl AgentFields {
 }
 
 /// The `ciliumnodes` resource of cilium.io/v2.
-fn cilium_nodes(client: kube::Client) -> Api<DynamicObject> {
+pub(crate) fn cilium_nodes(client: kube::Client) -> Api<DynamicObject> {
     let ar = ApiResource {
         group: "cilium.io".into(),
         version: "v2".into(),
@@ -141,7 +141,7 @@ async fn api_server(config: &KubernetesConfig) -> String {
 }
 
 /// Connects to the API server named by the kubeconfig (or in-cluster).
-async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, NodeError> {
+pub(crate) async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, NodeError> {
     let config = kube_config(kubeconfig).await?;
     kube::Client::try_from(config).map_err(|e| NodeError::Io(format!("Kubernetes client: {e}")))
 }
@@ -382,7 +382,7 @@ fn resolved(mode: KubernetesMode, mut node: NodeResource) -> Result<NodeResource
 }
 
 /// The typed node resource of a CiliumNode object.
-fn to_node_resource(obj: &DynamicObject) -> Result<NodeResource, NodeError> {
+pub(crate) fn to_node_resource(obj: &DynamicObject) -> Result<NodeResource, NodeError> {
     let value =
         serde_json::to_value(obj).map_err(|e| NodeError::Invalid(format!("CiliumNode: {e}")))?;
     decode::<NodeResource>(&value)

@@ -1,0 +1,498 @@
+//! The operator's bookkeeping of node CIDRs (Cilium's `NodesPodCIDRManager`), with
+//! no I/O: what each CiliumNode holds, what it still needs, and which writes bring
+//! the API objects there. CIDRs come from [`NodeCidrCarver`] (Cilium's cidrset
+//! rules and errors). Until the first full list has been seen, existing CIDRs are
+//! only re-adopted and nothing is allocated, so a fresh allocation can never take a
+//! CIDR that a node not read yet holds; a CIDR once held is never reassigned while
+//! its node exists. A node that finds no room waits with the error and gets the
+//! first CIDR a deleted node frees (first come, first served).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ipnet::IpNet;
+
+use crate::ipam::clusterpool::{ClusterPoolError, NodeCidrCarver};
+
+/// The annotation that makes the operator leave a CiliumNode alone (Cilium's).
+pub const IGNORE_ANNOTATION: &str = "ipam.cilium.io/ignore";
+
+/// What the operator reads of one CiliumNode.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    pub name: String,
+    pub uid: String,
+    /// `spec.ipam.podCIDRs`.
+    pub pod_cidrs: Vec<IpNet>,
+    /// `status.ipam.operator-status.error`.
+    pub error: String,
+    /// Annotated `ipam.cilium.io/ignore: "true"`.
+    pub ignored: bool,
+}
+
+/// The writes one node needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    /// The object's UID: the writes carry it, so a write never re-creates a node
+    /// that was deleted meanwhile.
+    pub uid: String,
+    /// Apply `spec.ipam.podCIDRs`.
+    pub pod_cidrs: Option<Vec<IpNet>>,
+    /// Apply `status.ipam.operator-status.error` ("" clears it).
+    pub status_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Entry {
+    uid: String,
+    /// Arrival order: who waited first gets room first.
+    seq: u64,
+    /// `spec.ipam.podCIDRs` as last seen.
+    spec: Vec<IpNet>,
+    /// `status.ipam.operator-status.error` as last seen.
+    observed_error: String,
+    /// What the carver holds for this node.
+    held: Vec<IpNet>,
+    /// The error the node's status should show (None: none).
+    error: Option<String>,
+    /// The API object shows `held` (or our apply of it succeeded).
+    applied: bool,
+    /// The last status error written.
+    status_sent: Option<String>,
+    ignored: bool,
+}
+
+/// Node CIDRs of every CiliumNode the operator has seen.
+pub struct NodeCidrs {
+    carver: NodeCidrCarver,
+    nodes: BTreeMap<String, Entry>,
+    /// The first full list has been seen: allocation may start.
+    synced: bool,
+    next_seq: u64,
+}
+
+/// Same CIDRs, in any order.
+fn same(a: &[IpNet], b: &[IpNet]) -> bool {
+    let a: BTreeSet<IpNet> = a.iter().map(IpNet::trunc).collect();
+    let b: BTreeSet<IpNet> = b.iter().map(IpNet::trunc).collect();
+    a == b
+}
+
+fn joined(cidrs: &[IpNet]) -> String {
+    cidrs
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl NodeCidrs {
+    pub fn new(carver: NodeCidrCarver) -> NodeCidrs {
+        NodeCidrs {
+            carver,
+            nodes: BTreeMap::new(),
+            synced: false,
+            next_seq: 0,
+        }
+    }
+
+    /// A CiliumNode as listed or watched. Returns the nodes that may need writes.
+    pub fn observe(&mut self, node: Observed) -> Vec<String> {
+        let name = node.name.clone();
+        if !self.nodes.contains_key(&name) {
+            let mut entry = Entry {
+                uid: node.uid,
+                seq: self.next_seq,
+                spec: node.pod_cidrs,
+                observed_error: node.error,
+                ignored: node.ignored,
+                ..Entry::default()
+            };
+            self.next_seq += 1;
+            if !entry.spec.is_empty() {
+                match self.carver.adopt_node(&entry.spec) {
+                    Ok(held) => {
+                        entry.applied = same(&held, &entry.spec);
+                        entry.held = held;
+                    }
+                    Err(e) if !entry.ignored => {
+                        tracing::warn!(node = %name, error = %e, "cannot re-adopt the node's CIDRs");
+                        entry.error = Some(e.to_string());
+                    }
+                    Err(_) => {}
+                }
+            }
+            self.nodes.insert(name.clone(), entry);
+        } else if let Some(entry) = self.nodes.get_mut(&name) {
+            entry.uid = node.uid;
+            entry.spec = node.pod_cidrs;
+            entry.observed_error = node.error;
+            entry.ignored = node.ignored;
+            if !entry.held.is_empty() && self.carver.covers_every_family(&entry.held) {
+                if same(&entry.spec, &entry.held) {
+                    entry.applied = true;
+                    entry.error = None;
+                } else if !entry.spec.is_empty() {
+                    // Someone else rewrote the CIDRs this node holds: Cilium's
+                    // conflict, reported; the held CIDRs stay with the node.
+                    entry.applied = false;
+                    entry.error = Some(
+                        ClusterPoolError::Conflict {
+                            node_cidrs: joined(&entry.held),
+                            cidr: entry.spec[0],
+                            reason: "is not what the operator allocated to this node".into(),
+                        }
+                        .to_string(),
+                    );
+                }
+            }
+        }
+        if self.synced && self.needs_cidrs(&name) {
+            self.assign(&name);
+        }
+        vec![name]
+    }
+
+    /// The first (or a new) full list is complete: nodes it did not list are gone,
+    /// and allocation starts, in arrival order. Returns the nodes that may need writes.
+    pub fn list_done(&mut self, listed: &BTreeSet<String>) -> Vec<String> {
+        let gone: Vec<String> = self
+            .nodes
+            .keys()
+            .filter(|n| !listed.contains(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.forget(&name);
+        }
+        self.synced = true;
+        self.assign_waiting();
+        self.nodes.keys().cloned().collect()
+    }
+
+    /// A CiliumNode was deleted: its CIDRs go back to the pool, and waiting nodes
+    /// get them. Returns the nodes that may need writes.
+    pub fn remove(&mut self, name: &str) -> Vec<String> {
+        self.forget(name);
+        if self.synced {
+            self.assign_waiting()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// The writes `name` needs, if any.
+    pub fn pending(&self, name: &str) -> Option<Pending> {
+        let e = self.nodes.get(name)?;
+        if e.ignored {
+            return None;
+        }
+        let pod_cidrs = (!e.applied
+            && e.error.is_none()
+            && !e.held.is_empty()
+            && self.carver.covers_every_family(&e.held))
+        .then(|| e.held.clone());
+        let wanted = e.error.clone().unwrap_or_default();
+        let status_error = (wanted != e.observed_error
+            && e.status_sent.as_deref() != Some(wanted.as_str()))
+        .then_some(wanted);
+        if pod_cidrs.is_none() && status_error.is_none() {
+            return None;
+        }
+        Some(Pending {
+            uid: e.uid.clone(),
+            pod_cidrs,
+            status_error,
+        })
+    }
+
+    /// A status write went through.
+    pub fn status_written(&mut self, name: &str, error: &str) {
+        if let Some(e) = self.nodes.get_mut(name) {
+            e.status_sent = Some(error.to_string());
+        }
+    }
+
+    /// (nodes holding a CIDR of every enabled family, nodes waiting with an error).
+    pub fn counts(&self) -> (usize, usize) {
+        let active = self.nodes.values().filter(|e| !e.ignored);
+        let (mut allocated, mut waiting) = (0, 0);
+        for e in active {
+            if e.error.is_some() {
+                waiting += 1;
+            } else if self.carver.covers_every_family(&e.held) {
+                allocated += 1;
+            }
+        }
+        (allocated, waiting)
+    }
+
+    /// The CIDRs the carver holds for `name`.
+    #[cfg(test)]
+    pub fn held(&self, name: &str) -> Option<&[IpNet]> {
+        self.nodes.get(name).map(|e| e.held.as_slice())
+    }
+
+    fn needs_cidrs(&self, name: &str) -> bool {
+        self.nodes
+            .get(name)
+            .is_some_and(|e| !e.ignored && !self.carver.covers_every_family(&e.held))
+    }
+
+    fn forget(&mut self, name: &str) {
+        if let Some(e) = self.nodes.remove(name)
+            && !e.held.is_empty()
+        {
+            tracing::info!(node = %name, cidrs = %joined(&e.held), "node gone: its CIDRs are free again");
+            self.carver.release_node(&e.held);
+        }
+    }
+
+    /// Tries every node that still needs CIDRs, first come first served.
+    fn assign_waiting(&mut self) -> Vec<String> {
+        let mut waiting: Vec<(u64, String)> = self
+            .nodes
+            .iter()
+            .filter(|(n, _)| self.needs_cidrs(n))
+            .map(|(n, e)| (e.seq, n.clone()))
+            .collect();
+        waiting.sort();
+        waiting
+            .into_iter()
+            .map(|(_, name)| {
+                self.assign(&name);
+                name
+            })
+            .collect()
+    }
+
+    /// Gives `name` a CIDR of every enabled family, keeping what it has (or what
+    /// its spec says when it holds nothing yet); on failure the error waits in
+    /// the node's status and what it held stays held.
+    fn assign(&mut self, name: &str) {
+        let Some(e) = self.nodes.get_mut(name) else {
+            return;
+        };
+        let wanted = if e.held.is_empty() {
+            e.spec.clone()
+        } else {
+            e.held.clone()
+        };
+        self.carver.release_node(&e.held);
+        match self.carver.carve_for_node(&wanted) {
+            Ok(held) => {
+                tracing::info!(node = %name, cidrs = %joined(&held), "allocated node CIDRs");
+                e.applied = same(&held, &e.spec);
+                e.held = held;
+                e.error = None;
+            }
+            Err(err) => {
+                // What it held was free a moment ago: re-adopting it cannot fail.
+                e.held = self.carver.adopt_node(&e.held).unwrap_or_default();
+                if e.error.as_deref() != Some(err.to_string().as_str()) {
+                    tracing::warn!(node = %name, error = %err, "cannot allocate node CIDRs; the node waits");
+                }
+                e.error = Some(err.to_string());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipam::clusterpool::ClusterPoolConfig;
+
+    fn nets(list: &[&str]) -> Vec<IpNet> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    fn cidrs(v4: &[&str], v6: &[&str]) -> NodeCidrs {
+        let cfg = ClusterPoolConfig {
+            enable_ipv4: !v4.is_empty(),
+            enable_ipv6: !v6.is_empty(),
+            ipv4_cidrs: nets(v4),
+            ipv4_mask_size: 24,
+            ipv6_cidrs: nets(v6),
+            ipv6_mask_size: 120,
+        };
+        NodeCidrs::new(NodeCidrCarver::new(&cfg).unwrap())
+    }
+
+    fn node(name: &str, pod_cidrs: &[&str]) -> Observed {
+        Observed {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            pod_cidrs: nets(pod_cidrs),
+            ..Observed::default()
+        }
+    }
+
+    fn cidrs_write(p: &Option<Pending>) -> Option<Vec<IpNet>> {
+        p.as_ref().and_then(|p| p.pod_cidrs.clone())
+    }
+
+    #[test]
+    fn nothing_is_allocated_before_the_first_list_is_complete() {
+        let mut c = cidrs(&["10.0.0.0/22"], &[]);
+        c.observe(node("new", &[]));
+        assert_eq!(c.pending("new"), None);
+        // Listed after the new node, holding the first CIDR round-robin would give.
+        c.observe(node("old", &["10.0.0.0/24"]));
+        c.list_done(&["new".into(), "old".into()].into());
+        assert_eq!(c.pending("old"), None, "re-adopted, nothing to write");
+        let p = c.pending("new");
+        assert_eq!(cidrs_write(&p), Some(nets(&["10.0.1.0/24"])));
+        assert_eq!(p.unwrap().uid, "uid-new");
+    }
+
+    #[test]
+    fn one_write_per_node_and_stale_events_change_nothing() {
+        let mut c = cidrs(&["10.0.0.0/22"], &[]);
+        c.list_done(&BTreeSet::new());
+        c.observe(node("a", &[]));
+        assert_eq!(cidrs_write(&c.pending("a")), Some(nets(&["10.0.0.0/24"])));
+        // The apply's answer shows the CIDRs: done.
+        c.observe(node("a", &["10.0.0.0/24"]));
+        assert_eq!(c.pending("a"), None);
+        // An event older than the apply (the agent's own write) asks for nothing.
+        c.observe(node("a", &[]));
+        assert_eq!(c.pending("a"), None);
+        assert_eq!(c.held("a"), Some(nets(&["10.0.0.0/24"]).as_slice()));
+    }
+
+    #[test]
+    fn exhaustion_waits_with_the_error_and_recovers_when_a_node_goes() {
+        let mut c = cidrs(&["10.90.0.0/23"], &[]);
+        c.list_done(&BTreeSet::new());
+        for n in ["a", "b", "c", "d"] {
+            c.observe(node(n, &[]));
+        }
+        assert_eq!(cidrs_write(&c.pending("a")), Some(nets(&["10.90.0.0/24"])));
+        assert_eq!(cidrs_write(&c.pending("b")), Some(nets(&["10.90.1.0/24"])));
+        let p = c.pending("c").unwrap();
+        assert_eq!(p.pod_cidrs, None);
+        assert_eq!(p.status_error.as_deref(), Some("allocator full"));
+        c.status_written("c", "allocator full");
+        c.observe(Observed {
+            error: "allocator full".into(),
+            ..node("c", &[])
+        });
+        assert_eq!(c.pending("c"), None, "the error is written once");
+        assert_eq!(c.counts(), (2, 2));
+        // a goes: c waited first and gets its CIDR; the error is cleared.
+        let touched = c.remove("a");
+        assert!(touched.contains(&"c".to_string()));
+        let p = c.pending("c").unwrap();
+        assert_eq!(p.pod_cidrs, Some(nets(&["10.90.0.0/24"])));
+        assert_eq!(p.status_error.as_deref(), Some(""));
+        assert_eq!(
+            c.pending("d").and_then(|p| p.status_error).as_deref(),
+            Some("allocator full")
+        );
+    }
+
+    #[test]
+    fn an_existing_cidr_is_never_given_twice() {
+        let mut c = cidrs(&["10.0.0.0/16"], &[]);
+        c.observe(node("a", &["10.0.5.0/24"]));
+        c.observe(node("b", &["10.0.5.0/24"]));
+        c.list_done(&["a".into(), "b".into()].into());
+        assert_eq!(c.pending("a"), None);
+        let p = c.pending("b").unwrap();
+        assert_eq!(p.pod_cidrs, None);
+        assert_eq!(
+            p.status_error.as_deref(),
+            Some(
+                "node has CIDRs allocated (10.0.5.0/24) that conflict with requested CIDRs: \
+                 10.0.5.0/24 is already allocated"
+            )
+        );
+        let error = p.status_error.unwrap_or_default();
+        c.status_written("b", &error);
+        c.observe(Observed {
+            error,
+            ..node("b", &["10.0.5.0/24"])
+        });
+        assert_eq!(c.pending("b"), None);
+        // a goes: b's CIDR is free and b keeps it (nothing to write but the error).
+        c.remove("a");
+        let p = c.pending("b").unwrap();
+        assert_eq!(p.pod_cidrs, None);
+        assert_eq!(p.status_error.as_deref(), Some(""));
+        assert_eq!(c.held("b"), Some(nets(&["10.0.5.0/24"]).as_slice()));
+    }
+
+    #[test]
+    fn a_second_family_is_added_after_the_list() {
+        let mut c = cidrs(&["10.0.0.0/16"], &["fd00::/104"]);
+        c.observe(node("a", &["10.0.7.0/24"]));
+        c.observe(node("b", &["fd00::/120"]));
+        assert_eq!(
+            c.pending("a"),
+            None,
+            "nothing allocated before the list is done"
+        );
+        c.list_done(&["a".into(), "b".into()].into());
+        // b's IPv6 CIDR was re-adopted before a got a fresh one.
+        assert_eq!(
+            cidrs_write(&c.pending("a")),
+            Some(nets(&["10.0.7.0/24", "fd00::100/120"]))
+        );
+        assert_eq!(
+            cidrs_write(&c.pending("b")),
+            Some(nets(&["10.0.0.0/24", "fd00::/120"]))
+        );
+    }
+
+    #[test]
+    fn a_relist_forgets_nodes_that_are_gone() {
+        let mut c = cidrs(&["10.90.0.0/24"], &[]);
+        c.observe(node("a", &["10.90.0.0/24"]));
+        c.list_done(&["a".into()].into());
+        c.observe(node("b", &[]));
+        assert_eq!(
+            c.pending("b").and_then(|p| p.status_error).as_deref(),
+            Some("allocator full")
+        );
+        // The watch lost a's deletion; the relist does not list it.
+        c.observe(node("b", &[]));
+        c.list_done(&["b".into()].into());
+        assert_eq!(cidrs_write(&c.pending("b")), Some(nets(&["10.90.0.0/24"])));
+        assert_eq!(c.held("a"), None);
+    }
+
+    #[test]
+    fn someone_elses_cidrs_are_reported_not_fought() {
+        let mut c = cidrs(&["10.0.0.0/16"], &[]);
+        c.list_done(&BTreeSet::new());
+        c.observe(node("a", &["10.0.0.0/24"]));
+        c.observe(node("a", &["10.0.9.0/24"]));
+        let p = c.pending("a").unwrap();
+        assert_eq!(p.pod_cidrs, None);
+        assert!(
+            p.status_error
+                .as_deref()
+                .is_some_and(|e| e.contains("that conflict with requested CIDRs")),
+            "{p:?}"
+        );
+        assert_eq!(c.held("a"), Some(nets(&["10.0.0.0/24"]).as_slice()));
+    }
+
+    #[test]
+    fn ignored_nodes_are_left_alone_but_their_cidrs_stay_taken() {
+        let mut c = cidrs(&["10.90.0.0/23"], &[]);
+        c.observe(Observed {
+            ignored: true,
+            ..node("x", &["10.90.0.0/24"])
+        });
+        c.observe(Observed {
+            ignored: true,
+            ..node("y", &[])
+        });
+        c.list_done(&["x".into(), "y".into()].into());
+        assert_eq!(c.pending("x"), None);
+        assert_eq!(c.pending("y"), None);
+        c.observe(node("z", &[]));
+        assert_eq!(cidrs_write(&c.pending("z")), Some(nets(&["10.90.1.0/24"])));
+    }
+}

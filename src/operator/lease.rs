@@ -1,0 +1,329 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's rules and
+//! Cilium's operator defaults (lease 15 s, renew deadline 10 s, retry 2 s). Every
+//! change to the Lease is an update checked against the resourceVersion read, so two
+//! replicas can never both win. A follower takes the lease over once the record it
+//! last saw has not changed for the lease duration, timed on its own clock (no clock
+//! skew between replicas matters). The leader renews every retry period and gives up
+//! leading when no renewal succeeded for the renew deadline, which is shorter than
+//! the lease: it stops before anyone else may start. On a graceful stop it releases
+//! the lease so a follower takes over at once.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use kube::api::{Api, PostParams};
+
+/// The Lease's name (Cilium's operator uses `cilium-operator-resource-lock`).
+pub const LEASE_NAME: &str = "podnet-operator-resource-lock";
+
+/// Cilium's `leader-election-lease-duration`, `-renew-deadline` and `-retry-period`.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Timing {
+        Timing {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// One attempt's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    /// This replica holds the lease (acquired or renewed).
+    Held,
+    /// Another replica holds a lease that has not expired.
+    HeldByOther,
+    /// Lost a race (the resourceVersion moved): try again.
+    Retry,
+}
+
+/// What of the Lease's record a follower watches for changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Record {
+    holder: String,
+    renew: Option<MicroTime>,
+    acquire: Option<MicroTime>,
+    duration: Option<i32>,
+    transitions: Option<i32>,
+}
+
+impl Record {
+    fn of(spec: &LeaseSpec) -> Record {
+        Record {
+            holder: spec.holder_identity.clone().unwrap_or_default(),
+            renew: spec.renew_time.clone(),
+            acquire: spec.acquire_time.clone(),
+            duration: spec.lease_duration_seconds,
+            transitions: spec.lease_transitions,
+        }
+    }
+}
+
+/// One replica's side of the election.
+pub struct Elector {
+    client: kube::Client,
+    api: Api<Lease>,
+    namespace: String,
+    identity: String,
+    timing: Timing,
+    /// The record last seen and when it was first seen (this replica's clock).
+    observed: Option<(Record, Instant)>,
+    /// The Lease as this replica last wrote it (the leader renews from it).
+    cached: Option<Lease>,
+}
+
+fn now() -> k8s_openapi::jiff::Timestamp {
+    let micros = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(0))
+        .unwrap_or(0);
+    k8s_openapi::jiff::Timestamp::from_microsecond(micros).unwrap_or_default()
+}
+
+fn now_micro() -> MicroTime {
+    MicroTime(now())
+}
+
+fn seconds(d: Duration) -> i32 {
+    i32::try_from(d.as_secs()).unwrap_or(i32::MAX).max(1)
+}
+
+impl Elector {
+    pub fn new(client: kube::Client, namespace: &str, identity: &str, timing: Timing) -> Elector {
+        Elector {
+            api: Api::namespaced(client.clone(), namespace),
+            client,
+            namespace: namespace.to_string(),
+            identity: identity.to_string(),
+            timing,
+            observed: None,
+            cached: None,
+        }
+    }
+
+    /// Waits until this replica holds the lease.
+    pub async fn acquire(&mut self) {
+        let mut reported = String::new();
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(Attempt::Held) => {
+                    tracing::info!(identity = %self.identity, lease = %format!("{}/{LEASE_NAME}", self.namespace), "became leader");
+                    self.announce().await;
+                    return;
+                }
+                Ok(_) => {
+                    let holder = self
+                        .observed
+                        .as_ref()
+                        .map(|(r, _)| r.holder.clone())
+                        .unwrap_or_default();
+                    if holder != reported {
+                        tracing::info!(leader = %holder, "another replica leads; waiting for its lease to expire");
+                        reported = holder;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "leader election: cannot read or write the Lease")
+                }
+            }
+            tokio::time::sleep(self.jittered()).await;
+        }
+    }
+
+    /// Renews the lease every retry period while leading; returns why leading
+    /// stopped (another replica holds it, or no renewal succeeded for the renew
+    /// deadline).
+    pub async fn keep_renewing(&mut self) -> String {
+        let mut last_ok = Instant::now();
+        loop {
+            tokio::time::sleep(self.timing.retry_period).await;
+            match self.try_acquire_or_renew().await {
+                Ok(Attempt::Held) => last_ok = Instant::now(),
+                Ok(Attempt::HeldByOther) => {
+                    return "another replica holds the lease".into();
+                }
+                Ok(Attempt::Retry) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot renew the Lease"),
+            }
+            if last_ok.elapsed() > self.timing.renew_deadline {
+                return format!(
+                    "the lease was not renewed within the renew deadline ({:?})",
+                    self.timing.renew_deadline
+                );
+            }
+        }
+    }
+
+    /// Gives the lease up (graceful stop): no holder, so a follower takes over at
+    /// its next attempt.
+    pub async fn release(&mut self) {
+        let Some(mut lease) = self.cached.take() else {
+            return;
+        };
+        let mut spec = lease.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(now_micro());
+        lease.spec = Some(spec);
+        match self
+            .api
+            .replace(LEASE_NAME, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => tracing::info!("released the leader lease"),
+            Err(e) => tracing::warn!(error = %e, "cannot release the Lease; it expires by itself"),
+        }
+    }
+
+    /// The retry period plus up to 10 % jitter, so followers do not move in step.
+    fn jittered(&self) -> Duration {
+        let mut b = [0u8; 1];
+        let r = getrandom::fill(&mut b).map(|_| b[0]).unwrap_or(0);
+        self.timing.retry_period + self.timing.retry_period * u32::from(r) / 2550
+    }
+
+    fn observe(&mut self, spec: &LeaseSpec) -> Instant {
+        let record = Record::of(spec);
+        match &self.observed {
+            Some((r, at)) if *r == record => *at,
+            _ => {
+                let now = Instant::now();
+                self.observed = Some((record, now));
+                now
+            }
+        }
+    }
+
+    /// client-go's `tryAcquireOrRenew`.
+    async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
+        let leading = self.cached.is_some();
+        let current = match self.cached.take() {
+            Some(lease) => lease,
+            None => match self.api.get_opt(LEASE_NAME).await? {
+                Some(lease) => lease,
+                None => return self.create().await,
+            },
+        };
+        let spec = current.spec.clone().unwrap_or_default();
+        let seen_at = self.observe(&spec);
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let duration = spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map(Duration::from_secs)
+            .unwrap_or(self.timing.lease_duration);
+        if !leading && !holder.is_empty() && holder != self.identity && seen_at.elapsed() < duration
+        {
+            return Ok(Attempt::HeldByOther);
+        }
+        let now = now_micro();
+        let mut next = spec.clone();
+        if holder != self.identity {
+            next.acquire_time = Some(now.clone());
+            next.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        }
+        next.holder_identity = Some(self.identity.clone());
+        next.lease_duration_seconds = Some(seconds(self.timing.lease_duration));
+        next.renew_time = Some(now);
+        let mut lease = current;
+        lease.spec = Some(next);
+        // The object carries the resourceVersion it was read with: a concurrent
+        // change makes this a 409, never a second winner.
+        match self
+            .api
+            .replace(LEASE_NAME, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(written) => {
+                if let Some(s) = &written.spec {
+                    self.observe(s);
+                }
+                self.cached = Some(written);
+                Ok(Attempt::Held)
+            }
+            Err(kube::Error::Api(s)) if s.is_conflict() => Ok(Attempt::Retry),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create(&mut self) -> Result<Attempt, kube::Error> {
+        let now = now_micro();
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(LEASE_NAME.into()),
+                namespace: Some(self.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.identity.clone()),
+                lease_duration_seconds: Some(seconds(self.timing.lease_duration)),
+                acquire_time: Some(now.clone()),
+                renew_time: Some(now),
+                lease_transitions: Some(0),
+                ..LeaseSpec::default()
+            }),
+        };
+        match self.api.create(&PostParams::default(), &lease).await {
+            Ok(written) => {
+                if let Some(s) = &written.spec {
+                    self.observe(s);
+                }
+                self.cached = Some(written);
+                Ok(Attempt::Held)
+            }
+            Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(Attempt::Retry),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// An Event on the Lease, as client-go's leader election records one.
+    async fn announce(&self) {
+        let Some(lease) = &self.cached else {
+            return;
+        };
+        let now = now();
+        let event = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{LEASE_NAME}.")),
+                namespace: Some(self.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("coordination.k8s.io/v1".into()),
+                kind: Some("Lease".into()),
+                name: Some(LEASE_NAME.into()),
+                namespace: Some(self.namespace.clone()),
+                uid: lease.metadata.uid.clone(),
+                ..ObjectReference::default()
+            },
+            reason: Some("LeaderElection".into()),
+            message: Some(format!("{} became leader", self.identity)),
+            type_: Some("Normal".into()),
+            source: Some(EventSource {
+                component: Some("podnet-operator".into()),
+                ..EventSource::default()
+            }),
+            count: Some(1),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            ..Event::default()
+        };
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
+        if let Err(e) = events.create(&PostParams::default(), &event).await {
+            tracing::warn!(error = %e, "cannot record the leader election Event");
+        }
+    }
+}

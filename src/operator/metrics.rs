@@ -1,0 +1,114 @@
+//! The operator's Prometheus metrics (`podnet_operator_*`, on
+//! `--prometheus-serve-addr`): whether this replica leads, the writes it made to
+//! CiliumNodes by kind, and how many nodes hold their CIDRs or wait for room.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: String,
+}
+
+/// Every metric the operator exports.
+pub struct OperatorMetrics {
+    registry: Registry,
+    pub is_leader: Gauge,
+    pub writes: Family<KindLabels, Counter>,
+    pub nodes: Family<StateLabels, Gauge>,
+}
+
+impl Default for OperatorMetrics {
+    fn default() -> OperatorMetrics {
+        OperatorMetrics::new()
+    }
+}
+
+impl OperatorMetrics {
+    /// Every metric, registered under `podnet_operator_`.
+    pub fn new() -> OperatorMetrics {
+        let mut registry = Registry::with_prefix("podnet_operator");
+        let is_leader = Gauge::default();
+        let writes = Family::<KindLabels, Counter>::default();
+        let nodes = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "is_leader",
+            "1 while this replica holds the leader Lease",
+            is_leader.clone(),
+        );
+        registry.register(
+            "ciliumnode_writes",
+            "Writes to CiliumNodes: pod-cidrs (spec.ipam.podCIDRs applies), status (operator-status applies)",
+            writes.clone(),
+        );
+        registry.register(
+            "ipam_nodes",
+            "CiliumNodes by state: allocated (a CIDR of every enabled family), waiting (an error in operator-status)",
+            nodes.clone(),
+        );
+        OperatorMetrics {
+            registry,
+            is_leader,
+            writes,
+            nodes,
+        }
+    }
+
+    /// Counts one write of `kind`.
+    pub fn wrote(&self, kind: &str) {
+        self.writes
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .inc();
+    }
+
+    /// Sets the node counts.
+    pub fn set_nodes(&self, allocated: usize, waiting: usize) {
+        for (state, n) in [("allocated", allocated), ("waiting", waiting)] {
+            self.nodes
+                .get_or_create(&StateLabels {
+                    state: state.into(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// The text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "encoding metrics failed");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        let m = OperatorMetrics::new();
+        m.is_leader.set(1);
+        m.wrote("pod-cidrs");
+        m.set_nodes(3, 1);
+        let text = m.encode();
+        assert!(text.contains("podnet_operator_is_leader 1"), "{text}");
+        assert!(
+            text.contains("podnet_operator_ciliumnode_writes_total{kind=\"pod-cidrs\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("podnet_operator_ipam_nodes{state=\"waiting\"} 1"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,102 @@
+//! `podnet operator`: the cluster-wide IPAM operator (Cilium's `cilium-operator`,
+//! cluster-pool mode). Replicas elect a leader on a Lease ([`lease`]); only the
+//! leader allocates: it re-reads every CiliumNode, re-adopts their CIDRs, then gives
+//! every node without CIDRs one per enabled family from the cluster pool
+//! ([`allocator`], over the cidrset of `ipam`), writes them with server-side apply
+//! under its own field manager, and reports exhaustion in the node's
+//! `status.ipam.operator-status.error` until room appears ([`sync`]). A replica
+//! that loses the lease exits (its Deployment restarts it as a follower).
+
+pub mod allocator;
+pub mod lease;
+pub mod metrics;
+pub mod options;
+mod sync;
+
+use std::sync::Arc;
+
+use crate::daemon::options::OptionsError;
+use crate::daemon::{server, shutdown_signal};
+use crate::ipam::clusterpool::NodeCidrCarver;
+use crate::node::kubernetes::connect;
+use allocator::NodeCidrs;
+use lease::{Elector, Timing};
+use metrics::OperatorMetrics;
+use options::{OperatorConfig, OperatorOptions};
+
+/// Entry point of `podnet operator`; returns the process exit code.
+pub fn run(args: &[String]) -> i32 {
+    let opts = match OperatorOptions::parse_with_config_dir(args) {
+        Ok(o) => o,
+        Err(OptionsError::Flags(e)) => e.exit(),
+        Err(OptionsError::ConfigDir(e)) => {
+            eprintln!("podnet operator: {e}");
+            return 1;
+        }
+    };
+    crate::logging::init_stderr(&opts.log_level);
+    match start(&opts) {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("podnet operator: {e}");
+            1
+        }
+    }
+}
+
+/// Why the leader stopped.
+enum Stop {
+    Lost(String),
+    WatchEnded(String),
+    Signal,
+}
+
+fn start(opts: &OperatorOptions) -> Result<(), String> {
+    let config = OperatorConfig::resolve(opts)?;
+    let carver = NodeCidrCarver::new(&config.cluster_pool).map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(async move {
+        let metrics = Arc::new(OperatorMetrics::new());
+        if !opts.prometheus_serve_addr.is_empty() {
+            let tcp = server::bind_metrics(&opts.prometheus_serve_addr).await?;
+            let m = metrics.clone();
+            tokio::spawn(server::serve_metrics(tcp, move || {
+                let m = m.clone();
+                async move { m.encode() }
+            }));
+        }
+        let client = connect(config.kubeconfig.as_ref())
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(identity = %config.identity, namespace = %config.namespace, lease = lease::LEASE_NAME, "podnet operator started; waiting to lead");
+        let mut elector = Elector::new(client.clone(), &config.namespace, &config.identity, Timing::default());
+        tokio::select! {
+            _ = elector.acquire() => {}
+            _ = shutdown_signal() => return Ok(()),
+        }
+        metrics.is_leader.set(1);
+        let cidrs = NodeCidrs::new(carver);
+        let stop = tokio::select! {
+            why = elector.keep_renewing() => Stop::Lost(why),
+            why = sync::run(client, cidrs, metrics.clone()) => Stop::WatchEnded(why),
+            _ = shutdown_signal() => Stop::Signal,
+        };
+        metrics.is_leader.set(0);
+        match stop {
+            Stop::Lost(why) => Err(format!("leader election lost: {why}")),
+            Stop::WatchEnded(why) => {
+                elector.release().await;
+                Err(why)
+            }
+            Stop::Signal => {
+                elector.release().await;
+                tracing::info!("podnet operator stopped");
+                Ok(())
+            }
+        }
+    })
+}

@@ -1,0 +1,254 @@
+//! The operator's options, with Cilium's operator option names, and their resolution
+//! into an [`OperatorConfig`]: the IPAM mode (cluster-pool only in this build), the
+//! cluster pool with Cilium's start-up checks, where the API server is, and the
+//! leader-election identity. Every option is a flag or a file in `--config-dir`,
+//! read by the daemon's reader (flags win over files).
+
+use std::path::PathBuf;
+
+use clap::{ArgAction, Args, CommandFactory, FromArgMatches};
+
+use crate::daemon::options::{OptionsError, argv_with_config_dir, parse_bool};
+use crate::ipam::clusterpool::{
+    ClusterPoolConfig, DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE, OPT_IPV4_CIDR,
+    OPT_IPV6_CIDR, parse_cidr_list,
+};
+
+/// `podnet operator` options.
+#[derive(Debug, Clone, Args)]
+pub struct OperatorOptions {
+    /// Directory with one file per option (a mounted ConfigMap); flags override it.
+    #[arg(long = "config-dir", value_name = "DIR")]
+    pub config_dir: Option<PathBuf>,
+
+    /// IPAM mode: cluster-pool (multi-pool is a later step).
+    #[arg(long = "ipam", default_value = "cluster-pool")]
+    pub ipam: String,
+
+    /// Allocate IPv4 node CIDRs.
+    #[arg(long = "enable-ipv4", action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_ipv4: bool,
+
+    /// Allocate IPv6 node CIDRs.
+    #[arg(long = "enable-ipv6", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_ipv6: bool,
+
+    /// Cluster pool IPv4 CIDRs, space-separated (required when IPv4 is enabled).
+    #[arg(
+        long = "cluster-pool-ipv4-cidr",
+        value_name = "CIDRS",
+        default_value = ""
+    )]
+    pub cluster_pool_ipv4_cidr: String,
+
+    /// Node CIDR mask size for IPv4.
+    #[arg(long = "cluster-pool-ipv4-mask-size", default_value_t = DEFAULT_IPV4_MASK_SIZE)]
+    pub cluster_pool_ipv4_mask_size: u8,
+
+    /// Cluster pool IPv6 CIDRs, space-separated (required when IPv6 is enabled).
+    #[arg(
+        long = "cluster-pool-ipv6-cidr",
+        value_name = "CIDRS",
+        default_value = ""
+    )]
+    pub cluster_pool_ipv6_cidr: String,
+
+    /// Node CIDR mask size for IPv6 (the operator's default, 112).
+    #[arg(long = "cluster-pool-ipv6-mask-size", default_value_t = DEFAULT_IPV6_MASK_SIZE)]
+    pub cluster_pool_ipv6_mask_size: u8,
+
+    /// The kubeconfig of the API server; without it, the in-cluster service
+    /// account (KUBERNETES_SERVICE_HOST must be set).
+    #[arg(long = "k8s-kubeconfig-path", value_name = "FILE")]
+    pub k8s_kubeconfig_path: Option<PathBuf>,
+
+    /// Namespace of the leader-election Lease.
+    #[arg(long = "leader-election-namespace", default_value = "kube-system")]
+    pub leader_election_namespace: String,
+
+    /// This replica's name in the Lease (default: the host name and the PID).
+    #[arg(long = "identity", default_value = "")]
+    pub identity: String,
+
+    /// Serve Prometheus metrics on this address (e.g. `:9963`); empty = off.
+    #[arg(long = "prometheus-serve-addr", default_value = "")]
+    pub prometheus_serve_addr: String,
+
+    /// Log filter (error, warn, info, debug, trace, or a tracing filter).
+    #[arg(long = "log-level", default_value = "info")]
+    pub log_level: String,
+}
+
+/// Command used only to parse operator options on their own.
+#[derive(Debug, clap::Parser)]
+#[command(name = "podnet operator", args_override_self = true)]
+struct OperatorCommand {
+    #[command(flatten)]
+    opts: OperatorOptions,
+}
+
+impl OperatorOptions {
+    /// Parses `args` (the words after `operator`), with `--config-dir` files under
+    /// the flags; files of options the operator does not know are ignored.
+    pub fn parse_with_config_dir(args: &[String]) -> Result<OperatorOptions, OptionsError> {
+        let cmd = OperatorCommand::command();
+        let argv = argv_with_config_dir(&cmd, args)?;
+        let matches = cmd
+            .try_get_matches_from(argv)
+            .map_err(OptionsError::Flags)?;
+        OperatorCommand::from_arg_matches(&matches)
+            .map(|c| c.opts)
+            .map_err(OptionsError::Flags)
+    }
+}
+
+/// The operator's options, resolved and checked.
+#[derive(Debug, Clone)]
+pub struct OperatorConfig {
+    pub cluster_pool: ClusterPoolConfig,
+    /// None: in-cluster.
+    pub kubeconfig: Option<PathBuf>,
+    pub namespace: String,
+    pub identity: String,
+}
+
+impl OperatorConfig {
+    /// Resolves the options with Cilium's operator start-up checks
+    /// (`cluster-pool-ipv4-cidr must be provided when using ClusterPool`, ...).
+    pub fn resolve(opts: &OperatorOptions) -> Result<OperatorConfig, String> {
+        match opts.ipam.as_str() {
+            "cluster-pool" => {}
+            "multi-pool" => {
+                return Err(
+                    "ipam multi-pool is not supported by this build yet: podnet operator carves cluster-pool node CIDRs only (the multi-pool operator is a later step)".into(),
+                );
+            }
+            other => {
+                return Err(format!(
+                    "ipam {other:?} is not supported by podnet operator: use cluster-pool"
+                ));
+            }
+        }
+        let cluster_pool = ClusterPoolConfig {
+            enable_ipv4: opts.enable_ipv4,
+            enable_ipv6: opts.enable_ipv6,
+            ipv4_cidrs: parse_cidr_list(OPT_IPV4_CIDR, &opts.cluster_pool_ipv4_cidr)
+                .map_err(|e| e.to_string())?,
+            ipv4_mask_size: opts.cluster_pool_ipv4_mask_size,
+            ipv6_cidrs: parse_cidr_list(OPT_IPV6_CIDR, &opts.cluster_pool_ipv6_cidr)
+                .map_err(|e| e.to_string())?,
+            ipv6_mask_size: opts.cluster_pool_ipv6_mask_size,
+        };
+        cluster_pool.validate().map_err(|e| e.to_string())?;
+        let kubeconfig = match &opts.k8s_kubeconfig_path {
+            Some(p) => Some(p.clone()),
+            None if std::env::var("KUBERNETES_SERVICE_HOST").is_ok_and(|h| !h.is_empty()) => None,
+            None => {
+                return Err(
+                    "podnet operator needs the API server: --k8s-kubeconfig-path FILE, or run it in a pod (KUBERNETES_SERVICE_HOST)".into(),
+                );
+            }
+        };
+        if opts.leader_election_namespace.is_empty() {
+            return Err("--leader-election-namespace must not be empty".into());
+        }
+        let identity = if opts.identity.is_empty() {
+            default_identity()
+        } else {
+            opts.identity.clone()
+        };
+        Ok(OperatorConfig {
+            cluster_pool,
+            kubeconfig,
+            namespace: opts.leader_election_namespace.clone(),
+            identity,
+        })
+    }
+}
+
+/// `<host name>-<pid>`, unique per replica (a pod's host name is the pod's name).
+fn default_identity() -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "podnet-operator".into());
+    format!("{host}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(args: &[&str]) -> Result<OperatorConfig, String> {
+        let mut all = vec!["--k8s-kubeconfig-path", "/dev/null"];
+        all.extend_from_slice(args);
+        let args: Vec<String> = all.iter().map(|s| s.to_string()).collect();
+        let opts = OperatorOptions::parse_with_config_dir(&args).map_err(|e| e.to_string())?;
+        OperatorConfig::resolve(&opts)
+    }
+
+    #[test]
+    fn cluster_pool_with_ciliums_checks() {
+        let c = resolve(&["--cluster-pool-ipv4-cidr", "10.90.0.0/23"]).unwrap();
+        assert_eq!(c.cluster_pool.ipv4_mask_size, 24);
+        assert_eq!(c.cluster_pool.ipv6_mask_size, 112);
+        assert_eq!(c.namespace, "kube-system");
+        assert!(
+            c.identity.ends_with(&format!("-{}", std::process::id())),
+            "{}",
+            c.identity
+        );
+        assert_eq!(
+            resolve(&[]).unwrap_err(),
+            "cluster-pool-ipv4-cidr must be provided when using ClusterPool"
+        );
+        assert_eq!(
+            resolve(&[
+                "--cluster-pool-ipv4-cidr=10.0.0.0/8",
+                "--cluster-pool-ipv6-cidr=fd00::/104"
+            ])
+            .unwrap_err(),
+            "cluster-pool-ipv6-cidr must not be set if IPv6 is disabled"
+        );
+        let e = resolve(&[
+            "--cluster-pool-ipv4-cidr=10.0.0.0/8",
+            "--enable-ipv6",
+            "--cluster-pool-ipv6-cidr=fd00::/104",
+            "--cluster-pool-ipv6-mask-size=121",
+        ])
+        .unwrap_err();
+        assert!(e.contains("New CIDR set failed"), "{e}");
+    }
+
+    #[test]
+    fn multi_pool_is_refused_for_now() {
+        let e = resolve(&["--ipam", "multi-pool"]).unwrap_err();
+        assert!(e.contains("not supported by this build yet"), "{e}");
+        let e = resolve(&["--ipam", "eni"]).unwrap_err();
+        assert!(e.contains("use cluster-pool"), "{e}");
+    }
+
+    #[test]
+    fn options_from_a_config_dir_under_flags() {
+        let dir = std::env::temp_dir().join(format!("podnet-opdir-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("cluster-pool-ipv4-cidr"), "10.9.0.0/16\n").unwrap();
+        std::fs::write(dir.join("cluster-pool-ipv4-mask-size"), "26").unwrap();
+        std::fs::write(dir.join("leader-election-namespace"), "podnet").unwrap();
+        std::fs::write(dir.join("socket"), "daemon-only option").unwrap();
+        let d = dir.display().to_string();
+        let c = resolve(&[
+            "--config-dir",
+            &d,
+            "--cluster-pool-ipv4-mask-size=28",
+            "--identity=op-a",
+        ])
+        .unwrap();
+        assert_eq!(c.cluster_pool.ipv4_cidrs[0].to_string(), "10.9.0.0/16");
+        assert_eq!(c.cluster_pool.ipv4_mask_size, 28);
+        assert_eq!(c.namespace, "podnet");
+        assert_eq!(c.identity, "op-a");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

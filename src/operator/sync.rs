@@ -1,0 +1,226 @@
+//! The leader's loop: watches every CiliumNode (kube-rs `watcher` with the default
+//! backoff, so a restarted API server or an expired resourceVersion is survived by a
+//! relist), feeds what it sees to [`NodeCidrs`], and writes what each node needs.
+//! The watcher's first list is the re-read of every CiliumNode: their CIDRs are
+//! re-adopted before anything is allocated.
+//!
+//! Writes are server-side applies under the field manager `podnet-operator` that
+//! carry only the operator's fields: `spec.ipam.podCIDRs`, and
+//! `status.ipam.operator-status` through the status subresource. The agent's fields
+//! (`spec.addresses`, the owner reference, ...) are never sent, so they are never
+//! touched. Each write carries the node's UID, so it cannot re-create a node that
+//! was deleted meanwhile (the API server answers 409). A write that fails for any
+//! other reason is retried with a backoff.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::watcher::Event;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::allocator::{IGNORE_ANNOTATION, NodeCidrs, Observed, Pending};
+use super::metrics::OperatorMetrics;
+use crate::node::kubernetes::{cilium_nodes, to_node_resource};
+
+/// The field manager of the operator's applies.
+pub const FIELD_MANAGER: &str = "podnet-operator";
+/// First and longest wait before a failed write is tried again.
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// What the operator reads of a CiliumNode object.
+fn observed(obj: &DynamicObject) -> Result<Observed, String> {
+    let node = to_node_resource(obj).map_err(|e| e.to_string())?;
+    Ok(Observed {
+        name: obj.metadata.name.clone().unwrap_or_default(),
+        uid: obj.metadata.uid.clone().unwrap_or_default(),
+        pod_cidrs: node.spec.ipam.pod_cidrs,
+        error: node.status.ipam.operator_status.error,
+        ignored: node
+            .metadata
+            .annotations
+            .get(IGNORE_ANNOTATION)
+            .is_some_and(|v| v == "true"),
+    })
+}
+
+/// Runs until the watch ends (it does not while the API server can be retried);
+/// returns why.
+pub async fn run(
+    client: kube::Client,
+    mut cidrs: NodeCidrs,
+    metrics: Arc<OperatorMetrics>,
+) -> String {
+    let api = cilium_nodes(client);
+    let mut stream = watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut listing: Option<BTreeSet<String>> = None;
+    let mut first_list = true;
+    let mut retry: BTreeMap<String, (Instant, Duration)> = BTreeMap::new();
+    loop {
+        let due = retry.values().map(|(at, _)| *at).min();
+        let mut dirty: BTreeSet<String> = BTreeSet::new();
+        tokio::select! {
+            item = stream.next() => match item {
+                None => return "the CiliumNode watch ended".into(),
+                Some(Err(e)) => tracing::warn!(error = %e, "CiliumNode watch interrupted; it resumes"),
+                Some(Ok(event)) => dirty.extend(apply_event(&mut cidrs, &mut listing, &mut first_list, event)),
+            },
+            _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() && listing.is_none() => {
+                let now = Instant::now();
+                dirty.extend(retry.iter().filter(|(_, (at, _))| *at <= now).map(|(n, _)| n.clone()));
+            }
+        }
+        // While a list is being read, writes wait for its end (the list may still
+        // change what a node needs).
+        if listing.is_some() {
+            continue;
+        }
+        for name in dirty {
+            match write_node(&api, &mut cidrs, &name, &metrics).await {
+                Ok(()) => {
+                    retry.remove(&name);
+                }
+                Err(e) => {
+                    let backoff = retry
+                        .get(&name)
+                        .map(|(_, b)| (*b * 2).min(RETRY_MAX))
+                        .unwrap_or(RETRY_FIRST);
+                    tracing::warn!(node = %name, error = %e, retry_in = ?backoff, "writing the node's CIDRs failed");
+                    retry.insert(name, (Instant::now() + backoff, backoff));
+                }
+            }
+        }
+        let (allocated, waiting) = cidrs.counts();
+        metrics.set_nodes(allocated, waiting);
+    }
+}
+
+/// Feeds one watch event to the bookkeeping; returns the nodes that may need writes.
+fn apply_event(
+    cidrs: &mut NodeCidrs,
+    listing: &mut Option<BTreeSet<String>>,
+    first_list: &mut bool,
+    event: Event<DynamicObject>,
+) -> Vec<String> {
+    match event {
+        Event::Init => {
+            *listing = Some(BTreeSet::new());
+            Vec::new()
+        }
+        Event::InitApply(obj) => {
+            if let (Some(l), Some(name)) = (listing.as_mut(), obj.metadata.name.clone()) {
+                l.insert(name);
+            }
+            see(cidrs, &obj)
+        }
+        Event::InitDone => {
+            let listed = listing.take().unwrap_or_default();
+            let touched = cidrs.list_done(&listed);
+            let (allocated, waiting) = cidrs.counts();
+            if std::mem::take(first_list) {
+                tracing::info!(
+                    nodes = listed.len(),
+                    holding_cidrs = allocated,
+                    with_errors = waiting,
+                    "read every CiliumNode and re-adopted their CIDRs; allocating"
+                );
+            } else {
+                tracing::info!(nodes = listed.len(), "CiliumNodes listed again");
+            }
+            touched
+        }
+        Event::Apply(obj) => see(cidrs, &obj),
+        Event::Delete(obj) => match obj.metadata.name.as_deref() {
+            Some(name) => cidrs.remove(name),
+            None => Vec::new(),
+        },
+    }
+}
+
+/// Feeds one CiliumNode to the bookkeeping.
+fn see(cidrs: &mut NodeCidrs, obj: &DynamicObject) -> Vec<String> {
+    match observed(obj) {
+        Ok(o) => cidrs.observe(o),
+        Err(e) => {
+            tracing::error!(error = %e, "CiliumNode not understood; left alone");
+            Vec::new()
+        }
+    }
+}
+
+/// Whether a failed write means the object is gone or was replaced: the watch
+/// brings its deletion (and the new object), so the write is not retried.
+fn gone(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.is_not_found() || s.is_conflict())
+}
+
+/// Writes what `name` needs: its podCIDRs, then its operator-status error.
+async fn write_node(
+    api: &Api<DynamicObject>,
+    cidrs: &mut NodeCidrs,
+    name: &str,
+    metrics: &OperatorMetrics,
+) -> Result<(), kube::Error> {
+    let params = PatchParams::apply(FIELD_MANAGER);
+    if let Some(Pending {
+        uid,
+        pod_cidrs: Some(list),
+        ..
+    }) = cidrs.pending(name)
+    {
+        let body = json!({
+            "apiVersion": "cilium.io/v2",
+            "kind": "CiliumNode",
+            "metadata": {"name": name, "uid": uid},
+            "spec": {"ipam": {"podCIDRs": list}},
+        });
+        match api.patch(name, &params, &Patch::Apply(&body)).await {
+            Ok(obj) => {
+                metrics.wrote("pod-cidrs");
+                if let Ok(o) = observed(&obj) {
+                    cidrs.observe(o);
+                }
+            }
+            Err(e) if gone(&e) => {
+                tracing::info!(node = %name, error = %e, "node gone or replaced before its CIDRs were written");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some(Pending {
+        uid,
+        status_error: Some(error),
+        ..
+    }) = cidrs.pending(name)
+    {
+        // Clearing writes "" (what Cilium's omitempty field reads as no error):
+        // applying without the field would leave `operator-status: null`, which
+        // the CRD's schema refuses.
+        let body = json!({
+            "apiVersion": "cilium.io/v2",
+            "kind": "CiliumNode",
+            "metadata": {"name": name, "uid": uid},
+            "status": {"ipam": {"operator-status": {"error": error}}},
+        });
+        match api.patch_status(name, &params, &Patch::Apply(&body)).await {
+            Ok(obj) => {
+                metrics.wrote("status");
+                cidrs.status_written(name, &error);
+                if let Ok(o) = observed(&obj) {
+                    cidrs.observe(o);
+                }
+            }
+            Err(e) if gone(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
