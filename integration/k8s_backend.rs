@@ -148,6 +148,10 @@ fn kubernetes_mode_mirrors_the_nodes_pod_cidrs_into_its_cilium_node() {
         "Node"
     );
     let router = node.ipv4_addressing().ip;
+    eventually("spec.health", || {
+        let health = jsonpath(&cp, "ciliumnode", &name, "{.spec.health}");
+        health.contains("\"ipv4\":\"10.244.5.") && health.contains("\"ipv6\":\"fd00:5::")
+    });
     eventually("the CiliumInternalIP in spec.addresses", || {
         let addresses = jsonpath(&cp, "ciliumnode", &name, "{.spec.addresses}");
         addresses.contains("InternalIP") && addresses.contains(&router)

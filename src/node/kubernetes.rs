@@ -33,8 +33,8 @@ use tokio::runtime::Handle;
 use super::external::offered;
 use super::kube_pools::{self, KubeMetadata};
 use super::{
-    BackendHealth, NodeAddress, NodeError, NodeEvent, NodeOutbox, NodeResource, NodeSink,
-    NodeSource, NodeView, RequestedPool, UsedAddresses, WatchFuture,
+    BackendHealth, HealthAddresses, NodeAddress, NodeError, NodeEvent, NodeOutbox, NodeResource,
+    NodeSink, NodeSource, NodeView, RequestedPool, UsedAddresses, WatchFuture,
 };
 use crate::ipam::eni::eni_allocation;
 use crate::resources::decode;
@@ -79,6 +79,7 @@ struct AgentFields {
     node_uid: String,
     internal_ips: Vec<String>,
     router_addresses: Vec<NodeAddress>,
+    health: HealthAddresses,
     pod_cidrs: Option<Vec<IpNet>>,
     requested: Option<Vec<RequestedPool>>,
 }
@@ -111,11 +112,15 @@ impl AgentFields {
                 "uid": self.node_uid,
             }]);
         }
+        let mut spec = json!({"addresses": addresses, "ipam": ipam});
+        if !self.health.is_empty() {
+            spec["health"] = json!(self.health);
+        }
         json!({
             "apiVersion": "cilium.io/v2",
             "kind": "CiliumNode",
             "metadata": metadata,
-            "spec": {"addresses": addresses, "ipam": ipam},
+            "spec": spec,
         })
     }
 }
@@ -514,6 +519,10 @@ impl NodeSink for KubernetesSink {
                 f.router_addresses = addresses.clone();
                 changed = true;
             }
+            if let Some(health) = &outbox.health {
+                f.health = health.clone();
+                changed = true;
+            }
             if let Some(requested) = &outbox.requested_pools {
                 f.requested = Some(requested.clone());
                 changed = true;
@@ -566,10 +575,16 @@ mod tests {
                 kind: "CiliumInternalIP".into(),
                 ip: "10.244.1.1".into(),
             }],
+            health: HealthAddresses {
+                ipv4: "10.244.1.2".into(),
+                ipv6: String::new(),
+            },
             pod_cidrs: None,
             requested: Some(Vec::new()),
         };
         let body = f.apply_body("n1");
+        assert_eq!(body["spec"]["health"]["ipv4"], "10.244.1.2");
+        assert!(body["spec"]["health"].get("ipv6").is_none());
         assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "u-1");
         assert_eq!(body["metadata"]["ownerReferences"][0]["kind"], "Node");
         assert_eq!(body["spec"]["addresses"][0]["type"], "InternalIP");

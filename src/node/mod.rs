@@ -33,7 +33,9 @@ use ipnet::IpNet;
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::MetadataSource;
 
-pub use crate::resources::{AllocationIp, NodeAddress, NodeResource, RequestedPool};
+pub use crate::resources::{
+    AllocationIp, HealthAddresses, NodeAddress, NodeResource, RequestedPool,
+};
 pub use embedded::{EmbeddedMode, EmbeddedOperator};
 
 /// Why a backend could not do what was asked; the text says which object and why.
@@ -107,11 +109,16 @@ pub struct NodeOutbox {
     pub used: Option<UsedAddresses>,
     /// `spec.addresses` (the router's CiliumInternalIP).
     pub addresses: Option<Vec<NodeAddress>>,
+    /// `spec.health` (the health endpoint's addresses).
+    pub health: Option<HealthAddresses>,
 }
 
 impl NodeOutbox {
     pub fn is_empty(&self) -> bool {
-        self.requested_pools.is_none() && self.used.is_none() && self.addresses.is_none()
+        self.requested_pools.is_none()
+            && self.used.is_none()
+            && self.addresses.is_none()
+            && self.health.is_none()
     }
 }
 

@@ -43,8 +43,26 @@ pub struct NodeSpec {
     /// `spec.eni`: AWS ENI settings of this node (ENI mode).
     #[serde(default, skip_serializing_if = "EniSpec::is_empty")]
     pub eni: EniSpec,
+    /// `spec.health`: the node's health endpoint addresses.
+    #[serde(default, skip_serializing_if = "HealthAddresses::is_empty")]
+    pub health: HealthAddresses,
     #[serde(flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+/// `spec.health` (Cilium's `HealthAddressingSpec`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthAddresses {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ipv4: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ipv6: String,
+}
+
+impl HealthAddresses {
+    pub fn is_empty(&self) -> bool {
+        self.ipv4.is_empty() && self.ipv6.is_empty()
+    }
 }
 
 /// `spec.addresses[]`: `type` is e.g. `CiliumInternalIP` (the router IP).

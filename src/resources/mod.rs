@@ -30,9 +30,9 @@ mod node_config;
 mod pod_ip_pool;
 
 pub use cilium_node::{
-    AllocatedPool, AllocationIp, AwsSubnet, AwsVpc, Eni, EniSpec, EniStatus, IpamPools,
-    NodeAddress, NodeIpamSpec, NodeIpamStatus, NodeResource, NodeSpec, NodeStatus, OperatorStatus,
-    PoolDemand, RequestedPool,
+    AllocatedPool, AllocationIp, AwsSubnet, AwsVpc, Eni, EniSpec, EniStatus, HealthAddresses,
+    IpamPools, NodeAddress, NodeIpamSpec, NodeIpamStatus, NodeResource, NodeSpec, NodeStatus,
+    OperatorStatus, PoolDemand, RequestedPool,
 };
 pub use core_v1::{Namespace, Node, Pod};
 pub use decode::{InvalidObject, decode};

@@ -135,6 +135,7 @@ struct OutboxMarks {
     used_changed: bool,
     requested: Option<Vec<RequestedPool>>,
     addresses: Option<Vec<crate::node::NodeAddress>>,
+    health: Option<crate::node::HealthAddresses>,
 }
 
 /// Static facts the state needs.

@@ -372,6 +372,11 @@ impl IpamState {
             self.outbox.addresses = Some(addresses.clone());
             out.addresses = Some(addresses.clone());
         }
+        let health = &self.node.spec.health;
+        if self.outbox.health.as_ref() != Some(health) {
+            self.outbox.health = Some(health.clone());
+            out.health = Some(health.clone());
+        }
         (!out.is_empty()).then_some(out)
     }
 

@@ -249,9 +249,14 @@ impl IpamState {
                     continue;
                 }
                 let ip = self.reserve_infra(family, owner, router_hints, &mut ops)?;
-                if *owner == "router" {
-                    self.routers.insert(family, ip);
-                    self.node.set_address("CiliumInternalIP", ip);
+                match (*owner, family) {
+                    ("router", _) => {
+                        self.routers.insert(family, ip);
+                        self.node.set_address("CiliumInternalIP", ip);
+                    }
+                    ("health", Family::V4) => self.node.spec.health.ipv4 = ip.to_string(),
+                    ("health", Family::V6) => self.node.spec.health.ipv6 = ip.to_string(),
+                    _ => {}
                 }
             }
         }
