@@ -5,9 +5,12 @@
 //! ([`allocator`], over the cidrset of `ipam`), writes them with server-side apply
 //! under its own field manager, and reports exhaustion in the node's
 //! `status.ipam.operator-status.error` until room appears ([`sync`]). A replica
-//! that loses the lease exits (its Deployment restarts it as a follower).
+//! that loses the lease exits (its Deployment restarts it as a follower). At start
+//! each replica registers the CRDs the API server lacks ([`crds`]), unless told to
+//! skip it.
 
 pub mod allocator;
+mod crds;
 pub mod lease;
 pub mod metrics;
 pub mod options;
@@ -72,6 +75,9 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
         let client = connect(config.kubeconfig.as_ref())
             .await
             .map_err(|e| e.to_string())?;
+        if !opts.skip_crd_creation {
+            crds::register_missing(&client).await?;
+        }
         tracing::info!(identity = %config.identity, namespace = %config.namespace, lease = lease::LEASE_NAME, "podnet operator started; waiting to lead");
         let mut elector = Elector::new(client.clone(), &config.namespace, &config.identity, Timing::default());
         tokio::select! {
