@@ -4,7 +4,8 @@
 //! daemons (cluster-pool on the Kubernetes backend), reports exhaustion in the
 //! node's operator-status and recovers when a node goes, and two replicas elect one
 //! leader on a Lease, the follower taking over when the leader is SIGKILLed in the
-//! middle of a burst of new CiliumNodes, with no CIDR given twice.
+//! middle of a burst of new CiliumNodes, with no CIDR given twice; `podnet operator
+//! status` shows the leader, every node's CIDRs and error, and the pool's free space.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -657,4 +658,116 @@ fn the_operator_registers_missing_crds_unless_told_to_skip() {
         again.log().contains("waiting to lead") || again.log().contains("leading")
     });
     assert!(!again.log().contains("registered the CRD"));
+}
+
+/// `podnet operator status` in the control plane's namespace, as the operator's
+/// ServiceAccount: (exit code, stdout, stderr).
+fn operator_status(cp: &ControlPlane, kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            cp.netns(),
+            podnet_bin(),
+            "operator",
+            "status",
+        ])
+        .arg("--k8s-kubeconfig-path")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("running podnet operator status");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn operator_status_shows_the_leader_the_nodes_and_the_pool_space() {
+    const TEST: &str = "operator_status";
+    let Some(cp) = ControlPlane::start(TEST) else {
+        return;
+    };
+    let sa = install_operator(&cp);
+    let node = |name: &str, router: &str| {
+        format!(
+            "apiVersion: cilium.io/v2\nkind: CiliumNode\nmetadata:\n  name: {name}\n\
+             spec:\n  addresses:\n  - {{type: CiliumInternalIP, ip: {router}}}\n"
+        )
+    };
+    for (name, router) in [("st-1", "192.0.2.1"), ("st-2", "192.0.2.2")] {
+        cp.kubectl_stdin(&["create", "-f", "-"], &node(name, router))
+            .expect_ok("create a CiliumNode");
+    }
+    let pool = [
+        "--cluster-pool-ipv4-cidr",
+        "10.92.0.0/23",
+        "--cluster-pool-ipv4-mask-size",
+        "24",
+    ];
+    let op = Operator::start(&cp, "op-s", &sa, 9973, &pool);
+    wait_for("both nodes' CIDRs", Duration::from_secs(15), || {
+        pod_cidrs(&cp).values().filter(|c| c.len() == 1).count() == 2
+    });
+    cp.kubectl_stdin(&["create", "-f", "-"], &node("st-3", "192.0.2.3"))
+        .expect_ok("create the third CiliumNode");
+    wait_for("the third node's error", Duration::from_secs(10), || {
+        operator_error(&cp, "st-3") == "allocator full"
+    });
+    let cidrs = pod_cidrs(&cp);
+
+    let (code, out, err) = operator_status(&cp, &sa, &pool);
+    eprintln!("{TEST}: podnet operator status:\n{out}");
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with(
+            "Leader:     op-s (Lease kube-system/podnet-operator-resource-lock, renewed "
+        ) && !lines[0].contains("EXPIRED"),
+        "{out}"
+    );
+    assert_eq!(lines[1], "Nodes:      3");
+    for (i, name) in ["st-1", "st-2"].iter().enumerate() {
+        assert_eq!(
+            lines[2 + i],
+            format!(
+                "  {name}: podCIDRs {}; router 192.0.2.{}",
+                cidrs[*name][0],
+                i + 1
+            )
+        );
+    }
+    assert_eq!(
+        lines[4],
+        "  st-3: podCIDRs none; router 192.0.2.3; error: allocator full"
+    );
+    assert_eq!(
+        lines[5],
+        "Pool IPv4:  10.92.0.0/23 in /24s: 2 total, 2 in use, 0 free"
+    );
+    assert_eq!(lines.len(), 6, "{out}");
+
+    let (code, out, err) = operator_status(&cp, &sa, &[&pool[..], &["-o", "json"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["leader"]["holder"], "op-s");
+    assert_eq!(v["leader"]["expired"], false);
+    let nodes = v["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3);
+    for n in nodes {
+        let name = n["name"].as_str().expect("name");
+        let want: Vec<serde_json::Value> = cidrs[name].iter().map(|c| c.as_str().into()).collect();
+        assert_eq!(n["podCIDRs"], serde_json::Value::Array(want), "{n}");
+        assert_eq!(n["router"][0], format!("192.0.2.{}", &name[3..]));
+    }
+    assert_eq!(nodes[2]["error"], "allocator full");
+    assert_eq!(nodes[0]["error"], "");
+    assert_eq!(
+        v["pool"],
+        serde_json::json!([{"family": "IPv4", "cidrs": ["10.92.0.0/23"], "maskSize": 24,
+                            "total": 2, "inUse": 2, "free": 0}])
+    );
+    drop(op);
 }

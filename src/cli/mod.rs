@@ -26,7 +26,8 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Run the cluster-wide IPAM operator (options: `podnet operator --help`).
+    /// Run the cluster-wide IPAM operator (options: `podnet operator --help`); `podnet
+    /// operator status` shows the leader and every node's CIDRs.
     #[command(disable_help_flag = true)]
     Operator {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

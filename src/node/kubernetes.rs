@@ -152,7 +152,7 @@ pub(crate) async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client
 }
 
 /// The client configuration from the kubeconfig, or in-cluster.
-async fn kube_config(kubeconfig: Option<&PathBuf>) -> Result<kube::Config, NodeError> {
+pub(crate) async fn kube_config(kubeconfig: Option<&PathBuf>) -> Result<kube::Config, NodeError> {
     let config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {

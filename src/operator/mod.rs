@@ -7,13 +7,15 @@
 //! `status.ipam.operator-status.error` until room appears ([`sync`]). A replica
 //! that loses the lease exits (its Deployment restarts it as a follower). At start
 //! each replica registers the CRDs the API server lacks ([`crds`]), unless told to
-//! skip it.
+//! skip it. `podnet operator status` ([`status`]) shows the leader and every
+//! node's CIDRs as the API server has them.
 
 pub mod allocator;
 mod crds;
 pub mod lease;
 pub mod metrics;
 pub mod options;
+mod status;
 mod sync;
 
 use std::sync::Arc;
@@ -27,8 +29,12 @@ use lease::{Elector, Timing};
 use metrics::OperatorMetrics;
 use options::{OperatorConfig, OperatorOptions};
 
-/// Entry point of `podnet operator`; returns the process exit code.
+/// Entry point of `podnet operator` (and of `podnet operator status`); returns the
+/// process exit code.
 pub fn run(args: &[String]) -> i32 {
+    if let Some(("status", rest)) = args.split_first().map(|(a, r)| (a.as_str(), r)) {
+        return status::run(rest);
+    }
     let opts = match OperatorOptions::parse_with_config_dir(args) {
         Ok(o) => o,
         Err(OptionsError::Flags(e)) => e.exit(),

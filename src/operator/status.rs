@@ -1,0 +1,568 @@
+//! `podnet operator status`: the cluster's IPAM as the API server has it. Reads the
+//! leader Lease and every CiliumNode once and prints who leads and when it last
+//! renewed, each node's CIDRs (cluster-pool podCIDRs and multi-pool blocks), router
+//! address and operator error, and, when the cluster pool is given (the operator's
+//! own options, flags or `--config-dir`), each family's node CIDRs counted through
+//! the operator's cidrset: total, in use, free. `-o json` for scripts.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, CommandFactory, FromArgMatches};
+use ipnet::IpNet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DynamicObject, ListParams};
+use serde::Serialize;
+
+use super::lease::LEASE_NAME;
+use crate::daemon::options::{OptionsError, argv_with_config_dir};
+use crate::ipam::Family;
+use crate::ipam::clusterpool::{
+    ClusterPoolConfig, DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE, NodeCidrCarver,
+    OPT_IPV4_CIDR, OPT_IPV6_CIDR, parse_cidr_list,
+};
+use crate::node::kubernetes::{cilium_nodes, kube_config, to_node_resource};
+
+/// How long the reads may take before the API server counts as unreachable.
+const READ_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// `podnet operator status` options (the operator's names, so its flags and its
+/// `--config-dir` work as they are).
+#[derive(Debug, Clone, Args)]
+pub struct StatusOptions {
+    /// Directory with one file per option (the operator's ConfigMap); flags override it.
+    #[arg(long = "config-dir", value_name = "DIR")]
+    pub config_dir: Option<PathBuf>,
+
+    /// Cluster pool IPv4 CIDRs, space-separated: count its free node CIDRs.
+    #[arg(
+        long = "cluster-pool-ipv4-cidr",
+        value_name = "CIDRS",
+        default_value = ""
+    )]
+    pub cluster_pool_ipv4_cidr: String,
+
+    /// Node CIDR mask size for IPv4.
+    #[arg(long = "cluster-pool-ipv4-mask-size", default_value_t = DEFAULT_IPV4_MASK_SIZE)]
+    pub cluster_pool_ipv4_mask_size: u8,
+
+    /// Cluster pool IPv6 CIDRs, space-separated: count its free node CIDRs.
+    #[arg(
+        long = "cluster-pool-ipv6-cidr",
+        value_name = "CIDRS",
+        default_value = ""
+    )]
+    pub cluster_pool_ipv6_cidr: String,
+
+    /// Node CIDR mask size for IPv6.
+    #[arg(long = "cluster-pool-ipv6-mask-size", default_value_t = DEFAULT_IPV6_MASK_SIZE)]
+    pub cluster_pool_ipv6_mask_size: u8,
+
+    /// The kubeconfig of the API server; without it, the in-cluster service account.
+    #[arg(long = "k8s-kubeconfig-path", value_name = "FILE")]
+    pub k8s_kubeconfig_path: Option<PathBuf>,
+
+    /// Namespace of the leader-election Lease.
+    #[arg(long = "leader-election-namespace", default_value = "kube-system")]
+    pub leader_election_namespace: String,
+
+    /// Output format: text or json.
+    #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
+    pub output: String,
+}
+
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "podnet operator status",
+    about = "The operator's leader, every CiliumNode's CIDRs, router and error, and the cluster pool's free node CIDRs",
+    args_override_self = true
+)]
+struct StatusCommand {
+    #[command(flatten)]
+    opts: StatusOptions,
+}
+
+/// The leader Lease as read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Leader {
+    pub lease: String,
+    pub holder: String,
+    pub renew_time: Option<String>,
+    pub renewed_seconds_ago: Option<i64>,
+    pub lease_duration_seconds: Option<i32>,
+    /// Not renewed within its duration: no replica leads.
+    pub expired: bool,
+}
+
+/// One pool's blocks on a node (`spec.ipam.pools.allocated[]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PoolBlocks {
+    pub pool: String,
+    pub cidrs: Vec<IpNet>,
+}
+
+/// One CiliumNode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeLine {
+    pub name: String,
+    #[serde(rename = "podCIDRs")]
+    pub pod_cidrs: Vec<IpNet>,
+    pub pools: Vec<PoolBlocks>,
+    /// `spec.addresses` of type CiliumInternalIP.
+    pub router: Vec<String>,
+    /// `status.ipam.operator-status.error` ("" = none).
+    pub error: String,
+    /// Why the object could not be read ("" = it could).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub unreadable: String,
+}
+
+/// A family's node CIDRs in the cluster pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolSpace {
+    pub family: &'static str,
+    pub cidrs: Vec<IpNet>,
+    pub mask_size: u8,
+    pub total: u64,
+    pub in_use: u64,
+    pub free: u64,
+}
+
+/// Everything `podnet operator status` shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// None: there is no Lease (no operator has run).
+    pub leader: Option<Leader>,
+    pub nodes: Vec<NodeLine>,
+    pub pool: Vec<PoolSpace>,
+}
+
+/// Entry point of `podnet operator status`; returns the exit code.
+pub fn run(args: &[String]) -> i32 {
+    let opts = match parse(args) {
+        Ok(o) => o,
+        Err(OptionsError::Flags(e)) => e.exit(),
+        Err(OptionsError::ConfigDir(e)) => {
+            eprintln!("podnet operator status: {e}");
+            return 1;
+        }
+    };
+    match status(&opts) {
+        Ok(report) if opts.output == "json" => match serde_json::to_string_pretty(&report) {
+            Ok(s) => {
+                println!("{s}");
+                0
+            }
+            Err(e) => {
+                eprintln!("podnet operator status: {e}");
+                1
+            }
+        },
+        Ok(report) => {
+            print!("{}", text(&report));
+            0
+        }
+        Err(e) => {
+            eprintln!("podnet operator status: {e}");
+            1
+        }
+    }
+}
+
+fn parse(args: &[String]) -> Result<StatusOptions, OptionsError> {
+    let cmd = StatusCommand::command();
+    let argv = argv_with_config_dir(&cmd, args)?;
+    let matches = cmd
+        .try_get_matches_from(argv)
+        .map_err(OptionsError::Flags)?;
+    StatusCommand::from_arg_matches(&matches)
+        .map(|c| c.opts)
+        .map_err(OptionsError::Flags)
+}
+
+/// The cluster pool's carver, when a pool is given.
+fn carver(opts: &StatusOptions) -> Result<Option<NodeCidrCarver>, String> {
+    let v4 =
+        parse_cidr_list(OPT_IPV4_CIDR, &opts.cluster_pool_ipv4_cidr).map_err(|e| e.to_string())?;
+    let v6 =
+        parse_cidr_list(OPT_IPV6_CIDR, &opts.cluster_pool_ipv6_cidr).map_err(|e| e.to_string())?;
+    if v4.is_empty() && v6.is_empty() {
+        return Ok(None);
+    }
+    let config = ClusterPoolConfig {
+        enable_ipv4: !v4.is_empty(),
+        enable_ipv6: !v6.is_empty(),
+        ipv4_cidrs: v4,
+        ipv4_mask_size: opts.cluster_pool_ipv4_mask_size,
+        ipv6_cidrs: v6,
+        ipv6_mask_size: opts.cluster_pool_ipv6_mask_size,
+    };
+    NodeCidrCarver::new(&config)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+fn status(opts: &StatusOptions) -> Result<Report, String> {
+    let carver = carver(opts)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let ns = &opts.leader_election_namespace;
+    let (nodes, lease) = runtime.block_on(read(opts.k8s_kubeconfig_path.as_ref(), ns))?;
+    Ok(report(&nodes, lease.as_ref(), ns, carver, Timestamp::now()))
+}
+
+/// Every CiliumNode and the leader Lease.
+async fn read(
+    kubeconfig: Option<&PathBuf>,
+    namespace: &str,
+) -> Result<(Vec<DynamicObject>, Option<Lease>), String> {
+    let config = kube_config(kubeconfig).await.map_err(|e| e.to_string())?;
+    let url = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))?;
+    let failed = |what: &str, e: kube::Error| match e {
+        kube::Error::Api(s) => format!("{what}: the API server at {url} answered: {s}"),
+        e => format!("cannot reach the API server at {url} ({what}): {e}"),
+    };
+    let reads = async {
+        let nodes = cilium_nodes(client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| failed("listing CiliumNodes", e))?;
+        let lease = Api::<Lease>::namespaced(client, namespace)
+            .get_opt(LEASE_NAME)
+            .await
+            .map_err(|e| failed("reading the leader Lease", e))?;
+        Ok((nodes.items, lease))
+    };
+    tokio::time::timeout(READ_TIMEOUT, reads)
+        .await
+        .map_err(|_| {
+            format!(
+                "cannot reach the API server at {url}: no answer within {}s",
+                READ_TIMEOUT.as_secs()
+            )
+        })?
+}
+
+/// What the objects say, with the pool's space counted by re-adopting every node's
+/// CIDRs as the operator does (a CIDR outside the pool, or held twice, counts once
+/// or not at all; the node's own operator error tells why).
+pub fn report(
+    objects: &[DynamicObject],
+    lease: Option<&Lease>,
+    namespace: &str,
+    mut carver: Option<NodeCidrCarver>,
+    now: Timestamp,
+) -> Report {
+    let mut nodes: Vec<NodeLine> = objects
+        .iter()
+        .map(|obj| {
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            match to_node_resource(obj) {
+                Ok(n) => NodeLine {
+                    name,
+                    pod_cidrs: n.spec.ipam.pod_cidrs,
+                    pools: n
+                        .spec
+                        .ipam
+                        .pools
+                        .allocated
+                        .into_iter()
+                        .map(|p| PoolBlocks {
+                            pool: p.pool,
+                            cidrs: p.cidrs,
+                        })
+                        .collect(),
+                    router: n
+                        .spec
+                        .addresses
+                        .into_iter()
+                        .filter(|a| a.kind == "CiliumInternalIP")
+                        .map(|a| a.ip)
+                        .collect(),
+                    error: n.status.ipam.operator_status.error,
+                    unreadable: String::new(),
+                },
+                Err(e) => NodeLine {
+                    name,
+                    pod_cidrs: Vec::new(),
+                    pools: Vec::new(),
+                    router: Vec::new(),
+                    error: String::new(),
+                    unreadable: e.to_string(),
+                },
+            }
+        })
+        .collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut pool = Vec::new();
+    if let Some(carver) = carver.as_mut() {
+        for cidr in nodes.iter().flat_map(|n| &n.pod_cidrs) {
+            // Refused CIDRs (outside the pool, wrong size, taken) are not counted.
+            let _ = carver.adopt_node(std::slice::from_ref(cidr));
+        }
+        for family in [Family::V4, Family::V6] {
+            let sets = carver.sets(family);
+            let Some(first) = sets.first() else {
+                continue;
+            };
+            let total: u64 = sets.iter().map(|s| s.max_cidrs()).sum();
+            let in_use: u64 = sets.iter().map(|s| s.allocated_count()).sum();
+            pool.push(PoolSpace {
+                family: family.label(),
+                cidrs: sets.iter().map(|s| s.cluster()).collect(),
+                mask_size: first.node_mask(),
+                total,
+                in_use,
+                free: total.saturating_sub(in_use),
+            });
+        }
+    }
+    let leader = lease.map(|l| {
+        let spec = l.spec.clone().unwrap_or_default();
+        let renewed = spec.renew_time.as_ref().map(|t| t.0);
+        let ago = renewed.map(|t| now.duration_since(t).as_secs());
+        let duration = spec.lease_duration_seconds;
+        Leader {
+            lease: format!("{namespace}/{LEASE_NAME}"),
+            holder: spec.holder_identity.unwrap_or_default(),
+            renew_time: renewed.map(|t| t.to_string()),
+            renewed_seconds_ago: ago,
+            lease_duration_seconds: duration,
+            expired: match (ago, duration) {
+                (Some(ago), Some(d)) => ago > i64::from(d),
+                _ => true,
+            },
+        }
+    });
+    Report {
+        leader,
+        nodes,
+        pool,
+    }
+}
+
+fn cidr_list(cidrs: &[IpNet]) -> String {
+    match cidrs {
+        [] => "none".into(),
+        _ => cidrs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+/// The text form.
+pub fn text(r: &Report) -> String {
+    let mut out = String::new();
+    match &r.leader {
+        None => out.push_str(&format!(
+            "Leader:     none (no Lease {LEASE_NAME}: no operator has run)\n"
+        )),
+        Some(l) => {
+            let holder = if l.holder.is_empty() {
+                "none (released)"
+            } else {
+                l.holder.as_str()
+            };
+            let renewed = match (&l.renew_time, l.renewed_seconds_ago) {
+                (Some(t), Some(ago)) => format!("renewed {t}, {ago}s ago"),
+                _ => "never renewed".into(),
+            };
+            let expired = if l.expired && !l.holder.is_empty() {
+                "; EXPIRED: no replica leads"
+            } else {
+                ""
+            };
+            out.push_str(&format!(
+                "Leader:     {holder} (Lease {}, {renewed}{expired})\n",
+                l.lease
+            ));
+        }
+    }
+    out.push_str(&format!("Nodes:      {}\n", r.nodes.len()));
+    for n in &r.nodes {
+        if !n.unreadable.is_empty() {
+            out.push_str(&format!("  {}: not understood: {}\n", n.name, n.unreadable));
+            continue;
+        }
+        let mut line = format!("  {}: podCIDRs {}", n.name, cidr_list(&n.pod_cidrs));
+        for p in &n.pools {
+            line.push_str(&format!("; pool {}: {}", p.pool, cidr_list(&p.cidrs)));
+        }
+        match n.router.as_slice() {
+            [] => line.push_str("; router none"),
+            ips => line.push_str(&format!("; router {}", ips.join(", "))),
+        }
+        if !n.error.is_empty() {
+            line.push_str(&format!("; error: {}", n.error));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    for p in &r.pool {
+        out.push_str(&format!(
+            "Pool {}:  {} in /{}s: {} total, {} in use, {} free\n",
+            p.family,
+            cidr_list(&p.cidrs),
+            p.mask_size,
+            p.total,
+            p.in_use,
+            p.free
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn node(v: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn nodes_the_lease_and_the_pool_space() {
+        let objects = vec![
+            node(serde_json::json!({
+                "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+                "metadata": {"name": "b"},
+                "spec": {"ipam": {"podCIDRs": ["10.90.1.0/24"]},
+                         "addresses": [{"type": "InternalIP", "ip": "192.0.2.2"},
+                                       {"type": "CiliumInternalIP", "ip": "10.90.1.1"}]},
+            })),
+            node(serde_json::json!({
+                "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+                "metadata": {"name": "a"},
+                "spec": {"ipam": {"podCIDRs": ["10.90.0.0/24", "10.1.0.0/24"],
+                                  "pools": {"allocated": [{"pool": "blue", "cidrs": ["10.20.0.0/28"]}]}}},
+            })),
+            node(serde_json::json!({
+                "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+                "metadata": {"name": "c"},
+                "status": {"ipam": {"operator-status": {"error": "allocator full"}}},
+            })),
+            node(serde_json::json!({
+                "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+                "metadata": {"name": "d"},
+                "spec": {"ipam": {"podCIDRs": ["not a cidr"]}},
+            })),
+        ];
+        let opts = parse(&args(&[
+            "--cluster-pool-ipv4-cidr",
+            "10.90.0.0/23 10.91.0.0/24",
+        ]))
+        .unwrap();
+        let now: Timestamp = "2026-01-01T00:00:10Z".parse().unwrap();
+        let lease: Lease = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": LEASE_NAME, "namespace": "kube-system"},
+            "spec": {"holderIdentity": "op-a", "leaseDurationSeconds": 15,
+                     "renewTime": "2026-01-01T00:00:07.000000Z"},
+        }))
+        .unwrap();
+        let r = report(
+            &objects,
+            Some(&lease),
+            "kube-system",
+            carver(&opts).unwrap(),
+            now,
+        );
+        let l = r.leader.as_ref().unwrap();
+        assert_eq!(
+            (l.holder.as_str(), l.renewed_seconds_ago),
+            ("op-a", Some(3))
+        );
+        assert!(!l.expired);
+        assert_eq!(r.pool.len(), 1);
+        assert_eq!(
+            (r.pool[0].total, r.pool[0].in_use, r.pool[0].free),
+            (3, 2, 1),
+            "10.1.0.0/24 is outside the pool"
+        );
+        let t = text(&r);
+        assert!(t.contains("Leader:     op-a (Lease kube-system/podnet-operator-resource-lock, renewed 2026-01-01T00:00:07Z, 3s ago)"), "{t}");
+        assert!(
+            t.contains(
+                "  a: podCIDRs 10.90.0.0/24, 10.1.0.0/24; pool blue: 10.20.0.0/28; router none\n"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("  b: podCIDRs 10.90.1.0/24; router 10.90.1.1\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("  c: podCIDRs none; router none; error: allocator full\n"),
+            "{t}"
+        );
+        assert!(t.contains("  d: not understood: "), "{t}");
+        assert!(
+            t.contains(
+                "Pool IPv4:  10.90.0.0/23, 10.91.0.0/24 in /24s: 3 total, 2 in use, 1 free\n"
+            ),
+            "{t}"
+        );
+        // Without a pool, no pool lines; an old renewal is an expired lease.
+        let later: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+        let r = report(&objects, Some(&lease), "kube-system", None, later);
+        assert!(r.pool.is_empty());
+        assert!(text(&r).contains("; EXPIRED: no replica leads)"));
+        assert!(
+            text(&report(&[], None, "kube-system", None, later)).starts_with("Leader:     none")
+        );
+    }
+
+    #[test]
+    fn an_unreachable_api_server_is_exit_1() {
+        // A port nothing listens on.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("podnet-opstatus-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+                 clusters: [{{name: k, cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}}}]\n\
+                 users: [{{name: u, user: {{token: t}}}}]\n\
+                 contexts: [{{name: c, context: {{cluster: k, user: u}}}}]\n"
+            ),
+        )
+        .unwrap();
+        let opts = parse(&args(&[
+            "--k8s-kubeconfig-path",
+            &kubeconfig.display().to_string(),
+        ]))
+        .unwrap();
+        let e = status(&opts).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "cannot reach the API server at https://127.0.0.1:{port}/ (listing CiliumNodes): "
+            )),
+            "{e}"
+        );
+        assert_eq!(
+            run(&args(&[
+                "--k8s-kubeconfig-path",
+                &kubeconfig.display().to_string()
+            ])),
+            1
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
