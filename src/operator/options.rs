@@ -14,26 +14,15 @@ use crate::ipam::clusterpool::{
     OPT_IPV6_CIDR, parse_cidr_list,
 };
 
-/// `podnet operator` options.
+/// The options `podnet operator` and `podnet operator status` share: the config
+/// dir, the cluster pool, and where the API server and the leader Lease are.
 #[derive(Debug, Clone, Args)]
-pub struct OperatorOptions {
+pub struct ClusterOptions {
     /// Directory with one file per option (a mounted ConfigMap); flags override it.
     #[arg(long = "config-dir", value_name = "DIR")]
     pub config_dir: Option<PathBuf>,
 
-    /// IPAM mode: cluster-pool (multi-pool is a later step).
-    #[arg(long = "ipam", default_value = "cluster-pool")]
-    pub ipam: String,
-
-    /// Allocate IPv4 node CIDRs.
-    #[arg(long = "enable-ipv4", action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = parse_bool)]
-    pub enable_ipv4: bool,
-
-    /// Allocate IPv6 node CIDRs.
-    #[arg(long = "enable-ipv6", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
-    pub enable_ipv6: bool,
-
-    /// Cluster pool IPv4 CIDRs, space-separated (required when IPv4 is enabled).
+    /// Cluster pool IPv4 CIDRs, space-separated (the operator needs them when IPv4 is enabled).
     #[arg(
         long = "cluster-pool-ipv4-cidr",
         value_name = "CIDRS",
@@ -45,7 +34,7 @@ pub struct OperatorOptions {
     #[arg(long = "cluster-pool-ipv4-mask-size", default_value_t = DEFAULT_IPV4_MASK_SIZE)]
     pub cluster_pool_ipv4_mask_size: u8,
 
-    /// Cluster pool IPv6 CIDRs, space-separated (required when IPv6 is enabled).
+    /// Cluster pool IPv6 CIDRs, space-separated (the operator needs them when IPv6 is enabled).
     #[arg(
         long = "cluster-pool-ipv6-cidr",
         value_name = "CIDRS",
@@ -65,6 +54,25 @@ pub struct OperatorOptions {
     /// Namespace of the leader-election Lease.
     #[arg(long = "leader-election-namespace", default_value = "kube-system")]
     pub leader_election_namespace: String,
+}
+
+/// `podnet operator` options.
+#[derive(Debug, Clone, Args)]
+pub struct OperatorOptions {
+    #[command(flatten)]
+    pub cluster: ClusterOptions,
+
+    /// IPAM mode: cluster-pool (multi-pool is a later step).
+    #[arg(long = "ipam", default_value = "cluster-pool")]
+    pub ipam: String,
+
+    /// Allocate IPv4 node CIDRs.
+    #[arg(long = "enable-ipv4", action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_ipv4: bool,
+
+    /// Allocate IPv6 node CIDRs.
+    #[arg(long = "enable-ipv6", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_ipv6: bool,
 
     /// This replica's name in the Lease (default: the host name and the PID).
     #[arg(long = "identity", default_value = "")]
@@ -137,15 +145,15 @@ impl OperatorConfig {
         let cluster_pool = ClusterPoolConfig {
             enable_ipv4: opts.enable_ipv4,
             enable_ipv6: opts.enable_ipv6,
-            ipv4_cidrs: parse_cidr_list(OPT_IPV4_CIDR, &opts.cluster_pool_ipv4_cidr)
+            ipv4_cidrs: parse_cidr_list(OPT_IPV4_CIDR, &opts.cluster.cluster_pool_ipv4_cidr)
                 .map_err(|e| e.to_string())?,
-            ipv4_mask_size: opts.cluster_pool_ipv4_mask_size,
-            ipv6_cidrs: parse_cidr_list(OPT_IPV6_CIDR, &opts.cluster_pool_ipv6_cidr)
+            ipv4_mask_size: opts.cluster.cluster_pool_ipv4_mask_size,
+            ipv6_cidrs: parse_cidr_list(OPT_IPV6_CIDR, &opts.cluster.cluster_pool_ipv6_cidr)
                 .map_err(|e| e.to_string())?,
-            ipv6_mask_size: opts.cluster_pool_ipv6_mask_size,
+            ipv6_mask_size: opts.cluster.cluster_pool_ipv6_mask_size,
         };
         cluster_pool.validate().map_err(|e| e.to_string())?;
-        let kubeconfig = match &opts.k8s_kubeconfig_path {
+        let kubeconfig = match &opts.cluster.k8s_kubeconfig_path {
             Some(p) => Some(p.clone()),
             None if std::env::var("KUBERNETES_SERVICE_HOST").is_ok_and(|h| !h.is_empty()) => None,
             None => {
@@ -154,7 +162,7 @@ impl OperatorConfig {
                 );
             }
         };
-        if opts.leader_election_namespace.is_empty() {
+        if opts.cluster.leader_election_namespace.is_empty() {
             return Err("--leader-election-namespace must not be empty".into());
         }
         let identity = if opts.identity.is_empty() {
@@ -165,7 +173,7 @@ impl OperatorConfig {
         Ok(OperatorConfig {
             cluster_pool,
             kubeconfig,
-            namespace: opts.leader_election_namespace.clone(),
+            namespace: opts.cluster.leader_election_namespace.clone(),
             identity,
         })
     }

@@ -16,11 +16,11 @@ use kube::api::{Api, DynamicObject, ListParams};
 use serde::Serialize;
 
 use super::lease::LEASE_NAME;
+use super::options::ClusterOptions;
 use crate::daemon::options::{OptionsError, argv_with_config_dir};
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{
-    ClusterPoolConfig, DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE, NodeCidrCarver,
-    OPT_IPV4_CIDR, OPT_IPV6_CIDR, parse_cidr_list,
+    ClusterPoolConfig, NodeCidrCarver, OPT_IPV4_CIDR, OPT_IPV6_CIDR, parse_cidr_list,
 };
 use crate::node::kubernetes::{cilium_nodes, kube_config, to_node_resource};
 
@@ -31,41 +31,8 @@ const READ_TIMEOUT: Duration = Duration::from_secs(15);
 /// `--config-dir` work as they are).
 #[derive(Debug, Clone, Args)]
 pub struct StatusOptions {
-    /// Directory with one file per option (the operator's ConfigMap); flags override it.
-    #[arg(long = "config-dir", value_name = "DIR")]
-    pub config_dir: Option<PathBuf>,
-
-    /// Cluster pool IPv4 CIDRs, space-separated: count its free node CIDRs.
-    #[arg(
-        long = "cluster-pool-ipv4-cidr",
-        value_name = "CIDRS",
-        default_value = ""
-    )]
-    pub cluster_pool_ipv4_cidr: String,
-
-    /// Node CIDR mask size for IPv4.
-    #[arg(long = "cluster-pool-ipv4-mask-size", default_value_t = DEFAULT_IPV4_MASK_SIZE)]
-    pub cluster_pool_ipv4_mask_size: u8,
-
-    /// Cluster pool IPv6 CIDRs, space-separated: count its free node CIDRs.
-    #[arg(
-        long = "cluster-pool-ipv6-cidr",
-        value_name = "CIDRS",
-        default_value = ""
-    )]
-    pub cluster_pool_ipv6_cidr: String,
-
-    /// Node CIDR mask size for IPv6.
-    #[arg(long = "cluster-pool-ipv6-mask-size", default_value_t = DEFAULT_IPV6_MASK_SIZE)]
-    pub cluster_pool_ipv6_mask_size: u8,
-
-    /// The kubeconfig of the API server; without it, the in-cluster service account.
-    #[arg(long = "k8s-kubeconfig-path", value_name = "FILE")]
-    pub k8s_kubeconfig_path: Option<PathBuf>,
-
-    /// Namespace of the leader-election Lease.
-    #[arg(long = "leader-election-namespace", default_value = "kube-system")]
-    pub leader_election_namespace: String,
+    #[command(flatten)]
+    pub cluster: ClusterOptions,
 
     /// Output format: text or json.
     #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
@@ -186,10 +153,10 @@ fn parse(args: &[String]) -> Result<StatusOptions, OptionsError> {
 
 /// The cluster pool's carver, when a pool is given.
 fn carver(opts: &StatusOptions) -> Result<Option<NodeCidrCarver>, String> {
-    let v4 =
-        parse_cidr_list(OPT_IPV4_CIDR, &opts.cluster_pool_ipv4_cidr).map_err(|e| e.to_string())?;
-    let v6 =
-        parse_cidr_list(OPT_IPV6_CIDR, &opts.cluster_pool_ipv6_cidr).map_err(|e| e.to_string())?;
+    let v4 = parse_cidr_list(OPT_IPV4_CIDR, &opts.cluster.cluster_pool_ipv4_cidr)
+        .map_err(|e| e.to_string())?;
+    let v6 = parse_cidr_list(OPT_IPV6_CIDR, &opts.cluster.cluster_pool_ipv6_cidr)
+        .map_err(|e| e.to_string())?;
     if v4.is_empty() && v6.is_empty() {
         return Ok(None);
     }
@@ -197,9 +164,9 @@ fn carver(opts: &StatusOptions) -> Result<Option<NodeCidrCarver>, String> {
         enable_ipv4: !v4.is_empty(),
         enable_ipv6: !v6.is_empty(),
         ipv4_cidrs: v4,
-        ipv4_mask_size: opts.cluster_pool_ipv4_mask_size,
+        ipv4_mask_size: opts.cluster.cluster_pool_ipv4_mask_size,
         ipv6_cidrs: v6,
-        ipv6_mask_size: opts.cluster_pool_ipv6_mask_size,
+        ipv6_mask_size: opts.cluster.cluster_pool_ipv6_mask_size,
     };
     NodeCidrCarver::new(&config)
         .map(Some)
@@ -212,8 +179,8 @@ fn status(opts: &StatusOptions) -> Result<Report, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let ns = &opts.leader_election_namespace;
-    let (nodes, lease) = runtime.block_on(read(opts.k8s_kubeconfig_path.as_ref(), ns))?;
+    let ns = &opts.cluster.leader_election_namespace;
+    let (nodes, lease) = runtime.block_on(read(opts.cluster.k8s_kubeconfig_path.as_ref(), ns))?;
     Ok(report(&nodes, lease.as_ref(), ns, carver, Timestamp::now()))
 }
 
