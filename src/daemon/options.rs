@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::{ArgAction, Args, CommandFactory, FromArgMatches};
+use clap::{ArgAction, Args};
 
 /// `podnet daemon` options.
 #[derive(Debug, Clone, Args)]
@@ -243,15 +243,19 @@ impl DaemonOptions {
     /// the command line. Unknown files in the config dir are ignored (a Cilium
     /// ConfigMap holds many options podnet does not use).
     pub fn parse_with_config_dir(args: &[String]) -> Result<DaemonOptions, OptionsError> {
-        let cmd = DaemonCommand::command();
-        let argv = argv_with_config_dir(&cmd, args)?;
-        let matches = cmd
-            .try_get_matches_from(argv)
-            .map_err(OptionsError::Flags)?;
-        DaemonCommand::from_arg_matches(&matches)
-            .map(|c| c.opts)
-            .map_err(OptionsError::Flags)
+        parse_command_with_config_dir::<DaemonCommand>(args).map(|c| c.opts)
     }
+}
+
+/// Parses `args` as command `C`, with the files of its `--config-dir` under the
+/// command line (the daemon, the operator and the operator's status share it).
+pub fn parse_command_with_config_dir<C: clap::Parser>(args: &[String]) -> Result<C, OptionsError> {
+    let cmd = C::command();
+    let argv = argv_with_config_dir(&cmd, args)?;
+    let matches = cmd
+        .try_get_matches_from(argv)
+        .map_err(OptionsError::Flags)?;
+    C::from_arg_matches(&matches).map_err(OptionsError::Flags)
 }
 
 fn find_config_dir(args: &[String]) -> Option<PathBuf> {

@@ -6,9 +6,9 @@
 
 use std::path::PathBuf;
 
-use clap::{ArgAction, Args, CommandFactory, FromArgMatches};
+use clap::{ArgAction, Args};
 
-use crate::daemon::options::{OptionsError, argv_with_config_dir, parse_bool};
+use crate::daemon::options::{OptionsError, parse_bool, parse_command_with_config_dir};
 use crate::ipam::clusterpool::{
     ClusterPoolConfig, DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE, OPT_IPV4_CIDR,
     OPT_IPV6_CIDR, parse_cidr_list,
@@ -104,14 +104,7 @@ impl OperatorOptions {
     /// Parses `args` (the words after `operator`), with `--config-dir` files under
     /// the flags; files of options the operator does not know are ignored.
     pub fn parse_with_config_dir(args: &[String]) -> Result<OperatorOptions, OptionsError> {
-        let cmd = OperatorCommand::command();
-        let argv = argv_with_config_dir(&cmd, args)?;
-        let matches = cmd
-            .try_get_matches_from(argv)
-            .map_err(OptionsError::Flags)?;
-        OperatorCommand::from_arg_matches(&matches)
-            .map(|c| c.opts)
-            .map_err(OptionsError::Flags)
+        parse_command_with_config_dir::<OperatorCommand>(args).map(|c| c.opts)
     }
 }
 

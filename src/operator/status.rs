@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, CommandFactory, FromArgMatches};
+use clap::Args;
 use ipnet::IpNet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::lease::LEASE_NAME;
 use super::options::ClusterOptions;
-use crate::daemon::options::{OptionsError, argv_with_config_dir};
+use crate::daemon::options::{OptionsError, parse_command_with_config_dir};
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{
     ClusterPoolConfig, NodeCidrCarver, OPT_IPV4_CIDR, OPT_IPV6_CIDR, parse_cidr_list,
@@ -141,14 +141,7 @@ pub fn run(args: &[String]) -> i32 {
 }
 
 fn parse(args: &[String]) -> Result<StatusOptions, OptionsError> {
-    let cmd = StatusCommand::command();
-    let argv = argv_with_config_dir(&cmd, args)?;
-    let matches = cmd
-        .try_get_matches_from(argv)
-        .map_err(OptionsError::Flags)?;
-    StatusCommand::from_arg_matches(&matches)
-        .map(|c| c.opts)
-        .map_err(OptionsError::Flags)
+    parse_command_with_config_dir::<StatusCommand>(args).map(|c| c.opts)
 }
 
 /// The cluster pool's carver, when a pool is given.
