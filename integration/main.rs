@@ -23,3 +23,4 @@ mod lint;
 mod multipool;
 mod operations;
 mod operator;
+mod round_trips;

@@ -44,6 +44,9 @@ pub enum ClientError {
         message: String,
         /// Why, where the daemon says (the `podnet-reason` header).
         reason: Option<FailureReason>,
+        /// The daemon's configuration, where it sends it with the refusal (the
+        /// `podnet-config` header of a `delegated-plugin` refusal).
+        config: Option<Box<DaemonConfigurationStatus>>,
     },
     /// The answer could not be read or decoded.
     #[error("invalid answer from podnet daemon at {socket}: {detail}")]
@@ -123,7 +126,10 @@ impl Client {
         self.call_json("GET", "/v1/healthz", &[("brief", "true")], None::<&()>)
     }
 
-    /// `POST /v1/ipam`: allocate the next address of each requested family.
+    /// `POST /v1/ipam`: allocate the next address of each requested family. podnet
+    /// answers with its configuration (`podnet-config`); in delegated-plugin mode
+    /// it refuses with the reason `delegated-plugin` and the configuration
+    /// (`ClientError::Status::config`).
     pub fn allocate(&self, p: &AllocateParams<'_>) -> Result<IpamResponse, ClientError> {
         let query = build_query(&[
             ("family", p.family),
@@ -156,7 +162,8 @@ impl Client {
         self.call("DELETE", &path, &[], None).map(|_| ())
     }
 
-    /// `PUT /v1/endpoint/{id}`: register the endpoint (stops the expiration timers).
+    /// `PUT /v1/endpoint/{id}`: register the endpoint (stops the expiration timers);
+    /// `podnet-phases` in the request carry the plugin's timings along.
     pub fn create_endpoint(
         &self,
         req: &EndpointChangeRequest,
@@ -190,7 +197,8 @@ impl Client {
         }
     }
 
-    /// `POST /v1/cni/report`: the plugin's timings and failure.
+    /// `POST /v1/cni/report`: the plugin's timings and failure (a successful ADD's
+    /// timings travel with its endpoint registration instead).
     /// Sent without waiting for the answer: the plugin exits right after it.
     pub fn report(&self, report: &CniReport) -> Result<(), ClientError> {
         let body = to_body(report, &self.socket)?;
@@ -311,6 +319,11 @@ impl Client {
                 status: resp.status,
                 message: error_text(&resp),
                 reason: resp.podnet_reason.as_deref().and_then(FailureReason::parse),
+                config: resp
+                    .podnet_config
+                    .as_deref()
+                    .and_then(|c| serde_json::from_str(c).ok())
+                    .map(Box::new),
             })
         }
     }
@@ -383,6 +396,7 @@ mod tests {
             status,
             reason: reason.into(),
             podnet_reason: None,
+            podnet_config: None,
             body: body.to_vec(),
         }
     }
@@ -445,12 +459,14 @@ mod tests {
             status: 400,
             message: "no".into(),
             reason: None,
+            config: None,
         };
         assert!(!refused.is_unavailable());
         let busy = ClientError::Status {
             status: 503,
             message: "busy".into(),
             reason: Some(FailureReason::JournalUnavailable),
+            config: None,
         };
         assert!(busy.is_unavailable());
     }

@@ -1,6 +1,6 @@
 //! Small HTTP pieces both sides of the socket share: percent-encoding of query
-//! values, query-string parsing, and the status-line / header parsing of the
-//! plugin's minimal HTTP/1.1 client.
+//! values, query-string parsing, JSON fit for a header value, and the status-line
+//! / header parsing of the plugin's minimal HTTP/1.1 client.
 
 use std::collections::HashMap;
 
@@ -76,6 +76,9 @@ pub struct RawResponse {
     pub reason: String,
     /// The `podnet-reason` header: why the daemon refused, when it says.
     pub podnet_reason: Option<String>,
+    /// The `podnet-config` header: the daemon's configuration as JSON, sent with
+    /// a `delegated-plugin` refusal.
+    pub podnet_config: Option<String>,
     pub body: Vec<u8>,
 }
 
@@ -126,6 +129,7 @@ pub fn parse_response(raw: &[u8]) -> Result<RawResponse, ResponseError> {
     let mut content_length = None;
     let mut chunked = false;
     let mut podnet_reason = None;
+    let mut podnet_config = None;
     for line in lines {
         if let Some((k, v)) = line.split_once(':') {
             let k = k.trim().to_ascii_lowercase();
@@ -136,6 +140,8 @@ pub fn parse_response(raw: &[u8]) -> Result<RawResponse, ResponseError> {
                 chunked = true;
             } else if k == crate::api::models::REASON_HEADER {
                 podnet_reason = Some(v.to_string());
+            } else if k == crate::api::models::CONFIG_HEADER {
+                podnet_config = Some(v.to_string());
             }
         }
     }
@@ -157,8 +163,27 @@ pub fn parse_response(raw: &[u8]) -> Result<RawResponse, ResponseError> {
         status,
         reason,
         podnet_reason,
+        podnet_config,
         body,
     })
+}
+
+/// JSON text fit for an HTTP header value: serde_json already escapes control
+/// characters; the characters beyond ASCII (which only occur inside strings) are
+/// written as `\uXXXX` escapes (UTF-16, as JSON has them).
+pub fn ascii_json(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for ch in json.chars() {
+        if ch.is_ascii() {
+            out.push(ch);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in ch.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    out
 }
 
 fn dechunk(mut data: &[u8]) -> Result<Vec<u8>, ResponseError> {
@@ -224,6 +249,7 @@ mod tests {
                 status: 201,
                 reason: "Created".into(),
                 podnet_reason: None,
+                podnet_config: None,
                 body: b"{}".to_vec()
             }
         );
@@ -233,6 +259,17 @@ mod tests {
         .unwrap();
         assert_eq!(r.podnet_reason.as_deref(), Some("range-full"));
         let r = parse_response(
+            b"HTTP/1.1 502 Bad Gateway\r\npodnet-reason: delegated-plugin\r\nPodnet-Config: {\"ipam-mode\":\"delegated-plugin\"}\r\ncontent-length: 2\r\n\r\n\"\"",
+        )
+        .unwrap();
+        assert_eq!(
+            (r.podnet_reason.as_deref(), r.podnet_config.as_deref()),
+            (
+                Some("delegated-plugin"),
+                Some(r#"{"ipam-mode":"delegated-plugin"}"#)
+            )
+        );
+        let r = parse_response(
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n1\r\nc\r\n0\r\n\r\n",
         )
         .unwrap();
@@ -241,6 +278,15 @@ mod tests {
         assert_eq!((r.status, r.reason.as_str()), (414, "URI Too Long"));
         let r = parse_response(b"HTTP/1.1 500\r\n\r\n").unwrap();
         assert_eq!((r.status, r.reason.as_str()), (500, ""));
+    }
+
+    #[test]
+    fn header_json_is_ascii_and_still_the_same_json() {
+        let v = serde_json::json!({"node-name": "nœud-🚀", "line": "a\nb"});
+        let text = ascii_json(&serde_json::to_string(&v).unwrap());
+        assert!(text.bytes().all(|b| (0x20..0x7f).contains(&b)), "{text}");
+        assert!(text.contains("n\\u0153ud-\\ud83d\\ude80"), "{text}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap(), v);
     }
 
     #[test]

@@ -10,6 +10,11 @@ use serde::{Deserialize, Serialize};
 /// stays Cilium's error (a JSON string), so Cilium's clients are unaffected.
 pub const REASON_HEADER: &str = "podnet-reason";
 
+/// podnet: the HTTP header of a `delegated-plugin` refusal of `POST /v1/ipam` that
+/// carries the daemon's configuration (`DaemonConfigurationStatus` as JSON, ASCII
+/// only), so the plugin runs the delegated IPAM without asking `GET /v1/config`.
+pub const CONFIG_HEADER: &str = "podnet-config";
+
 /// podnet: why the daemon refused a request, on the wire (the `podnet-reason`
 /// header), so clients map failures to CNI codes without reading messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,6 +30,10 @@ pub enum FailureReason {
     MetadataNotSynced,
     /// The journal cannot record changes (a full or failing disk): try again.
     JournalUnavailable,
+    /// The daemon runs `--ipam delegated-plugin` and hands out no pod addresses:
+    /// the plugin runs the network config's IPAM plugin (the configuration comes
+    /// along in the `podnet-config` header).
+    DelegatedPlugin,
 }
 
 impl FailureReason {
@@ -36,6 +45,7 @@ impl FailureReason {
             FailureReason::PoolSelection => "pool-selection",
             FailureReason::MetadataNotSynced => "metadata-not-synced",
             FailureReason::JournalUnavailable => "journal-unavailable",
+            FailureReason::DelegatedPlugin => "delegated-plugin",
         }
     }
 
@@ -47,6 +57,7 @@ impl FailureReason {
             FailureReason::PoolSelection,
             FailureReason::MetadataNotSynced,
             FailureReason::JournalUnavailable,
+            FailureReason::DelegatedPlugin,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)
@@ -71,6 +82,14 @@ pub struct IpamResponse {
         skip_serializing_if = "String::is_empty"
     )]
     pub journal_mark: String,
+    /// podnet: the daemon's configuration (what `GET /v1/config` answers in
+    /// `status`), so the plugin needs no round trip of its own for it.
+    #[serde(
+        rename = "podnet-config",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub podnet_config: Option<DaemonConfigurationStatus>,
 }
 
 /// Cilium's `AddressPair`: the plain addresses, their pools and expiration ids.
@@ -244,6 +263,17 @@ pub struct EndpointChangeRequest {
     /// Cilium's `datapath-configuration`; `external-ipam` in delegated-plugin mode.
     #[serde(rename = "datapath-configuration", default)]
     pub datapath_configuration: DatapathConfiguration,
+    /// podnet: the plugin's phase timings (phase → seconds, `total` included) up
+    /// to sending this request, so ADD needs no report request of its own. The
+    /// daemon adds `endpoint-registration` (its handling of this request, journal
+    /// commit included) to them and to `total`, and records them once the
+    /// endpoint is committed.
+    #[serde(
+        rename = "podnet-phases",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub podnet_phases: BTreeMap<String, f64>,
 }
 
 /// Cilium's `EndpointDatapathConfiguration` (the part the CNI sets).
@@ -591,9 +621,11 @@ mod tests {
                 ipv6: None,
             },
             journal_mark: String::new(),
+            podnet_config: None,
         };
         let v = serde_json::to_value(&r).unwrap();
         assert!(v.get("journal-mark").is_none());
+        assert!(v.get("podnet-config").is_none());
         assert_eq!(v["address"]["ipv4-pool-name"], "default");
         assert_eq!(v["ipv4"]["expiration-uuid"], "u");
         assert!(v["ipv4"]["cidrs"].is_null());
@@ -602,6 +634,64 @@ mod tests {
         assert!(v.get("ipv6").is_none());
         let back: IpamResponse = serde_json::from_value(v).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn podnet_additions_are_optional_both_ways() {
+        // What a Cilium agent answers (no podnet fields) parses, and the podnet
+        // fields read as absent.
+        let cilium = serde_json::json!({
+            "address": {"ipv4": "10.0.1.23", "ipv4-expiration-uuid": "u"},
+            "ipv4": {"ip": "10.0.1.23", "cidrs": null, "expiration-uuid": "u"},
+            "host-addressing": {"ipv4": {"enabled": true, "ip": "10.0.1.1"}},
+        });
+        let r: IpamResponse = serde_json::from_value(cilium).unwrap();
+        assert_eq!((r.podnet_config, r.journal_mark.as_str()), (None, ""));
+        // podnet's configuration travels as /v1/config's `status`.
+        let cfg = DaemonConfigurationStatus {
+            ipam_mode: "cluster-pool".into(),
+            device_mtu: 1450,
+            route_mtu: 1450,
+            datapath_mode: "veth".into(),
+            ..Default::default()
+        };
+        let r = IpamResponse {
+            podnet_config: Some(cfg.clone()),
+            ..Default::default()
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["podnet-config"]["ipam-mode"], "cluster-pool");
+        assert_eq!(v["podnet-config"]["deviceMTU"], 1450);
+        let back: IpamResponse = serde_json::from_value(v).unwrap();
+        assert_eq!(back.podnet_config, Some(cfg));
+        // The endpoint request of a Cilium client has no phases, and sends none.
+        let ep: EndpointChangeRequest = serde_json::from_value(serde_json::json!({
+            "container-id": "c1", "state": "waiting-for-identity",
+            "addressing": {"ipv4": "10.0.1.23"}, "sync-build-endpoint": true,
+        }))
+        .unwrap();
+        assert!(ep.podnet_phases.is_empty());
+        assert!(
+            serde_json::to_value(&ep)
+                .unwrap()
+                .get("podnet-phases")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn failure_reasons_round_trip() {
+        for r in [
+            FailureReason::RangeFull,
+            FailureReason::PoolNotAvailable,
+            FailureReason::PoolSelection,
+            FailureReason::MetadataNotSynced,
+            FailureReason::JournalUnavailable,
+            FailureReason::DelegatedPlugin,
+        ] {
+            assert_eq!(FailureReason::parse(r.as_str()), Some(r));
+        }
+        assert_eq!(FailureReason::parse("delegated-plugin-v2"), None);
     }
 
     #[test]

@@ -104,7 +104,10 @@ pub fn endpoint_change(req: &EndpointChangeRequest) -> Result<(), String> {
     )?;
     printable("state", &req.state, MAX_SHORT_NAME_BYTES)?;
     pool("addressing.ipv4-pool-name", &req.addressing.ipv4_pool_name)?;
-    pool("addressing.ipv6-pool-name", &req.addressing.ipv6_pool_name)
+    pool("addressing.ipv6-pool-name", &req.addressing.ipv6_pool_name)?;
+    req.podnet_phases
+        .keys()
+        .try_for_each(|p| printable("podnet-phases", p, MAX_SHORT_NAME_BYTES))
 }
 
 /// `DELETE /v1/endpoint`: the attachment and the host links to delete.
@@ -202,6 +205,11 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(endpoint_change(&minimal), Ok(()));
+        let timed = EndpointChangeRequest {
+            podnet_phases: [("netlink-pod".to_string(), 0.001)].into(),
+            ..endpoint()
+        };
+        assert_eq!(endpoint_change(&timed), Ok(()));
         let cases: Vec<(&str, EndpointChangeRequest)> = vec![
             (
                 "container-id",
@@ -250,6 +258,13 @@ mod tests {
                 "container-netns-path",
                 EndpointChangeRequest {
                     container_netns_path: "/run/netns/a\nb".into(),
+                    ..endpoint()
+                },
+            ),
+            (
+                "podnet-phases",
+                EndpointChangeRequest {
+                    podnet_phases: [("net\nlink".to_string(), 0.001)].into(),
                     ..endpoint()
                 },
             ),

@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -15,10 +16,10 @@ use serde::Serialize;
 use super::Daemon;
 use super::server::BODY_TIMEOUT;
 use super::state::{AllocateRequest, ApiError};
-use crate::api::http::{decode_component, parse_query};
+use crate::api::http::{ascii_json, decode_component, parse_query};
 use crate::api::models::{
-    CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest, GcRequest, REASON_HEADER,
-    StatusResponse,
+    CONFIG_HEADER, CniReport, DaemonConfigurationStatus, EndpointBatchDeleteRequest,
+    EndpointChangeRequest, GcRequest, REASON_HEADER, StatusResponse,
 };
 use crate::api::validate::{self, MAX_QUERY_BYTES, optional};
 use crate::ipam::Family;
@@ -53,6 +54,9 @@ pub async fn handle(
                     REASON_HEADER,
                     hyper::header::HeaderValue::from_static(reason.as_str()),
                 );
+            }
+            if let Some(config) = &e.config {
+                insert_config_header(&mut reply, config);
             }
             reply
         }
@@ -143,9 +147,18 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             Ok(json_reply(200, &serde_json::Value::Null))
         }
         (&Method::PUT, ["v1", "endpoint", _id]) => {
+            // The plugin's timings end where this request starts; its registration
+            // phase is this request as the daemon handles it.
+            let received = Instant::now();
             let body: EndpointChangeRequest = read_json(req).await?;
             refuse_invalid(validate::endpoint_change(&body))?;
-            let view = daemon.with_state(move |s| s.create_endpoint(&body)).await?;
+            let view = daemon
+                .with_state(move |s| {
+                    let view = s.create_endpoint(&body)?;
+                    s.endpoint_timings(&body, received.elapsed());
+                    Ok(view)
+                })
+                .await?;
             Ok(json_reply(201, &view))
         }
         (&Method::GET, ["v1", "endpoint", id]) => {
@@ -205,6 +218,22 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             404,
             format!("no route for {method} {path} (the API lives under /v1)"),
         )),
+    }
+}
+
+/// Adds the `podnet-config` header: the configuration as JSON, ASCII only (a
+/// header value is no place for other bytes).
+fn insert_config_header(reply: &mut Reply, config: &DaemonConfigurationStatus) {
+    let value = serde_json::to_string(config)
+        .map_err(|e| e.to_string())
+        .and_then(|json| {
+            hyper::header::HeaderValue::from_str(&ascii_json(&json)).map_err(|e| e.to_string())
+        });
+    match value {
+        Ok(v) => {
+            reply.headers_mut().insert(CONFIG_HEADER, v);
+        }
+        Err(e) => tracing::error!(error = %e, "could not encode the podnet-config header"),
     }
 }
 

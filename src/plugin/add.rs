@@ -1,6 +1,8 @@
-//! ADD: allocate from the daemon, create the veth pair with the pod end created
-//! directly in the pod netns, set up the host side (and, in ENI-class modes, the
-//! pod's ENI routing), address and route the pod side, register the endpoint.
+//! ADD: allocate from the daemon (the answer carries its configuration), create
+//! the veth pair with the pod end created directly in the pod netns, set up the
+//! host side (and, in ENI-class modes, the pod's ENI routing), address and route
+//! the pod side, register the endpoint (with the timings). Two requests to the
+//! daemon, one before the pod is wired and one after.
 //! Any failure after the allocation deletes the link pair, removes the ENI rules
 //! the attempt added and releases the addresses.
 //!
@@ -14,11 +16,11 @@ use std::path::Path;
 
 use ipnet::IpNet;
 
-use crate::api::client::{AllocateParams, Client};
+use crate::api::client::{AllocateParams, Client, ClientError};
 use crate::api::link_marker::{JournalMark, LinkMarker};
 use crate::api::models::{
     AddressPair, DaemonConfigurationStatus, DatapathConfiguration, EndpointBatchDeleteRequest,
-    EndpointChangeRequest, IpamAddressResponse, IpamResponse,
+    EndpointChangeRequest, FailureReason, IpamAddressResponse, IpamResponse,
 };
 use crate::cni::{CniEnv, CniError, CniResult, Command, Interface, IpConfig, NetConf, Route};
 use crate::datapath::{
@@ -66,7 +68,9 @@ impl FamilyPlan {
 
 /// ADD: checks the attachment, allocates, configures the pod
 /// (`Attempt::configure`) and answers the result; a failure after the allocation
-/// is rolled back (`undo`).
+/// is rolled back (`undo`). The daemon is asked twice: the allocation (whose
+/// answer carries the daemon's configuration) before the pod is wired, and the
+/// endpoint registration (which carries the timings) after.
 pub fn add(
     env: &CniEnv,
     conf: &NetConf,
@@ -80,42 +84,36 @@ pub fn add(
         ));
     }
     let netns = open_netns(netns_path)?;
-    let daemon_cfg = client
-        .config()
-        .map_err(|e| to_cni(e, "reading the daemon's configuration"))?
-        .status;
-    t.mark("daemon-config");
     let host_sock =
         NetlinkSocket::new().map_err(dp("opening netlink in the runtime's namespace"))?;
-    let pod_sock = open_pod_socket(&netns, &daemon_cfg)?;
+    let pod_sock = open_pod_socket(&netns)?;
     let host_name = host_ifname(cid, ifname);
     clear_previous_attempt(&host_sock, &pod_sock, &host_name, ifname, netns_path)?;
     t.mark("netlink-setup");
 
-    let delegated = daemon_cfg.ipam_mode == "delegated-plugin";
-    let alloc = if delegated {
-        delegated_allocation(env, conf, &daemon_cfg)?
-    } else {
-        daemon_allocation(env, conf, client, cid, ifname)?
-    };
+    let (mut alloc, delegated) = allocate(env, conf, client, cid, ifname)?;
     t.mark("ipam-round-trip");
 
-    let attempt = Attempt {
-        env,
-        conf,
-        client,
-        alloc: &alloc,
-        daemon_cfg: &daemon_cfg,
-        netns: &netns,
-        host_sock: &host_sock,
-        pod_sock: &pod_sock,
-        container_id: cid,
-        ifname,
-        netns_path,
-        host_name: &host_name,
-    };
     let mut added_rules = Vec::new();
-    match attempt.configure(&mut added_rules, t) {
+    let outcome = daemon_config(client, alloc.podnet_config.take()).and_then(|daemon_cfg| {
+        Attempt {
+            env,
+            conf,
+            client,
+            alloc: &alloc,
+            daemon_cfg: &daemon_cfg,
+            delegated,
+            netns: &netns,
+            host_sock: &host_sock,
+            pod_sock: &pod_sock,
+            container_id: cid,
+            ifname,
+            netns_path,
+            host_name: &host_name,
+        }
+        .configure(&mut added_rules, t)
+    });
+    match outcome {
         Ok(out) => Ok(out),
         Err(e) => {
             undo(client, &host_sock, &host_name, &added_rules, cid, ifname);
@@ -127,34 +125,62 @@ pub fn add(
     }
 }
 
-/// The daemon hands out the addresses, with `expiration: true`: they go back by
-/// themselves unless the endpoint is registered in time.
-fn daemon_allocation(
+/// The addresses, in one round trip: the daemon hands them out with
+/// `expiration: true` (they go back by themselves unless the endpoint is
+/// registered in time) and its configuration in `podnet-config`. In
+/// delegated-plugin mode the daemon refuses (reason `delegated-plugin`) with its
+/// configuration, and the config's IPAM plugin hands them out; true then.
+fn allocate(
     env: &CniEnv,
     conf: &NetConf,
     client: &Client,
     cid: &str,
     ifname: &str,
-) -> Result<IpamResponse, CniError> {
-    client
-        .allocate(&AllocateParams {
-            owner: &env.args.owner(cid),
-            expiration: true,
-            container_id: cid,
-            ifname,
-            network: &conf.name,
-            ..Default::default()
-        })
-        .map_err(|e| to_cni(e, ALLOCATE_CONTEXT))
+) -> Result<(IpamResponse, bool), CniError> {
+    let answer = client.allocate(&AllocateParams {
+        owner: &env.args.owner(cid),
+        expiration: true,
+        container_id: cid,
+        ifname,
+        network: &conf.name,
+        ..Default::default()
+    });
+    match answer {
+        Ok(resp) => Ok((resp, false)),
+        Err(ClientError::Status {
+            reason: Some(FailureReason::DelegatedPlugin),
+            config,
+            ..
+        }) => {
+            let daemon_cfg = daemon_config(client, config.map(|c| *c))?;
+            Ok((delegated_allocation(env, conf, daemon_cfg)?, true))
+        }
+        Err(e) => Err(to_cni(e, ALLOCATE_CONTEXT)),
+    }
+}
+
+/// The configuration the daemon sent with its answer; a daemon that sends none
+/// (a podnet older than `podnet-config`) is asked for it with `GET /v1/config`.
+fn daemon_config(
+    client: &Client,
+    sent: Option<DaemonConfigurationStatus>,
+) -> Result<DaemonConfigurationStatus, CniError> {
+    match sent {
+        Some(cfg) => Ok(cfg),
+        None => client
+            .config()
+            .map(|c| c.status)
+            .map_err(|e| to_cni(e, "reading the daemon's configuration")),
+    }
 }
 
 /// delegated-plugin mode: the config's IPAM plugin hands out the addresses; the
 /// answer is shaped like the daemon's (Cilium keeps the prefix in `address`), with
-/// the daemon's router addresses.
+/// the daemon's router addresses and its configuration.
 fn delegated_allocation(
     env: &CniEnv,
     conf: &NetConf,
-    daemon_cfg: &DaemonConfigurationStatus,
+    daemon_cfg: DaemonConfigurationStatus,
 ) -> Result<IpamResponse, CniError> {
     if delegate::ipam_type(conf).is_none() {
         return Err(CniError::invalid_network_config(
@@ -167,6 +193,7 @@ fn delegated_allocation(
     let (v4, v6) = delegate::ipam_addresses(&result);
     let mut resp = IpamResponse {
         host_addressing: daemon_cfg.addressing.clone(),
+        podnet_config: Some(daemon_cfg),
         ..Default::default()
     };
     let address = |net: &IpNet, gw: Option<IpAddr>| IpamAddressResponse {
@@ -193,6 +220,8 @@ struct Attempt<'a> {
     client: &'a Client,
     alloc: &'a IpamResponse,
     daemon_cfg: &'a DaemonConfigurationStatus,
+    /// delegated-plugin mode: the addresses are the delegated IPAM plugin's.
+    delegated: bool,
     netns: &'a NetNs,
     host_sock: &'a NetlinkSocket,
     pod_sock: &'a NetlinkSocket,
@@ -220,6 +249,15 @@ impl Attempt<'_> {
         t: &mut Timings,
     ) -> Result<String, CniError> {
         let plans = plan_families(self.alloc)?;
+        if self
+            .daemon_cfg
+            .addressing
+            .ipv6
+            .as_ref()
+            .is_some_and(|a| a.enabled)
+        {
+            set_pod_ipv6_defaults(self.netns)?;
+        }
         let pair = self.create_pair()?;
         self.set_up_host_side(pair.host_index, &plans)?;
         for p in &plans {
@@ -228,8 +266,7 @@ impl Attempt<'_> {
         t.mark("netlink-host");
         self.set_up_pod_side(&plans)?;
         t.mark("netlink-pod");
-        self.register_endpoint(pair.host_index)?;
-        t.mark("endpoint-registration");
+        self.register_endpoint(pair.host_index, t)?;
         self.result(&pair, &plans)
     }
 
@@ -340,7 +377,7 @@ impl Attempt<'_> {
     }
 
     /// Pod side: `lo` and the interface up (it was created up; its IPv6 sysctls
-    /// were set with the namespace's defaults when the socket was opened), then per
+    /// came from the namespace's defaults set before it was created), then per
     /// family the /32 (/128), a link route to the router and a default route via it.
     fn set_up_pod_side(&self, plans: &[FamilyPlan]) -> Result<(), CniError> {
         let (pod_sock, ifname) = (self.pod_sock, self.ifname);
@@ -387,8 +424,11 @@ impl Attempt<'_> {
     }
 
     /// Registers the endpoint with the daemon, which binds the addresses and stops
-    /// their expiration timers.
-    fn register_endpoint(&self, host_index: u32) -> Result<(), CniError> {
+    /// their expiration timers, with the timings so far (the daemon records them
+    /// once the endpoint is committed, so no report request follows). The plugin
+    /// waits for the commit: only a journaled endpoint keeps the addresses past
+    /// their expiration (README, "Crash safety").
+    fn register_endpoint(&self, host_index: u32, t: &mut Timings) -> Result<(), CniError> {
         let (alloc, args) = (self.alloc, &self.env.args);
         let expiration_uuid = |detail: &Option<IpamAddressResponse>| {
             detail
@@ -418,10 +458,11 @@ impl Attempt<'_> {
                 container_netns_path: self.netns_path.display().to_string(),
                 sync_build_endpoint: true,
                 datapath_configuration: DatapathConfiguration {
-                    external_ipam: self.daemon_cfg.ipam_mode == "delegated-plugin",
+                    external_ipam: self.delegated,
                 },
+                podnet_phases: t.so_far(),
             })
-            .map(|_| ())
+            .map(|_| t.delivered())
             .map_err(|e| to_cni(e, "unable to create endpoint"))
     }
 
@@ -651,26 +692,39 @@ fn eni_device(host_sock: &NetlinkSocket, eni: &EniPlan) -> Result<u32, CniError>
         })
 }
 
-/// A netlink socket inside the pod's netns, opened by entering the netns on this
-/// (the plugin's only) thread, which also sets the pod's IPv6 defaults there: IPv6
-/// on, and no DAD for interfaces created from now on (so `eth0` answers at once).
-fn open_pod_socket(
+/// A netlink socket inside the pod's netns. It is opened before the allocation,
+/// so an interface of another plugin is refused (104) before any address is taken.
+fn open_pod_socket(netns: &NetNs) -> Result<NetlinkSocket, CniError> {
+    in_pod(
+        netns,
+        "opening netlink in the pod's namespace",
+        NetlinkSocket::new,
+    )
+}
+
+/// The pod's IPv6 defaults, once the daemon's answer says IPv6 is on: IPv6 on,
+/// and no DAD for interfaces created from now on (so `eth0`, created next,
+/// answers at once).
+fn set_pod_ipv6_defaults(netns: &NetNs) -> Result<(), CniError> {
+    in_pod(netns, "setting the pod's IPv6 defaults", || {
+        write_sysctl("net/ipv6/conf/all/disable_ipv6", "0")?;
+        write_sysctl("net/ipv6/conf/default/accept_dad", "0").map(|_| ())
+    })
+}
+
+/// Runs `f` with this (the plugin's only) thread in the pod's netns, and comes
+/// back; `what` names `f`'s work in its error.
+fn in_pod<T>(
     netns: &NetNs,
-    cfg: &DaemonConfigurationStatus,
-) -> Result<NetlinkSocket, CniError> {
-    let v6 = cfg.addressing.ipv6.as_ref().is_some_and(|a| a.enabled);
+    what: &'static str,
+    f: impl FnOnce() -> Result<T, DatapathError>,
+) -> Result<T, CniError> {
     let guard = enter_netns(netns).map_err(dp("entering the pod's network namespace"))?;
-    let opened = NetlinkSocket::new().and_then(|sock| {
-        if v6 {
-            write_sysctl("net/ipv6/conf/all/disable_ipv6", "0")?;
-            write_sysctl("net/ipv6/conf/default/accept_dad", "0")?;
-        }
-        Ok(sock)
-    });
+    let done = f();
     guard
         .leave()
         .map_err(dp("leaving the pod's network namespace"))?;
-    opened.map_err(dp("opening netlink in the pod's namespace"))
+    done.map_err(dp(what))
 }
 
 /// A retried ADD: remove what a previous attempt for this attachment left.
@@ -771,4 +825,48 @@ pub fn open_netns(path: &Path) -> Result<NetNs, CniError> {
 /// Wraps a datapath error with what was being done (code 102).
 pub fn dp(what: &'static str) -> impl Fn(DatapathError) -> CniError {
     move |e| CniError::datapath_failure(format!("{what}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixListener;
+    use std::time::Duration;
+
+    #[test]
+    fn the_configuration_comes_with_the_answer_else_from_get_config() {
+        let dir = std::env::temp_dir().join(format!("podnet-addcfg-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("d.sock");
+        let client = Client::new(&sock, Duration::from_secs(5));
+        // Sent along with the answer: no request (nothing even listens yet).
+        let sent = DaemonConfigurationStatus {
+            ipam_mode: "kubernetes".into(),
+            ..Default::default()
+        };
+        assert_eq!(daemon_config(&client, Some(sent.clone())).unwrap(), sent);
+        // Not sent (a daemon older than podnet-config): GET /v1/config.
+        let listener = UnixListener::bind(&sock).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let n = conn.read(&mut buf).unwrap();
+            let body = r#"{"status":{"ipam-mode":"cluster-pool","deviceMTU":1400}}"#;
+            write!(
+                conn,
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            String::from_utf8_lossy(&buf[..n]).to_string()
+        });
+        let cfg = daemon_config(&client, None).unwrap();
+        assert_eq!(
+            (cfg.ipam_mode.as_str(), cfg.device_mtu),
+            ("cluster-pool", 1400)
+        );
+        assert!(server.join().unwrap().starts_with("GET /v1/config "));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

@@ -44,6 +44,7 @@ mod tests {
             status: 502,
             message: "range is full: no free address".into(),
             reason: Some(FailureReason::RangeFull),
+            config: None,
         };
         assert_eq!(to_cni(full, "x").code, CniError::ADDRESS_EXHAUSTED);
         // The wording alone does not make a full range.
@@ -51,18 +52,21 @@ mod tests {
             status: 502,
             message: "range is full: but no reason given".into(),
             reason: None,
+            config: None,
         };
         assert_eq!(to_cni(worded, "x").code, CniError::DAEMON_REJECTED);
         let journal = ClientError::Status {
             status: 503,
             message: "cannot record the change durably".into(),
             reason: Some(FailureReason::JournalUnavailable),
+            config: None,
         };
         assert_eq!(to_cni(journal, "x").code, CniError::TRY_AGAIN_LATER);
         let refused = ClientError::Status {
             status: 400,
             message: "invalid owner".into(),
             reason: None,
+            config: None,
         };
         let e = to_cni(refused, "x");
         assert_eq!((e.code, e.msg.as_str()), (100, "x: invalid owner"));

@@ -1,7 +1,9 @@
 //! What the plugin tells afterwards: its phase timings (and failure, if any) to the
-//! daemon, which turns them into metrics and keeps failures for `podnet explain`;
-//! and one line per ADD/DEL in the config's `log-file` (runtimes swallow the
-//! plugin's stderr), rotated at 10 MiB with 7 backups as Cilium's CNI log.
+//! daemon, which turns them into metrics and keeps failures for `podnet explain`
+//! (a successful ADD's timings travel with its endpoint registration instead, so
+//! it makes no request for them); and one line per ADD/DEL in the config's
+//! `log-file` (runtimes swallow the plugin's stderr), rotated at 10 MiB with 7
+//! backups as Cilium's CNI log.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -20,6 +22,8 @@ pub struct Timings {
     started: Instant,
     last: Instant,
     phases: BTreeMap<String, f64>,
+    /// The daemon has them already (they came with the endpoint registration).
+    delivered: bool,
 }
 
 impl Timings {
@@ -29,6 +33,7 @@ impl Timings {
             started: now,
             last: now,
             phases: BTreeMap::new(),
+            delivered: false,
         }
     }
 
@@ -42,6 +47,19 @@ impl Timings {
     /// Time since the start.
     pub fn total(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// The phases so far and `total` up to now: what travels with the endpoint
+    /// registration (the daemon adds its own handling of that request).
+    pub fn so_far(&self) -> BTreeMap<String, f64> {
+        let mut phases = self.phases.clone();
+        phases.insert("total".into(), self.total().as_secs_f64());
+        phases
+    }
+
+    /// The daemon has recorded the timings: `report` sends nothing.
+    pub fn delivered(&mut self) {
+        self.delivered = true;
     }
 }
 
@@ -72,7 +90,8 @@ pub struct Outcome<'a> {
     pub result: Result<&'a str, &'a CniError>,
 }
 
-/// Sends the timings (best effort, short timeout) and appends the log line.
+/// Sends the timings unless the daemon has them (without waiting for its answer)
+/// and appends the log line.
 pub fn report(client: &Client, log_file: Option<&Path>, timings: Timings, outcome: &Outcome<'_>) {
     let total = timings.total();
     let mut phases = timings.phases;
@@ -81,7 +100,7 @@ pub fn report(client: &Client, log_file: Option<&Path>, timings: Timings, outcom
         Ok(_) => (String::new(), String::new()),
         Err(e) => (reason_of(e).to_string(), e.msg.clone()),
     };
-    if reason != "daemon-unavailable" {
+    if reason != "daemon-unavailable" && !timings.delivered {
         let quick = Client::new(client.socket(), Duration::from_secs(1));
         let body = CniReport {
             verb: outcome.verb.into(),
@@ -208,6 +227,22 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "b\n");
         assert!(dir.join("cni.log.1").exists());
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn timings_so_far_end_with_the_total_up_to_now() {
+        let mut t = Timings::start();
+        t.mark("netlink-setup");
+        t.mark("netlink-setup");
+        let phases = t.so_far();
+        assert_eq!(
+            phases.keys().collect::<Vec<_>>(),
+            ["netlink-setup", "total"]
+        );
+        assert!(phases["total"] >= phases["netlink-setup"]);
+        assert!(!t.delivered);
+        t.delivered();
+        assert!(t.delivered);
     }
 
     #[test]

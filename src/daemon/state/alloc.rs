@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use super::super::config::IpamMode;
 use super::{
     AllocateRequest, ApiError, HOLD_UNTIL_TEARDOWN, IpamState, TEARDOWN_PREFIX, Teardown, held,
 };
@@ -16,8 +17,22 @@ use crate::store::{AllocationRecord, AllocationState, EndpointRecord, JournalOp,
 
 impl IpamState {
     /// `POST /v1/ipam`: the next address of each requested family (IPv6 first, as
-    /// Cilium does; if IPv4 then fails, the IPv6 address is given back).
+    /// Cilium does; if IPv4 then fails, the IPv6 address is given back). The
+    /// answer carries the daemon's configuration (`podnet-config`), so the plugin
+    /// needs no `GET /v1/config`. In delegated-plugin mode nothing is allocated:
+    /// the refusal (502, as Cilium's no-op allocator) says `delegated-plugin` and
+    /// carries the configuration the plugin then runs the delegated IPAM with.
     pub fn allocate_next(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
+        if self.cfg.ipam_mode == IpamMode::DelegatedPlugin {
+            return Err(ApiError {
+                config: Some(Box::new(self.config().status)),
+                ..ApiError::because(
+                    FailureReason::DelegatedPlugin,
+                    502,
+                    "ipam mode delegated-plugin: the daemon hands out no pod addresses; the CNI plugin runs the IPAM plugin named in the network config (ipam.type)",
+                )
+            });
+        }
         let started = std::time::Instant::now();
         let result = self.allocate_next_inner(req);
         self.metrics
@@ -80,6 +95,7 @@ impl IpamState {
         let mut resp = IpamResponse {
             host_addressing: self.node_addressing(),
             journal_mark: self.journal_mark().encode(),
+            podnet_config: Some(self.config().status),
             ..Default::default()
         };
         for rec in &taken {

@@ -2,12 +2,15 @@
 //! that match a pod (`ns/name`), an address or a container ID, the rule and range
 //! behind each, and the recent failures that match with the chapter's
 //! troubleshooting hint. Failures are kept in a bounded ring, so explain can answer
-//! after the fact.
+//! after the fact. The plugin's reports (timings, failures) are recorded here too.
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use super::{IpamState, MAX_FAILURES};
-use crate::api::models::{AddressExplanation, CniReport, ExplainResponse, FailureRecord};
+use crate::api::models::{
+    AddressExplanation, CniReport, EndpointChangeRequest, ExplainResponse, FailureRecord,
+};
 use crate::datapath::host_ifname;
 use crate::ipam::Family;
 use crate::store::{AllocationRecord, AllocationState, EndpointRecord, now_ms};
@@ -97,6 +100,27 @@ impl IpamState {
                 Some(&report.ifname),
             );
         }
+    }
+
+    /// A successful ADD's timings, which came with its endpoint registration
+    /// (`podnet-phases`): the plugin's phases up to that request, and
+    /// `endpoint-registration`, how long the daemon took with the request (journal
+    /// commit included), which also goes into `total`. Nothing for a client that
+    /// sends no timings (Cilium's).
+    pub fn endpoint_timings(&mut self, req: &EndpointChangeRequest, handled: Duration) {
+        if req.podnet_phases.is_empty() {
+            return;
+        }
+        let handled = handled.as_secs_f64();
+        for (phase, secs) in &req.podnet_phases {
+            let secs = if phase == "total" {
+                secs + handled
+            } else {
+                *secs
+            };
+            self.metrics.phase("ADD", phase, secs);
+        }
+        self.metrics.phase("ADD", "endpoint-registration", handled);
     }
 
     /// `GET /v1/explain?q=`: matches an address, a container ID or an owner.

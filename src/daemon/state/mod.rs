@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use super::config::{DatapathMode, IpamMode};
 use super::metrics::Metrics;
 use crate::api::link_marker::JournalMark;
-use crate::api::models::{FailureReason, FailureRecord};
+use crate::api::models::{DaemonConfigurationStatus, FailureReason, FailureRecord};
 use crate::ipam::Family;
 use crate::ipam::multipool::PoolSet;
 use crate::ipam::pooldef::PoolDef;
@@ -76,12 +76,14 @@ pub const MAX_FAILURES: usize = 256;
 pub const NODE_META_KEY: &str = "ciliumnode";
 
 /// An API failure: HTTP status, the message the client sees and, where the client
-/// acts on it, why (sent in the `podnet-reason` header).
+/// acts on it, why (sent in the `podnet-reason` header) and the configuration it
+/// goes on with (the `podnet-config` header of a `delegated-plugin` refusal).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
     pub status: u16,
     pub message: String,
     pub reason: Option<FailureReason>,
+    pub config: Option<Box<DaemonConfigurationStatus>>,
 }
 
 impl ApiError {
@@ -90,6 +92,7 @@ impl ApiError {
             status,
             message: message.into(),
             reason: None,
+            config: None,
         }
     }
 

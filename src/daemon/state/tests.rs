@@ -559,6 +559,96 @@ fn gc_releases_only_the_networks_attachments_missing_from_the_valid_set() {
 // --- expiration -----------------------------------------------------------------
 
 #[test]
+fn the_allocation_answer_carries_the_configuration() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual());
+    let resp = s.allocate_next(&pod("c1")).unwrap();
+    let cfg = resp.podnet_config.clone().expect("podnet-config");
+    assert_eq!(cfg, s.config().status);
+    assert_eq!(
+        (
+            cfg.ipam_mode.as_str(),
+            cfg.device_mtu,
+            cfg.datapath_mode.as_str()
+        ),
+        ("cluster-pool", 1500, "veth")
+    );
+    assert!(cfg.addressing.ipv6.is_some_and(|a| a.enabled));
+    // Only the plugin's call needs it: a reservation of a given address has none.
+    let given = s.allocate_ip("10.0.0.9", "ns/static", "").unwrap();
+    assert_eq!(given.podnet_config, None);
+}
+
+#[test]
+fn delegated_plugin_mode_refuses_to_allocate_with_its_configuration() {
+    let dir = TempDir::new();
+    let mut cfg = state_config(
+        IpamMode::DelegatedPlugin,
+        vec![Family::V4],
+        PoolingMode::HostScope,
+    );
+    cfg.fixed_routers.insert(Family::V4, addr("169.254.0.1"));
+    let setup = Setup {
+        cfg,
+        mode: EmbeddedMode::Delegated,
+        pools: Vec::new(),
+    };
+    let mut s = start(&dir, &setup);
+    let e = s.allocate_next(&pod("c1")).unwrap_err();
+    assert_eq!(
+        (e.status, e.reason),
+        (502, Some(FailureReason::DelegatedPlugin))
+    );
+    assert!(e.message.contains("delegated-plugin"), "{}", e.message);
+    let cfg = e.config.expect("the configuration comes along");
+    assert_eq!(cfg.ipam_mode, "delegated-plugin");
+    assert_eq!(
+        cfg.addressing.ipv4.map(|a| a.ip),
+        Some("169.254.0.1".to_string())
+    );
+    // It is the mode, not a failure: explain and the failure metrics stay quiet.
+    assert!(s.explain("c1").failures.is_empty());
+}
+
+#[test]
+fn the_timings_of_an_add_are_recorded_with_its_endpoint() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual());
+    let resp = s.allocate_next(&pod("c1")).unwrap();
+    let mut req = endpoint_for("c1", &resp);
+    req.podnet_phases = [
+        ("netlink-pod".to_string(), 0.25),
+        ("total".to_string(), 1.0),
+    ]
+    .into();
+    s.create_endpoint(&req).unwrap();
+    s.endpoint_timings(&req, Duration::from_millis(500));
+    let line = |s: &IpamState, phase: &str, kind: &str| {
+        let key = format!("cni_phase_duration_seconds_{kind}{{verb=\"ADD\",phase=\"{phase}\"}}");
+        s.metrics
+            .encode()
+            .lines()
+            .find(|l| l.contains(&key))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    assert_eq!(line(&s, "netlink-pod", "sum"), Some(0.25));
+    assert_eq!(line(&s, "endpoint-registration", "sum"), Some(0.5));
+    assert_eq!(
+        line(&s, "total", "sum"),
+        Some(1.5),
+        "the daemon's part is added"
+    );
+    assert_eq!(line(&s, "total", "count"), Some(1.0));
+    // A Cilium client sends no timings: nothing is recorded for it.
+    let resp = s.allocate_next(&pod("c2")).unwrap();
+    let req = endpoint_for("c2", &resp);
+    s.create_endpoint(&req).unwrap();
+    s.endpoint_timings(&req, Duration::from_millis(500));
+    assert_eq!(line(&s, "endpoint-registration", "count"), Some(1.0));
+}
+
+#[test]
 fn a_pending_allocation_is_released_when_its_expiration_timer_fires() {
     let dir = TempDir::new();
     let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
