@@ -37,7 +37,7 @@ use super::{
     NodeSink, NodeSource, NodeView, RequestedPool, UsedAddresses, WatchFuture,
 };
 use crate::ipam::eni::eni_allocation;
-use crate::resources::decode;
+use crate::resources::{Node, decode};
 
 /// The field manager of the agent's server-side applies.
 pub const FIELD_MANAGER: &str = "podnet-agent";
@@ -292,28 +292,23 @@ impl KubernetesSource {
             return Ok(Err(format!("this node's Node object {name:?}")));
         };
         let uid = node.metadata.uid.clone().unwrap_or_default();
+        // The typed Node: a pod CIDR that is not one is an error naming the field,
+        // never silently left out.
+        let node: Node = serde_json::to_value(&node)
+            .map_err(|e| e.to_string())
+            .and_then(|v| decode::<Node>(&v))
+            .map_err(|e| NodeError::Invalid(format!("Node {name:?}: {e}")))?;
         let internal_ips: Vec<String> = node
             .status
-            .as_ref()
-            .and_then(|s| s.addresses.as_ref())
-            .map(|a| {
-                a.iter()
-                    .filter(|a| a.type_ == "InternalIP")
-                    .map(|a| a.address.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
+            .addresses
+            .iter()
+            .filter(|a| a.kind == "InternalIP")
+            .map(|a| a.address.clone())
+            .collect();
         let pod_cidrs = match self.config.mode {
             KubernetesMode::Kubernetes => {
-                let given: Vec<IpNet> = node
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.pod_cidrs.clone())
-                    .unwrap_or_default()
-                    .iter()
-                    .filter_map(|c| c.parse().ok())
-                    .collect();
-                match kubernetes_cidrs(&given, self.config.ipv4, self.config.ipv6) {
+                let given = &node.spec.pod_cidrs;
+                match kubernetes_cidrs(given, self.config.ipv4, self.config.ipv6) {
                     Ok(c) => Some(c),
                     Err(why) => return Ok(Err(format!("Node.spec.podCIDRs ({why})"))),
                 }
@@ -353,7 +348,7 @@ impl KubernetesSource {
             }
             _ => {}
         }
-        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let labels = node.metadata.labels.clone();
         Ok(Ok((
             NodeView {
                 node: Some(resource),
