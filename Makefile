@@ -52,10 +52,17 @@ clean:
 # Performance run (root): podnet vs ptp/bridge + host-local vs the kernel floor,
 # resource figures; results in target/bench/ (see BENCHMARKS.md). BENCH_MICRO=1
 # also runs the criterion micro-benchmarks (cargo bench).
-.PHONY: bench
+.PHONY: bench bench-operator
 bench:
 	bash scripts/setup
 	bash scripts/bench
+
+# Operator scale (root): 1,000 and 5,000 CiliumNodes created at once against a real
+# kube-apiserver; time until all have CIDRs, operator CPU and RSS, API writes per
+# node (BENCHMARKS.md).
+bench-operator:
+	bash scripts/setup
+	bash scripts/bench-operator
 
 # Fuzzing (not part of `make test` or CI; needs the nightly toolchain, installs
 # cargo-fuzz if missing): builds fuzz/ and runs each target for FUZZ_SECONDS,

@@ -11,12 +11,17 @@
 //! touched. Each write carries the node's UID, so it cannot re-create a node that
 //! was deleted meanwhile (the API server answers 409). A write that fails for any
 //! other reason is retried with a backoff.
+//!
+//! Events that have already arrived are taken together, and the writes they call
+//! for (one per node, different nodes) go out [`WRITE_CONCURRENCY`] at a time: a
+//! burst of new nodes costs one apply each and is paced by the API server, not by
+//! one round trip after the other.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::watcher::Event;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -32,6 +37,11 @@ pub const FIELD_MANAGER: &str = "podnet-operator";
 /// First and longest wait before a failed write is tried again.
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
+/// Writes in flight at once (different nodes): a burst of new nodes is bounded by
+/// the API server's write rate, not by one round trip after another.
+const WRITE_CONCURRENCY: usize = 16;
+/// At most this many events that have already arrived are taken before writing.
+const EVENT_BATCH: usize = 1024;
 
 /// What the operator reads of a CiliumNode object.
 fn observed(obj: &DynamicObject) -> Result<Observed, String> {
@@ -66,15 +76,31 @@ pub async fn run(
     loop {
         let due = retry.values().map(|(at, _)| *at).min();
         let mut dirty: BTreeSet<String> = BTreeSet::new();
-        tokio::select! {
-            item = stream.next() => match item {
-                None => return "the CiliumNode watch ended".into(),
-                Some(Err(e)) => tracing::warn!(error = %e, "CiliumNode watch interrupted; it resumes"),
-                Some(Ok(event)) => dirty.extend(apply_event(&mut cidrs, &mut listing, &mut first_list, event)),
-            },
+        let item = tokio::select! {
+            item = stream.next() => Some(item),
             _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() && listing.is_none() => {
                 let now = Instant::now();
                 dirty.extend(retry.iter().filter(|(_, (at, _))| *at <= now).map(|(n, _)| n.clone()));
+                None
+            }
+        };
+        // Take what else has already arrived too, so that a burst of new nodes is
+        // written as one batch.
+        let mut items = item
+            .into_iter()
+            .chain(std::iter::from_fn(|| stream.next().now_or_never()).take(EVENT_BATCH));
+        for item in items.by_ref() {
+            match item {
+                None => return "the CiliumNode watch ended".into(),
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "CiliumNode watch interrupted; it resumes")
+                }
+                Some(Ok(event)) => dirty.extend(apply_event(
+                    &mut cidrs,
+                    &mut listing,
+                    &mut first_list,
+                    event,
+                )),
             }
         }
         // While a list is being read, writes wait for its end (the list may still
@@ -82,12 +108,40 @@ pub async fn run(
         if listing.is_some() {
             continue;
         }
+        let mut jobs = Vec::new();
         for name in dirty {
-            match write_node(&api, &mut cidrs, &name, &metrics).await {
-                Ok(()) => {
+            match cidrs.pending(&name) {
+                Some(p) => jobs.push((name, p)),
+                None => {
                     retry.remove(&name);
                 }
-                Err(e) => {
+            }
+        }
+        let done: Vec<(String, Written)> = futures::stream::iter(jobs)
+            .map(|(name, pending)| {
+                let (api, metrics) = (&api, &metrics);
+                async move {
+                    let written = write_node(api, &name, pending, metrics).await;
+                    (name, written)
+                }
+            })
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect()
+            .await;
+        for (name, written) in done {
+            for obj in &written.objects {
+                if let Ok(o) = observed(obj) {
+                    cidrs.observe(o);
+                }
+            }
+            if let Some(error) = &written.status_error {
+                cidrs.status_written(&name, error);
+            }
+            match written.failed {
+                None => {
+                    retry.remove(&name);
+                }
+                Some(e) => {
                     let backoff = retry
                         .get(&name)
                         .map(|(_, b)| (*b * 2).min(RETRY_MAX))
@@ -161,20 +215,35 @@ fn gone(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.is_not_found() || s.is_conflict())
 }
 
-/// Writes what `name` needs: its podCIDRs, then its operator-status error.
+/// What one node's writes left behind.
+#[derive(Default)]
+struct Written {
+    /// The objects the API server answered with (newer than what was watched).
+    objects: Vec<DynamicObject>,
+    /// The operator-status error that was written.
+    status_error: Option<String>,
+    /// Why a write failed (it is retried); None when everything went through or
+    /// the node is gone.
+    failed: Option<kube::Error>,
+}
+
+/// Writes what `name` needs: its podCIDRs, then its operator-status error. No
+/// bookkeeping here (writes of several nodes run at once); the caller feeds the
+/// result back.
 async fn write_node(
     api: &Api<DynamicObject>,
-    cidrs: &mut NodeCidrs,
     name: &str,
+    pending: Pending,
     metrics: &OperatorMetrics,
-) -> Result<(), kube::Error> {
+) -> Written {
     let params = PatchParams::apply(FIELD_MANAGER);
-    if let Some(Pending {
+    let mut written = Written::default();
+    let Pending {
         uid,
-        pod_cidrs: Some(list),
-        ..
-    }) = cidrs.pending(name)
-    {
+        pod_cidrs,
+        status_error,
+    } = pending;
+    if let Some(list) = pod_cidrs {
         let body = json!({
             "apiVersion": "cilium.io/v2",
             "kind": "CiliumNode",
@@ -184,23 +253,19 @@ async fn write_node(
         match api.patch(name, &params, &Patch::Apply(&body)).await {
             Ok(obj) => {
                 metrics.wrote("pod-cidrs");
-                if let Ok(o) = observed(&obj) {
-                    cidrs.observe(o);
-                }
+                written.objects.push(obj);
             }
             Err(e) if gone(&e) => {
                 tracing::info!(node = %name, error = %e, "node gone or replaced before its CIDRs were written");
-                return Ok(());
+                return written;
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                written.failed = Some(e);
+                return written;
+            }
         }
     }
-    if let Some(Pending {
-        uid,
-        status_error: Some(error),
-        ..
-    }) = cidrs.pending(name)
-    {
+    if let Some(error) = status_error {
         // Clearing writes "" (what Cilium's omitempty field reads as no error):
         // applying without the field would leave `operator-status: null`, which
         // the CRD's schema refuses.
@@ -213,14 +278,12 @@ async fn write_node(
         match api.patch_status(name, &params, &Patch::Apply(&body)).await {
             Ok(obj) => {
                 metrics.wrote("status");
-                cidrs.status_written(name, &error);
-                if let Ok(o) = observed(&obj) {
-                    cidrs.observe(o);
-                }
+                written.objects.push(obj);
+                written.status_error = Some(error);
             }
-            Err(e) if gone(&e) => return Ok(()),
-            Err(e) => return Err(e),
+            Err(e) if gone(&e) => {}
+            Err(e) => written.failed = Some(e),
         }
     }
-    Ok(())
+    written
 }
