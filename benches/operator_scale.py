@@ -1,20 +1,29 @@
 #!/usr/bin/env python3
-"""Scale driver of scripts/bench-operator: creates N CiliumNode objects at once
-against a real kube-apiserver and measures how long it takes until every one of
-them has spec.ipam.podCIDRs (written by whichever operator runs), by watching
-them, not polling. It also reads the API server's request counters before and
-after, so the writes the operator made per node can be counted, and checks that
-no CIDR was given to two nodes.
+"""Drivers of scripts/bench-operator, against a real kube-apiserver.
 
-Prints one JSON object on stdout. Exits non-zero if the nodes were not all
-served within the timeout or a CIDR was handed out twice.
+scale: creates N CiliumNode objects at once and measures how long it takes until
+every one of them has spec.ipam.podCIDRs (written by the operator), by watching
+them, not polling. It reads the API server's request counters before and after,
+so the writes the operator made per node can be counted, and checks that no CIDR
+was given to two nodes.
+
+join: starts one `podnet daemon` per node namespace at once (cluster-pool, the
+operator running) and measures, per node, the time from its start until its
+/v1/healthz answers 200 (it serves pods), and the API writes per node joining.
+It starts the daemons itself and stops them (by PID) before it exits.
+
+Each prints one JSON object on stdout and exits non-zero on failure.
 """
 
 import argparse
 import http.client
 import json
+import os
 import re
+import socket
 import ssl
+import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -43,11 +52,12 @@ def request(conn, method, path, body=None):
 
 
 WRITE_VERBS = ("APPLY", "PATCH", "UPDATE", "POST", "DELETE")
+RESOURCES = ("ciliumnodes", "nodes")
 METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
 
 
-def write_counts(args):
-    """apiserver_request_total for ciliumnodes, by verb and subresource."""
+def write_counts(args, resources=("ciliumnodes",)):
+    """apiserver_request_total for the resources, by verb and subresource."""
     conn = connection(args)
     status, body = request(conn, "GET", "/metrics")
     if status != 200:
@@ -58,7 +68,7 @@ def write_counts(args):
         if not m:
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group("labels")))
-        if labels.get("resource") != "ciliumnodes" or labels.get("verb") not in WRITE_VERBS:
+        if labels.get("resource") not in resources or labels.get("verb") not in WRITE_VERBS:
             continue
         key = f'{labels["verb"]}{"/" + labels["subresource"] if labels.get("subresource") else ""}'
         counts[key] = counts.get(key, 0) + int(float(m.group("value")))
@@ -106,18 +116,7 @@ class Watcher(threading.Thread):
             self.done.set()
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--server", required=True)
-    p.add_argument("--ca", required=True)
-    p.add_argument("--cert", required=True)
-    p.add_argument("--key", required=True)
-    p.add_argument("--nodes", type=int, required=True)
-    p.add_argument("--threads", type=int, default=16)
-    p.add_argument("--timeout", type=float, default=900)
-    p.add_argument("--prefix", default="bench-node-")
-    args = p.parse_args()
-
+def scale(args):
     names = {f"{args.prefix}{i:05d}" for i in range(args.nodes)}
     conn = connection(args)
     status, body = request(conn, "GET", f"{PATH}?limit=1")
@@ -184,6 +183,111 @@ def main():
         "distinct_cidrs": len(seen),
     }, sys.stdout)
     print()
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("localhost", timeout=2)
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(2)
+        self.sock.connect(self.path)
+
+
+def serving(sock_path):
+    if not os.path.exists(sock_path):
+        return False
+    try:
+        conn = UnixHTTPConnection(sock_path)
+        conn.request("GET", "/v1/healthz")
+        ok = conn.getresponse().status == 200
+        conn.close()
+        return ok
+    except OSError:
+        return False
+
+
+def join(args):
+    """args.node: NAMESPACE:NODE_NAME:DIR, one per node."""
+    nodes = [n.split(":", 2) for n in args.node]
+    before = write_counts(args, RESOURCES)
+    procs = {}
+    ready = {}
+    try:
+        start = time.monotonic()
+        for ns, name, d in nodes:
+            os.makedirs(d, exist_ok=True)
+            log = open(os.path.join(d, "daemon.log"), "w")
+            procs[name] = subprocess.Popen(
+                ["ip", "netns", "exec", ns, args.podnet, "daemon",
+                 "--socket", os.path.join(d, "podnet.sock"),
+                 "--state-dir", os.path.join(d, "state"),
+                 "--k8s-kubeconfig-path", args.node_kubeconfig,
+                 "--k8s-node-name", name, "--ipam", "cluster-pool"] + args.daemon_arg,
+                stdout=log, stderr=subprocess.STDOUT)
+        deadline = start + args.timeout
+        while len(ready) < len(nodes) and time.monotonic() < deadline:
+            for ns, name, d in nodes:
+                if name in ready:
+                    continue
+                if procs[name].poll() is not None:
+                    raise SystemExit(f"{name}: the daemon exited ({procs[name].returncode}); "
+                                     f"see {d}/daemon.log")
+                if serving(os.path.join(d, "podnet.sock")):
+                    ready[name] = time.monotonic() - start
+            time.sleep(0.02)
+        if len(ready) < len(nodes):
+            raise SystemExit(f"timed out: {len(ready)} of {len(nodes)} daemons serving")
+        time.sleep(3)
+        after = write_counts(args, RESOURCES)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in procs.values():
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    writes = {k: after.get(k, 0) - before.get(k, 0) for k in set(after) | set(before)}
+    writes = {k: v for k, v in writes.items() if v}
+    times = sorted(ready.values())
+    json.dump({
+        "nodes": len(nodes),
+        "ready_p50_s": round(statistics.median(times), 3),
+        "ready_max_s": round(times[-1], 3),
+        "ready_min_s": round(times[0], 3),
+        "writes_per_join": round(sum(writes.values()) / len(nodes), 2),
+        "writes_by_verb": writes,
+    }, sys.stdout)
+    print()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="what", required=True)
+    for name in ("scale", "join"):
+        q = sub.add_parser(name)
+        q.add_argument("--server", required=True)
+        q.add_argument("--ca", required=True)
+        q.add_argument("--cert", required=True)
+        q.add_argument("--key", required=True)
+        q.add_argument("--timeout", type=float, default=900)
+    q = sub.choices["scale"]
+    q.add_argument("--nodes", type=int, required=True)
+    q.add_argument("--threads", type=int, default=16)
+    q.add_argument("--prefix", default="bench-node-")
+    q = sub.choices["join"]
+    q.add_argument("--podnet", required=True)
+    q.add_argument("--node-kubeconfig", required=True)
+    q.add_argument("--node", action="append", required=True,
+                   help="NAMESPACE:NODE_NAME:DIR")
+    q.add_argument("--daemon-arg", action="append", default=[])
+    args = p.parse_args()
+    {"scale": scale, "join": join}[args.what](args)
 
 
 if __name__ == "__main__":

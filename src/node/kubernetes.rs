@@ -1,9 +1,10 @@
 //! The Kubernetes backend: this node's `CiliumNode` (cilium.io/v2) and `Node`
 //! through the API server, with kube-rs. The source waits at start for what the
 //! mode needs (kubernetes: `Node.spec.podCIDRs`, mirrored into the CiliumNode;
-//! cluster-pool: the CIDRs the operator writes into `spec.ipam.podCIDRs`), unless the
-//! API server cannot be reached and the journal already knows the node's CIDRs: then
-//! the node serves from what it owns. It then watches the CiliumNode (new blocks,
+//! cluster-pool: the CIDRs the operator writes into `spec.ipam.podCIDRs`, followed
+//! with a watch of the CiliumNode so the node serves as soon as the write lands),
+//! unless the API server cannot be reached and the journal already knows the node's
+//! CIDRs: then the node serves from what it owns. It then watches the CiliumNode (new blocks,
 //! single IPs) and survives API-server restarts and expired resourceVersions (the
 //! watcher relists). The sink writes the agent's fields with server-side apply under
 //! its own field manager (`podnet-agent`): `spec.addresses` (InternalIP and the
@@ -25,7 +26,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node as KubeNode;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, WatchEvent, WatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tokio::runtime::Handle;
@@ -43,6 +44,9 @@ use crate::resources::{Node, decode};
 pub const FIELD_MANAGER: &str = "podnet-agent";
 /// How often a start that waits (for the API server, the Node, the CIDRs) retries.
 const RETRY: Duration = Duration::from_secs(1);
+/// How long a start follows its CiliumNode for the operator's write before it
+/// re-reads the Node and applies again.
+const START_WATCH: Duration = Duration::from_secs(10);
 
 /// What the node's CIDRs come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,7 +243,7 @@ impl KubernetesSource {
         let mut waiting_logged = false;
         let mut awaited = String::new();
         loop {
-            match self.try_initial(&nodes, &client).await {
+            match self.try_initial(&nodes, &client, &mut awaited).await {
                 Ok(Ok((mut view, labels))) => {
                     if self.config.mode == KubernetesMode::MultiPool {
                         let (pools, default_pool) = kube_pools::pools_now(&client, &labels).await?;
@@ -280,11 +284,13 @@ impl KubernetesSource {
     }
 
     /// One attempt: the Node, the agent's apply, then what the mode waits for;
-    /// the view and the Node's labels. Ok(Err(what)): still waiting for `what`.
+    /// the view and the Node's labels. Ok(Err(what)): still waiting for `what`
+    /// (logged once through `awaited`, the last thing logged as awaited).
     async fn try_initial(
         &self,
         nodes: &Api<KubeNode>,
         client: &kube::Client,
+        awaited: &mut String,
     ) -> Result<Result<(NodeView, BTreeMap<String, String>), String>, NodeError> {
         let name = &self.config.node_name;
         let io = |e: kube::Error| NodeError::Io(format!("Kubernetes API: {e}"));
@@ -331,22 +337,23 @@ impl KubernetesSource {
             )
             .await
             .map_err(io)?;
-        let resource = resolved(self.config.mode, to_node_resource(&applied)?)?;
-        match self.config.mode {
-            KubernetesMode::ClusterPool if resource.spec.ipam.pod_cidrs.is_empty() => {
-                return Ok(Err(
-                    "the operator to write this node's CIDRs into spec.ipam.podCIDRs of its CiliumNode"
-                        .into(),
-                ));
+        let mut resource = resolved(self.config.mode, to_node_resource(&applied)?)?;
+        if let Some(what) = self.awaited(&resource) {
+            if what != *awaited {
+                tracing::info!(node = %name, "waiting for {what}");
+                *awaited = what.clone();
             }
-            KubernetesMode::External { .. } if offered(&resource) < self.config.needed => {
-                return Ok(Err(format!(
-                    "initial IP to become available in '{name}' custom resource ({} of {} addresses)",
-                    offered(&resource),
-                    self.config.needed
-                )));
+            // Follow the CiliumNode from this version instead of asking again a
+            // second later: the node serves as soon as the operator's write lands.
+            let rv = applied
+                .metadata
+                .resource_version
+                .clone()
+                .unwrap_or_default();
+            match self.await_cilium_node(&api, &rv).await {
+                Some(r) => resource = r,
+                None => return Ok(Err(what)),
             }
-            _ => {}
         }
         let labels = node.metadata.labels.clone();
         Ok(Ok((
@@ -356,6 +363,57 @@ impl KubernetesSource {
             },
             labels,
         )))
+    }
+}
+
+impl KubernetesSource {
+    /// What the start still waits for in this node's CiliumNode, if anything.
+    fn awaited(&self, resource: &NodeResource) -> Option<String> {
+        let name = &self.config.node_name;
+        match self.config.mode {
+            KubernetesMode::ClusterPool if resource.spec.ipam.pod_cidrs.is_empty() => Some(
+                "the operator to write this node's CIDRs into spec.ipam.podCIDRs of its CiliumNode"
+                    .into(),
+            ),
+            KubernetesMode::External { .. } if offered(resource) < self.config.needed => {
+                Some(format!(
+                    "initial IP to become available in '{name}' custom resource ({} of {} addresses)",
+                    offered(resource),
+                    self.config.needed
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// Watches this node's CiliumNode from `rv` for at most [`START_WATCH`] until a
+    /// version has what the start waits for. None: not within that time, or the
+    /// watch broke (the caller tries again from the top).
+    async fn await_cilium_node(&self, api: &Api<DynamicObject>, rv: &str) -> Option<NodeResource> {
+        let params = WatchParams::default()
+            .fields(&format!("metadata.name={}", self.config.node_name))
+            .timeout(START_WATCH.as_secs() as u32);
+        let follow = async {
+            let mut events = api.watch(&params, rv).await.ok()?.boxed();
+            while let Some(event) = events.next().await {
+                let obj = match event.ok()? {
+                    WatchEvent::Added(o) | WatchEvent::Modified(o) => o,
+                    WatchEvent::Bookmark(_) => continue,
+                    WatchEvent::Deleted(_) | WatchEvent::Error(_) => return None,
+                };
+                let resource = to_node_resource(&obj)
+                    .and_then(|r| resolved(self.config.mode, r))
+                    .ok()?;
+                if self.awaited(&resource).is_none() {
+                    return Some(resource);
+                }
+            }
+            None
+        };
+        tokio::time::timeout(START_WATCH + RETRY, follow)
+            .await
+            .ok()
+            .flatten()
     }
 }
 
