@@ -304,4 +304,32 @@ impl NetlinkSocket {
             Err(e) => Err(e),
         }
     }
+
+    /// Whether the kernel knows links of `kind` (e.g. `geneve`): creating one
+    /// named `podnet_probe` fails with EOPNOTSUPP ("Unknown device type") when it
+    /// does not; one that was created is deleted again.
+    pub fn has_link_kind(&self, kind: &str) -> Result<bool> {
+        const PROBE: &str = "podnet_probe";
+        let mut msg = LinkMessage::default();
+        msg.attributes
+            .push(LinkAttribute::IfName(PROBE.to_string()));
+        msg.attributes
+            .push(LinkAttribute::LinkInfo(vec![NlLinkInfo::Kind(
+                InfoKind::Other(kind.to_string()),
+            )]));
+        match self.request(
+            RouteNetlinkMessage::NewLink(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+            || format!("probing for {kind} links{}", self.where_()),
+        ) {
+            Ok(_) => {
+                self.delete_link_by_name(PROBE)?;
+                Ok(true)
+            }
+            Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => Ok(false),
+            // The driver exists and refused the bare request (missing attributes).
+            Err(e) if e.errno().is_some() => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
 }

@@ -17,6 +17,7 @@
 //! the API server: [`kubernetes`]).
 
 pub mod cilium_node_file;
+pub mod cluster_nodes;
 mod embedded;
 pub mod external;
 mod kube_pools;
