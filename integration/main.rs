@@ -12,6 +12,7 @@ mod bad_input;
 mod cnitool;
 mod core_path;
 mod crash_safety;
+mod crossnode;
 mod daemon_lifecycle;
 mod delegated;
 mod external_modes;

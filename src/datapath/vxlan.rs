@@ -54,6 +54,14 @@ fn entry_of(msg: NeighbourMessage) -> Option<L2Entry> {
         match attr {
             NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => ip = Some(a.into()),
             NeighbourAttribute::Destination(NeighbourAddress::Inet6(a)) => ip = Some(a.into()),
+            // AF_BRIDGE entries: the parser does not know NDA_DST's family.
+            NeighbourAttribute::Destination(NeighbourAddress::Other(b)) => {
+                ip = match b.len() {
+                    4 => <[u8; 4]>::try_from(b.as_slice()).ok().map(IpAddr::from),
+                    16 => <[u8; 16]>::try_from(b.as_slice()).ok().map(IpAddr::from),
+                    _ => None,
+                }
+            }
             NeighbourAttribute::LinkLayerAddress(l) => mac = <[u8; 6]>::try_from(l.as_slice()).ok(),
             _ => {}
         }
@@ -208,7 +216,11 @@ impl NetlinkSocket {
     fn list_l2(&self, index: u32, family: AddressFamily) -> Result<Vec<L2Entry>> {
         let mut req = NeighbourMessage::default();
         req.header.family = family;
-        req.header.ifindex = index;
+        // A strict neighbour dump refuses an ifindex in the header (the entries
+        // are filtered below); the FDB dump takes it as a device filter.
+        if family == AddressFamily::Bridge {
+            req.header.ifindex = index;
+        }
         let msgs = self.dump(RouteNetlinkMessage::GetNeighbour(req), || {
             format!("listing neighbours of link #{index}{}", self.where_())
         })?;

@@ -1,0 +1,429 @@
+//! The cross-node datapath on a real kube-apiserver (integration/k8s.rs): node
+//! daemons in namespaces on the control plane's fabric bridge (`--ipam kubernetes`,
+//! each Node with its own pod CIDR), real pods made by the real plugin, and an
+//! "outside" host on the fabric that routes nothing to pod addresses. In tunnel
+//! mode (VXLAN) and native mode (auto-direct-node-routes): pod to pod across nodes
+//! (ping and a TCP exchange), node to remote pod, pod to remote node, a full-size
+//! don't-fragment ping, the outside host seeing the node's address as the source
+//! (masquerade); in tunnel mode also a deleted node's routes and FDB entries going,
+//! a new node becoming reachable, and a daemon restart that keeps the routes and a
+//! live TCP connection.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use podnet::api::models::CrossNodeStatus;
+use podnet::datapath::{NetNs, in_netns};
+
+use crate::harness::*;
+use crate::k8s::{ControlPlane, NodeNs};
+use crate::k8s_backend::{create_node, k8s_node};
+
+/// Waits until `f` holds, at most `limit`.
+fn wait_for(what: &str, limit: Duration, f: impl FnMut() -> bool) {
+    wait_showing(what, limit, f, String::new);
+}
+
+/// Waits until `f` holds, at most `limit`; on timeout the panic shows `detail()`.
+fn wait_showing(
+    what: &str,
+    limit: Duration,
+    mut f: impl FnMut() -> bool,
+    detail: impl Fn() -> String,
+) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\n{}",
+            detail()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn open(ns: &Netns) -> NetNs {
+    NetNs::open(ns.path()).expect("open netns")
+}
+
+/// A TCP listener on every address of `ns`.
+fn listen(ns: &Netns) -> TcpListener {
+    let l = in_netns(&open(ns), || Ok(TcpListener::bind("0.0.0.0:0")))
+        .expect("enter netns")
+        .expect("bind");
+    l.set_nonblocking(true).expect("nonblocking");
+    l
+}
+
+/// A connection from inside `ns`.
+fn connect(ns: &Netns, to: SocketAddr) -> TcpStream {
+    let s = in_netns(&open(ns), || {
+        Ok(TcpStream::connect_timeout(&to, Duration::from_secs(3)))
+    })
+    .expect("enter netns")
+    .unwrap_or_else(|e| panic!("connecting to {to}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(3)))
+        .expect("timeout");
+    s
+}
+
+/// Accepts one connection within 5 s.
+fn accept(l: &TcpListener) -> (TcpStream, SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match l.accept() {
+            Ok((s, peer)) => {
+                s.set_nonblocking(false).expect("blocking");
+                s.set_read_timeout(Some(Duration::from_secs(3)))
+                    .expect("timeout");
+                return (s, peer);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(Instant::now() < deadline, "no connection arrived");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+}
+
+/// One line each way over a connection.
+fn exchange(client: &mut TcpStream, server: &mut TcpStream, line: &str) {
+    writeln!(client, "{line}").expect("client write");
+    let mut got = String::new();
+    BufReader::new(&mut *server)
+        .read_line(&mut got)
+        .expect("server read");
+    assert_eq!(got.trim(), line);
+    writeln!(server, "re: {line}").expect("server write");
+    let mut back = String::new();
+    BufReader::new(&mut *client)
+        .read_line(&mut back)
+        .expect("client read");
+    assert_eq!(back.trim(), format!("re: {line}"));
+}
+
+/// A TCP connection from `from` to `to_ip` in `to`, one exchange; returns the
+/// source address the server saw.
+fn tcp_exchange(from: &Netns, to: &Netns, to_ip: &str) -> IpAddr {
+    let l = listen(to);
+    let port = l.local_addr().expect("port").port();
+    let ip: IpAddr = to_ip.parse().expect("ip");
+    let mut c = connect(from, SocketAddr::new(ip, port));
+    let (mut s, peer) = accept(&l);
+    exchange(&mut c, &mut s, "hello across nodes");
+    peer.ip()
+}
+
+fn ping(ns: &Netns, args: &[&str], ip: &str) -> bool {
+    let mut all = vec!["ping", "-4", "-c1", "-W2"];
+    all.extend_from_slice(args);
+    all.push(ip);
+    ns.exec(&all).status.success()
+}
+
+fn cross_node(node: &Node) -> CrossNodeStatus {
+    node.client()
+        .healthz()
+        .expect("status")
+        .ipam
+        .cross_node
+        .expect("the cross-node datapath runs")
+}
+
+fn show(ns: &Netns, args: &[&str]) -> String {
+    String::from_utf8_lossy(&ns.exec(args).stdout).to_string()
+}
+
+fn podnet_routes(node: &Node) -> String {
+    show(&node.ns, &["ip", "-4", "route", "show", "proto", "77"])
+}
+
+fn fdb(node: &Node) -> String {
+    show(&node.ns, &["bridge", "fdb", "show", "dev", "podnet_vxlan"])
+}
+
+/// A node with its Node object (pod CIDR `cidr`) and its daemon, started.
+fn start_node(cp: &ControlPlane, name: &str, cidr: &str, args: &[&str]) -> (Node, String) {
+    let ns: NodeNs = cp.add_node_ns(name);
+    create_node(cp, &ns, &[cidr]);
+    let ip = ns.ip.to_string();
+    let mut all = vec!["--ipam", "kubernetes"];
+    all.extend_from_slice(args);
+    let mut node = k8s_node(ns, &cp.kubeconfig(), &all);
+    node.start_daemon();
+    (node, ip)
+}
+
+/// A pod on `node`, with its IPv4 address.
+fn pod(node: &Node) -> (Sandbox, String) {
+    let sb = node.sandbox();
+    let r = node.add(&sb);
+    assert!(r.ok, "{}\n{}", r.stdout, node.log());
+    let ip = r.ipv4();
+    (sb, ip)
+}
+
+fn mtu_of(sb: &Sandbox) -> u32 {
+    let out = show(&sb.ns, &["ip", "-o", "link", "show", &sb.ifname]);
+    out.split_whitespace()
+        .skip_while(|w| *w != "mtu")
+        .nth(1)
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What every mode must do: pod to pod both ways (ping, TCP), node to remote
+/// pod, pod to remote node, a full-size DF ping, masquerade towards the outside.
+fn check_connectivity(
+    nodes: &[(&Node, &str)],
+    pods: &[(&Sandbox, &str)],
+    outside: &Netns,
+    outside_ip: &str,
+    pod_mtu: u32,
+) {
+    let ((n1, n1_ip), (n2, n2_ip)) = (nodes[0], nodes[1]);
+    let ((p1, p1_ip), (p2, p2_ip)) = (pods[0], pods[1]);
+    wait_for("pod to pod across nodes", Duration::from_secs(10), || {
+        ping(&p1.ns, &[], p2_ip)
+    });
+    assert!(ping(&p2.ns, &[], p1_ip), "{p2_ip} -> {p1_ip}\n{}", n2.log());
+    assert_eq!(
+        tcp_exchange(&p1.ns, &p2.ns, p2_ip).to_string(),
+        p1_ip,
+        "a pod reaches a pod with its own address"
+    );
+    assert!(ping(&n2.ns, &[], p1_ip), "node to remote pod");
+    assert!(ping(&p1.ns, &[], n2_ip), "pod to remote node");
+    assert_eq!(mtu_of(p1), pod_mtu);
+    let full = (pod_mtu - 28).to_string();
+    assert!(
+        ping(&p1.ns, &["-M", "do", "-s", &full], p2_ip),
+        "a full-size ({pod_mtu}) don't-fragment packet crosses"
+    );
+    let over = (pod_mtu - 27).to_string();
+    assert!(
+        !ping(&p1.ns, &["-M", "do", "-s", &over], p2_ip),
+        "one byte more does not fit the pod MTU"
+    );
+    // The outside host has no route to pod addresses: only a masqueraded
+    // connection can come back, and it shows the node's address.
+    assert_eq!(
+        tcp_exchange(&p1.ns, outside, outside_ip).to_string(),
+        n1_ip,
+        "the outside sees the node's address\n{}",
+        show(&n1.ns, &["nft", "list", "table", "ip", "podnet"])
+    );
+}
+
+#[test]
+fn tunnel_mode_connects_pods_across_nodes_follows_node_changes_and_survives_a_restart() {
+    const TEST: &str = "crossnode_tunnel";
+    let Some(cp) = ControlPlane::start(TEST) else {
+        return;
+    };
+    cp.install_crds();
+    let outside = cp.add_node_ns("outside");
+    let tunnel = ["--routing-mode", "tunnel"];
+    let (mut n1, n1_ip) = start_node(&cp, "xt-1", "10.61.1.0/24", &tunnel);
+    let (n2, n2_ip) = start_node(&cp, "xt-2", "10.61.2.0/24", &tunnel);
+    let (mut n3, n3_ip) = start_node(&cp, "xt-3", "10.61.3.0/24", &tunnel);
+    let (p1, p1_ip) = pod(&n1);
+    let (p2, p2_ip) = pod(&n2);
+    let (_p3, p3_ip) = pod(&n3);
+
+    wait_for(
+        "n1 to know both remote nodes",
+        Duration::from_secs(10),
+        || {
+            let s = cross_node(&n1);
+            s.routes == 2
+                && s.remote_nodes
+                    .iter()
+                    .all(|r| r.path.starts_with("tunnel to"))
+        },
+    );
+    let status = cross_node(&n1);
+    assert_eq!(status.tunnel_local, n1_ip);
+    assert!(status.errors.is_empty(), "{:?}", status.errors);
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &n1.ns.name,
+            podnet_bin(),
+            "status",
+            "--socket",
+        ])
+        .arg(n1.socket())
+        .output()
+        .expect("podnet status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("tunnel (vxlan, port 8472, device podnet_vxlan)")
+            && text.contains(&format!("({n2_ip}): 10.61.2.0/24: tunnel to {n2_ip}")),
+        "{text}"
+    );
+    let dev = show(&n1.ns, &["ip", "-d", "link", "show", "podnet_vxlan"]);
+    assert!(
+        dev.contains("mtu 1450")
+            && dev.contains("vxlan id 2")
+            && dev.contains(&format!("local {n1_ip}"))
+            && dev.contains("dstport 8472")
+            && dev.contains("nolearning"),
+        "{dev}"
+    );
+    check_connectivity(
+        &[(&n1, &n1_ip), (&n2, &n2_ip)],
+        &[(&p1, &p1_ip), (&p2, &p2_ip)],
+        &outside.ns,
+        &outside.ip.to_string(),
+        1450,
+    );
+    assert!(ping(&p1.ns, &[], &p3_ip), "and to the third node's pod");
+
+    // A node goes (its daemon stopped, its CiliumNode deleted): the others drop
+    // its route and FDB entry.
+    assert!(fdb(&n1).contains(&format!("dst {n3_ip}")), "{}", fdb(&n1));
+    n3.stop_daemon(false);
+    cp.kubectl(&["delete", "ciliumnode", "xt-3"])
+        .expect_ok("delete the CiliumNode");
+    wait_showing(
+        "n3's route and FDB entry to go",
+        Duration::from_secs(5),
+        || {
+            !podnet_routes(&n1).contains("10.61.3.0/24")
+                && !fdb(&n1).contains(&format!("dst {n3_ip}"))
+        },
+        || {
+            format!(
+                "routes:\n{}fdb:\n{}status: {:?}\nlog:\n{}",
+                podnet_routes(&n1),
+                fdb(&n1),
+                cross_node(&n1),
+                n1.log()
+            )
+        },
+    );
+    assert!(!podnet_routes(&n2).contains("10.61.3.0/24"));
+    drop(n3);
+
+    // A new node becomes reachable.
+    let (n4, _) = start_node(&cp, "xt-4", "10.61.4.0/24", &tunnel);
+    let (p4, p4_ip) = pod(&n4);
+    let joined = Instant::now();
+    wait_for("the new node's pod", Duration::from_secs(10), || {
+        ping(&p1.ns, &["-W1"], &p4_ip)
+    });
+    eprintln!(
+        "{TEST}: new node's pod reachable {:?} after its ADD",
+        joined.elapsed()
+    );
+    assert!(ping(&p4.ns, &[], &p2_ip));
+
+    // A restart keeps the routes and a live connection.
+    let l = listen(&p2.ns);
+    let port = l.local_addr().expect("port").port();
+    let mut c = connect(&p1.ns, SocketAddr::new(p2_ip.parse().expect("ip"), port));
+    let (mut s, _) = accept(&l);
+    exchange(&mut c, &mut s, "before the restart");
+    let routes_before = podnet_routes(&n1);
+    let fdb_before = fdb(&n1);
+    n1.stop_daemon(false);
+    assert_eq!(
+        podnet_routes(&n1),
+        routes_before,
+        "the daemon's stop keeps the routes"
+    );
+    n1.start_daemon();
+    wait_for(
+        "the restarted daemon's first pass",
+        Duration::from_secs(10),
+        || cross_node(&n1).synced,
+    );
+    assert_eq!(podnet_routes(&n1), routes_before);
+    assert_eq!(fdb(&n1), fdb_before);
+    exchange(&mut c, &mut s, "after the restart");
+}
+
+#[test]
+fn native_mode_routes_pods_via_the_nodes_internal_ips() {
+    const TEST: &str = "crossnode_native";
+    let Some(cp) = ControlPlane::start(TEST) else {
+        return;
+    };
+    cp.install_crds();
+    let outside = cp.add_node_ns("outside");
+    let native = [
+        "--routing-mode",
+        "native",
+        "--auto-direct-node-routes",
+        "--ipv4-native-routing-cidr",
+        "10.62.0.0/16",
+    ];
+    let (n1, n1_ip) = start_node(&cp, "xn-1", "10.62.1.0/24", &native);
+    let (n2, n2_ip) = start_node(&cp, "xn-2", "10.62.2.0/24", &native);
+    let (p1, p1_ip) = pod(&n1);
+    let (p2, p2_ip) = pod(&n2);
+    wait_for("n1's route to n2's pods", Duration::from_secs(10), || {
+        podnet_routes(&n1).contains(&format!("10.62.2.0/24 via {n2_ip} dev eth0"))
+    });
+    let s = cross_node(&n1);
+    assert_eq!(s.remote_nodes.len(), 1);
+    assert_eq!(s.remote_nodes[0].path, format!("route via {n2_ip}"));
+    assert!(s.tunnel_local.is_empty());
+    assert!(
+        show(&n1.ns, &["ip", "link", "show", "podnet_vxlan"]).is_empty(),
+        "no tunnel device in native mode"
+    );
+    check_connectivity(
+        &[(&n1, &n1_ip), (&n2, &n2_ip)],
+        &[(&p1, &p1_ip), (&p2, &p2_ip)],
+        &outside.ns,
+        &outside.ip.to_string(),
+        1500,
+    );
+}
+
+#[test]
+fn geneve_and_a_missing_nft_stop_the_daemon_with_the_reason() {
+    const TEST: &str = "crossnode_prerequisites";
+    if !root_or_skip(TEST) {
+        return;
+    }
+    let ns = Netns::new("pnt-xn");
+    let dir = std::env::temp_dir().join(format!("podnet-it-{}", ns.name));
+    let run = |extra: &[&str], path: &str| {
+        let out = Command::new("/usr/sbin/ip")
+            .args(["netns", "exec", &ns.name, podnet_bin(), "daemon"])
+            .arg("--socket")
+            .arg(dir.join("podnet.sock"))
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .args(["--k8s-kubeconfig-path", "/nonexistent/kubeconfig"])
+            .args(extra)
+            .env("PATH", path)
+            .output()
+            .expect("podnet daemon");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let path = std::env::var("PATH").unwrap_or_default();
+    let e = run(&["--tunnel-protocol", "geneve"], &path);
+    assert!(
+        e.contains("--tunnel-protocol geneve: this kernel has no Geneve driver"),
+        "{e}"
+    );
+    assert!(
+        show(&ns, &["ip", "link", "show", "podnet_probe"]).is_empty(),
+        "the probe left nothing behind"
+    );
+    let e = run(&[], "/nonexistent");
+    assert!(
+        e.contains("needs the nft tool, which is not installed: apt-get install nftables"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
