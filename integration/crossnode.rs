@@ -48,9 +48,13 @@ fn open(ns: &Netns) -> NetNs {
     NetNs::open(ns.path()).expect("open netns")
 }
 
-/// A TCP listener on every address of `ns`.
-fn listen(ns: &Netns) -> TcpListener {
-    let l = in_netns(&open(ns), || Ok(TcpListener::bind("0.0.0.0:0")))
+/// A TCP listener on every address of `ns` of `ip`'s family.
+fn listen(ns: &Netns, ip: IpAddr) -> TcpListener {
+    let any = match ip {
+        IpAddr::V4(_) => "0.0.0.0:0",
+        IpAddr::V6(_) => "[::]:0",
+    };
+    let l = in_netns(&open(ns), || Ok(TcpListener::bind(any)))
         .expect("enter netns")
         .expect("bind");
     l.set_nonblocking(true).expect("nonblocking");
@@ -108,9 +112,9 @@ fn exchange(client: &mut TcpStream, server: &mut TcpStream, line: &str) {
 /// A TCP connection from `from` to `to_ip` in `to`, one exchange; returns the
 /// source address the server saw.
 fn tcp_exchange(from: &Netns, to: &Netns, to_ip: &str) -> IpAddr {
-    let l = listen(to);
-    let port = l.local_addr().expect("port").port();
     let ip: IpAddr = to_ip.parse().expect("ip");
+    let l = listen(to, ip);
+    let port = l.local_addr().expect("port").port();
     let mut c = connect(from, SocketAddr::new(ip, port));
     let (mut s, peer) = accept(&l);
     exchange(&mut c, &mut s, "hello across nodes");
@@ -118,7 +122,8 @@ fn tcp_exchange(from: &Netns, to: &Netns, to_ip: &str) -> IpAddr {
 }
 
 fn ping(ns: &Netns, args: &[&str], ip: &str) -> bool {
-    let mut all = vec!["ping", "-4", "-c1", "-W2"];
+    let family = if ip.contains(':') { "-6" } else { "-4" };
+    let mut all = vec!["ping", family, "-c1", "-W2"];
     all.extend_from_slice(args);
     all.push(ip);
     ns.exec(&all).status.success()
@@ -145,10 +150,10 @@ fn fdb(node: &Node) -> String {
     show(&node.ns, &["bridge", "fdb", "show", "dev", "podnet_vxlan"])
 }
 
-/// A node with its Node object (pod CIDR `cidr`) and its daemon, started.
-fn start_node(cp: &ControlPlane, name: &str, cidr: &str, args: &[&str]) -> (Node, String) {
+/// A node with its Node object (pod CIDRs `cidrs`) and its daemon, started.
+fn start_node(cp: &ControlPlane, name: &str, cidrs: &[&str], args: &[&str]) -> (Node, String) {
     let ns: NodeNs = cp.add_node_ns(name);
-    create_node(cp, &ns, &[cidr]);
+    create_node(cp, &ns, cidrs);
     let ip = ns.ip.to_string();
     let mut all = vec!["--ipam", "kubernetes"];
     all.extend_from_slice(args);
@@ -159,11 +164,18 @@ fn start_node(cp: &ControlPlane, name: &str, cidr: &str, args: &[&str]) -> (Node
 
 /// A pod on `node`, with its IPv4 address.
 fn pod(node: &Node) -> (Sandbox, String) {
+    let (sb, ips) = dual_stack_pod(node);
+    (sb, ips[0].clone())
+}
+
+/// A pod on `node`, with its addresses (IPv4 first).
+fn dual_stack_pod(node: &Node) -> (Sandbox, Vec<String>) {
     let sb = node.sandbox();
     let r = node.add(&sb);
     assert!(r.ok, "{}\n{}", r.stdout, node.log());
-    let ip = r.ipv4();
-    (sb, ip)
+    let mut ips = r.ips();
+    ips.sort_by_key(|ip| ip.contains(':'));
+    (sb, ips)
 }
 
 fn mtu_of(sb: &Sandbox) -> u32 {
@@ -226,23 +238,24 @@ fn tunnel_mode_connects_pods_across_nodes_follows_node_changes_and_survives_a_re
     };
     cp.install_crds();
     let outside = cp.add_node_ns("outside");
-    let tunnel = ["--routing-mode", "tunnel"];
-    let (mut n1, n1_ip) = start_node(&cp, "xt-1", "10.61.1.0/24", &tunnel);
-    let (n2, n2_ip) = start_node(&cp, "xt-2", "10.61.2.0/24", &tunnel);
-    let (mut n3, n3_ip) = start_node(&cp, "xt-3", "10.61.3.0/24", &tunnel);
-    let (p1, p1_ip) = pod(&n1);
-    let (p2, p2_ip) = pod(&n2);
-    let (_p3, p3_ip) = pod(&n3);
+    let tunnel = ["--routing-mode", "tunnel", "--enable-ipv6"];
+    let (mut n1, n1_ip) = start_node(&cp, "xt-1", &["10.61.1.0/24", "fd00:61:1::/120"], &tunnel);
+    let (n2, n2_ip) = start_node(&cp, "xt-2", &["10.61.2.0/24", "fd00:61:2::/120"], &tunnel);
+    let (mut n3, n3_ip) = start_node(&cp, "xt-3", &["10.61.3.0/24", "fd00:61:3::/120"], &tunnel);
+    let (p1, p1_ips) = dual_stack_pod(&n1);
+    let (p2, p2_ips) = dual_stack_pod(&n2);
+    let (_p3, p3_ips) = dual_stack_pod(&n3);
+    let (p1_ip, p2_ip, p3_ip) = (p1_ips[0].clone(), p2_ips[0].clone(), p3_ips[0].clone());
 
     wait_for(
         "n1 to know both remote nodes",
         Duration::from_secs(10),
         || {
             let s = cross_node(&n1);
-            s.routes == 2
+            s.routes == 4
                 && s.remote_nodes
                     .iter()
-                    .all(|r| r.path.starts_with("tunnel to"))
+                    .all(|r| r.path == format!("tunnel to {}", r.internal_ip))
         },
     );
     let status = cross_node(&n1);
@@ -263,7 +276,9 @@ fn tunnel_mode_connects_pods_across_nodes_follows_node_changes_and_survives_a_re
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("tunnel (vxlan, port 8472, device podnet_vxlan)")
-            && text.contains(&format!("({n2_ip}): 10.61.2.0/24: tunnel to {n2_ip}")),
+            && text.contains(&format!(
+                "({n2_ip}): 10.61.2.0/24 fd00:61:2::/120: tunnel to {n2_ip}"
+            )),
         "{text}"
     );
     let dev = show(&n1.ns, &["ip", "-d", "link", "show", "podnet_vxlan"]);
@@ -283,6 +298,19 @@ fn tunnel_mode_connects_pods_across_nodes_follows_node_changes_and_survives_a_re
         1450,
     );
     assert!(ping(&p1.ns, &[], &p3_ip), "and to the third node's pod");
+    // IPv6 pods through the same (IPv4) tunnel.
+    let (p1_v6, p2_v6) = (&p1_ips[1], &p2_ips[1]);
+    assert!(ping(&p1.ns, &[], p2_v6), "{p1_v6} -> {p2_v6}");
+    assert!(
+        ping(&p2.ns, &["-M", "do", "-s", "1402"], p1_v6),
+        "full-size IPv6 (1450)"
+    );
+    assert_eq!(tcp_exchange(&p2.ns, &p1.ns, p1_v6).to_string(), *p2_v6);
+    assert!(ping(&n2.ns, &[], p1_v6), "node to remote pod over IPv6");
+    assert!(
+        show(&n1.ns, &["nft", "list", "table", "ip6", "podnet"]).contains("masquerade"),
+        "IPv6 masquerade is on with IPv6"
+    );
 
     // A node goes (its daemon stopped, its CiliumNode deleted): the others drop
     // its route and FDB entry.
@@ -296,6 +324,8 @@ fn tunnel_mode_connects_pods_across_nodes_follows_node_changes_and_survives_a_re
         || {
             !podnet_routes(&n1).contains("10.61.3.0/24")
                 && !fdb(&n1).contains(&format!("dst {n3_ip}"))
+                && !show(&n1.ns, &["ip", "-6", "route", "show", "proto", "77"])
+                    .contains("fd00:61:3::")
         },
         || {
             format!(
@@ -311,7 +341,7 @@ fn tunnel_mode_connects_pods_across_nodes_follows_node_changes_and_survives_a_re
     drop(n3);
 
     // A new node becomes reachable.
-    let (n4, _) = start_node(&cp, "xt-4", "10.61.4.0/24", &tunnel);
+    let (n4, _) = start_node(&cp, "xt-4", &["10.61.4.0/24", "fd00:61:4::/120"], &tunnel);
     let (p4, p4_ip) = pod(&n4);
     let joined = Instant::now();
     wait_for("the new node's pod", Duration::from_secs(10), || {
@@ -324,9 +354,10 @@ fn tunnel_mode_connects_pods_across_nodes_follows_node_changes_and_survives_a_re
     assert!(ping(&p4.ns, &[], &p2_ip));
 
     // A restart keeps the routes and a live connection.
-    let l = listen(&p2.ns);
+    let p2_addr: IpAddr = p2_ip.parse().expect("ip");
+    let l = listen(&p2.ns, p2_addr);
     let port = l.local_addr().expect("port").port();
-    let mut c = connect(&p1.ns, SocketAddr::new(p2_ip.parse().expect("ip"), port));
+    let mut c = connect(&p1.ns, SocketAddr::new(p2_addr, port));
     let (mut s, _) = accept(&l);
     exchange(&mut c, &mut s, "before the restart");
     let routes_before = podnet_routes(&n1);
@@ -363,8 +394,8 @@ fn native_mode_routes_pods_via_the_nodes_internal_ips() {
         "--ipv4-native-routing-cidr",
         "10.62.0.0/16",
     ];
-    let (n1, n1_ip) = start_node(&cp, "xn-1", "10.62.1.0/24", &native);
-    let (n2, n2_ip) = start_node(&cp, "xn-2", "10.62.2.0/24", &native);
+    let (n1, n1_ip) = start_node(&cp, "xn-1", &["10.62.1.0/24"], &native);
+    let (n2, n2_ip) = start_node(&cp, "xn-2", &["10.62.2.0/24"], &native);
     let (p1, p1_ip) = pod(&n1);
     let (p2, p2_ip) = pod(&n2);
     wait_for("n1's route to n2's pods", Duration::from_secs(10), || {
