@@ -19,7 +19,7 @@ use podnet::datapath::{NetNs, in_netns};
 
 use crate::harness::*;
 use crate::k8s::{ControlPlane, NodeNs};
-use crate::k8s_backend::{create_node, k8s_node};
+use crate::k8s_backend::{add_as, create_node, create_pod, k8s_node};
 
 /// Waits until `f` holds, at most `limit`.
 fn wait_for(what: &str, limit: Duration, f: impl FnMut() -> bool) {
@@ -150,14 +150,22 @@ fn fdb(node: &Node) -> String {
     show(&node.ns, &["bridge", "fdb", "show", "dev", "podnet_vxlan"])
 }
 
-/// A node with its Node object (pod CIDRs `cidrs`) and its daemon, started.
-fn start_node(cp: &ControlPlane, name: &str, cidrs: &[&str], args: &[&str]) -> (Node, String) {
+/// A node with its Node object (pod CIDRs `cidrs`), the operator's `blocks`
+/// (pool, CIDR) in its CiliumNode, and its daemon with `args`, started.
+fn start_node(
+    cp: &ControlPlane,
+    name: &str,
+    cidrs: &[&str],
+    blocks: &[(&str, &str)],
+    args: &[&str],
+) -> (Node, String) {
     let ns: NodeNs = cp.add_node_ns(name);
     create_node(cp, &ns, cidrs);
+    if !blocks.is_empty() {
+        operator_allocates(cp, name, blocks);
+    }
     let ip = ns.ip.to_string();
-    let mut all = vec!["--ipam", "kubernetes"];
-    all.extend_from_slice(args);
-    let mut node = k8s_node(ns, &cp.kubeconfig(), &all);
+    let mut node = k8s_node(ns, &cp.kubeconfig(), args);
     node.start_daemon();
     (node, ip)
 }
@@ -238,10 +246,34 @@ fn tunnel_mode_connects_pods_across_nodes_follows_node_changes_and_survives_a_re
     };
     cp.install_crds();
     let outside = cp.add_node_ns("outside");
-    let tunnel = ["--routing-mode", "tunnel", "--enable-ipv6"];
-    let (mut n1, n1_ip) = start_node(&cp, "xt-1", &["10.61.1.0/24", "fd00:61:1::/120"], &tunnel);
-    let (n2, n2_ip) = start_node(&cp, "xt-2", &["10.61.2.0/24", "fd00:61:2::/120"], &tunnel);
-    let (mut n3, n3_ip) = start_node(&cp, "xt-3", &["10.61.3.0/24", "fd00:61:3::/120"], &tunnel);
+    let tunnel = [
+        "--ipam",
+        "kubernetes",
+        "--routing-mode",
+        "tunnel",
+        "--enable-ipv6",
+    ];
+    let (mut n1, n1_ip) = start_node(
+        &cp,
+        "xt-1",
+        &["10.61.1.0/24", "fd00:61:1::/120"],
+        &[],
+        &tunnel,
+    );
+    let (n2, n2_ip) = start_node(
+        &cp,
+        "xt-2",
+        &["10.61.2.0/24", "fd00:61:2::/120"],
+        &[],
+        &tunnel,
+    );
+    let (mut n3, n3_ip) = start_node(
+        &cp,
+        "xt-3",
+        &["10.61.3.0/24", "fd00:61:3::/120"],
+        &[],
+        &tunnel,
+    );
     let (p1, p1_ips) = dual_stack_pod(&n1);
     let (p2, p2_ips) = dual_stack_pod(&n2);
     let (_p3, p3_ips) = dual_stack_pod(&n3);
@@ -341,7 +373,13 @@ fn tunnel_mode_connects_pods_across_nodes_follows_node_changes_and_survives_a_re
     drop(n3);
 
     // A new node becomes reachable.
-    let (n4, _) = start_node(&cp, "xt-4", &["10.61.4.0/24", "fd00:61:4::/120"], &tunnel);
+    let (n4, _) = start_node(
+        &cp,
+        "xt-4",
+        &["10.61.4.0/24", "fd00:61:4::/120"],
+        &[],
+        &tunnel,
+    );
     let (p4, p4_ip) = pod(&n4);
     let joined = Instant::now();
     wait_for("the new node's pod", Duration::from_secs(10), || {
@@ -388,14 +426,16 @@ fn native_mode_routes_pods_via_the_nodes_internal_ips() {
     cp.install_crds();
     let outside = cp.add_node_ns("outside");
     let native = [
+        "--ipam",
+        "kubernetes",
         "--routing-mode",
         "native",
         "--auto-direct-node-routes",
         "--ipv4-native-routing-cidr",
         "10.62.0.0/16",
     ];
-    let (n1, n1_ip) = start_node(&cp, "xn-1", &["10.62.1.0/24"], &native);
-    let (n2, n2_ip) = start_node(&cp, "xn-2", &["10.62.2.0/24"], &native);
+    let (n1, n1_ip) = start_node(&cp, "xn-1", &["10.62.1.0/24"], &[], &native);
+    let (n2, n2_ip) = start_node(&cp, "xn-2", &["10.62.2.0/24"], &[], &native);
     let (p1, p1_ip) = pod(&n1);
     let (p2, p2_ip) = pod(&n2);
     wait_for("n1's route to n2's pods", Duration::from_secs(10), || {
@@ -415,6 +455,128 @@ fn native_mode_routes_pods_via_the_nodes_internal_ips() {
         &outside.ns,
         &outside.ip.to_string(),
         1500,
+    );
+}
+
+/// The test plays the operator: `blocks` (pool, CIDR) into the node's CiliumNode.
+fn operator_allocates(cp: &ControlPlane, node: &str, blocks: &[(&str, &str)]) {
+    let list = blocks
+        .iter()
+        .map(|(pool, cidr)| format!("{{pool: {pool}, cidrs: [{cidr}]}}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    cp.kubectl_stdin(
+        &["apply", "--server-side", "--field-manager", "podnet-operator", "-f", "-"],
+        &format!(
+            "apiVersion: cilium.io/v2\nkind: CiliumNode\nmetadata: {{name: {node}}}\nspec:\n  ipam:\n    pools:\n      allocated: [{list}]\n"
+        ),
+    )
+    .expect_ok("the operator's blocks");
+}
+
+/// A pod `name` in namespace default on `node` (its Pod object first, so the
+/// daemon can select its pool), with its IPv4 address.
+fn pool_pod(
+    cp: &ControlPlane,
+    node: &Node,
+    node_name: &str,
+    name: &str,
+    pool: &str,
+) -> (Sandbox, String) {
+    create_pod(
+        cp,
+        "default",
+        name,
+        node_name,
+        &format!("ipam.cilium.io/ip-pool: {pool}"),
+    );
+    let sb = node.sandbox();
+    let mut r = add_as(node, &sb, "default", name);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !r.ok && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        r = add_as(node, &sb, "default", name);
+    }
+    assert!(r.ok, "{name}: {}", r.stdout);
+    let ip = r.ipv4();
+    (sb, ip)
+}
+
+#[test]
+fn multi_pool_blocks_cross_the_tunnel_and_a_skip_masquerade_pool_keeps_its_address() {
+    const TEST: &str = "crossnode_multi_pool";
+    let Some(cp) = ControlPlane::start(TEST) else {
+        return;
+    };
+    cp.install_crds();
+    cp.apply(
+        "apiVersion: cilium.io/v2alpha1\nkind: CiliumPodIPPool\nmetadata: {name: default}\n\
+         spec:\n  ipv4: {cidrs: [10.80.0.0/16], maskSize: 27}\n---\n\
+         apiVersion: cilium.io/v2alpha1\nkind: CiliumPodIPPool\nmetadata:\n  name: mars\n  annotations: {ipam.cilium.io/skip-masquerade: \"true\"}\n\
+         spec:\n  ipv4: {cidrs: [10.81.0.0/16], maskSize: 27}\n",
+    );
+    let outside = cp.add_node_ns("outside");
+    let args = [
+        "--ipam",
+        "multi-pool",
+        "--ipam-multi-pool-pre-allocation",
+        "default=2,mars=2",
+        "--routing-mode",
+        "tunnel",
+    ];
+    let mut nodes = Vec::new();
+    for (name, default_block, mars_block) in [
+        ("xm-1", "10.80.0.0/27", "10.81.0.0/27"),
+        ("xm-2", "10.80.0.32/27", "10.81.0.32/27"),
+    ] {
+        let blocks = [("default", default_block), ("mars", mars_block)];
+        nodes.push(start_node(&cp, name, &[], &blocks, &args));
+    }
+    let (n1, n1_ip) = &nodes[0];
+    let (n2, _) = &nodes[1];
+    let (plain, plain_ip) = pool_pod(&cp, n1, "xm-1", "plain", "default");
+    let (martian, martian_ip) = pool_pod(&cp, n1, "xm-1", "martian", "mars");
+    let (remote, remote_ip) = pool_pod(&cp, n2, "xm-2", "remote", "default");
+    assert!(martian_ip.starts_with("10.81.0."), "{martian_ip}");
+
+    // Both pools' blocks cross the tunnel.
+    wait_for(
+        "both of n2's blocks routed on n1",
+        Duration::from_secs(10),
+        || {
+            let r = podnet_routes(n1);
+            r.contains("10.80.0.32/27") && r.contains("10.81.0.32/27")
+        },
+    );
+    assert!(
+        ping(&remote.ns, &[], &plain_ip),
+        "default pool across nodes"
+    );
+    assert!(ping(&remote.ns, &[], &martian_ip), "mars pool across nodes");
+    assert_eq!(
+        tcp_exchange(&martian.ns, &remote.ns, &remote_ip).to_string(),
+        martian_ip
+    );
+
+    // Towards the outside (which routes the mars pool back to n1): the default
+    // pool leaves as the node, mars keeps its address.
+    assert!(
+        outside
+            .ns
+            .exec(&["ip", "route", "add", "10.81.0.0/16", "via", n1_ip])
+            .status
+            .success()
+    );
+    let table = show(&n1.ns, &["nft", "list", "table", "ip", "podnet"]);
+    assert!(table.contains("ip saddr 10.80.0.0/27"), "{table}");
+    assert_eq!(
+        tcp_exchange(&plain.ns, &outside.ns, &outside.ip.to_string()).to_string(),
+        *n1_ip
+    );
+    assert_eq!(
+        tcp_exchange(&martian.ns, &outside.ns, &outside.ip.to_string()).to_string(),
+        martian_ip,
+        "{table}"
     );
 }
 

@@ -34,6 +34,19 @@ pub struct VxlanSpec {
     pub mtu: u32,
 }
 
+/// Which table of a device an entry goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum L2Table {
+    Fdb,
+    Neighbour,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum L2Change {
+    Add,
+    Delete,
+}
+
 /// One entry of a device's forwarding or neighbour table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct L2Entry {
@@ -71,7 +84,8 @@ fn entry_of(msg: NeighbourMessage) -> Option<L2Entry> {
 
 /// An FDB entry (`family` AF_BRIDGE, NTF_SELF) or a neighbour entry (the IP's
 /// family) on link `index`.
-fn l2_message(index: u32, entry: &L2Entry, fdb: bool) -> NeighbourMessage {
+fn l2_message(index: u32, entry: &L2Entry, table: L2Table) -> NeighbourMessage {
+    let fdb = table == L2Table::Fdb;
     let mut msg = NeighbourMessage::default();
     msg.header.ifindex = index;
     msg.header.state = NeighbourState::Permanent;
@@ -136,36 +150,12 @@ impl NetlinkSocket {
     /// Adds an FDB entry: frames to `entry.mac` go to the remote `entry.ip`.
     /// Idempotent (NLM_F_APPEND keeps one entry per MAC and destination).
     pub fn append_fdb(&self, index: u32, entry: &L2Entry) -> Result<()> {
-        self.request(
-            RouteNetlinkMessage::NewNeighbour(l2_message(index, entry, true)),
-            NLM_F_CREATE | NLM_F_APPEND,
-            || {
-                format!(
-                    "adding FDB entry {} dst {} on link #{index}{}",
-                    format_mac(&entry.mac),
-                    entry.ip,
-                    self.where_()
-                )
-            },
-        )
-        .map(|_| ())
+        self.write_l2(index, entry, L2Table::Fdb, L2Change::Add)
     }
 
     /// Deletes one FDB entry (ENOENT when absent).
     pub fn delete_fdb(&self, index: u32, entry: &L2Entry) -> Result<()> {
-        self.request(
-            RouteNetlinkMessage::DelNeighbour(l2_message(index, entry, true)),
-            0,
-            || {
-                format!(
-                    "deleting FDB entry {} dst {} on link #{index}{}",
-                    format_mac(&entry.mac),
-                    entry.ip,
-                    self.where_()
-                )
-            },
-        )
-        .map(|_| ())
+        self.write_l2(index, entry, L2Table::Fdb, L2Change::Delete)
     }
 
     /// The FDB entries of link `index` that have a remote destination.
@@ -175,34 +165,44 @@ impl NetlinkSocket {
 
     /// Adds or replaces a permanent neighbour entry on link `index`.
     pub fn replace_neighbour(&self, index: u32, entry: &L2Entry) -> Result<()> {
-        self.request(
-            RouteNetlinkMessage::NewNeighbour(l2_message(index, entry, false)),
-            NLM_F_CREATE | NLM_F_REPLACE,
-            || {
-                format!(
-                    "setting neighbour {} lladdr {} on link #{index}{}",
-                    entry.ip,
-                    format_mac(&entry.mac),
-                    self.where_()
-                )
-            },
-        )
-        .map(|_| ())
+        self.write_l2(index, entry, L2Table::Neighbour, L2Change::Add)
     }
 
     /// Deletes a neighbour entry (ENOENT when absent).
     pub fn delete_neighbour(&self, index: u32, entry: &L2Entry) -> Result<()> {
-        self.request(
-            RouteNetlinkMessage::DelNeighbour(l2_message(index, entry, false)),
-            0,
-            || {
-                format!(
-                    "deleting neighbour {} on link #{index}{}",
-                    entry.ip,
-                    self.where_()
-                )
-            },
-        )
+        self.write_l2(index, entry, L2Table::Neighbour, L2Change::Delete)
+    }
+
+    fn write_l2(
+        &self,
+        index: u32,
+        entry: &L2Entry,
+        table: L2Table,
+        change: L2Change,
+    ) -> Result<()> {
+        let msg = l2_message(index, entry, table);
+        let (req, flags, verb) = match (change, table) {
+            (L2Change::Add, L2Table::Fdb) => (
+                RouteNetlinkMessage::NewNeighbour(msg),
+                NLM_F_CREATE | NLM_F_APPEND,
+                "adding",
+            ),
+            (L2Change::Add, L2Table::Neighbour) => (
+                RouteNetlinkMessage::NewNeighbour(msg),
+                NLM_F_CREATE | NLM_F_REPLACE,
+                "setting",
+            ),
+            (L2Change::Delete, _) => (RouteNetlinkMessage::DelNeighbour(msg), 0, "deleting"),
+        };
+        let what = match table {
+            L2Table::Fdb => format!("FDB entry {} dst {}", format_mac(&entry.mac), entry.ip),
+            L2Table::Neighbour => {
+                format!("neighbour {} lladdr {}", entry.ip, format_mac(&entry.mac))
+            }
+        };
+        self.request(req, flags, || {
+            format!("{verb} {what} on link #{index}{}", self.where_())
+        })
         .map(|_| ())
     }
 
