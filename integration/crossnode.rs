@@ -581,6 +581,44 @@ fn multi_pool_blocks_cross_the_tunnel_and_a_skip_masquerade_pool_keeps_its_addre
 }
 
 #[test]
+fn a_single_embedded_node_gets_no_tunnel_and_masquerades_only_when_asked() {
+    const TEST: &str = "crossnode_embedded";
+    if !root_or_skip(TEST) {
+        return;
+    }
+    let plain = Node::start(&["--cluster-pool-ipv4-cidr", "10.64.0.0/16"]);
+    let st = plain.client().healthz().expect("status");
+    assert!(st.ipam.cross_node.is_none(), "{:?}", st.ipam.cross_node);
+    let sb = plain.sandbox();
+    let r = plain.add(&sb);
+    assert!(r.ok, "{}", r.stdout);
+    assert_eq!(mtu_of(&sb), 1500, "no tunnel overhead on one node");
+    assert!(show(&plain.ns, &["ip", "link", "show", "podnet_vxlan"]).is_empty());
+    assert!(
+        show(&plain.ns, &["nft", "list", "tables"]).is_empty(),
+        "no nftables table by default"
+    );
+
+    let masq = Node::start(&[
+        "--cluster-pool-ipv4-cidr",
+        "10.65.0.0/16",
+        "--enable-ipv4-masquerade",
+    ]);
+    wait_for(
+        "the embedded node's masquerade table",
+        Duration::from_secs(10),
+        || {
+            show(&masq.ns, &["nft", "list", "table", "ip", "podnet"])
+                .contains("ip saddr 10.65.0.0/24 ip daddr != 10.65.0.0/24")
+        },
+    );
+    let st = masq.client().healthz().expect("status");
+    let x = st.ipam.cross_node.expect("cross-node status");
+    assert!(x.remote_nodes.is_empty() && x.errors.is_empty(), "{x:?}");
+    assert!(show(&masq.ns, &["ip", "link", "show", "podnet_vxlan"]).is_empty());
+}
+
+#[test]
 fn geneve_and_a_missing_nft_stop_the_daemon_with_the_reason() {
     const TEST: &str = "crossnode_prerequisites";
     if !root_or_skip(TEST) {

@@ -57,12 +57,19 @@ impl Reconciler {
             sync_l2(&sock, index, &plan.neighbours, false, &mut errors);
         }
         sync_routes(&sock, &plan.routes, tunnel_index, &mut errors);
-        for (slot, (v6, rules)) in [(false, &plan.masquerade_v4), (true, &plan.masquerade_v6)]
-            .into_iter()
-            .enumerate()
-        {
+        let families = [
+            (false, self.config.masquerade_v4, &plan.masquerade_v4),
+            (true, self.config.masquerade_v6, &plan.masquerade_v6),
+        ];
+        for (slot, (v6, enabled, rules)) in families.into_iter().enumerate() {
             let script = masquerade::ruleset(v6, rules.as_ref());
             if self.masquerade_written[slot].as_deref() == Some(script.as_str()) {
+                continue;
+            }
+            // Masquerade off: a table left by an earlier run is removed, but a
+            // host without nft (which cannot have one) is not an error.
+            if !enabled && masquerade::check_nft().is_err() {
+                self.masquerade_written[slot] = Some(script);
                 continue;
             }
             match masquerade::apply(&script) {
