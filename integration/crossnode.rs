@@ -22,7 +22,7 @@ use crate::k8s::{ControlPlane, NodeNs};
 use crate::k8s_backend::{add_as, create_node, create_pod, k8s_node};
 
 /// Waits until `f` holds, at most `limit`.
-fn wait_for(what: &str, limit: Duration, f: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, limit: Duration, f: impl FnMut() -> bool) {
     wait_showing(what, limit, f, String::new);
 }
 
@@ -49,7 +49,7 @@ fn open(ns: &Netns) -> NetNs {
 }
 
 /// A TCP listener on every address of `ns` of `ip`'s family.
-fn listen(ns: &Netns, ip: IpAddr) -> TcpListener {
+pub fn listen(ns: &Netns, ip: IpAddr) -> TcpListener {
     let any = match ip {
         IpAddr::V4(_) => "0.0.0.0:0",
         IpAddr::V6(_) => "[::]:0",
@@ -62,7 +62,7 @@ fn listen(ns: &Netns, ip: IpAddr) -> TcpListener {
 }
 
 /// A connection from inside `ns`.
-fn connect(ns: &Netns, to: SocketAddr) -> TcpStream {
+pub fn connect(ns: &Netns, to: SocketAddr) -> TcpStream {
     let s = in_netns(&open(ns), || {
         Ok(TcpStream::connect_timeout(&to, Duration::from_secs(3)))
     })
@@ -74,7 +74,7 @@ fn connect(ns: &Netns, to: SocketAddr) -> TcpStream {
 }
 
 /// Accepts one connection within 5 s.
-fn accept(l: &TcpListener) -> (TcpStream, SocketAddr) {
+pub fn accept(l: &TcpListener) -> (TcpStream, SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         match l.accept() {
@@ -152,7 +152,7 @@ fn fdb(node: &Node) -> String {
 
 /// A node with its Node object (pod CIDRs `cidrs`), the operator's `blocks`
 /// (pool, CIDR) in its CiliumNode, and its daemon with `args`, started.
-fn start_node(
+pub fn start_node(
     cp: &ControlPlane,
     name: &str,
     cidrs: &[&str],
@@ -171,7 +171,7 @@ fn start_node(
 }
 
 /// A pod on `node`, with its IPv4 address.
-fn pod(node: &Node) -> (Sandbox, String) {
+pub fn pod(node: &Node) -> (Sandbox, String) {
     let (sb, ips) = dual_stack_pod(node);
     (sb, ips[0].clone())
 }

@@ -13,6 +13,7 @@ mod cnitool;
 mod core_path;
 mod crash_safety;
 mod crossnode;
+mod crossnode_bench;
 mod daemon_lifecycle;
 mod delegated;
 mod external_modes;
