@@ -10,7 +10,7 @@
 //! Native mode with auto-direct-node-routes: each remote CIDR `via <its
 //! InternalIP>` (nodes on one L2 segment).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 
 use ipnet::IpNet;
@@ -266,7 +266,7 @@ fn add_tunnel_paths(
 
 /// auto-direct-node-routes: each CIDR via the node's InternalIP of its family.
 fn add_direct_routes(out: &mut DatapathPlan, node: &ClusterNode) -> String {
-    let mut via = BTreeMap::new();
+    let mut via = BTreeSet::new();
     for (_, dst) in &node.cidrs {
         match node.internal_ip_like(dst) {
             Some(gateway) => {
@@ -276,7 +276,7 @@ fn add_direct_routes(out: &mut DatapathPlan, node: &ClusterNode) -> String {
                     tunnel: false,
                     prefsrc: None,
                 });
-                via.insert(gateway, ());
+                via.insert(gateway);
             }
             None => {
                 return format!(
@@ -285,7 +285,7 @@ fn add_direct_routes(out: &mut DatapathPlan, node: &ClusterNode) -> String {
             }
         }
     }
-    match via.keys().map(IpAddr::to_string).collect::<Vec<_>>() {
+    match via.iter().map(IpAddr::to_string).collect::<Vec<_>>() {
         v if v.is_empty() => "no CIDRs yet".into(),
         v => format!("route via {}", v.join(", ")),
     }
