@@ -548,6 +548,28 @@ fn multi_pool_blocks_cross_the_tunnel_and_a_skip_masquerade_pool_keeps_its_addre
             r.contains("10.80.0.32/27") && r.contains("10.81.0.32/27")
         },
     );
+    // A block allocated to n2 is routed on n1, and gone once released (how long
+    // that took is printed, not asserted).
+    let n2_blocks = [("default", "10.80.0.32/27"), ("mars", "10.81.0.32/27")];
+    let mut more = n2_blocks.to_vec();
+    more.push(("default", "10.80.0.64/27"));
+    let t0 = Instant::now();
+    operator_allocates(&cp, "xm-2", &more);
+    wait_for("the new block's route", Duration::from_secs(10), || {
+        podnet_routes(n1).contains("10.80.0.64/27")
+    });
+    let added = t0.elapsed();
+    let t0 = Instant::now();
+    operator_allocates(&cp, "xm-2", &n2_blocks);
+    wait_for(
+        "the released block's route to go",
+        Duration::from_secs(10),
+        || !podnet_routes(n1).contains("10.80.0.64/27"),
+    );
+    eprintln!(
+        "{TEST}: a new block routed {added:?} after the apply, a released one gone {:?} after",
+        t0.elapsed()
+    );
     assert!(
         ping(&remote.ns, &[], &plain_ip),
         "default pool across nodes"
