@@ -400,6 +400,8 @@ fn tunnel_mode_connects_pods_across_nodes_follows_node_changes_and_survives_a_re
     exchange(&mut c, &mut s, "before the restart");
     let routes_before = podnet_routes(&n1);
     let fdb_before = fdb(&n1);
+    let device = |n: &Node| show(&n.ns, &["ip", "-o", "link", "show", "podnet_vxlan"]);
+    let device_before = device(&n1);
     n1.stop_daemon(false);
     assert_eq!(
         podnet_routes(&n1),
@@ -414,6 +416,12 @@ fn tunnel_mode_connects_pods_across_nodes_follows_node_changes_and_survives_a_re
     );
     assert_eq!(podnet_routes(&n1), routes_before);
     assert_eq!(fdb(&n1), fdb_before);
+    let index = |line: &str| line.split(':').next().unwrap_or_default().to_string();
+    assert_eq!(
+        index(&device(&n1)),
+        index(&device_before),
+        "the tunnel device is kept, not re-created"
+    );
     exchange(&mut c, &mut s, "after the restart");
 }
 

@@ -4,7 +4,8 @@
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo as NlLinkInfo, LinkMessage,
+    InfoData, InfoKind, InfoVeth, InfoVxlan, LinkAttribute, LinkFlags, LinkInfo as NlLinkInfo,
+    LinkMessage,
 };
 
 use super::error::{DatapathError, Result};
@@ -29,6 +30,8 @@ pub struct LinkInfo {
     pub txqlen: Option<u32>,
     /// IFLA_IFALIAS (podnet keeps its marker there, see `api::link_marker`).
     pub alias: Option<String>,
+    /// A VXLAN device's UDP port and local address.
+    pub vxlan: Option<(u16, Option<std::net::Ipv4Addr>)>,
 }
 
 /// Parameters of [`NetlinkSocket::create_veth_pair`].
@@ -59,6 +62,7 @@ impl LinkInfo {
             link: None,
             txqlen: None,
             alias: None,
+            vxlan: None,
         };
         for attr in msg.attributes {
             match attr {
@@ -70,8 +74,20 @@ impl LinkInfo {
                 LinkAttribute::IfAlias(a) => info.alias = Some(a),
                 LinkAttribute::LinkInfo(infos) => {
                     for i in infos {
-                        if let NlLinkInfo::Kind(k) = i {
-                            info.kind = Some(k.to_string());
+                        match i {
+                            NlLinkInfo::Kind(k) => info.kind = Some(k.to_string()),
+                            NlLinkInfo::Data(InfoData::Vxlan(data)) => {
+                                let (mut port, mut local) = (0, None);
+                                for d in data {
+                                    match d {
+                                        InfoVxlan::Port(p) => port = p,
+                                        InfoVxlan::Local(a) => local = Some(a),
+                                        _ => {}
+                                    }
+                                }
+                                info.vxlan = Some((port, local));
+                            }
+                            _ => {}
                         }
                     }
                 }

@@ -80,8 +80,8 @@ impl Reconciler {
         errors
     }
 
-    /// The tunnel device as the plan wants it: created (or re-created when its MAC
-    /// says another local address), MTU set, up. In native mode, a device left
+    /// The tunnel device as the plan wants it: created (or re-created when its
+    /// MAC, port or local address differ), MTU set, up. In native mode, a device left
     /// from an earlier tunnel-mode run is removed.
     fn tunnel_device(
         &self,
@@ -107,7 +107,13 @@ impl Reconciler {
         };
         let mtu = self.device_mtu.saturating_sub(TUNNEL_OVERHEAD);
         let link = match existing {
-            Some(l) if l.kind.as_deref() == Some("vxlan") && l.mac == Some(want.mac) => l,
+            Some(l)
+                if l.kind.as_deref() == Some("vxlan")
+                    && l.mac == Some(want.mac)
+                    && l.vxlan == Some((self.config.tunnel_port, Some(want.local))) =>
+            {
+                l
+            }
             other => {
                 if other.is_some() {
                     sock.delete_link_by_name(TUNNEL_DEVICE)
