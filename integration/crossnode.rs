@@ -151,7 +151,9 @@ fn fdb(node: &Node) -> String {
 }
 
 /// A node with its Node object (pod CIDRs `cidrs`), the operator's `blocks`
-/// (pool, CIDR) in its CiliumNode, and its daemon with `args`, started.
+/// (pool, CIDR) in its CiliumNode, and its daemon with `args`, started. With an
+/// IPv6 pod CIDR the node also gets an IPv6 fabric address, `fd00:250::<n>/64`
+/// (`n` as in its IPv4 one), published as a second InternalIP.
 pub fn start_node(
     cp: &ControlPlane,
     name: &str,
@@ -161,6 +163,32 @@ pub fn start_node(
 ) -> (Node, String) {
     let ns: NodeNs = cp.add_node_ns(name);
     create_node(cp, &ns, cidrs);
+    if cidrs.iter().any(|c| c.contains(':')) {
+        let v6 = format!("fd00:250::{}", ns.ip.octets()[3]);
+        let added = ns.ns.exec(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{v6}/64"),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
+        assert!(added.status.success(), "{added:?}");
+        cp.kubectl(&[
+            "patch",
+            "node",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &format!(
+                r#"{{"status":{{"addresses":[{{"type":"InternalIP","address":"{}"}},{{"type":"InternalIP","address":"{v6}"}}]}}}}"#,
+                ns.ip
+            ),
+        ])
+        .expect_ok("the Node's IPv6 InternalIP");
+    }
     if !blocks.is_empty() {
         operator_allocates(cp, name, blocks);
     }
@@ -441,17 +469,35 @@ fn native_mode_routes_pods_via_the_nodes_internal_ips() {
         "--auto-direct-node-routes",
         "--ipv4-native-routing-cidr",
         "10.62.0.0/16",
+        "--enable-ipv6",
     ];
-    let (n1, n1_ip) = start_node(&cp, "xn-1", &["10.62.1.0/24"], &[], &native);
-    let (n2, n2_ip) = start_node(&cp, "xn-2", &["10.62.2.0/24"], &[], &native);
-    let (p1, p1_ip) = pod(&n1);
-    let (p2, p2_ip) = pod(&n2);
+    let (n1, n1_ip) = start_node(
+        &cp,
+        "xn-1",
+        &["10.62.1.0/24", "fd00:62:1::/120"],
+        &[],
+        &native,
+    );
+    let (n2, n2_ip) = start_node(
+        &cp,
+        "xn-2",
+        &["10.62.2.0/24", "fd00:62:2::/120"],
+        &[],
+        &native,
+    );
+    let (p1, p1_ips) = dual_stack_pod(&n1);
+    let (p2, p2_ips) = dual_stack_pod(&n2);
+    let (p1_ip, p2_ip) = (p1_ips[0].clone(), p2_ips[0].clone());
     wait_for("n1's route to n2's pods", Duration::from_secs(10), || {
         podnet_routes(&n1).contains(&format!("10.62.2.0/24 via {n2_ip} dev eth0"))
     });
     let s = cross_node(&n1);
     assert_eq!(s.remote_nodes.len(), 1);
-    assert_eq!(s.remote_nodes[0].path, format!("route via {n2_ip}"));
+    let n2_v6 = format!("fd00:250::{}", n2_ip.rsplit('.').next().unwrap_or_default());
+    assert_eq!(
+        s.remote_nodes[0].path,
+        format!("route via {n2_ip}, {n2_v6}")
+    );
     assert!(s.tunnel_local.is_empty());
     assert!(
         show(&n1.ns, &["ip", "link", "show", "podnet_vxlan"]).is_empty(),
@@ -464,6 +510,20 @@ fn native_mode_routes_pods_via_the_nodes_internal_ips() {
         &outside.ip.to_string(),
         1500,
     );
+    // IPv6 pods via the nodes' IPv6 InternalIPs.
+    let routes6 = show(&n1.ns, &["ip", "-6", "route", "show", "proto", "77"]);
+    assert!(
+        routes6.contains(&format!("fd00:62:2::/120 via {n2_v6} dev eth0")),
+        "{routes6}"
+    );
+    let (p1_v6, p2_v6) = (&p1_ips[1], &p2_ips[1]);
+    assert!(ping(&p1.ns, &[], p2_v6), "{p1_v6} -> {p2_v6}");
+    assert!(
+        ping(&p2.ns, &["-M", "do", "-s", "1452"], p1_v6),
+        "full-size IPv6 (1500)"
+    );
+    assert_eq!(tcp_exchange(&p2.ns, &p1.ns, p1_v6).to_string(), *p2_v6);
+    assert!(ping(&n2.ns, &[], p1_v6), "node to remote pod over IPv6");
 }
 
 /// The test plays the operator: `blocks` (pool, CIDR) into the node's CiliumNode.
