@@ -148,6 +148,18 @@ impl ControlPlane {
             skip(test, "openssl is missing (it makes the test certificates)");
             return None;
         }
+        if !Command::new("nft")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            skip(
+                test,
+                "nft is missing (scripts/setup installs nftables): daemons on the Kubernetes backend masquerade by default",
+            );
+            return None;
+        }
         let t0 = Instant::now();
         let fabric = Netns::new(&format!("{NETNS_PREFIX}f"));
         let cp = Netns::new(&format!("{NETNS_PREFIX}c"));

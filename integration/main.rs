@@ -12,6 +12,8 @@ mod bad_input;
 mod cnitool;
 mod core_path;
 mod crash_safety;
+mod crossnode;
+mod crossnode_bench;
 mod daemon_lifecycle;
 mod delegated;
 mod external_modes;

@@ -413,6 +413,13 @@ pub struct IpamStatus {
     /// podnet: where the node resource comes from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendStatus>,
+    /// podnet: the cross-node datapath (tunnel or routes, masquerade), when on.
+    #[serde(
+        rename = "cross-node",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cross_node: Option<CrossNodeStatus>,
     /// podnet: DELs waiting in the on-disk queue.
     #[serde(rename = "queue-depth", default)]
     pub queue_depth: u64,
@@ -432,6 +439,44 @@ pub struct BackendStatus {
     pub location: String,
     #[serde(default)]
     pub watches: BTreeMap<String, bool>,
+}
+
+/// podnet: the cross-node datapath: its mode, the remote nodes it knows and
+/// what could not be installed.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CrossNodeStatus {
+    /// `tunnel (vxlan, port 8472, device podnet_vxlan); masquerade IPv4 ...`.
+    pub mode: String,
+    /// The node list has been read and applied at least once.
+    #[serde(default)]
+    pub synced: bool,
+    /// The tunnel's local address (empty before this node's InternalIP is known).
+    #[serde(
+        rename = "tunnel-local",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub tunnel_local: String,
+    /// Routes to other nodes' CIDRs podnet keeps.
+    #[serde(default)]
+    pub routes: usize,
+    #[serde(rename = "remote-nodes", default)]
+    pub remote_nodes: Vec<RemoteNodeStatus>,
+    /// What the last pass could not do (empty when all is in place).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+/// podnet: one remote node as the cross-node datapath sees it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RemoteNodeStatus {
+    pub name: String,
+    #[serde(rename = "internal-ip", default)]
+    pub internal_ip: String,
+    #[serde(default)]
+    pub cidrs: Vec<String>,
+    /// `tunnel to <ip>`, `route via <ip>`, `routed by the network`, or why not.
+    pub path: String,
 }
 
 /// podnet: what the daemon's start found in the journal and the kernel, and did.

@@ -1,6 +1,7 @@
 //! `podnet status`: the IPAM one-liner in Cilium's form, the node's ranges, the
 //! journal and DEL queue (with entries set aside as unreadable), and with
-//! `--all-addresses` every address and its owner; `-o json` for scripts.
+//! `--all-addresses` every address and its owner, the remote nodes of the
+//! cross-node datapath; `-o json` for scripts.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::api::client::Client;
-use crate::api::models::IpamStatus;
+use crate::api::models::{CrossNodeStatus, IpamStatus};
 
 /// `podnet status` options.
 #[derive(Debug, Clone, Args)]
@@ -71,6 +72,9 @@ pub fn run(args: &StatusArgs) -> i32 {
     match status.cilium.msg.as_str() {
         "" => println!("State:      {state}"),
         msg => println!("State:      {state} ({msg})"),
+    }
+    if let Some(x) = &ipam.cross_node {
+        print_cross_node(x);
     }
     println!("IPAM:       {}", ipam.status);
     for r in &ipam.ranges {
@@ -152,6 +156,30 @@ fn queue_line(ipam: &IpamStatus) -> String {
         "{waiting}, {} unreadable (moved aside: {names}; remove them after checking)",
         ipam.queue_unreadable
     )
+}
+
+/// The cross-node datapath: its mode, then one line per remote node.
+fn print_cross_node(x: &CrossNodeStatus) {
+    let tunnel = match x.tunnel_local.as_str() {
+        "" => String::new(),
+        local => format!(", tunnel from {local}"),
+    };
+    match x.synced {
+        true => println!("Nodes:      {}; {} routes{tunnel}", x.mode, x.routes),
+        false => println!("Nodes:      {}; not synced yet", x.mode),
+    }
+    for r in &x.remote_nodes {
+        println!(
+            "  {} ({}): {}: {}",
+            r.name,
+            r.internal_ip,
+            r.cidrs.join(" "),
+            r.path
+        );
+    }
+    for e in &x.errors {
+        println!("  error: {e}");
+    }
 }
 
 #[cfg(test)]

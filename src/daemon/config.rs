@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use ipnet::IpNet;
 
+use super::crossnode::{CrossNodeConfig, TunnelProtocol};
 use super::options::DaemonOptions;
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{ClusterPoolConfig, parse_cidr_list};
@@ -190,19 +191,15 @@ pub struct DaemonConfig {
     pub fixed_routers: BTreeMap<Family, IpAddr>,
     /// This node's labels (`--node-labels`), for CiliumNodeConfig selectors.
     pub node_labels: BTreeMap<String, String>,
+    /// Routes, tunnel and masquerade towards other nodes and the outside.
+    pub cross_node: CrossNodeConfig,
 }
 
 impl DaemonConfig {
     /// Resolves the options, with Cilium's start-up checks.
     pub fn resolve(opts: &DaemonOptions) -> Result<DaemonConfig, String> {
         let ipam = IpamMode::parse(&opts.ipam)?;
-        let routing = RoutingMode::parse(&opts.routing_mode)?;
         let datapath = DatapathMode::parse(&opts.datapath_mode)?;
-        if ipam.is_external() && ipam != IpamMode::Crd && routing == RoutingMode::Tunnel {
-            return Err(format!(
-                "ipam {ipam} needs routing-mode=native: its pod addresses are routed by the cloud network, and a tunnel would bypass it"
-            ));
-        }
         let backend = match &opts.k8s_kubeconfig_path {
             Some(path) => BackendKind::Kubernetes {
                 kubeconfig: Some(path.clone()),
@@ -213,6 +210,19 @@ impl DaemonConfig {
             None => BackendKind::Embedded,
         };
         let embedded = backend == BackendKind::Embedded;
+        let routing = match &opts.routing_mode {
+            Some(m) => RoutingMode::parse(m)?,
+            None if embedded || ipam.is_external() => RoutingMode::Native,
+            None => RoutingMode::Tunnel,
+        };
+        if ipam.is_external() && ipam != IpamMode::Crd && routing == RoutingMode::Tunnel {
+            return Err(format!(
+                "ipam {ipam} needs routing-mode=native: its pod addresses are routed by the cloud network, and a tunnel would bypass it"
+            ));
+        }
+        if embedded && routing == RoutingMode::Tunnel {
+            return Err("--routing-mode tunnel connects the nodes of a cluster from their CiliumNodes: it needs the Kubernetes backend (--k8s-kubeconfig-path, or in a pod); the embedded backend is one node, use --routing-mode native".into());
+        }
         if embedded && ipam.is_external() && opts.node_resource.is_none() {
             return Err(format!(
                 "ipam {ipam} needs --node-resource FILE: the CiliumNode manifest the external IPAM writes for this node"
@@ -246,6 +256,7 @@ impl DaemonConfig {
             },
             fixed_routers: fixed_routers(opts, ipam)?,
             node_labels: parse_node_labels(&opts.node_labels)?,
+            cross_node: cross_node(opts, routing, embedded)?,
         })
     }
 }
@@ -363,6 +374,55 @@ fn fixed_routers(opts: &DaemonOptions, ipam: IpamMode) -> Result<BTreeMap<Family
     Ok(out)
 }
 
+/// The cross-node datapath's options. Masquerade is on by default with the
+/// Kubernetes backend (Cilium's default) and off on the embedded one (a single
+/// node's default changes nothing in its kernel).
+fn cross_node(
+    opts: &DaemonOptions,
+    routing: RoutingMode,
+    embedded: bool,
+) -> Result<CrossNodeConfig, String> {
+    let mut native_routing_cidrs = Vec::new();
+    for (value, v4, name) in [
+        (
+            &opts.ipv4_native_routing_cidr,
+            true,
+            "ipv4-native-routing-cidr",
+        ),
+        (
+            &opts.ipv6_native_routing_cidr,
+            false,
+            "ipv6-native-routing-cidr",
+        ),
+    ] {
+        if value.is_empty() {
+            continue;
+        }
+        let c: IpNet = value
+            .parse()
+            .map_err(|e| format!("--{name} {value:?} is not a CIDR: {e}"))?;
+        if c.addr().is_ipv4() != v4 {
+            return Err(format!(
+                "--{name} {value:?} is not an {} CIDR",
+                if v4 { "IPv4" } else { "IPv6" }
+            ));
+        }
+        native_routing_cidrs.push(c.trunc());
+    }
+    Ok(CrossNodeConfig {
+        routing,
+        tunnel_protocol: TunnelProtocol::parse(&opts.tunnel_protocol)?,
+        tunnel_port: match opts.tunnel_port {
+            0 => 8472,
+            p => p,
+        },
+        auto_direct_node_routes: opts.auto_direct_node_routes,
+        native_routing_cidrs,
+        masquerade_v4: opts.enable_ipv4 && opts.enable_ipv4_masquerade.unwrap_or(!embedded),
+        masquerade_v6: opts.enable_ipv6 && opts.enable_ipv6_masquerade.unwrap_or(!embedded),
+    })
+}
+
 /// `k=v,k2=v2`.
 fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
@@ -429,6 +489,56 @@ mod tests {
         assert!(e.contains("not one of veth"), "{e}");
         let e = resolve(&["--routing-mode", "overlay"]).unwrap_err();
         assert!(e.contains("not one of native, tunnel"), "{e}");
+    }
+
+    #[test]
+    fn cross_node_defaults_leave_a_single_node_alone() {
+        let c = resolve(&[]).unwrap().cross_node;
+        assert_eq!(c.routing, RoutingMode::Native);
+        assert!(!c.is_active(), "{c:?}");
+        let e = resolve(&["--routing-mode", "tunnel"]).unwrap_err();
+        assert!(e.contains("needs the Kubernetes backend"), "{e}");
+        let c = resolve(&["--enable-ipv4-masquerade"]).unwrap().cross_node;
+        assert!(c.masquerade_v4 && !c.masquerade_v6 && c.is_active());
+    }
+
+    #[test]
+    fn the_kubernetes_backend_defaults_to_a_vxlan_tunnel_with_masquerade() {
+        let kc = ["--k8s-kubeconfig-path", "/nonexistent/kubeconfig"];
+        let c = resolve(&kc).unwrap().cross_node;
+        assert_eq!(c.routing, RoutingMode::Tunnel);
+        assert_eq!(
+            (c.tunnel_protocol, c.tunnel_port),
+            (TunnelProtocol::Vxlan, 8472)
+        );
+        assert!(c.masquerade_v4 && !c.masquerade_v6);
+        let mut args = kc.to_vec();
+        args.extend([
+            "--routing-mode=native",
+            "--auto-direct-node-routes",
+            "--ipv4-native-routing-cidr=10.0.0.0/8",
+            "--enable-ipv4-masquerade=false",
+        ]);
+        let c = resolve(&args).unwrap().cross_node;
+        assert_eq!(c.routing, RoutingMode::Native);
+        assert!(c.auto_direct_node_routes && !c.masquerade_v4);
+        assert_eq!(
+            c.native_routing_cidrs,
+            vec!["10.0.0.0/8".parse::<IpNet>().unwrap()]
+        );
+        for (bad, says) in [
+            (
+                "--ipv4-native-routing-cidr=fd00::/64",
+                "is not an IPv4 CIDR",
+            ),
+            ("--ipv6-native-routing-cidr=nope", "is not a CIDR"),
+            ("--tunnel-protocol=gre", "not one of vxlan, geneve"),
+        ] {
+            let mut args = kc.to_vec();
+            args.push(bad);
+            let e = resolve(&args).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 mod cniconf;
 pub mod config;
+pub mod crossnode;
 mod devices;
 pub mod metrics;
 pub mod options;
@@ -35,7 +36,7 @@ use crate::node::{
     NodeSource,
 };
 use crate::store::{Journal, Snapshot, now_ms};
-use config::{BackendKind, DaemonConfig, DatapathMode, IpamMode};
+use config::{BackendKind, DaemonConfig, DatapathMode, IpamMode, RoutingMode};
 use options::{DaemonOptions, OptionsError};
 use state::{
     ApiError, IpamState, JournalOrigin, MultiPoolSettings, NODE_META_KEY, PoolingMode, StateConfig,
@@ -47,6 +48,8 @@ pub struct Daemon {
     state: Mutex<IpamState>,
     queue: DeleteQueue,
     backend: Arc<BackendHealth>,
+    /// The cross-node datapath's status, when it runs.
+    cross_node: Option<crossnode::SharedStatus>,
 }
 
 impl Daemon {
@@ -91,6 +94,13 @@ impl Daemon {
             location: self.backend.location(),
             watches: self.backend.watches(),
         }
+    }
+
+    /// The cross-node datapath, for status (None when it is off).
+    pub fn cross_node_status(&self) -> Option<crate::api::models::CrossNodeStatus> {
+        self.cross_node
+            .as_ref()
+            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone())
     }
 
     /// DELs waiting in the on-disk queue (normally none while the daemon runs).
@@ -177,6 +187,7 @@ pub fn run(args: &[String]) -> i32 {
 
 fn start(opts: DaemonOptions) -> Result<(), String> {
     let config = DaemonConfig::resolve(&opts)?;
+    crossnode::check_prerequisites(&config.cross_node)?;
     let node_name = match &opts.node_name {
         Some(n) if !n.is_empty() => n.clone(),
         _ => nix::unistd::gethostname()
@@ -270,10 +281,16 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         }),
         _ => PoolingMode::HostScope,
     };
-    let mtu = if opts.mtu > 0 {
+    let device_mtu = if opts.mtu > 0 {
         opts.mtu
     } else {
         devices::default_route_mtu().unwrap_or(1500)
+    };
+    // Pods in tunnel mode leave room for the encapsulation, so a full-size pod
+    // packet crosses the node's device unfragmented.
+    let mtu = match config.cross_node.routing {
+        RoutingMode::Tunnel => device_mtu.saturating_sub(crossnode::TUNNEL_OVERHEAD),
+        RoutingMode::Native => device_mtu,
     };
     let cfg = StateConfig {
         node_name: node_name.clone(),
@@ -341,6 +358,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     let socket = opts.socket.clone();
     let metrics_addr = opts.prometheus_serve_addr.clone();
     let update_rate = opts.node_update_rate;
+    let (cross_node, backend_kind) = (config.cross_node.clone(), config.backend.clone());
     let (cni_conf_dir, cni_log_file, cni_exclusive) = (
         opts.write_cni_conf_when_ready.clone(),
         opts.cni_log_file.clone(),
@@ -349,10 +367,14 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     runtime.block_on(async move {
         let listener = server::bind(&socket)?;
         drop(queue_lock);
+        let cross_node_status = cross_node
+            .is_active()
+            .then(|| crossnode::new_status(&cross_node));
         let daemon = Arc::new(Daemon {
             state: Mutex::new(state),
             queue,
-            backend: health,
+            backend: health.clone(),
+            cross_node: cross_node_status.clone(),
         });
         daemon.arm_timers(timers);
         if !metrics_addr.is_empty() {
@@ -370,6 +392,26 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             tokio::spawn(flush_outbox(daemon.clone(), sink, update_rate));
         }
         tokio::spawn(keep_journal_working(daemon.clone()));
+        if let Some(status) = cross_node_status {
+            let feed = match backend_kind {
+                BackendKind::Kubernetes { kubeconfig } => {
+                    let (tx, rx) = tokio::sync::watch::channel(None);
+                    tokio::spawn(crate::node::cluster_nodes::watch_cluster_nodes(
+                        kubeconfig, health, tx,
+                    ));
+                    crossnode::NodeFeed::Cluster(rx)
+                }
+                BackendKind::Embedded => crossnode::NodeFeed::ThisNode,
+            };
+            tokio::spawn(crossnode::run(
+                daemon.clone(),
+                cross_node,
+                device_mtu,
+                node_name,
+                feed,
+                status,
+            ));
+        }
         if !cni_conf_dir.is_empty() {
             let path = cniconf::write(Path::new(&cni_conf_dir), &socket, &cni_log_file, cni_exclusive)?;
             tracing::info!(path = %path.display(), "wrote the CNI config");

@@ -118,9 +118,41 @@ pub struct DaemonOptions {
     #[arg(long = "ipam-cilium-node-update-rate", default_value = "15s", value_parser = parse_duration)]
     pub node_update_rate: Duration,
 
-    /// native or tunnel (ENI-class modes need native).
-    #[arg(long = "routing-mode", default_value = "native")]
-    pub routing_mode: String,
+    /// native or tunnel (default: tunnel with the Kubernetes backend, as Cilium;
+    /// native on the embedded backend and in ENI-class modes, which need it).
+    #[arg(long = "routing-mode")]
+    pub routing_mode: Option<String>,
+
+    /// Tunnel mode: the encapsulation (vxlan; geneve is refused with the reason).
+    #[arg(long = "tunnel-protocol", default_value = "vxlan")]
+    pub tunnel_protocol: String,
+
+    /// Tunnel mode: the UDP port of the tunnel (0 = 8472, VXLAN's).
+    #[arg(long = "tunnel-port", default_value_t = 8472)]
+    pub tunnel_port: u16,
+
+    /// Native mode: route each other node's pod CIDRs via its InternalIP (the
+    /// nodes share an L2 segment).
+    #[arg(long = "auto-direct-node-routes", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub auto_direct_node_routes: bool,
+
+    /// IPv4 destinations reached without masquerade (the network routes pod
+    /// addresses to them).
+    #[arg(long = "ipv4-native-routing-cidr", default_value = "")]
+    pub ipv4_native_routing_cidr: String,
+
+    /// IPv6 destinations reached without masquerade.
+    #[arg(long = "ipv6-native-routing-cidr", default_value = "")]
+    pub ipv6_native_routing_cidr: String,
+
+    /// Source-NAT IPv4 pod traffic leaving the cluster to the node's address
+    /// (nftables; default: on with the Kubernetes backend, off on the embedded one).
+    #[arg(long = "enable-ipv4-masquerade", action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_ipv4_masquerade: Option<bool>,
+
+    /// Source-NAT IPv6 pod traffic leaving the cluster (default as for IPv4).
+    #[arg(long = "enable-ipv6-masquerade", action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_ipv6_masquerade: Option<bool>,
 
     /// Pod device type: veth, netkit (L3), netkit-l2, or auto (netkit where the
     /// kernel has it, else veth).

@@ -78,6 +78,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
                 .with_state(move |s| Ok(s.status_brief(brief)))
                 .await?;
             status.ipam.backend = Some(daemon.backend_status());
+            status.ipam.cross_node = daemon.cross_node_status();
             // File I/O stays outside the state's lock.
             status.ipam.journal_bytes = std::fs::metadata(&status.ipam.journal)
                 .map(|m| m.len())

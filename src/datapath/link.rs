@@ -4,7 +4,8 @@
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo as NlLinkInfo, LinkMessage,
+    InfoData, InfoKind, InfoVeth, InfoVxlan, LinkAttribute, LinkFlags, LinkInfo as NlLinkInfo,
+    LinkMessage,
 };
 
 use super::error::{DatapathError, Result};
@@ -29,6 +30,8 @@ pub struct LinkInfo {
     pub txqlen: Option<u32>,
     /// IFLA_IFALIAS (podnet keeps its marker there, see `api::link_marker`).
     pub alias: Option<String>,
+    /// A VXLAN device's UDP port and local address.
+    pub vxlan: Option<(u16, Option<std::net::Ipv4Addr>)>,
 }
 
 /// Parameters of [`NetlinkSocket::create_veth_pair`].
@@ -59,6 +62,7 @@ impl LinkInfo {
             link: None,
             txqlen: None,
             alias: None,
+            vxlan: None,
         };
         for attr in msg.attributes {
             match attr {
@@ -70,8 +74,20 @@ impl LinkInfo {
                 LinkAttribute::IfAlias(a) => info.alias = Some(a),
                 LinkAttribute::LinkInfo(infos) => {
                     for i in infos {
-                        if let NlLinkInfo::Kind(k) = i {
-                            info.kind = Some(k.to_string());
+                        match i {
+                            NlLinkInfo::Kind(k) => info.kind = Some(k.to_string()),
+                            NlLinkInfo::Data(InfoData::Vxlan(data)) => {
+                                let (mut port, mut local) = (0, None);
+                                for d in data {
+                                    match d {
+                                        InfoVxlan::Port(p) => port = p,
+                                        InfoVxlan::Local(a) => local = Some(a),
+                                        _ => {}
+                                    }
+                                }
+                                info.vxlan = Some((port, local));
+                            }
+                            _ => {}
                         }
                     }
                 }
@@ -301,6 +317,34 @@ impl NetlinkSocket {
         }) {
             Ok(_) => Ok(true),
             Err(e) if is_missing_link(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the kernel knows links of `kind` (e.g. `geneve`): creating one
+    /// named `podnet_probe` fails with EOPNOTSUPP ("Unknown device type") when it
+    /// does not; one that was created is deleted again.
+    pub fn has_link_kind(&self, kind: &str) -> Result<bool> {
+        const PROBE: &str = "podnet_probe";
+        let mut msg = LinkMessage::default();
+        msg.attributes
+            .push(LinkAttribute::IfName(PROBE.to_string()));
+        msg.attributes
+            .push(LinkAttribute::LinkInfo(vec![NlLinkInfo::Kind(
+                InfoKind::Other(kind.to_string()),
+            )]));
+        match self.request(
+            RouteNetlinkMessage::NewLink(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+            || format!("probing for {kind} links{}", self.where_()),
+        ) {
+            Ok(_) => {
+                self.delete_link_by_name(PROBE)?;
+                Ok(true)
+            }
+            Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => Ok(false),
+            // The driver exists and refused the bare request (missing attributes).
+            Err(e) if e.errno().is_some() => Ok(true),
             Err(e) => Err(e),
         }
     }

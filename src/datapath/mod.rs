@@ -3,7 +3,8 @@
 //!
 //! * [`NetlinkSocket`] — a blocking NETLINK_ROUTE socket, bound to the netns it
 //!   was created in; per-object operations are methods on it (links, addresses,
-//!   routes, proxy neighbours, rules).
+//!   routes, proxy neighbours, rules, the VXLAN device and its FDB and
+//!   neighbour entries).
 //! * [`NetNs`] / [`in_netns`] — namespace handles and "run this on a
 //!   short-lived thread inside that netns" (the caller's thread never switches).
 //! * [`write_sysctl`] / [`read_sysctl`] — act on the calling thread's netns.
@@ -26,6 +27,7 @@ mod route;
 mod rule;
 mod socket;
 mod sysctl;
+mod vxlan;
 
 #[cfg(test)]
 mod tests;
@@ -42,3 +44,10 @@ pub use route::{
 pub use rule::RuleSpec;
 pub use socket::NetlinkSocket;
 pub use sysctl::{read_sysctl, write_sysctl};
+pub use vxlan::{L2Entry, VxlanSpec};
+
+/// Whether the kernel knows links of `kind` (see [`NetlinkSocket::has_link_kind`]),
+/// checked in the calling thread's netns.
+pub fn kernel_has_link_kind(kind: &str) -> Result<bool> {
+    NetlinkSocket::new()?.has_link_kind(kind)
+}

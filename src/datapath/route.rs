@@ -6,8 +6,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
 use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteMetric, RouteProtocol,
-    RouteScope, RouteType,
+    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteMetric,
+    RouteProtocol, RouteScope, RouteType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
@@ -19,6 +19,8 @@ use super::socket::NetlinkSocket;
 pub const TABLE_MAIN: u32 = 254;
 /// The local routing table (`RT_TABLE_LOCAL`).
 pub const TABLE_LOCAL: u32 = 255;
+/// `RTPROT_BOOT`, what `ip route add` marks its routes with.
+const RTPROT_BOOT: u8 = 3;
 /// `RT_SCOPE_UNIVERSE`.
 pub const SCOPE_UNIVERSE: u8 = 0;
 /// `RT_SCOPE_LINK`.
@@ -64,6 +66,13 @@ pub struct RouteSpec {
     pub table: Option<u32>,
     /// Metric / preference (`metric <n>`).
     pub priority: Option<u32>,
+    /// `onlink`: the gateway is reachable on `oif` without a connected route.
+    pub onlink: bool,
+    /// `src <ip>`: the source address for locally generated traffic.
+    pub prefsrc: Option<IpAddr>,
+    /// `proto <n>` (None = 3, boot, the default of `ip route`); delete and
+    /// list match it, so an owner can mark its routes.
+    pub protocol: Option<u8>,
 }
 
 /// A route as listed by the kernel.
@@ -129,6 +138,9 @@ fn base_message(spec: &RouteSpec) -> Result<RouteMessage> {
     }
     if let Some(p) = spec.priority {
         msg.attributes.push(RouteAttribute::Priority(p));
+    }
+    if let Some(p) = spec.protocol {
+        msg.header.protocol = RouteProtocol::from(p);
     }
     Ok(msg)
 }
@@ -197,7 +209,14 @@ impl RouteInfo {
 impl NetlinkSocket {
     fn new_route(&self, spec: &RouteSpec, flags: u16, verb: &str) -> Result<()> {
         let mut msg = base_message(spec)?;
-        msg.header.protocol = RouteProtocol::Boot;
+        msg.header.protocol = RouteProtocol::from(spec.protocol.unwrap_or(RTPROT_BOOT));
+        if spec.onlink {
+            msg.header.flags = RouteFlags::Onlink;
+        }
+        if let Some(src) = spec.prefsrc {
+            msg.attributes
+                .push(RouteAttribute::PrefSource(route_addr(src)));
+        }
         msg.header.kind = RouteType::Unicast;
         msg.header.scope = if spec.scope_link {
             RouteScope::Link

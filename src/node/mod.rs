@@ -14,9 +14,11 @@
 //! Backends: `embedded` (the embedded operator, manifests in watched directories:
 //! [`manifest_source`]), `external` (crd/eni: a CiliumNode file an external IPAM
 //! writes: [`external`]) and `kubernetes` (this node's CiliumNode and Node through
-//! the API server: [`kubernetes`]).
+//! the API server: [`kubernetes`]). The Kubernetes backend also watches every
+//! other node's CiliumNode for the cross-node datapath ([`cluster_nodes`]).
 
 pub mod cilium_node_file;
+pub mod cluster_nodes;
 mod embedded;
 pub mod external;
 mod kube_pools;

@@ -348,6 +348,9 @@ impl Attempt<'_> {
                     mtu: None,
                     table: None,
                     priority: None,
+                    onlink: false,
+                    prefsrc: None,
+                    protocol: None,
                 })
                 .map_err(dp("adding the host route to the pod"))?;
             if p.ip.is_ipv6() {
@@ -526,6 +529,9 @@ fn pod_routes(p: &FamilyPlan, pod_index: u32, route_mtu: Option<u32>) -> [RouteS
             mtu: None,
             table: None,
             priority: None,
+            onlink: false,
+            prefsrc: None,
+            protocol: None,
         },
         RouteSpec {
             dst: p.default_net(),
@@ -535,6 +541,9 @@ fn pod_routes(p: &FamilyPlan, pod_index: u32, route_mtu: Option<u32>) -> [RouteS
             mtu: route_mtu,
             table: None,
             priority: None,
+            onlink: false,
+            prefsrc: None,
+            protocol: None,
         },
     ]
 }
@@ -648,6 +657,9 @@ fn install_eni_routing(
             mtu: None,
             table: Some(table),
             priority: None,
+            onlink: false,
+            prefsrc: None,
+            protocol: None,
         },
         RouteSpec {
             dst: p.default_net(),
@@ -657,6 +669,9 @@ fn install_eni_routing(
             mtu: None,
             table: Some(table),
             priority: None,
+            onlink: false,
+            prefsrc: None,
+            protocol: None,
         },
     ] {
         host_sock

@@ -289,7 +289,7 @@ impl IpamState {
     }
 
     /// Whether addresses of `pool` keep their source address (no masquerade).
-    pub(super) fn skip_masquerade(&self, pool: &str) -> bool {
+    pub fn skip_masquerade(&self, pool: &str) -> bool {
         match &self.cfg.pooling {
             PoolingMode::HostScope | PoolingMode::External { .. } => false,
             PoolingMode::MultiPool(m) => {

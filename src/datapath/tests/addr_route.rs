@@ -100,6 +100,9 @@ fn link_route_and_default_route_v4_v6() {
                 mtu: None,
                 table: None,
                 priority: None,
+                onlink: false,
+                prefsrc: None,
+                protocol: None,
             };
             let default_route = RouteSpec {
                 dst: net(default),
@@ -109,6 +112,9 @@ fn link_route_and_default_route_v4_v6() {
                 mtu: Some(1400),
                 table: None,
                 priority: None,
+                onlink: false,
+                prefsrc: None,
+                protocol: None,
             };
             s.add_route(&link_route).unwrap();
             s.add_route(&default_route).unwrap();
@@ -173,6 +179,9 @@ fn route_in_table_with_priority_and_mtu() {
                 mtu: Some(1450),
                 table: Some(table),
                 priority: Some(42),
+                onlink: false,
+                prefsrc: None,
+                protocol: None,
             };
             host.add_route(&spec).unwrap();
             let fam = IpFamily::of(&net(dst).addr());
@@ -201,6 +210,9 @@ fn route_in_table_with_priority_and_mtu() {
             mtu: None,
             table: None,
             priority: None,
+            onlink: false,
+            prefsrc: None,
+            protocol: None,
         };
         assert!(matches!(
             host.add_route(&bad),
@@ -216,6 +228,9 @@ fn route_in_table_with_priority_and_mtu() {
                 mtu: None,
                 table: None,
                 priority: None,
+                onlink: false,
+                prefsrc: None,
+                protocol: None,
             })
             .unwrap_err();
         assert_eq!(e.errno(), Some(libc::ENETUNREACH), "{e}");

@@ -57,6 +57,9 @@ fn cilium_style_add_then_del() {
                 mtu: None,
                 table: None,
                 priority: None,
+                onlink: false,
+                prefsrc: None,
+                protocol: None,
             })
             .unwrap();
             s.add_route(&RouteSpec {
@@ -67,6 +70,9 @@ fn cilium_style_add_then_del() {
                 mtu: Some(mtu - 50),
                 table: None,
                 priority: None,
+                onlink: false,
+                prefsrc: None,
+                protocol: None,
             })
             .unwrap();
         }

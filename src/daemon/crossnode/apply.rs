@@ -1,0 +1,264 @@
+//! Makes the kernel hold a [`DatapathPlan`]: the VXLAN device, the routes podnet
+//! marks with its own protocol number, the tunnel's neighbour and FDB entries, and
+//! the masquerade table. Only differences are written: an entry that is already
+//! right is left alone (a restarted daemon disturbs no live traffic), a missing
+//! one is added, and one podnet made that the plan no longer has is removed.
+//! Nothing without podnet's marks (another protocol number, another device,
+//! another nftables table) is ever read for removal.
+
+use std::collections::BTreeSet;
+
+use ipnet::IpNet;
+
+use super::masquerade;
+use super::plan::{DatapathPlan, PlannedRoute, TunnelEndpoint};
+use super::{CrossNodeConfig, ROUTE_PROTOCOL, TUNNEL_DEVICE, TUNNEL_OVERHEAD, TUNNEL_VNI};
+use crate::daemon::config::RoutingMode;
+use crate::datapath::{
+    IpFamily, L2Entry, LinkInfo, NetlinkSocket, RouteInfo, RouteSpec, TABLE_MAIN, VxlanSpec,
+    format_mac,
+};
+
+/// The kernel side of the cross-node datapath; remembers the masquerade rule
+/// sets it last wrote (the kernel's are not read back).
+pub struct Reconciler {
+    config: CrossNodeConfig,
+    /// The node's device MTU (the tunnel device gets it minus the overhead).
+    device_mtu: u32,
+    masquerade_written: [Option<String>; 2],
+}
+
+impl Reconciler {
+    pub fn new(config: CrossNodeConfig, device_mtu: u32) -> Reconciler {
+        Reconciler {
+            config,
+            device_mtu,
+            masquerade_written: [None, None],
+        }
+    }
+
+    /// Applies `plan`; returns what could not be done (empty when all is in place).
+    pub fn apply(&mut self, plan: &DatapathPlan) -> Vec<String> {
+        let mut errors = Vec::new();
+        let sock = match NetlinkSocket::new() {
+            Ok(s) => s,
+            Err(e) => return vec![format!("netlink socket: {e}")],
+        };
+        let tunnel = match self.tunnel_device(&sock, plan.tunnel.as_ref()) {
+            Ok(t) => t,
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
+        let tunnel_index = tunnel.as_ref().map(|l| l.index);
+        if let Some(index) = tunnel_index {
+            sync_l2(&sock, index, &plan.fdb, true, &mut errors);
+            sync_l2(&sock, index, &plan.neighbours, false, &mut errors);
+        }
+        sync_routes(&sock, &plan.routes, tunnel_index, &mut errors);
+        let families = [
+            (false, self.config.masquerade_v4, &plan.masquerade_v4),
+            (true, self.config.masquerade_v6, &plan.masquerade_v6),
+        ];
+        for (slot, (v6, enabled, rules)) in families.into_iter().enumerate() {
+            let script = masquerade::ruleset(v6, rules.as_ref());
+            if self.masquerade_written[slot].as_deref() == Some(script.as_str()) {
+                continue;
+            }
+            // Masquerade off: a table left by an earlier run is removed, but a
+            // host without nft (which cannot have one) is not an error.
+            if !enabled && masquerade::check_nft().is_err() {
+                self.masquerade_written[slot] = Some(script);
+                continue;
+            }
+            match masquerade::apply(&script) {
+                Ok(()) => self.masquerade_written[slot] = Some(script),
+                Err(e) => errors.push(e),
+            }
+        }
+        errors
+    }
+
+    /// The tunnel device as the plan wants it: created (or re-created when its
+    /// MAC, port or local address differ), MTU set, up. In native mode, a device left
+    /// from an earlier tunnel-mode run is removed.
+    fn tunnel_device(
+        &self,
+        sock: &NetlinkSocket,
+        want: Option<&TunnelEndpoint>,
+    ) -> Result<Option<LinkInfo>, String> {
+        let existing = sock
+            .link_by_name(TUNNEL_DEVICE)
+            .map_err(|e| e.to_string())?;
+        if self.config.routing == RoutingMode::Native {
+            if existing.is_some() {
+                sock.delete_link_by_name(TUNNEL_DEVICE)
+                    .map_err(|e| e.to_string())?;
+                tracing::info!(
+                    device = TUNNEL_DEVICE,
+                    "removed the tunnel device (native routing)"
+                );
+            }
+            return Ok(None);
+        }
+        let Some(want) = want else {
+            return Ok(existing);
+        };
+        let mtu = self.device_mtu.saturating_sub(TUNNEL_OVERHEAD);
+        let link = match existing {
+            Some(l)
+                if l.kind.as_deref() == Some("vxlan")
+                    && l.mac == Some(want.mac)
+                    && l.vxlan == Some((self.config.tunnel_port, Some(want.local))) =>
+            {
+                l
+            }
+            other => {
+                if other.is_some() {
+                    sock.delete_link_by_name(TUNNEL_DEVICE)
+                        .map_err(|e| e.to_string())?;
+                }
+                let l = sock
+                    .create_vxlan(&VxlanSpec {
+                        name: TUNNEL_DEVICE.into(),
+                        id: TUNNEL_VNI,
+                        port: self.config.tunnel_port,
+                        local: want.local,
+                        mac: want.mac,
+                        mtu,
+                    })
+                    .map_err(|e| e.to_string())?;
+                tracing::info!(
+                    device = TUNNEL_DEVICE,
+                    local = %want.local,
+                    mac = %format_mac(&want.mac),
+                    port = self.config.tunnel_port,
+                    "created the tunnel device"
+                );
+                l
+            }
+        };
+        if link.mtu != mtu {
+            sock.set_link_mtu(link.index, mtu)
+                .map_err(|e| e.to_string())?;
+        }
+        if !link.up {
+            sock.set_link_up(link.index).map_err(|e| e.to_string())?;
+        }
+        Ok(Some(link))
+    }
+}
+
+/// FDB (`fdb`) or neighbour entries of the tunnel device: add the missing, remove
+/// the others (the device is podnet's, so every entry on it is).
+fn sync_l2(
+    sock: &NetlinkSocket,
+    index: u32,
+    want: &BTreeSet<L2Entry>,
+    fdb: bool,
+    errors: &mut Vec<String>,
+) {
+    let listed = match fdb {
+        true => sock.list_fdb(index),
+        false => sock.list_neighbours(index),
+    };
+    let have: BTreeSet<L2Entry> = match listed {
+        Ok(l) => l.into_iter().collect(),
+        Err(e) => {
+            errors.push(e.to_string());
+            return;
+        }
+    };
+    for e in want.difference(&have) {
+        let r = match fdb {
+            true => sock.append_fdb(index, e),
+            false => sock.replace_neighbour(index, e),
+        };
+        if let Err(err) = r {
+            errors.push(err.to_string());
+        }
+    }
+    for e in have.difference(want) {
+        let r = match fdb {
+            true => sock.delete_fdb(index, e),
+            false => sock.delete_neighbour(index, e),
+        };
+        if let Err(err) = r {
+            errors.push(err.to_string());
+        }
+    }
+}
+
+fn route_spec(r: &PlannedRoute, tunnel_index: Option<u32>) -> Option<RouteSpec> {
+    let oif = match r.tunnel {
+        true => tunnel_index?,
+        false => 0,
+    };
+    Some(RouteSpec {
+        dst: r.dst,
+        gateway: Some(r.gateway),
+        oif,
+        scope_link: false,
+        mtu: None,
+        table: None,
+        priority: None,
+        onlink: r.tunnel,
+        prefsrc: r.prefsrc,
+        protocol: Some(ROUTE_PROTOCOL),
+    })
+}
+
+/// Whether a listed route already is `spec` (destination, gateway, device).
+fn route_matches(have: &RouteInfo, spec: &RouteSpec) -> bool {
+    have.dst == spec.dst
+        && have.gateway == spec.gateway
+        && (spec.oif == 0 || have.oif == Some(spec.oif))
+}
+
+/// podnet's routes in the main table (its protocol number): replace the wrong
+/// or missing ones, delete the ones of CIDRs no remote node has any more.
+fn sync_routes(
+    sock: &NetlinkSocket,
+    want: &BTreeSet<PlannedRoute>,
+    tunnel_index: Option<u32>,
+    errors: &mut Vec<String>,
+) {
+    let mut have: Vec<RouteInfo> = Vec::new();
+    for family in [IpFamily::V4, IpFamily::V6] {
+        match sock.list_routes(family, Some(TABLE_MAIN)) {
+            Ok(l) => have.extend(l.into_iter().filter(|r| r.protocol == ROUTE_PROTOCOL)),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    let specs: Vec<RouteSpec> = want
+        .iter()
+        .filter_map(|r| route_spec(r, tunnel_index))
+        .collect();
+    for spec in &specs {
+        if have.iter().any(|h| route_matches(h, spec)) {
+            continue;
+        }
+        if let Err(e) = sock.replace_route(spec) {
+            errors.push(e.to_string());
+        }
+    }
+    let wanted: BTreeSet<IpNet> = specs.iter().map(|s| s.dst).collect();
+    for stale in have.iter().filter(|h| !wanted.contains(&h.dst)) {
+        let spec = RouteSpec {
+            dst: stale.dst,
+            gateway: stale.gateway,
+            oif: stale.oif.unwrap_or(0),
+            scope_link: false,
+            mtu: None,
+            table: None,
+            priority: stale.priority,
+            onlink: false,
+            prefsrc: None,
+            protocol: Some(ROUTE_PROTOCOL),
+        };
+        if let Err(e) = sock.delete_route(&spec) {
+            errors.push(e.to_string());
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Masquerade with nftables: podnet's own tables (`table ip podnet`, `table ip6
+//! podnet`), each replaced as a whole in one `nft -f` transaction (create, delete,
+//! create again: the kernel applies all of it or nothing), so no other table is
+//! ever touched and no packet sees half a rule set. The `nft` tool is used rather
+//! than nf_tables netlink: the rule set is a few lines, and `nft list table ip
+//! podnet` shows exactly what was written.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use ipnet::IpNet;
+
+use super::plan::MasqueradeFamily;
+
+/// The name of podnet's nftables tables (one per family).
+pub const TABLE: &str = "podnet";
+
+/// The `nft -f` script that makes podnet's table of family `ip`/`ip6` hold
+/// exactly `rules` (or removes it when `None`).
+pub fn ruleset(v6: bool, rules: Option<&MasqueradeFamily>) -> String {
+    let family = if v6 { "ip6" } else { "ip" };
+    // `table` adds the table when absent, so the delete always finds one.
+    let mut s = format!("table {family} {TABLE}\ndelete table {family} {TABLE}\n");
+    if let Some(m) = rules {
+        let set = |list: &[IpNet]| {
+            list.iter()
+                .map(IpNet::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let exempt = match m.exempt.is_empty() {
+            true => String::new(),
+            false => format!(" {family} daddr != {{ {} }}", set(&m.exempt)),
+        };
+        s.push_str(&format!(
+            "table {family} {TABLE} {{\n\
+             \tchain postrouting {{\n\
+             \t\ttype nat hook postrouting priority srcnat; policy accept;\n\
+             \t\t{family} saddr {{ {} }}{exempt} counter masquerade comment \"podnet: pod traffic leaving the cluster\"\n\
+             \t}}\n\
+             }}\n",
+            set(&m.sources)
+        ));
+    }
+    s
+}
+
+/// Runs `nft -f -` with `script`; the error says what to install or what nft said.
+pub fn apply(script: &str) -> Result<(), String> {
+    let mut child = Command::new("nft")
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => "masquerade needs the nft tool, which is not installed (apt-get install nftables), or turn it off with --enable-ipv4-masquerade=false --enable-ipv6-masquerade=false".to_string(),
+            _ => format!("cannot run nft: {e}"),
+        })?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(script.as_bytes())
+            .map_err(|e| format!("writing the rule set to nft: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("waiting for nft: {e}"))?;
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(format!(
+            "nft refused podnet's masquerade rules: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
+}
+
+/// Fails with the reason when `nft` cannot be run (checked at start, so a
+/// missing tool stops the daemon instead of leaving pods without masquerade).
+pub fn check_nft() -> Result<(), String> {
+    match Command::new("nft").arg("--version").output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!(
+            "nft --version failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("masquerade (--enable-ipv4-masquerade / --enable-ipv6-masquerade, on by default with the Kubernetes backend) needs the nft tool, which is not installed: apt-get install nftables, or turn masquerade off".into()),
+        Err(e) => Err(format!("cannot run nft: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn removal_only_creates_and_deletes_podnets_table() {
+        assert_eq!(
+            ruleset(false, None),
+            "table ip podnet\ndelete table ip podnet\n"
+        );
+        assert_eq!(
+            ruleset(true, None),
+            "table ip6 podnet\ndelete table ip6 podnet\n"
+        );
+    }
+
+    #[test]
+    fn rules_masquerade_own_sources_outside_the_exempt_cidrs() {
+        let m = MasqueradeFamily {
+            sources: vec![net("10.1.0.0/24"), net("10.9.0.0/27")],
+            exempt: vec![net("10.0.0.0/8")],
+        };
+        let s = ruleset(false, Some(&m));
+        assert!(s.starts_with("table ip podnet\ndelete table ip podnet\ntable ip podnet {\n"));
+        assert!(s.contains("type nat hook postrouting priority srcnat;"));
+        assert!(
+            s.contains("ip saddr { 10.1.0.0/24, 10.9.0.0/27 } ip daddr != { 10.0.0.0/8 } counter masquerade"),
+            "{s}"
+        );
+        let m6 = MasqueradeFamily {
+            sources: vec![net("fd00::/120")],
+            exempt: Vec::new(),
+        };
+        let s = ruleset(true, Some(&m6));
+        assert!(
+            s.contains("ip6 saddr { fd00::/120 } counter masquerade"),
+            "{s}"
+        );
+    }
+}

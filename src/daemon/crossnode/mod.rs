@@ -1,0 +1,217 @@
+//! The cross-node datapath: pods on other nodes reached through a VXLAN tunnel
+//! (`--routing-mode tunnel`) or routes via the nodes' InternalIPs (`native` with
+//! `--auto-direct-node-routes`), and pod traffic leaving the cluster masqueraded
+//! (nftables). One task owns it: it turns the cluster's CiliumNodes (the
+//! Kubernetes backend's watch of every node; this node's own resource on the
+//! embedded backend) into a [`plan::DatapathPlan`] and has [`apply::Reconciler`]
+//! write the difference, on every change and every [`RESYNC`] (so an entry someone
+//! removed comes back). `podnet status` shows the remote nodes it knows.
+
+mod apply;
+pub mod masquerade;
+pub mod plan;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use super::Daemon;
+use super::config::RoutingMode;
+use crate::api::models::{CrossNodeStatus, RemoteNodeStatus};
+use crate::resources::NodeResource;
+use apply::Reconciler;
+use plan::ClusterNode;
+
+/// The tunnel device podnet creates (and the only one it removes).
+pub const TUNNEL_DEVICE: &str = "podnet_vxlan";
+/// The VXLAN network identifier of podnet's tunnel.
+pub const TUNNEL_VNI: u32 = 2;
+/// VXLAN over IPv4: outer IPv4 (20) + UDP (8) + VXLAN (8) + inner Ethernet (14).
+pub const TUNNEL_OVERHEAD: u32 = 50;
+/// The `proto` of every route podnet installs to another node (`ip route show
+/// proto 77`); routes with another protocol number are never touched.
+pub const ROUTE_PROTOCOL: u8 = 77;
+/// How often the kernel is checked against the plan without any change.
+pub const RESYNC: Duration = Duration::from_secs(30);
+
+/// `--tunnel-protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TunnelProtocol {
+    Vxlan,
+    Geneve,
+}
+
+impl TunnelProtocol {
+    /// Parses `--tunnel-protocol`.
+    pub fn parse(s: &str) -> Result<TunnelProtocol, String> {
+        match s {
+            "vxlan" => Ok(TunnelProtocol::Vxlan),
+            "geneve" => Ok(TunnelProtocol::Geneve),
+            other => Err(format!(
+                "--tunnel-protocol {other:?} is not one of vxlan, geneve"
+            )),
+        }
+    }
+}
+
+/// The cross-node datapath's settings, resolved from the options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrossNodeConfig {
+    pub routing: RoutingMode,
+    pub tunnel_protocol: TunnelProtocol,
+    /// `--tunnel-port` (VXLAN's UDP port).
+    pub tunnel_port: u16,
+    /// `--auto-direct-node-routes` (native mode).
+    pub auto_direct_node_routes: bool,
+    /// `--ipv4-native-routing-cidr`, `--ipv6-native-routing-cidr`: destinations
+    /// reached without masquerade.
+    pub native_routing_cidrs: Vec<IpNet>,
+    pub masquerade_v4: bool,
+    pub masquerade_v6: bool,
+}
+
+impl CrossNodeConfig {
+    /// Whether anything is to be done at all.
+    pub fn is_active(&self) -> bool {
+        self.routing == RoutingMode::Tunnel
+            || self.auto_direct_node_routes
+            || self.masquerade_v4
+            || self.masquerade_v6
+    }
+
+    /// The one-line description `podnet status` shows.
+    fn describe(&self) -> String {
+        let mut s = match (self.routing, self.auto_direct_node_routes) {
+            (RoutingMode::Tunnel, _) => format!(
+                "tunnel (vxlan, port {}, device {TUNNEL_DEVICE})",
+                self.tunnel_port
+            ),
+            (RoutingMode::Native, true) => "native, auto-direct-node-routes".to_string(),
+            (RoutingMode::Native, false) => "native (routes are the network's)".to_string(),
+        };
+        let masq: Vec<&str> = [(self.masquerade_v4, "IPv4"), (self.masquerade_v6, "IPv6")]
+            .into_iter()
+            .filter_map(|(on, f)| on.then_some(f))
+            .collect();
+        s.push_str(&match masq.is_empty() {
+            true => "; masquerade off".to_string(),
+            false => format!("; masquerade {} (nftables table podnet)", masq.join(", ")),
+        });
+        s
+    }
+}
+
+/// Fails with the reason when the kernel or the host lacks what the
+/// configuration needs (called before the daemon serves).
+pub fn check_prerequisites(config: &CrossNodeConfig) -> Result<(), String> {
+    if config.routing == RoutingMode::Tunnel && config.tunnel_protocol == TunnelProtocol::Geneve {
+        return Err(match crate::datapath::kernel_has_link_kind("geneve") {
+            Ok(false) => "--tunnel-protocol geneve: this kernel has no Geneve driver (creating a geneve device fails with \"Unknown device type\"); use --tunnel-protocol vxlan".to_string(),
+            Ok(true) => "--tunnel-protocol geneve: podnet's tunnel is VXLAN only; use --tunnel-protocol vxlan".to_string(),
+            Err(e) => format!("--tunnel-protocol geneve: cannot check the kernel for Geneve ({e}); podnet's tunnel is VXLAN: use --tunnel-protocol vxlan"),
+        });
+    }
+    if config.masquerade_v4 || config.masquerade_v6 {
+        masquerade::check_nft()?;
+    }
+    Ok(())
+}
+
+/// Where the cluster's nodes come from.
+pub enum NodeFeed {
+    /// Every CiliumNode, from the Kubernetes backend's watch (None until listed).
+    Cluster(tokio::sync::watch::Receiver<Option<Vec<NodeResource>>>),
+    /// The embedded backend: this node alone (masquerade only).
+    ThisNode,
+}
+
+/// The status shared with `podnet status`.
+pub type SharedStatus = Arc<Mutex<CrossNodeStatus>>;
+
+/// A new status holder for `config`.
+pub fn new_status(config: &CrossNodeConfig) -> SharedStatus {
+    Arc::new(Mutex::new(CrossNodeStatus {
+        mode: config.describe(),
+        ..CrossNodeStatus::default()
+    }))
+}
+
+/// The cross-node task: plans on every change of the nodes (and every
+/// [`RESYNC`]) and applies on a blocking thread.
+pub async fn run(
+    daemon: Arc<Daemon>,
+    config: CrossNodeConfig,
+    device_mtu: u32,
+    node_name: String,
+    mut feed: NodeFeed,
+    status: SharedStatus,
+) {
+    let reconciler = Arc::new(Mutex::new(Reconciler::new(config.clone(), device_mtu)));
+    loop {
+        let nodes: Option<Vec<NodeResource>> = match &mut feed {
+            NodeFeed::Cluster(rx) => rx.borrow_and_update().clone(),
+            NodeFeed::ThisNode => daemon
+                .with_state(|s| Ok(s.node().clone()))
+                .await
+                .ok()
+                .map(|n| vec![n]),
+        };
+        if let Some(nodes) = nodes {
+            let nodes: Vec<ClusterNode> = nodes.iter().map(ClusterNode::from_resource).collect();
+            let pools: BTreeSet<String> = nodes
+                .iter()
+                .flat_map(|n| n.cidrs.iter().filter_map(|(p, _)| p.clone()))
+                .collect();
+            let skip = daemon
+                .with_state(move |s| {
+                    Ok(pools
+                        .into_iter()
+                        .filter(|p| s.skip_masquerade(p))
+                        .collect::<BTreeSet<String>>())
+                })
+                .await
+                .unwrap_or_default();
+            let plan = plan::plan(&config, &node_name, &nodes, &skip);
+            let r = reconciler.clone();
+            let p = plan.clone();
+            let errors = tokio::task::spawn_blocking(move || {
+                r.lock().unwrap_or_else(|e| e.into_inner()).apply(&p)
+            })
+            .await
+            .unwrap_or_else(|e| vec![format!("cross-node reconcile task failed: {e}")]);
+            for e in &errors {
+                tracing::warn!(error = %e, "cross-node datapath");
+            }
+            publish(&status, &plan, errors);
+        }
+        match &mut feed {
+            NodeFeed::Cluster(rx) => {
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() { return },
+                    _ = tokio::time::sleep(RESYNC) => {}
+                }
+            }
+            NodeFeed::ThisNode => tokio::time::sleep(Duration::from_secs(5)).await,
+        }
+    }
+}
+
+fn publish(status: &SharedStatus, plan: &plan::DatapathPlan, errors: Vec<String>) {
+    let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
+    s.synced = true;
+    s.errors = errors;
+    s.tunnel_local = plan.tunnel.map(|t| t.local.to_string()).unwrap_or_default();
+    s.routes = plan.routes.len();
+    s.remote_nodes = plan
+        .remotes
+        .iter()
+        .map(|r| RemoteNodeStatus {
+            name: r.name.clone(),
+            internal_ip: r.internal_ip.map(|i| i.to_string()).unwrap_or_default(),
+            cidrs: r.cidrs.iter().map(IpNet::to_string).collect(),
+            path: r.path.clone(),
+        })
+        .collect();
+}

@@ -1,0 +1,241 @@
+//! The VXLAN tunnel device and what points into it: creating the device (VNI, UDP
+//! port, local address, no learning), its FDB entries (`bridge fdb append <mac>
+//! dev <vxlan> dst <ip>`: AF_BRIDGE neighbour messages with NDA_DST) and its
+//! permanent neighbour entries (`ip neigh replace <ip> lladdr <mac> dev <vxlan>`).
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
+use netlink_packet_route::link::{
+    InfoData, InfoKind, InfoVxlan, LinkAttribute, LinkInfo as NlLinkInfo, LinkMessage,
+};
+use netlink_packet_route::neighbour::{
+    NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage, NeighbourState,
+};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+
+use super::addr::family_of;
+use super::error::{DatapathError, Result};
+use super::link::LinkInfo;
+use super::names::{format_mac, validate_ifname};
+use super::socket::NetlinkSocket;
+
+/// What a VXLAN device is created with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VxlanSpec {
+    pub name: String,
+    /// The VNI.
+    pub id: u32,
+    /// The UDP destination port (8472, Linux's and Cilium's).
+    pub port: u16,
+    /// The outer source address (this node's InternalIP).
+    pub local: Ipv4Addr,
+    pub mac: [u8; 6],
+    pub mtu: u32,
+}
+
+/// Which table of a device an entry goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum L2Table {
+    Fdb,
+    Neighbour,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum L2Change {
+    Add,
+    Delete,
+}
+
+/// One entry of a device's forwarding or neighbour table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct L2Entry {
+    pub ip: IpAddr,
+    pub mac: [u8; 6],
+}
+
+fn neigh_addr(ip: IpAddr) -> NeighbourAddress {
+    match ip {
+        IpAddr::V4(a) => NeighbourAddress::Inet(a),
+        IpAddr::V6(a) => NeighbourAddress::Inet6(a),
+    }
+}
+
+fn entry_of(msg: NeighbourMessage) -> Option<L2Entry> {
+    let (mut ip, mut mac) = (None, None);
+    for attr in msg.attributes {
+        match attr {
+            NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => ip = Some(a.into()),
+            NeighbourAttribute::Destination(NeighbourAddress::Inet6(a)) => ip = Some(a.into()),
+            // AF_BRIDGE entries: the parser does not know NDA_DST's family.
+            NeighbourAttribute::Destination(NeighbourAddress::Other(b)) => {
+                ip = match b.len() {
+                    4 => <[u8; 4]>::try_from(b.as_slice()).ok().map(IpAddr::from),
+                    16 => <[u8; 16]>::try_from(b.as_slice()).ok().map(IpAddr::from),
+                    _ => None,
+                }
+            }
+            NeighbourAttribute::LinkLayerAddress(l) => mac = <[u8; 6]>::try_from(l.as_slice()).ok(),
+            _ => {}
+        }
+    }
+    Some(L2Entry { ip: ip?, mac: mac? })
+}
+
+/// An FDB entry (`family` AF_BRIDGE, NTF_SELF) or a neighbour entry (the IP's
+/// family) on link `index`.
+fn l2_message(index: u32, entry: &L2Entry, table: L2Table) -> NeighbourMessage {
+    let fdb = table == L2Table::Fdb;
+    let mut msg = NeighbourMessage::default();
+    msg.header.ifindex = index;
+    msg.header.state = NeighbourState::Permanent;
+    msg.header.family = if fdb {
+        AddressFamily::Bridge
+    } else {
+        family_of(&entry.ip)
+    };
+    if fdb {
+        msg.header.flags = NeighbourFlags::Own;
+    }
+    msg.attributes
+        .push(NeighbourAttribute::Destination(neigh_addr(entry.ip)));
+    msg.attributes
+        .push(NeighbourAttribute::LinkLayerAddress(entry.mac.to_vec()));
+    msg
+}
+
+impl NetlinkSocket {
+    /// Creates the VXLAN device (down; no multicast group, no learning: every
+    /// destination comes from an FDB entry podnet writes).
+    pub fn create_vxlan(&self, spec: &VxlanSpec) -> Result<LinkInfo> {
+        validate_ifname(&spec.name)?;
+        let ctx = || {
+            format!(
+                "creating VXLAN device {} (id {}, port {}, local {}){}",
+                spec.name,
+                spec.id,
+                spec.port,
+                spec.local,
+                self.where_()
+            )
+        };
+        let mut msg = LinkMessage::default();
+        msg.attributes
+            .push(LinkAttribute::IfName(spec.name.clone()));
+        msg.attributes.push(LinkAttribute::Mtu(spec.mtu));
+        msg.attributes
+            .push(LinkAttribute::Address(spec.mac.to_vec()));
+        msg.attributes.push(LinkAttribute::LinkInfo(vec![
+            NlLinkInfo::Kind(InfoKind::Vxlan),
+            NlLinkInfo::Data(InfoData::Vxlan(vec![
+                InfoVxlan::Id(spec.id),
+                InfoVxlan::Port(spec.port),
+                InfoVxlan::Local(spec.local),
+                InfoVxlan::Learning(false),
+            ])),
+        ]));
+        self.request(
+            RouteNetlinkMessage::NewLink(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+            ctx,
+        )?;
+        self.link_by_name(&spec.name)?
+            .ok_or_else(|| DatapathError::Netlink {
+                context: format!("{}: created link vanished", ctx()),
+                source: std::io::Error::from_raw_os_error(libc::ENODEV),
+                ext_ack: None,
+            })
+    }
+
+    /// Adds an FDB entry: frames to `entry.mac` go to the remote `entry.ip`.
+    /// Idempotent (NLM_F_APPEND keeps one entry per MAC and destination).
+    pub fn append_fdb(&self, index: u32, entry: &L2Entry) -> Result<()> {
+        self.write_l2(index, entry, L2Table::Fdb, L2Change::Add)
+    }
+
+    /// Deletes one FDB entry (ENOENT when absent).
+    pub fn delete_fdb(&self, index: u32, entry: &L2Entry) -> Result<()> {
+        self.write_l2(index, entry, L2Table::Fdb, L2Change::Delete)
+    }
+
+    /// The FDB entries of link `index` that have a remote destination.
+    pub fn list_fdb(&self, index: u32) -> Result<Vec<L2Entry>> {
+        self.list_l2(index, AddressFamily::Bridge)
+    }
+
+    /// Adds or replaces a permanent neighbour entry on link `index`.
+    pub fn replace_neighbour(&self, index: u32, entry: &L2Entry) -> Result<()> {
+        self.write_l2(index, entry, L2Table::Neighbour, L2Change::Add)
+    }
+
+    /// Deletes a neighbour entry (ENOENT when absent).
+    pub fn delete_neighbour(&self, index: u32, entry: &L2Entry) -> Result<()> {
+        self.write_l2(index, entry, L2Table::Neighbour, L2Change::Delete)
+    }
+
+    fn write_l2(
+        &self,
+        index: u32,
+        entry: &L2Entry,
+        table: L2Table,
+        change: L2Change,
+    ) -> Result<()> {
+        let msg = l2_message(index, entry, table);
+        let (req, flags, verb) = match (change, table) {
+            (L2Change::Add, L2Table::Fdb) => (
+                RouteNetlinkMessage::NewNeighbour(msg),
+                NLM_F_CREATE | NLM_F_APPEND,
+                "adding",
+            ),
+            (L2Change::Add, L2Table::Neighbour) => (
+                RouteNetlinkMessage::NewNeighbour(msg),
+                NLM_F_CREATE | NLM_F_REPLACE,
+                "setting",
+            ),
+            (L2Change::Delete, _) => (RouteNetlinkMessage::DelNeighbour(msg), 0, "deleting"),
+        };
+        let what = match table {
+            L2Table::Fdb => format!("FDB entry {} dst {}", format_mac(&entry.mac), entry.ip),
+            L2Table::Neighbour => {
+                format!("neighbour {} lladdr {}", entry.ip, format_mac(&entry.mac))
+            }
+        };
+        self.request(req, flags, || {
+            format!("{verb} {what} on link #{index}{}", self.where_())
+        })
+        .map(|_| ())
+    }
+
+    /// The permanent neighbour entries (both families) of link `index`.
+    pub fn list_neighbours(&self, index: u32) -> Result<Vec<L2Entry>> {
+        let mut out = self.list_l2(index, AddressFamily::Inet)?;
+        out.extend(self.list_l2(index, AddressFamily::Inet6)?);
+        Ok(out)
+    }
+
+    fn list_l2(&self, index: u32, family: AddressFamily) -> Result<Vec<L2Entry>> {
+        let mut req = NeighbourMessage::default();
+        req.header.family = family;
+        // A strict neighbour dump refuses an ifindex in the header (the entries
+        // are filtered below); the FDB dump takes it as a device filter.
+        if family == AddressFamily::Bridge {
+            req.header.ifindex = index;
+        }
+        let msgs = self.dump(RouteNetlinkMessage::GetNeighbour(req), || {
+            format!("listing neighbours of link #{index}{}", self.where_())
+        })?;
+        Ok(msgs
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewNeighbour(n)
+                    if n.header.ifindex == index
+                        && n.header.state == NeighbourState::Permanent
+                        && !n.header.flags.contains(NeighbourFlags::Proxy) =>
+                {
+                    entry_of(n)
+                }
+                _ => None,
+            })
+            .collect())
+    }
+}
