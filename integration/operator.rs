@@ -604,15 +604,18 @@ fn the_operator_deployment_matches_what_the_binary_accepts() {
     let config =
         podnet::operator::options::OperatorConfig::resolve(&opts).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.identity, "$(POD_NAME)", "Kubernetes expands it");
-    // Least privilege: the Lease by name, CiliumNodes without create or delete.
+    // Least privilege: the Lease by name, CiliumNodes without create or delete,
+    // CiliumPodIPPools created (auto-created pools) but never changed.
     let role = kind("Role");
     let rules = role["rules"].as_array().expect("rules");
     assert!(rules.iter().any(|r| r["resourceNames"][0] == LEASE));
     let cluster_role = kind("ClusterRole");
     for rule in cluster_role["rules"].as_array().expect("rules") {
         let verbs = strings(&rule["verbs"]);
-        let forbidden: &[&str] = if rule["apiGroups"][0] == "apiextensions.k8s.io" {
-            // It may register a missing CRD, never change or delete one.
+        let forbidden: &[&str] = if rule["apiGroups"][0] == "apiextensions.k8s.io"
+            || rule["resources"][0] == "ciliumpodippools"
+        {
+            // It may create a missing CRD or pool, never change or delete one.
             &["update", "patch", "delete", "*"]
         } else {
             &["create", "delete", "*"]

@@ -12,12 +12,16 @@
 //! `spec.ipam.pools.requested` in multi-pool. Apply owns exactly the fields it
 //! sends, so the operator's (`spec.ipam.podCIDRs` in cluster-pool, the allocated
 //! blocks, `status.ipam.operator-status`) are never touched, and a conflict is an
-//! error, not a lost write.
+//! error, not a lost write. The one exception: in multi-pool the agent gives free
+//! blocks back by removing them from the operator's `spec.ipam.pools.allocated`
+//! (as Cilium's agent does), with a merge patch that carries the resourceVersion
+//! it was computed from, re-read and retried when the node changed meanwhile
+//! (`operator::pool_sync` describes the whole protocol).
 //!
 //! The source and sink run their API calls on the daemon's runtime through its
 //! handle; `initial` and `flush` are called from plain threads, never from a task.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -198,6 +202,7 @@ pub fn kubernetes_backend(
             client: None,
             pending: false,
             pending_used: None,
+            pending_released: BTreeSet::new(),
         },
     )
 }
@@ -456,6 +461,8 @@ pub struct KubernetesSink {
     pending: bool,
     /// External modes: used addresses not written yet.
     pending_used: Option<UsedAddresses>,
+    /// Multi-pool: blocks given back, not removed from the CiliumNode yet.
+    pending_released: BTreeSet<(String, IpNet)>,
 }
 
 impl KubernetesSink {
@@ -498,8 +505,100 @@ impl KubernetesSink {
     }
 }
 
+/// Attempts at removing given-back blocks before the next flush tries again.
+const RELEASE_ATTEMPTS: usize = 5;
+
+/// `spec.ipam.pools.allocated` of a CiliumNode object (raw JSON entries) without
+/// the `released` blocks; None when it lists none of them.
+fn allocated_without(
+    obj: &DynamicObject,
+    released: &BTreeSet<(String, IpNet)>,
+) -> Option<Vec<serde_json::Value>> {
+    let entries = obj.data["spec"]["ipam"]["pools"]["allocated"].as_array()?;
+    let mut removed = false;
+    let mut kept = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let pool = entry["pool"].as_str().unwrap_or_default().to_string();
+        let Some(cidrs) = entry["cidrs"].as_array() else {
+            kept.push(entry.clone());
+            continue;
+        };
+        let left: Vec<serde_json::Value> = cidrs
+            .iter()
+            .filter(|c| {
+                let gone = c
+                    .as_str()
+                    .and_then(|c| c.parse::<IpNet>().ok())
+                    .is_some_and(|c| released.contains(&(pool.clone(), c.trunc())));
+                removed |= gone;
+                !gone
+            })
+            .cloned()
+            .collect();
+        if left.len() == cidrs.len() {
+            kept.push(entry.clone());
+        } else if !left.is_empty() {
+            let mut e = entry.clone();
+            e["cidrs"] = serde_json::Value::Array(left);
+            kept.push(e);
+        }
+    }
+    removed.then_some(kept)
+}
+
+impl KubernetesSink {
+    /// Removes the given-back blocks from `spec.ipam.pools.allocated`: reads the
+    /// CiliumNode, then merge-patches the list without them, with the
+    /// resourceVersion read as precondition; on 409 (the operator or anyone
+    /// changed the node) reads it again.
+    fn remove_released(&mut self) -> Result<(), NodeError> {
+        let name = self.config.node_name.clone();
+        let released = self.pending_released.clone();
+        let api = cilium_nodes(self.client()?);
+        self.runtime.block_on(async move {
+            let io = |e: kube::Error| {
+                NodeError::Io(format!("giving blocks back in CiliumNode {name:?}: {e}"))
+            };
+            for _ in 0..RELEASE_ATTEMPTS {
+                let Some(obj) = api.get_opt(&name).await.map_err(io)? else {
+                    return Ok(());
+                };
+                let Some(allocated) = allocated_without(&obj, &released) else {
+                    return Ok(());
+                };
+                let body = json!({
+                    "metadata": {"resourceVersion": obj.metadata.resource_version},
+                    "spec": {"ipam": {"pools": {"allocated": allocated}}},
+                });
+                let params = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..PatchParams::default()
+                };
+                match api.patch(&name, &params, &Patch::Merge(&body)).await {
+                    Ok(_) => {
+                        tracing::info!(blocks = ?released, "gave blocks back to the operator");
+                        return Ok(());
+                    }
+                    Err(kube::Error::Api(e)) if e.is_conflict() => continue,
+                    Err(e) => return Err(io(e)),
+                }
+            }
+            Err(NodeError::Io(format!(
+                "giving blocks back in CiliumNode {name:?}: it changed {RELEASE_ATTEMPTS} times in a row; trying again"
+            )))
+        })?;
+        self.pending_released.clear();
+        Ok(())
+    }
+}
+
 impl NodeSink for KubernetesSink {
     fn flush(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
+        self.pending_released
+            .extend(outbox.released_blocks.iter().cloned());
+        if !self.pending_released.is_empty() {
+            self.remove_released()?;
+        }
         if let (KubernetesMode::External { .. }, Some(used)) = (self.config.mode, &outbox.used) {
             self.pending_used = Some(used.clone());
         }
@@ -558,6 +657,36 @@ mod tests {
         assert_eq!(
             kubernetes_cidrs(&[v4], true, true),
             Err("Required IPv6 PodCIDR not available".into())
+        );
+    }
+
+    #[test]
+    fn given_back_blocks_leave_the_allocated_list() {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+            "metadata": {"name": "n1", "resourceVersion": "7"},
+            "spec": {"ipam": {"pools": {"allocated": [
+                {"pool": "default", "cidrs": ["10.10.0.0/26", "10.10.0.64/26"], "allowFirstIP": true},
+                {"pool": "mars", "cidrs": ["10.20.0.0/26"]},
+            ]}}},
+        }))
+        .unwrap();
+        let b = |p: &str, c: &str| (p.to_string(), c.parse::<IpNet>().unwrap());
+        let left =
+            allocated_without(&obj, &BTreeSet::from([b("default", "10.10.0.64/26")])).unwrap();
+        assert_eq!(
+            json!(left),
+            json!([
+                {"pool": "default", "cidrs": ["10.10.0.0/26"], "allowFirstIP": true},
+                {"pool": "mars", "cidrs": ["10.20.0.0/26"]},
+            ])
+        );
+        let left = allocated_without(&obj, &BTreeSet::from([b("mars", "10.20.0.0/26")])).unwrap();
+        assert_eq!(left.len(), 1, "an emptied entry goes");
+        // Not listed (or listed under another pool): nothing to write.
+        assert_eq!(
+            allocated_without(&obj, &BTreeSet::from([b("mars", "10.10.0.0/26")])),
+            None
         );
     }
 

@@ -12,9 +12,8 @@
 //! was deleted meanwhile (the API server answers 409). A write that fails for any
 //! other reason is retried with a backoff.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -25,13 +24,11 @@ use tokio::time::Instant;
 
 use super::allocator::{IGNORE_ANNOTATION, NodeCidrs, Observed, Pending};
 use super::metrics::OperatorMetrics;
+use super::retry::WriteRetries;
 use crate::node::kubernetes::{cilium_nodes, to_node_resource};
 
 /// The field manager of the operator's applies.
 pub const FIELD_MANAGER: &str = "podnet-operator";
-/// First and longest wait before a failed write is tried again.
-const RETRY_FIRST: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// What the operator reads of a CiliumNode object.
 fn observed(obj: &DynamicObject) -> Result<Observed, String> {
@@ -62,9 +59,9 @@ pub async fn run(
         .boxed();
     let mut listing: Option<BTreeSet<String>> = None;
     let mut first_list = true;
-    let mut retry: BTreeMap<String, (Instant, Duration)> = BTreeMap::new();
+    let mut retry = WriteRetries::default();
     loop {
-        let due = retry.values().map(|(at, _)| *at).min();
+        let due = retry.next_due();
         let mut dirty: BTreeSet<String> = BTreeSet::new();
         tokio::select! {
             item = stream.next() => match item {
@@ -73,8 +70,7 @@ pub async fn run(
                 Some(Ok(event)) => dirty.extend(apply_event(&mut cidrs, &mut listing, &mut first_list, event)),
             },
             _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() && listing.is_none() => {
-                let now = Instant::now();
-                dirty.extend(retry.iter().filter(|(_, (at, _))| *at <= now).map(|(n, _)| n.clone()));
+                dirty.extend(retry.due_at(Instant::now()));
             }
         }
         // While a list is being read, writes wait for its end (the list may still
@@ -84,16 +80,10 @@ pub async fn run(
         }
         for name in dirty {
             match write_node(&api, &mut cidrs, &name, &metrics).await {
-                Ok(()) => {
-                    retry.remove(&name);
-                }
+                Ok(()) => retry.succeeded(&name),
                 Err(e) => {
-                    let backoff = retry
-                        .get(&name)
-                        .map(|(_, b)| (*b * 2).min(RETRY_MAX))
-                        .unwrap_or(RETRY_FIRST);
+                    let backoff = retry.failed(&name);
                     tracing::warn!(node = %name, error = %e, retry_in = ?backoff, "writing the node's CIDRs failed");
-                    retry.insert(name, (Instant::now() + backoff, backoff));
                 }
             }
         }
