@@ -419,7 +419,7 @@ fn the_agents_service_account_is_enough_and_no_more() {
 }
 
 /// A Pod object on `node` (no scheduler runs: `spec.nodeName` is set directly).
-fn create_pod(cp: &ControlPlane, namespace: &str, name: &str, node: &str, annotations: &str) {
+pub fn create_pod(cp: &ControlPlane, namespace: &str, name: &str, node: &str, annotations: &str) {
     cp.apply(&format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {namespace}\n  annotations: {{{annotations}}}\n\
          spec:\n  nodeName: {node}\n  containers: [{{name: c, image: busybox}}]\n"
@@ -427,7 +427,7 @@ fn create_pod(cp: &ControlPlane, namespace: &str, name: &str, node: &str, annota
 }
 
 /// ADD for a sandbox as the pod `namespace/name`.
-fn add_as(node: &Node, sb: &Sandbox, namespace: &str, name: &str) -> PluginOutput {
+pub fn add_as(node: &Node, sb: &Sandbox, namespace: &str, name: &str) -> PluginOutput {
     let args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name}");
     node.plugin("ADD", Some(sb), &node.conf("1.1.0"), &[("CNI_ARGS", &args)])
 }

@@ -23,7 +23,7 @@ const LEASE: &str = "podnet-operator-resource-lock";
 
 /// One `podnet operator` process in the control plane's namespace; SIGKILLed by
 /// PID on drop (drop it before its control plane).
-struct Operator {
+pub struct Operator {
     identity: String,
     netns: String,
     metrics_port: u16,
@@ -32,7 +32,7 @@ struct Operator {
 }
 
 impl Operator {
-    fn start(
+    pub fn start(
         cp: &ControlPlane,
         identity: &str,
         kubeconfig: &Path,
@@ -66,7 +66,7 @@ impl Operator {
         self.child.as_ref().map(|c| c.id() as i32)
     }
 
-    fn log(&self) -> String {
+    pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
@@ -80,7 +80,7 @@ impl Operator {
 
     /// A metric's value from the operator's own `/metrics` (None if it does not
     /// answer or has no such line).
-    fn metric(&self, line_prefix: &str) -> Option<f64> {
+    pub fn metric(&self, line_prefix: &str) -> Option<f64> {
         let out = Command::new("ip")
             .args([
                 "netns",
@@ -111,7 +111,7 @@ impl Drop for Operator {
 }
 
 /// Waits until `f` holds, at most `limit`.
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -138,7 +138,7 @@ fn pod_cidrs(cp: &ControlPlane) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
-fn operator_error(cp: &ControlPlane, node: &str) -> String {
+pub fn operator_error(cp: &ControlPlane, node: &str) -> String {
     jsonpath(
         cp,
         "ciliumnode",
@@ -161,7 +161,7 @@ fn lease_holder(cp: &ControlPlane) -> String {
 }
 
 /// The CRDs, deploy/operator.yaml, and a kubeconfig of its ServiceAccount.
-fn install_operator(cp: &ControlPlane) -> PathBuf {
+pub fn install_operator(cp: &ControlPlane) -> PathBuf {
     cp.install_crds();
     cp.kubectl(&[
         "apply",
@@ -174,7 +174,7 @@ fn install_operator(cp: &ControlPlane) -> PathBuf {
 
 /// The fields each manager owns in a CiliumNode (`fieldsV1`, as text), by
 /// manager and subresource.
-fn managed_fields(cp: &ControlPlane, node: &str) -> BTreeMap<(String, String), String> {
+pub fn managed_fields(cp: &ControlPlane, node: &str) -> BTreeMap<(String, String), String> {
     let json = cp
         .kubectl(&[
             "get",
@@ -665,7 +665,11 @@ fn the_operator_registers_missing_crds_unless_told_to_skip() {
 
 /// `podnet operator status` in the control plane's namespace, as the operator's
 /// ServiceAccount: (exit code, stdout, stderr).
-fn operator_status(cp: &ControlPlane, kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
+pub fn operator_status(
+    cp: &ControlPlane,
+    kubeconfig: &Path,
+    args: &[&str],
+) -> (i32, String, String) {
     let out = Command::new("ip")
         .args([
             "netns",

@@ -74,6 +74,10 @@ pub struct KubernetesConfig {
     pub ipv6: bool,
     /// External modes: addresses the node must own before the daemon serves.
     pub needed: u64,
+    /// multi-pool: the demand written at start (the pre-allocated pools and the
+    /// default pool's router and health addresses); the source waits until each of
+    /// these pools has a block, as Cilium's agent does.
+    pub initial_demand: Vec<RequestedPool>,
 }
 
 /// The fields the agent owns in its CiliumNode (one apply always sends them all:
@@ -325,6 +329,9 @@ impl KubernetesSource {
             f.node_uid = uid;
             f.internal_ips = internal_ips;
             f.pod_cidrs = pod_cidrs;
+            if self.config.mode == KubernetesMode::MultiPool && f.requested.is_none() {
+                f.requested = Some(self.config.initial_demand.clone());
+            }
             f.apply_body(name)
         };
         let api = cilium_nodes(client.clone());
@@ -344,6 +351,14 @@ impl KubernetesSource {
                         .into(),
                 ));
             }
+            KubernetesMode::MultiPool => {
+                let missing = pools_without_blocks(&self.config.initial_demand, &resource);
+                if !missing.is_empty() {
+                    return Ok(Err(format!(
+                        "the operator to allocate blocks of pools {missing:?} into spec.ipam.pools.allocated of its CiliumNode"
+                    )));
+                }
+            }
             KubernetesMode::External { .. } if offered(&resource) < self.config.needed => {
                 return Ok(Err(format!(
                     "initial IP to become available in '{name}' custom resource ({} of {} addresses)",
@@ -362,6 +377,23 @@ impl KubernetesSource {
             labels,
         )))
     }
+}
+
+/// multi-pool: the pools of `demand` the node holds no block of yet.
+fn pools_without_blocks(demand: &[RequestedPool], node: &NodeResource) -> Vec<String> {
+    demand
+        .iter()
+        .filter(|r| {
+            !node
+                .spec
+                .ipam
+                .pools
+                .allocated
+                .iter()
+                .any(|a| a.pool == r.pool && !a.cidrs.is_empty())
+        })
+        .map(|r| r.pool.clone())
+        .collect()
 }
 
 /// kubernetes mode: the first CIDR of each enabled family (Cilium's check).
@@ -592,20 +624,9 @@ impl KubernetesSink {
     }
 }
 
-impl NodeSink for KubernetesSink {
-    fn flush(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
-        self.pending_released
-            .extend(outbox.released_blocks.iter().cloned());
-        if !self.pending_released.is_empty() {
-            self.remove_released()?;
-        }
-        if let (KubernetesMode::External { .. }, Some(used)) = (self.config.mode, &outbox.used) {
-            self.pending_used = Some(used.clone());
-        }
-        if let Some(used) = self.pending_used.clone() {
-            self.apply_used(&used)?;
-            self.pending_used = None;
-        }
+impl KubernetesSink {
+    /// Applies the agent's fields when one changed (or the last apply failed).
+    fn apply_fields(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
         let body = {
             let mut f = self.fields.lock().unwrap_or_else(|p| p.into_inner());
             let mut changed = self.pending;
@@ -640,6 +661,28 @@ impl NodeSink for KubernetesSink {
                 .map_err(|e| NodeError::Io(format!("applying CiliumNode {name:?}: {e}")))
         })?;
         self.pending = false;
+        Ok(())
+    }
+}
+
+impl NodeSink for KubernetesSink {
+    fn flush(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
+        self.pending_released
+            .extend(outbox.released_blocks.iter().cloned());
+        if let (KubernetesMode::External { .. }, Some(used)) = (self.config.mode, &outbox.used) {
+            self.pending_used = Some(used.clone());
+        }
+        if let Some(used) = self.pending_used.clone() {
+            self.apply_used(&used)?;
+            self.pending_used = None;
+        }
+        // The lower demand first, then the blocks it frees: the operator never
+        // sees a block gone while the old demand still asks for it (it would
+        // carve it right back).
+        self.apply_fields(outbox)?;
+        if !self.pending_released.is_empty() {
+            self.remove_released()?;
+        }
         Ok(())
     }
 }

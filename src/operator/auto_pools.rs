@@ -1,144 +1,33 @@
 //! `--auto-create-cilium-pod-ip-pools` (Cilium's operator option): the pools the
 //! multi-pool operator creates at start when they do not exist (it never updates
-//! one). Cilium's grammar: `<pool>=ipv4-cidrs:<cidr>[,<cidr>...];ipv4-mask-size:<n>`
-//! with optional `ipv6-cidrs`, `ipv6-mask-size`, `allow-first-ip`, `allow-last-ip`
-//! keys; pools are separated by commas (a comma-separated piece without `=`
-//! continues the previous pool's CIDR list) or given by repeating the option.
+//! one). Cilium's grammar (`<pool>=ipv4-cidrs:<cidr>[,<cidr>...];ipv4-mask-size:<n>`,
+//! more pools comma-separated or in repeated options) is read by
+//! `ipam::pool_options`, which the embedded operator uses too.
 
-use ipnet::IpNet;
 use serde_json::json;
 
+use crate::ipam::pool_operator::PoolOperator;
+use crate::ipam::pool_options::parse_auto_create_pools;
 use crate::ipam::pooldef::{PoolDef, PoolFamilySpec};
 
 pub const OPT_AUTO_CREATE: &str = "auto-create-cilium-pod-ip-pools";
 
-/// Splits the option's values into `(pool, spec)` pairs.
-fn pool_entries(values: &[String]) -> Result<Vec<(String, String)>, String> {
-    let mut entries: Vec<(String, String)> = Vec::new();
-    for piece in values.iter().flat_map(|v| v.split(',')) {
-        let piece = piece.trim();
-        if piece.is_empty() {
-            continue;
-        }
-        match piece.split_once('=') {
-            Some((name, spec)) => entries.push((name.trim().to_string(), spec.to_string())),
-            None => match entries.last_mut() {
-                Some((_, spec)) => {
-                    spec.push(',');
-                    spec.push_str(piece);
-                }
-                None => {
-                    return Err(format!(
-                        "{OPT_AUTO_CREATE}: {piece:?} is not <pool>=ipv4-cidrs:<cidrs>;ipv4-mask-size:<n>"
-                    ));
-                }
-            },
-        }
-    }
-    Ok(entries)
-}
-
-fn parse_family(
-    pool: &str,
-    family: &str,
-    cidrs: Option<&str>,
-    mask: Option<&str>,
-) -> Result<Option<PoolFamilySpec>, String> {
-    let (cidrs, mask) = match (cidrs, mask) {
-        (None, None) => return Ok(None),
-        (Some(c), Some(m)) => (c, m),
-        (Some(_), None) => {
-            return Err(format!(
-                "{OPT_AUTO_CREATE}: pool {pool:?} has {family}-cidrs but no {family}-mask-size"
-            ));
-        }
-        (None, Some(_)) => {
-            return Err(format!(
-                "{OPT_AUTO_CREATE}: pool {pool:?} has {family}-mask-size but no {family}-cidrs"
-            ));
-        }
-    };
-    let cidrs = cidrs
-        .split(',')
-        .map(|c| {
-            c.trim()
-                .parse::<IpNet>()
-                .map_err(|e| format!("{OPT_AUTO_CREATE}: pool {pool:?} {family}-cidrs {c:?}: {e}"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let is_v4 = family == "ipv4";
-    if let Some(c) = cidrs.iter().find(|c| matches!(c, IpNet::V4(_)) != is_v4) {
-        return Err(format!(
-            "{OPT_AUTO_CREATE}: pool {pool:?} {family}-cidrs {c} is not an {family} CIDR"
-        ));
-    }
-    let mask_size = mask.trim().parse::<u8>().map_err(|_| {
-        format!("{OPT_AUTO_CREATE}: pool {pool:?} {family}-mask-size {mask:?} is not a number")
-    })?;
-    Ok(Some(PoolFamilySpec {
-        cidrs,
-        mask_size,
-        reserved_ranges: Vec::new(),
-    }))
-}
-
-fn parse_bool(pool: &str, key: &str, v: &str) -> Result<bool, String> {
-    v.trim()
-        .parse()
-        .map_err(|_| format!("{OPT_AUTO_CREATE}: pool {pool:?} {key} {v:?} is not true or false"))
-}
-
-/// The pools the option describes; every mistake is an error naming the pool
-/// and the key.
+/// The pools the option's values describe (each value in Cilium's grammar, read by
+/// the agent's parser); pools that overlap are refused as the operator would.
 pub fn parse(values: &[String]) -> Result<Vec<PoolDef>, String> {
-    let mut pools: Vec<PoolDef> = Vec::new();
-    for (name, spec) in pool_entries(values)? {
-        if name.is_empty() {
-            return Err(format!(
-                "{OPT_AUTO_CREATE}: a pool without a name in {spec:?}"
-            ));
-        }
-        if pools.iter().any(|p| p.name == name) {
-            return Err(format!("{OPT_AUTO_CREATE}: pool {name:?} is given twice"));
-        }
-        let mut def = PoolDef {
-            name: name.clone(),
-            ..Default::default()
-        };
-        let (mut v4c, mut v4m, mut v6c, mut v6m) = (None, None, None, None);
-        for kv in spec.split(';').filter(|s| !s.trim().is_empty()) {
-            let Some((key, value)) = kv.split_once(':') else {
+    let mut pools = Vec::new();
+    for value in values {
+        for pool in parse_auto_create_pools(value).map_err(|e| format!("{OPT_AUTO_CREATE}: {e}"))? {
+            if pools.iter().any(|p: &PoolDef| p.name == pool.name) {
                 return Err(format!(
-                    "{OPT_AUTO_CREATE}: pool {name:?}: {kv:?} is not key:value"
+                    "{OPT_AUTO_CREATE}: pool {:?} is given twice",
+                    pool.name
                 ));
-            };
-            match key.trim() {
-                "ipv4-cidrs" => v4c = Some(value),
-                "ipv4-mask-size" => v4m = Some(value),
-                "ipv6-cidrs" => v6c = Some(value),
-                "ipv6-mask-size" => v6m = Some(value),
-                "allow-first-ip" => def.allow_first_ip = parse_bool(&name, key, value)?,
-                "allow-last-ip" => def.allow_last_ip = parse_bool(&name, key, value)?,
-                other => {
-                    return Err(format!(
-                        "{OPT_AUTO_CREATE}: pool {name:?}: unknown key {other:?} (ipv4-cidrs, \
-                         ipv4-mask-size, ipv6-cidrs, ipv6-mask-size, allow-first-ip, allow-last-ip)"
-                    ));
-                }
             }
+            pools.push(pool);
         }
-        def.ipv4 = parse_family(&name, "ipv4", v4c, v4m)?;
-        def.ipv6 = parse_family(&name, "ipv6", v6c, v6m)?;
-        if def.ipv4.is_none() && def.ipv6.is_none() {
-            return Err(format!(
-                "{OPT_AUTO_CREATE}: pool {name:?} has neither ipv4-cidrs nor ipv6-cidrs"
-            ));
-        }
-        pools.push(def);
     }
-    // The same checks the operator applies to pools it reads.
-    crate::ipam::pool_operator::PoolOperator::new(&pools)
-        .map_err(|e| format!("{OPT_AUTO_CREATE}: {e}"))?;
+    PoolOperator::new(&pools).map_err(|e| format!("{OPT_AUTO_CREATE}: {e}"))?;
     Ok(pools)
 }
 
@@ -208,43 +97,10 @@ mod tests {
     }
 
     #[test]
-    fn every_mistake_names_the_pool_and_the_key() {
+    fn mistakes_name_the_option() {
         for (bad, says) in [
-            ("10.0.0.0/8", "is not <pool>="),
-            (
-                "a=ipv4-cidrs:10.0.0.0/8",
-                "pool \"a\" has ipv4-cidrs but no ipv4-mask-size",
-            ),
-            (
-                "a=ipv4-mask-size:24",
-                "has ipv4-mask-size but no ipv4-cidrs",
-            ),
-            (
-                "a=ipv4-cidrs:10.0.0.0/33;ipv4-mask-size:24",
-                "pool \"a\" ipv4-cidrs",
-            ),
-            (
-                "a=ipv4-cidrs:fd00::/64;ipv4-mask-size:24",
-                "is not an ipv4 CIDR",
-            ),
-            (
-                "a=ipv4-cidrs:10.0.0.0/8;ipv4-mask-size:x",
-                "ipv4-mask-size \"x\" is not a number",
-            ),
-            (
-                "a=ipv4-cidrs:10.0.0.0/8;ipv4-mask-size:24;colour:red",
-                "unknown key \"colour\"",
-            ),
-            (
-                "a=ipv4-cidrs:10.0.0.0/8;ipv4-mask-size:24;allow-last-ip:yes",
-                "allow-last-ip",
-            ),
-            ("a=", "neither ipv4-cidrs nor ipv6-cidrs"),
+            ("a=ipv4-cidrs:10.0.0.0/8", "ipv4-mask-size"),
             ("a=ipv4-cidrs:10.0.0.0/16;ipv4-mask-size:8", "maskSize 8"),
-            (
-                "a=ipv4-cidrs:10.0.0.0/16;ipv4-mask-size:24,a=ipv4-cidrs:10.1.0.0/16;ipv4-mask-size:24",
-                "given twice",
-            ),
             (
                 "a=ipv4-cidrs:10.0.0.0/16;ipv4-mask-size:24,b=ipv4-cidrs:10.0.0.0/17;ipv4-mask-size:24",
                 "overlaps",
@@ -254,5 +110,11 @@ mod tests {
             assert!(e.starts_with(OPT_AUTO_CREATE), "{bad}: {e}");
             assert!(e.contains(says), "{bad}: {e}");
         }
+        let twice = parse(&[
+            "a=ipv4-cidrs:10.1.0.0/16;ipv4-mask-size:24".into(),
+            "a=ipv4-cidrs:10.2.0.0/16;ipv4-mask-size:24".into(),
+        ])
+        .unwrap_err();
+        assert!(twice.contains("given twice"), "{twice}");
     }
 }

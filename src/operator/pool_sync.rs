@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::Event;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
@@ -87,7 +87,14 @@ fn see(blocks: &mut PoolBlocks, obj: &DynamicObject) {
 /// Creates the pools of `--auto-create-cilium-pod-ip-pools` that do not exist
 /// (an existing one is never changed), retrying while the API server fails.
 async fn create_missing_pools(client: &kube::Client, pools: &[PoolDef]) {
-    let api = pools_api(client.clone());
+    let ar = ApiResource {
+        group: "cilium.io".into(),
+        version: "v2alpha1".into(),
+        api_version: "cilium.io/v2alpha1".into(),
+        kind: "CiliumPodIPPool".into(),
+        plural: "ciliumpodippools".into(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
     for def in pools {
         let body: DynamicObject = match serde_json::from_value(pool_object(def)) {
             Ok(b) => b,
@@ -102,6 +109,10 @@ async fn create_missing_pools(client: &kube::Client, pools: &[PoolDef]) {
                 Ok(_) => tracing::info!(pool = %def.name, "created the CiliumPodIPPool"),
                 Err(kube::Error::Api(e)) if e.code == 409 => {
                     tracing::info!(pool = %def.name, "the CiliumPodIPPool exists; left as it is")
+                }
+                // Refused as written (the CRD's validation): trying again cannot help.
+                Err(kube::Error::Api(e)) if (400..500).contains(&e.code) && e.code != 429 => {
+                    tracing::error!(pool = %def.name, error = %e, "the API server refused the CiliumPodIPPool; not created");
                 }
                 Err(e) => {
                     tracing::warn!(pool = %def.name, error = %e, retry_in = ?wait, "creating the CiliumPodIPPool failed");
@@ -187,13 +198,15 @@ pub async fn run(
                 Some(Ok(Event::Apply(obj))) => {
                     see(&mut blocks, &obj);
                     dirty.extend(obj.metadata.name.clone());
+                    // It may have given blocks back that waiting nodes need.
+                    dirty.extend(blocks.waiting());
                 }
                 Some(Ok(Event::Delete(obj))) => {
                     if let Some(name) = obj.metadata.name.as_deref() {
                         blocks.remove(name);
                         retry.succeeded(name);
                     }
-                    dirty.extend(blocks.node_names());
+                    dirty.extend(blocks.waiting());
                 }
             },
             item = pools.next() => match item {
@@ -224,7 +237,7 @@ pub async fn run(
             }
         }
         metrics.set_pool_blocks(&blocks.pool_space());
-        let waiting = blocks.nodes_with_errors();
+        let waiting = blocks.waiting().len();
         metrics.set_nodes(blocks.node_names().len() - waiting, waiting);
     }
 }

@@ -250,9 +250,13 @@ impl PoolBlocks {
         self.operator.pool_space()
     }
 
-    /// Nodes with an error in their operator-status.
-    pub fn nodes_with_errors(&self) -> usize {
-        self.nodes.values().filter(|n| !n.error.is_empty()).count()
+    /// Nodes with an error in their operator-status (waiting for room, a pool).
+    pub fn waiting(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| !n.error.is_empty())
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 }
 
@@ -357,7 +361,7 @@ mod tests {
         let mut after = node("n1", 2, &[("mars", 10)], &[]);
         after.error = w.error.clone().unwrap();
         b.observe(after);
-        assert_eq!(b.nodes_with_errors(), 1);
+        assert_eq!(b.waiting(), ["n1"]);
         assert_eq!(b.plan("n1"), None, "the error is written once");
         b.set_pools(&[
             pool("default", &["10.10.0.0/24"], 26),
