@@ -215,8 +215,16 @@ fn multi_pool_blocks_for_two_real_daemons_are_distinct_exhausted_released_and_re
     // Given back once: the lower demand reached the operator before the removal,
     // so it did not carve the block right back for A.
     let log = nodes[0].log();
-    assert_eq!(log.matches("gave blocks back to the operator").count(), 1, "{log}");
-    assert_eq!(log.matches("released a free block above demand").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("gave blocks back to the operator").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("released a free block above demand").count(),
+        1,
+        "{log}"
+    );
 
     // Each writer keeps its fields: the agent's demand and the operator's blocks.
     let agent = owned(&cp, &b, "podnet-agent", "");
@@ -273,13 +281,32 @@ fn multi_pool_reports_a_missing_pool_and_refuses_an_edit_that_breaks_blocks() {
     let sa = install_operator(&cp);
     cp.apply(&pool_yaml("default", "10.62.0.0/24", 28));
     request(&cp, "ghost-1", &[("mars", 10)]);
-    let op = Operator::start(&cp, "op-e", &sa, 9976, &["--ipam=multi-pool"]);
+    // An auto-created pool that exists already is left as it is.
+    let op = Operator::start(
+        &cp,
+        "op-e",
+        &sa,
+        9976,
+        &[
+            "--ipam=multi-pool",
+            "--auto-create-cilium-pod-ip-pools=default=ipv4-cidrs:10.99.0.0/16;ipv4-mask-size:24",
+        ],
+    );
     let missing = "failed to allocate ipv4 address for node \"ghost-1\" from pool \"mars\": \
                    cannot allocate from non-existing pool: mars";
     wait_for("the missing pool's error", Duration::from_secs(15), || {
         operator_error(&cp, "ghost-1") == missing
     });
     assert!(blocks(&cp, "ghost-1").is_empty());
+    assert!(
+        op.log()
+            .contains("the CiliumPodIPPool exists; left as it is")
+    );
+    let default = jsonpath(&cp, "ciliumpodippool", "default", "{.spec.ipv4}");
+    assert!(
+        default.contains("10.62.0.0/24") && !default.contains("10.99"),
+        "{default}"
+    );
 
     // The pool appears: the node gets a block and its error goes.
     cp.apply(&pool_yaml("mars", "10.63.0.0/24", 28));

@@ -47,37 +47,33 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 /// Conflicts in a row after which a node waits for the retry timer.
 const CONFLICTS_IN_A_ROW: usize = 5;
 
-/// What the operator reads of a CiliumNode (None: annotated to be ignored).
-fn observed(obj: &DynamicObject) -> Result<Option<ObservedNode>, String> {
+/// What the operator reads of a CiliumNode.
+fn observed(obj: &DynamicObject) -> Result<ObservedNode, String> {
     let node = to_node_resource(obj).map_err(|e| e.to_string())?;
-    if node
-        .metadata
-        .annotations
-        .get(IGNORE_ANNOTATION)
-        .is_some_and(|v| v == "true")
-    {
-        return Ok(None);
-    }
-    Ok(Some(ObservedNode {
+    Ok(ObservedNode {
         name: obj.metadata.name.clone().unwrap_or_default(),
         uid: obj.metadata.uid.clone().unwrap_or_default(),
         resource_version: obj.metadata.resource_version.clone().unwrap_or_default(),
         requested: node.spec.ipam.pools.requested,
         allocated: node.spec.ipam.pools.allocated,
         error: node.status.ipam.operator_status.error,
-    }))
+        ignored: node
+            .metadata
+            .annotations
+            .get(IGNORE_ANNOTATION)
+            .is_some_and(|v| v == "true"),
+    })
 }
 
 /// Feeds one CiliumNode to the bookkeeping; logs what is wrong with its blocks.
 fn see(blocks: &mut PoolBlocks, obj: &DynamicObject) {
     let name = obj.metadata.name.clone().unwrap_or_default();
     match observed(obj) {
-        Ok(Some(o)) => {
+        Ok(o) => {
             for problem in blocks.observe(o) {
                 tracing::error!(node = %name, "{problem}");
             }
         }
-        Ok(None) => blocks.remove(&name),
         Err(e) => {
             tracing::error!(node = %name, error = %e, "CiliumNode not understood; left alone")
         }

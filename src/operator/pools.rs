@@ -42,6 +42,9 @@ pub struct ObservedNode {
     pub allocated: Vec<AllocatedPool>,
     /// `status.ipam.operator-status.error` as the API server has it.
     pub error: String,
+    /// Annotated `ipam.cilium.io/ignore: "true"`: its blocks stay taken, nothing
+    /// is carved or written for it.
+    pub ignored: bool,
 }
 
 /// What one node's CiliumNode must be changed to.
@@ -65,6 +68,7 @@ struct NodeState {
     allocated: Vec<AllocatedPool>,
     /// The error the API server has.
     error: String,
+    ignored: bool,
 }
 
 /// Whether resourceVersion `a` is older than `b` (both numbers; anything else
@@ -169,6 +173,7 @@ impl PoolBlocks {
                 requested: node.requested,
                 allocated,
                 error: node.error,
+                ignored: node.ignored,
             },
         );
         problems
@@ -214,7 +219,7 @@ impl PoolBlocks {
     /// write refused with a conflict, observe the node again (the blocks not
     /// written are freed by it).
     pub fn plan(&mut self, name: &str) -> Option<NodeWrite> {
-        let node = self.nodes.get_mut(name)?;
+        let node = self.nodes.get_mut(name).filter(|n| !n.ignored)?;
         let mut allocated = node.allocated.clone();
         let errors = self.operator.satisfy(name, &node.requested, &mut allocated);
         let mut error = errors.join("; ");
@@ -306,6 +311,7 @@ mod tests {
                 })
                 .collect(),
             error: String::new(),
+            ignored: false,
         }
     }
 
@@ -428,6 +434,23 @@ mod tests {
         b.observe(again);
         assert_eq!(b.holder("default", &net("10.10.0.64/26")), None, "new UID");
         assert_eq!(b.node_names(), ["n2"]);
+    }
+
+    #[test]
+    fn an_ignored_node_keeps_its_blocks_and_gets_nothing() {
+        let mut b = PoolBlocks::new(&[pool("default", &["10.10.0.0/25"], 26)]).unwrap();
+        let mut n1 = node(
+            "n1",
+            1,
+            &[("default", 100)],
+            &[("default", &["10.10.0.0/26"])],
+        );
+        n1.ignored = true;
+        b.observe(n1);
+        assert_eq!(b.plan("n1"), None);
+        assert_eq!(b.holder("default", &net("10.10.0.0/26")), Some("n1"));
+        b.observe(node("n2", 2, &[("default", 100)], &[]));
+        assert_eq!(cidrs(&b.plan("n2").unwrap()), ["10.10.0.64/26"]);
     }
 
     #[test]
