@@ -24,7 +24,7 @@ const LEASE: &str = "podnet-operator-resource-lock";
 /// One `podnet operator` process in the control plane's namespace; SIGKILLed by
 /// PID on drop (drop it before its control plane).
 pub struct Operator {
-    identity: String,
+    pub identity: String,
     netns: String,
     metrics_port: u16,
     log: PathBuf,
@@ -71,7 +71,7 @@ impl Operator {
     }
 
     /// SIGKILL by PID, then reap.
-    fn kill(&mut self) {
+    pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
             let _ = c.wait();
@@ -119,14 +119,16 @@ pub fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// name -> spec.ipam.podCIDRs of every CiliumNode.
-fn pod_cidrs(cp: &ControlPlane) -> BTreeMap<String, Vec<String>> {
+/// name -> the words of `field` (a jsonpath) of every CiliumNode.
+pub fn per_node(cp: &ControlPlane, field: &str) -> BTreeMap<String, Vec<String>> {
     let out = cp
         .kubectl(&[
             "get",
             "ciliumnodes",
             "-o",
-            r#"jsonpath={range .items[*]}{.metadata.name}{" "}{.spec.ipam.podCIDRs[*]}{"\n"}{end}"#,
+            &format!(
+                r#"jsonpath={{range .items[*]}}{{.metadata.name}}{{" "}}{field}{{"\n"}}{{end}}"#
+            ),
         ])
         .expect_ok("get ciliumnodes");
     out.lines()
@@ -138,6 +140,11 @@ fn pod_cidrs(cp: &ControlPlane) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
+/// name -> spec.ipam.podCIDRs of every CiliumNode.
+fn pod_cidrs(cp: &ControlPlane) -> BTreeMap<String, Vec<String>> {
+    per_node(cp, "{.spec.ipam.podCIDRs[*]}")
+}
+
 pub fn operator_error(cp: &ControlPlane, node: &str) -> String {
     jsonpath(
         cp,
@@ -147,7 +154,7 @@ pub fn operator_error(cp: &ControlPlane, node: &str) -> String {
     )
 }
 
-fn lease_holder(cp: &ControlPlane) -> String {
+pub fn lease_holder(cp: &ControlPlane) -> String {
     let out = cp.kubectl(&[
         "get",
         "lease",
@@ -389,6 +396,34 @@ fn operator_carves_node_cidrs_for_real_daemons_and_reuses_a_freed_one() {
     eprintln!("{TEST}: whole test {:?}", t0.elapsed());
 }
 
+/// Creates `manifests` with kubectl from another thread and SIGKILLs `leader` once
+/// `served()` counts 5 nodes served, while the rest are still being created;
+/// returns when it was killed and how many nodes were served then.
+pub fn kill_mid_burst(
+    cp: &ControlPlane,
+    manifests: &[String],
+    leader: &mut Operator,
+    served: impl Fn() -> usize,
+) -> (Instant, usize) {
+    std::thread::scope(|s| {
+        let creator = s.spawn(|| {
+            for m in manifests {
+                cp.kubectl_stdin(&["create", "-f", "-"], m)
+                    .expect_ok("create CiliumNodes");
+            }
+        });
+        wait_for(
+            "the leader to start allocating",
+            Duration::from_secs(20),
+            || served() >= 5,
+        );
+        leader.kill();
+        let killed = (Instant::now(), served());
+        creator.join().expect("creator thread");
+        killed
+    })
+}
+
 #[test]
 fn a_follower_takes_over_when_the_leader_is_killed_mid_burst() {
     const TEST: &str = "operator_failover";
@@ -443,28 +478,10 @@ fn a_follower_takes_over_when_the_leader_is_killed_mid_burst() {
                 .join("---\n")
         })
         .collect();
-    let mut killed_at = None;
-    std::thread::scope(|s| {
-        let creator = s.spawn(|| {
-            for m in &manifests {
-                cp.kubectl_stdin(&["create", "-f", "-"], m)
-                    .expect_ok("create CiliumNodes");
-            }
-        });
-        // SIGKILL the leader once it has written some of them, while the rest
-        // are still being created.
-        wait_for(
-            "the leader to start allocating",
-            Duration::from_secs(20),
-            || pod_cidrs(&cp).values().filter(|c| !c.is_empty()).count() >= 5,
-        );
-        ops[leader].kill();
-        killed_at = Some(Instant::now());
-        let done = pod_cidrs(&cp).values().filter(|c| !c.is_empty()).count();
-        eprintln!("{TEST}: leader {leader_id} SIGKILLed with {done} of {NODES} nodes allocated");
-        creator.join().expect("creator thread");
+    let (killed_at, done) = kill_mid_burst(&cp, &manifests, &mut ops[leader], || {
+        pod_cidrs(&cp).values().filter(|c| !c.is_empty()).count()
     });
-    let killed_at = killed_at.expect("killed");
+    eprintln!("{TEST}: leader {leader_id} SIGKILLed with {done} of {NODES} nodes allocated");
 
     let new_leader = ops[follower].identity.clone();
     wait_for(

@@ -6,9 +6,11 @@
 //! block a node gives back to give it to the other; a node asking for a pool that
 //! does not exist gets Cilium's error until the pool is created; a pool edit that
 //! breaks blocks in use is refused (the old definition keeps serving, the log, a
-//! metric and `podnet operator status` say why); each writer keeps its fields.
+//! metric and `podnet operator status` say why); each writer keeps its fields; and
+//! when the leader is SIGKILLed in the middle of a burst of new CiliumNodes the
+//! follower re-adopts every node's blocks and never gives one block to two nodes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
@@ -17,7 +19,8 @@ use crate::harness::*;
 use crate::k8s::ControlPlane;
 use crate::k8s_backend::{add_as, create_node, create_pod, jsonpath, k8s_node};
 use crate::operator::{
-    Operator, install_operator, managed_fields, operator_error, operator_status, wait_for,
+    Operator, install_operator, kill_mid_burst, lease_holder, managed_fields, operator_error,
+    operator_status, per_node, wait_for,
 };
 
 /// The node's blocks (`spec.ipam.pools.allocated[*].cidrs`; none while it has
@@ -387,4 +390,69 @@ fn multi_pool_reports_a_missing_pool_and_refuses_an_edit_that_breaks_blocks() {
     wait_for("the blocks freed", Duration::from_secs(10), || {
         op.metric("podnet_operator_pool_blocks{pool=\"mars\",state=\"allocated\"}") == Some(0.0)
     });
+}
+
+/// name -> blocks of every CiliumNode.
+fn all_blocks(cp: &ControlPlane) -> BTreeMap<String, Vec<String>> {
+    per_node(cp, "{.spec.ipam.pools.allocated[*].cidrs[*]}")
+}
+
+#[test]
+fn multi_pool_follower_takes_over_mid_burst_and_never_gives_a_block_twice() {
+    const TEST: &str = "operator_multi_pool_failover";
+    let Some(cp) = ControlPlane::start(TEST) else {
+        return;
+    };
+    let sa = install_operator(&cp);
+    cp.apply(&pool_yaml("default", "10.64.0.0/20", 28));
+    let mut ops = vec![
+        Operator::start(&cp, "op-a", &sa, 9977, &["--ipam=multi-pool"]),
+        Operator::start(&cp, "op-b", &sa, 9978, &["--ipam=multi-pool"]),
+    ];
+    wait_for("a leader", Duration::from_secs(10), || {
+        ["op-a", "op-b"].contains(&lease_holder(&cp).as_str())
+    });
+    let leader = ops
+        .iter()
+        .position(|o| o.identity == lease_holder(&cp))
+        .expect("leader");
+    // 30 CiliumNodes asking for 20 addresses each (two /28s), in batches of 5.
+    const NODES: usize = 30;
+    let manifests: Vec<String> = (0..NODES / 5)
+        .map(|batch| {
+            (0..5)
+                .map(|i| {
+                    format!(
+                        "apiVersion: cilium.io/v2\nkind: CiliumNode\nmetadata:\n  name: mp-burst-{:02}\n\
+                         spec:\n  ipam:\n    pools:\n      requested: [{{pool: default, needed: {{ipv4-addrs: 20}}}}]\n",
+                        batch * 5 + i
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("---\n")
+        })
+        .collect();
+    let (killed, _) = kill_mid_burst(&cp, &manifests, &mut ops[leader], || {
+        all_blocks(&cp).values().filter(|b| !b.is_empty()).count()
+    });
+
+    wait_for("every node's two blocks", Duration::from_secs(40), || {
+        let all = all_blocks(&cp);
+        all.len() == NODES && all.values().all(|b| b.len() == 2)
+    });
+    eprintln!(
+        "{TEST}: every node served {:?} after the kill",
+        killed.elapsed()
+    );
+    let mut seen = BTreeSet::new();
+    for (name, blocks) in all_blocks(&cp) {
+        for b in blocks {
+            assert!(b.starts_with("10.64.") && b.ends_with("/28"), "{name}: {b}");
+            assert!(seen.insert(b.clone()), "{b} given twice");
+        }
+    }
+    let follower = &ops[1 - leader];
+    assert_eq!(lease_holder(&cp), follower.identity);
+    assert!(follower.log().contains("re-adopted their blocks"));
+    drop(ops);
 }
