@@ -26,7 +26,6 @@ use crate::api::delete_queue::{DeleteQueue, read_entry};
 use crate::api::models::EndpointBatchDeleteRequest;
 use crate::datapath::{NetkitSupport, probe_netkit};
 use crate::ipam::Family;
-use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pooldef::PoolDef;
 use crate::node::external::{ExternalSink, ExternalSource};
 use crate::node::kubernetes::{KubernetesConfig, KubernetesMode, kubernetes_backend};
@@ -679,32 +678,6 @@ fn resolve_datapath_mode(configured: DatapathMode) -> Result<DatapathMode, Strin
     }
 }
 
-/// multi-pool on the Kubernetes backend: what the node asks for before its state
-/// exists, computed as the state will: each pre-allocated pool's pre-allocation,
-/// and the default pool's router (and health) addresses rounded up by its
-/// pre-allocation, per enabled family.
-fn initial_demand(
-    m: &config::MultiPoolConfig,
-    families: &[Family],
-    health: bool,
-) -> Vec<crate::resources::RequestedPool> {
-    let mut pools: std::collections::BTreeMap<String, u64> = m.pre_allocation.clone();
-    let infra = 1 + u64::from(health);
-    let pre = m.pre_allocation.get(&m.default_pool).copied().unwrap_or(0);
-    pools.insert(m.default_pool.clone(), needed_ip_ceil(infra, pre));
-    pools
-        .into_iter()
-        .filter(|(_, n)| *n > 0)
-        .map(|(pool, n)| crate::resources::RequestedPool {
-            pool,
-            needed: crate::resources::PoolDemand {
-                ipv4_addrs: if families.contains(&Family::V4) { n } else { 0 },
-                ipv6_addrs: if families.contains(&Family::V6) { n } else { 0 },
-            },
-        })
-        .collect()
-}
-
 /// The backend's source, and its sink where it has one: an external IPAM's
 /// CiliumNode file (crd, azure, alibabacloud, eni), else the embedded backend's
 /// manifest directories.
@@ -736,7 +709,7 @@ fn node_source(
                 initial_demand: config
                     .multi_pool
                     .as_ref()
-                    .map(|m| initial_demand(m, &config.families, opts.enable_health_checking))
+                    .map(|m| m.initial_demand(&config.families, opts.enable_health_checking))
                     .unwrap_or_default(),
             },
             runtime.clone(),

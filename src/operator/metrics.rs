@@ -61,7 +61,7 @@ impl OperatorMetrics {
         );
         registry.register(
             "ipam_nodes",
-            "CiliumNodes by state: allocated (a CIDR of every enabled family), waiting (an error in operator-status)",
+            "CiliumNodes by state: allocated (cluster-pool: a CIDR of every enabled family; multi-pool: no error), waiting (an error in operator-status)",
             nodes.clone(),
         );
         let pool_blocks = Family::<PoolLabels, Gauge>::default();
