@@ -25,4 +25,5 @@ mod lint;
 mod multipool;
 mod operations;
 mod operator;
+mod operator_pools;
 mod round_trips;

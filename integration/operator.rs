@@ -23,8 +23,8 @@ const LEASE: &str = "podnet-operator-resource-lock";
 
 /// One `podnet operator` process in the control plane's namespace; SIGKILLed by
 /// PID on drop (drop it before its control plane).
-struct Operator {
-    identity: String,
+pub struct Operator {
+    pub identity: String,
     netns: String,
     metrics_port: u16,
     log: PathBuf,
@@ -32,7 +32,7 @@ struct Operator {
 }
 
 impl Operator {
-    fn start(
+    pub fn start(
         cp: &ControlPlane,
         identity: &str,
         kubeconfig: &Path,
@@ -66,12 +66,12 @@ impl Operator {
         self.child.as_ref().map(|c| c.id() as i32)
     }
 
-    fn log(&self) -> String {
+    pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// SIGKILL by PID, then reap.
-    fn kill(&mut self) {
+    pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
             let _ = c.wait();
@@ -80,7 +80,7 @@ impl Operator {
 
     /// A metric's value from the operator's own `/metrics` (None if it does not
     /// answer or has no such line).
-    fn metric(&self, line_prefix: &str) -> Option<f64> {
+    pub fn metric(&self, line_prefix: &str) -> Option<f64> {
         let out = Command::new("ip")
             .args([
                 "netns",
@@ -111,7 +111,7 @@ impl Drop for Operator {
 }
 
 /// Waits until `f` holds, at most `limit`.
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -119,14 +119,16 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// name -> spec.ipam.podCIDRs of every CiliumNode.
-fn pod_cidrs(cp: &ControlPlane) -> BTreeMap<String, Vec<String>> {
+/// name -> the words of `field` (a jsonpath) of every CiliumNode.
+pub fn per_node(cp: &ControlPlane, field: &str) -> BTreeMap<String, Vec<String>> {
     let out = cp
         .kubectl(&[
             "get",
             "ciliumnodes",
             "-o",
-            r#"jsonpath={range .items[*]}{.metadata.name}{" "}{.spec.ipam.podCIDRs[*]}{"\n"}{end}"#,
+            &format!(
+                r#"jsonpath={{range .items[*]}}{{.metadata.name}}{{" "}}{field}{{"\n"}}{{end}}"#
+            ),
         ])
         .expect_ok("get ciliumnodes");
     out.lines()
@@ -138,7 +140,12 @@ fn pod_cidrs(cp: &ControlPlane) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
-fn operator_error(cp: &ControlPlane, node: &str) -> String {
+/// name -> spec.ipam.podCIDRs of every CiliumNode.
+fn pod_cidrs(cp: &ControlPlane) -> BTreeMap<String, Vec<String>> {
+    per_node(cp, "{.spec.ipam.podCIDRs[*]}")
+}
+
+pub fn operator_error(cp: &ControlPlane, node: &str) -> String {
     jsonpath(
         cp,
         "ciliumnode",
@@ -147,7 +154,7 @@ fn operator_error(cp: &ControlPlane, node: &str) -> String {
     )
 }
 
-fn lease_holder(cp: &ControlPlane) -> String {
+pub fn lease_holder(cp: &ControlPlane) -> String {
     let out = cp.kubectl(&[
         "get",
         "lease",
@@ -161,7 +168,7 @@ fn lease_holder(cp: &ControlPlane) -> String {
 }
 
 /// The CRDs, deploy/operator.yaml, and a kubeconfig of its ServiceAccount.
-fn install_operator(cp: &ControlPlane) -> PathBuf {
+pub fn install_operator(cp: &ControlPlane) -> PathBuf {
     cp.install_crds();
     cp.kubectl(&[
         "apply",
@@ -174,7 +181,7 @@ fn install_operator(cp: &ControlPlane) -> PathBuf {
 
 /// The fields each manager owns in a CiliumNode (`fieldsV1`, as text), by
 /// manager and subresource.
-fn managed_fields(cp: &ControlPlane, node: &str) -> BTreeMap<(String, String), String> {
+pub fn managed_fields(cp: &ControlPlane, node: &str) -> BTreeMap<(String, String), String> {
     let json = cp
         .kubectl(&[
             "get",
@@ -389,6 +396,34 @@ fn operator_carves_node_cidrs_for_real_daemons_and_reuses_a_freed_one() {
     eprintln!("{TEST}: whole test {:?}", t0.elapsed());
 }
 
+/// Creates `manifests` with kubectl from another thread and SIGKILLs `leader` once
+/// `served()` counts 5 nodes served, while the rest are still being created;
+/// returns when it was killed and how many nodes were served then.
+pub fn kill_mid_burst(
+    cp: &ControlPlane,
+    manifests: &[String],
+    leader: &mut Operator,
+    served: impl Fn() -> usize,
+) -> (Instant, usize) {
+    std::thread::scope(|s| {
+        let creator = s.spawn(|| {
+            for m in manifests {
+                cp.kubectl_stdin(&["create", "-f", "-"], m)
+                    .expect_ok("create CiliumNodes");
+            }
+        });
+        wait_for(
+            "the leader to start allocating",
+            Duration::from_secs(20),
+            || served() >= 5,
+        );
+        leader.kill();
+        let killed = (Instant::now(), served());
+        creator.join().expect("creator thread");
+        killed
+    })
+}
+
 #[test]
 fn a_follower_takes_over_when_the_leader_is_killed_mid_burst() {
     const TEST: &str = "operator_failover";
@@ -443,28 +478,10 @@ fn a_follower_takes_over_when_the_leader_is_killed_mid_burst() {
                 .join("---\n")
         })
         .collect();
-    let mut killed_at = None;
-    std::thread::scope(|s| {
-        let creator = s.spawn(|| {
-            for m in &manifests {
-                cp.kubectl_stdin(&["create", "-f", "-"], m)
-                    .expect_ok("create CiliumNodes");
-            }
-        });
-        // SIGKILL the leader once it has written some of them, while the rest
-        // are still being created.
-        wait_for(
-            "the leader to start allocating",
-            Duration::from_secs(20),
-            || pod_cidrs(&cp).values().filter(|c| !c.is_empty()).count() >= 5,
-        );
-        ops[leader].kill();
-        killed_at = Some(Instant::now());
-        let done = pod_cidrs(&cp).values().filter(|c| !c.is_empty()).count();
-        eprintln!("{TEST}: leader {leader_id} SIGKILLed with {done} of {NODES} nodes allocated");
-        creator.join().expect("creator thread");
+    let (killed_at, done) = kill_mid_burst(&cp, &manifests, &mut ops[leader], || {
+        pod_cidrs(&cp).values().filter(|c| !c.is_empty()).count()
     });
-    let killed_at = killed_at.expect("killed");
+    eprintln!("{TEST}: leader {leader_id} SIGKILLed with {done} of {NODES} nodes allocated");
 
     let new_leader = ops[follower].identity.clone();
     wait_for(
@@ -604,15 +621,18 @@ fn the_operator_deployment_matches_what_the_binary_accepts() {
     let config =
         podnet::operator::options::OperatorConfig::resolve(&opts).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.identity, "$(POD_NAME)", "Kubernetes expands it");
-    // Least privilege: the Lease by name, CiliumNodes without create or delete.
+    // Least privilege: the Lease by name, CiliumNodes without create or delete,
+    // CiliumPodIPPools created (auto-created pools) but never changed.
     let role = kind("Role");
     let rules = role["rules"].as_array().expect("rules");
     assert!(rules.iter().any(|r| r["resourceNames"][0] == LEASE));
     let cluster_role = kind("ClusterRole");
     for rule in cluster_role["rules"].as_array().expect("rules") {
         let verbs = strings(&rule["verbs"]);
-        let forbidden: &[&str] = if rule["apiGroups"][0] == "apiextensions.k8s.io" {
-            // It may register a missing CRD, never change or delete one.
+        let forbidden: &[&str] = if rule["apiGroups"][0] == "apiextensions.k8s.io"
+            || rule["resources"][0] == "ciliumpodippools"
+        {
+            // It may create a missing CRD or pool, never change or delete one.
             &["update", "patch", "delete", "*"]
         } else {
             &["create", "delete", "*"]
@@ -662,7 +682,11 @@ fn the_operator_registers_missing_crds_unless_told_to_skip() {
 
 /// `podnet operator status` in the control plane's namespace, as the operator's
 /// ServiceAccount: (exit code, stdout, stderr).
-fn operator_status(cp: &ControlPlane, kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
+pub fn operator_status(
+    cp: &ControlPlane,
+    kubeconfig: &Path,
+    args: &[&str],
+) -> (i32, String, String) {
     let out = Command::new("ip")
         .args([
             "netns",

@@ -16,8 +16,10 @@ use super::crossnode::{CrossNodeConfig, TunnelProtocol};
 use super::options::DaemonOptions;
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{ClusterPoolConfig, parse_cidr_list};
+use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pool_options::{parse_auto_create_pools, parse_pre_allocation};
 use crate::ipam::pooldef::PoolDef;
+use crate::resources::{PoolDemand, RequestedPool};
 
 /// `--ipam`: who decides what the node owns, and how addresses are allocated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,6 +173,34 @@ pub struct MultiPoolConfig {
     pub migrate_cluster_pool: bool,
     /// `auto-create-cilium-pod-ip-pools`.
     pub auto_create: Vec<PoolDef>,
+}
+
+impl MultiPoolConfig {
+    /// On the Kubernetes backend, what the node asks for before its state exists,
+    /// computed as the state will: each pre-allocated pool's pre-allocation, and the
+    /// default pool's router (and health) addresses rounded up by its
+    /// pre-allocation, per enabled family.
+    pub fn initial_demand(&self, families: &[Family], health: bool) -> Vec<RequestedPool> {
+        let mut pools = self.pre_allocation.clone();
+        let infra = 1 + u64::from(health);
+        let pre = self
+            .pre_allocation
+            .get(&self.default_pool)
+            .copied()
+            .unwrap_or(0);
+        pools.insert(self.default_pool.clone(), needed_ip_ceil(infra, pre));
+        pools
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(pool, n)| RequestedPool {
+                pool,
+                needed: PoolDemand {
+                    ipv4_addrs: if families.contains(&Family::V4) { n } else { 0 },
+                    ipv6_addrs: if families.contains(&Family::V6) { n } else { 0 },
+                },
+            })
+            .collect()
+    }
 }
 
 /// The daemon's options, resolved and checked.
@@ -438,6 +468,31 @@ fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_initial_multi_pool_demand_is_what_the_state_will_ask() {
+        let m = MultiPoolConfig {
+            default_pool: "default".into(),
+            pre_allocation: [("default".to_string(), 8), ("mars".to_string(), 4)]
+                .into_iter()
+                .collect(),
+            only_masquerade_default_pool: false,
+            migrate_cluster_pool: false,
+            auto_create: Vec::new(),
+        };
+        let d = m.initial_demand(&[Family::V4], true);
+        // Router + health = 2, rounded up by 8: 16 (neededIPCeil).
+        assert_eq!(d[0].pool, "default");
+        assert_eq!((d[0].needed.ipv4_addrs, d[0].needed.ipv6_addrs), (16, 0));
+        assert_eq!((d[1].pool.as_str(), d[1].needed.ipv4_addrs), ("mars", 4));
+        let none = MultiPoolConfig {
+            pre_allocation: BTreeMap::new(),
+            ..m
+        };
+        let d = none.initial_demand(&[Family::V6, Family::V4], false);
+        assert_eq!(d.len(), 1);
+        assert_eq!((d[0].needed.ipv4_addrs, d[0].needed.ipv6_addrs), (1, 1));
+    }
 
     fn resolve(args: &[&str]) -> Result<DaemonConfig, String> {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();

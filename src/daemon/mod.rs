@@ -748,6 +748,11 @@ fn node_source(
                 ipv4: config.families.contains(&Family::V4),
                 ipv6: config.families.contains(&Family::V6),
                 needed: config.families.len() as u64 * (1 + opts.enable_health_checking as u64),
+                initial_demand: config
+                    .multi_pool
+                    .as_ref()
+                    .map(|m| m.initial_demand(&config.families, opts.enable_health_checking))
+                    .unwrap_or_default(),
             },
             runtime.clone(),
             journal_node,

@@ -1,10 +1,12 @@
-//! Owns [`PoolOperator`], the embedded multi-pool operator for podnet's own
-//! node: the part of cilium-operator's multi-pool allocator
-//! (`operator/pkg/ipam/allocator/multipool`) that carves per-node blocks out
-//! of the pools' CIDRs, plus the cluster-pool → multi-pool migration checks.
-//! Pure logic, no I/O: the caller reads `spec.ipam.pools.requested`, passes
-//! `spec.ipam.pools.allocated` in and writes the returned errors to
-//! `status.ipam.operator-status.error`.
+//! Owns [`PoolOperator`], the multi-pool operator's block carving: the part of
+//! cilium-operator's multi-pool allocator (`operator/pkg/ipam/allocator/multipool`)
+//! that carves per-node blocks out of the pools' CIDRs, plus the cluster-pool →
+//! multi-pool migration checks. The embedded operator uses one for podnet's own
+//! node; `podnet operator` uses one for every node (`operator::pools` keeps which
+//! node holds which block, and checks pool edits against every node's blocks with
+//! [`PoolOperator::update_pools_held`]). Pure logic, no I/O: the caller reads
+//! `spec.ipam.pools.requested`, passes `spec.ipam.pools.allocated` in and writes
+//! the returned errors to `status.ipam.operator-status.error`.
 //!
 //! # Carving
 //!
@@ -343,6 +345,24 @@ impl PoolOperator {
         self.pools.keys().map(String::as_str).collect()
     }
 
+    /// Blocks per pool (both families): `(in use, free)`; blocks kept out by a
+    /// reserved range count as in use.
+    pub fn pool_space(&self) -> BTreeMap<String, (u64, u64)> {
+        self.pools
+            .iter()
+            .map(|(name, p)| {
+                let sets = FAMILIES
+                    .iter()
+                    .filter_map(|f| p.family(*f))
+                    .flat_map(|fp| fp.sets.iter());
+                let (used, total) = sets.fold((0u64, 0u64), |(u, t), s| {
+                    (u + s.allocated_count(), t + s.max_cidrs())
+                });
+                (name.clone(), (used, total.saturating_sub(used)))
+            })
+            .collect()
+    }
+
     fn node_label(&self) -> String {
         match &self.node {
             Some(n) => format!("node {n:?}"),
@@ -526,88 +546,40 @@ impl PoolOperator {
     }
 
     /// Applies new pool definitions, checked against the blocks the node
-    /// holds (`allocated`): new pools and new CIDRs are accepted;
-    /// `maskSize`, `allowFirstIP` and `allowLastIP` of a pool with blocks
-    /// cannot change; a CIDR holding blocks cannot be removed (a family
-    /// dropped from the pool removes its CIDRs); a pool with blocks cannot be
-    /// deleted. All violations are reported (`\n`-joined) and nothing
-    /// changes. On success the allocators are rebuilt from `allocated` (a
-    /// CIDR kept with the same maskSize keeps its round-robin position).
+    /// holds (`allocated`): see [`Self::update_pools_held`].
     pub fn update_pools(
         &mut self,
         new: &[PoolDef],
         allocated: &[AllocatedPool],
     ) -> Result<(), String> {
-        let mut cand = PoolOperator::new(new)?;
         let node = self.node_label();
-        let held = held_blocks(allocated);
+        self.update_pools_held(new, &[(node, allocated)])
+    }
+
+    /// Applies new pool definitions, checked against the blocks every holder
+    /// holds (`holders`: a label naming it in errors, e.g. `node "n1"`, and
+    /// its `allocated`): new pools and new CIDRs are accepted; `maskSize`,
+    /// `allowFirstIP` and `allowLastIP` of a pool with blocks cannot change; a
+    /// CIDR holding blocks cannot be removed (a family dropped from the pool
+    /// removes its CIDRs); a pool with blocks cannot be deleted. All
+    /// violations are reported (`\n`-joined, each naming the holder) and
+    /// nothing changes. On success the allocators are rebuilt from every
+    /// holder's blocks (a CIDR kept with the same maskSize keeps its
+    /// round-robin position).
+    pub fn update_pools_held(
+        &mut self,
+        new: &[PoolDef],
+        holders: &[(String, &[AllocatedPool])],
+    ) -> Result<(), String> {
+        let mut cand = PoolOperator::new(new)?;
         let mut errors = Vec::new();
-        for (name, old) in &self.pools {
-            let Some(blocks) = held.get(name.as_str()) else {
-                continue;
-            };
-            let all: Vec<IpNet> = blocks.iter().copied().collect();
-            let Some(newp) = cand.pools.get(name) else {
-                errors.push(format!(
-                    "pool still in use by node: cannot delete pool {name:?} while {node} holds \
-                     its blocks {}",
-                    join_nets(&all)
-                ));
-                continue;
-            };
-            for (field, was, now) in [
-                (
-                    "allowFirstIP",
-                    old.def.allow_first_ip,
-                    newp.def.allow_first_ip,
-                ),
-                ("allowLastIP", old.def.allow_last_ip, newp.def.allow_last_ip),
-            ] {
-                if was != now {
-                    errors.push(format!(
-                        "cannot change {field} in existing pool {name:?} from {was} to {now}: \
-                         {field} is immutable once the pool has blocks ({node} holds {})",
-                        join_nets(&all)
-                    ));
-                }
-            }
-            for family in FAMILIES {
-                let Some(of) = old.family(family) else {
+        for (node, allocated) in holders {
+            let held = held_blocks(allocated);
+            for (name, old) in &self.pools {
+                let Some(blocks) = held.get(name.as_str()) else {
                     continue;
                 };
-                if let Some(nf) = newp.family(family)
-                    && nf.mask_size != of.mask_size
-                {
-                    errors.push(format!(
-                        "cannot change {} mask size in existing pool {name:?} from {} to {}: \
-                         maskSize is immutable once the pool has blocks ({node} holds {})",
-                        family.label(),
-                        of.mask_size,
-                        nf.mask_size,
-                        join_nets(&all)
-                    ));
-                }
-                for set in &of.sets {
-                    let cidr = set.cluster();
-                    let kept = newp
-                        .family(family)
-                        .is_some_and(|nf| nf.sets.iter().any(|s| s.cluster() == cidr));
-                    if kept {
-                        continue;
-                    }
-                    let inside: Vec<IpNet> = blocks
-                        .iter()
-                        .filter(|b| cidr.contains(&b.network()))
-                        .copied()
-                        .collect();
-                    if !inside.is_empty() {
-                        errors.push(format!(
-                            "CIDR from pool still in use by node: cannot remove {family} CIDR \
-                             {cidr} from pool {name:?} while {node} holds its blocks {}",
-                            join_nets(&inside)
-                        ));
-                    }
-                }
+                check_pool_edit(name, old, cand.pools.get(name), node, blocks, &mut errors);
             }
         }
         if !errors.is_empty() {
@@ -641,9 +613,86 @@ impl PoolOperator {
         cand.node = self.node.take();
         // Every block was validated against the old pools; those the new
         // definitions do not accept were refused above or are orphans.
-        let _ = cand.adopt(allocated);
+        for (_, allocated) in holders {
+            let _ = cand.adopt(allocated);
+        }
         *self = cand;
         Ok(())
+    }
+}
+
+/// The violations of one pool edit (`new`: the new definition, None when
+/// deleted) against the blocks `node` holds in it.
+fn check_pool_edit(
+    name: &str,
+    old: &Pool,
+    new: Option<&Pool>,
+    node: &str,
+    blocks: &BTreeSet<IpNet>,
+    errors: &mut Vec<String>,
+) {
+    let all: Vec<IpNet> = blocks.iter().copied().collect();
+    let Some(newp) = new else {
+        errors.push(format!(
+            "pool still in use by node: cannot delete pool {name:?} while {node} holds its \
+             blocks {}",
+            join_nets(&all)
+        ));
+        return;
+    };
+    for (field, was, now) in [
+        (
+            "allowFirstIP",
+            old.def.allow_first_ip,
+            newp.def.allow_first_ip,
+        ),
+        ("allowLastIP", old.def.allow_last_ip, newp.def.allow_last_ip),
+    ] {
+        if was != now {
+            errors.push(format!(
+                "cannot change {field} in existing pool {name:?} from {was} to {now}: {field} is \
+                 immutable once the pool has blocks ({node} holds {})",
+                join_nets(&all)
+            ));
+        }
+    }
+    for family in FAMILIES {
+        let Some(of) = old.family(family) else {
+            continue;
+        };
+        if let Some(nf) = newp.family(family)
+            && nf.mask_size != of.mask_size
+        {
+            errors.push(format!(
+                "cannot change {} mask size in existing pool {name:?} from {} to {}: maskSize is \
+                 immutable once the pool has blocks ({node} holds {})",
+                family.label(),
+                of.mask_size,
+                nf.mask_size,
+                join_nets(&all)
+            ));
+        }
+        for set in &of.sets {
+            let cidr = set.cluster();
+            let kept = newp
+                .family(family)
+                .is_some_and(|nf| nf.sets.iter().any(|s| s.cluster() == cidr));
+            if kept {
+                continue;
+            }
+            let inside: Vec<IpNet> = blocks
+                .iter()
+                .filter(|b| cidr.contains(&b.network()))
+                .copied()
+                .collect();
+            if !inside.is_empty() {
+                errors.push(format!(
+                    "CIDR from pool still in use by node: cannot remove {family} CIDR {cidr} from \
+                     pool {name:?} while {node} holds its blocks {}",
+                    join_nets(&inside)
+                ));
+            }
+        }
     }
 }
 

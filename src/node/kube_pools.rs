@@ -36,7 +36,7 @@ fn cilium_api(client: kube::Client, kind: &str, plural: &str) -> Api<DynamicObje
     Api::all_with(client, &ar)
 }
 
-fn pools_api(client: kube::Client) -> Api<DynamicObject> {
+pub(crate) fn pools_api(client: kube::Client) -> Api<DynamicObject> {
     cilium_api(client, "CiliumPodIPPool", "ciliumpodippools")
 }
 
@@ -45,7 +45,7 @@ fn node_configs_api(client: kube::Client) -> Api<DynamicObject> {
 }
 
 /// Every valid pool; an invalid one is logged and left out.
-async fn list_pools(client: &kube::Client) -> Result<Vec<PoolDef>, NodeError> {
+pub(crate) async fn list_pools(client: &kube::Client) -> Result<Vec<PoolDef>, NodeError> {
     let listed = pools_api(client.clone())
         .list(&ListParams::default())
         .await

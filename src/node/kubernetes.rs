@@ -13,12 +13,16 @@
 //! `spec.ipam.pools.requested` in multi-pool. Apply owns exactly the fields it
 //! sends, so the operator's (`spec.ipam.podCIDRs` in cluster-pool, the allocated
 //! blocks, `status.ipam.operator-status`) are never touched, and a conflict is an
-//! error, not a lost write.
+//! error, not a lost write. The one exception: in multi-pool the agent gives free
+//! blocks back by removing them from the operator's `spec.ipam.pools.allocated`
+//! (as Cilium's agent does), with a merge patch that carries the resourceVersion
+//! it was computed from, re-read and retried when the node changed meanwhile
+//! (`operator::pool_sync` describes the whole protocol).
 //!
 //! The source and sink run their API calls on the daemon's runtime through its
 //! handle; `initial` and `flush` are called from plain threads, never from a task.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -74,6 +78,10 @@ pub struct KubernetesConfig {
     pub ipv6: bool,
     /// External modes: addresses the node must own before the daemon serves.
     pub needed: u64,
+    /// multi-pool: the demand written at start (the pre-allocated pools and the
+    /// default pool's router and health addresses); the source waits until each of
+    /// these pools has a block, as Cilium's agent does.
+    pub initial_demand: Vec<RequestedPool>,
 }
 
 /// The fields the agent owns in its CiliumNode (one apply always sends them all:
@@ -202,6 +210,7 @@ pub fn kubernetes_backend(
             client: None,
             pending: false,
             pending_used: None,
+            pending_released: BTreeSet::new(),
         },
     )
 }
@@ -326,6 +335,9 @@ impl KubernetesSource {
             f.node_uid = uid;
             f.internal_ips = internal_ips;
             f.pod_cidrs = pod_cidrs;
+            if self.config.mode == KubernetesMode::MultiPool && f.requested.is_none() {
+                f.requested = Some(self.config.initial_demand.clone());
+            }
             f.apply_body(name)
         };
         let api = cilium_nodes(client.clone());
@@ -375,6 +387,14 @@ impl KubernetesSource {
                 "the operator to write this node's CIDRs into spec.ipam.podCIDRs of its CiliumNode"
                     .into(),
             ),
+            KubernetesMode::MultiPool => {
+                let missing = pools_without_blocks(&self.config.initial_demand, resource);
+                (!missing.is_empty()).then(|| {
+                    format!(
+                        "the operator to allocate blocks of pools {missing:?} into spec.ipam.pools.allocated of its CiliumNode"
+                    )
+                })
+            }
             KubernetesMode::External { .. } if offered(resource) < self.config.needed => {
                 Some(format!(
                     "initial IP to become available in '{name}' custom resource ({} of {} addresses)",
@@ -415,6 +435,23 @@ impl KubernetesSource {
             .ok()
             .flatten()
     }
+}
+
+/// multi-pool: the pools of `demand` the node holds no block of yet.
+fn pools_without_blocks(demand: &[RequestedPool], node: &NodeResource) -> Vec<String> {
+    demand
+        .iter()
+        .filter(|r| {
+            !node
+                .spec
+                .ipam
+                .pools
+                .allocated
+                .iter()
+                .any(|a| a.pool == r.pool && !a.cidrs.is_empty())
+        })
+        .map(|r| r.pool.clone())
+        .collect()
 }
 
 /// kubernetes mode: the first CIDR of each enabled family (Cilium's check).
@@ -514,6 +551,8 @@ pub struct KubernetesSink {
     pending: bool,
     /// External modes: used addresses not written yet.
     pending_used: Option<UsedAddresses>,
+    /// Multi-pool: blocks given back, not removed from the CiliumNode yet.
+    pending_released: BTreeSet<(String, IpNet)>,
 }
 
 impl KubernetesSink {
@@ -556,15 +595,96 @@ impl KubernetesSink {
     }
 }
 
-impl NodeSink for KubernetesSink {
-    fn flush(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
-        if let (KubernetesMode::External { .. }, Some(used)) = (self.config.mode, &outbox.used) {
-            self.pending_used = Some(used.clone());
+/// Attempts at removing given-back blocks before the next flush tries again.
+const RELEASE_ATTEMPTS: usize = 5;
+
+/// `spec.ipam.pools.allocated` of a CiliumNode object (raw JSON entries) without
+/// the `released` blocks; None when it lists none of them.
+fn allocated_without(
+    obj: &DynamicObject,
+    released: &BTreeSet<(String, IpNet)>,
+) -> Option<Vec<serde_json::Value>> {
+    let entries = obj.data["spec"]["ipam"]["pools"]["allocated"].as_array()?;
+    let mut removed = false;
+    let mut kept = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let pool = entry["pool"].as_str().unwrap_or_default().to_string();
+        let Some(cidrs) = entry["cidrs"].as_array() else {
+            kept.push(entry.clone());
+            continue;
+        };
+        let left: Vec<serde_json::Value> = cidrs
+            .iter()
+            .filter(|c| {
+                let gone = c
+                    .as_str()
+                    .and_then(|c| c.parse::<IpNet>().ok())
+                    .is_some_and(|c| released.contains(&(pool.clone(), c.trunc())));
+                removed |= gone;
+                !gone
+            })
+            .cloned()
+            .collect();
+        if left.len() == cidrs.len() {
+            kept.push(entry.clone());
+        } else if !left.is_empty() {
+            let mut e = entry.clone();
+            e["cidrs"] = serde_json::Value::Array(left);
+            kept.push(e);
         }
-        if let Some(used) = self.pending_used.clone() {
-            self.apply_used(&used)?;
-            self.pending_used = None;
-        }
+    }
+    removed.then_some(kept)
+}
+
+impl KubernetesSink {
+    /// Removes the given-back blocks from `spec.ipam.pools.allocated`: reads the
+    /// CiliumNode, then merge-patches the list without them, with the
+    /// resourceVersion read as precondition; on 409 (the operator or anyone
+    /// changed the node) reads it again.
+    fn remove_released(&mut self) -> Result<(), NodeError> {
+        let name = self.config.node_name.clone();
+        let released = self.pending_released.clone();
+        let api = cilium_nodes(self.client()?);
+        self.runtime.block_on(async move {
+            let io = |e: kube::Error| {
+                NodeError::Io(format!("giving blocks back in CiliumNode {name:?}: {e}"))
+            };
+            for _ in 0..RELEASE_ATTEMPTS {
+                let Some(obj) = api.get_opt(&name).await.map_err(io)? else {
+                    return Ok(());
+                };
+                let Some(allocated) = allocated_without(&obj, &released) else {
+                    return Ok(());
+                };
+                let body = json!({
+                    "metadata": {"resourceVersion": obj.metadata.resource_version},
+                    "spec": {"ipam": {"pools": {"allocated": allocated}}},
+                });
+                let params = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..PatchParams::default()
+                };
+                match api.patch(&name, &params, &Patch::Merge(&body)).await {
+                    Ok(_) => {
+                        tracing::info!(blocks = ?released, "gave blocks back to the operator");
+                        return Ok(());
+                    }
+                    Err(kube::Error::Api(e)) if e.is_conflict() => continue,
+                    Err(e) => return Err(io(e)),
+                }
+            }
+            Err(NodeError::Io(format!(
+                "giving blocks back in CiliumNode {name:?}: it changed {RELEASE_ATTEMPTS} times in a row; trying again"
+            )))
+        })?;
+        self.pending_released.clear();
+        Ok(())
+    }
+}
+
+impl KubernetesSink {
+    /// Applies the agent's fields when one changed (or the last apply failed).
+    fn apply_fields(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
         let body = {
             let mut f = self.fields.lock().unwrap_or_else(|p| p.into_inner());
             let mut changed = self.pending;
@@ -603,6 +723,28 @@ impl NodeSink for KubernetesSink {
     }
 }
 
+impl NodeSink for KubernetesSink {
+    fn flush(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
+        self.pending_released
+            .extend(outbox.released_blocks.iter().cloned());
+        if let (KubernetesMode::External { .. }, Some(used)) = (self.config.mode, &outbox.used) {
+            self.pending_used = Some(used.clone());
+        }
+        if let Some(used) = self.pending_used.clone() {
+            self.apply_used(&used)?;
+            self.pending_used = None;
+        }
+        // The lower demand first, then the blocks it frees: the operator never
+        // sees a block gone while the old demand still asks for it (it would
+        // carve it right back).
+        self.apply_fields(outbox)?;
+        if !self.pending_released.is_empty() {
+            self.remove_released()?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -616,6 +758,36 @@ mod tests {
         assert_eq!(
             kubernetes_cidrs(&[v4], true, true),
             Err("Required IPv6 PodCIDR not available".into())
+        );
+    }
+
+    #[test]
+    fn given_back_blocks_leave_the_allocated_list() {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+            "metadata": {"name": "n1", "resourceVersion": "7"},
+            "spec": {"ipam": {"pools": {"allocated": [
+                {"pool": "default", "cidrs": ["10.10.0.0/26", "10.10.0.64/26"], "allowFirstIP": true},
+                {"pool": "mars", "cidrs": ["10.20.0.0/26"]},
+            ]}}},
+        }))
+        .unwrap();
+        let b = |p: &str, c: &str| (p.to_string(), c.parse::<IpNet>().unwrap());
+        let left =
+            allocated_without(&obj, &BTreeSet::from([b("default", "10.10.0.64/26")])).unwrap();
+        assert_eq!(
+            json!(left),
+            json!([
+                {"pool": "default", "cidrs": ["10.10.0.0/26"], "allowFirstIP": true},
+                {"pool": "mars", "cidrs": ["10.20.0.0/26"]},
+            ])
+        );
+        let left = allocated_without(&obj, &BTreeSet::from([b("mars", "10.20.0.0/26")])).unwrap();
+        assert_eq!(left.len(), 1, "an emptied entry goes");
+        // Not listed (or listed under another pool): nothing to write.
+        assert_eq!(
+            allocated_without(&obj, &BTreeSet::from([b("mars", "10.10.0.0/26")])),
+            None
         );
     }
 

@@ -21,7 +21,7 @@ pub mod cilium_node_file;
 pub mod cluster_nodes;
 mod embedded;
 pub mod external;
-mod kube_pools;
+pub(crate) mod kube_pools;
 pub mod kubernetes;
 pub mod manifest_source;
 pub mod manifests;
@@ -113,11 +113,15 @@ pub struct NodeOutbox {
     pub addresses: Option<Vec<NodeAddress>>,
     /// `spec.health` (the health endpoint's addresses).
     pub health: Option<HealthAddresses>,
+    /// Multi-pool blocks `(pool, cidr)` the node gives back: the sink removes
+    /// them from `spec.ipam.pools.allocated` (where a cluster operator owns it).
+    pub released_blocks: Vec<(String, IpNet)>,
 }
 
 impl NodeOutbox {
     pub fn is_empty(&self) -> bool {
-        self.requested_pools.is_none()
+        self.released_blocks.is_empty()
+            && self.requested_pools.is_none()
             && self.used.is_none()
             && self.addresses.is_none()
             && self.health.is_none()

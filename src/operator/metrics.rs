@@ -1,6 +1,8 @@
 //! The operator's Prometheus metrics (`podnet_operator_*`, on
 //! `--prometheus-serve-addr`): whether this replica leads, the writes it made to
-//! CiliumNodes by kind, and how many nodes hold their CIDRs or wait for room.
+//! CiliumNodes by kind, how many nodes hold their CIDRs or wait for room, and in
+//! multi-pool the blocks in use and free per pool and whether the latest pool
+//! definitions were refused.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -18,12 +20,20 @@ pub struct StateLabels {
     pub state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub pool: String,
+    pub state: String,
+}
+
 /// Every metric the operator exports.
 pub struct OperatorMetrics {
     registry: Registry,
     pub is_leader: Gauge,
     pub writes: Family<KindLabels, Counter>,
     pub nodes: Family<StateLabels, Gauge>,
+    pub pool_blocks: Family<PoolLabels, Gauge>,
+    pub pools_refused: Gauge,
 }
 
 impl Default for OperatorMetrics {
@@ -51,14 +61,28 @@ impl OperatorMetrics {
         );
         registry.register(
             "ipam_nodes",
-            "CiliumNodes by state: allocated (a CIDR of every enabled family), waiting (an error in operator-status)",
+            "CiliumNodes by state: allocated (cluster-pool: a CIDR of every enabled family; multi-pool: no error), waiting (an error in operator-status)",
             nodes.clone(),
+        );
+        let pool_blocks = Family::<PoolLabels, Gauge>::default();
+        let pools_refused = Gauge::default();
+        registry.register(
+            "pool_blocks",
+            "multi-pool: blocks per CiliumPodIPPool by state: allocated (held by nodes), free",
+            pool_blocks.clone(),
+        );
+        registry.register(
+            "pool_definitions_refused",
+            "multi-pool: 1 while the latest CiliumPodIPPool definitions are refused (they break blocks in use; the previous ones stay in force)",
+            pools_refused.clone(),
         );
         OperatorMetrics {
             registry,
             is_leader,
             writes,
             nodes,
+            pool_blocks,
+            pools_refused,
         }
     }
 
@@ -77,6 +101,21 @@ impl OperatorMetrics {
                     state: state.into(),
                 })
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Sets the blocks per pool: `(allocated, free)`; pools gone are dropped.
+    pub fn set_pool_blocks(&self, space: &std::collections::BTreeMap<String, (u64, u64)>) {
+        self.pool_blocks.clear();
+        for (pool, (allocated, free)) in space {
+            for (state, n) in [("allocated", allocated), ("free", free)] {
+                self.pool_blocks
+                    .get_or_create(&PoolLabels {
+                        pool: pool.clone(),
+                        state: state.into(),
+                    })
+                    .set(i64::try_from(*n).unwrap_or(i64::MAX));
+            }
         }
     }
 
@@ -100,7 +139,17 @@ mod tests {
         m.is_leader.set(1);
         m.wrote("pod-cidrs");
         m.set_nodes(3, 1);
+        m.set_pool_blocks(&[("default".to_string(), (2, 14))].into_iter().collect());
+        m.pools_refused.set(1);
         let text = m.encode();
+        assert!(
+            text.contains("podnet_operator_pool_blocks{pool=\"default\",state=\"free\"} 14"),
+            "{text}"
+        );
+        assert!(
+            text.contains("podnet_operator_pool_definitions_refused 1"),
+            "{text}"
+        );
         assert!(text.contains("podnet_operator_is_leader 1"), "{text}");
         assert!(
             text.contains("podnet_operator_ciliumnode_writes_total{kind=\"pod-cidrs\"} 1"),

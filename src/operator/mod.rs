@@ -1,20 +1,28 @@
 //! `podnet operator`: the cluster-wide IPAM operator (Cilium's `cilium-operator`,
-//! cluster-pool mode). Replicas elect a leader on a Lease ([`lease`]); only the
-//! leader allocates: it re-reads every CiliumNode, re-adopts their CIDRs, then gives
-//! every node without CIDRs one per enabled family from the cluster pool
-//! ([`allocator`], over the cidrset of `ipam`), writes them with server-side apply
-//! under its own field manager, and reports exhaustion in the node's
-//! `status.ipam.operator-status.error` until room appears ([`sync`]). A replica
+//! cluster-pool and multi-pool modes). Replicas elect a leader on a Lease
+//! ([`lease`]); only the leader allocates: it re-reads every CiliumNode, re-adopts
+//! what they hold, then in cluster-pool gives every node without CIDRs one per
+//! enabled family from the cluster pool ([`allocator`], over the cidrset of
+//! `ipam`), writes them with server-side apply under its own field manager, and
+//! reports exhaustion in the node's `status.ipam.operator-status.error` until room
+//! appears ([`sync`]); in multi-pool it carves blocks of the CiliumPodIPPools until
+//! each node's request is met and takes back what nodes release ([`pools`], the
+//! cluster-wide bookkeeping; [`pool_sync`], the loop and its write protocol; pools
+//! of `--auto-create-cilium-pod-ip-pools` from [`auto_pools`]). A replica
 //! that loses the lease exits (its Deployment restarts it as a follower). At start
 //! each replica registers the CRDs the API server lacks ([`crds`]), unless told to
 //! skip it. `podnet operator status` ([`status`]) shows the leader and every
 //! node's CIDRs as the API server has them.
 
 pub mod allocator;
+mod auto_pools;
 mod crds;
 pub mod lease;
 pub mod metrics;
 pub mod options;
+mod pool_sync;
+mod pools;
+mod retry;
 mod status;
 mod sync;
 
@@ -27,7 +35,7 @@ use crate::node::kubernetes::connect;
 use allocator::NodeCidrs;
 use lease::{Elector, Timing};
 use metrics::OperatorMetrics;
-use options::{OperatorConfig, OperatorOptions};
+use options::{OperatorConfig, OperatorIpam, OperatorOptions};
 
 /// Entry point of `podnet operator` (and of `podnet operator status`); returns the
 /// process exit code.
@@ -54,6 +62,14 @@ pub fn run(args: &[String]) -> i32 {
     }
 }
 
+/// What the leader runs.
+enum Allocator {
+    /// Node CIDRs from the cluster pool.
+    ClusterPool(NodeCidrCarver),
+    /// Blocks of the CiliumPodIPPools; these are created first when missing.
+    MultiPool(Vec<crate::ipam::pooldef::PoolDef>),
+}
+
 /// Why the leader stopped.
 enum Stop {
     Lost(String),
@@ -63,7 +79,12 @@ enum Stop {
 
 fn start(opts: &OperatorOptions) -> Result<(), String> {
     let config = OperatorConfig::resolve(opts)?;
-    let carver = NodeCidrCarver::new(&config.cluster_pool).map_err(|e| e.to_string())?;
+    let allocator = match &config.ipam {
+        OperatorIpam::ClusterPool(pool) => {
+            Allocator::ClusterPool(NodeCidrCarver::new(pool).map_err(|e| e.to_string())?)
+        }
+        OperatorIpam::MultiPool { auto_create } => Allocator::MultiPool(auto_create.clone()),
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -91,10 +112,19 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
             _ = shutdown_signal() => return Ok(()),
         }
         metrics.is_leader.set(1);
-        let cidrs = NodeCidrs::new(carver);
+        let allocate = async {
+            match allocator {
+                Allocator::ClusterPool(carver) => {
+                    sync::run(client, NodeCidrs::new(carver), metrics.clone()).await
+                }
+                Allocator::MultiPool(auto_create) => {
+                    pool_sync::run(client, auto_create, metrics.clone()).await
+                }
+            }
+        };
         let stop = tokio::select! {
             why = elector.keep_renewing() => Stop::Lost(why),
-            why = sync::run(client, cidrs, metrics.clone()) => Stop::WatchEnded(why),
+            why = allocate => Stop::WatchEnded(why),
             _ = shutdown_signal() => Stop::Signal,
         };
         metrics.is_leader.set(0);

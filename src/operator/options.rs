@@ -1,18 +1,20 @@
 //! The operator's options, with Cilium's operator option names, and their resolution
-//! into an [`OperatorConfig`]: the IPAM mode (cluster-pool only in this build), the
-//! cluster pool with Cilium's start-up checks, where the API server is, and the
-//! leader-election identity. Every option is a flag or a file in `--config-dir`,
+//! into an [`OperatorConfig`]: the IPAM mode (cluster-pool with the cluster pool and
+//! Cilium's start-up checks, or multi-pool with the pools to auto-create), where the
+//! API server is, and the leader-election identity. Every option is a flag or a file in `--config-dir`,
 //! read by the daemon's reader (flags win over files).
 
 use std::path::PathBuf;
 
 use clap::{ArgAction, Args};
 
+use super::auto_pools::{self, OPT_AUTO_CREATE};
 use crate::daemon::options::{OptionsError, parse_bool, parse_command_with_config_dir};
 use crate::ipam::clusterpool::{
     ClusterPoolConfig, DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE, OPT_IPV4_CIDR,
     OPT_IPV6_CIDR, parse_cidr_list,
 };
+use crate::ipam::pooldef::PoolDef;
 
 /// The options `podnet operator` and `podnet operator status` share: the config
 /// dir, the cluster pool, and where the API server and the leader Lease are.
@@ -62,9 +64,15 @@ pub struct OperatorOptions {
     #[command(flatten)]
     pub cluster: ClusterOptions,
 
-    /// IPAM mode: cluster-pool (multi-pool is a later step).
+    /// IPAM mode: cluster-pool or multi-pool.
     #[arg(long = "ipam", default_value = "cluster-pool")]
     pub ipam: String,
+
+    /// multi-pool: CiliumPodIPPools to create at start when they do not exist,
+    /// `<pool>=ipv4-cidrs:<cidr>[,<cidr>...];ipv4-mask-size:<n>[;ipv6-cidrs:...;ipv6-mask-size:<n>]`,
+    /// comma-separated or repeated.
+    #[arg(long = "auto-create-cilium-pod-ip-pools", value_name = "POOLS")]
+    pub auto_create_cilium_pod_ip_pools: Vec<String>,
 
     /// Allocate IPv4 node CIDRs.
     #[arg(long = "enable-ipv4", action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = parse_bool)]
@@ -108,10 +116,20 @@ impl OperatorOptions {
     }
 }
 
+/// What the operator allocates.
+#[derive(Debug, Clone)]
+pub enum OperatorIpam {
+    /// One node CIDR per enabled family from the cluster pool.
+    ClusterPool(ClusterPoolConfig),
+    /// Blocks of the CiliumPodIPPools on demand; these pools are created at
+    /// start when missing.
+    MultiPool { auto_create: Vec<PoolDef> },
+}
+
 /// The operator's options, resolved and checked.
 #[derive(Debug, Clone)]
 pub struct OperatorConfig {
-    pub cluster_pool: ClusterPoolConfig,
+    pub ipam: OperatorIpam,
     /// None: in-cluster.
     pub kubeconfig: Option<PathBuf>,
     pub namespace: String,
@@ -122,30 +140,24 @@ impl OperatorConfig {
     /// Resolves the options with Cilium's operator start-up checks
     /// (`cluster-pool-ipv4-cidr must be provided when using ClusterPool`, ...).
     pub fn resolve(opts: &OperatorOptions) -> Result<OperatorConfig, String> {
-        match opts.ipam.as_str() {
-            "cluster-pool" => {}
-            "multi-pool" => {
-                return Err(
-                    "ipam multi-pool is not supported by this build yet: podnet operator carves cluster-pool node CIDRs only (the multi-pool operator is a later step)".into(),
-                );
-            }
+        let ipam = match opts.ipam.as_str() {
+            "cluster-pool" => OperatorIpam::ClusterPool(cluster_pool(opts)?),
+            "multi-pool" => OperatorIpam::MultiPool {
+                auto_create: auto_pools::parse(&opts.auto_create_cilium_pod_ip_pools)?,
+            },
             other => {
                 return Err(format!(
-                    "ipam {other:?} is not supported by podnet operator: use cluster-pool"
+                    "ipam {other:?} is not supported by podnet operator: use cluster-pool or multi-pool"
                 ));
             }
-        }
-        let cluster_pool = ClusterPoolConfig {
-            enable_ipv4: opts.enable_ipv4,
-            enable_ipv6: opts.enable_ipv6,
-            ipv4_cidrs: parse_cidr_list(OPT_IPV4_CIDR, &opts.cluster.cluster_pool_ipv4_cidr)
-                .map_err(|e| e.to_string())?,
-            ipv4_mask_size: opts.cluster.cluster_pool_ipv4_mask_size,
-            ipv6_cidrs: parse_cidr_list(OPT_IPV6_CIDR, &opts.cluster.cluster_pool_ipv6_cidr)
-                .map_err(|e| e.to_string())?,
-            ipv6_mask_size: opts.cluster.cluster_pool_ipv6_mask_size,
         };
-        cluster_pool.validate().map_err(|e| e.to_string())?;
+        if !opts.auto_create_cilium_pod_ip_pools.is_empty()
+            && !matches!(ipam, OperatorIpam::MultiPool { .. })
+        {
+            return Err(format!(
+                "--{OPT_AUTO_CREATE} needs --ipam multi-pool (it creates CiliumPodIPPools)"
+            ));
+        }
         let kubeconfig = match &opts.cluster.k8s_kubeconfig_path {
             Some(p) => Some(p.clone()),
             None if std::env::var("KUBERNETES_SERVICE_HOST").is_ok_and(|h| !h.is_empty()) => None,
@@ -164,12 +176,28 @@ impl OperatorConfig {
             opts.identity.clone()
         };
         Ok(OperatorConfig {
-            cluster_pool,
+            ipam,
             kubeconfig,
             namespace: opts.cluster.leader_election_namespace.clone(),
             identity,
         })
     }
+}
+
+/// The cluster pool with Cilium's start-up checks.
+fn cluster_pool(opts: &OperatorOptions) -> Result<ClusterPoolConfig, String> {
+    let cluster_pool = ClusterPoolConfig {
+        enable_ipv4: opts.enable_ipv4,
+        enable_ipv6: opts.enable_ipv6,
+        ipv4_cidrs: parse_cidr_list(OPT_IPV4_CIDR, &opts.cluster.cluster_pool_ipv4_cidr)
+            .map_err(|e| e.to_string())?,
+        ipv4_mask_size: opts.cluster.cluster_pool_ipv4_mask_size,
+        ipv6_cidrs: parse_cidr_list(OPT_IPV6_CIDR, &opts.cluster.cluster_pool_ipv6_cidr)
+            .map_err(|e| e.to_string())?,
+        ipv6_mask_size: opts.cluster.cluster_pool_ipv6_mask_size,
+    };
+    cluster_pool.validate().map_err(|e| e.to_string())?;
+    Ok(cluster_pool)
 }
 
 /// `<host name>-<pid>`, unique per replica (a pod's host name is the pod's name).
@@ -186,6 +214,13 @@ fn default_identity() -> String {
 mod tests {
     use super::*;
 
+    fn cluster_pool_of(c: &OperatorConfig) -> &ClusterPoolConfig {
+        match &c.ipam {
+            OperatorIpam::ClusterPool(p) => p,
+            OperatorIpam::MultiPool { .. } => panic!("multi-pool: {c:?}"),
+        }
+    }
+
     fn resolve(args: &[&str]) -> Result<OperatorConfig, String> {
         let mut all = vec!["--k8s-kubeconfig-path", "/dev/null"];
         all.extend_from_slice(args);
@@ -197,8 +232,8 @@ mod tests {
     #[test]
     fn cluster_pool_with_ciliums_checks() {
         let c = resolve(&["--cluster-pool-ipv4-cidr", "10.90.0.0/23"]).unwrap();
-        assert_eq!(c.cluster_pool.ipv4_mask_size, 24);
-        assert_eq!(c.cluster_pool.ipv6_mask_size, 112);
+        assert_eq!(cluster_pool_of(&c).ipv4_mask_size, 24);
+        assert_eq!(cluster_pool_of(&c).ipv6_mask_size, 112);
         assert_eq!(c.namespace, "kube-system");
         assert!(
             c.identity.ends_with(&format!("-{}", std::process::id())),
@@ -228,11 +263,28 @@ mod tests {
     }
 
     #[test]
-    fn multi_pool_is_refused_for_now() {
-        let e = resolve(&["--ipam", "multi-pool"]).unwrap_err();
-        assert!(e.contains("not supported by this build yet"), "{e}");
+    fn multi_pool_with_pools_to_auto_create() {
+        let c = resolve(&["--ipam", "multi-pool"]).unwrap();
+        assert!(
+            matches!(&c.ipam, OperatorIpam::MultiPool { auto_create } if auto_create.is_empty())
+        );
+        let c = resolve(&[
+            "--ipam=multi-pool",
+            "--auto-create-cilium-pod-ip-pools=default=ipv4-cidrs:10.10.0.0/16;ipv4-mask-size:24",
+        ])
+        .unwrap();
+        let OperatorIpam::MultiPool { auto_create } = &c.ipam else {
+            panic!("{c:?}");
+        };
+        assert_eq!(auto_create[0].name, "default");
+        let e = resolve(&[
+            "--cluster-pool-ipv4-cidr=10.0.0.0/8",
+            "--auto-create-cilium-pod-ip-pools=default=ipv4-cidrs:10.10.0.0/16;ipv4-mask-size:24",
+        ])
+        .unwrap_err();
+        assert!(e.contains("needs --ipam multi-pool"), "{e}");
         let e = resolve(&["--ipam", "eni"]).unwrap_err();
-        assert!(e.contains("use cluster-pool"), "{e}");
+        assert!(e.contains("use cluster-pool or multi-pool"), "{e}");
     }
 
     #[test]
@@ -251,8 +303,8 @@ mod tests {
             "--identity=op-a",
         ])
         .unwrap();
-        assert_eq!(c.cluster_pool.ipv4_cidrs[0].to_string(), "10.9.0.0/16");
-        assert_eq!(c.cluster_pool.ipv4_mask_size, 28);
+        assert_eq!(cluster_pool_of(&c).ipv4_cidrs[0].to_string(), "10.9.0.0/16");
+        assert_eq!(cluster_pool_of(&c).ipv4_mask_size, 28);
         assert_eq!(c.namespace, "podnet");
         assert_eq!(c.identity, "op-a");
         std::fs::remove_dir_all(dir).unwrap();

@@ -3,7 +3,10 @@
 //! renewed, each node's CIDRs (cluster-pool podCIDRs and multi-pool blocks), router
 //! address and operator error, and, when the cluster pool is given (the operator's
 //! own options, flags or `--config-dir`), each family's node CIDRs counted through
-//! the operator's cidrset: total, in use, free. `-o json` for scripts.
+//! the operator's cidrset: total, in use, free. It also reads the CiliumPodIPPools
+//! and counts each pool's blocks in use and free by re-adopting every node's blocks
+//! through the multi-pool operator's bookkeeping; blocks the current definitions do
+//! not accept (a refused edit) are listed. `-o json` for scripts.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,12 +20,16 @@ use serde::Serialize;
 
 use super::lease::LEASE_NAME;
 use super::options::ClusterOptions;
+use super::pools::{ObservedNode, PoolBlocks as PoolBookkeeping};
 use crate::daemon::options::{OptionsError, parse_command_with_config_dir};
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{
     ClusterPoolConfig, NodeCidrCarver, OPT_IPV4_CIDR, OPT_IPV6_CIDR, parse_cidr_list,
 };
+use crate::ipam::pooldef::PoolDef;
+use crate::node::kube_pools::list_pools;
 use crate::node::kubernetes::{cilium_nodes, kube_config, to_node_resource};
+use crate::resources::AllocatedPool;
 
 /// How long the reads may take before the API server counts as unreachable.
 const READ_TIMEOUT: Duration = Duration::from_secs(15);
@@ -99,13 +106,28 @@ pub struct PoolSpace {
     pub free: u64,
 }
 
+/// A CiliumPodIPPool's blocks (multi-pool).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodPoolSpace {
+    pub name: String,
+    /// `<family> <cidrs> in /<maskSize>s` per family.
+    pub definition: Vec<String>,
+    pub blocks_in_use: u64,
+    pub blocks_free: u64,
+}
+
 /// Everything `podnet operator status` shows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Report {
     /// None: there is no Lease (no operator has run).
     pub leader: Option<Leader>,
     pub nodes: Vec<NodeLine>,
     pub pool: Vec<PoolSpace>,
+    pub pod_pools: Vec<PodPoolSpace>,
+    /// Blocks the pools as defined now do not accept (one line each).
+    pub pod_pool_problems: Vec<String>,
 }
 
 /// Entry point of `podnet operator status`; returns the exit code.
@@ -173,15 +195,18 @@ fn status(opts: &StatusOptions) -> Result<Report, String> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let ns = &opts.cluster.leader_election_namespace;
-    let (nodes, lease) = runtime.block_on(read(opts.cluster.k8s_kubeconfig_path.as_ref(), ns))?;
-    Ok(report(&nodes, lease.as_ref(), ns, carver, Timestamp::now()))
+    let (nodes, lease, defs) =
+        runtime.block_on(read(opts.cluster.k8s_kubeconfig_path.as_ref(), ns))?;
+    let mut r = report(&nodes, lease.as_ref(), ns, carver, Timestamp::now());
+    (r.pod_pools, r.pod_pool_problems) = pod_pools(&defs, &r.nodes);
+    Ok(r)
 }
 
-/// Every CiliumNode and the leader Lease.
+/// Every CiliumNode, the leader Lease and the CiliumPodIPPools.
 async fn read(
     kubeconfig: Option<&PathBuf>,
     namespace: &str,
-) -> Result<(Vec<DynamicObject>, Option<Lease>), String> {
+) -> Result<(Vec<DynamicObject>, Option<Lease>, Vec<PoolDef>), String> {
     let config = kube_config(kubeconfig).await.map_err(|e| e.to_string())?;
     let url = config.cluster_url.to_string();
     let client = kube::Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))?;
@@ -194,11 +219,12 @@ async fn read(
             .list(&ListParams::default())
             .await
             .map_err(|e| failed("listing CiliumNodes", e))?;
-        let lease = Api::<Lease>::namespaced(client, namespace)
+        let lease = Api::<Lease>::namespaced(client.clone(), namespace)
             .get_opt(LEASE_NAME)
             .await
             .map_err(|e| failed("reading the leader Lease", e))?;
-        Ok((nodes.items, lease))
+        let pools = list_pools(&client).await.map_err(|e| e.to_string())?;
+        Ok((nodes.items, lease, pools))
     };
     tokio::time::timeout(READ_TIMEOUT, reads)
         .await
@@ -305,7 +331,63 @@ pub fn report(
         leader,
         nodes,
         pool,
+        pod_pools: Vec::new(),
+        pod_pool_problems: Vec::new(),
     }
+}
+
+/// The CiliumPodIPPools' blocks in use and free, counted by feeding every node's
+/// blocks to the operator's bookkeeping; and what it does not accept.
+pub fn pod_pools(defs: &[PoolDef], nodes: &[NodeLine]) -> (Vec<PodPoolSpace>, Vec<String>) {
+    let mut blocks = match PoolBookkeeping::new(defs) {
+        Ok(b) => b,
+        Err(e) => {
+            return (
+                Vec::new(),
+                vec![format!("the pools are invalid together: {e}")],
+            );
+        }
+    };
+    let mut problems = Vec::new();
+    for n in nodes {
+        problems.extend(
+            blocks.observe(ObservedNode {
+                name: n.name.clone(),
+                uid: n.name.clone(),
+                allocated: n
+                    .pools
+                    .iter()
+                    .map(|p| AllocatedPool {
+                        pool: p.pool.clone(),
+                        cidrs: p.cidrs.clone(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+        );
+    }
+    let space = blocks.pool_space();
+    let pools = defs
+        .iter()
+        .map(|d| {
+            let (in_use, free) = space.get(&d.name).copied().unwrap_or_default();
+            PodPoolSpace {
+                name: d.name.clone(),
+                definition: [Family::V4, Family::V6]
+                    .into_iter()
+                    .filter_map(|f| {
+                        d.family(f).map(|s| {
+                            format!("{} {} in /{}s", f.label(), cidr_list(&s.cidrs), s.mask_size)
+                        })
+                    })
+                    .collect(),
+                blocks_in_use: in_use,
+                blocks_free: free,
+            }
+        })
+        .collect();
+    (pools, problems)
 }
 
 fn cidr_list(cidrs: &[IpNet]) -> String {
@@ -366,6 +448,23 @@ pub fn text(r: &Report) -> String {
         }
         out.push_str(&line);
         out.push('\n');
+    }
+    for p in &r.pod_pools {
+        out.push_str(&format!(
+            "Pool {}:  {}: {} blocks in use, {} free\n",
+            p.name,
+            p.definition.join("; "),
+            p.blocks_in_use,
+            p.blocks_free
+        ));
+    }
+    if !r.pod_pool_problems.is_empty() {
+        out.push_str(
+            "Blocks the pools do not accept (a refused pool edit: the running operator keeps the previous definitions):\n",
+        );
+        for p in &r.pod_pool_problems {
+            out.push_str(&format!("  {p}\n"));
+        }
     }
     for p in &r.pool {
         out.push_str(&format!(
@@ -482,6 +581,55 @@ mod tests {
         assert!(
             text(&report(&[], None, "kube-system", None, later)).starts_with("Leader:     none")
         );
+    }
+
+    #[test]
+    fn pod_pools_count_blocks_and_list_what_they_do_not_accept() {
+        let def = |mask| PoolDef {
+            name: "mars".into(),
+            ipv4: Some(crate::ipam::pooldef::PoolFamilySpec {
+                cidrs: vec!["10.63.0.0/24".parse().unwrap()],
+                mask_size: mask,
+                reserved_ranges: Vec::new(),
+            }),
+            ..Default::default()
+        };
+        let holder = NodeLine {
+            name: "n1".into(),
+            pod_cidrs: Vec::new(),
+            pools: vec![PoolBlocks {
+                pool: "mars".into(),
+                cidrs: vec!["10.63.0.0/28".parse().unwrap()],
+            }],
+            router: Vec::new(),
+            error: String::new(),
+            unreadable: String::new(),
+        };
+        let (pools, problems) = pod_pools(&[def(28)], std::slice::from_ref(&holder));
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(pools[0].definition, ["IPv4 10.63.0.0/24 in /28s"]);
+        assert_eq!((pools[0].blocks_in_use, pools[0].blocks_free), (1, 15));
+        let (pools, problems) = pod_pools(&[def(27)], &[holder]);
+        assert_eq!((pools[0].blocks_in_use, pools[0].blocks_free), (0, 8));
+        assert_eq!(
+            problems,
+            [
+                "node \"n1\": unable to reuse from pool mars: cidr 10.63.0.0/28 is a /28 but the pool's ipv4 maskSize is 27"
+            ]
+        );
+        let r = Report {
+            leader: None,
+            nodes: Vec::new(),
+            pool: Vec::new(),
+            pod_pools: pools,
+            pod_pool_problems: problems,
+        };
+        let t = text(&r);
+        assert!(
+            t.contains("Pool mars:  IPv4 10.63.0.0/24 in /27s: 0 blocks in use, 8 free\n"),
+            "{t}"
+        );
+        assert!(t.contains("a refused pool edit"), "{t}");
     }
 
     #[test]

@@ -17,9 +17,8 @@
 //! burst of new nodes costs one apply each and is paced by the API server, not by
 //! one round trip after the other.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -30,13 +29,11 @@ use tokio::time::Instant;
 
 use super::allocator::{IGNORE_ANNOTATION, NodeCidrs, Observed, Pending};
 use super::metrics::OperatorMetrics;
+use super::retry::WriteRetries;
 use crate::node::kubernetes::{cilium_nodes, to_node_resource};
 
 /// The field manager of the operator's applies.
 pub const FIELD_MANAGER: &str = "podnet-operator";
-/// First and longest wait before a failed write is tried again.
-const RETRY_FIRST: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(30);
 /// Writes in flight at once (different nodes): a burst of new nodes is bounded by
 /// the API server's write rate, not by one round trip after another.
 const WRITE_CONCURRENCY: usize = 16;
@@ -72,15 +69,14 @@ pub async fn run(
         .boxed();
     let mut listing: Option<BTreeSet<String>> = None;
     let mut first_list = true;
-    let mut retry: BTreeMap<String, (Instant, Duration)> = BTreeMap::new();
+    let mut retry = WriteRetries::default();
     loop {
-        let due = retry.values().map(|(at, _)| *at).min();
+        let due = retry.next_due();
         let mut dirty: BTreeSet<String> = BTreeSet::new();
         let item = tokio::select! {
             item = stream.next() => Some(item),
             _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() && listing.is_none() => {
-                let now = Instant::now();
-                dirty.extend(retry.iter().filter(|(_, (at, _))| *at <= now).map(|(n, _)| n.clone()));
+                dirty.extend(retry.due_at(Instant::now()));
                 None
             }
         };
@@ -112,9 +108,7 @@ pub async fn run(
         for name in dirty {
             match cidrs.pending(&name) {
                 Some(p) => jobs.push((name, p)),
-                None => {
-                    retry.remove(&name);
-                }
+                None => retry.succeeded(&name),
             }
         }
         let done: Vec<(String, Written)> = futures::stream::iter(jobs)
@@ -138,16 +132,10 @@ pub async fn run(
                 cidrs.status_written(&name, error);
             }
             match written.failed {
-                None => {
-                    retry.remove(&name);
-                }
+                None => retry.succeeded(&name),
                 Some(e) => {
-                    let backoff = retry
-                        .get(&name)
-                        .map(|(_, b)| (*b * 2).min(RETRY_MAX))
-                        .unwrap_or(RETRY_FIRST);
+                    let backoff = retry.failed(&name);
                     tracing::warn!(node = %name, error = %e, retry_in = ?backoff, "writing the node's CIDRs failed");
-                    retry.insert(name, (Instant::now() + backoff, backoff));
                 }
             }
         }

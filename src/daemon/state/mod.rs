@@ -18,6 +18,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ipnet::IpNet;
+
 use super::config::{DatapathMode, IpamMode};
 use super::metrics::Metrics;
 use crate::api::link_marker::JournalMark;
@@ -136,6 +138,12 @@ pub struct StaleLink {
 #[derive(Debug, Clone, Default)]
 struct OutboxMarks {
     used_changed: bool,
+    /// Multi-pool with a cluster operator: blocks given back, to be removed from
+    /// `spec.ipam.pools.allocated` by the sink.
+    released: Vec<(String, IpNet)>,
+    /// Blocks given back that the node resource still lists: kept out of the
+    /// node's blocks until a node resource without them arrives.
+    releasing: BTreeSet<(String, IpNet)>,
     requested: Option<Vec<RequestedPool>>,
     addresses: Option<Vec<crate::node::NodeAddress>>,
     health: Option<crate::node::HealthAddresses>,

@@ -5,7 +5,7 @@
 //! into `allocated`, and give back blocks that are free and above demand (only
 //! once restore has finished).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 
@@ -244,8 +244,14 @@ impl IpamState {
             for ((pool, family), needed) in needed_by {
                 for cidr in self.pools.release_free_blocks(&pool, family, needed) {
                     tracing::info!(pool = %pool, cidr = %cidr, "released a free block above demand");
-                    if let Some(op) = self.operator.as_mut() {
-                        op.release_block(&pool, &cidr);
+                    match self.operator.as_mut() {
+                        Some(op) => op.release_block(&pool, &cidr),
+                        // A cluster operator: the sink removes it from the node
+                        // resource, and the operator frees it when it sees it gone.
+                        None => {
+                            self.outbox.released.push((pool.clone(), cidr));
+                            self.outbox.releasing.insert((pool.clone(), cidr));
+                        }
                     }
                     for a in self
                         .node
@@ -328,10 +334,26 @@ impl IpamState {
     /// crd/eni: the external system changed the node resource (the spec, and in
     /// eni mode the inventory): take the new addresses; ones in use that vanished
     /// stay until their pods go, and are reported.
+    ///
+    /// Multi-pool: a block this node gave back stays out of its blocks while the
+    /// node resource still lists it (the removal is on its way); once a resource
+    /// without it arrived, a later listing is a new allocation.
     pub fn set_external_node(&mut self, node: crate::resources::NodeResource) {
         self.node.spec.ipam.pool = node.spec.ipam.pool;
         self.node.spec.ipam.ipv6_pool = node.spec.ipam.ipv6_pool;
-        self.node.spec.ipam.pools.allocated = node.spec.ipam.pools.allocated;
+        let mut allocated = node.spec.ipam.pools.allocated;
+        let listed: BTreeSet<(String, IpNet)> = allocated
+            .iter()
+            .flat_map(|a| a.cidrs.iter().map(|c| (a.pool.clone(), *c)))
+            .collect();
+        let releasing = &mut self.outbox.releasing;
+        releasing.retain(|b| listed.contains(b));
+        for a in &mut allocated {
+            a.cidrs
+                .retain(|c| !releasing.contains(&(a.pool.clone(), *c)));
+        }
+        allocated.retain(|a| !a.cidrs.is_empty());
+        self.node.spec.ipam.pools.allocated = allocated;
         self.node.spec.eni = node.spec.eni;
         self.node.status.eni = node.status.eni;
         self.apply_node_blocks();
@@ -343,7 +365,10 @@ impl IpamState {
     /// (`status.ipam.used`), the demand (`spec.ipam.pools.requested`) and the node's
     /// addresses. None when nothing did.
     pub fn take_outbox(&mut self) -> Option<NodeOutbox> {
-        let mut out = NodeOutbox::default();
+        let mut out = NodeOutbox {
+            released_blocks: std::mem::take(&mut self.outbox.released),
+            ..NodeOutbox::default()
+        };
         if std::mem::take(&mut self.outbox.used_changed) {
             let mut used = UsedAddresses::default();
             for rec in self

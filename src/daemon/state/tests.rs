@@ -1589,6 +1589,41 @@ fn free_blocks_go_back_to_the_operator_only_after_restore_finished() {
     );
 }
 
+#[test]
+fn with_a_cluster_operator_free_blocks_go_to_the_sink_and_stay_out_until_gone() {
+    let dir = TempDir::new();
+    let setup = Setup::multi_pool(default_and_blue(), &[]);
+    let listed = node_with_blocks(&[("blue", "10.20.0.0/29"), ("blue", "10.20.0.8/29")]);
+    let (journal, snapshot) = Journal::open(&dir.journal()).unwrap();
+    let mut s = IpamState::restore(
+        setup.cfg.clone(),
+        journal,
+        listed.clone(),
+        None,
+        setup.pools.clone(),
+        snapshot,
+        Arc::new(Metrics::new("podnet")),
+    )
+    .unwrap();
+    s.reserve_infra_addresses(&[]).unwrap();
+    s.finish_restore();
+    let out = s.take_outbox().unwrap();
+    let blue = |c: &str| ("blue".to_string(), c.parse::<IpNet>().unwrap());
+    assert_eq!(
+        out.released_blocks,
+        vec![blue("10.20.0.8/29"), blue("10.20.0.0/29")]
+    );
+    assert!(s.take_outbox().is_none(), "handed to the sink once");
+    // The node resource still lists them (the removal is on its way): kept out.
+    s.set_external_node(listed.clone());
+    assert!(blocks(&s, "blue").is_empty());
+    // A resource without one of them: that one's removal is seen; a later
+    // listing of it is a new allocation, the other stays out.
+    s.set_external_node(node_with_blocks(&[("blue", "10.20.0.8/29")]));
+    s.set_external_node(listed);
+    assert_eq!(blocks(&s, "blue"), vec!["10.20.0.0/29"]);
+}
+
 // --- journal failure ------------------------------------------------------------
 
 #[test]

@@ -1,0 +1,120 @@
+//! `--auto-create-cilium-pod-ip-pools` (Cilium's operator option): the pools the
+//! multi-pool operator creates at start when they do not exist (it never updates
+//! one). Cilium's grammar (`<pool>=ipv4-cidrs:<cidr>[,<cidr>...];ipv4-mask-size:<n>`,
+//! more pools comma-separated or in repeated options) is read by
+//! `ipam::pool_options`, which the embedded operator uses too.
+
+use serde_json::json;
+
+use crate::ipam::pool_operator::PoolOperator;
+use crate::ipam::pool_options::parse_auto_create_pools;
+use crate::ipam::pooldef::{PoolDef, PoolFamilySpec};
+
+pub const OPT_AUTO_CREATE: &str = "auto-create-cilium-pod-ip-pools";
+
+/// The pools the option's values describe (each value in Cilium's grammar, read by
+/// the agent's parser); pools that overlap are refused as the operator would.
+pub fn parse(values: &[String]) -> Result<Vec<PoolDef>, String> {
+    let mut pools = Vec::new();
+    for value in values {
+        for pool in parse_auto_create_pools(value).map_err(|e| format!("{OPT_AUTO_CREATE}: {e}"))? {
+            if pools.iter().any(|p: &PoolDef| p.name == pool.name) {
+                return Err(format!(
+                    "{OPT_AUTO_CREATE}: pool {:?} is given twice",
+                    pool.name
+                ));
+            }
+            pools.push(pool);
+        }
+    }
+    PoolOperator::new(&pools).map_err(|e| format!("{OPT_AUTO_CREATE}: {e}"))?;
+    Ok(pools)
+}
+
+/// The CiliumPodIPPool (cilium.io/v2alpha1, as Cilium 1.20's operator creates
+/// it) for one pool.
+pub fn pool_object(def: &PoolDef) -> serde_json::Value {
+    let family = |f: &Option<PoolFamilySpec>| {
+        f.as_ref()
+            .map(|s| json!({"cidrs": s.cidrs, "maskSize": s.mask_size}))
+    };
+    let mut spec = serde_json::Map::new();
+    if let Some(v4) = family(&def.ipv4) {
+        spec.insert("ipv4".into(), v4);
+    }
+    if let Some(v6) = family(&def.ipv6) {
+        spec.insert("ipv6".into(), v6);
+    }
+    if def.allow_first_ip {
+        spec.insert("allowFirstIP".into(), json!(true));
+    }
+    if def.allow_last_ip {
+        spec.insert("allowLastIP".into(), json!(true));
+    }
+    json!({
+        "apiVersion": "cilium.io/v2alpha1",
+        "kind": "CiliumPodIPPool",
+        "metadata": {"name": def.name},
+        "spec": spec,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Result<Vec<PoolDef>, String> {
+        parse(&[s.to_string()])
+    }
+
+    #[test]
+    fn ciliums_grammar() {
+        let pools = p(
+            "default=ipv4-cidrs:10.10.0.0/16,10.11.0.0/16;ipv4-mask-size:24,\
+                       other=ipv6-cidrs:fd00::/104;ipv6-mask-size:120;allow-first-ip:true",
+        )
+        .unwrap();
+        assert_eq!(pools.len(), 2);
+        let v4 = pools[0].ipv4.as_ref().unwrap();
+        assert_eq!(pools[0].name, "default");
+        assert_eq!(v4.cidrs.len(), 2);
+        assert_eq!(v4.mask_size, 24);
+        assert!(pools[0].ipv6.is_none());
+        assert_eq!(pools[1].ipv6.as_ref().unwrap().mask_size, 120);
+        assert!(pools[1].allow_first_ip);
+        let obj = pool_object(&pools[0]);
+        assert_eq!(obj["spec"]["ipv4"]["cidrs"][1], "10.11.0.0/16");
+        assert_eq!(obj["spec"]["ipv4"]["maskSize"], 24);
+        assert_eq!(obj["apiVersion"], "cilium.io/v2alpha1");
+        // Repeating the option.
+        let two = parse(&[
+            "a=ipv4-cidrs:10.1.0.0/16;ipv4-mask-size:24".into(),
+            "b=ipv4-cidrs:10.2.0.0/16;ipv4-mask-size:24".into(),
+        ])
+        .unwrap();
+        assert_eq!(two.len(), 2);
+        assert_eq!(parse(&[]).unwrap(), Vec::new());
+    }
+
+    #[test]
+    fn mistakes_name_the_option() {
+        for (bad, says) in [
+            ("a=ipv4-cidrs:10.0.0.0/8", "ipv4-mask-size"),
+            ("a=ipv4-cidrs:10.0.0.0/16;ipv4-mask-size:8", "maskSize 8"),
+            (
+                "a=ipv4-cidrs:10.0.0.0/16;ipv4-mask-size:24,b=ipv4-cidrs:10.0.0.0/17;ipv4-mask-size:24",
+                "overlaps",
+            ),
+        ] {
+            let e = p(bad).unwrap_err();
+            assert!(e.starts_with(OPT_AUTO_CREATE), "{bad}: {e}");
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let twice = parse(&[
+            "a=ipv4-cidrs:10.1.0.0/16;ipv4-mask-size:24".into(),
+            "a=ipv4-cidrs:10.2.0.0/16;ipv4-mask-size:24".into(),
+        ])
+        .unwrap_err();
+        assert!(twice.contains("given twice"), "{twice}");
+    }
+}

@@ -1,0 +1,69 @@
+//! When a failed CiliumNode write is tried again: per node, a backoff that starts
+//! at half a second and doubles up to 30 s, reset by a success.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The nodes whose write failed, with when to try again and the current backoff.
+#[derive(Debug, Default)]
+pub struct WriteRetries {
+    due: BTreeMap<String, (Instant, Duration)>,
+}
+
+impl WriteRetries {
+    /// The earliest retry, if any.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.due.values().map(|(at, _)| *at).min()
+    }
+
+    /// The nodes due at `now`.
+    pub fn due_at(&self, now: Instant) -> Vec<String> {
+        self.due
+            .iter()
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// The node's write succeeded (or it is gone).
+    pub fn succeeded(&mut self, name: &str) {
+        self.due.remove(name);
+    }
+
+    /// The node's write failed: returns how long it waits.
+    pub fn failed(&mut self, name: &str) -> Duration {
+        let backoff = self
+            .due
+            .get(name)
+            .map(|(_, b)| (*b * 2).min(RETRY_MAX))
+            .unwrap_or(RETRY_FIRST);
+        self.due
+            .insert(name.to_string(), (Instant::now() + backoff, backoff));
+        backoff
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_resets() {
+        let mut r = WriteRetries::default();
+        assert_eq!(r.next_due(), None);
+        let waits: Vec<Duration> = (0..9).map(|_| r.failed("n1")).collect();
+        assert_eq!(waits[0], RETRY_FIRST);
+        assert_eq!(waits[1], Duration::from_secs(1));
+        assert_eq!(waits[8], RETRY_MAX);
+        assert!(r.due_at(Instant::now()).is_empty());
+        assert_eq!(r.due_at(Instant::now() + RETRY_MAX), ["n1"]);
+        r.succeeded("n1");
+        assert_eq!(r.next_due(), None);
+        assert_eq!(r.failed("n1"), RETRY_FIRST);
+    }
+}
