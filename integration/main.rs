@@ -23,4 +23,5 @@ mod lint;
 mod multipool;
 mod operations;
 mod operator;
+mod real_node;
 mod round_trips;

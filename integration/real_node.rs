@@ -1,0 +1,433 @@
+//! podnet on a real Kubernetes node: `scripts/node` runs etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler, containerd and the kubelet in a network
+//! namespace of its own; `kubectl apply -f deploy/` installs podnet from the image
+//! `make image` built (its DaemonSet and operator Deployment); a Deployment of
+//! busybox pods is started by the kubelet through containerd's CRI, which calls the
+//! installed podnet plugin. The kubelet and containerd use fixed host paths, so one
+//! such node runs per machine: `scripts/node start` refuses while another runs,
+//! and the node is stopped (by PID, everything unmounted) when the test ends, also
+//! on failure.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::harness::*;
+use crate::k8s::bin_dir;
+
+/// The node's network namespace and the conflist the agent writes (scripts/node,
+/// deploy/podnet.yaml).
+const NODE_NETNS: &str = "pnnode";
+const CNI_CONF: &str = "/etc/cni/net.d/05-podnet.conflist";
+const LEASE: &str = "podnet-operator-resource-lock";
+const REPLICAS: usize = 20;
+const WAIT: Duration = Duration::from_secs(180);
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn images_dir() -> PathBuf {
+    match std::env::var_os("PODNET_NODE_IMAGES") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => repo().join("target/image"),
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A node `scripts/node start` brought up; `scripts/node stop` on drop.
+struct RealNode {
+    dir: PathBuf,
+}
+
+impl RealNode {
+    /// Starts the node, or reports a skip (a failure under CI=true) when a part is
+    /// missing.
+    fn start(test: &str) -> Option<RealNode> {
+        if !root_or_skip(test) {
+            return None;
+        }
+        let bin = bin_dir();
+        for b in [
+            "kubelet",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kubectl",
+        ] {
+            if !bin.join(b).exists() {
+                skip(
+                    test,
+                    &format!(
+                        "{} is missing (scripts/k8s-binaries builds it)",
+                        bin.display()
+                    ),
+                );
+                return None;
+            }
+        }
+        for tool in ["/usr/bin/containerd", "/usr/sbin/runc"] {
+            if !Path::new(tool).exists() {
+                skip(
+                    test,
+                    &format!("{tool} is missing (scripts/setup installs it)"),
+                );
+                return None;
+            }
+        }
+        for image in ["podnet", "pause", "busybox"] {
+            let path = images_dir().join(format!("{image}.oci.tar"));
+            if !path.exists() {
+                skip(test, &format!("{} is missing (make image)", path.display()));
+                return None;
+            }
+        }
+        let dir = std::env::temp_dir().join(unique("podnet-node-"));
+        let node = RealNode { dir };
+        let out = node.script(&["start"]);
+        assert!(out.status.success(), "scripts/node start:\n{}", text(&out));
+        Some(node)
+    }
+
+    fn script(&self, args: &[&str]) -> Output {
+        Command::new("bash")
+            .arg(repo().join("scripts/node"))
+            .args(args)
+            .env("PODNET_NODE_DIR", &self.dir)
+            .env("PODNET_NODE_IMAGES", images_dir())
+            .output()
+            .unwrap_or_else(|e| panic!("running scripts/node {args:?}: {e}"))
+    }
+
+    /// kubectl as the admin; panics with its output if it fails.
+    fn kubectl(&self, args: &[&str]) -> String {
+        let mut all = vec!["kubectl"];
+        all.extend_from_slice(args);
+        let out = self.script(&all);
+        assert!(out.status.success(), "kubectl {args:?}:\n{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    fn kubectl_json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let out = self.kubectl(&all);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("kubectl {args:?}: {e}: {out}"))
+    }
+
+    /// `ip` in the node's network namespace.
+    fn ip(&self, args: &[&str]) -> String {
+        let out = Command::new("ip")
+            .args(["-n", NODE_NETNS])
+            .args(args)
+            .output()
+            .expect("running ip");
+        assert!(out.status.success(), "ip {args:?}: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    /// Polls `f` until it gives `Some`; panics after WAIT naming `what` and the
+    /// last state `state()` describes.
+    fn wait_for<T>(
+        &self,
+        what: &str,
+        mut f: impl FnMut() -> Option<T>,
+        state: impl Fn() -> String,
+    ) -> T {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {WAIT:?}; {}",
+                state()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    fn pods(&self, namespace: &str, selector: &str) -> Vec<Value> {
+        self.kubectl_json(&["get", "pods", "-n", namespace, "-l", selector])["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// What kubectl shows of the pods and their recent events, for failures.
+    fn describe(&self, namespace: &str) -> String {
+        let mut all = vec!["kubectl", "get", "pods", "-o", "wide", "-n", namespace];
+        let pods = text(&self.script(&all));
+        all = vec!["kubectl", "get", "events", "-n", namespace];
+        let events = text(&self.script(&all));
+        let tail = |log: &str| {
+            std::fs::read_to_string(self.dir.join("logs").join(log))
+                .map(|t| t.lines().rev().take(15).collect::<Vec<_>>().join("\n"))
+                .unwrap_or_default()
+        };
+        format!(
+            "pods:\n{pods}\nevents:\n{events}\nkubelet.log (last lines, newest first):\n{}",
+            tail("kubelet.log")
+        )
+    }
+
+    /// `podnet status --all-addresses` in the agent's container: address → owner.
+    fn allocated(&self) -> BTreeMap<String, String> {
+        let out = self.kubectl(&[
+            "exec",
+            "-n",
+            "kube-system",
+            "ds/podnet",
+            "-c",
+            "agent",
+            "--",
+            "/usr/local/bin/podnet",
+            "status",
+            "--socket",
+            "/run/podnet/podnet.sock",
+            "--all-addresses",
+        ]);
+        out.lines()
+            .skip_while(|l| !l.starts_with("Allocated addresses:"))
+            .skip(1)
+            .filter_map(|l| {
+                let (ip, owner) = l.trim().split_once(' ')?;
+                Some((ip.to_string(), owner.trim_matches(['(', ')']).to_string()))
+            })
+            .collect()
+    }
+}
+
+impl Drop for RealNode {
+    fn drop(&mut self) {
+        let out = self.script(&["stop"]);
+        if !out.status.success() {
+            eprintln!("scripts/node stop failed:\n{}", text(&out));
+        }
+        if std::thread::panicking() {
+            eprintln!("node logs kept in {}", self.dir.join("logs").display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn ready(pod: &Value) -> bool {
+    pod["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+fn deployment(replicas: usize) -> String {
+    format!(
+        r#"{{"apiVersion": "apps/v1", "kind": "Deployment",
+  "metadata": {{"name": "busybox", "namespace": "default"}},
+  "spec": {{"replicas": {replicas},
+    "selector": {{"matchLabels": {{"app": "busybox"}}}},
+    "template": {{"metadata": {{"labels": {{"app": "busybox"}}}},
+      "spec": {{"terminationGracePeriodSeconds": 1,
+        "containers": [{{"name": "busybox", "image": "localhost/busybox:1.35",
+          "imagePullPolicy": "Never",
+          "command": ["/bin/busybox", "sleep", "86400"]}}]}}}}}}}}"#
+    )
+}
+
+/// `kubectl apply -f deploy/` brings podnet up on a fresh node (DaemonSet pod
+/// Ready, node Ready, CRDs registered by the operator, one operator replica holds
+/// the Lease); 20 busybox pods of a Deployment run with the addresses podnet
+/// allocated to them and reach each other; deleting the Deployment frees every
+/// address and leaves no link or route behind; `kubectl delete -f deploy/` takes
+/// the CNI config off the node.
+#[test]
+fn deploy_runs_pods_through_podnet_on_a_real_node() {
+    let test = "deploy_runs_pods_through_podnet_on_a_real_node";
+    let Some(node) = RealNode::start(test) else {
+        return;
+    };
+    let deploy = repo().join("deploy");
+    let deploy = deploy.to_str().expect("repo path is UTF-8");
+    node.kubectl(&["apply", "-f", deploy]);
+
+    let agent = node.wait_for(
+        "the podnet DaemonSet's pod Ready",
+        || {
+            let pods = node.pods("kube-system", "app.kubernetes.io/name=podnet");
+            pods.into_iter().find(ready)
+        },
+        || node.describe("kube-system"),
+    );
+    assert!(
+        Path::new(CNI_CONF).exists(),
+        "the agent is Ready but {CNI_CONF} is missing"
+    );
+    assert!(
+        Path::new("/opt/cni/bin/podnet").exists(),
+        "the init container did not install /opt/cni/bin/podnet"
+    );
+    node.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "node/podnet-node",
+        "--timeout=120s",
+    ]);
+    for crd in crate::k8s::CRDS {
+        node.kubectl(&["get", "crd", crd]);
+    }
+    let holder = node.wait_for(
+        "an operator replica holding the Lease",
+        || {
+            let out = node.kubectl(&[
+                "get",
+                "lease",
+                "-n",
+                "kube-system",
+                LEASE,
+                "--ignore-not-found",
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ]);
+            Some(out).filter(|h| !h.is_empty())
+        },
+        || node.describe("kube-system"),
+    );
+    let operators = node.pods("kube-system", "app.kubernetes.io/name=podnet-operator");
+    let running: Vec<&str> = operators
+        .iter()
+        .filter(|p| p["status"]["phase"] == "Running")
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .collect();
+    assert!(
+        running.contains(&holder.as_str()),
+        "the Lease holder {holder} is not a running operator pod ({running:?})"
+    );
+
+    let links_before = node.ip(&["-o", "link", "show"]).lines().count();
+    let routes_before = node.ip(&["route", "show"]);
+    let t0 = Instant::now();
+    let out = Command::new("bash")
+        .arg(repo().join("scripts/node"))
+        .args(["kubectl", "apply", "-f", "-"])
+        .env("PODNET_NODE_DIR", &node.dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .expect("stdin")
+                .write_all(deployment(REPLICAS).as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("kubectl apply of the Deployment");
+    assert!(out.status.success(), "{}", text(&out));
+    let pods = node.wait_for(
+        "every busybox pod Ready",
+        || {
+            let pods = node.pods("default", "app=busybox");
+            (pods.len() == REPLICAS && pods.iter().all(ready)).then_some(pods)
+        },
+        || node.describe("default"),
+    );
+    eprintln!(
+        "{REPLICAS} pods Ready {:.1} s after the Deployment was created",
+        t0.elapsed().as_secs_f64()
+    );
+
+    // Each pod's address is the one podnet allocated to it, and no two are alike.
+    let allocated = node.allocated();
+    let mut pod_ips = Vec::new();
+    for pod in &pods {
+        let name = pod["metadata"]["name"].as_str().expect("pod name");
+        let ips: Vec<&str> = pod["status"]["podIPs"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|i| i["ip"].as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(ips.len(), 1, "pod {name}: podIPs {ips:?}");
+        assert_eq!(
+            allocated.get(ips[0]).map(String::as_str),
+            Some(format!("default/{name}").as_str()),
+            "pod {name} has {} but podnet's allocations are {allocated:?}",
+            ips[0]
+        );
+        pod_ips.push((name.to_string(), ips[0].to_string()));
+    }
+    // The first pod reaches every other, the last reaches the first.
+    let ping = |from: &str, to: &str| {
+        let mut args = vec!["kubectl", "exec", "-n", "default", from, "--"];
+        args.extend(["/bin/busybox", "ping", "-c", "1", "-W", "2", to]);
+        let out = node.script(&args);
+        assert!(
+            out.status.success(),
+            "{from} cannot ping {to}:\n{}",
+            text(&out)
+        );
+    };
+    for (_, ip) in &pod_ips[1..] {
+        ping(&pod_ips[0].0, ip);
+    }
+    ping(&pod_ips[REPLICAS - 1].0, &pod_ips[0].1);
+
+    // Deleting the Deployment: every pod's address is released (CNI DEL from the
+    // CRI), its veth and route are gone.
+    node.kubectl(&["delete", "deployment", "busybox", "--wait=true"]);
+    node.wait_for(
+        "the busybox pods gone",
+        || node.pods("default", "app=busybox").is_empty().then_some(()),
+        || node.describe("default"),
+    );
+    let left: Vec<(String, String)> = node
+        .allocated()
+        .into_iter()
+        .filter(|(_, owner)| owner.starts_with("default/"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "addresses still allocated to deleted pods: {left:?}"
+    );
+    let links_after = node.ip(&["-o", "link", "show"]).lines().count();
+    assert_eq!(links_after, links_before, "links left behind");
+    assert_eq!(
+        node.ip(&["route", "show"]),
+        routes_before,
+        "routes left behind"
+    );
+
+    // The agent's pod stays the one that started (no restart along the way).
+    let agent_now = node.pods("kube-system", "app.kubernetes.io/name=podnet");
+    assert_eq!(
+        agent_now.first().map(|p| &p["metadata"]["uid"]),
+        Some(&agent["metadata"]["uid"])
+    );
+
+    // `kubectl delete -f deploy/`: the agent removes its CNI config as it stops.
+    node.kubectl(&["delete", "-f", deploy, "--wait=true"]);
+    node.wait_for(
+        "the podnet pods gone",
+        || {
+            node.pods(
+                "kube-system",
+                "app.kubernetes.io/name in (podnet, podnet-operator)",
+            )
+            .is_empty()
+            .then_some(())
+        },
+        || node.describe("kube-system"),
+    );
+    assert!(
+        !Path::new(CNI_CONF).exists(),
+        "{CNI_CONF} is still there after kubectl delete -f deploy/"
+    );
+}
