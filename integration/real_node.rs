@@ -181,7 +181,8 @@ impl RealNode {
         )
     }
 
-    /// `podnet status --all-addresses` in the agent's container: address → owner.
+    /// `podnet status --all-addresses` in the agent's container: address → owner
+    /// (without markers such as `[restored]`; cooling addresses are left out).
     fn allocated(&self) -> BTreeMap<String, String> {
         let out = self.kubectl(&[
             "exec",
@@ -202,7 +203,9 @@ impl RealNode {
             .skip(1)
             .filter_map(|l| {
                 let (ip, owner) = l.trim().split_once(' ')?;
-                Some((ip.to_string(), owner.trim_matches(['(', ')']).to_string()))
+                let owner = owner.strip_prefix('(')?.strip_suffix(')')?;
+                let owner = owner.split(" [").next().unwrap_or(owner);
+                Some((ip.to_string(), owner.to_string()))
             })
             .collect()
     }
@@ -220,6 +223,29 @@ impl Drop for RealNode {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// Each pod's one address (`status.podIPs`) is the one `podnet status
+/// --all-addresses` gives to that pod; returns (pod name, address) pairs.
+fn pods_have_their_podnet_addresses(node: &RealNode, pods: &[Value]) -> Vec<(String, String)> {
+    let allocated = node.allocated();
+    let mut pod_ips = Vec::new();
+    for pod in pods {
+        let name = pod["metadata"]["name"].as_str().expect("pod name");
+        let ips: Vec<&str> = pod["status"]["podIPs"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|i| i["ip"].as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(ips.len(), 1, "pod {name}: podIPs {ips:?}");
+        assert_eq!(
+            allocated.get(ips[0]).map(String::as_str),
+            Some(format!("default/{name}").as_str()),
+            "pod {name} has {} but podnet's allocations are {allocated:?}",
+            ips[0]
+        );
+        pod_ips.push((name.to_string(), ips[0].to_string()));
+    }
+    pod_ips
 }
 
 fn ready(pod: &Value) -> bool {
@@ -246,9 +272,10 @@ fn deployment(replicas: usize) -> String {
 /// `kubectl apply -f deploy/` brings podnet up on a fresh node (DaemonSet pod
 /// Ready, node Ready, CRDs registered by the operator, one operator replica holds
 /// the Lease); 20 busybox pods of a Deployment run with the addresses podnet
-/// allocated to them and reach each other; deleting the Deployment frees every
-/// address and leaves no link or route behind; `kubectl delete -f deploy/` takes
-/// the CNI config off the node.
+/// allocated to them and reach each other; they keep them across a restart of the
+/// agent's pod, after which one more pod starts; deleting the Deployment frees
+/// every address and leaves no link or route behind; `kubectl delete -f deploy/`
+/// takes the CNI config off the node.
 #[test]
 fn deploy_runs_pods_through_podnet_on_a_real_node() {
     let test = "deploy_runs_pods_through_podnet_on_a_real_node";
@@ -346,24 +373,7 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
         t0.elapsed().as_secs_f64()
     );
 
-    // Each pod's address is the one podnet allocated to it, and no two are alike.
-    let allocated = node.allocated();
-    let mut pod_ips = Vec::new();
-    for pod in &pods {
-        let name = pod["metadata"]["name"].as_str().expect("pod name");
-        let ips: Vec<&str> = pod["status"]["podIPs"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|i| i["ip"].as_str()).collect())
-            .unwrap_or_default();
-        assert_eq!(ips.len(), 1, "pod {name}: podIPs {ips:?}");
-        assert_eq!(
-            allocated.get(ips[0]).map(String::as_str),
-            Some(format!("default/{name}").as_str()),
-            "pod {name} has {} but podnet's allocations are {allocated:?}",
-            ips[0]
-        );
-        pod_ips.push((name.to_string(), ips[0].to_string()));
-    }
+    let pod_ips = pods_have_their_podnet_addresses(&node, &pods);
     // The first pod reaches every other, the last reaches the first.
     let ping = |from: &str, to: &str| {
         let mut args = vec!["kubectl", "exec", "-n", "default", from, "--"];
@@ -379,6 +389,53 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
         ping(&pod_ips[0].0, ip);
     }
     ping(&pod_ips[REPLICAS - 1].0, &pod_ips[0].1);
+
+    // The agent's pod deleted while the pods run: its successor restores their
+    // addresses from the journal (a hostPath), they still reach each other, and a
+    // new pod starts once it is back.
+    let old_agent = agent["metadata"]["name"].as_str().expect("agent pod name");
+    node.kubectl(&[
+        "delete",
+        "pod",
+        "-n",
+        "kube-system",
+        old_agent,
+        "--wait=true",
+    ]);
+    node.wait_for(
+        "a new podnet agent pod Ready",
+        || {
+            node.pods("kube-system", "app.kubernetes.io/name=podnet")
+                .into_iter()
+                .find(|p| ready(p) && p["metadata"]["name"] != old_agent)
+        },
+        || node.describe("kube-system"),
+    );
+    let replicas = (REPLICAS + 1).to_string();
+    node.kubectl(&["scale", "deployment", "busybox", "--replicas", &replicas]);
+    let pods = node.wait_for(
+        "one more busybox pod Ready after the agent restart",
+        || {
+            let pods = node.pods("default", "app=busybox");
+            (pods.len() == REPLICAS + 1 && pods.iter().all(ready)).then_some(pods)
+        },
+        || node.describe("default"),
+    );
+    let after = pods_have_their_podnet_addresses(&node, &pods);
+    for kept in &pod_ips {
+        assert!(
+            after.contains(kept),
+            "pod {} lost its address {} across the agent restart: {after:?}",
+            kept.0,
+            kept.1
+        );
+    }
+    let (new_pod, new_ip) = after
+        .iter()
+        .find(|p| !pod_ips.contains(p))
+        .expect("the new pod");
+    ping(&pod_ips[0].0, new_ip);
+    ping(new_pod, &pod_ips[0].1);
 
     // Deleting the Deployment: every pod's address is released (CNI DEL from the
     // CRI), its veth and route are gone.
@@ -403,13 +460,6 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
         node.ip(&["route", "show"]),
         routes_before,
         "routes left behind"
-    );
-
-    // The agent's pod stays the one that started (no restart along the way).
-    let agent_now = node.pods("kube-system", "app.kubernetes.io/name=podnet");
-    assert_eq!(
-        agent_now.first().map(|p| &p["metadata"]["uid"]),
-        Some(&agent["metadata"]["uid"])
     );
 
     // `kubectl delete -f deploy/`: the agent removes its CNI config as it stops.
