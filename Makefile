@@ -93,3 +93,10 @@ node: image
 
 node-down:
 	bash scripts/node stop
+
+# Pod start-up latency on the real node: podnet (deploy/) against bridge +
+# host-local, same run, same node (scripts/bench-node; ~2 min).
+.PHONY: bench-node
+bench-node: image
+	bash scripts/k8s-binaries >/dev/null
+	bash scripts/bench-node
