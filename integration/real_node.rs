@@ -10,7 +10,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -45,10 +46,15 @@ fn text(out: &Output) -> String {
     )
 }
 
-/// A node `scripts/node start` brought up; `scripts/node stop` on drop.
+/// A node `scripts/node start` brought up; `scripts/node stop` on drop. One at a
+/// time per process (`_one_node`); `scripts/node start` refuses a second across
+/// processes.
 struct RealNode {
     dir: PathBuf,
+    _one_node: MutexGuard<'static, ()>,
 }
+
+static ONE_NODE: Mutex<()> = Mutex::new(());
 
 impl RealNode {
     /// Starts the node, or reports a skip (a failure under CI=true) when a part is
@@ -91,8 +97,14 @@ impl RealNode {
                 return None;
             }
         }
+        let one_node = ONE_NODE
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let dir = std::env::temp_dir().join(unique("podnet-node-"));
-        let node = RealNode { dir };
+        let node = RealNode {
+            dir,
+            _one_node: one_node,
+        };
         let out = node.script(&["start"]);
         assert!(out.status.success(), "scripts/node start:\n{}", text(&out));
         Some(node)
@@ -115,6 +127,46 @@ impl RealNode {
         let out = self.script(&all);
         assert!(out.status.success(), "kubectl {args:?}:\n{}", text(&out));
         String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    /// `kubectl apply -f -` of `manifest`.
+    fn apply(&self, manifest: &str) {
+        use std::io::Write;
+        let mut child = Command::new("bash")
+            .arg(repo().join("scripts/node"))
+            .args(["kubectl", "apply", "-f", "-"])
+            .env("PODNET_NODE_DIR", &self.dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running scripts/node kubectl apply");
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(manifest.as_bytes())
+                .expect("writing to kubectl");
+        }
+        let out = child.wait_with_output().expect("kubectl apply");
+        assert!(out.status.success(), "kubectl apply:\n{}", text(&out));
+    }
+
+    /// Waits until the agent's pod and the node are Ready; returns the agent pod.
+    fn podnet_up(&self) -> Value {
+        let agent = self.wait_for(
+            "the podnet DaemonSet's pod Ready",
+            || {
+                let pods = self.pods("kube-system", "app.kubernetes.io/name=podnet");
+                pods.into_iter().find(ready)
+            },
+            || self.describe("kube-system"),
+        );
+        self.kubectl(&[
+            "wait",
+            "--for=condition=Ready",
+            "node/podnet-node",
+            "--timeout=120s",
+        ]);
+        agent
     }
 
     fn kubectl_json(&self, args: &[&str]) -> Value {
@@ -285,15 +337,7 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
     let deploy = repo().join("deploy");
     let deploy = deploy.to_str().expect("repo path is UTF-8");
     node.kubectl(&["apply", "-f", deploy]);
-
-    let agent = node.wait_for(
-        "the podnet DaemonSet's pod Ready",
-        || {
-            let pods = node.pods("kube-system", "app.kubernetes.io/name=podnet");
-            pods.into_iter().find(ready)
-        },
-        || node.describe("kube-system"),
-    );
+    let agent = node.podnet_up();
     assert!(
         Path::new(CNI_CONF).exists(),
         "the agent is Ready but {CNI_CONF} is missing"
@@ -302,12 +346,6 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
         Path::new("/opt/cni/bin/podnet").exists(),
         "the init container did not install /opt/cni/bin/podnet"
     );
-    node.kubectl(&[
-        "wait",
-        "--for=condition=Ready",
-        "node/podnet-node",
-        "--timeout=120s",
-    ]);
     for crd in crate::k8s::CRDS {
         node.kubectl(&["get", "crd", crd]);
     }
@@ -342,24 +380,7 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
     let links_before = node.ip(&["-o", "link", "show"]).lines().count();
     let routes_before = node.ip(&["route", "show"]);
     let t0 = Instant::now();
-    let out = Command::new("bash")
-        .arg(repo().join("scripts/node"))
-        .args(["kubectl", "apply", "-f", "-"])
-        .env("PODNET_NODE_DIR", &node.dir)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin
-                .take()
-                .expect("stdin")
-                .write_all(deployment(REPLICAS).as_bytes())?;
-            c.wait_with_output()
-        })
-        .expect("kubectl apply of the Deployment");
-    assert!(out.status.success(), "{}", text(&out));
+    node.apply(&deployment(REPLICAS));
     let pods = node.wait_for(
         "every busybox pod Ready",
         || {
@@ -479,5 +500,104 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
     assert!(
         !Path::new(CNI_CONF).exists(),
         "{CNI_CONF} is still there after kubectl delete -f deploy/"
+    );
+}
+
+/// The chapter's Lab 1 on the real node: with a /28 node mask (`podnet plan`: 12
+/// usable pod addresses per node), a Deployment of 20 replicas has exactly that
+/// many pods Running; the rest stay ContainerCreating, their events carrying the
+/// plugin's range-full error.
+#[test]
+fn lab1_a_28_node_mask_runs_what_podnet_plan_says() {
+    let test = "lab1_a_28_node_mask_runs_what_podnet_plan_says";
+    let Some(node) = RealNode::start(test) else {
+        return;
+    };
+    let plan = Command::new(podnet_bin())
+        .args([
+            "plan",
+            "--cidr",
+            "10.244.0.0/16",
+            "--mask-size",
+            "28",
+            "-o",
+            "json",
+        ])
+        .output()
+        .expect("podnet plan");
+    assert!(plan.status.success(), "podnet plan: {}", text(&plan));
+    let plan: Value = serde_json::from_slice(&plan.stdout).expect("plan JSON");
+    let usable = plan["usablePerNode"].as_u64().expect("usablePerNode") as usize;
+    assert!(
+        usable < REPLICAS,
+        "the lab needs fewer addresses than replicas"
+    );
+
+    // deploy/ with the node mask of the lab.
+    let mut manifest = String::new();
+    for file in ["podnet.yaml", "agent-rbac.yaml", "operator.yaml"] {
+        let path = repo().join("deploy").join(file);
+        let text = std::fs::read_to_string(&path).expect("reading deploy/");
+        manifest.push_str(&text);
+        manifest.push_str("\n---\n");
+    }
+    let mask = r#"cluster-pool-ipv4-mask-size: "24""#;
+    assert!(manifest.contains(mask), "deploy/podnet.yaml has no {mask}");
+    node.apply(&manifest.replace(mask, r#"cluster-pool-ipv4-mask-size: "28""#));
+    node.podnet_up();
+
+    node.apply(&deployment(REPLICAS));
+    let running = |pods: &[Value]| pods.iter().filter(|p| ready(p)).count();
+    node.wait_for(
+        "as many pods Running as the node range holds",
+        || {
+            let pods = node.pods("default", "app=busybox");
+            (running(&pods) == usable).then_some(())
+        },
+        || node.describe("default"),
+    );
+    // The others fail in the plugin with the range-full error, and stay so.
+    let full = "range is full";
+    node.wait_for(
+        "every other pod with the CNI error in its events",
+        || {
+            let events = node.kubectl_json(&[
+                "get",
+                "events",
+                "-n",
+                "default",
+                "--field-selector",
+                "reason=FailedCreatePodSandBox",
+            ]);
+            let failing: std::collections::BTreeSet<&str> = events["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| e["message"].as_str().is_some_and(|m| m.contains(full)))
+                .filter_map(|e| e["involvedObject"]["name"].as_str())
+                .collect();
+            let pods = node.pods("default", "app=busybox");
+            let pending: Vec<&str> = pods
+                .iter()
+                .filter(|p| !ready(p))
+                .filter_map(|p| p["metadata"]["name"].as_str())
+                .collect();
+            (pending.len() == REPLICAS - usable && pending.iter().all(|p| failing.contains(p)))
+                .then_some(())
+        },
+        || node.describe("default"),
+    );
+    let pods = node.pods("default", "app=busybox");
+    assert_eq!(running(&pods), usable, "{}", node.describe("default"));
+    let waiting: Vec<&str> = pods
+        .iter()
+        .filter(|p| !ready(p))
+        .filter_map(|p| p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"].as_str())
+        .collect();
+    assert_eq!(
+        waiting,
+        vec!["ContainerCreating"; REPLICAS - usable],
+        "{}",
+        node.describe("default")
     );
 }
