@@ -277,9 +277,12 @@ impl Drop for RealNode {
     }
 }
 
-/// Each pod's one address (`status.podIPs`) is the one `podnet status
-/// --all-addresses` gives to that pod; returns (pod name, address) pairs.
-fn pods_have_their_podnet_addresses(node: &RealNode, pods: &[Value]) -> Vec<(String, String)> {
+/// A pod and its addresses, IPv4 then IPv6.
+type PodAddresses = (String, String, String);
+
+/// Each pod's two addresses (`status.podIPs`, IPv4 then IPv6) are the ones
+/// `podnet status --all-addresses` gives to that pod.
+fn pods_have_their_podnet_addresses(node: &RealNode, pods: &[Value]) -> Vec<PodAddresses> {
     let allocated = node.allocated();
     let mut pod_ips = Vec::new();
     for pod in pods {
@@ -288,16 +291,37 @@ fn pods_have_their_podnet_addresses(node: &RealNode, pods: &[Value]) -> Vec<(Str
             .as_array()
             .map(|a| a.iter().filter_map(|i| i["ip"].as_str()).collect())
             .unwrap_or_default();
-        assert_eq!(ips.len(), 1, "pod {name}: podIPs {ips:?}");
-        assert_eq!(
-            allocated.get(ips[0]).map(String::as_str),
-            Some(format!("default/{name}").as_str()),
-            "pod {name} has {} but podnet's allocations are {allocated:?}",
-            ips[0]
+        assert!(
+            ips.len() == 2 && ips[0].contains('.') && ips[1].contains(':'),
+            "pod {name}: podIPs {ips:?}, wanted an IPv4 and an IPv6 address"
         );
-        pod_ips.push((name.to_string(), ips[0].to_string()));
+        for ip in &ips {
+            assert_eq!(
+                allocated.get(*ip).map(String::as_str),
+                Some(format!("default/{name}").as_str()),
+                "pod {name} has {ip} but podnet's allocations are {allocated:?}"
+            );
+        }
+        pod_ips.push((name.to_string(), ips[0].to_string(), ips[1].to_string()));
     }
     pod_ips
+}
+
+/// deploy/'s three manifests as one, with each (from, to) replaced (`from` must
+/// be there).
+fn deploy_manifest(replacements: &[(&str, &str)]) -> String {
+    let mut manifest = String::new();
+    for file in ["podnet.yaml", "agent-rbac.yaml", "operator.yaml"] {
+        let path = repo().join("deploy").join(file);
+        let text = std::fs::read_to_string(&path).expect("reading deploy/");
+        manifest.push_str(&text);
+        manifest.push_str("\n---\n");
+    }
+    for (from, to) in replacements {
+        assert!(manifest.contains(from), "deploy/ has no {from}");
+        manifest = manifest.replace(from, to);
+    }
+    manifest
 }
 
 fn ready(pod: &Value) -> bool {
@@ -321,10 +345,10 @@ fn deployment(replicas: usize) -> String {
     )
 }
 
-/// `kubectl apply -f deploy/` brings podnet up on a fresh node (DaemonSet pod
+/// `deploy/` (dual stack) brings podnet up on a fresh node (DaemonSet pod
 /// Ready, node Ready, CRDs registered by the operator, one operator replica holds
-/// the Lease); 20 busybox pods of a Deployment run with the addresses podnet
-/// allocated to them and reach each other; they keep them across a restart of the
+/// the Lease); 20 busybox pods of a Deployment run with the IPv4 and IPv6
+/// addresses podnet allocated to them and reach each other; they keep them across a restart of the
 /// agent's pod, after which one more pod starts; deleting the Deployment frees
 /// every address and leaves no link or route behind; `kubectl delete -f deploy/`
 /// takes the CNI config off the node.
@@ -336,7 +360,12 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
     };
     let deploy = repo().join("deploy");
     let deploy = deploy.to_str().expect("repo path is UTF-8");
-    node.kubectl(&["apply", "-f", deploy]);
+    // deploy/ as it is, but dual stack.
+    node.apply(&deploy_manifest(&[(
+        r#"enable-ipv6: "false""#,
+        "enable-ipv6: \"true\"\n  cluster-pool-ipv6-cidr: \"fd00:10:244::/104\"\n  \
+         cluster-pool-ipv6-mask-size: \"120\"",
+    )]));
     let agent = node.podnet_up();
     assert!(
         Path::new(CNI_CONF).exists(),
@@ -406,10 +435,12 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
             text(&out)
         );
     };
-    for (_, ip) in &pod_ips[1..] {
-        ping(&pod_ips[0].0, ip);
+    for (_, v4, v6) in &pod_ips[1..] {
+        ping(&pod_ips[0].0, v4);
+        ping(&pod_ips[0].0, v6);
     }
     ping(&pod_ips[REPLICAS - 1].0, &pod_ips[0].1);
+    ping(&pod_ips[REPLICAS - 1].0, &pod_ips[0].2);
 
     // The agent's pod deleted while the pods run: its successor restores their
     // addresses from the journal (a hostPath), they still reach each other, and a
@@ -446,16 +477,18 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
     for kept in &pod_ips {
         assert!(
             after.contains(kept),
-            "pod {} lost its address {} across the agent restart: {after:?}",
+            "pod {} lost its addresses {} {} across the agent restart: {after:?}",
             kept.0,
-            kept.1
+            kept.1,
+            kept.2
         );
     }
-    let (new_pod, new_ip) = after
+    let (new_pod, new_v4, new_v6) = after
         .iter()
         .find(|p| !pod_ips.contains(p))
         .expect("the new pod");
-    ping(&pod_ips[0].0, new_ip);
+    ping(&pod_ips[0].0, new_v4);
+    ping(&pod_ips[0].0, new_v6);
     ping(new_pod, &pod_ips[0].1);
 
     // Deleting the Deployment: every pod's address is released (CNI DEL from the
@@ -534,16 +567,10 @@ fn lab1_a_28_node_mask_runs_what_podnet_plan_says() {
     );
 
     // deploy/ with the node mask of the lab.
-    let mut manifest = String::new();
-    for file in ["podnet.yaml", "agent-rbac.yaml", "operator.yaml"] {
-        let path = repo().join("deploy").join(file);
-        let text = std::fs::read_to_string(&path).expect("reading deploy/");
-        manifest.push_str(&text);
-        manifest.push_str("\n---\n");
-    }
-    let mask = r#"cluster-pool-ipv4-mask-size: "24""#;
-    assert!(manifest.contains(mask), "deploy/podnet.yaml has no {mask}");
-    node.apply(&manifest.replace(mask, r#"cluster-pool-ipv4-mask-size: "28""#));
+    node.apply(&deploy_manifest(&[(
+        r#"cluster-pool-ipv4-mask-size: "24""#,
+        r#"cluster-pool-ipv4-mask-size: "28""#,
+    )]));
     node.podnet_up();
 
     node.apply(&deployment(REPLICAS));
