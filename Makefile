@@ -72,3 +72,38 @@ FUZZ_SECONDS ?= 60
 .PHONY: fuzz
 fuzz:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/run.sh $(FUZZ_TARGETS)
+
+# Container images without a container engine (scripts/oci-image writes OCI
+# archives from the Containerfiles), into target/image/: podnet (the static
+# release binary, tagged with the crate version: deploy/ uses that tag), the pod
+# sandbox's pause (gcc -static) and busybox for test pods (Debian's
+# busybox-static). `ctr images import` and so scripts/node take them.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+IMAGE_DIR := target/image
+
+.PHONY: image node node-down
+image: release
+	host=$$(rustc -vV | sed -n 's/^host: //p') && \
+	python3 scripts/oci-image Containerfile "target/$$host/release" ghcr.io/podnet/podnet:$(VERSION) $(IMAGE_DIR)/podnet.oci.tar
+	mkdir -p $(IMAGE_DIR)/pause
+	gcc -static -O2 -Wall -Wextra -Werror -o $(IMAGE_DIR)/pause/pause images/pause/pause.c
+	python3 scripts/oci-image images/pause/Containerfile $(IMAGE_DIR)/pause registry.k8s.io/pause:3.10 $(IMAGE_DIR)/pause.oci.tar
+	@if readelf -l /bin/busybox 2>/dev/null | grep -q 'interpreter'; then \
+		echo "make image: /bin/busybox is dynamically linked: apt-get install busybox-static" >&2; exit 1; fi
+	python3 scripts/oci-image images/busybox/Containerfile /bin localhost/busybox:1.35 $(IMAGE_DIR)/busybox.oci.tar
+
+# A one-node Kubernetes cluster (kubelet + containerd) to try podnet on: see
+# scripts/node. Then `scripts/node kubectl apply -f deploy/`.
+node: image
+	bash scripts/k8s-binaries >/dev/null
+	bash scripts/node start
+
+node-down:
+	bash scripts/node stop
+
+# Pod start-up latency on the real node: podnet (deploy/) against bridge +
+# host-local, same run, same node (scripts/bench-node; ~2 min).
+.PHONY: bench-node
+bench-node: image
+	bash scripts/k8s-binaries >/dev/null
+	bash scripts/bench-node

@@ -1,6 +1,7 @@
 //! Installing the way a DaemonSet does: the atomic binary install, the CNI config
-//! written only once the daemon serves (with `cni-exclusive`), and the `deploy/`
-//! manifest checked against what the binary accepts.
+//! written only once the daemon serves (with `cni-exclusive`) and removed as it
+//! stops (with `cni-uninstall`), and the `deploy/` manifest checked against what
+//! the binary accepts.
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
@@ -79,14 +80,50 @@ fn the_cni_config_is_written_once_the_daemon_serves() {
         v["plugins"][0]["socket-path"],
         node.socket().display().to_string()
     );
-    // The written plugin config works as it is.
+    // The written plugin config works as it is, at the version a runtime without
+    // `cniVersions` support (libcni < 1.2, containerd 1.6) uses.
+    assert_eq!(v["cniVersion"], "1.0.0");
     let mut plugin_conf = v["plugins"][0].clone();
-    plugin_conf["cniVersion"] = "1.1.0".into();
+    plugin_conf["cniVersion"] = v["cniVersion"].clone();
     plugin_conf["name"] = v["name"].clone();
     let a = node.sandbox();
     let r = node.plugin("ADD", Some(&a), &plugin_conf.to_string(), &[]);
     assert!(r.ok, "{r:?}");
     drop(probe);
+}
+
+/// `--cni-uninstall`: the config goes when the daemon stops on SIGTERM; without
+/// it, the config stays (an agent restart keeps the node usable).
+#[test]
+fn cni_uninstall_removes_the_config_when_the_daemon_stops() {
+    if !root_or_skip("cni_uninstall") {
+        return;
+    }
+    for uninstall in [true, false] {
+        let probe = Node::dual_stack();
+        let confdir = probe.dir.join("net.d");
+        let cd = confdir.display().to_string();
+        let mut args = vec![
+            "--k8s-node-name",
+            "conf",
+            "--write-cni-conf-when-ready",
+            &cd,
+        ];
+        if uninstall {
+            args.push("--cni-uninstall");
+        }
+        let mut node = Node::start(&args);
+        let conf = confdir.join("05-podnet.conflist");
+        assert!(conf.exists(), "written once the daemon serves");
+        node.stop_daemon(false);
+        assert_eq!(
+            conf.exists(),
+            !uninstall,
+            "after SIGTERM with cni-uninstall={uninstall}; log:\n{}",
+            node.log()
+        );
+        drop(probe);
+    }
 }
 
 #[test]

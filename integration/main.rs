@@ -26,4 +26,5 @@ mod multipool;
 mod operations;
 mod operator;
 mod operator_pools;
+mod real_node;
 mod round_trips;

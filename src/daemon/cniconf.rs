@@ -3,6 +3,7 @@
 //! a temporary name and renamed, so a runtime never reads half a file and never
 //! sees podnet before its daemon answers. With `--cni-exclusive`, other configs in
 //! the directory are renamed `*.podnet_bak`, as Cilium does with `*.cilium_bak`.
+//! With `--cni-uninstall`, the daemon removes its config when it stops.
 
 use std::path::{Path, PathBuf};
 
@@ -10,9 +11,12 @@ use std::path::{Path, PathBuf};
 pub const CONF_NAME: &str = "05-podnet.conflist";
 
 /// The conflist for a daemon on `socket`, with the plugin logging to `log_file`.
+/// `cniVersion` is 1.0.0, the newest a libcni before 1.2 parses (containerd 1.6
+/// refuses a 1.1.0 result: `unsupported CNI result version "1.1.0"`); newer
+/// runtimes read `cniVersions` and use 1.1.0.
 pub fn conflist(socket: &Path, log_file: &Path) -> serde_json::Value {
     serde_json::json!({
-        "cniVersion": "1.1.0",
+        "cniVersion": "1.0.0",
         "cniVersions": ["1.0.0", "1.1.0"],
         "name": "podnet",
         "plugins": [{
@@ -53,4 +57,13 @@ pub fn write(
     crate::atomic_file::replace(&dest, &tmp, &body, 0o600)
         .map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
     Ok(dest)
+}
+
+/// Removes the config `write` wrote (already gone is fine).
+pub fn remove(path: &Path) -> Result<(), String> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("cannot remove {}: {e}", path.display())),
+    }
 }

@@ -359,10 +359,11 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     let metrics_addr = opts.prometheus_serve_addr.clone();
     let update_rate = opts.node_update_rate;
     let (cross_node, backend_kind) = (config.cross_node.clone(), config.backend.clone());
-    let (cni_conf_dir, cni_log_file, cni_exclusive) = (
+    let (cni_conf_dir, cni_log_file, cni_exclusive, cni_uninstall) = (
         opts.write_cni_conf_when_ready.clone(),
         opts.cni_log_file.clone(),
         opts.cni_exclusive,
+        opts.cni_uninstall,
     );
     runtime.block_on(async move {
         let listener = server::bind(&socket)?;
@@ -412,12 +413,21 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
                 status,
             ));
         }
-        if !cni_conf_dir.is_empty() {
+        let written_conf = if cni_conf_dir.is_empty() {
+            None
+        } else {
             let path = cniconf::write(Path::new(&cni_conf_dir), &socket, &cni_log_file, cni_exclusive)?;
             tracing::info!(path = %path.display(), "wrote the CNI config");
-        }
+            Some(path)
+        };
         tracing::info!(socket = %socket.display(), lock = %lock.path().display(), "podnet daemon ready");
         server::serve(listener, daemon, shutdown_signal()).await;
+        if let Some(path) = written_conf.filter(|_| cni_uninstall) {
+            match cniconf::remove(&path) {
+                Ok(()) => tracing::info!(path = %path.display(), "removed the CNI config (cni-uninstall)"),
+                Err(e) => tracing::warn!(error = %e, "cni-uninstall"),
+            }
+        }
         let _ = std::fs::remove_file(&socket);
         tracing::info!("podnet daemon stopped");
         Ok::<(), String>(())

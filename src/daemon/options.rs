@@ -201,6 +201,13 @@ pub struct DaemonOptions {
     #[arg(long = "cni-exclusive", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
     pub cni_exclusive: bool,
 
+    /// With `write-cni-conf-when-ready`: remove the written config when the daemon
+    /// stops (SIGTERM), so a node whose agent is gone (its DaemonSet deleted) stops
+    /// offering podnet to the runtime. Off by default: an agent restart then leaves
+    /// the config in place.
+    #[arg(long = "cni-uninstall", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub cni_uninstall: bool,
+
     /// The log file the written CNI config gives the plugin.
     #[arg(long = "cni-log-file", default_value = "/run/podnet/podnet-cni.log")]
     pub cni_log_file: PathBuf,

@@ -1,0 +1,630 @@
+//! podnet on a real Kubernetes node: `scripts/node` runs etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler, containerd and the kubelet in a network
+//! namespace of its own; `kubectl apply -f deploy/` installs podnet from the image
+//! `make image` built (its DaemonSet and operator Deployment); a Deployment of
+//! busybox pods is started by the kubelet through containerd's CRI, which calls the
+//! installed podnet plugin. The kubelet and containerd use fixed host paths, so one
+//! such node runs per machine: `scripts/node start` refuses while another runs,
+//! and the node is stopped (by PID, everything unmounted) when the test ends, also
+//! on failure.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::harness::*;
+use crate::k8s::bin_dir;
+
+/// The node's network namespace and the conflist the agent writes (scripts/node,
+/// deploy/podnet.yaml).
+const NODE_NETNS: &str = "pnnode";
+const CNI_CONF: &str = "/etc/cni/net.d/05-podnet.conflist";
+const LEASE: &str = "podnet-operator-resource-lock";
+const REPLICAS: usize = 20;
+const WAIT: Duration = Duration::from_secs(180);
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn images_dir() -> PathBuf {
+    match std::env::var_os("PODNET_NODE_IMAGES") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => repo().join("target/image"),
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A node `scripts/node start` brought up; `scripts/node stop` on drop. One at a
+/// time per process (`_one_node`); `scripts/node start` refuses a second across
+/// processes.
+struct RealNode {
+    dir: PathBuf,
+    _one_node: MutexGuard<'static, ()>,
+}
+
+static ONE_NODE: Mutex<()> = Mutex::new(());
+
+impl RealNode {
+    /// Starts the node, or reports a skip (a failure under CI=true) when a part is
+    /// missing.
+    fn start(test: &str) -> Option<RealNode> {
+        if !root_or_skip(test) {
+            return None;
+        }
+        let bin = bin_dir();
+        for b in [
+            "kubelet",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kubectl",
+        ] {
+            if !bin.join(b).exists() {
+                skip(
+                    test,
+                    &format!(
+                        "{} is missing (scripts/k8s-binaries builds it)",
+                        bin.display()
+                    ),
+                );
+                return None;
+            }
+        }
+        for tool in ["/usr/bin/containerd", "/usr/sbin/runc"] {
+            if !Path::new(tool).exists() {
+                skip(
+                    test,
+                    &format!("{tool} is missing (scripts/setup installs it)"),
+                );
+                return None;
+            }
+        }
+        for image in ["podnet", "pause", "busybox"] {
+            let path = images_dir().join(format!("{image}.oci.tar"));
+            if !path.exists() {
+                skip(test, &format!("{} is missing (make image)", path.display()));
+                return None;
+            }
+        }
+        let one_node = ONE_NODE
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let dir = std::env::temp_dir().join(unique("podnet-node-"));
+        let node = RealNode {
+            dir,
+            _one_node: one_node,
+        };
+        let out = node.script(&["start"]);
+        assert!(out.status.success(), "scripts/node start:\n{}", text(&out));
+        Some(node)
+    }
+
+    fn script(&self, args: &[&str]) -> Output {
+        Command::new("bash")
+            .arg(repo().join("scripts/node"))
+            .args(args)
+            .env("PODNET_NODE_DIR", &self.dir)
+            .env("PODNET_NODE_IMAGES", images_dir())
+            .output()
+            .unwrap_or_else(|e| panic!("running scripts/node {args:?}: {e}"))
+    }
+
+    /// kubectl as the admin; panics with its output if it fails.
+    fn kubectl(&self, args: &[&str]) -> String {
+        let mut all = vec!["kubectl"];
+        all.extend_from_slice(args);
+        let out = self.script(&all);
+        assert!(out.status.success(), "kubectl {args:?}:\n{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    /// `kubectl apply -f -` of `manifest`.
+    fn apply(&self, manifest: &str) {
+        use std::io::Write;
+        let mut child = Command::new("bash")
+            .arg(repo().join("scripts/node"))
+            .args(["kubectl", "apply", "-f", "-"])
+            .env("PODNET_NODE_DIR", &self.dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running scripts/node kubectl apply");
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(manifest.as_bytes())
+                .expect("writing to kubectl");
+        }
+        let out = child.wait_with_output().expect("kubectl apply");
+        assert!(out.status.success(), "kubectl apply:\n{}", text(&out));
+    }
+
+    /// Waits until the agent's pod and the node are Ready; returns the agent pod.
+    fn podnet_up(&self) -> Value {
+        let agent = self.wait_for(
+            "the podnet DaemonSet's pod Ready",
+            || {
+                let pods = self.pods("kube-system", "app.kubernetes.io/name=podnet");
+                pods.into_iter().find(ready)
+            },
+            || self.describe("kube-system"),
+        );
+        self.kubectl(&[
+            "wait",
+            "--for=condition=Ready",
+            "node/podnet-node",
+            "--timeout=120s",
+        ]);
+        agent
+    }
+
+    fn kubectl_json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let out = self.kubectl(&all);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("kubectl {args:?}: {e}: {out}"))
+    }
+
+    /// `ip` in the node's network namespace.
+    fn ip(&self, args: &[&str]) -> String {
+        let out = Command::new("ip")
+            .args(["-n", NODE_NETNS])
+            .args(args)
+            .output()
+            .expect("running ip");
+        assert!(out.status.success(), "ip {args:?}: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    /// Polls `f` until it gives `Some`; panics after WAIT naming `what` and the
+    /// last state `state()` describes.
+    fn wait_for<T>(
+        &self,
+        what: &str,
+        mut f: impl FnMut() -> Option<T>,
+        state: impl Fn() -> String,
+    ) -> T {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {WAIT:?}; {}",
+                state()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    fn pods(&self, namespace: &str, selector: &str) -> Vec<Value> {
+        self.kubectl_json(&["get", "pods", "-n", namespace, "-l", selector])["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// What kubectl shows of the pods and their recent events, for failures.
+    fn describe(&self, namespace: &str) -> String {
+        let mut all = vec!["kubectl", "get", "pods", "-o", "wide", "-n", namespace];
+        let pods = text(&self.script(&all));
+        all = vec!["kubectl", "get", "events", "-n", namespace];
+        let events = text(&self.script(&all));
+        let tail = |log: &str| {
+            std::fs::read_to_string(self.dir.join("logs").join(log))
+                .map(|t| t.lines().rev().take(15).collect::<Vec<_>>().join("\n"))
+                .unwrap_or_default()
+        };
+        format!(
+            "pods:\n{pods}\nevents:\n{events}\nkubelet.log (last lines, newest first):\n{}",
+            tail("kubelet.log")
+        )
+    }
+
+    /// `podnet status --all-addresses` in the agent's container: address → owner
+    /// (without markers such as `[restored]`; cooling addresses are left out).
+    fn allocated(&self) -> BTreeMap<String, String> {
+        let out = self.kubectl(&[
+            "exec",
+            "-n",
+            "kube-system",
+            "ds/podnet",
+            "-c",
+            "agent",
+            "--",
+            "/usr/local/bin/podnet",
+            "status",
+            "--socket",
+            "/run/podnet/podnet.sock",
+            "--all-addresses",
+        ]);
+        out.lines()
+            .skip_while(|l| !l.starts_with("Allocated addresses:"))
+            .skip(1)
+            .filter_map(|l| {
+                let (ip, owner) = l.trim().split_once(' ')?;
+                let owner = owner.strip_prefix('(')?.strip_suffix(')')?;
+                let owner = owner.split(" [").next().unwrap_or(owner);
+                Some((ip.to_string(), owner.to_string()))
+            })
+            .collect()
+    }
+}
+
+impl Drop for RealNode {
+    fn drop(&mut self) {
+        let out = self.script(&["stop"]);
+        if !out.status.success() {
+            eprintln!("scripts/node stop failed:\n{}", text(&out));
+        }
+        if std::thread::panicking() {
+            eprintln!("node logs kept in {}", self.dir.join("logs").display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A pod and its addresses, IPv4 then IPv6.
+type PodAddresses = (String, String, String);
+
+/// Each pod's two addresses (`status.podIPs`, IPv4 then IPv6) are the ones
+/// `podnet status --all-addresses` gives to that pod.
+fn pods_have_their_podnet_addresses(node: &RealNode, pods: &[Value]) -> Vec<PodAddresses> {
+    let allocated = node.allocated();
+    let mut pod_ips = Vec::new();
+    for pod in pods {
+        let name = pod["metadata"]["name"].as_str().expect("pod name");
+        let ips: Vec<&str> = pod["status"]["podIPs"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|i| i["ip"].as_str()).collect())
+            .unwrap_or_default();
+        assert!(
+            ips.len() == 2 && ips[0].contains('.') && ips[1].contains(':'),
+            "pod {name}: podIPs {ips:?}, wanted an IPv4 and an IPv6 address"
+        );
+        for ip in &ips {
+            assert_eq!(
+                allocated.get(*ip).map(String::as_str),
+                Some(format!("default/{name}").as_str()),
+                "pod {name} has {ip} but podnet's allocations are {allocated:?}"
+            );
+        }
+        pod_ips.push((name.to_string(), ips[0].to_string(), ips[1].to_string()));
+    }
+    pod_ips
+}
+
+/// deploy/'s three manifests as one, with each (from, to) replaced (`from` must
+/// be there).
+fn deploy_manifest(replacements: &[(&str, &str)]) -> String {
+    let mut manifest = String::new();
+    for file in ["podnet.yaml", "agent-rbac.yaml", "operator.yaml"] {
+        let path = repo().join("deploy").join(file);
+        let text = std::fs::read_to_string(&path).expect("reading deploy/");
+        manifest.push_str(&text);
+        manifest.push_str("\n---\n");
+    }
+    for (from, to) in replacements {
+        assert!(manifest.contains(from), "deploy/ has no {from}");
+        manifest = manifest.replace(from, to);
+    }
+    manifest
+}
+
+fn ready(pod: &Value) -> bool {
+    pod["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+fn deployment(replicas: usize) -> String {
+    format!(
+        r#"{{"apiVersion": "apps/v1", "kind": "Deployment",
+  "metadata": {{"name": "busybox", "namespace": "default"}},
+  "spec": {{"replicas": {replicas},
+    "selector": {{"matchLabels": {{"app": "busybox"}}}},
+    "template": {{"metadata": {{"labels": {{"app": "busybox"}}}},
+      "spec": {{"terminationGracePeriodSeconds": 1,
+        "containers": [{{"name": "busybox", "image": "localhost/busybox:1.35",
+          "imagePullPolicy": "Never",
+          "command": ["/bin/busybox", "sleep", "86400"]}}]}}}}}}}}"#
+    )
+}
+
+/// `deploy/` (dual stack) brings podnet up on a fresh node (DaemonSet pod
+/// Ready, node Ready, CRDs registered by the operator, one operator replica holds
+/// the Lease); 20 busybox pods of a Deployment run with the IPv4 and IPv6
+/// addresses podnet allocated to them and reach each other; they keep them across a restart of the
+/// agent's pod, after which one more pod starts; deleting the Deployment frees
+/// every address and leaves no link or route behind; `kubectl delete -f deploy/`
+/// takes the CNI config off the node.
+#[test]
+fn deploy_runs_pods_through_podnet_on_a_real_node() {
+    let test = "deploy_runs_pods_through_podnet_on_a_real_node";
+    let Some(node) = RealNode::start(test) else {
+        return;
+    };
+    let deploy = repo().join("deploy");
+    let deploy = deploy.to_str().expect("repo path is UTF-8");
+    // deploy/ as it is, but dual stack.
+    node.apply(&deploy_manifest(&[(
+        r#"enable-ipv6: "false""#,
+        "enable-ipv6: \"true\"\n  cluster-pool-ipv6-cidr: \"fd00:10:244::/104\"\n  \
+         cluster-pool-ipv6-mask-size: \"120\"",
+    )]));
+    let agent = node.podnet_up();
+    assert!(
+        Path::new(CNI_CONF).exists(),
+        "the agent is Ready but {CNI_CONF} is missing"
+    );
+    assert!(
+        Path::new("/opt/cni/bin/podnet").exists(),
+        "the init container did not install /opt/cni/bin/podnet"
+    );
+    for crd in crate::k8s::CRDS {
+        node.kubectl(&["get", "crd", crd]);
+    }
+    let holder = node.wait_for(
+        "an operator replica holding the Lease",
+        || {
+            let out = node.kubectl(&[
+                "get",
+                "lease",
+                "-n",
+                "kube-system",
+                LEASE,
+                "--ignore-not-found",
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ]);
+            Some(out).filter(|h| !h.is_empty())
+        },
+        || node.describe("kube-system"),
+    );
+    let operators = node.pods("kube-system", "app.kubernetes.io/name=podnet-operator");
+    let running: Vec<&str> = operators
+        .iter()
+        .filter(|p| p["status"]["phase"] == "Running")
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .collect();
+    assert!(
+        running.contains(&holder.as_str()),
+        "the Lease holder {holder} is not a running operator pod ({running:?})"
+    );
+
+    let links_before = node.ip(&["-o", "link", "show"]).lines().count();
+    let routes_before = node.ip(&["route", "show"]);
+    let t0 = Instant::now();
+    node.apply(&deployment(REPLICAS));
+    let pods = node.wait_for(
+        "every busybox pod Ready",
+        || {
+            let pods = node.pods("default", "app=busybox");
+            (pods.len() == REPLICAS && pods.iter().all(ready)).then_some(pods)
+        },
+        || node.describe("default"),
+    );
+    eprintln!(
+        "{REPLICAS} pods Ready {:.1} s after the Deployment was created",
+        t0.elapsed().as_secs_f64()
+    );
+
+    let pod_ips = pods_have_their_podnet_addresses(&node, &pods);
+    // The first pod reaches every other, the last reaches the first.
+    let ping = |from: &str, to: &str| {
+        let mut args = vec!["kubectl", "exec", "-n", "default", from, "--"];
+        args.extend(["/bin/busybox", "ping", "-c", "1", "-W", "2", to]);
+        let out = node.script(&args);
+        assert!(
+            out.status.success(),
+            "{from} cannot ping {to}:\n{}",
+            text(&out)
+        );
+    };
+    for (_, v4, v6) in &pod_ips[1..] {
+        ping(&pod_ips[0].0, v4);
+        ping(&pod_ips[0].0, v6);
+    }
+    ping(&pod_ips[REPLICAS - 1].0, &pod_ips[0].1);
+    ping(&pod_ips[REPLICAS - 1].0, &pod_ips[0].2);
+
+    // The agent's pod deleted while the pods run: its successor restores their
+    // addresses from the journal (a hostPath), they still reach each other, and a
+    // new pod starts once it is back.
+    let old_agent = agent["metadata"]["name"].as_str().expect("agent pod name");
+    node.kubectl(&[
+        "delete",
+        "pod",
+        "-n",
+        "kube-system",
+        old_agent,
+        "--wait=true",
+    ]);
+    node.wait_for(
+        "a new podnet agent pod Ready",
+        || {
+            node.pods("kube-system", "app.kubernetes.io/name=podnet")
+                .into_iter()
+                .find(|p| ready(p) && p["metadata"]["name"] != old_agent)
+        },
+        || node.describe("kube-system"),
+    );
+    let replicas = (REPLICAS + 1).to_string();
+    node.kubectl(&["scale", "deployment", "busybox", "--replicas", &replicas]);
+    let pods = node.wait_for(
+        "one more busybox pod Ready after the agent restart",
+        || {
+            let pods = node.pods("default", "app=busybox");
+            (pods.len() == REPLICAS + 1 && pods.iter().all(ready)).then_some(pods)
+        },
+        || node.describe("default"),
+    );
+    let after = pods_have_their_podnet_addresses(&node, &pods);
+    for kept in &pod_ips {
+        assert!(
+            after.contains(kept),
+            "pod {} lost its addresses {} {} across the agent restart: {after:?}",
+            kept.0,
+            kept.1,
+            kept.2
+        );
+    }
+    let (new_pod, new_v4, new_v6) = after
+        .iter()
+        .find(|p| !pod_ips.contains(p))
+        .expect("the new pod");
+    ping(&pod_ips[0].0, new_v4);
+    ping(&pod_ips[0].0, new_v6);
+    ping(new_pod, &pod_ips[0].1);
+
+    // Deleting the Deployment: every pod's address is released (CNI DEL from the
+    // CRI), its veth and route are gone.
+    node.kubectl(&["delete", "deployment", "busybox", "--wait=true"]);
+    node.wait_for(
+        "the busybox pods gone",
+        || node.pods("default", "app=busybox").is_empty().then_some(()),
+        || node.describe("default"),
+    );
+    let left: Vec<(String, String)> = node
+        .allocated()
+        .into_iter()
+        .filter(|(_, owner)| owner.starts_with("default/"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "addresses still allocated to deleted pods: {left:?}"
+    );
+    let links_after = node.ip(&["-o", "link", "show"]).lines().count();
+    assert_eq!(links_after, links_before, "links left behind");
+    assert_eq!(
+        node.ip(&["route", "show"]),
+        routes_before,
+        "routes left behind"
+    );
+
+    // `kubectl delete -f deploy/`: the agent removes its CNI config as it stops.
+    node.kubectl(&["delete", "-f", deploy, "--wait=true"]);
+    node.wait_for(
+        "the podnet pods gone",
+        || {
+            node.pods(
+                "kube-system",
+                "app.kubernetes.io/name in (podnet, podnet-operator)",
+            )
+            .is_empty()
+            .then_some(())
+        },
+        || node.describe("kube-system"),
+    );
+    assert!(
+        !Path::new(CNI_CONF).exists(),
+        "{CNI_CONF} is still there after kubectl delete -f deploy/"
+    );
+}
+
+/// The chapter's Lab 1 on the real node: with a /28 node mask (`podnet plan`: 12
+/// usable pod addresses per node), a Deployment of 20 replicas has exactly that
+/// many pods Running; the rest stay ContainerCreating, their events carrying the
+/// plugin's range-full error.
+#[test]
+fn lab1_a_28_node_mask_runs_what_podnet_plan_says() {
+    let test = "lab1_a_28_node_mask_runs_what_podnet_plan_says";
+    let Some(node) = RealNode::start(test) else {
+        return;
+    };
+    let plan = Command::new(podnet_bin())
+        .args([
+            "plan",
+            "--cidr",
+            "10.244.0.0/16",
+            "--mask-size",
+            "28",
+            "-o",
+            "json",
+        ])
+        .output()
+        .expect("podnet plan");
+    assert!(plan.status.success(), "podnet plan: {}", text(&plan));
+    let plan: Value = serde_json::from_slice(&plan.stdout).expect("plan JSON");
+    let usable = plan["usablePerNode"].as_u64().expect("usablePerNode") as usize;
+    assert!(
+        usable < REPLICAS,
+        "the lab needs fewer addresses than replicas"
+    );
+
+    // deploy/ with the node mask of the lab.
+    node.apply(&deploy_manifest(&[(
+        r#"cluster-pool-ipv4-mask-size: "24""#,
+        r#"cluster-pool-ipv4-mask-size: "28""#,
+    )]));
+    node.podnet_up();
+
+    node.apply(&deployment(REPLICAS));
+    let running = |pods: &[Value]| pods.iter().filter(|p| ready(p)).count();
+    node.wait_for(
+        "as many pods Running as the node range holds",
+        || {
+            let pods = node.pods("default", "app=busybox");
+            (running(&pods) == usable).then_some(())
+        },
+        || node.describe("default"),
+    );
+    // The others fail in the plugin with the range-full error, and stay so.
+    let full = "range is full";
+    node.wait_for(
+        "every other pod with the CNI error in its events",
+        || {
+            let events = node.kubectl_json(&[
+                "get",
+                "events",
+                "-n",
+                "default",
+                "--field-selector",
+                "reason=FailedCreatePodSandBox",
+            ]);
+            let failing: std::collections::BTreeSet<&str> = events["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| e["message"].as_str().is_some_and(|m| m.contains(full)))
+                .filter_map(|e| e["involvedObject"]["name"].as_str())
+                .collect();
+            let pods = node.pods("default", "app=busybox");
+            let pending: Vec<&str> = pods
+                .iter()
+                .filter(|p| !ready(p))
+                .filter_map(|p| p["metadata"]["name"].as_str())
+                .collect();
+            (pending.len() == REPLICAS - usable && pending.iter().all(|p| failing.contains(p)))
+                .then_some(())
+        },
+        || node.describe("default"),
+    );
+    let pods = node.pods("default", "app=busybox");
+    assert_eq!(running(&pods), usable, "{}", node.describe("default"));
+    let waiting: Vec<&str> = pods
+        .iter()
+        .filter(|p| !ready(p))
+        .filter_map(|p| p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"].as_str())
+        .collect();
+    assert_eq!(
+        waiting,
+        vec!["ContainerCreating"; REPLICAS - usable],
+        "{}",
+        node.describe("default")
+    );
+}
