@@ -610,7 +610,8 @@ fn the_operator_deployment_matches_what_the_binary_accepts() {
         .expect("data")
         .iter()
         .filter(|(k, _)| {
-            k.starts_with("cluster-pool-") || k.starts_with("enable-ipv") || *k == "ipam"
+            k.starts_with("cluster-pool-")
+                || ["enable-ipv4", "enable-ipv6", "ipam"].contains(&k.as_str())
         })
         .map(|(k, v)| format!("--{k}={}", v.as_str().unwrap_or("")))
         .collect();
