@@ -464,14 +464,16 @@ fn a_follower_takes_over_when_the_leader_is_killed_mid_burst() {
 
     // 50 CiliumNodes, created with kubectl in batches of 5 while the leader works.
     let writes_before = api_writes(&cp);
-    const NODES: usize = 50;
-    let manifests: Vec<String> = (0..NODES / 5)
+    // The burst: 200 new CiliumNodes, 20 per kubectl create.
+    const NODES: usize = 200;
+    const PER_CREATE: usize = 20;
+    let manifests: Vec<String> = (0..NODES / PER_CREATE)
         .map(|batch| {
-            (0..5)
+            (0..PER_CREATE)
                 .map(|i| {
                     format!(
-                        "apiVersion: cilium.io/v2\nkind: CiliumNode\nmetadata:\n  name: burst-{:02}\nspec: {{}}\n",
-                        batch * 5 + i
+                        "apiVersion: cilium.io/v2\nkind: CiliumNode\nmetadata:\n  name: burst-{:03}\nspec: {{}}\n",
+                        batch * PER_CREATE + i
                     )
                 })
                 .collect::<Vec<_>>()
@@ -520,7 +522,7 @@ fn a_follower_takes_over_when_the_leader_is_killed_mid_burst() {
         );
         assert!(seen.insert(cidrs[0].clone()), "{} given twice", cidrs[0]);
     }
-    // Writes to CiliumNodes: the 50 creates and one podCIDRs apply per node, by
+    // Writes to CiliumNodes: the 200 creates and one podCIDRs apply per node, by
     // whichever leader made it.
     let writes = api_writes(&cp) - writes_before;
     eprintln!(
