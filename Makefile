@@ -75,16 +75,20 @@ fuzz:
 
 # Container images without a container engine (scripts/oci-image writes OCI
 # archives from the Containerfiles), into target/image/: podnet (the static
-# release binary, tagged with the crate version: deploy/ uses that tag), the pod
-# sandbox's pause (gcc -static) and busybox for test pods (Debian's
-# busybox-static). `ctr images import` and so scripts/node take them.
+# release binary and this host's nft with its libraries and loader, tagged with the
+# crate version: deploy/ uses that tag), the pod sandbox's pause (gcc -static) and
+# busybox for test pods (Debian's busybox-static). `ctr images import` and so
+# scripts/node take them.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 IMAGE_DIR := target/image
 
 .PHONY: image node node-down
 image: release
+	@test -x /usr/sbin/nft || { echo "make image: /usr/sbin/nft is missing: apt-get install nftables" >&2; exit 1; }
+	@for f in /usr/sbin/nft $$(ldd /usr/sbin/nft | grep -o '/[^ ]*'); do \
+		grep -v "^ *#" Containerfile | grep -qF "$$f" || { echo "make image: nft needs $$f (ldd /usr/sbin/nft), which Containerfile does not copy" >&2; exit 1; }; done
 	host=$$(rustc -vV | sed -n 's/^host: //p') && \
-	python3 scripts/oci-image Containerfile "target/$$host/release" ghcr.io/podnet/podnet:$(VERSION) $(IMAGE_DIR)/podnet.oci.tar
+	python3 scripts/oci-image --stage nft=/ Containerfile "target/$$host/release" ghcr.io/podnet/podnet:$(VERSION) $(IMAGE_DIR)/podnet.oci.tar
 	mkdir -p $(IMAGE_DIR)/pause
 	gcc -static -O2 -Wall -Wextra -Werror -o $(IMAGE_DIR)/pause/pause images/pause/pause.c
 	python3 scripts/oci-image images/pause/Containerfile $(IMAGE_DIR)/pause registry.k8s.io/pause:3.10 $(IMAGE_DIR)/pause.oci.tar

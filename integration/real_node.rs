@@ -187,6 +187,15 @@ impl RealNode {
         String::from_utf8_lossy(&out.stdout).to_string()
     }
 
+    /// `nft list table <family> podnet` in the node's network namespace (the host's
+    /// nft), or `None` while the table is missing.
+    fn nft_table(&self, family: &str) -> Option<String> {
+        let out = self.script(&["exec", "nft", "list", "table", family, "podnet"]);
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+    }
+
     /// Polls `f` until it gives `Some`; panics after WAIT naming `what` and the
     /// last state `state()` describes.
     fn wait_for<T>(
@@ -347,8 +356,8 @@ fn deployment(replicas: usize) -> String {
 
 /// `deploy/` (dual stack) brings podnet up on a fresh node (DaemonSet pod
 /// Ready, node Ready, CRDs registered by the operator, one operator replica holds
-/// the Lease); 20 busybox pods of a Deployment run with the IPv4 and IPv6
-/// addresses podnet allocated to them and reach each other; they keep them across a restart of the
+/// the Lease, the agent's nftables tables masquerade the node's pod CIDRs); 20
+/// busybox pods of a Deployment run with the IPv4 and IPv6 addresses podnet allocated to them and reach each other; they keep them across a restart of the
 /// agent's pod, after which one more pod starts; deleting the Deployment frees
 /// every address and leaves no link or route behind; `kubectl delete -f deploy/`
 /// takes the CNI config off the node.
@@ -405,6 +414,34 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
         running.contains(&holder.as_str()),
         "the Lease holder {holder} is not a running operator pod ({running:?})"
     );
+
+    // The agent masquerades with the image's nft: its tables hold the rule for
+    // the node's pod CIDRs (IPv4 and IPv6), as the operator gave them.
+    let cidrs: Vec<String> =
+        node.kubectl_json(&["get", "ciliumnode", "podnet-node"])["spec"]["ipam"]["podCIDRs"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|c| c.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+    assert_eq!(cidrs.len(), 2, "the node's podCIDRs: {cidrs:?}");
+    for cidr in &cidrs {
+        let family = if cidr.contains(':') { "ip6" } else { "ip" };
+        let table = node.wait_for(
+            &format!("the agent's nftables table {family} podnet"),
+            || node.nft_table(family),
+            || node.describe("kube-system"),
+        );
+        let rule = table.lines().find(|l| l.contains("masquerade"));
+        assert!(
+            rule.is_some_and(|r| (r.contains(&format!("{family} saddr {cidr} "))
+                || r.contains(&format!("{family} saddr {{ {cidr}")))
+                && r.contains("podnet: pod traffic leaving the cluster")),
+            "table {family} podnet has no masquerade rule for {cidr}:\n{table}"
+        );
+    }
 
     let links_before = node.ip(&["-o", "link", "show"]).lines().count();
     let routes_before = node.ip(&["route", "show"]);
