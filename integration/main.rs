@@ -19,6 +19,7 @@ mod install;
 mod journal_faults;
 mod k8s;
 mod k8s_backend;
+mod lbipam;
 mod lint;
 mod multipool;
 mod operations;

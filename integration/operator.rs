@@ -23,7 +23,7 @@ const LEASE: &str = "podnet-operator-resource-lock";
 
 /// One `podnet operator` process in the control plane's namespace; SIGKILLed by
 /// PID on drop (drop it before its control plane).
-struct Operator {
+pub struct Operator {
     identity: String,
     netns: String,
     metrics_port: u16,
@@ -32,7 +32,7 @@ struct Operator {
 }
 
 impl Operator {
-    fn start(
+    pub fn start(
         cp: &ControlPlane,
         identity: &str,
         kubeconfig: &Path,
@@ -62,16 +62,24 @@ impl Operator {
         }
     }
 
-    fn pid(&self) -> Option<i32> {
+    pub fn pid(&self) -> Option<i32> {
         self.child.as_ref().map(|c| c.id() as i32)
     }
 
-    fn log(&self) -> String {
+    pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// SIGTERM by PID (a graceful stop: the leader releases its Lease), then reap.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGTERM);
+            let _ = c.wait();
+        }
+    }
+
     /// SIGKILL by PID, then reap.
-    fn kill(&mut self) {
+    pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
             let _ = c.wait();
@@ -80,7 +88,7 @@ impl Operator {
 
     /// A metric's value from the operator's own `/metrics` (None if it does not
     /// answer or has no such line).
-    fn metric(&self, line_prefix: &str) -> Option<f64> {
+    pub fn metric(&self, line_prefix: &str) -> Option<f64> {
         let out = Command::new("ip")
             .args([
                 "netns",
@@ -111,7 +119,7 @@ impl Drop for Operator {
 }
 
 /// Waits until `f` holds, at most `limit`.
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -161,7 +169,7 @@ fn lease_holder(cp: &ControlPlane) -> String {
 }
 
 /// The CRDs, deploy/operator.yaml, and a kubeconfig of its ServiceAccount.
-fn install_operator(cp: &ControlPlane) -> PathBuf {
+pub fn install_operator(cp: &ControlPlane) -> PathBuf {
     cp.install_crds();
     cp.kubectl(&[
         "apply",

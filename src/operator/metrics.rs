@@ -1,12 +1,15 @@
 //! The operator's Prometheus metrics (`podnet_operator_*`, on
 //! `--prometheus-serve-addr`): whether this replica leads, the writes it made to
-//! CiliumNodes by kind, and how many nodes hold their CIDRs or wait for room.
+//! CiliumNodes by kind, how many nodes hold their CIDRs or wait for room, and LB
+//! IPAM's (`lbipam_*`, [`LbIpamMetrics`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+
+use super::lbipam::metrics::LbIpamMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
@@ -24,6 +27,7 @@ pub struct OperatorMetrics {
     pub is_leader: Gauge,
     pub writes: Family<KindLabels, Counter>,
     pub nodes: Family<StateLabels, Gauge>,
+    pub lbipam: LbIpamMetrics,
 }
 
 impl Default for OperatorMetrics {
@@ -54,8 +58,10 @@ impl OperatorMetrics {
             "CiliumNodes by state: allocated (a CIDR of every enabled family), waiting (an error in operator-status)",
             nodes.clone(),
         );
+        let lbipam = LbIpamMetrics::register(&mut registry);
         OperatorMetrics {
             registry,
+            lbipam,
             is_leader,
             writes,
             nodes,

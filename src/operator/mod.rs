@@ -8,12 +8,15 @@
 //! that loses the lease exits (its Deployment restarts it as a follower). At start
 //! each replica registers the CRDs the API server lacks ([`crds`]), unless told to
 //! skip it. `podnet operator status` ([`status`]) shows the leader and every
-//! node's CIDRs as the API server has them.
+//! node's CIDRs as the API server has them. Next to the cluster pool, the leader
+//! runs LB IPAM ([`lbipam`]) and, when enabled, Node IPAM ([`nodeipam`]).
 
 pub mod allocator;
 mod crds;
+pub mod lbipam;
 pub mod lease;
 pub mod metrics;
+mod mirror;
 pub mod options;
 mod status;
 mod sync;
@@ -92,9 +95,16 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
         }
         metrics.is_leader.set(1);
         let cidrs = NodeCidrs::new(carver);
+        let lb_ipam = async {
+            match config.lb_ipam {
+                Some(settings) => lbipam::controller::run(client.clone(), settings, metrics.lbipam.clone()).await,
+                None => std::future::pending().await,
+            }
+        };
         let stop = tokio::select! {
             why = elector.keep_renewing() => Stop::Lost(why),
-            why = sync::run(client, cidrs, metrics.clone()) => Stop::WatchEnded(why),
+            why = sync::run(client.clone(), cidrs, metrics.clone()) => Stop::WatchEnded(why),
+            why = lb_ipam => Stop::WatchEnded(why),
             _ = shutdown_signal() => Stop::Signal,
         };
         metrics.is_leader.set(0);
