@@ -22,6 +22,7 @@ mod k8s_backend;
 mod lbipam;
 mod lint;
 mod multipool;
+mod nodeipam;
 mod operations;
 mod operator;
 mod round_trips;

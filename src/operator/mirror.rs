@@ -1,12 +1,18 @@
 //! A local copy of one kind of object, fed by a kube-rs `watcher`: the objects by
 //! `namespace/name` (or `name`), replaced whole at every (re)list, so an object
 //! deleted while the watch was down is gone after the relist. The LB IPAM and
-//! Node IPAM controllers plan from these copies.
+//! Node IPAM controllers plan from these copies, and plan again after a failed
+//! write on a [`Retry`] backoff.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use kube::Resource;
-use kube::runtime::watcher::Event;
+use kube::runtime::watcher::{self, Event};
+use tokio::time::Instant;
+
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// The objects of one kind as the watch last showed them.
 pub struct Mirror<K> {
@@ -68,12 +74,56 @@ impl<K: Resource> Mirror<K> {
         }
     }
 
+    /// Feeds one item of the watch stream of `kind` (objects' kind, for
+    /// messages); `Err` when the stream ended.
+    pub fn feed(
+        &mut self,
+        item: Option<Result<Event<K>, watcher::Error>>,
+        kind: &str,
+    ) -> Result<bool, String> {
+        match item {
+            None => Err(format!("the {kind} watch ended")),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "{kind} watch interrupted; it resumes");
+                Ok(false)
+            }
+            Some(Ok(event)) => Ok(self.apply(event)),
+        }
+    }
+
     pub fn objects(&self) -> impl Iterator<Item = &K> {
         self.objects.values()
     }
 
     pub fn is_empty(&self) -> bool {
         self.objects.is_empty()
+    }
+}
+
+/// When to plan again after failed writes: 0.5 s after the first failure,
+/// doubling up to 30 s, until a pass succeeds.
+#[derive(Debug, Default)]
+pub struct Retry(Option<(Instant, Duration)>);
+
+impl Retry {
+    /// When the next attempt is due (None: nothing failed).
+    pub fn due(&self) -> Option<Instant> {
+        self.0.map(|(at, _)| at)
+    }
+
+    /// Records a pass's outcome; returns the wait after a failure.
+    pub fn record<E: std::fmt::Display>(&mut self, outcome: Result<(), E>, what: &str) {
+        match outcome {
+            Ok(()) => self.0 = None,
+            Err(e) => {
+                let backoff = self
+                    .0
+                    .map(|(_, b)| (b * 2).min(RETRY_MAX))
+                    .unwrap_or(RETRY_FIRST);
+                tracing::warn!(error = %e, retry_in = ?backoff, "{what} failed");
+                self.0 = Some((Instant::now() + backoff, backoff));
+            }
+        }
     }
 }
 
@@ -112,5 +162,28 @@ mod tests {
         assert_eq!(m.objects().map(key_of).collect::<Vec<_>>(), ["a/x"]);
         assert!(m.apply(Event::Delete(svc("a", "x"))));
         assert!(m.is_empty());
+        assert_eq!(
+            m.feed(None, "Service"),
+            Err("the Service watch ended".into())
+        );
+    }
+
+    #[test]
+    fn retries_back_off_and_reset() {
+        let mut r = Retry::default();
+        assert!(r.due().is_none());
+        let backoff = |r: &Retry| r.0.map(|(_, b)| b);
+        let before = Instant::now();
+        r.record(Err("boom"), "a write");
+        assert_eq!(backoff(&r), Some(RETRY_FIRST));
+        assert!(r.due().is_some_and(|d| d >= before + RETRY_FIRST));
+        r.record(Err("boom"), "a write");
+        assert_eq!(backoff(&r), Some(RETRY_FIRST * 2));
+        for _ in 0..10 {
+            r.record(Err("boom"), "a write");
+        }
+        assert_eq!(backoff(&r), Some(RETRY_MAX));
+        r.record(Ok::<(), &str>(()), "a write");
+        assert!(r.due().is_none());
     }
 }

@@ -17,6 +17,7 @@ pub mod lbipam;
 pub mod lease;
 pub mod metrics;
 mod mirror;
+pub mod nodeipam;
 pub mod options;
 mod status;
 mod sync;
@@ -101,10 +102,17 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
                 None => std::future::pending().await,
             }
         };
+        let node_ipam = async {
+            match config.node_ipam {
+                Some(default_ipam) => nodeipam::controller::run(client.clone(), default_ipam).await,
+                None => std::future::pending().await,
+            }
+        };
         let stop = tokio::select! {
             why = elector.keep_renewing() => Stop::Lost(why),
             why = sync::run(client.clone(), cidrs, metrics.clone()) => Stop::WatchEnded(why),
             why = lb_ipam => Stop::WatchEnded(why),
+            why = node_ipam => Stop::WatchEnded(why),
             _ = shutdown_signal() => Stop::Signal,
         };
         metrics.is_leader.set(0);

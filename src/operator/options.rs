@@ -132,7 +132,8 @@ pub struct OperatorConfig {
     pub identity: String,
     /// None: LB IPAM is off (`--enable-lb-ipam=false`).
     pub lb_ipam: Option<Settings>,
-    pub node_ipam: bool,
+    /// None: Node IPAM is off; else who serves Services without a class.
+    pub node_ipam: Option<DefaultIpam>,
 }
 
 impl OperatorConfig {
@@ -191,7 +192,9 @@ impl OperatorConfig {
             namespace: opts.cluster.leader_election_namespace.clone(),
             identity,
             lb_ipam,
-            node_ipam: opts.enable_node_ipam,
+            node_ipam: opts
+                .enable_node_ipam
+                .then_some(opts.default_lb_service_ipam),
         })
     }
 }
@@ -257,7 +260,7 @@ mod tests {
         let lb = c.lb_ipam.unwrap();
         assert_eq!(lb.default_ipam, DefaultIpam::Lbipam);
         assert!(lb.ipv4 && !lb.ipv6);
-        assert!(!c.node_ipam);
+        assert!(c.node_ipam.is_none());
         let c = resolve(&[
             "--cluster-pool-ipv4-cidr=10.90.0.0/23",
             "--default-lb-service-ipam=nodeipam",
@@ -265,7 +268,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.lb_ipam.unwrap().default_ipam, DefaultIpam::Nodeipam);
-        assert!(c.node_ipam);
+        assert_eq!(c.node_ipam, Some(DefaultIpam::Nodeipam));
         let c = resolve(&[
             "--cluster-pool-ipv4-cidr=10.90.0.0/23",
             "--enable-lb-ipam=false",

@@ -10,10 +10,9 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -25,7 +24,7 @@ use super::pools::{Family, Pool, sort_pools};
 use super::services::{
     self, FamilyPolicy, Orphan, Plan, PoolStatus, ServicePlan, ServiceView, Settings,
 };
-use crate::operator::mirror::{Mirror, key_of};
+use crate::operator::mirror::{Mirror, Retry, key_of};
 use crate::resources::{CiliumLoadBalancerIPPool, LB_IP_POOL_KIND, LB_IP_POOL_V2, decode};
 
 /// The field manager of LB IPAM's applies.
@@ -39,8 +38,6 @@ pub const USED_CONDITION: &str = "cilium.io/IPsUsed";
 pub const ORPHANED_CONDITION: &str = "podnet.io/ServicesOrphaned";
 /// podnet's own: the pool cannot be used (what is wrong and where).
 pub const INVALID_CONDITION: &str = "podnet.io/InvalidPool";
-const RETRY_FIRST: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(30);
 
 fn pools_api(client: kube::Client) -> Api<DynamicObject> {
     let ar = ApiResource {
@@ -69,16 +66,7 @@ pub fn view(svc: &Service) -> ServiceView {
         annotations: meta.annotations.clone().unwrap_or_default(),
         load_balancer: spec.type_.as_deref() == Some("LoadBalancer"),
         class: spec.load_balancer_class.clone(),
-        ip_families: spec
-            .ip_families
-            .iter()
-            .flatten()
-            .filter_map(|f| match f.as_str() {
-                "IPv4" => Some(Family::V4),
-                "IPv6" => Some(Family::V6),
-                _ => None,
-            })
-            .collect(),
+        ip_families: ip_families(&spec),
         policy: match spec.ip_family_policy.as_deref() {
             Some("PreferDualStack") => FamilyPolicy::PreferDualStack,
             Some("RequireDualStack") => FamilyPolicy::RequireDualStack,
@@ -96,6 +84,19 @@ pub fn view(svc: &Service) -> ServiceView {
     }
 }
 
+/// `spec.ipFamilies`, in order.
+pub fn ip_families(spec: &ServiceSpec) -> Vec<Family> {
+    spec.ip_families
+        .iter()
+        .flatten()
+        .filter_map(|f| match f.as_str() {
+            "IPv4" => Some(Family::V4),
+            "IPv6" => Some(Family::V6),
+            _ => None,
+        })
+        .collect()
+}
+
 /// `status.loadBalancer.ingress[].ip` that parse.
 pub fn ingress_ips(svc: &Service) -> Vec<IpAddr> {
     svc.status
@@ -108,7 +109,7 @@ pub fn ingress_ips(svc: &Service) -> Vec<IpAddr> {
         .collect()
 }
 
-fn condition<'a>(svc: &'a Service, kind: &str) -> Option<&'a Condition> {
+pub fn condition<'a>(svc: &'a Service, kind: &str) -> Option<&'a Condition> {
     svc.status
         .as_ref()?
         .conditions
@@ -125,7 +126,7 @@ fn now() -> String {
 }
 
 /// A condition as JSON, keeping `old`'s transition time when its status is the same.
-fn condition_json(
+pub fn condition_json(
     kind: &str,
     status: &str,
     reason: &str,
@@ -191,24 +192,18 @@ pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetric
     let mut service_events = watcher(c.services_api.clone(), watcher::Config::default())
         .default_backoff()
         .boxed();
-    let mut retry: Option<(Instant, Duration)> = None;
+    let mut retry = Retry::default();
     loop {
-        let due = retry.map(|(at, _)| at);
-        let changed = tokio::select! {
-            e = pool_events.next() => match e {
-                None => return "the CiliumLoadBalancerIPPool watch ended".into(),
-                Some(Err(e)) => { tracing::warn!(error = %e, "CiliumLoadBalancerIPPool watch interrupted; it resumes"); false }
-                Some(Ok(ev)) => c.pools.apply(ev),
-            },
-            e = service_events.next() => match e {
-                None => return "the Service watch ended".into(),
-                Some(Err(e)) => { tracing::warn!(error = %e, "Service watch interrupted; it resumes"); false }
-                Some(Ok(ev)) => c.services.apply(ev),
-            },
-            _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => true,
+        let fed = tokio::select! {
+            e = pool_events.next() => c.pools.feed(e, LB_IP_POOL_KIND),
+            e = service_events.next() => c.services.feed(e, "Service"),
+            _ = sleep_until(retry.due()) => Ok(true),
         };
-        if !changed || !c.pools.listed || !c.services.listed {
-            continue;
+        match fed {
+            Err(why) => return why,
+            Ok(false) => continue,
+            Ok(true) if !c.pools.listed || !c.services.listed => continue,
+            Ok(true) => {}
         }
         if !c.awake {
             if c.pools.is_empty() {
@@ -217,16 +212,42 @@ pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetric
             tracing::info!("the first CiliumLoadBalancerIPPool exists: LB IPAM is awake");
             c.awake = true;
         }
-        match c.reconcile().await {
-            Ok(()) => retry = None,
-            Err(e) => {
-                let backoff = retry
-                    .map(|(_, b)| (b * 2).min(RETRY_MAX))
-                    .unwrap_or(RETRY_FIRST);
-                tracing::warn!(error = %e, retry_in = ?backoff, "LB IPAM write failed");
-                retry = Some((Instant::now() + backoff, backoff));
-            }
-        }
+        let outcome = c.reconcile().await;
+        retry.record(outcome, "an LB IPAM write");
+    }
+}
+
+/// Sleeps until `due`; never wakes without one.
+pub async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Applies `status` to Service `svc`'s status subresource under `manager`
+/// (fields of the manager's earlier applies that `status` lacks are removed); a
+/// Service deleted meanwhile is not an error.
+pub async fn apply_service_status(
+    client: kube::Client,
+    manager: &str,
+    svc: &Service,
+    status: Value,
+) -> Result<(), kube::Error> {
+    let namespace = svc.metadata.namespace.clone().unwrap_or_default();
+    let name = svc.metadata.name.clone().unwrap_or_default();
+    let body = json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "status": status,
+    });
+    let api: Api<Service> = Api::namespaced(client, &namespace);
+    let params = PatchParams::apply(manager).force();
+    match api.patch_status(&name, &params, &Patch::Apply(&body)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -440,20 +461,13 @@ impl Controller {
         } else {
             tracing::info!(service = %format!("{namespace}/{name}"), "LB IPAM: Service no longer served; its addresses are released");
         }
-        let body = json!({
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": name, "namespace": namespace},
-            "status": status,
-        });
-        let api: Api<Service> =
-            Api::namespaced(self.services_api.clone().into_client(), &namespace);
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        match api.patch_status(&name, &params, &Patch::Apply(&body)).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
+        apply_service_status(
+            self.services_api.clone().into_client(),
+            FIELD_MANAGER,
+            svc,
+            status,
+        )
+        .await
     }
 }
 
