@@ -655,7 +655,11 @@ fn the_operator_registers_missing_crds_unless_told_to_skip() {
     skipping.kill();
     let registering = Operator::start(&cp, "registrar", &cp.kubeconfig(), 19602, &args);
     wait_for("the CRDs", Duration::from_secs(10), || crd_exists(&cp));
-    for crd in ["ciliumpodippools.cilium.io", "ciliumnodeconfigs.cilium.io"] {
+    for crd in [
+        "ciliumpodippools.cilium.io",
+        "ciliumnodeconfigs.cilium.io",
+        "ciliumloadbalancerippools.cilium.io",
+    ] {
         assert!(cp.kubectl(&["get", "crd", crd]).ok, "{crd} not registered");
     }
     assert!(registering.log().contains("registered the CRD"));

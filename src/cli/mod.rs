@@ -48,7 +48,7 @@ enum Command {
     /// Size a cluster: nodes, addresses and pod IPs per node (offline).
     Plan(plan::PlanArgs),
     /// Print the CustomResourceDefinitions podnet works with (Cilium 1.20's
-    /// CiliumNode, CiliumPodIPPool, CiliumNodeConfig), for `kubectl apply -f -`
+    /// CiliumNode, CiliumPodIPPool, CiliumNodeConfig, CiliumLoadBalancerIPPool), for `kubectl apply -f -`
     /// where Cilium has not installed them.
     Crds,
     /// Print podnet's version and the CNI versions it speaks.

@@ -79,7 +79,7 @@ pub struct OperatorOptions {
     #[arg(long = "identity", default_value = "")]
     pub identity: String,
 
-    /// Do not register the CRDs (CiliumNode, CiliumPodIPPool, CiliumNodeConfig)
+    /// Do not register the CRDs (CiliumNode, CiliumPodIPPool, CiliumNodeConfig, CiliumLoadBalancerIPPool)
     /// where the API server lacks them (Cilium's option).
     #[arg(long = "skip-crd-creation", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
     pub skip_crd_creation: bool,
