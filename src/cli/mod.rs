@@ -2,6 +2,7 @@
 //! `version` live here; `daemon` and `operator` dispatch to their own modules (as
 //! does the plugin). They reach the daemon only through the API client.
 
+mod cidr_groups;
 pub mod explain;
 pub mod install;
 pub mod lint;

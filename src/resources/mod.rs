@@ -1,6 +1,6 @@
 //! Typed Kubernetes and Cilium resources, spelled as the API server (and `kubectl
 //! get -o yaml|json`) spells them: `CiliumNode` ([`NodeResource`]),
-//! [`CiliumPodIPPool`], [`CiliumNodeConfig`], [`CiliumLoadBalancerIPPool`], and what podnet reads of [`Pod`],
+//! [`CiliumPodIPPool`], [`CiliumNodeConfig`], [`CiliumLoadBalancerIPPool`], [`CiliumCIDRGroup`], and what podnet reads of [`Pod`],
 //! [`Namespace`] and [`Node`]. The crate's leaf: it depends on nothing else in
 //! podnet, and every backend (manifest files, a `CiliumNode` file, the journal, the
 //! Kubernetes API) and `ipam` use the same types.
@@ -22,6 +22,7 @@ pub const CRD_MANIFESTS: [&str; 4] = [
     include_str!("../../deploy/crds/ciliumloadbalancerippools.yaml"),
 ];
 
+mod cidr_group;
 mod cilium_node;
 pub mod core_v1;
 mod decode;
@@ -31,6 +32,9 @@ mod meta;
 mod node_config;
 mod pod_ip_pool;
 
+pub use cidr_group::{
+    CIDR_GROUP_KIND, CIDR_GROUP_V2, CIDR_GROUP_V2ALPHA1, CidrGroupSpec, CiliumCIDRGroup,
+};
 pub use cilium_node::{
     AllocatedPool, AllocationIp, AwsSubnet, AwsVpc, Eni, EniSpec, EniStatus, HealthAddresses,
     IpamPools, NodeAddress, NodeIpamSpec, NodeIpamStatus, NodeResource, NodeSpec, NodeStatus,
