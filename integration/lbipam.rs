@@ -8,7 +8,8 @@
 //! while the existing Service keeps its address; then sharing keys with and
 //! without port conflicts, a requested address, the release on type change and
 //! on delete, the metrics, and an operator restart after which every Service
-//! keeps its address.
+//! keeps its address. Also a pool edit that keeps the addresses still inside the
+//! pool and reports the one it orphaned, and a pool podnet cannot use.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -278,5 +279,71 @@ fn lb_ipam_lab4_conflicts_disabled_sharing_requests_and_restart() {
     now.remove("default/after");
     now.remove("default/after-shared");
     assert_eq!(now, before);
+    drop(op);
+}
+
+#[test]
+fn lb_ipam_pool_edit_keeps_addresses_and_reports_orphans() {
+    const TEST: &str = "lbipam_pool_edit";
+    let Some(cp) = ControlPlane::start(TEST) else {
+        return;
+    };
+    let sa = install_operator(&cp);
+    let op = start_operator(&cp, "lb-e", &sa);
+    let pool = |blocks: &str| {
+        format!(
+            "apiVersion: cilium.io/v2\nkind: CiliumLoadBalancerIPPool\nmetadata:\n  name: edited\n\
+             spec:\n  blocks: [{blocks}]\n"
+        )
+    };
+    cp.apply(&pool("{start: 10.205.0.1, stop: 10.205.0.4}"));
+    for (name, ip) in [
+        ("a", "10.205.0.1"),
+        ("b", "10.205.0.2"),
+        ("c", "10.205.0.3"),
+    ] {
+        cp.apply(&lb_service(name, "", "", "{port: 80}"));
+        wait_service(&cp, &format!("default/{name}"), ip, "satisfied");
+    }
+    // The edit adds a block in front and drops 10.205.0.1: b and c keep theirs
+    // (upstream would renumber), a gets a new one and the pool names it.
+    cp.apply(&pool(
+        "{cidr: 10.206.0.0/31}, {start: 10.205.0.2, stop: 10.205.0.4}",
+    ));
+    wait_service(&cp, "default/a", "10.206.0.0", "satisfied");
+    assert_eq!(
+        service(&cp, "default/b"),
+        ("10.205.0.2".into(), "satisfied".into())
+    );
+    assert_eq!(
+        service(&cp, "default/c"),
+        ("10.205.0.3".into(), "satisfied".into())
+    );
+    wait_for("the orphan condition", LIMIT, || {
+        condition_field(
+            &cp,
+            "ippool",
+            "edited",
+            "podnet.io/ServicesOrphaned",
+            "message",
+        )
+        .contains("default/a (10.205.0.1)")
+    });
+    wait_pool(&cp, "edited", "false False 2");
+
+    // A pool the schema lets through but podnet cannot use says why.
+    cp.apply(
+        "apiVersion: cilium.io/v2\nkind: CiliumLoadBalancerIPPool\nmetadata:\n  name: reversed\n\
+         spec:\n  blocks: [{start: 10.207.0.9, stop: 10.207.0.1}]\n",
+    );
+    wait_for("the invalid-pool condition", LIMIT, || {
+        condition_field(
+            &cp,
+            "ippool",
+            "reversed",
+            "podnet.io/InvalidPool",
+            "message",
+        ) == "CiliumLoadBalancerIPPool \"reversed\": spec.blocks[0]: stop 10.207.0.1 is below start 10.207.0.9; swap them"
+    });
     drop(op);
 }

@@ -170,6 +170,10 @@ struct Controller {
     origin: BTreeMap<IpAddr, String>,
     /// pool -> (its generation, the orphans its edit at that generation made).
     orphans: BTreeMap<String, (i64, Vec<Orphan>)>,
+    /// Object key -> (its resourceVersion when written, what was written): the
+    /// copy is stale until the watch brings the write back, so the same write is
+    /// not sent twice meanwhile.
+    sent: BTreeMap<String, (Option<String>, String)>,
 }
 
 /// Runs until a watch ends (they do not while the API server can be retried);
@@ -185,6 +189,7 @@ pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetric
         awake: false,
         origin: BTreeMap::new(),
         orphans: BTreeMap::new(),
+        sent: BTreeMap::new(),
     };
     let mut pool_events = watcher(c.pools_api.clone(), watcher::Config::default())
         .default_backoff()
@@ -282,12 +287,25 @@ impl Controller {
         let mut first_error = None;
         let current: BTreeMap<String, &Service> =
             self.services.objects().map(|s| (key_of(s), s)).collect();
+        self.sent.retain(|k, _| {
+            current.contains_key(k) || self.pools.objects().any(|p| &key_of(p) == k)
+        });
         for (key, want) in &plan.services {
             let Some(svc) = current.get(key) else {
                 continue;
             };
-            if let Err(e) = self.write_service(svc, want).await {
-                first_error.get_or_insert(e);
+            let sent = (svc.metadata.resource_version.clone(), format!("{want:?}"));
+            if self.sent.get(key) == Some(&sent) {
+                continue;
+            }
+            match self.write_service(svc, want).await {
+                Ok(true) => {
+                    self.sent.insert(key.clone(), sent);
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
         }
         let objects: Vec<DynamicObject> = self.pools.objects().cloned().collect();
@@ -307,8 +325,25 @@ impl Controller {
                 }
                 (None, None) => continue,
             };
-            if let Err(e) = self.write_pool(obj, &name, wanted).await {
-                first_error.get_or_insert(e);
+            let stripped: Vec<[&Value; 4]> = wanted
+                .iter()
+                .map(|c| [&c["type"], &c["status"], &c["reason"], &c["message"]])
+                .collect();
+            let sent = (
+                obj.metadata.resource_version.clone(),
+                format!("{stripped:?}"),
+            );
+            if self.sent.get(&name) == Some(&sent) {
+                continue;
+            }
+            match self.write_pool(obj, &name, wanted).await {
+                Ok(true) => {
+                    self.sent.insert(name, sent);
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -392,7 +427,7 @@ impl Controller {
         obj: &DynamicObject,
         name: &str,
         wanted: Vec<Value>,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<bool, kube::Error> {
         let have: Vec<Value> = obj
             .data
             .pointer("/status/conditions")
@@ -400,7 +435,7 @@ impl Controller {
             .cloned()
             .unwrap_or_default();
         if same_conditions(&have, &wanted) {
-            return Ok(());
+            return Ok(false);
         }
         let body = json!({
             "apiVersion": LB_IP_POOL_V2,
@@ -414,13 +449,14 @@ impl Controller {
             .patch_status(name, &params, &Patch::Apply(&body))
             .await
         {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(false),
             Err(e) => Err(e),
         }
     }
 
-    async fn write_service(&self, svc: &Service, want: &ServicePlan) -> Result<(), kube::Error> {
+    /// Writes `want` unless the Service says it already; returns whether it wrote.
+    async fn write_service(&self, svc: &Service, want: &ServicePlan) -> Result<bool, kube::Error> {
         let (namespace, name) = (
             svc.metadata.namespace.clone().unwrap_or_default(),
             svc.metadata.name.clone().unwrap_or_default(),
@@ -437,7 +473,7 @@ impl Controller {
                         && o.message == c.message
                 });
                 if same_condition && &have_ips == ips {
-                    return Ok(());
+                    return Ok(false);
                 }
                 let old_json = old.and_then(|o| serde_json::to_value(o).ok());
                 let cond = condition_json(
@@ -468,6 +504,7 @@ impl Controller {
             status,
         )
         .await
+        .map(|()| true)
     }
 }
 
