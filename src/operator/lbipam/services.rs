@@ -279,6 +279,8 @@ struct Book<'a> {
     services: &'a [ServiceView],
     /// address -> indexes of the Services holding it.
     holders: BTreeMap<IpAddr, Vec<usize>>,
+    /// Service index -> the addresses it holds (sorted).
+    held: Vec<Vec<IpAddr>>,
     used: BTreeSet<IpAddr>,
 }
 
@@ -295,6 +297,9 @@ impl Book<'_> {
         let hs = self.holders.entry(ip).or_default();
         if !hs.contains(&svc) {
             hs.push(svc);
+            if let Err(at) = self.held[svc].binary_search(&ip) {
+                self.held[svc].insert(at, ip);
+            }
         }
         self.used.insert(ip);
     }
@@ -325,6 +330,7 @@ pub fn plan(
     let mut book = Book {
         services,
         holders: BTreeMap::new(),
+        held: vec![Vec::new(); services.len()],
         used: BTreeSet::new(),
     };
     let mut out = Plan::default();
@@ -366,12 +372,7 @@ pub fn plan(
     for &i in &served {
         let svc = &services[i];
         let labels = svc.selector_labels();
-        let held: Vec<IpAddr> = book
-            .holders
-            .iter()
-            .filter(|(_, hs)| hs.contains(&i))
-            .map(|(ip, _)| *ip)
-            .collect();
+        let held = book.held[i].clone();
         let condition = match (asked.remove(&i), wanted.remove(&i)) {
             (Some(Err(bad)), _) => bad,
             (Some(Ok(request)), _) if !request.is_empty() => {
@@ -404,7 +405,7 @@ pub fn plan(
                         Err(why) => failures.push(why),
                     }
                 }
-                let got_any = book.holders.values().any(|hs| hs.contains(&i));
+                let got_any = !book.held[i].is_empty();
                 match failures.into_iter().next() {
                     None => Satisfied::yes(),
                     Some(_) if svc.policy == FamilyPolicy::PreferDualStack && got_any => {
@@ -415,12 +416,7 @@ pub fn plan(
             }
             (_, None) => Satisfied::yes(),
         };
-        let ips: Vec<IpAddr> = book
-            .holders
-            .iter()
-            .filter(|(_, hs)| hs.contains(&i))
-            .map(|(ip, _)| *ip)
-            .collect();
+        let ips = book.held[i].clone();
         out.services
             .insert(svc.key(), ServicePlan::Assign { ips, condition });
     }
