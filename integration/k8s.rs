@@ -50,10 +50,11 @@ const FABRIC_PREFIX_LEN: u8 = 24;
 /// The first node address is 10.250.0.11.
 const FIRST_NODE_HOST: u8 = 11;
 /// The CRDs `install_crds` applies (files in `deploy/crds/`).
-pub const CRDS: [&str; 3] = [
+pub const CRDS: [&str; 4] = [
     "ciliumnodes.cilium.io",
     "ciliumpodippools.cilium.io",
     "ciliumnodeconfigs.cilium.io",
+    "ciliumloadbalancerippools.cilium.io",
 ];
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const KUBECTL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -786,6 +787,9 @@ fn k8s_control_plane_harness() {
         match crd {
             "ciliumnodes.cilium.io" => assert_eq!(names, r#"["cn","ciliumn"]"#),
             "ciliumpodippools.cilium.io" => assert_eq!(names, r#"["cpip"]"#),
+            "ciliumloadbalancerippools.cilium.io" => {
+                assert_eq!(names, r#"["ippools","ippool","lbippool","lbippools"]"#)
+            }
             _ => assert_eq!(names, ""),
         }
     }

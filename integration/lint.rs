@@ -1,7 +1,7 @@
 //! `podnet lint` on real inputs: a clean configuration passes; overlapping pools,
 //! a pod range over the node's own network, a pool change the running daemon
 //! would refuse, the misspelled annotation, ENI with a tunnel and a conflist that
-//! misses the daemon are each reported.
+//! misses the daemon are each reported, and so is a CiliumCIDRGroup with a bad CIDR.
 
 use std::path::Path;
 use std::process::Command;
@@ -118,6 +118,37 @@ fn lint_reports_each_kind_of_finding() {
         !ok && text.contains("is not the daemon's --socket"),
         "{text}"
     );
+    // CiliumCIDRGroups: the chapter's group passes, a bad CIDR is an error.
+    let groups = write(
+        &scratch.join("groups"),
+        "groups.yaml",
+        "apiVersion: cilium.io/v2\nkind: CiliumCIDRGroup\nmetadata: {name: corp-ranges}\n\
+         spec:\n  externalCIDRs: [10.30.0.0/16, 192.168.100.0/24]\n",
+    );
+    let groups_file = format!("{groups}/groups.yaml");
+    let clean = ["--cluster-pool-ipv4-cidr", "10.244.0.0/16"];
+    let (ok, text) = lint_in(
+        &ns,
+        &[&clean[..], &["--cidr-groups", &groups_file]].concat(),
+    );
+    assert!(ok, "{text}");
+    write(
+        &scratch.join("groups"),
+        "groups.yaml",
+        "apiVersion: cilium.io/v2\nkind: CiliumCIDRGroup\nmetadata: {name: corp-ranges}\n\
+         spec:\n  externalCIDRs: [10.30.0.0/16, 10.300.0.0/16]\n",
+    );
+    let (ok, text) = lint_in(
+        &ns,
+        &[&clean[..], &[&format!("--cidr-groups={groups_file}")]].concat(),
+    );
+    assert!(!ok);
+    assert!(
+        text.contains(
+            r#"CiliumCIDRGroup "corp-ranges": spec.externalCIDRs[1]: "10.300.0.0/16" is not a CIDR"#
+        ),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(scratch);
 }
 
@@ -163,5 +194,6 @@ fn lint_catches_a_pool_change_the_running_daemon_would_refuse() {
         text.contains("against the running daemon's blocks") && text.contains("maskSize is 26"),
         "{text}"
     );
+
     let _ = std::fs::remove_dir_all(scratch);
 }

@@ -62,12 +62,20 @@ impl Operator {
         }
     }
 
-    fn pid(&self) -> Option<i32> {
+    pub fn pid(&self) -> Option<i32> {
         self.child.as_ref().map(|c| c.id() as i32)
     }
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM by PID (a graceful stop: the leader releases its Lease), then reap.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGTERM);
+            let _ = c.wait();
+        }
     }
 
     /// SIGKILL by PID, then reap.
@@ -670,7 +678,11 @@ fn the_operator_registers_missing_crds_unless_told_to_skip() {
     skipping.kill();
     let registering = Operator::start(&cp, "registrar", &cp.kubeconfig(), 19602, &args);
     wait_for("the CRDs", Duration::from_secs(10), || crd_exists(&cp));
-    for crd in ["ciliumpodippools.cilium.io", "ciliumnodeconfigs.cilium.io"] {
+    for crd in [
+        "ciliumpodippools.cilium.io",
+        "ciliumnodeconfigs.cilium.io",
+        "ciliumloadbalancerippools.cilium.io",
+    ] {
         assert!(cp.kubectl(&["get", "crd", crd]).ok, "{crd} not registered");
     }
     assert!(registering.log().contains("registered the CRD"));

@@ -3,8 +3,9 @@
 //! Cilium's start-up errors and the sizing warnings, pod ranges that overlap the
 //! node's own addresses or routes (the 10.0.0.0/8 hazard), overlapping pools,
 //! pool changes a running daemon would refuse (immutable fields, blocks in use),
-//! ENI with tunnelling, the misspelled `ipam.cilium.io/ipam-pool` key, and
-//! conflists that do not reach the daemon.
+//! ENI with tunnelling, the misspelled `ipam.cilium.io/ipam-pool` key,
+//! conflists that do not reach the daemon, and CiliumCIDRGroups
+//! (`--cidr-groups FILE`, [`super::cidr_groups`]).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+use super::cidr_groups::lint_cidr_groups;
 use crate::api::client::Client;
 use crate::daemon::config::{DaemonConfig, IpamMode};
 use crate::daemon::options::DaemonOptions;
@@ -30,14 +32,14 @@ pub struct Finding {
     pub text: String,
 }
 
-fn error(text: impl Into<String>) -> Finding {
+pub(crate) fn error(text: impl Into<String>) -> Finding {
     Finding {
         severity: "error",
         text: text.into(),
     }
 }
 
-fn warning(text: impl Into<String>) -> Finding {
+pub(crate) fn warning(text: impl Into<String>) -> Finding {
     Finding {
         severity: "warning",
         text: text.into(),
@@ -47,6 +49,7 @@ fn warning(text: impl Into<String>) -> Finding {
 /// Runs `podnet lint [--conflist FILE]... [daemon options]`.
 pub fn run(args: &[String]) -> i32 {
     let mut conflists = Vec::new();
+    let mut cidr_groups = Vec::new();
     let mut rest = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -60,16 +63,27 @@ pub fn run(args: &[String]) -> i32 {
                     return 2;
                 }
             }
+        } else if let Some(v) = a.strip_prefix("--cidr-groups=") {
+            cidr_groups.push(PathBuf::from(v));
+        } else if a == "--cidr-groups" {
+            match it.next() {
+                Some(v) => cidr_groups.push(PathBuf::from(v)),
+                None => {
+                    eprintln!("podnet lint: --cidr-groups needs a file");
+                    return 2;
+                }
+            }
         } else if a == "--help" || a == "-h" {
             println!(
-                "podnet lint [--conflist FILE]... [the daemon's options, e.g. --config-dir DIR --pool-dir DIR]"
+                "podnet lint [--conflist FILE]... [--cidr-groups FILE]... [the daemon's options, e.g. --config-dir DIR --pool-dir DIR]"
             );
             return 0;
         } else {
             rest.push(a.clone());
         }
     }
-    let findings = lint(&rest, &conflists);
+    let mut findings = lint(&rest, &conflists);
+    findings.extend(lint_cidr_groups(&cidr_groups));
     for f in &findings {
         println!("{}: {}", f.severity, f.text);
     }

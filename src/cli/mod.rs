@@ -2,6 +2,7 @@
 //! `version` live here; `daemon` and `operator` dispatch to their own modules (as
 //! does the plugin). They reach the daemon only through the API client.
 
+mod cidr_groups;
 pub mod explain;
 pub mod install;
 pub mod lint;
@@ -48,7 +49,7 @@ enum Command {
     /// Size a cluster: nodes, addresses and pod IPs per node (offline).
     Plan(plan::PlanArgs),
     /// Print the CustomResourceDefinitions podnet works with (Cilium 1.20's
-    /// CiliumNode, CiliumPodIPPool, CiliumNodeConfig), for `kubectl apply -f -`
+    /// CiliumNode, CiliumPodIPPool, CiliumNodeConfig, CiliumLoadBalancerIPPool), for `kubectl apply -f -`
     /// where Cilium has not installed them.
     Crds,
     /// Print podnet's version and the CNI versions it speaks.

@@ -32,10 +32,10 @@ use crate::resources::{
 
 /// One object of a file, with its position (for messages).
 #[derive(Debug, Clone)]
-struct Object {
-    value: Value,
-    doc: usize,
-    item: Option<usize>,
+pub(crate) struct Object {
+    pub(crate) value: Value,
+    pub(crate) doc: usize,
+    pub(crate) item: Option<usize>,
 }
 
 impl Object {
@@ -43,7 +43,7 @@ impl Object {
         self.value.get(key).and_then(Value::as_str)
     }
 
-    fn kind(&self) -> &str {
+    pub(crate) fn kind(&self) -> &str {
         self.str_at("kind").unwrap_or("")
     }
 
@@ -55,7 +55,7 @@ impl Object {
     }
 
     /// `Kind "name"`, or `Kind (document N[, item M])` when unnamed.
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let kind = if self.kind().is_empty() {
             "object"
         } else {
@@ -92,7 +92,7 @@ fn is_cluster_scoped(kind: &str) -> bool {
 
 /// Parses a file into objects: YAML (multi-document) or, for `*.json` sources, a
 /// JSON stream; `*List` objects are replaced by their items; empty documents skipped.
-fn parse_objects(text: &str, source: &str) -> Result<Vec<Object>, String> {
+pub(crate) fn parse_objects(text: &str, source: &str) -> Result<Vec<Object>, String> {
     let mut docs = Vec::new();
     if source.to_ascii_lowercase().ends_with(".json") {
         for v in serde_json::Deserializer::from_str(text).into_iter::<Value>() {

@@ -1,5 +1,5 @@
 //! Registering the CRDs where none exist: at start every replica creates each of
-//! podnet's CRDs (Cilium 1.20's CiliumNode, CiliumPodIPPool, CiliumNodeConfig) that
+//! podnet's CRDs (Cilium 1.20's CiliumNode, CiliumPodIPPool, CiliumNodeConfig, CiliumLoadBalancerIPPool) that
 //! the API server does not have yet, unless `--skip-crd-creation` is set. An
 //! existing CRD is never replaced: Cilium's own (or a newer one) wins.
 

@@ -1,14 +1,16 @@
 //! The operator's Prometheus metrics (`podnet_operator_*`, on
 //! `--prometheus-serve-addr`): whether this replica leads, the writes it made to
-//! CiliumNodes by kind, how many nodes hold their CIDRs or wait for room, and in
+//! CiliumNodes by kind, how many nodes hold their CIDRs or wait for room, in
 //! multi-pool the blocks in use and free per pool and whether the latest pool
-//! definitions were refused.
+//! definitions were refused, and LB IPAM's (`lbipam_*`, [`LbIpamMetrics`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+
+use super::lbipam::metrics::LbIpamMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
@@ -34,6 +36,7 @@ pub struct OperatorMetrics {
     pub nodes: Family<StateLabels, Gauge>,
     pub pool_blocks: Family<PoolLabels, Gauge>,
     pub pools_refused: Gauge,
+    pub lbipam: LbIpamMetrics,
 }
 
 impl Default for OperatorMetrics {
@@ -76,8 +79,10 @@ impl OperatorMetrics {
             "multi-pool: 1 while the latest CiliumPodIPPool definitions are refused (they break blocks in use; the previous ones stay in force)",
             pools_refused.clone(),
         );
+        let lbipam = LbIpamMetrics::register(&mut registry);
         OperatorMetrics {
             registry,
+            lbipam,
             is_leader,
             writes,
             nodes,

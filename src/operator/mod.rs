@@ -12,13 +12,17 @@
 //! that loses the lease exits (its Deployment restarts it as a follower). At start
 //! each replica registers the CRDs the API server lacks ([`crds`]), unless told to
 //! skip it. `podnet operator status` ([`status`]) shows the leader and every
-//! node's CIDRs as the API server has them.
+//! node's CIDRs as the API server has them. Next to the cluster pool, the leader
+//! runs LB IPAM ([`lbipam`]) and, when enabled, Node IPAM ([`nodeipam`]).
 
 pub mod allocator;
 mod auto_pools;
 mod crds;
+pub mod lbipam;
 pub mod lease;
 pub mod metrics;
+mod mirror;
+pub mod nodeipam;
 pub mod options;
 mod pool_sync;
 mod pools;
@@ -115,16 +119,30 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
         let allocate = async {
             match allocator {
                 Allocator::ClusterPool(carver) => {
-                    sync::run(client, NodeCidrs::new(carver), metrics.clone()).await
+                    sync::run(client.clone(), NodeCidrs::new(carver), metrics.clone()).await
                 }
                 Allocator::MultiPool(auto_create) => {
-                    pool_sync::run(client, auto_create, metrics.clone()).await
+                    pool_sync::run(client.clone(), auto_create, metrics.clone()).await
                 }
+            }
+        };
+        let lb_ipam = async {
+            match config.lb_ipam {
+                Some(settings) => lbipam::controller::run(client.clone(), settings, metrics.lbipam.clone()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let node_ipam = async {
+            match config.node_ipam {
+                Some(default_ipam) => nodeipam::controller::run(client.clone(), default_ipam).await,
+                None => std::future::pending().await,
             }
         };
         let stop = tokio::select! {
             why = elector.keep_renewing() => Stop::Lost(why),
             why = allocate => Stop::WatchEnded(why),
+            why = lb_ipam => Stop::WatchEnded(why),
+            why = node_ipam => Stop::WatchEnded(why),
             _ = shutdown_signal() => Stop::Signal,
         };
         metrics.is_leader.set(0);

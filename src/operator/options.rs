@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args};
 
 use super::auto_pools::{self, OPT_AUTO_CREATE};
+use super::lbipam::services::{DefaultIpam, Settings};
 use crate::daemon::options::{OptionsError, parse_bool, parse_command_with_config_dir};
 use crate::ipam::clusterpool::{
     ClusterPoolConfig, DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE, OPT_IPV4_CIDR,
@@ -86,7 +87,7 @@ pub struct OperatorOptions {
     #[arg(long = "identity", default_value = "")]
     pub identity: String,
 
-    /// Do not register the CRDs (CiliumNode, CiliumPodIPPool, CiliumNodeConfig)
+    /// Do not register the CRDs (CiliumNode, CiliumPodIPPool, CiliumNodeConfig, CiliumLoadBalancerIPPool)
     /// where the API server lacks them (Cilium's option).
     #[arg(long = "skip-crd-creation", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
     pub skip_crd_creation: bool,
@@ -98,6 +99,19 @@ pub struct OperatorOptions {
     /// Log filter (error, warn, info, debug, trace, or a tracing filter).
     #[arg(long = "log-level", default_value = "info")]
     pub log_level: String,
+
+    /// LB IPAM: addresses from CiliumLoadBalancerIPPools for LoadBalancer
+    /// Services (dormant until the first pool exists).
+    #[arg(long = "enable-lb-ipam", action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_lb_ipam: bool,
+
+    /// Who serves a LoadBalancer Service without loadBalancerClass.
+    #[arg(long = "default-lb-service-ipam", value_enum, default_value = "lbipam")]
+    pub default_lb_service_ipam: DefaultIpam,
+
+    /// Node IPAM: node addresses for Services of loadBalancerClass io.cilium/node.
+    #[arg(long = "enable-node-ipam", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_node_ipam: bool,
 }
 
 /// Command used only to parse operator options on their own.
@@ -134,6 +148,10 @@ pub struct OperatorConfig {
     pub kubeconfig: Option<PathBuf>,
     pub namespace: String,
     pub identity: String,
+    /// None: LB IPAM is off (`--enable-lb-ipam=false`).
+    pub lb_ipam: Option<Settings>,
+    /// None: Node IPAM is off; else who serves Services without a class.
+    pub node_ipam: Option<DefaultIpam>,
 }
 
 impl OperatorConfig {
@@ -175,11 +193,20 @@ impl OperatorConfig {
         } else {
             opts.identity.clone()
         };
+        let lb_ipam = opts.enable_lb_ipam.then_some(Settings {
+            ipv4: opts.enable_ipv4,
+            ipv6: opts.enable_ipv6,
+            default_ipam: opts.default_lb_service_ipam,
+        });
         Ok(OperatorConfig {
             ipam,
             kubeconfig,
             namespace: opts.cluster.leader_election_namespace.clone(),
             identity,
+            lb_ipam,
+            node_ipam: opts
+                .enable_node_ipam
+                .then_some(opts.default_lb_service_ipam),
         })
     }
 }
@@ -260,6 +287,35 @@ mod tests {
         ])
         .unwrap_err();
         assert!(e.contains("New CIDR set failed"), "{e}");
+    }
+
+    #[test]
+    fn lb_and_node_ipam_options() {
+        let c = resolve(&["--cluster-pool-ipv4-cidr", "10.90.0.0/23"]).unwrap();
+        let lb = c.lb_ipam.unwrap();
+        assert_eq!(lb.default_ipam, DefaultIpam::Lbipam);
+        assert!(lb.ipv4 && !lb.ipv6);
+        assert!(c.node_ipam.is_none());
+        let c = resolve(&[
+            "--cluster-pool-ipv4-cidr=10.90.0.0/23",
+            "--default-lb-service-ipam=nodeipam",
+            "--enable-node-ipam",
+        ])
+        .unwrap();
+        assert_eq!(c.lb_ipam.unwrap().default_ipam, DefaultIpam::Nodeipam);
+        assert_eq!(c.node_ipam, Some(DefaultIpam::Nodeipam));
+        let c = resolve(&[
+            "--cluster-pool-ipv4-cidr=10.90.0.0/23",
+            "--enable-lb-ipam=false",
+        ])
+        .unwrap();
+        assert!(c.lb_ipam.is_none());
+        let e = resolve(&[
+            "--cluster-pool-ipv4-cidr=10.90.0.0/23",
+            "--default-lb-service-ipam=metallb",
+        ])
+        .unwrap_err();
+        assert!(e.contains("possible values: lbipam, nodeipam, none"), "{e}");
     }
 
     #[test]

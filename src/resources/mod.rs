@@ -1,6 +1,6 @@
 //! Typed Kubernetes and Cilium resources, spelled as the API server (and `kubectl
 //! get -o yaml|json`) spells them: `CiliumNode` ([`NodeResource`]),
-//! [`CiliumPodIPPool`], [`CiliumNodeConfig`], and what podnet reads of [`Pod`],
+//! [`CiliumPodIPPool`], [`CiliumNodeConfig`], [`CiliumLoadBalancerIPPool`], [`CiliumCIDRGroup`], and what podnet reads of [`Pod`],
 //! [`Namespace`] and [`Node`]. The crate's leaf: it depends on nothing else in
 //! podnet, and every backend (manifest files, a `CiliumNode` file, the journal, the
 //! Kubernetes API) and `ipam` use the same types.
@@ -15,20 +15,26 @@
 
 /// The CRDs, as installed by `kubectl apply -f deploy/crds/` (and printed by
 /// `podnet crds`): Cilium 1.20's group, names, versions and schemas.
-pub const CRD_MANIFESTS: [&str; 3] = [
+pub const CRD_MANIFESTS: [&str; 4] = [
     include_str!("../../deploy/crds/ciliumnodes.yaml"),
     include_str!("../../deploy/crds/ciliumpodippools.yaml"),
     include_str!("../../deploy/crds/ciliumnodeconfigs.yaml"),
+    include_str!("../../deploy/crds/ciliumloadbalancerippools.yaml"),
 ];
 
+mod cidr_group;
 mod cilium_node;
 pub mod core_v1;
 mod decode;
 mod fields;
+mod lb_ip_pool;
 mod meta;
 mod node_config;
 mod pod_ip_pool;
 
+pub use cidr_group::{
+    CIDR_GROUP_KIND, CIDR_GROUP_V2, CIDR_GROUP_V2ALPHA1, CidrGroupSpec, CiliumCIDRGroup,
+};
 pub use cilium_node::{
     AllocatedPool, AllocationIp, AwsSubnet, AwsVpc, Eni, EniSpec, EniStatus, HealthAddresses,
     IpamPools, NodeAddress, NodeIpamSpec, NodeIpamStatus, NodeResource, NodeSpec, NodeStatus,
@@ -36,6 +42,10 @@ pub use cilium_node::{
 };
 pub use core_v1::{Namespace, Node, Pod};
 pub use decode::{InvalidObject, decode};
+pub use lb_ip_pool::{
+    CiliumLoadBalancerIPPool, LB_IP_POOL_KIND, LB_IP_POOL_V2, LB_IP_POOL_V2ALPHA1, LbIpPoolBlock,
+    LbIpPoolSpec,
+};
 pub use meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference};
 pub use node_config::{
     CiliumNodeConfig, NODE_CONFIG_KIND, NODE_CONFIG_V2, NODE_CONFIG_V2ALPHA1, NodeConfigSpec,
@@ -68,7 +78,8 @@ mod crd_tests {
             [
                 "ciliumnodes.cilium.io",
                 "ciliumpodippools.cilium.io",
-                "ciliumnodeconfigs.cilium.io"
+                "ciliumnodeconfigs.cilium.io",
+                "ciliumloadbalancerippools.cilium.io"
             ]
         );
         // Every manifest ends with a newline, so `podnet crds` separates them.

@@ -1,0 +1,203 @@
+//! Node IPAM's loop in the leader: watches Nodes, Services and EndpointSlices
+//! ([`Mirror`]s) and, after each change once all three are listed, gives every
+//! Service it serves the addresses [`addresses::ingress`] picks, by server-side
+//! apply of the status under the field manager `podnet-operator-node-ipam`. A
+//! Service it no longer serves (type or class changed) loses exactly what it
+//! wrote: which Services those are is read from the status' managed fields, so
+//! it survives a restart. A bad `io.cilium.nodeipam/match-node-labels` is
+//! reported in the condition `podnet.io/NodeIPAMRequestValid`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+
+use super::addresses::{self, MATCH_NODE_LABELS_ANNOTATION, NodeIpamService, NodeView};
+use crate::operator::lbipam::controller::{
+    apply_service_status, condition, condition_json, ingress_ips, ip_families, sleep_until,
+};
+use crate::operator::lbipam::services::{DefaultIpam, NODE_IPAM_CLASS};
+use crate::operator::mirror::{Mirror, Retry, key_of};
+
+pub const FIELD_MANAGER: &str = "podnet-operator-node-ipam";
+pub const VALID_CONDITION: &str = "podnet.io/NodeIPAMRequestValid";
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+fn node_view(node: &Node) -> NodeView {
+    NodeView {
+        name: node.metadata.name.clone().unwrap_or_default(),
+        labels: node.metadata.labels.clone().unwrap_or_default(),
+        taints: node
+            .spec
+            .iter()
+            .flat_map(|s| s.taints.iter().flatten())
+            .map(|t| t.key.clone())
+            .collect(),
+        addresses: node
+            .status
+            .iter()
+            .flat_map(|s| s.addresses.iter().flatten())
+            .filter_map(|a| Some((a.type_.clone(), a.address.parse().ok()?)))
+            .collect(),
+    }
+}
+
+/// Whether Node IPAM serves `svc`.
+fn serves(svc: &Service, default_ipam: DefaultIpam) -> bool {
+    let Some(spec) = &svc.spec else { return false };
+    spec.type_.as_deref() == Some("LoadBalancer")
+        && match spec.load_balancer_class.as_deref() {
+            Some(class) => class == NODE_IPAM_CLASS,
+            None => default_ipam == DefaultIpam::Nodeipam,
+        }
+}
+
+/// Whether this controller wrote `svc`'s status (its managed fields say so).
+fn wrote(svc: &Service) -> bool {
+    svc.metadata.managed_fields.iter().flatten().any(|m| {
+        m.manager.as_deref() == Some(FIELD_MANAGER) && m.subresource.as_deref() == Some("status")
+    })
+}
+
+fn request(svc: &Service) -> NodeIpamService {
+    let spec = svc.spec.clone().unwrap_or_default();
+    NodeIpamService {
+        families: ip_families(&spec),
+        local: spec.external_traffic_policy.as_deref() == Some("Local"),
+        match_node_labels: svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MATCH_NODE_LABELS_ANNOTATION).cloned()),
+    }
+}
+
+/// `namespace/service` -> the nodes of its ready endpoints (a missing `ready` is
+/// ready, as in Kubernetes).
+fn endpoint_nodes(slices: &Mirror<EndpointSlice>) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for s in slices.objects() {
+        let Some(service) = s
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SERVICE_NAME_LABEL))
+        else {
+            continue;
+        };
+        let key = format!(
+            "{}/{service}",
+            s.metadata.namespace.clone().unwrap_or_default()
+        );
+        let nodes = out.entry(key).or_default();
+        for e in s.endpoints.iter().flatten() {
+            let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+            if let (true, Some(node)) = (ready, &e.node_name) {
+                nodes.insert(node.clone());
+            }
+        }
+    }
+    out
+}
+
+struct Controller {
+    client: kube::Client,
+    default_ipam: DefaultIpam,
+    nodes: Mirror<Node>,
+    services: Mirror<Service>,
+    slices: Mirror<EndpointSlice>,
+}
+
+/// Runs until a watch ends; returns why.
+pub async fn run(client: kube::Client, default_ipam: DefaultIpam) -> String {
+    let mut c = Controller {
+        client: client.clone(),
+        default_ipam,
+        nodes: Mirror::default(),
+        services: Mirror::default(),
+        slices: Mirror::default(),
+    };
+    let config = watcher::Config::default;
+    let mut node_events = watcher(Api::<Node>::all(client.clone()), config())
+        .default_backoff()
+        .boxed();
+    let mut service_events = watcher(Api::<Service>::all(client.clone()), config())
+        .default_backoff()
+        .boxed();
+    let mut slice_events = watcher(Api::<EndpointSlice>::all(client), config())
+        .default_backoff()
+        .boxed();
+    tracing::info!("Node IPAM started");
+    let mut retry = Retry::default();
+    loop {
+        let fed = tokio::select! {
+            e = node_events.next() => c.nodes.feed(e, "Node"),
+            e = service_events.next() => c.services.feed(e, "Service"),
+            e = slice_events.next() => c.slices.feed(e, "EndpointSlice"),
+            _ = sleep_until(retry.due()) => Ok(true),
+        };
+        match fed {
+            Err(why) => return why,
+            Ok(true) if c.nodes.listed && c.services.listed && c.slices.listed => {
+                let outcome = c.reconcile().await;
+                retry.record(outcome, "a Node IPAM write");
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+impl Controller {
+    async fn reconcile(&self) -> Result<(), kube::Error> {
+        let nodes: Vec<NodeView> = self.nodes.objects().map(node_view).collect();
+        let endpoints = endpoint_nodes(&self.slices);
+        let none = BTreeSet::new();
+        let mut first_error = None;
+        for svc in self.services.objects() {
+            let status = if serves(svc, self.default_ipam) {
+                let key = key_of(svc);
+                let wanted =
+                    addresses::ingress(&request(svc), &nodes, endpoints.get(&key).unwrap_or(&none));
+                let mut have = ingress_ips(svc);
+                have.sort();
+                let invalid = condition(svc, VALID_CONDITION);
+                match wanted {
+                    Ok(ips)
+                        if ips == have && invalid.is_none() && (wrote(svc) || ips.is_empty()) =>
+                    {
+                        continue;
+                    }
+                    Ok(ips) if ips.is_empty() => json!({}),
+                    Ok(ips) => {
+                        let ingress: Vec<Value> =
+                            ips.iter().map(|ip| json!({"ip": ip.to_string()})).collect();
+                        json!({"loadBalancer": {"ingress": ingress}})
+                    }
+                    Err(problem) if invalid.is_some_and(|c| c.message == problem) => continue,
+                    Err(problem) => {
+                        tracing::warn!(service = %key, "{problem}");
+                        let old = invalid.and_then(|c| serde_json::to_value(c).ok());
+                        json!({"conditions": [condition_json(VALID_CONDITION, "False", "invalid_annotation", &problem, old.as_ref())]})
+                    }
+                }
+            } else if wrote(svc) {
+                json!({})
+            } else {
+                continue;
+            };
+            if let Err(e) = self.write(svc, status).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    async fn write(&self, svc: &Service, status: Value) -> Result<(), kube::Error> {
+        tracing::info!(service = %key_of(svc), status = %status, "Node IPAM: Service status");
+        apply_service_status(self.client.clone(), FIELD_MANAGER, svc, status).await
+    }
+}
