@@ -8,7 +8,7 @@
 //! and the node is stopped (by PID, everything unmounted) when the test ends, also
 //! on failure.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -242,6 +242,39 @@ impl RealNode {
         )
     }
 
+    /// The pods of `namespace` with a FailedCreatePodSandBox event whose message
+    /// has `needle` (the plugin's error, as the kubelet reports it).
+    fn sandbox_failures(&self, namespace: &str, needle: &str) -> BTreeSet<String> {
+        let events = self.kubectl_json(&[
+            "get",
+            "events",
+            "-n",
+            namespace,
+            "--field-selector",
+            "reason=FailedCreatePodSandBox",
+        ]);
+        events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["message"].as_str().is_some_and(|m| m.contains(needle)))
+            .filter_map(|e| e["involvedObject"]["name"].as_str())
+            .map(String::from)
+            .collect()
+    }
+
+    /// `from` (a busybox pod of `namespace`) pings `to` once; panics if it fails.
+    fn ping(&self, namespace: &str, from: &str, to: &str) {
+        let mut args = vec!["kubectl", "exec", "-n", namespace, from, "--"];
+        args.extend(["/bin/busybox", "ping", "-c", "1", "-W", "2", to]);
+        let out = self.script(&args);
+        assert!(
+            out.status.success(),
+            "{from} cannot ping {to}:\n{}",
+            text(&out)
+        );
+    }
+
     /// `podnet status --all-addresses` in the agent's container: address → owner
     /// (without markers such as `[restored]`; cooling addresses are left out).
     fn allocated(&self) -> BTreeMap<String, String> {
@@ -462,16 +495,7 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
 
     let pod_ips = pods_have_their_podnet_addresses(&node, &pods);
     // The first pod reaches every other, the last reaches the first.
-    let ping = |from: &str, to: &str| {
-        let mut args = vec!["kubectl", "exec", "-n", "default", from, "--"];
-        args.extend(["/bin/busybox", "ping", "-c", "1", "-W", "2", to]);
-        let out = node.script(&args);
-        assert!(
-            out.status.success(),
-            "{from} cannot ping {to}:\n{}",
-            text(&out)
-        );
-    };
+    let ping = |from: &str, to: &str| node.ping("default", from, to);
     for (_, v4, v6) in &pod_ips[1..] {
         ping(&pod_ips[0].0, v4);
         ping(&pod_ips[0].0, v6);
@@ -625,28 +649,14 @@ fn lab1_a_28_node_mask_runs_what_podnet_plan_says() {
     node.wait_for(
         "every other pod with the CNI error in its events",
         || {
-            let events = node.kubectl_json(&[
-                "get",
-                "events",
-                "-n",
-                "default",
-                "--field-selector",
-                "reason=FailedCreatePodSandBox",
-            ]);
-            let failing: std::collections::BTreeSet<&str> = events["items"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|e| e["message"].as_str().is_some_and(|m| m.contains(full)))
-                .filter_map(|e| e["involvedObject"]["name"].as_str())
-                .collect();
+            let failing = node.sandbox_failures("default", full);
             let pods = node.pods("default", "app=busybox");
             let pending: Vec<&str> = pods
                 .iter()
                 .filter(|p| !ready(p))
                 .filter_map(|p| p["metadata"]["name"].as_str())
                 .collect();
-            (pending.len() == REPLICAS - usable && pending.iter().all(|p| failing.contains(p)))
+            (pending.len() == REPLICAS - usable && pending.iter().all(|p| failing.contains(*p)))
                 .then_some(())
         },
         || node.describe("default"),
@@ -663,5 +673,184 @@ fn lab1_a_28_node_mask_runs_what_podnet_plan_says() {
         vec!["ContainerCreating"; REPLICAS - usable],
         "{}",
         node.describe("default")
+    );
+}
+
+/// A `CiliumPodIPPool` of one IPv4 CIDR in blocks of `mask`.
+fn pool_manifest(name: &str, cidr: &str, mask: u8) -> String {
+    format!(
+        "apiVersion: cilium.io/v2alpha1\nkind: CiliumPodIPPool\nmetadata: {{name: {name}}}\n\
+         spec:\n  ipv4: {{cidrs: [\"{cidr}\"], maskSize: {mask}}}\n"
+    )
+}
+
+/// A busybox pod in `namespace`, with `annotations` (a JSON object).
+fn pod_manifest(namespace: &str, name: &str, annotations: &str) -> String {
+    format!(
+        r#"{{"apiVersion": "v1", "kind": "Pod",
+  "metadata": {{"name": "{name}", "namespace": "{namespace}",
+    "labels": {{"app": "lab2"}}, "annotations": {annotations}}},
+  "spec": {{"terminationGracePeriodSeconds": 1,
+    "containers": [{{"name": "busybox", "image": "localhost/busybox:1.35",
+      "imagePullPolicy": "Never",
+      "command": ["/bin/busybox", "sleep", "86400"]}}]}}}}"#
+    )
+}
+
+/// The chapter's Lab 2 on the real node: `deploy/` with its ConfigMap switched to
+/// `ipam: multi-pool` (agent and operator), CiliumPodIPPools `default`, `blue` and
+/// `red` created with kubectl, a namespace annotated `ipam.cilium.io/ip-pool: blue`.
+/// A pod in `default` gets an address of the default pool, one in the annotated
+/// namespace one of `blue`, one there annotated `ipam.cilium.io/ip-pool: red` one of
+/// `red` (the pod's annotation wins over its namespace's); each pod's
+/// `status.podIPs` is what `podnet status --all-addresses` gives it (as `pool/ip`
+/// outside the default pool), and the pods reach each other across the pools. A pod
+/// in a namespace annotated `ipam.cilium.io/require-pool-match: "true"` that no pool
+/// matches stays ContainerCreating with the pool-match error in its events.
+#[test]
+fn lab2_namespace_and_pod_annotations_select_pools() {
+    let test = "lab2_namespace_and_pod_annotations_select_pools";
+    let Some(node) = RealNode::start(test) else {
+        return;
+    };
+    let pools = [
+        ("default", "10.10.0.0/16"),
+        ("blue", "10.20.0.0/16"),
+        ("red", "10.30.0.0/16"),
+    ];
+    // The pools first (their CRD from deploy/crds/), then deploy/ in multi-pool:
+    // the operator reads the same ConfigMap, so `ipam` switches both.
+    let crds = repo().join("deploy/crds");
+    node.kubectl(&["apply", "-f", crds.to_str().expect("repo path is UTF-8")]);
+    node.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/ciliumpodippools.cilium.io",
+        "--timeout=60s",
+    ]);
+    for (name, cidr) in pools {
+        node.apply(&pool_manifest(name, cidr, 27));
+    }
+    node.apply(&deploy_manifest(&[(
+        "ipam: cluster-pool",
+        "ipam: multi-pool\n  ipam-multi-pool-pre-allocation: \"default=8,blue=4,red=4\"",
+    )]));
+    node.podnet_up();
+
+    node.kubectl(&["create", "namespace", "lab2-blue"]);
+    node.kubectl(&[
+        "annotate",
+        "namespace",
+        "lab2-blue",
+        "ipam.cilium.io/ip-pool=blue",
+    ]);
+    node.kubectl(&["create", "namespace", "lab2-strict"]);
+    node.kubectl(&[
+        "annotate",
+        "namespace",
+        "lab2-strict",
+        "ipam.cilium.io/require-pool-match=true",
+    ]);
+    // (namespace, pod, its annotations, the pool expected)
+    let cases = [
+        ("default", "in-default", "{}", "default"),
+        ("lab2-blue", "in-blue", "{}", "blue"),
+        (
+            "lab2-blue",
+            "pinned-red",
+            r#"{"ipam.cilium.io/ip-pool": "red"}"#,
+            "red",
+        ),
+    ];
+    for (namespace, name, annotations, _) in cases {
+        node.apply(&pod_manifest(namespace, name, annotations));
+    }
+    node.apply(&pod_manifest("lab2-strict", "unmatched", "{}"));
+
+    let mut pod_ips = Vec::new();
+    for (namespace, name, _, pool) in cases {
+        let pod = node.wait_for(
+            &format!("pod {namespace}/{name} Ready"),
+            || {
+                let pod = node.kubectl_json(&["get", "pod", "-n", namespace, name]);
+                ready(&pod).then_some(pod)
+            },
+            || node.describe(namespace),
+        );
+        let ips: Vec<String> = pod["status"]["podIPs"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|i| i["ip"].as_str())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(
+            ips.len(),
+            1,
+            "pod {namespace}/{name}: podIPs {ips:?}, wanted one IPv4 address"
+        );
+        let ip: std::net::Ipv4Addr = ips[0].parse().expect("an IPv4 podIP");
+        let cidr = pools.iter().find(|(p, _)| *p == pool).expect("pool").1;
+        let net: ipnet::Ipv4Net = cidr.parse().expect("pool CIDR");
+        assert!(
+            net.contains(&ip),
+            "pod {namespace}/{name} has {ip}, not in pool {pool} ({cidr})"
+        );
+        pod_ips.push((namespace, name, pool, ip.to_string()));
+    }
+
+    eprintln!("pods and their pools' addresses: {pod_ips:?}");
+    // podnet's view: each address is the pod's, in the expected pool (`pool/ip`
+    // outside the default pool).
+    let allocated = node.allocated();
+    for (namespace, name, pool, ip) in &pod_ips {
+        let key = if *pool == "default" {
+            ip.clone()
+        } else {
+            format!("{pool}/{ip}")
+        };
+        assert_eq!(
+            allocated.get(&key).map(String::as_str),
+            Some(format!("{namespace}/{name}").as_str()),
+            "pod {namespace}/{name} has {ip} of pool {pool} but podnet's allocations are {allocated:?}"
+        );
+    }
+
+    // Across the pools, every pod reaches every other.
+    for (from_ns, from, _, _) in &pod_ips {
+        for (_, to, _, ip) in &pod_ips {
+            if from == to {
+                continue;
+            }
+            node.ping(from_ns, from, ip);
+        }
+    }
+
+    // require-pool-match with no pool matching: no address, the plugin's error.
+    let no_match = "no matching CiliumPodIPPool found";
+    node.wait_for(
+        "the unmatched pod with the pool-match error in its events",
+        || {
+            node.sandbox_failures("lab2-strict", no_match)
+                .contains("unmatched")
+                .then_some(())
+        },
+        || node.describe("lab2-strict"),
+    );
+    let pod = node.kubectl_json(&["get", "pod", "-n", "lab2-strict", "unmatched"]);
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"].as_str(),
+        Some("ContainerCreating"),
+        "{}",
+        node.describe("lab2-strict")
+    );
+    assert!(
+        !node
+            .allocated()
+            .values()
+            .any(|o| o == "lab2-strict/unmatched"),
+        "the unmatched pod got an address"
     );
 }
