@@ -96,7 +96,9 @@ pub fn k8s_node(node: NodeNs, kubeconfig: &std::path::Path, args: &[&str]) -> No
     Node::in_namespace(node.ns, &all)
 }
 
-/// The API server's own count of write requests to CiliumNodes and Nodes.
+/// The API server's own count of writes to CiliumNodes and Nodes: write requests
+/// that succeeded (a 2xx code). A request that failed wrote nothing; one cut off by
+/// a killed client (an operator SIGKILLed mid-apply) is counted with another code.
 pub fn api_writes(cp: &ControlPlane) -> u64 {
     let metrics = cp
         .kubectl(&["get", "--raw", "/metrics"])
@@ -105,6 +107,7 @@ pub fn api_writes(cp: &ControlPlane) -> u64 {
         .lines()
         .filter(|l| l.starts_with("apiserver_request_total{"))
         .filter(|l| l.contains("resource=\"ciliumnodes\"") || l.contains("resource=\"nodes\""))
+        .filter(|l| l.contains("code=\"2"))
         .filter(|l| {
             ["APPLY", "POST", "PUT", "PATCH", "DELETE"]
                 .iter()

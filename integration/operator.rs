@@ -537,7 +537,16 @@ fn a_follower_takes_over_when_the_leader_is_killed_mid_burst() {
         "{TEST}: API writes to CiliumNodes: {writes} ({NODES} creates + {} operator writes for {NODES} nodes)",
         writes - NODES as u64
     );
-    assert_eq!(writes - NODES as u64, NODES as u64);
+    let failed_writes: Vec<String> = ops
+        .iter()
+        .flat_map(|op| op.log().lines().map(str::to_string).collect::<Vec<_>>())
+        .filter(|l| l.contains("failed"))
+        .collect();
+    assert_eq!(
+        writes - NODES as u64,
+        NODES as u64,
+        "operator log lines about failures: {failed_writes:#?}"
+    );
     assert!(ops[follower].log().contains("re-adopted their CIDRs"));
     let events = cp
         .kubectl(&[
