@@ -19,7 +19,7 @@ use podnet::datapath::{NetNs, in_netns};
 
 use crate::harness::*;
 use crate::k8s::{ControlPlane, NodeNs};
-use crate::k8s_backend::{add_as, create_node, create_pod, k8s_node};
+use crate::k8s_backend::{add_as, create_node, create_pod, k8s_node, operator_allocates};
 
 /// Waits until `f` holds, at most `limit`.
 pub fn wait_for(what: &str, limit: Duration, f: impl FnMut() -> bool) {
@@ -524,22 +524,6 @@ fn native_mode_routes_pods_via_the_nodes_internal_ips() {
     );
     assert_eq!(tcp_exchange(&p2.ns, &p1.ns, p1_v6).to_string(), *p2_v6);
     assert!(ping(&n2.ns, &[], p1_v6), "node to remote pod over IPv6");
-}
-
-/// The test plays the operator: `blocks` (pool, CIDR) into the node's CiliumNode.
-fn operator_allocates(cp: &ControlPlane, node: &str, blocks: &[(&str, &str)]) {
-    let list = blocks
-        .iter()
-        .map(|(pool, cidr)| format!("{{pool: {pool}, cidrs: [{cidr}]}}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    cp.kubectl_stdin(
-        &["apply", "--server-side", "--field-manager", "podnet-operator", "-f", "-"],
-        &format!(
-            "apiVersion: cilium.io/v2\nkind: CiliumNode\nmetadata: {{name: {node}}}\nspec:\n  ipam:\n    pools:\n      allocated: [{list}]\n"
-        ),
-    )
-    .expect_ok("the operator's blocks");
 }
 
 /// A pod `name` in namespace default on `node` (its Pod object first, so the

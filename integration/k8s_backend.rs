@@ -68,6 +68,22 @@ fn operator_assigns(cp: &ControlPlane, node: &str, cidrs: &[&str]) {
     .expect_ok("apply the operator's podCIDRs");
 }
 
+/// A test plays the operator: `blocks` (pool, CIDR) into the node's CiliumNode.
+pub fn operator_allocates(cp: &ControlPlane, node: &str, blocks: &[(&str, &str)]) {
+    let list = blocks
+        .iter()
+        .map(|(pool, cidr)| format!("{{pool: {pool}, cidrs: [{cidr}]}}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    cp.kubectl_stdin(
+        &["apply", "--server-side", "--field-manager", "podnet-operator", "-f", "-"],
+        &format!(
+            "apiVersion: cilium.io/v2\nkind: CiliumNode\nmetadata: {{name: {node}}}\nspec:\n  ipam:\n    pools:\n      allocated: [{list}]\n"
+        ),
+    )
+    .expect_ok("the operator's blocks");
+}
+
 pub fn jsonpath(cp: &ControlPlane, kind: &str, name: &str, path: &str) -> String {
     cp.kubectl(&["get", kind, name, "-o", &format!("jsonpath={path}")])
         .expect_ok("get")
@@ -345,13 +361,7 @@ fn adds_and_dels_write_nothing_to_the_api_server() {
     let ns = cp.add_node_ns("w-3");
     create_node(&cp, &ns, &[]);
     let name = ns.name.clone();
-    cp.kubectl_stdin(
-        &["apply", "--server-side", "--field-manager", "podnet-operator", "-f", "-"],
-        &format!(
-            "apiVersion: cilium.io/v2\nkind: CiliumNode\nmetadata: {{name: {name}}}\nspec:\n  ipam:\n    pools:\n      allocated: [{{pool: default, cidrs: [10.82.0.0/24]}}]\n"
-        ),
-    )
-    .expect_ok("the operator's block");
+    operator_allocates(&cp, &name, &[("default", "10.82.0.0/24")]);
     let mut node = k8s_node(
         ns,
         &cp.kubeconfig(),
@@ -452,13 +462,11 @@ fn multi_pool_selects_pools_from_pod_and_namespace_annotations_in_the_api() {
     create_node(&cp, &ns, &[]);
     let name = ns.name.clone();
     // The test plays the operator: each pool gets a block for this node.
-    cp.kubectl_stdin(
-        &["apply", "--server-side", "--field-manager", "podnet-operator", "-f", "-"],
-        &format!(
-            "apiVersion: cilium.io/v2\nkind: CiliumNode\nmetadata: {{name: {name}}}\nspec:\n  ipam:\n    pools:\n      allocated: [{{pool: default, cidrs: [10.80.0.0/27]}}, {{pool: mars, cidrs: [10.81.0.0/27]}}]\n"
-        ),
-    )
-    .expect_ok("the operator's blocks");
+    operator_allocates(
+        &cp,
+        &name,
+        &[("default", "10.80.0.0/27"), ("mars", "10.81.0.0/27")],
+    );
     let mut node = k8s_node(
         ns,
         &cp.kubeconfig(),

@@ -16,6 +16,13 @@ use crate::ipam::clusterpool::{ClusterPoolError, NodeCidrCarver};
 /// The annotation that makes the operator leave a CiliumNode alone (Cilium's).
 pub const IGNORE_ANNOTATION: &str = "ipam.cilium.io/ignore";
 
+/// Whether a CiliumNode with these annotations is to be left alone.
+pub fn ignored(annotations: &std::collections::BTreeMap<String, String>) -> bool {
+    annotations
+        .get(IGNORE_ANNOTATION)
+        .is_some_and(|v| v == "true")
+}
+
 /// What the operator reads of one CiliumNode.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observed {

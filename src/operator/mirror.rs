@@ -7,12 +7,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::retry::next_backoff;
+
 use kube::Resource;
 use kube::runtime::watcher::{self, Event};
 use tokio::time::Instant;
-
-const RETRY_FIRST: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// The objects of one kind as the watch last showed them.
 pub struct Mirror<K> {
@@ -116,10 +115,7 @@ impl Retry {
         match outcome {
             Ok(()) => self.0 = None,
             Err(e) => {
-                let backoff = self
-                    .0
-                    .map(|(_, b)| (b * 2).min(RETRY_MAX))
-                    .unwrap_or(RETRY_FIRST);
+                let backoff = next_backoff(self.0.map(|(_, b)| b));
                 tracing::warn!(error = %e, retry_in = ?backoff, "{what} failed");
                 self.0 = Some((Instant::now() + backoff, backoff));
             }
@@ -130,6 +126,7 @@ impl Retry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::operator::retry::{RETRY_FIRST, RETRY_MAX};
     use k8s_openapi::api::core::v1::Service;
     use kube::api::ObjectMeta;
 

@@ -22,7 +22,6 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
@@ -31,19 +30,16 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::allocator::IGNORE_ANNOTATION;
+use super::allocator::ignored;
 use super::auto_pools::pool_object;
 use super::metrics::OperatorMetrics;
 use super::pools::{NodeWrite, ObservedNode, PoolBlocks};
-use super::retry::WriteRetries;
+use super::retry::{WriteRetries, next_backoff};
 use super::sync::FIELD_MANAGER;
 use crate::ipam::pooldef::PoolDef;
 use crate::node::kube_pools::{list_pools, pools_api};
 use crate::node::kubernetes::{cilium_nodes, to_node_resource};
 
-/// First and longest wait before a pool creation is tried again.
-const RETRY_FIRST: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(30);
 /// Conflicts in a row after which a node waits for the retry timer.
 const CONFLICTS_IN_A_ROW: usize = 5;
 
@@ -57,11 +53,7 @@ fn observed(obj: &DynamicObject) -> Result<ObservedNode, String> {
         requested: node.spec.ipam.pools.requested,
         allocated: node.spec.ipam.pools.allocated,
         error: node.status.ipam.operator_status.error,
-        ignored: node
-            .metadata
-            .annotations
-            .get(IGNORE_ANNOTATION)
-            .is_some_and(|v| v == "true"),
+        ignored: ignored(&node.metadata.annotations),
     })
 }
 
@@ -99,7 +91,7 @@ async fn create_missing_pools(client: &kube::Client, pools: &[PoolDef]) {
                 continue;
             }
         };
-        let mut wait = RETRY_FIRST;
+        let mut wait = next_backoff(None);
         loop {
             match api.create(&PostParams::default(), &body).await {
                 Ok(_) => tracing::info!(pool = %def.name, "created the CiliumPodIPPool"),
@@ -113,7 +105,7 @@ async fn create_missing_pools(client: &kube::Client, pools: &[PoolDef]) {
                 Err(e) => {
                     tracing::warn!(pool = %def.name, error = %e, retry_in = ?wait, "creating the CiliumPodIPPool failed");
                     tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(RETRY_MAX);
+                    wait = next_backoff(Some(wait));
                     continue;
                 }
             }

@@ -1,13 +1,22 @@
-//! When a failed CiliumNode write is tried again: per node, a backoff that starts
-//! at half a second and doubles up to 30 s, reset by a success.
+//! When a failed API write is tried again: the operator's one backoff rule (half a
+//! second, doubling up to 30 s, reset by a success, [`next_backoff`]), and per node
+//! for the CiliumNode writes ([`WriteRetries`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-const RETRY_FIRST: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(30);
+pub const RETRY_FIRST: Duration = Duration::from_millis(500);
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The wait after a failure, given the wait after the previous one (None: the
+/// first failure).
+pub fn next_backoff(previous: Option<Duration>) -> Duration {
+    previous
+        .map(|b| (b * 2).min(RETRY_MAX))
+        .unwrap_or(RETRY_FIRST)
+}
 
 /// The nodes whose write failed, with when to try again and the current backoff.
 #[derive(Debug, Default)]
@@ -37,11 +46,7 @@ impl WriteRetries {
 
     /// The node's write failed: returns how long it waits.
     pub fn failed(&mut self, name: &str) -> Duration {
-        let backoff = self
-            .due
-            .get(name)
-            .map(|(_, b)| (*b * 2).min(RETRY_MAX))
-            .unwrap_or(RETRY_FIRST);
+        let backoff = next_backoff(self.due.get(name).map(|(_, b)| *b));
         self.due
             .insert(name.to_string(), (Instant::now() + backoff, backoff));
         backoff

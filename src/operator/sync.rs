@@ -27,7 +27,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::allocator::{IGNORE_ANNOTATION, NodeCidrs, Observed, Pending};
+use super::allocator::{NodeCidrs, Observed, Pending, ignored};
 use super::metrics::OperatorMetrics;
 use super::retry::WriteRetries;
 use crate::node::kubernetes::{cilium_nodes, to_node_resource};
@@ -48,11 +48,7 @@ fn observed(obj: &DynamicObject) -> Result<Observed, String> {
         uid: obj.metadata.uid.clone().unwrap_or_default(),
         pod_cidrs: node.spec.ipam.pod_cidrs,
         error: node.status.ipam.operator_status.error,
-        ignored: node
-            .metadata
-            .annotations
-            .get(IGNORE_ANNOTATION)
-            .is_some_and(|v| v == "true"),
+        ignored: ignored(&node.metadata.annotations),
     })
 }
 
