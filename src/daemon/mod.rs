@@ -10,6 +10,7 @@ mod cniconf;
 pub mod config;
 pub mod crossnode;
 mod devices;
+mod heap;
 pub mod metrics;
 pub mod options;
 mod routes;
@@ -196,6 +197,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             .to_string(),
     };
     let datapath_mode = resolve_datapath_mode(config.datapath)?;
+    heap::tune();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -354,7 +356,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         "IPAM restored"
     );
     let timers = state.take_timers();
-    release_restore_memory();
+    heap::trim();
     let socket = opts.socket.clone();
     let metrics_addr = opts.prometheus_serve_addr.clone();
     let update_rate = opts.node_update_rate;
@@ -856,16 +858,5 @@ fn embedded_mode(
             enable_ipv6: config.families.contains(&Family::V6),
         },
         _ => EmbeddedMode::Delegated,
-    }
-}
-
-/// Restore reads the whole journal into memory once (a snapshot, then the maps built
-/// from it); the allocator keeps the freed pages, so a full /16 stayed ~50 MiB above
-/// its live size after a restart. Hand them back to the kernel once restore is done.
-fn release_restore_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks glibc's own heap; no pointers are passed.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }

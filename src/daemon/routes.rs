@@ -88,7 +88,13 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
                 daemon.queue_depth(),
                 &daemon.queue_unreadable(),
             );
-            Ok(json_reply(200, &status))
+            let reply = json_reply(200, &status);
+            if !brief {
+                // The per-address maps of a full node were many small blocks.
+                drop(status);
+                super::heap::trim();
+            }
+            Ok(reply)
         }
         (&Method::GET, ["v1", "config"]) => Ok(json_reply(
             200,

@@ -7,4 +7,4 @@ mod journal;
 mod records;
 
 pub use journal::{Journal, JournalFailure, JournalOp, Snapshot, StoreError};
-pub use records::{AllocationRecord, AllocationState, EndpointRecord, now_ms};
+pub use records::{AllocationRecord, AllocationState, EndpointRecord, allocation_key, now_ms};

@@ -262,9 +262,9 @@ impl IpamState {
         if let Some(rec) = self
             .allocations
             .get(&addr)
-            .filter(|r| r.state == AllocationState::Cooling)
+            .filter(|r| r.state() == AllocationState::Cooling)
         {
-            let left = rec.cooling_until_ms.unwrap_or(0).saturating_sub(now_ms()) / 1000;
+            let left = rec.cooling_until_ms().unwrap_or(0).saturating_sub(now_ms()) / 1000;
             return Err(ApiError::new(
                 409,
                 format!("IP {addr} was released recently and cools down for {left} s more"),
@@ -298,7 +298,7 @@ impl IpamState {
         };
         fill_response(&mut resp, &rec, self.skip_masquerade(&rec.pool));
         self.metrics.event("allocate", rec.family.as_str());
-        self.allocations.insert(addr, Box::new(rec));
+        self.allocations.insert(rec);
         self.outbox.used_changed = true;
         self.sync_demand();
         Ok(resp)
@@ -326,17 +326,17 @@ impl IpamState {
         let Some(rec) = self.allocations.get(&addr) else {
             return Ok(());
         };
-        match rec.state {
+        match rec.state() {
             AllocationState::Infra => Err(ApiError::new(
                 409,
                 format!(
                     "IP {addr} is the node's {} address and cannot be released",
-                    rec.owner
+                    rec.owner()
                 ),
             )),
             AllocationState::Cooling => Ok(()),
             _ => {
-                let op = self.release_op(rec, now_ms());
+                let op = self.release_op(&rec.record(), now_ms());
                 self.commit_apply(vec![op], "released through the API")
             }
         }
@@ -357,9 +357,11 @@ impl IpamState {
             Some(i) => vec![host_ifname(container_id, i)],
             None => Vec::new(),
         };
-        for rec in self.allocations.values() {
-            let adopted = rec.state != AllocationState::Cooling
-                && rec.host_ifname.as_ref().is_some_and(|h| links.contains(h));
+        for rec in self.allocations.iter() {
+            let adopted = rec.state() != AllocationState::Cooling
+                && rec
+                    .host_ifname()
+                    .is_some_and(|h| links.iter().any(|l| l == h));
             if rec.is_for(container_id, ifname) || adopted {
                 ips.insert(rec.ip);
             }
@@ -375,13 +377,13 @@ impl IpamState {
             });
             ips.extend([ep.ipv4, ep.ipv6].into_iter().flatten().filter(|ip| {
                 self.allocations.get(ip).is_some_and(|r| {
-                    matches!(r.state, AllocationState::Bound | AllocationState::Pending)
+                    matches!(r.state(), AllocationState::Bound | AllocationState::Pending)
                 })
             }));
         }
         for ip in &ips {
             if let Some(rec) = self.allocations.get(ip) {
-                ops.push(self.release_op(rec, now));
+                ops.push(self.release_op(&rec.record(), now));
             }
         }
         ips.into_iter().collect()
@@ -448,29 +450,25 @@ impl IpamState {
             let rec = self
                 .allocations
                 .get(&addr)
-                .filter(|r| r.state != AllocationState::Cooling)
+                .filter(|r| r.state() != AllocationState::Cooling)
                 .ok_or_else(|| ApiError::new(400, format!("IP {label}:{addr} is not allocated")))?;
-            if rec
-                .container_id
-                .as_deref()
-                .is_some_and(|c| c != req.container_id)
-            {
+            if rec.container_id().is_some_and(|c| c != req.container_id) {
                 return Err(ApiError::new(
                     400,
                     format!("IP {label}:{addr} is already in use"),
                 ));
             }
-            if rec.state == AllocationState::Pending
+            if rec.state() == AllocationState::Pending
                 && !uuid.is_empty()
-                && rec.expiration_uuid.as_deref() != Some(uuid)
+                && rec.expiration_uuid() != Some(uuid.as_str())
             {
                 return Err(ApiError::new(
                     500,
                     "UUID mismatch, not stopping expiration timer",
                 ));
             }
-            ep_pool = rec.pool.clone();
-            let mut bound = AllocationRecord::clone(rec);
+            ep_pool = rec.pool().to_string();
+            let mut bound = rec.record();
             if bound.state != AllocationState::Infra {
                 bound.state = AllocationState::Bound;
                 bound.expiration_uuid = None;
@@ -539,7 +537,7 @@ impl IpamState {
             } else if let JournalOp::DeleteAllocation { ip, .. } = op
                 && let Some(rec) = self.allocations.get(ip)
             {
-                *op = JournalOp::PutAllocation(held(rec));
+                *op = JournalOp::PutAllocation(held(&rec.record()));
             }
         }
         let teardown = Teardown {
@@ -571,14 +569,14 @@ impl IpamState {
             .iter()
             .filter_map(|ip| self.allocations.get(ip))
             .filter(|r| {
-                r.state == AllocationState::Cooling
-                    && r.cooling_until_ms == Some(HOLD_UNTIL_TEARDOWN)
+                r.state() == AllocationState::Cooling
+                    && r.cooling_until_ms() == Some(HOLD_UNTIL_TEARDOWN)
             })
             .map(|r| {
                 self.release_op(
                     &AllocationRecord {
                         state: AllocationState::Bound,
-                        ..AllocationRecord::clone(r)
+                        ..r.record()
                     },
                     now,
                 )
@@ -605,16 +603,19 @@ impl IpamState {
             .map(|a| (a.container_id.clone(), a.ifname.clone()))
             .collect();
         let mut stale: BTreeSet<(String, String)> = BTreeSet::new();
-        for rec in self.allocations.values() {
-            if !matches!(rec.state, AllocationState::Bound | AllocationState::Pending)
-                || rec.network.as_deref() != Some(req.network.as_str())
+        for rec in self.allocations.iter() {
+            if !matches!(
+                rec.state(),
+                AllocationState::Bound | AllocationState::Pending
+            ) || rec.network() != Some(req.network.as_str())
             {
                 continue;
             }
-            if let (Some(cid), Some(ifname)) = (&rec.container_id, &rec.ifname)
-                && !valid.contains(&(cid.clone(), ifname.clone()))
-            {
-                stale.insert((cid.clone(), ifname.clone()));
+            if let (Some(cid), Some(ifname)) = (rec.container_id(), rec.ifname()) {
+                let attachment = (cid.to_string(), ifname.to_string());
+                if !valid.contains(&attachment) {
+                    stale.insert(attachment);
+                }
             }
         }
         let now = now_ms();
@@ -633,7 +634,7 @@ impl IpamState {
                 let owner = self
                     .allocations
                     .get(&ip)
-                    .map(|r| r.owner.clone())
+                    .map(|r| r.owner().to_string())
                     .unwrap_or_default();
                 format!("{ip} ({owner})")
             })

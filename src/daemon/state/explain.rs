@@ -7,13 +7,13 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::{IpamState, MAX_FAILURES};
+use super::{Allocation, IpamState, MAX_FAILURES};
 use crate::api::models::{
     AddressExplanation, CniReport, EndpointChangeRequest, ExplainResponse, FailureRecord,
 };
 use crate::datapath::host_ifname;
 use crate::ipam::Family;
-use crate::store::{AllocationRecord, AllocationState, EndpointRecord, now_ms};
+use crate::store::{AllocationState, EndpointRecord, now_ms};
 
 /// What to do about a failure of `reason` (the chapter's troubleshooting table).
 pub fn hint_for(reason: &str) -> &'static str {
@@ -126,17 +126,17 @@ impl IpamState {
     /// `GET /v1/explain?q=`: matches an address, a container ID or an owner.
     pub fn explain(&self, query: &str) -> ExplainResponse {
         let ip: Option<IpAddr> = query.parse().ok();
-        let matches = |rec: &AllocationRecord| {
+        let matches = |rec: &Allocation| {
             Some(rec.ip) == ip
-                || rec.container_id.as_deref() == Some(query)
-                || rec.owner == query
-                || rec.owner.strip_suffix(" [from kernel]") == Some(query)
+                || rec.container_id() == Some(query)
+                || rec.owner() == query
+                || rec.owner().strip_suffix(" [from kernel]") == Some(query)
         };
         let addresses: Vec<AddressExplanation> = self
             .allocations
-            .values()
+            .iter()
             .filter(|r| matches(r))
-            .map(|r| self.explain_record(r))
+            .map(|r| self.explain_record(&r))
             .collect();
         let failures: Vec<FailureRecord> = self
             .failures
@@ -159,7 +159,7 @@ impl IpamState {
         }
     }
 
-    fn explain_record(&self, rec: &AllocationRecord) -> AddressExplanation {
+    fn explain_record(&self, rec: &Allocation) -> AddressExplanation {
         let family = Family::of_addr(&rec.ip);
         let range = self
             .pools
@@ -168,51 +168,52 @@ impl IpamState {
             .unwrap_or_else(|| {
                 "outside the node's current ranges (kept until its pod is deleted)".into()
             });
-        let (state, until) = match rec.state {
-            AllocationState::Pending => ("pending", rec.expires_at_ms.unwrap_or(0)),
+        let (state, until) = match rec.state() {
+            AllocationState::Pending => ("pending", rec.expires_at_ms().unwrap_or(0)),
             AllocationState::Bound => ("bound", 0),
             AllocationState::Infra => ("infra", 0),
-            AllocationState::Cooling => ("cooling", rec.cooling_until_ms.unwrap_or(0)),
+            AllocationState::Cooling => ("cooling", rec.cooling_until_ms().unwrap_or(0)),
         };
-        let restored = match (&rec.container_id, &rec.ifname) {
+        let restored = match (rec.container_id(), rec.ifname()) {
             (Some(c), Some(i)) => self
                 .restored_endpoints
                 .contains(&EndpointRecord::key_of(c, i)),
             _ => false,
         };
-        let host_link = match (&rec.host_ifname, &rec.container_id, &rec.ifname) {
-            (Some(h), _, _) => h.clone(),
+        let host_link = match (rec.host_ifname(), rec.container_id(), rec.ifname()) {
+            (Some(h), _, _) => h.to_string(),
             (None, Some(c), Some(i)) => host_ifname(c, i),
             _ => String::new(),
         };
         AddressExplanation {
             ip: rec.ip.to_string(),
-            pool: rec.pool.clone(),
-            owner: rec.owner.clone(),
+            pool: rec.pool().to_string(),
+            owner: rec.owner().to_string(),
             state: state.into(),
-            container_id: rec.container_id.clone().unwrap_or_default(),
-            ifname: rec.ifname.clone().unwrap_or_default(),
-            network: rec.network.clone().unwrap_or_default(),
-            rule: match (&rec.selected_by, rec.state) {
+            container_id: rec.container_id().unwrap_or_default().to_string(),
+            ifname: rec.ifname().unwrap_or_default().to_string(),
+            network: rec.network().unwrap_or_default().to_string(),
+            rule: match (rec.selected_by(), rec.state()) {
                 (Some(code), _) => format!(
                     "pool {} chosen by: {}",
-                    rec.pool,
+                    rec.pool(),
                     super::pools::selection_text(code)
                 ),
                 (None, AllocationState::Infra) => format!(
                     "the node's own {} address, from pool {}",
-                    rec.owner, rec.pool
+                    rec.owner(),
+                    rec.pool()
                 ),
                 (None, _) => format!(
                     "ipam mode {}: {} address of node {} from pool {}",
                     self.cfg.ipam_mode,
                     family.label(),
                     self.cfg.node_name,
-                    rec.pool
+                    rec.pool()
                 ),
             },
             range,
-            allocated_at_ms: rec.allocated_at_ms,
+            allocated_at_ms: rec.allocated_at_ms(),
             until_ms: until,
             restored,
             host_link,

@@ -6,6 +6,7 @@
 //! wants armed (expiration, end of cooldown) are queued and taken by the caller.
 
 mod alloc;
+mod allocations;
 mod explain;
 mod pools;
 mod restore;
@@ -30,6 +31,7 @@ use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::MetadataSource;
 use crate::node::{NodeOperator, NodeResource, RequestedPool};
 use crate::store::{AllocationRecord, AllocationState, EndpointRecord, Journal, JournalOp, now_ms};
+use allocations::{Allocation, Allocations};
 
 pub use pools::{MultiPoolSettings, PoolingMode};
 pub use restore::{JournalOrigin, KernelLink, KernelView, ReconcileReport, RestoreReport};
@@ -199,9 +201,7 @@ pub struct IpamState {
     teardowns: BTreeMap<String, Teardown>,
     /// What the node sink last got, and whether the used addresses changed since.
     outbox: OutboxMarks,
-    /// Boxed: the map's nodes then hold 8-byte values, not whole records, which
-    /// halves its memory (ascending inserts leave nodes about half full).
-    allocations: BTreeMap<IpAddr, Box<AllocationRecord>>,
+    allocations: Allocations,
     endpoints: BTreeMap<String, EndpointRecord>,
     restored_endpoints: BTreeSet<String>,
     journal: Journal,
@@ -287,14 +287,17 @@ impl IpamState {
     /// differs. None when the journal was not failed; else whether it works now.
     pub fn recover_journal(&mut self) -> Option<bool> {
         self.journal.failure()?;
-        let snapshot = match self.journal.reopen()? {
-            Ok(s) => s,
+        let fixes = match self.journal.reopen()? {
+            Ok(snapshot) => self.journal_fixes(&self.journal, snapshot),
+            Err(e) => Err(e.to_string()),
+        };
+        let fixes = match fixes {
+            Ok(f) => f,
             Err(e) => {
                 tracing::warn!(error = %e, "journal still unavailable");
                 return Some(false);
             }
         };
-        let fixes = self.journal_fixes(snapshot);
         let n = fixes.len();
         match self.journal.commit(&fixes) {
             Ok(()) => {
@@ -312,15 +315,22 @@ impl IpamState {
         }
     }
 
-    /// The ops that make the journal hold exactly what memory holds.
-    fn journal_fixes(&self, snapshot: crate::store::Snapshot) -> Vec<JournalOp> {
+    /// The ops that make `journal` (its allocations, and the rest in `snapshot`)
+    /// hold exactly what memory holds.
+    fn journal_fixes(
+        &self,
+        journal: &Journal,
+        snapshot: crate::store::Snapshot,
+    ) -> Result<Vec<JournalOp>, String> {
         let mut ops = Vec::new();
         let mut seen = BTreeSet::new();
-        for rec in snapshot.allocations {
+        journal.for_each_allocation(|rec| {
             match self.allocations.get(&rec.ip) {
-                Some(mem) if **mem == rec => {}
-                Some(mem) if mem.pool == rec.pool => {
-                    ops.push(JournalOp::PutAllocation(AllocationRecord::clone(mem)))
+                Some(mem) if mem.pool() == rec.pool => {
+                    let mem = mem.record();
+                    if mem != rec {
+                        ops.push(JournalOp::PutAllocation(mem));
+                    }
                 }
                 _ => ops.push(JournalOp::DeleteAllocation {
                     pool: rec.pool.clone(),
@@ -328,12 +338,13 @@ impl IpamState {
                 }),
             }
             seen.insert(rec.key());
-        }
+            Ok(())
+        })?;
         ops.extend(
             self.allocations
-                .values()
-                .filter(|r| !seen.contains(&r.key()))
-                .map(|r| JournalOp::PutAllocation(AllocationRecord::clone(r))),
+                .iter()
+                .filter(|r| !seen.contains(&crate::store::allocation_key(r.pool(), &r.ip)))
+                .map(|r| JournalOp::PutAllocation(r.record())),
         );
         let mut seen = BTreeSet::new();
         for ep in snapshot.endpoints {
@@ -372,7 +383,7 @@ impl IpamState {
                 value,
             });
         }
-        ops
+        Ok(ops)
     }
 
     /// The journal op that releases `rec`: straight back to the pool without a
@@ -408,7 +419,7 @@ impl IpamState {
                     let was_cooling = self
                         .allocations
                         .get(&rec.ip)
-                        .is_some_and(|r| r.state == AllocationState::Cooling);
+                        .is_some_and(|r| r.state() == AllocationState::Cooling);
                     match (
                         &rec.state,
                         rec.cooling_until_ms,
@@ -439,7 +450,7 @@ impl IpamState {
                         }
                         _ => {}
                     }
-                    self.allocations.insert(rec.ip, Box::new(rec));
+                    self.allocations.insert(rec);
                 }
                 JournalOp::PutEndpoint(ep) => {
                     self.endpoints.insert(ep.key(), ep);
@@ -483,7 +494,7 @@ impl IpamState {
         let (cid, ifname) = (rec.container_id.as_deref()?, rec.ifname.as_deref()?);
         let others = self
             .allocations
-            .values()
+            .iter()
             .any(|r| r.ip != rec.ip && r.is_for(cid, Some(ifname)));
         if others
             || self
@@ -502,7 +513,7 @@ impl IpamState {
     /// the same UUID; the end of a cooldown gives the address back to the pool.
     /// Returns true if it changed something.
     pub fn fire(&mut self, timer: &Timer) -> bool {
-        let Some(rec) = self.allocations.get(&timer.ip).cloned() else {
+        let Some(rec) = self.allocations.get(&timer.ip).map(|r| r.record()) else {
             return false;
         };
         let now = now_ms();

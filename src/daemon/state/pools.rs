@@ -373,14 +373,14 @@ impl IpamState {
             let mut used = UsedAddresses::default();
             for rec in self
                 .allocations
-                .values()
-                .filter(|r| r.state != crate::store::AllocationState::Cooling)
+                .iter()
+                .filter(|r| r.state() != crate::store::AllocationState::Cooling)
             {
                 let entry = AllocationIp {
-                    owner: rec.owner.clone(),
-                    resource: rec.container_id.clone().unwrap_or_default(),
+                    owner: rec.owner().to_string(),
+                    resource: rec.container_id().unwrap_or_default().to_string(),
                 };
-                match rec.family {
+                match rec.family() {
                     Family::V4 => used.ipv4.insert(rec.ip.to_string(), entry),
                     Family::V6 => used.ipv6.insert(rec.ip.to_string(), entry),
                 };

@@ -20,11 +20,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use ipnet::IpNet;
+
 use super::super::config::IpamMode;
 use super::super::metrics::Metrics;
 use super::{
-    DEFAULT_POOL, HOLD_UNTIL_TEARDOWN, IpamState, NODE_META_KEY, StateConfig, TEARDOWN_PREFIX,
-    Teardown, Timer, TimerKind,
+    Allocation, Allocations, DEFAULT_POOL, HOLD_UNTIL_TEARDOWN, IpamState, NODE_META_KEY,
+    StateConfig, TEARDOWN_PREFIX, Teardown, Timer, TimerKind,
 };
 use crate::api::link_marker::LinkMarker;
 use crate::datapath::host_ifname;
@@ -111,7 +113,7 @@ impl IpamState {
                 used_changed: true,
                 ..Default::default()
             },
-            allocations: BTreeMap::new(),
+            allocations: Allocations::default(),
             endpoints: BTreeMap::new(),
             restored_endpoints: BTreeSet::new(),
             journal,
@@ -126,35 +128,48 @@ impl IpamState {
         let mut report = RestoreReport::default();
         let mut ops = Vec::new();
         let now = now_ms();
-        let mut by_age: Vec<AllocationRecord> = snapshot.allocations;
-        by_age.sort_by_key(|r| r.allocated_at_ms);
-        for rec in by_age {
+        // Records stream from the journal one at a time into compact slots. Each
+        // block's cursor goes after its newest allocation (on equal times the
+        // later record in key order, as a stable sort by age would leave it).
+        let mut loader = Allocations::loader();
+        let mut newest: BTreeMap<IpNet, (u64, IpAddr)> = BTreeMap::new();
+        let journal = &state.journal;
+        let pools = &mut state.pools;
+        let timers = &mut state.timers;
+        journal.for_each_allocation(|rec| {
             match rec.state {
                 AllocationState::Pending if rec.expires_at_ms.is_some_and(|t| t <= now) => {
                     tracing::warn!(ip = %rec.ip, owner = ?rec.owner, "Released IP after expiration (expired while the daemon was down)");
                     report.expired += 1;
                     ops.push(JournalOp::DeleteAllocation {
-                        pool: rec.pool.clone(),
+                        pool: rec.pool,
                         ip: rec.ip,
                     });
-                    continue;
+                    return Ok(());
                 }
                 AllocationState::Cooling if rec.cooling_until_ms.is_none_or(|t| t <= now) => {
                     report.cooled_down += 1;
                     ops.push(JournalOp::DeleteAllocation {
-                        pool: rec.pool.clone(),
+                        pool: rec.pool,
                         ip: rec.ip,
                     });
-                    continue;
+                    return Ok(());
                 }
                 _ => {}
             }
-            match state.pools.allocate(&rec.pool, rec.ip) {
-                Ok(()) => state.pools.set_cursor_after(rec.ip),
+            match pools.allocate(&rec.pool, rec.ip) {
+                Ok(()) => {
+                    if let Some((_, block)) = pools.locate(rec.ip) {
+                        let entry = newest.entry(block).or_insert((rec.allocated_at_ms, rec.ip));
+                        if rec.allocated_at_ms >= entry.0 {
+                            *entry = (rec.allocated_at_ms, rec.ip);
+                        }
+                    }
+                }
                 Err(PoolError::AlreadyAllocated { .. }) => {
                     return Err(format!(
                         "journal {}: {} is recorded twice (pool {}, owner {}); restart with --rebuild-from-kernel to rebuild the journal",
-                        state.journal.path().display(),
+                        journal.path().display(),
                         rec.ip,
                         rec.pool,
                         rec.owner
@@ -174,14 +189,14 @@ impl IpamState {
                 rec.cooling_until_ms,
             ) {
                 (AllocationState::Pending, Some(uuid), Some(deadline_ms), _) => {
-                    state.timers.push(Timer {
+                    timers.push(Timer {
                         ip: rec.ip,
                         deadline_ms,
                         kind: TimerKind::Expire { uuid: uuid.clone() },
                     });
                 }
                 (AllocationState::Cooling, _, _, Some(until)) if until != HOLD_UNTIL_TEARDOWN => {
-                    state.timers.push(Timer {
+                    timers.push(Timer {
                         ip: rec.ip,
                         deadline_ms: until,
                         kind: TimerKind::Cooldown,
@@ -192,8 +207,13 @@ impl IpamState {
             if rec.state != AllocationState::Cooling {
                 report.restored += 1;
             }
-            state.allocations.insert(rec.ip, Box::new(rec));
+            loader.push(rec);
+            Ok(())
+        })?;
+        for (_, ip) in newest.into_values() {
+            state.pools.set_cursor_after(ip);
         }
+        state.allocations = loader.finish();
         for (key, value) in &snapshot.meta {
             if key.starts_with(TEARDOWN_PREFIX)
                 && let Ok(td) = serde_json::from_value::<Teardown>(value.clone())
@@ -278,9 +298,9 @@ impl IpamState {
         router_hints: &[IpAddr],
         ops: &mut Vec<JournalOp>,
     ) -> Result<IpAddr, String> {
-        if let Some(rec) = self.allocations.values().find(|r| {
-            r.state == AllocationState::Infra
-                && r.owner == owner
+        if let Some(rec) = self.allocations.iter().find(|r| {
+            r.state() == AllocationState::Infra
+                && r.owner() == owner
                 && Family::of_addr(&r.ip) == family
         }) {
             return Ok(rec.ip);
@@ -309,14 +329,14 @@ impl IpamState {
         let mut rec = infra_record(ip, owner);
         rec.pool = pool;
         ops.push(JournalOp::PutAllocation(rec.clone()));
-        self.allocations.insert(ip, Box::new(rec));
+        self.allocations.insert(rec);
         Ok(ip)
     }
 
     /// The host link an allocation's attachment should have, if it has one.
-    fn expected_link(rec: &AllocationRecord) -> Option<String> {
-        match (&rec.host_ifname, &rec.container_id, &rec.ifname) {
-            (Some(h), _, _) => Some(h.clone()),
+    fn expected_link(rec: &Allocation) -> Option<String> {
+        match (rec.host_ifname(), rec.container_id(), rec.ifname()) {
+            (Some(h), _, _) => Some(h.to_string()),
             (None, Some(cid), Some(ifname)) => Some(host_ifname(cid, ifname)),
             _ => None,
         }
@@ -334,13 +354,13 @@ impl IpamState {
         let mut ops = Vec::new();
         let mut expected = BTreeSet::new();
         let mut gone = Vec::new();
-        for rec in self.allocations.values() {
-            let Some(link) = Self::expected_link(rec) else {
+        for rec in self.allocations.iter() {
+            let Some(link) = Self::expected_link(&rec) else {
                 continue;
             };
-            match rec.state {
+            match rec.state() {
                 AllocationState::Bound if !present.contains(link.as_str()) => {
-                    gone.push((rec.clone(), link));
+                    gone.push((rec.record(), link));
                 }
                 AllocationState::Bound | AllocationState::Pending => {
                     expected.insert(link);
@@ -499,7 +519,7 @@ impl IpamState {
                 endpoint_ips.1 = Some(*ip);
             }
             endpoint_pool.get_or_insert(pool);
-            self.allocations.insert(*ip, Box::new(rec.clone()));
+            self.allocations.insert(rec.clone());
             ops.push(JournalOp::PutAllocation(rec));
         }
         if let (Some((container_id, ifname)), Some(pool)) = (attachment, endpoint_pool) {
@@ -533,7 +553,7 @@ impl IpamState {
     }
 }
 
-fn infra_record(ip: IpAddr, owner: &str) -> AllocationRecord {
+pub(super) fn infra_record(ip: IpAddr, owner: &str) -> AllocationRecord {
     AllocationRecord {
         ip,
         family: Family::of_addr(&ip),

@@ -303,8 +303,18 @@ fn del(cid: &str) -> EndpointBatchDeleteRequest {
     }
 }
 
+/// Every allocation in memory, as journal records.
+fn records(s: &IpamState) -> BTreeMap<IpAddr, AllocationRecord> {
+    s.allocations.iter().map(|r| (r.ip, r.record())).collect()
+}
+
+/// The allocation of `ip` in memory, as a journal record.
+fn record(s: &IpamState, ip: IpAddr) -> AllocationRecord {
+    s.allocations.get(&ip).expect("allocated").record()
+}
+
 fn state_of(s: &IpamState, ip: IpAddr) -> Option<AllocationState> {
-    s.allocations.get(&ip).map(|r| r.state)
+    s.allocations.get(&ip).map(|r| r.state())
 }
 
 fn range(s: &IpamState, family: &str) -> RangeStatus {
@@ -396,9 +406,9 @@ fn router_and_health_are_reserved_first_and_never_handed_out() {
     assert_eq!(s.router_ips(), vec![addr("10.0.0.1"), addr("fd00::1")]);
     let infra: BTreeMap<IpAddr, String> = s
         .allocations
-        .values()
-        .filter(|r| r.state == AllocationState::Infra)
-        .map(|r| (r.ip, r.owner.clone()))
+        .iter()
+        .filter(|r| r.state() == AllocationState::Infra)
+        .map(|r| (r.ip, r.owner().to_string()))
         .collect();
     let expected: BTreeMap<IpAddr, String> = [
         ("10.0.0.1", "router"),
@@ -474,7 +484,7 @@ fn an_ipv4_failure_gives_the_ipv6_address_back() {
         6,
         "router and five pods, nothing more"
     );
-    let v6_records = s.allocations.keys().filter(|ip| ip.is_ipv6()).count();
+    let v6_records = s.allocations.iter().filter(|r| r.ip.is_ipv6()).count();
     assert_eq!(v6_records, 6);
 }
 
@@ -516,7 +526,7 @@ fn a_repeated_add_of_an_attachment_supersedes_its_old_addresses() {
     }
     let live = s
         .allocations
-        .values()
+        .iter()
         .filter(|r| r.is_for("c1", Some("eth0")));
     assert_eq!(live.count(), 2);
 }
@@ -876,7 +886,7 @@ fn a_teardown_holds_the_addresses_until_it_finishes() {
     assert!(s.take_timers().is_empty(), "a hold has no end to wait for");
     let cooling = s.status().ipam.cooling;
     for ip in ips(&resp) {
-        let rec = &s.allocations[&ip];
+        let rec = &record(&s, ip);
         assert_eq!(rec.state, AllocationState::Cooling);
         assert_eq!(rec.cooling_until_ms, Some(HOLD_UNTIL_TEARDOWN));
         assert_eq!(
@@ -897,7 +907,7 @@ fn a_teardown_holds_the_addresses_until_it_finishes() {
     let timers = cooldown_timers(&s.take_timers());
     assert_eq!(timers.len(), 2);
     for ip in ips(&resp) {
-        let until = s.allocations[&ip].cooling_until_ms.unwrap();
+        let until = record(&s, ip).cooling_until_ms.unwrap();
         assert!(until >= before + 30_000 && until <= now_ms() + 30_000);
         assert!(timers.iter().any(|t| t.ip == ip && t.deadline_ms == until));
     }
@@ -927,13 +937,13 @@ fn restore_brings_back_allocations_endpoints_cooling_and_pending_timers() {
     let released = s.allocate_next(&pod("released")).unwrap();
     s.delete_endpoints(&del("released")).unwrap();
     let routers = s.router_ips();
-    let allocations = s.allocations.clone();
+    let allocations = records(&s);
     let endpoints = s.endpoints.clone();
     drop(s);
 
     let (mut s, origin) = restore(&dir, &setup);
     assert_eq!(origin, JournalOrigin::Existing);
-    assert_eq!(s.allocations, allocations);
+    assert_eq!(records(&s), allocations);
     assert_eq!(s.endpoints, endpoints);
     let report = s.restore_report().clone();
     assert_eq!(
@@ -1026,8 +1036,8 @@ fn restore_releases_what_expired_or_cooled_down_while_the_daemon_was_down() {
     let s = ready(s);
     assert_eq!(range(&s, "ipv4").used, 2, "the router and the kept pod");
     drop(s);
-    let (_, snapshot) = Journal::open(&dir.journal()).unwrap();
-    let journaled: BTreeSet<IpAddr> = snapshot.allocations.iter().map(|r| r.ip).collect();
+    let (j, _) = Journal::open(&dir.journal()).unwrap();
+    let journaled: BTreeSet<IpAddr> = j.all_allocations().iter().map(|r| r.ip).collect();
     for ip in ips(&expired).into_iter().chain(ips(&cooled)) {
         assert!(!journaled.contains(&ip), "{ip} is still journaled");
     }
@@ -1103,10 +1113,7 @@ fn a_teardown_interrupted_by_a_restart_is_still_pending_and_holds_its_addresses(
     let mut s = ready(s);
     assert_eq!(s.pending_teardowns(), vec![td.clone()]);
     for ip in ips(&resp) {
-        assert_eq!(
-            s.allocations[&ip].cooling_until_ms,
-            Some(HOLD_UNTIL_TEARDOWN)
-        );
+        assert_eq!(record(&s, ip).cooling_until_ms, Some(HOLD_UNTIL_TEARDOWN));
     }
     s.finish_teardown(&td.key).unwrap();
     assert!(s.pending_teardowns().is_empty());
@@ -1247,13 +1254,13 @@ fn reconcile_adopts_links_the_journal_cannot_vouch_for_and_keeps_those_with_noth
         (newer[1], "ns/newer [from kernel]", Some("newer")),
         (foreign[0], "ns/foreign [from kernel]", Some("foreign")),
     ] {
-        let rec = &s.allocations[&ip];
+        let rec = &record(&s, ip);
         assert_eq!(rec.state, AllocationState::Bound);
         assert_eq!(rec.owner, owner);
         assert_eq!(rec.container_id.as_deref(), cid);
         assert_eq!(rec.host_ifname, Some(host_ifname(cid.unwrap(), "eth0")));
     }
-    let legacy = &s.allocations[&unmarked[0]];
+    let legacy = &record(&s, unmarked[0]);
     assert_eq!(
         legacy.owner,
         format!("{} [from kernel]", host_ifname("legacy", "eth0"))
@@ -1439,13 +1446,13 @@ fn pool_selection_follows_the_pod_and_namespace_metadata() {
     let resp = s.allocate_next(&plain("apps/annotated", "")).unwrap();
     assert_eq!(resp.address.ipv4_pool_name, "blue");
     assert_eq!(
-        s.allocations[&v4(&resp)].selected_by.as_deref(),
+        record(&s, v4(&resp)).selected_by.as_deref(),
         Some("pod-annotation")
     );
     let resp = s.allocate_next(&plain("apps/plain", "")).unwrap();
     assert_eq!(resp.address.ipv4_pool_name, DEFAULT_POOL);
     assert_eq!(
-        s.allocations[&v4(&resp)].selected_by.as_deref(),
+        record(&s, v4(&resp)).selected_by.as_deref(),
         Some("default")
     );
     let e = s.allocate_next(&plain("strict/plain", "")).unwrap_err();
@@ -1642,8 +1649,8 @@ fn journal_fixes_make_a_diverged_journal_hold_what_memory_holds() {
     // IPv6 address is also recorded under another pool, a finished teardown is
     // still there and c's is missing.
     let mut diverged = Snapshot::default();
-    for rec in s.allocations.values() {
-        let mut rec = AllocationRecord::clone(rec);
+    let mut diverged_allocations = Vec::new();
+    for mut rec in records(&s).into_values() {
         if rec.ip == v6(&b) {
             continue;
         }
@@ -1651,15 +1658,15 @@ fn journal_fixes_make_a_diverged_journal_hold_what_memory_holds() {
             rec.state = AllocationState::Pending;
             rec.container_id = None;
         }
-        diverged.allocations.push(rec);
+        diverged_allocations.push(rec);
     }
-    let mut ghost = AllocationRecord::clone(&s.allocations[&v4(&b)]);
+    let mut ghost = record(&s, v4(&b));
     ghost.ip = addr("10.0.0.13");
     ghost.owner = "ns/ghost".into();
-    diverged.allocations.push(ghost);
-    let mut elsewhere = AllocationRecord::clone(&s.allocations[&v6(&a)]);
+    diverged_allocations.push(ghost);
+    let mut elsewhere = record(&s, v6(&a));
     elsewhere.pool = "old".into();
-    diverged.allocations.push(elsewhere);
+    diverged_allocations.push(elsewhere);
     diverged.endpoints = s.endpoints.values().cloned().collect();
     let mut ghost_ep = diverged.endpoints[0].clone();
     ghost_ep.container_id = "ghost".into();
@@ -1671,10 +1678,8 @@ fn journal_fixes_make_a_diverged_journal_hold_what_memory_holds() {
 
     let other = TempDir::new();
     let (mut j, _) = Journal::open(&other.journal()).unwrap();
-    let mut ops: Vec<JournalOp> = diverged
-        .allocations
-        .iter()
-        .cloned()
+    let mut ops: Vec<JournalOp> = diverged_allocations
+        .into_iter()
         .map(JournalOp::PutAllocation)
         .collect();
     ops.extend(
@@ -1689,11 +1694,12 @@ fn journal_fixes_make_a_diverged_journal_hold_what_memory_holds() {
         value: value.clone(),
     }));
     j.commit(&ops).unwrap();
-    j.commit(&s.journal_fixes(diverged)).unwrap();
+    let fixes = s.journal_fixes(&j, diverged).unwrap();
+    j.commit(&fixes).unwrap();
     drop(j);
 
-    let (_, fixed) = Journal::open(&other.journal()).unwrap();
-    assert_eq!(journal_of(&fixed), memory_of(&s));
+    let (j, fixed) = Journal::open(&other.journal()).unwrap();
+    assert_eq!(journal_of(&j, &fixed), memory_of(&s));
 }
 
 /// What a journal holds, or what memory holds, in one comparable shape.
@@ -1707,23 +1713,19 @@ struct Held {
 
 fn memory_of(s: &IpamState) -> Held {
     Held {
-        allocations: s
-            .allocations
-            .values()
-            .map(|r| (r.key(), AllocationRecord::clone(r)))
-            .collect(),
+        allocations: records(s).into_values().map(|r| (r.key(), r)).collect(),
         endpoints: s.endpoints.clone(),
         teardowns: s.teardowns.clone(),
         node: Some(serde_json::to_value(s.node()).unwrap()),
     }
 }
 
-fn journal_of(snapshot: &Snapshot) -> Held {
+fn journal_of(journal: &Journal, snapshot: &Snapshot) -> Held {
     Held {
-        allocations: snapshot
-            .allocations
-            .iter()
-            .map(|r| (r.key(), r.clone()))
+        allocations: journal
+            .all_allocations()
+            .into_iter()
+            .map(|r| (r.key(), r))
             .collect(),
         endpoints: snapshot
             .endpoints
@@ -1891,8 +1893,8 @@ fn a_full_disk_refuses_changes_with_503_and_recovery_makes_the_journal_match_mem
     s.allocate_next(&pod("after")).unwrap();
     let memory = memory_of(&s);
     drop(s);
-    let (_, snapshot) = Journal::open(&dir.journal()).unwrap();
-    assert_eq!(journal_of(&snapshot), memory);
+    let (j, snapshot) = Journal::open(&dir.journal()).unwrap();
+    assert_eq!(journal_of(&j, &snapshot), memory);
 }
 
 /// Known bug, kept as a failing test: `fire` queues the expired attachment's host

@@ -22,7 +22,7 @@ impl IpamState {
         for family in &self.cfg.families {
             let in_family = || {
                 self.allocations
-                    .values()
+                    .iter()
                     .filter(|rec| Family::of_addr(&rec.ip) == *family)
             };
             let labels = FamilyLabels {
@@ -32,7 +32,7 @@ impl IpamState {
                 .get_or_create(&labels)
                 .set(in_family().count() as i64);
             let cooling = in_family()
-                .filter(|rec| rec.state == AllocationState::Cooling)
+                .filter(|rec| rec.state() == AllocationState::Cooling)
                 .count() as i64;
             m.cooling.get_or_create(&labels).set(cooling);
         }
@@ -59,8 +59,8 @@ impl IpamState {
     /// Addresses a pod or the node holds (not cooling).
     pub fn live_addresses(&self) -> std::collections::BTreeSet<std::net::IpAddr> {
         self.allocations
-            .values()
-            .filter(|r| r.state != AllocationState::Cooling)
+            .iter()
+            .filter(|r| r.state() != AllocationState::Cooling)
             .map(|r| r.ip)
             .collect()
     }
@@ -191,7 +191,7 @@ impl IpamState {
         for family in &self.cfg.families {
             let in_family = || {
                 self.allocations
-                    .values()
+                    .iter()
                     .filter(|rec| Family::of_addr(&rec.ip) == *family)
             };
             let list: Vec<String> = in_family().map(|rec| rec.ip.to_string()).collect();
@@ -214,7 +214,7 @@ impl IpamState {
                     .map(|b| b.cidr.to_string())
                     .collect();
                 let cooling = in_family()
-                    .filter(|r| r.pool == *pool && r.state == AllocationState::Cooling)
+                    .filter(|r| r.pool() == pool && r.state() == AllocationState::Cooling)
                     .count();
                 ipam.ranges.push(RangeStatus {
                     family: family.as_str().into(),
@@ -253,34 +253,34 @@ impl IpamState {
             ipam.ipv4 = None;
             ipam.ipv6 = None;
         }
-        for (ip, rec) in self.allocations.iter().filter(|_| !brief) {
-            if rec.state == AllocationState::Cooling {
-                let until = rec.cooling_until_ms.unwrap_or(now);
+        for rec in self.allocations.iter().filter(|_| !brief) {
+            if rec.state() == AllocationState::Cooling {
+                let until = rec.cooling_until_ms().unwrap_or(now);
                 ipam.cooling.insert(
-                    self.status_key(*ip, &rec.pool),
+                    self.status_key(rec.ip, rec.pool()),
                     if until == super::HOLD_UNTIL_TEARDOWN {
-                        format!("{} (held until its links are gone)", rec.owner)
+                        format!("{} (held until its links are gone)", rec.owner())
                     } else {
-                        format!("{} ({} ms left)", rec.owner, until.saturating_sub(now))
+                        format!("{} ({} ms left)", rec.owner(), until.saturating_sub(now))
                     },
                 );
                 continue;
             }
-            let restored = match (&rec.container_id, &rec.ifname) {
+            let restored = match (rec.container_id(), rec.ifname()) {
                 (Some(c), Some(i)) => self
                     .restored_endpoints
                     .contains(&EndpointRecord::key_of(c, i)),
                 _ => false,
             };
-            let mut owner = rec.owner.clone();
+            let mut owner = rec.owner().to_string();
             if restored {
                 owner.push_str(" [restored]");
             }
-            if rec.state == AllocationState::Pending {
+            if rec.state() == AllocationState::Pending {
                 owner.push_str(" [expiring]");
             }
             ipam.allocations
-                .insert(self.status_key(rec.ip, &rec.pool), owner);
+                .insert(self.status_key(rec.ip, rec.pool()), owner);
         }
         let exhausted: Vec<&RangeStatus> =
             ipam.ranges.iter().filter(|r| r.is_exhausted()).collect();
