@@ -353,6 +353,11 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_stays_56_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 56);
+    }
+
+    #[test]
     fn shared_names_are_stored_once() {
         let mut loader = Allocations::loader();
         for i in 1..=200 {
