@@ -70,8 +70,9 @@ pub fn run(args: &[String]) -> i32 {
 enum Allocator {
     /// Node CIDRs from the cluster pool.
     ClusterPool(NodeCidrCarver),
-    /// Blocks of the CiliumPodIPPools; these are created first when missing.
-    MultiPool(Vec<crate::ipam::pooldef::PoolDef>),
+    /// Blocks of the CiliumPodIPPools (the pools to create first when
+    /// missing, the migration's default pool when enabled).
+    MultiPool(Vec<crate::ipam::pooldef::PoolDef>, Option<String>),
 }
 
 /// Why the leader stopped.
@@ -87,7 +88,10 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
         OperatorIpam::ClusterPool(pool) => {
             Allocator::ClusterPool(NodeCidrCarver::new(pool).map_err(|e| e.to_string())?)
         }
-        OperatorIpam::MultiPool { auto_create } => Allocator::MultiPool(auto_create.clone()),
+        OperatorIpam::MultiPool {
+            auto_create,
+            migrate_into,
+        } => Allocator::MultiPool(auto_create.clone(), migrate_into.clone()),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -121,8 +125,8 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
                 Allocator::ClusterPool(carver) => {
                     sync::run(client.clone(), NodeCidrs::new(carver), metrics.clone()).await
                 }
-                Allocator::MultiPool(auto_create) => {
-                    pool_sync::run(client.clone(), auto_create, metrics.clone()).await
+                Allocator::MultiPool(auto_create, migrate_into) => {
+                    pool_sync::run(client.clone(), auto_create, migrate_into, metrics.clone()).await
                 }
             }
         };
