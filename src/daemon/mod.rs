@@ -359,6 +359,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     let metrics_addr = opts.prometheus_serve_addr.clone();
     let update_rate = opts.node_update_rate;
     let (cross_node, backend_kind) = (config.cross_node.clone(), config.backend.clone());
+    let masquerades = cross_node.masquerade_v4 || cross_node.masquerade_v6;
     let (cni_conf_dir, cni_log_file, cni_exclusive, cni_uninstall) = (
         opts.write_cni_conf_when_ready.clone(),
         opts.cni_log_file.clone(),
@@ -426,6 +427,12 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             match cniconf::remove(&path) {
                 Ok(()) => tracing::info!(path = %path.display(), "removed the CNI config (cni-uninstall)"),
                 Err(e) => tracing::warn!(error = %e, "cni-uninstall"),
+            }
+        }
+        if cni_uninstall && masquerades {
+            match crossnode::masquerade::remove_tables() {
+                Ok(()) => tracing::info!(table = crossnode::masquerade::TABLE, "removed the masquerade tables (cni-uninstall)"),
+                Err(e) => tracing::warn!(error = %e, "cni-uninstall: the masquerade tables"),
             }
         }
         let _ = std::fs::remove_file(&socket);
