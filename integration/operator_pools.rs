@@ -268,7 +268,7 @@ fn request(cp: &ControlPlane, node: &str, pools: &[(&str, u64)]) {
     .expect_ok("the agent's demand");
 }
 
-fn pool_yaml(name: &str, cidr: &str, mask: u8) -> String {
+pub fn pool_yaml(name: &str, cidr: &str, mask: u8) -> String {
     format!(
         "apiVersion: cilium.io/v2alpha1\nkind: CiliumPodIPPool\nmetadata: {{name: {name}}}\n\
          spec:\n  ipv4: {{cidrs: [{cidr}], maskSize: {mask}}}\n"
