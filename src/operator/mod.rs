@@ -6,7 +6,9 @@
 //! `ipam`), writes them with server-side apply under its own field manager, and
 //! reports exhaustion in the node's `status.ipam.operator-status.error` until room
 //! appears ([`sync`]); in multi-pool it carves blocks of the CiliumPodIPPools until
-//! each node's request is met and takes back what nodes release ([`pools`], the
+//! each node's request is met and takes back what nodes release, adopting the node
+//! CIDRs of nodes that ran cluster-pool with
+//! `--enable-cluster-pool-to-multi-pool-migration` ([`pools`], the
 //! cluster-wide bookkeeping; [`pool_sync`], the loop and its write protocol; pools
 //! of `--auto-create-cilium-pod-ip-pools` from [`auto_pools`]). A replica
 //! that loses the lease exits (its Deployment restarts it as a follower). At start
