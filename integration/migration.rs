@@ -7,9 +7,9 @@
 //! nothing changes; once the pool covers them (same mask) each CiliumNode lists its
 //! pod CIDR under `spec.ipam.pools.allocated`. Then the agents restart one after
 //! the other in multi-pool mode while a pod on one node pings a pod on the other
-//! every 50 ms: no reply is missed, no route or neighbour on the tunnel changes,
-//! every pod keeps its address (restored), new pods get default-pool addresses
-//! and reach the others, and no block is held by two nodes.
+//! every 50 ms: no reply is missed, no route, neighbour or FDB entry on the
+//! tunnel changes, every pod keeps its address (restored), new pods get
+//! default-pool addresses and reach the others, and no block is held by two nodes.
 
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
@@ -83,31 +83,39 @@ impl Drop for Pinger {
     }
 }
 
-/// `ip monitor route neigh` in a node's namespace, run by PID: what changed on
-/// the tunnel device while it ran.
+/// A netlink monitor in a node's namespace, run by PID: `ip monitor route
+/// neigh` or `bridge monitor fdb`; what it saw change on the tunnel device.
 struct Monitor {
     child: Option<Child>,
     out: std::path::PathBuf,
 }
 
 impl Monitor {
-    fn start(node: &Node) -> Monitor {
-        let out = node.dir.join("ip-monitor.txt");
+    fn start(node: &Node, tool: &str, what: &[&str]) -> Monitor {
+        let out = node.dir.join(format!("{tool}-monitor.txt"));
         let file = std::fs::File::create(&out).expect("monitor output");
-        let child = Command::new("ip")
-            .args(["-n", &node.ns.name, "monitor", "route", "neigh"])
+        let child = Command::new(tool)
+            .args(["-n", &node.ns.name, "monitor"])
+            .args(what)
             .stdout(file)
             .stderr(Stdio::null())
             .spawn()
-            .expect("ip monitor");
+            .expect("monitor");
         Monitor {
             child: Some(child),
             out,
         }
     }
 
-    /// Stops it (SIGKILL by PID); the route and neighbour changes on the tunnel
-    /// device it saw.
+    /// Routes and neighbours, and FDB entries, of `node`.
+    fn both(node: &Node) -> [Monitor; 2] {
+        [
+            Monitor::start(node, "ip", &["route", "neigh"]),
+            Monitor::start(node, "bridge", &["fdb"]),
+        ]
+    }
+
+    /// Stops it (SIGKILL by PID); the changes on the tunnel device it saw.
     fn tunnel_changes(&mut self) -> Vec<String> {
         if let Some(mut c) = self.child.take() {
             let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
@@ -259,7 +267,7 @@ fn lab3_two_nodes_migrate_from_cluster_pool_to_multi_pool_without_losing_a_ping(
         nodes.iter().all(|n| cross_node(n).synced)
     });
     let before: Vec<String> = nodes.iter().map(datapath).collect();
-    let mut monitors: Vec<Monitor> = nodes.iter().map(Monitor::start).collect();
+    let mut monitors: Vec<[Monitor; 2]> = nodes.iter().map(Monitor::both).collect();
     let mut pinger = Pinger::start(&a1.ns, &b1_ip);
     std::thread::sleep(Duration::from_millis(500));
     for node in nodes.iter_mut() {
@@ -289,10 +297,10 @@ fn lab3_two_nodes_migrate_from_cluster_pool_to_multi_pool_without_losing_a_ping(
     let after: Vec<String> = nodes.iter().map(datapath).collect();
     assert_eq!(after, before, "the restarts changed routes or FDB entries");
     for (node, m) in names.iter().zip(monitors.iter_mut()) {
-        let changes = m.tunnel_changes();
+        let changes: Vec<String> = m.iter_mut().flat_map(Monitor::tunnel_changes).collect();
         assert!(
             changes.is_empty(),
-            "{node}: routes or neighbours on the tunnel changed during the restarts:\n{}",
+            "{node}: routes, neighbours or FDB entries on the tunnel changed during the restarts:\n{}",
             changes.join("\n")
         );
     }
