@@ -88,6 +88,9 @@ pub struct AllocateParams<'a> {
     pub ifname: &'a str,
     /// podnet: the CNI network name, so GC touches only its own network.
     pub network: &'a str,
+    /// podnet: the pod's netns path. With `expiration` and the attachment, the
+    /// daemon journals the endpoint, pending, in the allocation's commit.
+    pub netns: &'a str,
 }
 
 /// A connection factory for one daemon socket.
@@ -138,6 +141,7 @@ impl Client {
             ("container-id", p.container_id),
             ("ifname", p.ifname),
             ("network", p.network),
+            ("netns", p.netns),
         ]);
         let headers = [("expiration", if p.expiration { "true" } else { "false" })];
         self.call_json("POST", &format!("/v1/ipam?{query}"), &headers, None::<&()>)
