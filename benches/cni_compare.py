@@ -1172,7 +1172,7 @@ def report(a):
             L.append("")
             order = [
                 "daemon-config", "netlink-setup", "ipam-round-trip", "daemon-allocation", "netlink-host",
-                "netlink-pod", "endpoint-registration", "daemon-release", "total",
+                "netlink-pod", "link-wired", "endpoint-registration", "daemon-release", "total",
             ]
             rank = lambda k: order.index(k.split(" ", 1)[1]) if k.split(" ", 1)[1] in order else len(order) - 1
             for verb in ("ADD", "DEL"):

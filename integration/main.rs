@@ -29,5 +29,6 @@ mod nodeipam;
 mod operations;
 mod operator;
 mod operator_pools;
+mod pending_attachment;
 mod real_node;
 mod round_trips;

@@ -82,7 +82,9 @@ impl Daemon {
             tokio::spawn(async move {
                 let wait = t.deadline_ms.saturating_sub(now_ms());
                 tokio::time::sleep(Duration::from_millis(wait)).await;
-                let _ = d.with_state(move |s| Ok(s.fire(&t))).await;
+                let _ = d
+                    .with_state(move |s| Ok(s.fire(&t, &devices::host_link_marker)))
+                    .await;
             });
         }
     }

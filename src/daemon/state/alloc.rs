@@ -87,6 +87,9 @@ impl IpamState {
             }
         }
         ops.extend(taken.iter().cloned().map(JournalOp::PutAllocation));
+        let pending_endpoint = pending_endpoint(req, &taken, now);
+        let endpoint_pending = pending_endpoint.is_some();
+        ops.extend(pending_endpoint.map(JournalOp::PutEndpoint));
         if let Err(e) = self.commit(&ops) {
             self.give_back(&taken);
             return Err(e);
@@ -96,6 +99,7 @@ impl IpamState {
             host_addressing: self.node_addressing(),
             journal_mark: self.journal_mark().encode(),
             podnet_config: Some(self.config().status),
+            endpoint_pending,
             ..Default::default()
         };
         for rec in &taken {
@@ -345,7 +349,7 @@ impl IpamState {
     /// Adds the journal ops that release every allocation and endpoint of an
     /// attachment (`ifname` None: every interface of the container), including
     /// addresses adopted from the kernel under the attachment's host link name.
-    fn release_attachment(
+    pub(super) fn release_attachment(
         &self,
         container_id: &str,
         ifname: Option<&str>,
@@ -508,6 +512,31 @@ impl IpamState {
         Ok(self.view(&ep))
     }
 
+    /// `POST /v1/cni/report` of an ADD that wired a pending attachment: binds its
+    /// addresses (stops their expiration) if they are all still pending under the
+    /// UUIDs the report names. A report for an attachment deleted, re-added or
+    /// expired since is refused (409) and binds nothing. Reports without UUIDs
+    /// pass.
+    pub fn bind_wired(&mut self, report: &CniReport) -> Result<(), ApiError> {
+        let uuids = &report.wired_expiration_uuids;
+        if uuids.is_empty() {
+            return Ok(());
+        }
+        let (cid, ifname) = (&report.container_id, &report.ifname);
+        let ops = self.bind_ops(cid, ifname, Some(uuids));
+        if ops.len() != uuids.len() {
+            return Err(ApiError::new(
+                409,
+                format!(
+                    "attachment {cid}:{ifname} holds no pending addresses with the expiration UUIDs {uuids:?} (it was deleted, added again or expired since): report refused, nothing bound"
+                ),
+            ));
+        }
+        self.commit_apply(ops, "ADD wired")?;
+        tracing::info!(container = %cid, ifname = %ifname, owner = %report.owner, "endpoint wired: addresses bound");
+        Ok(())
+    }
+
     /// `DELETE /v1/endpoint`: deletes the container's endpoints (or the one
     /// attachment) and releases their addresses, and any address still pending for
     /// them. 404 when nothing was known. With `teardown-links`, the addresses are
@@ -641,6 +670,42 @@ impl IpamState {
         self.commit_apply(ops, "garbage collected")?;
         Ok((GcResponse { released }, stale.into_iter().collect()))
     }
+}
+
+/// The endpoint of an allocation that names its attachment and the pod's netns
+/// and expires: journaled with the addresses, pending as they are. It is bound
+/// when the plugin's report or the host link's wired marker shows the ADD
+/// finished, and released with them when it expires unwired.
+fn pending_endpoint(
+    req: &AllocateRequest,
+    taken: &[AllocationRecord],
+    now: u64,
+) -> Option<EndpointRecord> {
+    let (Some(cid), Some(ifname), Some(netns)) = (&req.container_id, &req.ifname, &req.netns)
+    else {
+        return None;
+    };
+    if !req.expiration {
+        return None;
+    }
+    let pool = taken.first()?.pool.clone();
+    let ip_of = |v4: bool| taken.iter().map(|r| r.ip).find(|ip| ip.is_ipv4() == v4);
+    Some(EndpointRecord {
+        container_id: cid.clone(),
+        ifname: ifname.clone(),
+        host_ifname: host_ifname(cid, ifname),
+        owner: if req.owner.is_empty() {
+            cid.clone()
+        } else {
+            req.owner.clone()
+        },
+        ipv4: ip_of(true),
+        ipv6: ip_of(false),
+        pool,
+        netns: Some(netns.clone()),
+        created_at_ms: now,
+        external_ipam: false,
+    })
 }
 
 pub(super) fn fill_response(
