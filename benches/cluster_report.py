@@ -24,14 +24,15 @@ def ratio(a, b):
 def burst_lines(rows, mask, prealloc):
     serial = next((r for r in rows if r["kind"] == "serial"), None)
     lines = [f"### Multi-pool burst (/{mask} blocks, pre-allocation {prealloc})", "",
-             "| node | update rate | ADDs (P) | failed | p50 ms | p99 ms | max ms | wall s | "
+             "| node | pre-allocation | update rate | ADDs (P) | failed | p50 ms | p99 ms | max ms | wall s | "
              "blocks after | writes: join | writes: ADDs | writes: DELs | p99 / serial p50 |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     base = serial["add"]["p50_ms"] if serial else 0
     for r in rows:
         a = r["add"]
         lines.append(
-            f"| {r['kind']} | {r['rate']} | {r['count']} ({r['parallel']}) | {r['add_failures']} | "
+            f"| {r['kind']} | {r.get('prealloc', prealloc)} | {r['rate']} | {r['count']} ({r['parallel']}) | "
+            f"{r['add_failures']} | "
             f"{a['p50_ms']} | {a['p99_ms']} | {a['max_ms']} | {r['add_wall_s']} | "
             f"{r.get('blocks_after_adds', '')} | {writes_total(r['join_writes'])} | "
             f"{writes_total(r['add_writes'])} | {writes_total(r.get('del_writes'))} | "
