@@ -124,10 +124,13 @@ impl IpamState {
 
     /// Whether `e` is a multi-pool pool without room (or not known yet) on a node
     /// whose blocks come from a cluster operator: the demand is written, and the
-    /// blocks that meet it arrive with a later node resource.
+    /// blocks that meet it arrive with a later node resource. Not when the operator
+    /// has reported that it cannot meet this node's demand (a pool exhausted or
+    /// missing): then the refusal is final until the operator says otherwise.
     pub fn waits_for_blocks(&self, e: &ApiError) -> bool {
         self.is_multi_pool()
             && self.operator.is_none()
+            && self.node.status.ipam.operator_status.error.is_empty()
             && matches!(
                 e.reason,
                 Some(FailureReason::RangeFull | FailureReason::PoolNotAvailable)

@@ -1658,6 +1658,25 @@ fn with_a_cluster_operator_a_full_pool_waits_for_blocks_without_recording_a_fail
     let second: IpNet = "10.10.0.16/28".parse().unwrap();
     assert!(second.contains(&v4(&got)), "{}", v4(&got));
 
+    // The operator reports it cannot meet the demand: no more waiting, and the
+    // refusal carries its reason.
+    let mut refused = node_with_blocks(&[(DEFAULT_POOL, "10.10.0.16/28")]);
+    refused.status.ipam.operator_status.error =
+        "failed to allocate ipv4 address for node \"node-a\" from pool \"default\": exhausted"
+            .into();
+    s.set_external_node(refused);
+    let e = loop {
+        if let Err(e) = s.try_allocate_next(&plain("ns/more", ""), true) {
+            break e;
+        }
+    };
+    assert!(!s.waits_for_blocks(&e), "{}", e.message);
+    assert!(
+        e.message.contains("operator: failed to allocate"),
+        "{}",
+        e.message
+    );
+
     // With the embedded operator a full pool is final: nothing to wait for.
     let dir = TempDir::new();
     let small = Setup::multi_pool(
