@@ -6,6 +6,7 @@
 //! the backend's events, flushes the node outbox to the backend's sink, and runs
 //! the expiration and cooldown timers.
 
+mod block_wait;
 mod cniconf;
 pub mod config;
 pub mod crossnode;
@@ -50,6 +51,8 @@ pub struct Daemon {
     backend: Arc<BackendHealth>,
     /// The cross-node datapath's status, when it runs.
     cross_node: Option<crossnode::SharedStatus>,
+    /// Counts the node events applied; allocations waiting for blocks watch it.
+    node_events: tokio::sync::watch::Sender<u64>,
 }
 
 impl Daemon {
@@ -379,6 +382,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             queue,
             backend: health.clone(),
             cross_node: cross_node_status.clone(),
+            node_events: tokio::sync::watch::Sender::new(0),
         });
         daemon.arm_timers(timers);
         if !metrics_addr.is_empty() {
@@ -683,6 +687,7 @@ async fn apply_node_events(
                     .await,
             ),
         };
+        daemon.node_events.send_modify(|n| *n += 1);
         match applied {
             Ok(()) => tracing::info!("{what} reloaded"),
             Err(e) => {

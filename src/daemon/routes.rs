@@ -133,7 +133,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
                 network: non_empty(q("network")),
                 netns: non_empty(q("netns")),
             };
-            let resp = daemon.with_state(move |s| s.allocate_next(&areq)).await?;
+            let resp = daemon.allocate_next(areq).await?;
             Ok(json_reply(201, &resp))
         }
         (&Method::POST, ["v1", "ipam", ip]) => {

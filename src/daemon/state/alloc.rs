@@ -23,6 +23,17 @@ impl IpamState {
     /// the refusal (502, as Cilium's no-op allocator) says `delegated-plugin` and
     /// carries the configuration the plugin then runs the delegated IPAM with.
     pub fn allocate_next(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
+        self.try_allocate_next(req, false)
+    }
+
+    /// `allocate_next`, for a caller that will wait for the cluster operator's
+    /// blocks when `may_wait`: a refusal [`IpamState::waits_for_blocks`] accepts is
+    /// then not recorded as a failure (its demand is noted as pending all the same).
+    pub fn try_allocate_next(
+        &mut self,
+        req: &AllocateRequest,
+        may_wait: bool,
+    ) -> Result<IpamResponse, ApiError> {
         if self.cfg.ipam_mode == IpamMode::DelegatedPlugin {
             return Err(ApiError {
                 config: Some(Box::new(self.config().status)),
@@ -37,7 +48,9 @@ impl IpamState {
         let result = self.allocate_next_inner(req);
         self.metrics
             .phase("ADD", "daemon-allocation", started.elapsed().as_secs_f64());
-        if let Err(e) = &result {
+        if let Err(e) = &result
+            && !(may_wait && self.waits_for_blocks(e))
+        {
             let reason = e.reason.map_or("rejected", FailureReason::as_str);
             self.record_failure(
                 "ADD",
@@ -111,6 +124,21 @@ impl IpamState {
         }
         self.sync_demand();
         Ok(resp)
+    }
+
+    /// Whether `e` is a multi-pool pool without room (or not known yet) on a node
+    /// whose blocks come from a cluster operator: the demand is written, and the
+    /// blocks that meet it arrive with a later node resource. Not when the operator
+    /// has reported that it cannot meet this node's demand (a pool exhausted or
+    /// missing): then the refusal is final until the operator says otherwise.
+    pub fn waits_for_blocks(&self, e: &ApiError) -> bool {
+        self.is_multi_pool()
+            && self.operator.is_none()
+            && self.node.status.ipam.operator_status.error.is_empty()
+            && matches!(
+                e.reason,
+                Some(FailureReason::RangeFull | FailureReason::PoolNotAvailable)
+            )
     }
 
     /// The next address of `pool`; in multi-pool a pool without room first asks

@@ -1601,16 +1601,14 @@ fn free_blocks_go_back_to_the_operator_only_after_restore_finished() {
     );
 }
 
-#[test]
-fn with_a_cluster_operator_free_blocks_go_to_the_sink_and_stay_out_until_gone() {
-    let dir = TempDir::new();
-    let setup = Setup::multi_pool(default_and_blue(), &[]);
-    let listed = node_with_blocks(&[("blue", "10.20.0.0/29"), ("blue", "10.20.0.8/29")]);
+/// A multi-pool node whose blocks come from a cluster operator (none embedded),
+/// restored with `node` as the node resource and ready to serve.
+fn start_with_cluster_operator(dir: &TempDir, setup: &Setup, node: NodeResource) -> IpamState {
     let (journal, snapshot) = Journal::open(&dir.journal()).unwrap();
     let mut s = IpamState::restore(
         setup.cfg.clone(),
         journal,
-        listed.clone(),
+        node,
         None,
         setup.pools.clone(),
         snapshot,
@@ -1619,6 +1617,15 @@ fn with_a_cluster_operator_free_blocks_go_to_the_sink_and_stay_out_until_gone() 
     .unwrap();
     s.reserve_infra_addresses(&[]).unwrap();
     s.finish_restore();
+    s
+}
+
+#[test]
+fn with_a_cluster_operator_free_blocks_go_to_the_sink_and_stay_out_until_gone() {
+    let dir = TempDir::new();
+    let setup = Setup::multi_pool(default_and_blue(), &[]);
+    let listed = node_with_blocks(&[("blue", "10.20.0.0/29"), ("blue", "10.20.0.8/29")]);
+    let mut s = start_with_cluster_operator(&dir, &setup, listed.clone());
     let out = s.take_outbox().unwrap();
     let blue = |c: &str| ("blue".to_string(), c.parse::<IpNet>().unwrap());
     assert_eq!(
@@ -1634,6 +1641,67 @@ fn with_a_cluster_operator_free_blocks_go_to_the_sink_and_stay_out_until_gone() 
     s.set_external_node(node_with_blocks(&[("blue", "10.20.0.8/29")]));
     s.set_external_node(listed);
     assert_eq!(blocks(&s, "blue"), vec!["10.20.0.0/29"]);
+}
+
+#[test]
+fn with_a_cluster_operator_a_full_pool_waits_for_blocks_without_recording_a_failure() {
+    let dir = TempDir::new();
+    let setup = Setup::multi_pool(default_and_blue(), &[(DEFAULT_POOL, 8)]);
+    let mut s = start_with_cluster_operator(&dir, &setup, node_with_blocks(&[]));
+    let mut i = 0;
+    while s.try_allocate_next(&pod(&format!("p{i}")), true).is_ok() {
+        i += 1;
+    }
+    assert_eq!(i, 13, "one /28 less the router");
+    let e = s
+        .try_allocate_next(&pod("waiting"), true)
+        .expect_err("no room");
+    assert!(s.waits_for_blocks(&e), "{}", e.message);
+    assert!(s.failures.is_empty(), "a wait is not a failure");
+    // The demand counts the waiting owners (p13 and this one): 14 in use + 2
+    // pending, with pre-allocation 8.
+    assert_eq!(requested(&s, DEFAULT_POOL), Some(24));
+    // The last attempt (no more waiting) is recorded.
+    let e = s.try_allocate_next(&pod("waiting"), false).unwrap_err();
+    assert_eq!(s.failures.len(), 1, "{}", e.message);
+    // The operator's block arrives: the waiting owner gets an address from it.
+    s.set_external_node(node_with_blocks(&[(DEFAULT_POOL, "10.10.0.16/28")]));
+    let got = s.try_allocate_next(&pod("waiting"), true).unwrap();
+    let second: IpNet = "10.10.0.16/28".parse().unwrap();
+    assert!(second.contains(&v4(&got)), "{}", v4(&got));
+
+    // The operator reports it cannot meet the demand: no more waiting, and the
+    // refusal carries its reason.
+    let mut refused = node_with_blocks(&[(DEFAULT_POOL, "10.10.0.16/28")]);
+    refused.status.ipam.operator_status.error =
+        "failed to allocate ipv4 address for node \"node-a\" from pool \"default\": exhausted"
+            .into();
+    s.set_external_node(refused);
+    let e = loop {
+        if let Err(e) = s.try_allocate_next(&plain("ns/more", ""), true) {
+            break e;
+        }
+    };
+    assert!(!s.waits_for_blocks(&e), "{}", e.message);
+    assert!(
+        e.message.contains("operator: failed to allocate"),
+        "{}",
+        e.message
+    );
+
+    // With the embedded operator a full pool is final: nothing to wait for.
+    let dir = TempDir::new();
+    let small = Setup::multi_pool(
+        vec![pool_def(DEFAULT_POOL, "10.10.0.0/28", 28)],
+        &[(DEFAULT_POOL, 8)],
+    );
+    let mut s = start(&dir, &small);
+    let e = loop {
+        if let Err(e) = s.try_allocate_next(&plain("ns/p", ""), true) {
+            break e;
+        }
+    };
+    assert!(!s.waits_for_blocks(&e), "{}", e.message);
 }
 
 // --- journal failure ------------------------------------------------------------
