@@ -1459,7 +1459,9 @@ def fill_tables(fl):
     by = fl.get("levels_by")
     if not by:
         return L
-    names = list(by)
+    names = [n for n in by if by[n]]
+    if not names:
+        return L
     L.append("")
     L.append(
         f"Filled node: {fl['samples']} ADDs then their DELs one at a time on fresh sandboxes, with that many "
@@ -1473,7 +1475,7 @@ def fill_tables(fl):
     L.append(head)
     L.append("|---|" + "---|---|---|---|" * len(names) + "---|---|---|")
     base = {n: by[n][0] for n in names}
-    for k, row in enumerate(by["podnet"] if "podnet" in by else by[names[0]]):
+    for k, row in enumerate(by[names[0]]):
         cells = f"| {row['fill']:,} |"
         loads = []
         for n in names:
@@ -1487,8 +1489,8 @@ def fill_tables(fl):
             cells += f" {a['p50_ms']}{f' ({ca})' if ca else ''} | {a['p99_ms']} | {d['p50_ms']}{f' ({cd})' if cd else ''} | {d['p99_ms']} |"
             loads.append(f"{r['loadavg'][0]}")
         q = next((x for x in by.get("ptp", []) if x["fill"] == row["fill"]), None)
-        if "podnet" in by and q:
-            p = by["podnet"][k]
+        if names[0] == "podnet" and q:
+            p = row
             cells += f" {ratio(p['add']['p50_ms'], q['add']['p50_ms'])} | {ratio(p['del']['p50_ms'], q['del']['p50_ms'])} |"
         else:
             cells += " - | - |"
@@ -1525,7 +1527,7 @@ def report(a):
         if "mode" not in d and "machine" in d:
             # A results file of an earlier run: render it again (its rounds, its machine).
             runs.extend(d.get("compare_rounds") or ([d["compare"]] if "compare" in d else []))
-            for k in ("resources", "criterion", "machine", "date", "git", "podnet_binary"):
+            for k in ("resources", "fill", "criterion", "machine", "date", "git", "podnet_binary"):
                 if k in d and not (k == "git" and a.git):
                     doc[k] = d[k]
             continue
