@@ -352,6 +352,8 @@ impl Attempt<'_> {
             // kernel sends no neighbour solicitation to the pod at all.
             write_sysctl(&format!("net/ipv6/conf/{host_name}/accept_dad"), "0")
                 .map_err(dp("host accept_dad"))?;
+        } else {
+            disable_host_ipv6(host_name)?;
         }
         match self.link_marker(false) {
             Some(marker) => host_sock.set_link_up_with_alias(host_index, &marker.encode()),
@@ -739,6 +741,19 @@ fn eni_device(host_sock: &NetlinkSocket, eni: &EniPlan) -> Result<u32, CniError>
                 eni.number
             ))
         })
+}
+
+/// An IPv4-only pod gets no IPv6 on its host link either, set before the link
+/// goes up. Otherwise every host link gets a link-local address, an fe80::/64
+/// and an ff00::/8 route and MLD traffic, and that kernel work grows with the
+/// pods on the node: IPv6 route lookups walk the fe80::/64 routes of every link
+/// and each link deletion walks the whole IPv6 table (BENCHMARKS.md "Flat
+/// cost"). A kernel without IPv6 has no such sysctl: nothing to disable.
+fn disable_host_ipv6(host_name: &str) -> Result<(), CniError> {
+    match write_sysctl(&format!("net/ipv6/conf/{host_name}/disable_ipv6"), "1") {
+        Err(e) if !e.is_not_found() => Err(dp("disabling IPv6 on the host side")(e)),
+        _ => Ok(()),
+    }
 }
 
 /// A netlink socket inside the pod's netns. It is opened before the allocation,

@@ -330,7 +330,7 @@ impl IpamState {
         };
         fill_response(&mut resp, &rec, self.skip_masquerade(&rec.pool));
         self.metrics.event("allocate", rec.family.as_str());
-        self.allocations.insert(addr, Box::new(rec));
+        self.allocations.insert(rec);
         self.outbox.used_changed = true;
         self.sync_demand();
         Ok(resp)
@@ -385,20 +385,36 @@ impl IpamState {
         now: u64,
     ) -> Vec<IpAddr> {
         let mut ips: BTreeSet<IpAddr> = BTreeSet::new();
-        let links: Vec<String> = match ifname {
-            Some(i) => vec![host_ifname(container_id, i)],
-            None => Vec::new(),
+        // One interface: its records through the index by host link (every ADD and
+        // DEL; a walk over all allocations grew with the pods on the node). The whole
+        // container (no interface named): every record.
+        let link = ifname.map(|i| host_ifname(container_id, i));
+        let candidates: Box<dyn Iterator<Item = &AllocationRecord>> = match &link {
+            Some(l) => Box::new(self.allocations.of_link(l)),
+            None => Box::new(self.allocations.values().map(|b| &**b)),
         };
-        for rec in self.allocations.values() {
-            let adopted = rec.state != AllocationState::Cooling
-                && rec.host_ifname.as_ref().is_some_and(|h| links.contains(h));
+        for rec in candidates {
+            let adopted =
+                rec.state != AllocationState::Cooling && link.is_some() && rec.host_ifname == link;
             if rec.is_for(container_id, ifname) || adopted {
                 ips.insert(rec.ip);
             }
         }
-        for ep in self
-            .endpoints
-            .values()
+        let endpoints: Vec<&EndpointRecord> = match ifname {
+            Some(i) => self
+                .endpoints
+                .get(&EndpointRecord::key_of(container_id, i))
+                .into_iter()
+                .collect(),
+            None => self
+                .endpoints
+                .range(EndpointRecord::key_of(container_id, "")..)
+                .take_while(|(k, _)| k.starts_with(&EndpointRecord::key_of(container_id, "")))
+                .map(|(_, e)| e)
+                .collect(),
+        };
+        for ep in endpoints
+            .into_iter()
             .filter(|e| e.container_id == container_id && ifname.is_none_or(|i| e.ifname == i))
         {
             ops.push(JournalOp::DeleteEndpoint {

@@ -6,6 +6,7 @@
 //! wants armed (expiration, end of cooldown) are queued and taken by the caller.
 
 mod alloc;
+mod allocations;
 mod explain;
 mod pools;
 mod restore;
@@ -206,9 +207,7 @@ pub struct IpamState {
     teardowns: BTreeMap<String, Teardown>,
     /// What the node sink last got, and whether the used addresses changed since.
     outbox: OutboxMarks,
-    /// Boxed: the map's nodes then hold 8-byte values, not whole records, which
-    /// halves its memory (ascending inserts leave nodes about half full).
-    allocations: BTreeMap<IpAddr, Box<AllocationRecord>>,
+    allocations: allocations::Allocations,
     endpoints: BTreeMap<String, EndpointRecord>,
     restored_endpoints: BTreeSet<String>,
     journal: Journal,
@@ -446,7 +445,7 @@ impl IpamState {
                         }
                         _ => {}
                     }
-                    self.allocations.insert(rec.ip, Box::new(rec));
+                    self.allocations.insert(rec);
                 }
                 JournalOp::PutEndpoint(ep) => {
                     self.endpoints.insert(ep.key(), ep);

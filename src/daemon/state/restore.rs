@@ -113,7 +113,7 @@ impl IpamState {
                 used_changed: true,
                 ..Default::default()
             },
-            allocations: BTreeMap::new(),
+            allocations: Default::default(),
             endpoints: BTreeMap::new(),
             restored_endpoints: BTreeSet::new(),
             journal,
@@ -203,7 +203,7 @@ impl IpamState {
             if rec.state != AllocationState::Cooling {
                 report.restored += 1;
             }
-            state.allocations.insert(rec.ip, Box::new(rec));
+            state.allocations.insert(rec);
         }
         for (key, value) in &snapshot.meta {
             if key.starts_with(TEARDOWN_PREFIX)
@@ -320,7 +320,7 @@ impl IpamState {
         let mut rec = infra_record(ip, owner);
         rec.pool = pool;
         ops.push(JournalOp::PutAllocation(rec.clone()));
-        self.allocations.insert(ip, Box::new(rec));
+        self.allocations.insert(rec);
         Ok(ip)
     }
 
@@ -510,7 +510,7 @@ impl IpamState {
                 endpoint_ips.1 = Some(*ip);
             }
             endpoint_pool.get_or_insert(pool);
-            self.allocations.insert(*ip, Box::new(rec.clone()));
+            self.allocations.insert(rec.clone());
             ops.push(JournalOp::PutAllocation(rec));
         }
         if let (Some((container_id, ifname)), Some(pool)) = (attachment, endpoint_pool) {

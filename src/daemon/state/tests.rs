@@ -945,7 +945,7 @@ fn restore_brings_back_allocations_endpoints_cooling_and_pending_timers() {
 
     let (mut s, origin) = restore(&dir, &setup);
     assert_eq!(origin, JournalOrigin::Existing);
-    assert_eq!(s.allocations, allocations);
+    assert_eq!(*s.allocations, allocations);
     assert_eq!(s.endpoints, endpoints);
     let report = s.restore_report().clone();
     assert_eq!(
