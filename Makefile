@@ -52,7 +52,7 @@ clean:
 # Performance run (root): podnet vs ptp/bridge + host-local vs the kernel floor,
 # resource figures; results in target/bench/ (see BENCHMARKS.md). BENCH_MICRO=1
 # also runs the criterion micro-benchmarks (cargo bench).
-.PHONY: bench bench-operator
+.PHONY: bench bench-operator bench-cluster
 bench:
 	bash scripts/setup
 	bash scripts/bench
@@ -63,6 +63,13 @@ bench:
 bench-operator:
 	bash scripts/setup
 	bash scripts/bench-operator
+
+# Cluster figures (root): a multi-pool burst on a fresh node (blocks through the
+# operator and the API server), API-server writes per mode for 100 pod ADD+DEL and
+# per node join, agent memory on a node of a 5,000-pod cluster (BENCHMARKS.md).
+bench-cluster:
+	bash scripts/setup
+	bash scripts/bench-cluster
 
 # Fuzzing (not part of `make test` or CI; needs the nightly toolchain, installs
 # cargo-fuzz if missing): builds fuzz/ and runs each target for FUZZ_SECONDS,

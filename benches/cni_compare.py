@@ -334,6 +334,22 @@ class Daemon:
             return ""
 
 
+def bench_daemon(a, workdir, cidr, mask, node):
+    """A podnet daemon whose node range is `cidr` cut into /`mask` (IPv4 only, no
+    release cooldown), its state under a.state_base/workdir."""
+    return Daemon(
+        a.podnet,
+        os.path.join(a.state_base, workdir),
+        [
+            "--cluster-pool-ipv4-cidr", cidr,
+            "--cluster-pool-ipv4-mask-size", str(mask),
+            "--ipam-release-cooldown", "0s",
+            "--k8s-node-name", node,
+        ],
+        a.pidfile,
+    )
+
+
 # --------------------------------------------------------------------------- contenders
 
 
@@ -390,18 +406,24 @@ class CniPlugin(Wrapped):
 
     def env(self, cmd, i):
         sb = self.sandboxes[i]
+        return self.env_for(cmd, self.cid(i), f"/run/netns/{sb}", sb)
+
+    def env_for(self, cmd, cid, netns, pod):
         return {
             "PATH": BASE_PATH,
             "CNI_COMMAND": cmd,
-            "CNI_CONTAINERID": self.cid(i),
-            "CNI_NETNS": f"/run/netns/{sb}",
+            "CNI_CONTAINERID": cid,
+            "CNI_NETNS": netns,
             "CNI_IFNAME": "eth0",
             "CNI_PATH": self.cni_path,
-            "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME={sb}",
+            "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME={pod}",
         }
 
     def call(self, cmd, i):
-        rc, out, err, secs, cpu, rss = spawn(self.wrap([self.binary]), self.env(cmd, i), self.conf)
+        return self.call_env(cmd, self.env(cmd, i))
+
+    def call_env(self, cmd, env):
+        rc, out, err, secs, cpu, rss = spawn(self.wrap([self.binary]), env, self.conf)
         c = Call(rc == 0, secs * 1000, cpu * 1000, rss, out, err)
         if c.ok and cmd == "ADD":
             try:
@@ -417,6 +439,38 @@ class CniPlugin(Wrapped):
 
     def delete(self, i):
         return self.call("DEL", i)
+
+
+def podnet_plugin(binary, sock, sandboxes):
+    return CniPlugin(
+        "podnet",
+        binary,
+        {"cniVersion": "1.0.0", "name": "bench-podnet", "type": "podnet", "socket-path": sock},
+        os.path.dirname(binary),
+        sandboxes,
+    )
+
+
+def ptp_plugin(cni_dir, name, subnet, data_dir, sandboxes):
+    """ptp + host-local: ipMasq off, one range, a default route."""
+    return CniPlugin(
+        "ptp",
+        os.path.join(cni_dir, "ptp"),
+        {
+            "cniVersion": "1.0.0",
+            "name": name,
+            "type": "ptp",
+            "ipMasq": False,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": subnet}]],
+                "routes": [{"dst": "0.0.0.0/0"}],
+                "dataDir": data_dir,
+            },
+        },
+        cni_dir,
+        sandboxes,
+    )
 
 
 class KernelFloor(Wrapped):
@@ -704,17 +758,7 @@ def compare(a):
     load_start = [round(x, 2) for x in os.getloadavg()]
     os.makedirs(a.workdir, exist_ok=True)
 
-    daemon = Daemon(
-        a.podnet,
-        os.path.join(a.state_base, "podnet"),
-        [
-            "--cluster-pool-ipv4-cidr", "10.99.0.0/16",
-            "--cluster-pool-ipv4-mask-size", "20",
-            "--ipam-release-cooldown", "0s",
-            "--k8s-node-name", "bench-node",
-        ],
-        a.pidfile,
-    )
+    daemon = bench_daemon(a, "podnet", "10.99.0.0/16", 20, "bench-node")
     log(f"starting the daemon ({a.podnet}), state in {daemon.state}")
     ready_s = daemon.start()
     try:
@@ -724,31 +768,8 @@ def compare(a):
             "ptp": os.path.join(a.state_base, "host-local-ptp"),
             "bridge": os.path.join(a.state_base, "host-local-bridge"),
         }
-        podnet = CniPlugin(
-            "podnet",
-            a.podnet,
-            {"cniVersion": "1.0.0", "name": "bench-podnet", "type": "podnet", "socket-path": daemon.sock},
-            os.path.dirname(a.podnet),
-            sandboxes,
-        )
-        ptp = CniPlugin(
-            "ptp",
-            os.path.join(a.cni_dir, "ptp"),
-            {
-                "cniVersion": "1.0.0",
-                "name": "bench-ptp",
-                "type": "ptp",
-                "ipMasq": False,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": "10.98.0.0/20"}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
-                    "dataDir": hl["ptp"],
-                },
-            },
-            a.cni_dir,
-            sandboxes,
-        )
+        podnet = podnet_plugin(a.podnet, daemon.sock, sandboxes)
+        ptp = ptp_plugin(a.cni_dir, "bench-ptp", "10.98.0.0/20", hl["ptp"], sandboxes)
         bridge = CniPlugin(
             "bridge",
             os.path.join(a.cni_dir, "bridge"),
@@ -878,17 +899,7 @@ def time_status(binary, sock, n=5):
 
 def resources(a):
     checks = Checks()
-    daemon = Daemon(
-        a.podnet,
-        os.path.join(a.state_base, "podnet-rss"),
-        [
-            "--cluster-pool-ipv4-cidr", "10.100.0.0/16",
-            "--cluster-pool-ipv4-mask-size", "16",
-            "--ipam-release-cooldown", "0s",
-            "--k8s-node-name", "bench-rss",
-        ],
-        a.pidfile,
-    )
+    daemon = bench_daemon(a, "podnet-rss", "10.100.0.0/16", 16, "bench-rss")
     out = {"mode": "resources", "node_range": "10.100.0.0/16 (mask size 16)"}
     ready = daemon.start()
     try:
@@ -977,6 +988,335 @@ def resources(a):
     out["checks"] = checks.items
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)
+    return 1 if checks.failed else 0
+
+
+# --------------------------------------------------------------------------- fill
+
+
+class NetnsHolder:
+    """Sandboxes for the fill part: network namespaces held open as file
+    descriptors by a helper process (`cni_compare.py netns-holder`), made with
+    unshare(CLONE_NEWNET). No bind mount per namespace (`ip netns add` mounts one
+    each, slow by the thousand), and the driver's own fd table, which every
+    posix_spawn copies, stays small at any fill. A sandbox's CNI_NETNS is
+    /proc/<holder>/fd/<n>; closing the fd destroys the namespace, and with it both
+    ends of the veth pair in it. The holder exits when its stdin closes, so every
+    namespace goes with the driver, on any exit."""
+
+    def __init__(self, max_fds):
+        import subprocess
+
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "netns-holder", "--max-fds", str(max_fds)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def ask(self, line):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer or answer.startswith("error"):
+            raise RuntimeError(f"netns holder: {answer.strip() or 'exited'}")
+        return answer.split()
+
+    def make(self, n):
+        if n <= 0:
+            return []
+        return [f"/proc/{self.proc.pid}/fd/{fd}" for fd in self.ask(f"make {n}")]
+
+    def close(self, paths):
+        if paths:
+            self.ask("close " + " ".join(p.rsplit("/", 1)[1] for p in paths))
+
+    def stop(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=120)
+
+
+def netns_holder(a):
+    """The holder's side of NetnsHolder: `make N` answers the N new fds on one line,
+    `close FD...` answers ok; anything that fails answers `error: ...`."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (a.max_fds, a.max_fds))
+    for line in sys.stdin:
+        cmd, *args = line.split()
+        try:
+            if cmd == "make":
+                fds = []
+                for _ in range(int(args[0])):
+                    if LIBC.unshare(CLONE_NEWNET) != 0:
+                        e = ctypes.get_errno()
+                        raise OSError(e, f"unshare(CLONE_NEWNET): {os.strerror(e)}")
+                    fds.append(os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC))
+                print(" ".join(map(str, fds)), flush=True)
+            elif cmd == "close":
+                for fd in args:
+                    os.close(int(fd))
+                print("ok", flush=True)
+            else:
+                print(f"error: unknown command {cmd}", flush=True)
+        except (OSError, ValueError, IndexError) as e:
+            print(f"error: {e}", flush=True)
+    return 0
+
+
+class FillNode:
+    """The fill node's counters, each minus what was there before the part began:
+    links (the contenders add only their host-side veths), IPv4 routes (all
+    tables), podnet's pod addresses and host-local's address files. Links are
+    counted in /sys/class/net (`ip netns exec` mounted this namespace's sysfs):
+    a netlink dump would make the kernel look up the peer namespace's id of every
+    veth, a walk over all namespace ids each, which at 10,000 pods loads the
+    machine while the samples run."""
+
+    def __init__(self, daemon, hostlocal_dir):
+        self.daemon = daemon
+        self.hostlocal_dir = hostlocal_dir
+        self.base_links = set(os.listdir("/sys/class/net"))
+        self.base_routes = self.routes_total()
+        self.base_allocs = set(healthz(daemon.sock)["ipam"]["allocations"])
+
+    @staticmethod
+    def routes_total():
+        rc, out, *_ = spawn([IP, "-4", "-o", "route", "show", "table", "all"], {"PATH": BASE_PATH})
+        return len(out.splitlines())
+
+    def veths(self):
+        return len(set(os.listdir("/sys/class/net")) - self.base_links)
+
+    def routes(self):
+        return self.routes_total() - self.base_routes
+
+    def podnet_addrs(self):
+        return set(healthz(self.daemon.sock)["ipam"]["allocations"]) - self.base_allocs
+
+    def hostlocal_files(self):
+        return len(hostlocal_leftovers(self.hostlocal_dir)) if os.path.isdir(self.hostlocal_dir) else 0
+
+    def holds(self, contender, ips):
+        """True when exactly the attachments with these addresses are on the node."""
+        if self.veths() != len(ips):
+            return False
+        if contender.name == "podnet":
+            return self.podnet_addrs() == set(ips)
+        return self.hostlocal_files() == len(ips)
+
+
+def wait_for(pred, timeout=300):
+    """Seconds until pred() held (polled), or None after `timeout`."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        if pred():
+            return time.perf_counter() - t0
+        time.sleep(0.05)
+    return None
+
+
+class FillRun:
+    """State shared by the fill part's steps."""
+
+    def __init__(self, holder, node, checks):
+        self.holder = holder
+        self.node = node
+        self.checks = checks
+        self.made = 0
+
+    def new_pods(self, contender, tag, n):
+        """n fresh sandboxes: [(container ID, CNI_NETNS)]."""
+        paths = self.holder.make(n)
+        pods = [(f"fill-{contender.name}-{tag}-{self.made + k}", p) for k, p in enumerate(paths)]
+        self.made += n
+        return pods
+
+    @staticmethod
+    def calls(contender, cmd, pods, workers):
+        """`cmd` on every pod, `workers` at once: (calls, wall seconds)."""
+
+        def one(pod):
+            return contender.call_env(cmd, contender.env_for(cmd, pod[0], pod[1], pod[0]))
+
+        t0 = time.perf_counter()
+        if workers == 1:
+            done = [one(p) for p in pods]
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as ex:
+                done = list(ex.map(one, pods))
+        return done, time.perf_counter() - t0
+
+    def all_ok(self, what, calls):
+        failed = [c.out.decode(errors="replace")[:300] + c.err.decode(errors="replace")[-300:] for c in calls if not c.ok]
+        self.checks.record(f"{what}: every call succeeded ({len(calls)})", not failed, str(failed[:2]))
+
+    def no_twice(self, what, ips):
+        dups = sorted(ip for ip, k in _counts(ips).items() if k > 1)
+        self.checks.record(f"{what}: no address handed out twice ({len(ips)})", not dups, str(dups[:5]))
+
+    def settled(self, what, contender, ips):
+        """Waits for the node to hold exactly `ips` (a DEL may answer before its
+        teardown is done) and records whether it did; seconds or None."""
+        s = wait_for(lambda: self.node.holds(contender, ips))
+        self.checks.record(
+            f"{what}: node holds exactly {len(ips)} attachments (veths, addresses)",
+            s is not None,
+            f"veths {self.node.veths()}",
+        )
+        return s
+
+
+def _counts(items):
+    out = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return out
+
+
+def daemon_probe(contender, daemon):
+    """(daemon CPU seconds, phase sums) for podnet; (None, {}) for a peer."""
+    if contender.name != "podnet":
+        return None, {}
+    return proc_cpu_s(daemon.pid), phase_sums(daemon.sock)
+
+
+def fill_levels(run, c, levels, a, daemon):
+    """Fills the node with c's attachments up to each level (untimed, a.fill_parallel
+    at once), then times a.samples ADDs one at a time on fresh sandboxes and their
+    DELs; at the end DELs the fill and checks the node is back where it began."""
+    live = []  # [(pod, ip)]
+    rows = []
+    try:
+        for level in levels:
+            pods = run.new_pods(c, f"f{level}", level - len(live))
+            calls, wall = run.calls(c, "ADD", pods, a.fill_parallel)
+            run.all_ok(f"fill/{c.name}@{level}: fill ADD", calls)
+            live += [(p, x.ip) for p, x in zip(pods, calls) if x.ok]
+            ips = [ip for _, ip in live]
+            run.no_twice(f"fill/{c.name}@{level}: the fill", ips)
+            run.settled(f"fill/{c.name}@{level}: after the fill", c, ips)
+            veths, routes = run.node.veths(), run.node.routes()
+            run.checks.record(
+                f"fill/{c.name}@{level}: one veth and at least one route per pod on the node",
+                veths == level and routes >= level,
+                f"veths {veths}, IPv4 routes {routes}",
+            )
+            log(f"fill/{c.name}: {level} pods on the node (fill of {len(pods)} in {wall:.1f} s); veths {veths}, routes {routes}")
+
+            samples = run.new_pods(c, f"s{level}", a.samples)
+            load = [round(x, 2) for x in os.getloadavg()]
+            null = [spawn(["/bin/true"], {"PATH": BASE_PATH})[3] * 1000 for _ in range(20)]
+            cpu0, ph0 = daemon_probe(c, daemon)
+            adds, _ = run.calls(c, "ADD", samples, 1)
+            cpu1, _ = daemon_probe(c, daemon)
+            run.all_ok(f"fill/{c.name}@{level}: sample ADD", adds)
+            run.no_twice(f"fill/{c.name}@{level}: fill and samples", ips + [x.ip for x in adds if x.ip])
+            dels, _ = run.calls(c, "DEL", samples, 1)
+            cpu2, ph1 = daemon_probe(c, daemon)
+            run.all_ok(f"fill/{c.name}@{level}: sample DEL", dels)
+            settle = run.settled(f"fill/{c.name}@{level}: after the sample DELs", c, ips)
+            run.holder.close([p for _, p in samples])
+            row = {
+                "fill": level,
+                "veths": veths,
+                "routes": routes,
+                "loadavg": load,
+                "driver_overhead_ms_p50": round(pct(null, 50), 3),
+                "fill_add_wall_s": round(wall, 2),
+                "add": stats([x.ms for x in adds if x.ok]),
+                "del": stats([x.ms for x in dels if x.ok]),
+                "add_cpu_ms_mean": round(sum(x.cpu_ms for x in adds) / max(len(adds), 1), 3),
+                "del_cpu_ms_mean": round(sum(x.cpu_ms for x in dels) / max(len(dels), 1), 3),
+                "del_settle_s": None if settle is None else round(settle, 3),
+                "add_ms": [round(x.ms, 3) for x in adds],
+                "del_ms": [round(x.ms, 3) for x in dels],
+            }
+            if cpu0 is not None:
+                row["daemon_cpu_ms_per_add"] = round((cpu1 - cpu0) * 1000 / a.samples, 3)
+                row["daemon_cpu_ms_per_del"] = round((cpu2 - cpu1) * 1000 / a.samples, 3)
+                row["phase_mean_ms"] = phase_means(ph0, ph1)
+            rows.append(row)
+            log(
+                f"fill/{c.name}@{level}: ADD p50 {row['add']['p50_ms'] if row['add'] else '-'} ms"
+                f" | DEL p50 {row['del']['p50_ms'] if row['del'] else '-'} ms | load {load[0]}"
+            )
+    finally:
+        pods = [p for p, _ in live]
+        calls, wall = run.calls(c, "DEL", pods, a.fill_parallel)
+        run.all_ok(f"fill/{c.name}: DEL of the fill", calls)
+        settle = run.settled(f"fill/{c.name}: after the DEL of the fill", c, [])
+        run.holder.close([p for _, p in pods])
+        log(f"fill/{c.name}: DEL of {len(pods)} in {wall:.1f} s, settled {settle} s after")
+    return rows
+
+
+def burst(run, c, n, workers):
+    """n ADDs with `workers` at once on fresh sandboxes, then their DELs."""
+    pods = run.new_pods(c, "burst", n)
+    adds, add_wall = run.calls(c, "ADD", pods, workers)
+    run.all_ok(f"burst/{c.name}: ADD", adds)
+    run.no_twice(f"burst/{c.name}", [x.ip for x in adds if x.ip])
+    dels, del_wall = run.calls(c, "DEL", pods, workers)
+    run.all_ok(f"burst/{c.name}: DEL", dels)
+    settle = run.settled(f"burst/{c.name}: after DEL", c, [])
+    run.holder.close([p for _, p in pods])
+    return {
+        "add_wall_s": round(add_wall, 4),
+        "del_wall_s": round(del_wall, 4),
+        "del_settle_s": None if settle is None else round(settle, 3),
+        "add": stats([x.ms for x in adds if x.ok]),
+        "del": stats([x.ms for x in dels if x.ok]),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def fill(a):
+    if os.geteuid() != 0:
+        sys.exit("cni_compare: needs root")
+    levels = sorted(set(a.levels))
+    if levels and levels[0] < 0:
+        sys.exit("cni_compare: fill levels are pod counts (0 or more)")
+    checks = Checks()
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    daemon = bench_daemon(a, "podnet-fill", "10.101.0.0/16", 16, "bench-fill")
+    hl_dir = os.path.join(a.state_base, "host-local-fill")
+    podnet = podnet_plugin(a.podnet, daemon.sock, [])
+    ptp = ptp_plugin(a.cni_dir, "bench-ptp-fill", "10.102.0.0/16", hl_dir, [])
+    contenders = [podnet, ptp]
+    max_fds = (levels[-1] if levels else 0) + a.samples + a.burst + 1024
+    holder = NetnsHolder(max_fds)
+    log(f"starting the daemon (node range /16), state in {daemon.state}; netns holder pid {holder.proc.pid}")
+    daemon.start()
+    out = {"mode": "fill", "loadavg_start": load_start, "levels": levels, "samples": a.samples}
+    try:
+        run = FillRun(holder, FillNode(daemon, hl_dir), checks)
+        for c in contenders:  # warm-up, untimed
+            burst(run, c, 2, 1)
+        if a.burst:
+            out["burst"] = {"n": a.burst, "workers": a.burst_parallel, "rounds": {c.name: [] for c in contenders}}
+            for r in range(a.burst_rounds):
+                for c in contenders[r % 2:] + contenders[: r % 2]:
+                    b = burst(run, c, a.burst, a.burst_parallel)
+                    out["burst"]["rounds"][c.name].append(b)
+                    log(
+                        f"burst/{c.name} {a.burst} at {a.burst_parallel}: wall {b['add_wall_s']:.3f} s,"
+                        f" ADD p50 {b['add']['p50_ms']} p99 {b['add']['p99_ms']} ms | DEL wall {b['del_wall_s']:.3f} s"
+                    )
+        if levels:
+            out["levels_by"] = {}
+            peer_levels = levels if a.peer_levels is None else sorted(set(a.peer_levels))
+            for c in contenders:
+                out["levels_by"][c.name] = fill_levels(run, c, levels if c is podnet else peer_levels, a, daemon)
+        out["daemon_after"] = proc_status(daemon.pid)
+    finally:
+        daemon.stop()
+        holder.stop()
+    out["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    out["checks"] = checks.items
+    with open(a.out, "w") as f:
+        json.dump(out, f, indent=1)
+    log(f"{len(checks.items)} checks, {len(checks.failed)} failed")
     return 1 if checks.failed else 0
 
 
@@ -1080,6 +1420,99 @@ def merge_runs(docs):
     return merged
 
 
+def change(x, base):
+    if x is None or not base:
+        return "-"
+    return f"{(x / base - 1) * 100:+.0f}%"
+
+
+def fill_tables(fl):
+    """The fill part's markdown: the burst, then latency per fill level."""
+    L = []
+    label = {"podnet": "podnet", "ptp": "ptp + host-local"}
+    b = fl.get("burst")
+    if b:
+        rounds = b["rounds"]
+        med = lambda name, f: median_of([f(r) for r in rounds.get(name, []) if f(r) is not None])
+        L.append("")
+        L.append(
+            f"Burst: {b['n']} ADDs with {b['workers']} at once on an empty node, then their DELs "
+            f"(median over {len(rounds.get('podnet', []))} rounds; per call in ms, walls in s):"
+        )
+        L.append("")
+        L.append("| | ADD wall | ADD p50 | p99 | max | DEL wall | DEL p99 |")
+        L.append("|---|---|---|---|---|---|---|")
+        for n in rounds:
+            L.append(
+                f"| {label[n]} | {med(n, lambda r: r['add_wall_s']):.3f} | {med(n, lambda r: r['add']['p50_ms']):.1f} "
+                f"| {med(n, lambda r: r['add']['p99_ms']):.1f} | {med(n, lambda r: r['add']['max_ms']):.1f} "
+                f"| {med(n, lambda r: r['del_wall_s']):.3f} | {med(n, lambda r: r['del']['p99_ms']):.1f} |"
+            )
+        if "podnet" in rounds and "ptp" in rounds:
+            L.append(
+                f"| podnet / ptp | {ratio(med('podnet', lambda r: r['add_wall_s']), med('ptp', lambda r: r['add_wall_s']))} "
+                f"| {ratio(med('podnet', lambda r: r['add']['p50_ms']), med('ptp', lambda r: r['add']['p50_ms']))} "
+                f"| {ratio(med('podnet', lambda r: r['add']['p99_ms']), med('ptp', lambda r: r['add']['p99_ms']))} | - "
+                f"| {ratio(med('podnet', lambda r: r['del_wall_s']), med('ptp', lambda r: r['del_wall_s']))} "
+                f"| {ratio(med('podnet', lambda r: r['del']['p99_ms']), med('ptp', lambda r: r['del']['p99_ms']))} |"
+            )
+    by = fl.get("levels_by")
+    if not by:
+        return L
+    names = [n for n in by if by[n]]
+    if not names:
+        return L
+    L.append("")
+    L.append(
+        f"Filled node: {fl['samples']} ADDs then their DELs one at a time on fresh sandboxes, with that many "
+        "pods (veth, /32 route, address) already on the node; ms per call; change against the empty node:"
+    )
+    L.append("")
+    head = "| pods on the node |"
+    for n in names:
+        head += f" {label[n]} ADD p50 | p99 | DEL p50 | p99 |"
+    head += " ADD ratio | DEL ratio | load (1 min) |"
+    L.append(head)
+    L.append("|---|" + "---|---|---|---|" * len(names) + "---|---|---|")
+    base = {n: by[n][0] for n in names}
+    for k, row in enumerate(by[names[0]]):
+        cells = f"| {row['fill']:,} |"
+        loads = []
+        for n in names:
+            r = next((x for x in by[n] if x["fill"] == row["fill"]), None)
+            if r is None:
+                cells += " - | - | - | - |"
+                continue
+            a, d = r["add"], r["del"]
+            ca = change(a["p50_ms"], base[n]["add"]["p50_ms"]) if k else ""
+            cd = change(d["p50_ms"], base[n]["del"]["p50_ms"]) if k else ""
+            cells += f" {a['p50_ms']}{f' ({ca})' if ca else ''} | {a['p99_ms']} | {d['p50_ms']}{f' ({cd})' if cd else ''} | {d['p99_ms']} |"
+            loads.append(f"{r['loadavg'][0]}")
+        q = next((x for x in by.get("ptp", []) if x["fill"] == row["fill"]), None)
+        if names[0] == "podnet" and q:
+            p = row
+            cells += f" {ratio(p['add']['p50_ms'], q['add']['p50_ms'])} | {ratio(p['del']['p50_ms'], q['del']['p50_ms'])} |"
+        else:
+            cells += " - | - |"
+        cells += f" {' / '.join(loads)} |"
+        L.append(cells)
+    ph = [(r["fill"], r.get("phase_mean_ms")) for r in by.get("podnet", [])]
+    if any(p for _, p in ph):
+        L.append("")
+        L.append("podnet per fill level, mean ms per phase (the plugin's timings) and daemon CPU per call:")
+        L.append("")
+        for (level, p), r in zip(ph, by["podnet"]):
+            parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(p.items()))
+            L.append(
+                f"- {level:,}: {parts}; daemon CPU {r.get('daemon_cpu_ms_per_add')} ms/ADD, "
+                f"{r.get('daemon_cpu_ms_per_del')} ms/DEL"
+            )
+    nfail = sum(1 for c in fl["checks"] if not c["ok"])
+    L.append("")
+    L.append(f"Fill checks: {len(fl['checks'])} run, {nfail} failed.")
+    return L
+
+
 def report(a):
     doc = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -1094,7 +1527,7 @@ def report(a):
         if "mode" not in d and "machine" in d:
             # A results file of an earlier run: render it again (its rounds, its machine).
             runs.extend(d.get("compare_rounds") or ([d["compare"]] if "compare" in d else []))
-            for k in ("resources", "criterion", "machine", "date", "git", "podnet_binary"):
+            for k in ("resources", "fill", "criterion", "machine", "date", "git", "podnet_binary"):
                 if k in d and not (k == "git" and a.git):
                     doc[k] = d[k]
             continue
@@ -1172,7 +1605,7 @@ def report(a):
             L.append("")
             order = [
                 "daemon-config", "netlink-setup", "ipam-round-trip", "daemon-allocation", "netlink-host",
-                "netlink-pod", "endpoint-registration", "daemon-release", "total",
+                "netlink-pod", "link-wired", "endpoint-registration", "daemon-release", "total",
             ]
             rank = lambda k: order.index(k.split(" ", 1)[1]) if k.split(" ", 1)[1] in order else len(order) - 1
             for verb in ("ADD", "DEL"):
@@ -1251,6 +1684,8 @@ def report(a):
         if cmp_:
             for k, v in cmp_["binary_sizes"].items():
                 L.append(f"| {k} binary | {v / 1048576:.1f} MiB |")
+    if doc.get("fill"):
+        L += fill_tables(doc["fill"])
     crit = doc.get("criterion")
     if crit:
         L.append("")
@@ -1290,6 +1725,21 @@ def main():
     r.add_argument("--allocations", type=int, default=65536)
     r.add_argument("--rss-workers", type=int, default=4)
     r.add_argument("--out", required=True)
+    f = sub.add_parser("fill")
+    f.add_argument("--podnet", required=True)
+    f.add_argument("--cni-dir", default="/usr/lib/cni")
+    f.add_argument("--state-base", required=True)
+    f.add_argument("--pidfile", required=True)
+    f.add_argument("--levels", type=int, nargs="*", default=[0, 1000])
+    f.add_argument("--peer-levels", type=int, nargs="*", default=None, help="ptp's fill levels (default: --levels)")
+    f.add_argument("--samples", type=int, default=100)
+    f.add_argument("--fill-parallel", type=int, default=32)
+    f.add_argument("--burst", type=int, default=100)
+    f.add_argument("--burst-parallel", type=int, default=32)
+    f.add_argument("--burst-rounds", type=int, default=3)
+    f.add_argument("--out", required=True)
+    h = sub.add_parser("netns-holder")
+    h.add_argument("--max-fds", type=int, required=True)
     p = sub.add_parser("report")
     p.add_argument("--out", required=True)
     p.add_argument("--md", required=True)
@@ -1305,6 +1755,12 @@ def main():
         return compare(a)
     if a.mode == "resources":
         return resources(a)
+    if a.mode == "fill":
+        if a.samples < 1 or a.fill_parallel < 1 or a.burst < 0 or a.burst_parallel < 1 or a.burst_rounds < 1:
+            sys.exit("cni_compare: --samples, --fill-parallel, --burst-parallel and --burst-rounds need 1 or more, --burst 0 or more")
+        return fill(a)
+    if a.mode == "netns-holder":
+        return netns_holder(a)
     return report(a)
 
 

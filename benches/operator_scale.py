@@ -75,6 +75,34 @@ def write_counts(args, resources=("ciliumnodes",)):
     return counts
 
 
+def create_all(args, objects, threads):
+    """POSTs the (path, body) pairs with `threads` clients, each retried a few
+    times; 409 (it exists) counts as done. Exits on the first lasting failure."""
+    local = threading.local()
+    failures = []
+
+    def create(item):
+        path, body = item
+        if not hasattr(local, "conn"):
+            local.conn = connection(args)
+        status, text = 0, b""
+        for attempt in range(5):
+            try:
+                status, text = request(local.conn, "POST", path, body)
+            except (OSError, http.client.HTTPException) as e:
+                local.conn = connection(args)
+                status, text = 0, str(e).encode()
+            if status in (200, 201, 409):
+                return
+            time.sleep(0.2 * (attempt + 1))
+        failures.append(f"{path} {body['metadata']['name']}: HTTP {status}: {text[:200]!r}")
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(create, objects))
+    if failures:
+        raise SystemExit(f"{len(failures)} creates failed, first: {failures[0]}")
+
+
 class Watcher(threading.Thread):
     """Follows every CiliumNode from a resourceVersion and records when the
     number of named nodes holding podCIDRs reaches the target."""
@@ -127,31 +155,11 @@ def scale(args):
     watcher = Watcher(args, rv, names)
     watcher.start()
 
-    local = threading.local()
-    failures = []
-
-    def create(name):
-        if not hasattr(local, "conn"):
-            local.conn = connection(args)
-        obj = {"apiVersion": "cilium.io/v2", "kind": "CiliumNode",
-               "metadata": {"name": name}, "spec": {}}
-        for attempt in range(5):
-            try:
-                status, body = request(local.conn, "POST", PATH, obj)
-            except (OSError, http.client.HTTPException) as e:
-                local.conn = connection(args)
-                status, body = 0, str(e).encode()
-            if status in (200, 201, 409):
-                return
-            time.sleep(0.2 * (attempt + 1))
-        failures.append(f"{name}: HTTP {status}: {body[:200]!r}")
-
+    objects = [(PATH, {"apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+                       "metadata": {"name": name}, "spec": {}}) for name in sorted(names)]
     start = time.monotonic()
-    with ThreadPoolExecutor(max_workers=args.threads) as pool:
-        list(pool.map(create, sorted(names)))
+    create_all(args, objects, args.threads)
     created = time.monotonic()
-    if failures:
-        raise SystemExit(f"{len(failures)} creates failed, first: {failures[0]}")
     if not watcher.done.wait(args.timeout - (created - start)):
         served = len(watcher.cidrs)
         raise SystemExit(f"timed out: {served} of {args.nodes} nodes had podCIDRs")

@@ -323,3 +323,58 @@ fn ipv4_only_node_with_spec_1_0_0() {
         serde_json::json!(["0.4.0", "1.0.0", "1.1.0"])
     );
 }
+
+/// `/proc/sys/net/ipv6/conf/<link>/disable_ipv6` in the node namespace.
+fn host_ipv6_disabled(node: &Node, link: &str) -> String {
+    let out = node.ns.exec(&[
+        "cat",
+        &format!("/proc/sys/net/ipv6/conf/{link}/disable_ipv6"),
+    ]);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn an_ipv4_only_pod_has_no_ipv6_on_its_host_link_a_dual_stack_pod_has() {
+    if !root_or_skip("host_link_ipv6") {
+        return;
+    }
+    // IPv4 only: no link-local address, no fe80::/64 or ff00::/8 route per pod
+    // (kernel work that grows with the pods on the node), and the pod still works.
+    let node = Node::start(&[
+        "--cluster-pool-ipv4-cidr",
+        "10.41.0.0/16",
+        "--k8s-node-name",
+        "v4host",
+    ]);
+    let a = node.sandbox();
+    assert!(node.add(&a).ok);
+    let host = node.host_links();
+    assert_eq!(host.len(), 1, "{host:?}");
+    assert_eq!(host_ipv6_disabled(&node, &host[0]), "1");
+    let routes6 = node
+        .ns
+        .exec(&["ip", "-6", "route", "show", "table", "all", "dev", &host[0]]);
+    assert!(routes6.status.success());
+    assert_eq!(String::from_utf8_lossy(&routes6.stdout).trim(), "");
+    assert!(a.ping(&node.ipv4_addressing().ip));
+    assert!(node.del(&a).ok);
+    assert!(node.host_links_gone());
+
+    // Dual stack: the host link keeps IPv6 (NDP proxy for the pod's router).
+    let dual = Node::dual_stack();
+    let b = dual.sandbox();
+    assert!(dual.add(&b).ok);
+    let host = dual.host_links();
+    assert_eq!(host_ipv6_disabled(&dual, &host[0]), "0");
+    let router6 = dual
+        .client()
+        .config()
+        .expect("config")
+        .status
+        .addressing
+        .ipv6
+        .expect("ipv6")
+        .ip;
+    assert!(b.ping(&router6));
+    assert!(dual.del(&b).ok);
+}

@@ -121,7 +121,7 @@ fn tcp_exchange(from: &Netns, to: &Netns, to_ip: &str) -> IpAddr {
     peer.ip()
 }
 
-fn ping(ns: &Netns, args: &[&str], ip: &str) -> bool {
+pub fn ping(ns: &Netns, args: &[&str], ip: &str) -> bool {
     let family = if ip.contains(':') { "-6" } else { "-4" };
     let mut all = vec!["ping", family, "-c1", "-W2"];
     all.extend_from_slice(args);
@@ -129,7 +129,7 @@ fn ping(ns: &Netns, args: &[&str], ip: &str) -> bool {
     ns.exec(&all).status.success()
 }
 
-fn cross_node(node: &Node) -> CrossNodeStatus {
+pub fn cross_node(node: &Node) -> CrossNodeStatus {
     node.client()
         .healthz()
         .expect("status")
@@ -142,11 +142,11 @@ fn show(ns: &Netns, args: &[&str]) -> String {
     String::from_utf8_lossy(&ns.exec(args).stdout).to_string()
 }
 
-fn podnet_routes(node: &Node) -> String {
+pub fn podnet_routes(node: &Node) -> String {
     show(&node.ns, &["ip", "-4", "route", "show", "proto", "77"])
 }
 
-fn fdb(node: &Node) -> String {
+pub fn fdb(node: &Node) -> String {
     show(&node.ns, &["bridge", "fdb", "show", "dev", "podnet_vxlan"])
 }
 
@@ -528,7 +528,7 @@ fn native_mode_routes_pods_via_the_nodes_internal_ips() {
 
 /// A pod `name` in namespace default on `node` (its Pod object first, so the
 /// daemon can select its pool), with its IPv4 address.
-fn pool_pod(
+pub fn pool_pod(
     cp: &ControlPlane,
     node: &Node,
     node_name: &str,

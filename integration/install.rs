@@ -92,10 +92,11 @@ fn the_cni_config_is_written_once_the_daemon_serves() {
     drop(probe);
 }
 
-/// `--cni-uninstall`: the config goes when the daemon stops on SIGTERM; without
-/// it, the config stays (an agent restart keeps the node usable).
+/// `--cni-uninstall`: the config and podnet's masquerade table go when the
+/// daemon stops on SIGTERM; without it, both stay (an agent restart keeps the
+/// node usable and its pods' traffic masqueraded).
 #[test]
-fn cni_uninstall_removes_the_config_when_the_daemon_stops() {
+fn cni_uninstall_removes_the_config_and_the_masquerade_table_when_the_daemon_stops() {
     if !root_or_skip("cni_uninstall") {
         return;
     }
@@ -108,6 +109,7 @@ fn cni_uninstall_removes_the_config_when_the_daemon_stops() {
             "conf",
             "--write-cni-conf-when-ready",
             &cd,
+            "--enable-ipv4-masquerade",
         ];
         if uninstall {
             args.push("--cni-uninstall");
@@ -115,11 +117,27 @@ fn cni_uninstall_removes_the_config_when_the_daemon_stops() {
         let mut node = Node::start(&args);
         let conf = confdir.join("05-podnet.conflist");
         assert!(conf.exists(), "written once the daemon serves");
+        let table = |node: &Node| node.ns.exec(&["nft", "list", "table", "ip", "podnet"]);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !table(&node).status.success() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no masquerade table; log:\n{}",
+                node.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         node.stop_daemon(false);
         assert_eq!(
             conf.exists(),
             !uninstall,
             "after SIGTERM with cni-uninstall={uninstall}; log:\n{}",
+            node.log()
+        );
+        assert_eq!(
+            table(&node).status.success(),
+            !uninstall,
+            "the masquerade table after SIGTERM with cni-uninstall={uninstall}; log:\n{}",
             node.log()
         );
         drop(probe);

@@ -237,12 +237,15 @@ fn a_full_disk_is_reported_and_recovered_from() {
     assert!(ra.ok, "{}", ra.stdout);
     let filler = disk.fill();
 
-    // ADDs fail with "try again later" and say why; nothing is half made.
-    let pending: Vec<Sandbox> = (0..3).map(|_| node.sandbox()).collect();
-    let failed = pending
+    // ADDs fail with "try again later" and say why; nothing is half made. (A
+    // commit that fits in the journal file's free pages still succeeds: with one
+    // commit per ADD a few may, so up to 12 are tried.)
+    let pending: Vec<Sandbox> = (0..12).map(|_| node.sandbox()).collect();
+    let (failed_at, failed) = pending
         .iter()
         .map(|sb| node.add(sb))
-        .find(|r| !r.ok)
+        .enumerate()
+        .find(|(_, r)| !r.ok)
         .expect("an ADD on a full disk must fail");
     assert_eq!(failed.code(), 11, "{}", failed.stdout);
     assert!(failed.msg().contains("is full"), "{}", failed.msg());
@@ -265,7 +268,7 @@ fn a_full_disk_is_reported_and_recovered_from() {
             "--socket",
         ])
         .arg(node.socket())
-        .arg(format!("default/{}", pending[0].ns.name))
+        .arg(format!("default/{}", pending[failed_at].ns.name))
         .output()
         .expect("explain");
     let explained = String::from_utf8_lossy(&explain.stdout);

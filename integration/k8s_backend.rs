@@ -378,19 +378,7 @@ fn adds_and_dels_write_nothing_to_the_api_server() {
     });
     // Pool selection reads the Pods from the API server: create them first.
     let pods: Vec<Sandbox> = (0..100).map(|_| node.sandbox()).collect();
-    let list: Vec<String> = pods
-        .iter()
-        .map(|sb| {
-            format!(
-                "- {{apiVersion: v1, kind: Pod, metadata: {{name: {}, namespace: default}}, spec: {{nodeName: {name}, containers: [{{name: c, image: busybox}}]}}}}",
-                sb.ns.name
-            )
-        })
-        .collect();
-    cp.apply(&format!(
-        "apiVersion: v1\nkind: List\nitems:\n{}\n",
-        list.join("\n")
-    ));
+    create_sandbox_pods(&cp, &name, &pods);
     let writes = writes_for(&cp, &node, &pods);
     eprintln!("API server writes for 100 pod ADD+DEL, multi-pool (pre-allocation 16): {writes}");
     assert!(writes < 20, "multi-pool wrote {writes} times for 100 pods");
@@ -440,6 +428,24 @@ pub fn create_pod(cp: &ControlPlane, namespace: &str, name: &str, node: &str, an
 }
 
 /// ADD for a sandbox as the pod `namespace/name` (also used by crossnode.rs).
+/// The Pod objects `default/<sandbox>` on node `node` that the harness's plugin
+/// runs stand for (multi-pool selection reads them from the API server).
+pub fn create_sandbox_pods(cp: &ControlPlane, node: &str, sandboxes: &[Sandbox]) {
+    let list: Vec<String> = sandboxes
+        .iter()
+        .map(|sb| {
+            format!(
+                "- {{apiVersion: v1, kind: Pod, metadata: {{name: {}, namespace: default}}, spec: {{nodeName: {node}, containers: [{{name: c, image: busybox}}]}}}}",
+                sb.ns.name
+            )
+        })
+        .collect();
+    cp.apply(&format!(
+        "apiVersion: v1\nkind: List\nitems:\n{}\n",
+        list.join("\n")
+    ));
+}
+
 pub fn add_as(node: &Node, sb: &Sandbox, namespace: &str, name: &str) -> PluginOutput {
     let args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name}");
     node.plugin("ADD", Some(sb), &node.conf("1.1.0"), &[("CNI_ARGS", &args)])

@@ -71,7 +71,11 @@ fn metrics_have_cilium_names_under_the_prefix_and_move() {
     assert_eq!(node.add(&b).code(), 101);
     let mut after = scrape(&node, 9962);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
-    while !after.contains("verb=\"ADD\",phase=\"total\"") && std::time::Instant::now() < deadline {
+    // Both ADDs report without waiting for the answer; the successful one's report
+    // carries link-wired.
+    while !after.contains("verb=\"ADD\",phase=\"link-wired\"")
+        && std::time::Instant::now() < deadline
+    {
         std::thread::sleep(std::time::Duration::from_millis(20));
         after = scrape(&node, 9962);
     }
@@ -100,7 +104,7 @@ fn metrics_have_cilium_names_under_the_prefix_and_move() {
         "ipam-round-trip",
         "netlink-host",
         "netlink-pod",
-        "endpoint-registration",
+        "link-wired",
         "total",
     ] {
         let line =

@@ -2,6 +2,7 @@
 //! real binary with deploy/operator.yaml's ServiceAccount: it creates the pools of
 //! `--auto-create-cilium-pod-ip-pools`, carves blocks for two real node daemons
 //! (pods on each get addresses from their node's blocks, no block on two nodes),
+//! a burst of ADDs on a fresh node waits in the daemon for its new blocks (none fails),
 //! reports a pool's exhaustion in the node's operator-status, and takes back the
 //! block a node gives back to give it to the other; a node asking for a pool that
 //! does not exist gets Cilium's error until the pool is created; a pool edit that
@@ -17,7 +18,9 @@ use ipnet::IpNet;
 
 use crate::harness::*;
 use crate::k8s::ControlPlane;
-use crate::k8s_backend::{add_as, create_node, create_pod, jsonpath, k8s_node};
+use crate::k8s_backend::{
+    add_as, create_node, create_pod, create_sandbox_pods, jsonpath, k8s_node,
+};
 use crate::operator::{
     Operator, install_operator, kill_mid_burst, lease_holder, managed_fields, operator_error,
     operator_status, per_node, wait_for,
@@ -268,7 +271,79 @@ fn request(cp: &ControlPlane, node: &str, pools: &[(&str, u64)]) {
     .expect_ok("the agent's demand");
 }
 
-fn pool_yaml(name: &str, cidr: &str, mask: u8) -> String {
+/// A burst of ADDs on a fresh node (32 at a time, one attempt each) needs several
+/// blocks more than its pre-allocation: every ADD waits in the daemon for the
+/// blocks its demand brings through the API server instead of failing.
+#[test]
+fn a_burst_on_a_fresh_multi_pool_node_waits_for_blocks_and_no_add_fails() {
+    const TEST: &str = "operator_multi_pool_burst";
+    let Some(cp) = ControlPlane::start(TEST) else {
+        return;
+    };
+    let sa = install_operator(&cp);
+    // 10.67.0.0/24 in /28s: sixteen blocks of fourteen addresses.
+    let _op = Operator::start(
+        &cp,
+        "op-b",
+        &sa,
+        9979,
+        &[
+            "--ipam=multi-pool",
+            "--auto-create-cilium-pod-ip-pools=default=ipv4-cidrs:10.67.0.0/24;ipv4-mask-size:28",
+        ],
+    );
+    let ns = cp.add_node_ns("burst");
+    create_node(&cp, &ns, &[]);
+    let name = ns.name.clone();
+    let mut node = k8s_node(
+        ns,
+        &cp.kubeconfig(),
+        &[
+            "--ipam",
+            "multi-pool",
+            "--ipam-multi-pool-pre-allocation",
+            "default=8",
+        ],
+    );
+    node.spawn_daemon();
+    node.wait_ready();
+    let first_blocks = blocks(&cp, &name).len();
+    let pods: Vec<Sandbox> = (0..64).map(|_| node.sandbox()).collect();
+    create_sandbox_pods(&cp, &name, &pods);
+
+    let refs: Vec<&Sandbox> = pods.iter().collect();
+    let results = node.plugin_parallel("ADD", &refs, 32);
+    let failed: Vec<&str> = results
+        .iter()
+        .filter(|r| !r.ok)
+        .map(|r| r.stdout.as_str())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 64 ADDs failed, first: {}",
+        failed.len(),
+        failed[0]
+    );
+    let ips: BTreeSet<std::net::IpAddr> = results
+        .iter()
+        .map(|r| r.ipv4().parse().expect("an address"))
+        .collect();
+    assert_eq!(ips.len(), 64, "an address given twice");
+    let now = blocks(&cp, &name);
+    // 64 pods plus the router and health addresses need at least five blocks.
+    assert!(
+        now.len() >= 5 && now.len() > first_blocks,
+        "blocks at start {first_blocks}, after the burst {now:?}"
+    );
+    for ip in &ips {
+        assert!(now.iter().any(|b| b.contains(ip)), "{ip} not in {now:?}");
+    }
+    for r in node.plugin_parallel("DEL", &refs, 32) {
+        assert!(r.ok, "{}", r.stdout);
+    }
+}
+
+pub fn pool_yaml(name: &str, cidr: &str, mask: u8) -> String {
     format!(
         "apiVersion: cilium.io/v2alpha1\nkind: CiliumPodIPPool\nmetadata: {{name: {name}}}\n\
          spec:\n  ipv4: {{cidrs: [{cidr}], maskSize: {mask}}}\n"

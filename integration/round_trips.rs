@@ -1,11 +1,12 @@
 //! What ADD asks the daemon, seen from the socket. A proxy between the plugin and
-//! the daemon records every request (ADD makes two: the allocation, whose answer
-//! carries the configuration, before the pod is wired, and the endpoint
-//! registration, which carries the timings, after), and can SIGKILL the plugin at
-//! a chosen request: an allocation whose endpoint never arrives still expires, and
-//! takes the attachment's host link with it. Also: a Cilium-shaped client (no
-//! podnet fields) against podnet, and delegated-plugin mode's refusal with the
-//! configuration.
+//! the daemon records every request (ADD waits for one: the allocation, whose
+//! answer carries the configuration and which journals the endpoint pending; the
+//! timing report that binds the addresses follows without a wait), and can
+//! SIGKILL the plugin at a chosen request, or hold a request back: an allocation
+//! whose pod is never wired still expires, and takes the attachment's host link
+//! with it. Also: a Cilium-shaped client (no podnet fields) against podnet, and
+//! delegated-plugin mode's refusal with the configuration (its ADD still
+//! registers the endpoint and waits).
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -23,37 +24,41 @@ use serde_json::{Value, json};
 
 use crate::harness::*;
 
-/// Where the proxy kills the plugin (SIGKILL, by the PID the socket names).
+/// Where the proxy kills the plugin (SIGKILL, by the PID the socket names), or
+/// which request it holds back.
 #[derive(Clone, Copy)]
-enum Kill {
+pub(crate) enum Kill {
     Never,
     /// Once the daemon has answered this request, before the plugin gets it.
     AfterAnswerTo(&'static str),
-    /// When this request arrives, before the daemon sees it.
-    On(&'static str),
+    /// This request is kept (`Proxy::held`), never forwarded: for the plugin's
+    /// report, which it does not wait for, as if the daemon never got it.
+    Hold(&'static str),
 }
 
 /// A unix-socket proxy in front of a daemon: forwards each request (one per
 /// connection, as the plugin's client sends them) and records its request line.
-struct Proxy {
+pub(crate) struct Proxy {
     path: PathBuf,
     requests: Arc<Mutex<Vec<String>>>,
+    held: Arc<Mutex<Vec<Vec<u8>>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Proxy {
-    fn start(dir: &Path, daemon: PathBuf, kill: Kill) -> Proxy {
+    pub(crate) fn start(dir: &Path, daemon: PathBuf, kill: Kill) -> Proxy {
         let path = dir.join("proxy.sock");
         let listener = UnixListener::bind(&path).expect("proxy socket");
         listener.set_nonblocking(true).expect("nonblocking");
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let held = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (seen, stopped) = (requests.clone(), stop.clone());
+        let (seen, kept, stopped) = (requests.clone(), held.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
             while !stopped.load(Ordering::SeqCst) {
                 match listener.accept() {
-                    Ok((conn, _)) => forward(conn, &daemon, kill, &seen),
+                    Ok((conn, _)) => forward(conn, &daemon, kill, &seen, &kept),
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
             }
@@ -61,18 +66,24 @@ impl Proxy {
         Proxy {
             path,
             requests,
+            held,
             stop,
             thread: Some(thread),
         }
     }
 
     /// The request lines so far (`POST /v1/ipam?...`), without the HTTP version.
-    fn requests(&self) -> Vec<String> {
+    pub(crate) fn requests(&self) -> Vec<String> {
         self.requests.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
+    /// The requests held back so far (`Kill::Hold`), as the plugin sent them.
+    pub(crate) fn held(&self) -> Vec<Vec<u8>> {
+        self.held.lock().map(|h| h.clone()).unwrap_or_default()
+    }
+
     /// The requests so far as `METHOD /path` (no query, no endpoint id).
-    fn calls(&self) -> Vec<String> {
+    pub(crate) fn calls(&self) -> Vec<String> {
         self.requests()
             .iter()
             .map(|r| {
@@ -86,7 +97,7 @@ impl Proxy {
     }
 
     /// A network config whose `socket-path` is the proxy.
-    fn conf(&self) -> String {
+    pub(crate) fn conf(&self) -> String {
         json!({
             "cniVersion": "1.1.0",
             "name": "podnet-it",
@@ -107,7 +118,13 @@ impl Drop for Proxy {
 }
 
 /// Serves one connection of the plugin.
-fn forward(mut conn: UnixStream, daemon: &Path, kill: Kill, seen: &Mutex<Vec<String>>) {
+fn forward(
+    mut conn: UnixStream,
+    daemon: &Path,
+    kill: Kill,
+    seen: &Mutex<Vec<String>>,
+    held: &Mutex<Vec<Vec<u8>>>,
+) {
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
     let Some(request) = read_request(&mut conn) else {
@@ -123,10 +140,12 @@ fn forward(mut conn: UnixStream, daemon: &Path, kill: Kill, seen: &Mutex<Vec<Str
         s.push(line.clone());
     }
     let pid = peer_pid(&conn);
-    if let Kill::On(prefix) = kill
+    if let Kill::Hold(prefix) = kill
         && line.starts_with(prefix)
     {
-        kill_plugin(pid);
+        if let Ok(mut h) = held.lock() {
+            h.push(request);
+        }
         return;
     }
     let Ok(mut up) = UnixStream::connect(daemon) else {
@@ -200,7 +219,7 @@ fn kill_plugin(pid: i32) {
 }
 
 /// `sum` and `count` of the daemon's histogram of one ADD phase.
-fn add_phase(node: &Node, phase: &str) -> Option<(f64, u64)> {
+pub(crate) fn add_phase(node: &Node, phase: &str) -> Option<(f64, u64)> {
     let resp = node
         .client()
         .call("GET", "/metrics", &[], None)
@@ -217,7 +236,7 @@ fn add_phase(node: &Node, phase: &str) -> Option<(f64, u64)> {
 }
 
 /// Waits (up to `secs`) until `cond` holds.
-fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < deadline {
         if cond() {
@@ -229,7 +248,7 @@ fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 #[test]
-fn add_asks_the_daemon_twice_and_its_timings_come_with_the_endpoint() {
+fn add_waits_for_one_request_and_its_report_binds_the_addresses() {
     if !root_or_skip("add_round_trips") {
         return;
     }
@@ -238,10 +257,23 @@ fn add_asks_the_daemon_twice_and_its_timings_come_with_the_endpoint() {
     let a = node.sandbox();
     let r = node.plugin("ADD", Some(&a), &proxy.conf(), &[]);
     assert!(r.ok, "{r:?}");
+    // The endpoint was journaled with the allocation: there before any report.
+    assert!(node.client().endpoint(&a.container_id, "eth0").is_ok());
+    assert!(
+        eventually(5, || proxy.calls().len() == 2),
+        "{:?}",
+        proxy.calls()
+    );
     assert_eq!(
         proxy.calls(),
-        ["POST /v1/ipam", "PUT /v1/endpoint/{id}"],
-        "no GET /v1/config, no report request"
+        ["POST /v1/ipam", "POST /v1/cni/report"],
+        "no GET /v1/config, no endpoint registration"
+    );
+    // The allocation named the pod's netns (the daemon journals the endpoint).
+    assert!(
+        proxy.requests()[0].contains("netns="),
+        "{:?}",
+        proxy.requests()
     );
     // The IPv6 defaults were set after the allocation, before eth0 was made: the
     // pod's IPv6 address is usable at once (no DAD), both routers answer.
@@ -252,24 +284,32 @@ fn add_asks_the_daemon_twice_and_its_timings_come_with_the_endpoint() {
     let dad =
         a.ns.exec(&["cat", "/proc/sys/net/ipv6/conf/eth0/accept_dad"]);
     assert_eq!(String::from_utf8_lossy(&dad.stdout).trim(), "0");
-    // The endpoint is committed before ADD returns: bound, nothing expiring.
-    let allocs = node.allocations();
+    // The host link says the ADD finished; the report bound both addresses.
+    let host = podnet::datapath::host_ifname(&a.container_id, "eth0");
+    let alias = node.link_alias(&host).expect("marker");
     assert!(
-        allocs
-            .get(&r.ipv4())
-            .is_some_and(|o| !o.contains("[expiring]")),
-        "{allocs:?}"
+        podnet::api::link_marker::LinkMarker::parse(&alias).is_some_and(|m| m.wired),
+        "{alias}"
     );
-    assert!(node.client().endpoint(&a.container_id, "eth0").is_ok());
-    // The plugin's phases, and the daemon's endpoint-registration added to total.
-    let (_, n) = add_phase(&node, "netlink-pod").expect("netlink-pod");
-    assert_eq!(n, 1);
-    let (registration, n) = add_phase(&node, "endpoint-registration").expect("registration");
+    assert!(
+        eventually(5, || {
+            let allocs = node.allocations();
+            [r.ipv4(), r.ipv6()]
+                .iter()
+                .all(|ip| allocs.get(ip).is_some_and(|o| !o.contains("[expiring]")))
+        }),
+        "{:?}",
+        node.allocations()
+    );
+    // The plugin's phases came with the report.
+    assert_eq!(add_phase(&node, "netlink-pod").map(|p| p.1), Some(1));
+    let (wired, n) = add_phase(&node, "link-wired").expect("link-wired");
     assert_eq!(n, 1);
     let (total, _) = add_phase(&node, "total").expect("total");
-    assert!(total > registration && registration > 0.0);
+    assert!(total > wired && wired > 0.0);
+    assert_eq!(add_phase(&node, "endpoint-registration"), None);
     assert_eq!(add_phase(&node, "daemon-config"), None);
-    // A failed ADD still reports (its timings never reached an endpoint).
+    // A failed ADD reports too (without waiting for the answer).
     let b = node.sandbox();
     let foreign = b.ns.exec(&[
         "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "fpeer0",
@@ -277,7 +317,7 @@ fn add_asks_the_daemon_twice_and_its_timings_come_with_the_endpoint() {
     assert!(foreign.status.success());
     let refused = node.plugin("ADD", Some(&b), &proxy.conf(), &[]);
     assert_eq!(refused.code(), 104);
-    // Refused before any allocation, then reported (without waiting for the answer).
+    // Refused before any allocation, then reported.
     assert!(
         eventually(5, || proxy.calls().len() == 3),
         "{:?}",
@@ -331,8 +371,8 @@ fn a_plugin_killed_right_after_the_allocation_has_its_address_expire() {
 }
 
 #[test]
-fn a_plugin_killed_before_its_endpoint_commit_loses_address_and_link_at_expiry() {
-    if !root_or_skip("killed_before_endpoint") {
+fn a_wired_add_whose_report_never_arrives_is_bound_at_expiry() {
+    if !root_or_skip("report_lost") {
         return;
     }
     let node = Node::start(&[
@@ -343,35 +383,29 @@ fn a_plugin_killed_before_its_endpoint_commit_loses_address_and_link_at_expiry()
         "--k8s-node-name",
         "rt-node",
     ]);
-    let proxy = Proxy::start(&node.dir, node.socket(), Kill::On("PUT /v1/endpoint"));
+    let proxy = Proxy::start(&node.dir, node.socket(), Kill::Hold("POST /v1/cni/report"));
     let a = node.sandbox();
-    let killed = node.plugin("ADD", Some(&a), &proxy.conf(), &[]);
-    assert!(!killed.ok && killed.stdout.is_empty(), "{killed:?}");
-    // The pod was wired, but the ADD never succeeded: its address is still
-    // pending, its host link carries the allocation's journal mark.
+    let r = node.plugin("ADD", Some(&a), &proxy.conf(), &[]);
+    assert!(r.ok, "{r:?}");
+    assert!(eventually(5, || proxy.held().len() == 1));
     let host = podnet::datapath::host_ifname(&a.container_id, "eth0");
-    assert_eq!(node.host_links(), std::slice::from_ref(&host));
+    let ip = r.ipv4();
+    // The expiry finds the host link marked wired: it binds the address instead
+    // of releasing it.
     assert!(
-        node.link_alias(&host)
-            .is_some_and(|m| m.starts_with("podnet j="))
-    );
-    let ip = a.kernel_addresses().pop().expect("the pod got its address");
-    assert!(
-        node.allocations()
+        eventually(6, || node
+            .allocations()
             .get(&ip)
-            .is_some_and(|o| o.contains("[expiring]")),
+            .is_some_and(|o| !o.contains("[expiring]"))),
         "{:?}",
         node.allocations()
     );
-    // The expiry takes the address and the attachment's link (the pair with it).
-    assert!(
-        eventually(6, || !node.allocations().contains_key(&ip)
-            && node.host_links().is_empty()),
-        "left: {:?} {:?}",
-        node.allocations(),
-        node.host_links()
-    );
-    assert!(a.interface_gone());
+    assert!(node.log().contains("marked wired"), "{}", node.log());
+    assert_eq!(node.host_links(), std::slice::from_ref(&host));
+    assert!(a.ping(&node.ipv4_addressing().ip));
+    assert!(node.del(&a).ok);
+    assert!(!node.allocations().contains_key(&ip));
+    assert!(node.host_links_gone());
 }
 
 #[test]
@@ -527,6 +561,8 @@ fn delegated_plugin_mode_refuses_the_allocation_with_its_configuration() {
     let a = node.sandbox();
     let r = node.plugin("ADD", Some(&a), &conf, &path);
     assert!(r.ok && r.ipv4().starts_with("10.97.0."), "{r:?}");
+    // Delegated: the daemon journals nothing with the refusal, so the endpoint is
+    // registered (and waited for) after the wiring.
     assert_eq!(proxy.calls(), ["POST /v1/ipam", "PUT /v1/endpoint/{id}"]);
     assert!(a.ping("169.254.0.1"));
     assert!(node.plugin("DEL", Some(&a), &conf, &path).ok);

@@ -10,11 +10,13 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::http::{RawResponse, ResponseError, build_query, encode_component, parse_response};
+use super::http::{
+    RawResponse, ResponseError, build_query, encode_component, is_complete, parse_response,
+};
 use super::models::*;
 
 /// Largest response body the client accepts.
-const MAX_RESPONSE: u64 = 16 * 1024 * 1024;
+const MAX_RESPONSE: usize = 16 * 1024 * 1024;
 
 /// Why a call to the daemon failed.
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +90,9 @@ pub struct AllocateParams<'a> {
     pub ifname: &'a str,
     /// podnet: the CNI network name, so GC touches only its own network.
     pub network: &'a str,
+    /// podnet: the pod's netns path. With `expiration` and the attachment, the
+    /// daemon journals the endpoint, pending, in the allocation's commit.
+    pub netns: &'a str,
 }
 
 /// A connection factory for one daemon socket.
@@ -138,6 +143,7 @@ impl Client {
             ("container-id", p.container_id),
             ("ifname", p.ifname),
             ("network", p.network),
+            ("netns", p.netns),
         ]);
         let headers = [("expiration", if p.expiration { "true" } else { "false" })];
         self.call_json("POST", &format!("/v1/ipam?{query}"), &headers, None::<&()>)
@@ -289,7 +295,7 @@ impl Client {
         // and closes while we still write: keep the write error and read the answer.
         let write_result = stream.write_all(&out);
         let mut raw = Vec::with_capacity(4096);
-        let read_result = stream.take(MAX_RESPONSE).read_to_end(&mut raw);
+        let read_result = read_response(&mut stream, &mut raw);
         if raw.is_empty() {
             write_result.map_err(io_err)?;
             read_result.map_err(io_err)?;
@@ -327,6 +333,27 @@ impl Client {
             })
         }
     }
+}
+
+/// Reads an answer into `raw` until its framing (Content-Length, chunked coding)
+/// says it is whole, the server closes the connection, or `MAX_RESPONSE` bytes
+/// came: a whole answer is used at once, without waiting for the server's close.
+fn read_response(stream: &mut UnixStream, raw: &mut Vec<u8>) -> std::io::Result<()> {
+    let mut chunk = [0u8; 4096];
+    while raw.len() < MAX_RESPONSE {
+        match stream.read(&mut chunk) {
+            Ok(0) => return Ok(()),
+            Ok(n) => {
+                raw.extend_from_slice(&chunk[..n]);
+                if is_complete(raw) {
+                    return Ok(());
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Classifies a failed socket read or write: a timeout, the daemon closing the

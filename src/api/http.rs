@@ -168,6 +168,22 @@ pub fn parse_response(raw: &[u8]) -> Result<RawResponse, ResponseError> {
     })
 }
 
+/// Whether `raw` holds a whole response whose end its framing marks (a
+/// Content-Length satisfied, or the last chunk of chunked coding), so a reader
+/// need not wait for the server to close the connection. An answer framed by the
+/// close alone is never complete here.
+pub fn is_complete(raw: &[u8]) -> bool {
+    let Some(head_end) = find(raw, b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
+    let framed = head.split("\r\n").skip(1).any(|line| {
+        line.starts_with("content-length:")
+            || (line.starts_with("transfer-encoding:") && line.contains("chunked"))
+    });
+    framed && parse_response(raw).is_ok()
+}
+
 /// JSON text fit for an HTTP header value: serde_json already escapes control
 /// characters; the characters beyond ASCII (which only occur inside strings) are
 /// written as `\uXXXX` escapes (UTF-16, as JSON has them).
@@ -320,5 +336,28 @@ mod tests {
             e.to_string(),
             "the answer stops after 10 bytes, before the end of its headers"
         );
+    }
+
+    #[test]
+    fn only_answers_their_framing_ends_are_complete_before_the_close() {
+        for raw in [
+            &b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n{}"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        ] {
+            assert!(is_complete(raw), "{:?}", String::from_utf8_lossy(raw));
+        }
+        for raw in [
+            &b""[..],
+            b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n",
+            b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n{",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n",
+            // No framing: only the server's close ends it.
+            b"HTTP/1.1 200 OK\r\n\r\n{}",
+            // A header value that merely mentions the word is not framing.
+            b"HTTP/1.1 200 OK\r\nx-note: content-length: 2\r\n\r\n{}",
+        ] {
+            assert!(!is_complete(raw), "{:?}", String::from_utf8_lossy(raw));
+        }
     }
 }

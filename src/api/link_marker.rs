@@ -1,13 +1,15 @@
 //! The marker podnet writes into the alias (IFLA_IFALIAS) of every pod's host-side
 //! link. It is the kernel's half of the evidence restore weighs against the journal:
 //! which journal (its id) handed out the link's addresses and at which commit (the
-//! journal's sequence number), and whose attachment it is (container ID, interface,
-//! owner). A journal that recorded the commit and no longer accounts for the link
-//! released it; any other journal never knew it, so its addresses are adopted.
+//! journal's sequence number), whether the ADD finished wiring the pod (`w=1`, set
+//! by the plugin's last netlink change), and whose attachment it is (container ID,
+//! interface, owner). A journal that recorded the commit and no longer accounts for
+//! the link released it; any other journal never knew it, so its addresses are
+//! adopted. A pending attachment whose link says it is wired is bound, not expired.
 //!
 //! Format (one line, at most 255 bytes, fields separated by single spaces):
-//! `podnet j=<journal id>.<seq> c=<container id> i=<ifname> o=<owner>`. The owner,
-//! then the attachment, are left out when the alias would be too long.
+//! `podnet j=<journal id>.<seq> [w=1] c=<container id> i=<ifname> o=<owner>`. The
+//! owner, then the attachment, are left out when the alias would be too long.
 
 /// The longest alias the kernel keeps (IFALIASZ - 1).
 pub const MAX_ALIAS_LEN: usize = 255;
@@ -43,6 +45,8 @@ impl JournalMark {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkMarker {
     pub journal: JournalMark,
+    /// The ADD wired the pod completely (host side, pod side, routes).
+    pub wired: bool,
     pub container_id: Option<String>,
     pub ifname: Option<String>,
     pub owner: Option<String>,
@@ -53,6 +57,9 @@ impl LinkMarker {
     /// would not fit, or when they hold a space (which the format cannot carry).
     pub fn encode(&self) -> String {
         let mut out = format!("{PREFIX} j={}", self.journal.encode());
+        if self.wired {
+            out.push_str(" w=1");
+        }
         let fits = |s: &str, extra: usize| s.len() + extra <= MAX_ALIAS_LEN;
         if let (Some(c), Some(i)) = (&self.container_id, &self.ifname)
             && !c.contains(char::is_whitespace)
@@ -83,6 +90,7 @@ impl LinkMarker {
         let journal = JournalMark::parse(fields.next()?.strip_prefix("j=")?)?;
         let mut marker = LinkMarker {
             journal,
+            wired: false,
             container_id: None,
             ifname: None,
             owner: None,
@@ -93,6 +101,10 @@ impl LinkMarker {
                 return None;
             }
             let slot = match key {
+                "w" => {
+                    marker.wired = value == "1";
+                    continue;
+                }
                 "c" => &mut marker.container_id,
                 "i" => &mut marker.ifname,
                 "o" => &mut marker.owner,
@@ -114,6 +126,7 @@ mod tests {
                 journal_id: "0a1b2c3d4e5f6071".into(),
                 seq: 42,
             },
+            wired: false,
             container_id: Some(cid.into()),
             ifname: Some("eth0".into()),
             owner: owner.map(str::to_string),
@@ -129,6 +142,29 @@ mod tests {
             "podnet j=0a1b2c3d4e5f6071.42 c=abc123 i=eth0 o=shop/web-1"
         );
         assert_eq!(LinkMarker::parse(&alias), Some(m));
+    }
+
+    #[test]
+    fn the_wired_flag_follows_the_journal_mark_and_older_markers_are_not_wired() {
+        let m = LinkMarker {
+            wired: true,
+            ..marker("abc123", Some("shop/web-1"))
+        };
+        let alias = m.encode();
+        assert_eq!(
+            alias,
+            "podnet j=0a1b2c3d4e5f6071.42 w=1 c=abc123 i=eth0 o=shop/web-1"
+        );
+        assert_eq!(LinkMarker::parse(&alias), Some(m));
+        let long_cid = "c".repeat(250);
+        let wired_long = LinkMarker {
+            wired: true,
+            ..marker(&long_cid, None)
+        };
+        assert_eq!(wired_long.encode(), "podnet j=0a1b2c3d4e5f6071.42 w=1");
+        let old = LinkMarker::parse("podnet j=0a1b2c3d4e5f6071.42 c=abc123 i=eth0").unwrap();
+        assert!(!old.wired);
+        assert!(!LinkMarker::parse("podnet j=ab.1 w=0").unwrap().wired);
     }
 
     #[test]

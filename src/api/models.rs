@@ -90,6 +90,15 @@ pub struct IpamResponse {
         skip_serializing_if = "Option::is_none"
     )]
     pub podnet_config: Option<DaemonConfigurationStatus>,
+    /// podnet: the daemon journaled the attachment's endpoint, pending, in the
+    /// allocation's commit (the request named the pod's netns): the plugin marks the
+    /// host link wired instead of registering the endpoint (README, "Crash safety").
+    #[serde(
+        rename = "podnet-endpoint-pending",
+        default,
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub endpoint_pending: bool,
 }
 
 /// Cilium's `AddressPair`: the plain addresses, their pools and expiration ids.
@@ -566,6 +575,15 @@ pub struct CniReport {
     pub reason: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub error: String,
+    /// A successful ADD whose endpoint the daemon journaled pending: the expiration
+    /// UUIDs of the addresses, which the daemon binds if they are still pending for
+    /// this attachment (it refuses the report otherwise).
+    #[serde(
+        rename = "wired-expiration-uuids",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub wired_expiration_uuids: Vec<String>,
 }
 
 /// podnet: one remembered failure.
@@ -667,6 +685,7 @@ mod tests {
             },
             journal_mark: String::new(),
             podnet_config: None,
+            endpoint_pending: false,
         };
         let v = serde_json::to_value(&r).unwrap();
         assert!(v.get("journal-mark").is_none());

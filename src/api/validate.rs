@@ -129,6 +129,15 @@ pub fn report(r: &CniReport) -> Result<(), String> {
     optional(&r.container_id, |v| container_id("container-id", v))?;
     optional(&r.ifname, |v| ifname("ifname", v))?;
     owner(&r.owner)?;
+    if r.wired_expiration_uuids.len() > 2 {
+        return Err(format!(
+            "wired-expiration-uuids: {} given, at most 2 (one per family)",
+            r.wired_expiration_uuids.len()
+        ));
+    }
+    r.wired_expiration_uuids
+        .iter()
+        .try_for_each(|u| printable("wired-expiration-uuids", u, MAX_SHORT_NAME_BYTES))?;
     r.phases
         .keys()
         .try_for_each(|p| printable("phase", p, MAX_SHORT_NAME_BYTES))

@@ -202,6 +202,15 @@ pub fn delete_links_checked(links: &[LinkRef]) -> Result<(), String> {
     Ok(())
 }
 
+/// The podnet marker of the host link `name`: none when the link is gone or
+/// carries none; an error when netlink could not be asked.
+pub fn host_link_marker(name: &str) -> Result<Option<LinkMarker>, String> {
+    let link = NetlinkSocket::new()
+        .and_then(|sock| sock.link_by_name(name))
+        .map_err(|e| format!("looking up host link {name}: {e}"))?;
+    Ok(link.and_then(|l| l.alias.as_deref().and_then(LinkMarker::parse)))
+}
+
 /// Removes the host link of an attachment whose address expired, if its marker
 /// proves it was made under this journal no later than the expiry; a link without
 /// that proof (a newer ADD's, or another program's) is left alone.

@@ -6,6 +6,7 @@
 //! the backend's events, flushes the node outbox to the backend's sink, and runs
 //! the expiration and cooldown timers.
 
+mod block_wait;
 mod cniconf;
 pub mod config;
 pub mod crossnode;
@@ -51,6 +52,8 @@ pub struct Daemon {
     backend: Arc<BackendHealth>,
     /// The cross-node datapath's status, when it runs.
     cross_node: Option<crossnode::SharedStatus>,
+    /// Counts the node events applied; allocations waiting for blocks watch it.
+    node_events: tokio::sync::watch::Sender<u64>,
 }
 
 impl Daemon {
@@ -83,7 +86,9 @@ impl Daemon {
             tokio::spawn(async move {
                 let wait = t.deadline_ms.saturating_sub(now_ms());
                 tokio::time::sleep(Duration::from_millis(wait)).await;
-                let _ = d.with_state(move |s| Ok(s.fire(&t))).await;
+                let _ = d
+                    .with_state(move |s| Ok(s.fire(&t, &devices::host_link_marker)))
+                    .await;
             });
         }
     }
@@ -361,6 +366,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     let metrics_addr = opts.prometheus_serve_addr.clone();
     let update_rate = opts.node_update_rate;
     let (cross_node, backend_kind) = (config.cross_node.clone(), config.backend.clone());
+    let masquerades = cross_node.masquerade_v4 || cross_node.masquerade_v6;
     let (cni_conf_dir, cni_log_file, cni_exclusive, cni_uninstall) = (
         opts.write_cni_conf_when_ready.clone(),
         opts.cni_log_file.clone(),
@@ -378,6 +384,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             queue,
             backend: health.clone(),
             cross_node: cross_node_status.clone(),
+            node_events: tokio::sync::watch::Sender::new(0),
         });
         daemon.arm_timers(timers);
         if !metrics_addr.is_empty() {
@@ -428,6 +435,12 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             match cniconf::remove(&path) {
                 Ok(()) => tracing::info!(path = %path.display(), "removed the CNI config (cni-uninstall)"),
                 Err(e) => tracing::warn!(error = %e, "cni-uninstall"),
+            }
+        }
+        if cni_uninstall && masquerades {
+            match crossnode::masquerade::remove_tables() {
+                Ok(()) => tracing::info!(table = crossnode::masquerade::TABLE, "removed the masquerade tables (cni-uninstall)"),
+                Err(e) => tracing::warn!(error = %e, "cni-uninstall: the masquerade tables"),
             }
         }
         let _ = std::fs::remove_file(&socket);
@@ -676,6 +689,7 @@ async fn apply_node_events(
                     .await,
             ),
         };
+        daemon.node_events.send_modify(|n| *n += 1);
         match applied {
             Ok(()) => tracing::info!("{what} reloaded"),
             Err(e) => {

@@ -124,6 +124,11 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             }))?;
             refuse_invalid(optional(&q("ifname"), |v| validate::ifname("ifname", v)))?;
             refuse_invalid(optional(&q("network"), |v| validate::network("network", v)))?;
+            refuse_invalid(validate::printable(
+                "netns",
+                &q("netns"),
+                validate::MAX_PATH_BYTES,
+            ))?;
             let areq = AllocateRequest {
                 family,
                 owner: q("owner"),
@@ -132,8 +137,9 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
                 container_id: non_empty(q("container-id")),
                 ifname: non_empty(q("ifname")),
                 network: non_empty(q("network")),
+                netns: non_empty(q("netns")),
             };
-            let resp = daemon.with_state(move |s| s.allocate_next(&areq)).await?;
+            let resp = daemon.allocate_next(areq).await?;
             Ok(json_reply(201, &resp))
         }
         (&Method::POST, ["v1", "ipam", ip]) => {
@@ -192,6 +198,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             refuse_invalid(validate::report(&body))?;
             daemon
                 .with_state(move |s| {
+                    s.bind_wired(&body)?;
                     s.cni_report(&body);
                     Ok(())
                 })

@@ -262,6 +262,20 @@ impl NetlinkSocket {
         })
     }
 
+    /// Set a link's alias (one request, nothing else changes).
+    pub fn set_link_alias(&self, index: u32, alias: &str) -> Result<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.attributes
+            .push(LinkAttribute::IfAlias(alias.to_string()));
+        self.set_link(msg, || {
+            format!(
+                "setting the alias of link #{index} to {alias:?}{}",
+                self.where_()
+            )
+        })
+    }
+
     /// Bring a link administratively down.
     pub fn set_link_down(&self, index: u32) -> Result<()> {
         let mut msg = LinkMessage::default();

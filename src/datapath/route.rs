@@ -90,6 +90,8 @@ pub struct RouteInfo {
     pub kind: u8,
     /// Raw `rtm_protocol` (2 = kernel, 3 = boot, 4 = static, ...).
     pub protocol: u8,
+    /// The preferred source address (`src`), when the route has one.
+    pub prefsrc: Option<IpAddr>,
 }
 
 fn route_addr(ip: IpAddr) -> RouteAddress {
@@ -179,6 +181,7 @@ impl RouteInfo {
             priority: None,
             kind: u8::from(h.kind),
             protocol: u8::from(h.protocol),
+            prefsrc: None,
         };
         let prefix = h.destination_prefix_length;
         for attr in msg.attributes {
@@ -189,6 +192,7 @@ impl RouteInfo {
                     }
                 }
                 RouteAttribute::Gateway(a) => info.gateway = ip_of(&a),
+                RouteAttribute::PrefSource(a) => info.prefsrc = ip_of(&a),
                 RouteAttribute::Oif(i) => info.oif = Some(i),
                 RouteAttribute::Table(t) => info.table = t,
                 RouteAttribute::Priority(p) => info.priority = Some(p),

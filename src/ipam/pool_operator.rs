@@ -340,6 +340,11 @@ impl PoolOperator {
         self
     }
 
+    /// The definition of pool `name`, if it exists.
+    pub fn pool_def(&self, name: &str) -> Option<&PoolDef> {
+        self.pools.get(name).map(|p| &p.def)
+    }
+
     /// The pool names, sorted.
     pub fn pool_names(&self) -> Vec<&str> {
         self.pools.keys().map(String::as_str).collect()
@@ -522,6 +527,53 @@ impl PoolOperator {
             allocated.sort_by(|a, b| a.pool.cmp(&b.pool));
         }
         errors
+    }
+
+    /// Keeps `range` (a cluster-pool node's pod CIDR, of any size) from being
+    /// carved: occupies every block of every pool that overlaps it. Returns
+    /// the blocks this occupied that were free, as `(pool, block)`, for
+    /// [`Self::release`] when the range is given up; blocks already taken stay
+    /// with whoever took them and are not returned.
+    pub fn occupy_range(&mut self, range: &IpNet) -> Vec<(String, IpNet)> {
+        let family = Family::of_net(range);
+        let (lo, hi) = (ip_to_u128(range.network()), ip_to_u128(range.broadcast()));
+        let mut taken = Vec::new();
+        for (name, pool) in &mut self.pools {
+            let Some(fp) = pool.family_mut(family) else {
+                continue;
+            };
+            let mask = fp.mask_size;
+            for set in &mut fp.sets {
+                let cluster = set.cluster();
+                let (base, last) = (
+                    ip_to_u128(cluster.network()),
+                    ip_to_u128(cluster.broadcast()),
+                );
+                let (s, e) = (lo.max(base), hi.min(last));
+                if s > e {
+                    continue;
+                }
+                // Every block of the pool's size from the one holding `s`.
+                let Some(size) = 1u128.checked_shl(u32::from(family.bits().saturating_sub(mask)))
+                else {
+                    continue;
+                };
+                let mut cur = s - (s - base) % size;
+                while cur <= e {
+                    if let Ok(block) = IpNet::new(u128_to_ip(family, cur), mask)
+                        && set.is_allocated(&block) == Ok(false)
+                        && set.occupy(&block).is_ok()
+                    {
+                        taken.push((name.clone(), block));
+                    }
+                    match cur.checked_add(size) {
+                        Some(next) => cur = next,
+                        None => break,
+                    }
+                }
+            }
+        }
+        taken
     }
 
     /// The node gave `cidr` of `pool` back (the agent removed it from
@@ -1486,6 +1538,51 @@ mod tests {
         assert_eq!(
             cidrs_of(&alloc, "default"),
             ["10.0.0.0/24", "10.0.1.0/24", "fd00::100/120"]
+        );
+    }
+
+    #[test]
+    fn a_cluster_pool_range_is_kept_out_of_every_pool_it_overlaps() {
+        let mut op = PoolOperator::new(&[
+            pool4("default", &["10.0.0.0/24"], 26),
+            pool4("mars", &["10.1.0.0/24"], 26),
+        ])
+        .unwrap();
+        let mut alloc = Vec::new();
+        assert!(
+            op.satisfy("n1", &[req("default", 10, 0)], &mut alloc)
+                .is_empty()
+        );
+        assert_eq!(cidrs_of(&alloc, "default"), ["10.0.0.0/26"]);
+        // A /25 covers two /26 blocks; the one n1 holds is not returned.
+        let taken = op.occupy_range(&net("10.0.0.0/25"));
+        assert_eq!(taken, [("default".to_string(), net("10.0.0.64/26"))]);
+        // A /28 inside one block keeps that whole block; no pool: nothing.
+        assert_eq!(
+            op.occupy_range(&net("10.1.0.200/29")),
+            [("mars".to_string(), net("10.1.0.192/26"))]
+        );
+        assert!(op.occupy_range(&net("192.168.0.0/16")).is_empty());
+        assert!(op.occupy_range(&net("fd00::/64")).is_empty());
+        assert!(
+            op.satisfy("n1", &[req("default", 100, 0)], &mut alloc)
+                .is_empty()
+        );
+        assert_eq!(
+            cidrs_of(&alloc, "default"),
+            ["10.0.0.0/26", "10.0.0.128/26"],
+            "carved around the range"
+        );
+        op.release("default", &net("10.0.0.64/26"));
+        let mut other = Vec::new();
+        assert!(
+            op.satisfy("n2", &[req("default", 120, 0)], &mut other)
+                .is_empty()
+        );
+        assert_eq!(
+            cidrs_of(&other, "default"),
+            ["10.0.0.64/26", "10.0.0.192/26"],
+            "the released range is carved again"
         );
     }
 }

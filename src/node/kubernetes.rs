@@ -97,6 +97,27 @@ struct AgentFields {
 }
 
 impl AgentFields {
+    /// The router and health addresses the journal says the node published, so
+    /// the first apply of a restarted agent keeps them (an apply without them
+    /// would drop them from the CiliumNode until the state is restored, and the
+    /// other nodes would withdraw their routes to this node meanwhile).
+    fn from_journal(node: Option<&NodeResource>) -> AgentFields {
+        let Some(node) = node else {
+            return AgentFields::default();
+        };
+        AgentFields {
+            router_addresses: node
+                .spec
+                .addresses
+                .iter()
+                .filter(|a| a.kind == "CiliumInternalIP")
+                .cloned()
+                .collect(),
+            health: node.spec.health.clone(),
+            ..AgentFields::default()
+        }
+    }
+
     fn apply_body(&self, node_name: &str) -> serde_json::Value {
         let mut addresses: Vec<serde_json::Value> = self
             .internal_ips
@@ -192,7 +213,7 @@ pub fn kubernetes_backend(
     journal_node: Option<NodeResource>,
     health: Arc<BackendHealth>,
 ) -> (KubernetesSource, KubernetesSink) {
-    let fields = Arc::new(Mutex::new(AgentFields::default()));
+    let fields = Arc::new(Mutex::new(AgentFields::from_journal(journal_node.as_ref())));
     (
         KubernetesSource {
             config: config.clone(),
@@ -817,5 +838,22 @@ mod tests {
         // cluster-pool: the operator owns podCIDRs; the agent never sends them.
         assert!(body["spec"]["ipam"].get("podCIDRs").is_none());
         assert!(body["spec"]["ipam"]["pools"]["requested"].is_array());
+    }
+
+    #[test]
+    fn a_restarted_agent_first_applies_the_addresses_the_journal_knows() {
+        let mut journal = NodeResource::new("n1");
+        journal.set_address("InternalIP", "10.250.0.2".parse().unwrap());
+        journal.set_address("CiliumInternalIP", "10.244.1.1".parse().unwrap());
+        journal.spec.health.ipv4 = "10.244.1.2".into();
+        let f = AgentFields::from_journal(Some(&journal));
+        let body = f.apply_body("n1");
+        assert_eq!(
+            body["spec"]["addresses"],
+            json!([{"type": "CiliumInternalIP", "ip": "10.244.1.1"}]),
+            "the InternalIP comes from the Node, not the journal"
+        );
+        assert_eq!(body["spec"]["health"]["ipv4"], "10.244.1.2");
+        assert!(AgentFields::from_journal(None).router_addresses.is_empty());
     }
 }

@@ -6,7 +6,9 @@
 //! `ipam`), writes them with server-side apply under its own field manager, and
 //! reports exhaustion in the node's `status.ipam.operator-status.error` until room
 //! appears ([`sync`]); in multi-pool it carves blocks of the CiliumPodIPPools until
-//! each node's request is met and takes back what nodes release ([`pools`], the
+//! each node's request is met and takes back what nodes release, adopting the node
+//! CIDRs of nodes that ran cluster-pool with
+//! `--enable-cluster-pool-to-multi-pool-migration` ([`pools`], the
 //! cluster-wide bookkeeping; [`pool_sync`], the loop and its write protocol; pools
 //! of `--auto-create-cilium-pod-ip-pools` from [`auto_pools`]). A replica
 //! that loses the lease exits (its Deployment restarts it as a follower). At start
@@ -70,8 +72,9 @@ pub fn run(args: &[String]) -> i32 {
 enum Allocator {
     /// Node CIDRs from the cluster pool.
     ClusterPool(NodeCidrCarver),
-    /// Blocks of the CiliumPodIPPools; these are created first when missing.
-    MultiPool(Vec<crate::ipam::pooldef::PoolDef>),
+    /// Blocks of the CiliumPodIPPools (the pools to create first when
+    /// missing, the migration's default pool when enabled).
+    MultiPool(Vec<crate::ipam::pooldef::PoolDef>, Option<String>),
 }
 
 /// Why the leader stopped.
@@ -87,7 +90,10 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
         OperatorIpam::ClusterPool(pool) => {
             Allocator::ClusterPool(NodeCidrCarver::new(pool).map_err(|e| e.to_string())?)
         }
-        OperatorIpam::MultiPool { auto_create } => Allocator::MultiPool(auto_create.clone()),
+        OperatorIpam::MultiPool {
+            auto_create,
+            migrate_into,
+        } => Allocator::MultiPool(auto_create.clone(), migrate_into.clone()),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -121,8 +127,8 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
                 Allocator::ClusterPool(carver) => {
                     sync::run(client.clone(), NodeCidrs::new(carver), metrics.clone()).await
                 }
-                Allocator::MultiPool(auto_create) => {
-                    pool_sync::run(client.clone(), auto_create, metrics.clone()).await
+                Allocator::MultiPool(auto_create, migrate_into) => {
+                    pool_sync::run(client.clone(), auto_create, migrate_into, metrics.clone()).await
                 }
             }
         };

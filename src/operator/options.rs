@@ -75,6 +75,15 @@ pub struct OperatorOptions {
     #[arg(long = "auto-create-cilium-pod-ip-pools", value_name = "POOLS")]
     pub auto_create_cilium_pod_ip_pools: Vec<String>,
 
+    /// multi-pool: adopt the `spec.ipam.podCIDRs` of nodes that ran
+    /// cluster-pool as their blocks of the default pool (online migration).
+    #[arg(long = "enable-cluster-pool-to-multi-pool-migration", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_cluster_pool_to_multi_pool_migration: bool,
+
+    /// The pool the migration adopts the node CIDRs into.
+    #[arg(long = "ipam-default-ip-pool", default_value = "default")]
+    pub ipam_default_ip_pool: String,
+
     /// Allocate IPv4 node CIDRs.
     #[arg(long = "enable-ipv4", action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = parse_bool)]
     pub enable_ipv4: bool,
@@ -136,8 +145,12 @@ pub enum OperatorIpam {
     /// One node CIDR per enabled family from the cluster pool.
     ClusterPool(ClusterPoolConfig),
     /// Blocks of the CiliumPodIPPools on demand; these pools are created at
-    /// start when missing.
-    MultiPool { auto_create: Vec<PoolDef> },
+    /// start when missing. `migrate_into`: the default pool of the
+    /// cluster-pool to multi-pool migration, when enabled.
+    MultiPool {
+        auto_create: Vec<PoolDef>,
+        migrate_into: Option<String>,
+    },
 }
 
 /// The operator's options, resolved and checked.
@@ -162,6 +175,7 @@ impl OperatorConfig {
             "cluster-pool" => OperatorIpam::ClusterPool(cluster_pool(opts)?),
             "multi-pool" => OperatorIpam::MultiPool {
                 auto_create: auto_pools::parse(&opts.auto_create_cilium_pod_ip_pools)?,
+                migrate_into: migration(opts)?,
             },
             other => {
                 return Err(format!(
@@ -169,12 +183,17 @@ impl OperatorConfig {
                 ));
             }
         };
-        if !opts.auto_create_cilium_pod_ip_pools.is_empty()
-            && !matches!(ipam, OperatorIpam::MultiPool { .. })
-        {
-            return Err(format!(
-                "--{OPT_AUTO_CREATE} needs --ipam multi-pool (it creates CiliumPodIPPools)"
-            ));
+        if !matches!(ipam, OperatorIpam::MultiPool { .. }) {
+            if !opts.auto_create_cilium_pod_ip_pools.is_empty() {
+                return Err(format!(
+                    "--{OPT_AUTO_CREATE} needs --ipam multi-pool (it creates CiliumPodIPPools)"
+                ));
+            }
+            if opts.enable_cluster_pool_to_multi_pool_migration {
+                return Err(format!(
+                    "--{OPT_MIGRATION} needs --ipam multi-pool (it migrates cluster-pool nodes into it)"
+                ));
+            }
         }
         let kubeconfig = match &opts.cluster.k8s_kubeconfig_path {
             Some(p) => Some(p.clone()),
@@ -209,6 +228,21 @@ impl OperatorConfig {
                 .then_some(opts.default_lb_service_ipam),
         })
     }
+}
+
+const OPT_MIGRATION: &str = "enable-cluster-pool-to-multi-pool-migration";
+
+/// The default pool the migration adopts node CIDRs into, when enabled.
+fn migration(opts: &OperatorOptions) -> Result<Option<String>, String> {
+    if !opts.enable_cluster_pool_to_multi_pool_migration {
+        return Ok(None);
+    }
+    if opts.ipam_default_ip_pool.is_empty() {
+        return Err(format!(
+            "--{OPT_MIGRATION} needs --ipam-default-ip-pool: the pool the node CIDRs migrate into"
+        ));
+    }
+    Ok(Some(opts.ipam_default_ip_pool.clone()))
 }
 
 /// The cluster pool with Cilium's start-up checks.
@@ -322,14 +356,14 @@ mod tests {
     fn multi_pool_with_pools_to_auto_create() {
         let c = resolve(&["--ipam", "multi-pool"]).unwrap();
         assert!(
-            matches!(&c.ipam, OperatorIpam::MultiPool { auto_create } if auto_create.is_empty())
+            matches!(&c.ipam, OperatorIpam::MultiPool { auto_create, migrate_into: None } if auto_create.is_empty())
         );
         let c = resolve(&[
             "--ipam=multi-pool",
             "--auto-create-cilium-pod-ip-pools=default=ipv4-cidrs:10.10.0.0/16;ipv4-mask-size:24",
         ])
         .unwrap();
-        let OperatorIpam::MultiPool { auto_create } = &c.ipam else {
+        let OperatorIpam::MultiPool { auto_create, .. } = &c.ipam else {
             panic!("{c:?}");
         };
         assert_eq!(auto_create[0].name, "default");
@@ -341,6 +375,29 @@ mod tests {
         assert!(e.contains("needs --ipam multi-pool"), "{e}");
         let e = resolve(&["--ipam", "eni"]).unwrap_err();
         assert!(e.contains("use cluster-pool or multi-pool"), "{e}");
+    }
+
+    #[test]
+    fn the_migration_option_names_the_default_pool() {
+        let into = |args: &[&str]| match resolve(args).map(|c| c.ipam) {
+            Ok(OperatorIpam::MultiPool { migrate_into, .. }) => Ok(migrate_into),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        };
+        let on = "--enable-cluster-pool-to-multi-pool-migration";
+        assert_eq!(into(&["--ipam=multi-pool", on]), Ok(Some("default".into())));
+        assert_eq!(
+            into(&["--ipam=multi-pool", on, "--ipam-default-ip-pool=blue"]),
+            Ok(Some("blue".into()))
+        );
+        assert_eq!(into(&["--ipam=multi-pool"]), Ok(None));
+        let e = into(&["--ipam=multi-pool", on, "--ipam-default-ip-pool="]).unwrap_err();
+        assert!(e.contains("needs --ipam-default-ip-pool"), "{e}");
+        let e = resolve(&["--cluster-pool-ipv4-cidr=10.0.0.0/8", on]).unwrap_err();
+        assert!(
+            e.contains("enable-cluster-pool-to-multi-pool-migration needs --ipam multi-pool"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The multi-pool leader's loop: creates the `--auto-create-cilium-pod-ip-pools`
-//! pools that do not exist, reads the CiliumPodIPPools, then watches every
+//! pools that do not exist, reads the CiliumPodIPPools (with
+//! `--enable-cluster-pool-to-multi-pool-migration`, nodes' `podCIDRs` are
+//! adopted into the default pool: [`PoolBlocks`]), then watches every
 //! CiliumNode and every CiliumPodIPPool and keeps [`PoolBlocks`] up to date. The
 //! CiliumNode watch's first list is the re-read of every node: their blocks are
 //! re-adopted before anything is carved.
@@ -52,6 +54,7 @@ fn observed(obj: &DynamicObject) -> Result<ObservedNode, String> {
         resource_version: obj.metadata.resource_version.clone().unwrap_or_default(),
         requested: node.spec.ipam.pools.requested,
         allocated: node.spec.ipam.pools.allocated,
+        pod_cidrs: node.spec.ipam.pod_cidrs,
         error: node.status.ipam.operator_status.error,
         ignored: ignored(&node.metadata.annotations),
     })
@@ -141,6 +144,7 @@ async fn reload_pools(client: &kube::Client, blocks: &mut PoolBlocks, metrics: &
 pub async fn run(
     client: kube::Client,
     auto_create: Vec<PoolDef>,
+    migrate_into: Option<String>,
     metrics: Arc<OperatorMetrics>,
 ) -> String {
     create_missing_pools(&client, &auto_create).await;
@@ -148,6 +152,10 @@ pub async fn run(
         Ok(b) => b,
         Err(e) => return e,
     };
+    if let Some(pool) = &migrate_into {
+        tracing::info!(pool = %pool, "cluster-pool to multi-pool migration on: nodes' podCIDRs become their blocks of this pool");
+        blocks = blocks.with_migration(pool);
+    }
     reload_pools(&client, &mut blocks, &metrics).await;
     let api = cilium_nodes(client.clone());
     let mut nodes = watcher(api.clone(), watcher::Config::default())

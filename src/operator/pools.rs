@@ -16,6 +16,18 @@
 //! write can never put back a block the agent removed meanwhile (the API server
 //! answers 409 and the node is read again).
 //!
+//! # Nodes that ran cluster-pool
+//!
+//! A node whose `spec.ipam.podCIDRs` (written by a cluster-pool operator) are
+//! not listed in its `allocated` has pods on those ranges: every pool block
+//! overlapping them is kept out of carving (for every node, itself included)
+//! for as long as the node lists them. With
+//! `--enable-cluster-pool-to-multi-pool-migration` the node's plan adopts them
+//! instead: after [`check_migration`] against the default pool they become the
+//! node's blocks of that pool in `allocated` (Cilium's online migration); a
+//! failed check is the node's operator-status error, prefixed with
+//! [`MIGRATION_FAILED_PREFIX`], and nothing is carved for it.
+//!
 //! # Pool edits
 //!
 //! A new set of pool definitions is checked against every node's blocks
@@ -28,7 +40,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 
-use crate::ipam::pool_operator::PoolOperator;
+use crate::ipam::pool_operator::{
+    MIGRATION_FAILED_PREFIX, PoolOperator, check_migration, migrated_allocation,
+};
 use crate::ipam::pooldef::PoolDef;
 use crate::resources::{AllocatedPool, RequestedPool};
 
@@ -40,6 +54,8 @@ pub struct ObservedNode {
     pub resource_version: String,
     pub requested: Vec<RequestedPool>,
     pub allocated: Vec<AllocatedPool>,
+    /// `spec.ipam.podCIDRs` (a cluster-pool operator's CIDRs).
+    pub pod_cidrs: Vec<IpNet>,
     /// `status.ipam.operator-status.error` as the API server has it.
     pub error: String,
     /// Annotated `ipam.cilium.io/ignore: "true"`: its blocks stay taken, nothing
@@ -66,9 +82,25 @@ struct NodeState {
     requested: Vec<RequestedPool>,
     /// `allocated` as last observed, plus the blocks carved since.
     allocated: Vec<AllocatedPool>,
+    pod_cidrs: Vec<IpNet>,
     /// The error the API server has.
     error: String,
     ignored: bool,
+}
+
+impl NodeState {
+    /// Its pod CIDRs that no entry of `allocated` lists (not migrated yet).
+    fn unmigrated(&self) -> Vec<IpNet> {
+        let listed: BTreeSet<IpNet> = blocks_of(&self.allocated)
+            .into_iter()
+            .map(|(_, c)| c)
+            .collect();
+        self.pod_cidrs
+            .iter()
+            .map(IpNet::trunc)
+            .filter(|c| !listed.contains(c))
+            .collect()
+    }
 }
 
 /// Whether resourceVersion `a` is older than `b` (both numbers; anything else
@@ -96,6 +128,12 @@ pub struct PoolBlocks {
     holders: BTreeMap<(String, IpNet), String>,
     /// Why the latest pool definitions were refused (None: they are in force).
     refused: Option<String>,
+    /// node -> the pool blocks kept out of carving for its unmigrated pod
+    /// CIDRs (module docs), to free when it no longer lists them.
+    reserved: BTreeMap<String, Vec<(String, IpNet)>>,
+    /// `--enable-cluster-pool-to-multi-pool-migration`: the default pool the
+    /// pod CIDRs migrate into; None: they are only kept out of carving.
+    migrate_into: Option<String>,
 }
 
 impl PoolBlocks {
@@ -106,7 +144,50 @@ impl PoolBlocks {
             nodes: BTreeMap::new(),
             holders: BTreeMap::new(),
             refused: None,
+            reserved: BTreeMap::new(),
+            migrate_into: None,
         })
+    }
+
+    /// Migrates the unmigrated pod CIDRs of every node into `default_pool`.
+    pub fn with_migration(mut self, default_pool: &str) -> PoolBlocks {
+        self.migrate_into = Some(default_pool.to_string());
+        self
+    }
+
+    /// Frees the blocks kept out for `name`'s pod CIDRs, except those a node
+    /// now lists (they are held).
+    fn unreserve(&mut self, name: &str) {
+        for (pool, cidr) in self.reserved.remove(name).unwrap_or_default() {
+            if !self.holders.contains_key(&(pool.clone(), cidr)) {
+                self.operator.release(&pool, &cidr);
+            }
+        }
+    }
+
+    /// Keeps the pool blocks overlapping `name`'s unmigrated pod CIDRs out of
+    /// carving; returns the blocks another node holds inside them (problems).
+    fn reserve(&mut self, name: &str) -> Vec<String> {
+        let Some(node) = self.nodes.get(name) else {
+            return Vec::new();
+        };
+        let mut taken = Vec::new();
+        let mut problems = Vec::new();
+        for range in node.unmigrated() {
+            taken.extend(self.operator.occupy_range(&range));
+            for ((pool, block), holder) in &self.holders {
+                let overlaps = block.contains(&range.network()) || range.contains(&block.network());
+                if overlaps && holder != name {
+                    problems.push(format!(
+                        "node {name:?} has cluster-pool pod CIDR {range} but block {block} of                          pool {pool:?} inside it is held by node {holder:?}"
+                    ));
+                }
+            }
+        }
+        if !taken.is_empty() {
+            self.reserved.insert(name.to_string(), taken);
+        }
+        problems
     }
 
     /// Takes one node's CiliumNode as the API server has it. Returns the
@@ -165,23 +246,28 @@ impl PoolBlocks {
                 Err(e) => problems.push(format!("node {:?}: {e}", node.name)),
             }
         }
+        let name = node.name.clone();
         self.nodes.insert(
-            node.name.clone(),
+            name.clone(),
             NodeState {
                 uid: node.uid,
                 resource_version: node.resource_version,
                 requested: node.requested,
                 allocated,
+                pod_cidrs: node.pod_cidrs,
                 error: node.error,
                 ignored: node.ignored,
             },
         );
+        self.unreserve(&name);
+        problems.extend(self.reserve(&name));
         problems
     }
 
     /// The node's CiliumNode is gone: its blocks are free again.
     pub fn remove(&mut self, name: &str) {
         self.nodes.remove(name);
+        self.unreserve(name);
         let held: Vec<(String, IpNet)> = self
             .holders
             .iter()
@@ -205,6 +291,13 @@ impl PoolBlocks {
         match self.operator.update_pools_held(pools, &holders) {
             Ok(()) => {
                 self.refused = None;
+                // The allocators were rebuilt from the held blocks only.
+                self.reserved.clear();
+                for name in self.node_names() {
+                    for problem in self.reserve(&name) {
+                        tracing::error!(node = %name, "{problem}");
+                    }
+                }
                 Ok(())
             }
             Err(why) => {
@@ -219,10 +312,22 @@ impl PoolBlocks {
     /// write refused with a conflict, observe the node again (the blocks not
     /// written are freed by it).
     pub fn plan(&mut self, name: &str) -> Option<NodeWrite> {
-        let node = self.nodes.get_mut(name).filter(|n| !n.ignored)?;
+        let node = self.nodes.get(name).filter(|n| !n.ignored)?;
         let mut allocated = node.allocated.clone();
-        let errors = self.operator.satisfy(name, &node.requested, &mut allocated);
-        let mut error = errors.join("; ");
+        let requested = node.requested.clone();
+        let unmigrated = node.unmigrated();
+        let migration = match &self.migrate_into {
+            Some(pool) if !unmigrated.is_empty() => self.migrate(pool, &unmigrated, &mut allocated),
+            _ => Ok(()),
+        };
+        let mut error = match migration {
+            Ok(()) => self
+                .operator
+                .satisfy(name, &requested, &mut allocated)
+                .join("; "),
+            Err(why) => format!("{MIGRATION_FAILED_PREFIX}{why}"),
+        };
+        let node = self.nodes.get_mut(name)?;
         if let (Some(why), false) = (&self.refused, error.is_empty()) {
             error = format!("{error}; pool definitions not applied: {why}");
         }
@@ -230,6 +335,9 @@ impl PoolBlocks {
         if carved.is_some() {
             for (pool, cidr) in blocks_of(&allocated).difference(&blocks_of(&node.allocated)) {
                 self.holders.insert((pool.clone(), *cidr), name.to_string());
+            }
+            if let Some(kept) = self.reserved.get_mut(name) {
+                kept.retain(|b| !self.holders.contains_key(b));
             }
             node.allocated = allocated;
         }
@@ -243,6 +351,34 @@ impl PoolBlocks {
             allocated: carved,
             error,
         })
+    }
+
+    /// Adds the node's unmigrated pod CIDRs to `allocated` as blocks of the
+    /// default pool `pool` when the migration's preconditions hold; else why not.
+    fn migrate(
+        &self,
+        pool: &str,
+        unmigrated: &[IpNet],
+        allocated: &mut Vec<AllocatedPool>,
+    ) -> Result<(), String> {
+        let def = self.operator.pool_def(pool).ok_or_else(|| {
+            format!(
+                "default pool {pool:?} does not exist: create the CiliumPodIPPool {pool:?}                  covering the node's pod CIDRs with the same mask size"
+            )
+        })?;
+        check_migration(def, unmigrated)?;
+        let migrated = migrated_allocation(def, unmigrated);
+        match allocated.iter_mut().find(|a| a.pool == pool) {
+            Some(entry) => {
+                entry.cidrs.extend(migrated.cidrs);
+                entry.cidrs.sort();
+            }
+            None => {
+                allocated.push(migrated);
+                allocated.sort_by(|a, b| a.pool.cmp(&b.pool));
+            }
+        }
+        Ok(())
     }
 
     /// The nodes known, sorted.
@@ -310,9 +446,17 @@ mod tests {
                     ..Default::default()
                 })
                 .collect(),
+            pod_cidrs: Vec::new(),
             error: String::new(),
             ignored: false,
         }
+    }
+
+    /// A node that ran cluster-pool: `pod_cidrs`, nothing allocated.
+    fn cluster_pool_node(name: &str, rv: u32, pod_cidrs: &[&str]) -> ObservedNode {
+        let mut n = node(name, rv, &[], &[]);
+        n.pod_cidrs = pod_cidrs.iter().map(|c| net(c)).collect();
+        n
     }
 
     impl PoolBlocks {
@@ -530,5 +674,97 @@ mod tests {
         assert!(!older("10", "9"));
         assert!(!older("10", "10"));
         assert!(!older("x", "10"));
+    }
+
+    #[test]
+    fn cluster_pool_cidrs_are_never_carved_without_the_migration() {
+        let mut b = PoolBlocks::new(&[pool("default", &["10.10.0.0/24"], 26)]).unwrap();
+        // n1 ran cluster-pool with a /25: two blocks of the pool are its.
+        assert!(
+            b.observe(cluster_pool_node("n1", 1, &["10.10.0.0/25"]))
+                .is_empty()
+        );
+        assert_eq!(b.plan("n1"), None, "nothing written without the option");
+        b.observe(node("n2", 2, &[("default", 100)], &[]));
+        let w = b.plan("n2").unwrap();
+        assert_eq!(cidrs(&w), ["10.10.0.128/26", "10.10.0.192/26"]);
+        // Still kept out after a pool edit rebuilds the allocators.
+        b.set_pools(&[pool("default", &["10.10.0.0/24", "10.11.0.0/24"], 26)])
+            .unwrap();
+        b.observe(node("n3", 3, &[("default", 10)], &[]));
+        assert_eq!(cidrs(&b.plan("n3").unwrap()), ["10.11.0.0/26"]);
+        // The node is gone: its range is free again.
+        b.remove("n1");
+        b.observe(node("n4", 4, &[("default", 10)], &[]));
+        assert_eq!(cidrs(&b.plan("n4").unwrap()), ["10.10.0.0/26"]);
+    }
+
+    #[test]
+    fn the_migration_adopts_the_pod_cidrs_as_default_pool_blocks() {
+        let pools = [pool("default", &["10.10.0.0/16"], 24)];
+        let mut b = PoolBlocks::new(&pools).unwrap().with_migration("default");
+        b.observe(cluster_pool_node("n1", 1, &["10.10.5.0/24"]));
+        let w = b.plan("n1").unwrap();
+        assert_eq!(cidrs(&w), ["10.10.5.0/24"]);
+        assert_eq!(w.error, None);
+        assert_eq!(w.allocated.as_ref().unwrap()[0].pool, "default");
+        assert_eq!(b.holder("default", &net("10.10.5.0/24")), Some("n1"));
+        // The agent restarted in multi-pool asks for more: a new block next to it.
+        let mut n1 = cluster_pool_node("n1", 2, &["10.10.5.0/24"]);
+        n1.requested = node("n1", 2, &[("default", 300)], &[]).requested;
+        n1.allocated = w.allocated.clone().unwrap();
+        assert!(b.observe(n1).is_empty());
+        assert_eq!(
+            cidrs(&b.plan("n1").unwrap()),
+            ["10.10.0.0/24", "10.10.5.0/24"]
+        );
+        // Another node never gets the migrated block.
+        b.observe(node("n2", 3, &[("default", 1000)], &[]));
+        let got = cidrs(&b.plan("n2").unwrap());
+        assert!(!got.contains(&"10.10.5.0/24".to_string()), "{got:?}");
+        // A conflict on the write: observing the node without it keeps it out.
+        let mut c = PoolBlocks::new(&pools).unwrap().with_migration("default");
+        c.observe(cluster_pool_node("n1", 1, &["10.10.5.0/24"]));
+        assert!(c.plan("n1").is_some());
+        c.observe(cluster_pool_node("n1", 2, &["10.10.5.0/24"]));
+        assert_eq!(c.holder("default", &net("10.10.5.0/24")), None);
+        c.observe(node("n2", 3, &[("default", 1500)], &[]));
+        let got = cidrs(&c.plan("n2").unwrap());
+        assert!(!got.contains(&"10.10.5.0/24".to_string()), "{got:?}");
+    }
+
+    #[test]
+    fn a_failed_migration_is_the_nodes_error_and_changes_nothing() {
+        let mut b = PoolBlocks::new(&[pool("default", &["10.20.0.0/16"], 24)])
+            .unwrap()
+            .with_migration("default");
+        let mut n1 = cluster_pool_node("n1", 1, &["10.10.5.0/24"]);
+        n1.requested = node("n1", 1, &[("default", 10)], &[]).requested;
+        b.observe(n1);
+        let w = b.plan("n1").unwrap();
+        assert_eq!(w.allocated, None, "nothing carved for the node");
+        assert_eq!(
+            w.error.as_deref(),
+            Some(
+                "migration to multi-pool IPAM failed: node pod CIDR 10.10.5.0/24 is not covered \
+                 by default pool \"default\" (ipv4 CIDRs: 10.20.0.0/16): add a CIDR containing it"
+            )
+        );
+        let mut m = PoolBlocks::new(&[pool("blue", &["10.10.0.0/16"], 24)])
+            .unwrap()
+            .with_migration("default");
+        m.observe(cluster_pool_node("n1", 1, &["10.10.5.0/24"]));
+        let e = m.plan("n1").unwrap().error.unwrap();
+        assert!(
+            e.starts_with(
+                "migration to multi-pool IPAM failed: default pool \"default\" does not exist"
+            ),
+            "{e}"
+        );
+        // Still kept out of the pool it overlaps.
+        m.observe(node("n2", 2, &[("blue", 2000)], &[]));
+        let got = cidrs(&m.plan("n2").unwrap());
+        assert_eq!(got.len(), 8);
+        assert!(!got.contains(&"10.10.5.0/24".to_string()), "{got:?}");
     }
 }

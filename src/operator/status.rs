@@ -363,6 +363,8 @@ pub fn pod_pools(defs: &[PoolDef], nodes: &[NodeLine]) -> (Vec<PodPoolSpace>, Ve
                         ..Default::default()
                     })
                     .collect(),
+                // Not migrated yet: their blocks are in use too.
+                pod_cidrs: n.pod_cidrs.clone(),
                 ..Default::default()
             }),
         );
@@ -609,6 +611,15 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(pools[0].definition, ["IPv4 10.63.0.0/24 in /28s"]);
         assert_eq!((pools[0].blocks_in_use, pools[0].blocks_free), (1, 15));
+        // A node not migrated from cluster-pool: the blocks of its /26 are in use.
+        let cluster_pool_node = NodeLine {
+            name: "n0".into(),
+            pod_cidrs: vec!["10.63.0.64/26".parse().unwrap()],
+            pools: Vec::new(),
+            ..holder.clone()
+        };
+        let (pools, _) = pod_pools(&[def(28)], &[holder.clone(), cluster_pool_node]);
+        assert_eq!((pools[0].blocks_in_use, pools[0].blocks_free), (5, 11));
         let (pools, problems) = pod_pools(&[def(27)], &[holder]);
         assert_eq!((pools[0].blocks_in_use, pools[0].blocks_free), (0, 8));
         assert_eq!(

@@ -1,8 +1,11 @@
-//! ADD: allocate from the daemon (the answer carries its configuration), create
-//! the veth pair with the pod end created directly in the pod netns, set up the
-//! host side (and, in ENI-class modes, the pod's ENI routing), address and route
-//! the pod side, register the endpoint (with the timings). Two requests to the
-//! daemon, one before the pod is wired and one after.
+//! ADD: allocate from the daemon (the answer carries its configuration; the
+//! daemon journals the endpoint, pending, in the same commit), create the veth
+//! pair with the pod end created directly in the pod netns, set up the host side
+//! (and, in ENI-class modes, the pod's ENI routing), address and route the pod
+//! side, and mark the host link wired. One request the plugin waits for; the
+//! timing report that follows is not waited for (README, "Crash safety"). In
+//! delegated-plugin mode, and with a daemon that journals no pending endpoint,
+//! the endpoint is registered after the wiring, waiting for the commit.
 //! Any failure after the allocation deletes the link pair, removes the ENI rules
 //! the attempt added and releases the addresses.
 //!
@@ -68,9 +71,9 @@ impl FamilyPlan {
 
 /// ADD: checks the attachment, allocates, configures the pod
 /// (`Attempt::configure`) and answers the result; a failure after the allocation
-/// is rolled back (`undo`). The daemon is asked twice: the allocation (whose
-/// answer carries the daemon's configuration) before the pod is wired, and the
-/// endpoint registration (which carries the timings) after.
+/// is rolled back (`undo`). The daemon is asked once, for the allocation (whose
+/// answer carries the daemon's configuration); in delegated-plugin mode a second
+/// time, to register the endpoint.
 pub fn add(
     env: &CniEnv,
     conf: &NetConf,
@@ -143,6 +146,11 @@ fn allocate(
         container_id: cid,
         ifname,
         network: &conf.name,
+        netns: &env
+            .netns
+            .as_ref()
+            .map(|n| n.display().to_string())
+            .unwrap_or_default(),
         ..Default::default()
     });
     match answer {
@@ -266,7 +274,19 @@ impl Attempt<'_> {
         t.mark("netlink-host");
         self.set_up_pod_side(&plans)?;
         t.mark("netlink-pod");
-        self.register_endpoint(pair.host_index, t)?;
+        match self
+            .link_marker(true)
+            .filter(|_| self.alloc.endpoint_pending)
+        {
+            Some(wired) => {
+                self.host_sock
+                    .set_link_alias(pair.host_index, &wired.encode())
+                    .map_err(dp("marking the host side wired"))?;
+                t.mark("link-wired");
+                t.wired(self.expiration_uuids());
+            }
+            None => self.register_endpoint(pair.host_index, t)?,
+        }
         self.result(&pair, &plans)
     }
 
@@ -332,8 +352,10 @@ impl Attempt<'_> {
             // kernel sends no neighbour solicitation to the pod at all.
             write_sysctl(&format!("net/ipv6/conf/{host_name}/accept_dad"), "0")
                 .map_err(dp("host accept_dad"))?;
+        } else {
+            disable_host_ipv6(host_name)?;
         }
-        match self.link_marker() {
+        match self.link_marker(false) {
             Some(marker) => host_sock.set_link_up_with_alias(host_index, &marker.encode()),
             None => host_sock.set_link_up(host_index),
         }
@@ -368,11 +390,13 @@ impl Attempt<'_> {
 
     /// The marker that ties the host link to the journal commit that handed out
     /// its addresses, so a restart can tell a stale link from one the journal
-    /// lost; none when the daemon sent no journal mark.
-    fn link_marker(&self) -> Option<LinkMarker> {
+    /// lost, and (`wired`) says the ADD finished wiring the pod; none when the
+    /// daemon sent no journal mark.
+    fn link_marker(&self, wired: bool) -> Option<LinkMarker> {
         let journal = JournalMark::parse(&self.alloc.journal_mark)?;
         Some(LinkMarker {
             journal,
+            wired,
             container_id: Some(self.container_id.to_string()),
             ifname: Some(self.ifname.to_string()),
             owner: Some(self.env.args.owner(self.container_id)),
@@ -426,7 +450,19 @@ impl Attempt<'_> {
         (mtu > 0).then_some(mtu)
     }
 
-    /// Registers the endpoint with the daemon, which binds the addresses and stops
+    /// The expiration UUIDs of the addresses the daemon handed out (none in
+    /// delegated-plugin mode).
+    fn expiration_uuids(&self) -> Vec<String> {
+        [&self.alloc.ipv4, &self.alloc.ipv6]
+            .into_iter()
+            .flatten()
+            .map(|a| a.expiration_uuid.clone())
+            .filter(|u| !u.is_empty())
+            .collect()
+    }
+
+    /// Registers the endpoint with the daemon (delegated-plugin mode, or a daemon
+    /// that journals no pending endpoint), which binds the addresses and stops
     /// their expiration timers, with the timings so far (the daemon records them
     /// once the endpoint is committed, so no report request follows). The plugin
     /// waits for the commit: only a journaled endpoint keeps the addresses past
@@ -705,6 +741,19 @@ fn eni_device(host_sock: &NetlinkSocket, eni: &EniPlan) -> Result<u32, CniError>
                 eni.number
             ))
         })
+}
+
+/// An IPv4-only pod gets no IPv6 on its host link either, set before the link
+/// goes up. Otherwise every host link gets a link-local address, an fe80::/64
+/// and an ff00::/8 route and MLD traffic, and that kernel work grows with the
+/// pods on the node: IPv6 route lookups walk the fe80::/64 routes of every link
+/// and each link deletion walks the whole IPv6 table (BENCHMARKS.md "Flat
+/// cost"). A kernel without IPv6 has no such sysctl: nothing to disable.
+fn disable_host_ipv6(host_name: &str) -> Result<(), CniError> {
+    match write_sysctl(&format!("net/ipv6/conf/{host_name}/disable_ipv6"), "1") {
+        Err(e) if !e.is_not_found() => Err(dp("disabling IPv6 on the host side")(e)),
+        _ => Ok(()),
+    }
 }
 
 /// A netlink socket inside the pod's netns. It is opened before the allocation,

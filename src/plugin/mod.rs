@@ -29,7 +29,8 @@ pub fn run() -> i32 {
     if std::env::var_os("PODNET_LOG").is_some() {
         crate::logging::init_stderr("warn");
     }
-    let mut stdin = Vec::new();
+    // Room for a usual config up front: one read and the end, not a read per doubling.
+    let mut stdin = Vec::with_capacity(16 * 1024);
     if let Err(e) = std::io::stdin().read_to_end(&mut stdin) {
         return fail(
             &CniError::io_failure(format!("reading the network config from stdin: {e}")),

@@ -1,7 +1,8 @@
 //! What the plugin tells afterwards: its phase timings (and failure, if any) to the
 //! daemon, which turns them into metrics and keeps failures for `podnet explain`
-//! (a successful ADD's timings travel with its endpoint registration instead, so
-//! it makes no request for them); and one line per ADD/DEL in the config's
+//! (a successful ADD's report also names the addresses of the attachment it
+//! wired, which the daemon then binds; an ADD that registered its endpoint sent
+//! its timings with it and makes no request for them); and one line per ADD/DEL in the config's
 //! `log-file` (runtimes swallow the plugin's stderr), rotated at 10 MiB with 7
 //! backups as Cilium's CNI log.
 
@@ -24,6 +25,9 @@ pub struct Timings {
     phases: BTreeMap<String, f64>,
     /// The daemon has them already (they came with the endpoint registration).
     delivered: bool,
+    /// The expiration UUIDs of a wired attachment's pending addresses, for the
+    /// daemon to bind.
+    wired: Vec<String>,
 }
 
 impl Timings {
@@ -34,6 +38,7 @@ impl Timings {
             last: now,
             phases: BTreeMap::new(),
             delivered: false,
+            wired: Vec::new(),
         }
     }
 
@@ -60,6 +65,12 @@ impl Timings {
     /// The daemon has recorded the timings: `report` sends nothing.
     pub fn delivered(&mut self) {
         self.delivered = true;
+    }
+
+    /// The ADD wired the attachment of these pending addresses: a successful
+    /// ADD's report asks the daemon to bind them.
+    pub fn wired(&mut self, expiration_uuids: Vec<String>) {
+        self.wired = expiration_uuids;
     }
 }
 
@@ -108,6 +119,11 @@ pub fn report(client: &Client, log_file: Option<&Path>, timings: Timings, outcom
             ifname: outcome.ifname.into(),
             owner: outcome.owner.into(),
             phases,
+            wired_expiration_uuids: if outcome.result.is_ok() {
+                timings.wired
+            } else {
+                Vec::new()
+            },
             reason,
             error,
         };

@@ -209,11 +209,13 @@ fn route_spec(r: &PlannedRoute, tunnel_index: Option<u32>) -> Option<RouteSpec> 
     })
 }
 
-/// Whether a listed route already is `spec` (destination, gateway, device).
+/// Whether a listed route already is `spec` (destination, gateway, device and
+/// source address: a route whose `src` changed is replaced).
 fn route_matches(have: &RouteInfo, spec: &RouteSpec) -> bool {
     have.dst == spec.dst
         && have.gateway == spec.gateway
         && (spec.oif == 0 || have.oif == Some(spec.oif))
+        && have.prefsrc == spec.prefsrc
 }
 
 /// podnet's routes in the main table (its protocol number): replace the wrong
@@ -260,5 +262,53 @@ fn sync_routes(
         if let Err(e) = sock.delete_route(&spec) {
             errors.push(e.to_string());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed(prefsrc: Option<&str>) -> RouteInfo {
+        RouteInfo {
+            dst: "10.1.1.0/24".parse().unwrap(),
+            gateway: Some("10.1.1.1".parse().unwrap()),
+            oif: Some(7),
+            scope: 0,
+            mtu: None,
+            table: TABLE_MAIN,
+            priority: None,
+            kind: 1,
+            protocol: ROUTE_PROTOCOL,
+            prefsrc: prefsrc.map(|s| s.parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn a_route_with_another_source_address_is_not_in_place() {
+        let planned = PlannedRoute {
+            dst: "10.1.1.0/24".parse().unwrap(),
+            gateway: "10.1.1.1".parse().unwrap(),
+            tunnel: true,
+            prefsrc: Some("10.1.0.1".parse().unwrap()),
+        };
+        let spec = route_spec(&planned, Some(7)).unwrap();
+        assert!(route_matches(&listed(Some("10.1.0.1")), &spec));
+        assert!(
+            !route_matches(&listed(Some("10.1.0.9")), &spec),
+            "src changed"
+        );
+        assert!(!route_matches(&listed(None), &spec), "src missing");
+        let mut other_dev = listed(Some("10.1.0.1"));
+        other_dev.oif = Some(8);
+        assert!(!route_matches(&other_dev, &spec));
+        let native = PlannedRoute {
+            tunnel: false,
+            prefsrc: None,
+            ..planned
+        };
+        let spec = route_spec(&native, None).unwrap();
+        assert!(route_matches(&listed(None), &spec));
+        assert!(!route_matches(&listed(Some("10.1.0.1")), &spec));
     }
 }

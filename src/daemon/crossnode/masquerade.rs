@@ -45,6 +45,12 @@ pub fn ruleset(v6: bool, rules: Option<&MasqueradeFamily>) -> String {
     s
 }
 
+/// Removes podnet's tables of both families (uninstall), in one transaction;
+/// nothing else is touched, and tables that do not exist are not an error.
+pub fn remove_tables() -> Result<(), String> {
+    apply(&format!("{}{}", ruleset(false, None), ruleset(true, None)))
+}
+
 /// Runs `nft -f -` with `script`; the error says what to install or what nft said.
 pub fn apply(script: &str) -> Result<(), String> {
     let mut child = Command::new("nft")

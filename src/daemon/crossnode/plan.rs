@@ -29,7 +29,8 @@ pub struct ClusterNode {
     /// `spec.addresses` of type CiliumInternalIP (the router addresses).
     pub router_ips: Vec<IpAddr>,
     /// The node's pod CIDRs and allocated blocks, each with its pool (`None` for
-    /// `spec.ipam.podCIDRs`).
+    /// `spec.ipam.podCIDRs`); a pod CIDR also listed as a block (a node migrated
+    /// from cluster-pool) is there once, as the block.
     pub cidrs: Vec<(Option<String>, IpNet)>,
 }
 
@@ -45,21 +46,24 @@ impl ClusterNode {
                 .filter_map(|a| a.ip.parse().ok())
                 .collect()
         };
+        let blocks: Vec<(Option<String>, IpNet)> = node
+            .spec
+            .ipam
+            .pools
+            .allocated
+            .iter()
+            .flat_map(|b| b.cidrs.iter().map(|c| (Some(b.pool.clone()), c.trunc())))
+            .collect();
         let mut cidrs: Vec<(Option<String>, IpNet)> = node
             .spec
             .ipam
             .pod_cidrs
             .iter()
-            .map(|c| (None, c.trunc()))
+            .map(|c| c.trunc())
+            .filter(|c| !blocks.iter().any(|(_, b)| b == c))
+            .map(|c| (None, c))
             .collect();
-        for block in &node.spec.ipam.pools.allocated {
-            cidrs.extend(
-                block
-                    .cidrs
-                    .iter()
-                    .map(|c| (Some(block.pool.clone()), c.trunc())),
-            );
-        }
+        cidrs.extend(blocks);
         ClusterNode {
             name: node.metadata.name.clone(),
             internal_ips: addresses("InternalIP"),
@@ -522,5 +526,40 @@ mod tests {
                 (Some("mars".into()), net("10.9.0.32/27"))
             ]
         );
+    }
+
+    #[test]
+    fn a_migrated_pod_cidr_is_one_cidr_and_one_route() {
+        let mut res = NodeResource::new("b");
+        res.spec.addresses = vec![
+            crate::resources::NodeAddress {
+                kind: "InternalIP".into(),
+                ip: "192.168.0.2".into(),
+            },
+            crate::resources::NodeAddress {
+                kind: "CiliumInternalIP".into(),
+                ip: "10.1.1.1".into(),
+            },
+        ];
+        res.spec.ipam.pod_cidrs = vec![net("10.1.1.0/24")];
+        res.spec.ipam.pools.allocated = vec![crate::resources::AllocatedPool {
+            pool: "default".into(),
+            cidrs: vec![net("10.1.1.0/24"), net("10.2.0.0/27")],
+            ..Default::default()
+        }];
+        let b = ClusterNode::from_resource(&res);
+        assert_eq!(
+            b.cidrs,
+            [
+                (Some("default".to_string()), net("10.1.1.0/24")),
+                (Some("default".to_string()), net("10.2.0.0/27"))
+            ]
+        );
+        // A node still in cluster-pool and the migrated one: same routes either way.
+        let a = node("a", "192.168.0.1", "10.1.0.1", &[("", "10.1.0.0/24")]);
+        let p = plan(&config(RoutingMode::Tunnel), "a", &[a, b], &BTreeSet::new());
+        let dsts: Vec<String> = p.routes.iter().map(|r| r.dst.to_string()).collect();
+        assert_eq!(dsts, ["10.1.1.0/24", "10.2.0.0/27"]);
+        assert_eq!(p.remotes[0].cidrs.len(), 2);
     }
 }

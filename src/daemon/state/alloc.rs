@@ -7,7 +7,8 @@ use std::net::IpAddr;
 
 use super::super::config::IpamMode;
 use super::{
-    AllocateRequest, ApiError, HOLD_UNTIL_TEARDOWN, IpamState, TEARDOWN_PREFIX, Teardown, held,
+    AllocateRequest, Allocation, ApiError, HOLD_UNTIL_TEARDOWN, IpamState, TEARDOWN_PREFIX,
+    Teardown, held,
 };
 use crate::api::models::*;
 use crate::datapath::host_ifname;
@@ -23,6 +24,17 @@ impl IpamState {
     /// the refusal (502, as Cilium's no-op allocator) says `delegated-plugin` and
     /// carries the configuration the plugin then runs the delegated IPAM with.
     pub fn allocate_next(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
+        self.try_allocate_next(req, false)
+    }
+
+    /// `allocate_next`, for a caller that will wait for the cluster operator's
+    /// blocks when `may_wait`: a refusal [`IpamState::waits_for_blocks`] accepts is
+    /// then not recorded as a failure (its demand is noted as pending all the same).
+    pub fn try_allocate_next(
+        &mut self,
+        req: &AllocateRequest,
+        may_wait: bool,
+    ) -> Result<IpamResponse, ApiError> {
         if self.cfg.ipam_mode == IpamMode::DelegatedPlugin {
             return Err(ApiError {
                 config: Some(Box::new(self.config().status)),
@@ -37,7 +49,9 @@ impl IpamState {
         let result = self.allocate_next_inner(req);
         self.metrics
             .phase("ADD", "daemon-allocation", started.elapsed().as_secs_f64());
-        if let Err(e) = &result {
+        if let Err(e) = &result
+            && !(may_wait && self.waits_for_blocks(e))
+        {
             let reason = e.reason.map_or("rejected", FailureReason::as_str);
             self.record_failure(
                 "ADD",
@@ -87,6 +101,9 @@ impl IpamState {
             }
         }
         ops.extend(taken.iter().cloned().map(JournalOp::PutAllocation));
+        let pending_endpoint = pending_endpoint(req, &taken, now);
+        let endpoint_pending = pending_endpoint.is_some();
+        ops.extend(pending_endpoint.map(JournalOp::PutEndpoint));
         if let Err(e) = self.commit(&ops) {
             self.give_back(&taken);
             return Err(e);
@@ -96,6 +113,7 @@ impl IpamState {
             host_addressing: self.node_addressing(),
             journal_mark: self.journal_mark().encode(),
             podnet_config: Some(self.config().status),
+            endpoint_pending,
             ..Default::default()
         };
         for rec in &taken {
@@ -107,6 +125,21 @@ impl IpamState {
         }
         self.sync_demand();
         Ok(resp)
+    }
+
+    /// Whether `e` is a multi-pool pool without room (or not known yet) on a node
+    /// whose blocks come from a cluster operator: the demand is written, and the
+    /// blocks that meet it arrive with a later node resource. Not when the operator
+    /// has reported that it cannot meet this node's demand (a pool exhausted or
+    /// missing): then the refusal is final until the operator says otherwise.
+    pub fn waits_for_blocks(&self, e: &ApiError) -> bool {
+        self.is_multi_pool()
+            && self.operator.is_none()
+            && self.node.status.ipam.operator_status.error.is_empty()
+            && matches!(
+                e.reason,
+                Some(FailureReason::RangeFull | FailureReason::PoolNotAvailable)
+            )
     }
 
     /// The next address of `pool`; in multi-pool a pool without room first asks
@@ -345,7 +378,7 @@ impl IpamState {
     /// Adds the journal ops that release every allocation and endpoint of an
     /// attachment (`ifname` None: every interface of the container), including
     /// addresses adopted from the kernel under the attachment's host link name.
-    fn release_attachment(
+    pub(super) fn release_attachment(
         &self,
         container_id: &str,
         ifname: Option<&str>,
@@ -353,22 +386,37 @@ impl IpamState {
         now: u64,
     ) -> Vec<IpAddr> {
         let mut ips: BTreeSet<IpAddr> = BTreeSet::new();
-        let links: Vec<String> = match ifname {
-            Some(i) => vec![host_ifname(container_id, i)],
-            None => Vec::new(),
+        // One interface: its records through the index by host link (every ADD and
+        // DEL; a walk over all allocations grew with the pods on the node). The whole
+        // container (no interface named): every record.
+        let link = ifname.map(|i| host_ifname(container_id, i));
+        let candidates: Box<dyn Iterator<Item = Allocation<'_>>> = match &link {
+            Some(l) => Box::new(self.allocations.of_link(l)),
+            None => Box::new(self.allocations.iter()),
         };
-        for rec in self.allocations.iter() {
+        for rec in candidates {
             let adopted = rec.state() != AllocationState::Cooling
-                && rec
-                    .host_ifname()
-                    .is_some_and(|h| links.iter().any(|l| l == h));
+                && link.is_some()
+                && rec.host_ifname() == link.as_deref();
             if rec.is_for(container_id, ifname) || adopted {
                 ips.insert(rec.ip);
             }
         }
-        for ep in self
-            .endpoints
-            .values()
+        let endpoints: Vec<&EndpointRecord> = match ifname {
+            Some(i) => self
+                .endpoints
+                .get(&EndpointRecord::key_of(container_id, i))
+                .into_iter()
+                .collect(),
+            None => self
+                .endpoints
+                .range(EndpointRecord::key_of(container_id, "")..)
+                .take_while(|(k, _)| k.starts_with(&EndpointRecord::key_of(container_id, "")))
+                .map(|(_, e)| e)
+                .collect(),
+        };
+        for ep in endpoints
+            .into_iter()
             .filter(|e| e.container_id == container_id && ifname.is_none_or(|i| e.ifname == i))
         {
             ops.push(JournalOp::DeleteEndpoint {
@@ -504,6 +552,31 @@ impl IpamState {
         self.commit_apply(ops, "endpoint created")?;
         tracing::info!(endpoint = ?key, owner = ?ep.owner, "endpoint created");
         Ok(self.view(&ep))
+    }
+
+    /// `POST /v1/cni/report` of an ADD that wired a pending attachment: binds its
+    /// addresses (stops their expiration) if they are all still pending under the
+    /// UUIDs the report names. A report for an attachment deleted, re-added or
+    /// expired since is refused (409) and binds nothing. Reports without UUIDs
+    /// pass.
+    pub fn bind_wired(&mut self, report: &CniReport) -> Result<(), ApiError> {
+        let uuids = &report.wired_expiration_uuids;
+        if uuids.is_empty() {
+            return Ok(());
+        }
+        let (cid, ifname) = (&report.container_id, &report.ifname);
+        let ops = self.bind_ops(cid, ifname, Some(uuids));
+        if ops.len() != uuids.len() {
+            return Err(ApiError::new(
+                409,
+                format!(
+                    "attachment {cid}:{ifname} holds no pending addresses with the expiration UUIDs {uuids:?} (it was deleted, added again or expired since): report refused, nothing bound"
+                ),
+            ));
+        }
+        self.commit_apply(ops, "ADD wired")?;
+        tracing::info!(container = %cid, ifname = %ifname, owner = %report.owner, "endpoint wired: addresses bound");
+        Ok(())
     }
 
     /// `DELETE /v1/endpoint`: deletes the container's endpoints (or the one
@@ -642,6 +715,42 @@ impl IpamState {
         self.commit_apply(ops, "garbage collected")?;
         Ok((GcResponse { released }, stale.into_iter().collect()))
     }
+}
+
+/// The endpoint of an allocation that names its attachment and the pod's netns
+/// and expires: journaled with the addresses, pending as they are. It is bound
+/// when the plugin's report or the host link's wired marker shows the ADD
+/// finished, and released with them when it expires unwired.
+fn pending_endpoint(
+    req: &AllocateRequest,
+    taken: &[AllocationRecord],
+    now: u64,
+) -> Option<EndpointRecord> {
+    let (Some(cid), Some(ifname), Some(netns)) = (&req.container_id, &req.ifname, &req.netns)
+    else {
+        return None;
+    };
+    if !req.expiration {
+        return None;
+    }
+    let pool = taken.first()?.pool.clone();
+    let ip_of = |v4: bool| taken.iter().map(|r| r.ip).find(|ip| ip.is_ipv4() == v4);
+    Some(EndpointRecord {
+        container_id: cid.clone(),
+        ifname: ifname.clone(),
+        host_ifname: host_ifname(cid, ifname),
+        owner: if req.owner.is_empty() {
+            cid.clone()
+        } else {
+            req.owner.clone()
+        },
+        ipv4: ip_of(true),
+        ipv6: ip_of(false),
+        pool,
+        netns: Some(netns.clone()),
+        created_at_ms: now,
+        external_ipam: false,
+    })
 }
 
 pub(super) fn fill_response(

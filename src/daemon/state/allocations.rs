@@ -4,12 +4,21 @@
 //! is the journal's `AllocationRecord`, and `record()` gives it back field for
 //! field; the fields only a pod's attachment or a timer uses are boxed apart, so
 //! an address without them costs one 56-byte slot and its owner string.
+//!
+//! An index by attachment goes with it: the host link name of (container ID,
+//! interface), the name podnet gives the link, and the name an allocation adopted
+//! from the kernel was found under. Every ADD and DEL looks its attachment's
+//! addresses up there instead of walking every allocation on the node, which made
+//! their cost grow with the pods on it. Changes go only through `insert` and
+//! `remove` (or a `Loader`), which keep the index in step.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
+use crate::datapath::host_ifname;
 use crate::ipam::Family;
 use crate::store::{AllocationRecord, AllocationState};
 
@@ -19,6 +28,8 @@ pub struct Allocations {
     v4: BTreeMap<u32, Slot>,
     v6: BTreeMap<u128, Slot>,
     names: Names,
+    /// Addresses by the host link names of their attachment (`links_of`).
+    by_link: HashMap<Box<str>, Vec<IpAddr>>,
 }
 
 /// One address's record without the address (the map's key).
@@ -201,6 +212,14 @@ impl Allocations {
     /// Adds or replaces the allocation of `rec.ip`.
     pub fn insert(&mut self, rec: AllocationRecord) {
         let ip = rec.ip;
+        self.remove(&ip);
+        for link in links_of(
+            rec.container_id.as_deref(),
+            rec.ifname.as_deref(),
+            rec.host_ifname.as_deref(),
+        ) {
+            self.by_link.entry(link).or_default().push(ip);
+        }
         let slot = self.slot(rec);
         match ip {
             IpAddr::V4(a) => {
@@ -225,7 +244,30 @@ impl Allocations {
             IpAddr::V4(a) => self.v4.remove(&u32::from(*a)),
             IpAddr::V6(a) => self.v6.remove(&u128::from(*a)),
         }?;
-        Some(self.view(*ip, &slot).record())
+        let rec = self.view(*ip, &slot).record();
+        for link in links_of(
+            rec.container_id.as_deref(),
+            rec.ifname.as_deref(),
+            rec.host_ifname.as_deref(),
+        ) {
+            if let Entry::Occupied(mut e) = self.by_link.entry(link) {
+                e.get_mut().retain(|a| a != ip);
+                if e.get().is_empty() {
+                    e.remove();
+                }
+            }
+        }
+        Some(rec)
+    }
+
+    /// The allocations made for, or adopted under, the host link `link` (callers
+    /// check the attachment itself: two attachments could share a name's hash).
+    pub fn of_link<'a>(&'a self, link: &str) -> impl Iterator<Item = Allocation<'a>> {
+        self.by_link
+            .get(link)
+            .into_iter()
+            .flatten()
+            .filter_map(|ip| self.get(ip))
     }
 
     fn view<'a>(&'a self, ip: IpAddr, slot: &'a Slot) -> Allocation<'a> {
@@ -262,12 +304,38 @@ impl Loader {
     /// The table of the staged records (a later record of the same address
     /// replaces an earlier one).
     pub fn finish(self) -> Allocations {
-        Allocations {
+        let mut table = Allocations {
             v4: self.v4.into_iter().collect(),
             v6: self.v6.into_iter().collect(),
             names: self.names,
+            by_link: HashMap::new(),
+        };
+        let mut by_link: HashMap<Box<str>, Vec<IpAddr>> = HashMap::new();
+        for a in table.iter() {
+            for link in links_of(a.container_id(), a.ifname(), a.host_ifname()) {
+                by_link.entry(link).or_default().push(a.ip);
+            }
         }
+        table.by_link = by_link;
+        table
     }
+}
+
+/// The host link names an allocation is found under: the one podnet names for its
+/// container ID and interface, and the one it was adopted under, if different.
+fn links_of(
+    container_id: Option<&str>,
+    ifname: Option<&str>,
+    adopted: Option<&str>,
+) -> impl Iterator<Item = Box<str>> {
+    let made = match (container_id, ifname) {
+        (Some(c), Some(i)) => Some(host_ifname(c, i)),
+        _ => None,
+    };
+    let adopted = adopted
+        .filter(|h| made.as_deref() != Some(*h))
+        .map(Box::<str>::from);
+    made.map(String::into_boxed_str).into_iter().chain(adopted)
 }
 
 fn make_slot(names: &mut Names, rec: AllocationRecord) -> Slot {
@@ -370,6 +438,74 @@ mod tests {
         let r = a.get(&"10.0.1.1".parse().unwrap()).unwrap();
         assert!(r.is_for(&"c".repeat(64), Some("eth0")));
         assert!(!r.is_for(&"c".repeat(64), Some("net1")));
+    }
+
+    fn attached(
+        ip: &str,
+        attachment: Option<(&str, &str)>,
+        adopted: Option<&str>,
+    ) -> AllocationRecord {
+        AllocationRecord {
+            container_id: attachment.map(|a| a.0.to_string()),
+            ifname: attachment.map(|a| a.1.to_string()),
+            host_ifname: adopted.map(str::to_string),
+            ..bare(ip)
+        }
+    }
+
+    fn ips_of(a: &Allocations, link: &str) -> Vec<String> {
+        let mut v: Vec<String> = a.of_link(link).map(|r| r.ip.to_string()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn an_attachment_finds_its_addresses_and_loses_them_when_they_go_or_move() {
+        let mut a = Allocations::default();
+        let link = host_ifname("c1", "eth0");
+        a.insert(attached("10.0.0.2", Some(("c1", "eth0")), None));
+        a.insert(attached("10.0.0.3", Some(("c1", "eth0")), None));
+        a.insert(attached("10.0.0.4", Some(("c2", "eth0")), None));
+        a.insert(attached("10.0.0.5", None, None));
+        assert_eq!(ips_of(&a, &link), ["10.0.0.2", "10.0.0.3"]);
+        assert_eq!(a.iter().count(), 4);
+        // Replaced by a record of another attachment: found under that one only.
+        a.insert(attached("10.0.0.3", Some(("c2", "eth0")), None));
+        assert_eq!(ips_of(&a, &link), ["10.0.0.2"]);
+        assert_eq!(
+            ips_of(&a, &host_ifname("c2", "eth0")),
+            ["10.0.0.3", "10.0.0.4"]
+        );
+        assert!(a.remove(&"10.0.0.2".parse().unwrap()).is_some());
+        assert!(ips_of(&a, &link).is_empty());
+        assert!(
+            !a.by_link.contains_key(link.as_str()),
+            "no empty entry is kept"
+        );
+        assert!(a.remove(&"10.0.0.2".parse().unwrap()).is_none());
+    }
+
+    #[test]
+    fn an_adopted_address_is_found_under_its_link_name_too() {
+        let mut a = Allocations::default();
+        a.insert(attached("10.0.0.7", None, Some("lxcadopted0001")));
+        assert_eq!(ips_of(&a, "lxcadopted0001"), ["10.0.0.7"]);
+        let made = host_ifname("c3", "eth0");
+        a.insert(attached("10.0.0.8", Some(("c3", "eth0")), Some(&made)));
+        assert_eq!(ips_of(&a, &made), ["10.0.0.8"], "listed once");
+        a.remove(&"10.0.0.7".parse().unwrap());
+        a.remove(&"10.0.0.8".parse().unwrap());
+        assert!(a.by_link.is_empty());
+    }
+
+    #[test]
+    fn a_loaded_table_has_the_index_too() {
+        let mut loader = Allocations::loader();
+        loader.push(attached("10.0.0.2", Some(("c1", "eth0")), None));
+        loader.push(attached("10.0.0.9", None, Some("lxcadopted0002")));
+        let a = loader.finish();
+        assert_eq!(ips_of(&a, &host_ifname("c1", "eth0")), ["10.0.0.2"]);
+        assert_eq!(ips_of(&a, "lxcadopted0002"), ["10.0.0.9"]);
     }
 
     #[test]

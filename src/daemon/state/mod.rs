@@ -23,7 +23,7 @@ use ipnet::IpNet;
 
 use super::config::{DatapathMode, IpamMode};
 use super::metrics::Metrics;
-use crate::api::link_marker::JournalMark;
+use crate::api::link_marker::{JournalMark, LinkMarker};
 use crate::api::models::{DaemonConfigurationStatus, FailureReason, FailureRecord};
 use crate::ipam::Family;
 use crate::ipam::multipool::PoolSet;
@@ -136,6 +136,10 @@ pub struct StaleLink {
     pub made_by: JournalMark,
 }
 
+/// Reads the podnet marker of a host link by name (none: no link, or no marker;
+/// an error: the kernel could not be asked).
+pub type HostLinkMarker<'a> = dyn Fn(&str) -> Result<Option<LinkMarker>, String> + 'a;
+
 /// What was last handed to the node sink, to send only what changed.
 #[derive(Debug, Clone, Default)]
 struct OutboxMarks {
@@ -182,6 +186,9 @@ pub struct AllocateRequest {
     pub container_id: Option<String>,
     pub ifname: Option<String>,
     pub network: Option<String>,
+    /// The pod's netns: with `expiration` and the attachment, the endpoint is
+    /// journaled (pending) in the allocation's commit.
+    pub netns: Option<String>,
 }
 
 /// The IPAM state of one node.
@@ -509,23 +516,127 @@ impl IpamState {
         })
     }
 
-    /// Fires a timer. Expiration releases the address if it is still pending with
-    /// the same UUID; the end of a cooldown gives the address back to the pool.
-    /// Returns true if it changed something.
-    pub fn fire(&mut self, timer: &Timer) -> bool {
+    /// The endpoint journaled with a pending allocation (`pending_endpoint`): the
+    /// attachment's endpoint while it lists `rec` and every address it lists is
+    /// still pending (a registered endpoint bound its addresses).
+    fn pending_endpoint_of(&self, rec: &AllocationRecord) -> Option<&EndpointRecord> {
+        let (cid, ifname) = (rec.container_id.as_deref()?, rec.ifname.as_deref()?);
+        let ep = self.endpoints.get(&EndpointRecord::key_of(cid, ifname))?;
+        let listed = [ep.ipv4, ep.ipv6];
+        let all_pending = listed.iter().flatten().all(|ip| {
+            self.allocations
+                .get(ip)
+                .is_some_and(|r| r.state() == AllocationState::Pending)
+        });
+        (!ep.external_ipam && listed.contains(&Some(rec.ip)) && all_pending).then_some(ep)
+    }
+
+    /// Whether a host link's marker shows the ADD of `ep` finished: made under
+    /// this journal, for this attachment, and marked wired by the plugin's last
+    /// netlink change.
+    fn wired_for(&self, marker: &LinkMarker, ep: &EndpointRecord) -> bool {
+        marker.wired
+            && marker.journal.journal_id == self.journal.id()
+            && marker
+                .container_id
+                .as_deref()
+                .is_none_or(|c| c == ep.container_id)
+            && marker.ifname.as_deref().is_none_or(|i| i == ep.ifname)
+    }
+
+    /// The ops that bind the attachment's pending addresses (all of them, or
+    /// those with one of `uuids`).
+    fn bind_ops(&self, cid: &str, ifname: &str, uuids: Option<&[String]>) -> Vec<JournalOp> {
+        self.allocations
+            .of_link(&crate::datapath::host_ifname(cid, ifname))
+            .filter(|r| r.state() == AllocationState::Pending && r.is_for(cid, Some(ifname)))
+            .filter(|r| {
+                uuids.is_none_or(|u| {
+                    r.expiration_uuid()
+                        .is_some_and(|id| u.iter().any(|x| x == id))
+                })
+            })
+            .map(|r| {
+                JournalOp::PutAllocation(AllocationRecord {
+                    state: AllocationState::Bound,
+                    expiration_uuid: None,
+                    expires_at_ms: None,
+                    ..r.record()
+                })
+            })
+            .collect()
+    }
+
+    /// The journal ops of an expiring address, and the host link to remove once
+    /// they are committed. An address with a pending endpoint is its whole
+    /// attachment: bound if the host link says the ADD finished (`host_link`
+    /// reads a link's marker), else released with the endpoint and the link.
+    /// None when the link could not be read (the caller tries again later).
+    fn expiry_ops(
+        &self,
+        rec: &AllocationRecord,
+        host_link: &HostLinkMarker<'_>,
+        now: u64,
+    ) -> Option<(Vec<JournalOp>, Option<StaleLink>)> {
+        let Some(ep) = self.pending_endpoint_of(rec) else {
+            tracing::warn!(ip = %rec.ip, owner = ?rec.owner, "Released IP after expiration");
+            // Decided before the release (the attachment's other addresses are
+            // still live then).
+            return Some((
+                vec![self.release_op(rec, now)],
+                self.expired_attachment_link(rec),
+            ));
+        };
+        let marker = match host_link(&ep.host_ifname) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(ip = %rec.ip, error = %e, "cannot tell whether the expiring attachment was wired: keeping the address and asking again in a second");
+                return None;
+            }
+        };
+        if marker.is_some_and(|m| self.wired_for(&m, ep)) {
+            tracing::info!(ip = %rec.ip, owner = ?rec.owner, link = %ep.host_ifname, "pending address expired, but its host link is marked wired (the ADD finished): bound");
+            return Some((self.bind_ops(&ep.container_id, &ep.ifname, None), None));
+        }
+        tracing::warn!(ip = %rec.ip, owner = ?rec.owner, link = %ep.host_ifname, "Released IP after expiration (its host link is not marked wired: the ADD never finished)");
+        let mut ops = Vec::new();
+        self.release_attachment(&ep.container_id, Some(&ep.ifname), &mut ops, now);
+        let stale = StaleLink {
+            name: ep.host_ifname.clone(),
+            made_by: self.journal_mark(),
+        };
+        Some((ops, Some(stale)))
+    }
+
+    /// Queues `timer` again in a second.
+    fn retry_later(&mut self, timer: &Timer) {
+        self.timers.push(Timer {
+            deadline_ms: now_ms() + 1000,
+            ..timer.clone()
+        });
+    }
+
+    /// Fires a timer. Expiration releases (or, for a wired attachment, binds) the
+    /// address if it is still pending with the same UUID (`expiry_ops`); the end
+    /// of a cooldown gives the address back to the pool. Returns true if it
+    /// changed something.
+    pub fn fire(&mut self, timer: &Timer, host_link: &HostLinkMarker<'_>) -> bool {
         let Some(rec) = self.allocations.get(&timer.ip).map(|r| r.record()) else {
             return false;
         };
         let now = now_ms();
-        let ops = match &timer.kind {
+        let (ops, stale_link) = match &timer.kind {
             TimerKind::Expire { uuid } => {
                 if rec.state != AllocationState::Pending
                     || rec.expiration_uuid.as_deref() != Some(uuid)
                 {
                     return false;
                 }
-                tracing::warn!(ip = %rec.ip, owner = ?rec.owner, "Released IP after expiration");
-                vec![self.release_op(&rec, now)]
+                let Some(decided) = self.expiry_ops(&rec, host_link, now) else {
+                    self.retry_later(timer);
+                    return false;
+                };
+                decided
             }
             TimerKind::Cooldown => {
                 if rec.state != AllocationState::Cooling
@@ -533,17 +644,12 @@ impl IpamState {
                 {
                     return false;
                 }
-                vec![JournalOp::DeleteAllocation {
+                let op = JournalOp::DeleteAllocation {
                     pool: rec.pool.clone(),
                     ip: rec.ip,
-                }]
+                };
+                (vec![op], None)
             }
-        };
-        // Decided before the release (the attachment's other addresses are still
-        // live then), queued only once the release is journaled.
-        let stale_link = match &timer.kind {
-            TimerKind::Expire { .. } => self.expired_attachment_link(&rec),
-            TimerKind::Cooldown => None,
         };
         match self.commit_apply(ops, "timer") {
             Ok(()) => {
@@ -553,10 +659,7 @@ impl IpamState {
             Err(e) => {
                 // Try again later (the journal may be failed for a while).
                 tracing::error!(ip = %rec.ip, error = %e.message, "could not journal a timer's change; keeping the address and trying again in a second");
-                self.timers.push(Timer {
-                    deadline_ms: now_ms() + 1000,
-                    ..timer.clone()
-                });
+                self.retry_later(timer);
                 false
             }
         }

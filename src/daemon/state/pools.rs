@@ -356,6 +356,9 @@ impl IpamState {
         self.node.spec.ipam.pools.allocated = allocated;
         self.node.spec.eni = node.spec.eni;
         self.node.status.eni = node.status.eni;
+        // The cluster operator's last word on this node's demand (an exhausted or
+        // missing pool): shown in status and failed ADDs, and it ends waits.
+        self.node.status.ipam.operator_status = node.status.ipam.operator_status;
         self.apply_node_blocks();
         self.outbox.used_changed = true;
         self.journal_node();

@@ -5,7 +5,9 @@
 //!   the address) but never handed out again; DEL releases it;
 //! - pending allocation whose expiration passed while the daemon was down: released
 //!   at once (it never served a pod, so no cooldown; its host link, if any, is then
-//!   an unaccounted link this journal made, and is removed below);
+//!   an unaccounted link this journal made, and is removed below); one journaled
+//!   with its endpoint (a one-round-trip ADD) is left to its timer, due at once,
+//!   which binds it if its host link is marked wired and releases it otherwise;
 //! - cooling address whose cooldown ended while the daemon was down: freed;
 //! - bound allocation whose host link is gone: the pod's netns is gone (deleting a
 //!   netns destroys the veth pair), so the address is released (into cooldown);
@@ -131,6 +133,13 @@ impl IpamState {
         // Records stream from the journal one at a time into compact slots. Each
         // block's cursor goes after its newest allocation (on equal times the
         // later record in key order, as a stable sort by age would leave it).
+        // An expired address journaled with its endpoint waits for its timer (due at
+        // once), which binds it if the host link says the ADD finished.
+        let endpoints: BTreeSet<String> = snapshot.endpoints.iter().map(|e| e.key()).collect();
+        let has_endpoint = |rec: &AllocationRecord| match (&rec.container_id, &rec.ifname) {
+            (Some(cid), Some(ifname)) => endpoints.contains(&EndpointRecord::key_of(cid, ifname)),
+            _ => false,
+        };
         let mut loader = Allocations::loader();
         let mut newest: BTreeMap<IpNet, (u64, IpAddr)> = BTreeMap::new();
         let journal = &state.journal;
@@ -138,7 +147,9 @@ impl IpamState {
         let timers = &mut state.timers;
         journal.for_each_allocation(|rec| {
             match rec.state {
-                AllocationState::Pending if rec.expires_at_ms.is_some_and(|t| t <= now) => {
+                AllocationState::Pending
+                    if rec.expires_at_ms.is_some_and(|t| t <= now) && !has_endpoint(&rec) =>
+                {
                     tracing::warn!(ip = %rec.ip, owner = ?rec.owner, "Released IP after expiration (expired while the daemon was down)");
                     report.expired += 1;
                     ops.push(JournalOp::DeleteAllocation {

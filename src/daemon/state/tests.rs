@@ -18,8 +18,8 @@ use ipnet::IpNet;
 use super::*;
 use crate::api::link_marker::{JournalMark, LinkMarker};
 use crate::api::models::{
-    AddressPair, AttachmentRef, EndpointBatchDeleteRequest, EndpointChangeRequest, GcRequest,
-    IpamResponse, LinkRef, RangeStatus,
+    AddressPair, AttachmentRef, CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest,
+    GcRequest, IpamResponse, LinkRef, RangeStatus,
 };
 use crate::datapath::host_ifname;
 use crate::ipam::clusterpool::ClusterPoolConfig;
@@ -347,6 +347,11 @@ fn tick() {
     std::thread::sleep(Duration::from_millis(3));
 }
 
+/// A kernel without host links (what an expiring address's link lookup sees).
+fn no_links(_: &str) -> Result<Option<LinkMarker>, String> {
+    Ok(None)
+}
+
 /// A marker as the plugin writes it for `<cid>:eth0` of pod `ns/<cid>`.
 fn marker(journal_id: &str, seq: u64, cid: &str) -> LinkMarker {
     LinkMarker {
@@ -354,6 +359,7 @@ fn marker(journal_id: &str, seq: u64, cid: &str) -> LinkMarker {
             journal_id: journal_id.into(),
             seq,
         },
+        wired: false,
         container_id: Some(cid.into()),
         ifname: Some("eth0".into()),
         owner: Some(format!("ns/{cid}")),
@@ -679,9 +685,9 @@ fn a_pending_allocation_is_released_when_its_expiration_timer_fires() {
         assert!(t.deadline_ms >= before + 600_000 && t.deadline_ms <= now_ms() + 600_000);
     }
     for t in &timers {
-        assert!(s.fire(t));
+        assert!(s.fire(t, &no_links));
         assert_eq!(state_of(&s, t.ip), None, "released and free (no cooldown)");
-        assert!(!s.fire(t), "a second firing changes nothing");
+        assert!(!s.fire(t, &no_links), "a second firing changes nothing");
     }
     let listed = s.status().ipam.allocations;
     assert!(
@@ -702,7 +708,7 @@ fn creating_the_endpoint_stops_the_expiration() {
     assert_eq!(view.owner, "ns/c1");
     assert_eq!(view.addressing.ipv4, resp.address.ipv4);
     for t in &timers {
-        assert!(!s.fire(t));
+        assert!(!s.fire(t, &no_links));
         assert_eq!(state_of(&s, t.ip), Some(AllocationState::Bound));
     }
 }
@@ -732,12 +738,12 @@ fn an_endpoint_with_the_wrong_expiration_uuid_is_refused_and_the_timer_still_rel
         ..timers[0].clone()
     };
     assert!(
-        !s.fire(&foreign),
+        !s.fire(&foreign, &no_links),
         "a timer of another allocation does nothing"
     );
     assert_eq!(state_of(&s, timers[0].ip), Some(AllocationState::Pending));
     for t in &timers {
-        assert!(s.fire(t));
+        assert!(s.fire(t, &no_links));
         assert_eq!(state_of(&s, t.ip), None);
     }
 }
@@ -752,12 +758,12 @@ fn expiry_queues_the_host_link_only_when_nothing_else_of_the_attachment_lives() 
     let timers = expire_timers(&s.take_timers());
     let t6 = timers.iter().find(|t| t.ip.is_ipv6()).unwrap();
     let t4 = timers.iter().find(|t| t.ip.is_ipv4()).unwrap();
-    assert!(s.fire(t6));
+    assert!(s.fire(t6, &no_links));
     assert!(
         s.take_stale_links().is_empty(),
         "the IPv4 address still lives"
     );
-    assert!(s.fire(t4));
+    assert!(s.fire(t4, &no_links));
     let stale = s.take_stale_links();
     assert_eq!(stale.len(), 1);
     assert_eq!(stale[0].name, host_ifname("c1", "eth0"));
@@ -782,7 +788,7 @@ fn expiry_queues_the_host_link_only_when_nothing_else_of_the_attachment_lives() 
     req.addressing.ipv4.clear();
     s.create_endpoint(&req).unwrap();
     let t4 = timers.iter().find(|t| t.ip.is_ipv4()).unwrap();
-    assert!(s.fire(t4));
+    assert!(s.fire(t4, &no_links));
     assert!(s.take_stale_links().is_empty());
 
     // An allocation without an attachment has no link to remove.
@@ -793,7 +799,7 @@ fn expiry_queues_the_host_link_only_when_nothing_else_of_the_attachment_lives() 
     })
     .unwrap();
     for t in expire_timers(&s.take_timers()) {
-        assert!(s.fire(&t));
+        assert!(s.fire(&t, &no_links));
     }
     assert!(s.take_stale_links().is_empty());
 }
@@ -828,12 +834,15 @@ fn a_released_address_cools_down_counts_as_used_and_its_timer_frees_it() {
     let timers = cooldown_timers(&s.take_timers());
     assert_eq!(timers.len(), 1);
     assert_eq!(timers[0].ip, taken[0]);
-    assert!(!s.fire(&timers[0]), "the cooldown has not ended yet");
+    assert!(
+        !s.fire(&timers[0], &no_links),
+        "the cooldown has not ended yet"
+    );
     assert_eq!(state_of(&s, taken[0]), Some(AllocationState::Cooling));
     std::thread::sleep(Duration::from_millis(
         timers[0].deadline_ms.saturating_sub(now_ms()) + 20,
     ));
-    assert!(s.fire(&timers[0]));
+    assert!(s.fire(&timers[0], &no_links));
     assert_eq!(state_of(&s, taken[0]), None);
     assert_eq!(v4(&s.allocate_next(&plain("ns/q", "")).unwrap()), taken[0]);
 }
@@ -898,7 +907,10 @@ fn a_teardown_holds_the_addresses_until_it_finishes() {
             deadline_ms: now_ms(),
             kind: TimerKind::Cooldown,
         };
-        assert!(!s.fire(&early), "a cooldown timer does not end a hold");
+        assert!(
+            !s.fire(&early, &no_links),
+            "a cooldown timer does not end a hold"
+        );
     }
 
     let before = now_ms();
@@ -1003,7 +1015,7 @@ fn restore_brings_back_allocations_endpoints_cooling_and_pending_timers() {
     s.create_endpoint(&endpoint_for("pending", &pending))
         .unwrap();
     for t in &expiring {
-        assert!(!s.fire(t));
+        assert!(!s.fire(t, &no_links));
     }
 }
 
@@ -1596,16 +1608,14 @@ fn free_blocks_go_back_to_the_operator_only_after_restore_finished() {
     );
 }
 
-#[test]
-fn with_a_cluster_operator_free_blocks_go_to_the_sink_and_stay_out_until_gone() {
-    let dir = TempDir::new();
-    let setup = Setup::multi_pool(default_and_blue(), &[]);
-    let listed = node_with_blocks(&[("blue", "10.20.0.0/29"), ("blue", "10.20.0.8/29")]);
+/// A multi-pool node whose blocks come from a cluster operator (none embedded),
+/// restored with `node` as the node resource and ready to serve.
+fn start_with_cluster_operator(dir: &TempDir, setup: &Setup, node: NodeResource) -> IpamState {
     let (journal, snapshot) = Journal::open(&dir.journal()).unwrap();
     let mut s = IpamState::restore(
         setup.cfg.clone(),
         journal,
-        listed.clone(),
+        node,
         None,
         setup.pools.clone(),
         snapshot,
@@ -1614,6 +1624,15 @@ fn with_a_cluster_operator_free_blocks_go_to_the_sink_and_stay_out_until_gone() 
     .unwrap();
     s.reserve_infra_addresses(&[]).unwrap();
     s.finish_restore();
+    s
+}
+
+#[test]
+fn with_a_cluster_operator_free_blocks_go_to_the_sink_and_stay_out_until_gone() {
+    let dir = TempDir::new();
+    let setup = Setup::multi_pool(default_and_blue(), &[]);
+    let listed = node_with_blocks(&[("blue", "10.20.0.0/29"), ("blue", "10.20.0.8/29")]);
+    let mut s = start_with_cluster_operator(&dir, &setup, listed.clone());
     let out = s.take_outbox().unwrap();
     let blue = |c: &str| ("blue".to_string(), c.parse::<IpNet>().unwrap());
     assert_eq!(
@@ -1629,6 +1648,67 @@ fn with_a_cluster_operator_free_blocks_go_to_the_sink_and_stay_out_until_gone() 
     s.set_external_node(node_with_blocks(&[("blue", "10.20.0.8/29")]));
     s.set_external_node(listed);
     assert_eq!(blocks(&s, "blue"), vec!["10.20.0.0/29"]);
+}
+
+#[test]
+fn with_a_cluster_operator_a_full_pool_waits_for_blocks_without_recording_a_failure() {
+    let dir = TempDir::new();
+    let setup = Setup::multi_pool(default_and_blue(), &[(DEFAULT_POOL, 8)]);
+    let mut s = start_with_cluster_operator(&dir, &setup, node_with_blocks(&[]));
+    let mut i = 0;
+    while s.try_allocate_next(&pod(&format!("p{i}")), true).is_ok() {
+        i += 1;
+    }
+    assert_eq!(i, 13, "one /28 less the router");
+    let e = s
+        .try_allocate_next(&pod("waiting"), true)
+        .expect_err("no room");
+    assert!(s.waits_for_blocks(&e), "{}", e.message);
+    assert!(s.failures.is_empty(), "a wait is not a failure");
+    // The demand counts the waiting owners (p13 and this one): 14 in use + 2
+    // pending, with pre-allocation 8.
+    assert_eq!(requested(&s, DEFAULT_POOL), Some(24));
+    // The last attempt (no more waiting) is recorded.
+    let e = s.try_allocate_next(&pod("waiting"), false).unwrap_err();
+    assert_eq!(s.failures.len(), 1, "{}", e.message);
+    // The operator's block arrives: the waiting owner gets an address from it.
+    s.set_external_node(node_with_blocks(&[(DEFAULT_POOL, "10.10.0.16/28")]));
+    let got = s.try_allocate_next(&pod("waiting"), true).unwrap();
+    let second: IpNet = "10.10.0.16/28".parse().unwrap();
+    assert!(second.contains(&v4(&got)), "{}", v4(&got));
+
+    // The operator reports it cannot meet the demand: no more waiting, and the
+    // refusal carries its reason.
+    let mut refused = node_with_blocks(&[(DEFAULT_POOL, "10.10.0.16/28")]);
+    refused.status.ipam.operator_status.error =
+        "failed to allocate ipv4 address for node \"node-a\" from pool \"default\": exhausted"
+            .into();
+    s.set_external_node(refused);
+    let e = loop {
+        if let Err(e) = s.try_allocate_next(&plain("ns/more", ""), true) {
+            break e;
+        }
+    };
+    assert!(!s.waits_for_blocks(&e), "{}", e.message);
+    assert!(
+        e.message.contains("operator: failed to allocate"),
+        "{}",
+        e.message
+    );
+
+    // With the embedded operator a full pool is final: nothing to wait for.
+    let dir = TempDir::new();
+    let small = Setup::multi_pool(
+        vec![pool_def(DEFAULT_POOL, "10.10.0.0/28", 28)],
+        &[(DEFAULT_POOL, 8)],
+    );
+    let mut s = start(&dir, &small);
+    let e = loop {
+        if let Err(e) = s.try_allocate_next(&plain("ns/p", ""), true) {
+            break e;
+        }
+    };
+    assert!(!s.waits_for_blocks(&e), "{}", e.message);
 }
 
 // --- journal failure ------------------------------------------------------------
@@ -1874,7 +1954,10 @@ fn a_full_disk_refuses_changes_with_503_and_recovery_makes_the_journal_match_mem
         503
     );
     assert_eq!(s.delete_endpoints(&del("bound")).unwrap_err().status, 503);
-    assert!(!s.fire(&timer), "the expiry cannot be journaled yet");
+    assert!(
+        !s.fire(&timer, &no_links),
+        "the expiry cannot be journaled yet"
+    );
     assert_eq!(memory_of(&s), before);
     let retry = s.take_timers();
     assert_eq!(retry.len(), 1);
@@ -1888,7 +1971,7 @@ fn a_full_disk_refuses_changes_with_503_and_recovery_makes_the_journal_match_mem
     recover(&mut s);
     assert_eq!(s.recover_journal(), None, "nothing left to recover");
     assert_eq!(s.status().cilium.state, "Ok");
-    assert!(s.fire(&retry[0]));
+    assert!(s.fire(&retry[0], &no_links));
     assert_eq!(state_of(&s, v4(&pending)), None);
     s.allocate_next(&pod("after")).unwrap();
     let memory = memory_of(&s);
@@ -1912,14 +1995,14 @@ fn an_expiry_that_cannot_be_journaled_queues_no_host_link() {
     s.allocate_next(&pod("pending")).unwrap();
     let timer = expire_timers(&s.take_timers()).remove(0);
     let (_, filler) = disk.fill_until_a_commit_fails(&mut s);
-    assert!(!s.fire(&timer));
+    assert!(!s.fire(&timer, &no_links));
     assert!(
         s.take_stale_links().is_empty(),
         "the address is still pending, so its link must stay"
     );
     std::fs::remove_file(filler).unwrap();
     recover(&mut s);
-    assert!(s.fire(&timer));
+    assert!(s.fire(&timer, &no_links));
     assert_eq!(s.take_stale_links().len(), 1);
 }
 
@@ -2076,5 +2159,194 @@ impl MetadataSource for FakeMetadata {
 
     fn synced(&self) -> bool {
         !self.not_synced
+    }
+}
+
+// --- one-round-trip ADD: the endpoint journaled pending with the allocation --------
+
+/// An ADD's allocation that names the pod's netns (the plugin's since one round
+/// trip per ADD).
+fn wired_pod(cid: &str) -> AllocateRequest {
+    AllocateRequest {
+        netns: Some(format!("/run/netns/{cid}")),
+        ..pod(cid)
+    }
+}
+
+/// The expiration UUIDs of an answer.
+fn uuids(resp: &IpamResponse) -> Vec<String> {
+    [&resp.ipv4, &resp.ipv6]
+        .into_iter()
+        .flatten()
+        .map(|e| e.expiration_uuid.clone())
+        .collect()
+}
+
+/// The report of a successful ADD that wired `<cid>:eth0`.
+fn wired_report(cid: &str, uuids: Vec<String>) -> CniReport {
+    CniReport {
+        verb: "ADD".into(),
+        container_id: cid.into(),
+        ifname: "eth0".into(),
+        owner: format!("ns/{cid}"),
+        wired_expiration_uuids: uuids,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_allocation_naming_the_netns_journals_its_endpoint_pending_in_the_same_commit() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual());
+    let resp = s.allocate_next(&wired_pod("c1")).unwrap();
+    assert!(resp.endpoint_pending);
+    for ip in ips(&resp) {
+        assert_eq!(state_of(&s, ip), Some(AllocationState::Pending));
+    }
+    let ep = s.endpoints.get("c1:eth0").unwrap().clone();
+    assert_eq!(
+        (ep.host_ifname.as_str(), ep.owner.as_str()),
+        (host_ifname("c1", "eth0").as_str(), "ns/c1")
+    );
+    assert_eq!(ep.netns.as_deref(), Some("/run/netns/c1"));
+    assert_eq!(
+        [ep.ipv6, ep.ipv4].into_iter().flatten().collect::<Vec<_>>(),
+        ips(&resp)
+    );
+    // Durable with the addresses: a restart finds it.
+    drop(s);
+    let (s, _) = restore(&dir, &Setup::dual());
+    assert!(s.endpoints.contains_key("c1:eth0"));
+    // Without the netns (Cilium's client, older plugins) no endpoint is journaled.
+    let mut s = ready(s);
+    let plain = s.allocate_next(&pod("c2")).unwrap();
+    assert!(!plain.endpoint_pending);
+    assert!(!s.endpoints.contains_key("c2:eth0"));
+}
+
+#[test]
+fn the_report_binds_a_wired_attachment_and_is_refused_once_it_was_deleted() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual());
+    let resp = s.allocate_next(&wired_pod("c1")).unwrap();
+    let wrong = wired_report("c1", vec!["not-the-uuid".into()]);
+    assert_eq!(s.bind_wired(&wrong).unwrap_err().status, 409);
+    s.bind_wired(&wired_report("c1", uuids(&resp))).unwrap();
+    for ip in ips(&resp) {
+        assert_eq!(state_of(&s, ip), Some(AllocationState::Bound));
+    }
+    assert!(s.endpoints.contains_key("c1:eth0"));
+    // DEL, then the same report once more (a late one): refused, nothing bound.
+    let late = s.allocate_next(&wired_pod("c2")).unwrap();
+    s.delete_endpoints(&del("c2")).unwrap();
+    let refused = s.bind_wired(&wired_report("c2", uuids(&late))).unwrap_err();
+    assert_eq!(refused.status, 409);
+    assert!(refused.message.contains("report refused"), "{refused:?}");
+    for ip in ips(&late) {
+        assert_ne!(state_of(&s, ip), Some(AllocationState::Bound));
+    }
+    assert!(!s.endpoints.contains_key("c2:eth0"));
+    // A report without UUIDs (a failed ADD's, a DEL's) binds nothing and passes.
+    s.bind_wired(&wired_report("c3", Vec::new())).unwrap();
+}
+
+#[test]
+fn expiry_binds_an_attachment_whose_link_is_marked_wired_by_this_journal_only() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
+    s.take_timers();
+    let resp = s.allocate_next(&wired_pod("c1")).unwrap();
+    let made = JournalMark::parse(&resp.journal_mark).unwrap();
+    let timers = expire_timers(&s.take_timers());
+    let wired = LinkMarker {
+        wired: true,
+        ..marker(&made.journal_id, made.seq, "c1")
+    };
+    let link = host_ifname("c1", "eth0");
+    let unreadable = |_: &str| -> Result<Option<LinkMarker>, String> { Err("EIO".into()) };
+    // A link that cannot be read: nothing decided, asked again in a second.
+    assert!(!s.fire(&timers[0], &unreadable));
+    assert_eq!(s.take_timers().len(), 1);
+    assert_eq!(state_of(&s, timers[0].ip), Some(AllocationState::Pending));
+    // Marked wired under this journal: the whole attachment is bound.
+    let kernel = |name: &str| Ok((name == link).then(|| wired.clone()));
+    assert!(s.fire(&timers[0], &kernel));
+    for ip in ips(&resp) {
+        assert_eq!(state_of(&s, ip), Some(AllocationState::Bound));
+    }
+    assert!(!s.fire(&timers[1], &kernel), "already bound");
+    assert!(s.endpoints.contains_key("c1:eth0"));
+    assert!(s.take_stale_links().is_empty());
+
+    // Not wired, wired under another journal, or another attachment's marker:
+    // address and endpoint go, the link is queued for removal.
+    for (cid, found) in [
+        ("c2", marker(&made.journal_id, made.seq, "c2")),
+        (
+            "c3",
+            LinkMarker {
+                wired: true,
+                ..marker("0badbadbadbad000", 1, "c3")
+            },
+        ),
+        (
+            "c4",
+            LinkMarker {
+                wired: true,
+                ..marker(&made.journal_id, made.seq, "someone-else")
+            },
+        ),
+    ] {
+        let resp = s.allocate_next(&wired_pod(cid)).unwrap();
+        let timers = expire_timers(&s.take_timers());
+        let kernel = |_: &str| Ok(Some(found.clone()));
+        assert!(s.fire(&timers[0], &kernel), "{cid}");
+        for ip in ips(&resp) {
+            assert_eq!(state_of(&s, ip), None, "{cid}: {ip}");
+        }
+        assert!(!s.endpoints.contains_key(&format!("{cid}:eth0")), "{cid}");
+        let stale = s.take_stale_links();
+        assert_eq!(stale.len(), 1, "{cid}");
+        assert_eq!(stale[0].name, host_ifname(cid, "eth0"));
+        assert!(
+            !s.fire(&timers[1], &kernel),
+            "{cid}: released with the first"
+        );
+    }
+}
+
+#[test]
+fn restore_leaves_an_expired_attachment_with_its_endpoint_to_its_timer() {
+    let dir = TempDir::new();
+    let short = Setup::dual()
+        .expiration(Duration::from_millis(50))
+        .cooldown(Duration::ZERO);
+    let mut s = start(&dir, &short);
+    let wired = s.allocate_next(&wired_pod("wired")).unwrap();
+    let unwired = s.allocate_next(&pod("unwired")).unwrap();
+    drop(s);
+    std::thread::sleep(Duration::from_millis(120));
+
+    let (mut s, _) = restore(&dir, &Setup::dual().cooldown(Duration::ZERO));
+    assert_eq!(
+        s.restore_report().expired,
+        2,
+        "only the one without endpoint"
+    );
+    for ip in ips(&unwired) {
+        assert_eq!(state_of(&s, ip), None);
+    }
+    let due = expire_timers(&s.take_timers());
+    assert_eq!(due.len(), 2);
+    assert!(due.iter().all(|t| t.deadline_ms <= now_ms()));
+    let made = JournalMark::parse(&wired.journal_mark).unwrap();
+    let found = LinkMarker {
+        wired: true,
+        ..marker(&made.journal_id, made.seq, "wired")
+    };
+    let mut s = ready(s);
+    assert!(s.fire(&due[0], &|_: &str| Ok(Some(found.clone()))));
+    for ip in ips(&wired) {
+        assert_eq!(state_of(&s, ip), Some(AllocationState::Bound));
     }
 }

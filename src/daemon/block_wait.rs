@@ -1,0 +1,62 @@
+//! Multi-pool with a cluster operator: an ADD that finds its pool without room
+//! waits, within a bound, for the blocks its demand asks for, instead of failing
+//! while they are in flight (the demand goes to the CiliumNode, the operator carves
+//! blocks into it, the watch brings them back). Every node event the daemon applies
+//! wakes the waiting allocations, which then try again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Daemon;
+use super::state::{AllocateRequest, ApiError};
+use crate::api::models::IpamResponse;
+
+/// How long an allocation waits for blocks: below the plugin's 30 s limit on a
+/// daemon call, so a pool that stays without room fails with the daemon's reason
+/// rather than with the plugin's timeout.
+pub const BLOCK_WAIT: Duration = Duration::from_secs(20);
+
+impl Daemon {
+    /// `POST /v1/ipam`: the next address(es), waiting up to [`BLOCK_WAIT`] for the
+    /// cluster operator's blocks when the pool has no room.
+    pub async fn allocate_next(
+        self: &Arc<Self>,
+        req: AllocateRequest,
+    ) -> Result<IpamResponse, ApiError> {
+        let deadline = Instant::now() + BLOCK_WAIT;
+        let mut node_events = self.node_events.subscribe();
+        loop {
+            node_events.borrow_and_update();
+            let attempt = req.clone();
+            let may_wait = Instant::now() < deadline;
+            let (result, waits) = self
+                .with_state(move |s| {
+                    let r = s.try_allocate_next(&attempt, may_wait);
+                    let waits = r.as_ref().err().is_some_and(|e| s.waits_for_blocks(e));
+                    Ok((r, waits))
+                })
+                .await?;
+            match result {
+                Err(e) if waits && may_wait => {
+                    tracing::debug!(owner = %req.owner, error = %e.message, "allocation waits for blocks");
+                    // A node event, or the deadline: either way one more attempt,
+                    // the last one recorded as a failure if it fails.
+                    let _ = tokio::time::timeout_at(deadline, node_events.changed()).await;
+                }
+                Err(e) if waits => {
+                    return Err(ApiError {
+                        message: format!(
+                            "{} (waited {}s for blocks from the operator: check the operator's log and the CiliumNode's status.ipam.operator-status)",
+                            e.message,
+                            BLOCK_WAIT.as_secs()
+                        ),
+                        ..e
+                    });
+                }
+                other => return other,
+            }
+        }
+    }
+}
