@@ -273,7 +273,9 @@ fn request(cp: &ControlPlane, node: &str, pools: &[(&str, u64)]) {
 
 /// A burst of ADDs on a fresh node (32 at a time, one attempt each) needs several
 /// blocks more than its pre-allocation: every ADD waits in the daemon for the
-/// blocks its demand brings through the API server instead of failing.
+/// blocks its demand brings through the API server instead of failing. The node's
+/// update rate is an hour, so the demand reaches the operator only because a
+/// waiting allocation has it written at once.
 #[test]
 fn a_burst_on_a_fresh_multi_pool_node_waits_for_blocks_and_no_add_fails() {
     const TEST: &str = "operator_multi_pool_burst";
@@ -303,6 +305,8 @@ fn a_burst_on_a_fresh_multi_pool_node_waits_for_blocks_and_no_add_fails() {
             "multi-pool",
             "--ipam-multi-pool-pre-allocation",
             "default=8",
+            "--ipam-cilium-node-update-rate",
+            "1h",
         ],
     );
     node.spawn_daemon();

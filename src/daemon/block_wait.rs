@@ -1,8 +1,10 @@
 //! Multi-pool with a cluster operator: an ADD that finds its pool without room
 //! waits, within a bound, for the blocks its demand asks for, instead of failing
 //! while they are in flight (the demand goes to the CiliumNode, the operator carves
-//! blocks into it, the watch brings them back). Every node event the daemon applies
-//! wakes the waiting allocations, which then try again.
+//! blocks into it, the watch brings them back). A waiting allocation has the
+//! demand written within a second rather than at the next update interval; every
+//! node event the daemon applies wakes the waiting allocations, which then try
+//! again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +43,7 @@ impl Daemon {
             match result {
                 Err(e) if waits && may_wait => {
                     tracing::debug!(owner = %req.owner, error = %e.message, "allocation waits for blocks");
+                    self.demand_waiting.notify_one();
                     // A node event, or the deadline: either way one more attempt,
                     // the last one recorded as a failure if it fails.
                     let _ = tokio::time::timeout_at(deadline, node_events.changed()).await;

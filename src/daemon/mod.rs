@@ -54,6 +54,10 @@ pub struct Daemon {
     cross_node: Option<crossnode::SharedStatus>,
     /// Counts the node events applied; allocations waiting for blocks watch it.
     node_events: tokio::sync::watch::Sender<u64>,
+    /// Raised by an allocation that waits for blocks: the outbox flusher then
+    /// writes the demand (which counts the waiting requests) without waiting out
+    /// the update rate.
+    demand_waiting: tokio::sync::Notify,
 }
 
 impl Daemon {
@@ -385,6 +389,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             backend: health.clone(),
             cross_node: cross_node_status.clone(),
             node_events: tokio::sync::watch::Sender::new(0),
+            demand_waiting: tokio::sync::Notify::new(),
         });
         daemon.arm_timers(timers);
         if !metrics_addr.is_empty() {
@@ -699,11 +704,17 @@ async fn apply_node_events(
     }
 }
 
-/// Flushes the state's outbox to the backend's sink at most once per `rate`
-/// (Cilium's `ipam-cilium-node-update-rate`), outside the state's lock.
+/// The shortest time between two flushes when allocations wait for blocks.
+const WAITING_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Flushes the state's outbox to the backend's sink once per `rate` (Cilium's
+/// `ipam-cilium-node-update-rate`), outside the state's lock; sooner, but at most
+/// once per [`WAITING_FLUSH_INTERVAL`], while allocations wait for blocks (their
+/// demand would otherwise reach the operator up to a whole `rate` later).
 async fn flush_outbox(daemon: Arc<Daemon>, sink: Box<dyn NodeSink>, rate: Duration) {
     let sink = Arc::new(Mutex::new(sink));
     loop {
+        let started = tokio::time::Instant::now();
         if let Ok(outbox) = daemon
             .with_state(|s| Ok(s.take_outbox().unwrap_or_default()))
             .await
@@ -721,7 +732,12 @@ async fn flush_outbox(daemon: Arc<Daemon>, sink: Box<dyn NodeSink>, rate: Durati
                 Err(e) => tracing::warn!(error = %e, "node resource writer failed"),
             }
         }
-        tokio::time::sleep(rate).await;
+        tokio::select! {
+            _ = tokio::time::sleep_until(started + rate) => {}
+            _ = daemon.demand_waiting.notified() => {
+                tokio::time::sleep_until(started + WAITING_FLUSH_INTERVAL.min(rate)).await;
+            }
+        }
     }
 }
 
