@@ -212,7 +212,7 @@ impl Allocations {
     /// Adds or replaces the allocation of `rec.ip`.
     pub fn insert(&mut self, rec: AllocationRecord) {
         let ip = rec.ip;
-        self.remove(&ip);
+        self.take(&ip);
         for link in links_of(
             rec.container_id.as_deref(),
             rec.ifname.as_deref(),
@@ -240,16 +240,25 @@ impl Allocations {
 
     /// Removes the allocation of `ip` and returns its record.
     pub fn remove(&mut self, ip: &IpAddr) -> Option<AllocationRecord> {
+        let slot = self.take(ip)?;
+        Some(self.view(*ip, &slot).record())
+    }
+
+    /// Takes the slot of `ip` out of the maps and the index (without building its
+    /// record: `insert` replaces a slot on every ADD and bind).
+    fn take(&mut self, ip: &IpAddr) -> Option<Slot> {
         let slot = match ip {
             IpAddr::V4(a) => self.v4.remove(&u32::from(*a)),
             IpAddr::V6(a) => self.v6.remove(&u128::from(*a)),
         }?;
-        let rec = self.view(*ip, &slot).record();
-        for link in links_of(
-            rec.container_id.as_deref(),
-            rec.ifname.as_deref(),
-            rec.host_ifname.as_deref(),
-        ) {
+        let view = Allocation {
+            ip: *ip,
+            slot: &slot,
+            names: &self.names,
+        };
+        let links: Vec<Box<str>> =
+            links_of(view.container_id(), view.ifname(), view.host_ifname()).collect();
+        for link in links {
             if let Entry::Occupied(mut e) = self.by_link.entry(link) {
                 e.get_mut().retain(|a| a != ip);
                 if e.get().is_empty() {
@@ -257,7 +266,7 @@ impl Allocations {
                 }
             }
         }
-        Some(rec)
+        Some(slot)
     }
 
     /// The allocations made for, or adopted under, the host link `link` (callers
