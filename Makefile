@@ -13,21 +13,23 @@ all: build
 build:
 	$(CARGO) build --release
 
-# The binary to install in /opt/cni/bin: statically linked against glibc, so each
-# plugin exec skips the dynamic loader (0.35 ms less per exec, BENCHMARKS.md), and
-# not position-independent, so no start-up relocations either (with the Kubernetes
-# client linked in, a PIE's 26,000 relocations cost 0.3-1 ms per exec).
-# Built for the host triple explicitly so the flags do not reach proc macros.
+# The binary to install in /opt/cni/bin: static, so each plugin exec skips the
+# dynamic loader (0.35 ms less per exec, BENCHMARKS.md), against musl when
+# scripts/setup could install its target (scripts/lib/release-target.sh says why:
+# glibc's start-up CPU detection costs 0.6 ms per exec on a VM), and not
+# position-independent, so no start-up relocations either (with the Kubernetes
+# client linked in, a PIE's 26,000 relocations cost 0.3-1 ms per exec). Built for
+# an explicit target so the flags do not reach proc macros.
+RELEASE_TARGET = $(shell bash scripts/lib/release-target.sh)
 release:
-	host=$$(rustc -vV | sed -n 's/^host: //p') && \
-	RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" $(CARGO) build --release --target "$$host" && \
-	echo "static binary: target/$$host/release/podnet"
+	target=$(RELEASE_TARGET) && \
+	RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" $(CARGO) build --release --target "$$target" && \
+	echo "static binary: target/$$target/release/podnet"
 
 # The integration suite again, against the static release binary.
 test-release: release
 	bash scripts/setup
-	host=$$(rustc -vV | sed -n 's/^host: //p') && \
-	PODNET_TEST_BIN="$(CURDIR)/target/$$host/release/podnet" \
+	PODNET_TEST_BIN="$(CURDIR)/target/$(RELEASE_TARGET)/release/podnet" \
 	PODNET_CNI_CLIENT="$(CURDIR)/.cache/bin/$$(cat .cache/cni-client)" \
 	$(CARGO) test --test integration
 
@@ -94,8 +96,7 @@ image: release
 	@test -x /usr/sbin/nft || { echo "make image: /usr/sbin/nft is missing: apt-get install nftables" >&2; exit 1; }
 	@for f in /usr/sbin/nft $$(ldd /usr/sbin/nft | grep -o '/[^ ]*'); do \
 		grep -v "^ *#" Containerfile | grep -qF "$$f" || { echo "make image: nft needs $$f (ldd /usr/sbin/nft), which Containerfile does not copy" >&2; exit 1; }; done
-	host=$$(rustc -vV | sed -n 's/^host: //p') && \
-	python3 scripts/oci-image --stage nft=/ Containerfile "target/$$host/release" ghcr.io/podnet/podnet:$(VERSION) $(IMAGE_DIR)/podnet.oci.tar
+	python3 scripts/oci-image --stage nft=/ Containerfile "target/$(RELEASE_TARGET)/release" ghcr.io/podnet/podnet:$(VERSION) $(IMAGE_DIR)/podnet.oci.tar
 	mkdir -p $(IMAGE_DIR)/pause
 	gcc -static -O2 -Wall -Wextra -Werror -o $(IMAGE_DIR)/pause/pause images/pause/pause.c
 	python3 scripts/oci-image images/pause/Containerfile $(IMAGE_DIR)/pause registry.k8s.io/pause:3.10 $(IMAGE_DIR)/pause.oci.tar

@@ -3,6 +3,8 @@
 //! it maps blocks apart (up to 32 MiB); restore's staging and a full status body
 //! then stay in the heap for good. `tune` fixes that size at start, `trim` hands the
 //! free pages back after work that leaves a lot of them (restore, a full status).
+//! musl's allocator (the release binary's) returns freed pages by itself and has
+//! neither knob: both are no-ops there.
 
 /// Blocks from this size up are mapped apart and unmapped when freed.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
