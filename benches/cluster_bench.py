@@ -3,7 +3,8 @@
 library only; the API helpers are operator_scale.py's).
 
 counts: prints the API server's write requests (any answer code) on CiliumNodes
-and Nodes so far, by verb (apiserver_request_total), as one JSON object.
+and Nodes so far, by resource and verb (apiserver_request_total; keys like
+"ciliumnodes APPLY/status"), as one JSON object.
 
 pods: creates Pod objects (and their Namespaces) with concurrent clients, spread
 over the given node names (spec.nodeName; no kubelet runs them).
@@ -72,7 +73,7 @@ def ensure_namespaces(args, namespaces):
 
 
 def counts(args):
-    json.dump(write_counts(args, RESOURCES), sys.stdout)
+    json.dump(write_counts(args, RESOURCES, by_resource=True), sys.stdout)
     print()
 
 
@@ -140,14 +141,14 @@ def cni(args):
         time.sleep(1)  # the daemon's pod reflector sees them
     plugin = Plugin(args)
     result = {"count": args.count, "parallel": args.parallel}
-    writes_before = write_counts(args, RESOURCES)
+    writes_before = write_counts(args, RESOURCES, by_resource=True)
 
     def phase(command, settle):
         """Every sandbox once, then `settle` seconds: its figures under `command`."""
         nonlocal writes_before
         lat, failures, wall = run_calls(plugin, command, sandboxes, args.parallel)
         time.sleep(settle)
-        writes = write_counts(args, RESOURCES)
+        writes = write_counts(args, RESOURCES, by_resource=True)
         key = command.lower()
         result.update({key: ms_stats(lat), f"{key}_wall_s": round(wall, 2),
                        f"{key}_failures": len(failures),

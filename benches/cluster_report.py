@@ -48,13 +48,14 @@ def burst_lines(rows, mask, prealloc):
 
 def writes_lines(rows):
     lines = ["### API-server writes per mode (CiliumNodes and Nodes, all answer codes)", "",
-             "| mode | node join | 100 ADDs (P=8) | 100 DELs (P=8) | ADD p50 ms | by verb (ADDs; DELs) |",
+             "| mode | node join | 100 ADDs (P=8) | 100 DELs (P=8) | ADD p50 ms | "
+             "by resource and verb (join; ADDs; DELs) |",
              "|---|---:|---:|---:|---:|---|"]
     for r in rows:
         lines.append(
             f"| {r['mode']} | {writes_total(r['join_writes'])} | {writes_total(r['add_writes'])} | "
             f"{writes_total(r.get('del_writes'))} | {r['add']['p50_ms']} | "
-            f"{verbs(r['add_writes'])}; {verbs(r.get('del_writes'))} |")
+            f"{verbs(r['join_writes'])}; {verbs(r['add_writes'])}; {verbs(r.get('del_writes'))} |")
     return lines
 
 

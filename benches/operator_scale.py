@@ -56,8 +56,10 @@ RESOURCES = ("ciliumnodes", "nodes")
 METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
 
 
-def write_counts(args, resources=("ciliumnodes",)):
-    """apiserver_request_total for the resources, by verb and subresource."""
+def write_counts(args, resources=("ciliumnodes",), by_resource=False):
+    """apiserver_request_total for the resources, by verb and subresource (keys
+    like "APPLY/status"), and by resource first with by_resource ("ciliumnodes
+    APPLY/status")."""
     conn = connection(args)
     status, body = request(conn, "GET", "/metrics")
     if status != 200:
@@ -71,6 +73,8 @@ def write_counts(args, resources=("ciliumnodes",)):
         if labels.get("resource") not in resources or labels.get("verb") not in WRITE_VERBS:
             continue
         key = f'{labels["verb"]}{"/" + labels["subresource"] if labels.get("subresource") else ""}'
+        if by_resource:
+            key = f'{labels["resource"]} {key}'
         counts[key] = counts.get(key, 0) + int(float(m.group("value")))
     return counts
 

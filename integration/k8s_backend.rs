@@ -585,6 +585,19 @@ fn crd_mode_serves_the_single_ips_an_external_ipam_writes_and_reports_them_used(
     eventually("status.ipam.used to list the pod", || {
         jsonpath(&cp, "ciliumnode", &name, "{.status.ipam.used}").contains(&r.ipv4())
     });
+    // One more pod, one write: the agent's status apply comes back through its
+    // watch and is not applied again (it was: two writes for every change).
+    // Two update intervals before and after, as in `writes_for`.
+    std::thread::sleep(Duration::from_millis(2500));
+    let before = api_writes(&cp);
+    let sb = node.sandbox();
+    let r2 = node.add(&sb);
+    assert!(r2.ok, "{}", r2.stdout);
+    eventually("status.ipam.used to list the second pod", || {
+        jsonpath(&cp, "ciliumnode", &name, "{.status.ipam.used}").contains(&r2.ipv4())
+    });
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(api_writes(&cp) - before, 1, "writes for one pod's ADD");
     // The external IPAM's field is still its own.
     assert!(jsonpath(&cp, "ciliumnode", &name, "{.spec.ipam.pool}").contains("10.90.1.13"));
 }

@@ -17,7 +17,9 @@
 //! blocks back by removing them from the operator's `spec.ipam.pools.allocated`
 //! (as Cilium's agent does), with a merge patch that carries the resourceVersion
 //! it was computed from, re-read and retried when the node changed meanwhile
-//! (`operator::pool_sync` describes the whole protocol).
+//! (`operator::pool_sync` describes the whole protocol). In the external modes the
+//! sink applies `status.ipam.used` through the status subresource, only when it
+//! differs from what the CiliumNode held when the source last saw it.
 //!
 //! The source and sink run their API calls on the daemon's runtime through its
 //! handle; `initial` and `flush` are called from plain threads, never from a task.
@@ -206,7 +208,29 @@ pub(crate) async fn kube_config(kubeconfig: Option<&PathBuf>) -> Result<kube::Co
     Ok(config)
 }
 
-/// Both halves of the backend, sharing the agent's fields.
+/// External modes: `status.ipam.used` / `ipv6-used` as this node's CiliumNode
+/// held them in the last version the source saw (None: none seen yet, or the last
+/// one did not decode). The sink does not apply a used set the CiliumNode already
+/// holds: its own apply comes back through the watch, which marks the used
+/// addresses changed, and applying them again would be a write that changes
+/// nothing. Another writer's change to them comes back the same way and differs,
+/// so it is written over.
+type SeenUsed = Arc<Mutex<Option<UsedAddresses>>>;
+
+/// The used addresses a node resource lists in its status.
+fn used_in(node: &NodeResource) -> UsedAddresses {
+    UsedAddresses {
+        ipv4: node.status.ipam.used.clone(),
+        ipv6: node.status.ipam.ipv6_used.clone(),
+    }
+}
+
+fn set_seen(seen: &SeenUsed, used: Option<UsedAddresses>) {
+    *seen.lock().unwrap_or_else(|p| p.into_inner()) = used;
+}
+
+/// Both halves of the backend, sharing the agent's fields and the used addresses
+/// last seen.
 pub fn kubernetes_backend(
     config: KubernetesConfig,
     runtime: Handle,
@@ -214,12 +238,14 @@ pub fn kubernetes_backend(
     health: Arc<BackendHealth>,
 ) -> (KubernetesSource, KubernetesSink) {
     let fields = Arc::new(Mutex::new(AgentFields::from_journal(journal_node.as_ref())));
+    let seen_used = SeenUsed::default();
     (
         KubernetesSource {
             config: config.clone(),
             runtime: runtime.clone(),
             journal_node,
             fields: fields.clone(),
+            seen_used: seen_used.clone(),
             client: None,
             node_labels: BTreeMap::new(),
             health,
@@ -228,6 +254,7 @@ pub fn kubernetes_backend(
             config,
             runtime,
             fields,
+            seen_used,
             client: None,
             pending: false,
             pending_used: None,
@@ -243,6 +270,7 @@ pub struct KubernetesSource {
     /// What the journal says the node owned (served from if the API server is down).
     journal_node: Option<NodeResource>,
     fields: Arc<Mutex<AgentFields>>,
+    seen_used: SeenUsed,
     client: Option<kube::Client>,
     /// The Node's labels (CiliumNodeConfig node selectors).
     node_labels: BTreeMap<String, String>,
@@ -371,6 +399,7 @@ impl KubernetesSource {
             .await
             .map_err(io)?;
         let mut resource = resolved(self.config.mode, to_node_resource(&applied)?)?;
+        set_seen(&self.seen_used, Some(used_in(&resource)));
         if let Some(what) = self.awaited(&resource) {
             if what != *awaited {
                 tracing::info!(node = %name, "waiting for {what}");
@@ -445,6 +474,7 @@ impl KubernetesSource {
                 let resource = to_node_resource(&obj)
                     .and_then(|r| resolved(self.config.mode, r))
                     .ok()?;
+                set_seen(&self.seen_used, Some(used_in(&resource)));
                 if self.awaited(&resource).is_none() {
                     return Some(resource);
                 }
@@ -540,17 +570,21 @@ impl NodeSource for KubernetesSource {
                 .boxed();
             while let Some(item) = stream.next().await {
                 match item {
-                    Ok(obj) => match to_node_resource(&obj).and_then(|n| {
-                        self.health.set("ciliumnode", true);
-                        resolved(mode, n)
-                    }) {
-                        Ok(node) => {
-                            if events.send(NodeEvent::Node(Box::new(node))).await.is_err() {
-                                return;
+                    Ok(obj) => {
+                        let decoded = to_node_resource(&obj);
+                        set_seen(&self.seen_used, decoded.as_ref().ok().map(used_in));
+                        match decoded.and_then(|n| {
+                            self.health.set("ciliumnode", true);
+                            resolved(mode, n)
+                        }) {
+                            Ok(node) => {
+                                if events.send(NodeEvent::Node(Box::new(node))).await.is_err() {
+                                    return;
+                                }
                             }
+                            Err(e) => tracing::error!(error = %e, "CiliumNode not applied"),
                         }
-                        Err(e) => tracing::error!(error = %e, "CiliumNode not applied"),
-                    },
+                    }
                     Err(e) => {
                         self.health.set("ciliumnode", false);
                         tracing::warn!(error = %e, "CiliumNode watch interrupted; it resumes")
@@ -566,6 +600,7 @@ pub struct KubernetesSink {
     config: KubernetesConfig,
     runtime: Handle,
     fields: Arc<Mutex<AgentFields>>,
+    seen_used: SeenUsed,
     /// Connected on the first flush, then reused.
     client: Option<kube::Client>,
     /// An apply failed (the API server was down): send the fields again.
@@ -752,7 +787,15 @@ impl NodeSink for KubernetesSink {
             self.pending_used = Some(used.clone());
         }
         if let Some(used) = self.pending_used.clone() {
-            self.apply_used(&used)?;
+            let held = self
+                .seen_used
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                == Some(&used);
+            if !held {
+                self.apply_used(&used)?;
+            }
             self.pending_used = None;
         }
         // The lower demand first, then the blocks it frees: the operator never
