@@ -31,15 +31,12 @@ impl Daemon {
         let mut node_events = self.node_events.subscribe();
         loop {
             node_events.borrow_and_update();
-            let attempt = req.clone();
             let may_wait = Instant::now() < deadline;
-            let (result, waits) = self
-                .with_state(move |s| {
-                    let r = s.try_allocate_next(&attempt, may_wait);
-                    let waits = r.as_ref().err().is_some_and(|e| s.waits_for_blocks(e));
-                    Ok((r, waits))
-                })
-                .await?;
+            let (result, waits) = self.with_state_in_place(|s| {
+                let r = s.try_allocate_next(&req, may_wait);
+                let waits = r.as_ref().err().is_some_and(|e| s.waits_for_blocks(e));
+                Ok((r, waits))
+            })?;
             match result {
                 Err(e) if waits && may_wait => {
                     tracing::debug!(owner = %req.owner, error = %e.message, "allocation waits for blocks");

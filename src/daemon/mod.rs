@@ -20,7 +20,7 @@ pub mod state;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -45,6 +45,9 @@ use state::{
     Timer,
 };
 
+/// A state call's result, with the timers it queued and the stale host links.
+type Locked<T> = (Result<T, ApiError>, Vec<Timer>, Vec<state::StaleLink>);
+
 /// The running daemon, shared by every connection and timer.
 pub struct Daemon {
     state: Mutex<IpamState>,
@@ -63,19 +66,53 @@ pub struct Daemon {
 impl Daemon {
     /// Runs `f` on the state, on a blocking thread (the journal commit blocks), arms
     /// the timers the call queued and removes the host links of expired addresses.
+    /// For the daemon's background work (timers, node events, metrics scrapes); the
+    /// API's routes use [`Daemon::with_state_in_place`].
     pub async fn with_state<T, F>(self: &Arc<Self>, f: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
         F: FnOnce(&mut IpamState) -> Result<T, ApiError> + Send + 'static,
     {
         let d = self.clone();
-        let (result, timers, stale) = tokio::task::spawn_blocking(move || {
-            let mut st = d.state.lock().unwrap_or_else(|p| p.into_inner());
-            let r = f(&mut st);
-            (r, st.take_timers(), st.take_stale_links())
-        })
-        .await
-        .map_err(|e| ApiError::new(500, format!("internal error: {e}")))?;
+        let done = tokio::task::spawn_blocking(move || d.locked(f))
+            .await
+            .map_err(|e| ApiError::new(500, format!("internal error: {e}")))?;
+        self.after(done)
+    }
+
+    /// Runs `f` on the state right here, on the worker thread that serves the
+    /// request, so the request waits for no other thread: neither for a blocking
+    /// thread to wake up nor for a worker to be woken again to write the answer (the
+    /// two cross-thread wake-ups of `spawn_blocking`, expensive on a two-vCPU
+    /// node: BENCHMARKS.md). When the state's lock is free, `f` runs at once: only the
+    /// lock's holder ever blocks a worker, for one commit, and the other worker
+    /// goes on serving (timers, watches, other connections). When it is held, the
+    /// worker first hands its other tasks to another thread (`block_in_place`),
+    /// then waits for the lock: a burst never blocks the runtime. Needs the
+    /// multi-thread runtime.
+    pub fn with_state_in_place<T, F>(self: &Arc<Self>, f: F) -> Result<T, ApiError>
+    where
+        F: FnOnce(&mut IpamState) -> Result<T, ApiError>,
+    {
+        let done = match self.state.try_lock() {
+            Ok(mut st) => run_locked(&mut st, f),
+            Err(TryLockError::Poisoned(p)) => run_locked(&mut p.into_inner(), f),
+            Err(TryLockError::WouldBlock) => tokio::task::block_in_place(|| self.locked(f)),
+        };
+        self.after(done)
+    }
+
+    /// Runs `f` once the state's lock is free (see [`run_locked`]).
+    fn locked<T, F>(&self, f: F) -> Locked<T>
+    where
+        F: FnOnce(&mut IpamState) -> Result<T, ApiError>,
+    {
+        run_locked(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()), f)
+    }
+
+    /// Arms the timers a state call queued and removes, in the background, the host
+    /// links it left stale.
+    fn after<T>(self: &Arc<Self>, (result, timers, stale): Locked<T>) -> Result<T, ApiError> {
         self.arm_timers(timers);
         if !stale.is_empty() {
             tokio::task::spawn_blocking(move || stale.iter().for_each(devices::remove_stale_link));
@@ -172,6 +209,16 @@ impl Daemon {
             tracing::warn!(error = %e, "removing host links failed");
         }
     }
+}
+
+/// Runs `f` on the locked state; returns its result with the timers it queued and
+/// the host links it left stale.
+fn run_locked<T, F>(st: &mut IpamState, f: F) -> Locked<T>
+where
+    F: FnOnce(&mut IpamState) -> Result<T, ApiError>,
+{
+    let r = f(st);
+    (r, st.take_timers(), st.take_stale_links())
 }
 
 /// Entry point of `podnet daemon`; returns the process exit code.
@@ -435,7 +482,11 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             Some(path)
         };
         tracing::info!(socket = %socket.display(), lock = %lock.path().display(), "podnet daemon ready");
-        server::serve(listener, daemon, shutdown_signal()).await;
+        // The accept loop runs on a worker, not on this thread: a connection it
+        // spawns then starts on the same worker, without a cross-thread wake-up.
+        if let Err(e) = tokio::spawn(server::serve(listener, daemon, shutdown_signal())).await {
+            tracing::error!(error = %e, "the API server stopped");
+        }
         if let Some(path) = written_conf.filter(|_| cni_uninstall) {
             match cniconf::remove(&path) {
                 Ok(()) => tracing::info!(path = %path.display(), "removed the CNI config (cni-uninstall)"),

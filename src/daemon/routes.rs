@@ -1,7 +1,9 @@
 //! The REST routes: Cilium's paths under `/v1` (plus podnet's `/v1/cni/gc` and
 //! `/v1/node`), mapped onto `IpamState` calls. Identifiers are checked
-//! (`api::validate`) before any state call; each state call runs on a blocking
-//! thread under the state mutex, because it commits to the journal before answering.
+//! (`api::validate`) before any state call; each state call runs under the state
+//! mutex on the request's own worker thread, which hands its other tasks to another
+//! thread first (`Daemon::with_state_in_place`), because it commits to the journal
+//! before answering.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -74,9 +76,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             // Cilium's `brief` header: the figures without the per-address lists
             // (what CNI STATUS needs; a full /16 lists 65,534 addresses).
             let brief = header(&req, "brief").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-            let mut status = daemon
-                .with_state(move |s| Ok(s.status_brief(brief)))
-                .await?;
+            let mut status = daemon.with_state_in_place(move |s| Ok(s.status_brief(brief)))?;
             status.ipam.backend = Some(daemon.backend_status());
             status.ipam.cross_node = daemon.cross_node_status();
             // File I/O stays outside the state's lock.
@@ -98,11 +98,11 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         }
         (&Method::GET, ["v1", "config"]) => Ok(json_reply(
             200,
-            &daemon.with_state(|s| Ok(s.config())).await?,
+            &daemon.with_state_in_place(|s| Ok(s.config()))?,
         )),
         (&Method::GET, ["v1", "node"]) => Ok(json_reply(
             200,
-            &daemon.with_state(|s| Ok(s.node().clone())).await?,
+            &daemon.with_state_in_place(|s| Ok(s.node().clone()))?,
         )),
         (&Method::POST, ["v1", "ipam"]) => {
             let family = match q("family").as_str() {
@@ -147,16 +147,14 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             let (owner, pool) = (q("owner"), q("pool"));
             refuse_invalid(validate::owner(&owner))?;
             refuse_invalid(validate::pool("pool", &pool))?;
-            let resp = daemon
-                .with_state(move |s| s.allocate_ip(&ip, &owner, &pool))
-                .await?;
+            let resp = daemon.with_state_in_place(move |s| s.allocate_ip(&ip, &owner, &pool))?;
             Ok(json_reply(200, &resp))
         }
         (&Method::DELETE, ["v1", "ipam", ip]) => {
             let ip = decode(ip)?;
             let pool = q("pool");
             refuse_invalid(validate::pool("pool", &pool))?;
-            daemon.with_state(move |s| s.release_ip(&ip, &pool)).await?;
+            daemon.with_state_in_place(move |s| s.release_ip(&ip, &pool))?;
             Ok(json_reply(200, &serde_json::Value::Null))
         }
         (&Method::PUT, ["v1", "endpoint", _id]) => {
@@ -165,13 +163,11 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             let received = Instant::now();
             let body: EndpointChangeRequest = read_json(req).await?;
             refuse_invalid(validate::endpoint_change(&body))?;
-            let view = daemon
-                .with_state(move |s| {
-                    let view = s.create_endpoint(&body)?;
-                    s.endpoint_timings(&body, received.elapsed());
-                    Ok(view)
-                })
-                .await?;
+            let view = daemon.with_state_in_place(move |s| {
+                let view = s.create_endpoint(&body)?;
+                s.endpoint_timings(&body, received.elapsed());
+                Ok(view)
+            })?;
             Ok(json_reply(201, &view))
         }
         (&Method::GET, ["v1", "endpoint", id]) => {
@@ -179,15 +175,14 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             refuse_invalid(validate::printable("endpoint id", &id, MAX_QUERY_BYTES))?;
             Ok(json_reply(
                 200,
-                &daemon.with_state(move |s| s.endpoint(&id)).await?,
+                &daemon.with_state_in_place(move |s| s.endpoint(&id))?,
             ))
         }
         (&Method::DELETE, ["v1", "endpoint"]) => {
             let body: EndpointBatchDeleteRequest = read_json(req).await?;
             refuse_invalid(validate::endpoint_delete(&body))?;
-            if let Some(teardown) = daemon
-                .with_state(move |s| s.delete_endpoints(&body))
-                .await?
+            if let Some(teardown) =
+                daemon.with_state_in_place(move |s| s.delete_endpoints(&body))?
             {
                 daemon.spawn_teardown(teardown);
             }
@@ -196,13 +191,11 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         (&Method::POST, ["v1", "cni", "report"]) => {
             let body: CniReport = read_json(req).await?;
             refuse_invalid(validate::report(&body))?;
-            daemon
-                .with_state(move |s| {
-                    s.bind_wired(&body)?;
-                    s.cni_report(&body);
-                    Ok(())
-                })
-                .await?;
+            daemon.with_state_in_place(move |s| {
+                s.bind_wired(&body)?;
+                s.cni_report(&body);
+                Ok(())
+            })?;
             Ok(json_reply(200, &serde_json::Value::Null))
         }
         (&Method::GET, ["v1", "explain"]) => {
@@ -216,14 +209,14 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             refuse_invalid(validate::printable("q", &q, MAX_QUERY_BYTES))?;
             Ok(json_reply(
                 200,
-                &daemon.with_state(move |s| Ok(s.explain(&q))).await?,
+                &daemon.with_state_in_place(move |s| Ok(s.explain(&q)))?,
             ))
         }
         (&Method::GET, ["metrics"]) => Ok(text_reply(daemon.metrics_text().await?)),
         (&Method::POST, ["v1", "cni", "gc"]) => {
             let body: GcRequest = read_json(req).await?;
             refuse_invalid(validate::gc(&body))?;
-            let (resp, stale) = daemon.with_state(move |s| s.gc(&body)).await?;
+            let (resp, stale) = daemon.with_state_in_place(move |s| s.gc(&body))?;
             daemon.remove_host_links(stale).await;
             Ok(json_reply(200, &resp))
         }
