@@ -1,6 +1,8 @@
 //! Links: lookup/listing (`LinkInfo`), veth pair creation with the peer placed
 //! directly in the pod netns under its final name, up/MTU changes, deletion.
 
+use std::io;
+
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{
@@ -11,7 +13,11 @@ use netlink_packet_route::link::{
 use super::error::{DatapathError, Result};
 use super::names::{format_mac, validate_ifname};
 use super::netns::NetNs;
-use super::socket::NetlinkSocket;
+use super::socket::{NetlinkSocket, Request};
+
+/// The loopback device's ifindex, the same in every network namespace (the
+/// kernel registers `lo` first, with the fixed `LOOPBACK_IFINDEX`).
+pub const LOOPBACK_INDEX: u32 = 1;
 
 /// What we know about a link, as reported by RTM_GETLINK.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,6 +164,42 @@ impl NetlinkSocket {
         }
     }
 
+    /// The ifindex of link `name`, `None` when there is none: one SIOCGIFINDEX
+    /// ioctl on the socket (it answers for the socket's netns), no netlink
+    /// round trip, for a check that needs nothing but whether the name is taken.
+    pub fn link_index(&self, name: &str) -> Result<Option<u32>> {
+        validate_ifname(name)?;
+        let mut req = libc::ifreq {
+            ifr_name: [0; libc::IFNAMSIZ],
+            ifr_ifru: libc::__c_anonymous_ifr_ifru { ifru_ifindex: 0 },
+        };
+        // validate_ifname: at most IFNAMSIZ - 1 bytes, so the name stays NUL-terminated.
+        for (dst, b) in req.ifr_name.iter_mut().zip(name.bytes()) {
+            *dst = b as libc::c_char;
+        }
+        // SAFETY: `req` is an initialised ifreq that outlives the call; SIOCGIFINDEX
+        // reads its NUL-terminated name and writes only its ifindex.
+        let rc = unsafe { libc::ioctl(self.raw_fd(), libc::SIOCGIFINDEX, &mut req) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENODEV) {
+                return Ok(None);
+            }
+            return Err(DatapathError::io(
+                format!("looking up the index of link {name}{}", self.where_()),
+                e,
+            ));
+        }
+        // SAFETY: a successful SIOCGIFINDEX has written `ifru_ifindex`.
+        let index = unsafe { req.ifr_ifru.ifru_ifindex };
+        u32::try_from(index).map(Some).map_err(|_| {
+            DatapathError::Invalid(format!(
+                "link {name}{} has the invalid ifindex {index}",
+                self.where_()
+            ))
+        })
+    }
+
     /// Look a link up by ifindex; `None` when it does not exist.
     pub fn link_by_index(&self, index: u32) -> Result<Option<LinkInfo>> {
         let mut msg = LinkMessage::default();
@@ -238,11 +280,20 @@ impl NetlinkSocket {
 
     /// Bring a link administratively up.
     pub fn set_link_up(&self, index: u32) -> Result<()> {
+        self.perform(self.link_up_request(index))
+    }
+
+    /// [`set_link_up`](Self::set_link_up), built for a [`batch`](Self::batch).
+    pub fn link_up_request(&self, index: u32) -> Request<'_> {
         let mut msg = LinkMessage::default();
         msg.header.index = index;
         msg.header.flags = LinkFlags::Up;
         msg.header.change_mask = LinkFlags::Up;
-        self.set_link(msg, || format!("setting link #{index} up{}", self.where_()))
+        Request {
+            msg: RouteNetlinkMessage::SetLink(msg),
+            flags: 0,
+            ctx: Box::new(move || format!("setting link #{index} up{}", self.where_())),
+        }
     }
 
     /// Bring a link up and set its alias in the same request (the kernel ignores

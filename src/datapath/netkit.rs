@@ -532,6 +532,8 @@ mod tests {
             let p = podsock.link_by_name("eth0").unwrap().expect("peer in pod");
             assert_eq!(p.kind.as_deref(), Some("netkit"));
             assert_eq!(p.mtu, 1450);
+            // As for a veth: IFLA_LINK of the primary is the peer's index.
+            assert_eq!(h.link, Some(p.index));
             let info = host.netkit_info("lxcnk3").unwrap().unwrap();
             assert!(
                 info.contains(&InfoNetkit::Mode(NlNetkitMode::L3)),
