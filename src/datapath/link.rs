@@ -153,15 +153,58 @@ impl NetlinkSocket {
     /// Look a link up by name; `None` when it does not exist.
     pub fn link_by_name(&self, name: &str) -> Result<Option<LinkInfo>> {
         validate_ifname(name)?;
-        let mut msg = LinkMessage::default();
-        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
-        match self.request(RouteNetlinkMessage::GetLink(msg), 0, || {
-            format!("looking up link {name}{}", self.where_())
-        }) {
+        let req = self.link_by_name_request(name);
+        match self.request(req.msg, req.flags, req.ctx) {
             Ok(msgs) => Ok(first_link(msgs)),
             Err(e) if is_missing_link(&e) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// The RTM_GETLINK of [`link_by_name`](Self::link_by_name) (`name` checked by the caller).
+    fn link_by_name_request<'a>(&'a self, name: &'a str) -> Request<'a> {
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        Request {
+            msg: RouteNetlinkMessage::GetLink(msg),
+            flags: 0,
+            ctx: Box::new(move || format!("looking up link {name}{}", self.where_())),
+        }
+    }
+
+    /// Sends the RTM_NEWLINK `host` that creates a pair (veth or netkit) and, in
+    /// the same datagram, the lookup of its host end by name, which the kernel
+    /// handles after the creation: the host end as created, in one round trip.
+    /// `ctx` names the creation.
+    pub(super) fn create_pair(
+        &self,
+        host: LinkMessage,
+        host_name: &str,
+        ctx: impl Fn() -> String,
+    ) -> Result<LinkInfo> {
+        let create = Request {
+            msg: RouteNetlinkMessage::NewLink(host),
+            flags: NLM_F_CREATE | NLM_F_EXCL,
+            ctx: Box::new(&ctx),
+        };
+        let mut outcomes = self
+            .batch_replies(vec![create, self.link_by_name_request(host_name)])?
+            .into_iter();
+        // The creation's outcome first: after a failed one the lookup finds the
+        // link that was already there.
+        if let Some(Err(e)) = outcomes.next() {
+            return Err(e);
+        }
+        match outcomes.next() {
+            Some(Ok(msgs)) => first_link(msgs),
+            Some(Err(e)) if !is_missing_link(&e) => return Err(e),
+            _ => None,
+        }
+        .ok_or_else(|| DatapathError::Netlink {
+            context: format!("{}: created link vanished", ctx()),
+            source: io::Error::from_raw_os_error(libc::ENODEV),
+            ext_ack: None,
+        })
     }
 
     /// The ifindex of link `name`, `None` when there is none: one SIOCGIFINDEX
@@ -260,17 +303,7 @@ impl NetlinkSocket {
         ]));
         // `spec.peer_netns` (and so the fd inside the request) is borrowed for
         // the whole call, so the fd stays valid until the kernel has read it.
-        self.request(
-            RouteNetlinkMessage::NewLink(host),
-            NLM_F_CREATE | NLM_F_EXCL,
-            ctx,
-        )?;
-        self.link_by_name(spec.host_name)?
-            .ok_or_else(|| DatapathError::Netlink {
-                context: format!("{}: created link vanished", ctx()),
-                source: std::io::Error::from_raw_os_error(libc::ENODEV),
-                ext_ack: None,
-            })
+        self.create_pair(host, spec.host_name, ctx)
     }
 
     fn set_link(&self, msg: LinkMessage, what: impl Fn() -> String) -> Result<()> {
@@ -299,18 +332,28 @@ impl NetlinkSocket {
     /// Bring a link up and set its alias in the same request (the kernel ignores
     /// an alias in the request that creates a link).
     pub fn set_link_up_with_alias(&self, index: u32, alias: &str) -> Result<()> {
+        self.perform(self.link_up_with_alias_request(index, alias))
+    }
+
+    /// [`set_link_up_with_alias`](Self::set_link_up_with_alias), built for a
+    /// [`batch`](Self::batch).
+    pub fn link_up_with_alias_request<'a>(&'a self, index: u32, alias: &'a str) -> Request<'a> {
         let mut msg = LinkMessage::default();
         msg.header.index = index;
         msg.header.flags = LinkFlags::Up;
         msg.header.change_mask = LinkFlags::Up;
         msg.attributes
             .push(LinkAttribute::IfAlias(alias.to_string()));
-        self.set_link(msg, || {
-            format!(
-                "setting link #{index} up with alias {alias:?}{}",
-                self.where_()
-            )
-        })
+        Request {
+            msg: RouteNetlinkMessage::SetLink(msg),
+            flags: 0,
+            ctx: Box::new(move || {
+                format!(
+                    "setting link #{index} up with alias {alias:?}{}",
+                    self.where_()
+                )
+            }),
+        }
     }
 
     /// Set a link's alias (one request, nothing else changes).

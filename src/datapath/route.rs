@@ -256,7 +256,13 @@ impl NetlinkSocket {
 
     /// Add or replace a route (`ip route replace`).
     pub fn replace_route(&self, spec: &RouteSpec) -> Result<()> {
-        self.perform(self.new_route(spec, NLM_F_CREATE | NLM_F_REPLACE, "replacing")?)
+        self.perform(self.replace_route_request(spec)?)
+    }
+
+    /// [`replace_route`](Self::replace_route), built for a [`batch`](Self::batch);
+    /// fails on a spec that cannot be sent (a gateway of another family).
+    pub fn replace_route_request<'a>(&'a self, spec: &'a RouteSpec) -> Result<Request<'a>> {
+        self.new_route(spec, NLM_F_CREATE | NLM_F_REPLACE, "replacing")
     }
 
     /// Delete the route matching `spec`'s dst/table/gateway/oif/priority

@@ -133,6 +133,18 @@ impl NetlinkSocket {
     /// each, also after one failed. One outcome per request, in order, each error
     /// with that request's context; `Err` only when the datagram was not sent.
     pub fn batch(&self, reqs: Vec<Request<'_>>) -> Result<Vec<Result<()>>> {
+        Ok(self
+            .batch_replies(reqs)?
+            .into_iter()
+            .map(|r| r.map(|_| ()))
+            .collect())
+    }
+
+    /// [`batch`](Self::batch), with each request's reply messages.
+    pub(crate) fn batch_replies(
+        &self,
+        reqs: Vec<Request<'_>>,
+    ) -> Result<Vec<Result<Vec<RouteNetlinkMessage>>>> {
         let mut buf = Vec::new();
         let mut sent = Vec::with_capacity(reqs.len());
         for req in reqs {
@@ -148,7 +160,7 @@ impl NetlinkSocket {
         })?;
         Ok(sent
             .into_iter()
-            .map(|(seq, ctx)| self.receive(seq, &ctx).map(|_| ()))
+            .map(|(seq, ctx)| self.receive(seq, &ctx).map(|(msgs, _)| msgs))
             .collect())
     }
 
