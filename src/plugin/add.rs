@@ -30,7 +30,7 @@ use crate::api::models::{
 };
 use crate::cni::{CniEnv, CniError, CniResult, Command, Interface, IpConfig, NetConf, Route};
 use crate::datapath::{
-    DatapathError, LOOPBACK_INDEX, LinkInfo, NetNs, NetkitMode, NetkitSpec, NetlinkSocket,
+    DatapathError, LOOPBACK_INDEX, LinkInfo, NetNs, NetkitMode, NetkitSpec, NetlinkSocket, Request,
     RouteSpec, RuleSpec, VethSpec, eni_rules, eni_table, enter_netns, format_mac, host_ifname,
     random_mac, set_sysctl, write_sysctl,
 };
@@ -400,9 +400,9 @@ impl Attempt<'_> {
             .map(|pod| pod.index)
     }
 
-    /// Host side: no reverse-path filter, up (with podnet's marker in its alias,
-    /// set in the same request), a /32 (/128) route to the pod, and an NDP proxy
-    /// entry so the pod can resolve the IPv6 router address.
+    /// Host side: no reverse-path filter, then in one datagram up (with podnet's
+    /// marker in its alias, set in the same request), a /32 (/128) route to the
+    /// pod, and an NDP proxy entry so the pod can resolve the IPv6 router address.
     fn set_up_host_side(&self, host_index: u32, plans: &[FamilyPlan]) -> Result<(), CniError> {
         let (host_sock, host_name) = (self.host_sock, self.host_name);
         set_sysctl(&format!("net/ipv4/conf/{host_name}/rp_filter"), "0")
@@ -412,40 +412,47 @@ impl Attempt<'_> {
             // kernel sends no neighbour solicitation to the pod at all.
             set_sysctl(&format!("net/ipv6/conf/{host_name}/accept_dad"), "0")
                 .map_err(dp("host accept_dad"))?;
+            // Answer the pod's router solicitations at once (the default proxy
+            // delay is up to 0.8 s per resolution).
+            set_sysctl(&format!("net/ipv6/neigh/{host_name}/proxy_delay"), "0")
+                .map_err(dp("host proxy_delay"))?;
         } else {
             disable_host_ipv6(host_name)?;
         }
-        match self.link_marker(false) {
-            Some(marker) => host_sock.set_link_up_with_alias(host_index, &marker.encode()),
-            None => host_sock.set_link_up(host_index),
-        }
-        .map_err(dp("bringing up the host side"))?;
-        for p in plans {
-            host_sock
-                .replace_route(&RouteSpec {
-                    dst: p.host_net(),
-                    gateway: None,
-                    oif: host_index,
-                    scope_link: true,
-                    mtu: None,
-                    table: None,
-                    priority: None,
-                    onlink: false,
-                    prefsrc: None,
-                    protocol: None,
-                })
+        let marker = self.link_marker(false).map(|m| m.encode());
+        let routes: Vec<RouteSpec> = plans
+            .iter()
+            .map(|p| RouteSpec {
+                dst: p.host_net(),
+                gateway: None,
+                oif: host_index,
+                scope_link: true,
+                mtu: None,
+                table: None,
+                priority: None,
+                onlink: false,
+                prefsrc: None,
+                protocol: None,
+            })
+            .collect();
+        let up = match &marker {
+            Some(alias) => host_sock.link_up_with_alias_request(host_index, alias),
+            None => host_sock.link_up_request(host_index),
+        };
+        let mut steps = vec![Step::new(up, "bringing up the host side")];
+        for (p, route) in plans.iter().zip(&routes) {
+            let req = host_sock
+                .replace_route_request(route)
                 .map_err(dp("adding the host route to the pod"))?;
+            steps.push(Step::new(req, "adding the host route to the pod"));
             if p.ip.is_ipv6() {
-                // Answer the pod's router solicitations at once (the default proxy
-                // delay is up to 0.8 s per resolution).
-                set_sysctl(&format!("net/ipv6/neigh/{host_name}/proxy_delay"), "0")
-                    .map_err(dp("host proxy_delay"))?;
-                host_sock
-                    .add_proxy_neighbour(host_index, p.router)
-                    .map_err(dp("adding the IPv6 router proxy entry"))?;
+                steps.push(Step::new(
+                    host_sock.add_proxy_neighbour_request(host_index, p.router),
+                    "adding the IPv6 router proxy entry",
+                ));
             }
         }
-        Ok(())
+        in_order(host_sock, steps, "configuring the host side")
     }
 
     /// The marker that ties the host link to the journal commit that handed out
@@ -474,46 +481,32 @@ impl Attempt<'_> {
             .iter()
             .map(|p| pod_routes(p, pod_index, self.route_mtu()))
             .collect();
-        // Each request with what its error says and whether EEXIST is fine.
         let mut steps = vec![
-            (
+            Step::new(
                 sock.link_up_request(LOOPBACK_INDEX),
                 "bringing up lo in the pod",
-                false,
             ),
-            (
+            Step::new(
                 sock.link_up_request(pod_index),
                 "bringing up the pod interface",
-                false,
             ),
         ];
         for (p, routes) in plans.iter().zip(&routes) {
-            steps.push((
+            steps.push(Step::new(
                 sock.add_address_request(pod_index, p.host_net(), p.ip.is_ipv6()),
                 "adding the pod address",
-                false,
             ));
             for r in routes {
                 let req = sock
                     .add_route_request(r)
                     .map_err(dp("adding a pod route"))?;
-                steps.push((req, "adding a pod route", true));
+                steps.push(Step {
+                    exists_ok: true,
+                    ..Step::new(req, "adding a pod route")
+                });
             }
         }
-        let (reqs, meanings): (Vec<_>, Vec<_>) = steps
-            .into_iter()
-            .map(|(r, what, ok)| (r, (what, ok)))
-            .unzip();
-        let outcomes = sock
-            .batch(reqs)
-            .map_err(dp("configuring the pod's interface"))?;
-        for (outcome, (what, exists_ok)) in outcomes.into_iter().zip(meanings) {
-            match outcome {
-                Err(e) if !(exists_ok && e.is_exists()) => return Err(dp(what)(e)),
-                _ => {}
-            }
-        }
-        Ok(())
+        in_order(sock, steps, "configuring the pod's interface")
     }
 
     /// The MTU of the pod's default route, when the daemon sets one.
@@ -623,6 +616,41 @@ impl Attempt<'_> {
         serde_json::to_string(&result.to_json(&conf.cni_version))
             .map_err(|e| CniError::io_failure(format!("encoding the result: {e}")))
     }
+}
+
+/// One request of `in_order`: what its error says, and whether EEXIST is fine.
+struct Step<'a> {
+    req: Request<'a>,
+    what: &'static str,
+    exists_ok: bool,
+}
+
+impl<'a> Step<'a> {
+    fn new(req: Request<'a>, what: &'static str) -> Self {
+        Step {
+            req,
+            what,
+            exists_ok: false,
+        }
+    }
+}
+
+/// Sends `steps` in one datagram (`NetlinkSocket::batch`); the first failure in
+/// their order is the error, with its step's `what`, as if they had been sent one
+/// by one. `all` names the datagram, for a send that fails.
+fn in_order(sock: &NetlinkSocket, steps: Vec<Step<'_>>, all: &'static str) -> Result<(), CniError> {
+    let (reqs, meanings): (Vec<_>, Vec<_>) = steps
+        .into_iter()
+        .map(|s| (s.req, (s.what, s.exists_ok)))
+        .unzip();
+    let outcomes = sock.batch(reqs).map_err(dp(all))?;
+    for (outcome, (what, exists_ok)) in outcomes.into_iter().zip(meanings) {
+        match outcome {
+            Err(e) if !(exists_ok && e.is_exists()) => return Err(dp(what)(e)),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The pod's routes of one family: a link route to the router, and the default
