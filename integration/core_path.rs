@@ -291,6 +291,40 @@ fn a_retried_add_replaces_its_own_interface_but_not_a_foreign_one() {
 }
 
 #[test]
+fn a_host_link_left_without_its_pod_end_is_replaced() {
+    if !root_or_skip("stale_host_link") {
+        return;
+    }
+    let node = Node::dual_stack();
+    let a = node.sandbox();
+    // A link under this attachment's host-side name with no end in the pod (a veth
+    // whose peer stays in the node netns): creating the pair finds the name taken,
+    // the link goes as a previous attempt's, and the creation is retried.
+    let host = podnet::datapath::host_ifname(&a.container_id, "eth0");
+    let made = node.ns.exec(&[
+        "ip", "link", "add", &host, "type", "veth", "peer", "name", "stale0",
+    ]);
+    assert!(made.status.success(), "{made:?}");
+    let r = node.add(&a);
+    assert!(r.ok, "{r:?}");
+    // The new pair's host end has its peer in the pod; the stale one's peer went with it.
+    let shown = node.ns.exec(&["ip", "link", "show", &host]);
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).contains("link-netns"),
+        "{shown:?}"
+    );
+    assert!(
+        !node
+            .ns
+            .exec(&["ip", "link", "show", "stale0"])
+            .status
+            .success()
+    );
+    assert_eq!(node.host_links().len(), 1);
+    assert!(a.ping(&node.ipv4_addressing().ip));
+}
+
+#[test]
 fn ipv4_only_node_with_spec_1_0_0() {
     if !root_or_skip("ipv4_only") {
         return;

@@ -11,7 +11,7 @@ use netlink_packet_route::address::{
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use super::error::Result;
-use super::socket::NetlinkSocket;
+use super::socket::{NetlinkSocket, Request};
 
 pub(crate) fn family_of(ip: &IpAddr) -> AddressFamily {
     match ip {
@@ -37,6 +37,11 @@ impl NetlinkSocket {
     /// prefixes shorter than /31); IPv6 gets IFA_F_NODAD when `nodad`.
     /// EEXIST when the address is already there.
     pub fn add_address(&self, index: u32, net: IpNet, nodad: bool) -> Result<()> {
+        self.perform(self.add_address_request(index, net, nodad))
+    }
+
+    /// [`add_address`](Self::add_address), built for a [`batch`](Self::batch).
+    pub fn add_address_request(&self, index: u32, net: IpNet, nodad: bool) -> Request<'_> {
         let mut msg = address_message(index, &net);
         match net {
             IpNet::V4(v4) => {
@@ -53,12 +58,13 @@ impl NetlinkSocket {
                 }
             }
         }
-        self.request(
-            RouteNetlinkMessage::NewAddress(msg),
-            NLM_F_CREATE | NLM_F_EXCL,
-            || format!("adding address {net} to link #{index}{}", self.where_()),
-        )
-        .map(|_| ())
+        Request {
+            msg: RouteNetlinkMessage::NewAddress(msg),
+            flags: NLM_F_CREATE | NLM_F_EXCL,
+            ctx: Box::new(move || {
+                format!("adding address {net} to link #{index}{}", self.where_())
+            }),
+        }
     }
 
     /// Remove `net` from link `index` (EADDRNOTAVAIL when absent).

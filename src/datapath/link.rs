@@ -1,6 +1,8 @@
 //! Links: lookup/listing (`LinkInfo`), veth pair creation with the peer placed
 //! directly in the pod netns under its final name, up/MTU changes, deletion.
 
+use std::io;
+
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{
@@ -11,7 +13,11 @@ use netlink_packet_route::link::{
 use super::error::{DatapathError, Result};
 use super::names::{format_mac, validate_ifname};
 use super::netns::NetNs;
-use super::socket::NetlinkSocket;
+use super::socket::{NetlinkSocket, Request};
+
+/// The loopback device's ifindex, the same in every network namespace (the
+/// kernel registers `lo` first, with the fixed `LOOPBACK_IFINDEX`).
+pub const LOOPBACK_INDEX: u32 = 1;
 
 /// What we know about a link, as reported by RTM_GETLINK.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,15 +153,94 @@ impl NetlinkSocket {
     /// Look a link up by name; `None` when it does not exist.
     pub fn link_by_name(&self, name: &str) -> Result<Option<LinkInfo>> {
         validate_ifname(name)?;
-        let mut msg = LinkMessage::default();
-        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
-        match self.request(RouteNetlinkMessage::GetLink(msg), 0, || {
-            format!("looking up link {name}{}", self.where_())
-        }) {
+        let req = self.link_by_name_request(name);
+        match self.request(req.msg, req.flags, req.ctx) {
             Ok(msgs) => Ok(first_link(msgs)),
             Err(e) if is_missing_link(&e) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// The RTM_GETLINK of [`link_by_name`](Self::link_by_name) (`name` checked by the caller).
+    fn link_by_name_request<'a>(&'a self, name: &'a str) -> Request<'a> {
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        Request {
+            msg: RouteNetlinkMessage::GetLink(msg),
+            flags: 0,
+            ctx: Box::new(move || format!("looking up link {name}{}", self.where_())),
+        }
+    }
+
+    /// Sends the RTM_NEWLINK `host` that creates a pair (veth or netkit) and, in
+    /// the same datagram, the lookup of its host end by name, which the kernel
+    /// handles after the creation: the host end as created, in one round trip.
+    /// `ctx` names the creation.
+    pub(super) fn create_pair(
+        &self,
+        host: LinkMessage,
+        host_name: &str,
+        ctx: impl Fn() -> String,
+    ) -> Result<LinkInfo> {
+        let create = Request {
+            msg: RouteNetlinkMessage::NewLink(host),
+            flags: NLM_F_CREATE | NLM_F_EXCL,
+            ctx: Box::new(&ctx),
+        };
+        let mut outcomes = self
+            .batch_replies(vec![create, self.link_by_name_request(host_name)])?
+            .into_iter();
+        // The creation's outcome first: after a failed one the lookup finds the
+        // link that was already there.
+        if let Some(Err(e)) = outcomes.next() {
+            return Err(e);
+        }
+        match outcomes.next() {
+            Some(Ok(msgs)) => first_link(msgs),
+            Some(Err(e)) if !is_missing_link(&e) => return Err(e),
+            _ => None,
+        }
+        .ok_or_else(|| DatapathError::Netlink {
+            context: format!("{}: created link vanished", ctx()),
+            source: io::Error::from_raw_os_error(libc::ENODEV),
+            ext_ack: None,
+        })
+    }
+
+    /// The ifindex of link `name`, `None` when there is none: one SIOCGIFINDEX
+    /// ioctl on the socket (it answers for the socket's netns), no netlink
+    /// round trip, for a check that needs nothing but whether the name is taken.
+    pub fn link_index(&self, name: &str) -> Result<Option<u32>> {
+        validate_ifname(name)?;
+        let mut req = libc::ifreq {
+            ifr_name: [0; libc::IFNAMSIZ],
+            ifr_ifru: libc::__c_anonymous_ifr_ifru { ifru_ifindex: 0 },
+        };
+        // validate_ifname: at most IFNAMSIZ - 1 bytes, so the name stays NUL-terminated.
+        for (dst, b) in req.ifr_name.iter_mut().zip(name.bytes()) {
+            *dst = b as libc::c_char;
+        }
+        // SAFETY: `req` is an initialised ifreq that outlives the call; SIOCGIFINDEX
+        // reads its NUL-terminated name and writes only its ifindex.
+        let rc = unsafe { libc::ioctl(self.raw_fd(), libc::SIOCGIFINDEX, &mut req) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENODEV) {
+                return Ok(None);
+            }
+            return Err(DatapathError::io(
+                format!("looking up the index of link {name}{}", self.where_()),
+                e,
+            ));
+        }
+        // SAFETY: a successful SIOCGIFINDEX has written `ifru_ifindex`.
+        let index = unsafe { req.ifr_ifru.ifru_ifindex };
+        u32::try_from(index).map(Some).map_err(|_| {
+            DatapathError::Invalid(format!(
+                "link {name}{} has the invalid ifindex {index}",
+                self.where_()
+            ))
+        })
     }
 
     /// Look a link up by ifindex; `None` when it does not exist.
@@ -218,17 +303,7 @@ impl NetlinkSocket {
         ]));
         // `spec.peer_netns` (and so the fd inside the request) is borrowed for
         // the whole call, so the fd stays valid until the kernel has read it.
-        self.request(
-            RouteNetlinkMessage::NewLink(host),
-            NLM_F_CREATE | NLM_F_EXCL,
-            ctx,
-        )?;
-        self.link_by_name(spec.host_name)?
-            .ok_or_else(|| DatapathError::Netlink {
-                context: format!("{}: created link vanished", ctx()),
-                source: std::io::Error::from_raw_os_error(libc::ENODEV),
-                ext_ack: None,
-            })
+        self.create_pair(host, spec.host_name, ctx)
     }
 
     fn set_link(&self, msg: LinkMessage, what: impl Fn() -> String) -> Result<()> {
@@ -238,28 +313,47 @@ impl NetlinkSocket {
 
     /// Bring a link administratively up.
     pub fn set_link_up(&self, index: u32) -> Result<()> {
+        self.perform(self.link_up_request(index))
+    }
+
+    /// [`set_link_up`](Self::set_link_up), built for a [`batch`](Self::batch).
+    pub fn link_up_request(&self, index: u32) -> Request<'_> {
         let mut msg = LinkMessage::default();
         msg.header.index = index;
         msg.header.flags = LinkFlags::Up;
         msg.header.change_mask = LinkFlags::Up;
-        self.set_link(msg, || format!("setting link #{index} up{}", self.where_()))
+        Request {
+            msg: RouteNetlinkMessage::SetLink(msg),
+            flags: 0,
+            ctx: Box::new(move || format!("setting link #{index} up{}", self.where_())),
+        }
     }
 
     /// Bring a link up and set its alias in the same request (the kernel ignores
     /// an alias in the request that creates a link).
     pub fn set_link_up_with_alias(&self, index: u32, alias: &str) -> Result<()> {
+        self.perform(self.link_up_with_alias_request(index, alias))
+    }
+
+    /// [`set_link_up_with_alias`](Self::set_link_up_with_alias), built for a
+    /// [`batch`](Self::batch).
+    pub fn link_up_with_alias_request<'a>(&'a self, index: u32, alias: &'a str) -> Request<'a> {
         let mut msg = LinkMessage::default();
         msg.header.index = index;
         msg.header.flags = LinkFlags::Up;
         msg.header.change_mask = LinkFlags::Up;
         msg.attributes
             .push(LinkAttribute::IfAlias(alias.to_string()));
-        self.set_link(msg, || {
-            format!(
-                "setting link #{index} up with alias {alias:?}{}",
-                self.where_()
-            )
-        })
+        Request {
+            msg: RouteNetlinkMessage::SetLink(msg),
+            flags: 0,
+            ctx: Box::new(move || {
+                format!(
+                    "setting link #{index} up with alias {alias:?}{}",
+                    self.where_()
+                )
+            }),
+        }
     }
 
     /// Set a link's alias (one request, nothing else changes).

@@ -7,7 +7,8 @@
 //!   neighbour entries).
 //! * [`NetNs`] / [`in_netns`] — namespace handles and "run this on a
 //!   short-lived thread inside that netns" (the caller's thread never switches).
-//! * [`write_sysctl`] / [`read_sysctl`] — act on the calling thread's netns.
+//! * [`write_sysctl`] / [`set_sysctl`] / [`read_sysctl`] — act on the calling
+//!   thread's netns.
 //! * [`host_ifname`] — Cilium's `lxc<12 hex>` host-side veth name.
 //!
 //! Usable from the short-lived CNI plugin process and from dedicated
@@ -34,7 +35,7 @@ mod tests;
 
 pub use eni::{RULE_PRIORITY_EGRESS, RULE_PRIORITY_INGRESS, eni_rules, eni_table, is_pod_rule};
 pub use error::{DatapathError, Result};
-pub use link::{LinkInfo, VethSpec};
+pub use link::{LOOPBACK_INDEX, LinkInfo, VethSpec};
 pub use names::{IFNAME_MAX_LEN, format_mac, host_ifname, random_mac, validate_ifname};
 pub use netkit::{NetkitMode, NetkitSpec, NetkitSupport, build_netkit_request, probe_netkit};
 pub use netns::{NetNs, NetnsGuard, THREAD_SELF_NETNS, enter_netns, in_netns};
@@ -42,8 +43,8 @@ pub use route::{
     IpFamily, RouteInfo, RouteSpec, SCOPE_HOST, SCOPE_LINK, SCOPE_UNIVERSE, TABLE_LOCAL, TABLE_MAIN,
 };
 pub use rule::RuleSpec;
-pub use socket::NetlinkSocket;
-pub use sysctl::{read_sysctl, write_sysctl};
+pub use socket::{NetlinkSocket, Request};
+pub use sysctl::{read_sysctl, set_sysctl, write_sysctl};
 pub use vxlan::{L2Entry, VxlanSpec};
 
 /// Whether the kernel knows links of `kind` (see [`NetlinkSocket::has_link_kind`]),

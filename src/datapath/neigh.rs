@@ -12,7 +12,7 @@ use netlink_packet_route::neighbour::{
 use super::addr::family_of;
 use super::error::Result;
 use super::route::IpFamily;
-use super::socket::NetlinkSocket;
+use super::socket::{NetlinkSocket, Request};
 
 fn proxy_message(index: u32, ip: IpAddr) -> NeighbourMessage {
     let mut msg = NeighbourMessage::default();
@@ -33,17 +33,22 @@ impl NetlinkSocket {
     /// NTF_PROXY). Idempotent: the kernel ignores NLM_F_EXCL for proxy
     /// entries, so re-adding an existing entry succeeds.
     pub fn add_proxy_neighbour(&self, index: u32, ip: IpAddr) -> Result<()> {
-        self.request(
-            RouteNetlinkMessage::NewNeighbour(proxy_message(index, ip)),
-            NLM_F_CREATE | NLM_F_EXCL,
-            || {
+        self.perform(self.add_proxy_neighbour_request(index, ip))
+    }
+
+    /// [`add_proxy_neighbour`](Self::add_proxy_neighbour), built for a
+    /// [`batch`](Self::batch).
+    pub fn add_proxy_neighbour_request(&self, index: u32, ip: IpAddr) -> Request<'_> {
+        Request {
+            msg: RouteNetlinkMessage::NewNeighbour(proxy_message(index, ip)),
+            flags: NLM_F_CREATE | NLM_F_EXCL,
+            ctx: Box::new(move || {
                 format!(
                     "adding proxy neighbour {ip} on link #{index}{}",
                     self.where_()
                 )
-            },
-        )
-        .map(|_| ())
+            }),
+        }
     }
 
     /// Delete the proxy neighbour entry for `ip` on link `index` (ENOENT when absent).

@@ -17,7 +17,8 @@
 
 use std::io;
 
-use netlink_packet_core::{DefaultNla, NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_core::DefaultNla;
+#[cfg(test)]
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{
     InfoData, InfoKind, InfoNetkit, LinkAttribute, LinkInfo as NlLinkInfo, LinkMessage,
@@ -176,18 +177,7 @@ impl NetlinkSocket {
         let host = build_netkit_request(spec)?;
         // `spec.peer_netns` (and so the fd inside the request) is borrowed for
         // the whole call, so the fd stays valid until the kernel has read it.
-        self.request(
-            RouteNetlinkMessage::NewLink(host),
-            NLM_F_CREATE | NLM_F_EXCL,
-            ctx,
-        )?;
-        let link = self
-            .link_by_name(spec.host_name)?
-            .ok_or_else(|| DatapathError::Netlink {
-                context: format!("{}: created link vanished", ctx()),
-                source: io::Error::from_raw_os_error(libc::ENODEV),
-                ext_ack: None,
-            })?;
+        let link = self.create_pair(host, spec.host_name, ctx)?;
         // As Cilium: the link must come back as a netkit device.
         if link.kind.as_deref() != Some("netkit") {
             return Err(DatapathError::Invalid(format!(
@@ -532,6 +522,8 @@ mod tests {
             let p = podsock.link_by_name("eth0").unwrap().expect("peer in pod");
             assert_eq!(p.kind.as_deref(), Some("netkit"));
             assert_eq!(p.mtu, 1450);
+            // As for a veth: IFLA_LINK of the primary is the peer's index.
+            assert_eq!(h.link, Some(p.index));
             let info = host.netkit_info("lxcnk3").unwrap().unwrap();
             assert!(
                 info.contains(&InfoNetkit::Mode(NlNetkitMode::L3)),

@@ -13,7 +13,7 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use super::addr::family_of;
 use super::error::{DatapathError, Result};
-use super::socket::NetlinkSocket;
+use super::socket::{NetlinkSocket, Request};
 
 /// The main routing table (`RT_TABLE_MAIN`).
 pub const TABLE_MAIN: u32 = 254;
@@ -211,7 +211,12 @@ impl RouteInfo {
 }
 
 impl NetlinkSocket {
-    fn new_route(&self, spec: &RouteSpec, flags: u16, verb: &str) -> Result<()> {
+    fn new_route<'a>(
+        &'a self,
+        spec: &'a RouteSpec,
+        flags: u16,
+        verb: &'static str,
+    ) -> Result<Request<'a>> {
         let mut msg = base_message(spec)?;
         msg.header.protocol = RouteProtocol::from(spec.protocol.unwrap_or(RTPROT_BOOT));
         if spec.onlink {
@@ -231,19 +236,32 @@ impl NetlinkSocket {
             msg.attributes
                 .push(RouteAttribute::Metrics(vec![RouteMetric::Mtu(mtu)]));
         }
-        self.request(RouteNetlinkMessage::NewRoute(msg), flags, || {
-            format!("{verb} {}{}", describe(spec), self.where_())
+        Ok(Request {
+            msg: RouteNetlinkMessage::NewRoute(msg),
+            flags,
+            ctx: Box::new(move || format!("{verb} {}{}", describe(spec), self.where_())),
         })
-        .map(|_| ())
     }
 
     /// Add a route (`ip route add`). EEXIST when an identical route exists.
     pub fn add_route(&self, spec: &RouteSpec) -> Result<()> {
+        self.perform(self.add_route_request(spec)?)
+    }
+
+    /// [`add_route`](Self::add_route), built for a [`batch`](Self::batch); fails
+    /// on a spec that cannot be sent (a gateway of another family).
+    pub fn add_route_request<'a>(&'a self, spec: &'a RouteSpec) -> Result<Request<'a>> {
         self.new_route(spec, NLM_F_CREATE | NLM_F_EXCL, "adding")
     }
 
     /// Add or replace a route (`ip route replace`).
     pub fn replace_route(&self, spec: &RouteSpec) -> Result<()> {
+        self.perform(self.replace_route_request(spec)?)
+    }
+
+    /// [`replace_route`](Self::replace_route), built for a [`batch`](Self::batch);
+    /// fails on a spec that cannot be sent (a gateway of another family).
+    pub fn replace_route_request<'a>(&'a self, spec: &'a RouteSpec) -> Result<Request<'a>> {
         self.new_route(spec, NLM_F_CREATE | NLM_F_REPLACE, "replacing")
     }
 

@@ -8,6 +8,7 @@
 
 use std::cell::Cell;
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 
 use netlink_packet_core::{
     NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
@@ -25,6 +26,15 @@ const RECV_BUF_SIZE: usize = 32 * 1024;
 /// How often a dump is retried when the kernel flags it as interrupted
 /// (NLM_F_DUMP_INTR: the object set changed while dumping).
 const DUMP_RETRIES: usize = 5;
+
+/// One request, built but not sent (see [`NetlinkSocket::batch`]): the message,
+/// its flags besides REQUEST|ACK, and what it does (its error context, written
+/// only when it fails).
+pub struct Request<'a> {
+    pub(crate) msg: RouteNetlinkMessage,
+    pub(crate) flags: u16,
+    pub(crate) ctx: Box<dyn Fn() -> String + 'a>,
+}
 
 /// A synchronous rtnetlink socket. Not `Sync`: use one per thread.
 /// It stays bound to the netns it was created in, whatever thread uses it later.
@@ -76,6 +86,11 @@ impl NetlinkSocket {
         }
     }
 
+    /// The socket's descriptor, for the ioctls that answer for its netns.
+    pub(super) fn raw_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
     fn next_seq(&self) -> u32 {
         let s = self.seq.get().wrapping_add(1).max(1);
         self.seq.set(s);
@@ -113,18 +128,73 @@ impl NetlinkSocket {
         }
     }
 
+    /// Sends `reqs` in one datagram and reads their answers in order: the kernel
+    /// handles the messages of a datagram one after the other and acknowledges
+    /// each, also after one failed. One outcome per request, in order, each error
+    /// with that request's context; `Err` only when the datagram was not sent.
+    pub fn batch(&self, reqs: Vec<Request<'_>>) -> Result<Vec<Result<()>>> {
+        Ok(self
+            .batch_replies(reqs)?
+            .into_iter()
+            .map(|r| r.map(|_| ()))
+            .collect())
+    }
+
+    /// [`batch`](Self::batch), with each request's reply messages.
+    pub(crate) fn batch_replies(
+        &self,
+        reqs: Vec<Request<'_>>,
+    ) -> Result<Vec<Result<Vec<RouteNetlinkMessage>>>> {
+        let mut buf = Vec::new();
+        let mut sent = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let seq = self.serialize(req.msg, NLM_F_REQUEST | NLM_F_ACK | req.flags, &mut buf);
+            sent.push((seq, req.ctx));
+        }
+        self.send_buf(&buf, &|| {
+            format!(
+                "sending {} requests in one datagram{}",
+                sent.len(),
+                self.where_()
+            )
+        })?;
+        Ok(sent
+            .into_iter()
+            .map(|(seq, ctx)| self.receive(seq, &ctx).map(|(msgs, _)| msgs))
+            .collect())
+    }
+
+    /// Sends one request and waits for its answer (the single-request [`batch`](Self::batch)).
+    pub(crate) fn perform(&self, req: Request<'_>) -> Result<()> {
+        self.request(req.msg, req.flags, req.ctx).map(|_| ())
+    }
+
     fn send(&self, msg: RouteNetlinkMessage, flags: u16, ctx: &impl Fn() -> String) -> Result<u32> {
+        let mut buf = Vec::new();
+        let seq = self.serialize(msg, flags, &mut buf);
+        self.send_buf(&buf, ctx)?;
+        Ok(seq)
+    }
+
+    /// Appends `msg` with the next sequence number to `buf` (netlink messages are
+    /// 4-byte aligned, so one follows another as serialized); returns the number.
+    fn serialize(&self, msg: RouteNetlinkMessage, flags: u16, buf: &mut Vec<u8>) -> u32 {
         let seq = self.next_seq();
         let mut header = NetlinkHeader::default();
         header.flags = flags;
         header.sequence_number = seq;
         let mut packet = NetlinkMessage::new(header, NetlinkPayload::from(msg));
         packet.finalize();
-        let mut buf = vec![0u8; packet.buffer_len()];
-        packet.serialize(&mut buf);
+        let start = buf.len();
+        buf.resize(start + ((packet.buffer_len() + 3) & !3), 0);
+        packet.serialize(&mut buf[start..]);
+        seq
+    }
+
+    fn send_buf(&self, buf: &[u8], ctx: &impl Fn() -> String) -> Result<()> {
         let sent = self
             .sock
-            .send(&buf, 0)
+            .send(buf, 0)
             .map_err(|e| netlink_err(ctx(), e, None))?;
         if sent != buf.len() {
             return Err(netlink_err(
@@ -133,7 +203,7 @@ impl NetlinkSocket {
                 None,
             ));
         }
-        Ok(seq)
+        Ok(())
     }
 
     /// Read replies for `seq` until ACK/NACK/DONE. Returns the collected

@@ -3,7 +3,7 @@
 //! [`in_netns`](super::netns::in_netns).
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::error::{DatapathError, Result};
 
@@ -43,8 +43,18 @@ pub fn write_sysctl(key: &str, value: &str) -> Result<bool> {
     {
         return Ok(false);
     }
-    fs::write(&path, value.as_bytes()).map_err(|e| {
-        DatapathError::io(format!("writing {value:?} to sysctl {}", path.display()), e)
-    })?;
+    write_path(&path, value)?;
     Ok(true)
+}
+
+/// Write a sysctl without reading it first (one open and write): for a setting
+/// of a link created a moment ago, where reading costs as much as writing.
+pub fn set_sysctl(key: &str, value: &str) -> Result<()> {
+    write_path(&sysctl_path(key)?, value)
+}
+
+fn write_path(path: &Path, value: &str) -> Result<()> {
+    fs::write(path, value.as_bytes()).map_err(|e| {
+        DatapathError::io(format!("writing {value:?} to sysctl {}", path.display()), e)
+    })
 }

@@ -12,7 +12,10 @@
 //! An interface named `CNI_IFNAME` that already exists in the pod is replaced when
 //! it is podnet's own (its host-side twin `lxc…` for this attachment exists: a
 //! retried ADD after a crash), and refused otherwise (code 104): podnet never
-//! deletes an interface another plugin made.
+//! deletes an interface another plugin made. That check runs before the
+//! allocation (one ioctl, no netlink round trip); a host-side twin whose pod end
+//! is gone is found by the pair's creation failing with EEXIST, removed, and the
+//! creation retried once.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -27,8 +30,9 @@ use crate::api::models::{
 };
 use crate::cni::{CniEnv, CniError, CniResult, Command, Interface, IpConfig, NetConf, Route};
 use crate::datapath::{
-    DatapathError, NetNs, NetkitMode, NetkitSpec, NetlinkSocket, RouteSpec, RuleSpec, VethSpec,
-    eni_rules, eni_table, enter_netns, format_mac, host_ifname, random_mac, write_sysctl,
+    DatapathError, LOOPBACK_INDEX, LinkInfo, NetNs, NetkitMode, NetkitSpec, NetlinkSocket, Request,
+    RouteSpec, RuleSpec, VethSpec, eni_rules, eni_table, enter_netns, format_mac, host_ifname,
+    random_mac, set_sysctl, write_sysctl,
 };
 
 use super::daemon_errors::to_cni;
@@ -91,7 +95,13 @@ pub fn add(
         NetlinkSocket::new().map_err(dp("opening netlink in the runtime's namespace"))?;
     let pod_sock = open_pod_socket(&netns)?;
     let host_name = host_ifname(cid, ifname);
-    clear_previous_attempt(&host_sock, &pod_sock, &host_name, ifname, netns_path)?;
+    if pod_sock
+        .link_index(ifname)
+        .map_err(dp("looking up the pod interface"))?
+        .is_some()
+    {
+        clear_previous_attempt(&host_sock, &pod_sock, &host_name, ifname, netns_path)?;
+    }
     t.mark("netlink-setup");
 
     let (mut alloc, delegated) = allocate(env, conf, client, cid, ifname)?;
@@ -239,10 +249,11 @@ struct Attempt<'a> {
     host_name: &'a str,
 }
 
-/// The pair `create_pair` made: the host end's index and both ends' MACs (none
-/// for netkit in L3 mode).
+/// The pair `create_pair` made: both ends' indexes (each in its netns) and
+/// MACs (none for netkit in L3 mode).
 struct LinkPair {
     host_index: u32,
+    pod_index: u32,
     host_mac: Option<[u8; 6]>,
     pod_mac: Option<[u8; 6]>,
 }
@@ -272,7 +283,7 @@ impl Attempt<'_> {
             install_eni_routing(self.host_sock, p, added_rules)?;
         }
         t.mark("netlink-host");
-        self.set_up_pod_side(&plans)?;
+        self.set_up_pod_side(pair.pod_index, &plans)?;
         t.mark("netlink-pod");
         match self
             .link_marker(true)
@@ -293,7 +304,9 @@ impl Attempt<'_> {
     /// Creates the veth (or netkit) pair in one request, the pod end directly in
     /// the pod netns under its final name. veth and netkit-l2 carry Ethernet
     /// headers and get random MACs (set explicitly, so systemd's MACAddressPolicy
-    /// leaves them alone); netkit in L3 mode has none.
+    /// leaves them alone); netkit in L3 mode has none. When a name is taken
+    /// (EEXIST), a previous attempt's pair is removed (or another plugin's
+    /// interface refused) and the creation retried once.
     fn create_pair(&self) -> Result<LinkPair, CniError> {
         let mode = self.daemon_cfg.datapath_mode.as_str();
         let (host_mac, pod_mac) = if mode == "netkit" {
@@ -304,8 +317,45 @@ impl Attempt<'_> {
                 Some(random_mac().map_err(dp("generating a MAC address"))?),
             )
         };
+        let host = match self.new_pair(mode, host_mac, pod_mac) {
+            Err(e) if e.is_exists() => {
+                clear_previous_attempt(
+                    self.host_sock,
+                    self.pod_sock,
+                    self.host_name,
+                    self.ifname,
+                    self.netns_path,
+                )?;
+                self.new_pair(mode, host_mac, pod_mac)
+            }
+            created => created,
+        }
+        .map_err(dp("unable to set up link on host side"))?;
+        // IFLA_LINK of the host end is the pod end's index in the pod netns (0 when
+        // the peer is gone); older kernels leave it out when it equals the host
+        // end's own index, and then the pod end is looked up by name.
+        let pod_index = match host.link.filter(|&i| i != 0) {
+            Some(index) => index,
+            None => self.pod_index_by_name()?,
+        };
+        Ok(LinkPair {
+            host_index: host.index,
+            pod_index,
+            host_mac,
+            pod_mac,
+        })
+    }
+
+    /// One attempt at creating the pair (`create_pair`); the host end as the
+    /// kernel reports it.
+    fn new_pair(
+        &self,
+        mode: &str,
+        host_mac: Option<[u8; 6]>,
+        pod_mac: Option<[u8; 6]>,
+    ) -> Result<LinkInfo, DatapathError> {
         let (host_name, peer_name, mtu) = (self.host_name, self.ifname, self.daemon_cfg.device_mtu);
-        let created = match mode {
+        match mode {
             "netkit" | "netkit-l2" => self.host_sock.create_netkit_pair(&NetkitSpec {
                 mode: if mode == "netkit" {
                     NetkitMode::L3
@@ -331,61 +381,78 @@ impl Attempt<'_> {
                 peer_netns: self.netns,
                 txqlen: Some(1000),
             }),
-        };
-        let host = created.map_err(dp("unable to set up link on host side"))?;
-        Ok(LinkPair {
-            host_index: host.index,
-            host_mac,
-            pod_mac,
-        })
+        }
     }
 
-    /// Host side: no reverse-path filter, up (with podnet's marker in its alias,
-    /// set in the same request), a /32 (/128) route to the pod, and an NDP proxy
-    /// entry so the pod can resolve the IPv6 router address.
+    /// The pod end's index found by its name, when the host end's IFLA_LINK did
+    /// not say.
+    fn pod_index_by_name(&self) -> Result<u32, CniError> {
+        self.pod_sock
+            .link_by_name(self.ifname)
+            .map_err(dp("finding the pod interface"))?
+            .ok_or_else(|| {
+                CniError::datapath_failure(format!(
+                    "{} did not appear in {}",
+                    self.ifname,
+                    self.netns_path.display()
+                ))
+            })
+            .map(|pod| pod.index)
+    }
+
+    /// Host side: no reverse-path filter, then in one datagram up (with podnet's
+    /// marker in its alias, set in the same request), a /32 (/128) route to the
+    /// pod, and an NDP proxy entry so the pod can resolve the IPv6 router address.
     fn set_up_host_side(&self, host_index: u32, plans: &[FamilyPlan]) -> Result<(), CniError> {
         let (host_sock, host_name) = (self.host_sock, self.host_name);
-        write_sysctl(&format!("net/ipv4/conf/{host_name}/rp_filter"), "0")
+        set_sysctl(&format!("net/ipv4/conf/{host_name}/rp_filter"), "0")
             .map_err(dp("host rp_filter"))?;
         if plans.iter().any(|p| p.ip.is_ipv6()) {
             // No DAD on the host side: while its link-local address is tentative the
             // kernel sends no neighbour solicitation to the pod at all.
-            write_sysctl(&format!("net/ipv6/conf/{host_name}/accept_dad"), "0")
+            set_sysctl(&format!("net/ipv6/conf/{host_name}/accept_dad"), "0")
                 .map_err(dp("host accept_dad"))?;
+            // Answer the pod's router solicitations at once (the default proxy
+            // delay is up to 0.8 s per resolution).
+            set_sysctl(&format!("net/ipv6/neigh/{host_name}/proxy_delay"), "0")
+                .map_err(dp("host proxy_delay"))?;
         } else {
             disable_host_ipv6(host_name)?;
         }
-        match self.link_marker(false) {
-            Some(marker) => host_sock.set_link_up_with_alias(host_index, &marker.encode()),
-            None => host_sock.set_link_up(host_index),
-        }
-        .map_err(dp("bringing up the host side"))?;
-        for p in plans {
-            host_sock
-                .replace_route(&RouteSpec {
-                    dst: p.host_net(),
-                    gateway: None,
-                    oif: host_index,
-                    scope_link: true,
-                    mtu: None,
-                    table: None,
-                    priority: None,
-                    onlink: false,
-                    prefsrc: None,
-                    protocol: None,
-                })
+        let marker = self.link_marker(false).map(|m| m.encode());
+        let routes: Vec<RouteSpec> = plans
+            .iter()
+            .map(|p| RouteSpec {
+                dst: p.host_net(),
+                gateway: None,
+                oif: host_index,
+                scope_link: true,
+                mtu: None,
+                table: None,
+                priority: None,
+                onlink: false,
+                prefsrc: None,
+                protocol: None,
+            })
+            .collect();
+        let up = match &marker {
+            Some(alias) => host_sock.link_up_with_alias_request(host_index, alias),
+            None => host_sock.link_up_request(host_index),
+        };
+        let mut steps = vec![Step::new(up, "bringing up the host side")];
+        for (p, route) in plans.iter().zip(&routes) {
+            let req = host_sock
+                .replace_route_request(route)
                 .map_err(dp("adding the host route to the pod"))?;
+            steps.push(Step::new(req, "adding the host route to the pod"));
             if p.ip.is_ipv6() {
-                // Answer the pod's router solicitations at once (the default proxy
-                // delay is up to 0.8 s per resolution).
-                write_sysctl(&format!("net/ipv6/neigh/{host_name}/proxy_delay"), "0")
-                    .map_err(dp("host proxy_delay"))?;
-                host_sock
-                    .add_proxy_neighbour(host_index, p.router)
-                    .map_err(dp("adding the IPv6 router proxy entry"))?;
+                steps.push(Step::new(
+                    host_sock.add_proxy_neighbour_request(host_index, p.router),
+                    "adding the IPv6 router proxy entry",
+                ));
             }
         }
-        Ok(())
+        in_order(host_sock, steps, "configuring the host side")
     }
 
     /// The marker that ties the host link to the journal commit that handed out
@@ -403,45 +470,43 @@ impl Attempt<'_> {
         })
     }
 
-    /// Pod side: `lo` and the interface up (it was created up; its IPv6 sysctls
-    /// came from the namespace's defaults set before it was created), then per
-    /// family the /32 (/128), a link route to the router and a default route via it.
-    fn set_up_pod_side(&self, plans: &[FamilyPlan]) -> Result<(), CniError> {
-        let (pod_sock, ifname) = (self.pod_sock, self.ifname);
-        if let Some(lo) = pod_sock
-            .link_by_name("lo")
-            .map_err(dp("finding lo in the pod"))?
-        {
-            pod_sock
-                .set_link_up(lo.index)
-                .map_err(dp("bringing up lo in the pod"))?;
-        }
-        let pod = pod_sock
-            .link_by_name(ifname)
-            .map_err(dp("finding the pod interface"))?
-            .ok_or_else(|| {
-                CniError::datapath_failure(format!(
-                    "{ifname} did not appear in {}",
-                    self.netns_path.display()
-                ))
-            })?;
-        if !pod.up {
-            pod_sock
-                .set_link_up(pod.index)
-                .map_err(dp("bringing up the pod interface"))?;
-        }
-        for p in plans {
-            pod_sock
-                .add_address(pod.index, p.host_net(), p.ip.is_ipv6())
-                .map_err(dp("adding the pod address"))?;
-            for r in pod_routes(p, pod.index, self.route_mtu()) {
-                match pod_sock.add_route(&r) {
-                    Err(e) if !e.is_exists() => return Err(dp("adding a pod route")(e)),
-                    _ => {}
-                }
+    /// Pod side: `lo` and the interface up (its IPv6 sysctls came from the
+    /// namespace's defaults set before it was created), then per family the /32
+    /// (/128), a link route to the router and a default route via it. All in one
+    /// datagram, answered in order; the first failure is the error, with what it
+    /// was doing.
+    fn set_up_pod_side(&self, pod_index: u32, plans: &[FamilyPlan]) -> Result<(), CniError> {
+        let sock = self.pod_sock;
+        let routes: Vec<[RouteSpec; 2]> = plans
+            .iter()
+            .map(|p| pod_routes(p, pod_index, self.route_mtu()))
+            .collect();
+        let mut steps = vec![
+            Step::new(
+                sock.link_up_request(LOOPBACK_INDEX),
+                "bringing up lo in the pod",
+            ),
+            Step::new(
+                sock.link_up_request(pod_index),
+                "bringing up the pod interface",
+            ),
+        ];
+        for (p, routes) in plans.iter().zip(&routes) {
+            steps.push(Step::new(
+                sock.add_address_request(pod_index, p.host_net(), p.ip.is_ipv6()),
+                "adding the pod address",
+            ));
+            for r in routes {
+                let req = sock
+                    .add_route_request(r)
+                    .map_err(dp("adding a pod route"))?;
+                steps.push(Step {
+                    exists_ok: true,
+                    ..Step::new(req, "adding a pod route")
+                });
             }
         }
-        Ok(())
+        in_order(sock, steps, "configuring the pod's interface")
     }
 
     /// The MTU of the pod's default route, when the daemon sets one.
@@ -551,6 +616,41 @@ impl Attempt<'_> {
         serde_json::to_string(&result.to_json(&conf.cni_version))
             .map_err(|e| CniError::io_failure(format!("encoding the result: {e}")))
     }
+}
+
+/// One request of `in_order`: what its error says, and whether EEXIST is fine.
+struct Step<'a> {
+    req: Request<'a>,
+    what: &'static str,
+    exists_ok: bool,
+}
+
+impl<'a> Step<'a> {
+    fn new(req: Request<'a>, what: &'static str) -> Self {
+        Step {
+            req,
+            what,
+            exists_ok: false,
+        }
+    }
+}
+
+/// Sends `steps` in one datagram (`NetlinkSocket::batch`); the first failure in
+/// their order is the error, with its step's `what`, as if they had been sent one
+/// by one. `all` names the datagram, for a send that fails.
+fn in_order(sock: &NetlinkSocket, steps: Vec<Step<'_>>, all: &'static str) -> Result<(), CniError> {
+    let (reqs, meanings): (Vec<_>, Vec<_>) = steps
+        .into_iter()
+        .map(|s| (s.req, (s.what, s.exists_ok)))
+        .unzip();
+    let outcomes = sock.batch(reqs).map_err(dp(all))?;
+    for (outcome, (what, exists_ok)) in outcomes.into_iter().zip(meanings) {
+        match outcome {
+            Err(e) if !(exists_ok && e.is_exists()) => return Err(dp(what)(e)),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The pod's routes of one family: a link route to the router, and the default
@@ -750,7 +850,7 @@ fn eni_device(host_sock: &NetlinkSocket, eni: &EniPlan) -> Result<u32, CniError>
 /// and each link deletion walks the whole IPv6 table (BENCHMARKS.md "Flat
 /// cost"). A kernel without IPv6 has no such sysctl: nothing to disable.
 fn disable_host_ipv6(host_name: &str) -> Result<(), CniError> {
-    match write_sysctl(&format!("net/ipv6/conf/{host_name}/disable_ipv6"), "1") {
+    match set_sysctl(&format!("net/ipv6/conf/{host_name}/disable_ipv6"), "1") {
         Err(e) if !e.is_not_found() => Err(dp("disabling IPv6 on the host side")(e)),
         _ => Ok(()),
     }
@@ -791,7 +891,9 @@ fn in_pod<T>(
     done.map_err(dp(what))
 }
 
-/// A retried ADD: remove what a previous attempt for this attachment left.
+/// A retried ADD: remove what a previous attempt for this attachment left (its
+/// host link, which takes the pod end along), or refuse an interface named
+/// `ifname` in the pod that has no such twin. Both lookups are ioctls.
 fn clear_previous_attempt(
     host_sock: &NetlinkSocket,
     pod_sock: &NetlinkSocket,
@@ -800,11 +902,11 @@ fn clear_previous_attempt(
     netns_path: &Path,
 ) -> Result<(), CniError> {
     let ours = host_sock
-        .link_by_name(host_name)
+        .link_index(host_name)
         .map_err(dp("looking up the host side"))?
         .is_some();
     let in_pod = pod_sock
-        .link_by_name(ifname)
+        .link_index(ifname)
         .map_err(dp("looking up the pod interface"))?
         .is_some();
     if in_pod && !ours {

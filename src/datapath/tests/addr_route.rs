@@ -40,6 +40,22 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
+/// `<router> dev #<oif> scope link`, in the main table.
+fn link_route(router: IpAddr, oif: u32) -> RouteSpec {
+    RouteSpec {
+        dst: IpNet::from(router),
+        gateway: None,
+        oif,
+        scope_link: true,
+        mtu: None,
+        table: None,
+        priority: None,
+        onlink: false,
+        prefsrc: None,
+        protocol: None,
+    }
+}
+
 #[test]
 fn addresses_v4_and_v6_nodad() {
     if !root("addresses_v4_and_v6_nodad") {
@@ -92,29 +108,13 @@ fn link_route_and_default_route_v4_v6() {
         for (router, default) in [("10.1.0.1", "0.0.0.0/0"), ("fd00::1", "::/0")] {
             let router = ip(router);
             let family = IpFamily::of(&router);
-            let link_route = RouteSpec {
-                dst: IpNet::from(router),
-                gateway: None,
-                oif: eth0,
-                scope_link: true,
-                mtu: None,
-                table: None,
-                priority: None,
-                onlink: false,
-                prefsrc: None,
-                protocol: None,
-            };
+            let link_route = link_route(router, eth0);
             let default_route = RouteSpec {
                 dst: net(default),
                 gateway: Some(router),
-                oif: eth0,
                 scope_link: false,
                 mtu: Some(1400),
-                table: None,
-                priority: None,
-                onlink: false,
-                prefsrc: None,
-                protocol: None,
+                ..link_route.clone()
             };
             s.add_route(&link_route).unwrap();
             s.add_route(&default_route).unwrap();
@@ -238,5 +238,53 @@ fn route_in_table_with_priority_and_mtu() {
             matches!(&e, DatapathError::Netlink { ext_ack: Some(m), .. } if !m.is_empty()),
             "{e:?}"
         );
+    });
+}
+
+#[test]
+fn a_batch_is_answered_in_order_each_with_its_own_error() {
+    if !root("a_batch_is_answered_in_order_each_with_its_own_error") {
+        return;
+    }
+    in_private_netns(|| {
+        let (_pod, s, eth0, _host, _) = pod_with_eth0("pod-batch");
+        let link = link_route(ip("10.2.0.1"), eth0);
+        let default = RouteSpec {
+            dst: net("0.0.0.0/0"),
+            gateway: Some(ip("10.2.0.1")),
+            scope_link: false,
+            ..link.clone()
+        };
+        let outcomes = s
+            .batch(vec![
+                s.link_up_request(LOOPBACK_INDEX),
+                s.add_address_request(eth0, net("10.2.0.5/32"), false),
+                s.add_address_request(eth0, net("10.2.0.5/32"), false),
+                s.add_route_request(&link).unwrap(),
+                s.add_route_request(&default).unwrap(),
+            ])
+            .unwrap();
+        assert_eq!(outcomes.len(), 5);
+        assert!(outcomes[0].is_ok() && outcomes[1].is_ok(), "{outcomes:?}");
+        // The duplicate fails with its own context; the requests after it still ran.
+        let e = outcomes[2].as_ref().unwrap_err();
+        assert!(e.is_exists(), "{e}");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "adding address 10.2.0.5/32 to link #{eth0} in pod-batch: File exists"
+            )),
+            "{e}"
+        );
+        assert!(outcomes[3].is_ok() && outcomes[4].is_ok(), "{outcomes:?}");
+        let routes = s.list_routes(IpFamily::V4, Some(TABLE_MAIN)).unwrap();
+        assert!(
+            routes
+                .iter()
+                .any(|r| r.dst.prefix_len() == 0 && r.gateway == Some(ip("10.2.0.1"))),
+            "{routes:?}"
+        );
+        // The socket is in step afterwards: the next request gets its own answer.
+        let e = s.add_route(&default).unwrap_err();
+        assert!(e.is_exists(), "{e}");
     });
 }

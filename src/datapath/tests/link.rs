@@ -37,6 +37,13 @@ fn veth_pair_peer_created_in_pod_netns() {
             .link_by_name("eth0")
             .unwrap()
             .expect("peer in pod ns");
+        // The index lookup without netlink answers for the socket's netns.
+        assert_eq!(podsock.link_index("eth0").unwrap(), Some(p.index));
+        assert_eq!(host.link_index("eth0").unwrap(), None);
+        assert_eq!(host.link_index("lxctest0").unwrap(), Some(h.index));
+        assert_eq!(podsock.link_index("lo").unwrap(), Some(LOOPBACK_INDEX));
+        let e = podsock.link_index("bad/name").unwrap_err();
+        assert!(matches!(e, DatapathError::Invalid(_)), "{e}");
         assert_eq!(p.mtu, 1400, "peer carries its own MTU");
         assert_eq!(p.mac, Some(peer_mac));
         assert_eq!(p.kind.as_deref(), Some("veth"));

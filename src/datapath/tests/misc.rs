@@ -96,6 +96,11 @@ fn sysctl_follows_calling_thread_netns() {
         assert!(write_sysctl("net/ipv4/ip_forward", want).unwrap());
         assert!(!write_sysctl("/proc/sys/net/ipv4/ip_forward", want).unwrap());
         assert_eq!(read_sysctl("net/ipv4/ip_forward").unwrap(), want);
+        // The plain write, here and back.
+        set_sysctl("net/ipv4/ip_forward", &machine_fwd).unwrap();
+        assert_eq!(read_sysctl("net/ipv4/ip_forward").unwrap(), machine_fwd);
+        set_sysctl("net/ipv4/ip_forward", want).unwrap();
+        assert_eq!(read_sysctl("net/ipv4/ip_forward").unwrap(), want);
 
         let pod = new_netns("pod-sysctl");
         let dad = "net/ipv6/conf/default/accept_dad";
@@ -116,7 +121,16 @@ fn sysctl_rejects_escapes() {
     for bad in ["", "net/../../etc/passwd", "net//ipv4", "/proc/sys/"] {
         let e = read_sysctl(bad).unwrap_err();
         assert!(matches!(e, DatapathError::Invalid(_)), "{bad:?}: {e}");
+        let e = set_sysctl(bad, "1").unwrap_err();
+        assert!(matches!(e, DatapathError::Invalid(_)), "{bad:?}: {e}");
     }
+    let e = set_sysctl("net/ipv4/podnet_no_such_sysctl", "1").unwrap_err();
+    assert!(e.is_not_found(), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("writing \"1\" to sysctl /proc/sys/net/ipv4/podnet_no_such_sysctl: "),
+        "{e}"
+    );
     let e = read_sysctl("net/ipv4/podnet_no_such_sysctl").unwrap_err();
     assert_eq!(e.errno(), Some(libc::ENOENT));
     assert!(
