@@ -222,7 +222,7 @@ impl NetlinkSocket {
         }
         // SAFETY: `req` is an initialised ifreq that outlives the call; SIOCGIFINDEX
         // reads its NUL-terminated name and writes only its ifindex.
-        let rc = unsafe { libc::ioctl(self.raw_fd(), libc::SIOCGIFINDEX, &mut req) };
+        let rc = unsafe { libc::ioctl(self.raw_fd(), libc::SIOCGIFINDEX as _, &mut req) };
         if rc < 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::ENODEV) {
