@@ -75,6 +75,25 @@ pub struct RouteSpec {
     pub protocol: Option<u8>,
 }
 
+impl RouteSpec {
+    /// A directly connected route to `dst` out of `oif` (`scope link`, main
+    /// table), nothing else set: the shape of every pod and host route podnet adds.
+    pub fn link(dst: IpNet, oif: u32) -> Self {
+        RouteSpec {
+            dst,
+            gateway: None,
+            oif,
+            scope_link: true,
+            mtu: None,
+            table: None,
+            priority: None,
+            onlink: false,
+            prefsrc: None,
+            protocol: None,
+        }
+    }
+}
+
 /// A route as listed by the kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteInfo {

@@ -422,18 +422,7 @@ impl Attempt<'_> {
         let marker = self.link_marker(false).map(|m| m.encode());
         let routes: Vec<RouteSpec> = plans
             .iter()
-            .map(|p| RouteSpec {
-                dst: p.host_net(),
-                gateway: None,
-                oif: host_index,
-                scope_link: true,
-                mtu: None,
-                table: None,
-                priority: None,
-                onlink: false,
-                prefsrc: None,
-                protocol: None,
-            })
+            .map(|p| RouteSpec::link(p.host_net(), host_index))
             .collect();
         let up = match &marker {
             Some(alias) => host_sock.link_up_with_alias_request(host_index, alias),
@@ -657,18 +646,7 @@ fn in_order(sock: &NetlinkSocket, steps: Vec<Step<'_>>, all: &'static str) -> Re
 /// route via it (with the daemon's route MTU).
 fn pod_routes(p: &FamilyPlan, pod_index: u32, route_mtu: Option<u32>) -> [RouteSpec; 2] {
     [
-        RouteSpec {
-            dst: p.router_net(),
-            gateway: None,
-            oif: pod_index,
-            scope_link: true,
-            mtu: None,
-            table: None,
-            priority: None,
-            onlink: false,
-            prefsrc: None,
-            protocol: None,
-        },
+        RouteSpec::link(p.router_net(), pod_index),
         RouteSpec {
             dst: p.default_net(),
             gateway: Some(p.router),

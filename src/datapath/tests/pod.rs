@@ -49,19 +49,8 @@ fn cilium_style_add_then_del() {
         s.add_address(eth0.index, IpNet::from(pod_ip6), true)
             .unwrap();
         for (r, default) in [(router, "0.0.0.0/0"), (router6, "::/0")] {
-            s.add_route(&RouteSpec {
-                dst: IpNet::from(r),
-                gateway: None,
-                oif: eth0.index,
-                scope_link: true,
-                mtu: None,
-                table: None,
-                priority: None,
-                onlink: false,
-                prefsrc: None,
-                protocol: None,
-            })
-            .unwrap();
+            s.add_route(&RouteSpec::link(IpNet::from(r), eth0.index))
+                .unwrap();
             s.add_route(&RouteSpec {
                 dst: default.parse().unwrap(),
                 gateway: Some(r),
