@@ -312,6 +312,15 @@ pub struct EndpointBatchDeleteRequest {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub teardown_links: Vec<LinkRef>,
+    /// podnet: the plugin's phase timings up to sending this request, so a DEL
+    /// needs no report request of its own. The daemon adds `daemon-release` (its
+    /// handling of this request) to them and to `total`.
+    #[serde(
+        rename = "podnet-phases",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub podnet_phases: BTreeMap<String, f64>,
 }
 
 /// podnet: a link by name and index (the index guards against a reused name).

@@ -118,7 +118,10 @@ pub fn endpoint_delete(req: &EndpointBatchDeleteRequest) -> Result<(), String> {
     })?;
     req.teardown_links
         .iter()
-        .try_for_each(|l| ifname("teardown-links[].name", &l.name))
+        .try_for_each(|l| ifname("teardown-links[].name", &l.name))?;
+    req.podnet_phases
+        .keys()
+        .try_for_each(|p| printable("podnet-phases", p, MAX_SHORT_NAME_BYTES))
 }
 
 /// `POST /v1/cni/report`: names that become metric labels and explain records.
@@ -293,8 +296,16 @@ mod tests {
                 name: "lxc1".into(),
                 index: 7,
             }],
+            podnet_phases: [("netlink-lookup".to_string(), 0.001)].into(),
         };
         assert_eq!(endpoint_delete(&del), Ok(()));
+        del.podnet_phases.insert("net\nlink".into(), 0.001);
+        assert!(
+            endpoint_delete(&del)
+                .unwrap_err()
+                .starts_with("invalid podnet-phases")
+        );
+        del.podnet_phases.clear();
         del.teardown_links[0].name = "lxc\n1".into();
         assert!(
             endpoint_delete(&del)

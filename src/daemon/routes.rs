@@ -165,7 +165,12 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             refuse_invalid(validate::endpoint_change(&body))?;
             let view = daemon.with_state_in_place(move |s| {
                 let view = s.create_endpoint(&body)?;
-                s.endpoint_timings(&body, received.elapsed());
+                s.plugin_timings(
+                    "ADD",
+                    &body.podnet_phases,
+                    "endpoint-registration",
+                    received.elapsed(),
+                );
                 Ok(view)
             })?;
             Ok(json_reply(201, &view))
@@ -179,11 +184,21 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             ))
         }
         (&Method::DELETE, ["v1", "endpoint"]) => {
+            // The plugin's timings end where this request starts; `daemon-release`
+            // is this request as the daemon handles it.
+            let received = Instant::now();
             let body: EndpointBatchDeleteRequest = read_json(req).await?;
             refuse_invalid(validate::endpoint_delete(&body))?;
-            if let Some(teardown) =
-                daemon.with_state_in_place(move |s| s.delete_endpoints(&body))?
-            {
+            if let Some(teardown) = daemon.with_state_in_place(move |s| {
+                let deleted = s.delete_endpoints(&body);
+                s.plugin_timings(
+                    "DEL",
+                    &body.podnet_phases,
+                    "daemon-release",
+                    received.elapsed(),
+                );
+                deleted
+            })? {
                 daemon.spawn_teardown(teardown);
             }
             Ok(json_reply(200, &serde_json::Value::Null))

@@ -33,40 +33,47 @@ pub fn del(env: &CniEnv, conf: &NetConf, client: &Client, t: &mut Timings) -> Re
     // The pair goes with its host side; the pod's netns is never touched: without
     // the host twin named for this (container ID, ifname), an interface in the netns
     // is not one podnet made for this attachment (a veth pair dies as a whole).
-    let host = host_sock
-        .link_by_name(&host_name)
+    // Its index by ioctl: nothing else of the link is needed.
+    let host_index = host_sock
+        .link_index(&host_name)
         .map_err(dp("looking up the host side"))?;
     t.mark("netlink-lookup");
     // The daemon deletes the pair (the kernel's teardown takes tens of ms) and only
-    // then releases the addresses, so DEL does not wait for it.
+    // then releases the addresses, so DEL does not wait for it. The timings so far
+    // travel with the release: no report request after it.
     let req = EndpointBatchDeleteRequest {
         container_id: cid.clone(),
         container_interface_name: ifname.clone(),
-        teardown_links: host
-            .iter()
-            .map(|l| LinkRef {
-                name: l.name.clone(),
-                index: l.index,
+        teardown_links: host_index
+            .map(|index| LinkRef {
+                name: host_name.clone(),
+                index,
             })
+            .into_iter()
             .collect(),
+        podnet_phases: t.so_far(),
     };
     let what = format!("releasing the addresses of {cid}/{ifname}");
     let released = client.delete_endpoints(&req);
     t.mark("daemon-release");
     match released {
-        Ok(()) => Ok(()),
+        Ok(()) => {
+            t.delivered();
+            Ok(())
+        }
         Err(e) if e.is_unavailable() => {
             // No daemon to hand the teardown to: delete the pair here, then queue
             // the release.
-            if let Some(l) = &host {
+            if let Some(index) = host_index {
                 host_sock
-                    .delete_link(l.index)
+                    .delete_link(index)
                     .or_else(ignore_missing)
                     .map_err(dp("deleting the host side"))?;
             }
             t.mark("netlink-host");
             let queued = EndpointBatchDeleteRequest {
                 teardown_links: Vec::new(),
+                podnet_phases: Default::default(),
                 ..req
             };
             queue_release(client, &queued, &e.to_string()).map_err(|q| {

@@ -1,8 +1,9 @@
 //! What the plugin tells afterwards: its phase timings (and failure, if any) to the
 //! daemon, which turns them into metrics and keeps failures for `podnet explain`
 //! (a successful ADD's report also names the addresses of the attachment it
-//! wired, which the daemon then binds; an ADD that registered its endpoint sent
-//! its timings with it and makes no request for them); and one line per ADD/DEL in the config's
+//! wired, which the daemon then binds; an ADD that registered its endpoint and a
+//! DEL the daemon answered sent their timings with that request and make no
+//! request for them); and one line per ADD/DEL in the config's
 //! `log-file` (runtimes swallow the plugin's stderr), rotated at 10 MiB with 7
 //! backups as Cilium's CNI log.
 
@@ -23,7 +24,8 @@ pub struct Timings {
     started: Instant,
     last: Instant,
     phases: BTreeMap<String, f64>,
-    /// The daemon has them already (they came with the endpoint registration).
+    /// The daemon has them already (they came with the endpoint registration or
+    /// the release).
     delivered: bool,
     /// The expiration UUIDs of a wired attachment's pending addresses, for the
     /// daemon to bind.

@@ -4,13 +4,12 @@
 //! troubleshooting hint. Failures are kept in a bounded ring, so explain can answer
 //! after the fact. The plugin's reports (timings, failures) are recorded here too.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
 use super::{Allocation, IpamState, MAX_FAILURES};
-use crate::api::models::{
-    AddressExplanation, CniReport, EndpointChangeRequest, ExplainResponse, FailureRecord,
-};
+use crate::api::models::{AddressExplanation, CniReport, ExplainResponse, FailureRecord};
 use crate::datapath::host_ifname;
 use crate::ipam::Family;
 use crate::store::{AllocationState, EndpointRecord, now_ms};
@@ -102,25 +101,31 @@ impl IpamState {
         }
     }
 
-    /// A successful ADD's timings, which came with its endpoint registration
-    /// (`podnet-phases`): the plugin's phases up to that request, and
-    /// `endpoint-registration`, how long the daemon took with the request (journal
-    /// commit included), which also goes into `total`. Nothing for a client that
-    /// sends no timings (Cilium's).
-    pub fn endpoint_timings(&mut self, req: &EndpointChangeRequest, handled: Duration) {
-        if req.podnet_phases.is_empty() {
+    /// Timings that came with a request instead of a report (`podnet-phases`: an
+    /// ADD's endpoint registration, a DEL's release): the plugin's phases up to
+    /// that request, and `handled_phase`, how long the daemon took with the
+    /// request (journal commit included), which also goes into `total`. Nothing
+    /// for a client that sends no timings (Cilium's).
+    pub fn plugin_timings(
+        &mut self,
+        verb: &str,
+        phases: &BTreeMap<String, f64>,
+        handled_phase: &str,
+        handled: Duration,
+    ) {
+        if phases.is_empty() {
             return;
         }
         let handled = handled.as_secs_f64();
-        for (phase, secs) in &req.podnet_phases {
+        for (phase, secs) in phases {
             let secs = if phase == "total" {
                 secs + handled
             } else {
                 *secs
             };
-            self.metrics.phase("ADD", phase, secs);
+            self.metrics.phase(verb, phase, secs);
         }
-        self.metrics.phase("ADD", "endpoint-registration", handled);
+        self.metrics.phase(verb, handled_phase, handled);
     }
 
     /// `GET /v1/explain?q=`: matches an address, a container ID or an owner.

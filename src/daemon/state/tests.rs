@@ -299,7 +299,7 @@ fn del(cid: &str) -> EndpointBatchDeleteRequest {
     EndpointBatchDeleteRequest {
         container_id: cid.into(),
         container_interface_name: "eth0".into(),
-        teardown_links: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -627,7 +627,7 @@ fn delegated_plugin_mode_refuses_to_allocate_with_its_configuration() {
 }
 
 #[test]
-fn the_timings_of_an_add_are_recorded_with_its_endpoint() {
+fn the_timings_that_come_with_a_registration_or_a_release_are_recorded() {
     let dir = TempDir::new();
     let mut s = start(&dir, &Setup::dual());
     let resp = s.allocate_next(&pod("c1")).unwrap();
@@ -638,9 +638,15 @@ fn the_timings_of_an_add_are_recorded_with_its_endpoint() {
     ]
     .into();
     s.create_endpoint(&req).unwrap();
-    s.endpoint_timings(&req, Duration::from_millis(500));
-    let line = |s: &IpamState, phase: &str, kind: &str| {
-        let key = format!("cni_phase_duration_seconds_{kind}{{verb=\"ADD\",phase=\"{phase}\"}}");
+    let registration = Duration::from_millis(500);
+    s.plugin_timings(
+        "ADD",
+        &req.podnet_phases,
+        "endpoint-registration",
+        registration,
+    );
+    let verb_line = |s: &IpamState, verb: &str, phase: &str, kind: &str| {
+        let key = format!("cni_phase_duration_seconds_{kind}{{verb=\"{verb}\",phase=\"{phase}\"}}");
         s.metrics
             .encode()
             .lines()
@@ -648,6 +654,7 @@ fn the_timings_of_an_add_are_recorded_with_its_endpoint() {
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse::<f64>().ok())
     };
+    let line = |s: &IpamState, phase: &str, kind: &str| verb_line(s, "ADD", phase, kind);
     assert_eq!(line(&s, "netlink-pod", "sum"), Some(0.25));
     assert_eq!(line(&s, "endpoint-registration", "sum"), Some(0.5));
     assert_eq!(
@@ -660,8 +667,30 @@ fn the_timings_of_an_add_are_recorded_with_its_endpoint() {
     let resp = s.allocate_next(&pod("c2")).unwrap();
     let req = endpoint_for("c2", &resp);
     s.create_endpoint(&req).unwrap();
-    s.endpoint_timings(&req, Duration::from_millis(500));
+    s.plugin_timings(
+        "ADD",
+        &req.podnet_phases,
+        "endpoint-registration",
+        registration,
+    );
     assert_eq!(line(&s, "endpoint-registration", "count"), Some(1.0));
+    // A DEL's come with its release.
+    let mut del_req = del("c1");
+    del_req.podnet_phases = [
+        ("netlink-lookup".to_string(), 0.125),
+        ("total".to_string(), 0.25),
+    ]
+    .into();
+    s.delete_endpoints(&del_req).unwrap();
+    s.plugin_timings(
+        "DEL",
+        &del_req.podnet_phases,
+        "daemon-release",
+        Duration::from_millis(250),
+    );
+    assert_eq!(verb_line(&s, "DEL", "netlink-lookup", "sum"), Some(0.125));
+    assert_eq!(verb_line(&s, "DEL", "daemon-release", "sum"), Some(0.25));
+    assert_eq!(verb_line(&s, "DEL", "total", "sum"), Some(0.5));
 }
 
 #[test]
