@@ -12,6 +12,7 @@
 //! shares the option reader and the metrics listener of `daemon`.
 
 pub mod api;
+pub mod arena;
 pub mod atomic_file;
 pub mod cli;
 pub mod cni;

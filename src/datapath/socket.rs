@@ -6,7 +6,7 @@
 //! The per-object operations (links, addresses, routes, ...) live in their
 //! own files as further `impl NetlinkSocket` blocks.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 
@@ -42,6 +42,8 @@ pub struct Request<'a> {
 pub struct NetlinkSocket {
     sock: Socket,
     seq: Cell<u32>,
+    /// The receive buffer, allocated once per socket (empty while a receive has it).
+    recv_buf: RefCell<Vec<u8>>,
     /// Human-readable label of the namespace (for error messages), e.g. the
     /// netns path when created with [`NetlinkSocket::new_in`].
     ns_label: Option<String>,
@@ -70,6 +72,7 @@ impl NetlinkSocket {
         Ok(NetlinkSocket {
             sock,
             seq: Cell::new(seed),
+            recv_buf: RefCell::new(Vec::new()),
             ns_label: None,
         })
     }
@@ -213,13 +216,25 @@ impl NetlinkSocket {
         seq: u32,
         ctx: &impl Fn() -> String,
     ) -> Result<(Vec<RouteNetlinkMessage>, bool)> {
+        let mut buf = self.recv_buf.take();
+        buf.reserve(RECV_BUF_SIZE);
+        let received = self.receive_into(&mut buf, seq, ctx);
+        self.recv_buf.replace(buf);
+        received
+    }
+
+    fn receive_into(
+        &self,
+        buf: &mut Vec<u8>,
+        seq: u32,
+        ctx: &impl Fn() -> String,
+    ) -> Result<(Vec<RouteNetlinkMessage>, bool)> {
         let mut out = Vec::new();
         let mut interrupted = false;
-        let mut buf: Vec<u8> = Vec::with_capacity(RECV_BUF_SIZE);
         loop {
             buf.clear();
             let n = loop {
-                match self.sock.recv(&mut buf, 0) {
+                match self.sock.recv(buf, 0) {
                     Ok(n) => break n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(netlink_err(ctx(), e, None)),

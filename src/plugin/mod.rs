@@ -24,6 +24,9 @@ const DAEMON_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs the plugin for this process's environment and stdin; returns the exit code.
 pub fn run() -> i32 {
+    // A run lasts about a millisecond: bump allocation, nothing given back to the
+    // system (see `arena`).
+    crate::arena::use_arena();
     // Runtimes swallow the plugin's stderr: logs are opt-in (PODNET_LOG), which also
     // keeps the filter set-up off every pod's start-up path.
     if std::env::var_os("PODNET_LOG").is_some() {
