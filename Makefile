@@ -18,12 +18,14 @@ build:
 # scripts/setup could install its target (scripts/lib/release-target.sh says why:
 # glibc's start-up CPU detection costs 0.6 ms per exec on a VM), and not
 # position-independent, so no start-up relocations either (with the Kubernetes
-# client linked in, a PIE's 26,000 relocations cost 0.3-1 ms per exec). Built for
-# an explicit target so the flags do not reach proc macros.
+# client linked in, a PIE's 26,000 relocations cost 0.3-1 ms per exec), and with
+# the plugin's functions laid out together (scripts/lib/release-rustflags.sh).
+# Built for an explicit target so the flags do not reach proc macros.
 RELEASE_TARGET = $(shell bash scripts/lib/release-target.sh)
+RELEASE_RUSTFLAGS = $(shell bash scripts/lib/release-rustflags.sh)
 release:
 	target=$(RELEASE_TARGET) && \
-	RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" $(CARGO) build --release --target "$$target" && \
+	RUSTFLAGS="$(RELEASE_RUSTFLAGS)" $(CARGO) build --release --target "$$target" && \
 	echo "static binary: target/$$target/release/podnet"
 
 # The integration suite again, against the static release binary.
