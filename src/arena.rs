@@ -32,7 +32,7 @@ static REGION: Region = Region(UnsafeCell::new([0; REGION_BYTES]));
 
 /// A bump allocator over one byte range. Thread-safe: `top` moves by
 /// compare-and-swap.
-pub struct Arena {
+struct Arena {
     base: *mut u8,
     len: usize,
     /// Offset of the first free byte.
@@ -42,7 +42,7 @@ pub struct Arena {
 impl Arena {
     /// An arena over `len` bytes at `base`, which the caller owns for as long as
     /// the arena hands out memory.
-    pub const fn new(base: *mut u8, len: usize) -> Arena {
+    const fn new(base: *mut u8, len: usize) -> Arena {
         Arena {
             base,
             len,
@@ -50,18 +50,19 @@ impl Arena {
         }
     }
 
-    pub fn contains(&self, ptr: *mut u8) -> bool {
+    fn contains(&self, ptr: *mut u8) -> bool {
         let (p, base) = (ptr as usize, self.base as usize);
         p >= base && p < base + self.len
     }
 
     /// Bytes handed out and not given back (the offset of the first free byte).
-    pub fn used(&self) -> usize {
+    #[cfg(test)]
+    fn used(&self) -> usize {
         self.top.load(Ordering::Relaxed)
     }
 
     /// Memory for `layout`, or null when the rest of the range is too small.
-    pub fn alloc(&self, layout: Layout) -> *mut u8 {
+    fn alloc(&self, layout: Layout) -> *mut u8 {
         let base = self.base as usize;
         let mut top = self.top.load(Ordering::Relaxed);
         loop {
@@ -87,7 +88,7 @@ impl Arena {
 
     /// Gives the memory back when it is the newest allocation; otherwise it stays
     /// used until the arena goes.
-    pub fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+    fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         let start = ptr as usize - self.base as usize;
         let _ = self.top.compare_exchange(
             start + layout.size(),
@@ -99,7 +100,7 @@ impl Arena {
 
     /// Resizes the newest allocation where it is; false (nothing changed) for any
     /// other allocation or when the range has no room.
-    pub fn resize_in_place(&self, ptr: *mut u8, old_size: usize, new_size: usize) -> bool {
+    fn resize_in_place(&self, ptr: *mut u8, old_size: usize, new_size: usize) -> bool {
         let start = ptr as usize - self.base as usize;
         match start.checked_add(new_size) {
             Some(end) if end <= self.len => self
@@ -113,7 +114,7 @@ impl Arena {
 
 /// The global allocator: the system's until [`use_arena`] is called, then the
 /// arena over the process's region.
-pub struct ProcessAllocator {
+struct ProcessAllocator {
     arena_on: AtomicBool,
     arena: Arena,
 }

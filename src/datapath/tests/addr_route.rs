@@ -40,22 +40,6 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-/// `<router> dev #<oif> scope link`, in the main table.
-fn link_route(router: IpAddr, oif: u32) -> RouteSpec {
-    RouteSpec {
-        dst: IpNet::from(router),
-        gateway: None,
-        oif,
-        scope_link: true,
-        mtu: None,
-        table: None,
-        priority: None,
-        onlink: false,
-        prefsrc: None,
-        protocol: None,
-    }
-}
-
 #[test]
 fn addresses_v4_and_v6_nodad() {
     if !root("addresses_v4_and_v6_nodad") {
@@ -108,7 +92,7 @@ fn link_route_and_default_route_v4_v6() {
         for (router, default) in [("10.1.0.1", "0.0.0.0/0"), ("fd00::1", "::/0")] {
             let router = ip(router);
             let family = IpFamily::of(&router);
-            let link_route = link_route(router, eth0);
+            let link_route = RouteSpec::link(IpNet::from(router), eth0);
             let default_route = RouteSpec {
                 dst: net(default),
                 gateway: Some(router),
@@ -248,7 +232,7 @@ fn a_batch_is_answered_in_order_each_with_its_own_error() {
     }
     in_private_netns(|| {
         let (_pod, s, eth0, _host, _) = pod_with_eth0("pod-batch");
-        let link = link_route(ip("10.2.0.1"), eth0);
+        let link = RouteSpec::link(net("10.2.0.1/32"), eth0);
         let default = RouteSpec {
             dst: net("0.0.0.0/0"),
             gateway: Some(ip("10.2.0.1")),
