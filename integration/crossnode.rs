@@ -138,7 +138,7 @@ pub fn cross_node(node: &Node) -> CrossNodeStatus {
         .expect("the cross-node datapath runs")
 }
 
-fn show(ns: &Netns, args: &[&str]) -> String {
+pub fn show(ns: &Netns, args: &[&str]) -> String {
     String::from_utf8_lossy(&ns.exec(args).stdout).to_string()
 }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::crossnode::{cross_node, fdb, ping, pod, podnet_routes, pool_pod, wait_for};
+use crate::crossnode::{cross_node, fdb, ping, pod, podnet_routes, pool_pod, show, wait_for};
 use crate::harness::*;
 use crate::k8s::ControlPlane;
 use crate::k8s_backend::{create_node, jsonpath, k8s_node};
@@ -267,6 +267,16 @@ fn lab3_two_nodes_migrate_from_cluster_pool_to_multi_pool_without_losing_a_ping(
         nodes.iter().all(|n| cross_node(n).synced)
     });
     let before: Vec<String> = nodes.iter().map(datapath).collect();
+    // The tunnel carries no IPv6 address of its own: with a link-local one, the
+    // kernel's DAD would add its `local` route a second or more after the
+    // bring-up, on a busy machine in the middle of the restarts below.
+    for node in &nodes {
+        let v6 = show(
+            &node.ns,
+            &["ip", "-6", "addr", "show", "dev", "podnet_vxlan"],
+        );
+        assert!(v6.trim().is_empty(), "the tunnel has IPv6 addresses:\n{v6}");
+    }
     let mut monitors: Vec<[Monitor; 2]> = nodes.iter().map(Monitor::both).collect();
     let mut pinger = Pinger::start(&a1.ns, &b1_ip);
     std::thread::sleep(Duration::from_millis(500));

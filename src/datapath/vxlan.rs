@@ -2,12 +2,15 @@
 //! port, local address, no learning), its FDB entries (`bridge fdb append <mac>
 //! dev <vxlan> dst <ip>`: AF_BRIDGE neighbour messages with NDA_DST) and its
 //! permanent neighbour entries (`ip neigh replace <ip> lladdr <mac> dev <vxlan>`).
+//! The device carries no IPv6 link-local address: every neighbour on it is a
+//! permanent entry podnet writes, so neither ND nor DAD has anything to do there.
 
 use std::net::{IpAddr, Ipv4Addr};
 
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVxlan, LinkAttribute, LinkInfo as NlLinkInfo, LinkMessage,
+    AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InfoData, InfoKind, InfoVxlan, LinkAttribute,
+    LinkInfo as NlLinkInfo, LinkMessage,
 };
 use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage, NeighbourState,
@@ -106,7 +109,8 @@ fn l2_message(index: u32, entry: &L2Entry, table: L2Table) -> NeighbourMessage {
 
 impl NetlinkSocket {
     /// Creates the VXLAN device (down; no multicast group, no learning: every
-    /// destination comes from an FDB entry podnet writes).
+    /// destination comes from an FDB entry podnet writes; no IPv6 link-local
+    /// address, see [`disable_ipv6_addr_gen`](Self::disable_ipv6_addr_gen)).
     pub fn create_vxlan(&self, spec: &VxlanSpec) -> Result<LinkInfo> {
         validate_ifname(&spec.name)?;
         let ctx = || {
@@ -139,12 +143,44 @@ impl NetlinkSocket {
             NLM_F_CREATE | NLM_F_EXCL,
             ctx,
         )?;
-        self.link_by_name(&spec.name)?
+        let link = self
+            .link_by_name(&spec.name)?
             .ok_or_else(|| DatapathError::Netlink {
                 context: format!("{}: created link vanished", ctx()),
                 source: std::io::Error::from_raw_os_error(libc::ENODEV),
                 ext_ack: None,
-            })
+            })?;
+        self.disable_ipv6_addr_gen(link.index)?;
+        Ok(link)
+    }
+
+    /// Sets a link's IPv6 address generation mode to `none` (`ip link set
+    /// <link> addrgenmode none`), so bringing it up adds no link-local address.
+    /// Without it the kernel adds `fe80::…` and, once DAD ends a second or more
+    /// later, its `local` route: a change on a device that no restart of podnet
+    /// touched. The link must be down; the kernel refuses the mode at creation.
+    /// A kernel without IPv6 on the link (`EAFNOSUPPORT`) has nothing to disable.
+    pub fn disable_ipv6_addr_gen(&self, index: u32) -> Result<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.attributes
+            .push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet6(
+                vec![AfSpecInet6::AddrGenMode(In6AddrGenMode::None)],
+            )]));
+        let ctx = || {
+            format!(
+                "setting IPv6 address generation of link #{index} to none{}",
+                self.where_()
+            )
+        };
+        match self.request(RouteNetlinkMessage::SetLink(msg), 0, ctx) {
+            Err(DatapathError::Netlink { source, .. })
+                if source.raw_os_error() == Some(libc::EAFNOSUPPORT) =>
+            {
+                Ok(())
+            }
+            other => other.map(|_| ()),
+        }
     }
 
     /// Adds an FDB entry: frames to `entry.mac` go to the remote `entry.ip`.

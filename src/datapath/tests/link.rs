@@ -142,3 +142,29 @@ fn socket_in_pod_netns_sees_only_pod_links() {
         assert!(e.to_string().contains(" in pod-links: "), "{e}");
     });
 }
+
+#[test]
+fn vxlan_device_comes_up_without_a_link_local_address() {
+    if !root("vxlan_device_comes_up_without_a_link_local_address") {
+        return;
+    }
+    in_private_netns(|| {
+        let host = NetlinkSocket::new().unwrap();
+        let spec = VxlanSpec {
+            name: "pnvxtest".into(),
+            id: 2,
+            port: 8472,
+            local: std::net::Ipv4Addr::new(192, 0, 2, 1),
+            mac: random_mac().unwrap(),
+            mtu: 1450,
+        };
+        let link = host.create_vxlan(&spec).unwrap();
+        assert!(!link.up);
+        host.set_link_up(link.index).unwrap();
+        // In the default mode (EUI-64) the kernel adds fe80::… (tentative) the
+        // moment the link goes up; with generation off, no IPv6 address at all.
+        assert_eq!(host.list_addresses(link.index).unwrap(), vec![]);
+        let mode = read_sysctl("net/ipv6/conf/pnvxtest/addr_gen_mode").unwrap();
+        assert_eq!(mode.trim(), "1", "addr_gen_mode none");
+    });
+}
