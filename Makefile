@@ -1,5 +1,6 @@
 # podnet: build, test, demo and lint. `make test` and `make demo` run
-# scripts/setup first (it installs what is missing; needs root).
+# scripts/setup first (it installs what is missing; needs root); `make demo` asks
+# it only for what the demo uses (no Kubernetes build).
 
 SHELL := /bin/bash
 export PATH := $(or $(HOME),/root)/.cargo/bin:/usr/local/go/bin:$(PATH)
@@ -42,7 +43,7 @@ test:
 	PODNET_CNI_CLIENT="$(CURDIR)/.cache/bin/$$(cat .cache/cni-client)" $(CARGO) test
 
 demo:
-	bash scripts/setup
+	bash scripts/setup demo
 	bash scripts/demo
 
 lint:
