@@ -92,7 +92,7 @@ pub struct IpamResponse {
     pub podnet_config: Option<DaemonConfigurationStatus>,
     /// podnet: the daemon journaled the attachment's endpoint, pending, in the
     /// allocation's commit (the request named the pod's netns): the plugin marks the
-    /// host link wired instead of registering the endpoint (README, "Crash safety").
+    /// host link wired instead of registering the endpoint (docs/crash-safety.md).
     #[serde(
         rename = "podnet-endpoint-pending",
         default,

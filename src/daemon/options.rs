@@ -172,7 +172,7 @@ pub struct DaemonOptions {
     pub ipam_release_cooldown: Duration,
 
     /// If the journal cannot be read, move it aside and rebuild the allocations
-    /// from the pods' host links and routes (see README, "Crash safety").
+    /// from the pods' host links and routes (see docs/crash-safety.md).
     #[arg(long = "rebuild-from-kernel", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
     pub rebuild_from_kernel: bool,
 

@@ -3,7 +3,7 @@
 //! pair with the pod end created directly in the pod netns, set up the host side
 //! (and, in ENI-class modes, the pod's ENI routing), address and route the pod
 //! side, and mark the host link wired. One request the plugin waits for; the
-//! timing report that follows is not waited for (README, "Crash safety"). In
+//! timing report that follows is not waited for (docs/crash-safety.md). In
 //! delegated-plugin mode, and with a daemon that journals no pending endpoint,
 //! the endpoint is registered after the wiring, waiting for the commit.
 //! Any failure after the allocation deletes the link pair, removes the ENI rules
@@ -520,7 +520,7 @@ impl Attempt<'_> {
     /// their expiration timers, with the timings so far (the daemon records them
     /// once the endpoint is committed, so no report request follows). The plugin
     /// waits for the commit: only a journaled endpoint keeps the addresses past
-    /// their expiration (README, "Crash safety").
+    /// their expiration (docs/crash-safety.md).
     fn register_endpoint(&self, host_index: u32, t: &mut Timings) -> Result<(), CniError> {
         let (alloc, args) = (self.alloc, &self.env.args);
         let expiration_uuid = |detail: &Option<IpamAddressResponse>| {
