@@ -32,3 +32,4 @@ mod operator_pools;
 mod pending_attachment;
 mod real_node;
 mod round_trips;
+mod source_check;
