@@ -23,6 +23,7 @@ mod k8s;
 mod k8s_backend;
 mod lbipam;
 mod lint;
+mod local_access;
 mod migration;
 mod multipool;
 mod nodeipam;

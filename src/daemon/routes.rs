@@ -371,6 +371,11 @@ pub fn text_reply(body: String) -> Reply {
     resp
 }
 
+/// An error answer: the message as a JSON string, as every refusal of the API.
+pub fn error_reply(status: u16, message: &str) -> Reply {
+    json_reply(status, &message)
+}
+
 fn json_reply<T: Serialize>(status: u16, body: &T) -> Reply {
     let bytes =
         serde_json::to_vec(body).unwrap_or_else(|_| b"\"internal encoding error\"".to_vec());
