@@ -31,6 +31,8 @@ pub const TABLE: &str = "podnet_source";
 const SPOOFERS: &str = "spoofers";
 /// How long a link stays in the set after its last dropped packet.
 const EVIDENCE_SECONDS: u64 = 3600;
+/// Both families have their counters, whichever the node allocates.
+const FAMILIES: [Family; 2] = [Family::V4, Family::V6];
 /// How often the table is checked against what podnet writes.
 pub const RESYNC: Duration = Duration::from_secs(30);
 
@@ -132,7 +134,7 @@ impl From<NftError> for SourceCheckError {
 fn chains() -> Vec<(&'static str, Option<&'static str>, Vec<String>)> {
     let mut spoofed = vec![format!("update @{SPOOFERS} {{ iifname }}")];
     for reason in Reason::ALL {
-        for family in [Family::V4, Family::V6] {
+        for family in FAMILIES {
             spoofed.push(format!(
                 "meta nfproto {} {}counter name {} drop",
                 family.as_str(),
@@ -169,7 +171,7 @@ fn chains() -> Vec<(&'static str, Option<&'static str>, Vec<String>)> {
 fn table_text(comment: &str) -> String {
     let mut s = format!("table {FAMILY} {TABLE} {{\n");
     for reason in Reason::ALL {
-        for family in [Family::V4, Family::V6] {
+        for family in FAMILIES {
             s.push_str(&format!(
                 "\tcounter {} {{ }}\n",
                 reason.counter_name(family)
@@ -233,7 +235,7 @@ pub fn parse_listing(listing: &serde_json::Value) -> Listing {
             "counter" => {
                 let name = body["name"].as_str().unwrap_or_default();
                 let found = Reason::ALL.iter().find_map(|&reason| {
-                    [Family::V4, Family::V6]
+                    FAMILIES
                         .into_iter()
                         .find(|&f| reason.counter_name(f) == name)
                         .map(|family| (reason, family))
@@ -264,7 +266,9 @@ pub fn parse_listing(listing: &serde_json::Value) -> Listing {
         }
     }
     Listing {
-        current: marked && rules == rule_count() && drops.len() == 6,
+        current: marked
+            && rules == rule_count()
+            && drops.len() == Reason::ALL.len() * FAMILIES.len(),
         drops,
         spoofers,
     }
@@ -337,7 +341,7 @@ mod tests {
     fn listing(comment: &str, extra_rules: usize) -> serde_json::Value {
         let mut objects = vec![serde_json::json!({"table": {"family": "inet", "name": TABLE}})];
         for reason in Reason::ALL {
-            for family in [Family::V4, Family::V6] {
+            for family in FAMILIES {
                 let packets = u64::from(reason == Reason::OtherPod && family == Family::V6) * 3;
                 objects.push(serde_json::json!({"counter": {
                     "name": reason.counter_name(family), "packets": packets, "bytes": packets * 100
