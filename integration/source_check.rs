@@ -5,7 +5,8 @@
 //! explain` names the pod's link. Legitimate traffic still flows, and counts no
 //! drop: pod to pod, node to pod, pod to node, IPv6 neighbour discovery and DAD,
 //! in host-scope (cluster-pool), multi-pool (addresses from two pools), crd, eni
-//! (per-endpoint policy routing) and delegated-plugin modes. Without the check the
+//! (per-endpoint policy routing) and delegated-plugin modes, and across nodes on
+//! a real API server (tunnel, native routing). Without the check the
 //! same attack gets through (so the probe does test something); the table's
 //! counters survive a daemon restart; a missing nft stops the daemon with what to
 //! install.
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use podnet::datapath::{NetNs, in_netns};
 
+use crate::crossnode::{pod, start_node, wait_for};
 use crate::external_modes::{VPC_ADDRESS, start_eni_node, write};
 use crate::harness::*;
 
@@ -522,4 +524,65 @@ fn delegated_plugin_mode() {
     for (sb, _) in &pods {
         assert!(node.plugin("DEL", Some(sb), &conf, &path).ok);
     }
+}
+
+/// Two nodes on a real API server in `routing` mode: pod to pod across nodes and
+/// node to remote pod pass, and arrive on the tunnel or the uplink without a
+/// drop on the receiving node; the attack from a pod towards the other node
+/// (another pod's address on its node, a remote pod's, a foreign one) is dropped
+/// on the sending node.
+fn across_nodes(test: &str, cidr: &str, routing: &[&str]) {
+    let Some(cp) = crate::k8s::ControlPlane::start(test) else {
+        return;
+    };
+    cp.install_crds();
+    let mut args = vec!["--ipam", "kubernetes"];
+    args.extend_from_slice(routing);
+    let (c1, c2) = (format!("{cidr}.1.0/24"), format!("{cidr}.2.0/24"));
+    let (n1, _) = start_node(&cp, &format!("{test}-1"), &[&c1], &[], &args);
+    let (n2, _) = start_node(&cp, &format!("{test}-2"), &[&c2], &[], &args);
+    let ((a, a_ip), (b, b_ip)) = (pod(&n1), pod(&n1));
+    let ((c, c_ip), (_d, d_ip)) = (pod(&n2), pod(&n2));
+    wait_for("pod to pod across nodes", Duration::from_secs(10), || {
+        a.ping(&c_ip)
+    });
+    assert!(c.ping(&a_ip) && b.ping(&c_ip), "pod to pod across nodes");
+    assert!(
+        n2.ns.exec(&["ping", "-c1", "-W2", &a_ip]).status.success(),
+        "node to remote pod"
+    );
+    assert_eq!(total_dropped(&n1), 0, "{:?}", drops(&n1));
+    assert_eq!(total_dropped(&n2), 0, "{:?}", drops(&n2));
+    attack_is_dropped(&a, &a_ip, &[&b_ip, &d_ip, "192.0.2.7"], &c.ns, &c_ip);
+    assert!(
+        dropped(&n1, "spoofed-other-pod-address", "ipv4") > 0,
+        "{:?}",
+        drops(&n1)
+    );
+    assert!(
+        dropped(&n1, "spoofed-foreign-address", "ipv4") > 0,
+        "{:?}",
+        drops(&n1)
+    );
+    assert_eq!(total_dropped(&n2), 0, "the receiving node drops nothing");
+}
+
+#[test]
+fn across_nodes_in_tunnel_mode() {
+    across_nodes("sc-tunnel", "10.71", &["--routing-mode", "tunnel"]);
+}
+
+#[test]
+fn across_nodes_in_native_mode() {
+    across_nodes(
+        "sc-native",
+        "10.72",
+        &[
+            "--routing-mode",
+            "native",
+            "--auto-direct-node-routes",
+            "--ipv4-native-routing-cidr",
+            "10.72.0.0/16",
+        ],
+    );
 }
