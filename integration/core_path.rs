@@ -400,15 +400,7 @@ fn an_ipv4_only_pod_has_no_ipv6_on_its_host_link_a_dual_stack_pod_has() {
     assert!(dual.add(&b).ok);
     let host = dual.host_links();
     assert_eq!(host_ipv6_disabled(&dual, &host[0]), "0");
-    let router6 = dual
-        .client()
-        .config()
-        .expect("config")
-        .status
-        .addressing
-        .ipv6
-        .expect("ipv6")
-        .ip;
+    let router6 = dual.ipv6_addressing().ip;
     assert!(b.ping(&router6));
     assert!(dual.del(&b).ok);
 }

@@ -676,9 +676,10 @@ fn a_single_embedded_node_gets_no_tunnel_and_masquerades_only_when_asked() {
     assert!(r.ok, "{}", r.stdout);
     assert_eq!(mtu_of(&sb), 1500, "no tunnel overhead on one node");
     assert!(show(&plain.ns, &["ip", "link", "show", "podnet_vxlan"]).is_empty());
-    assert!(
-        show(&plain.ns, &["nft", "list", "tables"]).is_empty(),
-        "no nftables table by default"
+    assert_eq!(
+        show(&plain.ns, &["nft", "list", "tables"]).trim(),
+        "table inet podnet_source",
+        "no masquerade table by default, only the source check's"
     );
 
     let masq = Node::start(&[

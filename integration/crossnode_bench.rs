@@ -8,6 +8,11 @@
 //! figures are medians over the rounds. It prints a Markdown table (and writes it
 //! to `BENCH_OUT` when set). It measures and asserts nothing about time; it
 //! fails only when the pods cannot reach each other.
+//!
+//! The source check's cost, in the same way: two pods on one node (the path where
+//! the check is the largest part of the work), with the check on and off
+//! (the daemon restarted with `--enable-source-ip-verification` true or false),
+//! alternating for `BENCH_ROUNDS` rounds; its table is appended to `BENCH_OUT`.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -125,17 +130,94 @@ fn mode_rows(mode: &str, args: &[&str]) -> Vec<String> {
         host_rounds.push(measure(&n1.ns, &n2.ns, &n2_ip));
     }
     let (pods, hosts) = (median(&pod_rounds), median(&host_rounds));
-    vec![format!(
-        "| {mode} | {:.2} | {:.2} | {:.2} | {:.0} / {:.0} | {:.0} / {:.0} | {:.2} |",
-        pods.gbit_per_s,
-        hosts.gbit_per_s,
-        pods.gbit_per_s / hosts.gbit_per_s,
-        pods.rtt_p50_us,
-        pods.rtt_p99_us,
-        hosts.rtt_p50_us,
-        hosts.rtt_p99_us,
-        pods.rtt_p50_us / hosts.rtt_p50_us,
-    )]
+    vec![row(mode, &pods, &hosts)]
+}
+
+/// A table row: `a` against `b` (throughput, its ratio, round trips, their ratio).
+fn row(label: &str, a: &Figures, b: &Figures) -> String {
+    format!(
+        "| {label} | {:.2} | {:.2} | {:.2} | {:.0} / {:.0} | {:.0} / {:.0} | {:.2} |",
+        a.gbit_per_s,
+        b.gbit_per_s,
+        a.gbit_per_s / b.gbit_per_s,
+        a.rtt_p50_us,
+        a.rtt_p99_us,
+        b.rtt_p50_us,
+        b.rtt_p99_us,
+        a.rtt_p50_us / b.rtt_p50_us,
+    )
+}
+
+/// Restarts `node`'s daemon with the source check on or off, and checks that
+/// the table is there exactly when it is on.
+fn set_source_check(node: &mut Node, on: bool) {
+    node.args
+        .retain(|a| !a.starts_with("--enable-source-ip-verification"));
+    node.args
+        .push(format!("--enable-source-ip-verification={on}"));
+    node.restart_daemon();
+    let listed = node
+        .ns
+        .exec(&["nft", "list", "table", "inet", "podnet_source"])
+        .status
+        .success();
+    assert_eq!(listed, on, "the source check table with the check {on}");
+}
+
+#[test]
+#[ignore = "a benchmark: scripts/bench-crossnode runs it"]
+fn source_check_throughput_and_latency() {
+    let mut node = Node::start(&[
+        "--cluster-pool-ipv4-cidr",
+        "10.67.0.0/16",
+        "--k8s-node-name",
+        "scb",
+    ]);
+    let (p1, _) = pod(&node);
+    let (p2, p2_ip) = pod(&node);
+    let (mut on_rounds, mut off_rounds) = (Vec::new(), Vec::new());
+    for round in 0..env_or("BENCH_ROUNDS", 5usize) {
+        // Alternate which goes first, so drift of the machine spreads over both.
+        for on in [round % 2 == 0, round % 2 == 1] {
+            set_source_check(&mut node, on);
+            let figures = measure(&p1.ns, &p2.ns, &p2_ip);
+            match on {
+                true => on_rounds.push(figures),
+                false => off_rounds.push(figures),
+            }
+        }
+    }
+    let (on, off) = (median(&on_rounds), median(&off_rounds));
+    // Each round's on/off pair shares the machine's state of the moment: the
+    // median of the per-round ratios is steadier than the ratio of medians.
+    let paired = |f: fn(&Figures) -> f64| {
+        let mut r: Vec<f64> = on_rounds
+            .iter()
+            .zip(&off_rounds)
+            .map(|(a, b)| f(a) / f(b))
+            .collect();
+        r.sort_by(f64::total_cmp);
+        r[r.len() / 2]
+    };
+    let table = format!(
+        "\n| pod→pod, one node | check on Gbit/s | check off Gbit/s | ratio | on RTT p50 / p99 µs | off RTT p50 / p99 µs | RTT p50 ratio |\n\
+         |---|---|---|---|---|---|---|\n{}\n\
+         \nper-round on/off ratios, median over {} rounds: throughput {:.2}, RTT p50 {:.2}\n",
+        row("veth, IPv4, TCP", &on, &off),
+        on_rounds.len(),
+        paired(|f| f.gbit_per_s),
+        paired(|f| f.rtt_p50_us),
+    );
+    println!("{table}");
+    if let Ok(path) = std::env::var("BENCH_OUT") {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("opening {path}: {e}"));
+        f.write_all(table.as_bytes())
+            .unwrap_or_else(|e| panic!("writing {path}: {e}"));
+    }
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::*;
 
-fn write(path: &Path, text: &str) {
+pub(crate) fn write(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).expect("write");
     std::fs::rename(&tmp, path).expect("rename");
@@ -109,7 +109,7 @@ fn crd_mode_hands_out_only_the_node_resource_ips_and_reports_them_used() {
     );
 }
 
-const VPC_ADDRESS: &str = "10.0.200.5";
+pub(crate) const VPC_ADDRESS: &str = "10.0.200.5";
 
 /// The "VPC": a namespace behind the ENI veths, holding each subnet's gateway and
 /// an address only reachable through the VPC.
@@ -207,6 +207,18 @@ fn eni_daemon_args(file: &Path) -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect()
+}
+
+/// An eni-mode node on `eni_manifest(extra_eni)`, its daemon started, and the
+/// VPC behind its ENIs.
+pub(crate) fn start_eni_node(extra_eni: bool) -> (Node, Netns) {
+    let mut node = Node::new(&[]);
+    let file = node.dir.join("ciliumnode.yaml");
+    write(&file, &eni_manifest(extra_eni));
+    let vpc = vpc(&node, &ENIS);
+    node.args = eni_daemon_args(&file);
+    node.start_daemon();
+    (node, vpc)
 }
 
 fn ip_rules(node: &Node) -> String {
@@ -351,12 +363,7 @@ fn eni_add_rolled_back_after_its_routing_removes_the_rules_it_added() {
     if !root_or_skip("eni_rollback") {
         return;
     }
-    let mut node = Node::new(&[]);
-    let file = node.dir.join("ciliumnode.yaml");
-    write(&file, &eni_manifest(false));
-    let _vpc = vpc(&node, &ENIS);
-    node.args = eni_daemon_args(&file);
-    node.start_daemon();
+    let (node, _vpc) = start_eni_node(false);
     let router = node.ipv4_addressing().ip;
     assert_eq!(router, "10.0.1.20");
 

@@ -425,6 +425,17 @@ impl Node {
             .expect("the daemon has IPv4 addressing")
     }
 
+    /// The daemon's IPv6 addressing, as `ipv4_addressing`.
+    pub fn ipv6_addressing(&self) -> podnet::api::models::NodeAddressingElement {
+        self.client()
+            .config()
+            .expect("GET /v1/config")
+            .status
+            .addressing
+            .ipv6
+            .expect("the daemon has IPv6 addressing")
+    }
+
     /// A new sandbox namespace with a unique container ID and `eth0`.
     pub fn sandbox(&self) -> Sandbox {
         let ns = Netns::new("pnt-sb");

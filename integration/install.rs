@@ -92,11 +92,11 @@ fn the_cni_config_is_written_once_the_daemon_serves() {
     drop(probe);
 }
 
-/// `--cni-uninstall`: the config and podnet's masquerade table go when the
-/// daemon stops on SIGTERM; without it, both stay (an agent restart keeps the
+/// `--cni-uninstall`: the config and podnet's masquerade and source check tables
+/// go when the daemon stops on SIGTERM; without it, they stay (an agent restart keeps the
 /// node usable and its pods' traffic masqueraded).
 #[test]
-fn cni_uninstall_removes_the_config_and_the_masquerade_table_when_the_daemon_stops() {
+fn cni_uninstall_removes_the_config_and_podnets_tables_when_the_daemon_stops() {
     if !root_or_skip("cni_uninstall") {
         return;
     }
@@ -138,6 +138,15 @@ fn cni_uninstall_removes_the_config_and_the_masquerade_table_when_the_daemon_sto
             table(&node).status.success(),
             !uninstall,
             "the masquerade table after SIGTERM with cni-uninstall={uninstall}; log:\n{}",
+            node.log()
+        );
+        assert_eq!(
+            node.ns
+                .exec(&["nft", "list", "table", "inet", "podnet_source"])
+                .status
+                .success(),
+            !uninstall,
+            "the source check table after SIGTERM with cni-uninstall={uninstall}; log:\n{}",
             node.log()
         );
         drop(probe);

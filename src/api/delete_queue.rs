@@ -10,7 +10,7 @@
 //! aside as `<hash>.bad`, listed until someone removes it.
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -47,7 +47,8 @@ pub struct QueueLock {
 }
 
 impl DeleteQueue {
-    /// The queue next to `socket`; creates the directory (0700) if needed.
+    /// The queue next to `socket`; creates the directory (0700) if needed, and
+    /// makes an existing one that group or others can use root's alone again.
     pub fn open(socket: &Path) -> Result<DeleteQueue, String> {
         let dir = queue_dir(socket);
         std::fs::DirBuilder::new()
@@ -55,6 +56,14 @@ impl DeleteQueue {
             .mode(0o700)
             .create(&dir)
             .map_err(|e| format!("cannot create the DEL queue {}: {e}", dir.display()))?;
+        let mode = std::fs::metadata(&dir)
+            .map_err(|e| format!("the DEL queue {}: {e}", dir.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| format!("cannot chmod the DEL queue {}: {e}", dir.display()))?;
+        }
         Ok(DeleteQueue { dir })
     }
 

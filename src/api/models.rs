@@ -626,6 +626,27 @@ pub struct ExplainResponse {
     pub failures: Vec<FailureRecord>,
     /// A one-paragraph answer.
     pub summary: String,
+    /// The matching pods' host links whose packets the source check dropped (a
+    /// source address the pod does not own) within the last hour.
+    #[serde(
+        rename = "spoofed-traffic",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub spoofed_traffic: Vec<SpoofedTraffic>,
+}
+
+/// podnet: packets the source check dropped on one host link: the pod sent with a
+/// source address it does not own.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SpoofedTraffic {
+    #[serde(rename = "host-link")]
+    pub host_link: String,
+    pub packets: u64,
+    pub bytes: u64,
+    /// Seconds until the evidence is forgotten, unless more packets are dropped.
+    #[serde(rename = "expires-in-s", default)]
+    pub expires_in_s: u64,
 }
 
 /// podnet: why one address is allocated (or cooling).

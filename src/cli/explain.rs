@@ -1,6 +1,7 @@
 //! `podnet explain <pod|ip|container-id>`: why this pod has this address, or why it
 //! has none (the matching allocations with their rule, range, times and state, and
-//! the recent failures with the troubleshooting hint).
+//! the recent failures with the troubleshooting hint, and the packets the source
+//! check dropped because the pod sent with an address it does not own).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -69,6 +70,13 @@ pub fn run(args: &ExplainArgs) -> i32 {
             };
             println!("{what}: {} s", a.until_ms.saturating_sub(now) / 1000);
         }
+    }
+    for t in &ex.spoofed_traffic {
+        println!();
+        println!(
+            "Spoofed:    {} packets ({} bytes) dropped on host link {} by the source check (a source address the pod does not own); forgotten in {} s unless more come",
+            t.packets, t.bytes, t.host_link, t.expires_in_s
+        );
     }
     for f in &ex.failures {
         println!();

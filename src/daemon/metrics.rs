@@ -2,7 +2,9 @@
 //! (`podnet_` by default, `cilium_` for dashboards built for Cilium), plus what no
 //! anchor exposes: CNI latency per phase (as the daemon and the plugin saw it),
 //! allocation failures by reason, restore outcomes, DEL-queue depth and entries set
-//! aside as unreadable, and cooling addresses. Served as text on
+//! aside as unreadable, cooling addresses, and the source check's drops (Cilium's
+//! `drop_count_total` / `drop_bytes_total`, read from the kernel's counters at
+//! each scrape). Served as text on
 //! `--prometheus-serve-addr` (off by default).
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -41,6 +43,12 @@ pub struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DropLabels {
+    pub reason: String,
+    pub family: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     pub outcome: String,
 }
@@ -62,6 +70,8 @@ pub struct Metrics {
     pub restore: Family<OutcomeLabels, Gauge>,
     pub queue_depth: Gauge,
     pub queue_bad_entries: Gauge,
+    pub drops: Family<DropLabels, Counter>,
+    pub drop_bytes: Family<DropLabels, Counter>,
 }
 
 impl Metrics {
@@ -79,6 +89,8 @@ impl Metrics {
             restore: Family::default(),
             queue_depth: Gauge::default(),
             queue_bad_entries: Gauge::default(),
+            drops: Family::default(),
+            drop_bytes: Family::default(),
         };
         registry.register(
             "ipam_capacity",
@@ -125,6 +137,16 @@ impl Metrics {
             "DEL-queue entries the daemon could not read, set aside as *.bad until removed",
             m.queue_bad_entries.clone(),
         );
+        registry.register(
+            "drop_count",
+            "Packets dropped, by reason (the source check: a pod sent with a source address it does not own) and family",
+            m.drops.clone(),
+        );
+        registry.register(
+            "drop_bytes",
+            "Bytes dropped, by reason and family",
+            m.drop_bytes.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -157,6 +179,26 @@ impl Metrics {
             .observe(seconds);
     }
 
+    /// Takes the source check's drop counters as the kernel has them (they
+    /// count from the table's creation, which a daemon restart keeps).
+    pub fn source_check_drops(&self, drops: &[crate::daemon::source_check::Drops]) {
+        use std::sync::atomic::Ordering;
+        for d in drops {
+            let labels = DropLabels {
+                reason: d.reason.label().into(),
+                family: d.family.as_str().into(),
+            };
+            self.drops
+                .get_or_create(&labels)
+                .inner()
+                .store(d.packets, Ordering::Relaxed);
+            self.drop_bytes
+                .get_or_create(&labels)
+                .inner()
+                .store(d.bytes, Ordering::Relaxed);
+        }
+    }
+
     /// The text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -184,6 +226,12 @@ mod tests {
         m.phase("ADD", "total", 0.004);
         m.failure("range-full");
         m.queue_bad_entries.set(2);
+        m.source_check_drops(&[crate::daemon::source_check::Drops {
+            reason: crate::daemon::source_check::Reason::OtherPod,
+            family: crate::ipam::Family::V6,
+            packets: 3,
+            bytes: 300,
+        }]);
         let text = m.encode();
         assert!(
             text.contains("cilium_ipam_events_total{action=\"allocate\",family=\"ipv4\"} 1"),
@@ -202,5 +250,17 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("cilium_delete_queue_bad_entries 2"), "{text}");
+        assert!(
+            text.contains(
+                "cilium_drop_count_total{reason=\"spoofed-other-pod-address\",family=\"ipv6\"} 3"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "cilium_drop_bytes_total{reason=\"spoofed-other-pod-address\",family=\"ipv6\"} 300"
+            ),
+            "{text}"
+        );
     }
 }

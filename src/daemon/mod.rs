@@ -13,9 +13,11 @@ pub mod crossnode;
 mod devices;
 mod heap;
 pub mod metrics;
+pub mod nft;
 pub mod options;
 mod routes;
 pub(crate) mod server;
+pub mod source_check;
 pub mod state;
 
 use std::net::IpAddr;
@@ -57,6 +59,8 @@ pub struct Daemon {
     cross_node: Option<crossnode::SharedStatus>,
     /// Counts the node events applied; allocations waiting for blocks watch it.
     node_events: tokio::sync::watch::Sender<u64>,
+    /// The source check runs (`--enable-source-ip-verification`).
+    source_check: bool,
     /// Raised by an allocation that waits for blocks: the outbox flusher then
     /// writes the demand (which counts the waiting requests) without waiting out
     /// the update rate.
@@ -165,13 +169,36 @@ impl Daemon {
     pub async fn metrics_text(self: &Arc<Self>) -> Result<String, ApiError> {
         let depth = self.queue_depth();
         let unreadable = self.queue_unreadable().len();
+        let drops = self.source_check_listing().await.map(|l| l.drops);
         self.with_state(move |s| {
             s.refresh_gauges(s.metrics());
+            if let Some(drops) = &drops {
+                s.metrics().source_check_drops(drops);
+            }
             s.metrics().queue_depth.set(depth as i64);
             s.metrics().queue_bad_entries.set(unreadable as i64);
             Ok(s.metrics().encode())
         })
         .await
+    }
+
+    /// The source check's table as the kernel has it (None when the check is off
+    /// or the table cannot be read, which the log says).
+    pub async fn source_check_listing(&self) -> Option<source_check::Listing> {
+        if !self.source_check {
+            return None;
+        }
+        match tokio::task::spawn_blocking(source_check::read).await {
+            Ok(Ok(listing)) => listing,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot read the source check's counters");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "source check read task failed");
+                None
+            }
+        }
     }
 
     /// Deletes a DEL's links in the background, then lets the held addresses go.
@@ -260,6 +287,8 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let lock = server::lock_socket(&opts.socket)?;
+    let source_check = opts.enable_source_ip_verification;
+    set_up_source_check(source_check)?;
     server::ensure_private_dir(&opts.state_dir, "state directory")?;
     let (journal, snapshot, origin, current) = open_journal(
         &opts.state_dir.join("journal.redb"),
@@ -436,6 +465,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             backend: health.clone(),
             cross_node: cross_node_status.clone(),
             node_events: tokio::sync::watch::Sender::new(0),
+            source_check,
             demand_waiting: tokio::sync::Notify::new(),
         });
         daemon.arm_timers(timers);
@@ -454,6 +484,9 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
             tokio::spawn(flush_outbox(daemon.clone(), sink, update_rate));
         }
         tokio::spawn(keep_journal_working(daemon.clone()));
+        if source_check {
+            tokio::spawn(keep_source_check());
+        }
         if let Some(status) = cross_node_status {
             let feed = match backend_kind {
                 BackendKind::Kubernetes { kubeconfig } => {
@@ -499,10 +532,49 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
                 Err(e) => tracing::warn!(error = %e, "cni-uninstall: the masquerade tables"),
             }
         }
+        if cni_uninstall && source_check {
+            match source_check::remove() {
+                Ok(()) => tracing::info!(table = source_check::TABLE, "removed the source check table (cni-uninstall)"),
+                Err(e) => tracing::warn!(error = %e, "cni-uninstall: the source check table"),
+            }
+        }
         let _ = std::fs::remove_file(&socket);
         tracing::info!("podnet daemon stopped");
         Ok::<(), String>(())
     })
+}
+
+/// Installs the source check's table before any pod is served (kept as it is
+/// when the kernel already has it, so its counters survive a restart), or
+/// removes it when the check is off.
+fn set_up_source_check(enabled: bool) -> Result<(), String> {
+    if !enabled {
+        if let Err(e) = source_check::remove() {
+            tracing::warn!(error = %e, "--enable-source-ip-verification=false: could not remove the source check table");
+        }
+        tracing::warn!(
+            "source check off (--enable-source-ip-verification=false): pods can send with any source address"
+        );
+        return Ok(());
+    }
+    let ensured = source_check::ensure().map_err(|e| e.to_string())?;
+    tracing::info!(table = source_check::TABLE, outcome = ?ensured, "source check");
+    Ok(())
+}
+
+/// Puts the source check's table back when someone removed or changed it.
+async fn keep_source_check() {
+    loop {
+        tokio::time::sleep(source_check::RESYNC).await;
+        match tokio::task::spawn_blocking(source_check::ensure).await {
+            Ok(Ok(source_check::Ensured::Kept)) => {}
+            Ok(Ok(ensured)) => {
+                tracing::warn!(table = source_check::TABLE, outcome = ?ensured, "the source check table was missing or changed; podnet's is back")
+            }
+            Ok(Err(e)) => tracing::error!(error = %e, "source check: cannot check the table"),
+            Err(e) => tracing::error!(error = %e, "source check task failed"),
+        }
+    }
 }
 
 /// Opens and reads the journal, including the node resource it holds. With

@@ -154,6 +154,12 @@ pub struct DaemonOptions {
     #[arg(long = "enable-ipv6-masquerade", action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub enable_ipv6_masquerade: Option<bool>,
 
+    /// Drop packets from a pod whose source address the pod does not own (a
+    /// reverse-path check in podnet's nftables table `inet podnet_source`; needs
+    /// the nft tool). Off removes the table.
+    #[arg(long = "enable-source-ip-verification", action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_source_ip_verification: bool,
+
     /// Pod device type: veth, netkit (L3), netkit-l2, or auto (netkit where the
     /// kernel has it, else veth).
     #[arg(long = "datapath-mode", default_value = "veth")]

@@ -21,7 +21,8 @@ use super::state::{AllocateRequest, ApiError};
 use crate::api::http::{ascii_json, decode_component, parse_query};
 use crate::api::models::{
     CONFIG_HEADER, CniReport, DaemonConfigurationStatus, EndpointBatchDeleteRequest,
-    EndpointChangeRequest, GcRequest, REASON_HEADER, StatusResponse,
+    EndpointChangeRequest, ExplainResponse, GcRequest, REASON_HEADER, SpoofedTraffic,
+    StatusResponse,
 };
 use crate::api::validate::{self, MAX_QUERY_BYTES, optional};
 use crate::ipam::Family;
@@ -222,10 +223,13 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
                 ));
             }
             refuse_invalid(validate::printable("q", &q, MAX_QUERY_BYTES))?;
-            Ok(json_reply(
-                200,
-                &daemon.with_state_in_place(move |s| Ok(s.explain(&q)))?,
-            ))
+            let mut answer = daemon.with_state_in_place(move |s| Ok(s.explain(&q)))?;
+            if !answer.addresses.is_empty()
+                && let Some(listing) = daemon.source_check_listing().await
+            {
+                add_spoofed_traffic(&mut answer, listing.spoofers);
+            }
+            Ok(json_reply(200, &answer))
         }
         (&Method::GET, ["metrics"]) => Ok(text_reply(daemon.metrics_text().await?)),
         (&Method::POST, ["v1", "cni", "gc"]) => {
@@ -296,6 +300,24 @@ fn add_queue_status(status: &mut StatusResponse, waiting: usize, unreadable: &[P
     };
 }
 
+/// Adds what the source check dropped on the answer's host links to an explain
+/// answer, and says so in its summary.
+fn add_spoofed_traffic(answer: &mut ExplainResponse, spoofers: Vec<SpoofedTraffic>) {
+    answer.spoofed_traffic = spoofers
+        .into_iter()
+        .filter(|t| answer.addresses.iter().any(|a| a.host_link == t.host_link))
+        .collect();
+    for t in &answer.spoofed_traffic {
+        answer.summary.push_str(&format!(
+            ". The source check dropped {} packet{} ({} bytes) from host link {} within the last hour: the pod sent with a source address it does not own (podnet_drop_count_total counts them by reason)",
+            t.packets,
+            if t.packets == 1 { "" } else { "s" },
+            t.bytes,
+            t.host_link
+        ));
+    }
+}
+
 fn non_empty(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
@@ -347,6 +369,11 @@ pub fn text_reply(body: String) -> Reply {
         hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     resp
+}
+
+/// An error answer: the message as a JSON string, as every refusal of the API.
+pub fn error_reply(status: u16, message: &str) -> Reply {
+    json_reply(status, &message)
 }
 
 fn json_reply<T: Serialize>(status: u16, body: &T) -> Reply {

@@ -1,10 +1,12 @@
 //! The unix-socket listener: one daemon per socket (enforced with a lock file next
-//! to it), the socket created 0600 in a directory only root can write, one task per
+//! to it), the socket created 0600 in a directory only root can write, clients
+//! that are not root refused with 403 by their credentials (SO_PEERCRED, so a
+//! socket whose mode was loosened by hand still serves root only), one task per
 //! connection so a slow client never blocks the others, and time limits on the
 //! request head and body so a stalled client does not hold its task forever.
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,6 +53,7 @@ pub fn lock_socket(socket: &Path) -> Result<SocketLock, String> {
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(&lock_path)
         .map_err(|e| format!("cannot open lock file {}: {e}", lock_path.display()))?;
     let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
@@ -192,6 +195,11 @@ pub async fn serve(
                         continue;
                     }
                 };
+                if let Err(refusal) = peer_allowed(stream.peer_cred()) {
+                    tracing::warn!(peer = %refusal.peer, "refused an API client that is not root");
+                    tokio::spawn(refuse(stream, refusal));
+                    continue;
+                }
                 let d = daemon.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| handle(d.clone(), req));
@@ -209,6 +217,51 @@ pub async fn serve(
             }
         }
     }
+}
+
+/// Why a client may not use the API.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "podnet's API serves root only, and this client is {peer}: run the command as root (sudo podnet ...). The socket's mode does not widen this: the daemon checks the peer's credentials (SO_PEERCRED) on every connection"
+)]
+pub struct PeerRefused {
+    /// The peer as the kernel reports it (`uid 65534, pid 1234`).
+    pub peer: String,
+}
+
+/// The HTTP status of every answer to a refused client.
+pub const PEER_REFUSED_STATUS: u16 = 403;
+
+/// Root, and the daemon's own user, may use the API; a connection whose
+/// credentials cannot be read may not.
+fn peer_allowed(cred: std::io::Result<tokio::net::unix::UCred>) -> Result<(), PeerRefused> {
+    let own = nix::unistd::geteuid().as_raw();
+    match cred {
+        Ok(c) if c.uid() == 0 || c.uid() == own => Ok(()),
+        Ok(c) => Err(PeerRefused {
+            peer: match c.pid() {
+                Some(pid) => format!("uid {}, pid {pid}", c.uid()),
+                None => format!("uid {}", c.uid()),
+            },
+        }),
+        Err(e) => Err(PeerRefused {
+            peer: format!("a process whose credentials cannot be read ({e})"),
+        }),
+    }
+}
+
+/// Answers every request of a refused connection with 403 and the reason.
+async fn refuse(stream: tokio::net::UnixStream, refusal: PeerRefused) {
+    let message = refusal.to_string();
+    let svc = service_fn(move |_req| {
+        let reply = super::routes::error_reply(PEER_REFUSED_STATUS, &message);
+        async move { Ok::<_, std::convert::Infallible>(reply) }
+    });
+    let conn = http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), svc);
+    let _ = conn.await;
 }
 
 #[cfg(test)]

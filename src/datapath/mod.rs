@@ -36,7 +36,9 @@ mod tests;
 pub use eni::{RULE_PRIORITY_EGRESS, RULE_PRIORITY_INGRESS, eni_rules, eni_table, is_pod_rule};
 pub use error::{DatapathError, Result};
 pub use link::{LOOPBACK_INDEX, LinkInfo, VethSpec};
-pub use names::{IFNAME_MAX_LEN, format_mac, host_ifname, random_mac, validate_ifname};
+pub use names::{
+    HOST_LINK_PREFIX, IFNAME_MAX_LEN, format_mac, host_ifname, random_mac, validate_ifname,
+};
 pub use netkit::{NetkitMode, NetkitSpec, NetkitSupport, build_netkit_request, probe_netkit};
 pub use netns::{NetNs, NetnsGuard, THREAD_SELF_NETNS, enter_netns, in_netns};
 pub use route::{

@@ -8,13 +8,16 @@ use super::error::{DatapathError, Result};
 /// Longest interface name the kernel accepts (IFNAMSIZ 16 minus the NUL).
 pub const IFNAME_MAX_LEN: usize = 15;
 
+/// The prefix of every host-side pod link's name.
+pub const HOST_LINK_PREFIX: &str = "lxc";
+
 /// Host-side interface name of an endpoint, exactly as Cilium derives it:
 /// `lxc` + the first 12 hex characters of SHA-256(`<containerID>:<ifname>`).
 /// Always 15 characters.
 pub fn host_ifname(container_id: &str, ifname: &str) -> String {
     let digest = Sha256::digest(format!("{container_id}:{ifname}").as_bytes());
     let mut name = String::with_capacity(IFNAME_MAX_LEN);
-    name.push_str("lxc");
+    name.push_str(HOST_LINK_PREFIX);
     for byte in digest.iter().take(6) {
         name.push_str(&format!("{byte:02x}"));
     }

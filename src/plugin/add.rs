@@ -400,7 +400,8 @@ impl Attempt<'_> {
             .map(|pod| pod.index)
     }
 
-    /// Host side: no reverse-path filter, then in one datagram up (with podnet's
+    /// Host side: no `rp_filter` (the daemon's nftables source check verifies the
+    /// pod's source addresses, both families), then in one datagram up (with podnet's
     /// marker in its alias, set in the same request), a /32 (/128) route to the
     /// pod, and an NDP proxy entry so the pod can resolve the IPv6 router address.
     fn set_up_host_side(&self, host_index: u32, plans: &[FamilyPlan]) -> Result<(), CniError> {

@@ -170,12 +170,16 @@ fn log_line(o: &Outcome<'_>, total: Duration) -> String {
     )
 }
 
-/// Appends `line`, rotating the file first when it is over the limit.
+/// Appends `line`, rotating the file first when it is over the limit. The file is
+/// root's alone (0600: it names every pod and its addresses); one that group or
+/// others can read or write is made so.
 fn append_log(path: &Path, line: &str) -> std::io::Result<()> {
-    if std::fs::metadata(path)
-        .map(|m| m.len() >= LOG_MAX_BYTES)
-        .unwrap_or(false)
-    {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let meta = std::fs::metadata(path).ok();
+    let loose = meta
+        .as_ref()
+        .is_some_and(|m| m.permissions().mode() & 0o077 != 0);
+    if meta.is_some_and(|m| m.len() >= LOG_MAX_BYTES) {
         for i in (1..LOG_BACKUPS).rev() {
             let from = path.with_extension(format!("log.{i}"));
             if from.exists() {
@@ -190,7 +194,11 @@ fn append_log(path: &Path, line: &str) -> std::io::Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(path)?;
+    if loose {
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
     f.write_all(line.as_bytes())
 }
 

@@ -4,6 +4,7 @@
 //! by page when it is opened.
 
 use std::net::IpAddr;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -423,14 +424,22 @@ impl Journal {
 fn open_db(path: &Path) -> Result<Database, StoreError> {
     // A small page cache: the daemon keeps its state in memory and reads the
     // journal only at start (redb's default cache grows to 1 GiB).
-    redb::Builder::new()
+    let db = redb::Builder::new()
         .set_cache_size(JOURNAL_CACHE_BYTES)
         .set_check_integrity_on_open(true)
         .create(path)
         .map_err(|e| StoreError::Open {
             path: path.to_path_buf(),
             detail: e.to_string(),
-        })
+        })?;
+    // Root's alone: it names every pod and its addresses.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| {
+        StoreError::Open {
+            path: path.to_path_buf(),
+            detail: format!("cannot make it mode 0600: {e}"),
+        }
+    })?;
+    Ok(db)
 }
 
 /// 16 hex digits, random.

@@ -1,16 +1,12 @@
 //! Masquerade with nftables: podnet's own tables (`table ip podnet`, `table ip6
 //! podnet`), each replaced as a whole in one `nft -f` transaction (create, delete,
 //! create again: the kernel applies all of it or nothing), so no other table is
-//! ever touched and no packet sees half a rule set. The `nft` tool is used rather
-//! than nf_tables netlink: the rule set is a few lines, and `nft list table ip
-//! podnet` shows exactly what was written.
-
-use std::io::Write;
-use std::process::{Command, Stdio};
+//! ever touched and no packet sees half a rule set (`daemon::nft` runs the tool).
 
 use ipnet::IpNet;
 
 use super::plan::MasqueradeFamily;
+use crate::daemon::nft::{self, NftError};
 
 /// The name of podnet's nftables tables (one per family).
 pub const TABLE: &str = "podnet";
@@ -53,45 +49,20 @@ pub fn remove_tables() -> Result<(), String> {
 
 /// Runs `nft -f -` with `script`; the error says what to install or what nft said.
 pub fn apply(script: &str) -> Result<(), String> {
-    let mut child = Command::new("nft")
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => "masquerade needs the nft tool, which is not installed (apt-get install nftables), or turn it off with --enable-ipv4-masquerade=false --enable-ipv6-masquerade=false".to_string(),
-            _ => format!("cannot run nft: {e}"),
-        })?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(script.as_bytes())
-            .map_err(|e| format!("writing the rule set to nft: {e}"))?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("waiting for nft: {e}"))?;
-    match out.status.success() {
-        true => Ok(()),
-        false => Err(format!(
-            "nft refused podnet's masquerade rules: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-    }
+    nft::apply(script).map_err(|e| match e {
+        NftError::NotInstalled => "masquerade needs the nft tool, which is not installed (apt-get install nftables), or turn it off with --enable-ipv4-masquerade=false --enable-ipv6-masquerade=false".to_string(),
+        NftError::Refused(msg) => format!("nft refused podnet's masquerade rules: {msg}"),
+        e => e.to_string(),
+    })
 }
 
 /// Fails with the reason when `nft` cannot be run (checked at start, so a
 /// missing tool stops the daemon instead of leaving pods without masquerade).
 pub fn check_nft() -> Result<(), String> {
-    match Command::new("nft").arg("--version").output() {
-        Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(format!(
-            "nft --version failed: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("masquerade (--enable-ipv4-masquerade / --enable-ipv6-masquerade, on by default with the Kubernetes backend) needs the nft tool, which is not installed: apt-get install nftables, or turn masquerade off".into()),
-        Err(e) => Err(format!("cannot run nft: {e}")),
-    }
+    nft::check_installed().map_err(|e| match e {
+        NftError::NotInstalled => "masquerade (--enable-ipv4-masquerade / --enable-ipv6-masquerade, on by default with the Kubernetes backend) needs the nft tool, which is not installed: apt-get install nftables, or turn masquerade off".into(),
+        e => e.to_string(),
+    })
 }
 
 #[cfg(test)]

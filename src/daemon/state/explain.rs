@@ -161,6 +161,7 @@ impl IpamState {
             addresses,
             failures,
             summary,
+            spoofed_traffic: Vec::new(),
         }
     }
 
