@@ -22,6 +22,7 @@ mod journal_faults;
 mod k8s;
 mod k8s_backend;
 mod lbipam;
+mod least_privilege;
 mod lint;
 mod migration;
 mod multipool;
