@@ -7,6 +7,7 @@
 
 mod harness;
 
+mod agent_admission;
 mod api_faults;
 mod bad_input;
 mod cnitool;
