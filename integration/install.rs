@@ -172,16 +172,27 @@ fn the_daemonset_manifest_matches_what_the_binary_accepts() {
     let spec = &ds["spec"]["template"]["spec"];
     assert_eq!(spec["hostNetwork"], true);
     let agent = &spec["containers"][0];
-    assert_eq!(agent["securityContext"]["privileged"], true);
-    let strings = |v: &serde_json::Value| -> Vec<String> {
-        v.as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    // Least privilege (docs/least-privilege.md): CAP_NET_ADMIN only, for the agent;
+    // none for the init container; read-only roots, the runtime's seccomp profile.
+    assert_eq!(
+        spec["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    for (c, add) in [
+        (agent, vec!["NET_ADMIN"]),
+        (&spec["initContainers"][0], vec![]),
+    ] {
+        let sc = &c["securityContext"];
+        assert!(sc["privileged"].is_null(), "{c}");
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{c}");
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{c}");
+        assert_eq!(
+            sc["capabilities"]["drop"],
+            serde_json::json!(["ALL"]),
+            "{c}"
+        );
+        assert_eq!(strings_of(&sc["capabilities"]["add"]), add, "{c}");
+    }
     // Every mount the commands rely on is there.
     let mounts = |c: &serde_json::Value| -> Vec<String> {
         c["volumeMounts"]
@@ -199,11 +210,16 @@ fn the_daemonset_manifest_matches_what_the_binary_accepts() {
         .iter()
         .filter_map(|v| v["hostPath"]["path"].as_str().map(str::to_string))
         .collect();
-    for p in ["/opt/cni/bin", "/etc/cni/net.d", "/run/podnet"] {
+    for p in [
+        "/opt/cni/bin",
+        "/etc/cni/net.d",
+        "/run/podnet",
+        "/proc/sys/net",
+    ] {
         assert!(host_paths.contains(&p.to_string()), "hostPath {p} missing");
     }
     let init = &spec["initContainers"][0];
-    let init_cmd = strings(&init["command"]);
+    let init_cmd = strings_of(&init["command"]);
     assert_eq!(&init_cmd[1..3], ["install", "--cni-bin-dir"]);
     assert!(
         mounts(init).contains(&init_cmd[3]),
@@ -211,7 +227,7 @@ fn the_daemonset_manifest_matches_what_the_binary_accepts() {
         init_cmd[3]
     );
     // The agent's flags and every ConfigMap key parse as daemon options.
-    let mut args = strings(&agent["args"]);
+    let mut args = strings_of(&agent["args"]);
     let config_dir = args
         .iter()
         .find_map(|a| a.strip_prefix("--config-dir=").map(str::to_string))
@@ -231,12 +247,29 @@ fn the_daemonset_manifest_matches_what_the_binary_accepts() {
             "{path} not under a mount"
         );
     }
+    // The sysctls go to the host's /proc/sys/net, mounted under --procfs.
+    let procfs = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--procfs="))
+        .expect("--procfs");
+    assert!(mounts(agent).contains(&format!("{procfs}/sys/net")));
     args.retain(|a| !a.starts_with("--config-dir"));
     for (k, v) in cm["data"].as_object().expect("data") {
         args.push(format!("--{k}={}", v.as_str().unwrap_or("")));
     }
     let parsed = podnet::daemon::options::DaemonOptions::parse_with_config_dir(&args);
     assert!(parsed.is_ok(), "{:?}", parsed.err().map(|e| e.to_string()));
-    let readiness = strings(&agent["readinessProbe"]["exec"]["command"]);
+    let readiness = strings_of(&agent["readinessProbe"]["exec"]["command"]);
     assert_eq!(readiness[1], "status");
+}
+
+/// The strings of a YAML/JSON list (none if it is not one).
+fn strings_of(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }

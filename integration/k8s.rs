@@ -309,19 +309,44 @@ impl ControlPlane {
     /// TokenRequest API (`kubectl create token`, valid 1 h): a least-privilege
     /// client whose rights are whatever RBAC grants that account.
     pub fn token_kubeconfig(&self, namespace: &str, serviceaccount: &str) -> PathBuf {
-        let token = self
-            .kubectl(&[
-                "create",
-                "token",
-                serviceaccount,
-                "-n",
-                namespace,
-                "--duration=1h",
-            ])
-            .expect_ok("create token");
+        self.token_kubeconfig_bound(namespace, serviceaccount, None)
+    }
+
+    /// Like [`token_kubeconfig`](Self::token_kubeconfig), with the token bound to
+    /// the Pod `namespace/pod` (`--bound-object-kind Pod`), as the one the kubelet
+    /// mounts: valid while the pod exists, and naming the pod's node
+    /// (`authentication.kubernetes.io/node-name` in the user's extra).
+    pub fn pod_token_kubeconfig(
+        &self,
+        namespace: &str,
+        serviceaccount: &str,
+        pod: &str,
+    ) -> PathBuf {
+        self.token_kubeconfig_bound(namespace, serviceaccount, Some(pod))
+    }
+
+    fn token_kubeconfig_bound(
+        &self,
+        namespace: &str,
+        serviceaccount: &str,
+        pod: Option<&str>,
+    ) -> PathBuf {
+        let mut args = vec![
+            "create",
+            "token",
+            serviceaccount,
+            "-n",
+            namespace,
+            "--duration=1h",
+        ];
+        if let Some(pod) = pod {
+            args.extend(["--bound-object-kind", "Pod", "--bound-object-name", pod]);
+        }
+        let token = self.kubectl(&args).expect_ok("create token");
+        let bound = pod.map(|p| format!("-pod-{p}")).unwrap_or_default();
         let path = self
             .dir
-            .join(format!("sa-{namespace}-{serviceaccount}.kubeconfig"));
+            .join(format!("sa-{namespace}-{serviceaccount}{bound}.kubeconfig"));
         let user = serde_json::json!({"token": token.trim()});
         self.write_kubeconfig(&path, &format!("{namespace}-{serviceaccount}"), user);
         path

@@ -7,6 +7,7 @@
 
 mod harness;
 
+mod agent_admission;
 mod api_faults;
 mod bad_input;
 mod cnitool;
@@ -22,6 +23,7 @@ mod journal_faults;
 mod k8s;
 mod k8s_backend;
 mod lbipam;
+mod least_privilege;
 mod lint;
 mod local_access;
 mod migration;

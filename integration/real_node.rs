@@ -305,6 +305,58 @@ impl RealNode {
     }
 }
 
+/// What `/proc/<pid>/status` says of a process of the node's containers.
+#[derive(Debug)]
+struct ProcessPrivileges {
+    pid: u32,
+    uid: u32,
+    cap_eff: u64,
+    no_new_privs: bool,
+    /// 2: a seccomp filter (RuntimeDefault) is in force.
+    seccomp: u32,
+}
+
+/// The processes in the node's cgroup (`/podnet-node`, scripts/node) whose command
+/// line starts with `argv`, with their privileges.
+fn node_processes(argv: &[&str]) -> Vec<ProcessPrivileges> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let field = |status: &str, name: &str| -> Option<String> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let matches = argv.len() <= args.len()
+                && argv
+                    .iter()
+                    .zip(&args)
+                    .all(|(want, got)| want.as_bytes() == *got);
+            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+            if !matches || !cgroup.contains("/podnet-node") {
+                return None;
+            }
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            Some(ProcessPrivileges {
+                pid,
+                uid: field(&status, "Uid:")?
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse()
+                    .ok()?,
+                cap_eff: u64::from_str_radix(&field(&status, "CapEff:")?, 16).ok()?,
+                no_new_privs: field(&status, "NoNewPrivs:")? == "1",
+                seccomp: field(&status, "Seccomp:")?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
 impl Drop for RealNode {
     fn drop(&mut self) {
         let out = self.script(&["stop"]);
@@ -413,6 +465,32 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
         Path::new(CNI_CONF).exists(),
         "the agent is Ready but {CNI_CONF} is missing"
     );
+    // Least privilege (docs/least-privilege.md): the agent runs as root with
+    // CAP_NET_ADMIN alone, the operator as an unprivileged user with none, both
+    // under the runtime's seccomp profile and no_new_privs. The agent's CiliumNode
+    // writes pass the admission policy with the token the kubelet mounted.
+    let agents = node_processes(&["/usr/local/bin/podnet", "daemon"]);
+    assert_eq!(agents.len(), 1, "the agent's processes: {agents:?}");
+    let a = &agents[0];
+    assert!(
+        a.uid == 0 && a.cap_eff == 1 << 12 && a.no_new_privs && a.seccomp == 2,
+        "the agent (PID {}) should run as root with CAP_NET_ADMIN (CapEff 0x1000) alone, no_new_privs, seccomp: {a:?}",
+        a.pid
+    );
+    let operators = node_processes(&["/usr/local/bin/podnet", "operator"]);
+    assert!(!operators.is_empty(), "no operator process");
+    for o in &operators {
+        assert!(
+            o.uid == 65532 && o.cap_eff == 0 && o.no_new_privs && o.seccomp == 2,
+            "the operator (PID {}) should run as 65532 with no capability, no_new_privs, seccomp: {o:?}",
+            o.pid
+        );
+    }
+    node.kubectl(&[
+        "get",
+        "validatingadmissionpolicybinding",
+        "podnet-agent-own-ciliumnode",
+    ]);
     assert!(
         Path::new("/opt/cni/bin/podnet").exists(),
         "the init container did not install /opt/cni/bin/podnet"
@@ -594,6 +672,41 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
     assert!(
         !Path::new(CNI_CONF).exists(),
         "{CNI_CONF} is still there after kubectl delete -f deploy/"
+    );
+}
+
+/// `deploy/` with CAP_NET_ADMIN taken out of the agent's capabilities: the agent
+/// fails at start, and `kubectl describe` (the container's termination message)
+/// names the capability, what it is for and where to add it.
+#[test]
+fn agent_without_net_admin_fails_at_start_naming_it_on_a_real_node() {
+    let test = "agent_without_net_admin_fails_at_start_naming_it_on_a_real_node";
+    let Some(node) = RealNode::start(test) else {
+        return;
+    };
+    node.apply(&deploy_manifest(&[("add: [NET_ADMIN]", "add: []")]));
+    let wanted = "missing capability CAP_NET_ADMIN (needed to create the router device";
+    let message = node.wait_for(
+        "the agent's container terminated naming CAP_NET_ADMIN",
+        || {
+            let pods = node.pods("kube-system", "app.kubernetes.io/name=podnet");
+            pods.iter()
+                .flat_map(|p| p["status"]["containerStatuses"].as_array().cloned())
+                .flatten()
+                .filter(|c| c["name"] == "agent")
+                .flat_map(|c| [c["state"].clone(), c["lastState"].clone()])
+                .filter_map(|s| s["terminated"]["message"].as_str().map(String::from))
+                .find(|m| m.contains(wanted))
+        },
+        || node.describe("kube-system"),
+    );
+    assert!(
+        message.contains("add it to the container's securityContext.capabilities.add"),
+        "{message}"
+    );
+    assert!(
+        !Path::new(CNI_CONF).exists(),
+        "the agent failed but {CNI_CONF} was written"
     );
 }
 

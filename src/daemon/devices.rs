@@ -4,6 +4,7 @@
 //! of garbage-collected attachments' host links.
 
 use std::net::IpAddr;
+use std::path::Path;
 
 use ipnet::IpNet;
 
@@ -11,7 +12,7 @@ use super::state::{KernelLink, KernelView, StaleLink};
 use crate::api::link_marker::LinkMarker;
 use crate::api::models::LinkRef;
 use crate::datapath::{
-    IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname, write_sysctl,
+    IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname, write_sysctl_in,
 };
 use crate::datapath::{RULE_PRIORITY_EGRESS, RULE_PRIORITY_INGRESS, is_pod_rule};
 
@@ -21,8 +22,9 @@ pub const ROUTER_DEVICE: &str = "podnet_host";
 pub const ROUTER_PEER: &str = "podnet_net";
 
 /// Creates (or reuses) the router pair, puts the router IPs on it and enables
-/// forwarding. Idempotent: a restarted daemon finds the pair in place.
-pub fn setup_router(routers: &[IpAddr], mtu: u32) -> Result<(), String> {
+/// forwarding (the sysctls under `procfs`). Idempotent: a restarted daemon finds
+/// the pair in place.
+pub fn setup_router(routers: &[IpAddr], mtu: u32, procfs: &Path) -> Result<(), String> {
     let sock = NetlinkSocket::new().map_err(|e| format!("router device: {e}"))?;
     let host = match sock
         .link_by_name(ROUTER_DEVICE)
@@ -74,7 +76,9 @@ pub fn setup_router(routers: &[IpAddr], mtu: u32) -> Result<(), String> {
             }
         }
     }
-    let sysctl = |k: &str, v: &str| write_sysctl(k, v).map_err(|e| format!("sysctl {k}={v}: {e}"));
+    let sysctl = |k: &str, v: &str| {
+        write_sysctl_in(procfs, k, v).map_err(|e| format!("sysctl {k}={v}: {e}"))
+    };
     if routers.iter().any(|r| r.is_ipv4()) {
         sysctl("net/ipv4/ip_forward", "1")?;
     }

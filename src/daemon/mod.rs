@@ -7,6 +7,7 @@
 //! the expiration and cooldown timers.
 
 mod block_wait;
+pub mod capabilities;
 mod cniconf;
 pub mod config;
 pub mod crossnode;
@@ -271,6 +272,7 @@ pub fn run(args: &[String]) -> i32 {
 
 fn start(opts: DaemonOptions) -> Result<(), String> {
     let config = DaemonConfig::resolve(&opts)?;
+    capabilities::check(&config).map_err(|e| e.to_string())?;
     crossnode::check_prerequisites(&config.cross_node)?;
     let node_name = match &opts.node_name {
         Some(n) if !n.is_empty() => n.clone(),
@@ -424,7 +426,7 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     devices::prune_pod_rules(|ip| !live.contains(&ip));
     state.finish_restore();
     let routers: Vec<IpAddr> = state.router_ips();
-    devices::setup_router(&routers, mtu)?;
+    devices::setup_router(&routers, mtu, &opts.procfs)?;
     let report = state.restore_report().clone();
     tracing::info!(
         node = %node_name,

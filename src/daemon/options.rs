@@ -190,6 +190,13 @@ pub struct DaemonOptions {
     #[arg(long = "enable-ingress-controller", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
     pub enable_ingress_controller: bool,
 
+    /// The proc filesystem under which the daemon sets its sysctls (forwarding,
+    /// proxy NDP: `<procfs>/sys/net/...`). In a container, whose own /proc/sys is
+    /// read-only unless privileged, mount the host's /proc/sys/net at
+    /// `<procfs>/sys/net` (deploy/podnet.yaml: `/host/proc`). Cilium's option.
+    #[arg(long = "procfs", default_value = "/proc")]
+    pub procfs: PathBuf,
+
     /// The daemon's unix socket (created 0600).
     #[arg(long = "socket", default_value = crate::api::DEFAULT_SOCKET)]
     pub socket: PathBuf,

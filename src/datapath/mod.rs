@@ -46,7 +46,7 @@ pub use route::{
 };
 pub use rule::RuleSpec;
 pub use socket::{NetlinkSocket, Request};
-pub use sysctl::{read_sysctl, set_sysctl, write_sysctl};
+pub use sysctl::{read_sysctl, set_sysctl, write_sysctl, write_sysctl_in};
 pub use vxlan::{L2Entry, VxlanSpec};
 
 /// Whether the kernel knows links of `kind` (see [`NetlinkSocket::has_link_kind`]),

@@ -11,6 +11,11 @@ use super::error::{DatapathError, Result};
 /// `/proc/sys/`) to a path, refusing anything that could escape `/proc/sys`.
 /// Slashes are required: dots are legal in interface names (`eth0.100`).
 fn sysctl_path(key: &str) -> Result<PathBuf> {
+    sysctl_path_in(Path::new("/proc"), key)
+}
+
+/// [`sysctl_path`] under the proc filesystem mounted at `procfs`.
+fn sysctl_path_in(procfs: &Path, key: &str) -> Result<PathBuf> {
     let rel = key.strip_prefix("/proc/sys/").unwrap_or(key);
     let rel = rel.trim_start_matches('/');
     if rel.is_empty()
@@ -22,7 +27,7 @@ fn sysctl_path(key: &str) -> Result<PathBuf> {
             "invalid sysctl path {key:?}"
         )));
     }
-    Ok(PathBuf::from("/proc/sys").join(rel))
+    Ok(procfs.join("sys").join(rel))
 }
 
 /// Read a sysctl (trailing newline removed).
@@ -36,7 +41,14 @@ pub fn read_sysctl(key: &str) -> Result<String> {
 /// Write a sysctl unless it already has `value` (compared with whitespace
 /// normalised, so `"1024 4999"` matches `"1024\t4999"`). Returns whether it wrote.
 pub fn write_sysctl(key: &str, value: &str) -> Result<bool> {
-    let path = sysctl_path(key)?;
+    write_sysctl_in(Path::new("/proc"), key, value)
+}
+
+/// [`write_sysctl`] under the proc filesystem mounted at `procfs` (a container's
+/// own /proc/sys is read-only: the host's /proc/sys/net mounted elsewhere). The
+/// entries under `sys/net` still resolve against the calling thread's netns.
+pub fn write_sysctl_in(procfs: &Path, key: &str, value: &str) -> Result<bool> {
+    let path = sysctl_path_in(procfs, key)?;
     let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
     if let Ok(current) = fs::read_to_string(&path)
         && norm(&current) == norm(value)
@@ -57,4 +69,25 @@ fn write_path(path: &Path, value: &str) -> Result<()> {
     fs::write(path, value.as_bytes()).map_err(|e| {
         DatapathError::io(format!("writing {value:?} to sysctl {}", path.display()), e)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sysctl_resolves_under_the_given_procfs_and_never_outside_it() {
+        let host = Path::new("/host/proc");
+        let want = PathBuf::from("/host/proc/sys/net/ipv4/ip_forward");
+        assert_eq!(sysctl_path_in(host, "net/ipv4/ip_forward").unwrap(), want);
+        assert_eq!(
+            sysctl_path_in(host, "/proc/sys/net/ipv4/ip_forward").unwrap(),
+            want
+        );
+        assert!(sysctl_path_in(host, "net/../../etc/passwd").is_err());
+        assert_eq!(
+            sysctl_path("net/ipv6/conf/all/forwarding").unwrap(),
+            PathBuf::from("/proc/sys/net/ipv6/conf/all/forwarding")
+        );
+    }
 }
