@@ -9,6 +9,7 @@ mod harness;
 
 mod api_faults;
 mod bad_input;
+mod cluster;
 mod cnitool;
 mod core_path;
 mod crash_safety;
@@ -32,3 +33,4 @@ mod operator_pools;
 mod pending_attachment;
 mod real_node;
 mod round_trips;
+mod scripted;
