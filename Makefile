@@ -122,3 +122,17 @@ node-down:
 bench-node: image
 	bash scripts/k8s-binaries >/dev/null
 	bash scripts/bench-node
+
+# A real multi-node cluster (root): a control plane and PODNET_CLUSTER_NODES
+# (default 3) nodes, each a kubelet + containerd + kube-proxy in network and mount
+# namespaces of their own, CoreDNS, and podnet from deploy/ (scripts/cluster,
+# docs/cluster.md). Done when every node is Ready. Then `scripts/cluster kubectl ...`.
+.PHONY: cluster cluster-down
+cluster: image
+	bash scripts/k8s-binaries >/dev/null
+	bash scripts/cluster start
+	bash scripts/cluster kubectl apply -f deploy/
+	bash scripts/cluster kubectl wait --for=condition=Ready node --all --timeout=300s
+
+cluster-down:
+	bash scripts/cluster stop

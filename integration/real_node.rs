@@ -8,16 +8,16 @@
 //! and the node is stopped (by PID, everything unmounted) when the test ends, also
 //! on failure.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::harness::*;
-use crate::k8s::bin_dir;
+use crate::scripted::*;
 
 /// The node's network namespace and the conflist the agent writes (scripts/node,
 /// deploy/podnet.yaml).
@@ -25,26 +25,6 @@ const NODE_NETNS: &str = "pnnode";
 const CNI_CONF: &str = "/etc/cni/net.d/05-podnet.conflist";
 const LEASE: &str = "podnet-operator-resource-lock";
 const REPLICAS: usize = 20;
-const WAIT: Duration = Duration::from_secs(180);
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn images_dir() -> PathBuf {
-    match std::env::var_os("PODNET_NODE_IMAGES") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => repo().join("target/image"),
-    }
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// A node `scripts/node start` brought up; `scripts/node stop` on drop. One at a
 /// time per process (`_one_node`); `scripts/node start` refuses a second across
@@ -60,42 +40,8 @@ impl RealNode {
     /// Starts the node, or reports a skip (a failure under CI=true) when a part is
     /// missing.
     fn start(test: &str) -> Option<RealNode> {
-        if !root_or_skip(test) {
+        if !node_parts_or_skip(test, &[]) {
             return None;
-        }
-        let bin = bin_dir();
-        for b in [
-            "kubelet",
-            "kube-controller-manager",
-            "kube-scheduler",
-            "kubectl",
-        ] {
-            if !bin.join(b).exists() {
-                skip(
-                    test,
-                    &format!(
-                        "{} is missing (scripts/k8s-binaries builds it)",
-                        bin.display()
-                    ),
-                );
-                return None;
-            }
-        }
-        for tool in ["/usr/bin/containerd", "/usr/sbin/runc"] {
-            if !Path::new(tool).exists() {
-                skip(
-                    test,
-                    &format!("{tool} is missing (scripts/setup installs it)"),
-                );
-                return None;
-            }
-        }
-        for image in ["podnet", "pause", "busybox"] {
-            let path = images_dir().join(format!("{image}.oci.tar"));
-            if !path.exists() {
-                skip(test, &format!("{} is missing (make image)", path.display()));
-                return None;
-            }
         }
         let one_node = ONE_NODE
             .lock()
@@ -108,46 +54,6 @@ impl RealNode {
         let out = node.script(&["start"]);
         assert!(out.status.success(), "scripts/node start:\n{}", text(&out));
         Some(node)
-    }
-
-    fn script(&self, args: &[&str]) -> Output {
-        Command::new("bash")
-            .arg(repo().join("scripts/node"))
-            .args(args)
-            .env("PODNET_NODE_DIR", &self.dir)
-            .env("PODNET_NODE_IMAGES", images_dir())
-            .output()
-            .unwrap_or_else(|e| panic!("running scripts/node {args:?}: {e}"))
-    }
-
-    /// kubectl as the admin; panics with its output if it fails.
-    fn kubectl(&self, args: &[&str]) -> String {
-        let mut all = vec!["kubectl"];
-        all.extend_from_slice(args);
-        let out = self.script(&all);
-        assert!(out.status.success(), "kubectl {args:?}:\n{}", text(&out));
-        String::from_utf8_lossy(&out.stdout).to_string()
-    }
-
-    /// `kubectl apply -f -` of `manifest`.
-    fn apply(&self, manifest: &str) {
-        use std::io::Write;
-        let mut child = Command::new("bash")
-            .arg(repo().join("scripts/node"))
-            .args(["kubectl", "apply", "-f", "-"])
-            .env("PODNET_NODE_DIR", &self.dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("running scripts/node kubectl apply");
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(manifest.as_bytes())
-                .expect("writing to kubectl");
-        }
-        let out = child.wait_with_output().expect("kubectl apply");
-        assert!(out.status.success(), "kubectl apply:\n{}", text(&out));
     }
 
     /// Waits until the agent's pod and the node are Ready; returns the agent pod.
@@ -167,13 +73,6 @@ impl RealNode {
             "--timeout=120s",
         ]);
         agent
-    }
-
-    fn kubectl_json(&self, args: &[&str]) -> Value {
-        let mut all = args.to_vec();
-        all.extend(["-o", "json"]);
-        let out = self.kubectl(&all);
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("kubectl {args:?}: {e}: {out}"))
     }
 
     /// `ip` in the node's network namespace.
@@ -196,52 +95,6 @@ impl RealNode {
             .then(|| String::from_utf8_lossy(&out.stdout).to_string())
     }
 
-    /// Polls `f` until it gives `Some`; panics after WAIT naming `what` and the
-    /// last state `state()` describes.
-    fn wait_for<T>(
-        &self,
-        what: &str,
-        mut f: impl FnMut() -> Option<T>,
-        state: impl Fn() -> String,
-    ) -> T {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(v) = f() {
-                return v;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: not within {WAIT:?}; {}",
-                state()
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    }
-
-    fn pods(&self, namespace: &str, selector: &str) -> Vec<Value> {
-        self.kubectl_json(&["get", "pods", "-n", namespace, "-l", selector])["items"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    /// What kubectl shows of the pods and their recent events, for failures.
-    fn describe(&self, namespace: &str) -> String {
-        let mut all = vec!["kubectl", "get", "pods", "-o", "wide", "-n", namespace];
-        let pods = text(&self.script(&all));
-        all = vec!["kubectl", "get", "events", "-n", namespace];
-        let events = text(&self.script(&all));
-        let tail = |log: &str| {
-            std::fs::read_to_string(self.dir.join("logs").join(log))
-                .map(|t| t.lines().rev().take(15).collect::<Vec<_>>().join("\n"))
-                .unwrap_or_default()
-        };
-        format!(
-            "pods:\n{pods}\nevents:\n{events}\nkubelet.log (last lines, newest first):\n{}",
-            tail("kubelet.log")
-        )
-    }
-
     /// The pods of `namespace` with a FailedCreatePodSandBox event whose message
     /// has `needle` (the plugin's error, as the kubelet reports it).
     fn sandbox_failures(&self, namespace: &str, needle: &str) -> BTreeSet<String> {
@@ -262,46 +115,28 @@ impl RealNode {
             .map(String::from)
             .collect()
     }
+}
 
-    /// `from` (a busybox pod of `namespace`) pings `to` once; panics if it fails.
-    fn ping(&self, namespace: &str, from: &str, to: &str) {
-        let mut args = vec!["kubectl", "exec", "-n", namespace, from, "--"];
-        args.extend(["/bin/busybox", "ping", "-c", "1", "-W", "2", to]);
-        let out = self.script(&args);
-        assert!(
-            out.status.success(),
-            "{from} cannot ping {to}:\n{}",
-            text(&out)
-        );
+impl Scripted for RealNode {
+    const WAIT: Duration = Duration::from_secs(180);
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new("bash");
+        cmd.arg(repo().join("scripts/node"))
+            .env("PODNET_NODE_DIR", &self.dir)
+            .env("PODNET_NODE_IMAGES", images_dir());
+        cmd
     }
 
-    /// `podnet status --all-addresses` in the agent's container: address → owner
-    /// (without markers such as `[restored]`; cooling addresses are left out).
-    fn allocated(&self) -> BTreeMap<String, String> {
-        let out = self.kubectl(&[
-            "exec",
-            "-n",
-            "kube-system",
-            "ds/podnet",
-            "-c",
-            "agent",
-            "--",
-            "/usr/local/bin/podnet",
-            "status",
-            "--socket",
-            "/run/podnet/podnet.sock",
-            "--all-addresses",
-        ]);
-        out.lines()
-            .skip_while(|l| !l.starts_with("Allocated addresses:"))
-            .skip(1)
-            .filter_map(|l| {
-                let (ip, owner) = l.trim().split_once(' ')?;
-                let owner = owner.strip_prefix('(')?.strip_suffix(')')?;
-                let owner = owner.split(" [").next().unwrap_or(owner);
-                Some((ip.to_string(), owner.to_string()))
-            })
-            .collect()
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn log_tail(&self) -> String {
+        format!(
+            "kubelet.log (last lines, newest first):\n{}",
+            log_end(&self.dir.join("logs/kubelet.log"), 15)
+        )
     }
 }
 
@@ -359,15 +194,7 @@ fn node_processes(argv: &[&str]) -> Vec<ProcessPrivileges> {
 
 impl Drop for RealNode {
     fn drop(&mut self) {
-        let out = self.script(&["stop"]);
-        if !out.status.success() {
-            eprintln!("scripts/node stop failed:\n{}", text(&out));
-        }
-        if std::thread::panicking() {
-            eprintln!("node logs kept in {}", self.dir.join("logs").display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
+        self.tear_down();
     }
 }
 
@@ -377,7 +204,7 @@ type PodAddresses = (String, String, String);
 /// Each pod's two addresses (`status.podIPs`, IPv4 then IPv6) are the ones
 /// `podnet status --all-addresses` gives to that pod.
 fn pods_have_their_podnet_addresses(node: &RealNode, pods: &[Value]) -> Vec<PodAddresses> {
-    let allocated = node.allocated();
+    let allocated = node.allocated("ds/podnet");
     let mut pod_ips = Vec::new();
     for pod in pods {
         let name = pod["metadata"]["name"].as_str().expect("pod name");
@@ -416,13 +243,6 @@ fn deploy_manifest(replacements: &[(&str, &str)]) -> String {
         manifest = manifest.replace(from, to);
     }
     manifest
-}
-
-fn ready(pod: &Value) -> bool {
-    pod["status"]["conditions"].as_array().is_some_and(|c| {
-        c.iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-    })
 }
 
 fn deployment(replicas: usize) -> String {
@@ -639,7 +459,7 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
         || node.describe("default"),
     );
     let left: Vec<(String, String)> = node
-        .allocated()
+        .allocated("ds/podnet")
         .into_iter()
         .filter(|(_, owner)| owner.starts_with("default/"))
         .collect();
@@ -917,7 +737,7 @@ fn lab2_namespace_and_pod_annotations_select_pools() {
     eprintln!("pods and their pools' addresses: {pod_ips:?}");
     // podnet's view: each address is the pod's, in the expected pool (`pool/ip`
     // outside the default pool).
-    let allocated = node.allocated();
+    let allocated = node.allocated("ds/podnet");
     for (namespace, name, pool, ip) in &pod_ips {
         let key = if *pool == "default" {
             ip.clone()
@@ -961,7 +781,7 @@ fn lab2_namespace_and_pod_annotations_select_pools() {
     );
     assert!(
         !node
-            .allocated()
+            .allocated("ds/podnet")
             .values()
             .any(|o| o == "lab2-strict/unmatched"),
         "the unmatched pod got an address"

@@ -1,0 +1,480 @@
+//! podnet on a real multi-node Kubernetes cluster: `scripts/cluster` runs a control
+//! plane and three nodes (kubelet + containerd + kube-proxy, each node in network
+//! and mount namespaces of its own, on one fabric bridge) and CoreDNS;
+//! `kubectl apply -f deploy/` installs podnet unchanged (the DaemonSet on every
+//! node, the operator's two replicas on two nodes, tunnel mode). One such cluster
+//! runs per machine (`scripts/cluster start` refuses a second); it is stopped when
+//! the test ends, also on failure, and the test checks nothing of it is left.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ipnet::Ipv4Net;
+
+use crate::harness::*;
+use crate::scripted::*;
+
+const NODES: usize = 3;
+/// Two busybox pods per node (a topology spread of maxSkew 1 over 6 replicas).
+const REPLICAS: usize = 2 * NODES;
+const SERVICE_IP: &str = "10.96.0.1";
+
+fn node_names() -> Vec<String> {
+    (1..=NODES).map(|i| format!("node-{i}")).collect()
+}
+
+/// A cluster `scripts/cluster start` brought up; `scripts/cluster stop` on drop
+/// (a second stop after the test's own finds nothing to do).
+struct Cluster {
+    dir: PathBuf,
+}
+
+impl Cluster {
+    /// Starts the cluster, or reports a skip (a failure under CI=true) when a part
+    /// is missing.
+    fn start(test: &str) -> Option<Cluster> {
+        if !node_parts_or_skip(test, &["kube-proxy", "coredns"]) {
+            return None;
+        }
+        let cluster = Cluster {
+            dir: std::env::temp_dir().join(unique("podnet-cluster-")),
+        };
+        let t0 = Instant::now();
+        let out = cluster.script(&["start"]);
+        assert!(
+            out.status.success(),
+            "scripts/cluster start:\n{}",
+            text(&out)
+        );
+        eprintln!(
+            "scripts/cluster start: {NODES} nodes registered in {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+        Some(cluster)
+    }
+
+    /// `kubectl exec` in `pod` (of `default`); the output, or the failure's.
+    fn exec(&self, pod: &str, cmd: &[&str]) -> Result<String, String> {
+        let mut args = vec!["kubectl", "exec", "-n", "default", pod, "--"];
+        args.extend_from_slice(cmd);
+        let out = self.script(&args);
+        match out.status.success() {
+            true => Ok(String::from_utf8_lossy(&out.stdout).to_string()),
+            false => Err(text(&out)),
+        }
+    }
+
+    /// The podnet agent pod of each node.
+    fn agents(&self) -> BTreeMap<String, String> {
+        self.pods("kube-system", "app.kubernetes.io/name=podnet")
+            .iter()
+            .filter_map(|p| {
+                Some((
+                    p["spec"]["nodeName"].as_str()?.to_string(),
+                    p["metadata"]["name"].as_str()?.to_string(),
+                ))
+            })
+            .collect()
+    }
+
+    /// What is left of the cluster on the host: its network namespaces, the
+    /// mounts under its state dir, its cgroup tree, its recorded processes still
+    /// running.
+    fn leftovers(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        for ns in std::fs::read_dir("/run/netns")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = ns.file_name().to_string_lossy().to_string();
+            if name.starts_with("pnc-") {
+                left.push(format!("network namespace {name}"));
+            }
+        }
+        let dir = self.dir.to_string_lossy().to_string();
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        for m in mounts.lines().filter(|m| m.contains(&dir)) {
+            left.push(format!("mount {m}"));
+        }
+        if Path::new("/sys/fs/cgroup/pids/podnet-cluster").exists() {
+            left.push("cgroup /sys/fs/cgroup/pids/podnet-cluster".to_string());
+        }
+        let pid_files = std::fs::read_dir(self.dir.join("pids"))
+            .into_iter()
+            .flatten();
+        for place in pid_files.flatten() {
+            for file in std::fs::read_dir(place.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let pid = std::fs::read_to_string(file.path()).unwrap_or_default();
+                let pid = pid.trim();
+                if !pid.is_empty() && running(pid) {
+                    left.push(format!("process {pid} ({})", file.path().display()));
+                }
+            }
+        }
+        left
+    }
+}
+
+/// True when process `pid` exists and is not a zombie (a component killed by
+/// stop stays one until whoever inherited it, here the test's parent, reaps it).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat.rsplit_once(") ")?.1.chars().next()?;
+            Some(state != 'Z')
+        })
+        .unwrap_or(false)
+}
+
+impl Scripted for Cluster {
+    const WAIT: Duration = Duration::from_secs(300);
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new("bash");
+        cmd.arg(repo().join("scripts/cluster"))
+            .env("PODNET_CLUSTER_DIR", &self.dir)
+            .env("PODNET_CLUSTER_NODES", NODES.to_string())
+            .env("PODNET_CLUSTER_IMAGES", images_dir());
+        cmd
+    }
+
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn log_tail(&self) -> String {
+        node_names()
+            .iter()
+            .map(|n| {
+                let log = self.dir.join("logs").join(n).join("kubelet.log");
+                format!(
+                    "{n} kubelet.log (last lines, newest first):\n{}\n",
+                    log_end(&log, 10)
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.tear_down();
+    }
+}
+
+/// busybox pods spread evenly over the nodes (two per node).
+fn spread_deployment() -> String {
+    format!(
+        r#"{{"apiVersion": "apps/v1", "kind": "Deployment",
+  "metadata": {{"name": "spread", "namespace": "default"}},
+  "spec": {{"replicas": {REPLICAS},
+    "selector": {{"matchLabels": {{"app": "spread"}}}},
+    "template": {{"metadata": {{"labels": {{"app": "spread"}}}},
+      "spec": {{"terminationGracePeriodSeconds": 1,
+        "topologySpreadConstraints": [{{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+          "whenUnsatisfiable": "DoNotSchedule",
+          "labelSelector": {{"matchLabels": {{"app": "spread"}}}}}}],
+        "containers": [{{"name": "busybox", "image": "localhost/busybox:1.35",
+          "imagePullPolicy": "Never",
+          "command": ["/bin/busybox", "sleep", "86400"]}}]}}}}}}}}"#
+    )
+}
+
+/// A busybox web server on `node` (its page names the pod) behind the ClusterIP
+/// Service `web` (port 80 to 8080).
+fn web_manifest(node: &str) -> String {
+    format!(
+        r#"{{"apiVersion": "v1", "kind": "List", "items": [
+  {{"apiVersion": "v1", "kind": "Pod",
+    "metadata": {{"name": "web", "namespace": "default", "labels": {{"app": "web"}}}},
+    "spec": {{"nodeName": "{node}", "terminationGracePeriodSeconds": 1,
+      "containers": [{{"name": "web", "image": "localhost/busybox:1.35",
+        "imagePullPolicy": "Never",
+        "command": ["/bin/busybox", "sh", "-c",
+          "/bin/busybox mkdir -p /www && echo served-by-web > /www/index.html && exec /bin/busybox httpd -f -p 8080 -h /www"],
+        "readinessProbe": {{"tcpSocket": {{"port": 8080}}, "periodSeconds": 1}}}}]}}}},
+  {{"apiVersion": "v1", "kind": "Service",
+    "metadata": {{"name": "web", "namespace": "default"}},
+    "spec": {{"selector": {{"app": "web"}}, "ports": [{{"port": 80, "targetPort": 8080}}]}}}}]}}"#
+    )
+}
+
+/// The node's pod CIDRs, as the operator gave them (its CiliumNode).
+fn node_cidrs(cluster: &Cluster, node: &str) -> Vec<Ipv4Net> {
+    cluster.kubectl_json(&["get", "ciliumnode", node])["spec"]["ipam"]["podCIDRs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.as_str()?.parse().ok())
+        .collect()
+}
+
+/// The cluster of `scripts/cluster` with `deploy/` applied as it is: three nodes
+/// turn Ready, the operator's two replicas run on two different nodes, every node
+/// gets its own pod CIDR; busybox pods spread over the nodes each have an address
+/// of their node's CIDR (the one their node's agent allocated to them), reach pods
+/// on the other nodes (VXLAN), reach a ClusterIP Service whose pod runs on another
+/// node (kube-proxy, nftables), and resolve `kubernetes.default.svc.cluster.local`
+/// through CoreDNS; no node carries the `kubernetes` Service address (kube-proxy
+/// serves it to the host-network agents). Deleting the pods frees their addresses
+/// on every node. Stopping the cluster leaves no namespace, mount, cgroup or
+/// process behind.
+#[test]
+fn deploy_runs_pods_across_a_three_node_cluster() {
+    let test = "deploy_runs_pods_across_a_three_node_cluster";
+    let Some(cluster) = Cluster::start(test) else {
+        return;
+    };
+    let t0 = Instant::now();
+    let deploy = repo().join("deploy");
+    cluster.kubectl(&["apply", "-f", deploy.to_str().expect("repo path is UTF-8")]);
+    cluster.wait_for(
+        "every node Ready",
+        || {
+            let nodes = cluster.kubectl_json(&["get", "nodes"])["items"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            (nodes.len() == NODES && nodes.iter().all(ready)).then_some(())
+        },
+        || cluster.describe("kube-system"),
+    );
+    eprintln!(
+        "{NODES} nodes Ready {:.1} s after kubectl apply -f deploy/",
+        t0.elapsed().as_secs_f64()
+    );
+
+    // The operator's replicas: on two different nodes (required anti-affinity).
+    let operators = cluster.wait_for(
+        "both operator replicas Running",
+        || {
+            let pods = cluster.pods("kube-system", "app.kubernetes.io/name=podnet-operator");
+            (pods.len() == 2 && pods.iter().all(|p| p["status"]["phase"] == "Running"))
+                .then_some(pods)
+        },
+        || cluster.describe("kube-system"),
+    );
+    let operator_nodes: BTreeSet<&str> = operators
+        .iter()
+        .filter_map(|p| p["spec"]["nodeName"].as_str())
+        .collect();
+    assert_eq!(operator_nodes.len(), 2, "operators on {operator_nodes:?}");
+
+    // No address trick: the agents reach the API server through kube-proxy.
+    for node in node_names() {
+        let out = cluster.script(&["exec", &node, "ip", "-o", "addr", "show"]);
+        assert!(out.status.success(), "ip addr on {node}: {}", text(&out));
+        assert!(
+            !text(&out).contains(&format!(" {SERVICE_IP}/")),
+            "{node} carries the kubernetes Service address:\n{}",
+            text(&out)
+        );
+    }
+
+    let cidrs: BTreeMap<String, Vec<Ipv4Net>> = node_names()
+        .into_iter()
+        .map(|n| {
+            let c = node_cidrs(&cluster, &n);
+            (n, c)
+        })
+        .collect();
+    let all: BTreeSet<&Ipv4Net> = cidrs.values().flatten().collect();
+    assert!(
+        cidrs.values().all(|c| c.len() == 1) && all.len() == NODES,
+        "each node has its own pod CIDR: {cidrs:?}"
+    );
+
+    cluster.apply(&spread_deployment());
+    let pods = cluster.wait_for(
+        "every spread pod Ready",
+        || {
+            let pods = cluster.pods("default", "app=spread");
+            (pods.len() == REPLICAS && pods.iter().all(ready)).then_some(pods)
+        },
+        || cluster.describe("default"),
+    );
+    // (pod, node, IPv4 address)
+    let placed: Vec<(String, String, String)> = pods
+        .iter()
+        .map(|p| {
+            (
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                p["spec"]["nodeName"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                p["status"]["podIP"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect();
+    eprintln!("pods: {placed:?}");
+    let per_node: BTreeSet<&str> = placed.iter().map(|(_, n, _)| n.as_str()).collect();
+    assert_eq!(per_node.len(), NODES, "pods on every node: {placed:?}");
+
+    // Each pod's address is of its node's CIDR, and its node's agent allocated it
+    // to that pod.
+    let agents = cluster.agents();
+    assert_eq!(agents.len(), NODES, "one agent per node: {agents:?}");
+    let allocated: BTreeMap<&str, BTreeMap<String, String>> = agents
+        .iter()
+        .map(|(node, agent)| (node.as_str(), cluster.allocated(agent)))
+        .collect();
+    for (pod, node, ip) in &placed {
+        let addr: std::net::Ipv4Addr = ip
+            .parse()
+            .unwrap_or_else(|e| panic!("pod {pod}: podIP {ip:?}: {e}"));
+        assert!(
+            cidrs[node].iter().any(|c| c.contains(&addr)),
+            "pod {pod} on {node} has {ip}, not of its node's CIDR {:?}",
+            cidrs[node]
+        );
+        assert_eq!(
+            allocated[node.as_str()].get(ip).map(String::as_str),
+            Some(format!("default/{pod}").as_str()),
+            "pod {pod} has {ip} but {node}'s agent allocated {:?}",
+            allocated[node.as_str()]
+        );
+    }
+
+    // Across the nodes: the first pod pings a pod on every other node, and a pod
+    // of the last node pings the first.
+    let (first, first_node, first_ip) = &placed[0];
+    for (_, node, ip) in placed.iter().filter(|(_, n, _)| n != first_node) {
+        eprintln!("{first} ({first_node}) pings {ip} ({node})");
+        cluster.ping("default", first, ip);
+    }
+    let (other, _, _) = placed
+        .iter()
+        .find(|(_, n, _)| n != first_node)
+        .expect("a pod on another node");
+    cluster.ping("default", other, first_ip);
+
+    // A ClusterIP Service whose only pod runs on a node other than the client's.
+    let web_node = node_names()
+        .into_iter()
+        .find(|n| n != first_node)
+        .expect("another node");
+    cluster.apply(&web_manifest(&web_node));
+    cluster.wait_for(
+        "the web pod Ready",
+        || {
+            let pod = cluster.kubectl_json(&["get", "pod", "-n", "default", "web"]);
+            ready(&pod).then_some(())
+        },
+        || cluster.describe("default"),
+    );
+    let web_ip = cluster.kubectl(&[
+        "get",
+        "service",
+        "-n",
+        "default",
+        "web",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ]);
+    // HTTP/1.0 by hand through busybox nc: Debian's static busybox wget crashes
+    // (SIGSEGV) in these pods, even for an address literal.
+    let request = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 3 {web_ip} 80");
+    let page = cluster.wait_for(
+        &format!("{first} ({first_node}) fetching http://{web_ip}/ (web on {web_node})"),
+        || {
+            cluster
+                .exec(first, &["/bin/busybox", "sh", "-c", &request])
+                .ok()
+                .filter(|page| page.starts_with("HTTP/1.1 200"))
+        },
+        || cluster.describe("default"),
+    );
+    assert_eq!(
+        page.lines().last().map(str::trim),
+        Some("served-by-web"),
+        "http://{web_ip}/ answered {page:?}"
+    );
+
+    // Cluster DNS: CoreDNS (scheduled once the nodes were Ready) answers with the
+    // kubernetes Service's address.
+    cluster.wait_for(
+        "CoreDNS Ready",
+        || {
+            let pods = cluster.pods("kube-system", "k8s-app=kube-dns");
+            (!pods.is_empty() && pods.iter().all(ready)).then_some(())
+        },
+        || cluster.describe("kube-system"),
+    );
+    let name = "kubernetes.default.svc.cluster.local";
+    let last = std::cell::RefCell::new(String::new());
+    cluster.wait_for(
+        &format!("{first} resolving {name}"),
+        || {
+            let out = match cluster.exec(first, &["/bin/busybox", "nslookup", name]) {
+                Ok(out) | Err(out) => out,
+            };
+            let answered = out.lines().any(|l| {
+                l.trim_start().starts_with("Address")
+                    && l.split_whitespace().last() == Some(SERVICE_IP)
+            });
+            *last.borrow_mut() = out;
+            answered.then_some(())
+        },
+        || {
+            format!(
+                "last nslookup:\n{}\n{}",
+                last.borrow(),
+                cluster.describe("kube-system")
+            )
+        },
+    );
+
+    // Deleting the pods frees their addresses on every node.
+    cluster.kubectl(&["delete", "deployment", "spread", "--wait=true"]);
+    cluster.kubectl(&["delete", "pod", "web", "--wait=true"]);
+    cluster.wait_for(
+        "the test pods gone",
+        || {
+            cluster
+                .pods("default", "app in (spread, web)")
+                .is_empty()
+                .then_some(())
+        },
+        || cluster.describe("default"),
+    );
+    for (node, agent) in &agents {
+        let left: Vec<(String, String)> = cluster
+            .allocated(agent)
+            .into_iter()
+            .filter(|(_, owner)| owner.starts_with("default/"))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "{node}: addresses still allocated to deleted pods: {left:?}"
+        );
+    }
+
+    let t0 = Instant::now();
+    let out = cluster.script(&["stop"]);
+    assert!(
+        out.status.success(),
+        "scripts/cluster stop:\n{}",
+        text(&out)
+    );
+    eprintln!("scripts/cluster stop: {:.1} s", t0.elapsed().as_secs_f64());
+    let left = cluster.leftovers();
+    assert!(
+        left.is_empty(),
+        "left after scripts/cluster stop: {left:#?}"
+    );
+}
