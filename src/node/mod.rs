@@ -248,3 +248,36 @@ impl BackendHealth {
             .clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn the_waiting_hook_hears_each_change_once() {
+        let health = BackendHealth::new("kubernetes", String::new());
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let h = heard.clone();
+        health.on_waiting(Some(Box::new(move |w: &[String]| {
+            h.lock().unwrap().push(w.to_vec())
+        })));
+        health.set_waiting("start", Some("the API server".into()));
+        health.set_waiting("start", Some("the API server".into()));
+        health.set_waiting("crd", Some("CRD x".into()));
+        health.set_waiting("start", None);
+        health.set_waiting("start", None);
+        assert_eq!(health.waiting(), ["CRD x"]);
+        health.on_waiting(None);
+        health.set_waiting("crd", None);
+        assert_eq!(
+            *heard.lock().unwrap(),
+            [
+                vec!["the API server".to_string()],
+                vec!["CRD x".into(), "the API server".into()],
+                vec!["CRD x".into()],
+            ]
+        );
+        assert!(health.waiting().is_empty());
+    }
+}
