@@ -12,6 +12,7 @@ mod bad_input;
 mod cnitool;
 mod core_path;
 mod crash_safety;
+mod crd_versions;
 mod crossnode;
 mod crossnode_bench;
 mod daemon_lifecycle;
