@@ -29,10 +29,16 @@ const CILIUM_1_20_2_CRDS: [&str; 5] = [
     "ciliumcidrgroups.cilium.io",
 ];
 
-/// The node's blocks of `pool`.
+/// A field of an object, empty while the object does not exist.
+fn field(cp: &ControlPlane, kind: &str, name: &str, path: &str) -> String {
+    cp.kubectl(&["get", kind, name, "-o", &format!("jsonpath={path}")])
+        .stdout
+}
+
+/// The node's blocks of `pool` (none while it has no CiliumNode).
 fn blocks_of(cp: &ControlPlane, node: &str, pool: &str) -> Vec<String> {
     let path = format!("{{.spec.ipam.pools.allocated[?(@.pool==\"{pool}\")].cidrs[*]}}");
-    jsonpath(cp, "ciliumnode", node, &path)
+    field(cp, "ciliumnode", node, &path)
         .split_whitespace()
         .map(str::to_string)
         .collect()
@@ -116,7 +122,7 @@ fn multi_pool_round(test: &str, cp: &ControlPlane, port: u16, pool_version: &str
          spec:\n  ipv4: {cidrs: [10.72.0.0/24], maskSize: 28}\n",
     );
     wait_for("the auto-created pool", Duration::from_secs(15), || {
-        jsonpath(cp, "ciliumpodippool", "default", "{.spec.ipv4.cidrs}").contains("10.71.0.0/24")
+        field(cp, "ciliumpodippool", "default", "{.spec.ipv4.cidrs}").contains("10.71.0.0/24")
     });
     assert_eq!(
         jsonpath(cp, "ciliumpodippool", "default", "{.apiVersion}"),

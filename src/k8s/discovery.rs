@@ -12,7 +12,11 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 
 use crate::resources::{LB_IP_POOL_KIND, NODE_CONFIG_KIND, POD_IP_POOL_KIND};
 
@@ -254,6 +258,20 @@ pub async fn resolve_waiting(
 pub async fn api_waiting(client: &kube::Client, kind: CiliumKind) -> Api<DynamicObject> {
     let resource = resolve_waiting(client, kind, &|_| {}).await;
     Api::all_with(client.clone(), &resource)
+}
+
+/// Every object of `resource`, watched (relists and API-server restarts
+/// survived with kube's default backoff).
+pub fn watch_all(
+    client: &kube::Client,
+    resource: &ApiResource,
+) -> BoxStream<'static, Result<Event<DynamicObject>, watcher::Error>> {
+    watcher::watcher(
+        Api::<DynamicObject>::all_with(client.clone(), resource),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .boxed()
 }
 
 /// A watch error that means the resource is not served any more (the CRD, or

@@ -28,7 +28,9 @@ use super::{BackendHealth, NodeError, NodeEvent};
 use crate::ipam::node_config::{NodeConfigDef, node_default_pool};
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::{LABEL_NAMESPACE_NAME, MetadataSource, NamespaceMeta, PodMeta};
-use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve, resolve_waiting, resource_gone};
+use crate::k8s::discovery::{
+    CiliumKind, DiscoveryError, resolve, resolve_waiting, resource_gone, watch_all,
+};
 use crate::resources::{CiliumNodeConfig, CiliumPodIPPool, decode};
 
 /// The resources multi-pool reads, at the versions the API server serves.
@@ -186,16 +188,10 @@ async fn follow_pools(
     events: &tokio::sync::mpsc::Sender<NodeEvent>,
     health: &BackendHealth,
 ) -> Followed {
-    let watch = |r: &ApiResource| {
-        watcher(
-            Api::<DynamicObject>::all_with(client.clone(), r),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .boxed()
-    };
-    let mut changes =
-        futures::stream::select(watch(&resources.pools), watch(&resources.node_configs));
+    let mut changes = futures::stream::select(
+        watch_all(client, &resources.pools),
+        watch_all(client, &resources.node_configs),
+    );
     while let Some(change) = changes.next().await {
         match change {
             // A list in progress: the whole set is sent when it is done.

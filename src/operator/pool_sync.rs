@@ -40,7 +40,7 @@ use super::pools::{NodeWrite, ObservedNode, PoolBlocks};
 use super::retry::{WriteRetries, next_backoff};
 use super::sync::FIELD_MANAGER;
 use crate::ipam::pooldef::PoolDef;
-use crate::k8s::discovery::{CiliumKind, api_waiting, resolve_waiting, resource_gone};
+use crate::k8s::discovery::{CiliumKind, api_waiting, resolve_waiting, resource_gone, watch_all};
 use crate::node::kube_pools::list_pools;
 use crate::node::kubernetes::to_node_resource;
 
@@ -164,15 +164,7 @@ pub async fn run(
     let mut nodes = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .boxed();
-    let watch_pools = |r: &ApiResource| {
-        watcher(
-            Api::<DynamicObject>::all_with(client.clone(), r),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .boxed()
-    };
-    let mut pools = watch_pools(&pool_resource);
+    let mut pools = watch_all(&client, &pool_resource);
     let mut listing: Option<BTreeSet<String>> = None;
     let mut first_list = true;
     let mut retry = WriteRetries::default();
@@ -219,7 +211,7 @@ pub async fn run(
                 Some(Err(e)) if resource_gone(&e) => {
                     tracing::warn!(version = %pool_resource.api_version, "the CiliumPodIPPool CRD is not served any more; the current definitions stay in force until it is");
                     pool_resource = resolve_pools(&client).await;
-                    pools = watch_pools(&pool_resource);
+                    pools = watch_all(&client, &pool_resource);
                 }
                 Some(Err(e)) => warn_interrupted(&e),
                 // A list in progress: read the whole set when it is done.
