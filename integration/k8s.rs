@@ -276,15 +276,20 @@ impl ControlPlane {
     /// Applies `deploy/crds/` and waits until every CRD is Established and its
     /// resource is listable.
     pub fn install_crds(&self) {
-        let crds = repo_path("deploy/crds");
-        self.kubectl(&["apply", "-f", &crds.to_string_lossy()])
-            .expect_ok("apply deploy/crds");
+        self.install_crd_files(&repo_path("deploy/crds"), &CRDS);
+    }
+
+    /// Applies the CRD file or directory `path` and waits until each CRD of
+    /// `crds` (their names) is Established and its resource is listable.
+    pub fn install_crd_files(&self, path: &Path, crds: &[&str]) {
+        self.kubectl(&["apply", "-f", &path.to_string_lossy()])
+            .expect_ok("apply the CRDs");
         let mut wait = vec!["wait", "--for=condition=Established", "--timeout=30s"];
-        let names: Vec<String> = CRDS.iter().map(|c| format!("crd/{c}")).collect();
+        let names: Vec<String> = crds.iter().map(|c| format!("crd/{c}")).collect();
         wait.extend(names.iter().map(String::as_str));
         self.kubectl(&wait).expect_ok("wait for the CRDs");
         // Established means served; make sure discovery (kubectl's cache) has them.
-        let plurals: Vec<&str> = CRDS
+        let plurals: Vec<&str> = crds
             .iter()
             .map(|c| c.split('.').next().unwrap_or(c))
             .collect();

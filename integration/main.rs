@@ -14,6 +14,7 @@ mod cluster;
 mod cnitool;
 mod core_path;
 mod crash_safety;
+mod crd_versions;
 mod crossnode;
 mod crossnode_bench;
 mod daemon_lifecycle;

@@ -178,6 +178,11 @@ pub fn lease_holder(cp: &ControlPlane) -> String {
 /// The CRDs, deploy/operator.yaml, and a kubeconfig of its ServiceAccount.
 pub fn install_operator(cp: &ControlPlane) -> PathBuf {
     cp.install_crds();
+    install_operator_rbac(cp)
+}
+
+/// deploy/operator.yaml (and no CRD), and a kubeconfig of its ServiceAccount.
+pub fn install_operator_rbac(cp: &ControlPlane) -> PathBuf {
     cp.kubectl(&[
         "apply",
         "-f",

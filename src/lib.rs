@@ -4,11 +4,12 @@
 //! node daemon plus operator tools (subcommands). Dependencies point one way:
 //! `resources` (the typed Kubernetes and Cilium objects) depends on nothing;
 //! `cni` and `ipam` know nothing of netlink or HTTP, and `ipam` reads resources
-//! only from `resources`; `node` uses `ipam` and `resources`; `plugin` uses `cni`,
+//! only from `resources`; `node` uses `ipam`, `resources` and `k8s` (the Kubernetes access layer: which
+//! version of each Cilium kind the API server serves); `plugin` uses `cni`,
 //! `datapath` and `api`; `api` takes its identifier rules from `cni`, so the plugin
 //! and the daemon's API check the same; `daemon` uses `api`, `ipam`, `node`,
 //! `store` and `datapath` for its own devices; `operator` (the cluster-wide IPAM
-//! operator) uses `ipam`, `resources` and the Kubernetes connection of `node`, and
+//! operator) uses `ipam`, `resources`, `k8s` and the Kubernetes connection of `node`, and
 //! shares the option reader and the metrics listener of `daemon`.
 
 pub mod api;
@@ -19,6 +20,7 @@ pub mod cni;
 pub mod daemon;
 pub mod datapath;
 pub mod ipam;
+pub mod k8s;
 pub mod logging;
 pub mod node;
 pub mod operator;

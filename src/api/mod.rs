@@ -8,6 +8,7 @@ pub mod delete_queue;
 pub mod http;
 pub mod link_marker;
 pub mod models;
+pub mod start_note;
 pub mod validate;
 
 /// Default path of the daemon's unix socket.

@@ -457,6 +457,9 @@ pub struct BackendStatus {
     pub location: String,
     #[serde(default)]
     pub watches: BTreeMap<String, bool>,
+    /// What the backend waits for (a CRD that is missing, ...); empty: nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<String>,
 }
 
 /// podnet: the cross-node datapath: its mode, the remote nodes it knows and

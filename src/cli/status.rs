@@ -1,7 +1,8 @@
 //! `podnet status`: the IPAM one-liner in Cilium's form, the node's ranges, the
 //! journal and DEL queue (with entries set aside as unreadable), and with
 //! `--all-addresses` every address and its owner, the remote nodes of the
-//! cross-node datapath; `-o json` for scripts.
+//! cross-node datapath; `-o json` for scripts. A daemon that has started but
+//! does not serve yet is reported with what it waits for (exit 1: not ready).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use clap::Args;
 
 use crate::api::client::Client;
 use crate::api::models::{CrossNodeStatus, IpamStatus};
+use crate::api::start_note;
 
 /// `podnet status` options.
 #[derive(Debug, Clone, Args)]
@@ -31,7 +33,14 @@ pub fn run(args: &StatusArgs) -> i32 {
     let status = match client.healthz() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("podnet status: {e}");
+            // Not serving yet: a starting daemon says what it waits for.
+            match start_note::read(&args.socket) {
+                Some(waiting) => eprintln!(
+                    "podnet status: the daemon is starting and does not serve yet: waiting for {}",
+                    waiting.join("; ")
+                ),
+                None => eprintln!("podnet status: {e}"),
+            }
             return 1;
         }
     };

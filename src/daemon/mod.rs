@@ -30,6 +30,7 @@ use ipnet::IpNet;
 
 use crate::api::delete_queue::{DeleteQueue, read_entry};
 use crate::api::models::EndpointBatchDeleteRequest;
+use crate::api::start_note;
 use crate::datapath::{NetkitSupport, probe_netkit};
 use crate::ipam::Family;
 use crate::ipam::pooldef::PoolDef;
@@ -145,6 +146,7 @@ impl Daemon {
             kind: self.backend.kind.into(),
             location: self.backend.location(),
             watches: self.backend.watches(),
+            waiting: self.backend.waiting(),
         }
     }
 
@@ -297,6 +299,13 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         opts.rebuild_from_kernel,
     )?;
     let health = backend_health(&config, &opts);
+    // Until the socket answers, what the start waits for is in the lock file.
+    let note = lock.path().to_path_buf();
+    health.on_waiting(Some(Box::new(move |waiting: &[String]| {
+        if let Err(e) = start_note::write(&note, waiting) {
+            tracing::warn!(error = %e, file = %note.display(), "cannot note what the start waits for");
+        }
+    })));
     let (mut source, sink) = node_source(
         &config,
         &opts,
@@ -458,6 +467,9 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     runtime.block_on(async move {
         let listener = server::bind(&socket)?;
         drop(queue_lock);
+        health.on_waiting(None);
+        start_note::write(lock.path(), &[])
+            .map_err(|e| format!("cannot clear {}: {e}", lock.path().display()))?;
         let cross_node_status = cross_node
             .is_active()
             .then(|| crossnode::new_status(&cross_node));

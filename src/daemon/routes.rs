@@ -78,7 +78,14 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             // (what CNI STATUS needs; a full /16 lists 65,534 addresses).
             let brief = header(&req, "brief").is_some_and(|v| v.eq_ignore_ascii_case("true"));
             let mut status = daemon.with_state_in_place(move |s| Ok(s.status_brief(brief)))?;
-            status.ipam.backend = Some(daemon.backend_status());
+            let backend = daemon.backend_status();
+            if !backend.waiting.is_empty() {
+                warn(
+                    &mut status,
+                    format!("waiting for {}", backend.waiting.join("; ")),
+                );
+            }
+            status.ipam.backend = Some(backend);
             status.ipam.cross_node = daemon.cross_node_status();
             // File I/O stays outside the state's lock.
             status.ipam.journal_bytes = std::fs::metadata(&status.ipam.journal)
@@ -289,6 +296,11 @@ fn add_queue_status(status: &mut StatusResponse, waiting: usize, unreadable: &[P
         status.ipam.queue_unreadable_files.join(", "),
         if unreadable.len() == 1 { "it" } else { "them" },
     );
+    warn(status, warning);
+}
+
+/// Makes an `Ok` state a `Warning` and adds `warning` to its message.
+fn warn(status: &mut StatusResponse, warning: String) {
     let cilium = &mut status.cilium;
     if cilium.state.is_empty() || cilium.state == "Ok" {
         cilium.state = "Warning".into();

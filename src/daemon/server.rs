@@ -48,7 +48,7 @@ pub fn lock_socket(socket: &Path) -> Result<SocketLock, String> {
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     ensure_private_dir(dir, "socket directory")?;
-    let lock_path = PathBuf::from(format!("{}.lock", socket.display()));
+    let lock_path = crate::api::start_note::lock_path(socket);
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)

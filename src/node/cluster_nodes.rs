@@ -10,12 +10,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use kube::api::DynamicObject;
+use kube::api::{Api, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use super::kubernetes::{cilium_nodes, connect, to_node_resource};
+use super::kubernetes::{connect, to_node_resource};
 use super::{BackendHealth, NodeResource};
+use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve_waiting};
 use crate::resources::{IpamPools, NodeIpamSpec, NodeSpec, ObjectMeta};
 
 /// The watch's name in `podnet status`.
@@ -71,7 +72,13 @@ pub async fn watch_cluster_nodes(
     health.set(WATCH, false);
     let mut nodes: BTreeMap<String, NodeResource> = BTreeMap::new();
     let mut relist: Option<BTreeMap<String, NodeResource>> = None;
-    let mut stream = watcher(cilium_nodes(client), watcher::Config::default())
+    let kind = CiliumKind::Node;
+    let report = |e: Option<&DiscoveryError>| {
+        health.set_waiting(&kind.crd(), e.map(DiscoveryError::awaited))
+    };
+    let resource = resolve_waiting(&client, kind, &report).await;
+    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let mut stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
     while let Some(event) = stream.next().await {

@@ -7,6 +7,11 @@
 //! others apply). Pods (only this node's, by `spec.nodeName`) and Namespaces live in
 //! reflector stores that pool selection reads directly; until both have listed,
 //! selection answers "not synced yet" (retryable) instead of "not found".
+//!
+//! Pools and node configs are read at the newest version their CRD serves that
+//! podnet understands (API discovery, `k8s::discovery`): Cilium 1.20.2's pool CRD
+//! serves v2alpha1 only, podnet's v2 and v2alpha1. A CRD that goes away while the
+//! daemon runs is waited for again; the pools in force stay meanwhile.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,33 +28,61 @@ use super::{BackendHealth, NodeError, NodeEvent};
 use crate::ipam::node_config::{NodeConfigDef, node_default_pool};
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::{LABEL_NAMESPACE_NAME, MetadataSource, NamespaceMeta, PodMeta};
+use crate::k8s::discovery::{
+    CiliumKind, DiscoveryError, resolve, resolve_waiting, resource_gone, watch_all,
+};
 use crate::resources::{CiliumNodeConfig, CiliumPodIPPool, decode};
 
-fn cilium_api(client: kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
-    let ar = ApiResource {
-        group: "cilium.io".into(),
-        version: "v2".into(),
-        api_version: "cilium.io/v2".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    };
-    Api::all_with(client, &ar)
+/// The resources multi-pool reads, at the versions the API server serves.
+#[derive(Debug, Clone)]
+pub(super) struct PoolResources {
+    pools: ApiResource,
+    node_configs: ApiResource,
 }
 
-pub(crate) fn pools_api(client: kube::Client) -> Api<DynamicObject> {
-    cilium_api(client, "CiliumPodIPPool", "ciliumpodippools")
+impl PoolResources {
+    /// Both kinds by API discovery (an error that `is_missing_crd` is one the
+    /// start waits out).
+    pub(super) async fn resolve(client: &kube::Client) -> Result<PoolResources, DiscoveryError> {
+        Ok(PoolResources {
+            pools: resolve(client, CiliumKind::PodIpPool).await?,
+            node_configs: resolve(client, CiliumKind::NodeConfig).await?,
+        })
+    }
+
+    /// Both kinds, waiting (and saying so in `health`) until their CRDs serve a
+    /// version podnet understands.
+    async fn resolve_waiting(client: &kube::Client, health: &BackendHealth) -> PoolResources {
+        let waiting = |kind: CiliumKind| {
+            move |e: Option<&DiscoveryError>| {
+                health.set_waiting(&kind.crd(), e.map(DiscoveryError::awaited))
+            }
+        };
+        let pools = CiliumKind::PodIpPool;
+        let configs = CiliumKind::NodeConfig;
+        PoolResources {
+            pools: resolve_waiting(client, pools, &waiting(pools)).await,
+            node_configs: resolve_waiting(client, configs, &waiting(configs)).await,
+        }
+    }
 }
 
-fn node_configs_api(client: kube::Client) -> Api<DynamicObject> {
-    cilium_api(client, "CiliumNodeConfig", "ciliumnodeconfigs")
-}
-
-/// Every valid pool; an invalid one is logged and left out.
-pub(crate) async fn list_pools(client: &kube::Client) -> Result<Vec<PoolDef>, NodeError> {
-    let listed = pools_api(client.clone())
+/// Every valid pool of `resource` (a `CiliumPodIPPool` version the API server
+/// serves; an object decodes as the version it was read at); an invalid one is
+/// logged and left out.
+pub(crate) async fn list_pools(
+    client: &kube::Client,
+    resource: &ApiResource,
+) -> Result<Vec<PoolDef>, NodeError> {
+    let listed = Api::<DynamicObject>::all_with(client.clone(), resource)
         .list(&ListParams::default())
         .await
-        .map_err(|e| NodeError::Io(format!("listing CiliumPodIPPools: {e}")))?;
+        .map_err(|e| {
+            NodeError::Io(format!(
+                "listing CiliumPodIPPools ({}): {e}",
+                resource.api_version
+            ))
+        })?;
     Ok(listed
         .items
         .iter()
@@ -68,12 +101,18 @@ pub(crate) async fn list_pools(client: &kube::Client) -> Result<Vec<PoolDef>, No
 /// This node's default pool from the CiliumNodeConfigs that select it.
 async fn default_pool(
     client: &kube::Client,
+    resource: &ApiResource,
     node_labels: &BTreeMap<String, String>,
 ) -> Result<Option<String>, NodeError> {
-    let listed = node_configs_api(client.clone())
+    let listed = Api::<DynamicObject>::all_with(client.clone(), resource)
         .list(&ListParams::default())
         .await
-        .map_err(|e| NodeError::Io(format!("listing CiliumNodeConfigs: {e}")))?;
+        .map_err(|e| {
+            NodeError::Io(format!(
+                "listing CiliumNodeConfigs ({}): {e}",
+                resource.api_version
+            ))
+        })?;
     let configs: Vec<NodeConfigDef> = listed
         .items
         .iter()
@@ -93,42 +132,79 @@ async fn default_pool(
 /// The pools and this node's default pool, as they are now.
 pub(super) async fn pools_now(
     client: &kube::Client,
+    resources: &PoolResources,
     node_labels: &BTreeMap<String, String>,
 ) -> Result<(Vec<PoolDef>, Option<String>), NodeError> {
     Ok((
-        list_pools(client).await?,
-        default_pool(client, node_labels).await?,
+        list_pools(client, &resources.pools).await?,
+        default_pool(client, &resources.node_configs, node_labels).await?,
     ))
 }
 
-/// Watches pools and node configs and sends the whole set after every change.
+/// How a watch of the pools ended.
+enum Followed {
+    /// The daemon stopped listening.
+    Closed,
+    /// A CRD (or the version in use) is not served any more.
+    Gone,
+}
+
+/// Watches pools and node configs and sends the whole set after every change;
+/// when their CRD goes (or stops serving the version in use), waits until one
+/// is served again and goes on with it. `resources`: what the start resolved
+/// (None when it served from the journal: resolved here).
 pub(super) async fn watch_pools(
     client: kube::Client,
+    resources: Option<PoolResources>,
     node_labels: BTreeMap<String, String>,
     events: tokio::sync::mpsc::Sender<NodeEvent>,
     health: Arc<BackendHealth>,
 ) {
-    let changes = futures::stream::select(
-        watcher(pools_api(client.clone()), watcher::Config::default())
-            .default_backoff()
-            .boxed(),
-        watcher(node_configs_api(client.clone()), watcher::Config::default())
-            .default_backoff()
-            .boxed(),
+    let mut resources = match resources {
+        Some(r) => r,
+        None => PoolResources::resolve_waiting(&client, &health).await,
+    };
+    loop {
+        match follow_pools(&client, &resources, &node_labels, &events, &health).await {
+            Followed::Closed => return,
+            Followed::Gone => {
+                health.set("pools", false);
+                tracing::warn!(
+                    pools = %resources.pools.api_version,
+                    node_configs = %resources.node_configs.api_version,
+                    "a pool CRD is not served any more; the current pools stay in force until it is"
+                );
+                resources = PoolResources::resolve_waiting(&client, &health).await;
+            }
+        }
+    }
+}
+
+/// One watch of `resources`, until the daemon stops or a CRD goes.
+async fn follow_pools(
+    client: &kube::Client,
+    resources: &PoolResources,
+    node_labels: &BTreeMap<String, String>,
+    events: &tokio::sync::mpsc::Sender<NodeEvent>,
+    health: &BackendHealth,
+) -> Followed {
+    let mut changes = futures::stream::select(
+        watch_all(client, &resources.pools),
+        watch_all(client, &resources.node_configs),
     );
-    let mut changes = changes.boxed();
     while let Some(change) = changes.next().await {
         match change {
             // A list in progress: the whole set is sent when it is done.
             Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
             Ok(_) => {}
+            Err(e) if resource_gone(&e) => return Followed::Gone,
             Err(e) => {
                 health.set("pools", false);
                 tracing::warn!(error = %e, "pool watch interrupted; it resumes");
                 continue;
             }
         }
-        match pools_now(&client, &node_labels).await {
+        match pools_now(client, resources, node_labels).await {
             Ok((pools, default_pool)) => {
                 health.set("pools", true);
                 let sent = events.send(NodeEvent::Pools(pools)).await.is_ok()
@@ -137,12 +213,13 @@ pub(super) async fn watch_pools(
                         .await
                         .is_ok();
                 if !sent {
-                    return;
+                    return Followed::Closed;
                 }
             }
             Err(e) => tracing::warn!(error = %e, "pools not reloaded"),
         }
     }
+    Followed::Closed
 }
 
 /// Pod (this node's) and Namespace metadata from reflector stores.

@@ -38,18 +38,21 @@ use serde_json::json;
 use tokio::runtime::Handle;
 
 use super::external::offered;
-use super::kube_pools::{self, KubeMetadata};
+use super::kube_pools::{self, KubeMetadata, PoolResources};
 use super::{
     BackendHealth, HealthAddresses, NodeAddress, NodeError, NodeEvent, NodeOutbox, NodeResource,
     NodeSink, NodeSource, NodeView, RequestedPool, UsedAddresses, WatchFuture,
 };
 use crate::ipam::eni::eni_allocation;
+use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve, resolve_waiting};
 use crate::resources::{Node, decode};
 
 /// The field manager of the agent's server-side applies.
 pub const FIELD_MANAGER: &str = "podnet-agent";
 /// How often a start that waits (for the API server, the Node, the CIDRs) retries.
 const RETRY: Duration = Duration::from_secs(1);
+/// The subject of what the start waits for in `podnet status`.
+const START: &str = "start";
 /// How long a start follows its CiliumNode for the operator's write before it
 /// re-reads the Node and applies again.
 const START_WATCH: Duration = Duration::from_secs(10);
@@ -120,7 +123,7 @@ impl AgentFields {
         }
     }
 
-    fn apply_body(&self, node_name: &str) -> serde_json::Value {
+    fn apply_body(&self, node_name: &str, api_version: &str) -> serde_json::Value {
         let mut addresses: Vec<serde_json::Value> = self
             .internal_ips
             .iter()
@@ -152,7 +155,7 @@ impl AgentFields {
             spec["health"] = json!(self.health);
         }
         json!({
-            "apiVersion": "cilium.io/v2",
+            "apiVersion": api_version,
             "kind": "CiliumNode",
             "metadata": metadata,
             "spec": spec,
@@ -160,16 +163,30 @@ impl AgentFields {
     }
 }
 
-/// The `ciliumnodes` resource of cilium.io/v2.
-pub(crate) fn cilium_nodes(client: kube::Client) -> Api<DynamicObject> {
-    let ar = ApiResource {
-        group: "cilium.io".into(),
-        version: "v2".into(),
-        api_version: "cilium.io/v2".into(),
-        kind: "CiliumNode".into(),
-        plural: "ciliumnodes".into(),
-    };
-    Api::all_with(client, &ar)
+/// The `ciliumnodes` resource API discovery found (shared by source and sink;
+/// None until the source's start or the sink's first write resolved it).
+type NodesResource = Arc<Mutex<Option<ApiResource>>>;
+
+/// What the start resolved by API discovery: the CiliumNode resource and, in
+/// multi-pool, the pools'.
+struct Discovered {
+    nodes: ApiResource,
+    pools: Option<PoolResources>,
+}
+
+/// The resources `mode` needs, at the versions the API server serves (an error
+/// that `is_missing_crd` is one the start waits out).
+async fn discover(
+    client: &kube::Client,
+    mode: KubernetesMode,
+) -> Result<Discovered, DiscoveryError> {
+    Ok(Discovered {
+        nodes: resolve(client, CiliumKind::Node).await?,
+        pools: match mode {
+            KubernetesMode::MultiPool => Some(PoolResources::resolve(client).await?),
+            _ => None,
+        },
+    })
 }
 
 /// The API server's URL, for status.
@@ -239,6 +256,7 @@ pub fn kubernetes_backend(
 ) -> (KubernetesSource, KubernetesSink) {
     let fields = Arc::new(Mutex::new(AgentFields::from_journal(journal_node.as_ref())));
     let seen_used = SeenUsed::default();
+    let nodes = NodesResource::default();
     (
         KubernetesSource {
             config: config.clone(),
@@ -246,6 +264,8 @@ pub fn kubernetes_backend(
             journal_node,
             fields: fields.clone(),
             seen_used: seen_used.clone(),
+            nodes: nodes.clone(),
+            pools: None,
             client: None,
             node_labels: BTreeMap::new(),
             health,
@@ -255,6 +275,7 @@ pub fn kubernetes_backend(
             runtime,
             fields,
             seen_used,
+            nodes,
             client: None,
             pending: false,
             pending_used: None,
@@ -271,6 +292,9 @@ pub struct KubernetesSource {
     journal_node: Option<NodeResource>,
     fields: Arc<Mutex<AgentFields>>,
     seen_used: SeenUsed,
+    nodes: NodesResource,
+    /// multi-pool: the pools' resources, once the start resolved them.
+    pools: Option<PoolResources>,
     client: Option<kube::Client>,
     /// The Node's labels (CiliumNodeConfig node selectors).
     node_labels: BTreeMap<String, String>,
@@ -301,10 +325,27 @@ impl KubernetesSource {
         let mut waiting_logged = false;
         let mut awaited = String::new();
         loop {
-            match self.try_initial(&nodes, &client, &mut awaited).await {
+            let attempt = match discover(&client, self.config.mode).await {
+                Ok(found) => {
+                    *self.nodes.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(found.nodes.clone());
+                    self.pools = found.pools;
+                    self.try_initial(&nodes, &client, &found.nodes, &mut awaited)
+                        .await
+                }
+                // The CRD is missing or serves no version podnet understands.
+                Err(e) if e.is_missing_crd() => {
+                    tracing::debug!(error = %e, "API discovery");
+                    Ok(Err(e.awaited()))
+                }
+                Err(e) => Err(NodeError::Io(e.to_string())),
+            };
+            match attempt {
                 Ok(Ok((mut view, labels))) => {
-                    if self.config.mode == KubernetesMode::MultiPool {
-                        let (pools, default_pool) = kube_pools::pools_now(&client, &labels).await?;
+                    self.health.set_waiting(START, None);
+                    if let Some(resources) = &self.pools {
+                        let (pools, default_pool) =
+                            kube_pools::pools_now(&client, resources, &labels).await?;
                         view.pools = pools;
                         view.default_pool = default_pool;
                         view.metadata = Some(Box::new(KubeMetadata::start(
@@ -318,12 +359,14 @@ impl KubernetesSource {
                     return Ok(view);
                 }
                 Ok(Err(what)) => {
+                    self.health.set_waiting(START, Some(what.clone()));
                     if what != awaited {
                         tracing::info!(node = %name, "waiting for {what}");
                         awaited = what;
                     }
                 }
                 Err(e) if self.journal_owns_something() => {
+                    self.health.set_waiting(START, None);
                     tracing::warn!(error = %e, node = %name, "the API server cannot be reached: serving from what the journal says this node owns; the watch resumes when it is back");
                     return Ok(NodeView {
                         node: self.journal_node.clone(),
@@ -331,6 +374,8 @@ impl KubernetesSource {
                     });
                 }
                 Err(e) => {
+                    self.health
+                        .set_waiting(START, Some(format!("the API server ({e})")));
                     if !waiting_logged {
                         tracing::warn!(error = %e, node = %name, "waiting for the API server");
                         waiting_logged = true;
@@ -348,6 +393,7 @@ impl KubernetesSource {
         &self,
         nodes: &Api<KubeNode>,
         client: &kube::Client,
+        resource: &ApiResource,
         awaited: &mut String,
     ) -> Result<Result<(NodeView, BTreeMap<String, String>), String>, NodeError> {
         let name = &self.config.node_name;
@@ -387,9 +433,9 @@ impl KubernetesSource {
             if self.config.mode == KubernetesMode::MultiPool && f.requested.is_none() {
                 f.requested = Some(self.config.initial_demand.clone());
             }
-            f.apply_body(name)
+            f.apply_body(name, &resource.api_version)
         };
-        let api = cilium_nodes(client.clone());
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
         let applied = api
             .patch(
                 name,
@@ -401,6 +447,7 @@ impl KubernetesSource {
         let mut resource = resolved(self.config.mode, to_node_resource(&applied)?)?;
         set_seen(&self.seen_used, Some(used_in(&resource)));
         if let Some(what) = self.awaited(&resource) {
+            self.health.set_waiting(START, Some(what.clone()));
             if what != *awaited {
                 tracing::info!(node = %name, "waiting for {what}");
                 *awaited = what.clone();
@@ -556,13 +603,29 @@ impl NodeSource for KubernetesSource {
             if self.config.mode == KubernetesMode::MultiPool {
                 tokio::spawn(kube_pools::watch_pools(
                     client.clone(),
+                    self.pools.clone(),
                     self.node_labels.clone(),
                     events.clone(),
                     self.health.clone(),
                 ));
             }
             let mode = self.config.mode;
-            let api = cilium_nodes(client);
+            // Resolved at start, unless the start served from the journal.
+            let known = self.nodes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let resource = match known {
+                Some(r) => r,
+                None => {
+                    let kind = CiliumKind::Node;
+                    let report = |e: Option<&DiscoveryError>| {
+                        self.health
+                            .set_waiting(&kind.crd(), e.map(DiscoveryError::awaited))
+                    };
+                    let r = resolve_waiting(&client, kind, &report).await;
+                    *self.nodes.lock().unwrap_or_else(|p| p.into_inner()) = Some(r.clone());
+                    r
+                }
+            };
+            let api: Api<DynamicObject> = Api::all_with(client, &resource);
             let selector = format!("metadata.name={}", self.config.node_name);
             let mut stream = watcher(api, watcher::Config::default().fields(&selector))
                 .default_backoff()
@@ -601,6 +664,7 @@ pub struct KubernetesSink {
     runtime: Handle,
     fields: Arc<Mutex<AgentFields>>,
     seen_used: SeenUsed,
+    nodes: NodesResource,
     /// Connected on the first flush, then reused.
     client: Option<kube::Client>,
     /// An apply failed (the API server was down): send the fields again.
@@ -625,28 +689,46 @@ impl KubernetesSink {
         Ok(client)
     }
 
+    /// The CiliumNode resource the source resolved (or, when the start served
+    /// from the journal, that this call resolves).
+    fn nodes_resource(&mut self) -> Result<ApiResource, NodeError> {
+        let client = self.client()?;
+        let known = self.nodes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let resource = match known {
+            Some(r) => r,
+            None => {
+                let c = client.clone();
+                let r = self
+                    .runtime
+                    .block_on(async move { resolve(&c, CiliumKind::Node).await })
+                    .map_err(|e| NodeError::Io(e.to_string()))?;
+                *self.nodes.lock().unwrap_or_else(|p| p.into_inner()) = Some(r.clone());
+                r
+            }
+        };
+        Ok(resource)
+    }
+
     /// crd/eni: `status.ipam.used` and `ipv6-used`, through the status subresource.
     fn apply_used(&mut self, used: &UsedAddresses) -> Result<(), NodeError> {
         let name = self.config.node_name.clone();
+        let resource = self.nodes_resource()?;
+        let api: Api<DynamicObject> = Api::all_with(self.client()?, &resource);
         let body = json!({
-            "apiVersion": "cilium.io/v2",
+            "apiVersion": resource.api_version,
             "kind": "CiliumNode",
             "metadata": {"name": name},
             "status": {"ipam": {"used": used.ipv4, "ipv6-used": used.ipv6}},
         });
-        let client = self.client()?;
         self.runtime.block_on(async move {
-            cilium_nodes(client)
-                .patch_status(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER),
-                    &Patch::Apply(&body),
-                )
-                .await
-                .map(|_| ())
-                .map_err(|e| {
-                    NodeError::Io(format!("applying the status of CiliumNode {name:?}: {e}"))
-                })
+            api.patch_status(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Apply(&body),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| NodeError::Io(format!("applying the status of CiliumNode {name:?}: {e}")))
         })
     }
 }
@@ -700,7 +782,7 @@ impl KubernetesSink {
     fn remove_released(&mut self) -> Result<(), NodeError> {
         let name = self.config.node_name.clone();
         let released = self.pending_released.clone();
-        let api = cilium_nodes(self.client()?);
+        let api: Api<DynamicObject> = Api::all_with(self.client()?, &self.nodes_resource()?);
         self.runtime.block_on(async move {
             let io = |e: kube::Error| {
                 NodeError::Io(format!("giving blocks back in CiliumNode {name:?}: {e}"))
@@ -741,7 +823,7 @@ impl KubernetesSink {
 impl KubernetesSink {
     /// Applies the agent's fields when one changed (or the last apply failed).
     fn apply_fields(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
-        let body = {
+        {
             let mut f = self.fields.lock().unwrap_or_else(|p| p.into_inner());
             let mut changed = self.pending;
             if let Some(addresses) = &outbox.addresses {
@@ -759,20 +841,24 @@ impl KubernetesSink {
             if !changed {
                 return Ok(());
             }
-            f.apply_body(&self.config.node_name)
-        };
+        }
         let name = self.config.node_name.clone();
         self.pending = true;
-        let client = self.client()?;
+        let resource = self.nodes_resource()?;
+        let body = self
+            .fields
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .apply_body(&name, &resource.api_version);
+        let api: Api<DynamicObject> = Api::all_with(self.client()?, &resource);
         self.runtime.block_on(async move {
-            cilium_nodes(client)
-                .patch(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER),
-                    &Patch::Apply(&body),
-                )
-                .await
-                .map_err(|e| NodeError::Io(format!("applying CiliumNode {name:?}: {e}")))
+            api.patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Apply(&body),
+            )
+            .await
+            .map_err(|e| NodeError::Io(format!("applying CiliumNode {name:?}: {e}")))
         })?;
         self.pending = false;
         Ok(())
@@ -871,7 +957,7 @@ mod tests {
             pod_cidrs: None,
             requested: Some(Vec::new()),
         };
-        let body = f.apply_body("n1");
+        let body = f.apply_body("n1", "cilium.io/v2");
         assert_eq!(body["spec"]["health"]["ipv4"], "10.244.1.2");
         assert!(body["spec"]["health"].get("ipv6").is_none());
         assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "u-1");
@@ -890,7 +976,7 @@ mod tests {
         journal.set_address("CiliumInternalIP", "10.244.1.1".parse().unwrap());
         journal.spec.health.ipv4 = "10.244.1.2".into();
         let f = AgentFields::from_journal(Some(&journal));
-        let body = f.apply_body("n1");
+        let body = f.apply_body("n1", "cilium.io/v2");
         assert_eq!(
             body["spec"]["addresses"],
             json!([{"type": "CiliumInternalIP", "ip": "10.244.1.1"}]),

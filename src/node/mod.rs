@@ -165,7 +165,15 @@ pub struct BackendHealth {
     pub kind: &'static str,
     location: std::sync::Mutex<String>,
     watches: std::sync::Mutex<BTreeMap<String, bool>>,
+    /// What the backend waits for (a CRD, the operator's blocks, ...), by subject.
+    waiting: std::sync::Mutex<BTreeMap<String, String>>,
+    /// Told the whole waiting list after each change (the daemon, while it
+    /// starts, writes it where `podnet status` finds it before the socket answers).
+    on_waiting: std::sync::Mutex<Option<WaitingHook>>,
 }
+
+/// See [`BackendHealth::on_waiting`].
+pub type WaitingHook = Box<dyn Fn(&[String]) + Send>;
 
 impl BackendHealth {
     pub fn new(kind: &'static str, location: String) -> std::sync::Arc<BackendHealth> {
@@ -173,7 +181,42 @@ impl BackendHealth {
             kind,
             location: std::sync::Mutex::new(location),
             watches: std::sync::Mutex::new(BTreeMap::new()),
+            waiting: std::sync::Mutex::new(BTreeMap::new()),
+            on_waiting: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Records that the backend waits for `what` on `subject` (None: no longer).
+    pub fn set_waiting(&self, subject: &str, what: Option<String>) {
+        let list = {
+            let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            let changed = match what {
+                Some(w) => waiting.insert(subject.to_string(), w.clone()) != Some(w),
+                None => waiting.remove(subject).is_some(),
+            };
+            if !changed {
+                return;
+            }
+            waiting.values().cloned().collect::<Vec<_>>()
+        };
+        if let Some(hook) = &*self.on_waiting.lock().unwrap_or_else(|p| p.into_inner()) {
+            hook(&list);
+        }
+    }
+
+    /// What the backend waits for now, one line each ("CRD ... at v2 (not installed)").
+    pub fn waiting(&self) -> Vec<String> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Sets (or, with None, removes) the hook told the waiting list after each change.
+    pub fn on_waiting(&self, hook: Option<WaitingHook>) {
+        *self.on_waiting.lock().unwrap_or_else(|p| p.into_inner()) = hook;
     }
 
     /// Where the backend reads from.
@@ -203,5 +246,38 @@ impl BackendHealth {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn the_waiting_hook_hears_each_change_once() {
+        let health = BackendHealth::new("kubernetes", String::new());
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let h = heard.clone();
+        health.on_waiting(Some(Box::new(move |w: &[String]| {
+            h.lock().unwrap().push(w.to_vec())
+        })));
+        health.set_waiting("start", Some("the API server".into()));
+        health.set_waiting("start", Some("the API server".into()));
+        health.set_waiting("crd", Some("CRD x".into()));
+        health.set_waiting("start", None);
+        health.set_waiting("start", None);
+        assert_eq!(health.waiting(), ["CRD x"]);
+        health.on_waiting(None);
+        health.set_waiting("crd", None);
+        assert_eq!(
+            *heard.lock().unwrap(),
+            [
+                vec!["the API server".to_string()],
+                vec!["CRD x".into(), "the API server".into()],
+                vec!["CRD x".into()],
+            ]
+        );
+        assert!(health.waiting().is_empty());
     }
 }

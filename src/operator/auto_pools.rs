@@ -31,9 +31,10 @@ pub fn parse(values: &[String]) -> Result<Vec<PoolDef>, String> {
     Ok(pools)
 }
 
-/// The CiliumPodIPPool (cilium.io/v2alpha1, as Cilium 1.20's operator creates
-/// it) for one pool.
-pub fn pool_object(def: &PoolDef) -> serde_json::Value {
+/// The CiliumPodIPPool for one pool, at `api_version` (the version the CRD
+/// serves: Cilium 1.20's operator creates v2alpha1; the fields written here are
+/// the same in v2).
+pub fn pool_object(def: &PoolDef, api_version: &str) -> serde_json::Value {
     let family = |f: &Option<PoolFamilySpec>| {
         f.as_ref()
             .map(|s| json!({"cidrs": s.cidrs, "maskSize": s.mask_size}))
@@ -52,7 +53,7 @@ pub fn pool_object(def: &PoolDef) -> serde_json::Value {
         spec.insert("allowLastIP".into(), json!(true));
     }
     json!({
-        "apiVersion": "cilium.io/v2alpha1",
+        "apiVersion": api_version,
         "kind": "CiliumPodIPPool",
         "metadata": {"name": def.name},
         "spec": spec,
@@ -62,6 +63,7 @@ pub fn pool_object(def: &PoolDef) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::{CiliumPodIPPool, decode};
 
     fn p(s: &str) -> Result<Vec<PoolDef>, String> {
         parse(&[s.to_string()])
@@ -82,10 +84,15 @@ mod tests {
         assert!(pools[0].ipv6.is_none());
         assert_eq!(pools[1].ipv6.as_ref().unwrap().mask_size, 120);
         assert!(pools[1].allow_first_ip);
-        let obj = pool_object(&pools[0]);
-        assert_eq!(obj["spec"]["ipv4"]["cidrs"][1], "10.11.0.0/16");
-        assert_eq!(obj["spec"]["ipv4"]["maskSize"], 24);
-        assert_eq!(obj["apiVersion"], "cilium.io/v2alpha1");
+        // Written at the version the CRD serves; read back, the same pool.
+        for version in ["cilium.io/v2alpha1", "cilium.io/v2"] {
+            let obj = pool_object(&pools[0], version);
+            assert_eq!(obj["spec"]["ipv4"]["cidrs"][1], "10.11.0.0/16");
+            assert_eq!(obj["spec"]["ipv4"]["maskSize"], 24);
+            assert_eq!(obj["apiVersion"], version);
+            let read: CiliumPodIPPool = decode(&obj).unwrap();
+            assert_eq!(PoolDef::try_from(&read).unwrap(), pools[0]);
+        }
         // Repeating the option.
         let two = parse(&[
             "a=ipv4-cidrs:10.1.0.0/16;ipv4-mask-size:24".into(),

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::Error as WatchError;
 use kube::runtime::watcher::Event;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
@@ -39,8 +40,9 @@ use super::pools::{NodeWrite, ObservedNode, PoolBlocks};
 use super::retry::{WriteRetries, next_backoff};
 use super::sync::FIELD_MANAGER;
 use crate::ipam::pooldef::PoolDef;
-use crate::node::kube_pools::{list_pools, pools_api};
-use crate::node::kubernetes::{cilium_nodes, to_node_resource};
+use crate::k8s::discovery::{CiliumKind, api_waiting, resolve_waiting, resource_gone, watch_all};
+use crate::node::kube_pools::list_pools;
+use crate::node::kubernetes::to_node_resource;
 
 /// Conflicts in a row after which a node waits for the retry timer.
 const CONFLICTS_IN_A_ROW: usize = 5;
@@ -76,24 +78,19 @@ fn see(blocks: &mut PoolBlocks, obj: &DynamicObject) {
 }
 
 /// Creates the pools of `--auto-create-cilium-pod-ip-pools` that do not exist
-/// (an existing one is never changed), retrying while the API server fails.
-async fn create_missing_pools(client: &kube::Client, pools: &[PoolDef]) {
-    let ar = ApiResource {
-        group: "cilium.io".into(),
-        version: "v2alpha1".into(),
-        api_version: "cilium.io/v2alpha1".into(),
-        kind: "CiliumPodIPPool".into(),
-        plural: "ciliumpodippools".into(),
-    };
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+/// (an existing one is never changed) at `resource` (the version the CRD serves),
+/// retrying while the API server fails.
+async fn create_missing_pools(client: &kube::Client, resource: &ApiResource, pools: &[PoolDef]) {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
     for def in pools {
-        let body: DynamicObject = match serde_json::from_value(pool_object(def)) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::error!(pool = %def.name, error = %e, "pool object not built");
-                continue;
-            }
-        };
+        let body: DynamicObject =
+            match serde_json::from_value(pool_object(def, &resource.api_version)) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::error!(pool = %def.name, error = %e, "pool object not built");
+                    continue;
+                }
+            };
         let mut wait = next_backoff(None);
         loop {
             match api.create(&PostParams::default(), &body).await {
@@ -118,8 +115,13 @@ async fn create_missing_pools(client: &kube::Client, pools: &[PoolDef]) {
 }
 
 /// Reads the pools and puts them in force unless they break blocks in use.
-async fn reload_pools(client: &kube::Client, blocks: &mut PoolBlocks, metrics: &OperatorMetrics) {
-    let defs = match list_pools(client).await {
+async fn reload_pools(
+    client: &kube::Client,
+    resource: &ApiResource,
+    blocks: &mut PoolBlocks,
+    metrics: &OperatorMetrics,
+) {
+    let defs = match list_pools(client, resource).await {
         Ok(d) => d,
         Err(e) => {
             tracing::warn!(error = %e, "CiliumPodIPPools not read; the current definitions stay");
@@ -147,7 +149,8 @@ pub async fn run(
     migrate_into: Option<String>,
     metrics: Arc<OperatorMetrics>,
 ) -> String {
-    create_missing_pools(&client, &auto_create).await;
+    let mut pool_resource = resolve_pools(&client).await;
+    create_missing_pools(&client, &pool_resource, &auto_create).await;
     let mut blocks = match PoolBlocks::new(&[]) {
         Ok(b) => b,
         Err(e) => return e,
@@ -156,14 +159,12 @@ pub async fn run(
         tracing::info!(pool = %pool, "cluster-pool to multi-pool migration on: nodes' podCIDRs become their blocks of this pool");
         blocks = blocks.with_migration(pool);
     }
-    reload_pools(&client, &mut blocks, &metrics).await;
-    let api = cilium_nodes(client.clone());
+    reload_pools(&client, &pool_resource, &mut blocks, &metrics).await;
+    let api = api_waiting(&client, CiliumKind::Node).await;
     let mut nodes = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .boxed();
-    let mut pools = watcher(pools_api(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    let mut pools = watch_all(&client, &pool_resource);
     let mut listing: Option<BTreeSet<String>> = None;
     let mut first_list = true;
     let mut retry = WriteRetries::default();
@@ -207,11 +208,16 @@ pub async fn run(
             },
             item = pools.next() => match item {
                 None => return "the CiliumPodIPPool watch ended".into(),
-                Some(Err(e)) => tracing::warn!(error = %e, "CiliumPodIPPool watch interrupted; it resumes"),
+                Some(Err(e)) if resource_gone(&e) => {
+                    tracing::warn!(version = %pool_resource.api_version, "the CiliumPodIPPool CRD is not served any more; the current definitions stay in force until it is");
+                    pool_resource = resolve_pools(&client).await;
+                    pools = watch_all(&client, &pool_resource);
+                }
+                Some(Err(e)) => warn_interrupted(&e),
                 // A list in progress: read the whole set when it is done.
                 Some(Ok(Event::Init | Event::InitApply(_))) => {}
                 Some(Ok(_)) => {
-                    reload_pools(&client, &mut blocks, &metrics).await;
+                    reload_pools(&client, &pool_resource, &mut blocks, &metrics).await;
                     dirty.extend(blocks.node_names());
                 }
             },
@@ -236,6 +242,16 @@ pub async fn run(
         let waiting = blocks.waiting().len();
         metrics.set_nodes(blocks.node_names().len() - waiting, waiting);
     }
+}
+
+/// The CiliumPodIPPool resource, waiting until its CRD serves a version podnet
+/// understands.
+async fn resolve_pools(client: &kube::Client) -> ApiResource {
+    resolve_waiting(client, CiliumKind::PodIpPool, &|_| {}).await
+}
+
+fn warn_interrupted(e: &WatchError) {
+    tracing::warn!(error = %e, "CiliumPodIPPool watch interrupted; it resumes");
 }
 
 /// What a failed write means.

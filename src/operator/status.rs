@@ -27,8 +27,9 @@ use crate::ipam::clusterpool::{
     ClusterPoolConfig, NodeCidrCarver, OPT_IPV4_CIDR, OPT_IPV6_CIDR, parse_cidr_list,
 };
 use crate::ipam::pooldef::PoolDef;
+use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve};
 use crate::node::kube_pools::list_pools;
-use crate::node::kubernetes::{cilium_nodes, kube_config, to_node_resource};
+use crate::node::kubernetes::{kube_config, to_node_resource};
 use crate::resources::AllocatedPool;
 
 /// How long the reads may take before the API server counts as unreachable.
@@ -214,8 +215,16 @@ async fn read(
         kube::Error::Api(s) => format!("{what}: the API server at {url} answered: {s}"),
         e => format!("cannot reach the API server at {url} ({what}): {e}"),
     };
+    // The API server not answering reads as for any other request.
+    let discovery = |what: &str, e: DiscoveryError| match e {
+        DiscoveryError::Api { source, .. } => failed(what, source),
+        e => e.to_string(),
+    };
     let reads = async {
-        let nodes = cilium_nodes(client.clone())
+        let nodes_resource = resolve(&client, CiliumKind::Node)
+            .await
+            .map_err(|e| discovery("listing CiliumNodes", e))?;
+        let nodes = Api::<DynamicObject>::all_with(client.clone(), &nodes_resource)
             .list(&ListParams::default())
             .await
             .map_err(|e| failed("listing CiliumNodes", e))?;
@@ -223,7 +232,14 @@ async fn read(
             .get_opt(LEASE_NAME)
             .await
             .map_err(|e| failed("reading the leader Lease", e))?;
-        let pools = list_pools(&client).await.map_err(|e| e.to_string())?;
+        // Without a pool CRD (cluster-pool), no pools.
+        let pools = match resolve(&client, CiliumKind::PodIpPool).await {
+            Ok(resource) => list_pools(&client, &resource)
+                .await
+                .map_err(|e| e.to_string())?,
+            Err(e) if e.is_missing_crd() => Vec::new(),
+            Err(e) => return Err(discovery("listing CiliumPodIPPools", e)),
+        };
         Ok((nodes.items, lease, pools))
     };
     tokio::time::timeout(READ_TIMEOUT, reads)

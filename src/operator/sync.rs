@@ -30,7 +30,8 @@ use tokio::time::Instant;
 use super::allocator::{NodeCidrs, Observed, Pending, ignored};
 use super::metrics::OperatorMetrics;
 use super::retry::WriteRetries;
-use crate::node::kubernetes::{cilium_nodes, to_node_resource};
+use crate::k8s::discovery::{CiliumKind, api_waiting};
+use crate::node::kubernetes::to_node_resource;
 
 /// The field manager of the operator's applies.
 pub const FIELD_MANAGER: &str = "podnet-operator";
@@ -59,7 +60,7 @@ pub async fn run(
     mut cidrs: NodeCidrs,
     metrics: Arc<OperatorMetrics>,
 ) -> String {
-    let api = cilium_nodes(client);
+    let api = api_waiting(&client, CiliumKind::Node).await;
     let mut stream = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .boxed();

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -24,8 +24,9 @@ use super::pools::{Family, Pool, sort_pools};
 use super::services::{
     self, FamilyPolicy, Orphan, Plan, PoolStatus, ServicePlan, ServiceView, Settings,
 };
+use crate::k8s::discovery::{CiliumKind, resolve_waiting};
 use crate::operator::mirror::{Mirror, Retry, key_of};
-use crate::resources::{CiliumLoadBalancerIPPool, LB_IP_POOL_KIND, LB_IP_POOL_V2, decode};
+use crate::resources::{CiliumLoadBalancerIPPool, LB_IP_POOL_KIND, decode};
 
 /// The field manager of LB IPAM's applies.
 pub const FIELD_MANAGER: &str = "podnet-operator-lb-ipam";
@@ -38,17 +39,6 @@ pub const USED_CONDITION: &str = "cilium.io/IPsUsed";
 pub const ORPHANED_CONDITION: &str = "podnet.io/ServicesOrphaned";
 /// podnet's own: the pool cannot be used (what is wrong and where).
 pub const INVALID_CONDITION: &str = "podnet.io/InvalidPool";
-
-fn pools_api(client: kube::Client) -> Api<DynamicObject> {
-    let ar = ApiResource {
-        group: "cilium.io".into(),
-        version: "v2".into(),
-        api_version: LB_IP_POOL_V2.into(),
-        kind: LB_IP_POOL_KIND.into(),
-        plural: "ciliumloadbalancerippools".into(),
-    };
-    Api::all_with(client, &ar)
-}
 
 /// What LB IPAM reads of a Service.
 pub fn view(svc: &Service) -> ServiceView {
@@ -161,6 +151,8 @@ fn same_conditions(have: &[Value], wanted: &[Value]) -> bool {
 struct Controller {
     services_api: Api<Service>,
     pools_api: Api<DynamicObject>,
+    /// The pools' apiVersion (API discovery: the newest served one podnet reads).
+    pools_version: String,
     settings: Settings,
     metrics: LbIpamMetrics,
     pools: Mirror<DynamicObject>,
@@ -179,9 +171,11 @@ struct Controller {
 /// Runs until a watch ends (they do not while the API server can be retried);
 /// returns why.
 pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetrics) -> String {
+    let pools = resolve_waiting(&client, CiliumKind::LbIpPool, &|_| {}).await;
     let mut c = Controller {
         services_api: Api::all(client.clone()),
-        pools_api: pools_api(client),
+        pools_api: Api::all_with(client, &pools),
+        pools_version: pools.api_version,
         settings,
         metrics,
         pools: Mirror::default(),
@@ -438,7 +432,7 @@ impl Controller {
             return Ok(false);
         }
         let body = json!({
-            "apiVersion": LB_IP_POOL_V2,
+            "apiVersion": self.pools_version,
             "kind": LB_IP_POOL_KIND,
             "metadata": {"name": name},
             "status": {"conditions": wanted},

@@ -1,0 +1,8 @@
+//! The Kubernetes access layer shared by the agent's backend (`node`) and the
+//! operator: which version of each Cilium kind to use, found by asking the API
+//! server what it serves ([`discovery`]), so podnet runs on Cilium 1.20's own CRDs
+//! as well as on its own (`deploy/crds/`), and waits for a CRD that is missing.
+
+pub mod discovery;
+
+pub use discovery::{CiliumKind, DiscoveryError, api_waiting, resolve, resolve_waiting};
