@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use crate::harness::*;
 use crate::k8s::{CRDS, ControlPlane};
-use crate::k8s_backend::{add_as, create_node, create_pod, jsonpath, k8s_node};
+use crate::k8s_backend::{add_as, create_pod, jsonpath};
 use crate::operator::{Operator, install_operator_rbac, wait_for};
+use crate::operator_pools::spawn_multi_pool_node as spawn_node;
 
 /// The fixture directory of Cilium 1.20.2's CRDs.
 fn cilium_1_20_2() -> PathBuf {
@@ -88,28 +89,6 @@ fn start_operator(cp: &ControlPlane, port: u16) -> Operator {
             "--auto-create-cilium-pod-ip-pools=default=ipv4-cidrs:10.71.0.0/24;ipv4-mask-size:28",
         ],
     )
-}
-
-/// A node (its Node object) and its multi-pool daemon, started without waiting
-/// for it; the daemon and the node's name.
-fn spawn_node(cp: &ControlPlane, name: &str) -> (Node, String) {
-    let ns = cp.add_node_ns(name);
-    create_node(cp, &ns, &[]);
-    let name = ns.name.clone();
-    let mut node = k8s_node(
-        ns,
-        &cp.kubeconfig(),
-        &[
-            "--ipam",
-            "multi-pool",
-            "--ipam-multi-pool-pre-allocation",
-            "default=1",
-            "--ipam-release-cooldown",
-            "0s",
-        ],
-    );
-    node.spawn_daemon();
-    (node, name)
 }
 
 /// The whole multi-pool round on whatever CRDs `cp` has: `pool_version` is the

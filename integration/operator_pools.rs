@@ -103,22 +103,7 @@ fn multi_pool_blocks_for_two_real_daemons_are_distinct_exhausted_released_and_re
     let (a, b) = ("mpa".to_string(), "mpb".to_string());
     let mut nodes = Vec::new();
     for name in [&a, &b] {
-        let ns = cp.add_node_ns(name);
-        create_node(&cp, &ns, &[]);
-        let mut node = k8s_node(
-            ns,
-            &cp.kubeconfig(),
-            &[
-                "--ipam",
-                "multi-pool",
-                "--ipam-multi-pool-pre-allocation",
-                "default=1",
-                "--ipam-release-cooldown",
-                "0s",
-            ],
-        );
-        node.spawn_daemon();
-        nodes.push(node);
+        nodes.push(spawn_multi_pool_node(&cp, name).0);
     }
     // The daemons wait for their first block (their demand is written first).
     wait_for("a block for each node", Duration::from_secs(20), || {
@@ -534,4 +519,26 @@ fn multi_pool_follower_takes_over_mid_burst_and_never_gives_a_block_twice() {
     assert_eq!(lease_holder(&cp), follower.identity);
     assert!(follower.log().contains("re-adopted their blocks"));
     drop(ops);
+}
+
+/// A node (its Node object) and its multi-pool daemon, started without waiting
+/// for it; the daemon and the node's name.
+pub fn spawn_multi_pool_node(cp: &ControlPlane, name: &str) -> (Node, String) {
+    let ns = cp.add_node_ns(name);
+    create_node(cp, &ns, &[]);
+    let name = ns.name.clone();
+    let mut node = k8s_node(
+        ns,
+        &cp.kubeconfig(),
+        &[
+            "--ipam",
+            "multi-pool",
+            "--ipam-multi-pool-pre-allocation",
+            "default=1",
+            "--ipam-release-cooldown",
+            "0s",
+        ],
+    );
+    node.spawn_daemon();
+    (node, name)
 }
