@@ -547,10 +547,14 @@ fn a_follower_takes_over_when_the_leader_is_killed_mid_burst() {
         .flat_map(|op| op.log().lines().map(str::to_string).collect::<Vec<_>>())
         .filter(|l| l.contains("failed"))
         .collect();
-    assert_eq!(
-        writes - NODES as u64,
-        NODES as u64,
-        "operator log lines about failures: {failed_writes:#?}"
+    // One apply per node. The one the SIGKILL cut off mid-request may have been
+    // committed and still be counted with another code (the client never read
+    // its answer); the follower then re-adopts that node's CIDR without writing,
+    // so one fewer 2xx write is the same outcome, never one more.
+    let operator_writes = writes - NODES as u64;
+    assert!(
+        operator_writes == NODES as u64 || operator_writes + 1 == NODES as u64,
+        "{operator_writes} operator writes for {NODES} nodes; operator log lines about failures: {failed_writes:#?}"
     );
     assert!(ops[follower].log().contains("re-adopted their CIDRs"));
     let events = cp
