@@ -136,3 +136,14 @@ cluster: image
 
 cluster-down:
 	bash scripts/cluster stop
+
+# Kubernetes' own e2e network tests (v1.37.2) against podnet on a fresh 3-node
+# cluster per routing mode (tunnel, then native): JUnit and summaries in
+# target/conformance/ (docs/conformance.md). PODNET_CONFORMANCE_MODES picks the
+# modes, PODNET_CONFORMANCE_FOCUS/_SKIP the specs. The cluster must not be running.
+.PHONY: conformance
+conformance: image
+	bash scripts/setup
+	bash scripts/k8s-binaries e2e >/dev/null
+	bash scripts/e2e-images
+	bash scripts/conformance

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ipnet::Ipv4Net;
@@ -20,15 +21,23 @@ const NODES: usize = 3;
 /// Two busybox pods per node (a topology spread of maxSkew 1 over 6 replicas).
 const REPLICAS: usize = 2 * NODES;
 const SERVICE_IP: &str = "10.96.0.1";
+/// The web pod's hostPort.
+const HOST_PORT: u16 = 18080;
+/// "The world" of scripts/cluster: behind a router, with no route to the pods.
+const WORLD_IP: &str = "192.0.2.2";
 
 fn node_names() -> Vec<String> {
     (1..=NODES).map(|i| format!("node-{i}")).collect()
 }
 
+/// One cluster per machine: the tests of this file take turns.
+static ONE_CLUSTER: Mutex<()> = Mutex::new(());
+
 /// A cluster `scripts/cluster start` brought up; `scripts/cluster stop` on drop
 /// (a second stop after the test's own finds nothing to do).
 struct Cluster {
     dir: PathBuf,
+    _turn: MutexGuard<'static, ()>,
 }
 
 impl Cluster {
@@ -38,8 +47,11 @@ impl Cluster {
         if !node_parts_or_skip(test, &["kube-proxy", "coredns"]) {
             return None;
         }
+        // A test that failed while it held the turn left nothing to protect.
+        let turn = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
         let cluster = Cluster {
             dir: std::env::temp_dir().join(unique("podnet-cluster-")),
+            _turn: turn,
         };
         let t0 = Instant::now();
         let out = cluster.script(&["start"]);
@@ -53,6 +65,28 @@ impl Cluster {
             t0.elapsed().as_secs_f64()
         );
         Some(cluster)
+    }
+
+    /// `kubectl apply -f deploy/`, then waits until every node is Ready.
+    fn install_podnet(&self) {
+        let t0 = Instant::now();
+        let deploy = repo().join("deploy");
+        self.kubectl(&["apply", "-f", deploy.to_str().expect("repo path is UTF-8")]);
+        self.wait_for(
+            "every node Ready",
+            || {
+                let nodes = self.kubectl_json(&["get", "nodes"])["items"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                (nodes.len() == NODES && nodes.iter().all(ready)).then_some(())
+            },
+            || self.describe("kube-system"),
+        );
+        eprintln!(
+            "{NODES} nodes Ready {:.1} s after kubectl apply -f deploy/",
+            t0.elapsed().as_secs_f64()
+        );
     }
 
     /// `kubectl exec` in `pod` (of `default`); the output, or the failure's.
@@ -170,26 +204,27 @@ impl Drop for Cluster {
     }
 }
 
-/// busybox pods spread evenly over the nodes (two per node).
-fn spread_deployment() -> String {
+/// `replicas` busybox pods labelled `app: <name>`, spread evenly over the nodes.
+fn spread_deployment(name: &str, replicas: usize) -> String {
     format!(
         r#"{{"apiVersion": "apps/v1", "kind": "Deployment",
-  "metadata": {{"name": "spread", "namespace": "default"}},
-  "spec": {{"replicas": {REPLICAS},
-    "selector": {{"matchLabels": {{"app": "spread"}}}},
-    "template": {{"metadata": {{"labels": {{"app": "spread"}}}},
+  "metadata": {{"name": "{name}", "namespace": "default"}},
+  "spec": {{"replicas": {replicas},
+    "selector": {{"matchLabels": {{"app": "{name}"}}}},
+    "template": {{"metadata": {{"labels": {{"app": "{name}"}}}},
       "spec": {{"terminationGracePeriodSeconds": 1,
         "topologySpreadConstraints": [{{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
           "whenUnsatisfiable": "DoNotSchedule",
-          "labelSelector": {{"matchLabels": {{"app": "spread"}}}}}}],
+          "labelSelector": {{"matchLabels": {{"app": "{name}"}}}}}}],
         "containers": [{{"name": "busybox", "image": "localhost/busybox:1.35",
           "imagePullPolicy": "Never",
           "command": ["/bin/busybox", "sleep", "86400"]}}]}}}}}}}}"#
     )
 }
 
-/// A busybox web server on `node` (its page names the pod) behind the ClusterIP
-/// Service `web` (port 80 to 8080).
+/// A busybox web server on `node` (its page names the pod), on the node's
+/// hostPort 18080 (the portmap plugin podnet's conflist chains) and behind the
+/// NodePort Service `web` (port 80 to 8080).
 fn web_manifest(node: &str) -> String {
     format!(
         r#"{{"apiVersion": "v1", "kind": "List", "items": [
@@ -200,10 +235,12 @@ fn web_manifest(node: &str) -> String {
         "imagePullPolicy": "Never",
         "command": ["/bin/busybox", "sh", "-c",
           "/bin/busybox mkdir -p /www && echo served-by-web > /www/index.html && exec /bin/busybox httpd -f -p 8080 -h /www"],
+        "ports": [{{"containerPort": 8080, "hostPort": {HOST_PORT}}}],
         "readinessProbe": {{"tcpSocket": {{"port": 8080}}, "periodSeconds": 1}}}}]}}}},
   {{"apiVersion": "v1", "kind": "Service",
     "metadata": {{"name": "web", "namespace": "default"}},
-    "spec": {{"selector": {{"app": "web"}}, "ports": [{{"port": 80, "targetPort": 8080}}]}}}}]}}"#
+    "spec": {{"type": "NodePort", "selector": {{"app": "web"}},
+      "ports": [{{"port": 80, "targetPort": 8080}}]}}}}]}}"#
     )
 }
 
@@ -222,7 +259,9 @@ fn node_cidrs(cluster: &Cluster, node: &str) -> Vec<Ipv4Net> {
 /// gets its own pod CIDR; busybox pods spread over the nodes each have an address
 /// of their node's CIDR (the one their node's agent allocated to them), reach pods
 /// on the other nodes (VXLAN), reach a ClusterIP Service whose pod runs on another
-/// node (kube-proxy, nftables), and resolve `kubernetes.default.svc.cluster.local`
+/// node (kube-proxy, nftables) and the world (masqueraded); the world and another
+/// node reach that pod's hostPort (portmap chained after podnet) and the Service's
+/// NodePort on another node; pods resolve `kubernetes.default.svc.cluster.local`
 /// through CoreDNS; no node carries the `kubernetes` Service address (kube-proxy
 /// serves it to the host-network agents). Deleting the pods frees their addresses
 /// on every node. Stopping the cluster leaves no namespace, mount, cgroup or
@@ -233,24 +272,7 @@ fn deploy_runs_pods_across_a_three_node_cluster() {
     let Some(cluster) = Cluster::start(test) else {
         return;
     };
-    let t0 = Instant::now();
-    let deploy = repo().join("deploy");
-    cluster.kubectl(&["apply", "-f", deploy.to_str().expect("repo path is UTF-8")]);
-    cluster.wait_for(
-        "every node Ready",
-        || {
-            let nodes = cluster.kubectl_json(&["get", "nodes"])["items"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            (nodes.len() == NODES && nodes.iter().all(ready)).then_some(())
-        },
-        || cluster.describe("kube-system"),
-    );
-    eprintln!(
-        "{NODES} nodes Ready {:.1} s after kubectl apply -f deploy/",
-        t0.elapsed().as_secs_f64()
-    );
+    cluster.install_podnet();
 
     // The operator's replicas: on two different nodes (required anti-affinity).
     let operators = cluster.wait_for(
@@ -292,7 +314,7 @@ fn deploy_runs_pods_across_a_three_node_cluster() {
         "each node has its own pod CIDR: {cidrs:?}"
     );
 
-    cluster.apply(&spread_deployment());
+    cluster.apply(&spread_deployment("spread", REPLICAS));
     let pods = cluster.wait_for(
         "every spread pod Ready",
         || {
@@ -405,6 +427,60 @@ fn deploy_runs_pods_across_a_three_node_cluster() {
         "http://{web_ip}/ answered {page:?}"
     );
 
+    // From outside the cluster (the world namespace, and another node's host):
+    // the web pod's hostPort on its node's address (portmap, chained after
+    // podnet), and the Service's NodePort on the first pod's node, which forwards
+    // across the nodes to the web pod.
+    let web_node_ip = cluster.kubectl(&[
+        "get",
+        "node",
+        &web_node,
+        "-o",
+        "jsonpath={.status.addresses[?(@.type==\"InternalIP\")].address}",
+    ]);
+    let node_port = cluster.kubectl(&[
+        "get",
+        "service",
+        "-n",
+        "default",
+        "web",
+        "-o",
+        "jsonpath={.spec.ports[0].nodePort}",
+    ]);
+    let first_node_ip = cluster.kubectl(&[
+        "get",
+        "node",
+        first_node,
+        "-o",
+        "jsonpath={.status.addresses[?(@.type==\"InternalIP\")].address}",
+    ]);
+    for (from, url) in [
+        ("world", format!("http://{web_node_ip}:{HOST_PORT}/")),
+        (
+            first_node.as_str(),
+            format!("http://{web_node_ip}:{HOST_PORT}/"),
+        ),
+        ("world", format!("http://{first_node_ip}:{node_port}/")),
+    ] {
+        let page = cluster.wait_for(
+            &format!("{from} fetching {url} (web on {web_node})"),
+            || {
+                let out = cluster.script(&["exec", from, "curl", "-sS", "--max-time", "3", &url]);
+                out.status.success().then(|| text(&out))
+            },
+            || cluster.describe("default"),
+        );
+        assert_eq!(
+            page.trim(),
+            "served-by-web",
+            "{from}: {url} answered {page:?}"
+        );
+    }
+    // Egress: the world has no route to the pods, so an answer proves the
+    // masquerade to the node's address.
+    eprintln!("{first} ({first_node}) pings the world, {WORLD_IP}");
+    cluster.ping("default", first, WORLD_IP);
+
     // Cluster DNS: CoreDNS (scheduled once the nodes were Ready) answers with the
     // kubernetes Service's address.
     cluster.wait_for(
@@ -477,4 +553,139 @@ fn deploy_runs_pods_across_a_three_node_cluster() {
         left.is_empty(),
         "left after scripts/cluster stop: {left:#?}"
     );
+}
+
+/// The pods of `app`: (name, node, IPv4 address) of each that has an address.
+fn placed(cluster: &Cluster, app: &str) -> Vec<(String, String, String)> {
+    cluster
+        .pods("default", &format!("app={app}"))
+        .iter()
+        .filter_map(|p| {
+            Some((
+                p["metadata"]["name"].as_str()?.to_string(),
+                p["spec"]["nodeName"].as_str()?.to_string(),
+                p["status"]["podIP"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// The agent pod of one node is force-deleted (SIGKILL, its API object gone at
+/// once) while a 60-pod Deployment scales up across the three nodes: every pod
+/// turns Ready, no address is held twice in the cluster, each node's agent holds
+/// exactly the addresses of the pods on its node, and once the Deployment is
+/// deleted no address is left allocated on any node.
+#[test]
+fn an_agent_killed_during_a_scale_up_loses_and_doubles_nothing() {
+    const BURST: usize = 60;
+    let test = "an_agent_killed_during_a_scale_up_loses_and_doubles_nothing";
+    let Some(cluster) = Cluster::start(test) else {
+        return;
+    };
+    cluster.install_podnet();
+    let victim_node = "node-2";
+    let victim = cluster
+        .agents()
+        .remove(victim_node)
+        .expect("an agent on node-2");
+
+    let t0 = Instant::now();
+    cluster.apply(&spread_deployment("burst", BURST));
+    // Once the first pods have started on the victim's node, its agent goes.
+    cluster.wait_for(
+        &format!("a burst pod scheduled on {victim_node}"),
+        || {
+            placed(&cluster, "burst")
+                .iter()
+                .any(|(_, n, _)| n == victim_node)
+                .then_some(())
+        },
+        || cluster.describe("default"),
+    );
+    cluster.kubectl(&[
+        "delete",
+        "pod",
+        "-n",
+        "kube-system",
+        &victim,
+        "--force",
+        "--grace-period=0",
+    ]);
+    eprintln!(
+        "force-deleted {victim} ({victim_node}) {:.1} s into the burst",
+        t0.elapsed().as_secs_f64()
+    );
+    let pods = cluster.wait_for(
+        &format!("all {BURST} burst pods Ready"),
+        || {
+            let pods = cluster.pods("default", "app=burst");
+            (pods.len() == BURST && pods.iter().all(ready)).then_some(pods)
+        },
+        || cluster.describe("default"),
+    );
+    eprintln!(
+        "{BURST} pods Ready {:.1} s after the Deployment",
+        t0.elapsed().as_secs_f64()
+    );
+    assert_eq!(pods.len(), BURST);
+
+    // No address twice, and each node's agent holds exactly its pods' addresses.
+    let placed = placed(&cluster, "burst");
+    let mut seen = BTreeMap::new();
+    for (pod, _, ip) in &placed {
+        if let Some(other) = seen.insert(ip.clone(), pod.clone()) {
+            panic!("{ip} is held by both {other} and {pod}");
+        }
+    }
+    let agents = cluster.wait_for(
+        "an agent Ready on every node again",
+        || {
+            let agents = cluster.agents();
+            let all_ready = cluster
+                .pods("kube-system", "app.kubernetes.io/name=podnet")
+                .iter()
+                .all(ready);
+            (agents.len() == NODES && all_ready).then_some(agents)
+        },
+        || cluster.describe("kube-system"),
+    );
+    for (node, agent) in &agents {
+        let held: BTreeMap<String, String> = cluster
+            .allocated(agent)
+            .into_iter()
+            .filter(|(_, owner)| owner.starts_with("default/"))
+            .collect();
+        let expected: BTreeMap<String, String> = placed
+            .iter()
+            .filter(|(_, n, _)| n == node)
+            .map(|(pod, _, ip)| (ip.clone(), format!("default/{pod}")))
+            .collect();
+        assert_eq!(
+            held, expected,
+            "{node}: the agent's allocations against the pods on it"
+        );
+    }
+
+    cluster.kubectl(&["delete", "deployment", "burst", "--wait=true"]);
+    cluster.wait_for(
+        "the burst pods gone",
+        || {
+            cluster
+                .pods("default", "app=burst")
+                .is_empty()
+                .then_some(())
+        },
+        || cluster.describe("default"),
+    );
+    for (node, agent) in &agents {
+        let left: Vec<(String, String)> = cluster
+            .allocated(agent)
+            .into_iter()
+            .filter(|(_, owner)| owner.starts_with("default/"))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "{node}: addresses still allocated to deleted pods: {left:?}"
+        );
+    }
 }

@@ -236,6 +236,7 @@ fn the_daemonset_manifest_matches_what_the_binary_accepts() {
     for flag in [
         "--socket=/run/podnet/",
         "--write-cni-conf-when-ready=/host/etc/cni/net.d",
+        "--cni-bin-dir=/host/opt/cni/bin",
     ] {
         let a = args
             .iter()

@@ -458,11 +458,12 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
     let update_rate = opts.node_update_rate;
     let (cross_node, backend_kind) = (config.cross_node.clone(), config.backend.clone());
     let masquerades = cross_node.masquerade_v4 || cross_node.masquerade_v6;
-    let (cni_conf_dir, cni_log_file, cni_exclusive, cni_uninstall) = (
+    let (cni_conf_dir, cni_log_file, cni_exclusive, cni_uninstall, cni_bin_dir) = (
         opts.write_cni_conf_when_ready.clone(),
         opts.cni_log_file.clone(),
         opts.cni_exclusive,
         opts.cni_uninstall,
+        opts.cni_bin_dir.clone(),
     );
     runtime.block_on(async move {
         let listener = server::bind(&socket)?;
@@ -524,7 +525,18 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         let written_conf = if cni_conf_dir.is_empty() {
             None
         } else {
-            let path = cniconf::write(Path::new(&cni_conf_dir), &socket, &cni_log_file, cni_exclusive)?;
+            let chained = if cni_bin_dir.is_empty() {
+                Vec::new()
+            } else {
+                cniconf::chained_plugins(Path::new(&cni_bin_dir))
+            };
+            let path = cniconf::write(
+                Path::new(&cni_conf_dir),
+                &socket,
+                &cni_log_file,
+                cni_exclusive,
+                &chained,
+            )?;
             tracing::info!(path = %path.display(), "wrote the CNI config");
             Some(path)
         };

@@ -225,6 +225,14 @@ pub struct DaemonOptions {
     #[arg(long = "cni-log-file", default_value = "/run/podnet/podnet-cni.log")]
     pub cni_log_file: PathBuf,
 
+    /// With `write-cni-conf-when-ready`: the CNI plugin directory as this daemon
+    /// sees it (the host's `/opt/cni/bin`; deploy/podnet.yaml mounts it read-only
+    /// at `/host/opt/cni/bin`). When it holds the reference `portmap` plugin, the
+    /// written config chains it after podnet, so pods' hostPorts are served; empty
+    /// = chain nothing.
+    #[arg(long = "cni-bin-dir", default_value = "")]
+    pub cni_bin_dir: String,
+
     /// Serve Prometheus metrics on this address (e.g. `127.0.0.1:9962`, or `:9962`
     /// for every address); empty = off.
     #[arg(long = "prometheus-serve-addr", default_value = "")]
