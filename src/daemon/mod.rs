@@ -41,6 +41,7 @@ use crate::node::{
     BackendHealth, EmbeddedMode, EmbeddedOperator, NodeEvent, NodeOperator, NodeResource, NodeSink,
     NodeSource,
 };
+use crate::process::shutdown_signal;
 use crate::store::{Journal, Snapshot, now_ms};
 use config::{BackendKind, DaemonConfig, DatapathMode, IpamMode, RoutingMode};
 use options::{DaemonOptions, OptionsError};
@@ -771,22 +772,6 @@ async fn keep_journal_working(daemon: Arc<Daemon>) {
 
 /// How often the journal's health and the DEL queue are checked while serving.
 const JOURNAL_CHECK_INTERVAL: Duration = Duration::from_secs(1);
-
-pub(crate) async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {},
-                _ = int.recv() => {},
-            }
-        }
-        _ => std::future::pending::<()>().await,
-    }
-}
 
 /// Applies the backend's events to the state, one at a time. A change the state
 /// refuses (a pool edit that breaks what the node uses) keeps the previous state,

@@ -3,6 +3,9 @@
 //! server what it serves ([`discovery`]), so podnet runs on Cilium 1.20's own CRDs
 //! as well as on its own (`deploy/crds/`), and waits for a CRD that is missing.
 
+pub mod connect;
 pub mod discovery;
+pub mod mirror;
+pub mod objects;
 
 pub use discovery::{CiliumKind, DiscoveryError, api_waiting, resolve, resolve_waiting};

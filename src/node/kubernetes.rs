@@ -17,7 +17,7 @@
 //! blocks back by removing them from the operator's `spec.ipam.pools.allocated`
 //! (as Cilium's agent does), with a merge patch that carries the resourceVersion
 //! it was computed from, re-read and retried when the node changed meanwhile
-//! (`operator::pool_sync` describes the whole protocol). In the external modes the
+//! (`operator::multi_pool` describes the whole protocol). In the external modes the
 //! sink applies `status.ipam.used` through the status subresource, only when it
 //! differs from what the CiliumNode held when the source last saw it.
 //!
@@ -44,7 +44,9 @@ use super::{
     NodeSink, NodeSource, NodeView, RequestedPool, UsedAddresses, WatchFuture,
 };
 use crate::ipam::eni::eni_allocation;
+use crate::k8s::connect::{api_server_url, connect};
 use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve, resolve_waiting};
+use crate::k8s::objects::node_resource;
 use crate::resources::{Node, decode};
 
 /// The field manager of the agent's server-side applies.
@@ -191,38 +193,7 @@ async fn discover(
 
 /// The API server's URL, for status.
 async fn api_server(config: &KubernetesConfig) -> String {
-    match kube_config(config.kubeconfig.as_ref()).await {
-        Ok(c) => c.cluster_url.to_string(),
-        Err(e) => e.to_string(),
-    }
-}
-
-/// Connects to the API server named by the kubeconfig (or in-cluster).
-pub(crate) async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, NodeError> {
-    let config = kube_config(kubeconfig).await?;
-    kube::Client::try_from(config).map_err(|e| NodeError::Io(format!("Kubernetes client: {e}")))
-}
-
-/// The client configuration from the kubeconfig, or in-cluster.
-pub(crate) async fn kube_config(kubeconfig: Option<&PathBuf>) -> Result<kube::Config, NodeError> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
-                NodeError::Invalid(format!("--k8s-kubeconfig-path {}: {e}", path.display()))
-            })?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| {
-                    NodeError::Invalid(format!("--k8s-kubeconfig-path {}: {e}", path.display()))
-                })?
-        }
-        None => kube::Config::incluster().map_err(|e| {
-            NodeError::Invalid(format!(
-                "in-cluster Kubernetes configuration (KUBERNETES_SERVICE_HOST is set): {e}"
-            ))
-        })?,
-    };
-    Ok(config)
+    api_server_url(config.kubeconfig.as_ref()).await
 }
 
 /// External modes: `status.ipam.used` / `ipv6-used` as this node's CiliumNode
@@ -575,11 +546,8 @@ fn resolved(mode: KubernetesMode, mut node: NodeResource) -> Result<NodeResource
 }
 
 /// The typed node resource of a CiliumNode object.
-pub(crate) fn to_node_resource(obj: &DynamicObject) -> Result<NodeResource, NodeError> {
-    let value =
-        serde_json::to_value(obj).map_err(|e| NodeError::Invalid(format!("CiliumNode: {e}")))?;
-    decode::<NodeResource>(&value)
-        .map_err(|e| NodeError::Invalid(format!("CiliumNode {:?}: {e}", obj.metadata.name)))
+fn to_node_resource(obj: &DynamicObject) -> Result<NodeResource, NodeError> {
+    Ok(node_resource(obj)?)
 }
 
 impl NodeSource for KubernetesSource {

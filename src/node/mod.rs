@@ -34,6 +34,10 @@ use ipnet::IpNet;
 
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::MetadataSource;
+use crate::k8s::connect::ConnectError;
+use crate::k8s::discovery::DiscoveryError;
+use crate::k8s::objects::ListError;
+use crate::resources::InvalidObject;
 
 pub use crate::resources::{
     AllocationIp, HealthAddresses, NodeAddress, NodeResource, RequestedPool,
@@ -41,7 +45,7 @@ pub use crate::resources::{
 pub use embedded::{EmbeddedMode, EmbeddedOperator};
 
 /// Why a backend could not do what was asked; the text says which object and why.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     /// The backend's objects are invalid or do not fit this node.
     #[error("{0}")]
@@ -52,6 +56,18 @@ pub enum NodeError {
     /// Reading or writing where the backend keeps the resource failed.
     #[error("{0}")]
     Io(String),
+    /// The API server cannot be reached with the configuration given.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// An object the API server sent is not one podnet reads.
+    #[error(transparent)]
+    Decode(#[from] InvalidObject),
+    /// A kind's CRD is not served (at a version podnet reads).
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    /// Listing a kind failed.
+    #[error(transparent)]
+    List(#[from] ListError),
 }
 
 /// What a backend has when the daemon starts.

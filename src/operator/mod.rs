@@ -1,47 +1,49 @@
 //! `podnet operator`: the cluster-wide IPAM operator (Cilium's `cilium-operator`,
 //! cluster-pool and multi-pool modes). Replicas elect a leader on a Lease
 //! ([`lease`]); only the leader allocates: it re-reads every CiliumNode, re-adopts
-//! what they hold, then in cluster-pool gives every node without CIDRs one per
-//! enabled family from the cluster pool ([`allocator`], over the cidrset of
-//! `ipam`), writes them with server-side apply under its own field manager, and
-//! reports exhaustion in the node's `status.ipam.operator-status.error` until room
-//! appears ([`sync`]); in multi-pool it carves blocks of the CiliumPodIPPools until
-//! each node's request is met and takes back what nodes release, adopting the node
-//! CIDRs of nodes that ran cluster-pool with
-//! `--enable-cluster-pool-to-multi-pool-migration` ([`pools`], the
-//! cluster-wide bookkeeping; [`pool_sync`], the loop and its write protocol; pools
-//! of `--auto-create-cilium-pod-ip-pools` from [`auto_pools`]). A replica
+//! what they hold, then follows every CiliumNode in one loop ([`node_loop`],
+//! writing through [`node_api`]) that drives the allocator of the mode. In
+//! cluster-pool ([`cluster_pool`]) it gives every node without CIDRs one per
+//! enabled family from the cluster pool (over the cidrset of `ipam`), writes them
+//! with server-side apply under its own field manager, and reports exhaustion in
+//! the node's `status.ipam.operator-status.error` until room appears; in
+//! multi-pool ([`multi_pool`]) it carves blocks of the CiliumPodIPPools until
+//! each node's request is met and takes back what nodes release, adopting the
+//! node CIDRs of nodes that ran cluster-pool with
+//! `--enable-cluster-pool-to-multi-pool-migration` (pools of
+//! `--auto-create-cilium-pod-ip-pools` are created first). A replica
 //! that loses the lease exits (its Deployment restarts it as a follower). At start
 //! each replica registers the CRDs the API server lacks ([`crds`]), unless told to
 //! skip it. `podnet operator status` ([`status`]) shows the leader and every
-//! node's CIDRs as the API server has them. Next to the cluster pool, the leader
+//! node's CIDRs as the API server has them. Next to the node allocator, the leader
 //! runs LB IPAM ([`lbipam`]) and, when enabled, Node IPAM ([`nodeipam`]).
 
-pub mod allocator;
-mod auto_pools;
+pub mod cluster_pool;
 mod crds;
 pub mod lbipam;
 pub mod lease;
 pub mod metrics;
-mod mirror;
+pub mod multi_pool;
+mod node_api;
+pub mod node_loop;
 pub mod nodeipam;
 pub mod options;
-mod pool_sync;
-mod pools;
-mod retry;
+pub mod retry;
 mod status;
-mod sync;
 
 use std::sync::Arc;
 
-use crate::daemon::options::OptionsError;
-use crate::daemon::{server, shutdown_signal};
 use crate::ipam::clusterpool::NodeCidrCarver;
-use crate::node::kubernetes::connect;
-use allocator::NodeCidrs;
+use crate::k8s::connect::connect;
+use crate::process::options::OptionsError;
+use crate::process::{metrics_server, shutdown_signal};
+use cluster_pool::NodeCidrs;
 use lease::{Elector, Timing};
 use metrics::OperatorMetrics;
 use options::{OperatorConfig, OperatorIpam, OperatorOptions};
+
+/// The field manager of the operator's CiliumNode applies.
+pub const FIELD_MANAGER: &str = "podnet-operator";
 
 /// Entry point of `podnet operator` (and of `podnet operator status`); returns the
 /// process exit code.
@@ -102,9 +104,9 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
     runtime.block_on(async move {
         let metrics = Arc::new(OperatorMetrics::new());
         if !opts.prometheus_serve_addr.is_empty() {
-            let tcp = server::bind_metrics(&opts.prometheus_serve_addr).await?;
+            let tcp = metrics_server::bind_metrics(&opts.prometheus_serve_addr).await?;
             let m = metrics.clone();
-            tokio::spawn(server::serve_metrics(tcp, move || {
+            tokio::spawn(metrics_server::serve_metrics(tcp, move || {
                 let m = m.clone();
                 async move { m.encode() }
             }));
@@ -125,10 +127,10 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
         let allocate = async {
             match allocator {
                 Allocator::ClusterPool(carver) => {
-                    sync::run(client.clone(), NodeCidrs::new(carver), metrics.clone()).await
+                    cluster_pool::run(client.clone(), NodeCidrs::new(carver), &metrics).await
                 }
                 Allocator::MultiPool(auto_create, migrate_into) => {
-                    pool_sync::run(client.clone(), auto_create, migrate_into, metrics.clone()).await
+                    multi_pool::run(client.clone(), auto_create, migrate_into, &metrics).await
                 }
             }
         };
@@ -146,7 +148,7 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
         };
         let stop = tokio::select! {
             why = elector.keep_renewing() => Stop::Lost(why),
-            why = allocate => Stop::WatchEnded(why),
+            ended = allocate => Stop::WatchEnded(ended.to_string()),
             why = lb_ipam => Stop::WatchEnded(why),
             why = node_ipam => Stop::WatchEnded(why),
             _ = shutdown_signal() => Stop::Signal,

@@ -8,14 +8,14 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args};
 
-use super::auto_pools::{self, OPT_AUTO_CREATE};
 use super::lbipam::services::{DefaultIpam, Settings};
-use crate::daemon::options::{OptionsError, parse_bool, parse_command_with_config_dir};
+use super::multi_pool::auto_create::{self, OPT_AUTO_CREATE};
 use crate::ipam::clusterpool::{
     ClusterPoolConfig, DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE, OPT_IPV4_CIDR,
     OPT_IPV6_CIDR, parse_cidr_list,
 };
 use crate::ipam::pooldef::PoolDef;
+use crate::process::options::{OptionsError, parse_bool, parse_command_with_config_dir};
 
 /// The options `podnet operator` and `podnet operator status` share: the config
 /// dir, the cluster pool, and where the API server and the leader Lease are.
@@ -174,7 +174,7 @@ impl OperatorConfig {
         let ipam = match opts.ipam.as_str() {
             "cluster-pool" => OperatorIpam::ClusterPool(cluster_pool(opts)?),
             "multi-pool" => OperatorIpam::MultiPool {
-                auto_create: auto_pools::parse(&opts.auto_create_cilium_pod_ip_pools)?,
+                auto_create: auto_create::parse(&opts.auto_create_cilium_pod_ip_pools)?,
                 migrate_into: migration(opts)?,
             },
             other => {

@@ -19,17 +19,18 @@ use kube::api::{Api, DynamicObject, ListParams};
 use serde::Serialize;
 
 use super::lease::LEASE_NAME;
+use super::multi_pool::blocks::{ObservedNode, PoolBlocks as PoolBookkeeping};
+use super::multi_pool::list_pools;
 use super::options::ClusterOptions;
-use super::pools::{ObservedNode, PoolBlocks as PoolBookkeeping};
-use crate::daemon::options::{OptionsError, parse_command_with_config_dir};
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{
     ClusterPoolConfig, NodeCidrCarver, OPT_IPV4_CIDR, OPT_IPV6_CIDR, parse_cidr_list,
 };
 use crate::ipam::pooldef::PoolDef;
+use crate::k8s::connect::kube_config;
 use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve};
-use crate::node::kube_pools::list_pools;
-use crate::node::kubernetes::{kube_config, to_node_resource};
+use crate::k8s::objects::node_resource;
+use crate::process::options::{OptionsError, parse_command_with_config_dir};
 use crate::resources::AllocatedPool;
 
 /// How long the reads may take before the API server counts as unreachable.
@@ -266,7 +267,7 @@ pub fn report(
         .iter()
         .map(|obj| {
             let name = obj.metadata.name.clone().unwrap_or_default();
-            match to_node_resource(obj) {
+            match node_resource(obj) {
                 Ok(n) => NodeLine {
                     name,
                     pod_cidrs: n.spec.ipam.pod_cidrs,
