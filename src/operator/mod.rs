@@ -33,11 +33,14 @@ mod status;
 
 use std::sync::Arc;
 
+use crate::ipam::clusterpool::ClusterPoolError;
 use crate::ipam::clusterpool::NodeCidrCarver;
-use crate::k8s::connect::connect;
+use crate::k8s::connect::{ConnectError, connect};
+use crate::k8s::mirror::WatchEnded;
 use crate::process::options::OptionsError;
 use crate::process::{metrics_server, shutdown_signal};
 use cluster_pool::NodeCidrs;
+use crds::CrdError;
 use lease::{Elector, Timing};
 use metrics::OperatorMetrics;
 use options::{OperatorConfig, OperatorIpam, OperatorOptions};
@@ -79,19 +82,40 @@ enum Allocator {
     MultiPool(Vec<crate::ipam::pooldef::PoolDef>, Option<String>),
 }
 
+/// Why the operator stopped short.
+#[derive(Debug, thiserror::Error)]
+enum OperatorError {
+    /// The options do not make a configuration.
+    #[error("{0}")]
+    Options(String),
+    #[error(transparent)]
+    ClusterPool(#[from] ClusterPoolError),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// The metrics listener cannot be bound.
+    #[error("{0}")]
+    Metrics(String),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error(transparent)]
+    Crds(#[from] CrdError),
+    #[error("leader election lost: {0}")]
+    LeadershipLost(String),
+    #[error(transparent)]
+    WatchEnded(#[from] WatchEnded),
+}
+
 /// Why the leader stopped.
 enum Stop {
     Lost(String),
-    WatchEnded(String),
+    WatchEnded(WatchEnded),
     Signal,
 }
 
-fn start(opts: &OperatorOptions) -> Result<(), String> {
-    let config = OperatorConfig::resolve(opts)?;
+fn start(opts: &OperatorOptions) -> Result<(), OperatorError> {
+    let config = OperatorConfig::resolve(opts).map_err(OperatorError::Options)?;
     let allocator = match &config.ipam {
-        OperatorIpam::ClusterPool(pool) => {
-            Allocator::ClusterPool(NodeCidrCarver::new(pool).map_err(|e| e.to_string())?)
-        }
+        OperatorIpam::ClusterPool(pool) => Allocator::ClusterPool(NodeCidrCarver::new(pool)?),
         OperatorIpam::MultiPool {
             auto_create,
             migrate_into,
@@ -100,20 +124,20 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        .map_err(OperatorError::Runtime)?;
     runtime.block_on(async move {
         let metrics = Arc::new(OperatorMetrics::new());
         if !opts.prometheus_serve_addr.is_empty() {
-            let tcp = metrics_server::bind_metrics(&opts.prometheus_serve_addr).await?;
+            let tcp = metrics_server::bind_metrics(&opts.prometheus_serve_addr)
+                .await
+                .map_err(OperatorError::Metrics)?;
             let m = metrics.clone();
             tokio::spawn(metrics_server::serve_metrics(tcp, move || {
                 let m = m.clone();
                 async move { m.encode() }
             }));
         }
-        let client = connect(config.kubeconfig.as_ref())
-            .await
-            .map_err(|e| e.to_string())?;
+        let client = connect(config.kubeconfig.as_ref()).await?;
         if !opts.skip_crd_creation {
             crds::register_missing(&client).await?;
         }
@@ -148,17 +172,17 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
         };
         let stop = tokio::select! {
             why = elector.keep_renewing() => Stop::Lost(why),
-            ended = allocate => Stop::WatchEnded(ended.to_string()),
+            ended = allocate => Stop::WatchEnded(ended),
             why = lb_ipam => Stop::WatchEnded(why),
             why = node_ipam => Stop::WatchEnded(why),
             _ = shutdown_signal() => Stop::Signal,
         };
         metrics.is_leader.set(0);
         match stop {
-            Stop::Lost(why) => Err(format!("leader election lost: {why}")),
-            Stop::WatchEnded(why) => {
+            Stop::Lost(why) => Err(OperatorError::LeadershipLost(why)),
+            Stop::WatchEnded(ended) => {
                 elector.release().await;
-                Err(why)
+                Err(ended.into())
             }
             Stop::Signal => {
                 elector.release().await;

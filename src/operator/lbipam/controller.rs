@@ -24,7 +24,7 @@ use super::services::{
     self, FamilyPolicy, Orphan, Plan, PoolStatus, ServicePlan, ServiceView, Settings,
 };
 use crate::k8s::discovery::{CiliumKind, resolve_waiting};
-use crate::k8s::mirror::{Mirror, key_of};
+use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
 use crate::operator::retry::{Retry, sleep_until};
 use crate::resources::{CiliumLoadBalancerIPPool, LB_IP_POOL_KIND, decode};
 
@@ -170,7 +170,7 @@ struct Controller {
 
 /// Runs until a watch ends (they do not while the API server can be retried);
 /// returns why.
-pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetrics) -> String {
+pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetrics) -> WatchEnded {
     let pools = resolve_waiting(&client, CiliumKind::LbIpPool, &|_| {}).await;
     let mut c = Controller {
         services_api: Api::all(client.clone()),
@@ -199,7 +199,7 @@ pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetric
             _ = sleep_until(retry.due()) => Ok(true),
         };
         match fed {
-            Err(ended) => return ended.to_string(),
+            Err(ended) => return ended,
             Ok(false) => continue,
             Ok(true) if !c.pools.listed || !c.services.listed => continue,
             Ok(true) => {}
