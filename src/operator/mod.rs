@@ -43,7 +43,7 @@ use cluster_pool::NodeCidrs;
 use crds::CrdError;
 use lease::{Elector, Timing};
 use metrics::OperatorMetrics;
-use options::{OperatorConfig, OperatorIpam, OperatorOptions};
+use options::{ConfigError, OperatorConfig, OperatorIpam, OperatorOptions};
 
 /// The field manager of the operator's CiliumNode applies.
 pub const FIELD_MANAGER: &str = "podnet-operator";
@@ -85,9 +85,8 @@ enum Allocator {
 /// Why the operator stopped short.
 #[derive(Debug, thiserror::Error)]
 enum OperatorError {
-    /// The options do not make a configuration.
-    #[error("{0}")]
-    Options(String),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     #[error(transparent)]
     ClusterPool(#[from] ClusterPoolError),
     #[error("cannot start the async runtime: {0}")]
@@ -113,7 +112,7 @@ enum Stop {
 }
 
 fn start(opts: &OperatorOptions) -> Result<(), OperatorError> {
-    let config = OperatorConfig::resolve(opts).map_err(OperatorError::Options)?;
+    let config = OperatorConfig::resolve(opts)?;
     let allocator = match &config.ipam {
         OperatorIpam::ClusterPool(pool) => Allocator::ClusterPool(NodeCidrCarver::new(pool)?),
         OperatorIpam::MultiPool {
