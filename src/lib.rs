@@ -25,6 +25,7 @@ pub mod logging;
 pub mod node;
 pub mod operator;
 pub mod plugin;
+pub mod process;
 pub mod resources;
 pub mod store;
 

@@ -41,6 +41,7 @@ use crate::node::{
     BackendHealth, EmbeddedMode, EmbeddedOperator, NodeEvent, NodeOperator, NodeResource, NodeSink,
     NodeSource,
 };
+use crate::process::shutdown_signal;
 use crate::store::{Journal, Snapshot, now_ms};
 use config::{BackendKind, DaemonConfig, DatapathMode, IpamMode, RoutingMode};
 use options::{DaemonOptions, OptionsError};
@@ -784,22 +785,6 @@ async fn keep_journal_working(daemon: Arc<Daemon>) {
 /// How often the journal's health and the DEL queue are checked while serving.
 const JOURNAL_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
-pub(crate) async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {},
-                _ = int.recv() => {},
-            }
-        }
-        _ => std::future::pending::<()>().await,
-    }
-}
-
 /// Applies the backend's events to the state, one at a time. A change the state
 /// refuses (a pool edit that breaks what the node uses) keeps the previous state,
 /// and the log says why.
@@ -860,26 +845,15 @@ const WAITING_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// `ipam-cilium-node-update-rate`), outside the state's lock; sooner, but at most
 /// once per [`WAITING_FLUSH_INTERVAL`], while allocations wait for blocks (their
 /// demand would otherwise reach the operator up to a whole `rate` later).
-async fn flush_outbox(daemon: Arc<Daemon>, sink: Box<dyn NodeSink>, rate: Duration) {
-    let sink = Arc::new(Mutex::new(sink));
+async fn flush_outbox(daemon: Arc<Daemon>, mut sink: Box<dyn NodeSink>, rate: Duration) {
     loop {
         let started = tokio::time::Instant::now();
         if let Ok(outbox) = daemon
             .with_state(|s| Ok(s.take_outbox().unwrap_or_default()))
             .await
+            && let Err(e) = sink.flush(&outbox).await
         {
-            let sink = sink.clone();
-            let flushed = tokio::task::spawn_blocking(move || {
-                sink.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .flush(&outbox)
-            })
-            .await;
-            match flushed {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::warn!(error = %e, "could not write the node resource"),
-                Err(e) => tracing::warn!(error = %e, "node resource writer failed"),
-            }
+            tracing::warn!(error = %e, "could not write the node resource");
         }
         tokio::select! {
             _ = tokio::time::sleep_until(started + rate) => {}

@@ -373,15 +373,7 @@ async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Re
         .map_err(|e| ApiError::new(400, format!("invalid request body: {e}")))
 }
 
-/// The Prometheus text exposition.
-pub fn text_reply(body: String) -> Reply {
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
-    resp.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-    );
-    resp
-}
+pub use crate::process::metrics_server::text_reply;
 
 /// An error answer: the message as a JSON string, as every refusal of the API.
 pub fn error_reply(status: u16, message: &str) -> Reply {

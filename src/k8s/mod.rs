@@ -1,8 +1,14 @@
 //! The Kubernetes access layer shared by the agent's backend (`node`) and the
-//! operator: which version of each Cilium kind to use, found by asking the API
-//! server what it serves ([`discovery`]), so podnet runs on Cilium 1.20's own CRDs
-//! as well as on its own (`deploy/crds/`), and waits for a CRD that is missing.
+//! operator: the connection ([`connect`]); which version of each Cilium kind to
+//! use, found by asking the API server what it serves ([`discovery`]), so podnet
+//! runs on Cilium 1.20's own CRDs as well as on its own (`deploy/crds/`), and
+//! waits for a CRD that is missing; one typed decode of what the API server
+//! sends, typed watches and lists, and the server-side-apply body ([`objects`]);
+//! and a watched kind's local copy, the one relist buffer ([`mirror`]).
 
+pub mod connect;
 pub mod discovery;
+pub mod mirror;
+pub mod objects;
 
 pub use discovery::{CiliumKind, DiscoveryError, api_waiting, resolve, resolve_waiting};

@@ -1,55 +1,70 @@
 //! Every CiliumNode of the cluster (not only this node's), for the cross-node
 //! datapath: a watch that keeps, per node, only what routing needs (`spec.addresses`
-//! and `spec.ipam`'s CIDRs and allocated blocks) and publishes the whole list after
-//! each change. A relist (after an API-server restart or an expired
-//! resourceVersion) is published only once complete, so a half-read list never
-//! looks like deleted nodes.
+//! and `spec.ipam`'s CIDRs and allocated blocks) in a [`Mirror`] and publishes the
+//! whole list after each change. A relist (after an API-server restart or an
+//! expired resourceVersion) is published only once complete, so a half-read list
+//! never looks like deleted nodes.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
-use super::kubernetes::{connect, to_node_resource};
 use super::{BackendHealth, NodeResource};
+use crate::k8s::connect::connect;
 use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve_waiting};
+use crate::k8s::mirror::{Change, Mirror};
+use crate::k8s::objects::watch_nodes;
 use crate::resources::{IpamPools, NodeIpamSpec, NodeSpec, ObjectMeta};
 
 /// The watch's name in `podnet status`.
 const WATCH: &str = "cluster-ciliumnodes";
 
 /// The routing-relevant part of a CiliumNode (everything else is dropped).
-fn routing_part(obj: &DynamicObject) -> Option<NodeResource> {
-    match to_node_resource(obj) {
-        Ok(n) => Some(NodeResource {
-            api_version: n.api_version,
-            kind: n.kind,
-            metadata: ObjectMeta {
-                name: n.metadata.name,
-                ..Default::default()
-            },
-            spec: NodeSpec {
-                addresses: n.spec.addresses,
-                ipam: NodeIpamSpec {
-                    pod_cidrs: n.spec.ipam.pod_cidrs,
-                    pools: IpamPools {
-                        requested: Vec::new(),
-                        allocated: n.spec.ipam.pools.allocated,
-                    },
-                    ..Default::default()
+fn routing_part(n: NodeResource) -> NodeResource {
+    NodeResource {
+        api_version: n.api_version,
+        kind: n.kind,
+        metadata: ObjectMeta {
+            name: n.metadata.name,
+            ..Default::default()
+        },
+        spec: NodeSpec {
+            addresses: n.spec.addresses,
+            ipam: NodeIpamSpec {
+                pod_cidrs: n.spec.ipam.pod_cidrs,
+                pools: IpamPools {
+                    requested: Vec::new(),
+                    allocated: n.spec.ipam.pools.allocated,
                 },
                 ..Default::default()
             },
             ..Default::default()
-        }),
-        Err(e) => {
-            tracing::warn!(error = %e, "a CiliumNode that cannot be read is left out of the routes");
-            None
+        },
+        ..Default::default()
+    }
+}
+
+/// A watch event with the routing part of its node; None when it changes
+/// nothing in `nodes` (an unchanged routing part, a node not known deleted).
+fn routing_event(
+    event: Event<NodeResource>,
+    nodes: &Mirror<NodeResource>,
+) -> Option<Event<NodeResource>> {
+    match event {
+        Event::InitApply(n) => Some(Event::InitApply(routing_part(n))),
+        Event::Apply(n) => {
+            let n = routing_part(n);
+            (nodes.get(&n.metadata.name) != Some(&n)).then_some(Event::Apply(n))
         }
+        Event::Delete(n) => nodes
+            .get(&n.metadata.name)
+            .is_some()
+            .then_some(Event::Delete(n)),
+        other => Some(other),
     }
 }
 
@@ -70,51 +85,30 @@ pub async fn watch_cluster_nodes(
         }
     };
     health.set(WATCH, false);
-    let mut nodes: BTreeMap<String, NodeResource> = BTreeMap::new();
-    let mut relist: Option<BTreeMap<String, NodeResource>> = None;
+    let mut nodes = Mirror::<NodeResource>::default();
     let kind = CiliumKind::Node;
     let report = |e: Option<&DiscoveryError>| {
         health.set_waiting(&kind.crd(), e.map(DiscoveryError::awaited))
     };
     let resource = resolve_waiting(&client, kind, &report).await;
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
-    let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    while let Some(event) = stream.next().await {
-        let changed = match event {
-            Ok(watcher::Event::Init) => {
-                relist = Some(BTreeMap::new());
-                false
-            }
-            Ok(watcher::Event::InitApply(obj)) => {
-                if let (Some(buf), Some(n)) = (relist.as_mut(), routing_part(&obj)) {
-                    buf.insert(n.metadata.name.clone(), n);
-                }
-                false
-            }
-            Ok(watcher::Event::InitDone) => {
-                nodes = relist.take().unwrap_or_default();
-                health.set(WATCH, true);
-                true
-            }
-            Ok(watcher::Event::Apply(obj)) => match routing_part(&obj) {
-                Some(n) if nodes.get(&n.metadata.name) != Some(&n) => {
-                    nodes.insert(n.metadata.name.clone(), n);
-                    true
-                }
-                _ => false,
+    let mut stream = watch_nodes(api, watcher::Config::default());
+    while let Some(item) = stream.next().await {
+        let change = match item {
+            Ok(event) => match routing_event(event, &nodes) {
+                Some(event) => nodes.apply(event),
+                None => Change::Nothing,
             },
-            Ok(watcher::Event::Delete(obj)) => nodes
-                .remove(obj.metadata.name.as_deref().unwrap_or_default())
-                .is_some(),
             Err(e) => {
                 health.set(WATCH, false);
                 tracing::warn!(error = %e, "cluster CiliumNode watch interrupted; it resumes");
-                false
+                Change::Nothing
             }
         };
-        if changed && tx.send(Some(nodes.values().cloned().collect())).is_err() {
+        if change == Change::Relisted {
+            health.set(WATCH, true);
+        }
+        if change.matters() && tx.send(Some(nodes.objects().cloned().collect())).is_err() {
             return;
         }
     }

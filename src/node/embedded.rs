@@ -101,11 +101,13 @@ impl NodeOperator for EmbeddedOperator {
         };
         let cidrs = match &self.mode {
             EmbeddedMode::ClusterPool(cfg) => {
-                let mut carver =
-                    NodeCidrCarver::new(cfg).map_err(|e| NodeError::Invalid(e.to_string()))?;
+                let mut carver = NodeCidrCarver::new(cfg)?;
                 carver
                     .carve_for_node(&node.spec.ipam.pod_cidrs)
-                    .map_err(|e| NodeError::Operator(format!("node {}: {e}", self.node_name)))?
+                    .map_err(|source| NodeError::Carve {
+                        node: self.node_name.clone(),
+                        source,
+                    })?
             }
             EmbeddedMode::Kubernetes {
                 pod_cidrs,

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use super::WatchFuture;
 use super::cilium_node_file::CiliumNodeFile;
-use super::{NodeError, NodeEvent, NodeOutbox, NodeResource, NodeSink, NodeSource, NodeView};
+use super::{
+    FlushFuture, NodeError, NodeEvent, NodeOutbox, NodeResource, NodeSink, NodeSource, NodeView,
+};
 use crate::ipam::eni::eni_allocation;
 
 /// How often the file is checked for changes.
@@ -129,15 +131,29 @@ pub struct ExternalSink {
 }
 
 impl NodeSink for ExternalSink {
-    fn flush(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
-        let Some(used) = &outbox.used else {
-            return Ok(());
-        };
-        let status = serde_json::json!({"ipam": {"used": used.ipv4, "ipv6-used": used.ipv6}});
-        CiliumNodeFile::load(&self.path)
-            .and_then(|(f, _)| f.write_status(&status))
-            .map_err(NodeError::Io)?;
-        tracing::debug!(file = %self.path.display(), "wrote status.ipam.used");
-        Ok(())
+    /// The file is read and written on a blocking thread.
+    fn flush<'a>(&'a mut self, outbox: &'a NodeOutbox) -> FlushFuture<'a> {
+        let path = self.path.clone();
+        let used = outbox.used.clone();
+        Box::pin(async move {
+            let Some(used) = used else {
+                return Ok(());
+            };
+            let status = serde_json::json!({"ipam": {"used": used.ipv4, "ipv6-used": used.ipv6}});
+            let write = move || {
+                CiliumNodeFile::load(&path)
+                    .and_then(|(f, _)| f.write_status(&status))
+                    .map(|()| path)
+            };
+            let path = tokio::task::spawn_blocking(write)
+                .await
+                .map_err(|source| NodeError::Join {
+                    op: "writing status.ipam.used".into(),
+                    source,
+                })?
+                .map_err(NodeError::Io)?;
+            tracing::debug!(file = %path.display(), "wrote status.ipam.used");
+            Ok(())
+        })
     }
 }

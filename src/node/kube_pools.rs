@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace as KubeNamespace, Pod as KubePod};
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::api::{Api, ApiResource};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::runtime::Handle;
@@ -31,7 +31,8 @@ use crate::ipam::selection::{LABEL_NAMESPACE_NAME, MetadataSource, NamespaceMeta
 use crate::k8s::discovery::{
     CiliumKind, DiscoveryError, resolve, resolve_waiting, resource_gone, watch_all,
 };
-use crate::resources::{CiliumNodeConfig, CiliumPodIPPool, decode};
+use crate::k8s::objects::list_valid;
+use crate::resources::{CiliumNodeConfig, CiliumPodIPPool, NODE_CONFIG_KIND, POD_IP_POOL_KIND};
 
 /// The resources multi-pool reads, at the versions the API server serves.
 #[derive(Debug, Clone)]
@@ -70,32 +71,16 @@ impl PoolResources {
 /// Every valid pool of `resource` (a `CiliumPodIPPool` version the API server
 /// serves; an object decodes as the version it was read at); an invalid one is
 /// logged and left out.
-pub(crate) async fn list_pools(
+async fn list_pools(
     client: &kube::Client,
     resource: &ApiResource,
 ) -> Result<Vec<PoolDef>, NodeError> {
-    let listed = Api::<DynamicObject>::all_with(client.clone(), resource)
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| {
-            NodeError::Io(format!(
-                "listing CiliumPodIPPools ({}): {e}",
-                resource.api_version
-            ))
-        })?;
-    Ok(listed
-        .items
-        .iter()
-        .filter_map(|obj| {
-            let checked = serde_json::to_value(obj)
-                .map_err(|e| e.to_string())
-                .and_then(|v| decode::<CiliumPodIPPool>(&v))
-                .and_then(|p| PoolDef::try_from(&p).map_err(|e| e.to_string()));
-            checked
-                .inspect_err(|e| tracing::error!(pool = ?obj.metadata.name, error = %e, "CiliumPodIPPool left out"))
-                .ok()
+    Ok(
+        list_valid::<CiliumPodIPPool, _, _>(client, resource, POD_IP_POOL_KIND, |p| {
+            PoolDef::try_from(p)
         })
-        .collect())
+        .await?,
+    )
 }
 
 /// This node's default pool from the CiliumNodeConfigs that select it.
@@ -104,28 +89,11 @@ async fn default_pool(
     resource: &ApiResource,
     node_labels: &BTreeMap<String, String>,
 ) -> Result<Option<String>, NodeError> {
-    let listed = Api::<DynamicObject>::all_with(client.clone(), resource)
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| {
-            NodeError::Io(format!(
-                "listing CiliumNodeConfigs ({}): {e}",
-                resource.api_version
-            ))
-        })?;
-    let configs: Vec<NodeConfigDef> = listed
-        .items
-        .iter()
-        .filter_map(|obj| {
-            let checked = serde_json::to_value(obj)
-                .map_err(|e| e.to_string())
-                .and_then(|v| decode::<CiliumNodeConfig>(&v))
-                .and_then(|c| NodeConfigDef::try_from(&c).map_err(|e| e.to_string()));
-            checked
-                .inspect_err(|e| tracing::error!(config = ?obj.metadata.name, error = %e, "CiliumNodeConfig left out"))
-                .ok()
+    let configs: Vec<NodeConfigDef> =
+        list_valid::<CiliumNodeConfig, _, _>(client, resource, NODE_CONFIG_KIND, |c| {
+            NodeConfigDef::try_from(c)
         })
-        .collect();
+        .await?;
     Ok(node_default_pool(&configs, node_labels))
 }
 

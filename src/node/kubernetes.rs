@@ -17,12 +17,13 @@
 //! blocks back by removing them from the operator's `spec.ipam.pools.allocated`
 //! (as Cilium's agent does), with a merge patch that carries the resourceVersion
 //! it was computed from, re-read and retried when the node changed meanwhile
-//! (`operator::pool_sync` describes the whole protocol). In the external modes the
+//! (`operator::multi_pool` describes the whole protocol). In the external modes the
 //! sink applies `status.ipam.used` through the status subresource, only when it
 //! differs from what the CiliumNode held when the source last saw it.
 //!
-//! The source and sink run their API calls on the daemon's runtime through its
-//! handle; `initial` and `flush` are called from plain threads, never from a task.
+//! The source runs its start's API calls on the daemon's runtime through its
+//! handle (`initial` is called from a plain thread, never from a task); the sink
+//! is async.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -40,12 +41,14 @@ use tokio::runtime::Handle;
 use super::external::offered;
 use super::kube_pools::{self, KubeMetadata, PoolResources};
 use super::{
-    BackendHealth, HealthAddresses, NodeAddress, NodeError, NodeEvent, NodeOutbox, NodeResource,
-    NodeSink, NodeSource, NodeView, RequestedPool, UsedAddresses, WatchFuture,
+    BackendHealth, FlushFuture, HealthAddresses, NodeAddress, NodeError, NodeEvent, NodeOutbox,
+    NodeResource, NodeSink, NodeSource, NodeView, RequestedPool, UsedAddresses, WatchFuture,
 };
 use crate::ipam::eni::eni_allocation;
+use crate::k8s::connect::{api_server_url, connect};
 use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve, resolve_waiting};
-use crate::resources::{Node, decode};
+use crate::k8s::objects::{ApplyBody, node_resource, typed};
+use crate::resources::Node;
 
 /// The field manager of the agent's server-side applies.
 pub const FIELD_MANAGER: &str = "podnet-agent";
@@ -163,6 +166,14 @@ impl AgentFields {
     }
 }
 
+/// What one attempt at the start came to.
+enum Attempt {
+    /// The view, and the Node's labels (CiliumNodeConfig node selectors).
+    Ready(Box<NodeView>, BTreeMap<String, String>),
+    /// Still waiting for this (logged once, and shown in `podnet status`).
+    Waiting(String),
+}
+
 /// The `ciliumnodes` resource API discovery found (shared by source and sink;
 /// None until the source's start or the sink's first write resolved it).
 type NodesResource = Arc<Mutex<Option<ApiResource>>>;
@@ -191,38 +202,7 @@ async fn discover(
 
 /// The API server's URL, for status.
 async fn api_server(config: &KubernetesConfig) -> String {
-    match kube_config(config.kubeconfig.as_ref()).await {
-        Ok(c) => c.cluster_url.to_string(),
-        Err(e) => e.to_string(),
-    }
-}
-
-/// Connects to the API server named by the kubeconfig (or in-cluster).
-pub(crate) async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, NodeError> {
-    let config = kube_config(kubeconfig).await?;
-    kube::Client::try_from(config).map_err(|e| NodeError::Io(format!("Kubernetes client: {e}")))
-}
-
-/// The client configuration from the kubeconfig, or in-cluster.
-pub(crate) async fn kube_config(kubeconfig: Option<&PathBuf>) -> Result<kube::Config, NodeError> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
-                NodeError::Invalid(format!("--k8s-kubeconfig-path {}: {e}", path.display()))
-            })?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| {
-                    NodeError::Invalid(format!("--k8s-kubeconfig-path {}: {e}", path.display()))
-                })?
-        }
-        None => kube::Config::incluster().map_err(|e| {
-            NodeError::Invalid(format!(
-                "in-cluster Kubernetes configuration (KUBERNETES_SERVICE_HOST is set): {e}"
-            ))
-        })?,
-    };
-    Ok(config)
+    api_server_url(config.kubeconfig.as_ref()).await
 }
 
 /// External modes: `status.ipam.used` / `ipv6-used` as this node's CiliumNode
@@ -272,7 +252,6 @@ pub fn kubernetes_backend(
         },
         KubernetesSink {
             config,
-            runtime,
             fields,
             seen_used,
             nodes,
@@ -336,12 +315,12 @@ impl KubernetesSource {
                 // The CRD is missing or serves no version podnet understands.
                 Err(e) if e.is_missing_crd() => {
                     tracing::debug!(error = %e, "API discovery");
-                    Ok(Err(e.awaited()))
+                    Ok(Attempt::Waiting(e.awaited()))
                 }
-                Err(e) => Err(NodeError::Io(e.to_string())),
+                Err(e) => Err(e.into()),
             };
             match attempt {
-                Ok(Ok((mut view, labels))) => {
+                Ok(Attempt::Ready(mut view, labels)) => {
                     self.health.set_waiting(START, None);
                     if let Some(resources) = &self.pools {
                         let (pools, default_pool) =
@@ -356,9 +335,9 @@ impl KubernetesSource {
                         )));
                     }
                     self.node_labels = labels;
-                    return Ok(view);
+                    return Ok(*view);
                 }
-                Ok(Err(what)) => {
+                Ok(Attempt::Waiting(what)) => {
                     self.health.set_waiting(START, Some(what.clone()));
                     if what != awaited {
                         tracing::info!(node = %name, "waiting for {what}");
@@ -387,7 +366,7 @@ impl KubernetesSource {
     }
 
     /// One attempt: the Node, the agent's apply, then what the mode waits for;
-    /// the view and the Node's labels. Ok(Err(what)): still waiting for `what`
+    /// the view and the Node's labels, or what it still waits for
     /// (logged once through `awaited`, the last thing logged as awaited).
     async fn try_initial(
         &self,
@@ -395,19 +374,21 @@ impl KubernetesSource {
         client: &kube::Client,
         resource: &ApiResource,
         awaited: &mut String,
-    ) -> Result<Result<(NodeView, BTreeMap<String, String>), String>, NodeError> {
+    ) -> Result<Attempt, NodeError> {
         let name = &self.config.node_name;
-        let io = |e: kube::Error| NodeError::Io(format!("Kubernetes API: {e}"));
+        let io = |source| NodeError::Api {
+            op: "Kubernetes API".into(),
+            source,
+        };
         let Some(node) = nodes.get_opt(name).await.map_err(io)? else {
-            return Ok(Err(format!("this node's Node object {name:?}")));
+            return Ok(Attempt::Waiting(format!(
+                "this node's Node object {name:?}"
+            )));
         };
         let uid = node.metadata.uid.clone().unwrap_or_default();
         // The typed Node: a pod CIDR that is not one is an error naming the field,
         // never silently left out.
-        let node: Node = serde_json::to_value(&node)
-            .map_err(|e| e.to_string())
-            .and_then(|v| decode::<Node>(&v))
-            .map_err(|e| NodeError::Invalid(format!("Node {name:?}: {e}")))?;
+        let node: Node = typed(&node, "Node")?;
         let internal_ips: Vec<String> = node
             .status
             .addresses
@@ -420,7 +401,9 @@ impl KubernetesSource {
                 let given = &node.spec.pod_cidrs;
                 match kubernetes_cidrs(given, self.config.ipv4, self.config.ipv6) {
                     Ok(c) => Some(c),
-                    Err(why) => return Ok(Err(format!("Node.spec.podCIDRs ({why})"))),
+                    Err(why) => {
+                        return Ok(Attempt::Waiting(format!("Node.spec.podCIDRs ({why})")));
+                    }
                 }
             }
             _ => None,
@@ -461,17 +444,15 @@ impl KubernetesSource {
                 .unwrap_or_default();
             match self.await_cilium_node(&api, &rv).await {
                 Some(r) => resource = r,
-                None => return Ok(Err(what)),
+                None => return Ok(Attempt::Waiting(what)),
             }
         }
         let labels = node.metadata.labels.clone();
-        Ok(Ok((
-            NodeView {
-                node: Some(resource),
-                ..NodeView::default()
-            },
-            labels,
-        )))
+        let view = NodeView {
+            node: Some(resource),
+            ..NodeView::default()
+        };
+        Ok(Attempt::Ready(Box::new(view), labels))
     }
 }
 
@@ -575,11 +556,8 @@ fn resolved(mode: KubernetesMode, mut node: NodeResource) -> Result<NodeResource
 }
 
 /// The typed node resource of a CiliumNode object.
-pub(crate) fn to_node_resource(obj: &DynamicObject) -> Result<NodeResource, NodeError> {
-    let value =
-        serde_json::to_value(obj).map_err(|e| NodeError::Invalid(format!("CiliumNode: {e}")))?;
-    decode::<NodeResource>(&value)
-        .map_err(|e| NodeError::Invalid(format!("CiliumNode {:?}: {e}", obj.metadata.name)))
+fn to_node_resource(obj: &DynamicObject) -> Result<NodeResource, NodeError> {
+    Ok(node_resource(obj)?)
 }
 
 impl NodeSource for KubernetesSource {
@@ -661,7 +639,6 @@ impl NodeSource for KubernetesSource {
 /// Writes the agent's fields of the CiliumNode.
 pub struct KubernetesSink {
     config: KubernetesConfig,
-    runtime: Handle,
     fields: Arc<Mutex<AgentFields>>,
     seen_used: SeenUsed,
     nodes: NodesResource,
@@ -677,31 +654,24 @@ pub struct KubernetesSink {
 
 impl KubernetesSink {
     /// The API client, connected on first use.
-    fn client(&mut self) -> Result<kube::Client, NodeError> {
+    async fn client(&mut self) -> Result<kube::Client, NodeError> {
         if let Some(c) = &self.client {
             return Ok(c.clone());
         }
-        let kubeconfig = self.config.kubeconfig.clone();
-        let client = self
-            .runtime
-            .block_on(async move { connect(kubeconfig.as_ref()).await })?;
+        let client = connect(self.config.kubeconfig.as_ref()).await?;
         self.client = Some(client.clone());
         Ok(client)
     }
 
     /// The CiliumNode resource the source resolved (or, when the start served
     /// from the journal, that this call resolves).
-    fn nodes_resource(&mut self) -> Result<ApiResource, NodeError> {
-        let client = self.client()?;
+    async fn nodes_resource(&mut self) -> Result<ApiResource, NodeError> {
+        let client = self.client().await?;
         let known = self.nodes.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let resource = match known {
             Some(r) => r,
             None => {
-                let c = client.clone();
-                let r = self
-                    .runtime
-                    .block_on(async move { resolve(&c, CiliumKind::Node).await })
-                    .map_err(|e| NodeError::Io(e.to_string()))?;
+                let r = resolve(&client, CiliumKind::Node).await?;
                 *self.nodes.lock().unwrap_or_else(|p| p.into_inner()) = Some(r.clone());
                 r
             }
@@ -710,26 +680,25 @@ impl KubernetesSink {
     }
 
     /// crd/eni: `status.ipam.used` and `ipv6-used`, through the status subresource.
-    fn apply_used(&mut self, used: &UsedAddresses) -> Result<(), NodeError> {
+    async fn apply_used(&mut self, used: &UsedAddresses) -> Result<(), NodeError> {
         let name = self.config.node_name.clone();
-        let resource = self.nodes_resource()?;
-        let api: Api<DynamicObject> = Api::all_with(self.client()?, &resource);
-        let body = json!({
-            "apiVersion": resource.api_version,
-            "kind": "CiliumNode",
-            "metadata": {"name": name},
-            "status": {"ipam": {"used": used.ipv4, "ipv6-used": used.ipv6}},
-        });
-        self.runtime.block_on(async move {
-            api.patch_status(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER),
-                &Patch::Apply(&body),
-            )
-            .await
-            .map(|_| ())
-            .map_err(|e| NodeError::Io(format!("applying the status of CiliumNode {name:?}: {e}")))
-        })
+        let resource = self.nodes_resource().await?;
+        let api: Api<DynamicObject> = Api::all_with(self.client().await?, &resource);
+        let body = ApplyBody::new(&resource.api_version, "CiliumNode", &name).with(
+            "status",
+            json!({"ipam": {"used": used.ipv4, "ipv6-used": used.ipv6}}),
+        );
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|source| NodeError::Api {
+            op: format!("applying the status of CiliumNode {name:?}"),
+            source,
+        })?;
+        Ok(())
     }
 }
 
@@ -779,42 +748,47 @@ impl KubernetesSink {
     /// CiliumNode, then merge-patches the list without them, with the
     /// resourceVersion read as precondition; on 409 (the operator or anyone
     /// changed the node) reads it again.
-    fn remove_released(&mut self) -> Result<(), NodeError> {
+    async fn remove_released(&mut self) -> Result<(), NodeError> {
         let name = self.config.node_name.clone();
         let released = self.pending_released.clone();
-        let api: Api<DynamicObject> = Api::all_with(self.client()?, &self.nodes_resource()?);
-        self.runtime.block_on(async move {
-            let io = |e: kube::Error| {
-                NodeError::Io(format!("giving blocks back in CiliumNode {name:?}: {e}"))
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client().await?, &self.nodes_resource().await?);
+        let op = || format!("giving blocks back in CiliumNode {name:?}");
+        let api_error = |source| NodeError::Api { op: op(), source };
+        let mut done = false;
+        for _ in 0..RELEASE_ATTEMPTS {
+            let Some(obj) = api.get_opt(&name).await.map_err(api_error)? else {
+                done = true;
+                break;
             };
-            for _ in 0..RELEASE_ATTEMPTS {
-                let Some(obj) = api.get_opt(&name).await.map_err(io)? else {
-                    return Ok(());
-                };
-                let Some(allocated) = allocated_without(&obj, &released) else {
-                    return Ok(());
-                };
-                let body = json!({
-                    "metadata": {"resourceVersion": obj.metadata.resource_version},
-                    "spec": {"ipam": {"pools": {"allocated": allocated}}},
-                });
-                let params = PatchParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..PatchParams::default()
-                };
-                match api.patch(&name, &params, &Patch::Merge(&body)).await {
-                    Ok(_) => {
-                        tracing::info!(blocks = ?released, "gave blocks back to the operator");
-                        return Ok(());
-                    }
-                    Err(kube::Error::Api(e)) if e.is_conflict() => continue,
-                    Err(e) => return Err(io(e)),
+            let Some(allocated) = allocated_without(&obj, &released) else {
+                done = true;
+                break;
+            };
+            let body = json!({
+                "metadata": {"resourceVersion": obj.metadata.resource_version},
+                "spec": {"ipam": {"pools": {"allocated": allocated}}},
+            });
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            };
+            match api.patch(&name, &params, &Patch::Merge(&body)).await {
+                Ok(_) => {
+                    tracing::info!(blocks = ?released, "gave blocks back to the operator");
+                    done = true;
+                    break;
                 }
+                Err(kube::Error::Api(e)) if e.is_conflict() => continue,
+                Err(e) => return Err(api_error(e)),
             }
-            Err(NodeError::Io(format!(
-                "giving blocks back in CiliumNode {name:?}: it changed {RELEASE_ATTEMPTS} times in a row; trying again"
-            )))
-        })?;
+        }
+        if !done {
+            return Err(NodeError::Changing {
+                op: op(),
+                attempts: RELEASE_ATTEMPTS,
+            });
+        }
         self.pending_released.clear();
         Ok(())
     }
@@ -822,7 +796,7 @@ impl KubernetesSink {
 
 impl KubernetesSink {
     /// Applies the agent's fields when one changed (or the last apply failed).
-    fn apply_fields(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
+    async fn apply_fields(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
         {
             let mut f = self.fields.lock().unwrap_or_else(|p| p.into_inner());
             let mut changed = self.pending;
@@ -844,21 +818,22 @@ impl KubernetesSink {
         }
         let name = self.config.node_name.clone();
         self.pending = true;
-        let resource = self.nodes_resource()?;
+        let resource = self.nodes_resource().await?;
         let body = self
             .fields
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .apply_body(&name, &resource.api_version);
-        let api: Api<DynamicObject> = Api::all_with(self.client()?, &resource);
-        self.runtime.block_on(async move {
-            api.patch(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER),
-                &Patch::Apply(&body),
-            )
-            .await
-            .map_err(|e| NodeError::Io(format!("applying CiliumNode {name:?}: {e}")))
+        let api: Api<DynamicObject> = Api::all_with(self.client().await?, &resource);
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|source| NodeError::Api {
+            op: format!("applying CiliumNode {name:?}"),
+            source,
         })?;
         self.pending = false;
         Ok(())
@@ -866,7 +841,13 @@ impl KubernetesSink {
 }
 
 impl NodeSink for KubernetesSink {
-    fn flush(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
+    fn flush<'a>(&'a mut self, outbox: &'a NodeOutbox) -> FlushFuture<'a> {
+        Box::pin(self.flush_async(outbox))
+    }
+}
+
+impl KubernetesSink {
+    async fn flush_async(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
         self.pending_released
             .extend(outbox.released_blocks.iter().cloned());
         if let (KubernetesMode::External { .. }, Some(used)) = (self.config.mode, &outbox.used) {
@@ -880,16 +861,16 @@ impl NodeSink for KubernetesSink {
                 .as_ref()
                 == Some(&used);
             if !held {
-                self.apply_used(&used)?;
+                self.apply_used(&used).await?;
             }
             self.pending_used = None;
         }
         // The lower demand first, then the blocks it frees: the operator never
         // sees a block gone while the old demand still asks for it (it would
         // carve it right back).
-        self.apply_fields(outbox)?;
+        self.apply_fields(outbox).await?;
         if !self.pending_released.is_empty() {
-            self.remove_released()?;
+            self.remove_released().await?;
         }
         Ok(())
     }

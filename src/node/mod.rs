@@ -32,8 +32,13 @@ use std::pin::Pin;
 
 use ipnet::IpNet;
 
+use crate::ipam::clusterpool::ClusterPoolError;
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::MetadataSource;
+use crate::k8s::connect::ConnectError;
+use crate::k8s::discovery::DiscoveryError;
+use crate::k8s::objects::ListError;
+use crate::resources::InvalidObject;
 
 pub use crate::resources::{
     AllocationIp, HealthAddresses, NodeAddress, NodeResource, RequestedPool,
@@ -41,17 +46,54 @@ pub use crate::resources::{
 pub use embedded::{EmbeddedMode, EmbeddedOperator};
 
 /// Why a backend could not do what was asked; the text says which object and why.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     /// The backend's objects are invalid or do not fit this node.
     #[error("{0}")]
     Invalid(String),
-    /// The operator cannot give the node what it needs (Cilium's operator errors).
-    #[error("{0}")]
-    Operator(String),
+    /// The cluster pool is not one (its CIDRs and mask sizes).
+    #[error(transparent)]
+    ClusterPool(#[from] ClusterPoolError),
+    /// The operator cannot give the node its CIDRs (Cilium's operator errors).
+    #[error("node {node}: {source}")]
+    Carve {
+        node: String,
+        #[source]
+        source: ClusterPoolError,
+    },
     /// Reading or writing where the backend keeps the resource failed.
     #[error("{0}")]
     Io(String),
+    /// The API server cannot be reached with the configuration given.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// An object the API server sent is not one podnet reads.
+    #[error(transparent)]
+    Decode(#[from] InvalidObject),
+    /// A kind's CRD is not served (at a version podnet reads).
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    /// Listing a kind failed.
+    #[error(transparent)]
+    List(#[from] ListError),
+    /// A call to the API server failed.
+    #[error("{op}: {source}")]
+    Api {
+        /// What was being done (`applying CiliumNode "n1"`).
+        op: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// The object changed under every attempt at editing it.
+    #[error("{op}: it changed {attempts} times in a row; trying again")]
+    Changing { op: String, attempts: usize },
+    /// A blocking write did not finish.
+    #[error("{op}: {source}")]
+    Join {
+        op: String,
+        #[source]
+        source: tokio::task::JoinError,
+    },
 }
 
 /// What a backend has when the daemon starts.
@@ -83,6 +125,9 @@ pub enum NodeEvent {
 
 /// A boxed future of a source's watch loop.
 pub type WatchFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A boxed future of a sink's flush.
+pub type FlushFuture<'a> = Pin<Box<dyn Future<Output = Result<(), NodeError>> + Send + 'a>>;
 
 /// Where the node resource, pools and pod metadata come from.
 pub trait NodeSource: Send {
@@ -131,9 +176,10 @@ impl NodeOutbox {
 /// Writes the outbox to where the backend keeps the node resource. Called by the
 /// writer task once per update interval, outside the state's lock, with what
 /// changed since the last call (often nothing); a sink keeps what it failed to
-/// write and tries again at the next call.
+/// write and tries again at the next call. The flush is async: a sink that
+/// blocks runs its blocking part off the runtime itself.
 pub trait NodeSink: Send {
-    fn flush(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError>;
+    fn flush<'a>(&'a mut self, outbox: &'a NodeOutbox) -> FlushFuture<'a>;
 }
 
 /// The operator's part for this node: what the node owns at start, blocks on

@@ -8,13 +8,26 @@ use kube::api::{Api, PostParams};
 
 use crate::resources::CRD_MANIFESTS;
 
+/// Why a CRD was not registered.
+#[derive(Debug, thiserror::Error)]
+pub enum CrdError {
+    #[error("a built-in CRD does not parse: {0}")]
+    BuiltIn(#[source] serde_yaml_ng::Error),
+    #[error("registering CRD {name}: {source}")]
+    Create {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
 /// Creates the CRDs that are missing; returns the names it created.
-pub async fn register_missing(client: &kube::Client) -> Result<Vec<String>, String> {
+pub async fn register_missing(client: &kube::Client) -> Result<Vec<String>, CrdError> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut created = Vec::new();
     for manifest in CRD_MANIFESTS {
-        let crd: CustomResourceDefinition = serde_yaml_ng::from_str(manifest)
-            .map_err(|e| format!("a built-in CRD does not parse: {e}"))?;
+        let crd: CustomResourceDefinition =
+            serde_yaml_ng::from_str(manifest).map_err(CrdError::BuiltIn)?;
         let name = crd.metadata.name.clone().unwrap_or_default();
         match api.create(&PostParams::default(), &crd).await {
             Ok(_) => {
@@ -24,7 +37,7 @@ pub async fn register_missing(client: &kube::Client) -> Result<Vec<String>, Stri
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 tracing::debug!(crd = %name, "the CRD exists already; left as it is");
             }
-            Err(e) => return Err(format!("registering CRD {name}: {e}")),
+            Err(source) => return Err(CrdError::Create { name, source }),
         }
     }
     Ok(created)

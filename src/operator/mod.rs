@@ -1,47 +1,52 @@
 //! `podnet operator`: the cluster-wide IPAM operator (Cilium's `cilium-operator`,
 //! cluster-pool and multi-pool modes). Replicas elect a leader on a Lease
 //! ([`lease`]); only the leader allocates: it re-reads every CiliumNode, re-adopts
-//! what they hold, then in cluster-pool gives every node without CIDRs one per
-//! enabled family from the cluster pool ([`allocator`], over the cidrset of
-//! `ipam`), writes them with server-side apply under its own field manager, and
-//! reports exhaustion in the node's `status.ipam.operator-status.error` until room
-//! appears ([`sync`]); in multi-pool it carves blocks of the CiliumPodIPPools until
-//! each node's request is met and takes back what nodes release, adopting the node
-//! CIDRs of nodes that ran cluster-pool with
-//! `--enable-cluster-pool-to-multi-pool-migration` ([`pools`], the
-//! cluster-wide bookkeeping; [`pool_sync`], the loop and its write protocol; pools
-//! of `--auto-create-cilium-pod-ip-pools` from [`auto_pools`]). A replica
+//! what they hold, then follows every CiliumNode in one loop ([`node_loop`],
+//! writing through [`node_api`]) that drives the allocator of the mode. In
+//! cluster-pool ([`cluster_pool`]) it gives every node without CIDRs one per
+//! enabled family from the cluster pool (over the cidrset of `ipam`), writes them
+//! with server-side apply under its own field manager, and reports exhaustion in
+//! the node's `status.ipam.operator-status.error` until room appears; in
+//! multi-pool ([`multi_pool`]) it carves blocks of the CiliumPodIPPools until
+//! each node's request is met and takes back what nodes release, adopting the
+//! node CIDRs of nodes that ran cluster-pool with
+//! `--enable-cluster-pool-to-multi-pool-migration` (pools of
+//! `--auto-create-cilium-pod-ip-pools` are created first). A replica
 //! that loses the lease exits (its Deployment restarts it as a follower). At start
 //! each replica registers the CRDs the API server lacks ([`crds`]), unless told to
 //! skip it. `podnet operator status` ([`status`]) shows the leader and every
-//! node's CIDRs as the API server has them. Next to the cluster pool, the leader
+//! node's CIDRs as the API server has them. Next to the node allocator, the leader
 //! runs LB IPAM ([`lbipam`]) and, when enabled, Node IPAM ([`nodeipam`]).
 
-pub mod allocator;
-mod auto_pools;
+pub mod cluster_pool;
 mod crds;
 pub mod lbipam;
 pub mod lease;
 pub mod metrics;
-mod mirror;
+pub mod multi_pool;
+mod node_api;
+pub mod node_loop;
 pub mod nodeipam;
 pub mod options;
-mod pool_sync;
-mod pools;
-mod retry;
+pub mod retry;
 mod status;
-mod sync;
 
 use std::sync::Arc;
 
-use crate::daemon::options::OptionsError;
-use crate::daemon::{server, shutdown_signal};
+use crate::ipam::clusterpool::ClusterPoolError;
 use crate::ipam::clusterpool::NodeCidrCarver;
-use crate::node::kubernetes::connect;
-use allocator::NodeCidrs;
+use crate::k8s::connect::{ConnectError, connect};
+use crate::k8s::mirror::WatchEnded;
+use crate::process::options::OptionsError;
+use crate::process::{metrics_server, shutdown_signal};
+use cluster_pool::NodeCidrs;
+use crds::CrdError;
 use lease::{Elector, Timing};
 use metrics::OperatorMetrics;
-use options::{OperatorConfig, OperatorIpam, OperatorOptions};
+use options::{ConfigError, OperatorConfig, OperatorIpam, OperatorOptions};
+
+/// The field manager of the operator's CiliumNode applies.
+pub const FIELD_MANAGER: &str = "podnet-operator";
 
 /// Entry point of `podnet operator` (and of `podnet operator status`); returns the
 /// process exit code.
@@ -77,19 +82,39 @@ enum Allocator {
     MultiPool(Vec<crate::ipam::pooldef::PoolDef>, Option<String>),
 }
 
+/// Why the operator stopped short.
+#[derive(Debug, thiserror::Error)]
+enum OperatorError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    ClusterPool(#[from] ClusterPoolError),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// The metrics listener cannot be bound.
+    #[error("{0}")]
+    Metrics(String),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error(transparent)]
+    Crds(#[from] CrdError),
+    #[error("leader election lost: {0}")]
+    LeadershipLost(String),
+    #[error(transparent)]
+    WatchEnded(#[from] WatchEnded),
+}
+
 /// Why the leader stopped.
 enum Stop {
     Lost(String),
-    WatchEnded(String),
+    WatchEnded(WatchEnded),
     Signal,
 }
 
-fn start(opts: &OperatorOptions) -> Result<(), String> {
+fn start(opts: &OperatorOptions) -> Result<(), OperatorError> {
     let config = OperatorConfig::resolve(opts)?;
     let allocator = match &config.ipam {
-        OperatorIpam::ClusterPool(pool) => {
-            Allocator::ClusterPool(NodeCidrCarver::new(pool).map_err(|e| e.to_string())?)
-        }
+        OperatorIpam::ClusterPool(pool) => Allocator::ClusterPool(NodeCidrCarver::new(pool)?),
         OperatorIpam::MultiPool {
             auto_create,
             migrate_into,
@@ -98,20 +123,20 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        .map_err(OperatorError::Runtime)?;
     runtime.block_on(async move {
         let metrics = Arc::new(OperatorMetrics::new());
         if !opts.prometheus_serve_addr.is_empty() {
-            let tcp = server::bind_metrics(&opts.prometheus_serve_addr).await?;
+            let tcp = metrics_server::bind_metrics(&opts.prometheus_serve_addr)
+                .await
+                .map_err(OperatorError::Metrics)?;
             let m = metrics.clone();
-            tokio::spawn(server::serve_metrics(tcp, move || {
+            tokio::spawn(metrics_server::serve_metrics(tcp, move || {
                 let m = m.clone();
                 async move { m.encode() }
             }));
         }
-        let client = connect(config.kubeconfig.as_ref())
-            .await
-            .map_err(|e| e.to_string())?;
+        let client = connect(config.kubeconfig.as_ref()).await?;
         if !opts.skip_crd_creation {
             crds::register_missing(&client).await?;
         }
@@ -125,10 +150,10 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
         let allocate = async {
             match allocator {
                 Allocator::ClusterPool(carver) => {
-                    sync::run(client.clone(), NodeCidrs::new(carver), metrics.clone()).await
+                    cluster_pool::run(client.clone(), NodeCidrs::new(carver), &metrics).await
                 }
                 Allocator::MultiPool(auto_create, migrate_into) => {
-                    pool_sync::run(client.clone(), auto_create, migrate_into, metrics.clone()).await
+                    multi_pool::run(client.clone(), auto_create, migrate_into, &metrics).await
                 }
             }
         };
@@ -146,17 +171,17 @@ fn start(opts: &OperatorOptions) -> Result<(), String> {
         };
         let stop = tokio::select! {
             why = elector.keep_renewing() => Stop::Lost(why),
-            why = allocate => Stop::WatchEnded(why),
+            ended = allocate => Stop::WatchEnded(ended),
             why = lb_ipam => Stop::WatchEnded(why),
             why = node_ipam => Stop::WatchEnded(why),
             _ = shutdown_signal() => Stop::Signal,
         };
         metrics.is_leader.set(0);
         match stop {
-            Stop::Lost(why) => Err(format!("leader election lost: {why}")),
-            Stop::WatchEnded(why) => {
+            Stop::Lost(why) => Err(OperatorError::LeadershipLost(why)),
+            Stop::WatchEnded(ended) => {
                 elector.release().await;
-                Err(why)
+                Err(ended.into())
             }
             Stop::Signal => {
                 elector.release().await;

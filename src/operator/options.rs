@@ -8,14 +8,14 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args};
 
-use super::auto_pools::{self, OPT_AUTO_CREATE};
 use super::lbipam::services::{DefaultIpam, Settings};
-use crate::daemon::options::{OptionsError, parse_bool, parse_command_with_config_dir};
+use super::multi_pool::auto_create::{self, OPT_AUTO_CREATE};
 use crate::ipam::clusterpool::{
-    ClusterPoolConfig, DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE, OPT_IPV4_CIDR,
-    OPT_IPV6_CIDR, parse_cidr_list,
+    ClusterPoolConfig, ClusterPoolError, DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE,
+    OPT_IPV4_CIDR, OPT_IPV6_CIDR, parse_cidr_list,
 };
 use crate::ipam::pooldef::PoolDef;
+use crate::process::options::{OptionsError, parse_bool, parse_command_with_config_dir};
 
 /// The options `podnet operator` and `podnet operator status` share: the config
 /// dir, the cluster pool, and where the API server and the leader Lease are.
@@ -167,45 +167,67 @@ pub struct OperatorConfig {
     pub node_ipam: Option<DefaultIpam>,
 }
 
+/// Why the options do not make a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("ipam {0:?} is not supported by podnet operator: use cluster-pool or multi-pool")]
+    UnsupportedIpam(String),
+    #[error(
+        "--{} needs --ipam multi-pool (it creates CiliumPodIPPools)",
+        OPT_AUTO_CREATE
+    )]
+    AutoCreateNeedsMultiPool,
+    #[error(
+        "--{} needs --ipam multi-pool (it migrates cluster-pool nodes into it)",
+        OPT_MIGRATION
+    )]
+    MigrationNeedsMultiPool,
+    #[error(
+        "--{} needs --ipam-default-ip-pool: the pool the node CIDRs migrate into",
+        OPT_MIGRATION
+    )]
+    MigrationNeedsDefaultPool,
+    #[error(
+        "podnet operator needs the API server: --k8s-kubeconfig-path FILE, or run it in a pod (KUBERNETES_SERVICE_HOST)"
+    )]
+    NoApiServer,
+    #[error("--leader-election-namespace must not be empty")]
+    NoNamespace,
+    #[error(transparent)]
+    ClusterPool(#[from] ClusterPoolError),
+    /// `--auto-create-cilium-pod-ip-pools` (the pool grammar's own message).
+    #[error("{0}")]
+    AutoCreate(String),
+}
+
 impl OperatorConfig {
     /// Resolves the options with Cilium's operator start-up checks
     /// (`cluster-pool-ipv4-cidr must be provided when using ClusterPool`, ...).
-    pub fn resolve(opts: &OperatorOptions) -> Result<OperatorConfig, String> {
+    pub fn resolve(opts: &OperatorOptions) -> Result<OperatorConfig, ConfigError> {
         let ipam = match opts.ipam.as_str() {
             "cluster-pool" => OperatorIpam::ClusterPool(cluster_pool(opts)?),
             "multi-pool" => OperatorIpam::MultiPool {
-                auto_create: auto_pools::parse(&opts.auto_create_cilium_pod_ip_pools)?,
+                auto_create: auto_create::parse(&opts.auto_create_cilium_pod_ip_pools)
+                    .map_err(ConfigError::AutoCreate)?,
                 migrate_into: migration(opts)?,
             },
-            other => {
-                return Err(format!(
-                    "ipam {other:?} is not supported by podnet operator: use cluster-pool or multi-pool"
-                ));
-            }
+            other => return Err(ConfigError::UnsupportedIpam(other.to_string())),
         };
         if !matches!(ipam, OperatorIpam::MultiPool { .. }) {
             if !opts.auto_create_cilium_pod_ip_pools.is_empty() {
-                return Err(format!(
-                    "--{OPT_AUTO_CREATE} needs --ipam multi-pool (it creates CiliumPodIPPools)"
-                ));
+                return Err(ConfigError::AutoCreateNeedsMultiPool);
             }
             if opts.enable_cluster_pool_to_multi_pool_migration {
-                return Err(format!(
-                    "--{OPT_MIGRATION} needs --ipam multi-pool (it migrates cluster-pool nodes into it)"
-                ));
+                return Err(ConfigError::MigrationNeedsMultiPool);
             }
         }
         let kubeconfig = match &opts.cluster.k8s_kubeconfig_path {
             Some(p) => Some(p.clone()),
             None if std::env::var("KUBERNETES_SERVICE_HOST").is_ok_and(|h| !h.is_empty()) => None,
-            None => {
-                return Err(
-                    "podnet operator needs the API server: --k8s-kubeconfig-path FILE, or run it in a pod (KUBERNETES_SERVICE_HOST)".into(),
-                );
-            }
+            None => return Err(ConfigError::NoApiServer),
         };
         if opts.cluster.leader_election_namespace.is_empty() {
-            return Err("--leader-election-namespace must not be empty".into());
+            return Err(ConfigError::NoNamespace);
         }
         let identity = if opts.identity.is_empty() {
             default_identity()
@@ -233,31 +255,27 @@ impl OperatorConfig {
 const OPT_MIGRATION: &str = "enable-cluster-pool-to-multi-pool-migration";
 
 /// The default pool the migration adopts node CIDRs into, when enabled.
-fn migration(opts: &OperatorOptions) -> Result<Option<String>, String> {
+fn migration(opts: &OperatorOptions) -> Result<Option<String>, ConfigError> {
     if !opts.enable_cluster_pool_to_multi_pool_migration {
         return Ok(None);
     }
     if opts.ipam_default_ip_pool.is_empty() {
-        return Err(format!(
-            "--{OPT_MIGRATION} needs --ipam-default-ip-pool: the pool the node CIDRs migrate into"
-        ));
+        return Err(ConfigError::MigrationNeedsDefaultPool);
     }
     Ok(Some(opts.ipam_default_ip_pool.clone()))
 }
 
 /// The cluster pool with Cilium's start-up checks.
-fn cluster_pool(opts: &OperatorOptions) -> Result<ClusterPoolConfig, String> {
+fn cluster_pool(opts: &OperatorOptions) -> Result<ClusterPoolConfig, ClusterPoolError> {
     let cluster_pool = ClusterPoolConfig {
         enable_ipv4: opts.enable_ipv4,
         enable_ipv6: opts.enable_ipv6,
-        ipv4_cidrs: parse_cidr_list(OPT_IPV4_CIDR, &opts.cluster.cluster_pool_ipv4_cidr)
-            .map_err(|e| e.to_string())?,
+        ipv4_cidrs: parse_cidr_list(OPT_IPV4_CIDR, &opts.cluster.cluster_pool_ipv4_cidr)?,
         ipv4_mask_size: opts.cluster.cluster_pool_ipv4_mask_size,
-        ipv6_cidrs: parse_cidr_list(OPT_IPV6_CIDR, &opts.cluster.cluster_pool_ipv6_cidr)
-            .map_err(|e| e.to_string())?,
+        ipv6_cidrs: parse_cidr_list(OPT_IPV6_CIDR, &opts.cluster.cluster_pool_ipv6_cidr)?,
         ipv6_mask_size: opts.cluster.cluster_pool_ipv6_mask_size,
     };
-    cluster_pool.validate().map_err(|e| e.to_string())?;
+    cluster_pool.validate()?;
     Ok(cluster_pool)
 }
 
@@ -287,7 +305,7 @@ mod tests {
         all.extend_from_slice(args);
         let args: Vec<String> = all.iter().map(|s| s.to_string()).collect();
         let opts = OperatorOptions::parse_with_config_dir(&args).map_err(|e| e.to_string())?;
-        OperatorConfig::resolve(&opts)
+        OperatorConfig::resolve(&opts).map_err(|e| e.to_string())
     }
 
     #[test]

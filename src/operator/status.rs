@@ -19,17 +19,19 @@ use kube::api::{Api, DynamicObject, ListParams};
 use serde::Serialize;
 
 use super::lease::LEASE_NAME;
+use super::multi_pool::blocks::{ObservedNode, PoolBlocks as PoolBookkeeping};
+use super::multi_pool::list_pools;
 use super::options::ClusterOptions;
-use super::pools::{ObservedNode, PoolBlocks as PoolBookkeeping};
-use crate::daemon::options::{OptionsError, parse_command_with_config_dir};
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{
-    ClusterPoolConfig, NodeCidrCarver, OPT_IPV4_CIDR, OPT_IPV6_CIDR, parse_cidr_list,
+    ClusterPoolConfig, ClusterPoolError, NodeCidrCarver, OPT_IPV4_CIDR, OPT_IPV6_CIDR,
+    parse_cidr_list,
 };
 use crate::ipam::pooldef::PoolDef;
+use crate::k8s::connect::{ConnectError, kube_config};
 use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve};
-use crate::node::kube_pools::list_pools;
-use crate::node::kubernetes::{kube_config, to_node_resource};
+use crate::k8s::objects::{ListError, node_resource};
+use crate::process::options::{OptionsError, parse_command_with_config_dir};
 use crate::resources::AllocatedPool;
 
 /// How long the reads may take before the API server counts as unreachable.
@@ -167,12 +169,40 @@ fn parse(args: &[String]) -> Result<StatusOptions, OptionsError> {
     parse_command_with_config_dir::<StatusCommand>(args).map(|c| c.opts)
 }
 
+/// Why there is no report.
+#[derive(Debug, thiserror::Error)]
+enum StatusError {
+    #[error(transparent)]
+    ClusterPool(#[from] ClusterPoolError),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("{what}: the API server at {url} answered: {status}")]
+    Refused {
+        what: &'static str,
+        url: String,
+        status: Box<kube::core::Status>,
+    },
+    #[error("cannot reach the API server at {url} ({what}): {source}")]
+    Unreachable {
+        what: &'static str,
+        url: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    #[error(transparent)]
+    List(#[from] ListError),
+    #[error("cannot reach the API server at {url}: no answer within {}s", READ_TIMEOUT.as_secs())]
+    Timeout { url: String },
+}
+
 /// The cluster pool's carver, when a pool is given.
-fn carver(opts: &StatusOptions) -> Result<Option<NodeCidrCarver>, String> {
-    let v4 = parse_cidr_list(OPT_IPV4_CIDR, &opts.cluster.cluster_pool_ipv4_cidr)
-        .map_err(|e| e.to_string())?;
-    let v6 = parse_cidr_list(OPT_IPV6_CIDR, &opts.cluster.cluster_pool_ipv6_cidr)
-        .map_err(|e| e.to_string())?;
+fn carver(opts: &StatusOptions) -> Result<Option<NodeCidrCarver>, ClusterPoolError> {
+    let v4 = parse_cidr_list(OPT_IPV4_CIDR, &opts.cluster.cluster_pool_ipv4_cidr)?;
+    let v6 = parse_cidr_list(OPT_IPV6_CIDR, &opts.cluster.cluster_pool_ipv6_cidr)?;
     if v4.is_empty() && v6.is_empty() {
         return Ok(None);
     }
@@ -184,17 +214,15 @@ fn carver(opts: &StatusOptions) -> Result<Option<NodeCidrCarver>, String> {
         ipv6_cidrs: v6,
         ipv6_mask_size: opts.cluster.cluster_pool_ipv6_mask_size,
     };
-    NodeCidrCarver::new(&config)
-        .map(Some)
-        .map_err(|e| e.to_string())
+    NodeCidrCarver::new(&config).map(Some)
 }
 
-fn status(opts: &StatusOptions) -> Result<Report, String> {
+fn status(opts: &StatusOptions) -> Result<Report, StatusError> {
     let carver = carver(opts)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        .map_err(StatusError::Runtime)?;
     let ns = &opts.cluster.leader_election_namespace;
     let (nodes, lease, defs) =
         runtime.block_on(read(opts.cluster.k8s_kubeconfig_path.as_ref(), ns))?;
@@ -207,18 +235,26 @@ fn status(opts: &StatusOptions) -> Result<Report, String> {
 async fn read(
     kubeconfig: Option<&PathBuf>,
     namespace: &str,
-) -> Result<(Vec<DynamicObject>, Option<Lease>, Vec<PoolDef>), String> {
-    let config = kube_config(kubeconfig).await.map_err(|e| e.to_string())?;
+) -> Result<(Vec<DynamicObject>, Option<Lease>, Vec<PoolDef>), StatusError> {
+    let config = kube_config(kubeconfig).await?;
     let url = config.cluster_url.to_string();
-    let client = kube::Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))?;
-    let failed = |what: &str, e: kube::Error| match e {
-        kube::Error::Api(s) => format!("{what}: the API server at {url} answered: {s}"),
-        e => format!("cannot reach the API server at {url} ({what}): {e}"),
+    let client = kube::Client::try_from(config).map_err(ConnectError::Client)?;
+    let failed = |what: &'static str, e: kube::Error| match e {
+        kube::Error::Api(status) => StatusError::Refused {
+            what,
+            url: url.clone(),
+            status,
+        },
+        source => StatusError::Unreachable {
+            what,
+            url: url.clone(),
+            source,
+        },
     };
     // The API server not answering reads as for any other request.
-    let discovery = |what: &str, e: DiscoveryError| match e {
+    let discovery = |what: &'static str, e: DiscoveryError| match e {
         DiscoveryError::Api { source, .. } => failed(what, source),
-        e => e.to_string(),
+        e => StatusError::Discovery(e),
     };
     let reads = async {
         let nodes_resource = resolve(&client, CiliumKind::Node)
@@ -234,9 +270,7 @@ async fn read(
             .map_err(|e| failed("reading the leader Lease", e))?;
         // Without a pool CRD (cluster-pool), no pools.
         let pools = match resolve(&client, CiliumKind::PodIpPool).await {
-            Ok(resource) => list_pools(&client, &resource)
-                .await
-                .map_err(|e| e.to_string())?,
+            Ok(resource) => list_pools(&client, &resource).await?,
             Err(e) if e.is_missing_crd() => Vec::new(),
             Err(e) => return Err(discovery("listing CiliumPodIPPools", e)),
         };
@@ -244,12 +278,7 @@ async fn read(
     };
     tokio::time::timeout(READ_TIMEOUT, reads)
         .await
-        .map_err(|_| {
-            format!(
-                "cannot reach the API server at {url}: no answer within {}s",
-                READ_TIMEOUT.as_secs()
-            )
-        })?
+        .map_err(|_| StatusError::Timeout { url: url.clone() })?
 }
 
 /// What the objects say, with the pool's space counted by re-adopting every node's
@@ -266,7 +295,7 @@ pub fn report(
         .iter()
         .map(|obj| {
             let name = obj.metadata.name.clone().unwrap_or_default();
-            match to_node_resource(obj) {
+            match node_resource(obj) {
                 Ok(n) => NodeLine {
                     name,
                     pod_cidrs: n.spec.ipam.pod_cidrs,
@@ -684,7 +713,7 @@ mod tests {
             &kubeconfig.display().to_string(),
         ]))
         .unwrap();
-        let e = status(&opts).unwrap_err();
+        let e = status(&opts).unwrap_err().to_string();
         assert!(
             e.starts_with(&format!(
                 "cannot reach the API server at https://127.0.0.1:{port}/ (listing CiliumNodes): "

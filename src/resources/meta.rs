@@ -57,6 +57,14 @@ impl ObjectMeta {
         }
     }
 
+    /// `metadata.uid` ("" when absent).
+    pub fn uid(&self) -> &str {
+        self.extra
+            .get("uid")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+    }
+
     /// How messages name the object: `Kind "namespace/name"`, `Kind "name"`, or
     /// `Kind (unnamed)`.
     pub fn describe(&self, kind: &str) -> String {

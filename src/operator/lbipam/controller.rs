@@ -17,7 +17,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use super::metrics::LbIpamMetrics;
 use super::pools::{Family, Pool, sort_pools};
@@ -25,7 +24,8 @@ use super::services::{
     self, FamilyPolicy, Orphan, Plan, PoolStatus, ServicePlan, ServiceView, Settings,
 };
 use crate::k8s::discovery::{CiliumKind, resolve_waiting};
-use crate::operator::mirror::{Mirror, Retry, key_of};
+use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
+use crate::operator::retry::{Retry, sleep_until};
 use crate::resources::{CiliumLoadBalancerIPPool, LB_IP_POOL_KIND, decode};
 
 /// The field manager of LB IPAM's applies.
@@ -170,7 +170,7 @@ struct Controller {
 
 /// Runs until a watch ends (they do not while the API server can be retried);
 /// returns why.
-pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetrics) -> String {
+pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetrics) -> WatchEnded {
     let pools = resolve_waiting(&client, CiliumKind::LbIpPool, &|_| {}).await;
     let mut c = Controller {
         services_api: Api::all(client.clone()),
@@ -199,7 +199,7 @@ pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetric
             _ = sleep_until(retry.due()) => Ok(true),
         };
         match fed {
-            Err(why) => return why,
+            Err(ended) => return ended,
             Ok(false) => continue,
             Ok(true) if !c.pools.listed || !c.services.listed => continue,
             Ok(true) => {}
@@ -213,14 +213,6 @@ pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetric
         }
         let outcome = c.reconcile().await;
         retry.record(outcome, "an LB IPAM write");
-    }
-}
-
-/// Sleeps until `due`; never wakes without one.
-pub async fn sleep_until(due: Option<Instant>) {
-    match due {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

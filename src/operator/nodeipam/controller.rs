@@ -17,11 +17,12 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use super::addresses::{self, MATCH_NODE_LABELS_ANNOTATION, NodeIpamService, NodeView};
+use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
 use crate::operator::lbipam::controller::{
-    apply_service_status, condition, condition_json, ingress_ips, ip_families, sleep_until,
+    apply_service_status, condition, condition_json, ingress_ips, ip_families,
 };
 use crate::operator::lbipam::services::{DefaultIpam, NODE_IPAM_CLASS};
-use crate::operator::mirror::{Mirror, Retry, key_of};
+use crate::operator::retry::{Retry, sleep_until};
 
 pub const FIELD_MANAGER: &str = "podnet-operator-node-ipam";
 pub const VALID_CONDITION: &str = "podnet.io/NodeIPAMRequestValid";
@@ -113,7 +114,7 @@ struct Controller {
 }
 
 /// Runs until a watch ends; returns why.
-pub async fn run(client: kube::Client, default_ipam: DefaultIpam) -> String {
+pub async fn run(client: kube::Client, default_ipam: DefaultIpam) -> WatchEnded {
     let mut c = Controller {
         client: client.clone(),
         default_ipam,
@@ -141,7 +142,7 @@ pub async fn run(client: kube::Client, default_ipam: DefaultIpam) -> String {
             _ = sleep_until(retry.due()) => Ok(true),
         };
         match fed {
-            Err(why) => return why,
+            Err(ended) => return ended,
             Ok(true) if c.nodes.listed && c.services.listed && c.slices.listed => {
                 let outcome = c.reconcile().await;
                 retry.record(outcome, "a Node IPAM write");

@@ -12,16 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use ipnet::IpNet;
 
 use crate::ipam::clusterpool::{ClusterPoolError, NodeCidrCarver};
-
-/// The annotation that makes the operator leave a CiliumNode alone (Cilium's).
-pub const IGNORE_ANNOTATION: &str = "ipam.cilium.io/ignore";
-
-/// Whether a CiliumNode with these annotations is to be left alone.
-pub fn ignored(annotations: &std::collections::BTreeMap<String, String>) -> bool {
-    annotations
-        .get(IGNORE_ANNOTATION)
-        .is_some_and(|v| v == "true")
-}
+use crate::operator::node_loop::ignored;
+use crate::resources::NodeResource;
 
 /// What the operator reads of one CiliumNode.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,6 +26,18 @@ pub struct Observed {
     pub error: String,
     /// Annotated `ipam.cilium.io/ignore: "true"`.
     pub ignored: bool,
+}
+
+impl From<&NodeResource> for Observed {
+    fn from(node: &NodeResource) -> Observed {
+        Observed {
+            name: node.metadata.name.clone(),
+            uid: node.metadata.uid().to_string(),
+            pod_cidrs: node.spec.ipam.pod_cidrs.clone(),
+            error: node.status.ipam.operator_status.error.clone(),
+            ignored: ignored(&node.metadata.annotations),
+        }
+    }
 }
 
 /// The writes one node needs.

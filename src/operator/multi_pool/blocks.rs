@@ -44,7 +44,8 @@ use crate::ipam::pool_operator::{
     MIGRATION_FAILED_PREFIX, PoolOperator, check_migration, migrated_allocation,
 };
 use crate::ipam::pooldef::PoolDef;
-use crate::resources::{AllocatedPool, RequestedPool};
+use crate::operator::node_loop::ignored;
+use crate::resources::{AllocatedPool, NodeResource, RequestedPool};
 
 /// What the operator reads of one CiliumNode.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -61,6 +62,21 @@ pub struct ObservedNode {
     /// Annotated `ipam.cilium.io/ignore: "true"`: its blocks stay taken, nothing
     /// is carved or written for it.
     pub ignored: bool,
+}
+
+impl From<&NodeResource> for ObservedNode {
+    fn from(node: &NodeResource) -> ObservedNode {
+        ObservedNode {
+            name: node.metadata.name.clone(),
+            uid: node.metadata.uid().to_string(),
+            resource_version: node.metadata.resource_version.clone().unwrap_or_default(),
+            requested: node.spec.ipam.pools.requested.clone(),
+            allocated: node.spec.ipam.pools.allocated.clone(),
+            pod_cidrs: node.spec.ipam.pod_cidrs.clone(),
+            error: node.status.ipam.operator_status.error.clone(),
+            ignored: ignored(&node.metadata.annotations),
+        }
+    }
 }
 
 /// What one node's CiliumNode must be changed to.
@@ -119,8 +135,9 @@ fn blocks_of(allocated: &[AllocatedPool]) -> BTreeSet<(String, IpNet)> {
         .collect()
 }
 
-/// The cluster-wide multi-pool bookkeeping. See the module docs.
-#[derive(Debug, Clone)]
+/// The cluster-wide multi-pool bookkeeping. See the module docs. The default
+/// one has no pools yet.
+#[derive(Debug, Clone, Default)]
 pub struct PoolBlocks {
     operator: PoolOperator,
     nodes: BTreeMap<String, NodeState>,
@@ -379,6 +396,11 @@ impl PoolBlocks {
             }
         }
         Ok(())
+    }
+
+    /// Whether the latest pool definitions were refused.
+    pub fn pools_refused(&self) -> bool {
+        self.refused.is_some()
     }
 
     /// The nodes known, sorted.

@@ -1,0 +1,50 @@
+//! The connection to the API server: the client configuration from the
+//! kubeconfig `--k8s-kubeconfig-path` names, or in-cluster, and the client.
+
+use std::path::PathBuf;
+
+/// Why there is no client.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("--k8s-kubeconfig-path {}: {source}", path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("in-cluster Kubernetes configuration (KUBERNETES_SERVICE_HOST is set): {0}")]
+    InCluster(#[source] kube::config::InClusterError),
+    #[error("Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+}
+
+/// The client configuration from the kubeconfig at `kubeconfig`, or in-cluster.
+pub async fn kube_config(kubeconfig: Option<&PathBuf>) -> Result<kube::Config, ConnectError> {
+    match kubeconfig {
+        Some(path) => {
+            let at = |source| ConnectError::Kubeconfig {
+                path: path.clone(),
+                source,
+            };
+            let file = kube::config::Kubeconfig::read_from(path).map_err(at)?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(at)
+        }
+        None => kube::Config::incluster().map_err(ConnectError::InCluster),
+    }
+}
+
+/// Connects to the API server named by the kubeconfig (or in-cluster).
+pub async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, ConnectError> {
+    let config = kube_config(kubeconfig).await?;
+    kube::Client::try_from(config).map_err(ConnectError::Client)
+}
+
+/// The API server's URL, or why it is not known (for status).
+pub async fn api_server_url(kubeconfig: Option<&PathBuf>) -> String {
+    match kube_config(kubeconfig).await {
+        Ok(c) => c.cluster_url.to_string(),
+        Err(e) => e.to_string(),
+    }
+}

@@ -1,0 +1,297 @@
+//! Multi-pool: the leader creates the `--auto-create-cilium-pod-ip-pools` pools
+//! that do not exist ([`auto_create`]), reads the CiliumPodIPPools (with
+//! `--enable-cluster-pool-to-multi-pool-migration`, nodes' `podCIDRs` are
+//! adopted into the default pool), then follows every CiliumNode (the node
+//! loop, [`node_loop`](super::node_loop)) and every CiliumPodIPPool, and keeps
+//! [`PoolBlocks`] (the bookkeeping, no I/O) up to date. The CiliumNode watch's
+//! first list is the re-read of every node: their blocks are re-adopted before
+//! anything is carved.
+//!
+//! # The write protocol (no lost write, no block on two nodes)
+//!
+//! - The agent owns `spec.ipam.pools.requested` (server-side apply as
+//!   `podnet-agent`) and gives a free block back by removing it from
+//!   `spec.ipam.pools.allocated` with a JSON patch whose `test` op checks the
+//!   entry it edits (retried after a re-read on failure).
+//! - The operator owns `allocated` and `status.ipam.operator-status`. It writes
+//!   `allocated` as a forced server-side apply (`podnet-operator`) that carries
+//!   the node's UID and the resourceVersion the list was computed from: when the
+//!   agent changed the node meanwhile, the API server answers 409, the operator
+//!   reads the node again (blocks carved for the failed write are freed by that
+//!   observation) and plans again.
+//! - The operator frees a block only when a node object at least as new as its
+//!   own last write no longer lists it (or the node is deleted); then another
+//!   node may get it.
+
+pub mod auto_create;
+pub mod blocks;
+
+pub use blocks::PoolBlocks;
+
+use std::collections::BTreeSet;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use kube::api::{Api, ApiResource, DynamicObject, PatchParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use serde_json::json;
+
+use super::FIELD_MANAGER;
+use super::metrics::OperatorMetrics;
+use super::node_api::{ApiNodes, NodeApply};
+use super::node_loop::{self, AfterRefusal, NodeHandler, NodeWriter, Refusal, Written};
+use super::retry::next_backoff;
+use crate::ipam::pooldef::PoolDef;
+use crate::k8s::discovery::{CiliumKind, api_waiting, resolve_waiting, resource_gone, watch_all};
+use crate::k8s::mirror::WatchEnded;
+use crate::k8s::objects::{ListError, list_valid, watch_nodes};
+use crate::resources::{CiliumPodIPPool, NodeResource, POD_IP_POOL_KIND};
+use auto_create::pool_object;
+use blocks::{NodeWrite, ObservedNode};
+
+impl NodeHandler for PoolBlocks {
+    type Write = NodeWrite;
+    /// The CiliumPodIPPools, read again after a change.
+    type Input = Vec<PoolDef>;
+
+    /// Logs what is wrong with its blocks. Nodes waiting for room may get the
+    /// blocks it gave back.
+    fn upsert(&mut self, node: &NodeResource) -> Vec<String> {
+        let name = node.metadata.name.clone();
+        for problem in self.observe(ObservedNode::from(node)) {
+            tracing::error!(node = %name, "{problem}");
+        }
+        let mut dirty = self.waiting();
+        dirty.push(name);
+        dirty
+    }
+
+    fn delete(&mut self, name: &str) -> Vec<String> {
+        self.remove(name);
+        self.waiting()
+    }
+
+    fn relisted(&mut self, listed: &BTreeSet<String>, first: bool) -> Vec<String> {
+        for gone in self
+            .node_names()
+            .into_iter()
+            .filter(|n| !listed.contains(n))
+        {
+            self.remove(&gone);
+        }
+        if first {
+            tracing::info!(
+                nodes = listed.len(),
+                "read every CiliumNode and re-adopted their blocks; allocating"
+            );
+        }
+        self.node_names()
+    }
+
+    fn input(&mut self, pools: Vec<PoolDef>) -> Vec<String> {
+        set_pools(self, &pools);
+        self.node_names()
+    }
+
+    fn plan(&mut self, name: &str) -> Option<NodeWrite> {
+        PoolBlocks::plan(self, name)
+    }
+
+    fn written(&mut self, _name: &str, _write: &NodeWrite) {}
+
+    fn refused(&mut self, name: &str, why: Refusal) -> AfterRefusal {
+        match why {
+            Refusal::Gone => {
+                tracing::info!(node = %name, "node gone before its blocks were written");
+                self.remove(name);
+                AfterRefusal::LeaveToWatch
+            }
+            Refusal::Conflict => AfterRefusal::ReadAgain,
+        }
+    }
+
+    fn report(&self, metrics: &OperatorMetrics) {
+        metrics.pools_refused.set(i64::from(self.pools_refused()));
+        metrics.set_pool_blocks(&self.pool_space());
+        let waiting = self.waiting().len();
+        metrics.set_nodes(self.node_names().len() - waiting, waiting);
+    }
+}
+
+impl NodeWriter<NodeWrite> for ApiNodes<'_> {
+    /// The blocks (as of the resourceVersion they were planned from), then
+    /// the error.
+    async fn write(&self, name: &str, write: &NodeWrite) -> Written {
+        let mut applies = Vec::new();
+        if let Some(allocated) = &write.allocated {
+            let fields = json!({"ipam": {"pools": {"allocated": allocated}}});
+            applies.push(
+                NodeApply::spec(fields, "pools-allocated").checked_at(&write.resource_version),
+            );
+        }
+        if let Some(error) = &write.error {
+            applies.push(NodeApply::operator_error(error));
+        }
+        self.apply_all(name, &write.uid, applies).await
+    }
+
+    async fn read(&self, name: &str) -> Result<Option<NodeResource>, kube::Error> {
+        self.get(name).await
+    }
+}
+
+/// Puts `pools` in force unless they break blocks in use.
+fn set_pools(blocks: &mut PoolBlocks, pools: &[PoolDef]) {
+    let names: Vec<&str> = pools.iter().map(|d| d.name.as_str()).collect();
+    match blocks.set_pools(pools) {
+        Ok(()) => tracing::info!(pools = ?names, "pool definitions in force"),
+        Err(why) => tracing::error!(
+            pools = ?names,
+            "pool definitions refused, the previous ones stay in force: {why}"
+        ),
+    }
+}
+
+/// Creates the pools of `--auto-create-cilium-pod-ip-pools` that do not exist
+/// (an existing one is never changed) at `resource` (the version the CRD serves),
+/// retrying while the API server fails.
+async fn create_missing_pools(client: &kube::Client, resource: &ApiResource, pools: &[PoolDef]) {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
+    for def in pools {
+        let body: DynamicObject =
+            match serde_json::from_value(pool_object(def, &resource.api_version)) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::error!(pool = %def.name, error = %e, "pool object not built");
+                    continue;
+                }
+            };
+        let mut wait = next_backoff(None);
+        loop {
+            match api.create(&PostParams::default(), &body).await {
+                Ok(_) => tracing::info!(pool = %def.name, "created the CiliumPodIPPool"),
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    tracing::info!(pool = %def.name, "the CiliumPodIPPool exists; left as it is")
+                }
+                // Refused as written (the CRD's validation): trying again cannot help.
+                Err(kube::Error::Api(e)) if (400..500).contains(&e.code) && e.code != 429 => {
+                    tracing::error!(pool = %def.name, error = %e, "the API server refused the CiliumPodIPPool; not created");
+                }
+                Err(e) => {
+                    tracing::warn!(pool = %def.name, error = %e, retry_in = ?wait, "creating the CiliumPodIPPool failed");
+                    tokio::time::sleep(wait).await;
+                    wait = next_backoff(Some(wait));
+                    continue;
+                }
+            }
+            break;
+        }
+    }
+}
+
+/// Every valid CiliumPodIPPool of `resource` (the version the CRD serves); an
+/// invalid one is logged and left out.
+pub async fn list_pools(
+    client: &kube::Client,
+    resource: &ApiResource,
+) -> Result<Vec<PoolDef>, ListError> {
+    list_valid::<CiliumPodIPPool, _, _>(client, resource, POD_IP_POOL_KIND, |p| {
+        PoolDef::try_from(p)
+    })
+    .await
+}
+
+/// The pools as they are now; None when they cannot be read (the current
+/// definitions stay).
+async fn read_pools(client: &kube::Client, resource: &ApiResource) -> Option<Vec<PoolDef>> {
+    list_pools(client, resource)
+        .await
+        .inspect_err(|e| tracing::warn!(error = %e, "CiliumPodIPPools not read; the current definitions stay"))
+        .ok()
+}
+
+/// The CiliumPodIPPool resource, waiting until its CRD serves a version podnet
+/// understands.
+async fn resolve_pools(client: &kube::Client) -> ApiResource {
+    resolve_waiting(client, CiliumKind::PodIpPool, &|_| {}).await
+}
+
+/// The pool watch's state: where the pools are, and their watch.
+struct PoolWatch {
+    client: kube::Client,
+    resource: ApiResource,
+    events: BoxStream<'static, Result<Event<DynamicObject>, watcher::Error>>,
+}
+
+/// The pool definitions after each change of a CiliumPodIPPool (a list in
+/// progress is read whole when it is done); a CRD that is not served any more is
+/// waited for again (the current definitions stay in force meanwhile). Ends with
+/// the watch.
+fn pool_changes(
+    client: kube::Client,
+    resource: ApiResource,
+) -> BoxStream<'static, Result<Vec<PoolDef>, WatchEnded>> {
+    let events = watch_all(&client, &resource);
+    let start = Some(PoolWatch {
+        client,
+        resource,
+        events,
+    });
+    futures::stream::unfold(start, |state| async move {
+        let mut w = state?;
+        loop {
+            match w.events.next().await {
+                None => {
+                    let ended = WatchEnded {
+                        kind: "CiliumPodIPPool".into(),
+                    };
+                    return Some((Err(ended), None));
+                }
+                Some(Err(e)) if resource_gone(&e) => {
+                    tracing::warn!(version = %w.resource.api_version, "the CiliumPodIPPool CRD is not served any more; the current definitions stay in force until it is");
+                    w.resource = resolve_pools(&w.client).await;
+                    w.events = watch_all(&w.client, &w.resource);
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "CiliumPodIPPool watch interrupted; it resumes")
+                }
+                Some(Ok(Event::Init | Event::InitApply(_))) => {}
+                Some(Ok(_)) => {
+                    if let Some(pools) = read_pools(&w.client, &w.resource).await {
+                        return Some((Ok(pools), Some(w)));
+                    }
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+/// Runs until a watch ends (they do not while the API server can be retried).
+pub async fn run(
+    client: kube::Client,
+    auto_create: Vec<PoolDef>,
+    migrate_into: Option<String>,
+    metrics: &OperatorMetrics,
+) -> WatchEnded {
+    let pool_resource = resolve_pools(&client).await;
+    create_missing_pools(&client, &pool_resource, &auto_create).await;
+    let mut blocks = PoolBlocks::default();
+    if let Some(pool) = &migrate_into {
+        tracing::info!(pool = %pool, "cluster-pool to multi-pool migration on: nodes' podCIDRs become their blocks of this pool");
+        blocks = blocks.with_migration(pool);
+    }
+    if let Some(pools) = read_pools(&client, &pool_resource).await {
+        set_pools(&mut blocks, &pools);
+        metrics.pools_refused.set(i64::from(blocks.pools_refused()));
+    }
+    let api = api_waiting(&client, CiliumKind::Node).await;
+    let writer = ApiNodes::new(
+        api.clone(),
+        PatchParams::apply(FIELD_MANAGER).force(),
+        metrics,
+    );
+    let nodes = watch_nodes(api, watcher::Config::default());
+    let pools = pool_changes(client, pool_resource);
+    node_loop::run(&mut blocks, &writer, nodes, pools, metrics).await
+}

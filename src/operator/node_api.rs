@@ -1,0 +1,129 @@
+//! The node loop's writer on the API server: applies to CiliumNodes (spec, or
+//! status through the status subresource) under the operator's field manager,
+//! counted in the operator's metrics, with what the API server answers read back
+//! as typed node resources. Cluster-pool and multi-pool implement
+//! [`NodeWriter`](super::node_loop::NodeWriter) on it with their own applies.
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::json;
+
+use super::metrics::OperatorMetrics;
+use super::node_loop::{WriteError, Written};
+use crate::k8s::objects::{ApplyBody, node_resource};
+use crate::resources::NodeResource;
+
+/// The CiliumNode version the operator writes.
+const NODE_API_VERSION: &str = "cilium.io/v2";
+
+/// One apply of a node's write.
+pub struct NodeApply<'a> {
+    /// `status` goes through the status subresource; anything else is `spec`.
+    status: bool,
+    fields: serde_json::Value,
+    /// The resourceVersion the write is computed from (its precondition), if any.
+    resource_version: Option<&'a str>,
+    /// What the write counts as in the metrics.
+    what: &'static str,
+}
+
+impl<'a> NodeApply<'a> {
+    /// Sets `spec` to `fields`.
+    pub fn spec(fields: serde_json::Value, what: &'static str) -> NodeApply<'a> {
+        NodeApply {
+            status: false,
+            fields,
+            resource_version: None,
+            what,
+        }
+    }
+
+    /// Sets `status.ipam.operator-status.error` ("" clears it: what Cilium's
+    /// omitempty field reads as no error; applying without the field would leave
+    /// `operator-status: null`, which the CRD's schema refuses). Only the
+    /// operator writes its status: the UID is its only precondition.
+    pub fn operator_error(error: &str) -> NodeApply<'a> {
+        NodeApply {
+            status: true,
+            fields: json!({"ipam": {"operator-status": {"error": error}}}),
+            resource_version: None,
+            what: "status",
+        }
+    }
+
+    /// Only as of resourceVersion `rv`.
+    pub fn checked_at(mut self, rv: &'a str) -> NodeApply<'a> {
+        self.resource_version = Some(rv);
+        self
+    }
+}
+
+/// The CiliumNodes through the API server.
+pub struct ApiNodes<'a> {
+    api: Api<DynamicObject>,
+    params: PatchParams,
+    metrics: &'a OperatorMetrics,
+}
+
+/// The typed node of an answer; one that does not decode is logged and left out.
+fn decoded(obj: &DynamicObject) -> Option<NodeResource> {
+    node_resource(obj)
+        .inspect_err(|e| tracing::error!(error = %e, "CiliumNode not understood; left alone"))
+        .ok()
+}
+
+impl<'a> ApiNodes<'a> {
+    /// Writes with `params` (the field manager, whether applies are forced).
+    pub fn new(
+        api: Api<DynamicObject>,
+        params: PatchParams,
+        metrics: &'a OperatorMetrics,
+    ) -> ApiNodes<'a> {
+        ApiNodes {
+            api,
+            params,
+            metrics,
+        }
+    }
+
+    /// Applies `applies` to CiliumNode `name` of `uid` (never to a node
+    /// re-created meanwhile), in order; the first that fails stops the rest.
+    pub async fn apply_all(&self, name: &str, uid: &str, applies: Vec<NodeApply<'_>>) -> Written {
+        let mut written = Written::default();
+        for apply in applies {
+            match self.apply(name, uid, apply).await {
+                Ok(node) => written.objects.extend(node),
+                Err(e) => return written.failed(e),
+            }
+        }
+        written
+    }
+
+    async fn apply(
+        &self,
+        name: &str,
+        uid: &str,
+        apply: NodeApply<'_>,
+    ) -> Result<Option<NodeResource>, WriteError> {
+        let mut body = ApplyBody::new(NODE_API_VERSION, "CiliumNode", name).uid(uid);
+        if let Some(rv) = apply.resource_version {
+            body = body.resource_version(rv);
+        }
+        let part = if apply.status { "status" } else { "spec" };
+        let body = body.with(part, apply.fields);
+        let patch = Patch::Apply(&body);
+        let answer = if apply.status {
+            self.api.patch_status(name, &self.params, &patch).await
+        } else {
+            self.api.patch(name, &self.params, &patch).await
+        };
+        let obj = answer.map_err(|e| WriteError::of(name, e))?;
+        self.metrics.wrote(apply.what);
+        Ok(decoded(&obj))
+    }
+
+    /// CiliumNode `name` as the API server has it now (None: gone, or not
+    /// understood).
+    pub async fn get(&self, name: &str) -> Result<Option<NodeResource>, kube::Error> {
+        Ok(self.api.get_opt(name).await?.as_ref().and_then(decoded))
+    }
+}
