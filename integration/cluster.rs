@@ -13,6 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ipnet::Ipv4Net;
+use serde_json::Value;
 
 use crate::harness::*;
 use crate::scripted::*;
@@ -688,4 +689,140 @@ fn an_agent_killed_during_a_scale_up_loses_and_doubles_nothing() {
             "{node}: addresses still allocated to deleted pods: {left:?}"
         );
     }
+}
+
+/// A node "reboots" (`scripts/cluster reboot`: every process killed at once, its
+/// network namespace, mounts and /run gone, /var/lib kept, then booted): it turns
+/// Ready again, its kubelet recreates its pods with addresses of its CIDR that
+/// pods on the other nodes reach, nothing of the old sandboxes is left in its
+/// kernel (one host link per running pod), and its agent holds exactly the
+/// addresses of the pods running on it.
+#[test]
+fn a_rebooted_node_comes_back_with_working_pods() {
+    let test = "a_rebooted_node_comes_back_with_working_pods";
+    let Some(cluster) = Cluster::start(test) else {
+        return;
+    };
+    cluster.install_podnet();
+    cluster.apply(&spread_deployment("spread", REPLICAS));
+    let all_ready = || {
+        let pods = cluster.pods("default", "app=spread");
+        (pods.len() == REPLICAS && pods.iter().all(ready)).then_some(())
+    };
+    cluster.wait_for("every spread pod Ready", all_ready, || {
+        cluster.describe("default")
+    });
+    let node = "node-2";
+    let container_of = |p: &Value| {
+        p["status"]["containerStatuses"][0]["containerID"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    // pod -> (address, container) of the pods on the node.
+    let before: BTreeMap<String, (String, String)> = cluster
+        .pods("default", "app=spread")
+        .iter()
+        .filter(|p| p["spec"]["nodeName"] == node)
+        .filter_map(|p| {
+            let name = p["metadata"]["name"].as_str()?.to_string();
+            let ip = p["status"]["podIP"].as_str()?.to_string();
+            Some((name, (ip, container_of(p))))
+        })
+        .collect();
+    assert!(!before.is_empty(), "no spread pod on {node}");
+
+    let t0 = Instant::now();
+    let out = cluster.script(&["reboot", node]);
+    assert!(
+        out.status.success(),
+        "scripts/cluster reboot {node}:\n{}",
+        text(&out)
+    );
+    // The kubelet recreates the pods' sandboxes and containers: each pod of the
+    // node is Ready again in a container other than its old one.
+    let restarted = || {
+        let pods = cluster.pods("default", "app=spread");
+        let again = pods
+            .iter()
+            .filter(|p| p["spec"]["nodeName"] == node)
+            .all(|p| {
+                let name = p["metadata"]["name"].as_str().unwrap_or_default();
+                let old = before.get(name).map(|(_, c)| c.as_str());
+                ready(p) && old.is_some_and(|old| old != container_of(p))
+            });
+        (pods.len() == REPLICAS && pods.iter().all(ready) && again).then_some(())
+    };
+    cluster.wait_for(
+        &format!("{node}'s pods Ready again after its reboot"),
+        restarted,
+        || cluster.describe("default"),
+    );
+    eprintln!(
+        "{node} rebooted, its pods Ready again in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+
+    let cidrs = node_cidrs(&cluster, node);
+    let after = placed(&cluster, "spread");
+    let (from, _, _) = after
+        .iter()
+        .find(|(_, n, _)| n != node)
+        .expect("a pod on another node");
+    for (pod, _, ip) in after.iter().filter(|(_, n, _)| n == node) {
+        let addr: std::net::Ipv4Addr = ip.parse().unwrap_or_else(|e| panic!("{pod}: {ip}: {e}"));
+        assert!(
+            cidrs.iter().any(|c| c.contains(&addr)),
+            "{pod} has {ip}, not of {node}'s {cidrs:?}"
+        );
+        eprintln!(
+            "{from} pings {pod} ({ip}, was {:?})",
+            before.get(pod).map(|(ip, _)| ip)
+        );
+        cluster.ping("default", from, ip);
+    }
+
+    // The node's kernel and agent against what runs on it: every pod of the
+    // node with a pod address (not host-network) has one host link and one
+    // allocation, and nothing else has either.
+    let running: BTreeSet<String> = cluster.kubectl_json(&[
+        "get",
+        "pods",
+        "-A",
+        "--field-selector",
+        &format!("spec.nodeName={node},status.phase=Running"),
+    ])["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["spec"]["hostNetwork"] != true)
+        .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_string))
+        .collect();
+    let agent = cluster.wait_for(
+        &format!("the agent on {node} Ready"),
+        || {
+            let agent = cluster.agents().remove(node)?;
+            let pod = cluster.kubectl_json(&["get", "pod", "-n", "kube-system", &agent]);
+            ready(&pod).then_some(agent)
+        },
+        || cluster.describe("kube-system"),
+    );
+    let held: BTreeSet<String> = cluster.allocated(&agent).into_keys().collect();
+    assert_eq!(
+        held, running,
+        "{node}: the agent's allocations against its running pods"
+    );
+    let links = cluster.script(&["exec", node, "ip", "-o", "link", "show", "type", "veth"]);
+    assert!(
+        links.status.success(),
+        "ip link on {node}: {}",
+        text(&links)
+    );
+    let host_links = text(&links).lines().filter(|l| l.contains(": lxc")).count();
+    assert_eq!(
+        host_links,
+        running.len(),
+        "{node}: host links against running pods {running:?}:\n{}",
+        text(&links)
+    );
 }
