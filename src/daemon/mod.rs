@@ -26,12 +26,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Duration;
 
-use crate::api::delete_queue::{DeleteQueue, read_entry};
+use crate::api::delete_queue::{DeleteQueue, QueueError, read_entry};
 use crate::api::models::EndpointBatchDeleteRequest;
 use crate::node::{BackendHealth, NodeEvent, NodeSink};
 use crate::store::now_ms;
 use options::{DaemonOptions, OptionsError};
-use state::{ApiError, IpamState, Timer};
+use state::{ApiError, ErrorKind, IpamState, Timer};
 
 /// A state call's result, with the timers it queued and the stale host links.
 type Locked<T> = (Result<T, ApiError>, Vec<Timer>, Vec<state::StaleLink>);
@@ -66,7 +66,7 @@ impl Daemon {
         let d = self.clone();
         let done = tokio::task::spawn_blocking(move || d.locked(f))
             .await
-            .map_err(|e| ApiError::new(500, format!("internal error: {e}")))?;
+            .map_err(|e| ApiError::new(ErrorKind::Internal, format!("internal error: {e}")))?;
         self.after(done)
     }
 
@@ -271,10 +271,31 @@ async fn keep_source_check() {
     }
 }
 
+/// Why queued DELs were not replayed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error("replaying {}: {source}", .path.display())]
+    Apply {
+        path: PathBuf,
+        #[source]
+        source: ApiError,
+    },
+    #[error("cannot remove {}: {source}", .path.display())]
+    Remove {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// The queued DELs, read outside the state lock. A corrupt entry is renamed
 /// `*.bad` and reported (in the log, and in status and metrics while it is
 /// there): the daemon does not guess what it meant.
-fn read_queue(queue: &DeleteQueue) -> Result<Vec<(PathBuf, EndpointBatchDeleteRequest)>, String> {
+fn read_queue(
+    queue: &DeleteQueue,
+) -> Result<Vec<(PathBuf, EndpointBatchDeleteRequest)>, ReplayError> {
     let mut out = Vec::new();
     for path in queue.entries()? {
         match read_entry(&path) {
@@ -295,12 +316,17 @@ fn read_queue(queue: &DeleteQueue) -> Result<Vec<(PathBuf, EndpointBatchDeleteRe
 fn apply_queued(
     state: &mut IpamState,
     queued: &[(PathBuf, EndpointBatchDeleteRequest)],
-) -> Result<usize, String> {
+) -> Result<usize, ReplayError> {
     for (path, req) in queued {
         match state.delete_endpoints(req) {
             Ok(_) => {}
-            Err(e) if e.status == 404 => {}
-            Err(e) => return Err(format!("replaying {}: {}", path.display(), e.message)),
+            Err(e) if e.kind == ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(ReplayError::Apply {
+                    path: path.clone(),
+                    source,
+                });
+            }
         }
         tracing::info!(container = ?req.container_id, ifname = ?req.container_interface_name, "replayed a queued DEL");
     }
@@ -308,12 +334,17 @@ fn apply_queued(
 }
 
 /// Removes queue entries that were applied.
-fn remove_queued(queued: &[(PathBuf, EndpointBatchDeleteRequest)]) -> Result<(), String> {
+fn remove_queued(queued: &[(PathBuf, EndpointBatchDeleteRequest)]) -> Result<(), ReplayError> {
     for (path, _) in queued {
         match std::fs::remove_file(path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("cannot remove {}: {e}", path.display())),
+            Err(source) => {
+                return Err(ReplayError::Remove {
+                    path: path.clone(),
+                    source,
+                });
+            }
         }
     }
     Ok(())
@@ -356,7 +387,8 @@ async fn keep_journal_working(daemon: Arc<Daemon>) {
         let q = queued.clone();
         match daemon
             .with_state(move |s| {
-                let n = apply_queued(s, &q).map_err(|e| ApiError::new(503, e))?;
+                let n = apply_queued(s, &q)
+                    .map_err(|e| ApiError::new(ErrorKind::Unavailable, e.to_string()))?;
                 s.note_queued_deletes(n);
                 Ok(n)
             })
@@ -417,7 +449,10 @@ async fn apply_node_events(
             NodeEvent::Pools(defs) => (
                 "pool definitions",
                 daemon
-                    .with_state(move |s| s.set_pool_defs(defs).map_err(|e| ApiError::new(409, e)))
+                    .with_state(move |s| {
+                        s.set_pool_defs(defs)
+                            .map_err(|e| ApiError::new(ErrorKind::Conflict, e.to_string()))
+                    })
                     .await,
             ),
             NodeEvent::DefaultPool(pool) => (

@@ -11,16 +11,21 @@ use std::sync::{Arc, Mutex};
 use ipnet::IpNet;
 
 use super::capabilities::{self, CapabilityError};
-use super::config::{BackendKind, DaemonConfig, DatapathMode, IpamMode, RoutingMode};
+use super::cniconf::CniConfError;
+use super::config::{BackendKind, ConfigError, DaemonConfig, DatapathMode, IpamMode, RoutingMode};
+use super::crossnode::PrerequisiteError;
+use super::devices::DeviceError;
 use super::options::DaemonOptions;
 use super::server::{self, SocketLock};
 use super::source_check::{self, SourceCheckError};
 use super::state::{
-    IpamState, JournalOrigin, MultiPoolSettings, NODE_META_KEY, PoolingMode, StateConfig, Timer,
+    ApiError, IpamState, JournalOrigin, MultiPoolSettings, NODE_META_KEY, PoolingMode, StateConfig,
+    Timer,
 };
 use super::{
-    Daemon, apply_node_events, apply_queued, cniconf, crossnode, devices, flush_outbox, heap,
-    keep_journal_working, keep_source_check, metrics, read_queue, remove_queued, shutdown_signal,
+    Daemon, ReplayError, apply_node_events, apply_queued, cniconf, crossnode, devices,
+    flush_outbox, heap, keep_journal_working, keep_source_check, metrics, read_queue,
+    remove_queued, shutdown_signal,
 };
 use crate::api::delete_queue::{DeleteQueue, QueueLock};
 use crate::api::start_note;
@@ -34,22 +39,25 @@ use crate::node::{
     BackendHealth, EmbeddedMode, EmbeddedOperator, NodeError, NodeOperator, NodeResource, NodeSink,
     NodeSource, NodeView,
 };
-use crate::store::{Journal, Snapshot, now_ms};
+use crate::store::{Journal, Snapshot, StoreError, now_ms};
 
 /// Why the daemon did not start: the phase that failed, with what went wrong.
 /// Each message is the failed step's own, which says what to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("{0}")]
-    Options(String),
+    #[error(transparent)]
+    Options(#[from] ConfigError),
     #[error(transparent)]
     Capabilities(#[from] CapabilityError),
-    #[error("{0}")]
-    CrossNodePrerequisites(String),
+    #[error(transparent)]
+    CrossNodePrerequisites(#[from] PrerequisiteError),
     #[error("cannot read the host name ({0}); set --k8s-node-name")]
     HostName(#[source] nix::errno::Errno),
-    #[error("{0}")]
-    DatapathMode(String),
+    #[error("--datapath-mode={configured}: {reason}; use veth or auto")]
+    NetkitMissing {
+        configured: DatapathMode,
+        reason: String,
+    },
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error("{0}")]
@@ -58,8 +66,8 @@ pub enum StartError {
     SourceCheck(#[from] SourceCheckError),
     #[error("{0}")]
     StateDirectory(String),
-    #[error("{0}")]
-    Journal(String),
+    #[error(transparent)]
+    Journal(#[from] JournalOpenError),
     #[error("{0}")]
     NodeBackend(#[source] NodeError),
     #[error("{0}")]
@@ -67,13 +75,21 @@ pub enum StartError {
     #[error("{0}")]
     Restore(String),
     #[error("{0}")]
-    DeleteQueue(String),
+    DeleteQueue(#[from] ReplayError),
+    #[error("{0}")]
+    KernelView(#[source] DeviceError),
     #[error("{0}")]
     KernelReconcile(String),
     #[error("{0}")]
-    RouterDevice(String),
+    Teardown(#[source] DeviceError),
+    #[error("{0}")]
+    TeardownJournal(#[source] ApiError),
+    #[error("{0}")]
+    RouterDevice(#[source] DeviceError),
     #[error("{0}")]
     Serve(String),
+    #[error("{0}")]
+    CniConfig(#[from] CniConfError),
     #[error("cannot clear {}: {source}", .path.display())]
     StartNote {
         path: PathBuf,
@@ -90,7 +106,7 @@ impl StartError {
             StartError::Capabilities(_) => "capabilities",
             StartError::CrossNodePrerequisites(_) => "cross-node prerequisites",
             StartError::HostName(_) => "node name",
-            StartError::DatapathMode(_) => "datapath mode",
+            StartError::NetkitMissing { .. } => "datapath mode",
             StartError::Runtime(_) => "runtime",
             StartError::SocketLock(_) => "socket lock",
             StartError::SourceCheck(_) => "source check",
@@ -100,9 +116,12 @@ impl StartError {
             StartError::NodeOperator(_) => "node operator",
             StartError::Restore(_) => "restore",
             StartError::DeleteQueue(_) => "DEL queue replay",
+            StartError::KernelView(_) => "kernel view",
             StartError::KernelReconcile(_) => "kernel reconcile",
+            StartError::Teardown(_) | StartError::TeardownJournal(_) => "teardown",
             StartError::RouterDevice(_) => "router device",
             StartError::Serve(_) => "serve",
+            StartError::CniConfig(_) => "CNI config",
             StartError::StartNote { .. } => "start note",
         }
     }
@@ -114,6 +133,29 @@ struct Checked {
     node_name: String,
     /// The pod device type in use (never `Auto`).
     datapath_mode: DatapathMode,
+}
+
+/// Why the journal could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalOpenError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(
+        "journal {}: the node resource record is corrupt: {source}. Restart the daemon with --rebuild-from-kernel to move the journal aside and rebuild the allocations from the pods' host links and routes",
+        .path.display()
+    )]
+    CorruptNode {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// `--rebuild-from-kernel`, and the unreadable journal could not be moved aside.
+    #[error("{unreadable}; and it could not be moved aside: {source}")]
+    MoveAside {
+        unreadable: Box<JournalOpenError>,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The journal as opened, with the node resource it holds.
@@ -163,8 +205,7 @@ pub(super) fn start(opts: DaemonOptions) -> Result<(), StartError> {
     let journal = open_journal(
         &opts.state_dir.join("journal.redb"),
         opts.rebuild_from_kernel,
-    )
-    .map_err(StartError::Journal)?;
+    )?;
     let health = backend_health(&checked.config, &opts);
     note_waits_in_lock_file(&health, &lock);
     let mut backend = connect_backend(
@@ -205,10 +246,9 @@ pub(super) fn start(opts: DaemonOptions) -> Result<(), StartError> {
 /// Resolves the options and checks them against this process and kernel: the
 /// capabilities, the cross-node prerequisites, the node's name, the pod device.
 fn check(opts: &DaemonOptions) -> Result<Checked, StartError> {
-    let config = DaemonConfig::resolve(opts).map_err(StartError::Options)?;
+    let config = DaemonConfig::resolve(opts)?;
     capabilities::check(&config)?;
-    crossnode::check_prerequisites(&config.cross_node)
-        .map_err(StartError::CrossNodePrerequisites)?;
+    crossnode::check_prerequisites(&config.cross_node)?;
     let node_name = match &opts.node_name {
         Some(n) if !n.is_empty() => n.clone(),
         _ => nix::unistd::gethostname()
@@ -216,7 +256,7 @@ fn check(opts: &DaemonOptions) -> Result<Checked, StartError> {
             .to_string_lossy()
             .to_string(),
     };
-    let datapath_mode = resolve_datapath_mode(config.datapath).map_err(StartError::DatapathMode)?;
+    let datapath_mode = resolve_datapath_mode(config.datapath)?;
     Ok(Checked {
         config,
         node_name,
@@ -403,12 +443,12 @@ fn restore_state(
 /// until the socket accepts requests (a plugin that waits for the lock then
 /// finds the daemon up).
 fn replay_delete_queue(state: &mut IpamState, socket: &Path) -> Result<ReplayedQueue, StartError> {
-    let queue = DeleteQueue::open(socket).map_err(StartError::DeleteQueue)?;
-    let lock = queue.lock_exclusive().map_err(StartError::DeleteQueue)?;
+    let queue = DeleteQueue::open(socket).map_err(ReplayError::from)?;
+    let lock = queue.lock_exclusive().map_err(ReplayError::from)?;
     queue.remove_partial_writes();
-    let queued = read_queue(&queue).map_err(StartError::DeleteQueue)?;
-    let replayed = apply_queued(state, &queued).map_err(StartError::DeleteQueue)?;
-    remove_queued(&queued).map_err(StartError::DeleteQueue)?;
+    let queued = read_queue(&queue)?;
+    let replayed = apply_queued(state, &queued)?;
+    remove_queued(&queued)?;
     state.note_queued_deletes(replayed);
     Ok(ReplayedQueue { queue, lock })
 }
@@ -422,7 +462,7 @@ fn reconcile_with_kernel(
     origin: JournalOrigin,
     router_hints: &[IpAddr],
 ) -> Result<(), StartError> {
-    let kernel = devices::kernel_view().map_err(StartError::KernelReconcile)?;
+    let kernel = devices::kernel_view().map_err(StartError::KernelView)?;
     let reconciled = state
         .reconcile_with_kernel(&kernel, origin)
         .map_err(StartError::KernelReconcile)?;
@@ -431,10 +471,10 @@ fn reconcile_with_kernel(
         .reserve_infra_addresses(router_hints)
         .map_err(StartError::KernelReconcile)?;
     for td in state.pending_teardowns() {
-        devices::delete_links_checked(&td.links).map_err(StartError::KernelReconcile)?;
+        devices::delete_links_checked(&td.links).map_err(StartError::Teardown)?;
         state
             .finish_teardown(&td.key)
-            .map_err(|e| StartError::KernelReconcile(e.message))?;
+            .map_err(StartError::TeardownJournal)?;
     }
     let live = state.live_addresses();
     devices::prune_pod_rules(|ip| !live.contains(&ip));
@@ -551,8 +591,7 @@ async fn serve(s: Serving) -> Result<(), StartError> {
             &socket,
             &s.opts.cni_log_file,
             s.opts.cni_exclusive,
-        )
-        .map_err(StartError::Serve)?;
+        )?;
         tracing::info!(path = %path.display(), "wrote the CNI config");
         Some(path)
     };
@@ -627,9 +666,9 @@ fn set_up_source_check(enabled: bool) -> Result<(), StartError> {
 /// `rebuild`, a journal that cannot be read for any reason (a damaged file, a
 /// record or the node resource that does not decode) is moved aside (never
 /// deleted) and an empty one started.
-fn open_journal(path: &Path, rebuild: bool) -> Result<OpenedJournal, String> {
+fn open_journal(path: &Path, rebuild: bool) -> Result<OpenedJournal, JournalOpenError> {
     let read = Journal::open(path)
-        .map_err(|e| e.to_string())
+        .map_err(JournalOpenError::from)
         .and_then(|(j, s)| {
             let node = stored_node(&s, &j)?;
             Ok((j, s, node))
@@ -651,9 +690,11 @@ fn open_journal(path: &Path, rebuild: bool) -> Result<OpenedJournal, String> {
         Err(e) if rebuild => {
             let aside = path.with_extension(format!("redb.corrupt-{}", now_ms()));
             tracing::warn!(error = %e, aside = %aside.display(), "journal unreadable: moving it aside and rebuilding from the kernel");
-            std::fs::rename(path, &aside)
-                .map_err(|re| format!("{e}; and it could not be moved aside: {re}"))?;
-            let (j, _) = Journal::open(path).map_err(|e| e.to_string())?;
+            std::fs::rename(path, &aside).map_err(|source| JournalOpenError::MoveAside {
+                unreadable: Box::new(e),
+                source,
+            })?;
+            let (j, _) = Journal::open(path)?;
             Ok(OpenedJournal {
                 journal: j,
                 snapshot: Snapshot::default(),
@@ -666,18 +707,19 @@ fn open_journal(path: &Path, rebuild: bool) -> Result<OpenedJournal, String> {
 }
 
 /// The node resource the journal holds.
-fn stored_node(snapshot: &Snapshot, journal: &Journal) -> Result<Option<NodeResource>, String> {
+fn stored_node(
+    snapshot: &Snapshot,
+    journal: &Journal,
+) -> Result<Option<NodeResource>, JournalOpenError> {
     snapshot
         .meta
         .iter()
         .find(|(k, _)| k == NODE_META_KEY)
         .map(|(_, v)| serde_json::from_value(v.clone()))
         .transpose()
-        .map_err(|e| {
-            format!(
-                "journal {}: the node resource record is corrupt: {e}. Restart the daemon with --rebuild-from-kernel to move the journal aside and rebuild the allocations from the pods' host links and routes",
-                journal.path().display()
-            )
+        .map_err(|source| JournalOpenError::CorruptNode {
+            path: journal.path().to_path_buf(),
+            source,
         })
 }
 
@@ -704,14 +746,14 @@ fn rebuilt_node(
 
 /// The pod device type for `--datapath-mode`: netkit is checked here, at start, so
 /// a kernel without it fails the daemon, never a pod's ADD.
-fn resolve_datapath_mode(configured: DatapathMode) -> Result<DatapathMode, String> {
+fn resolve_datapath_mode(configured: DatapathMode) -> Result<DatapathMode, StartError> {
     match configured {
         DatapathMode::Veth => Ok(DatapathMode::Veth),
         DatapathMode::Netkit | DatapathMode::NetkitL2 => match probe_netkit() {
             NetkitSupport::Supported => Ok(configured),
-            NetkitSupport::Unsupported { reason } => Err(format!(
-                "--datapath-mode={configured}: {reason}; use veth or auto"
-            )),
+            NetkitSupport::Unsupported { reason } => {
+                Err(StartError::NetkitMissing { configured, reason })
+            }
         },
         DatapathMode::Auto => match probe_netkit() {
             NetkitSupport::Supported => Ok(DatapathMode::Netkit),

@@ -7,6 +7,7 @@
 
 mod alloc;
 mod allocations;
+mod error;
 mod explain;
 mod pools;
 mod restore;
@@ -24,7 +25,7 @@ use ipnet::IpNet;
 use super::config::{DatapathMode, IpamMode};
 use super::metrics::Metrics;
 use crate::api::link_marker::{JournalMark, LinkMarker};
-use crate::api::models::{DaemonConfigurationStatus, FailureReason, FailureRecord};
+use crate::api::models::{FailureReason, FailureRecord};
 use crate::ipam::Family;
 use crate::ipam::multipool::PoolSet;
 use crate::ipam::pooldef::PoolDef;
@@ -33,6 +34,7 @@ use crate::node::{NodeOperator, NodeResource, RequestedPool};
 use crate::store::{AllocationRecord, AllocationState, EndpointRecord, Journal, JournalOp, now_ms};
 use allocations::{Allocation, Allocations};
 
+pub use error::{ApiError, ErrorKind};
 pub use pools::{MultiPoolSettings, PoolingMode};
 pub use restore::{JournalOrigin, KernelLink, KernelView, ReconcileReport, RestoreReport};
 
@@ -78,36 +80,6 @@ pub const JOURNAL_UNAVAILABLE: &str = "cannot record the change durably";
 pub const MAX_FAILURES: usize = 256;
 /// Journal key of the node resource.
 pub const NODE_META_KEY: &str = "ciliumnode";
-
-/// An API failure: HTTP status, the message the client sees and, where the client
-/// acts on it, why (sent in the `podnet-reason` header) and the configuration it
-/// goes on with (the `podnet-config` header of a `delegated-plugin` refusal).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
-    pub status: u16,
-    pub message: String,
-    pub reason: Option<FailureReason>,
-    pub config: Option<Box<DaemonConfigurationStatus>>,
-}
-
-impl ApiError {
-    pub fn new(status: u16, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            message: message.into(),
-            reason: None,
-            config: None,
-        }
-    }
-
-    /// An error whose reason the client may act on.
-    pub fn because(reason: FailureReason, status: u16, message: impl Into<String>) -> ApiError {
-        ApiError {
-            reason: Some(reason),
-            ..ApiError::new(status, message)
-        }
-    }
-}
 
 /// What a timer does when it fires.
 #[derive(Debug, Clone, PartialEq)]
@@ -243,8 +215,9 @@ impl IpamState {
     }
 
     /// Commits `ops` to the journal. While the journal is failed (a full disk),
-    /// it is first reopened if possible; otherwise the change is refused with 503,
-    /// which clients treat as "try again later" (a DEL goes to the on-disk queue).
+    /// it is first reopened if possible; otherwise the change is refused as
+    /// `Unavailable` (503), which clients treat as "try again later" (a DEL goes to
+    /// the on-disk queue).
     fn commit(&mut self, ops: &[JournalOp]) -> Result<(), ApiError> {
         if self.journal.failure().is_some() {
             self.recover_journal();
@@ -257,7 +230,7 @@ impl IpamState {
             tracing::error!(error = %e, "journal commit failed");
             ApiError::because(
                 FailureReason::JournalUnavailable,
-                503,
+                ErrorKind::Unavailable,
                 self.journal_unavailable(&e.to_string()),
             )
         })
