@@ -544,14 +544,7 @@ async fn serve(s: Serving) -> Result<(), StartError> {
     });
     daemon.arm_timers(s.timers);
     if !s.opts.prometheus_serve_addr.is_empty() {
-        let tcp = server::bind_metrics(&s.opts.prometheus_serve_addr)
-            .await
-            .map_err(StartError::Serve)?;
-        let d = daemon.clone();
-        tokio::spawn(server::serve_metrics(tcp, move || {
-            let d = d.clone();
-            async move { d.metrics_text().await.unwrap_or_else(|e| e.message) }
-        }));
+        spawn_metrics(&daemon, &s.opts.prometheus_serve_addr).await?;
     }
     let (events_tx, events) = tokio::sync::mpsc::channel(16);
     tokio::spawn(s.source.watch(events_tx));
@@ -564,24 +557,7 @@ async fn serve(s: Serving) -> Result<(), StartError> {
         tokio::spawn(keep_source_check());
     }
     if let Some(status) = cross_node_status {
-        let feed = match s.checked.config.backend.clone() {
-            BackendKind::Kubernetes { kubeconfig } => {
-                let (tx, rx) = tokio::sync::watch::channel(None);
-                tokio::spawn(crate::node::cluster_nodes::watch_cluster_nodes(
-                    kubeconfig, s.health, tx,
-                ));
-                crossnode::NodeFeed::Cluster(rx)
-            }
-            BackendKind::Embedded => crossnode::NodeFeed::ThisNode,
-        };
-        tokio::spawn(crossnode::run(
-            daemon.clone(),
-            cross_node.clone(),
-            s.mtus.device,
-            s.checked.node_name.clone(),
-            feed,
-            status,
-        ));
+        spawn_cross_node(&daemon, &s.checked, s.mtus.device, s.health, status);
     }
     let written_conf = if s.opts.write_cni_conf_when_ready.is_empty() {
         None
@@ -611,6 +587,48 @@ async fn serve(s: Serving) -> Result<(), StartError> {
     let _ = std::fs::remove_file(&socket);
     tracing::info!("podnet daemon stopped");
     Ok(())
+}
+
+/// Serves the metrics on `addr`.
+async fn spawn_metrics(daemon: &Arc<Daemon>, addr: &str) -> Result<(), StartError> {
+    let tcp = server::bind_metrics(addr)
+        .await
+        .map_err(StartError::Serve)?;
+    let d = daemon.clone();
+    tokio::spawn(server::serve_metrics(tcp, move || {
+        let d = d.clone();
+        async move { d.metrics_text().await.unwrap_or_else(|e| e.message) }
+    }));
+    Ok(())
+}
+
+/// Runs the cross-node datapath, fed by every CiliumNode of the cluster (the
+/// Kubernetes backend) or by this node alone (the embedded one).
+fn spawn_cross_node(
+    daemon: &Arc<Daemon>,
+    checked: &Checked,
+    device_mtu: u32,
+    health: Arc<BackendHealth>,
+    status: crossnode::SharedStatus,
+) {
+    let feed = match checked.config.backend.clone() {
+        BackendKind::Kubernetes { kubeconfig } => {
+            let (tx, rx) = tokio::sync::watch::channel(None);
+            tokio::spawn(crate::node::cluster_nodes::watch_cluster_nodes(
+                kubeconfig, health, tx,
+            ));
+            crossnode::NodeFeed::Cluster(rx)
+        }
+        BackendKind::Embedded => crossnode::NodeFeed::ThisNode,
+    };
+    tokio::spawn(crossnode::run(
+        daemon.clone(),
+        checked.config.cross_node.clone(),
+        device_mtu,
+        checked.node_name.clone(),
+        feed,
+        status,
+    ));
 }
 
 /// `--cni-uninstall`, at stop: removes the CNI config the daemon wrote, the
