@@ -28,6 +28,55 @@ const SUFFIX: &str = ".delete";
 /// The extension of entries set aside.
 const BAD_EXTENSION: &str = "bad";
 
+/// What a DEL queue operation failed with; each message names the queue or the
+/// entry.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// A file system call on the queue failed; `action` says which, on what.
+    #[error("{action}: {source}")]
+    Io {
+        action: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The shared lock stayed taken (by a starting daemon) or could not be taken.
+    #[error("cannot lock the DEL queue {} (is the daemon starting?): {source}", .dir.display())]
+    LockShared {
+        dir: PathBuf,
+        #[source]
+        source: nix::errno::Errno,
+    },
+    #[error("cannot lock the DEL queue {}: {source}", .dir.display())]
+    LockExclusive {
+        dir: PathBuf,
+        #[source]
+        source: nix::errno::Errno,
+    },
+    #[error("the DEL queue {} already holds {MAX_ENTRIES} entries; the daemon must start and drain it", .dir.display())]
+    Full { dir: PathBuf },
+    #[error("cannot encode the DEL queue entry: {0}")]
+    Encode(#[source] serde_json::Error),
+    #[error("DEL queue entry {} is corrupt: {source}", .path.display())]
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The entry parses, but names an attachment the API would refuse.
+    #[error("DEL queue entry {} is unusable: {reason}", .path.display())]
+    Unusable {
+        path: PathBuf,
+        #[source]
+        reason: validate::Refusal,
+    },
+}
+
+/// A failed file system call on the queue, saying what it was doing.
+fn io(action: impl Into<String>) -> impl FnOnce(std::io::Error) -> QueueError {
+    let action = action.into();
+    move |source| QueueError::Io { action, source }
+}
+
 /// The queue directory that belongs to a daemon socket.
 pub fn queue_dir(socket: &Path) -> PathBuf {
     socket
@@ -49,20 +98,20 @@ pub struct QueueLock {
 impl DeleteQueue {
     /// The queue next to `socket`; creates the directory (0700) if needed, and
     /// makes an existing one that group or others can use root's alone again.
-    pub fn open(socket: &Path) -> Result<DeleteQueue, String> {
+    pub fn open(socket: &Path) -> Result<DeleteQueue, QueueError> {
         let dir = queue_dir(socket);
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&dir)
-            .map_err(|e| format!("cannot create the DEL queue {}: {e}", dir.display()))?;
+            .map_err(io(format!("cannot create the DEL queue {}", dir.display())))?;
         let mode = std::fs::metadata(&dir)
-            .map_err(|e| format!("the DEL queue {}: {e}", dir.display()))?
+            .map_err(io(format!("the DEL queue {}", dir.display())))?
             .permissions()
             .mode();
         if mode & 0o077 != 0 {
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(|e| format!("cannot chmod the DEL queue {}: {e}", dir.display()))?;
+                .map_err(io(format!("cannot chmod the DEL queue {}", dir.display())))?;
         }
         Ok(DeleteQueue { dir })
     }
@@ -72,7 +121,7 @@ impl DeleteQueue {
         &self.dir
     }
 
-    fn lock_file(&self) -> Result<File, String> {
+    fn lock_file(&self) -> Result<File, QueueError> {
         let path = self.dir.join("lockfile");
         OpenOptions::new()
             .create(true)
@@ -80,11 +129,11 @@ impl DeleteQueue {
             .write(true)
             .mode(0o600)
             .open(&path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))
+            .map_err(io(format!("cannot open {}", path.display())))
     }
 
     /// Takes the lock shared, waiting at most `LOCK_TIMEOUT`.
-    pub fn lock_shared(&self) -> Result<QueueLock, String> {
+    pub fn lock_shared(&self) -> Result<QueueLock, QueueError> {
         let deadline = Instant::now() + LOCK_TIMEOUT;
         let mut file = self.lock_file()?;
         loop {
@@ -94,64 +143,68 @@ impl DeleteQueue {
                     file = f;
                     std::thread::sleep(Duration::from_millis(10));
                 }
-                Err((_, e)) => {
-                    return Err(format!(
-                        "cannot lock the DEL queue {} (is the daemon starting?): {e}",
-                        self.dir.display()
-                    ));
+                Err((_, source)) => {
+                    return Err(QueueError::LockShared {
+                        dir: self.dir.clone(),
+                        source,
+                    });
                 }
             }
         }
     }
 
     /// Takes the lock exclusively (the daemon, at start), waiting for writers.
-    pub fn lock_exclusive(&self) -> Result<QueueLock, String> {
+    pub fn lock_exclusive(&self) -> Result<QueueLock, QueueError> {
         let file = self.lock_file()?;
         Flock::lock(file, FlockArg::LockExclusive)
             .map(|lock| QueueLock { _lock: lock })
-            .map_err(|(_, e)| format!("cannot lock the DEL queue {}: {e}", self.dir.display()))
+            .map_err(|(_, source)| QueueError::LockExclusive {
+                dir: self.dir.clone(),
+                source,
+            })
     }
 
     /// Records a release durably. Idempotent per attachment.
-    pub fn enqueue(&self, req: &EndpointBatchDeleteRequest) -> Result<PathBuf, String> {
-        let body = serde_json::to_vec(req).map_err(|e| e.to_string())?;
+    pub fn enqueue(&self, req: &EndpointBatchDeleteRequest) -> Result<PathBuf, QueueError> {
+        let body = serde_json::to_vec(req).map_err(QueueError::Encode)?;
         let name = entry_name(&req.container_id, &req.container_interface_name);
         let path = self.dir.join(&name);
         if !path.exists() && self.entries()?.len() >= MAX_ENTRIES {
-            return Err(format!(
-                "the DEL queue {} already holds {MAX_ENTRIES} entries; the daemon must start and drain it",
-                self.dir.display()
-            ));
+            return Err(QueueError::Full {
+                dir: self.dir.clone(),
+            });
         }
         let tmp = self.dir.join(format!(".{name}.tmp"));
-        crate::atomic_file::replace(&path, &tmp, &body, 0o600)
-            .map_err(|e| format!("cannot write the DEL queue entry {}: {e}", path.display()))?;
+        crate::atomic_file::replace(&path, &tmp, &body, 0o600).map_err(io(format!(
+            "cannot write the DEL queue entry {}",
+            path.display()
+        )))?;
         Ok(path)
     }
 
     /// The queued entries, oldest name first.
-    pub fn entries(&self) -> Result<Vec<PathBuf>, String> {
+    pub fn entries(&self) -> Result<Vec<PathBuf>, QueueError> {
         self.files_ending(SUFFIX)
     }
 
     /// Sets an entry that cannot be used aside (`<hash>.bad`), so it is neither
     /// replayed again nor lost; returns the new path.
-    pub fn set_aside(&self, entry: &Path) -> Result<PathBuf, String> {
+    pub fn set_aside(&self, entry: &Path) -> Result<PathBuf, QueueError> {
         let bad = entry.with_extension(BAD_EXTENSION);
         std::fs::rename(entry, &bad)
-            .map_err(|e| format!("cannot rename {} aside: {e}", entry.display()))?;
+            .map_err(io(format!("cannot rename {} aside", entry.display())))?;
         Ok(bad)
     }
 
     /// The entries set aside, by name.
-    pub fn unreadable_entries(&self) -> Result<Vec<PathBuf>, String> {
+    pub fn unreadable_entries(&self) -> Result<Vec<PathBuf>, QueueError> {
         self.files_ending(&format!(".{BAD_EXTENSION}"))
     }
 
-    fn files_ending(&self, suffix: &str) -> Result<Vec<PathBuf>, String> {
+    fn files_ending(&self, suffix: &str) -> Result<Vec<PathBuf>, QueueError> {
         let mut out = Vec::new();
         let rd = std::fs::read_dir(&self.dir)
-            .map_err(|e| format!("cannot read {}: {e}", self.dir.display()))?;
+            .map_err(io(format!("cannot read {}", self.dir.display())))?;
         for entry in rd.flatten() {
             let p = entry.path();
             if p.file_name()
@@ -181,12 +234,17 @@ impl DeleteQueue {
 
 /// Reads one entry. A file that does not parse, or whose attachment the API would
 /// refuse, is an error naming it.
-pub fn read_entry(path: &Path) -> Result<EndpointBatchDeleteRequest, String> {
-    let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let req: EndpointBatchDeleteRequest = serde_json::from_slice(&data)
-        .map_err(|e| format!("DEL queue entry {} is corrupt: {e}", path.display()))?;
-    validate::endpoint_delete(&req)
-        .map_err(|e| format!("DEL queue entry {} is unusable: {e}", path.display()))?;
+pub fn read_entry(path: &Path) -> Result<EndpointBatchDeleteRequest, QueueError> {
+    let data = std::fs::read(path).map_err(io(format!("cannot read {}", path.display())))?;
+    let req: EndpointBatchDeleteRequest =
+        serde_json::from_slice(&data).map_err(|source| QueueError::Corrupt {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    validate::endpoint_delete(&req).map_err(|reason| QueueError::Unusable {
+        path: path.to_path_buf(),
+        reason,
+    })?;
     Ok(req)
 }
 
@@ -238,7 +296,7 @@ mod tests {
             container_id: "one-more".into(),
             ..Default::default()
         });
-        assert!(e.unwrap_err().contains("256 entries"));
+        assert!(e.unwrap_err().to_string().contains("256 entries"));
         std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
     }
 
@@ -248,16 +306,26 @@ mod tests {
         let q = DeleteQueue::open(&sock).unwrap();
         let bad = q.dir().join("0000.delete");
         std::fs::write(&bad, b"{\"container-id\": ").unwrap();
-        assert!(read_entry(&bad).unwrap_err().contains("corrupt"));
+        assert!(
+            read_entry(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("corrupt")
+        );
         std::fs::write(q.dir().join(".x.delete.tmp"), b"partial").unwrap();
         q.remove_partial_writes();
         assert_eq!(q.entries().unwrap(), vec![bad.clone()]);
         let forged = q.dir().join("0001.delete");
         std::fs::write(&forged, br#"{"container-id": "../../x"}"#).unwrap();
-        let e = read_entry(&forged).unwrap_err();
+        let e = read_entry(&forged).unwrap_err().to_string();
         assert!(e.contains("unusable: invalid container-id"), "{e}");
         std::fs::write(&forged, br#"{"container-interface-name": "eth0"}"#).unwrap();
-        assert!(read_entry(&forged).unwrap_err().contains("container-id"));
+        assert!(
+            read_entry(&forged)
+                .unwrap_err()
+                .to_string()
+                .contains("container-id")
+        );
         std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
     }
 
@@ -279,7 +347,12 @@ mod tests {
         assert!(!bad.exists() && aside.exists());
         assert_eq!(q.entries().unwrap(), vec![good]);
         assert_eq!(q.unreadable_entries().unwrap(), vec![aside.clone()]);
-        assert!(q.set_aside(&bad).unwrap_err().contains("cannot rename"));
+        assert!(
+            q.set_aside(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("cannot rename")
+        );
         std::fs::remove_file(&aside).unwrap();
         assert!(q.unreadable_entries().unwrap().is_empty());
         std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();

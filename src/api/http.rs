@@ -17,9 +17,14 @@ pub fn encode_component(s: &str) -> String {
     out
 }
 
+/// A query value whose decoded bytes are not UTF-8 (the value as sent).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("query value {0:?} is not valid UTF-8")]
+pub struct NotUtf8(pub String);
+
 /// Decodes `%XX` escapes and `+` (as space). Invalid escapes are kept verbatim; a
 /// result that is not UTF-8 is rejected.
-pub fn decode_component(s: &str) -> Result<String, String> {
+pub fn decode_component(s: &str) -> Result<String, NotUtf8> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -45,11 +50,11 @@ pub fn decode_component(s: &str) -> Result<String, String> {
             }
         }
     }
-    String::from_utf8(out).map_err(|_| format!("query value {s:?} is not valid UTF-8"))
+    String::from_utf8(out).map_err(|_| NotUtf8(s.to_string()))
 }
 
 /// Parses `a=1&b=2` into a map (last value wins).
-pub fn parse_query(q: &str) -> Result<HashMap<String, String>, String> {
+pub fn parse_query(q: &str) -> Result<HashMap<String, String>, NotUtf8> {
     let mut map = HashMap::new();
     for pair in q.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));

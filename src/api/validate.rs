@@ -3,7 +3,7 @@
 //! libcni's rule, interface names by Linux's, pod names as `CNI_ARGS` allows them
 //! (the rules live in `cni::validate`, so the plugin and the daemon agree), and
 //! owners, pool names and other names as printable, bounded text. A refusal names
-//! the field and the rule; the routes answer it with 400.
+//! the field and the rule (a [`Refusal`]); the routes answer it with 400.
 
 use super::models::{CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest, GcRequest};
 use crate::cni::validate::{
@@ -23,12 +23,30 @@ pub const MAX_PATH_BYTES: usize = 4096;
 /// longest container ID and interface name).
 pub const MAX_QUERY_BYTES: usize = 1100;
 
-fn refuse(field: &str, value: &str, why: impl std::fmt::Display) -> String {
-    format!("invalid {field} {}: {why}", excerpt(value))
+/// A value the API does not accept: the field and the rule it breaks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// `value` is a quoted excerpt of what was sent.
+    #[error("invalid {field} {value}: {rule}")]
+    Field {
+        field: String,
+        value: String,
+        rule: String,
+    },
+    #[error("wired-expiration-uuids: {given} given, at most 2 (one per family)")]
+    TooManyWiredUuids { given: usize },
+}
+
+fn refuse(field: &str, value: &str, why: impl std::fmt::Display) -> Refusal {
+    Refusal::Field {
+        field: field.to_string(),
+        value: excerpt(value),
+        rule: why.to_string(),
+    }
 }
 
 /// A container ID (required): libcni's rule.
-pub fn container_id(field: &str, value: &str) -> Result<(), String> {
+pub fn container_id(field: &str, value: &str) -> Result<(), Refusal> {
     if is_valid_id(value) {
         Ok(())
     } else {
@@ -37,12 +55,12 @@ pub fn container_id(field: &str, value: &str) -> Result<(), String> {
 }
 
 /// A CNI network name (required): libcni's rule, as for container IDs.
-pub fn network(field: &str, value: &str) -> Result<(), String> {
+pub fn network(field: &str, value: &str) -> Result<(), Refusal> {
     container_id(field, value)
 }
 
 /// An interface name (required): Linux's rule.
-pub fn ifname(field: &str, value: &str) -> Result<(), String> {
+pub fn ifname(field: &str, value: &str) -> Result<(), Refusal> {
     match ifname_problem(value) {
         Some(why) => Err(refuse(field, value, why)),
         None => Ok(()),
@@ -50,7 +68,7 @@ pub fn ifname(field: &str, value: &str) -> Result<(), String> {
 }
 
 /// Printable text of at most `max` bytes; empty is allowed.
-pub fn printable(field: &str, value: &str, max: usize) -> Result<(), String> {
+pub fn printable(field: &str, value: &str, max: usize) -> Result<(), Refusal> {
     match printable_problem(value, max) {
         Some(why) => Err(refuse(field, value, why)),
         None => Ok(()),
@@ -58,17 +76,20 @@ pub fn printable(field: &str, value: &str, max: usize) -> Result<(), String> {
 }
 
 /// An allocation's owner (`namespace/pod` or a container ID); empty is allowed.
-pub fn owner(value: &str) -> Result<(), String> {
+pub fn owner(value: &str) -> Result<(), Refusal> {
     printable("owner", value, MAX_OWNER_BYTES)
 }
 
 /// A pool name; empty (the default pool) is allowed.
-pub fn pool(field: &str, value: &str) -> Result<(), String> {
+pub fn pool(field: &str, value: &str) -> Result<(), Refusal> {
     printable(field, value, MAX_POOL_BYTES)
 }
 
 /// Runs `check` on `value` unless it is empty (an optional field).
-pub fn optional(value: &str, check: impl FnOnce(&str) -> Result<(), String>) -> Result<(), String> {
+pub fn optional(
+    value: &str,
+    check: impl FnOnce(&str) -> Result<(), Refusal>,
+) -> Result<(), Refusal> {
     if value.is_empty() {
         Ok(())
     } else {
@@ -76,7 +97,7 @@ pub fn optional(value: &str, check: impl FnOnce(&str) -> Result<(), String>) -> 
     }
 }
 
-fn k8s_name(field: &str, value: &str, max: usize) -> Result<(), String> {
+fn k8s_name(field: &str, value: &str, max: usize) -> Result<(), Refusal> {
     match k8s_name_problem(value, max) {
         Some(why) => Err(refuse(field, value, why)),
         None => Ok(()),
@@ -84,7 +105,7 @@ fn k8s_name(field: &str, value: &str, max: usize) -> Result<(), String> {
 }
 
 /// `PUT /v1/endpoint/{id}`: the attachment, the pod's names and the host link.
-pub fn endpoint_change(req: &EndpointChangeRequest) -> Result<(), String> {
+pub fn endpoint_change(req: &EndpointChangeRequest) -> Result<(), Refusal> {
     container_id("container-id", &req.container_id)?;
     optional(&req.container_interface_name, |v| {
         ifname("container-interface-name", v)
@@ -111,7 +132,7 @@ pub fn endpoint_change(req: &EndpointChangeRequest) -> Result<(), String> {
 }
 
 /// `DELETE /v1/endpoint`: the attachment and the host links to delete.
-pub fn endpoint_delete(req: &EndpointBatchDeleteRequest) -> Result<(), String> {
+pub fn endpoint_delete(req: &EndpointBatchDeleteRequest) -> Result<(), Refusal> {
     container_id("container-id", &req.container_id)?;
     optional(&req.container_interface_name, |v| {
         ifname("container-interface-name", v)
@@ -126,17 +147,16 @@ pub fn endpoint_delete(req: &EndpointBatchDeleteRequest) -> Result<(), String> {
 
 /// `POST /v1/cni/report`: names that become metric labels and explain records.
 /// The error text is the plugin's own message and is kept as it is.
-pub fn report(r: &CniReport) -> Result<(), String> {
+pub fn report(r: &CniReport) -> Result<(), Refusal> {
     printable("verb", &r.verb, MAX_SHORT_NAME_BYTES)?;
     printable("reason", &r.reason, MAX_SHORT_NAME_BYTES)?;
     optional(&r.container_id, |v| container_id("container-id", v))?;
     optional(&r.ifname, |v| ifname("ifname", v))?;
     owner(&r.owner)?;
     if r.wired_expiration_uuids.len() > 2 {
-        return Err(format!(
-            "wired-expiration-uuids: {} given, at most 2 (one per family)",
-            r.wired_expiration_uuids.len()
-        ));
+        return Err(Refusal::TooManyWiredUuids {
+            given: r.wired_expiration_uuids.len(),
+        });
     }
     r.wired_expiration_uuids
         .iter()
@@ -148,7 +168,7 @@ pub fn report(r: &CniReport) -> Result<(), String> {
 
 /// `POST /v1/cni/gc`: the network whose allocations are collected. The valid
 /// attachments are only compared, never stored.
-pub fn gc(req: &GcRequest) -> Result<(), String> {
+pub fn gc(req: &GcRequest) -> Result<(), Refusal> {
     network("network", &req.network)
 }
 
@@ -175,7 +195,9 @@ mod tests {
         assert_eq!(owner(""), Ok(()));
         assert_eq!(owner("kube-system/coredns-1"), Ok(()));
         assert_eq!(owner(&"o".repeat(MAX_OWNER_BYTES)), Ok(()));
-        let e = owner("x\n2024-01-01T00:00:00Z  INFO forged").unwrap_err();
+        let e = owner("x\n2024-01-01T00:00:00Z  INFO forged")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("invalid owner \"x\\n2024") && e.contains("no control characters"),
             "{e}"
@@ -183,16 +205,20 @@ mod tests {
         assert!(
             owner("a\0b")
                 .unwrap_err()
+                .to_string()
                 .starts_with("invalid owner \"a\\0b\"")
         );
         assert!(
             owner(&"o".repeat(MAX_OWNER_BYTES + 1))
                 .unwrap_err()
+                .to_string()
                 .contains("at most 512")
         );
         assert_eq!(pool("pool", "mars"), Ok(()));
         assert!(pool("pool", "ma\rs").is_err());
-        let e = container_id("container-id", "../../x").unwrap_err();
+        let e = container_id("container-id", "../../x")
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             "invalid container-id \"../../x\": it must match ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$ and be at most 1024 bytes"
@@ -203,6 +229,7 @@ mod tests {
         assert!(
             ifname("ifname", "../x")
                 .unwrap_err()
+                .to_string()
                 .ends_with("interface name contains / or : or whitespace")
         );
         assert_eq!(optional("", |v| ifname("ifname", v)), Ok(()));
@@ -282,7 +309,7 @@ mod tests {
             ),
         ];
         for (field, req) in cases {
-            let e = endpoint_change(&req).unwrap_err();
+            let e = endpoint_change(&req).unwrap_err().to_string();
             assert!(e.starts_with(&format!("invalid {field} ")), "{field}: {e}");
         }
     }
@@ -303,6 +330,7 @@ mod tests {
         assert!(
             endpoint_delete(&del)
                 .unwrap_err()
+                .to_string()
                 .starts_with("invalid podnet-phases")
         );
         del.podnet_phases.clear();
@@ -310,12 +338,14 @@ mod tests {
         assert!(
             endpoint_delete(&del)
                 .unwrap_err()
+                .to_string()
                 .starts_with("invalid teardown-links[].name")
         );
         del.container_id = "../../x".into();
         assert!(
             endpoint_delete(&del)
                 .unwrap_err()
+                .to_string()
                 .starts_with("invalid container-id")
         );
 
@@ -331,10 +361,20 @@ mod tests {
         assert_eq!(report(&r), Ok(()));
         assert_eq!(report(&CniReport::default()), Ok(()));
         r.phases.insert("to\ntal".into(), 0.01);
-        assert!(report(&r).unwrap_err().starts_with("invalid phase"));
+        assert!(
+            report(&r)
+                .unwrap_err()
+                .to_string()
+                .starts_with("invalid phase")
+        );
         r.phases.clear();
         r.owner = "x\0".into();
-        assert!(report(&r).unwrap_err().starts_with("invalid owner"));
+        assert!(
+            report(&r)
+                .unwrap_err()
+                .to_string()
+                .starts_with("invalid owner")
+        );
 
         let mut g = GcRequest {
             network: "podnet-it".into(),
@@ -342,6 +382,11 @@ mod tests {
         };
         assert_eq!(gc(&g), Ok(()));
         g.network = String::new();
-        assert!(gc(&g).unwrap_err().starts_with("invalid network \"\""));
+        assert!(
+            gc(&g)
+                .unwrap_err()
+                .to_string()
+                .starts_with("invalid network \"\"")
+        );
     }
 }

@@ -113,7 +113,7 @@ pub fn lint(daemon_args: &[String], conflists: &[PathBuf]) -> Vec<Finding> {
         // The tunnel finding says the same in lint's words.
         Err(_) if !tunnel.is_empty() => None,
         Err(e) => {
-            out.push(error(e));
+            out.push(error(e.to_string()));
             None
         }
     };

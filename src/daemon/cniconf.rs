@@ -146,18 +146,35 @@ fn plugin_versions(plugin: &Path, limit: Duration) -> Result<Vec<String>, ProbeE
     Ok(answer.supported_versions)
 }
 
-/// Writes the conflist into `dir`; with `exclusive`, moves other configs aside.
+/// A CNI config file the daemon could not write or remove: what it was doing,
+/// and the file system's error.
+#[derive(Debug, thiserror::Error)]
+#[error("{action}: {source}")]
+pub struct CniConfError {
+    action: String,
+    #[source]
+    source: std::io::Error,
+}
+
+/// Wraps a file system error with what was being done.
+fn failed(action: impl Into<String>) -> impl FnOnce(std::io::Error) -> CniConfError {
+    let action = action.into();
+    move |source| CniConfError { action, source }
+}
+
+/// Writes the conflist, with `chained` after podnet, into `dir`; with
+/// `exclusive`, moves other configs aside.
 pub fn write(
     dir: &Path,
     socket: &Path,
     log_file: &Path,
     exclusive: bool,
     chained: &[ChainedPlugin],
-) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+) -> Result<PathBuf, CniConfError> {
+    std::fs::create_dir_all(dir).map_err(failed(format!("cannot create {}", dir.display())))?;
     if exclusive {
         let entries =
-            std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+            std::fs::read_dir(dir).map_err(failed(format!("cannot read {}", dir.display())))?;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
             let is_conf = [".conf", ".conflist", ".json"]
@@ -166,26 +183,26 @@ pub fn write(
             if is_conf && name != CONF_NAME {
                 let aside = dir.join(format!("{name}.podnet_bak"));
                 std::fs::rename(entry.path(), &aside)
-                    .map_err(|e| format!("cannot move {name} aside: {e}"))?;
+                    .map_err(failed(format!("cannot move {name} aside")))?;
                 tracing::info!(config = %name, "moved another CNI config aside (cni-exclusive)");
             }
         }
     }
     let body = serde_json::to_vec_pretty(&conflist(socket, log_file, chained))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| failed("cannot encode the CNI config")(e.into()))?;
     let dest = dir.join(CONF_NAME);
     let tmp = dir.join(format!(".{CONF_NAME}.tmp"));
     crate::atomic_file::replace(&dest, &tmp, &body, 0o600)
-        .map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+        .map_err(failed(format!("cannot write {}", dest.display())))?;
     Ok(dest)
 }
 
 /// Removes the config `write` wrote (already gone is fine).
-pub fn remove(path: &Path) -> Result<(), String> {
+pub fn remove(path: &Path) -> Result<(), CniConfError> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("cannot remove {}: {e}", path.display())),
+        Err(e) => Err(failed(format!("cannot remove {}", path.display()))(e)),
     }
 }
 

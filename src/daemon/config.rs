@@ -15,11 +15,76 @@ use ipnet::IpNet;
 use super::crossnode::{CrossNodeConfig, TunnelProtocol};
 use super::options::DaemonOptions;
 use crate::ipam::Family;
-use crate::ipam::clusterpool::{ClusterPoolConfig, parse_cidr_list};
+use crate::ipam::clusterpool::{ClusterPoolConfig, ClusterPoolError, parse_cidr_list};
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pool_options::{parse_auto_create_pools, parse_pre_allocation};
 use crate::ipam::pooldef::PoolDef;
 use crate::resources::{PoolDemand, RequestedPool};
+
+/// Options that do not make a configuration: each message names the option and
+/// says what to use instead (the words `podnet lint` shows too).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "ipam mode {0:?} is not supported by this build: use cluster-pool (default), kubernetes, multi-pool, crd, azure, alibabacloud, eni or delegated-plugin"
+    )]
+    UnknownIpamMode(String),
+    #[error("--datapath-mode {0:?} is not one of veth, netkit, netkit-l2, auto")]
+    UnknownDatapathMode(String),
+    #[error("--routing-mode {0:?} is not one of native, tunnel")]
+    UnknownRoutingMode(String),
+    #[error("--tunnel-protocol {0:?} is not one of vxlan, geneve")]
+    UnknownTunnelProtocol(String),
+    #[error(
+        "ipam {0} needs routing-mode=native: its pod addresses are routed by the cloud network, and a tunnel would bypass it"
+    )]
+    TunnelUnderCloudIpam(IpamMode),
+    #[error(
+        "--routing-mode tunnel connects the nodes of a cluster from their CiliumNodes: it needs the Kubernetes backend (--k8s-kubeconfig-path, or in a pod); the embedded backend is one node, use --routing-mode native"
+    )]
+    TunnelWithoutKubernetes,
+    #[error(
+        "ipam {0} needs --node-resource FILE: the CiliumNode manifest the external IPAM writes for this node"
+    )]
+    NodeResourceMissing(IpamMode),
+    #[error(transparent)]
+    ClusterPool(#[from] ClusterPoolError),
+    /// `--ipv4-range`, `--ipv6-range`, `--pod-cidrs`: `option` names the flag.
+    #[error("{option} {value:?}: {source}")]
+    PodCidr {
+        option: String,
+        value: String,
+        #[source]
+        source: ipnet::AddrParseError,
+    },
+    #[error("Invalid ipam-multi-pool-pre-allocation flag value: {0}")]
+    PreAllocation(String),
+    #[error("auto-create-cilium-pod-ip-pools: {0}")]
+    AutoCreatePools(String),
+    #[error("--{option} {value:?} is not an IP address")]
+    RouterNotIp { option: &'static str, value: String },
+    #[error("--{option} {value:?} is not an {} address", .family.label())]
+    RouterWrongFamily {
+        option: &'static str,
+        value: String,
+        family: Family,
+    },
+    #[error("--{option} {value:?} is not a CIDR: {source}")]
+    NativeRoutingNotCidr {
+        option: &'static str,
+        value: String,
+        #[source]
+        source: ipnet::AddrParseError,
+    },
+    #[error("--{option} {value:?} is not an {} CIDR", if *.v4 { "IPv4" } else { "IPv6" })]
+    NativeRoutingWrongFamily {
+        option: &'static str,
+        value: String,
+        v4: bool,
+    },
+    #[error("--node-labels: {0:?} is not key=value")]
+    NodeLabel(String),
+}
 
 /// `--ipam`: who decides what the node owns, and how addresses are allocated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,15 +127,11 @@ impl IpamMode {
     }
 
     /// Parses `--ipam`.
-    pub fn parse(s: &str) -> Result<IpamMode, String> {
+    pub fn parse(s: &str) -> Result<IpamMode, ConfigError> {
         IpamMode::ALL
             .into_iter()
             .find(|m| m.as_str() == s)
-            .ok_or_else(|| {
-                format!(
-                    "ipam mode {s:?} is not supported by this build: use cluster-pool (default), kubernetes, multi-pool, crd, azure, alibabacloud, eni or delegated-plugin"
-                )
-            })
+            .ok_or_else(|| ConfigError::UnknownIpamMode(s.to_string()))
     }
 
     /// crd, azure, alibabacloud and eni: an external system writes the node's
@@ -111,7 +172,7 @@ impl DatapathMode {
     }
 
     /// Parses `--datapath-mode`.
-    pub fn parse(s: &str) -> Result<DatapathMode, String> {
+    pub fn parse(s: &str) -> Result<DatapathMode, ConfigError> {
         [
             DatapathMode::Veth,
             DatapathMode::Netkit,
@@ -120,7 +181,7 @@ impl DatapathMode {
         ]
         .into_iter()
         .find(|m| m.as_str() == s)
-        .ok_or_else(|| format!("--datapath-mode {s:?} is not one of veth, netkit, netkit-l2, auto"))
+        .ok_or_else(|| ConfigError::UnknownDatapathMode(s.to_string()))
     }
 }
 
@@ -139,13 +200,11 @@ pub enum RoutingMode {
 
 impl RoutingMode {
     /// Parses `--routing-mode`.
-    pub fn parse(s: &str) -> Result<RoutingMode, String> {
+    pub fn parse(s: &str) -> Result<RoutingMode, ConfigError> {
         match s {
             "native" => Ok(RoutingMode::Native),
             "tunnel" => Ok(RoutingMode::Tunnel),
-            other => Err(format!(
-                "--routing-mode {other:?} is not one of native, tunnel"
-            )),
+            other => Err(ConfigError::UnknownRoutingMode(other.to_string())),
         }
     }
 }
@@ -227,7 +286,7 @@ pub struct DaemonConfig {
 
 impl DaemonConfig {
     /// Resolves the options, with Cilium's start-up checks.
-    pub fn resolve(opts: &DaemonOptions) -> Result<DaemonConfig, String> {
+    pub fn resolve(opts: &DaemonOptions) -> Result<DaemonConfig, ConfigError> {
         let ipam = IpamMode::parse(&opts.ipam)?;
         let datapath = DatapathMode::parse(&opts.datapath_mode)?;
         let backend = match &opts.k8s_kubeconfig_path {
@@ -246,17 +305,13 @@ impl DaemonConfig {
             None => RoutingMode::Tunnel,
         };
         if ipam.is_external() && ipam != IpamMode::Crd && routing == RoutingMode::Tunnel {
-            return Err(format!(
-                "ipam {ipam} needs routing-mode=native: its pod addresses are routed by the cloud network, and a tunnel would bypass it"
-            ));
+            return Err(ConfigError::TunnelUnderCloudIpam(ipam));
         }
         if embedded && routing == RoutingMode::Tunnel {
-            return Err("--routing-mode tunnel connects the nodes of a cluster from their CiliumNodes: it needs the Kubernetes backend (--k8s-kubeconfig-path, or in a pod); the embedded backend is one node, use --routing-mode native".into());
+            return Err(ConfigError::TunnelWithoutKubernetes);
         }
         if embedded && ipam.is_external() && opts.node_resource.is_none() {
-            return Err(format!(
-                "ipam {ipam} needs --node-resource FILE: the CiliumNode manifest the external IPAM writes for this node"
-            ));
+            return Err(ConfigError::NodeResourceMissing(ipam));
         }
         let families = [
             (opts.enable_ipv6, Family::V6),
@@ -291,7 +346,7 @@ impl DaemonConfig {
     }
 }
 
-fn cluster_pool(opts: &DaemonOptions) -> Result<ClusterPoolConfig, String> {
+fn cluster_pool(opts: &DaemonOptions) -> Result<ClusterPoolConfig, ConfigError> {
     let list = |value: &Option<String>, enabled: bool, name: &str, default: &str| {
         let v = value.clone().unwrap_or_else(|| {
             if enabled {
@@ -300,7 +355,7 @@ fn cluster_pool(opts: &DaemonOptions) -> Result<ClusterPoolConfig, String> {
                 String::new()
             }
         });
-        parse_cidr_list(name, &v).map_err(|e| e.to_string())
+        parse_cidr_list(name, &v)
     };
     let cfg = ClusterPoolConfig {
         enable_ipv4: opts.enable_ipv4,
@@ -320,18 +375,20 @@ fn cluster_pool(opts: &DaemonOptions) -> Result<ClusterPoolConfig, String> {
         )?,
         ipv6_mask_size: opts.cluster_pool_ipv6_mask_size,
     };
-    cfg.validate().map_err(|e| e.to_string())?;
+    cfg.validate()?;
     Ok(cfg)
 }
 
 /// kubernetes mode: `--ipv4-range`/`--ipv6-range` (unless `auto`) and `--pod-cidrs`.
-fn kubernetes_pod_cidrs(opts: &DaemonOptions) -> Result<Vec<IpNet>, String> {
+fn kubernetes_pod_cidrs(opts: &DaemonOptions) -> Result<Vec<IpNet>, ConfigError> {
     let mut cidrs: Vec<IpNet> = Vec::new();
     for (range, v4) in [(&opts.ipv4_range, true), (&opts.ipv6_range, false)] {
         if range != "auto" && !range.is_empty() {
-            let c: IpNet = range
-                .parse()
-                .map_err(|e| format!("--ipv{}-range {range:?}: {e}", if v4 { 4 } else { 6 }))?;
+            let c: IpNet = range.parse().map_err(|source| ConfigError::PodCidr {
+                option: format!("--ipv{}-range", if v4 { 4 } else { 6 }),
+                value: range.clone(),
+                source,
+            })?;
             cidrs.push(c);
         }
     }
@@ -342,30 +399,37 @@ fn kubernetes_pod_cidrs(opts: &DaemonOptions) -> Result<Vec<IpNet>, String> {
         .split([' ', ','])
         .filter(|s| !s.is_empty())
     {
-        let c: IpNet = c.parse().map_err(|e| format!("--pod-cidrs {c:?}: {e}"))?;
+        let c: IpNet = c.parse().map_err(|source| ConfigError::PodCidr {
+            option: "--pod-cidrs".to_string(),
+            value: c.to_string(),
+            source,
+        })?;
         cidrs.push(c);
     }
     Ok(cidrs)
 }
 
-fn multi_pool(opts: &DaemonOptions) -> Result<MultiPoolConfig, String> {
+fn multi_pool(opts: &DaemonOptions) -> Result<MultiPoolConfig, ConfigError> {
     Ok(MultiPoolConfig {
         default_pool: opts.default_ip_pool.clone(),
         pre_allocation: parse_pre_allocation(
             &opts.multi_pool_pre_allocation,
             &opts.default_ip_pool,
         )
-        .map_err(|e| format!("Invalid ipam-multi-pool-pre-allocation flag value: {e}"))?,
+        .map_err(ConfigError::PreAllocation)?,
         only_masquerade_default_pool: opts.only_masquerade_default_pool,
         migrate_cluster_pool: opts.cluster_pool_migration,
         auto_create: parse_auto_create_pools(&opts.auto_create_pools)
-            .map_err(|e| format!("auto-create-cilium-pod-ip-pools: {e}"))?,
+            .map_err(ConfigError::AutoCreatePools)?,
     })
 }
 
 /// `--local-router-ipv4/6`; delegated-plugin mode defaults the IPv4 one to
 /// 169.254.0.1 (the node answers ARP for it as a local address).
-fn fixed_routers(opts: &DaemonOptions, ipam: IpamMode) -> Result<BTreeMap<Family, IpAddr>, String> {
+fn fixed_routers(
+    opts: &DaemonOptions,
+    ipam: IpamMode,
+) -> Result<BTreeMap<Family, IpAddr>, ConfigError> {
     let mut out = BTreeMap::new();
     let delegated = ipam == IpamMode::DelegatedPlugin;
     for (value, family, on, name) in [
@@ -390,14 +454,16 @@ fn fixed_routers(opts: &DaemonOptions, ipam: IpamMode) -> Result<BTreeMap<Family
         if value.is_empty() || !on {
             continue;
         }
-        let ip: IpAddr = value
-            .parse()
-            .map_err(|_| format!("--{name} {value:?} is not an IP address"))?;
+        let ip: IpAddr = value.parse().map_err(|_| ConfigError::RouterNotIp {
+            option: name,
+            value: value.to_string(),
+        })?;
         if Family::of_addr(&ip) != family {
-            return Err(format!(
-                "--{name} {value:?} is not an {} address",
-                family.label()
-            ));
+            return Err(ConfigError::RouterWrongFamily {
+                option: name,
+                value: value.to_string(),
+                family,
+            });
         }
         out.insert(family, ip);
     }
@@ -411,7 +477,7 @@ fn cross_node(
     opts: &DaemonOptions,
     routing: RoutingMode,
     embedded: bool,
-) -> Result<CrossNodeConfig, String> {
+) -> Result<CrossNodeConfig, ConfigError> {
     let mut native_routing_cidrs = Vec::new();
     for (value, v4, name) in [
         (
@@ -430,12 +496,17 @@ fn cross_node(
         }
         let c: IpNet = value
             .parse()
-            .map_err(|e| format!("--{name} {value:?} is not a CIDR: {e}"))?;
+            .map_err(|source| ConfigError::NativeRoutingNotCidr {
+                option: name,
+                value: value.clone(),
+                source,
+            })?;
         if c.addr().is_ipv4() != v4 {
-            return Err(format!(
-                "--{name} {value:?} is not an {} CIDR",
-                if v4 { "IPv4" } else { "IPv6" }
-            ));
+            return Err(ConfigError::NativeRoutingWrongFamily {
+                option: name,
+                value: value.clone(),
+                v4,
+            });
         }
         native_routing_cidrs.push(c.trunc());
     }
@@ -454,12 +525,12 @@ fn cross_node(
 }
 
 /// `k=v,k2=v2`.
-fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
+fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, ConfigError> {
     let mut out = BTreeMap::new();
     for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (k, v) = pair
             .split_once('=')
-            .ok_or_else(|| format!("--node-labels: {pair:?} is not key=value"))?;
+            .ok_or_else(|| ConfigError::NodeLabel(pair.to_string()))?;
         out.insert(k.trim().to_string(), v.trim().to_string());
     }
     Ok(out)
@@ -497,7 +568,7 @@ mod tests {
     fn resolve(args: &[&str]) -> Result<DaemonConfig, String> {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         let opts = DaemonOptions::parse_with_config_dir(&args).map_err(|e| e.to_string())?;
-        DaemonConfig::resolve(&opts)
+        DaemonConfig::resolve(&opts).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -505,7 +576,7 @@ mod tests {
         for m in IpamMode::ALL {
             assert_eq!(IpamMode::parse(m.as_str()), Ok(m));
         }
-        let e = IpamMode::parse("host-local").unwrap_err();
+        let e = IpamMode::parse("host-local").unwrap_err().to_string();
         assert!(e.contains("not supported by this build"), "{e}");
     }
 

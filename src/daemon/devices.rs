@@ -12,9 +12,26 @@ use super::state::{KernelLink, KernelView, StaleLink};
 use crate::api::link_marker::LinkMarker;
 use crate::api::models::LinkRef;
 use crate::datapath::{
-    IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname, write_sysctl_in,
+    DatapathError, IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname,
+    write_sysctl_in,
 };
 use crate::datapath::{RULE_PRIORITY_EGRESS, RULE_PRIORITY_INGRESS, is_pod_rule};
+
+/// A kernel operation on the daemon's devices that failed: what was being done,
+/// and what the datapath said.
+#[derive(Debug, thiserror::Error)]
+#[error("{action}: {source}")]
+pub struct DeviceError {
+    action: String,
+    #[source]
+    source: DatapathError,
+}
+
+/// Wraps a datapath error with what was being done.
+fn failed(action: impl Into<String>) -> impl FnOnce(DatapathError) -> DeviceError {
+    let action = action.into();
+    move |source| DeviceError { action, source }
+}
 
 /// The router device that carries the node's router IPs.
 pub const ROUTER_DEVICE: &str = "podnet_host";
@@ -24,15 +41,15 @@ pub const ROUTER_PEER: &str = "podnet_net";
 /// Creates (or reuses) the router pair, puts the router IPs on it and enables
 /// forwarding (the sysctls under `procfs`). Idempotent: a restarted daemon finds
 /// the pair in place.
-pub fn setup_router(routers: &[IpAddr], mtu: u32, procfs: &Path) -> Result<(), String> {
-    let sock = NetlinkSocket::new().map_err(|e| format!("router device: {e}"))?;
+pub fn setup_router(routers: &[IpAddr], mtu: u32, procfs: &Path) -> Result<(), DeviceError> {
+    let sock = NetlinkSocket::new().map_err(failed("router device"))?;
     let host = match sock
         .link_by_name(ROUTER_DEVICE)
-        .map_err(|e| format!("router device: {e}"))?
+        .map_err(failed("router device"))?
     {
         Some(l) => l,
         None => {
-            let here = NetNs::current().map_err(|e| format!("router device: {e}"))?;
+            let here = NetNs::current().map_err(failed("router device"))?;
             sock.create_veth_pair(&VethSpec {
                 host_name: ROUTER_DEVICE,
                 host_mac: None,
@@ -42,26 +59,28 @@ pub fn setup_router(routers: &[IpAddr], mtu: u32, procfs: &Path) -> Result<(), S
                 peer_netns: &here,
                 txqlen: None,
             })
-            .map_err(|e| format!("creating the router device {ROUTER_DEVICE}: {e}"))?
+            .map_err(failed(format!(
+                "creating the router device {ROUTER_DEVICE}"
+            )))?
         }
     };
     if let Some(peer) = sock
         .link_by_name(ROUTER_PEER)
-        .map_err(|e| format!("router device: {e}"))?
+        .map_err(failed("router device"))?
     {
         sock.set_link_up(peer.index)
-            .map_err(|e| format!("router device: {e}"))?;
+            .map_err(failed("router device"))?;
     }
     sock.set_link_up(host.index)
-        .map_err(|e| format!("router device: {e}"))?;
+        .map_err(failed("router device"))?;
     let present = sock
         .list_addresses(host.index)
-        .map_err(|e| format!("router device: {e}"))?;
+        .map_err(failed("router device"))?;
     for ip in routers {
         let net = IpNet::from(*ip);
         if !present.contains(&net) {
             sock.add_address(host.index, net, ip.is_ipv6())
-                .map_err(|e| format!("putting router IP {ip} on {ROUTER_DEVICE}: {e}"))?;
+                .map_err(failed(format!("putting router IP {ip} on {ROUTER_DEVICE}")))?;
         }
     }
     // Addresses a previous run left that are no longer router IPs.
@@ -76,9 +95,8 @@ pub fn setup_router(routers: &[IpAddr], mtu: u32, procfs: &Path) -> Result<(), S
             }
         }
     }
-    let sysctl = |k: &str, v: &str| {
-        write_sysctl_in(procfs, k, v).map_err(|e| format!("sysctl {k}={v}: {e}"))
-    };
+    let sysctl =
+        |k: &str, v: &str| write_sysctl_in(procfs, k, v).map_err(failed(format!("sysctl {k}={v}")));
     if routers.iter().any(|r| r.is_ipv4()) {
         sysctl("net/ipv4/ip_forward", "1")?;
     }
@@ -109,17 +127,15 @@ pub fn default_route_mtu() -> Option<u32> {
 
 /// The host-side links (`lxc…`) of this namespace and the /32 and /128 routes of
 /// the main table through each.
-pub fn kernel_view() -> Result<KernelView, String> {
-    let sock = NetlinkSocket::new().map_err(|e| format!("reading host links: {e}"))?;
-    let links = sock
-        .list_links()
-        .map_err(|e| format!("reading host links: {e}"))?;
+pub fn kernel_view() -> Result<KernelView, DeviceError> {
+    let sock = NetlinkSocket::new().map_err(failed("reading host links"))?;
+    let links = sock.list_links().map_err(failed("reading host links"))?;
     let mut routes = sock
         .list_routes(IpFamily::V4, Some(TABLE_MAIN))
-        .map_err(|e| format!("reading host routes: {e}"))?;
+        .map_err(failed("reading host routes"))?;
     routes.extend(
         sock.list_routes(IpFamily::V6, Some(TABLE_MAIN))
-            .map_err(|e| format!("reading host routes: {e}"))?,
+            .map_err(failed("reading host routes"))?,
     );
     let mut view = KernelView::default();
     for link in links.into_iter().filter(|l| l.name.starts_with("lxc")) {
@@ -190,17 +206,17 @@ pub fn prune_pod_rules(stale: impl Fn(IpAddr) -> bool) {
 
 /// Deletes links by index, each only if it still has its recorded name (an index
 /// reused by a newer link is left alone). Missing links count as deleted.
-pub fn delete_links_checked(links: &[LinkRef]) -> Result<(), String> {
-    let sock = NetlinkSocket::new().map_err(|e| format!("link teardown: {e}"))?;
+pub fn delete_links_checked(links: &[LinkRef]) -> Result<(), DeviceError> {
+    let sock = NetlinkSocket::new().map_err(failed("link teardown"))?;
     for l in links {
         match sock.link_by_index(l.index) {
             Ok(Some(found)) if found.name == l.name => match sock.delete_link(l.index) {
                 Ok(()) => {}
                 Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(format!("deleting {} (#{}): {e}", l.name, l.index)),
+                Err(e) => return Err(failed(format!("deleting {} (#{})", l.name, l.index))(e)),
             },
             Ok(_) => {}
-            Err(e) => return Err(format!("looking up {} (#{}): {e}", l.name, l.index)),
+            Err(e) => return Err(failed(format!("looking up {} (#{})", l.name, l.index))(e)),
         }
     }
     Ok(())

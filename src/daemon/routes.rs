@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::Daemon;
 use super::server::BODY_TIMEOUT;
-use super::state::{AllocateRequest, ApiError};
+use super::state::{AllocateRequest, ApiError, ErrorKind};
 use crate::api::http::{ascii_json, decode_component, parse_query};
 use crate::api::models::{
     CONFIG_HEADER, CniReport, DaemonConfigurationStatus, EndpointBatchDeleteRequest,
@@ -46,12 +46,13 @@ pub async fn handle(
         Ok(reply) => reply,
         Err(e) => {
             // Debug formatting: the message may quote what the client sent.
-            if e.status >= 500 {
-                tracing::warn!(%method, ?path, status = e.status, error = ?e.message, "request failed");
+            let status = http_status(e.kind);
+            if status >= 500 {
+                tracing::warn!(%method, ?path, status, error = ?e.message, "request failed");
             } else {
-                tracing::debug!(%method, ?path, status = e.status, error = ?e.message, "request refused");
+                tracing::debug!(%method, ?path, status, error = ?e.message, "request refused");
             }
-            let mut reply = json_reply(e.status, &e.message);
+            let mut reply = json_reply(status, &e.message);
             if let Some(reason) = e.reason {
                 reply.headers_mut().insert(
                     REASON_HEADER,
@@ -66,10 +67,26 @@ pub async fn handle(
     })
 }
 
+/// The HTTP status of each kind of failure: the one place the API's errors
+/// meet HTTP (Cilium's codes where Cilium has the same failure: 502 for an
+/// allocation the IPAM cannot serve, 409 for an address in use).
+fn http_status(kind: ErrorKind) -> u16 {
+    match kind {
+        ErrorKind::Invalid => 400,
+        ErrorKind::NotFound => 404,
+        ErrorKind::BodyTimeout => 408,
+        ErrorKind::Conflict => 409,
+        ErrorKind::BodyTooLarge => 413,
+        ErrorKind::Internal => 500,
+        ErrorKind::NoAddress => 502,
+        ErrorKind::Unavailable => 503,
+    }
+}
+
 async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, ApiError> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let query = parse_query(req.uri().query().unwrap_or("")).map_err(|e| ApiError::new(400, e))?;
+    let query = parse_query(req.uri().query().unwrap_or(""))?;
     let q = |k: &str| query.get(k).cloned().unwrap_or_default();
     let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     match (&method, segments.as_slice()) {
@@ -117,7 +134,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
                 "" => None,
                 f => Some(Family::parse(f).map_err(|_| {
                     ApiError::new(
-                        400,
+                        ErrorKind::Invalid,
                         format!("invalid family {f:?}: must be \"ipv4\" or \"ipv6\""),
                     )
                 })?),
@@ -125,18 +142,14 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             let expiration = header(&req, "expiration")
                 .map(|v| v.eq_ignore_ascii_case("true"))
                 .unwrap_or(false);
-            refuse_invalid(validate::owner(&q("owner")))?;
-            refuse_invalid(validate::pool("pool", &q("pool")))?;
-            refuse_invalid(optional(&q("container-id"), |v| {
+            validate::owner(&q("owner"))?;
+            validate::pool("pool", &q("pool"))?;
+            optional(&q("container-id"), |v| {
                 validate::container_id("container-id", v)
-            }))?;
-            refuse_invalid(optional(&q("ifname"), |v| validate::ifname("ifname", v)))?;
-            refuse_invalid(optional(&q("network"), |v| validate::network("network", v)))?;
-            refuse_invalid(validate::printable(
-                "netns",
-                &q("netns"),
-                validate::MAX_PATH_BYTES,
-            ))?;
+            })?;
+            optional(&q("ifname"), |v| validate::ifname("ifname", v))?;
+            optional(&q("network"), |v| validate::network("network", v))?;
+            validate::printable("netns", &q("netns"), validate::MAX_PATH_BYTES)?;
             let areq = AllocateRequest {
                 family,
                 owner: q("owner"),
@@ -153,15 +166,15 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         (&Method::POST, ["v1", "ipam", ip]) => {
             let ip = decode(ip)?;
             let (owner, pool) = (q("owner"), q("pool"));
-            refuse_invalid(validate::owner(&owner))?;
-            refuse_invalid(validate::pool("pool", &pool))?;
+            validate::owner(&owner)?;
+            validate::pool("pool", &pool)?;
             let resp = daemon.with_state_in_place(move |s| s.allocate_ip(&ip, &owner, &pool))?;
             Ok(json_reply(200, &resp))
         }
         (&Method::DELETE, ["v1", "ipam", ip]) => {
             let ip = decode(ip)?;
             let pool = q("pool");
-            refuse_invalid(validate::pool("pool", &pool))?;
+            validate::pool("pool", &pool)?;
             daemon.with_state_in_place(move |s| s.release_ip(&ip, &pool))?;
             Ok(json_reply(200, &serde_json::Value::Null))
         }
@@ -170,7 +183,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             // phase is this request as the daemon handles it.
             let received = Instant::now();
             let body: EndpointChangeRequest = read_json(req).await?;
-            refuse_invalid(validate::endpoint_change(&body))?;
+            validate::endpoint_change(&body)?;
             let view = daemon.with_state_in_place(move |s| {
                 let view = s.create_endpoint(&body)?;
                 s.plugin_timings(
@@ -185,7 +198,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         }
         (&Method::GET, ["v1", "endpoint", id]) => {
             let id = decode(id)?;
-            refuse_invalid(validate::printable("endpoint id", &id, MAX_QUERY_BYTES))?;
+            validate::printable("endpoint id", &id, MAX_QUERY_BYTES)?;
             Ok(json_reply(
                 200,
                 &daemon.with_state_in_place(move |s| s.endpoint(&id))?,
@@ -196,7 +209,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             // is this request as the daemon handles it.
             let received = Instant::now();
             let body: EndpointBatchDeleteRequest = read_json(req).await?;
-            refuse_invalid(validate::endpoint_delete(&body))?;
+            validate::endpoint_delete(&body)?;
             if let Some(teardown) = daemon.with_state_in_place(move |s| {
                 let deleted = s.delete_endpoints(&body);
                 s.plugin_timings(
@@ -213,7 +226,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         }
         (&Method::POST, ["v1", "cni", "report"]) => {
             let body: CniReport = read_json(req).await?;
-            refuse_invalid(validate::report(&body))?;
+            validate::report(&body)?;
             daemon.with_state_in_place(move |s| {
                 s.bind_wired(&body)?;
                 s.cni_report(&body);
@@ -225,11 +238,11 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             let q = q("q");
             if q.is_empty() {
                 return Err(ApiError::new(
-                    400,
+                    ErrorKind::Invalid,
                     "explain needs ?q=<pod ns/name | ip | container id>",
                 ));
             }
-            refuse_invalid(validate::printable("q", &q, MAX_QUERY_BYTES))?;
+            validate::printable("q", &q, MAX_QUERY_BYTES)?;
             let mut answer = daemon.with_state_in_place(move |s| Ok(s.explain(&q)))?;
             if !answer.addresses.is_empty()
                 && let Some(listing) = daemon.source_check_listing().await
@@ -241,14 +254,17 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
         (&Method::GET, ["metrics"]) => Ok(text_reply(daemon.metrics_text().await?)),
         (&Method::POST, ["v1", "cni", "gc"]) => {
             let body: GcRequest = read_json(req).await?;
-            refuse_invalid(validate::gc(&body))?;
+            validate::gc(&body)?;
             let (resp, stale) = daemon.with_state_in_place(move |s| s.gc(&body))?;
             daemon.remove_host_links(stale).await;
             Ok(json_reply(200, &resp))
         }
-        (_, ["v1", ..]) => Err(ApiError::new(404, format!("no route for {method} {path}"))),
+        (_, ["v1", ..]) => Err(ApiError::new(
+            ErrorKind::NotFound,
+            format!("no route for {method} {path}"),
+        )),
         _ => Err(ApiError::new(
-            404,
+            ErrorKind::NotFound,
             format!("no route for {method} {path} (the API lives under /v1)"),
         )),
     }
@@ -268,11 +284,6 @@ fn insert_config_header(reply: &mut Reply, config: &DaemonConfigurationStatus) {
         }
         Err(e) => tracing::error!(error = %e, "could not encode the podnet-config header"),
     }
-}
-
-/// A value the API does not accept: 400 with the rule.
-fn refuse_invalid(checked: Result<(), String>) -> Result<(), ApiError> {
-    checked.map_err(|e| ApiError::new(400, e))
 }
 
 /// Adds the DEL queue to a status answer: the entries waiting, and those set aside
@@ -335,7 +346,7 @@ fn non_empty(s: String) -> Option<String> {
 }
 
 fn decode(s: &str) -> Result<String, ApiError> {
-    decode_component(s).map_err(|e| ApiError::new(400, e))
+    Ok(decode_component(s)?)
 }
 
 fn header(req: &Request<Incoming>, name: &str) -> Option<String> {
@@ -355,7 +366,7 @@ async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Re
     .await
     .map_err(|_| {
         ApiError::new(
-            408,
+            ErrorKind::BodyTimeout,
             format!(
                 "request body did not arrive within {} s; closing the connection",
                 BODY_TIMEOUT.as_secs()
@@ -364,13 +375,13 @@ async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Re
     })?
     .map_err(|e| {
         ApiError::new(
-            413,
+            ErrorKind::BodyTooLarge,
             format!("request body rejected: {e} (limit {MAX_BODY} bytes)"),
         )
     })?
     .to_bytes();
     serde_json::from_slice(&body)
-        .map_err(|e| ApiError::new(400, format!("invalid request body: {e}")))
+        .map_err(|e| ApiError::new(ErrorKind::Invalid, format!("invalid request body: {e}")))
 }
 
 pub use crate::process::metrics_server::text_reply;

@@ -97,13 +97,13 @@ fn queue_release(
     req: &EndpointBatchDeleteRequest,
     why: &str,
 ) -> Result<(), String> {
-    let queue = DeleteQueue::open(client.socket())?;
-    let _lock = queue.lock_shared()?;
+    let queue = DeleteQueue::open(client.socket()).map_err(|e| e.to_string())?;
+    let _lock = queue.lock_shared().map_err(|e| e.to_string())?;
     match client.delete_endpoints(req) {
         Ok(()) => Ok(()),
         Err(e) if !e.is_unavailable() => Err(e.to_string()),
         Err(_) => {
-            let path = queue.enqueue(req)?;
+            let path = queue.enqueue(req).map_err(|e| e.to_string())?;
             eprintln!(
                 "podnet DEL: {why}; the release is queued in {} for the daemon",
                 path.display()

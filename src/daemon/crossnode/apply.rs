@@ -74,7 +74,7 @@ impl Reconciler {
             }
             match masquerade::apply(&script) {
                 Ok(()) => self.masquerade_written[slot] = Some(script),
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.to_string()),
             }
         }
         errors

@@ -5,6 +5,7 @@
 
 use ipnet::IpNet;
 
+use super::PrerequisiteError;
 use super::plan::MasqueradeFamily;
 use crate::daemon::nft::{self, NftError};
 
@@ -41,27 +42,40 @@ pub fn ruleset(v6: bool, rules: Option<&MasqueradeFamily>) -> String {
     s
 }
 
+/// A masquerade ruleset nft did not take.
+#[derive(Debug, thiserror::Error)]
+pub enum MasqueradeError {
+    #[error(
+        "masquerade needs the nft tool, which is not installed (apt-get install nftables), or turn it off with --enable-ipv4-masquerade=false --enable-ipv6-masquerade=false"
+    )]
+    NftMissing,
+    #[error("nft refused podnet's masquerade rules: {0}")]
+    Refused(String),
+    #[error(transparent)]
+    Nft(NftError),
+}
+
 /// Removes podnet's tables of both families (uninstall), in one transaction;
 /// nothing else is touched, and tables that do not exist are not an error.
-pub fn remove_tables() -> Result<(), String> {
+pub fn remove_tables() -> Result<(), MasqueradeError> {
     apply(&format!("{}{}", ruleset(false, None), ruleset(true, None)))
 }
 
 /// Runs `nft -f -` with `script`; the error says what to install or what nft said.
-pub fn apply(script: &str) -> Result<(), String> {
+pub fn apply(script: &str) -> Result<(), MasqueradeError> {
     nft::apply(script).map_err(|e| match e {
-        NftError::NotInstalled => "masquerade needs the nft tool, which is not installed (apt-get install nftables), or turn it off with --enable-ipv4-masquerade=false --enable-ipv6-masquerade=false".to_string(),
-        NftError::Refused(msg) => format!("nft refused podnet's masquerade rules: {msg}"),
-        e => e.to_string(),
+        NftError::NotInstalled => MasqueradeError::NftMissing,
+        NftError::Refused(msg) => MasqueradeError::Refused(msg),
+        e => MasqueradeError::Nft(e),
     })
 }
 
 /// Fails with the reason when `nft` cannot be run (checked at start, so a
 /// missing tool stops the daemon instead of leaving pods without masquerade).
-pub fn check_nft() -> Result<(), String> {
+pub fn check_nft() -> Result<(), PrerequisiteError> {
     nft::check_installed().map_err(|e| match e {
-        NftError::NotInstalled => "masquerade (--enable-ipv4-masquerade / --enable-ipv6-masquerade, on by default with the Kubernetes backend) needs the nft tool, which is not installed: apt-get install nftables, or turn masquerade off".into(),
-        e => e.to_string(),
+        NftError::NotInstalled => PrerequisiteError::NftMissing,
+        e => PrerequisiteError::Nft(e),
     })
 }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::Daemon;
-use super::config::RoutingMode;
+use super::config::{ConfigError, RoutingMode};
 use crate::api::models::{CrossNodeStatus, RemoteNodeStatus};
 use crate::resources::NodeResource;
 use apply::Reconciler;
@@ -45,13 +45,11 @@ pub enum TunnelProtocol {
 
 impl TunnelProtocol {
     /// Parses `--tunnel-protocol`.
-    pub fn parse(s: &str) -> Result<TunnelProtocol, String> {
+    pub fn parse(s: &str) -> Result<TunnelProtocol, ConfigError> {
         match s {
             "vxlan" => Ok(TunnelProtocol::Vxlan),
             "geneve" => Ok(TunnelProtocol::Geneve),
-            other => Err(format!(
-                "--tunnel-protocol {other:?} is not one of vxlan, geneve"
-            )),
+            other => Err(ConfigError::UnknownTunnelProtocol(other.to_string())),
         }
     }
 }
@@ -103,14 +101,35 @@ impl CrossNodeConfig {
     }
 }
 
+/// What the kernel or the host lacks for the cross-node configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum PrerequisiteError {
+    #[error(
+        "--tunnel-protocol geneve: this kernel has no Geneve driver (creating a geneve device fails with \"Unknown device type\"); use --tunnel-protocol vxlan"
+    )]
+    NoGeneveDriver,
+    #[error("--tunnel-protocol geneve: podnet's tunnel is VXLAN only; use --tunnel-protocol vxlan")]
+    GeneveNotSupported,
+    #[error(
+        "--tunnel-protocol geneve: cannot check the kernel for Geneve ({0}); podnet's tunnel is VXLAN: use --tunnel-protocol vxlan"
+    )]
+    GeneveUnknown(#[source] crate::datapath::DatapathError),
+    #[error(
+        "masquerade (--enable-ipv4-masquerade / --enable-ipv6-masquerade, on by default with the Kubernetes backend) needs the nft tool, which is not installed: apt-get install nftables, or turn masquerade off"
+    )]
+    NftMissing,
+    #[error(transparent)]
+    Nft(super::nft::NftError),
+}
+
 /// Fails with the reason when the kernel or the host lacks what the
 /// configuration needs (called before the daemon serves).
-pub fn check_prerequisites(config: &CrossNodeConfig) -> Result<(), String> {
+pub fn check_prerequisites(config: &CrossNodeConfig) -> Result<(), PrerequisiteError> {
     if config.routing == RoutingMode::Tunnel && config.tunnel_protocol == TunnelProtocol::Geneve {
         return Err(match crate::datapath::kernel_has_link_kind("geneve") {
-            Ok(false) => "--tunnel-protocol geneve: this kernel has no Geneve driver (creating a geneve device fails with \"Unknown device type\"); use --tunnel-protocol vxlan".to_string(),
-            Ok(true) => "--tunnel-protocol geneve: podnet's tunnel is VXLAN only; use --tunnel-protocol vxlan".to_string(),
-            Err(e) => format!("--tunnel-protocol geneve: cannot check the kernel for Geneve ({e}); podnet's tunnel is VXLAN: use --tunnel-protocol vxlan"),
+            Ok(false) => PrerequisiteError::NoGeneveDriver,
+            Ok(true) => PrerequisiteError::GeneveNotSupported,
+            Err(e) => PrerequisiteError::GeneveUnknown(e),
         });
     }
     if config.masquerade_v4 || config.masquerade_v6 {

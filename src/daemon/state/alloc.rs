@@ -7,8 +7,8 @@ use std::net::IpAddr;
 
 use super::super::config::IpamMode;
 use super::{
-    AllocateRequest, Allocation, ApiError, HOLD_UNTIL_TEARDOWN, IpamState, TEARDOWN_PREFIX,
-    Teardown, held,
+    AllocateRequest, Allocation, ApiError, ErrorKind, HOLD_UNTIL_TEARDOWN, IpamState,
+    TEARDOWN_PREFIX, Teardown, held,
 };
 use crate::api::models::*;
 use crate::datapath::host_ifname;
@@ -21,7 +21,7 @@ impl IpamState {
     /// Cilium does; if IPv4 then fails, the IPv6 address is given back). The
     /// answer carries the daemon's configuration (`podnet-config`), so the plugin
     /// needs no `GET /v1/config`. In delegated-plugin mode nothing is allocated:
-    /// the refusal (502, as Cilium's no-op allocator) says `delegated-plugin` and
+    /// the refusal (`NoAddress`, 502 as Cilium's no-op allocator) says `delegated-plugin` and
     /// carries the configuration the plugin then runs the delegated IPAM with.
     pub fn allocate_next(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
         self.try_allocate_next(req, false)
@@ -40,7 +40,7 @@ impl IpamState {
                 config: Some(Box::new(self.config().status)),
                 ..ApiError::because(
                     FailureReason::DelegatedPlugin,
-                    502,
+                    ErrorKind::NoAddress,
                     "ipam mode delegated-plugin: the daemon hands out no pod addresses; the CNI plugin runs the IPAM plugin named in the network config (ipam.type)",
                 )
             });
@@ -160,7 +160,7 @@ impl IpamState {
                 return Err(ApiError {
                     reason,
                     ..ApiError::new(
-                        502,
+                        ErrorKind::NoAddress,
                         match e {
                             PoolError::Exhausted { .. }
                                 if matches!(
@@ -203,7 +203,10 @@ impl IpamState {
             };
             ApiError {
                 reason,
-                ..ApiError::new(502, format!("{e} (node {}){why}", self.cfg.node_name))
+                ..ApiError::new(
+                    ErrorKind::NoAddress,
+                    format!("{e} (node {}){why}", self.cfg.node_name),
+                )
             }
         })
     }
@@ -278,11 +281,11 @@ impl IpamState {
     ) -> Result<IpamResponse, ApiError> {
         let addr: IpAddr = ip
             .parse()
-            .map_err(|_| ApiError::new(400, format!("Invalid IP address: {ip}")))?;
+            .map_err(|_| ApiError::new(ErrorKind::Invalid, format!("Invalid IP address: {ip}")))?;
         let family = Family::of_addr(&addr);
         if !self.cfg.families.contains(&family) {
             return Err(ApiError::new(
-                400,
+                ErrorKind::Invalid,
                 format!("{} allocation disabled", family.label()),
             ));
         }
@@ -299,7 +302,7 @@ impl IpamState {
         {
             let left = rec.cooling_until_ms().unwrap_or(0).saturating_sub(now_ms()) / 1000;
             return Err(ApiError::new(
-                409,
+                ErrorKind::Conflict,
                 format!("IP {addr} was released recently and cools down for {left} s more"),
             ));
         }
@@ -312,7 +315,7 @@ impl IpamState {
                 }
                 _ => e.to_string(),
             };
-            ApiError::new(409, detail)
+            ApiError::new(ErrorKind::Conflict, detail)
         })?;
         let req = AllocateRequest {
             owner: owner.into(),
@@ -342,7 +345,7 @@ impl IpamState {
     pub fn release_ip(&mut self, ip: &str, pool: &str) -> Result<(), ApiError> {
         let addr: IpAddr = ip
             .parse()
-            .map_err(|_| ApiError::new(400, format!("Invalid IP address {ip}")))?;
+            .map_err(|_| ApiError::new(ErrorKind::Invalid, format!("Invalid IP address {ip}")))?;
         if !pool.is_empty() && !self.is_multi_pool() {
             self.choose_pool(pool, "", Family::of_addr(&addr))?;
         }
@@ -352,7 +355,7 @@ impl IpamState {
             .find(|e| e.ipv4 == Some(addr) || e.ipv6 == Some(addr))
         {
             return Err(ApiError::new(
-                409,
+                ErrorKind::Conflict,
                 format!("IP is in use by endpoint {}", ep.key()),
             ));
         }
@@ -361,7 +364,7 @@ impl IpamState {
         };
         match rec.state() {
             AllocationState::Infra => Err(ApiError::new(
-                409,
+                ErrorKind::Conflict,
                 format!(
                     "IP {addr} is the node's {} address and cannot be released",
                     rec.owner()
@@ -444,7 +447,7 @@ impl IpamState {
         req: &EndpointChangeRequest,
     ) -> Result<EndpointView, ApiError> {
         if req.container_id.is_empty() {
-            return Err(ApiError::new(400, "invalid container id"));
+            return Err(ApiError::new(ErrorKind::Invalid, "invalid container id"));
         }
         let ifname = if req.container_interface_name.is_empty() {
             "eth0"
@@ -454,7 +457,7 @@ impl IpamState {
         let key = EndpointRecord::key_of(&req.container_id, ifname);
         if self.endpoints.contains_key(&key) {
             return Err(ApiError::new(
-                400,
+                ErrorKind::Invalid,
                 format!(
                     "endpoint for CNI attachment ID {}:{ifname} already exists",
                     req.container_id
@@ -479,12 +482,12 @@ impl IpamState {
             if ip.is_empty() {
                 continue;
             }
-            let addr: IpAddr = ip
-                .split('/')
-                .next()
-                .unwrap_or("")
-                .parse()
-                .map_err(|_| ApiError::new(400, format!("invalid {label} address {ip:?}")))?;
+            let addr: IpAddr = ip.split('/').next().unwrap_or("").parse().map_err(|_| {
+                ApiError::new(
+                    ErrorKind::Invalid,
+                    format!("invalid {label} address {ip:?}"),
+                )
+            })?;
             let external = req.datapath_configuration.external_ipam;
             if external {
                 // A delegated IPAM plugin owns the address: only remember it.
@@ -499,10 +502,15 @@ impl IpamState {
                 .allocations
                 .get(&addr)
                 .filter(|r| r.state() != AllocationState::Cooling)
-                .ok_or_else(|| ApiError::new(400, format!("IP {label}:{addr} is not allocated")))?;
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ErrorKind::Invalid,
+                        format!("IP {label}:{addr} is not allocated"),
+                    )
+                })?;
             if rec.container_id().is_some_and(|c| c != req.container_id) {
                 return Err(ApiError::new(
-                    400,
+                    ErrorKind::Invalid,
                     format!("IP {label}:{addr} is already in use"),
                 ));
             }
@@ -511,7 +519,7 @@ impl IpamState {
                 && rec.expiration_uuid() != Some(uuid.as_str())
             {
                 return Err(ApiError::new(
-                    500,
+                    ErrorKind::Internal,
                     "UUID mismatch, not stopping expiration timer",
                 ));
             }
@@ -557,7 +565,7 @@ impl IpamState {
     /// `POST /v1/cni/report` of an ADD that wired a pending attachment: binds its
     /// addresses (stops their expiration) if they are all still pending under the
     /// UUIDs the report names. A report for an attachment deleted, re-added or
-    /// expired since is refused (409) and binds nothing. Reports without UUIDs
+    /// expired since is refused (`Conflict`) and binds nothing. Reports without UUIDs
     /// pass.
     pub fn bind_wired(&mut self, report: &CniReport) -> Result<(), ApiError> {
         let uuids = &report.wired_expiration_uuids;
@@ -568,7 +576,7 @@ impl IpamState {
         let ops = self.bind_ops(cid, ifname, Some(uuids));
         if ops.len() != uuids.len() {
             return Err(ApiError::new(
-                409,
+                ErrorKind::Conflict,
                 format!(
                     "attachment {cid}:{ifname} holds no pending addresses with the expiration UUIDs {uuids:?} (it was deleted, added again or expired since): report refused, nothing bound"
                 ),
@@ -581,7 +589,7 @@ impl IpamState {
 
     /// `DELETE /v1/endpoint`: deletes the container's endpoints (or the one
     /// attachment) and releases their addresses, and any address still pending for
-    /// them. 404 when nothing was known. With `teardown-links`, the addresses are
+    /// them. `NotFound` when nothing was known. With `teardown-links`, the addresses are
     /// held (cooling without an end) until the caller has deleted the links and
     /// called `finish_teardown` with the returned key; a restart finishes it too.
     pub fn delete_endpoints(
@@ -589,7 +597,7 @@ impl IpamState {
         req: &EndpointBatchDeleteRequest,
     ) -> Result<Option<Teardown>, ApiError> {
         if req.container_id.is_empty() {
-            return Err(ApiError::new(400, "invalid container id"));
+            return Err(ApiError::new(ErrorKind::Invalid, "invalid container id"));
         }
         let ifname = (!req.container_interface_name.is_empty())
             .then_some(req.container_interface_name.as_str());
@@ -597,7 +605,7 @@ impl IpamState {
         let ips = self.release_attachment(&req.container_id, ifname, &mut ops, now_ms());
         if req.teardown_links.is_empty() {
             if ops.is_empty() {
-                return Err(ApiError::new(404, "endpoints not found"));
+                return Err(ApiError::new(ErrorKind::NotFound, "endpoints not found"));
             }
             self.commit_apply(ops, "endpoint deleted")?;
             return Ok(None);
@@ -621,8 +629,8 @@ impl IpamState {
             links: req.teardown_links.clone(),
             ips,
         };
-        let value =
-            serde_json::to_value(&teardown).map_err(|e| ApiError::new(500, e.to_string()))?;
+        let value = serde_json::to_value(&teardown)
+            .map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))?;
         ops.push(JournalOp::PutMeta {
             key: teardown.key.clone(),
             value,

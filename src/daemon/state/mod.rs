@@ -7,6 +7,8 @@
 
 mod alloc;
 mod allocations;
+mod effects;
+mod error;
 mod explain;
 mod pools;
 mod restore;
@@ -24,7 +26,7 @@ use ipnet::IpNet;
 use super::config::{DatapathMode, IpamMode};
 use super::metrics::Metrics;
 use crate::api::link_marker::{JournalMark, LinkMarker};
-use crate::api::models::{DaemonConfigurationStatus, FailureReason, FailureRecord};
+use crate::api::models::{FailureReason, FailureRecord};
 use crate::ipam::Family;
 use crate::ipam::multipool::PoolSet;
 use crate::ipam::pooldef::PoolDef;
@@ -32,7 +34,10 @@ use crate::ipam::selection::MetadataSource;
 use crate::node::{NodeOperator, NodeResource, RequestedPool};
 use crate::store::{AllocationRecord, AllocationState, EndpointRecord, Journal, JournalOp, now_ms};
 use allocations::{Allocation, Allocations};
+use effects::Effects;
 
+pub use effects::{StaleLink, Timer, TimerKind};
+pub use error::{ApiError, ErrorKind};
 pub use pools::{MultiPoolSettings, PoolingMode};
 pub use restore::{JournalOrigin, KernelLink, KernelView, ReconcileReport, RestoreReport};
 
@@ -78,63 +83,6 @@ pub const JOURNAL_UNAVAILABLE: &str = "cannot record the change durably";
 pub const MAX_FAILURES: usize = 256;
 /// Journal key of the node resource.
 pub const NODE_META_KEY: &str = "ciliumnode";
-
-/// An API failure: HTTP status, the message the client sees and, where the client
-/// acts on it, why (sent in the `podnet-reason` header) and the configuration it
-/// goes on with (the `podnet-config` header of a `delegated-plugin` refusal).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
-    pub status: u16,
-    pub message: String,
-    pub reason: Option<FailureReason>,
-    pub config: Option<Box<DaemonConfigurationStatus>>,
-}
-
-impl ApiError {
-    pub fn new(status: u16, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            message: message.into(),
-            reason: None,
-            config: None,
-        }
-    }
-
-    /// An error whose reason the client may act on.
-    pub fn because(reason: FailureReason, status: u16, message: impl Into<String>) -> ApiError {
-        ApiError {
-            reason: Some(reason),
-            ..ApiError::new(status, message)
-        }
-    }
-}
-
-/// What a timer does when it fires.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TimerKind {
-    /// Release a pending address unless its endpoint was created (UUID matches).
-    Expire { uuid: String },
-    /// End the cooldown of a released address.
-    Cooldown,
-}
-
-/// A timer to arm: act on `ip` at `deadline_ms` (ms since the epoch).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Timer {
-    pub ip: IpAddr,
-    pub deadline_ms: u64,
-    pub kind: TimerKind,
-}
-
-/// The host link of an attachment whose address expired (its plugin died before
-/// the endpoint was registered). The daemon removes it only if its marker shows
-/// it was made under this journal no later than `made_by`: a retried ADD's newer
-/// link of the same name is left alone.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StaleLink {
-    pub name: String,
-    pub made_by: JournalMark,
-}
 
 /// Reads the podnet marker of a host link by name (none: no link, or no marker;
 /// an error: the kernel could not be asked).
@@ -213,8 +161,8 @@ pub struct IpamState {
     restored_endpoints: BTreeSet<String>,
     journal: Journal,
     node: NodeResource,
-    timers: Vec<Timer>,
-    stale_links: Vec<StaleLink>,
+    /// Timers to arm and host links to remove, for the caller.
+    effects: Effects,
     restore_report: RestoreReport,
     metrics: Arc<Metrics>,
     failures: VecDeque<FailureRecord>,
@@ -223,13 +171,13 @@ pub struct IpamState {
 impl IpamState {
     /// The timers queued since the last call; the caller arms them.
     pub fn take_timers(&mut self) -> Vec<Timer> {
-        std::mem::take(&mut self.timers)
+        self.effects.take_timers()
     }
 
     /// The host links of expired attachments queued since the last call; the
     /// caller removes them.
     pub fn take_stale_links(&mut self) -> Vec<StaleLink> {
-        std::mem::take(&mut self.stale_links)
+        self.effects.take_stale_links()
     }
 
     /// The node resource as it stands.
@@ -243,8 +191,9 @@ impl IpamState {
     }
 
     /// Commits `ops` to the journal. While the journal is failed (a full disk),
-    /// it is first reopened if possible; otherwise the change is refused with 503,
-    /// which clients treat as "try again later" (a DEL goes to the on-disk queue).
+    /// it is first reopened if possible; otherwise the change is refused as
+    /// `Unavailable` (503), which clients treat as "try again later" (a DEL goes to
+    /// the on-disk queue).
     fn commit(&mut self, ops: &[JournalOp]) -> Result<(), ApiError> {
         if self.journal.failure().is_some() {
             self.recover_journal();
@@ -257,7 +206,7 @@ impl IpamState {
             tracing::error!(error = %e, "journal commit failed");
             ApiError::because(
                 FailureReason::JournalUnavailable,
-                503,
+                ErrorKind::Unavailable,
                 self.journal_unavailable(&e.to_string()),
             )
         })
@@ -442,14 +391,14 @@ impl IpamState {
                                 tracing::info!(ip = %rec.ip, owner = ?rec.owner, reason = why, "released (cooling down)");
                                 self.metrics.event("release", rec.family.as_str());
                             }
-                            self.timers.push(Timer {
+                            self.effects.arm(Timer {
                                 ip: rec.ip,
                                 deadline_ms: until,
                                 kind: TimerKind::Cooldown,
                             });
                         }
                         (AllocationState::Pending, _, Some(uuid), Some(deadline)) => {
-                            self.timers.push(Timer {
+                            self.effects.arm(Timer {
                                 ip: rec.ip,
                                 deadline_ms: deadline,
                                 kind: TimerKind::Expire { uuid: uuid.clone() },
@@ -610,7 +559,7 @@ impl IpamState {
 
     /// Queues `timer` again in a second.
     fn retry_later(&mut self, timer: &Timer) {
-        self.timers.push(Timer {
+        self.effects.arm(Timer {
             deadline_ms: now_ms() + 1000,
             ..timer.clone()
         });
@@ -653,7 +602,9 @@ impl IpamState {
         };
         match self.commit_apply(ops, "timer") {
             Ok(()) => {
-                self.stale_links.extend(stale_link);
+                if let Some(link) = stale_link {
+                    self.effects.remove_link(link);
+                }
                 true
             }
             Err(e) => {

@@ -9,14 +9,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 
-use super::{ApiError, IpamState, NODE_META_KEY};
+use super::{ApiError, ErrorKind, IpamState, NODE_META_KEY};
 use crate::api::models::FailureReason;
 use crate::ipam::Family;
 use crate::ipam::hostscope::AllocatorOptions;
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::{MetadataSource, SelectionError, select_pool};
-use crate::node::{NodeOutbox, UsedAddresses};
+use crate::node::{NodeError, NodeOutbox, UsedAddresses};
 use crate::resources::{AllocationIp, PoolDemand, RequestedPool};
 use crate::store::{JournalOp, now_ms};
 
@@ -138,7 +138,7 @@ impl IpamState {
         if !requested.is_empty() {
             if !self.is_multi_pool() && requested != super::DEFAULT_POOL {
                 return Err(ApiError::new(
-                    400,
+                    ErrorKind::Invalid,
                     format!(
                         "pool {requested:?} does not exist: ipam mode {} has only the {:?} pool",
                         self.cfg.ipam_mode,
@@ -156,13 +156,15 @@ impl IpamState {
             return Ok((default, Some("no-metadata")));
         };
         let outcome = select_pool(owner, family, &self.pool_defs, meta, &default).map_err(|e| {
-            let (reason, status) = match e {
-                SelectionError::NotSynced => (FailureReason::MetadataNotSynced, 503),
-                _ => (FailureReason::PoolSelection, 502),
+            let (reason, kind) = match e {
+                SelectionError::NotSynced => {
+                    (FailureReason::MetadataNotSynced, ErrorKind::Unavailable)
+                }
+                _ => (FailureReason::PoolSelection, ErrorKind::NoAddress),
             };
             ApiError::because(
                 reason,
-                status,
+                kind,
                 format!("unable to determine IPAM pool for owner {owner:?}: {e}"),
             )
         })?;
@@ -310,10 +312,9 @@ impl IpamState {
 
     /// New pool definitions (the pool directory changed). Refused, with nothing
     /// changed, when the change breaks what the node uses.
-    pub fn set_pool_defs(&mut self, defs: Vec<PoolDef>) -> Result<(), String> {
+    pub fn set_pool_defs(&mut self, defs: Vec<PoolDef>) -> Result<(), NodeError> {
         if let Some(op) = self.operator.as_mut() {
-            op.update_pools(&defs, &self.node)
-                .map_err(|e| e.to_string())?;
+            op.update_pools(&defs, &self.node)?;
         }
         self.pool_defs = defs;
         self.sync_demand();

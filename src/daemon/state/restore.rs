@@ -120,8 +120,7 @@ impl IpamState {
             restored_endpoints: BTreeSet::new(),
             journal,
             node,
-            timers: Vec::new(),
-            stale_links: Vec::new(),
+            effects: super::Effects::default(),
             restore_report: RestoreReport::default(),
             metrics,
             failures: VecDeque::new(),
@@ -144,7 +143,7 @@ impl IpamState {
         let mut newest: BTreeMap<IpNet, (u64, IpAddr)> = BTreeMap::new();
         let journal = &state.journal;
         let pools = &mut state.pools;
-        let timers = &mut state.timers;
+        let effects = &mut state.effects;
         journal.for_each_allocation(|rec| {
             match rec.state {
                 AllocationState::Pending
@@ -200,14 +199,14 @@ impl IpamState {
                 rec.cooling_until_ms,
             ) {
                 (AllocationState::Pending, Some(uuid), Some(deadline_ms), _) => {
-                    timers.push(Timer {
+                    effects.arm(Timer {
                         ip: rec.ip,
                         deadline_ms,
                         kind: TimerKind::Expire { uuid: uuid.clone() },
                     });
                 }
                 (AllocationState::Cooling, _, _, Some(until)) if until != HOLD_UNTIL_TEARDOWN => {
-                    timers.push(Timer {
+                    effects.arm(Timer {
                         ip: rec.ip,
                         deadline_ms: until,
                         kind: TimerKind::Cooldown,

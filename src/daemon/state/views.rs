@@ -2,7 +2,7 @@
 //! status shape plus podnet's per-range, cooling and restore figures) and endpoints.
 
 use super::super::metrics::{CapacityLabels, FamilyLabels, Metrics, OutcomeLabels};
-use super::{ApiError, IpamState};
+use super::{ApiError, ErrorKind, IpamState};
 use crate::api::models::*;
 use crate::ipam::Family;
 use crate::store::{AllocationState, EndpointRecord, now_ms};
@@ -157,7 +157,7 @@ impl IpamState {
             self.endpoints.values().find(|e| e.container_id == cid)
         } else {
             return Err(ApiError::new(
-                400,
+                ErrorKind::Invalid,
                 format!(
                     "unsupported endpoint id {id:?} (use cni-attachment-id:<containerID>:<ifname>)"
                 ),
@@ -165,7 +165,7 @@ impl IpamState {
         };
         found
             .map(|e| self.view(e))
-            .ok_or_else(|| ApiError::new(404, format!("endpoint {id} not found")))
+            .ok_or_else(|| ApiError::new(ErrorKind::NotFound, format!("endpoint {id} not found")))
     }
 
     /// `GET /v1/healthz`: Cilium's status shape with podnet's per-range figures.
