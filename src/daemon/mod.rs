@@ -41,7 +41,7 @@ use crate::node::{
     BackendHealth, EmbeddedMode, EmbeddedOperator, NodeEvent, NodeOperator, NodeResource, NodeSink,
     NodeSource,
 };
-use crate::store::{Journal, Snapshot, now_ms};
+use crate::store::{Journal, Snapshot, StoreError, now_ms};
 use config::{BackendKind, DaemonConfig, DatapathMode, IpamMode, RoutingMode};
 use options::{DaemonOptions, OptionsError};
 use state::{
@@ -291,13 +291,15 @@ fn start(opts: DaemonOptions) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let lock = server::lock_socket(&opts.socket)?;
-    let source_check = opts.enable_source_ip_verification;
-    set_up_source_check(source_check)?;
     server::ensure_private_dir(&opts.state_dir, "state directory")?;
+    // First, so a journal this podnet refuses (a newer format) leaves the node
+    // as it found it.
     let (journal, snapshot, origin, current) = open_journal(
         &opts.state_dir.join("journal.redb"),
         opts.rebuild_from_kernel,
     )?;
+    let source_check = opts.enable_source_ip_verification;
+    set_up_source_check(source_check)?;
     let health = backend_health(&config, &opts);
     // Until the socket answers, what the start waits for is in the lock file.
     let note = lock.path().to_path_buf();
@@ -599,12 +601,15 @@ fn open_journal(
     path: &Path,
     rebuild: bool,
 ) -> Result<(Journal, Snapshot, JournalOrigin, Option<NodeResource>), String> {
-    let read = Journal::open(path)
-        .map_err(|e| e.to_string())
-        .and_then(|(j, s)| {
-            let node = stored_node(&s, &j)?;
-            Ok((j, s, node))
-        });
+    let read = match Journal::open(path) {
+        // Written by a newer podnet: refused as it is, never moved aside.
+        Err(e @ StoreError::NewerFormat { .. }) => return Err(e.to_string()),
+        opened => opened,
+    };
+    let read = read.map_err(|e| e.to_string()).and_then(|(j, s)| {
+        let node = stored_node(&s, &j)?;
+        Ok((j, s, node))
+    });
     match read {
         Ok((j, s, node)) => {
             let origin = if j.created() {
