@@ -144,6 +144,16 @@ fn a_journal_in_a_newer_format_is_refused_and_left_as_it_was() {
     if !root_or_skip("journal_newer_format") {
         return;
     }
+    // Which formats a binary reads, for the operator choosing one to run.
+    let version = std::process::Command::new(podnet_bin())
+        .arg("version")
+        .output()
+        .expect("podnet version");
+    let printed = String::from_utf8_lossy(&version.stdout);
+    assert!(
+        printed.contains("on-disk formats: journal 1, DEL queue 1"),
+        "{printed}"
+    );
     for extra in [&[][..], &["--rebuild-from-kernel"][..]] {
         let node = node_with_the_v1_fixture();
         let journal = node.state_dir().join("journal.redb");

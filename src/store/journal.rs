@@ -100,6 +100,10 @@ const META_FORMAT: &str = "format-version";
 /// How often, at most, a failed journal is reopened.
 const REOPEN_INTERVAL: Duration = Duration::from_secs(1);
 
+/// A journal's identity as stored: its id and the sequence number of its last
+/// commit.
+type Identity = (String, u64);
+
 /// Why the journal stopped taking commits, and since when.
 #[derive(Debug, Clone)]
 pub struct JournalFailure {
@@ -377,8 +381,7 @@ impl Journal {
     /// decodes, and returns the journal's identity (id, seq) and its format
     /// version, if it has them. A record that does not decode is an error naming
     /// it: the daemon refuses to guess.
-    #[allow(clippy::type_complexity)]
-    fn read_all(&self) -> Result<(Snapshot, Option<(String, u64)>, Option<u64>), StoreError> {
+    fn read_all(&self) -> Result<(Snapshot, Option<Identity>, Option<u64>), StoreError> {
         let txn = self.db()?.begin_read().map_err(|e| self.io(e))?;
         let mut meta: Vec<(String, serde_json::Value)> = self.read_table(&txn, META, "meta")?;
         let take = |meta: &mut Vec<(String, serde_json::Value)>, key: &str| {
