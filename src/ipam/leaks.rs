@@ -15,8 +15,13 @@
 //! says: the API server may be behind, and the runtime still has the sandbox.
 //! Such allocations are reported (the pod is gone, the link is not) so an
 //! operator can look, and nothing is released for them.
+//!
+//! [`LeakTracker`] decides what to release: a leak found in every check for
+//! `--ipam-release-leaked-after`. Only a check that listed the Pods makes a
+//! report, so while the API server cannot be reached nothing is observed and
+//! nothing is released.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -170,6 +175,64 @@ impl LeakReport {
     /// The findings that are leaks.
     pub fn leaks(&self) -> impl Iterator<Item = &Finding> {
         self.findings.iter().filter(|f| f.is_leak())
+    }
+}
+
+/// How young an allocation may be and still have no Pod listed: the 10 minutes
+/// a pending allocation lives before it expires (an ADD in progress has its
+/// address before the API server lists its Pod on this node).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10 * 60);
+
+/// The default of `--ipam-release-leaked-after`: one hour. By then a leak has
+/// been one in every check for an hour (six at the default 10-minute interval):
+/// its Pod gone by UID, its host link gone, past the grace period. What is
+/// transient (a list that lagged, a runtime recreating a sandbox) is gone by
+/// then, while a leak kept forever costs its address until someone acts (a
+/// runtime that skipped its DELs in a crash loop exhausts a /24 in ~250 pods).
+/// A released address still cools down before it is handed out again.
+pub const DEFAULT_RELEASE_LEAKED_AFTER: Duration = Duration::from_secs(60 * 60);
+
+/// Which addresses have been leaks, since when (ms since the epoch), across
+/// checks.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LeakTracker {
+    first_seen_ms: BTreeMap<IpAddr, u64>,
+}
+
+impl LeakTracker {
+    /// Takes the report of a check made at `now_ms`: a leak it names is
+    /// remembered from the first report that named it; an address it does not
+    /// call a leak is forgotten (its pod or host link came back, or it was
+    /// released).
+    pub fn observe(&mut self, report: &LeakReport, now_ms: u64) {
+        let leaks: BTreeSet<IpAddr> = report.leaks().map(|f| f.ip).collect();
+        self.first_seen_ms.retain(|ip, _| leaks.contains(ip));
+        for ip in leaks {
+            self.first_seen_ms.entry(ip).or_insert(now_ms);
+        }
+    }
+
+    /// Since when `ip` has been a leak, if it is one.
+    pub fn leaked_since_ms(&self, ip: &IpAddr) -> Option<u64> {
+        self.first_seen_ms.get(ip).copied()
+    }
+
+    /// The leaks of `report` (a check made at `now_ms`, already observed) that
+    /// have been leaks for `release_after` or longer: the ones to release.
+    pub fn due<'r>(
+        &self,
+        report: &'r LeakReport,
+        now_ms: u64,
+        release_after: Duration,
+    ) -> Vec<&'r Finding> {
+        let after_ms = u64::try_from(release_after.as_millis()).unwrap_or(u64::MAX);
+        report
+            .leaks()
+            .filter(|f| {
+                self.leaked_since_ms(&f.ip)
+                    .is_some_and(|since| now_ms.saturating_sub(since) >= after_ms)
+            })
+            .collect()
     }
 }
 
@@ -499,6 +562,83 @@ mod tests {
             (report.allocations, report.pods, report.leaks().count()),
             (4, 1, 3)
         );
+    }
+
+    const MINUTE_MS: u64 = 60_000;
+
+    #[test]
+    fn a_leak_is_due_once_it_was_one_in_every_check_for_the_release_delay() {
+        let leaked = check(
+            &[alloc("10.0.0.3", "a", Some("uid-a"))],
+            &[],
+            &links(&[]),
+            GRACE,
+        );
+        let after = Duration::from_secs(3600);
+        let mut tracker = LeakTracker::default();
+        tracker.observe(&leaked, 0);
+        assert_eq!(
+            tracker.leaked_since_ms(&"10.0.0.3".parse().unwrap()),
+            Some(0)
+        );
+        assert!(tracker.due(&leaked, 0, after).is_empty());
+        for minute in [10, 20, 59] {
+            tracker.observe(&leaked, minute * MINUTE_MS);
+            assert!(
+                tracker.due(&leaked, minute * MINUTE_MS, after).is_empty(),
+                "{minute}"
+            );
+        }
+        tracker.observe(&leaked, 60 * MINUTE_MS);
+        let due: Vec<String> = tracker
+            .due(&leaked, 60 * MINUTE_MS, after)
+            .iter()
+            .map(|f| f.ip.to_string())
+            .collect();
+        assert_eq!(due, ["10.0.0.3"]);
+    }
+
+    #[test]
+    fn a_check_that_sees_no_leak_starts_the_delay_again() {
+        let allocation = alloc("10.0.0.3", "a", Some("uid-a"));
+        let leaked = check(std::slice::from_ref(&allocation), &[], &links(&[]), GRACE);
+        // The host link came back for a while (the runtime still had the sandbox).
+        let kept = check(&[allocation], &[], &links(&["lxc-a"]), GRACE);
+        let after = Duration::from_secs(3600);
+        let mut tracker = LeakTracker::default();
+        tracker.observe(&leaked, 0);
+        tracker.observe(&kept, 30 * MINUTE_MS);
+        assert_eq!(tracker.leaked_since_ms(&"10.0.0.3".parse().unwrap()), None);
+        tracker.observe(&leaked, 40 * MINUTE_MS);
+        assert!(tracker.due(&leaked, 90 * MINUTE_MS, after).is_empty());
+        tracker.observe(&leaked, 100 * MINUTE_MS);
+        assert_eq!(tracker.due(&leaked, 100 * MINUTE_MS, after).len(), 1);
+    }
+
+    #[test]
+    fn only_leaks_are_ever_due_and_only_those_of_the_report_in_hand() {
+        let report = check(
+            &[
+                alloc("10.0.0.3", "a", Some("uid-a")),
+                NodeAllocation {
+                    age: Duration::from_secs(1),
+                    ..alloc("10.0.0.4", "b", Some("uid-b"))
+                },
+                alloc("10.0.0.5", "c", Some("uid-c")),
+            ],
+            &[],
+            &links(&["lxc-c"]),
+            GRACE,
+        );
+        let mut tracker = LeakTracker::default();
+        tracker.observe(&report, 0);
+        let due = tracker.due(&report, u64::MAX, Duration::ZERO);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].ip.to_string(), "10.0.0.3");
+        // A report without the leak (no list could be made: no report at all, or
+        // a later one where it is gone) releases nothing of it.
+        let empty = check(&[], &[], &links(&[]), GRACE);
+        assert!(tracker.due(&empty, u64::MAX, Duration::ZERO).is_empty());
     }
 
     #[test]
