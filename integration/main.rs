@@ -22,6 +22,7 @@ mod delegated;
 mod external_modes;
 mod install;
 mod journal_faults;
+mod journal_formats;
 mod k8s;
 mod k8s_backend;
 mod lbipam;

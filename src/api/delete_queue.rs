@@ -7,7 +7,9 @@
 //! closes the race with a starting daemon: writers hold it shared while they retry
 //! the API and write; the daemon holds it exclusively from before it replays the
 //! queue until its socket accepts requests. An entry the daemon cannot use is set
-//! aside as `<hash>.bad`, listed until someone removes it.
+//! aside as `<hash>.bad`, listed until someone removes it. Each entry carries
+//! its format version (`format-version`, [`QUEUE_FORMAT`]; an entry without one
+//! is version 1); one in a newer format is set aside too, never guessed at.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -27,6 +29,11 @@ pub const LOCK_TIMEOUT: Duration = Duration::from_millis(1500);
 const SUFFIX: &str = ".delete";
 /// The extension of entries set aside.
 const BAD_EXTENSION: &str = "bad";
+/// The format of the entries this podnet writes, and the newest it reads: the
+/// JSON of an `EndpointBatchDeleteRequest` plus this key. Version 1 is also an
+/// entry without the key (written before entries carried a version).
+pub const QUEUE_FORMAT: u64 = 1;
+const FORMAT_KEY: &str = "format-version";
 
 /// What a DEL queue operation failed with; each message names the queue or the
 /// entry.
@@ -62,6 +69,10 @@ pub enum QueueError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("DEL queue entry {} is corrupt: {FORMAT_KEY} is not a format version", .path.display())]
+    NotAFormatVersion { path: PathBuf },
+    #[error("DEL queue entry {} is in format version {found}, written by a newer podnet plugin; this podnet reads format versions up to {QUEUE_FORMAT}. Its release is left to GC or the expiration timer; a daemon that reads format {found} replays it", .path.display())]
+    NewerFormat { path: PathBuf, found: u64 },
     /// The entry parses, but names an attachment the API would refuse.
     #[error("DEL queue entry {} is unusable: {reason}", .path.display())]
     Unusable {
@@ -166,7 +177,11 @@ impl DeleteQueue {
 
     /// Records a release durably. Idempotent per attachment.
     pub fn enqueue(&self, req: &EndpointBatchDeleteRequest) -> Result<PathBuf, QueueError> {
-        let body = serde_json::to_vec(req).map_err(QueueError::Encode)?;
+        let mut entry = serde_json::to_value(req).map_err(QueueError::Encode)?;
+        if let Some(fields) = entry.as_object_mut() {
+            fields.insert(FORMAT_KEY.into(), QUEUE_FORMAT.into());
+        }
+        let body = serde_json::to_vec(&entry).map_err(QueueError::Encode)?;
         let name = entry_name(&req.container_id, &req.container_interface_name);
         let path = self.dir.join(&name);
         if !path.exists() && self.entries()?.len() >= MAX_ENTRIES {
@@ -232,15 +247,31 @@ impl DeleteQueue {
     }
 }
 
-/// Reads one entry. A file that does not parse, or whose attachment the API would
-/// refuse, is an error naming it.
+/// Reads one entry. A file that does not parse, is in a newer format, or whose
+/// attachment the API would refuse, is an error naming it.
 pub fn read_entry(path: &Path) -> Result<EndpointBatchDeleteRequest, QueueError> {
     let data = std::fs::read(path).map_err(io(format!("cannot read {}", path.display())))?;
-    let req: EndpointBatchDeleteRequest =
-        serde_json::from_slice(&data).map_err(|source| QueueError::Corrupt {
-            path: path.to_path_buf(),
-            source,
-        })?;
+    let corrupt = |source| QueueError::Corrupt {
+        path: path.to_path_buf(),
+        source,
+    };
+    let entry: serde_json::Value = serde_json::from_slice(&data).map_err(corrupt)?;
+    match entry.get(FORMAT_KEY).map(|v| v.as_u64().filter(|v| *v > 0)) {
+        None => {}
+        Some(None) => {
+            return Err(QueueError::NotAFormatVersion {
+                path: path.to_path_buf(),
+            });
+        }
+        Some(Some(found)) if found > QUEUE_FORMAT => {
+            return Err(QueueError::NewerFormat {
+                path: path.to_path_buf(),
+                found,
+            });
+        }
+        Some(Some(_)) => {}
+    }
+    let req: EndpointBatchDeleteRequest = serde_json::from_value(entry).map_err(corrupt)?;
     validate::endpoint_delete(&req).map_err(|reason| QueueError::Unusable {
         path: path.to_path_buf(),
         reason,
@@ -265,7 +296,7 @@ mod tests {
     }
 
     #[test]
-    fn enqueue_is_idempotent_and_readable() {
+    fn enqueue_is_idempotent_readable_and_versioned() {
         let sock = tmp_socket();
         let q = DeleteQueue::open(&sock).unwrap();
         let req = EndpointBatchDeleteRequest {
@@ -278,6 +309,54 @@ mod tests {
         assert_eq!(p1, p2);
         assert_eq!(q.entries().unwrap().len(), 1);
         assert_eq!(read_entry(&p1).unwrap(), req);
+        // Entries carry their format.
+        let path = p1;
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(written[FORMAT_KEY], serde_json::json!(QUEUE_FORMAT));
+        // An entry as podnet wrote it before entries carried a version.
+        std::fs::write(
+            &path,
+            br#"{"container-id":"c1","container-interface-name":"eth0"}"#,
+        )
+        .unwrap();
+        assert_eq!(read_entry(&path).unwrap(), req);
+        std::fs::write(
+            &path,
+            br#"{"format-version":1,"container-id":"c1","container-interface-name":"eth0"}"#,
+        )
+        .unwrap();
+        assert_eq!(read_entry(&path).unwrap(), req);
+        std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_newer_or_malformed_format_is_refused_with_the_versions() {
+        let sock = tmp_socket();
+        let q = DeleteQueue::open(&sock).unwrap();
+        let path = q.dir().join("0000.delete");
+        std::fs::write(&path, br#"{"format-version":2,"container-id":"c1"}"#).unwrap();
+        let e = read_entry(&path).unwrap_err();
+        for part in [
+            "0000.delete",
+            "format version 2",
+            "up to 1",
+            "GC or the expiration timer",
+        ] {
+            assert!(e.contains(part), "{part}: {e}");
+        }
+        for bad in [r#""2""#, "0", "-1", "1.5", "null"] {
+            std::fs::write(
+                &path,
+                format!(r#"{{"format-version":{bad},"container-id":"c1"}}"#),
+            )
+            .unwrap();
+            let e = read_entry(&path).unwrap_err();
+            assert!(
+                e.contains("corrupt: format-version is not a format version"),
+                "{bad}: {e}"
+            );
+        }
         std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
     }
 

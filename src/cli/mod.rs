@@ -52,7 +52,8 @@ enum Command {
     /// CiliumNode, CiliumPodIPPool, CiliumNodeConfig, CiliumLoadBalancerIPPool), for `kubectl apply -f -`
     /// where Cilium has not installed them.
     Crds,
-    /// Print podnet's version and the CNI versions it speaks.
+    /// Print podnet's version, the CNI versions it speaks and the on-disk formats
+    /// it reads.
     Version,
 }
 
@@ -79,6 +80,11 @@ pub fn run(args: Vec<String>) -> i32 {
             println!(
                 "CNI spec versions: {}",
                 crate::cni::SUPPORTED_VERSIONS.join(", ")
+            );
+            println!(
+                "on-disk formats: journal {}, DEL queue {} (reads these and older)",
+                crate::store::JOURNAL_FORMAT,
+                crate::api::delete_queue::QUEUE_FORMAT
             );
             0
         }

@@ -200,13 +200,15 @@ pub(super) fn start(opts: DaemonOptions) -> Result<(), StartError> {
         .build()
         .map_err(StartError::Runtime)?;
     let lock = server::lock_socket(&opts.socket).map_err(StartError::SocketLock)?;
-    set_up_source_check(opts.enable_source_ip_verification)?;
     server::ensure_private_dir(&opts.state_dir, "state directory")
         .map_err(StartError::StateDirectory)?;
+    // First, so a journal this podnet refuses (a newer format) leaves the node
+    // as it found it.
     let journal = open_journal(
         &opts.state_dir.join("journal.redb"),
         opts.rebuild_from_kernel,
     )?;
+    set_up_source_check(opts.enable_source_ip_verification)?;
     let health = backend_health(&checked.config, &opts);
     note_waits_in_lock_file(&health, &lock);
     let mut backend = connect_backend(
@@ -692,12 +694,15 @@ fn set_up_source_check(enabled: bool) -> Result<(), StartError> {
 /// record or the node resource that does not decode) is moved aside (never
 /// deleted) and an empty one started.
 fn open_journal(path: &Path, rebuild: bool) -> Result<OpenedJournal, JournalOpenError> {
-    let read = Journal::open(path)
-        .map_err(JournalOpenError::from)
-        .and_then(|(j, s)| {
-            let node = stored_node(&s, &j)?;
-            Ok((j, s, node))
-        });
+    let read = match Journal::open(path) {
+        // Written by a newer podnet: refused as it is, never moved aside.
+        Err(e @ StoreError::NewerFormat { .. }) => return Err(e.into()),
+        opened => opened,
+    };
+    let read = read.map_err(JournalOpenError::from).and_then(|(j, s)| {
+        let node = stored_node(&s, &j)?;
+        Ok((j, s, node))
+    });
     match read {
         Ok((j, s, node)) => {
             let origin = if j.created() {

@@ -10,6 +10,7 @@ pub mod cidrset;
 pub mod clusterpool;
 pub mod eni;
 pub mod hostscope;
+pub mod leaks;
 pub mod multipool;
 pub mod node_config;
 pub mod pool_operator;

@@ -1,14 +1,16 @@
 //! The redb-backed journal. Writes are batched into one transaction per API request
 //! and committed durably before the daemon answers. A failed commit (a full disk)
 //! takes the journal out of service until it is reopened; the file is checked page
-//! by page when it is opened.
+//! by page when it is opened. The journal carries its format version
+//! ([`JOURNAL_FORMAT`]); one written by a newer podnet is refused before anything
+//! writes to it.
 
 use std::net::IpAddr;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -22,6 +24,13 @@ const ENDPOINTS: TableDefinition<&str, &[u8]> = TableDefinition::new("endpoints"
 /// held 3.5 MiB more than 1 MiB, and filling it through the API took as long).
 const JOURNAL_CACHE_BYTES: usize = 1024 * 1024;
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+/// The journal format this podnet writes, and the newest it reads. Version 1 is
+/// also every journal without a version (written before journals carried one).
+/// A change an older podnet would misread (a record or key whose meaning
+/// changes, a field it must not ignore) takes the next version; a field older
+/// podnets may ignore does not (docs/crash-safety.md, "On-disk formats").
+pub const JOURNAL_FORMAT: u64 = 1;
 
 /// Why the journal could not be used. Every message names the file.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +49,14 @@ pub enum StoreError {
         table: &'static str,
         key: String,
         detail: String,
+    },
+    #[error(
+        "journal {path} is in format version {found}, written by a newer podnet; this podnet reads format versions up to {understood}. Nothing was changed. Run a podnet that reads format {found} (the release that wrote it, or a newer one); or, to run this one, move the file aside (keep it: a podnet that reads format {found} can use it again) and start again: the daemon then adopts every running pod's addresses from its host link, and loses what only the journal knew (addresses cooling down after a release, attachments not wired yet, and the node's CIDRs unless the router device still holds its addresses)"
+    )]
+    NewerFormat {
+        path: PathBuf,
+        found: u64,
+        understood: u64,
     },
 }
 
@@ -79,8 +96,13 @@ pub struct Snapshot {
 /// Meta keys the journal keeps for itself (not part of the snapshot).
 const META_JOURNAL_ID: &str = "journal-id";
 const META_JOURNAL_SEQ: &str = "journal-seq";
+const META_FORMAT: &str = "format-version";
 /// How often, at most, a failed journal is reopened.
 const REOPEN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A journal's identity as stored: its id and the sequence number of its last
+/// commit.
+type Identity = (String, u64);
 
 /// Why the journal stopped taking commits, and since when.
 #[derive(Debug, Clone)]
@@ -110,10 +132,16 @@ impl Journal {
     /// checksum first, so a damaged file is an error here, never a panic later,
     /// and every allocation record is decoded once (and dropped), so a record
     /// that does not decode is an error here too. A missing or empty file starts
-    /// a new journal (`created()` says so).
+    /// a new journal (`created()` says so). A journal in a newer format than
+    /// [`JOURNAL_FORMAT`] is refused before anything writes to it; an older one
+    /// is read and marked with the current version.
     pub fn open(path: &Path) -> Result<(Journal, Snapshot), StoreError> {
         let created = std::fs::metadata(path).map_or(true, |m| m.len() == 0);
+        let checked = created || refuse_newer_format_on_a_copy(path)?;
         let db = open_db(path)?;
+        if !checked {
+            check_format(path, &db)?;
+        }
         let mut j = Journal {
             db: Some(db),
             path: path.to_path_buf(),
@@ -126,17 +154,21 @@ impl Journal {
         };
         // Make sure the tables exist, so reads of a fresh journal succeed.
         j.write(&[])?;
-        let (snapshot, identity) = j.read_all()?;
+        let (snapshot, identity, format) = j.read_all()?;
+        let has_identity = identity.is_some();
         match identity {
             Some((id, seq)) => {
                 j.id = id;
                 j.seq = seq;
             }
-            None => {
-                // New, or written by a podnet that kept no identity.
-                j.id = new_journal_id();
-                j.commit(&[])?;
-            }
+            // New, or written by a podnet that kept no identity.
+            None => j.id = new_journal_id(),
+        }
+        if !has_identity || format != Some(JOURNAL_FORMAT) {
+            j.commit(&[JournalOp::PutMeta {
+                key: META_FORMAT.into(),
+                value: serde_json::Value::from(JOURNAL_FORMAT),
+            }])?;
         }
         j.seq_at_open = j.seq;
         Ok((j, snapshot))
@@ -237,7 +269,7 @@ impl Journal {
             self.read_all()
         });
         Some(match result {
-            Ok((snapshot, identity)) => {
+            Ok((snapshot, identity, _)) => {
                 if let Some((_, seq)) = identity {
                     self.seq = self.seq.max(seq);
                 }
@@ -346,10 +378,10 @@ impl Journal {
     }
 
     /// Reads the endpoints and meta records, checks that every allocation record
-    /// decodes, and returns the journal's identity (id, seq) if it has one. A
-    /// record that does not decode is an error naming it: the daemon refuses to
-    /// guess.
-    fn read_all(&self) -> Result<(Snapshot, Option<(String, u64)>), StoreError> {
+    /// decodes, and returns the journal's identity (id, seq) and its format
+    /// version, if it has them. A record that does not decode is an error naming
+    /// it: the daemon refuses to guess.
+    fn read_all(&self) -> Result<(Snapshot, Option<Identity>, Option<u64>), StoreError> {
         let txn = self.db()?.begin_read().map_err(|e| self.io(e))?;
         let mut meta: Vec<(String, serde_json::Value)> = self.read_table(&txn, META, "meta")?;
         let take = |meta: &mut Vec<(String, serde_json::Value)>, key: &str| {
@@ -359,6 +391,9 @@ impl Journal {
         };
         let id = take(&mut meta, META_JOURNAL_ID);
         let seq = take(&mut meta, META_JOURNAL_SEQ);
+        let format = take(&mut meta, META_FORMAT)
+            .map(|v| format_number(&self.path, &v))
+            .transpose()?;
         let identity = match (id, seq) {
             (Some(serde_json::Value::String(id)), Some(seq)) if !id.is_empty() => {
                 let seq = seq.as_u64().ok_or_else(|| StoreError::Corrupt {
@@ -384,7 +419,7 @@ impl Journal {
                 .collect(),
             meta,
         };
-        Ok((snapshot, identity))
+        Ok((snapshot, identity, format))
     }
 
     fn read_table<T: DeserializeOwned>(
@@ -440,6 +475,81 @@ fn open_db(path: &Path) -> Result<Database, StoreError> {
         }
     })?;
     Ok(db)
+}
+
+/// Refuses a journal in a newer format without changing a byte of it: redb
+/// rewrites its allocator state when it opens a file for writing (and its
+/// read-only open has no integrity check, so it may panic on a damaged file), so
+/// the version is read from a private copy next to the file, removed after.
+/// False when no copy could be made (a full disk): the caller checks the file
+/// itself before its first write.
+fn refuse_newer_format_on_a_copy(path: &Path) -> Result<bool, StoreError> {
+    let copy = path.with_extension(format!("redb.format-check-{}", std::process::id()));
+    let copied = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&copy)
+        .and_then(|mut to| std::io::copy(&mut std::fs::File::open(path)?, &mut to));
+    let result = match copied {
+        Ok(_) => match open_db(&copy) {
+            Ok(db) => check_format(path, &db).map(|()| true),
+            // Not readable at all: the open of the file itself says why.
+            Err(_) => Ok(true),
+        },
+        Err(e) => {
+            tracing::warn!(journal = %path.display(), error = %e, "cannot copy the journal to read its format version; reading it in place");
+            Ok(false)
+        }
+    };
+    let _ = std::fs::remove_file(&copy);
+    result
+}
+
+/// Refuses a journal whose format version is newer than [`JOURNAL_FORMAT`]
+/// (reads only).
+fn check_format(path: &Path, db: &impl ReadableDatabase) -> Result<(), StoreError> {
+    let io = |e: &dyn std::fmt::Display| StoreError::Io {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    };
+    let txn = db.begin_read().map_err(|e| io(&e))?;
+    let meta = match txn.open_table(META) {
+        Ok(table) => table,
+        Err(TableError::TableDoesNotExist(_)) => return Ok(()),
+        Err(e) => return Err(io(&e)),
+    };
+    let Some(stored) = meta.get(META_FORMAT).map_err(|e| io(&e))? else {
+        return Ok(());
+    };
+    let value: serde_json::Value =
+        serde_json::from_slice(stored.value()).map_err(|e| StoreError::Corrupt {
+            path: path.to_path_buf(),
+            table: "meta",
+            key: META_FORMAT.into(),
+            detail: e.to_string(),
+        })?;
+    match format_number(path, &value)? {
+        found if found > JOURNAL_FORMAT => Err(StoreError::NewerFormat {
+            path: path.to_path_buf(),
+            found,
+            understood: JOURNAL_FORMAT,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The format version a meta value holds (a positive integer).
+fn format_number(path: &Path, value: &serde_json::Value) -> Result<u64, StoreError> {
+    value
+        .as_u64()
+        .filter(|v| *v > 0)
+        .ok_or_else(|| StoreError::Corrupt {
+            path: path.to_path_buf(),
+            table: "meta",
+            key: META_FORMAT.into(),
+            detail: format!("{value} is not a format version"),
+        })
 }
 
 /// 16 hex digits, random.
@@ -640,6 +750,167 @@ mod tests {
         assert!(err.contains("default/10.0.0.9"), "{err}");
         assert!(err.contains("--rebuild-from-kernel"), "{err}");
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Writes `value` under the format key, as another podnet would have.
+    fn put_format(path: &Path, value: &[u8]) {
+        let db = redb::Database::create(path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(META)
+            .unwrap()
+            .insert(META_FORMAT, value)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+
+    #[test]
+    fn a_journal_without_a_version_is_format_1_read_whole_and_marked() {
+        let dir = tempdir();
+        let path = dir.join("journal.redb");
+        let id = {
+            let (mut j, _) = Journal::open(&path).unwrap();
+            j.commit(&[JournalOp::PutAllocation(rec("10.0.0.2"))])
+                .unwrap();
+            let txn = j.db().unwrap().begin_write().unwrap();
+            txn.open_table(META).unwrap().remove(META_FORMAT).unwrap();
+            txn.commit().unwrap();
+            j.id().to_string()
+        };
+        {
+            let db = redb::Database::create(&path).unwrap();
+            let txn = db.begin_read().unwrap();
+            assert!(
+                txn.open_table(META)
+                    .unwrap()
+                    .get(META_FORMAT)
+                    .unwrap()
+                    .is_none()
+            );
+        }
+        let (j, s) = Journal::open(&path).unwrap();
+        assert_eq!(j.id(), id);
+        assert_eq!(j.all_allocations(), vec![rec_like(&j, "10.0.0.2")]);
+        assert!(s.meta.iter().all(|(k, _)| k != META_FORMAT), "{:?}", s.meta);
+        let txn = j.db().unwrap().begin_read().unwrap();
+        let table = txn.open_table(META).unwrap();
+        let stored = table.get(META_FORMAT).unwrap().unwrap();
+        assert_eq!(stored.value(), JOURNAL_FORMAT.to_string().as_bytes());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The record `rec(ip)` as the journal holds it (its times are the journal's).
+    fn rec_like(j: &Journal, ip: &str) -> AllocationRecord {
+        let stored = j.all_allocations();
+        let found = stored.iter().find(|r| r.ip.to_string() == ip).unwrap();
+        AllocationRecord {
+            expires_at_ms: found.expires_at_ms,
+            allocated_at_ms: found.allocated_at_ms,
+            ..rec(ip)
+        }
+    }
+
+    #[test]
+    fn a_new_journal_carries_the_current_format() {
+        let dir = tempdir();
+        let path = dir.join("journal.redb");
+        let (j, s) = Journal::open(&path).unwrap();
+        assert!(s.meta.is_empty());
+        assert_eq!(
+            j.db().map(|db| check_format(&path, db).is_ok()).ok(),
+            Some(true)
+        );
+        let txn = j.db().unwrap().begin_read().unwrap();
+        let table = txn.open_table(META).unwrap();
+        assert_eq!(
+            table.get(META_FORMAT).unwrap().unwrap().value(),
+            b"1".as_slice()
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_newer_format_is_refused_with_both_versions_and_the_file_untouched() {
+        let dir = tempdir();
+        let path = dir.join("journal.redb");
+        {
+            let (mut j, _) = Journal::open(&path).unwrap();
+            j.commit(&[JournalOp::PutAllocation(rec("10.0.0.2"))])
+                .unwrap();
+        }
+        put_format(&path, b"2");
+        let before = std::fs::read(&path).unwrap();
+        let err = Journal::open(&path).err().unwrap();
+        assert!(
+            matches!(
+                err,
+                StoreError::NewerFormat {
+                    found: 2,
+                    understood: JOURNAL_FORMAT,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        for part in [
+            "journal.redb",
+            "format version 2",
+            "up to 1",
+            "Nothing was changed",
+            "move the file aside",
+        ] {
+            assert!(msg.contains(part), "{part}: {msg}");
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), before, "the file changed");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(
+            left,
+            vec![std::ffi::OsString::from("journal.redb")],
+            "the copy is left"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn every_version_above_the_current_is_refused_and_none_up_to_it() {
+        let dir = tempdir();
+        let path = dir.join("journal.redb");
+        for (stored, refused) in [
+            ("1", false),
+            ("2", true),
+            ("7", true),
+            ("18446744073709551615", true),
+        ] {
+            put_format(&path, stored.as_bytes());
+            let db = open_db(&path).unwrap();
+            let result = check_format(&path, &db);
+            assert_eq!(
+                matches!(result, Err(StoreError::NewerFormat { found, .. }) if found.to_string() == stored),
+                refused,
+                "{stored}: {result:?}"
+            );
+            assert_eq!(result.is_ok(), !refused, "{stored}");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_format_that_is_not_a_version_is_corrupt_with_its_key() {
+        for bad in [b"\"two\"".as_slice(), b"0", b"-1", b"1.5", b"{"] {
+            let dir = tempdir();
+            let path = dir.join("journal.redb");
+            put_format(&path, bad);
+            let err = Journal::open(&path).err().unwrap();
+            let msg = err.to_string();
+            assert!(matches!(err, StoreError::Corrupt { .. }), "{msg}");
+            assert!(msg.contains(META_FORMAT), "{msg}");
+            assert!(msg.contains("--rebuild-from-kernel"), "{msg}");
+            std::fs::remove_dir_all(dir).unwrap();
+        }
     }
 
     #[test]

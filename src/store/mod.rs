@@ -6,5 +6,5 @@
 mod journal;
 mod records;
 
-pub use journal::{Journal, JournalFailure, JournalOp, Snapshot, StoreError};
+pub use journal::{JOURNAL_FORMAT, Journal, JournalFailure, JournalOp, Snapshot, StoreError};
 pub use records::{AllocationRecord, AllocationState, EndpointRecord, allocation_key, now_ms};
