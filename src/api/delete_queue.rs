@@ -337,6 +337,8 @@ mod tests {
         let path = q.dir().join("0000.delete");
         std::fs::write(&path, br#"{"format-version":2,"container-id":"c1"}"#).unwrap();
         let e = read_entry(&path).unwrap_err();
+        assert!(matches!(e, QueueError::NewerFormat { found: 2, .. }), "{e}");
+        let e = e.to_string();
         for part in [
             "0000.delete",
             "format version 2",
@@ -353,7 +355,12 @@ mod tests {
             .unwrap();
             let e = read_entry(&path).unwrap_err();
             assert!(
-                e.contains("corrupt: format-version is not a format version"),
+                matches!(e, QueueError::NotAFormatVersion { .. }),
+                "{bad}: {e}"
+            );
+            assert!(
+                e.to_string()
+                    .contains("corrupt: format-version is not a format version"),
                 "{bad}: {e}"
             );
         }
