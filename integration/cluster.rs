@@ -68,6 +68,13 @@ impl Cluster {
         Some(cluster)
     }
 
+    /// [`Cluster::start`], then podnet installed on it.
+    fn start_with_podnet(test: &str) -> Option<Cluster> {
+        let cluster = Cluster::start(test)?;
+        cluster.install_podnet();
+        Some(cluster)
+    }
+
     /// `kubectl apply -f deploy/`, then waits until every node is Ready.
     fn install_podnet(&self) {
         let t0 = Instant::now();
@@ -109,6 +116,17 @@ impl Cluster {
                 "{node}: addresses still allocated to deleted pods: {left:?}"
             );
         }
+    }
+
+    /// The node's InternalIP, as its kubelet reported it.
+    fn node_address(&self, node: &str) -> String {
+        self.kubectl(&[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={.status.addresses[?(@.type==\"InternalIP\")].address}",
+        ])
     }
 
     /// `kubectl exec` in `pod` (of `default`); the output, or the failure's.
@@ -291,10 +309,9 @@ fn node_cidrs(cluster: &Cluster, node: &str) -> Vec<Ipv4Net> {
 #[test]
 fn deploy_runs_pods_across_a_three_node_cluster() {
     let test = "deploy_runs_pods_across_a_three_node_cluster";
-    let Some(cluster) = Cluster::start(test) else {
+    let Some(cluster) = Cluster::start_with_podnet(test) else {
         return;
     };
-    cluster.install_podnet();
 
     // The operator's replicas: on two different nodes (required anti-affinity).
     let operators = cluster.wait_for(
@@ -346,25 +363,12 @@ fn deploy_runs_pods_across_a_three_node_cluster() {
         || cluster.describe("default"),
     );
     // (pod, node, IPv4 address)
-    let placed: Vec<(String, String, String)> = pods
-        .iter()
-        .map(|p| {
-            (
-                p["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                p["spec"]["nodeName"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                p["status"]["podIP"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            )
-        })
-        .collect();
+    let placed = placed(&cluster, "spread");
+    assert_eq!(
+        placed.len(),
+        pods.len(),
+        "every Ready pod has an address: {placed:?}"
+    );
     eprintln!("pods: {placed:?}");
     let per_node: BTreeSet<&str> = placed.iter().map(|(_, n, _)| n.as_str()).collect();
     assert_eq!(per_node.len(), NODES, "pods on every node: {placed:?}");
@@ -453,13 +457,7 @@ fn deploy_runs_pods_across_a_three_node_cluster() {
     // the web pod's hostPort on its node's address (portmap, chained after
     // podnet), and the Service's NodePort on the first pod's node, which forwards
     // across the nodes to the web pod.
-    let web_node_ip = cluster.kubectl(&[
-        "get",
-        "node",
-        &web_node,
-        "-o",
-        "jsonpath={.status.addresses[?(@.type==\"InternalIP\")].address}",
-    ]);
+    let web_node_ip = cluster.node_address(&web_node);
     let node_port = cluster.kubectl(&[
         "get",
         "service",
@@ -469,13 +467,7 @@ fn deploy_runs_pods_across_a_three_node_cluster() {
         "-o",
         "jsonpath={.spec.ports[0].nodePort}",
     ]);
-    let first_node_ip = cluster.kubectl(&[
-        "get",
-        "node",
-        first_node,
-        "-o",
-        "jsonpath={.status.addresses[?(@.type==\"InternalIP\")].address}",
-    ]);
+    let first_node_ip = cluster.node_address(first_node);
     for (from, url) in [
         ("world", format!("http://{web_node_ip}:{HOST_PORT}/")),
         (
@@ -581,10 +573,9 @@ fn placed(cluster: &Cluster, app: &str) -> Vec<(String, String, String)> {
 fn an_agent_killed_during_a_scale_up_loses_and_doubles_nothing() {
     const BURST: usize = 60;
     let test = "an_agent_killed_during_a_scale_up_loses_and_doubles_nothing";
-    let Some(cluster) = Cluster::start(test) else {
+    let Some(cluster) = Cluster::start_with_podnet(test) else {
         return;
     };
-    cluster.install_podnet();
     let victim_node = "node-2";
     let victim = cluster
         .agents()
@@ -681,10 +672,9 @@ fn an_agent_killed_during_a_scale_up_loses_and_doubles_nothing() {
 #[test]
 fn a_rebooted_node_comes_back_with_working_pods() {
     let test = "a_rebooted_node_comes_back_with_working_pods";
-    let Some(cluster) = Cluster::start(test) else {
+    let Some(cluster) = Cluster::start_with_podnet(test) else {
         return;
     };
-    cluster.install_podnet();
     cluster.apply(&spread_deployment("spread", REPLICAS));
     let all_ready = || {
         let pods = cluster.pods("default", "app=spread");

@@ -14,7 +14,7 @@ use crate::harness::*;
 use crate::k8s::{CRDS, ControlPlane};
 use crate::k8s_backend::{add_as, create_pod, jsonpath};
 use crate::operator::{Operator, install_operator_rbac, wait_for};
-use crate::operator_pools::spawn_multi_pool_node as spawn_node;
+use crate::operator_pools::{ONE_BLOCK_NO_COOLDOWN, spawn_multi_pool_node};
 
 /// The fixture directory of Cilium 1.20.2's CRDs.
 fn cilium_1_20_2() -> PathBuf {
@@ -107,7 +107,7 @@ fn multi_pool_round(test: &str, cp: &ControlPlane, port: u16, pool_version: &str
         jsonpath(cp, "ciliumpodippool", "default", "{.apiVersion}"),
         pool_version
     );
-    let (mut node, name) = spawn_node(cp, "cv-1");
+    let (mut node, name) = spawn_multi_pool_node(cp, "cv-1", ONE_BLOCK_NO_COOLDOWN);
     wait_for(
         "a block of the default pool",
         Duration::from_secs(20),
@@ -192,7 +192,7 @@ fn a_pool_crd_installed_after_the_start_is_waited_for() {
         );
     }
     let op = start_operator(&cp, 9963);
-    let (mut node, name) = spawn_node(&cp, "cv-2");
+    let (mut node, name) = spawn_multi_pool_node(&cp, "cv-2", ONE_BLOCK_NO_COOLDOWN);
     let awaited = "CRD ciliumpodippools.cilium.io at v2 or v2alpha1 (not installed)";
     wait_for(
         "the daemon to say what it waits for",

@@ -103,7 +103,7 @@ fn multi_pool_blocks_for_two_real_daemons_are_distinct_exhausted_released_and_re
     let (a, b) = ("mpa".to_string(), "mpb".to_string());
     let mut nodes = Vec::new();
     for name in [&a, &b] {
-        nodes.push(spawn_multi_pool_node(&cp, name).0);
+        nodes.push(spawn_multi_pool_node(&cp, name, ONE_BLOCK_NO_COOLDOWN).0);
     }
     // The daemons wait for their first block (their demand is written first).
     wait_for("a block for each node", Duration::from_secs(20), || {
@@ -279,22 +279,16 @@ fn a_burst_on_a_fresh_multi_pool_node_waits_for_blocks_and_no_add_fails() {
             "--auto-create-cilium-pod-ip-pools=default=ipv4-cidrs:10.67.0.0/24;ipv4-mask-size:28",
         ],
     );
-    let ns = cp.add_node_ns("burst");
-    create_node(&cp, &ns, &[]);
-    let name = ns.name.clone();
-    let mut node = k8s_node(
-        ns,
-        &cp.kubeconfig(),
+    let (mut node, name) = spawn_multi_pool_node(
+        &cp,
+        "burst",
         &[
-            "--ipam",
-            "multi-pool",
             "--ipam-multi-pool-pre-allocation",
             "default=8",
             "--ipam-cilium-node-update-rate",
             "1h",
         ],
     );
-    node.spawn_daemon();
     node.wait_ready();
     let first_blocks = blocks(&cp, &name).len();
     let pods: Vec<Sandbox> = (0..64).map(|_| node.sandbox()).collect();
@@ -521,24 +515,25 @@ fn multi_pool_follower_takes_over_mid_burst_and_never_gives_a_block_twice() {
     drop(ops);
 }
 
-/// A node (its Node object) and its multi-pool daemon, started without waiting
-/// for it; the daemon and the node's name.
-pub fn spawn_multi_pool_node(cp: &ControlPlane, name: &str) -> (Node, String) {
+/// Daemon options for a multi-pool node that asks for one block at a time and
+/// frees addresses at once.
+pub const ONE_BLOCK_NO_COOLDOWN: &[&str] = &[
+    "--ipam-multi-pool-pre-allocation",
+    "default=1",
+    "--ipam-release-cooldown",
+    "0s",
+];
+
+/// A node (its Node object) and its multi-pool daemon with `tuning` after
+/// `--ipam multi-pool`, started without waiting for it; the daemon and the
+/// node's name.
+pub fn spawn_multi_pool_node(cp: &ControlPlane, name: &str, tuning: &[&str]) -> (Node, String) {
     let ns = cp.add_node_ns(name);
     create_node(cp, &ns, &[]);
     let name = ns.name.clone();
-    let mut node = k8s_node(
-        ns,
-        &cp.kubeconfig(),
-        &[
-            "--ipam",
-            "multi-pool",
-            "--ipam-multi-pool-pre-allocation",
-            "default=1",
-            "--ipam-release-cooldown",
-            "0s",
-        ],
-    );
+    let mut args = vec!["--ipam", "multi-pool"];
+    args.extend_from_slice(tuning);
+    let mut node = k8s_node(ns, &cp.kubeconfig(), &args);
     node.spawn_daemon();
     (node, name)
 }
