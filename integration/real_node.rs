@@ -51,8 +51,7 @@ impl RealNode {
             dir,
             _one_node: one_node,
         };
-        let out = node.script(&["start"]);
-        assert!(out.status.success(), "scripts/node start:\n{}", text(&out));
+        node.script_ok(&["start"]);
         Some(node)
     }
 

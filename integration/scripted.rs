@@ -113,6 +113,13 @@ pub trait Scripted {
             .unwrap_or_else(|e| panic!("running the cluster script {args:?}: {e}"))
     }
 
+    /// The script with `args`; panics with its output if it fails.
+    fn script_ok(&self, args: &[&str]) -> Output {
+        let out = self.script(args);
+        assert!(out.status.success(), "scripts/{:?}:\n{}", args, text(&out));
+        out
+    }
+
     /// kubectl as the admin; panics with its output if it fails.
     fn kubectl(&self, args: &[&str]) -> String {
         let mut all = vec!["kubectl"];

@@ -13,10 +13,12 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ipnet::Ipv4Net;
-use serde_json::Value;
 
 use crate::harness::*;
 use crate::scripted::*;
+
+mod faults;
+mod upgrade;
 
 const NODES: usize = 3;
 /// Two busybox pods per node (a topology spread of maxSkew 1 over 6 replicas).
@@ -55,12 +57,7 @@ impl Cluster {
             _turn: turn,
         };
         let t0 = Instant::now();
-        let out = cluster.script(&["start"]);
-        assert!(
-            out.status.success(),
-            "scripts/cluster start:\n{}",
-            text(&out)
-        );
+        cluster.script_ok(&["start"]);
         eprintln!(
             "scripts/cluster start: {NODES} nodes registered in {:.1} s",
             t0.elapsed().as_secs_f64()
@@ -116,6 +113,41 @@ impl Cluster {
                 "{node}: addresses still allocated to deleted pods: {left:?}"
             );
         }
+    }
+
+    /// Waits for a Ready agent on every node, then checks that each holds exactly
+    /// the addresses of the pods of `default` that `placed` (pod, node, address)
+    /// puts on its node. The agents, node -> agent pod.
+    fn assert_agents_hold(&self, placed: &[(String, String, String)]) -> BTreeMap<String, String> {
+        let agents = self.wait_for(
+            "an agent Ready on every node",
+            || {
+                let agents = self.agents();
+                let all_ready = self
+                    .pods("kube-system", "app.kubernetes.io/name=podnet")
+                    .iter()
+                    .all(ready);
+                (agents.len() == NODES && all_ready).then_some(agents)
+            },
+            || self.describe("kube-system"),
+        );
+        for (node, agent) in &agents {
+            let held: BTreeMap<String, String> = self
+                .allocated(agent)
+                .into_iter()
+                .filter(|(_, owner)| owner.starts_with("default/"))
+                .collect();
+            let expected: BTreeMap<String, String> = placed
+                .iter()
+                .filter(|(_, n, _)| n == node)
+                .map(|(pod, _, ip)| (ip.clone(), format!("default/{pod}")))
+                .collect();
+            assert_eq!(
+                held, expected,
+                "{node}: the agent's allocations against the pods on it"
+            );
+        }
+        agents
     }
 
     /// The node's InternalIP, as its kubelet reported it.
@@ -331,8 +363,7 @@ fn deploy_runs_pods_across_a_three_node_cluster() {
 
     // No address trick: the agents reach the API server through kube-proxy.
     for node in node_names() {
-        let out = cluster.script(&["exec", &node, "ip", "-o", "addr", "show"]);
-        assert!(out.status.success(), "ip addr on {node}: {}", text(&out));
+        let out = cluster.script_ok(&["exec", &node, "ip", "-o", "addr", "show"]);
         assert!(
             !text(&out).contains(&format!(" {SERVICE_IP}/")),
             "{node} carries the kubernetes Service address:\n{}",
@@ -425,15 +456,11 @@ fn deploy_runs_pods_across_a_three_node_cluster() {
         },
         || cluster.describe("default"),
     );
-    let web_ip = cluster.kubectl(&[
-        "get",
-        "service",
-        "-n",
-        "default",
-        "web",
-        "-o",
-        "jsonpath={.spec.clusterIP}",
-    ]);
+    let web_service = |path: &str| {
+        let jsonpath = format!("jsonpath={{{path}}}");
+        cluster.kubectl(&["get", "service", "-n", "default", "web", "-o", &jsonpath])
+    };
+    let web_ip = web_service(".spec.clusterIP");
     // HTTP/1.0 by hand through busybox nc: Debian's static busybox wget crashes
     // (SIGSEGV) in these pods, even for an address literal.
     let request = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 3 {web_ip} 80");
@@ -458,15 +485,7 @@ fn deploy_runs_pods_across_a_three_node_cluster() {
     // podnet), and the Service's NodePort on the first pod's node, which forwards
     // across the nodes to the web pod.
     let web_node_ip = cluster.node_address(&web_node);
-    let node_port = cluster.kubectl(&[
-        "get",
-        "service",
-        "-n",
-        "default",
-        "web",
-        "-o",
-        "jsonpath={.spec.ports[0].nodePort}",
-    ]);
+    let node_port = web_service(".spec.ports[0].nodePort");
     let first_node_ip = cluster.node_address(first_node);
     for (from, url) in [
         ("world", format!("http://{web_node_ip}:{HOST_PORT}/")),
@@ -535,12 +554,7 @@ fn deploy_runs_pods_across_a_three_node_cluster() {
     cluster.assert_freed("app in (spread, web)", &agents);
 
     let t0 = Instant::now();
-    let out = cluster.script(&["stop"]);
-    assert!(
-        out.status.success(),
-        "scripts/cluster stop:\n{}",
-        text(&out)
-    );
+    cluster.script_ok(&["stop"]);
     eprintln!("scripts/cluster stop: {:.1} s", t0.elapsed().as_secs_f64());
     let left = cluster.leftovers();
     assert!(
@@ -564,243 +578,29 @@ fn placed(cluster: &Cluster, app: &str) -> Vec<(String, String, String)> {
         .collect()
 }
 
-/// The agent pod of one node is force-deleted (SIGKILL, its API object gone at
-/// once) while a 60-pod Deployment scales up across the three nodes: every pod
-/// turns Ready, no address is held twice in the cluster, each node's agent holds
-/// exactly the addresses of the pods on its node, and once the Deployment is
-/// deleted no address is left allocated on any node.
-#[test]
-fn an_agent_killed_during_a_scale_up_loses_and_doubles_nothing() {
-    const BURST: usize = 60;
-    let test = "an_agent_killed_during_a_scale_up_loses_and_doubles_nothing";
-    let Some(cluster) = Cluster::start_with_podnet(test) else {
-        return;
-    };
-    let victim_node = "node-2";
-    let victim = cluster
-        .agents()
-        .remove(victim_node)
-        .expect("an agent on node-2");
-
-    let t0 = Instant::now();
-    cluster.apply(&spread_deployment("burst", BURST));
-    // Once the first pods have started on the victim's node, its agent goes.
-    cluster.wait_for(
-        &format!("a burst pod scheduled on {victim_node}"),
-        || {
-            placed(&cluster, "burst")
-                .iter()
-                .any(|(_, n, _)| n == victim_node)
-                .then_some(())
-        },
-        || cluster.describe("default"),
-    );
-    cluster.kubectl(&[
-        "delete",
-        "pod",
+/// The holder of the operator's Lease, if any.
+fn lease_holder(cluster: &Cluster) -> Option<String> {
+    let out = cluster.script(&[
+        "kubectl",
+        "get",
+        "lease",
         "-n",
         "kube-system",
-        &victim,
-        "--force",
-        "--grace-period=0",
+        "podnet-operator-resource-lock",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
     ]);
-    eprintln!(
-        "force-deleted {victim} ({victim_node}) {:.1} s into the burst",
-        t0.elapsed().as_secs_f64()
-    );
-    let pods = cluster.wait_for(
-        &format!("all {BURST} burst pods Ready"),
-        || {
-            let pods = cluster.pods("default", "app=burst");
-            (pods.len() == BURST && pods.iter().all(ready)).then_some(pods)
-        },
-        || cluster.describe("default"),
-    );
-    eprintln!(
-        "{BURST} pods Ready {:.1} s after the Deployment",
-        t0.elapsed().as_secs_f64()
-    );
-    assert_eq!(pods.len(), BURST);
-
-    // No address twice, and each node's agent holds exactly its pods' addresses.
-    let placed = placed(&cluster, "burst");
-    let mut seen = BTreeMap::new();
-    for (pod, _, ip) in &placed {
-        if let Some(other) = seen.insert(ip.clone(), pod.clone()) {
-            panic!("{ip} is held by both {other} and {pod}");
-        }
-    }
-    let agents = cluster.wait_for(
-        "an agent Ready on every node again",
-        || {
-            let agents = cluster.agents();
-            let all_ready = cluster
-                .pods("kube-system", "app.kubernetes.io/name=podnet")
-                .iter()
-                .all(ready);
-            (agents.len() == NODES && all_ready).then_some(agents)
-        },
-        || cluster.describe("kube-system"),
-    );
-    for (node, agent) in &agents {
-        let held: BTreeMap<String, String> = cluster
-            .allocated(agent)
-            .into_iter()
-            .filter(|(_, owner)| owner.starts_with("default/"))
-            .collect();
-        let expected: BTreeMap<String, String> = placed
-            .iter()
-            .filter(|(_, n, _)| n == node)
-            .map(|(pod, _, ip)| (ip.clone(), format!("default/{pod}")))
-            .collect();
-        assert_eq!(
-            held, expected,
-            "{node}: the agent's allocations against the pods on it"
-        );
-    }
-
-    cluster.kubectl(&["delete", "deployment", "burst", "--wait=true"]);
-    cluster.assert_freed("app=burst", &agents);
+    let holder = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !holder.is_empty()).then_some(holder)
 }
 
-/// A node "reboots" (`scripts/cluster reboot`: every process killed at once, its
-/// network namespace, mounts and /run gone, /var/lib kept, then booted): it turns
-/// Ready again, its kubelet recreates its pods with addresses of its CIDR that
-/// pods on the other nodes reach, nothing of the old sandboxes is left in its
-/// kernel (one host link per running pod), and its agent holds exactly the
-/// addresses of the pods running on it.
-#[test]
-fn a_rebooted_node_comes_back_with_working_pods() {
-    let test = "a_rebooted_node_comes_back_with_working_pods";
-    let Some(cluster) = Cluster::start_with_podnet(test) else {
-        return;
-    };
-    cluster.apply(&spread_deployment("spread", REPLICAS));
-    let all_ready = || {
-        let pods = cluster.pods("default", "app=spread");
-        (pods.len() == REPLICAS && pods.iter().all(ready)).then_some(())
-    };
-    cluster.wait_for("every spread pod Ready", all_ready, || {
-        cluster.describe("default")
-    });
-    let node = "node-2";
-    let container_of = |p: &Value| {
-        p["status"]["containerStatuses"][0]["containerID"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    };
-    // pod -> (address, container) of the pods on the node.
-    let before: BTreeMap<String, (String, String)> = cluster
-        .pods("default", "app=spread")
-        .iter()
-        .filter(|p| p["spec"]["nodeName"] == node)
-        .filter_map(|p| {
-            let name = p["metadata"]["name"].as_str()?.to_string();
-            let ip = p["status"]["podIP"].as_str()?.to_string();
-            Some((name, (ip, container_of(p))))
-        })
-        .collect();
-    assert!(!before.is_empty(), "no spread pod on {node}");
-
-    let t0 = Instant::now();
-    let out = cluster.script(&["reboot", node]);
-    assert!(
-        out.status.success(),
-        "scripts/cluster reboot {node}:\n{}",
-        text(&out)
-    );
-    // The kubelet recreates the pods' sandboxes and containers: each pod of the
-    // node is Ready again in a container other than its old one.
-    let restarted = || {
-        let pods = cluster.pods("default", "app=spread");
-        let again = pods
-            .iter()
-            .filter(|p| p["spec"]["nodeName"] == node)
-            .all(|p| {
-                let name = p["metadata"]["name"].as_str().unwrap_or_default();
-                let old = before.get(name).map(|(_, c)| c.as_str());
-                ready(p) && old.is_some_and(|old| old != container_of(p))
-            });
-        (pods.len() == REPLICAS && pods.iter().all(ready) && again).then_some(())
-    };
-    cluster.wait_for(
-        &format!("{node}'s pods Ready again after its reboot"),
-        restarted,
-        || cluster.describe("default"),
-    );
-    eprintln!(
-        "{node} rebooted, its pods Ready again in {:.1} s",
-        t0.elapsed().as_secs_f64()
-    );
-
-    let cidrs = node_cidrs(&cluster, node);
-    let after = placed(&cluster, "spread");
-    let (from, _, _) = after
-        .iter()
-        .find(|(_, n, _)| n != node)
-        .expect("a pod on another node");
-    for (pod, _, ip) in after.iter().filter(|(_, n, _)| n == node) {
-        let addr: std::net::Ipv4Addr = ip.parse().unwrap_or_else(|e| panic!("{pod}: {ip}: {e}"));
-        assert!(
-            cidrs.iter().any(|c| c.contains(&addr)),
-            "{pod} has {ip}, not of {node}'s {cidrs:?}"
-        );
-        eprintln!(
-            "{from} pings {pod} ({ip}, was {:?})",
-            before.get(pod).map(|(ip, _)| ip)
-        );
-        cluster.ping("default", from, ip);
-    }
-
-    // The node's kernel and agent against what runs on it: every pod of the
-    // node with a pod address (not host-network) has one host link and one
-    // allocation, and nothing else has either.
-    let running: BTreeSet<String> = cluster.kubectl_json(&[
-        "get",
-        "pods",
-        "-A",
-        "--field-selector",
-        &format!("spec.nodeName={node},status.phase=Running"),
-    ])["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|p| p["spec"]["hostNetwork"] != true)
-        .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_string))
-        .collect();
-    let agent = cluster.wait_for(
-        &format!("the agent on {node} Ready"),
-        || {
-            let agent = cluster.agents().remove(node)?;
-            let pod = cluster.kubectl_json(&["get", "pod", "-n", "kube-system", &agent]);
-            ready(&pod).then_some(agent)
-        },
-        || cluster.describe("kube-system"),
-    );
-    // (The node's own addresses, its router's and health endpoint's, are owned by
-    // no pod: "router", "health".)
-    let held: BTreeSet<String> = cluster
-        .allocated(&agent)
-        .into_iter()
-        .filter(|(_, owner)| owner.contains('/'))
-        .map(|(ip, _)| ip)
-        .collect();
-    assert_eq!(
-        held, running,
-        "{node}: the agent's allocations against its running pods"
-    );
-    let links = cluster.script(&["exec", node, "ip", "-o", "link", "show", "type", "veth"]);
-    assert!(
-        links.status.success(),
-        "ip link on {node}: {}",
-        text(&links)
-    );
-    let host_links = text(&links).lines().filter(|l| l.contains(": lxc")).count();
-    assert_eq!(
-        host_links,
-        running.len(),
-        "{node}: host links against running pods {running:?}:\n{}",
-        text(&links)
-    );
+/// A busybox pod named `name` on `node`.
+fn busybox_on(name: &str, node: &str) -> String {
+    format!(
+        r#"{{"apiVersion": "v1", "kind": "Pod",
+  "metadata": {{"name": "{name}", "namespace": "default", "labels": {{"app": "pinned"}}}},
+  "spec": {{"nodeName": "{node}", "terminationGracePeriodSeconds": 1,
+    "containers": [{{"name": "busybox", "image": "localhost/busybox:1.35",
+      "imagePullPolicy": "Never", "command": ["/bin/busybox", "sleep", "86400"]}}]}}}}"#
+    )
 }

@@ -1,0 +1,192 @@
+//! Upgrades on the cluster: podnet's DaemonSet and operator rolled to another
+//! image while pods on every node ping pods on the other nodes.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use super::*;
+
+/// The image `deploy/` names.
+const IMAGE: &str = "ghcr.io/podnet/podnet:0.1.0";
+/// The rolling update's image: the same build under a second tag, on every node.
+const NEXT_IMAGE: &str = "ghcr.io/podnet/podnet:0.1.0-next";
+/// The pingers' interval, seconds.
+const PING_INTERVAL: &str = "0.2";
+
+/// The containers' images of the pods `selector` picks in kube-system, by pod.
+fn images(cluster: &Cluster, selector: &str) -> BTreeMap<String, Vec<String>> {
+    cluster
+        .pods("kube-system", selector)
+        .iter()
+        .filter_map(|p| {
+            let spec = &p["spec"];
+            let images = ["initContainers", "containers"]
+                .iter()
+                .flat_map(|k| spec[*k].as_array().cloned().unwrap_or_default())
+                .filter_map(|c| c["image"].as_str().map(str::to_string))
+                .collect();
+            Some((p["metadata"]["name"].as_str()?.to_string(), images))
+        })
+        .collect()
+}
+
+/// Transmitted and received of a busybox ping's statistics line.
+fn ping_counts(log: &str) -> Option<(u64, u64)> {
+    let line = log.lines().find(|l| l.contains("packets transmitted"))?;
+    let mut numbers = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|n| !n.is_empty());
+    Some((numbers.next()?.parse().ok()?, numbers.next()?.parse().ok()?))
+}
+
+/// `kubectl set image` of every container (the init container too) of podnet's
+/// DaemonSet and operator Deployment to [`NEXT_IMAGE`] while each spread pod pings
+/// a pod on another node every 0.2 s: the rollouts complete one node at a time,
+/// the operator's Lease passes to a replica of the new image, no pod changes
+/// address or restarts, no node's CIDR changes, each pinger loses at most one ping
+/// per agent restarted, and each node's new agent holds exactly its pods'
+/// addresses.
+#[test]
+fn a_rolling_update_of_podnet_changes_no_address_and_loses_no_ping() {
+    let test = "a_rolling_update_of_podnet_changes_no_address_and_loses_no_ping";
+    let Some(cluster) = Cluster::start_with_podnet(test) else {
+        return;
+    };
+    cluster.apply(&spread_deployment("spread", REPLICAS));
+    let before = cluster.wait_for(
+        "every spread pod Ready",
+        || {
+            let pods = cluster.pods("default", "app=spread");
+            let all = pods.len() == REPLICAS && pods.iter().all(ready);
+            all.then(|| placed(&cluster, "spread"))
+        },
+        || cluster.describe("default"),
+    );
+    let cidrs_before: BTreeMap<String, Vec<Ipv4Net>> = node_names()
+        .into_iter()
+        .map(|n| (n.clone(), node_cidrs(&cluster, &n)))
+        .collect();
+
+    // Each pod pings the first pod of another node, in the background inside
+    // the pod (it outlives the exec), its statistics to /ping.log on SIGINT.
+    let mut pingers = Vec::new();
+    for (pod, node, _) in &before {
+        let (_, _, to) = before
+            .iter()
+            .find(|(_, n, _)| n != node)
+            .expect("a pod on another node");
+        let start = format!(
+            "/bin/busybox ping -i {PING_INTERVAL} {to} > /ping.log 2>&1 & echo $! > /ping.pid"
+        );
+        cluster
+            .exec(pod, &["/bin/busybox", "sh", "-c", &start])
+            .unwrap_or_else(|e| panic!("starting {pod}'s pinger: {e}"));
+        let alive = "/bin/busybox sleep 1; kill -0 $(/bin/busybox cat /ping.pid)";
+        cluster
+            .exec(pod, &["/bin/busybox", "sh", "-c", alive])
+            .unwrap_or_else(|e| panic!("{pod}'s pinger did not outlive its exec: {e}"));
+        pingers.push((pod.clone(), to.clone()));
+    }
+
+    for node in node_names() {
+        let tag = [
+            "exec",
+            &node,
+            "ctr",
+            "--address",
+            "/run/containerd/containerd.sock",
+            "-n",
+            "k8s.io",
+            "images",
+            "tag",
+            IMAGE,
+            NEXT_IMAGE,
+        ];
+        cluster.script_ok(&tag);
+    }
+    let old_leader = cluster.wait_for(
+        "a leader holding the operator's Lease",
+        || lease_holder(&cluster),
+        || cluster.describe("kube-system"),
+    );
+
+    let t0 = Instant::now();
+    let all_containers = format!("*={NEXT_IMAGE}");
+    for (kind, name) in [("ds", "podnet"), ("deployment", "podnet-operator")] {
+        let what = format!("{kind}/{name}");
+        cluster.kubectl(&["set", "image", "-n", "kube-system", &what, &all_containers]);
+    }
+    for what in ["ds/podnet", "deployment/podnet-operator"] {
+        cluster.kubectl(&[
+            "rollout",
+            "status",
+            "-n",
+            "kube-system",
+            what,
+            "--timeout=300s",
+        ]);
+    }
+    eprintln!(
+        "podnet and its operator rolled to {NEXT_IMAGE} in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    for selector in [
+        "app.kubernetes.io/name=podnet",
+        "app.kubernetes.io/name=podnet-operator",
+    ] {
+        for (pod, images) in images(&cluster, selector) {
+            assert!(
+                images.iter().all(|i| i == NEXT_IMAGE),
+                "{pod} still runs {images:?} after the rollout"
+            );
+        }
+    }
+    let new_operators = images(&cluster, "app.kubernetes.io/name=podnet-operator");
+    let new_leader = cluster.wait_for(
+        "a replica of the new image holding the Lease",
+        || lease_holder(&cluster).filter(|h| new_operators.contains_key(h)),
+        || cluster.describe("kube-system"),
+    );
+    eprintln!("the Lease passed from {old_leader} to {new_leader}");
+
+    for (pod, to) in &pingers {
+        let stop = "kill -INT $(/bin/busybox cat /ping.pid); /bin/busybox sleep 1; /bin/busybox cat /ping.log";
+        let log = cluster
+            .exec(pod, &["/bin/busybox", "sh", "-c", stop])
+            .unwrap_or_else(|e| panic!("stopping {pod}'s pinger: {e}"));
+        let (sent, received) = ping_counts(&log)
+            .unwrap_or_else(|| panic!("{pod}'s ping to {to}: no statistics in {log}"));
+        eprintln!("{pod} -> {to}: {sent} sent, {received} received during the update");
+        assert!(
+            sent >= 10,
+            "{pod}'s pinger ran only {sent} pings: it did not span the update"
+        );
+        assert!(
+            sent - received <= NODES as u64,
+            "{pod} -> {to}: {} pings lost during the update ({sent} sent), more than one per node",
+            sent - received
+        );
+    }
+
+    let after = placed(&cluster, "spread");
+    assert_eq!(after, before, "pods and their addresses after the update");
+    for p in cluster.pods("default", "app=spread") {
+        let restarts = p["status"]["containerStatuses"][0]["restartCount"].as_u64();
+        assert_eq!(
+            restarts,
+            Some(0),
+            "{} restarted during the update",
+            p["metadata"]["name"]
+        );
+    }
+    for (node, cidrs) in &cidrs_before {
+        assert_eq!(
+            &node_cidrs(&cluster, node),
+            cidrs,
+            "{node}'s pod CIDRs after the update"
+        );
+    }
+    let agents = cluster.assert_agents_hold(&after);
+    cluster.kubectl(&["delete", "deployment", "spread", "--wait=true"]);
+    cluster.assert_freed("app=spread", &agents);
+}
