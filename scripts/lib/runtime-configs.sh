@@ -123,23 +123,12 @@ container_attach_socket_dir = $(toml_str "$state/run/crio")
 hooks_dir = []
 log_to_journald = false
 
-[crio.runtime.runtimes.crun]
-runtime_path = "/usr/bin/crun"
-runtime_type = "oci"
-runtime_root = $(toml_str "$state/run/crun")
-monitor_path = "/usr/bin/conmon"
-# With cgroupfs, conmon goes into the pod's cgroup.
-monitor_cgroup = "pod"
+$(crio_runtime crun "$state")
 
 # Debian's runc 1.1.5, for a pod that names it (RuntimeClass handler "runc"):
 # crun 1.8.1 has no "features" command (CRI-O logs an error at start and does
 # without idmapped and recursive read-only mounts); runc 1.1.5 has one.
-[crio.runtime.runtimes.runc]
-runtime_path = "/usr/bin/runc"
-runtime_type = "oci"
-runtime_root = $(toml_str "$state/run/runc")
-monitor_path = "/usr/bin/conmon"
-monitor_cgroup = "pod"
+$(crio_runtime runc "$state")
 
 [crio.image]
 # Never pulled: the node imports it.
@@ -156,6 +145,20 @@ enable_metrics = false
 
 [crio.nri]
 enable_nri = false
+EOF
+}
+
+# crio_runtime NAME STATE: the runtime handler NAME, Debian's /usr/bin/NAME
+# with conmon, its state under STATE/run/NAME.
+crio_runtime() {
+    cat << EOF
+[crio.runtime.runtimes.$1]
+runtime_path = "/usr/bin/$1"
+runtime_type = "oci"
+runtime_root = $(toml_str "$2/run/$1")
+monitor_path = "/usr/bin/conmon"
+# With cgroupfs, conmon goes into the pod's cgroup.
+monitor_cgroup = "pod"
 EOF
 }
 
