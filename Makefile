@@ -125,6 +125,15 @@ bench-node: image
 	bash scripts/k8s-binaries >/dev/null
 	bash scripts/bench-node
 
+# podnet against flannel on the three-node cluster, side by side in one run
+# (root): pod start-up and release, API server load, agent memory
+# (scripts/bench-peers, BENCHMARKS.md).
+.PHONY: bench-peers
+bench-peers: image
+	bash scripts/k8s-binaries peers >/dev/null
+	$(CARGO) build
+	bash scripts/bench-peers
+
 # A real multi-node cluster (root): a control plane and PODNET_CLUSTER_NODES
 # (default 3) nodes, each a kubelet + containerd + kube-proxy in network and mount
 # namespaces of their own, CoreDNS, and podnet from deploy/ (scripts/cluster,

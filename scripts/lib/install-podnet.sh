@@ -5,7 +5,7 @@
 # scripts/bench-peers; the caller defines REPO, POD_CIDR, die and kubectl.
 install_podnet() {
     if [ "$1" = native ]; then
-        kubectl -n kube-system create configmap podnet-config \
+        kubectl -n kube-system create configmap podnet-config --save-config \
             --from-literal=routing-mode=native \
             --from-literal=auto-direct-node-routes=true \
             --from-literal=ipv4-native-routing-cidr="$POD_CIDR" > /dev/null
