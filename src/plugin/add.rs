@@ -161,6 +161,7 @@ fn allocate(
             .as_ref()
             .map(|n| n.display().to_string())
             .unwrap_or_default(),
+        pod_uid: env.args.pod_uid.as_deref().unwrap_or_default(),
         ..Default::default()
     });
     match answer {
