@@ -202,8 +202,8 @@ impl LeakBook {
         Observed { new, due }
     }
 
-    /// Notes an attempt that made no report; true the first time in a row (the
-    /// one to log).
+    /// Notes an attempt that failed (no report, or a release the journal
+    /// refused); true the first time in a row (the one to log).
     fn failed(&mut self, error: String) -> bool {
         self.failing.replace(error).is_none()
     }
@@ -300,7 +300,6 @@ impl<P: PodSource> LeakCheck<P> {
         let mut book = self.book.lock().await;
         let result = self.check(&mut book, node).await;
         if let Err(e) = &result
-            && !matches!(e, LeakCheckError::State(_))
             && book.failed(e.to_string())
         {
             tracing::warn!(error = %e, "leak check: no report until this works again (logged once)");
@@ -322,7 +321,7 @@ impl<P: PodSource> LeakCheck<P> {
         let allocations = node.allocations().await?;
         let links = node.live_host_links().await?;
         if book.failing.is_some() {
-            tracing::info!("leak check: the Pods and host links can be read again");
+            tracing::info!("leak check: the Pods and host links are read again");
         }
         let report = leaks::check(&allocations, &pods, &links, self.settings.grace);
         let current = report.leaks().count();
