@@ -149,6 +149,10 @@ fn a_gone_pods_leak_is_reported_then_released_and_nothing_while_the_api_server_i
         );
         let r = node.plugin("ADD", Some(sb), &node.conf("1.1.0"), &[("CNI_ARGS", &args)]);
         assert!(r.ok, "ADD {pod}: {}", r.stdout);
+        // The host link's marker carries the UID (a rebuild from the kernel keeps it).
+        let host_link = podnet::datapath::host_ifname(&sb.container_id, &sb.ifname);
+        let alias = node.link_alias(&host_link).unwrap_or_default();
+        assert!(alias.ends_with(&format!(" u={uid}")), "{alias}");
         ips.push(r.ipv4());
     }
     let [running, mut gone, linked] = sandboxes;

@@ -458,6 +458,7 @@ impl Attempt<'_> {
             container_id: Some(self.container_id.to_string()),
             ifname: Some(self.ifname.to_string()),
             owner: Some(self.env.args.owner(self.container_id)),
+            pod_uid: self.env.args.pod_uid.clone(),
         })
     }
 

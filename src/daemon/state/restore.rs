@@ -521,7 +521,7 @@ impl IpamState {
                 host_ifname: Some(link.name.clone()),
                 cooling_until_ms: None,
                 selected_by: None,
-                pod_uid: None,
+                pod_uid: marker.and_then(|m| m.pod_uid.clone()),
             };
             adopted.push(format!("{ip} ({})", link.name));
             if ip.is_ipv4() {

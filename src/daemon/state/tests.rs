@@ -363,6 +363,7 @@ fn marker(journal_id: &str, seq: u64, cid: &str) -> LinkMarker {
         container_id: Some(cid.into()),
         ifname: Some("eth0".into()),
         owner: Some(format!("ns/{cid}")),
+        pod_uid: Some(format!("uid-{cid}")),
     }
 }
 
@@ -1302,6 +1303,8 @@ fn reconcile_adopts_links_the_journal_cannot_vouch_for_and_keeps_those_with_noth
         assert_eq!(rec.owner, owner);
         assert_eq!(rec.container_id.as_deref(), cid);
         assert_eq!(rec.host_ifname, Some(host_ifname(cid.unwrap(), "eth0")));
+        // The marker's pod UID comes with it (the leak check compares by UID).
+        assert_eq!(rec.pod_uid, cid.map(|c| format!("uid-{c}")));
     }
     let legacy = &record(&s, unmarked[0]);
     assert_eq!(
@@ -1309,6 +1312,7 @@ fn reconcile_adopts_links_the_journal_cannot_vouch_for_and_keeps_those_with_noth
         format!("{} [from kernel]", host_ifname("legacy", "eth0"))
     );
     assert_eq!(legacy.container_id, None);
+    assert_eq!(legacy.pod_uid, None);
     assert_eq!(state_of(&s, nothing[0]), None);
 
     // The endpoint comes back from the marker's container ID and interface.
