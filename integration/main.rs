@@ -26,6 +26,7 @@ mod journal_formats;
 mod k8s;
 mod k8s_backend;
 mod lbipam;
+mod leak_check;
 mod least_privilege;
 mod lint;
 mod local_access;

@@ -93,6 +93,9 @@ pub struct AllocateParams<'a> {
     /// podnet: the pod's netns path. With `expiration` and the attachment, the
     /// daemon journals the endpoint, pending, in the allocation's commit.
     pub netns: &'a str,
+    /// podnet: the pod's UID (`K8S_POD_UID`), recorded with the addresses for
+    /// the leak check.
+    pub pod_uid: &'a str,
 }
 
 /// A connection factory for one daemon socket.
@@ -144,6 +147,7 @@ impl Client {
             ("ifname", p.ifname),
             ("network", p.network),
             ("netns", p.netns),
+            ("pod-uid", p.pod_uid),
         ]);
         let headers = [("expiration", if p.expiration { "true" } else { "false" })];
         self.call_json("POST", &format!("/v1/ipam?{query}"), &headers, None::<&()>)

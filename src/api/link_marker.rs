@@ -8,8 +8,9 @@
 //! adopted. A pending attachment whose link says it is wired is bound, not expired.
 //!
 //! Format (one line, at most 255 bytes, fields separated by single spaces):
-//! `podnet j=<journal id>.<seq> [w=1] c=<container id> i=<ifname> o=<owner>`. The
-//! owner, then the attachment, are left out when the alias would be too long.
+//! `podnet j=<journal id>.<seq> [w=1] c=<container id> i=<ifname> o=<owner> u=<pod UID>`.
+//! The pod's UID, then the owner, then the attachment, are left out when the alias
+//! would be too long.
 
 /// The longest alias the kernel keeps (IFALIASZ - 1).
 pub const MAX_ALIAS_LEN: usize = 255;
@@ -50,11 +51,15 @@ pub struct LinkMarker {
     pub container_id: Option<String>,
     pub ifname: Option<String>,
     pub owner: Option<String>,
+    /// The pod's UID (`K8S_POD_UID`), so an allocation adopted from the link
+    /// keeps it for the leak check.
+    pub pod_uid: Option<String>,
 }
 
 impl LinkMarker {
-    /// The alias text: the attachment and owner are dropped (owner first) when they
-    /// would not fit, or when they hold a space (which the format cannot carry).
+    /// The alias text: the attachment, owner and pod UID are dropped (UID first,
+    /// then owner) when they would not fit, or when they hold a space (which the
+    /// format cannot carry).
     pub fn encode(&self) -> String {
         let mut out = format!("{PREFIX} j={}", self.journal.encode());
         if self.wired {
@@ -74,6 +79,15 @@ impl LinkMarker {
                     let owner = format!(" o={o}");
                     if fits(&out, owner.len()) {
                         out.push_str(&owner);
+                        if let Some(u) = self.pod_uid.as_deref().filter(|u| {
+                            !u.is_empty()
+                                && !u.chars().any(|ch| ch.is_whitespace() || ch.is_control())
+                        }) {
+                            let uid = format!(" u={u}");
+                            if fits(&out, uid.len()) {
+                                out.push_str(&uid);
+                            }
+                        }
                     }
                 }
             }
@@ -94,6 +108,7 @@ impl LinkMarker {
             container_id: None,
             ifname: None,
             owner: None,
+            pod_uid: None,
         };
         for field in fields {
             let (key, value) = field.split_once('=')?;
@@ -108,6 +123,7 @@ impl LinkMarker {
                 "c" => &mut marker.container_id,
                 "i" => &mut marker.ifname,
                 "o" => &mut marker.owner,
+                "u" => &mut marker.pod_uid,
                 _ => continue,
             };
             *slot = Some(value.to_string());
@@ -130,6 +146,7 @@ mod tests {
             container_id: Some(cid.into()),
             ifname: Some("eth0".into()),
             owner: owner.map(str::to_string),
+            pod_uid: None,
         }
     }
 
@@ -178,6 +195,41 @@ mod tests {
         let parsed = LinkMarker::parse(&alias).unwrap();
         assert_eq!(parsed.container_id, None);
         assert!(alias.len() <= MAX_ALIAS_LEN);
+    }
+
+    #[test]
+    fn the_pods_uid_follows_the_owner_and_goes_first_when_too_long() {
+        let uid = "6f1c2d3e-0000-4000-8000-00000000000a";
+        let m = LinkMarker {
+            pod_uid: Some(uid.into()),
+            ..marker("abc123", Some("shop/web-1"))
+        };
+        let alias = m.encode();
+        assert_eq!(
+            alias,
+            format!("podnet j=0a1b2c3d4e5f6071.42 c=abc123 i=eth0 o=shop/web-1 u={uid}")
+        );
+        assert_eq!(LinkMarker::parse(&alias), Some(m.clone()));
+        // An owner that leaves no room for the UID keeps the owner.
+        let owner = format!("ns/{}", "p".repeat(180));
+        let alias = LinkMarker {
+            owner: Some(owner.clone()),
+            ..m.clone()
+        }
+        .encode();
+        assert!(alias.ends_with(&format!("o={owner}")), "{alias}");
+        // A UID with a space is left out; without an owner there is none either.
+        let spaced = LinkMarker {
+            pod_uid: Some("a b".into()),
+            ..m.clone()
+        };
+        assert!(!spaced.encode().contains("u="));
+        let ownerless = LinkMarker { owner: None, ..m };
+        assert!(!ownerless.encode().contains("u="));
+        // A key the reader does not know is skipped (so a podnet that predates
+        // `u` reads this alias as before).
+        let older = LinkMarker::parse(&format!("podnet j=ab.1 c=x i=eth0 o=a/b u={uid} z=9"));
+        assert_eq!(older.and_then(|m| m.pod_uid).as_deref(), Some(uid));
     }
 
     #[test]

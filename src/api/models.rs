@@ -438,6 +438,13 @@ pub struct IpamStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub cross_node: Option<CrossNodeStatus>,
+    /// podnet: the leak check (the Kubernetes backend only).
+    #[serde(
+        rename = "leak-check",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub leak_check: Option<LeakCheckStatus>,
     /// podnet: DELs waiting in the on-disk queue.
     #[serde(rename = "queue-depth", default)]
     pub queue_depth: u64,
@@ -637,6 +644,96 @@ pub struct ExplainResponse {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub spoofed_traffic: Vec<SpoofedTraffic>,
+    /// What the last leak check found for the matching addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leaks: Vec<LeakFinding>,
+}
+
+/// podnet: the leak check's settings and its last result (`podnet status`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LeakCheckStatus {
+    /// `--ipam-leak-check-interval` in seconds (0: only on demand).
+    #[serde(rename = "interval-s")]
+    pub interval_s: u64,
+    /// `--ipam-leak-grace` in seconds.
+    #[serde(rename = "grace-s")]
+    pub grace_s: u64,
+    /// `--ipam-release-leaked-after` in seconds; None: leaks are only reported.
+    #[serde(
+        rename = "release-after-s",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub release_after_s: Option<u64>,
+    /// When the last check that listed the Pods ran (ms since the epoch).
+    #[serde(
+        rename = "last-check-ms",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub last_check_ms: Option<u64>,
+    /// The pods' allocations and the Pods that check compared.
+    #[serde(default)]
+    pub allocations: u64,
+    #[serde(default)]
+    pub pods: u64,
+    /// Every allocation whose pod is gone, leak or not, from that check.
+    #[serde(default)]
+    pub findings: Vec<LeakFinding>,
+    /// Leaked allocations released since the daemon started.
+    #[serde(default)]
+    pub released: u64,
+    /// Why the last attempt made no check (the API server could not list the
+    /// Pods, the host links could not be read); empty when it did.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+/// podnet: one allocation whose pod is gone, with the evidence, and for a leak
+/// since when it has been one and when it is released.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LeakFinding {
+    #[serde(flatten)]
+    pub finding: crate::ipam::leaks::Finding,
+    /// A leak in every check since (ms since the epoch).
+    #[serde(
+        rename = "leaked-since-ms",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub leaked_since_ms: Option<u64>,
+    /// When it is released, if it stays a leak (ms since the epoch).
+    #[serde(
+        rename = "release-at-ms",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub release_at_ms: Option<u64>,
+}
+
+impl LeakFinding {
+    /// The finding in a sentence: the evidence, and for a leak since when it has
+    /// been one and when it is released.
+    pub fn sentence(&self) -> String {
+        let mut s = self.finding.to_string();
+        if let Some(since) = self.leaked_since_ms {
+            s.push_str(&format!("; a leak in every check since {}", time_of(since)));
+            match self.release_at_ms {
+                Some(at) => s.push_str(&format!(", released at {} if it stays one", time_of(at))),
+                None => s.push_str(", never released (--ipam-release-leaked-after 0)"),
+            }
+        }
+        s
+    }
+}
+
+/// A time in ms since the epoch, as RFC 3339.
+pub fn time_of(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(|ms| k8s_openapi::jiff::Timestamp::from_millisecond(ms).ok())
+        .map(|t| t.to_string())
+        .unwrap_or_else(|| format!("{ms} ms after the epoch"))
 }
 
 /// podnet: packets the source check dropped on one host link: the pod sent with a

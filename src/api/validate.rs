@@ -75,6 +75,11 @@ pub fn printable(field: &str, value: &str, max: usize) -> Result<(), Refusal> {
     }
 }
 
+/// A pod's UID (`K8S_POD_UID`): printable, at most [`MAX_POD_UID_BYTES`].
+pub fn pod_uid(field: &str, value: &str) -> Result<(), Refusal> {
+    printable(field, value, MAX_POD_UID_BYTES)
+}
+
 /// An allocation's owner (`namespace/pod` or a container ID); empty is allowed.
 pub fn owner(value: &str) -> Result<(), Refusal> {
     printable("owner", value, MAX_OWNER_BYTES)
@@ -116,7 +121,7 @@ pub fn endpoint_change(req: &EndpointChangeRequest) -> Result<(), Refusal> {
     optional(&req.k8s_namespace, |v| {
         k8s_name("k8s-namespace", v, MAX_POD_NAMESPACE_BYTES)
     })?;
-    printable("k8s-uid", &req.k8s_uid, MAX_POD_UID_BYTES)?;
+    pod_uid("k8s-uid", &req.k8s_uid)?;
     optional(&req.interface_name, |v| ifname("interface-name", v))?;
     printable(
         "container-netns-path",

@@ -1,7 +1,8 @@
 //! `podnet explain <pod|ip|container-id>`: why this pod has this address, or why it
 //! has none (the matching allocations with their rule, range, times and state, and
 //! the recent failures with the troubleshooting hint, and the packets the source
-//! check dropped because the pod sent with an address it does not own).
+//! check dropped because the pod sent with an address it does not own, and what
+//! the last leak check found for the addresses).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -77,6 +78,10 @@ pub fn run(args: &ExplainArgs) -> i32 {
             "Spoofed:    {} packets ({} bytes) dropped on host link {} by the source check (a source address the pod does not own); forgotten in {} s unless more come",
             t.packets, t.bytes, t.host_link, t.expires_in_s
         );
+    }
+    for l in &ex.leaks {
+        println!();
+        println!("Leak check: {}", l.sentence());
     }
     for f in &ex.failures {
         println!();

@@ -1,5 +1,6 @@
 //! `podnet status`: the IPAM one-liner in Cilium's form, the node's ranges, the
-//! journal and DEL queue (with entries set aside as unreadable), and with
+//! journal and DEL queue (with entries set aside as unreadable), the leak check
+//! (its last result, each finding with its evidence), and with
 //! `--all-addresses` every address and its owner, the remote nodes of the
 //! cross-node datapath; `-o json` for scripts. A daemon that has started but
 //! does not serve yet is reported with what it waits for (exit 1: not ready).
@@ -10,7 +11,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::api::client::Client;
-use crate::api::models::{CrossNodeStatus, IpamStatus};
+use crate::api::models::{CrossNodeStatus, IpamStatus, LeakCheckStatus, time_of};
 use crate::api::start_note;
 
 /// `podnet status` options.
@@ -108,6 +109,11 @@ pub fn run(args: &StatusArgs) -> i32 {
         ),
     }
     println!("DEL queue:  {}", queue_line(ipam));
+    if let Some(leaks) = &ipam.leak_check {
+        for line in leak_lines(leaks) {
+            println!("{line}");
+        }
+    }
     let rr = &ipam.restore;
     println!(
         "Restore:    {} restored, {} expired, {} queued DELs replayed, {} released (link gone), {} orphan links removed, {} adopted from the kernel, {} outside the ranges",
@@ -167,6 +173,45 @@ fn queue_line(ipam: &IpamStatus) -> String {
     )
 }
 
+/// The leak check: its settings and last check, then one line per finding.
+fn leak_lines(leaks: &LeakCheckStatus) -> Vec<String> {
+    let every = match leaks.interval_s {
+        0 => "on demand only".to_string(),
+        s => format!("every {s}s"),
+    };
+    let release = match leaks.release_after_s {
+        Some(s) => format!("released after {s}s"),
+        None => "never released".into(),
+    };
+    let last = match leaks.last_check_ms {
+        Some(at) => {
+            let leaked = leaks
+                .findings
+                .iter()
+                .filter(|f| f.finding.is_leak())
+                .count();
+            format!(
+                "last check {}: {} allocations, {} pods, {leaked} leaked, {} other findings; {} released since start",
+                time_of(at),
+                leaks.allocations,
+                leaks.pods,
+                leaks.findings.len() - leaked,
+                leaks.released
+            )
+        }
+        None => "no check yet".into(),
+    };
+    let mut lines = vec![format!(
+        "Leak check: {every}, grace {}s, leaks {release}; {last}",
+        leaks.grace_s
+    )];
+    if !leaks.error.is_empty() {
+        lines.push(format!("  not checking: {}", leaks.error));
+    }
+    lines.extend(leaks.findings.iter().map(|f| format!("  {}", f.sentence())));
+    lines
+}
+
 /// The cross-node datapath: its mode, then one line per remote node.
 fn print_cross_node(x: &CrossNodeStatus) {
     let tunnel = match x.tunnel_local.as_str() {
@@ -216,5 +261,54 @@ mod tests {
             "{}",
             queue_line(&ipam)
         );
+    }
+
+    #[test]
+    fn the_leak_check_is_its_settings_its_last_check_and_a_line_per_finding() {
+        use crate::api::models::LeakFinding;
+        use crate::ipam::leaks::{Finding, PodGone, PodName, Verdict};
+        let mut leaks = LeakCheckStatus {
+            interval_s: 600,
+            grace_s: 600,
+            release_after_s: Some(3600),
+            ..Default::default()
+        };
+        assert_eq!(
+            leak_lines(&leaks),
+            ["Leak check: every 600s, grace 600s, leaks released after 3600s; no check yet"]
+        );
+        leaks.last_check_ms = Some(0);
+        leaks.allocations = 12;
+        leaks.pods = 11;
+        leaks.findings = vec![LeakFinding {
+            finding: Finding {
+                ip: "10.0.0.3".parse().unwrap(),
+                pod: PodName {
+                    namespace: "default".into(),
+                    name: "a".into(),
+                },
+                container_id: None,
+                pod_gone: PodGone::NoPod { uid: None },
+                verdict: Verdict::HostLinkUnknown,
+                age_seconds: 5,
+            },
+            leaked_since_ms: None,
+            release_at_ms: None,
+        }];
+        leaks.interval_s = 0;
+        leaks.release_after_s = None;
+        leaks.error = "the API server is down".into();
+        let lines = leak_lines(&leaks);
+        assert_eq!(
+            lines[0],
+            "Leak check: on demand only, grace 600s, leaks never released; last check 1970-01-01T00:00:00Z: 12 allocations, 11 pods, 0 leaked, 1 other findings; 0 released since start"
+        );
+        assert_eq!(lines[1], "  not checking: the API server is down");
+        assert!(
+            lines[2].starts_with("  10.0.0.3 (default/a, allocated 5s ago)"),
+            "{}",
+            lines[2]
+        );
+        assert_eq!(lines.len(), 3);
     }
 }

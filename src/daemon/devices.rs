@@ -1,8 +1,10 @@
 //! The daemon's own devices in the node namespace: the router device pair
 //! (`podnet_host`, the analog of `cilium_host`, carrying the router IPs, with its
-//! twin `podnet_net`), the forwarding and NDP-proxy sysctls pods need, and removal
-//! of garbage-collected attachments' host links.
+//! twin `podnet_net`), the forwarding and NDP-proxy sysctls pods need, removal
+//! of garbage-collected attachments' host links, and the link names the leak
+//! check weighs.
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -151,6 +153,14 @@ pub fn kernel_view() -> Result<KernelView, DeviceError> {
         });
     }
     Ok(view)
+}
+
+/// The names of the links in this namespace: the leak check's evidence that a
+/// sandbox is gone is that its host link is not among them.
+pub fn link_names() -> Result<BTreeSet<String>, DeviceError> {
+    let sock = NetlinkSocket::new().map_err(failed("reading host links"))?;
+    let links = sock.list_links().map_err(failed("reading host links"))?;
+    Ok(links.into_iter().map(|l| l.name).collect())
 }
 
 /// The addresses on the router device, if it exists (hints for a rebuild).

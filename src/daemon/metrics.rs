@@ -72,6 +72,11 @@ pub struct Metrics {
     pub queue_bad_entries: Gauge,
     pub drops: Family<DropLabels, Counter>,
     pub drop_bytes: Family<DropLabels, Counter>,
+    /// Allocations the last leak check found leaked (pod gone by UID, host link
+    /// gone, past the grace period).
+    pub leaks: Gauge,
+    /// Leaked allocations the leak check released.
+    pub leaks_released: Counter,
 }
 
 impl Metrics {
@@ -91,6 +96,8 @@ impl Metrics {
             queue_bad_entries: Gauge::default(),
             drops: Family::default(),
             drop_bytes: Family::default(),
+            leaks: Gauge::default(),
+            leaks_released: Counter::default(),
         };
         registry.register(
             "ipam_capacity",
@@ -146,6 +153,16 @@ impl Metrics {
             "drop_bytes",
             "Bytes dropped, by reason and family",
             m.drop_bytes.clone(),
+        );
+        registry.register(
+            "ipam_leaks",
+            "Allocations the last leak check found leaked: pod gone (by UID), host link gone, older than the grace period",
+            m.leaks.clone(),
+        );
+        registry.register(
+            "ipam_leaks_released",
+            "Leaked allocations the leak check released (--ipam-release-leaked-after)",
+            m.leaks_released.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -13,6 +13,7 @@ pub mod config;
 pub mod crossnode;
 mod devices;
 mod heap;
+pub mod leak_check;
 pub mod metrics;
 pub mod nft;
 pub mod options;
@@ -51,6 +52,8 @@ pub struct Daemon {
     /// writes the demand (which counts the waiting requests) without waiting out
     /// the update rate.
     demand_waiting: tokio::sync::Notify,
+    /// The leak check (the Kubernetes backend only).
+    leak_check: Option<Arc<leak_check::LeakCheck<crate::k8s::node_pods::NodePodsApi>>>,
 }
 
 impl Daemon {
@@ -139,6 +142,24 @@ impl Daemon {
         self.cross_node
             .as_ref()
             .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone())
+    }
+
+    /// Runs a leak check now (after the one under way, if any).
+    pub async fn check_leaks(
+        self: &Arc<Self>,
+    ) -> Result<crate::api::models::LeakCheckStatus, leak_check::LeakCheckError> {
+        match &self.leak_check {
+            Some(check) => check.run(&leak_check::DaemonFacts(self.clone())).await,
+            None => Err(leak_check::LeakCheckError::NoApiServer {
+                backend: self.backend.kind.into(),
+            }),
+        }
+    }
+
+    /// The leak check's last result, for status and explain (None when there is
+    /// no leak check).
+    pub fn leak_status(&self) -> Option<crate::api::models::LeakCheckStatus> {
+        self.leak_check.as_ref().map(|c| c.status())
     }
 
     /// DELs waiting in the on-disk queue (normally none while the daemon runs).

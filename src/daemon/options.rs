@@ -121,6 +121,25 @@ pub struct DaemonOptions {
     #[arg(long = "ipam-cilium-node-update-rate", default_value = "15s", value_parser = parse_duration)]
     pub node_update_rate: Duration,
 
+    /// Kubernetes backend: how often the leak check compares this node's
+    /// allocations with the Pods the API server lists on it and the host links
+    /// the kernel has (`POST /v1/ipam/leak-check` runs one now); 0 turns the
+    /// periodic check off.
+    #[arg(long = "ipam-leak-check-interval", default_value = "10m", value_parser = parse_duration)]
+    pub leak_check_interval: Duration,
+
+    /// How old an allocation must be before the leak check may call it a leak (an
+    /// ADD in progress has its address before the API server lists its Pod here):
+    /// the 10 minutes a pending allocation lives.
+    #[arg(long = "ipam-leak-grace", default_value = "10m", value_parser = parse_duration)]
+    pub leak_grace: Duration,
+
+    /// Release an allocation the leak check found leaked in every check for this
+    /// long (default 1h: ipam::leaks::DEFAULT_RELEASE_LEAKED_AFTER says why); 0
+    /// only reports leaks and releases none.
+    #[arg(long = "ipam-release-leaked-after", default_value = "1h", value_parser = parse_duration)]
+    pub release_leaked_after: Duration,
+
     /// native or tunnel (default: tunnel with the Kubernetes backend, as Cilium;
     /// native on the embedded backend and in ENI-class modes, which need it).
     #[arg(long = "routing-mode")]
@@ -309,6 +328,22 @@ mod tests {
         assert_eq!(o.cluster_pool_ipv4_mask_size, 24);
         assert_eq!(o.ipam_expiration, Duration::from_secs(600));
         assert_eq!(o.socket, PathBuf::from("/run/podnet/podnet.sock"));
+    }
+
+    #[test]
+    fn the_leak_checks_defaults_are_ipam_leaks_own() {
+        use crate::ipam::leaks::{DEFAULT_GRACE, DEFAULT_RELEASE_LEAKED_AFTER};
+        let o = parse(&[]).unwrap();
+        assert_eq!(o.leak_check_interval, Duration::from_secs(600));
+        assert_eq!(o.leak_grace, DEFAULT_GRACE);
+        assert_eq!(o.release_leaked_after, DEFAULT_RELEASE_LEAKED_AFTER);
+        let o = parse(&[
+            "--ipam-release-leaked-after=0",
+            "--ipam-leak-check-interval=30s",
+        ])
+        .unwrap();
+        assert_eq!(o.release_leaked_after, Duration::ZERO);
+        assert_eq!(o.leak_check_interval, Duration::from_secs(30));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The REST routes: Cilium's paths under `/v1` (plus podnet's `/v1/cni/gc` and
-//! `/v1/node`), mapped onto `IpamState` calls. Identifiers are checked
+//! The REST routes: Cilium's paths under `/v1` (plus podnet's `/v1/cni/gc`,
+//! `/v1/node` and `/v1/ipam/leak-check`), mapped onto `IpamState` calls. Identifiers are checked
 //! (`api::validate`) before any state call; each state call runs under the state
 //! mutex on the request's own worker thread, which hands its other tasks to another
 //! thread first (`Daemon::with_state_in_place`), because it commits to the journal
@@ -16,13 +16,14 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 
 use super::Daemon;
+use super::leak_check::LeakCheckError;
 use super::server::BODY_TIMEOUT;
 use super::state::{AllocateRequest, ApiError, ErrorKind};
 use crate::api::http::{ascii_json, decode_component, parse_query};
 use crate::api::models::{
     CONFIG_HEADER, CniReport, DaemonConfigurationStatus, EndpointBatchDeleteRequest,
-    EndpointChangeRequest, ExplainResponse, GcRequest, REASON_HEADER, SpoofedTraffic,
-    StatusResponse,
+    EndpointChangeRequest, ExplainResponse, GcRequest, LeakCheckStatus, LeakFinding, REASON_HEADER,
+    SpoofedTraffic, StatusResponse,
 };
 use crate::api::validate::{self, MAX_QUERY_BYTES, optional};
 use crate::ipam::Family;
@@ -103,6 +104,9 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
                 );
             }
             status.ipam.backend = Some(backend);
+            if let Some(leaks) = daemon.leak_status() {
+                add_leak_status(&mut status, leaks);
+            }
             status.ipam.cross_node = daemon.cross_node_status();
             // File I/O stays outside the state's lock.
             status.ipam.journal_bytes = std::fs::metadata(&status.ipam.journal)
@@ -150,6 +154,7 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             optional(&q("ifname"), |v| validate::ifname("ifname", v))?;
             optional(&q("network"), |v| validate::network("network", v))?;
             validate::printable("netns", &q("netns"), validate::MAX_PATH_BYTES)?;
+            optional(&q("pod-uid"), |v| validate::pod_uid("pod-uid", v))?;
             let areq = AllocateRequest {
                 family,
                 owner: q("owner"),
@@ -159,9 +164,14 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
                 ifname: non_empty(q("ifname")),
                 network: non_empty(q("network")),
                 netns: non_empty(q("netns")),
+                pod_uid: non_empty(q("pod-uid")),
             };
             let resp = daemon.allocate_next(areq).await?;
             Ok(json_reply(201, &resp))
+        }
+        (&Method::POST, ["v1", "ipam", "leak-check"]) => {
+            let status = daemon.check_leaks().await.map_err(leak_check_error)?;
+            Ok(json_reply(200, &status))
         }
         (&Method::POST, ["v1", "ipam", ip]) => {
             let ip = decode(ip)?;
@@ -249,6 +259,9 @@ async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, Api
             {
                 add_spoofed_traffic(&mut answer, listing.spoofers);
             }
+            if let Some(leaks) = daemon.leak_status() {
+                add_leaks(&mut answer, leaks.findings);
+            }
             Ok(json_reply(200, &answer))
         }
         (&Method::GET, ["metrics"]) => Ok(text_reply(daemon.metrics_text().await?)),
@@ -308,6 +321,66 @@ fn add_queue_status(status: &mut StatusResponse, waiting: usize, unreadable: &[P
         if unreadable.len() == 1 { "it" } else { "them" },
     );
     warn(status, warning);
+}
+
+/// The HTTP status of a leak check that made no report: 409 when the daemon has
+/// no leak check (its backend has no API server to list Pods from: the request
+/// conflicts with how it runs), 503 when the API server did not list the Pods
+/// (try again once it answers), 500 when the kernel's links could not be read,
+/// and a state failure's own (503 while the journal cannot commit a release).
+fn leak_check_error(e: LeakCheckError) -> ApiError {
+    let kind = match &e {
+        LeakCheckError::NoApiServer { .. } => ErrorKind::Conflict,
+        LeakCheckError::PodList(_) => ErrorKind::Unavailable,
+        LeakCheckError::HostLinks(_) | LeakCheckError::Task(_) => ErrorKind::Internal,
+        LeakCheckError::State(state) => state.kind,
+    };
+    ApiError::new(kind, e.to_string())
+}
+
+/// Adds the leak check to a status answer: leaks make the state a Warning, and
+/// so does a check that cannot list the Pods.
+fn add_leak_status(status: &mut StatusResponse, leaks: LeakCheckStatus) {
+    let leaked: Vec<String> = leaks
+        .findings
+        .iter()
+        .filter(|f| f.finding.is_leak())
+        .map(|f| format!("{} ({})", f.finding.ip, f.finding.pod))
+        .collect();
+    if !leaked.is_empty() {
+        warn(
+            status,
+            format!(
+                "{} leaked allocation{} ({}); podnet explain <ip> shows the evidence",
+                leaked.len(),
+                if leaked.len() == 1 { "" } else { "s" },
+                leaked.join(", ")
+            ),
+        );
+    }
+    if !leaks.error.is_empty() {
+        warn(status, format!("leak check: {}", leaks.error));
+    }
+    status.ipam.leak_check = Some(leaks);
+}
+
+/// Adds what the last leak check found for the answer's addresses to an explain
+/// answer, and says so in its summary.
+fn add_leaks(answer: &mut ExplainResponse, findings: Vec<LeakFinding>) {
+    answer.leaks = findings
+        .into_iter()
+        .filter(|f| {
+            answer
+                .addresses
+                .iter()
+                .any(|a| a.ip == f.finding.ip.to_string())
+        })
+        .collect();
+    for f in &answer.leaks {
+        answer
+            .summary
+            .push_str(&format!(". Leak check: {}", f.sentence()));
+    }
 }
 
 /// Makes an `Ok` state a `Warning` and adds `warning` to its message.
@@ -459,5 +532,116 @@ mod tests {
         add_queue_status(&mut s, 0, &many);
         assert_eq!(s.ipam.queue_unreadable, 40);
         assert_eq!(s.ipam.queue_unreadable_files.len(), UNREADABLE_NAMED);
+    }
+
+    fn leak_finding(ip: &str, host_link_present: bool) -> LeakFinding {
+        use crate::ipam::leaks::{Finding, PodGone, PodName, Verdict};
+        let host_link = "lxc-a".to_string();
+        LeakFinding {
+            finding: Finding {
+                ip: ip.parse().unwrap(),
+                pod: PodName {
+                    namespace: "default".into(),
+                    name: "a".into(),
+                },
+                container_id: None,
+                pod_gone: PodGone::NoPod {
+                    uid: Some("uid-a".into()),
+                },
+                verdict: match host_link_present {
+                    true => Verdict::HostLinkPresent { host_link },
+                    false => Verdict::Leak { host_link },
+                },
+                age_seconds: 700,
+            },
+            leaked_since_ms: (!host_link_present).then_some(0),
+            release_at_ms: (!host_link_present).then_some(3_600_000),
+        }
+    }
+
+    #[test]
+    fn leaks_and_a_check_that_cannot_list_make_a_warning() {
+        let mut s = status("Ok", "");
+        add_leak_status(&mut s, LeakCheckStatus::default());
+        assert_eq!(s.cilium, status("Ok", "").cilium);
+        assert!(s.ipam.leak_check.is_some());
+
+        let mut s = status("Ok", "");
+        let leaks = LeakCheckStatus {
+            findings: vec![
+                leak_finding("10.0.0.3", false),
+                leak_finding("10.0.0.4", true),
+            ],
+            ..Default::default()
+        };
+        add_leak_status(&mut s, leaks);
+        assert_eq!(s.cilium.state, "Warning");
+        assert_eq!(
+            s.cilium.msg,
+            "1 leaked allocation (10.0.0.3 (default/a)); podnet explain <ip> shows the evidence"
+        );
+
+        let mut s = status("Ok", "");
+        let failing = LeakCheckStatus {
+            error: "listing the Pods of node n1: refused".into(),
+            ..Default::default()
+        };
+        add_leak_status(&mut s, failing);
+        assert_eq!(
+            s.cilium.msg,
+            "leak check: listing the Pods of node n1: refused"
+        );
+    }
+
+    #[test]
+    fn explain_says_what_the_leak_check_found_for_its_addresses_only() {
+        let mut answer = ExplainResponse {
+            addresses: vec![crate::api::models::AddressExplanation {
+                ip: "10.0.0.3".into(),
+                ..Default::default()
+            }],
+            summary: "10.0.0.3 is bound".into(),
+            ..Default::default()
+        };
+        add_leaks(
+            &mut answer,
+            vec![
+                leak_finding("10.0.0.3", false),
+                leak_finding("10.0.0.9", false),
+            ],
+        );
+        assert_eq!(answer.leaks.len(), 1);
+        assert_eq!(
+            answer.summary,
+            "10.0.0.3 is bound. Leak check: 10.0.0.3 (default/a, allocated 700s ago): no pod with UID uid-a or its name on this node; host link lxc-a is gone: leaked; a leak in every check since 1970-01-01T00:00:00Z, released at 1970-01-01T01:00:00Z if it stays one"
+        );
+    }
+
+    #[test]
+    fn each_leak_check_failure_has_its_http_status() {
+        let status_of = |e| http_status(leak_check_error(e).kind);
+        assert_eq!(
+            status_of(LeakCheckError::NoApiServer {
+                backend: "embedded".into()
+            }),
+            409
+        );
+        let refused = kube::Error::ReadEvents(std::io::ErrorKind::ConnectionRefused.into());
+        assert_eq!(
+            status_of(LeakCheckError::PodList(
+                crate::k8s::node_pods::NodePodsError::List {
+                    node: "n1".into(),
+                    source: refused
+                }
+            )),
+            503
+        );
+        assert_eq!(
+            status_of(LeakCheckError::State(ApiError::new(
+                ErrorKind::Unavailable,
+                "journal"
+            ))),
+            503
+        );
     }
 }

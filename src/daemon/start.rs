@@ -15,6 +15,7 @@ use super::cniconf::CniConfError;
 use super::config::{BackendKind, ConfigError, DaemonConfig, DatapathMode, IpamMode, RoutingMode};
 use super::crossnode::PrerequisiteError;
 use super::devices::DeviceError;
+use super::leak_check;
 use super::options::DaemonOptions;
 use super::server::{self, SocketLock};
 use super::source_check::{self, SourceCheckError};
@@ -32,6 +33,7 @@ use crate::api::start_note;
 use crate::datapath::{NetkitSupport, probe_netkit};
 use crate::ipam::Family;
 use crate::ipam::pooldef::PoolDef;
+use crate::k8s::node_pods::NodePodsApi;
 use crate::node::external::{ExternalSink, ExternalSource};
 use crate::node::kubernetes::{KubernetesConfig, KubernetesMode, kubernetes_backend};
 use crate::node::manifest_source::ManifestSource;
@@ -536,6 +538,7 @@ async fn serve(s: Serving) -> Result<(), StartError> {
     let cross_node_status = cross_node
         .is_active()
         .then(|| crossnode::new_status(&cross_node));
+    let leak_check = leak_check_of(&s.checked, &s.opts);
     let daemon = Arc::new(Daemon {
         state: Mutex::new(s.state),
         queue: s.queue.queue,
@@ -544,8 +547,15 @@ async fn serve(s: Serving) -> Result<(), StartError> {
         node_events: tokio::sync::watch::Sender::new(0),
         source_check,
         demand_waiting: tokio::sync::Notify::new(),
+        leak_check: leak_check.clone(),
     });
     daemon.arm_timers(s.timers);
+    if let Some(check) = leak_check {
+        tokio::spawn(leak_check::periodic(
+            check,
+            leak_check::DaemonFacts(daemon.clone()),
+        ));
+    }
     if !s.opts.prometheus_serve_addr.is_empty() {
         spawn_metrics(&daemon, &s.opts.prometheus_serve_addr).await?;
     }
@@ -609,6 +619,33 @@ async fn spawn_metrics(daemon: &Arc<Daemon>, addr: &str) -> Result<(), StartErro
         async move { d.metrics_text().await.unwrap_or_else(|e| e.message) }
     }));
     Ok(())
+}
+
+/// The leak check, on the Kubernetes backend (every mode there has podnet hand
+/// out the pods' addresses); None on the others, which have no API server to
+/// list the node's Pods.
+fn leak_check_of(
+    checked: &Checked,
+    opts: &DaemonOptions,
+) -> Option<Arc<leak_check::LeakCheck<NodePodsApi>>> {
+    let BackendKind::Kubernetes { kubeconfig } = &checked.config.backend else {
+        return None;
+    };
+    let settings = leak_check::LeakSettings {
+        interval: opts.leak_check_interval,
+        grace: opts.leak_grace,
+        release_after: (!opts.release_leaked_after.is_zero()).then_some(opts.release_leaked_after),
+    };
+    tracing::info!(
+        interval = ?settings.interval,
+        grace = ?settings.grace,
+        release_after = ?settings.release_after,
+        "leak check on"
+    );
+    Some(Arc::new(leak_check::LeakCheck::new(
+        NodePodsApi::new(kubeconfig.clone(), checked.node_name.clone()),
+        settings,
+    )))
 }
 
 /// Runs the cross-node datapath, fed by every CiliumNode of the cluster (the

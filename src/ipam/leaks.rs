@@ -26,10 +26,10 @@ use std::fmt;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A Pod, namespace and name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PodName {
     pub namespace: String,
     pub name: String,
@@ -65,7 +65,7 @@ pub struct NodePod {
 }
 
 /// Why the check says an allocation's pod is gone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "reason", rename_all = "kebab-case")]
 pub enum PodGone {
     /// No Pod has the UID the allocation recorded, nor its name.
@@ -99,7 +99,7 @@ impl fmt::Display for PodGone {
 }
 
 /// What the check concluded for one allocation whose pod is gone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "kebab-case")]
 pub enum Verdict {
     /// Pod gone, host link gone, older than the grace period.
@@ -113,11 +113,11 @@ pub enum Verdict {
 }
 
 /// One allocation whose pod is gone, with the evidence.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finding {
     pub ip: IpAddr,
     pub pod: PodName,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
     pub pod_gone: PodGone,
     pub verdict: Verdict,
@@ -161,7 +161,7 @@ impl fmt::Display for Finding {
 }
 
 /// The check's result for one node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeakReport {
     /// The pods' allocations checked (the daemon's own addresses are not).
     pub allocations: usize,

@@ -4,11 +4,13 @@
 //! runs on Cilium 1.20's own CRDs as well as on its own (`deploy/crds/`), and
 //! waits for a CRD that is missing; one typed decode of what the API server
 //! sends, typed watches and lists, and the server-side-apply body ([`objects`]);
-//! and a watched kind's local copy, the one relist buffer ([`mirror`]).
+//! a watched kind's local copy, the one relist buffer ([`mirror`]); and this
+//! node's Pods and Events for the agent's leak check ([`node_pods`]).
 
 pub mod connect;
 pub mod discovery;
 pub mod mirror;
+pub mod node_pods;
 pub mod objects;
 
 pub use discovery::{CiliumKind, DiscoveryError, api_waiting, resolve, resolve_waiting};

@@ -161,6 +161,7 @@ fn allocate(
             .as_ref()
             .map(|n| n.display().to_string())
             .unwrap_or_default(),
+        pod_uid: env.args.pod_uid.as_deref().unwrap_or_default(),
         ..Default::default()
     });
     match answer {
@@ -457,6 +458,7 @@ impl Attempt<'_> {
             container_id: Some(self.container_id.to_string()),
             ifname: Some(self.ifname.to_string()),
             owner: Some(self.env.args.owner(self.container_id)),
+            pod_uid: self.env.args.pod_uid.clone(),
         })
     }
 

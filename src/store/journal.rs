@@ -585,6 +585,7 @@ mod tests {
             host_ifname: None,
             cooling_until_ms: None,
             selected_by: None,
+            pod_uid: None,
         }
     }
 

@@ -59,6 +59,11 @@ pub struct AllocationRecord {
     /// Why the address came from its pool (the pool-selection step), for explain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selected_by: Option<String>,
+    /// The UID of the pod it was allocated for (`K8S_POD_UID`), for the leak
+    /// check: a new pod of the same name is another pod. Journals written before
+    /// it existed have none, and an older podnet ignores it (docs/crash-safety.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
 }
 
 impl AllocationRecord {
@@ -110,5 +115,42 @@ impl EndpointRecord {
     /// The journal key of the endpoint of an attachment.
     pub fn key_of(container_id: &str, ifname: &str) -> String {
         format!("{container_id}:{ifname}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(json: serde_json::Value) -> AllocationRecord {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn a_record_without_a_pod_uid_loads_and_one_with_it_round_trips() {
+        let old = serde_json::json!({
+            "ip": "10.0.0.3", "family": "ipv4", "pool": "default", "owner": "ns/a",
+            "container_id": "c", "ifname": "eth0", "state": "bound", "allocated_at_ms": 1
+        });
+        assert_eq!(decode(old.clone()).pod_uid, None);
+        let mut new = old.clone();
+        new["pod_uid"] = "u-1".into();
+        let rec = decode(new.clone());
+        assert_eq!(rec.pod_uid.as_deref(), Some("u-1"));
+        assert_eq!(serde_json::to_value(&rec).unwrap(), new);
+        // Without a UID nothing is written: the record is as an older podnet wrote it.
+        assert_eq!(serde_json::to_value(decode(old.clone())).unwrap(), old);
+    }
+
+    #[test]
+    fn a_field_the_reader_does_not_know_is_ignored() {
+        // What lets a podnet that predates `pod_uid` read a record that has it
+        // (the record's serde derive never refused unknown fields).
+        let mut json = serde_json::json!({
+            "ip": "10.0.0.3", "family": "ipv4", "pool": "default", "owner": "ns/a",
+            "state": "bound", "allocated_at_ms": 1
+        });
+        json["a_field_from_a_newer_podnet"] = "x".into();
+        assert_eq!(decode(json).owner, "ns/a");
     }
 }

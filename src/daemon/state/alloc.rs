@@ -268,6 +268,7 @@ impl IpamState {
             host_ifname: None,
             cooling_until_ms: None,
             selected_by: None,
+            pod_uid: req.pod_uid.clone(),
         }
     }
 

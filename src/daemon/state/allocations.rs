@@ -50,6 +50,8 @@ struct Attachment {
     ifname: Option<NameId>,
     network: Option<NameId>,
     host_ifname: Option<Box<str>>,
+    /// The pod's UID (`K8S_POD_UID`), for the leak check.
+    pod_uid: Option<Box<str>>,
 }
 
 /// A pending address's expiration, a cooling address's end of cooldown.
@@ -146,6 +148,10 @@ impl<'a> Allocation<'a> {
         self.slot.attachment.as_ref()?.host_ifname.as_deref()
     }
 
+    pub fn pod_uid(&self) -> Option<&'a str> {
+        self.slot.attachment.as_ref()?.pod_uid.as_deref()
+    }
+
     pub fn expiration_uuid(&self) -> Option<&'a str> {
         self.slot.deadlines.as_ref()?.expiration_uuid.as_deref()
     }
@@ -183,6 +189,7 @@ impl<'a> Allocation<'a> {
             host_ifname: owned(self.host_ifname()),
             cooling_until_ms: self.cooling_until_ms(),
             selected_by: owned(self.selected_by()),
+            pod_uid: owned(self.pod_uid()),
         }
     }
 }
@@ -351,13 +358,15 @@ fn make_slot(names: &mut Names, rec: AllocationRecord) -> Slot {
     let attachment = (rec.container_id.is_some()
         || rec.ifname.is_some()
         || rec.network.is_some()
-        || rec.host_ifname.is_some())
+        || rec.host_ifname.is_some()
+        || rec.pod_uid.is_some())
     .then(|| {
         Box::new(Attachment {
             container_id: rec.container_id.map(String::into_boxed_str),
             ifname: rec.ifname.as_deref().map(|n| names.intern(n)),
             network: rec.network.as_deref().map(|n| names.intern(n)),
             host_ifname: rec.host_ifname.map(String::into_boxed_str),
+            pod_uid: rec.pod_uid.map(String::into_boxed_str),
         })
     });
     let deadlines = (rec.expiration_uuid.is_some()
@@ -402,6 +411,7 @@ mod tests {
             host_ifname: Some("lxc1".into()),
             cooling_until_ms: Some(44),
             selected_by: Some("pod-annotation".into()),
+            pod_uid: Some("6f1c2d3e-0000-4000-8000-00000000000a".into()),
         }
     }
 

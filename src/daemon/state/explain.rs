@@ -162,6 +162,7 @@ impl IpamState {
             failures,
             summary,
             spoofed_traffic: Vec::new(),
+            leaks: Vec::new(),
         }
     }
 

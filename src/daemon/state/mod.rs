@@ -10,6 +10,7 @@ mod allocations;
 mod effects;
 mod error;
 mod explain;
+mod leaks;
 mod pools;
 mod restore;
 #[cfg(test)]
@@ -137,6 +138,8 @@ pub struct AllocateRequest {
     /// The pod's netns: with `expiration` and the attachment, the endpoint is
     /// journaled (pending) in the allocation's commit.
     pub netns: Option<String>,
+    /// The pod's UID (`K8S_POD_UID`), recorded for the leak check.
+    pub pod_uid: Option<String>,
 }
 
 /// The IPAM state of one node.

@@ -521,6 +521,7 @@ impl IpamState {
                 host_ifname: Some(link.name.clone()),
                 cooling_until_ms: None,
                 selected_by: None,
+                pod_uid: marker.and_then(|m| m.pod_uid.clone()),
             };
             adopted.push(format!("{ip} ({})", link.name));
             if ip.is_ipv4() {
@@ -579,5 +580,6 @@ pub(super) fn infra_record(ip: IpAddr, owner: &str) -> AllocationRecord {
         host_ifname: None,
         cooling_until_ms: None,
         selected_by: None,
+        pod_uid: None,
     }
 }

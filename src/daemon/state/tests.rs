@@ -363,6 +363,7 @@ fn marker(journal_id: &str, seq: u64, cid: &str) -> LinkMarker {
         container_id: Some(cid.into()),
         ifname: Some("eth0".into()),
         owner: Some(format!("ns/{cid}")),
+        pod_uid: Some(format!("uid-{cid}")),
     }
 }
 
@@ -1130,6 +1131,7 @@ fn an_allocation_outside_the_node_ranges_is_kept_until_released() {
             host_ifname: None,
             cooling_until_ms: None,
             selected_by: None,
+            pod_uid: None,
         })])
         .unwrap();
     }
@@ -1301,6 +1303,8 @@ fn reconcile_adopts_links_the_journal_cannot_vouch_for_and_keeps_those_with_noth
         assert_eq!(rec.owner, owner);
         assert_eq!(rec.container_id.as_deref(), cid);
         assert_eq!(rec.host_ifname, Some(host_ifname(cid.unwrap(), "eth0")));
+        // The marker's pod UID comes with it (the leak check compares by UID).
+        assert_eq!(rec.pod_uid, cid.map(|c| format!("uid-{c}")));
     }
     let legacy = &record(&s, unmarked[0]);
     assert_eq!(
@@ -1308,6 +1312,7 @@ fn reconcile_adopts_links_the_journal_cannot_vouch_for_and_keeps_those_with_noth
         format!("{} [from kernel]", host_ifname("legacy", "eth0"))
     );
     assert_eq!(legacy.container_id, None);
+    assert_eq!(legacy.pod_uid, None);
     assert_eq!(state_of(&s, nothing[0]), None);
 
     // The endpoint comes back from the marker's container ID and interface.
@@ -2386,4 +2391,101 @@ fn restore_leaves_an_expired_attachment_with_its_endpoint_to_its_timer() {
     for ip in ips(&wired) {
         assert_eq!(state_of(&s, ip), Some(AllocationState::Bound));
     }
+}
+
+// The leak check's side of the state (state/leaks.rs).
+
+/// A wired ADD's allocation for pod `ns/<cid>` with UID `uid-<cid>`.
+fn pod_with_uid(cid: &str) -> AllocateRequest {
+    AllocateRequest {
+        pod_uid: Some(format!("uid-{cid}")),
+        ..wired_pod(cid)
+    }
+}
+
+#[test]
+fn an_allocation_keeps_its_pods_uid_across_a_restart() {
+    let dir = TempDir::new();
+    let setup = Setup::dual();
+    let mut s = start(&dir, &setup);
+    let with = s.allocate_next(&pod_with_uid("a")).unwrap();
+    let without = s.allocate_next(&pod("b")).unwrap();
+    assert_eq!(record(&s, v4(&with)).pod_uid.as_deref(), Some("uid-a"));
+    drop(s);
+    let s = start(&dir, &setup);
+    assert_eq!(record(&s, v4(&with)).pod_uid.as_deref(), Some("uid-a"));
+    assert_eq!(record(&s, v6(&with)).pod_uid.as_deref(), Some("uid-a"));
+    assert_eq!(record(&s, v4(&without)).pod_uid, None);
+}
+
+#[test]
+fn the_leak_candidates_are_the_pods_live_allocations_with_uid_link_and_age() {
+    let dir = TempDir::new();
+    let mut s = start(&dir, &Setup::dual());
+    let a = s.allocate_next(&pod_with_uid("a")).unwrap();
+    let by_cid = s.allocate_next(&plain("0123abcd", "")).unwrap();
+    let candidates = s.leak_candidates(now_ms() + 60_000);
+    let of = |ip: IpAddr| candidates.iter().find(|c| c.ip == ip).cloned();
+    let found = of(v4(&a)).expect("a candidate");
+    assert_eq!(
+        found.pod,
+        Some(crate::ipam::leaks::PodName {
+            namespace: "ns".into(),
+            name: "a".into()
+        })
+    );
+    assert_eq!(found.pod_uid.as_deref(), Some("uid-a"));
+    assert_eq!(found.container_id.as_deref(), Some("a"));
+    assert_eq!(found.host_link, Some(host_ifname("a", "eth0")));
+    assert!(found.age >= Duration::from_secs(60), "{:?}", found.age);
+    // An owner that names no pod is never a pod's; the daemon's own are left out.
+    assert_eq!(of(v4(&by_cid)).map(|c| c.pod), Some(None));
+    assert!(s.router_ips().iter().all(|r| of(*r).is_none()));
+}
+
+#[test]
+fn a_leak_is_released_with_its_attachment_and_one_that_changed_is_kept() {
+    let dir = TempDir::new();
+    let setup = Setup::dual().cooldown(Duration::ZERO);
+    let mut s = start(&dir, &setup);
+    let gone = s.allocate_next(&pod_with_uid("gone")).unwrap();
+    let moved = s.allocate_next(&pod_with_uid("moved")).unwrap();
+    let report = crate::ipam::leaks::check(
+        &s.leak_candidates(now_ms() + 3_600_000),
+        &[],
+        &BTreeSet::new(),
+        Duration::ZERO,
+    );
+    assert_eq!(report.leaks().count(), 4);
+    // Only the IPv4 finding of each: the attachment goes whole. The finding for
+    // "moved" names another container than its address holds now.
+    let findings: Vec<crate::ipam::leaks::Finding> = report
+        .leaks()
+        .filter(|f| f.ip.is_ipv4())
+        .map(|f| match f.container_id.as_deref() {
+            Some("moved") => crate::ipam::leaks::Finding {
+                container_id: Some("someone-else".into()),
+                ..f.clone()
+            },
+            _ => f.clone(),
+        })
+        .collect();
+    let released = s.release_leaked(&findings).unwrap();
+    assert_eq!(released, vec![v4(&gone), v6(&gone)]);
+    assert_eq!(state_of(&s, v4(&gone)), None);
+    assert_eq!(state_of(&s, v6(&gone)), None);
+    assert!(
+        !s.endpoints
+            .contains_key(&EndpointRecord::key_of("gone", "eth0"))
+    );
+    assert_eq!(state_of(&s, v4(&moved)), Some(AllocationState::Pending));
+    assert!(
+        s.endpoints
+            .contains_key(&EndpointRecord::key_of("moved", "eth0"))
+    );
+    // Journaled: a restart does not bring it back; a second release is a no-op.
+    drop(s);
+    let mut s = start(&dir, &setup);
+    assert_eq!(state_of(&s, v4(&gone)), None);
+    assert_eq!(s.release_leaked(&findings).unwrap(), Vec::<IpAddr>::new());
 }
