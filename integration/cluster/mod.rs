@@ -18,6 +18,7 @@ use crate::harness::*;
 use crate::scripted::*;
 
 mod faults;
+mod leaks;
 mod upgrade;
 
 const NODES: usize = 3;

@@ -1,0 +1,194 @@
+//! Day two on the cluster: an address whose pod and sandbox are gone without a
+//! DEL is found by the agent's leak check and released; one whose sandbox still
+//! runs is reported and never released.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use podnet::api::client::{Client, ClientError};
+use serde_json::Value;
+
+use super::*;
+
+/// The node the pods leak on.
+const NODE: &str = "node-2";
+/// `--ipam-release-leaked-after` for this cluster (the default is 1 h).
+const RELEASE_AFTER: Duration = Duration::from_secs(5);
+
+impl Cluster {
+    /// The agent's socket on `node`, as the host sees it (the node's /run/podnet
+    /// is a bind mount of its state dir).
+    fn agent_socket(&self, node: &str) -> PathBuf {
+        self.dir
+            .join("nodes")
+            .join(node)
+            .join("fs/run/podnet/podnet.sock")
+    }
+
+    /// `POST /v1/ipam/leak-check` on `node`'s agent, until it lists the Pods.
+    fn leak_check(&self, node: &str) -> Value {
+        let client = Client::new(self.agent_socket(node), Duration::from_secs(30));
+        self.wait_for(
+            &format!("a leak check on {node} that listed the Pods"),
+            || match client.call("POST", "/v1/ipam/leak-check", &[], None) {
+                Ok(r) => serde_json::from_slice(&r.body).ok(),
+                Err(ClientError::Status { status: 503, .. }) => None,
+                Err(e) => panic!("the leak check on {node}: {e}"),
+            },
+            || self.describe("kube-system"),
+        )
+    }
+
+    /// The agent's allocations on `node`: address -> owner.
+    fn node_allocations(&self, node: &str) -> BTreeMap<String, String> {
+        let out = Command::new(podnet_bin())
+            .args(["status", "-o", "json", "--socket"])
+            .arg(self.agent_socket(node))
+            .output()
+            .expect("podnet status");
+        assert!(out.status.success(), "podnet status on {node}: {out:?}");
+        let status: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+        status["status"]["ipam"]["allocations"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(ip, owner)| (ip.clone(), owner.as_str().unwrap_or_default().to_string()))
+            .collect()
+    }
+}
+
+/// The verdict of each finding of a check: address -> verdict.
+fn verdicts(check: &Value) -> BTreeMap<String, String> {
+    check["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| {
+            Some((
+                f["ip"].as_str()?.to_string(),
+                f["verdict"]["verdict"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// Two pods on node-2 lose their Pod objects while node-2's kubelet is down (so
+/// no CNI DEL comes): one's sandbox network is gone too (its host link deleted
+/// behind the runtime's back), the other's still runs. The agent's check (on
+/// demand, grace 0, release after 5 s, set in podnet's ConfigMap) reports the
+/// first as a leak with an `IPAMLeak` Event on the Node and releases it once it
+/// has been one for 5 s; the second is reported as `host-link-present` and keeps
+/// its address in every check.
+#[test]
+fn a_leaked_address_is_released_and_one_whose_sandbox_runs_is_kept() {
+    let test = "a_leaked_address_is_released_and_one_whose_sandbox_runs_is_kept";
+    let Some(cluster) = Cluster::start(test) else {
+        return;
+    };
+    let release_after = format!("{}s", RELEASE_AFTER.as_secs());
+    cluster.kubectl(&[
+        "create",
+        "configmap",
+        "-n",
+        "kube-system",
+        "podnet-config",
+        "--save-config",
+        "--from-literal=ipam-leak-check-interval=0",
+        "--from-literal=ipam-leak-grace=0s",
+        &format!("--from-literal=ipam-release-leaked-after={release_after}"),
+    ]);
+    cluster.install_podnet();
+    cluster.apply(&busybox_on("leaked", NODE));
+    cluster.apply(&busybox_on("kept", NODE));
+    let pods = cluster.wait_for(
+        "the two pods Ready",
+        || {
+            let all = cluster.pods("default", "app=pinned");
+            (all.len() == 2 && all.iter().all(ready)).then(|| placed(&cluster, "pinned"))
+        },
+        || cluster.describe("default"),
+    );
+    let ip_of = |pod: &str| {
+        pods.iter()
+            .find(|(name, _, _)| name == pod)
+            .map(|(_, _, ip)| ip.clone())
+            .unwrap_or_else(|| panic!("no address for {pod}: {pods:?}"))
+    };
+    let (leaked, kept) = (ip_of("leaked"), ip_of("kept"));
+
+    // No kubelet, no DEL: the node's kubelet killed (the runtime and the pods run on).
+    let pid_file = cluster.dir.join("pids").join(NODE).join("kubelet");
+    let pid = std::fs::read_to_string(&pid_file).expect("the kubelet's PID file");
+    let killed = Command::new("kill")
+        .args(["-KILL", pid.trim()])
+        .status()
+        .expect("kill");
+    assert!(killed.success(), "kill -KILL {pid}");
+    // The leaked pod's sandbox network goes behind the runtime's back.
+    let route = cluster.script_ok(&["exec", NODE, "ip", "-o", "route", "get", &leaked]);
+    let route = String::from_utf8_lossy(&route.stdout).to_string();
+    let host_link = route
+        .split_whitespace()
+        .skip_while(|w| *w != "dev")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no host link in {route:?}"))
+        .to_string();
+    cluster.script_ok(&["exec", NODE, "ip", "link", "del", &host_link]);
+    cluster.kubectl(&[
+        "delete",
+        "pod",
+        "leaked",
+        "kept",
+        "--force",
+        "--grace-period=0",
+    ]);
+
+    let first = cluster.leak_check(NODE);
+    let expected = BTreeMap::from([
+        (leaked.clone(), "leak".to_string()),
+        (kept.clone(), "host-link-present".to_string()),
+    ]);
+    assert_eq!(verdicts(&first), expected, "the first check: {first}");
+    assert_eq!(first["released"], 0, "{first}");
+    cluster.wait_for(
+        &format!("an IPAMLeak Event naming {leaked}"),
+        || {
+            let events = cluster.kubectl_json(&[
+                "get",
+                "events",
+                "-A",
+                "--field-selector",
+                "reason=IPAMLeak",
+            ]);
+            events["items"]
+                .as_array()?
+                .iter()
+                .any(|e| e["message"].as_str().is_some_and(|m| m.contains(&leaked)))
+                .then_some(())
+        },
+        || cluster.describe("default"),
+    );
+
+    std::thread::sleep(RELEASE_AFTER + Duration::from_secs(1));
+    let second = cluster.leak_check(NODE);
+    assert_eq!(second["released"], 1, "the second check: {second}");
+    let held = cluster.node_allocations(NODE);
+    assert!(
+        !held.contains_key(&leaked),
+        "{leaked} still allocated after its release: {held:?}"
+    );
+    assert!(held.contains_key(&kept), "{kept} lost: {held:?}");
+
+    std::thread::sleep(RELEASE_AFTER + Duration::from_secs(1));
+    let third = cluster.leak_check(NODE);
+    assert_eq!(
+        verdicts(&third),
+        BTreeMap::from([(kept.clone(), "host-link-present".to_string())]),
+        "the third check: {third}"
+    );
+    assert!(
+        cluster.node_allocations(NODE).contains_key(&kept),
+        "{kept}, whose sandbox runs, was released"
+    );
+}
