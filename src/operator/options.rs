@@ -300,12 +300,12 @@ mod tests {
         }
     }
 
-    fn resolve(args: &[&str]) -> Result<OperatorConfig, String> {
+    fn resolve(args: &[&str]) -> Result<OperatorConfig, Box<dyn std::error::Error>> {
         let mut all = vec!["--k8s-kubeconfig-path", "/dev/null"];
         all.extend_from_slice(args);
         let args: Vec<String> = all.iter().map(|s| s.to_string()).collect();
-        let opts = OperatorOptions::parse_with_config_dir(&args).map_err(|e| e.to_string())?;
-        OperatorConfig::resolve(&opts).map_err(|e| e.to_string())
+        let opts = OperatorOptions::parse_with_config_dir(&args)?;
+        Ok(OperatorConfig::resolve(&opts)?)
     }
 
     #[test]
@@ -320,7 +320,7 @@ mod tests {
             c.identity
         );
         assert_eq!(
-            resolve(&[]).unwrap_err(),
+            resolve(&[]).unwrap_err().to_string(),
             "cluster-pool-ipv4-cidr must be provided when using ClusterPool"
         );
         assert_eq!(
@@ -328,7 +328,8 @@ mod tests {
                 "--cluster-pool-ipv4-cidr=10.0.0.0/8",
                 "--cluster-pool-ipv6-cidr=fd00::/104"
             ])
-            .unwrap_err(),
+            .unwrap_err()
+            .to_string(),
             "cluster-pool-ipv6-cidr must not be set if IPv6 is disabled"
         );
         let e = resolve(&[
@@ -337,7 +338,8 @@ mod tests {
             "--cluster-pool-ipv6-cidr=fd00::/104",
             "--cluster-pool-ipv6-mask-size=121",
         ])
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("New CIDR set failed"), "{e}");
     }
 
@@ -366,7 +368,8 @@ mod tests {
             "--cluster-pool-ipv4-cidr=10.90.0.0/23",
             "--default-lb-service-ipam=metallb",
         ])
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("possible values: lbipam, nodeipam, none"), "{e}");
     }
 
@@ -389,9 +392,10 @@ mod tests {
             "--cluster-pool-ipv4-cidr=10.0.0.0/8",
             "--auto-create-cilium-pod-ip-pools=default=ipv4-cidrs:10.10.0.0/16;ipv4-mask-size:24",
         ])
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("needs --ipam multi-pool"), "{e}");
-        let e = resolve(&["--ipam", "eni"]).unwrap_err();
+        let e = resolve(&["--ipam", "eni"]).unwrap_err().to_string();
         assert!(e.contains("use cluster-pool or multi-pool"), "{e}");
     }
 
@@ -403,15 +407,22 @@ mod tests {
             Err(e) => Err(e),
         };
         let on = "--enable-cluster-pool-to-multi-pool-migration";
-        assert_eq!(into(&["--ipam=multi-pool", on]), Ok(Some("default".into())));
         assert_eq!(
-            into(&["--ipam=multi-pool", on, "--ipam-default-ip-pool=blue"]),
-            Ok(Some("blue".into()))
+            into(&["--ipam=multi-pool", on]).unwrap(),
+            Some("default".into())
         );
-        assert_eq!(into(&["--ipam=multi-pool"]), Ok(None));
-        let e = into(&["--ipam=multi-pool", on, "--ipam-default-ip-pool="]).unwrap_err();
+        assert_eq!(
+            into(&["--ipam=multi-pool", on, "--ipam-default-ip-pool=blue"]).unwrap(),
+            Some("blue".into())
+        );
+        assert_eq!(into(&["--ipam=multi-pool"]).unwrap(), None);
+        let e = into(&["--ipam=multi-pool", on, "--ipam-default-ip-pool="])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("needs --ipam-default-ip-pool"), "{e}");
-        let e = resolve(&["--cluster-pool-ipv4-cidr=10.0.0.0/8", on]).unwrap_err();
+        let e = resolve(&["--cluster-pool-ipv4-cidr=10.0.0.0/8", on])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("enable-cluster-pool-to-multi-pool-migration needs --ipam multi-pool"),
             "{e}"
