@@ -35,6 +35,7 @@ use ipnet::IpNet;
 
 use crate::ipam::Family;
 use crate::ipam::clusterpool::ClusterPoolError;
+use crate::ipam::pool_operator::PoolsRefused;
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::MetadataSource;
 use crate::k8s::connect::ConnectError;
@@ -70,10 +71,9 @@ pub enum NodeError {
     /// A manifest directory (`--pool-dir`, `--metadata-dir`) cannot be read.
     #[error(transparent)]
     Manifests(#[from] ManifestError),
-    /// The pool definitions do not fit this node (`ipam`'s words: which pool,
-    /// which block, why).
-    #[error("{0}")]
-    Pools(String),
+    /// The pool definitions do not fit this node (which pool, which block, why).
+    #[error(transparent)]
+    Pools(PoolsRefused),
     /// The node ran cluster-pool and is restarted in multi-pool mode without the
     /// migration.
     #[error(

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args};
 
 use super::lbipam::services::{DefaultIpam, Settings};
-use super::multi_pool::auto_create::{self, OPT_AUTO_CREATE};
+use super::multi_pool::auto_create::{self, AutoCreateError, OPT_AUTO_CREATE};
 use crate::ipam::clusterpool::{
     ClusterPoolConfig, ClusterPoolError, DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE,
     OPT_IPV4_CIDR, OPT_IPV6_CIDR, parse_cidr_list,
@@ -195,9 +195,8 @@ pub enum ConfigError {
     NoNamespace,
     #[error(transparent)]
     ClusterPool(#[from] ClusterPoolError),
-    /// `--auto-create-cilium-pod-ip-pools` (the pool grammar's own message).
-    #[error("{0}")]
-    AutoCreate(String),
+    #[error(transparent)]
+    AutoCreate(#[from] AutoCreateError),
 }
 
 impl OperatorConfig {
@@ -207,8 +206,7 @@ impl OperatorConfig {
         let ipam = match opts.ipam.as_str() {
             "cluster-pool" => OperatorIpam::ClusterPool(cluster_pool(opts)?),
             "multi-pool" => OperatorIpam::MultiPool {
-                auto_create: auto_create::parse(&opts.auto_create_cilium_pod_ip_pools)
-                    .map_err(ConfigError::AutoCreate)?,
+                auto_create: auto_create::parse(&opts.auto_create_cilium_pod_ip_pools)?,
                 migrate_into: migration(opts)?,
             },
             other => return Err(ConfigError::UnsupportedIpam(other.to_string())),

@@ -52,17 +52,20 @@ enum Requirement {
     Absent(String),
 }
 
+/// A part of the `match-node-labels` annotation that is not a requirement.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{MATCH_NODE_LABELS_ANNOTATION}: {0:?} is not a requirement; write key=value, key!=value, key or !key, separated by commas"
+)]
+pub struct NotARequirement(String);
+
 /// Parses `match-node-labels`: comma-separated `key=value`, `key==value`,
 /// `key!=value`, `key` or `!key` (the equality subset of Kubernetes' selector
 /// syntax).
-fn parse_match(text: &str) -> Result<Vec<Requirement>, String> {
+fn parse_match(text: &str) -> Result<Vec<Requirement>, NotARequirement> {
     let mut out = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || {
-            format!(
-                "{MATCH_NODE_LABELS_ANNOTATION}: {part:?} is not a requirement; write key=value, key!=value, key or !key, separated by commas"
-            )
-        };
+        let bad = || NotARequirement(part.to_string());
         let valid = |s: &str| {
             !s.is_empty()
                 && s.chars()
@@ -113,7 +116,7 @@ pub fn ingress(
     svc: &NodeIpamService,
     nodes: &[NodeView],
     endpoint_nodes: &BTreeSet<String>,
-) -> Result<Vec<IpAddr>, String> {
+) -> Result<Vec<IpAddr>, NotARequirement> {
     let reqs = match &svc.match_node_labels {
         Some(text) => parse_match(text)?,
         None => Vec::new(),
@@ -233,7 +236,9 @@ mod tests {
         assert_eq!(run("zone!=east"), ["10.0.0.3", "192.0.2.1"]);
         assert_eq!(run("!zone, "), ["10.0.0.3", "192.0.2.1"]);
         assert!(run("zone=west").is_empty());
-        let e = ingress(&with("zone in (east)"), &cluster(), &none).unwrap_err();
+        let e = ingress(&with("zone in (east)"), &cluster(), &none)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"zone in (east)\" is not a requirement"), "{e}");
         assert!(ingress(&with("=x"), &cluster(), &none).is_err());
     }

@@ -161,8 +161,10 @@ impl Controller {
         for svc in self.services.objects() {
             let status = if serves(svc, self.default_ipam) {
                 let key = key_of(svc);
+                // An invalid annotation is reported in the Service's condition.
                 let wanted =
-                    addresses::ingress(&request(svc), &nodes, endpoints.get(&key).unwrap_or(&none));
+                    addresses::ingress(&request(svc), &nodes, endpoints.get(&key).unwrap_or(&none))
+                        .map_err(|e| e.to_string());
                 let mut have = ingress_ips(svc);
                 have.sort();
                 let invalid = condition(svc, VALID_CONDITION);
