@@ -57,12 +57,6 @@ fn block_addresses(family: Family, mask: u8) -> u128 {
     }
 }
 
-/// Sorts CIDRs the Cilium way: IPv4 (by address, then prefix length), then
-/// IPv6 (`IpNet`'s order).
-fn sort_cidrs(cidrs: &mut [IpNet]) {
-    cidrs.sort();
-}
-
 /// The smallest list of prefixes covering `[start, end]` (inclusive).
 fn range_prefixes(family: Family, start: u128, end: u128) -> Vec<IpNet> {
     let bits = u32::from(family.bits());
@@ -544,7 +538,7 @@ impl PoolOperator {
                 entry.allow_first_ip = allow_first_ip;
                 entry.allow_last_ip = allow_last_ip;
                 entry.cidrs.extend(carved);
-                sort_cidrs(&mut entry.cidrs);
+                entry.cidrs.sort();
             }
         }
         if changed {
@@ -819,7 +813,7 @@ pub fn check_migration(
 pub fn migrated_allocation(default_pool: &PoolDef, node_pod_cidrs: &[IpNet]) -> AllocatedPool {
     let set: BTreeSet<IpNet> = node_pod_cidrs.iter().map(IpNet::trunc).collect();
     let mut cidrs: Vec<IpNet> = set.into_iter().collect();
-    sort_cidrs(&mut cidrs);
+    cidrs.sort();
     AllocatedPool {
         pool: default_pool.name.clone(),
         allow_first_ip: default_pool.allow_first_ip,
@@ -991,7 +985,7 @@ mod tests {
             net("10.0.2.0/24"),
             net("10.0.2.0/23"),
         ];
-        sort_cidrs(&mut v);
+        v.sort();
         assert_eq!(
             v,
             [

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use crate::operator::lbipam::pools::Family;
+use crate::ipam::Family;
 
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
@@ -17,7 +17,7 @@ pub const MATCH_NODE_LABELS_ANNOTATION: &str = "io.cilium.nodeipam/match-node-la
 
 /// What Node IPAM reads of a Node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeView {
+pub struct NodeIpamNode {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<String>,
@@ -25,7 +25,7 @@ pub struct NodeView {
     pub addresses: Vec<(String, IpAddr)>,
 }
 
-impl NodeView {
+impl NodeIpamNode {
     fn excluded(&self) -> bool {
         self.labels.contains_key(EXCLUDE_LABEL)
             || self.taints.iter().any(|t| t == TO_BE_DELETED_TAINT)
@@ -36,7 +36,7 @@ impl NodeView {
         let of = |kind: &str| {
             self.addresses
                 .iter()
-                .find(|(t, ip)| t == kind && Family::of(ip) == family)
+                .find(|(t, ip)| t == kind && Family::of_addr(ip) == family)
                 .map(|(_, ip)| *ip)
         };
         of("ExternalIP").or_else(|| of("InternalIP"))
@@ -114,7 +114,7 @@ pub struct NodeIpamService {
 /// the nodes of its ready endpoints (used for `Local` only).
 pub fn ingress(
     svc: &NodeIpamService,
-    nodes: &[NodeView],
+    nodes: &[NodeIpamNode],
     endpoint_nodes: &BTreeSet<String>,
 ) -> Result<Vec<IpAddr>, NotARequirement> {
     let reqs = match &svc.match_node_labels {
@@ -139,8 +139,8 @@ pub fn ingress(
 mod tests {
     use super::*;
 
-    fn node(name: &str, addrs: &[(&str, &str)]) -> NodeView {
-        NodeView {
+    fn node(name: &str, addrs: &[(&str, &str)]) -> NodeIpamNode {
+        NodeIpamNode {
             name: name.into(),
             addresses: addrs
                 .iter()
@@ -154,7 +154,7 @@ mod tests {
         v.into_iter().map(|i| i.to_string()).collect()
     }
 
-    fn cluster() -> Vec<NodeView> {
+    fn cluster() -> Vec<NodeIpamNode> {
         let mut b = node(
             "b",
             &[("InternalIP", "10.0.0.2"), ("InternalIP", "fd00::2")],
