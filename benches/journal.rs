@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use podnet::store::{AllocationRecord, Journal, JournalOp, now_ms};
+use podnet::store::{AllocationRecord, Journal, JournalOp, StoreError, now_ms};
 
 fn config() -> Criterion {
     Criterion::default()
@@ -120,7 +120,7 @@ fn restore(c: &mut Criterion) {
         j.for_each_allocation(|r| {
             n += 1;
             black_box(r);
-            Ok(())
+            Ok::<_, StoreError>(())
         })
         .expect("read");
         (n, snapshot)

@@ -11,7 +11,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use podnet::operator::lbipam::pools::{Family, Pool, sort_pools};
+use podnet::ipam::Family;
+use podnet::operator::lbipam::pools::{Pool, sort_pools};
 use podnet::operator::lbipam::services::{DefaultIpam, ServicePlan, ServiceView, Settings, plan};
 use podnet::resources::{CiliumLoadBalancerIPPool, decode};
 

@@ -2,8 +2,6 @@
 //! `Sandbox`es (pod netns), and `plugin()` to run the real plugin binary in the
 //! node namespace with CNI variables. Everything is removed on drop.
 
-#![allow(dead_code)]
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -30,7 +30,7 @@ pub fn lint_cidr_groups(files: &[impl AsRef<Path>]) -> Vec<Finding> {
         let objects = match parse_objects(&text, &source) {
             Ok(o) => o,
             Err(e) => {
-                out.push(error(e));
+                out.push(error(e.to_string()));
                 continue;
             }
         };

@@ -221,7 +221,7 @@ fn lint_multi_pool(
                 out.push(error(format!("against the running daemon's blocks: {e}")));
             }
         }
-        Err(e) => out.push(error(e)),
+        Err(e) => out.push(error(e.to_string())),
     }
     defs.iter()
         .flat_map(|d| {

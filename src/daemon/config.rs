@@ -565,10 +565,10 @@ mod tests {
         assert_eq!((d[0].needed.ipv4_addrs, d[0].needed.ipv6_addrs), (1, 1));
     }
 
-    fn resolve(args: &[&str]) -> Result<DaemonConfig, String> {
+    fn resolve(args: &[&str]) -> Result<DaemonConfig, Box<dyn std::error::Error>> {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let opts = DaemonOptions::parse_with_config_dir(&args).map_err(|e| e.to_string())?;
-        DaemonConfig::resolve(&opts).map_err(|e| e.to_string())
+        let opts = DaemonOptions::parse_with_config_dir(&args)?;
+        Ok(DaemonConfig::resolve(&opts)?)
     }
 
     #[test]
@@ -605,15 +605,22 @@ mod tests {
             "--cluster-pool-ipv6-cidr",
             "fd00::/104",
         ])
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("must not be set if IPv6 is disabled"), "{e}");
-        let e = resolve(&["--ipam", "eni", "--routing-mode", "tunnel"]).unwrap_err();
+        let e = resolve(&["--ipam", "eni", "--routing-mode", "tunnel"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("routing-mode=native"), "{e}");
-        let e = resolve(&["--ipam", "crd"]).unwrap_err();
+        let e = resolve(&["--ipam", "crd"]).unwrap_err().to_string();
         assert!(e.contains("--node-resource"), "{e}");
-        let e = resolve(&["--datapath-mode", "ebpf"]).unwrap_err();
+        let e = resolve(&["--datapath-mode", "ebpf"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not one of veth"), "{e}");
-        let e = resolve(&["--routing-mode", "overlay"]).unwrap_err();
+        let e = resolve(&["--routing-mode", "overlay"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not one of native, tunnel"), "{e}");
     }
 
@@ -622,7 +629,9 @@ mod tests {
         let c = resolve(&[]).unwrap().cross_node;
         assert_eq!(c.routing, RoutingMode::Native);
         assert!(!c.is_active(), "{c:?}");
-        let e = resolve(&["--routing-mode", "tunnel"]).unwrap_err();
+        let e = resolve(&["--routing-mode", "tunnel"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("needs the Kubernetes backend"), "{e}");
         let c = resolve(&["--enable-ipv4-masquerade"]).unwrap().cross_node;
         assert!(c.masquerade_v4 && !c.masquerade_v6 && c.is_active());
@@ -662,7 +671,7 @@ mod tests {
         ] {
             let mut args = kc.to_vec();
             args.push(bad);
-            let e = resolve(&args).unwrap_err();
+            let e = resolve(&args).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
     }
@@ -685,7 +694,9 @@ mod tests {
             c.fixed_routers.get(&Family::V4),
             Some(&"169.254.0.1".parse::<IpAddr>().unwrap())
         );
-        let e = resolve(&["--local-router-ipv4", "fd00::1"]).unwrap_err();
+        let e = resolve(&["--local-router-ipv4", "fd00::1"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not an IPv4 address"), "{e}");
     }
 
@@ -703,7 +714,7 @@ mod tests {
         let m = c.multi_pool.unwrap();
         assert_eq!(m.pre_allocation.get("mars"), Some(&4));
         assert_eq!(c.node_labels.get("rack").map(String::as_str), Some("7"));
-        let e = resolve(&["--node-labels", "zone"]).unwrap_err();
+        let e = resolve(&["--node-labels", "zone"]).unwrap_err().to_string();
         assert!(e.contains("not key=value"), "{e}");
     }
 }

@@ -30,7 +30,7 @@ pub struct DeviceError {
 }
 
 /// Wraps a datapath error with what was being done.
-fn failed(action: impl Into<String>) -> impl FnOnce(DatapathError) -> DeviceError {
+pub(crate) fn failed(action: impl Into<String>) -> impl FnOnce(DatapathError) -> DeviceError {
     let action = action.into();
     move |source| DeviceError { action, source }
 }
@@ -234,10 +234,10 @@ pub fn delete_links_checked(links: &[LinkRef]) -> Result<(), DeviceError> {
 
 /// The podnet marker of the host link `name`: none when the link is gone or
 /// carries none; an error when netlink could not be asked.
-pub fn host_link_marker(name: &str) -> Result<Option<LinkMarker>, String> {
+pub fn host_link_marker(name: &str) -> Result<Option<LinkMarker>, DeviceError> {
     let link = NetlinkSocket::new()
         .and_then(|sock| sock.link_by_name(name))
-        .map_err(|e| format!("looking up host link {name}: {e}"))?;
+        .map_err(failed(format!("looking up host link {name}")))?;
     Ok(link.and_then(|l| l.alias.as_deref().and_then(LinkMarker::parse)))
 }
 

@@ -261,7 +261,7 @@ pub fn run(args: &[String]) -> i32 {
     let opts = match DaemonOptions::parse_with_config_dir(args) {
         Ok(o) => o,
         Err(OptionsError::Flags(e)) => e.exit(),
-        Err(OptionsError::ConfigDir(e)) => {
+        Err(e @ OptionsError::ConfigDir { .. }) => {
             eprintln!("podnet daemon: {e}");
             return 1;
         }

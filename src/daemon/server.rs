@@ -6,6 +6,7 @@
 //! request head and body so a stalled client does not hold its task forever.
 
 use std::fs::{File, OpenOptions};
+use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -42,9 +43,82 @@ impl SocketLock {
     }
 }
 
+/// Why the daemon cannot take its socket: the directory, the lock or the bind.
+/// Each says which path and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error("cannot create {what} {}: {source}", .path.display())]
+    CreateDir {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{what} {}: {source}", .path.display())]
+    ReadDir {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{what} {} is not a directory", .path.display())]
+    NotADirectory { what: &'static str, path: PathBuf },
+    #[error(
+        "{what} {} is writable by group or others (mode {mode:o}); refusing to use it: chmod go-w it or pick another path",
+        .path.display()
+    )]
+    WritableByOthers {
+        what: &'static str,
+        path: PathBuf,
+        mode: u32,
+    },
+    #[error("{what} {} is owned by uid {uid}, not by the daemon's user", .path.display())]
+    NotOwned {
+        what: &'static str,
+        path: PathBuf,
+        uid: u32,
+    },
+    #[error("cannot open lock file {}: {source}", .path.display())]
+    OpenLock {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "another podnet daemon is already serving on {} (it holds {}); stop it first or give this one its own --socket",
+        .socket.display(),
+        .lock.display()
+    )]
+    AlreadyServed { socket: PathBuf, lock: PathBuf },
+    #[error("cannot lock {}: {source}", .path.display())]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: nix::errno::Errno,
+    },
+    #[error("cannot remove stale socket {}: {source}", .path.display())]
+    RemoveStale {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot listen on {}: {source}", .path.display())]
+    Listen {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot chmod {}: {source}", .path.display())]
+    Chmod {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
 /// Creates the socket's directory (0700) if needed and takes the daemon lock.
 /// Refuses when another daemon holds it, or when the directory is writable by others.
-pub fn lock_socket(socket: &Path) -> Result<SocketLock, String> {
+pub fn lock_socket(socket: &Path) -> Result<SocketLock, SocketError> {
     let dir = socket
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -57,16 +131,21 @@ pub fn lock_socket(socket: &Path) -> Result<SocketLock, String> {
         .write(true)
         .mode(0o600)
         .open(&lock_path)
-        .map_err(|e| format!("cannot open lock file {}: {e}", lock_path.display()))?;
+        .map_err(|source| SocketError::OpenLock {
+            path: lock_path.clone(),
+            source,
+        })?;
     let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
         if errno == nix::errno::Errno::EWOULDBLOCK {
-            format!(
-                "another podnet daemon is already serving on {} (it holds {}); stop it first or give this one its own --socket",
-                socket.display(),
-                lock_path.display()
-            )
+            SocketError::AlreadyServed {
+                socket: socket.to_path_buf(),
+                lock: lock_path.clone(),
+            }
         } else {
-            format!("cannot lock {}: {errno}", lock_path.display())
+            SocketError::Lock {
+                path: lock_path.clone(),
+                source: errno,
+            }
         }
     })?;
     Ok(SocketLock {
@@ -76,47 +155,65 @@ pub fn lock_socket(socket: &Path) -> Result<SocketLock, String> {
 }
 
 /// Creates `dir` with mode 0700 if missing; refuses an existing one that group or
-/// others can write, or that root does not own.
-pub fn ensure_private_dir(dir: &Path, what: &str) -> Result<(), String> {
+/// others can write, or that root does not own. `what` names the directory.
+pub fn ensure_private_dir(dir: &Path, what: &'static str) -> Result<(), SocketError> {
+    let path = || dir.to_path_buf();
     if !dir.exists() {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(|e| format!("cannot create {what} {}: {e}", dir.display()))?;
+            .map_err(|source| SocketError::CreateDir {
+                what,
+                path: path(),
+                source,
+            })?;
     }
-    let meta = std::fs::metadata(dir).map_err(|e| format!("{what} {}: {e}", dir.display()))?;
+    let meta = std::fs::metadata(dir).map_err(|source| SocketError::ReadDir {
+        what,
+        path: path(),
+        source,
+    })?;
     if !meta.is_dir() {
-        return Err(format!("{what} {} is not a directory", dir.display()));
+        return Err(SocketError::NotADirectory { what, path: path() });
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{what} {} is writable by group or others (mode {:o}); refusing to use it: chmod go-w it or pick another path",
-            dir.display(),
-            meta.mode() & 0o7777
-        ));
+        return Err(SocketError::WritableByOthers {
+            what,
+            path: path(),
+            mode: meta.mode() & 0o7777,
+        });
     }
     if meta.uid() != nix::unistd::geteuid().as_raw() {
-        return Err(format!(
-            "{what} {} is owned by uid {}, not by the daemon's user",
-            dir.display(),
-            meta.uid()
-        ));
+        return Err(SocketError::NotOwned {
+            what,
+            path: path(),
+            uid: meta.uid(),
+        });
     }
     Ok(())
 }
 
 /// Binds the socket (removing a stale file first; the lock proves nobody serves it)
 /// with mode 0600.
-pub fn bind(socket: &Path) -> Result<UnixListener, String> {
+pub fn bind(socket: &Path) -> Result<UnixListener, SocketError> {
+    let path = || socket.to_path_buf();
     if socket.exists() {
-        std::fs::remove_file(socket)
-            .map_err(|e| format!("cannot remove stale socket {}: {e}", socket.display()))?;
+        std::fs::remove_file(socket).map_err(|source| SocketError::RemoveStale {
+            path: path(),
+            source,
+        })?;
     }
-    let listener = UnixListener::bind(socket)
-        .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("cannot chmod {}: {e}", socket.display()))?;
+    let listener = UnixListener::bind(socket).map_err(|source| SocketError::Listen {
+        path: path(),
+        source,
+    })?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
+        SocketError::Chmod {
+            path: path(),
+            source,
+        }
+    })?;
     Ok(listener)
 }
 

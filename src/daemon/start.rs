@@ -17,11 +17,11 @@ use super::crossnode::PrerequisiteError;
 use super::devices::DeviceError;
 use super::leak_check;
 use super::options::DaemonOptions;
-use super::server::{self, SocketLock};
+use super::server::{self, SocketError, SocketLock};
 use super::source_check::{self, SourceCheckError};
 use super::state::{
-    ApiError, IpamState, JournalOrigin, MultiPoolSettings, NODE_META_KEY, PoolingMode, StateConfig,
-    Timer,
+    ApiError, IpamState, JournalOrigin, MultiPoolSettings, NODE_META_KEY, PoolingMode,
+    RestoreError, StateConfig, Timer,
 };
 use super::{
     Daemon, ReplayError, apply_node_events, apply_queued, cniconf, crossnode, devices,
@@ -41,6 +41,7 @@ use crate::node::{
     BackendHealth, EmbeddedMode, EmbeddedOperator, NodeError, NodeOperator, NodeResource, NodeSink,
     NodeSource, NodeView,
 };
+use crate::process::metrics_server::MetricsBindError;
 use crate::process::shutdown_signal;
 use crate::store::{Journal, Snapshot, StoreError, now_ms};
 
@@ -63,34 +64,36 @@ pub enum StartError {
     },
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),
-    #[error("{0}")]
-    SocketLock(String),
+    #[error(transparent)]
+    SocketLock(SocketError),
     #[error(transparent)]
     SourceCheck(#[from] SourceCheckError),
-    #[error("{0}")]
-    StateDirectory(String),
+    #[error(transparent)]
+    StateDirectory(SocketError),
     #[error(transparent)]
     Journal(#[from] JournalOpenError),
     #[error("{0}")]
     NodeBackend(#[source] NodeError),
     #[error("{0}")]
     NodeOperator(#[source] NodeError),
-    #[error("{0}")]
-    Restore(String),
+    #[error(transparent)]
+    Restore(RestoreError),
     #[error("{0}")]
     DeleteQueue(#[from] ReplayError),
     #[error("{0}")]
     KernelView(#[source] DeviceError),
-    #[error("{0}")]
-    KernelReconcile(String),
+    #[error(transparent)]
+    KernelReconcile(RestoreError),
     #[error("{0}")]
     Teardown(#[source] DeviceError),
     #[error("{0}")]
     TeardownJournal(#[source] ApiError),
     #[error("{0}")]
     RouterDevice(#[source] DeviceError),
-    #[error("{0}")]
-    Serve(String),
+    #[error(transparent)]
+    Serve(SocketError),
+    #[error(transparent)]
+    Metrics(#[from] MetricsBindError),
     #[error("{0}")]
     CniConfig(#[from] CniConfError),
     #[error("cannot clear {}: {source}", .path.display())]
@@ -123,7 +126,7 @@ impl StartError {
             StartError::KernelReconcile(_) => "kernel reconcile",
             StartError::Teardown(_) | StartError::TeardownJournal(_) => "teardown",
             StartError::RouterDevice(_) => "router device",
-            StartError::Serve(_) => "serve",
+            StartError::Serve(_) | StartError::Metrics(_) => "serve",
             StartError::CniConfig(_) => "CNI config",
             StartError::StartNote { .. } => "start note",
         }
@@ -610,9 +613,7 @@ async fn serve(s: Serving) -> Result<(), StartError> {
 
 /// Serves the metrics on `addr`.
 async fn spawn_metrics(daemon: &Arc<Daemon>, addr: &str) -> Result<(), StartError> {
-    let tcp = server::bind_metrics(addr)
-        .await
-        .map_err(StartError::Serve)?;
+    let tcp = server::bind_metrics(addr).await?;
     let d = daemon.clone();
     tokio::spawn(server::serve_metrics(tcp, move || {
         let d = d.clone();

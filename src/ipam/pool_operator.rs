@@ -57,12 +57,6 @@ fn block_addresses(family: Family, mask: u8) -> u128 {
     }
 }
 
-/// Sorts CIDRs the Cilium way: IPv4 (by address, then prefix length), then
-/// IPv6 (`IpNet`'s order).
-fn sort_cidrs(cidrs: &mut [IpNet]) {
-    cidrs.sort();
-}
-
 /// The smallest list of prefixes covering `[start, end]` (inclusive).
 fn range_prefixes(family: Family, start: u128, end: u128) -> Vec<IpNet> {
     let bits = u32::from(family.bits());
@@ -302,6 +296,34 @@ fn held_blocks(allocated: &[AllocatedPool]) -> BTreeMap<&str, BTreeSet<IpNet>> {
     held
 }
 
+/// Why pool definitions, or blocks under them, were refused: every problem found,
+/// one per line (each names the pool, the CIDR or block, the holder where there is
+/// one, and what to change).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .problems.join("\n"))]
+pub struct PoolsRefused {
+    pub problems: Vec<String>,
+}
+
+impl From<String> for PoolsRefused {
+    fn from(problem: String) -> PoolsRefused {
+        PoolsRefused {
+            problems: vec![problem],
+        }
+    }
+}
+
+impl PoolsRefused {
+    /// Ok when no problem was found.
+    fn unless_any(problems: Vec<String>) -> Result<(), PoolsRefused> {
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(PoolsRefused { problems })
+        }
+    }
+}
+
 /// The embedded multi-pool operator for one node. See the module docs.
 #[derive(Debug, Clone, Default)]
 pub struct PoolOperator {
@@ -318,11 +340,11 @@ impl PoolOperator {
     /// invalid reserved range, a CIDR / maskSize pair the cidrset refuses
     /// (its error, prefixed with the pool, family, CIDR and maskSize) and
     /// overlapping CIDRs within a pool or across pools.
-    pub fn new(pools: &[PoolDef]) -> Result<Self, String> {
+    pub fn new(pools: &[PoolDef]) -> Result<Self, PoolsRefused> {
         let mut map = BTreeMap::new();
         for def in pools {
             if map.contains_key(&def.name) {
-                return Err(format!("pool {:?} is defined more than once", def.name));
+                return Err(format!("pool {:?} is defined more than once", def.name).into());
             }
             map.insert(def.name.clone(), Pool::build(def)?);
         }
@@ -406,7 +428,7 @@ impl PoolOperator {
     /// is occupied; the others (unknown pool, in no CIDR of its
     /// pool, wrong size, not on a block boundary) are reported, one line each
     /// (`\n`-joined), for the caller to log and keep out. Idempotent.
-    pub fn adopt(&mut self, allocated: &[AllocatedPool]) -> Result<(), String> {
+    pub fn adopt(&mut self, allocated: &[AllocatedPool]) -> Result<(), PoolsRefused> {
         let mut errors = Vec::new();
         for entry in allocated {
             for cidr in &entry.cidrs {
@@ -416,11 +438,7 @@ impl PoolOperator {
                 }
             }
         }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors.join("\n"))
-        }
+        PoolsRefused::unless_any(errors)
     }
 
     /// Carves blocks until, for every requested pool and family, the node's
@@ -520,7 +538,7 @@ impl PoolOperator {
                 entry.allow_first_ip = allow_first_ip;
                 entry.allow_last_ip = allow_last_ip;
                 entry.cidrs.extend(carved);
-                sort_cidrs(&mut entry.cidrs);
+                entry.cidrs.sort();
             }
         }
         if changed {
@@ -603,7 +621,7 @@ impl PoolOperator {
         &mut self,
         new: &[PoolDef],
         allocated: &[AllocatedPool],
-    ) -> Result<(), String> {
+    ) -> Result<(), PoolsRefused> {
         let node = self.node_label();
         self.update_pools_held(new, &[(node, allocated)])
     }
@@ -622,7 +640,7 @@ impl PoolOperator {
         &mut self,
         new: &[PoolDef],
         holders: &[(String, &[AllocatedPool])],
-    ) -> Result<(), String> {
+    ) -> Result<(), PoolsRefused> {
         let mut cand = PoolOperator::new(new)?;
         let mut errors = Vec::new();
         for (node, allocated) in holders {
@@ -634,9 +652,7 @@ impl PoolOperator {
                 check_pool_edit(name, old, cand.pools.get(name), node, blocks, &mut errors);
             }
         }
-        if !errors.is_empty() {
-            return Err(errors.join("\n"));
-        }
+        PoolsRefused::unless_any(errors)?;
 
         // Keep the round-robin position of CIDRs that stay with the same
         // block size; their bits are rebuilt below.
@@ -753,7 +769,10 @@ fn check_pool_edit(
 /// covers it, and its `maskSize` equals the pod CIDR's prefix length. All
 /// violations are reported (`\n`-joined); Cilium writes a migration failure to
 /// the status as [`MIGRATION_FAILED_PREFIX`] + the error.
-pub fn check_migration(default_pool: &PoolDef, node_pod_cidrs: &[IpNet]) -> Result<(), String> {
+pub fn check_migration(
+    default_pool: &PoolDef,
+    node_pod_cidrs: &[IpNet],
+) -> Result<(), PoolsRefused> {
     let name = &default_pool.name;
     let mut errors = Vec::new();
     for cidr in node_pod_cidrs {
@@ -785,11 +804,7 @@ pub fn check_migration(default_pool: &PoolDef, node_pod_cidrs: &[IpNet]) -> Resu
             ));
         }
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("\n"))
-    }
+    PoolsRefused::unless_any(errors)
 }
 
 /// The node's pod CIDRs listed under the default pool, as the migration
@@ -798,7 +813,7 @@ pub fn check_migration(default_pool: &PoolDef, node_pod_cidrs: &[IpNet]) -> Resu
 pub fn migrated_allocation(default_pool: &PoolDef, node_pod_cidrs: &[IpNet]) -> AllocatedPool {
     let set: BTreeSet<IpNet> = node_pod_cidrs.iter().map(IpNet::trunc).collect();
     let mut cidrs: Vec<IpNet> = set.into_iter().collect();
-    sort_cidrs(&mut cidrs);
+    cidrs.sort();
     AllocatedPool {
         pool: default_pool.name.clone(),
         allow_first_ip: default_pool.allow_first_ip,
@@ -970,7 +985,7 @@ mod tests {
             net("10.0.2.0/24"),
             net("10.0.2.0/23"),
         ];
-        sort_cidrs(&mut v);
+        v.sort();
         assert_eq!(
             v,
             [
@@ -1087,7 +1102,7 @@ mod tests {
                 ..Default::default()
             },
         ];
-        let err = op.adopt(&alloc).unwrap_err();
+        let err = op.adopt(&alloc).unwrap_err().to_string();
         let lines: Vec<&str> = err.lines().collect();
         assert_eq!(
             lines,
@@ -1167,13 +1182,13 @@ mod tests {
         let mut bad = pool4("p", &["10.0.0.0/24"], 27);
         bad.ipv4.as_mut().unwrap().reserved_ranges = vec![(ip("10.0.0.9"), ip("10.0.0.1"))];
         assert_eq!(
-            PoolOperator::new(&[bad.clone()]).unwrap_err(),
+            PoolOperator::new(&[bad.clone()]).unwrap_err().to_string(),
             "pool \"p\": ipv4 reserved range 10.0.0.9-10.0.0.1 is invalid: the start is after \
              the end"
         );
         bad.ipv4.as_mut().unwrap().reserved_ranges = vec![(ip("fd00::"), ip("fd00::1"))];
         assert_eq!(
-            PoolOperator::new(&[bad]).unwrap_err(),
+            PoolOperator::new(&[bad]).unwrap_err().to_string(),
             "pool \"p\": ipv4 reserved range fd00::-fd00::1 is not an IPv4 range"
         );
     }
@@ -1211,17 +1226,22 @@ mod tests {
                 pool4("a", &["10.0.0.0/16"], 24),
                 pool4("b", &["10.1.0.0/16", "10.0.128.0/17"], 24),
             ])
-            .unwrap_err(),
+            .unwrap_err()
+            .to_string(),
             "pool \"a\" ipv4 CIDR 10.0.0.0/16 overlaps pool \"b\" ipv4 CIDR 10.0.128.0/17: pool \
              CIDRs must not overlap one another"
         );
         assert_eq!(
-            PoolOperator::new(&[pool4("a", &["10.0.0.0/16", "10.0.0.0/8"], 24)]).unwrap_err(),
+            PoolOperator::new(&[pool4("a", &["10.0.0.0/16", "10.0.0.0/8"], 24)])
+                .unwrap_err()
+                .to_string(),
             "pool \"a\" ipv4 CIDR 10.0.0.0/16 overlaps pool \"a\" ipv4 CIDR 10.0.0.0/8: pool \
              CIDRs must not overlap one another"
         );
         assert_eq!(
-            PoolOperator::new(&[pool4("a", &["10.0.0.0/16"], 8)]).unwrap_err(),
+            PoolOperator::new(&[pool4("a", &["10.0.0.0/16"], 8)])
+                .unwrap_err()
+                .to_string(),
             "pool \"a\": ipv4 CIDR 10.0.0.0/16 with maskSize 8: node mask size /8 is shorter \
              than the prefix length of cluster CIDR 10.0.0.0/16; it must be /16 or longer"
         );
@@ -1231,17 +1251,20 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            PoolOperator::new(&[v6]).unwrap_err(),
+            PoolOperator::new(&[v6]).unwrap_err().to_string(),
             "pool \"six\": ipv6 CIDR fd00::/104 with maskSize 121: New CIDR set failed; the node \
              CIDR size is too big"
         );
         assert_eq!(
-            PoolOperator::new(&[pool4("a", &["fd00::/64"], 80)]).unwrap_err(),
+            PoolOperator::new(&[pool4("a", &["fd00::/64"], 80)])
+                .unwrap_err()
+                .to_string(),
             "pool \"a\": ipv4 CIDR fd00::/64 is not an IPv4 CIDR"
         );
         assert_eq!(
             PoolOperator::new(&[pool4("a", &["10.0.0.0/16"], 24), pool4("a", &[], 24)])
-                .unwrap_err(),
+                .unwrap_err()
+                .to_string(),
             "pool \"a\" is defined more than once"
         );
         // Different families never overlap; equal v6 CIDRs do.
@@ -1259,6 +1282,7 @@ mod tests {
         assert!(
             PoolOperator::new(&[dual("a", "fd00::/112"), other])
                 .unwrap_err()
+                .to_string()
                 .contains("ipv6 CIDR fd00::/112 overlaps pool \"b\" ipv6 CIDR fd00::/112")
         );
     }
@@ -1288,7 +1312,8 @@ mod tests {
         let changed = pool4("mars", &["10.20.0.0/16", "10.21.0.0/16"], 26);
         assert_eq!(
             op.update_pools(&[changed, idle.clone()], &alloc)
-                .unwrap_err(),
+                .unwrap_err()
+                .to_string(),
             "cannot change IPv4 mask size in existing pool \"mars\" from 27 to 26: maskSize is \
              immutable once the pool has blocks (node \"n1\" holds 10.20.0.0/27)"
         );
@@ -1296,7 +1321,8 @@ mod tests {
         changed.allow_first_ip = true;
         assert_eq!(
             op.update_pools(&[changed, idle.clone()], &alloc)
-                .unwrap_err(),
+                .unwrap_err()
+                .to_string(),
             "cannot change allowFirstIP in existing pool \"mars\" from false to true: \
              allowFirstIP is immutable once the pool has blocks (node \"n1\" holds 10.20.0.0/27)"
         );
@@ -1304,7 +1330,8 @@ mod tests {
         changed.allow_last_ip = true;
         assert_eq!(
             op.update_pools(&[changed, idle.clone()], &alloc)
-                .unwrap_err(),
+                .unwrap_err()
+                .to_string(),
             "cannot change allowLastIP in existing pool \"mars\" from false to true: \
              allowLastIP is immutable once the pool has blocks (node \"n1\" holds 10.20.0.0/27)"
         );
@@ -1341,7 +1368,8 @@ mod tests {
                 &[pool4("mars", &["10.21.0.0/16"], 27), idle.clone()],
                 &alloc,
             )
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             err,
             "CIDR from pool still in use by node: cannot remove ipv4 CIDR 10.20.0.0/16 from pool \
@@ -1357,12 +1385,14 @@ mod tests {
         assert!(
             op.update_pools(&[no_v4, idle.clone()], &alloc)
                 .unwrap_err()
+                .to_string()
                 .starts_with("CIDR from pool still in use by node: cannot remove ipv4 CIDR")
         );
         // Deleting the pool.
         assert_eq!(
             op.update_pools(std::slice::from_ref(&idle), &alloc)
-                .unwrap_err(),
+                .unwrap_err()
+                .to_string(),
             "pool still in use by node: cannot delete pool \"mars\" while node \"n1\" holds its \
              blocks 10.20.0.0/27"
         );
@@ -1377,6 +1407,7 @@ mod tests {
                 &alloc,
             )
             .unwrap_err()
+            .to_string()
             .contains("cannot remove ipv4 CIDR 10.20.0.0/16 from pool \"mars\"")
         );
         // Removing the unused CIDR, deleting the unused pool and adding a new
@@ -1414,6 +1445,7 @@ mod tests {
         assert!(
             anon.update_pools(&[], &alloc)
                 .unwrap_err()
+                .to_string()
                 .contains("while the node holds its blocks 10.0.0.0/27")
         );
     }
@@ -1430,7 +1462,8 @@ mod tests {
                 ],
                 &alloc,
             )
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("overlaps pool \"zeta\""), "{err}");
         assert_eq!(op.pool_names(), ["idle", "mars"]);
     }
@@ -1486,19 +1519,23 @@ mod tests {
         check_migration(&def, &[]).unwrap();
 
         assert_eq!(
-            check_migration(&def, &[net("192.168.1.0/24")]).unwrap_err(),
+            check_migration(&def, &[net("192.168.1.0/24")])
+                .unwrap_err()
+                .to_string(),
             "node pod CIDR 192.168.1.0/24 is not covered by default pool \"default\" (ipv4 \
              CIDRs: 10.0.0.0/8): add a CIDR containing it"
         );
         assert_eq!(
-            check_migration(&def, &[net("10.0.1.0/25")]).unwrap_err(),
+            check_migration(&def, &[net("10.0.1.0/25")])
+                .unwrap_err()
+                .to_string(),
             "node pod CIDR 10.0.1.0/25 is a /25 but default pool \"default\" has ipv4 maskSize \
              24: the default pool must use the same mask size as the node pod CIDRs (expected \
              maskSize 25)"
         );
         let v4_only = pool4("default", &["10.0.0.0/8"], 24);
         assert_eq!(
-            check_migration(&v4_only, &pod).unwrap_err(),
+            check_migration(&v4_only, &pod).unwrap_err().to_string(),
             "default pool \"default\" has no ipv6 CIDRs: it must cover the node pod CIDR \
              fd00::100/120 with maskSize 120"
         );
@@ -1506,6 +1543,7 @@ mod tests {
         assert_eq!(
             check_migration(&def, &[net("11.0.0.0/16")])
                 .unwrap_err()
+                .to_string()
                 .lines()
                 .count(),
             2

@@ -79,6 +79,93 @@ pub struct CiliumNodeFile {
     fingerprint: Fingerprint,
 }
 
+/// Why the node-resource file could not be read or written: the path, and what
+/// is wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {problem}", .path.display())]
+pub struct NodeFileError {
+    pub path: PathBuf,
+    #[source]
+    pub problem: NodeFileProblem,
+}
+
+/// What is wrong with the node-resource file (or with writing it).
+#[derive(Debug, thiserror::Error)]
+pub enum NodeFileProblem {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("invalid JSON: {0}")]
+    InvalidJson(#[source] serde_json::Error),
+    #[error("invalid YAML: {0}")]
+    InvalidYaml(#[source] serde_yaml_ng::Error),
+    #[error("unsupported YAML: {0}")]
+    UnsupportedYaml(#[source] serde_json::Error),
+    #[error("empty file: expected one {KIND}")]
+    Empty,
+    #[error("{0} YAML documents: expected exactly one {KIND}")]
+    ManyDocuments(usize),
+    #[error("not an object: expected one {KIND}")]
+    NotAnObject,
+    #[error("kind is {0:?}, expected {KIND}")]
+    WrongKind(String),
+    #[error("kind is missing, expected {KIND}")]
+    NoKind,
+    #[error("apiVersion is {0:?}, expected {API_VERSION}")]
+    WrongApiVersion(String),
+    #[error("apiVersion is missing, expected {API_VERSION}")]
+    NoApiVersion,
+    #[error("metadata.name is missing")]
+    NoName,
+    /// The document does not decode as a `CiliumNode` (the decoder's words: the
+    /// field and what is wrong with it).
+    #[error("not a valid {KIND}: {0}")]
+    NotACiliumNode(String),
+    /// A field (or map key) that must be an address is not one.
+    #[error("{field} {value:?} is not an IP address")]
+    NotAnAddress { field: String, value: String },
+    /// A map key of an `ipv6-` map is an IPv4 address.
+    #[error("{field}: {value:?} is not an IPv6 address")]
+    NotAnIpv6Address { field: String, value: String },
+    /// The ENI inventory is inconsistent (`ipam::eni`'s check says how).
+    #[error("status.eni.enis: {0}")]
+    EniInventory(String),
+    #[error("writing status: the status is not an object")]
+    StatusNotAnObject,
+    #[error("writing status: {0}")]
+    EncodeJson(#[source] serde_json::Error),
+    #[error("writing status: {0}")]
+    EncodeYaml(#[source] serde_yaml_ng::Error),
+    #[error("no parent directory")]
+    NoParent,
+    #[error("the file now describes node {found:?}, not {expected:?}: status not written")]
+    OtherNode { found: String, expected: String },
+    #[error("writing {}: {source}", .tmp.display())]
+    WriteTemporary {
+        tmp: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("replacing with {}: {source}", .tmp.display())]
+    Replace {
+        tmp: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the file changed while the status was being written")]
+    Changed,
+    #[error("status not written after {WRITE_ATTEMPTS} attempts: {0}")]
+    KeptChanging(#[source] Box<NodeFileProblem>),
+}
+
+impl NodeFileProblem {
+    fn at(self, path: &Path) -> NodeFileError {
+        NodeFileError {
+            path: path.to_path_buf(),
+            problem: self,
+        }
+    }
+}
+
 /// The parsed document, in the file's own tree type.
 enum Doc {
     Json(serde_json::Value),
@@ -99,65 +186,51 @@ fn detect(text: &str) -> FileFormat {
 }
 
 /// Parses the text into the native tree and its JSON view.
-fn parse(text: &str, src: &str) -> Result<(FileFormat, Doc, serde_json::Value), String> {
+fn parse(text: &str) -> Result<(FileFormat, Doc, serde_json::Value), NodeFileProblem> {
     let format = detect(text);
     let doc = match format {
         FileFormat::Json => Doc::Json(
             serde_json::from_str(text.trim_start_matches('\u{feff}'))
-                .map_err(|e| format!("{src}: invalid JSON: {e}"))?,
+                .map_err(NodeFileProblem::InvalidJson)?,
         ),
         FileFormat::Yaml => {
             let mut docs = Vec::new();
             for d in serde_yaml_ng::Deserializer::from_str(text) {
                 let v = <serde_yaml_ng::Value as serde::Deserialize>::deserialize(d)
-                    .map_err(|e| format!("{src}: invalid YAML: {e}"))?;
+                    .map_err(NodeFileProblem::InvalidYaml)?;
                 if !v.is_null() {
                     docs.push(v);
                 }
             }
             match docs.len() {
-                0 => return Err(format!("{src}: empty file: expected one {KIND}")),
+                0 => return Err(NodeFileProblem::Empty),
                 1 => Doc::Yaml(docs.pop().unwrap_or_default()),
-                n => {
-                    return Err(format!(
-                        "{src}: {n} YAML documents: expected exactly one {KIND}"
-                    ));
-                }
+                n => return Err(NodeFileProblem::ManyDocuments(n)),
             }
         }
     };
     let json = match &doc {
         Doc::Json(v) => v.clone(),
-        Doc::Yaml(v) => {
-            serde_json::to_value(v).map_err(|e| format!("{src}: unsupported YAML: {e}"))?
-        }
+        Doc::Yaml(v) => serde_json::to_value(v).map_err(NodeFileProblem::UnsupportedYaml)?,
     };
     if !json.is_object() {
-        return Err(format!("{src}: not an object: expected one {KIND}"));
+        return Err(NodeFileProblem::NotAnObject);
     }
     Ok((format, doc, json))
 }
 
 /// kind, apiVersion and metadata.name; returns the name.
-fn check_identity(json: &serde_json::Value, src: &str) -> Result<String, String> {
+fn check_identity(json: &serde_json::Value) -> Result<String, NodeFileProblem> {
     let field = |k: &str| json.get(k).and_then(serde_json::Value::as_str);
     match field("kind") {
         Some(KIND) => {}
-        Some(k) => return Err(format!("{src}: kind is {k:?}, expected {KIND}")),
-        None => return Err(format!("{src}: kind is missing, expected {KIND}")),
+        Some(k) => return Err(NodeFileProblem::WrongKind(k.to_string())),
+        None => return Err(NodeFileProblem::NoKind),
     }
     match field("apiVersion") {
         Some(API_VERSION) => {}
-        Some(v) => {
-            return Err(format!(
-                "{src}: apiVersion is {v:?}, expected {API_VERSION}"
-            ));
-        }
-        None => {
-            return Err(format!(
-                "{src}: apiVersion is missing, expected {API_VERSION}"
-            ));
-        }
+        Some(v) => return Err(NodeFileProblem::WrongApiVersion(v.to_string())),
+        None => return Err(NodeFileProblem::NoApiVersion),
     }
     match json
         .get("metadata")
@@ -165,7 +238,7 @@ fn check_identity(json: &serde_json::Value, src: &str) -> Result<String, String>
         .and_then(serde_json::Value::as_str)
     {
         Some(n) if !n.is_empty() => Ok(n.to_string()),
-        _ => Err(format!("{src}: metadata.name is missing")),
+        _ => Err(NodeFileProblem::NoName),
     }
 }
 
@@ -183,20 +256,31 @@ fn fingerprint_of(json: &serde_json::Value) -> Fingerprint {
 
 /// Addresses of the resource parse (see [`CiliumNodeFile::load`]; its CIDRs are
 /// checked when it is read).
-fn validate(node: &NodeResource) -> Result<(), String> {
+fn validate(node: &NodeResource) -> Result<(), NodeFileProblem> {
     for (i, a) in node.spec.addresses.iter().enumerate() {
         a.ip.trim()
             .parse::<IpAddr>()
-            .map_err(|_| format!("spec.addresses[{i}].ip {:?} is not an IP address", a.ip))?;
+            .map_err(|_| NodeFileProblem::NotAnAddress {
+                field: format!("spec.addresses[{i}].ip"),
+                value: a.ip.clone(),
+            })?;
     }
     let keys = |what: &str, m: &std::collections::BTreeMap<String, AllocationIp>, v6: bool| {
         for k in m.keys() {
             match k.trim().parse::<IpAddr>() {
                 Ok(ip) if v6 && ip.is_ipv4() => {
-                    return Err(format!("{what}: {k:?} is not an IPv6 address"));
+                    return Err(NodeFileProblem::NotAnIpv6Address {
+                        field: what.to_string(),
+                        value: k.clone(),
+                    });
                 }
                 Ok(_) => {}
-                Err(_) => return Err(format!("{what}: {k:?} is not an IP address")),
+                Err(_) => {
+                    return Err(NodeFileProblem::NotAnAddress {
+                        field: format!("{what}:"),
+                        value: k.clone(),
+                    });
+                }
             }
         }
         Ok(())
@@ -206,13 +290,13 @@ fn validate(node: &NodeResource) -> Result<(), String> {
     keys("status.ipam.used", &node.status.ipam.used, false)?;
     keys("status.ipam.ipv6-used", &node.status.ipam.ipv6_used, true)?;
     crate::ipam::eni::validate_inventory(&node.status.eni.enis)
-        .map_err(|e| format!("status.eni.enis: {e}"))
+        .map_err(NodeFileProblem::EniInventory)
 }
 
-/// The file's typed content, with errors that say where.
-fn typed(json: &serde_json::Value, src: &str) -> Result<NodeResource, String> {
-    let node: NodeResource = decode(json).map_err(|e| format!("{src}: not a valid {KIND}: {e}"))?;
-    validate(&node).map_err(|e| format!("{src}: {e}"))?;
+/// The file's typed content.
+fn typed(json: &serde_json::Value) -> Result<NodeResource, NodeFileProblem> {
+    let node: NodeResource = decode(json).map_err(NodeFileProblem::NotACiliumNode)?;
+    validate(&node)?;
     Ok(node)
 }
 
@@ -260,14 +344,15 @@ fn merged_status_yaml(
     out
 }
 
-/// The document with its `status` replaced; serialized.
+/// The document with its `status` replaced; serialized. `parse` made sure the
+/// document is an object.
 fn with_status(
     doc: Doc,
     status: &serde_json::Map<String, serde_json::Value>,
-) -> Result<String, String> {
+) -> Result<String, NodeFileProblem> {
     match doc {
         Doc::Json(mut v) => {
-            let obj = v.as_object_mut().ok_or("not an object")?;
+            let obj = v.as_object_mut().ok_or(NodeFileProblem::NotAnObject)?;
             let merged = merged_status_json(
                 obj.get("status").and_then(serde_json::Value::as_object),
                 status,
@@ -275,20 +360,21 @@ fn with_status(
             obj.insert("status".into(), serde_json::Value::Object(merged));
             serde_json::to_string_pretty(&v)
                 .map(|s| s + "\n")
-                .map_err(|e| e.to_string())
+                .map_err(NodeFileProblem::EncodeJson)
         }
         Doc::Yaml(mut v) => {
-            let daemon = match serde_yaml_ng::to_value(status).map_err(|e| e.to_string())? {
-                serde_yaml_ng::Value::Mapping(m) => m,
-                _ => return Err("status is not a mapping".into()),
-            };
-            let map = v.as_mapping_mut().ok_or("not a mapping")?;
+            let daemon =
+                match serde_yaml_ng::to_value(status).map_err(NodeFileProblem::EncodeYaml)? {
+                    serde_yaml_ng::Value::Mapping(m) => m,
+                    _ => return Err(NodeFileProblem::StatusNotAnObject),
+                };
+            let map = v.as_mapping_mut().ok_or(NodeFileProblem::NotAnObject)?;
             let merged = merged_status_yaml(
                 map.get("status").and_then(serde_yaml_ng::Value::as_mapping),
                 &daemon,
             );
             map.insert("status".into(), serde_yaml_ng::Value::Mapping(merged));
-            serde_yaml_ng::to_string(&v).map_err(|e| e.to_string())
+            serde_yaml_ng::to_string(&v).map_err(NodeFileProblem::EncodeYaml)
         }
     }
 }
@@ -302,13 +388,16 @@ impl CiliumNodeFile {
     /// (the `ipv6-` maps IPv6 only) and the ENI inventory
     /// ([`crate::ipam::eni::validate_inventory`]: addresses inside their ENI's
     /// subnet). Every error starts with the path.
-    pub fn load(path: impl AsRef<Path>) -> Result<(CiliumNodeFile, NodeResource), String> {
+    pub fn load(path: impl AsRef<Path>) -> Result<(CiliumNodeFile, NodeResource), NodeFileError> {
         let path = path.as_ref();
-        let src = path.display().to_string();
-        let text = fs::read_to_string(path).map_err(|e| format!("{src}: {e}"))?;
-        let (format, _doc, json) = parse(&text, &src)?;
-        let name = check_identity(&json, &src)?;
-        let node = typed(&json, &src)?;
+        let read = || -> Result<_, NodeFileProblem> {
+            let text = fs::read_to_string(path)?;
+            let (format, _doc, json) = parse(&text)?;
+            let name = check_identity(&json)?;
+            let node = typed(&json)?;
+            Ok((format, json, name, node))
+        };
+        let (format, json, name, node) = read().map_err(|p| p.at(path))?;
         Ok((
             CiliumNodeFile {
                 path: path.to_path_buf(),
@@ -341,12 +430,13 @@ impl CiliumNodeFile {
     }
 
     /// The fingerprint of the file as it is now (read and parsed).
-    pub fn current_fingerprint(path: impl AsRef<Path>) -> Result<Fingerprint, String> {
+    pub fn current_fingerprint(path: impl AsRef<Path>) -> Result<Fingerprint, NodeFileError> {
         let path = path.as_ref();
-        let src = path.display().to_string();
-        let text = fs::read_to_string(path).map_err(|e| format!("{src}: {e}"))?;
-        let (_, _, json) = parse(&text, &src)?;
-        Ok(fingerprint_of(&json))
+        let read = || -> Result<_, NodeFileProblem> {
+            let (_, _, json) = parse(&fs::read_to_string(path)?)?;
+            Ok(fingerprint_of(&json))
+        };
+        read().map_err(|p| p.at(path))
     }
 
     /// Whether the external writer changed the file since it was loaded (a
@@ -363,8 +453,9 @@ impl CiliumNodeFile {
     /// Fails when `status` is not an object, when the file no longer is this
     /// node's `CiliumNode`, or when it kept changing for [`WRITE_ATTEMPTS`]
     /// tries.
-    pub fn write_status(&self, status: &serde_json::Value) -> Result<(), String> {
+    pub fn write_status(&self, status: &serde_json::Value) -> Result<(), NodeFileError> {
         self.write_status_inner(status, &mut |_| {})
+            .map_err(|p| p.at(&self.path))
     }
 
     /// `write_status` with a hook run after the temporary file is written and
@@ -373,28 +464,27 @@ impl CiliumNodeFile {
         &self,
         status: &serde_json::Value,
         before_commit: &mut dyn FnMut(usize),
-    ) -> Result<(), String> {
-        let src = self.path.display().to_string();
+    ) -> Result<(), NodeFileProblem> {
         let status = status
             .as_object()
-            .ok_or_else(|| format!("{src}: writing status: the status is not an object"))?;
-        let target = fs::canonicalize(&self.path).map_err(|e| format!("{src}: {e}"))?;
+            .ok_or(NodeFileProblem::StatusNotAnObject)?;
+        let target = fs::canonicalize(&self.path)?;
         let dir = target
             .parent()
-            .ok_or_else(|| format!("{src}: no parent directory"))?
+            .ok_or(NodeFileProblem::NoParent)?
             .to_path_buf();
         let file_name = target
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let mut last_err = String::new();
+        let mut last_err = NodeFileProblem::Changed;
         for attempt in 0..WRITE_ATTEMPTS {
             if attempt > 0 {
                 std::thread::sleep(Duration::from_millis(10 * attempt as u64));
             }
-            let before = fs::read(&target).map_err(|e| format!("{src}: {e}"))?;
+            let before = fs::read(&target)?;
             let text = String::from_utf8_lossy(&before);
-            let (_, doc, json) = match parse(&text, &src) {
+            let (_, doc, json) = match parse(&text) {
                 Ok(p) => p,
                 Err(e) => {
                     // Maybe caught half-written by a non-atomic writer: retry.
@@ -402,15 +492,14 @@ impl CiliumNodeFile {
                     continue;
                 }
             };
-            let name = check_identity(&json, &src)?;
+            let name = check_identity(&json)?;
             if name != self.name {
-                return Err(format!(
-                    "{src}: the file now describes node {name:?}, not {:?}: status not written",
-                    self.name
-                ));
+                return Err(NodeFileProblem::OtherNode {
+                    found: name,
+                    expected: self.name.clone(),
+                });
             }
-            let out =
-                with_status(doc, status).map_err(|e| format!("{src}: writing status: {e}"))?;
+            let out = with_status(doc, status)?;
             if out.as_bytes() == before.as_slice() {
                 return Ok(());
             }
@@ -427,32 +516,30 @@ impl CiliumNodeFile {
                 }
                 f.sync_all()
             })();
-            if let Err(e) = written {
+            if let Err(source) = written {
                 let _ = fs::remove_file(&tmp);
-                return Err(format!("{}: {e}", tmp.display()));
+                return Err(NodeFileProblem::WriteTemporary { tmp, source });
             }
             before_commit(attempt);
             let now = fs::read(&target).map_err(|e| {
                 let _ = fs::remove_file(&tmp);
-                format!("{src}: {e}")
+                NodeFileProblem::Io(e)
             })?;
             if now != before {
                 let _ = fs::remove_file(&tmp);
-                last_err = "the file changed while the status was being written".into();
+                last_err = NodeFileProblem::Changed;
                 continue;
             }
-            if let Err(e) = fs::rename(&tmp, &target) {
+            if let Err(source) = fs::rename(&tmp, &target) {
                 let _ = fs::remove_file(&tmp);
-                return Err(format!("{src}: replacing with {}: {e}", tmp.display()));
+                return Err(NodeFileProblem::Replace { tmp, source });
             }
             if let Ok(d) = fs::File::open(&dir) {
                 let _ = d.sync_all();
             }
             return Ok(());
         }
-        Err(format!(
-            "{src}: status not written after {WRITE_ATTEMPTS} attempts: {last_err}"
-        ))
+        Err(NodeFileProblem::KeptChanging(Box::new(last_err)))
     }
 }
 
@@ -521,7 +608,7 @@ status:
 
     fn json_of(path: &Path) -> serde_json::Value {
         let text = fs::read_to_string(path).unwrap();
-        parse(&text, "t").unwrap().2
+        parse(&text).unwrap().2
     }
 
     fn without_status_ipam(mut v: serde_json::Value) -> serde_json::Value {
@@ -671,7 +758,8 @@ status:
                 )
                 .unwrap();
             })
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert_eq!(n, WRITE_ATTEMPTS);
         assert!(err.contains("status not written after 5 attempts"), "{err}");
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
@@ -686,7 +774,8 @@ status:
         fs::write(&p, YAML.replace("name: node-a", "name: node-b")).unwrap();
         let err = f
             .write_status(&serde_json::to_value(&node.status).unwrap())
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("now describes node \"node-b\""), "{err}");
         assert!(f.write_status(&serde_json::json!([1])).is_err());
         fs::remove_dir_all(dir).unwrap();
@@ -697,7 +786,7 @@ status:
         let dir = tmpdir();
         let err = |text: &str| {
             let p = write(&dir, "bad.yaml", text);
-            let e = CiliumNodeFile::load(&p).unwrap_err();
+            let e = CiliumNodeFile::load(&p).unwrap_err().to_string();
             assert!(e.starts_with(&p.display().to_string()), "{e}");
             e
         };
@@ -738,6 +827,7 @@ status:
         assert!(
             CiliumNodeFile::load(&missing)
                 .unwrap_err()
+                .to_string()
                 .starts_with(&missing.display().to_string())
         );
         fs::remove_dir_all(dir).unwrap();

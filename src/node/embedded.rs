@@ -9,6 +9,7 @@
 use ipnet::IpNet;
 
 use super::{NodeError, NodeOperator, NodeResource};
+use crate::ipam::Family;
 use crate::ipam::clusterpool::{ClusterPoolConfig, NodeCidrCarver};
 use crate::ipam::pool_operator::{PoolOperator, check_migration, migrated_allocation};
 use crate::ipam::pooldef::PoolDef;
@@ -61,16 +62,17 @@ impl EmbeddedOperator {
         let pod_cidrs = node.spec.ipam.pod_cidrs.clone();
         if !pod_cidrs.is_empty() && node.spec.ipam.pools.allocated.is_empty() {
             if !migrate {
-                return Err(NodeError::Invalid(format!(
-                    "node {} was running cluster-pool (spec.ipam.podCIDRs = {:?}); restarting it in multi-pool mode needs enable-cluster-pool-to-multi-pool-migration=true and a default pool {default_pool:?} that covers those CIDRs with the same mask",
-                    self.node_name,
-                    texts(&pod_cidrs)
-                )));
+                return Err(NodeError::MigrationNotEnabled {
+                    node: self.node_name.clone(),
+                    pod_cidrs: texts(&pod_cidrs),
+                    default_pool: default_pool.to_string(),
+                });
             }
-            let def = pools.iter().find(|p| p.name == default_pool).ok_or_else(|| {
-                NodeError::Invalid(format!("cluster-pool to multi-pool migration needs the default pool {default_pool:?} to exist before the restart"))
-            })?;
-            check_migration(def, &pod_cidrs).map_err(NodeError::Invalid)?;
+            let def = pools
+                .iter()
+                .find(|p| p.name == default_pool)
+                .ok_or_else(|| NodeError::MigrationWithoutDefaultPool(default_pool.to_string()))?;
+            check_migration(def, &pod_cidrs).map_err(NodeError::Pools)?;
             node.spec
                 .ipam
                 .pools
@@ -78,10 +80,10 @@ impl EmbeddedOperator {
                 .push(migrated_allocation(def, &pod_cidrs));
             tracing::info!(node = %self.node_name, cidrs = ?texts(&pod_cidrs), pool = default_pool, "migrated the node's cluster-pool CIDRs into the default pool");
         }
-        let mut operator = PoolOperator::new(pools).map_err(NodeError::Invalid)?;
+        let mut operator = PoolOperator::new(pools).map_err(NodeError::Pools)?;
         operator
             .adopt(&node.spec.ipam.pools.allocated)
-            .map_err(NodeError::Invalid)?;
+            .map_err(NodeError::Pools)?;
         self.operator = Some(operator);
         Ok(node)
     }
@@ -92,10 +94,10 @@ impl NodeOperator for EmbeddedOperator {
         let mut node = match current {
             Some(n) if n.metadata.name == self.node_name => n,
             Some(n) => {
-                return Err(NodeError::Invalid(format!(
-                    "the journal belongs to node {:?}, not {:?}; use the node's own --state-dir or move the journal aside",
-                    n.metadata.name, self.node_name
-                )));
+                return Err(NodeError::JournalOfAnotherNode {
+                    found: n.metadata.name,
+                    expected: self.node_name.clone(),
+                });
             }
             None => NodeResource::new(&self.node_name),
         };
@@ -113,8 +115,7 @@ impl NodeOperator for EmbeddedOperator {
                 pod_cidrs,
                 enable_ipv4,
                 enable_ipv6,
-            } => kubernetes_cidrs(pod_cidrs, *enable_ipv4, *enable_ipv6)
-                .map_err(NodeError::Invalid)?,
+            } => kubernetes_cidrs(pod_cidrs, *enable_ipv4, *enable_ipv6)?,
             EmbeddedMode::Delegated => Vec::new(),
             EmbeddedMode::MultiPool {
                 pools,
@@ -156,7 +157,7 @@ impl NodeOperator for EmbeddedOperator {
             return Ok(());
         };
         op.update_pools(pools, &node.spec.ipam.pools.allocated)
-            .map_err(NodeError::Invalid)?;
+            .map_err(NodeError::Pools)?;
         if let EmbeddedMode::MultiPool { pools: current, .. } = &mut self.mode {
             *current = pools.to_vec();
         }
@@ -172,20 +173,13 @@ fn texts(cidrs: &[IpNet]) -> Vec<String> {
 
 /// Kubernetes mode: the first CIDR of each enabled family is the node's; a missing
 /// one is the agent's "required PodCIDR not available" failure.
-fn kubernetes_cidrs(pod_cidrs: &[IpNet], v4: bool, v6: bool) -> Result<Vec<IpNet>, String> {
+fn kubernetes_cidrs(pod_cidrs: &[IpNet], v4: bool, v6: bool) -> Result<Vec<IpNet>, NodeError> {
     let mut out = Vec::new();
-    for (enabled, is_v4, name) in [(v4, true, "IPv4"), (v6, false, "IPv6")] {
-        let found = pod_cidrs
-            .iter()
-            .find(|c| matches!(c, IpNet::V4(_)) == is_v4);
+    for (enabled, family) in [(v4, Family::V4), (v6, Family::V6)] {
+        let found = pod_cidrs.iter().find(|c| Family::of_net(c) == family);
         match (enabled, found) {
             (true, Some(c)) => out.push(c.trunc()),
-            (true, None) => {
-                return Err(format!(
-                    "Required {name} PodCIDR not available: ipam=kubernetes needs the node's {name} pod CIDR (--pod-cidrs, or --{}-range)",
-                    name.to_lowercase()
-                ));
-            }
+            (true, None) => return Err(NodeError::PodCidrNotGiven(family)),
             (false, _) => {}
         }
     }

@@ -35,19 +35,18 @@ impl ExternalSource {
     /// Reads the file; its node must be this node. In eni mode the inventory is
     /// converted into pool blocks.
     fn read(&self) -> Result<NodeResource, NodeError> {
-        let (_, resource) = CiliumNodeFile::load(&self.path).map_err(NodeError::Invalid)?;
+        let (_, resource) = CiliumNodeFile::load(&self.path)?;
         if resource.metadata.name != self.node_name {
-            return Err(NodeError::Invalid(format!(
-                "{} describes node {:?}, not this node {:?}",
-                self.path.display(),
-                resource.metadata.name,
-                self.node_name
-            )));
+            return Err(NodeError::NotThisNode {
+                path: self.path.clone(),
+                found: resource.metadata.name,
+                expected: self.node_name.clone(),
+            });
         }
         let mut node = resource;
         if self.eni {
-            node.spec.ipam.pools.allocated = eni_allocation(&node.status.eni.enis, &node.spec.eni)
-                .map_err(NodeError::Invalid)?;
+            node.spec.ipam.pools.allocated =
+                eni_allocation(&node.status.eni.enis, &node.spec.eni).map_err(NodeError::Eni)?;
         }
         Ok(node)
     }
@@ -150,8 +149,7 @@ impl NodeSink for ExternalSink {
                 .map_err(|source| NodeError::Join {
                     op: "writing status.ipam.used".into(),
                     source,
-                })?
-                .map_err(NodeError::Io)?;
+                })??;
             tracing::debug!(file = %path.display(), "wrote status.ipam.used");
             Ok(())
         })

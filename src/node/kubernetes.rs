@@ -44,6 +44,7 @@ use super::{
     BackendHealth, FlushFuture, HealthAddresses, NodeAddress, NodeError, NodeEvent, NodeOutbox,
     NodeResource, NodeSink, NodeSource, NodeView, RequestedPool, UsedAddresses, WatchFuture,
 };
+use crate::ipam::Family;
 use crate::ipam::eni::eni_allocation;
 use crate::k8s::connect::{api_server_url, connect};
 use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve, resolve_waiting};
@@ -534,12 +535,12 @@ fn pools_without_blocks(demand: &[RequestedPool], node: &NodeResource) -> Vec<St
 }
 
 /// kubernetes mode: the first CIDR of each enabled family (Cilium's check).
-fn kubernetes_cidrs(given: &[IpNet], v4: bool, v6: bool) -> Result<Vec<IpNet>, String> {
+fn kubernetes_cidrs(given: &[IpNet], v4: bool, v6: bool) -> Result<Vec<IpNet>, NodeError> {
     let mut out = Vec::new();
-    for (on, is_v4, name) in [(v4, true, "IPv4"), (v6, false, "IPv6")] {
-        match given.iter().find(|c| matches!(c, IpNet::V4(_)) == is_v4) {
+    for (on, family) in [(v4, Family::V4), (v6, Family::V6)] {
+        match given.iter().find(|c| Family::of_net(c) == family) {
             Some(c) if on => out.push(c.trunc()),
-            None if on => return Err(format!("Required {name} PodCIDR not available")),
+            None if on => return Err(NodeError::PodCidrMissing(family)),
             _ => {}
         }
     }
@@ -550,7 +551,7 @@ fn kubernetes_cidrs(given: &[IpNet], v4: bool, v6: bool) -> Result<Vec<IpNet>, S
 fn resolved(mode: KubernetesMode, mut node: NodeResource) -> Result<NodeResource, NodeError> {
     if mode == (KubernetesMode::External { eni: true }) {
         node.spec.ipam.pools.allocated =
-            eni_allocation(&node.status.eni.enis, &node.spec.eni).map_err(NodeError::Invalid)?;
+            eni_allocation(&node.status.eni.enis, &node.spec.eni).map_err(NodeError::Eni)?;
     }
     Ok(node)
 }
@@ -884,11 +885,14 @@ mod tests {
     fn kubernetes_mode_needs_a_cidr_per_enabled_family() {
         let v4: IpNet = "10.1.2.0/24".parse().unwrap();
         let v6: IpNet = "fd00:1::/120".parse().unwrap();
-        assert_eq!(kubernetes_cidrs(&[v4, v6], true, true), Ok(vec![v4, v6]));
-        assert_eq!(kubernetes_cidrs(&[v6, v4], true, false), Ok(vec![v4]));
         assert_eq!(
-            kubernetes_cidrs(&[v4], true, true),
-            Err("Required IPv6 PodCIDR not available".into())
+            kubernetes_cidrs(&[v4, v6], true, true).unwrap(),
+            vec![v4, v6]
+        );
+        assert_eq!(kubernetes_cidrs(&[v6, v4], true, false).unwrap(), vec![v4]);
+        assert_eq!(
+            kubernetes_cidrs(&[v4], true, true).unwrap_err().to_string(),
+            "Required IPv6 PodCIDR not available"
         );
     }
 

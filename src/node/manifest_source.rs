@@ -34,8 +34,7 @@ impl ManifestSource {
             .pool_dir
             .as_deref()
             .map(ManifestDir::load)
-            .transpose()
-            .map_err(NodeError::Invalid)?;
+            .transpose()?;
         let mut defs: Vec<PoolDef> = dir.as_ref().map(|d| d.pools().to_vec()).unwrap_or_default();
         for auto in &self.auto_create {
             if !defs.iter().any(|d| d.name == auto.name) {
@@ -55,10 +54,8 @@ impl NodeSource for ManifestSource {
     fn initial(&mut self) -> Result<NodeView, NodeError> {
         let (pools, default_pool) = self.pools()?;
         let metadata = match self.metadata_dir.as_deref() {
-            Some(dir) => Some(
-                Box::new(ManifestDir::load(dir).map_err(NodeError::Invalid)?)
-                    as Box<dyn crate::ipam::selection::MetadataSource + Send>,
-            ),
+            Some(dir) => Some(Box::new(ManifestDir::load(dir)?)
+                as Box<dyn crate::ipam::selection::MetadataSource + Send>),
             None => None,
         };
         for (watch, dir) in [

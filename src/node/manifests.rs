@@ -28,6 +28,60 @@ use crate::resources::{
 };
 
 // ---------------------------------------------------------------------------
+// Errors
+
+/// Why a manifest file (or a directory of them) could not be read. Each names
+/// the file, and the object and field where there is one.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}: invalid JSON: {source}")]
+    InvalidJson {
+        file: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{file}: invalid YAML: {source}")]
+    InvalidYaml {
+        file: String,
+        #[source]
+        source: serde_yaml_ng::Error,
+    },
+    #[error("{file}: document {doc} is not an object")]
+    NotAnObject { file: String, doc: usize },
+    #[error("{file}: {object}: items is not a list")]
+    ItemsNotAList { file: String, object: String },
+    #[error("{file}: document {doc}, item {item}: not an object")]
+    ItemNotAnObject {
+        file: String,
+        doc: usize,
+        item: usize,
+    },
+    /// An object of a kind podnet reads is not valid (the field and why).
+    #[error("{file}: {object}: {problem}")]
+    InvalidObject {
+        file: String,
+        object: String,
+        problem: String,
+    },
+    /// `what` (`Pod "ns/name"`) appears twice in one file.
+    #[error("{file}: {what} is defined twice")]
+    DefinedTwice { file: String, what: String },
+    /// `what` appears in two files of the directory.
+    #[error("{what} is defined in both {first} and {second}")]
+    DefinedInTwoFiles {
+        what: String,
+        first: String,
+        second: String,
+    },
+}
+
+// ---------------------------------------------------------------------------
 // Documents
 
 /// One object of a file, with its position (for messages).
@@ -79,10 +133,14 @@ impl Object {
         &self,
         source: &str,
         check: impl FnOnce(&T) -> Result<U, InvalidObject>,
-    ) -> Result<U, String> {
-        let at = |problem: &str| format!("{source}: {}: {problem}", self.describe());
-        let typed: T = decode(&self.value).map_err(|e| at(&e))?;
-        check(&typed).map_err(|e| at(&e.problem))
+    ) -> Result<U, ManifestError> {
+        let at = |problem: String| ManifestError::InvalidObject {
+            file: source.to_string(),
+            object: self.describe(),
+            problem,
+        };
+        let typed: T = decode(&self.value).map_err(at)?;
+        check(&typed).map_err(|e| at(e.problem))
     }
 }
 
@@ -92,15 +150,24 @@ fn is_cluster_scoped(kind: &str) -> bool {
 
 /// Parses a file into objects: YAML (multi-document) or, for `*.json` sources, a
 /// JSON stream; `*List` objects are replaced by their items; empty documents skipped.
-pub(crate) fn parse_objects(text: &str, source: &str) -> Result<Vec<Object>, String> {
+pub(crate) fn parse_objects(text: &str, source: &str) -> Result<Vec<Object>, ManifestError> {
+    let file = || source.to_string();
     let mut docs = Vec::new();
     if source.to_ascii_lowercase().ends_with(".json") {
         for v in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
-            docs.push(v.map_err(|e| format!("{source}: invalid JSON: {e}"))?);
+            docs.push(v.map_err(|e| ManifestError::InvalidJson {
+                file: file(),
+                source: e,
+            })?);
         }
     } else {
         for d in serde_yaml_ng::Deserializer::from_str(text) {
-            docs.push(Value::deserialize(d).map_err(|e| format!("{source}: invalid YAML: {e}"))?);
+            docs.push(
+                Value::deserialize(d).map_err(|e| ManifestError::InvalidYaml {
+                    file: file(),
+                    source: e,
+                })?,
+            );
         }
     }
     let mut out = Vec::new();
@@ -117,26 +184,31 @@ pub(crate) fn parse_objects(text: &str, source: &str) -> Result<Vec<Object>, Str
                 source,
                 &mut out,
             )?,
-            _ => return Err(format!("{source}: document {doc} is not an object")),
+            _ => return Err(ManifestError::NotAnObject { file: file(), doc }),
         }
     }
     Ok(out)
 }
 
-fn flatten(obj: Object, source: &str, out: &mut Vec<Object>) -> Result<(), String> {
+fn flatten(obj: Object, source: &str, out: &mut Vec<Object>) -> Result<(), ManifestError> {
     if obj.kind().ends_with("List") && obj.value.get("items").is_some() {
         let items = match obj.value.get("items") {
             Some(Value::Array(a)) => a.clone(),
             Some(Value::Null) => Vec::new(),
-            _ => return Err(format!("{source}: {}: items is not a list", obj.describe())),
+            _ => {
+                return Err(ManifestError::ItemsNotAList {
+                    file: source.to_string(),
+                    object: obj.describe(),
+                });
+            }
         };
         for (i, item) in items.into_iter().enumerate() {
             if !item.is_object() {
-                return Err(format!(
-                    "{source}: document {}, item {}: not an object",
-                    obj.doc,
-                    i + 1
-                ));
+                return Err(ManifestError::ItemNotAnObject {
+                    file: source.to_string(),
+                    doc: obj.doc,
+                    item: i + 1,
+                });
             }
             flatten(
                 Object {
@@ -159,18 +231,26 @@ fn flatten(obj: Object, source: &str, out: &mut Vec<Object>) -> Result<(), Strin
 
 /// Parses the `CiliumPodIPPool` objects (`cilium.io/v2alpha1` or `cilium.io/v2`) of
 /// a file. `source` names the file in errors. Objects of other kinds are ignored.
-pub fn parse_pools(yaml: &str, source: &str) -> Result<Vec<PoolDef>, String> {
+pub fn parse_pools(yaml: &str, source: &str) -> Result<Vec<PoolDef>, ManifestError> {
     pools_from(&parse_objects(yaml, source)?, source)
 }
 
-fn pools_from(objs: &[Object], source: &str) -> Result<Vec<PoolDef>, String> {
+/// `what` is defined twice in the file `source`.
+fn defined_twice(source: &str, what: String) -> ManifestError {
+    ManifestError::DefinedTwice {
+        file: source.to_string(),
+        what,
+    }
+}
+
+fn pools_from(objs: &[Object], source: &str) -> Result<Vec<PoolDef>, ManifestError> {
     let mut out: Vec<PoolDef> = Vec::new();
     for obj in objs.iter().filter(|o| o.kind() == POD_IP_POOL_KIND) {
         let pool = obj.convert(source, |p: &CiliumPodIPPool| PoolDef::try_from(p))?;
         if out.iter().any(|p| p.name == pool.name) {
-            return Err(format!(
-                "{source}: CiliumPodIPPool {:?} is defined twice",
-                pool.name
+            return Err(defined_twice(
+                source,
+                format!("CiliumPodIPPool {:?}", pool.name),
             ));
         }
         out.push(pool);
@@ -184,14 +264,14 @@ fn pools_from(objs: &[Object], source: &str) -> Result<Vec<PoolDef>, String> {
 pub fn parse_metadata(
     yaml: &str,
     source: &str,
-) -> Result<(Vec<PodMeta>, Vec<NamespaceMeta>), String> {
+) -> Result<(Vec<PodMeta>, Vec<NamespaceMeta>), ManifestError> {
     metadata_from(&parse_objects(yaml, source)?, source)
 }
 
 fn metadata_from(
     objs: &[Object],
     source: &str,
-) -> Result<(Vec<PodMeta>, Vec<NamespaceMeta>), String> {
+) -> Result<(Vec<PodMeta>, Vec<NamespaceMeta>), ManifestError> {
     let mut pods: Vec<PodMeta> = Vec::new();
     let mut namespaces: Vec<NamespaceMeta> = Vec::new();
     for obj in objs {
@@ -202,9 +282,9 @@ fn metadata_from(
                     .iter()
                     .any(|p| p.namespace == pod.namespace && p.name == pod.name)
                 {
-                    return Err(format!(
-                        "{source}: Pod \"{}/{}\" is defined twice",
-                        pod.namespace, pod.name
+                    return Err(defined_twice(
+                        source,
+                        format!("Pod \"{}/{}\"", pod.namespace, pod.name),
                     ));
                 }
                 pods.push(pod);
@@ -212,10 +292,7 @@ fn metadata_from(
             "Namespace" => {
                 let ns = obj.convert(source, |n: &Namespace| NamespaceMeta::try_from(n))?;
                 if namespaces.iter().any(|n| n.name == ns.name) {
-                    return Err(format!(
-                        "{source}: Namespace \"{}\" is defined twice",
-                        ns.name
-                    ));
+                    return Err(defined_twice(source, format!("Namespace \"{}\"", ns.name)));
                 }
                 namespaces.push(ns);
             }
@@ -225,7 +302,7 @@ fn metadata_from(
     Ok((pods, namespaces))
 }
 
-fn node_configs_from(objs: &[Object], source: &str) -> Result<Vec<NodeConfigDef>, String> {
+fn node_configs_from(objs: &[Object], source: &str) -> Result<Vec<NodeConfigDef>, ManifestError> {
     objs.iter()
         .filter(|o| o.kind() == NODE_CONFIG_KIND)
         .map(|o| o.convert(source, |c: &CiliumNodeConfig| NodeConfigDef::try_from(c)))
@@ -239,7 +316,7 @@ pub fn parse_node_config(
     yaml: &str,
     source: &str,
     node_labels: &BTreeMap<String, String>,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, ManifestError> {
     let configs = node_configs_from(&parse_objects(yaml, source)?, source)?;
     Ok(node_default_pool(&configs, node_labels))
 }
@@ -285,11 +362,15 @@ fn is_manifest_name(name: &str) -> bool {
 impl ManifestDir {
     /// The directory's current fingerprint (names, resolved paths, mtimes, sizes of
     /// the manifest files, sorted by name), without reading any file.
-    pub fn fingerprint(dir: &Path) -> Result<Fingerprint, String> {
-        let entries = fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    pub fn fingerprint(dir: &Path) -> Result<Fingerprint, ManifestError> {
+        let unreadable = |source| ManifestError::Read {
+            path: dir.to_path_buf(),
+            source,
+        };
+        let entries = fs::read_dir(dir).map_err(unreadable)?;
         let mut stamps = Vec::new();
         for entry in entries {
-            let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+            let entry = entry.map_err(unreadable)?;
             let Some(name) = entry.file_name().to_str().map(str::to_string) else {
                 continue;
             };
@@ -316,7 +397,7 @@ impl ManifestDir {
 
     /// Reads and parses every manifest file. A file that does not parse (or an
     /// object defined in two files) is an error naming it.
-    pub fn load(dir: &Path) -> Result<ManifestDir, String> {
+    pub fn load(dir: &Path) -> Result<ManifestDir, ManifestError> {
         let fingerprint = Self::fingerprint(dir)?;
         let mut md = ManifestDir {
             dir: dir.to_path_buf(),
@@ -328,7 +409,11 @@ impl ManifestDir {
         };
         let mut origin: BTreeMap<String, String> = BTreeMap::new();
         let mut once = |key: String, file: &str| match origin.get(&key) {
-            Some(first) => Err(format!("{key} is defined in both {first} and {file}")),
+            Some(first) => Err(ManifestError::DefinedInTwoFiles {
+                what: key,
+                first: first.clone(),
+                second: file.to_string(),
+            }),
             None => {
                 origin.insert(key, file.to_string());
                 Ok(())
@@ -337,7 +422,10 @@ impl ManifestDir {
         for stamp in &md.fingerprint.0 {
             let path = dir.join(&stamp.name);
             let source = path.display().to_string();
-            let text = fs::read_to_string(&path).map_err(|e| format!("{source}: {e}"))?;
+            let text = fs::read_to_string(&path).map_err(|e| ManifestError::Read {
+                path: path.clone(),
+                source: e,
+            })?;
             let objs = parse_objects(&text, &source)?;
             for p in pools_from(&objs, &source)? {
                 once(format!("CiliumPodIPPool {:?}", p.name), &source)?;
@@ -584,14 +672,14 @@ spec:
         let y = format!(
             "apiVersion: cilium.io/v2alpha1\nkind: CiliumPodIPPool\nmetadata:\n  name: p1\nspec:\n{spec}"
         );
-        parse_pools(&y, "bad.yaml").unwrap_err()
+        parse_pools(&y, "bad.yaml").unwrap_err().to_string()
     }
 
     fn pool_err_v2(spec: &str) -> String {
         let y = format!(
             "apiVersion: cilium.io/v2\nkind: CiliumPodIPPool\nmetadata:\n  name: p1\nspec:\n{spec}"
         );
-        parse_pools(&y, "bad.yaml").unwrap_err()
+        parse_pools(&y, "bad.yaml").unwrap_err().to_string()
     }
 
     #[test]
@@ -686,7 +774,8 @@ spec:
             "apiVersion: cilium.io/v2alpha1\nkind: CiliumPodIPPool\nspec: {}\n",
             "a.yaml",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert_eq!(
             e,
             "a.yaml: CiliumPodIPPool (document 1): metadata.name is missing"
@@ -695,17 +784,22 @@ spec:
             "apiVersion: cilium.io/v1\nkind: CiliumPodIPPool\nmetadata: {name: x}\nspec: {}\n",
             "a.yaml",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             e.starts_with(r#"a.yaml: CiliumPodIPPool "x": unsupported apiVersion "cilium.io/v1""#),
             "{e}"
         );
-        let e = parse_pools("a: [\n", "broken.yaml").unwrap_err();
+        let e = parse_pools("a: [\n", "broken.yaml")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("broken.yaml: invalid YAML:"), "{e}");
-        let e = parse_pools("- 1\n", "l.yaml").unwrap_err();
+        let e = parse_pools("- 1\n", "l.yaml").unwrap_err().to_string();
         assert_eq!(e, "l.yaml: document 1 is not an object");
         let two = "apiVersion: cilium.io/v2alpha1\nkind: CiliumPodIPPool\nmetadata: {name: x}\nspec: {}\n---\n";
-        let e = parse_pools(&two.repeat(2), "d.yaml").unwrap_err();
+        let e = parse_pools(&two.repeat(2), "d.yaml")
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, r#"d.yaml: CiliumPodIPPool "x" is defined twice"#);
         // A pool with no family is valid (skipped for both families).
         let p = parse_pools(two, "ok.yaml").unwrap();
@@ -731,7 +825,7 @@ spec:
         assert_eq!(p[0].name, "blue");
         assert!(p[0].allow_last_ip);
         assert_eq!(p[0].ipv6.as_ref().unwrap().cidrs, vec![net("fd00:1::/96")]);
-        let e = parse_pools("{", "pools.json").unwrap_err();
+        let e = parse_pools("{", "pools.json").unwrap_err().to_string();
         assert!(e.starts_with("pools.json: invalid JSON:"), "{e}");
     }
 
@@ -835,18 +929,21 @@ metadata:
             "kind: Pod\nmetadata:\n  name: p\n  labels:\n    version: 1.0\n",
             "m.yaml",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert_eq!(
             e,
             r#"m.yaml: Pod "p": metadata.labels.version must be a string, not a number (quote it)"#
         );
-        let e = parse_metadata("kind: Namespace\nmetadata: {}\n", "m.yaml").unwrap_err();
+        let e = parse_metadata("kind: Namespace\nmetadata: {}\n", "m.yaml")
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             "m.yaml: Namespace (document 1): metadata.name is missing"
         );
         let e = parse_metadata("kind: Pod\nmetadata: {name: p}\n---\nkind: Pod\nmetadata: {name: p, namespace: default}\n", "m.yaml")
-            .unwrap_err();
+            .unwrap_err().to_string();
         assert_eq!(e, r#"m.yaml: Pod "default/p" is defined twice"#);
     }
 
@@ -932,7 +1029,7 @@ spec:
             "e.yaml",
             &labels(&[]),
         )
-        .unwrap_err();
+        .unwrap_err().to_string();
         assert_eq!(
             e,
             r#"e.yaml: CiliumNodeConfig "e": spec.defaults.ipam-default-ip-pool is empty"#
@@ -992,7 +1089,7 @@ spec:
         fs::write(d.join("20-meta.yml"), format!("{METADATA}\n# edited\n")).unwrap();
         assert!(md.changed());
         fs::write(d.join("40-broken.json"), "{\"kind\": ").unwrap();
-        let e = ManifestDir::load(&d).unwrap_err();
+        let e = ManifestDir::load(&d).unwrap_err().to_string();
         assert!(e.contains("40-broken.json: invalid JSON"), "{e}");
         fs::remove_file(d.join("40-broken.json")).unwrap();
 
@@ -1002,7 +1099,7 @@ spec:
             "kind: Namespace\napiVersion: v1\nmetadata: {name: default}\n",
         )
         .unwrap();
-        let e = ManifestDir::load(&d).unwrap_err();
+        let e = ManifestDir::load(&d).unwrap_err().to_string();
         assert!(
             e.starts_with("Namespace \"default\" is defined in both "),
             "{e}"

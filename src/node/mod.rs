@@ -28,17 +28,22 @@ pub mod manifests;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 
 use ipnet::IpNet;
 
+use crate::ipam::Family;
 use crate::ipam::clusterpool::ClusterPoolError;
+use crate::ipam::pool_operator::PoolsRefused;
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::MetadataSource;
 use crate::k8s::connect::ConnectError;
 use crate::k8s::discovery::DiscoveryError;
 use crate::k8s::objects::ListError;
 use crate::resources::InvalidObject;
+use cilium_node_file::NodeFileError;
+use manifests::ManifestError;
 
 pub use crate::resources::{
     AllocationIp, HealthAddresses, NodeAddress, NodeResource, RequestedPool,
@@ -48,9 +53,56 @@ pub use embedded::{EmbeddedMode, EmbeddedOperator};
 /// Why a backend could not do what was asked; the text says which object and why.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    /// The backend's objects are invalid or do not fit this node.
+    /// The node-resource file (`--node-resource`) cannot be read, or is invalid.
+    #[error(transparent)]
+    File(#[from] NodeFileError),
+    /// The node-resource file describes another node.
+    #[error("{} describes node {found:?}, not this node {expected:?}", .path.display())]
+    NotThisNode {
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
+    /// The journal's node resource is another node's.
+    #[error(
+        "the journal belongs to node {found:?}, not {expected:?}; use the node's own --state-dir or move the journal aside"
+    )]
+    JournalOfAnotherNode { found: String, expected: String },
+    /// A manifest directory (`--pool-dir`, `--metadata-dir`) cannot be read.
+    #[error(transparent)]
+    Manifests(#[from] ManifestError),
+    /// The pool definitions do not fit this node (which pool, which block, why).
+    #[error(transparent)]
+    Pools(PoolsRefused),
+    /// The node ran cluster-pool and is restarted in multi-pool mode without the
+    /// migration.
+    #[error(
+        "node {node} was running cluster-pool (spec.ipam.podCIDRs = {pod_cidrs:?}); restarting it in multi-pool mode needs enable-cluster-pool-to-multi-pool-migration=true and a default pool {default_pool:?} that covers those CIDRs with the same mask"
+    )]
+    MigrationNotEnabled {
+        node: String,
+        pod_cidrs: Vec<String>,
+        default_pool: String,
+    },
+    /// The migration's default pool is not defined.
+    #[error(
+        "cluster-pool to multi-pool migration needs the default pool {0:?} to exist before the restart"
+    )]
+    MigrationWithoutDefaultPool(String),
+    /// ipam=kubernetes (embedded) without the node's pod CIDR of an enabled family.
+    #[error(
+        "Required {} PodCIDR not available: ipam=kubernetes needs the node's {} pod CIDR (--pod-cidrs, or --{}-range)",
+        .0.label(),
+        .0.label(),
+        .0.label().to_lowercase()
+    )]
+    PodCidrNotGiven(Family),
+    /// ipam=kubernetes: the Node object has no pod CIDR of an enabled family.
+    #[error("Required {} PodCIDR not available", .0.label())]
+    PodCidrMissing(Family),
+    /// The ENI inventory cannot be turned into pool blocks (`ipam::eni`'s words).
     #[error("{0}")]
-    Invalid(String),
+    Eni(String),
     /// The cluster pool is not one (its CIDRs and mask sizes).
     #[error(transparent)]
     ClusterPool(#[from] ClusterPoolError),
@@ -61,9 +113,6 @@ pub enum NodeError {
         #[source]
         source: ClusterPoolError,
     },
-    /// Reading or writing where the backend keeps the resource failed.
-    #[error("{0}")]
-    Io(String),
     /// The API server cannot be reached with the configuration given.
     #[error(transparent)]
     Connect(#[from] ConnectError),

@@ -37,6 +37,7 @@ use crate::ipam::clusterpool::ClusterPoolError;
 use crate::ipam::clusterpool::NodeCidrCarver;
 use crate::k8s::connect::{ConnectError, connect};
 use crate::k8s::mirror::WatchEnded;
+use crate::process::metrics_server::MetricsBindError;
 use crate::process::options::OptionsError;
 use crate::process::{metrics_server, shutdown_signal};
 use cluster_pool::NodeCidrs;
@@ -57,7 +58,7 @@ pub fn run(args: &[String]) -> i32 {
     let opts = match OperatorOptions::parse_with_config_dir(args) {
         Ok(o) => o,
         Err(OptionsError::Flags(e)) => e.exit(),
-        Err(OptionsError::ConfigDir(e)) => {
+        Err(e @ OptionsError::ConfigDir { .. }) => {
             eprintln!("podnet operator: {e}");
             return 1;
         }
@@ -92,8 +93,8 @@ enum OperatorError {
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     /// The metrics listener cannot be bound.
-    #[error("{0}")]
-    Metrics(String),
+    #[error(transparent)]
+    Metrics(#[from] MetricsBindError),
     #[error(transparent)]
     Connect(#[from] ConnectError),
     #[error(transparent)]
@@ -128,8 +129,7 @@ fn start(opts: &OperatorOptions) -> Result<(), OperatorError> {
         let metrics = Arc::new(OperatorMetrics::new());
         if !opts.prometheus_serve_addr.is_empty() {
             let tcp = metrics_server::bind_metrics(&opts.prometheus_serve_addr)
-                .await
-                .map_err(OperatorError::Metrics)?;
+                .await?;
             let m = metrics.clone();
             tokio::spawn(metrics_server::serve_metrics(tcp, move || {
                 let m = m.clone();

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args};
 
 use super::lbipam::services::{DefaultIpam, Settings};
-use super::multi_pool::auto_create::{self, OPT_AUTO_CREATE};
+use super::multi_pool::auto_create::{self, AutoCreateError, OPT_AUTO_CREATE};
 use crate::ipam::clusterpool::{
     ClusterPoolConfig, ClusterPoolError, DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE,
     OPT_IPV4_CIDR, OPT_IPV6_CIDR, parse_cidr_list,
@@ -195,9 +195,8 @@ pub enum ConfigError {
     NoNamespace,
     #[error(transparent)]
     ClusterPool(#[from] ClusterPoolError),
-    /// `--auto-create-cilium-pod-ip-pools` (the pool grammar's own message).
-    #[error("{0}")]
-    AutoCreate(String),
+    #[error(transparent)]
+    AutoCreate(#[from] AutoCreateError),
 }
 
 impl OperatorConfig {
@@ -207,8 +206,7 @@ impl OperatorConfig {
         let ipam = match opts.ipam.as_str() {
             "cluster-pool" => OperatorIpam::ClusterPool(cluster_pool(opts)?),
             "multi-pool" => OperatorIpam::MultiPool {
-                auto_create: auto_create::parse(&opts.auto_create_cilium_pod_ip_pools)
-                    .map_err(ConfigError::AutoCreate)?,
+                auto_create: auto_create::parse(&opts.auto_create_cilium_pod_ip_pools)?,
                 migrate_into: migration(opts)?,
             },
             other => return Err(ConfigError::UnsupportedIpam(other.to_string())),
@@ -300,12 +298,12 @@ mod tests {
         }
     }
 
-    fn resolve(args: &[&str]) -> Result<OperatorConfig, String> {
+    fn resolve(args: &[&str]) -> Result<OperatorConfig, Box<dyn std::error::Error>> {
         let mut all = vec!["--k8s-kubeconfig-path", "/dev/null"];
         all.extend_from_slice(args);
         let args: Vec<String> = all.iter().map(|s| s.to_string()).collect();
-        let opts = OperatorOptions::parse_with_config_dir(&args).map_err(|e| e.to_string())?;
-        OperatorConfig::resolve(&opts).map_err(|e| e.to_string())
+        let opts = OperatorOptions::parse_with_config_dir(&args)?;
+        Ok(OperatorConfig::resolve(&opts)?)
     }
 
     #[test]
@@ -320,7 +318,7 @@ mod tests {
             c.identity
         );
         assert_eq!(
-            resolve(&[]).unwrap_err(),
+            resolve(&[]).unwrap_err().to_string(),
             "cluster-pool-ipv4-cidr must be provided when using ClusterPool"
         );
         assert_eq!(
@@ -328,7 +326,8 @@ mod tests {
                 "--cluster-pool-ipv4-cidr=10.0.0.0/8",
                 "--cluster-pool-ipv6-cidr=fd00::/104"
             ])
-            .unwrap_err(),
+            .unwrap_err()
+            .to_string(),
             "cluster-pool-ipv6-cidr must not be set if IPv6 is disabled"
         );
         let e = resolve(&[
@@ -337,7 +336,8 @@ mod tests {
             "--cluster-pool-ipv6-cidr=fd00::/104",
             "--cluster-pool-ipv6-mask-size=121",
         ])
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("New CIDR set failed"), "{e}");
     }
 
@@ -366,7 +366,8 @@ mod tests {
             "--cluster-pool-ipv4-cidr=10.90.0.0/23",
             "--default-lb-service-ipam=metallb",
         ])
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("possible values: lbipam, nodeipam, none"), "{e}");
     }
 
@@ -389,9 +390,10 @@ mod tests {
             "--cluster-pool-ipv4-cidr=10.0.0.0/8",
             "--auto-create-cilium-pod-ip-pools=default=ipv4-cidrs:10.10.0.0/16;ipv4-mask-size:24",
         ])
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("needs --ipam multi-pool"), "{e}");
-        let e = resolve(&["--ipam", "eni"]).unwrap_err();
+        let e = resolve(&["--ipam", "eni"]).unwrap_err().to_string();
         assert!(e.contains("use cluster-pool or multi-pool"), "{e}");
     }
 
@@ -403,15 +405,22 @@ mod tests {
             Err(e) => Err(e),
         };
         let on = "--enable-cluster-pool-to-multi-pool-migration";
-        assert_eq!(into(&["--ipam=multi-pool", on]), Ok(Some("default".into())));
         assert_eq!(
-            into(&["--ipam=multi-pool", on, "--ipam-default-ip-pool=blue"]),
-            Ok(Some("blue".into()))
+            into(&["--ipam=multi-pool", on]).unwrap(),
+            Some("default".into())
         );
-        assert_eq!(into(&["--ipam=multi-pool"]), Ok(None));
-        let e = into(&["--ipam=multi-pool", on, "--ipam-default-ip-pool="]).unwrap_err();
+        assert_eq!(
+            into(&["--ipam=multi-pool", on, "--ipam-default-ip-pool=blue"]).unwrap(),
+            Some("blue".into())
+        );
+        assert_eq!(into(&["--ipam=multi-pool"]).unwrap(), None);
+        let e = into(&["--ipam=multi-pool", on, "--ipam-default-ip-pool="])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("needs --ipam-default-ip-pool"), "{e}");
-        let e = resolve(&["--cluster-pool-ipv4-cidr=10.0.0.0/8", on]).unwrap_err();
+        let e = resolve(&["--cluster-pool-ipv4-cidr=10.0.0.0/8", on])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("enable-cluster-pool-to-multi-pool-migration needs --ipam multi-pool"),
             "{e}"

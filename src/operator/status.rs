@@ -138,7 +138,7 @@ pub fn run(args: &[String]) -> i32 {
     let opts = match parse(args) {
         Ok(o) => o,
         Err(OptionsError::Flags(e)) => e.exit(),
-        Err(OptionsError::ConfigDir(e)) => {
+        Err(e @ OptionsError::ConfigDir { .. }) => {
             eprintln!("podnet operator status: {e}");
             return 1;
         }

@@ -24,27 +24,45 @@ pub fn text_reply(body: String) -> Response<Full<Bytes>> {
     resp
 }
 
+/// Why the metrics listener could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsBindError {
+    /// `--prometheus-serve-addr` is not an address and port.
+    #[error(
+        "--prometheus-serve-addr {0:?}: want an IP address and port (127.0.0.1:9962, [::1]:9962) or :port for every address; host names are not resolved"
+    )]
+    NotAnAddress(String),
+    /// The kernel refused the bind (in use, not an address of this host, ...).
+    #[error("cannot serve metrics on {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Binds the metrics listener (`ip:port`, or `:port` for every address). Host names
 /// are refused rather than resolved: the release binary links glibc statically,
 /// where name service lookups are unreliable.
-pub async fn bind_metrics(addr: &str) -> Result<tokio::net::TcpListener, String> {
+pub async fn bind_metrics(addr: &str) -> Result<tokio::net::TcpListener, MetricsBindError> {
     let socket_addr = parse_metrics_addr(addr)?;
     tokio::net::TcpListener::bind(socket_addr)
         .await
-        .map_err(|e| format!("cannot serve metrics on {socket_addr}: {e}"))
+        .map_err(|source| MetricsBindError::Bind {
+            addr: socket_addr,
+            source,
+        })
 }
 
-fn parse_metrics_addr(addr: &str) -> Result<std::net::SocketAddr, String> {
+fn parse_metrics_addr(addr: &str) -> Result<std::net::SocketAddr, MetricsBindError> {
     let literal = if addr.starts_with(':') {
         format!("[::]{addr}")
     } else {
         addr.to_string()
     };
-    literal.parse().map_err(|_| {
-        format!(
-            "--prometheus-serve-addr {addr:?}: want an IP address and port (127.0.0.1:9962, [::1]:9962) or :port for every address; host names are not resolved"
-        )
-    })
+    literal
+        .parse()
+        .map_err(|_| MetricsBindError::NotAnAddress(addr.to_string()))
 }
 
 /// Serves `GET /metrics` (anything else is 404) on the metrics listener, with the
@@ -89,19 +107,19 @@ mod tests {
     #[test]
     fn metrics_address_is_an_ip_and_port_or_a_bare_port() {
         assert_eq!(
-            parse_metrics_addr("127.0.0.1:9962").map(|a| a.to_string()),
-            Ok("127.0.0.1:9962".to_string())
+            parse_metrics_addr("127.0.0.1:9962").unwrap().to_string(),
+            "127.0.0.1:9962"
         );
         assert_eq!(
-            parse_metrics_addr(":9962").map(|a| a.to_string()),
-            Ok("[::]:9962".to_string())
+            parse_metrics_addr(":9962").unwrap().to_string(),
+            "[::]:9962"
         );
         assert_eq!(
-            parse_metrics_addr("[::1]:9962").map(|a| a.to_string()),
-            Ok("[::1]:9962".to_string())
+            parse_metrics_addr("[::1]:9962").unwrap().to_string(),
+            "[::1]:9962"
         );
         for bad in ["localhost:9962", "9962", "127.0.0.1", "", "[::1]"] {
-            let err = parse_metrics_addr(bad).expect_err(bad);
+            let err = parse_metrics_addr(bad).expect_err(bad).to_string();
             assert!(err.contains("host names are not resolved"), "{bad}: {err}");
         }
     }

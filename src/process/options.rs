@@ -4,12 +4,17 @@
 
 use std::path::{Path, PathBuf};
 
+/// A flag value that is not one of the booleans Cilium's flags accept.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a boolean (use true or false)")]
+pub struct NotABoolean(String);
+
 /// Parses Go-style booleans as Cilium's flags accept them.
-pub fn parse_bool(s: &str) -> Result<bool, String> {
+pub fn parse_bool(s: &str) -> Result<bool, NotABoolean> {
     match s.trim().to_ascii_lowercase().as_str() {
         "1" | "t" | "true" | "yes" | "on" => Ok(true),
         "0" | "f" | "false" | "no" | "off" => Ok(false),
-        other => Err(format!("{other:?} is not a boolean (use true or false)")),
+        other => Err(NotABoolean(other.to_string())),
     }
 }
 
@@ -19,9 +24,13 @@ pub enum OptionsError {
     /// A flag or a config-dir value is invalid (or help was asked for).
     #[error("{0}")]
     Flags(clap::Error),
-    /// The config dir could not be read.
-    #[error("{0}")]
-    ConfigDir(String),
+    /// The config dir (or one of its files) could not be read.
+    #[error("--config-dir {}: {source}", .path.display())]
+    ConfigDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Parses `args` as command `C`, with the files of its `--config-dir` under the
@@ -54,24 +63,27 @@ fn find_config_dir(args: &[String]) -> Option<PathBuf> {
 fn argv_with_config_dir(cmd: &clap::Command, args: &[String]) -> Result<Vec<String>, OptionsError> {
     let mut argv = vec![cmd.get_name().to_string()];
     if let Some(dir) = find_config_dir(args) {
-        argv.extend(read_config_dir(cmd, &dir).map_err(OptionsError::ConfigDir)?);
+        argv.extend(read_config_dir(cmd, &dir)?);
     }
     argv.extend(args.iter().cloned());
     Ok(argv)
 }
 
 /// Turns each option file `cmd` knows into `--name=value`.
-fn read_config_dir(cmd: &clap::Command, dir: &Path) -> Result<Vec<String>, String> {
+fn read_config_dir(cmd: &clap::Command, dir: &Path) -> Result<Vec<String>, OptionsError> {
     let known: Vec<String> = cmd
         .get_arguments()
         .filter_map(|a| a.get_long().map(str::to_string))
         .collect();
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| format!("--config-dir {}: {e}", dir.display()))?;
+    let unreadable = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| OptionsError::ConfigDir { path, source }
+    };
+    let entries = std::fs::read_dir(dir).map_err(unreadable(dir))?;
     let mut out = Vec::new();
     let mut names = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| format!("--config-dir {}: {e}", dir.display()))?;
+        let entry = entry.map_err(unreadable(dir))?;
         let name = entry.file_name().to_string_lossy().to_string();
         if name.starts_with('.') || name == "config-dir" {
             continue;
@@ -84,8 +96,7 @@ fn read_config_dir(cmd: &clap::Command, dir: &Path) -> Result<Vec<String>, Strin
     }
     names.sort();
     for (name, path) in names {
-        let value = std::fs::read_to_string(&path)
-            .map_err(|e| format!("--config-dir {}: {e}", path.display()))?;
+        let value = std::fs::read_to_string(&path).map_err(unreadable(&path))?;
         out.push(format!("--{name}={}", value.trim()));
     }
     Ok(out)

@@ -344,22 +344,15 @@ impl Journal {
 
     /// Hands every allocation record to `f`, in key order, one at a time. A
     /// record that does not decode is an error naming it; so is `f`'s.
-    pub fn for_each_allocation(
+    pub fn for_each_allocation<E: From<StoreError>>(
         &self,
-        mut f: impl FnMut(AllocationRecord) -> Result<(), String>,
-    ) -> Result<(), String> {
-        let txn = self
-            .db()
-            .and_then(|db| db.begin_read().map_err(|e| self.io(e)))
-            .map_err(|e| e.to_string())?;
-        let table = txn
-            .open_table(ALLOCATIONS)
-            .map_err(|e| self.io(e).to_string())?;
-        for entry in table.iter().map_err(|e| self.io(e).to_string())? {
-            let (k, v) = entry.map_err(|e| self.io(e).to_string())?;
-            let rec = self
-                .decode(ALLOCATIONS_NAME, k.value(), v.value())
-                .map_err(|e| e.to_string())?;
+        mut f: impl FnMut(AllocationRecord) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let txn = self.db()?.begin_read().map_err(|e| self.io(e))?;
+        let table = txn.open_table(ALLOCATIONS).map_err(|e| self.io(e))?;
+        for entry in table.iter().map_err(|e| self.io(e))? {
+            let (k, v) = entry.map_err(|e| self.io(e))?;
+            let rec = self.decode(ALLOCATIONS_NAME, k.value(), v.value())?;
             f(rec)?;
         }
         Ok(())
@@ -371,7 +364,7 @@ impl Journal {
         let mut out = Vec::new();
         self.for_each_allocation(|r| {
             out.push(r);
-            Ok(())
+            Ok::<_, StoreError>(())
         })
         .unwrap_or_else(|e| panic!("{e}"));
         out

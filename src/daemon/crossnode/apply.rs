@@ -15,8 +15,8 @@ use super::plan::{DatapathPlan, PlannedRoute, TunnelEndpoint};
 use super::{CrossNodeConfig, ROUTE_PROTOCOL, TUNNEL_DEVICE, TUNNEL_OVERHEAD, TUNNEL_VNI};
 use crate::daemon::config::RoutingMode;
 use crate::datapath::{
-    IpFamily, L2Entry, LinkInfo, NetlinkSocket, RouteInfo, RouteSpec, TABLE_MAIN, VxlanSpec,
-    format_mac,
+    DatapathError, IpFamily, L2Entry, LinkInfo, NetlinkSocket, RouteInfo, RouteSpec, TABLE_MAIN,
+    VxlanSpec, format_mac,
 };
 
 /// The kernel side of the cross-node datapath; remembers the masquerade rule
@@ -47,7 +47,7 @@ impl Reconciler {
         let tunnel = match self.tunnel_device(&sock, plan.tunnel.as_ref()) {
             Ok(t) => t,
             Err(e) => {
-                errors.push(e);
+                errors.push(e.to_string());
                 None
             }
         };
@@ -87,14 +87,11 @@ impl Reconciler {
         &self,
         sock: &NetlinkSocket,
         want: Option<&TunnelEndpoint>,
-    ) -> Result<Option<LinkInfo>, String> {
-        let existing = sock
-            .link_by_name(TUNNEL_DEVICE)
-            .map_err(|e| e.to_string())?;
+    ) -> Result<Option<LinkInfo>, DatapathError> {
+        let existing = sock.link_by_name(TUNNEL_DEVICE)?;
         if self.config.routing == RoutingMode::Native {
             if existing.is_some() {
-                sock.delete_link_by_name(TUNNEL_DEVICE)
-                    .map_err(|e| e.to_string())?;
+                sock.delete_link_by_name(TUNNEL_DEVICE)?;
                 tracing::info!(
                     device = TUNNEL_DEVICE,
                     "removed the tunnel device (native routing)"
@@ -116,19 +113,16 @@ impl Reconciler {
             }
             other => {
                 if other.is_some() {
-                    sock.delete_link_by_name(TUNNEL_DEVICE)
-                        .map_err(|e| e.to_string())?;
+                    sock.delete_link_by_name(TUNNEL_DEVICE)?;
                 }
-                let l = sock
-                    .create_vxlan(&VxlanSpec {
-                        name: TUNNEL_DEVICE.into(),
-                        id: TUNNEL_VNI,
-                        port: self.config.tunnel_port,
-                        local: want.local,
-                        mac: want.mac,
-                        mtu,
-                    })
-                    .map_err(|e| e.to_string())?;
+                let l = sock.create_vxlan(&VxlanSpec {
+                    name: TUNNEL_DEVICE.into(),
+                    id: TUNNEL_VNI,
+                    port: self.config.tunnel_port,
+                    local: want.local,
+                    mac: want.mac,
+                    mtu,
+                })?;
                 tracing::info!(
                     device = TUNNEL_DEVICE,
                     local = %want.local,
@@ -140,11 +134,10 @@ impl Reconciler {
             }
         };
         if link.mtu != mtu {
-            sock.set_link_mtu(link.index, mtu)
-                .map_err(|e| e.to_string())?;
+            sock.set_link_mtu(link.index, mtu)?;
         }
         if !link.up {
-            sock.set_link_up(link.index).map_err(|e| e.to_string())?;
+            sock.set_link_up(link.index)?;
         }
         Ok(Some(link))
     }

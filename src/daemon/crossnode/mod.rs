@@ -35,6 +35,9 @@ pub const TUNNEL_OVERHEAD: u32 = 50;
 pub const ROUTE_PROTOCOL: u8 = 77;
 /// How often the kernel is checked against the plan without any change.
 pub const RESYNC: Duration = Duration::from_secs(30);
+/// How often the embedded backend's node (this node alone: nothing announces its
+/// changes) is read again for the plan.
+const THIS_NODE_POLL: Duration = Duration::from_secs(5);
 
 /// `--tunnel-protocol`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,7 +215,7 @@ pub async fn run(
                     _ = tokio::time::sleep(RESYNC) => {}
                 }
             }
-            NodeFeed::ThisNode => tokio::time::sleep(Duration::from_secs(5)).await,
+            NodeFeed::ThisNode => tokio::time::sleep(THIS_NODE_POLL).await,
         }
     }
 }

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use ipnet::IpNet;
 
 use super::config::{DatapathMode, IpamMode};
+use super::devices::DeviceError;
 use super::metrics::Metrics;
 use crate::api::link_marker::{JournalMark, LinkMarker};
 use crate::api::models::{FailureReason, FailureRecord};
@@ -33,14 +34,18 @@ use crate::ipam::multipool::PoolSet;
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::MetadataSource;
 use crate::node::{NodeOperator, NodeResource, RequestedPool};
-use crate::store::{AllocationRecord, AllocationState, EndpointRecord, Journal, JournalOp, now_ms};
+use crate::store::{
+    AllocationRecord, AllocationState, EndpointRecord, Journal, JournalOp, StoreError, now_ms,
+};
 use allocations::{Allocation, Allocations};
 use effects::Effects;
 
 pub use effects::{StaleLink, Timer, TimerKind};
 pub use error::{ApiError, ErrorKind};
 pub use pools::{MultiPoolSettings, PoolingMode};
-pub use restore::{JournalOrigin, KernelLink, KernelView, ReconcileReport, RestoreReport};
+pub use restore::{
+    JournalOrigin, KernelLink, KernelView, ReconcileReport, RestoreError, RestoreReport,
+};
 
 /// The pool of the host-scope modes, and multi-pool's default default pool.
 pub const DEFAULT_POOL: &str = "default";
@@ -87,7 +92,7 @@ pub const NODE_META_KEY: &str = "ciliumnode";
 
 /// Reads the podnet marker of a host link by name (none: no link, or no marker;
 /// an error: the kernel could not be asked).
-pub type HostLinkMarker<'a> = dyn Fn(&str) -> Result<Option<LinkMarker>, String> + 'a;
+pub type HostLinkMarker<'a> = dyn Fn(&str) -> Result<Option<LinkMarker>, DeviceError> + 'a;
 
 /// What was last handed to the node sink, to send only what changed.
 #[derive(Debug, Clone, Default)]
@@ -248,7 +253,7 @@ impl IpamState {
         self.journal.failure()?;
         let fixes = match self.journal.reopen()? {
             Ok(snapshot) => self.journal_fixes(&self.journal, snapshot),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e),
         };
         let fixes = match fixes {
             Ok(f) => f,
@@ -280,7 +285,7 @@ impl IpamState {
         &self,
         journal: &Journal,
         snapshot: crate::store::Snapshot,
-    ) -> Result<Vec<JournalOp>, String> {
+    ) -> Result<Vec<JournalOp>, StoreError> {
         let mut ops = Vec::new();
         let mut seen = BTreeSet::new();
         journal.for_each_allocation(|rec| {

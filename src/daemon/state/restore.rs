@@ -20,6 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use ipnet::IpNet;
@@ -27,7 +28,7 @@ use ipnet::IpNet;
 use super::super::config::IpamMode;
 use super::super::metrics::Metrics;
 use super::{
-    Allocation, Allocations, DEFAULT_POOL, HOLD_UNTIL_TEARDOWN, IpamState, NODE_META_KEY,
+    Allocation, Allocations, ApiError, DEFAULT_POOL, HOLD_UNTIL_TEARDOWN, IpamState, NODE_META_KEY,
     StateConfig, TEARDOWN_PREFIX, Teardown, Timer, TimerKind,
 };
 use crate::api::link_marker::LinkMarker;
@@ -37,7 +38,8 @@ use crate::ipam::multipool::{PoolError, PoolSet};
 use crate::ipam::pooldef::PoolDef;
 use crate::node::{NodeOperator, NodeResource};
 use crate::store::{
-    AllocationRecord, AllocationState, EndpointRecord, Journal, JournalOp, Snapshot, now_ms,
+    AllocationRecord, AllocationState, EndpointRecord, Journal, JournalOp, Snapshot, StoreError,
+    now_ms,
 };
 
 /// What restore and reconciliation decided (podnet's status shows it).
@@ -78,6 +80,50 @@ enum LinkVerdict {
     Adopt(String),
 }
 
+/// Why the state could not be restored from the journal, or reconciled with the
+/// kernel, or its router addresses reserved. Each says what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The journal could not be read.
+    #[error(transparent)]
+    Journal(#[from] StoreError),
+    /// The journal holds one address twice.
+    #[error(
+        "journal {}: {ip} is recorded twice (pool {pool}, owner {owner}); restart with --rebuild-from-kernel to rebuild the journal",
+        .path.display()
+    )]
+    RecordedTwice {
+        path: PathBuf,
+        ip: IpAddr,
+        pool: String,
+        owner: String,
+    },
+    /// The node resource could not be encoded for the journal.
+    #[error("cannot encode the node resource for the journal: {0}")]
+    EncodeNode(#[source] serde_json::Error),
+    /// Delegated-plugin mode needs the router address given.
+    #[error(
+        "delegated-plugin mode takes no addresses from IPAM: give the {} router address with --local-router-ipv{}",
+        .family.label(),
+        if *.family == Family::V4 { 4 } else { 6 }
+    )]
+    RouterAddressMissing { family: Family },
+    /// The default pool has no address left for a router (health, ingress) address.
+    #[error(
+        "unable to allocate {owner} {}: {source}, see https://cilium.link/ipam-range-full",
+        .family.label()
+    )]
+    InfraAddress {
+        owner: String,
+        family: Family,
+        #[source]
+        source: PoolError,
+    },
+    /// The journal did not commit what was decided.
+    #[error(transparent)]
+    Commit(ApiError),
+}
+
 /// What reconciliation wants done to the kernel.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReconcileReport {
@@ -100,7 +146,7 @@ impl IpamState {
         pool_defs: Vec<PoolDef>,
         snapshot: Snapshot,
         metrics: Arc<Metrics>,
-    ) -> Result<IpamState, String> {
+    ) -> Result<IpamState, RestoreError> {
         let mut state = IpamState {
             cfg,
             pools: PoolSet::new(),
@@ -177,13 +223,12 @@ impl IpamState {
                     }
                 }
                 Err(PoolError::AlreadyAllocated { .. }) => {
-                    return Err(format!(
-                        "journal {}: {} is recorded twice (pool {}, owner {}); restart with --rebuild-from-kernel to rebuild the journal",
-                        journal.path().display(),
-                        rec.ip,
-                        rec.pool,
-                        rec.owner
-                    ));
+                    return Err(RestoreError::RecordedTwice {
+                        path: journal.path().to_path_buf(),
+                        ip: rec.ip,
+                        pool: rec.pool,
+                        owner: rec.owner,
+                    });
                 }
                 Err(_) => {
                     tracing::warn!(ip = %rec.ip, pool = ?rec.pool, owner = ?rec.owner, "journal allocation is outside the node's ranges: kept until its pod is deleted, never handed out again");
@@ -238,19 +283,19 @@ impl IpamState {
             .collect();
         state.restored_endpoints = state.endpoints.keys().cloned().collect();
         state.sync_demand();
-        let node_json = serde_json::to_value(&state.node).map_err(|e| e.to_string())?;
+        let node_json = serde_json::to_value(&state.node).map_err(RestoreError::EncodeNode)?;
         ops.push(JournalOp::PutMeta {
             key: NODE_META_KEY.into(),
             value: node_json,
         });
-        state.journal.commit(&ops).map_err(|e| e.to_string())?;
+        state.journal.commit(&ops)?;
         state.restore_report = report;
         Ok(state)
     }
 
     /// Reserves the router (and health, ingress) address of each family: the
     /// journal's, else (router) the router device's, else a new one.
-    pub fn reserve_infra_addresses(&mut self, router_hints: &[IpAddr]) -> Result<(), String> {
+    pub fn reserve_infra_addresses(&mut self, router_hints: &[IpAddr]) -> Result<(), RestoreError> {
         let mut ops = Vec::new();
         let mut infra = vec!["router"];
         if self.cfg.reserve_health {
@@ -265,11 +310,7 @@ impl IpamState {
                 self.routers.insert(family, ip);
                 self.node.set_address("CiliumInternalIP", ip);
             } else if delegated {
-                return Err(format!(
-                    "delegated-plugin mode takes no addresses from IPAM: give the {} router address with --local-router-ipv{}",
-                    family.label(),
-                    if family == Family::V4 { 4 } else { 6 }
-                ));
+                return Err(RestoreError::RouterAddressMissing { family });
             }
             if delegated {
                 continue;
@@ -290,12 +331,12 @@ impl IpamState {
                 }
             }
         }
-        let node_json = serde_json::to_value(&self.node).map_err(|e| e.to_string())?;
+        let node_json = serde_json::to_value(&self.node).map_err(RestoreError::EncodeNode)?;
         ops.push(JournalOp::PutMeta {
             key: NODE_META_KEY.into(),
             value: node_json,
         });
-        self.commit(&ops).map_err(|e| e.message)
+        self.commit(&ops).map_err(RestoreError::Commit)
     }
 
     /// Takes the previous router (health, ingress) address of a family from the
@@ -307,7 +348,7 @@ impl IpamState {
         owner: &str,
         router_hints: &[IpAddr],
         ops: &mut Vec<JournalOp>,
-    ) -> Result<IpAddr, String> {
+    ) -> Result<IpAddr, RestoreError> {
         if let Some(rec) = self.allocations.iter().find(|r| {
             r.state() == AllocationState::Infra
                 && r.owner() == owner
@@ -329,11 +370,12 @@ impl IpamState {
         };
         let ip = match taken {
             Ok(ip) => ip,
-            Err(_) => self.pools.allocate_next(&pool, family).map_err(|e| {
-                format!(
-                    "unable to allocate {owner} {}: {e}, see https://cilium.link/ipam-range-full",
-                    family.label()
-                )
+            Err(_) => self.pools.allocate_next(&pool, family).map_err(|source| {
+                RestoreError::InfraAddress {
+                    owner: owner.to_string(),
+                    family,
+                    source,
+                }
             })?,
         };
         let mut rec = infra_record(ip, owner);
@@ -358,7 +400,7 @@ impl IpamState {
         &mut self,
         kernel: &KernelView,
         origin: JournalOrigin,
-    ) -> Result<ReconcileReport, String> {
+    ) -> Result<ReconcileReport, RestoreError> {
         let present: BTreeSet<&str> = kernel.links.iter().map(|l| l.name.as_str()).collect();
         let now = now_ms();
         let mut ops = Vec::new();
@@ -439,7 +481,7 @@ impl IpamState {
                 },
             }
         }
-        self.commit(&ops).map_err(|e| e.message)?;
+        self.commit(&ops).map_err(RestoreError::Commit)?;
         self.apply(ops, "reconciled with the kernel");
         Ok(report)
     }

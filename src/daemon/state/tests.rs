@@ -21,7 +21,8 @@ use crate::api::models::{
     AddressPair, AttachmentRef, CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest,
     GcRequest, IpamResponse, LinkRef, RangeStatus,
 };
-use crate::datapath::host_ifname;
+use crate::daemon::devices::{DeviceError, failed};
+use crate::datapath::{DatapathError, host_ifname};
 use crate::ipam::clusterpool::ClusterPoolConfig;
 use crate::ipam::pooldef::PoolFamilySpec;
 use crate::ipam::selection::{
@@ -348,7 +349,7 @@ fn tick() {
 }
 
 /// A kernel without host links (what an expiring address's link lookup sees).
-fn no_links(_: &str) -> Result<Option<LinkMarker>, String> {
+fn no_links(_: &str) -> Result<Option<LinkMarker>, DeviceError> {
     Ok(None)
 }
 
@@ -2305,7 +2306,12 @@ fn expiry_binds_an_attachment_whose_link_is_marked_wired_by_this_journal_only() 
         ..marker(&made.journal_id, made.seq, "c1")
     };
     let link = host_ifname("c1", "eth0");
-    let unreadable = |_: &str| -> Result<Option<LinkMarker>, String> { Err("EIO".into()) };
+    let unreadable = |name: &str| -> Result<Option<LinkMarker>, DeviceError> {
+        let eio = std::io::Error::from_raw_os_error(libc::EIO);
+        Err(failed(format!("looking up host link {name}"))(
+            DatapathError::io("reading the link", eio),
+        ))
+    };
     // A link that cannot be read: nothing decided, asked again in a second.
     assert!(!s.fire(&timers[0], &unreadable));
     assert_eq!(s.take_timers().len(), 1);

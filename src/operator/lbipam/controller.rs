@@ -19,10 +19,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use super::metrics::LbIpamMetrics;
-use super::pools::{Family, Pool, sort_pools};
+use super::pools::{Pool, sort_pools};
 use super::services::{
     self, FamilyPolicy, Orphan, Plan, PoolStatus, ServicePlan, ServiceView, Settings,
 };
+use crate::ipam::Family;
 use crate::k8s::discovery::{CiliumKind, resolve_waiting};
 use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
 use crate::operator::retry::{Retry, sleep_until};
@@ -165,7 +166,16 @@ struct Controller {
     /// Object key -> (its resourceVersion when written, what was written): the
     /// copy is stale until the watch brings the write back, so the same write is
     /// not sent twice meanwhile.
-    sent: BTreeMap<String, (Option<String>, String)>,
+    sent: BTreeMap<String, (Option<String>, Written)>,
+}
+
+/// What was written to an object, compared with what the next plan wants.
+#[derive(Debug, Clone, PartialEq)]
+enum Written {
+    /// A Service's planned status.
+    Service(ServicePlan),
+    /// A pool's conditions: type, status, reason and message of each.
+    PoolConditions(Vec<[Value; 4]>),
 }
 
 /// Runs until a watch ends (they do not while the API server can be retried);
@@ -280,7 +290,10 @@ impl Controller {
             let Some(svc) = current.get(key) else {
                 continue;
             };
-            let sent = (svc.metadata.resource_version.clone(), format!("{want:?}"));
+            let sent = (
+                svc.metadata.resource_version.clone(),
+                Written::Service(want.clone()),
+            );
             if self.sent.get(key) == Some(&sent) {
                 continue;
             }
@@ -311,13 +324,13 @@ impl Controller {
                 }
                 (None, None) => continue,
             };
-            let stripped: Vec<[&Value; 4]> = wanted
+            let stripped: Vec<[Value; 4]> = wanted
                 .iter()
-                .map(|c| [&c["type"], &c["status"], &c["reason"], &c["message"]])
+                .map(|c| ["type", "status", "reason", "message"].map(|k| c[k].clone()))
                 .collect();
             let sent = (
                 obj.metadata.resource_version.clone(),
-                format!("{stripped:?}"),
+                Written::PoolConditions(stripped),
             );
             if self.sent.get(&name) == Some(&sent) {
                 continue;

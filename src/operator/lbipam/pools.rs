@@ -9,30 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::ipam::Family;
 use crate::ipam::pooldef::check_selector;
 use crate::ipam::selection::selector_matches;
 use crate::resources::{CiliumLoadBalancerIPPool, LB_IP_POOL_KIND, LabelSelector};
-
-/// An address family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Family {
-    V4,
-    V6,
-}
-
-impl Family {
-    pub fn of(ip: &IpAddr) -> Family {
-        if ip.is_ipv4() { Family::V4 } else { Family::V6 }
-    }
-
-    /// `IPv4` / `IPv6`, as `spec.ipFamilies` spells them.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Family::V4 => "IPv4",
-            Family::V6 => "IPv6",
-        }
-    }
-}
 
 fn to_number(ip: &IpAddr) -> u128 {
     match ip {
@@ -64,12 +44,12 @@ pub struct Block {
 impl Block {
     fn contains(&self, ip: &IpAddr) -> bool {
         let n = to_number(ip);
-        Family::of(ip) == self.family && self.first <= n && n <= self.last
+        Family::of_addr(ip) == self.family && self.first <= n && n <= self.last
     }
 
     fn usable(&self, ip: &IpAddr) -> bool {
         let n = to_number(ip);
-        Family::of(ip) == self.family && self.usable.is_some_and(|(a, b)| a <= n && n <= b)
+        Family::of_addr(ip) == self.family && self.usable.is_some_and(|(a, b)| a <= n && n <= b)
     }
 
     fn size(&self) -> u128 {
@@ -142,7 +122,7 @@ impl Pool {
                         Some((first + 1, last - 1))
                     };
                     Block {
-                        family: Family::of(&cidr.addr()),
+                        family: Family::of_addr(&cidr.addr()),
                         first,
                         last,
                         usable,
@@ -156,7 +136,7 @@ impl Pool {
                 }
                 (None, Some(start), stop) => {
                     let stop = stop.unwrap_or(start);
-                    if Family::of(&start) != Family::of(&stop) {
+                    if Family::of_addr(&start) != Family::of_addr(&stop) {
                         return Err(invalid(format!(
                             "{at}: start {start} and stop {stop} are of different families"
                         )));
@@ -168,7 +148,7 @@ impl Pool {
                         )));
                     }
                     Block {
-                        family: Family::of(&start),
+                        family: Family::of_addr(&start),
                         first,
                         last,
                         usable: Some((first, last)),

@@ -13,7 +13,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use super::pools::{Family, Pool, conflicts};
+use super::pools::{Pool, conflicts};
+use crate::ipam::Family;
 
 /// The `loadBalancerClass` LB IPAM serves besides none.
 pub const SERVED_CLASSES: [&str; 2] = ["io.cilium/l2-announcer", "io.cilium/bgp-control-plane"];
@@ -236,7 +237,7 @@ fn wanted_families(svc: &ServiceView, s: &Settings) -> Result<Vec<Family>, Satis
             } else {
                 Err(Satisfied::no(
                     "no_pool",
-                    format!("the Service asks for {} but the operator has it disabled", family.as_str()),
+                    format!("the Service asks for {} but the operator has it disabled", family.label()),
                 ))
             }
         }
@@ -346,7 +347,9 @@ pub fn plan(
         for ip in &svc.ingress {
             let fits = match &request {
                 Ok(r) if !r.is_empty() => r.contains(ip),
-                Ok(_) => families.as_ref().is_ok_and(|f| f.contains(&Family::of(ip))),
+                Ok(_) => families
+                    .as_ref()
+                    .is_ok_and(|f| f.contains(&Family::of_addr(ip))),
                 Err(_) => false,
             };
             let in_pool = active.iter().any(|p| p.usable(ip) && p.selects(&labels));
@@ -397,7 +400,7 @@ pub fn plan(
             (_, Some(Ok(families))) => {
                 let mut failures = Vec::new();
                 for family in families {
-                    if held.iter().any(|ip| Family::of(ip) == family) {
+                    if held.iter().any(|ip| Family::of_addr(ip) == family) {
                         continue;
                     }
                     match allocate(&active, &labels, family, i, &mut book) {
@@ -513,7 +516,7 @@ fn allocate(
     }
     if book.services[svc].sharing_key().is_some() {
         let shared = book.holders.iter().find(|(ip, hs)| {
-            Family::of(ip) == family
+            Family::of_addr(ip) == family
                 && !hs.contains(&svc)
                 && hs
                     .iter()

@@ -6,28 +6,38 @@
 
 use serde_json::json;
 
-use crate::ipam::pool_operator::PoolOperator;
+use crate::ipam::pool_operator::{PoolOperator, PoolsRefused};
 use crate::ipam::pool_options::parse_auto_create_pools;
 use crate::ipam::pooldef::{PoolDef, PoolFamilySpec};
 
 pub const OPT_AUTO_CREATE: &str = "auto-create-cilium-pod-ip-pools";
 
+/// Why `--auto-create-cilium-pod-ip-pools` was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum AutoCreateError {
+    /// A value is not in Cilium's grammar (the pool grammar's own message).
+    #[error("{OPT_AUTO_CREATE}: {0}")]
+    Grammar(String),
+    #[error("{OPT_AUTO_CREATE}: pool {0:?} is given twice")]
+    GivenTwice(String),
+    /// The pools do not make a valid set (overlaps, bad mask sizes, ...).
+    #[error("{OPT_AUTO_CREATE}: {0}")]
+    Refused(#[source] PoolsRefused),
+}
+
 /// The pools the option's values describe (each value in Cilium's grammar, read by
 /// the agent's parser); pools that overlap are refused as the operator would.
-pub fn parse(values: &[String]) -> Result<Vec<PoolDef>, String> {
+pub fn parse(values: &[String]) -> Result<Vec<PoolDef>, AutoCreateError> {
     let mut pools = Vec::new();
     for value in values {
-        for pool in parse_auto_create_pools(value).map_err(|e| format!("{OPT_AUTO_CREATE}: {e}"))? {
+        for pool in parse_auto_create_pools(value).map_err(AutoCreateError::Grammar)? {
             if pools.iter().any(|p: &PoolDef| p.name == pool.name) {
-                return Err(format!(
-                    "{OPT_AUTO_CREATE}: pool {:?} is given twice",
-                    pool.name
-                ));
+                return Err(AutoCreateError::GivenTwice(pool.name));
             }
             pools.push(pool);
         }
     }
-    PoolOperator::new(&pools).map_err(|e| format!("{OPT_AUTO_CREATE}: {e}"))?;
+    PoolOperator::new(&pools).map_err(AutoCreateError::Refused)?;
     Ok(pools)
 }
 
@@ -65,7 +75,7 @@ mod tests {
     use super::*;
     use crate::resources::{CiliumPodIPPool, decode};
 
-    fn p(s: &str) -> Result<Vec<PoolDef>, String> {
+    fn p(s: &str) -> Result<Vec<PoolDef>, AutoCreateError> {
         parse(&[s.to_string()])
     }
 
@@ -113,7 +123,7 @@ mod tests {
                 "overlaps",
             ),
         ] {
-            let e = p(bad).unwrap_err();
+            let e = p(bad).unwrap_err().to_string();
             assert!(e.starts_with(OPT_AUTO_CREATE), "{bad}: {e}");
             assert!(e.contains(says), "{bad}: {e}");
         }
@@ -121,7 +131,8 @@ mod tests {
             "a=ipv4-cidrs:10.1.0.0/16;ipv4-mask-size:24".into(),
             "a=ipv4-cidrs:10.2.0.0/16;ipv4-mask-size:24".into(),
         ])
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(twice.contains("given twice"), "{twice}");
     }
 }

@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use ipnet::IpNet;
 
 use crate::ipam::pool_operator::{
-    MIGRATION_FAILED_PREFIX, PoolOperator, check_migration, migrated_allocation,
+    MIGRATION_FAILED_PREFIX, PoolOperator, PoolsRefused, check_migration, migrated_allocation,
 };
 use crate::ipam::pooldef::PoolDef;
 use crate::operator::node_loop::ignored;
@@ -155,7 +155,7 @@ pub struct PoolBlocks {
 
 impl PoolBlocks {
     /// Starts from the pool definitions as they are (an invalid set is an error).
-    pub fn new(pools: &[PoolDef]) -> Result<PoolBlocks, String> {
+    pub fn new(pools: &[PoolDef]) -> Result<PoolBlocks, PoolsRefused> {
         Ok(PoolBlocks {
             operator: PoolOperator::new(pools)?,
             nodes: BTreeMap::new(),
@@ -299,7 +299,7 @@ impl PoolBlocks {
 
     /// New pool definitions: in force when they keep every node's blocks valid,
     /// otherwise refused: the previous ones stay in force. Returns the refusal.
-    pub fn set_pools(&mut self, pools: &[PoolDef]) -> Result<(), String> {
+    pub fn set_pools(&mut self, pools: &[PoolDef]) -> Result<(), PoolsRefused> {
         let holders: Vec<(String, &[AllocatedPool])> = self
             .nodes
             .iter()
@@ -318,7 +318,7 @@ impl PoolBlocks {
                 Ok(())
             }
             Err(why) => {
-                self.refused = Some(why.clone());
+                self.refused = Some(why.to_string());
                 Err(why)
             }
         }
@@ -377,11 +377,11 @@ impl PoolBlocks {
         pool: &str,
         unmigrated: &[IpNet],
         allocated: &mut Vec<AllocatedPool>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PoolsRefused> {
         let def = self.operator.pool_def(pool).ok_or_else(|| {
-            format!(
+            PoolsRefused::from(format!(
                 "default pool {pool:?} does not exist: create the CiliumPodIPPool {pool:?}                  covering the node's pod CIDRs with the same mask size"
-            )
+            ))
         })?;
         check_migration(def, unmigrated)?;
         let migrated = migrated_allocation(def, unmigrated);
@@ -658,13 +658,14 @@ mod tests {
         ));
         let why = b
             .set_pools(&[pool("default", &["10.10.0.0/24"], 27)])
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             why.contains("cannot change IPv4 mask size in existing pool \"default\" from 26 to 27"),
             "{why}"
         );
         assert!(why.contains("node \"n1\" holds 10.10.0.0/26"), "{why}");
-        let why = b.set_pools(&[]).unwrap_err();
+        let why = b.set_pools(&[]).unwrap_err().to_string();
         assert!(
             why.starts_with(
                 "pool still in use by node: cannot delete pool \"default\" while node \"n1\""

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use crate::operator::lbipam::pools::Family;
+use crate::ipam::Family;
 
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
@@ -17,7 +17,7 @@ pub const MATCH_NODE_LABELS_ANNOTATION: &str = "io.cilium.nodeipam/match-node-la
 
 /// What Node IPAM reads of a Node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeView {
+pub struct NodeIpamNode {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<String>,
@@ -25,7 +25,7 @@ pub struct NodeView {
     pub addresses: Vec<(String, IpAddr)>,
 }
 
-impl NodeView {
+impl NodeIpamNode {
     fn excluded(&self) -> bool {
         self.labels.contains_key(EXCLUDE_LABEL)
             || self.taints.iter().any(|t| t == TO_BE_DELETED_TAINT)
@@ -36,7 +36,7 @@ impl NodeView {
         let of = |kind: &str| {
             self.addresses
                 .iter()
-                .find(|(t, ip)| t == kind && Family::of(ip) == family)
+                .find(|(t, ip)| t == kind && Family::of_addr(ip) == family)
                 .map(|(_, ip)| *ip)
         };
         of("ExternalIP").or_else(|| of("InternalIP"))
@@ -52,17 +52,20 @@ enum Requirement {
     Absent(String),
 }
 
+/// A part of the `match-node-labels` annotation that is not a requirement.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{MATCH_NODE_LABELS_ANNOTATION}: {0:?} is not a requirement; write key=value, key!=value, key or !key, separated by commas"
+)]
+pub struct NotARequirement(String);
+
 /// Parses `match-node-labels`: comma-separated `key=value`, `key==value`,
 /// `key!=value`, `key` or `!key` (the equality subset of Kubernetes' selector
 /// syntax).
-fn parse_match(text: &str) -> Result<Vec<Requirement>, String> {
+fn parse_match(text: &str) -> Result<Vec<Requirement>, NotARequirement> {
     let mut out = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || {
-            format!(
-                "{MATCH_NODE_LABELS_ANNOTATION}: {part:?} is not a requirement; write key=value, key!=value, key or !key, separated by commas"
-            )
-        };
+        let bad = || NotARequirement(part.to_string());
         let valid = |s: &str| {
             !s.is_empty()
                 && s.chars()
@@ -111,9 +114,9 @@ pub struct NodeIpamService {
 /// the nodes of its ready endpoints (used for `Local` only).
 pub fn ingress(
     svc: &NodeIpamService,
-    nodes: &[NodeView],
+    nodes: &[NodeIpamNode],
     endpoint_nodes: &BTreeSet<String>,
-) -> Result<Vec<IpAddr>, String> {
+) -> Result<Vec<IpAddr>, NotARequirement> {
     let reqs = match &svc.match_node_labels {
         Some(text) => parse_match(text)?,
         None => Vec::new(),
@@ -136,8 +139,8 @@ pub fn ingress(
 mod tests {
     use super::*;
 
-    fn node(name: &str, addrs: &[(&str, &str)]) -> NodeView {
-        NodeView {
+    fn node(name: &str, addrs: &[(&str, &str)]) -> NodeIpamNode {
+        NodeIpamNode {
             name: name.into(),
             addresses: addrs
                 .iter()
@@ -151,7 +154,7 @@ mod tests {
         v.into_iter().map(|i| i.to_string()).collect()
     }
 
-    fn cluster() -> Vec<NodeView> {
+    fn cluster() -> Vec<NodeIpamNode> {
         let mut b = node(
             "b",
             &[("InternalIP", "10.0.0.2"), ("InternalIP", "fd00::2")],
@@ -233,7 +236,9 @@ mod tests {
         assert_eq!(run("zone!=east"), ["10.0.0.3", "192.0.2.1"]);
         assert_eq!(run("!zone, "), ["10.0.0.3", "192.0.2.1"]);
         assert!(run("zone=west").is_empty());
-        let e = ingress(&with("zone in (east)"), &cluster(), &none).unwrap_err();
+        let e = ingress(&with("zone in (east)"), &cluster(), &none)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"zone in (east)\" is not a requirement"), "{e}");
         assert!(ingress(&with("=x"), &cluster(), &none).is_err());
     }

@@ -16,7 +16,7 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
-use super::addresses::{self, MATCH_NODE_LABELS_ANNOTATION, NodeIpamService, NodeView};
+use super::addresses::{self, MATCH_NODE_LABELS_ANNOTATION, NodeIpamNode, NodeIpamService};
 use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
 use crate::operator::lbipam::controller::{
     apply_service_status, condition, condition_json, ingress_ips, ip_families,
@@ -28,8 +28,8 @@ pub const FIELD_MANAGER: &str = "podnet-operator-node-ipam";
 pub const VALID_CONDITION: &str = "podnet.io/NodeIPAMRequestValid";
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
-fn node_view(node: &Node) -> NodeView {
-    NodeView {
+fn ipam_node(node: &Node) -> NodeIpamNode {
+    NodeIpamNode {
         name: node.metadata.name.clone().unwrap_or_default(),
         labels: node.metadata.labels.clone().unwrap_or_default(),
         taints: node
@@ -154,15 +154,17 @@ pub async fn run(client: kube::Client, default_ipam: DefaultIpam) -> WatchEnded 
 
 impl Controller {
     async fn reconcile(&self) -> Result<(), kube::Error> {
-        let nodes: Vec<NodeView> = self.nodes.objects().map(node_view).collect();
+        let nodes: Vec<NodeIpamNode> = self.nodes.objects().map(ipam_node).collect();
         let endpoints = endpoint_nodes(&self.slices);
         let none = BTreeSet::new();
         let mut first_error = None;
         for svc in self.services.objects() {
             let status = if serves(svc, self.default_ipam) {
                 let key = key_of(svc);
+                // An invalid annotation is reported in the Service's condition.
                 let wanted =
-                    addresses::ingress(&request(svc), &nodes, endpoints.get(&key).unwrap_or(&none));
+                    addresses::ingress(&request(svc), &nodes, endpoints.get(&key).unwrap_or(&none))
+                        .map_err(|e| e.to_string());
                 let mut have = ingress_ips(svc);
                 have.sort();
                 let invalid = condition(svc, VALID_CONDITION);
