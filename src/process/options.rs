@@ -1,8 +1,9 @@
 //! Option parsing the daemon and the operator share: Cilium's Go-style
-//! booleans, and a command line with the files of its `--config-dir` under it
+//! booleans and durations, and a command line with the files of its `--config-dir` under it
 //! (a mounted Cilium ConfigMap: one file per option).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Parses Go-style booleans as Cilium's flags accept them.
 pub fn parse_bool(s: &str) -> Result<bool, String> {
@@ -11,6 +12,29 @@ pub fn parse_bool(s: &str) -> Result<bool, String> {
         "0" | "f" | "false" | "no" | "off" => Ok(false),
         other => Err(format!("{other:?} is not a boolean (use true or false)")),
     }
+}
+
+/// Parses `500ms`, `30s`, `10m`, `1h` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 30s, 10m)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{s:?} has an unknown unit (use ms, s, m or h)")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("{s:?} is not a valid duration"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is too long a duration"))
 }
 
 /// Why the options could not be read.
