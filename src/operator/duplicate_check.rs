@@ -71,6 +71,22 @@ pub async fn run(
 
 /// One Event per object the finding concerns.
 async fn publish(recorder: &Recorder, listed: &Listed, finding: &Finding) {
+    let event = Event {
+        type_: EventType::Warning,
+        reason: finding.kind().event_reason().into(),
+        note: Some(note(finding)),
+        action: "CheckIPAM".into(),
+        secondary: None,
+    };
+    for object in regarding(listed, finding) {
+        if let Err(e) = recorder.publish(&event, &object).await {
+            tracing::warn!(error = %e, object = ?object.name, reason = event.reason, "publishing the Event failed");
+        }
+    }
+}
+
+/// The finding as an Event's note, cut to [`NOTE_MAX`] bytes.
+fn note(finding: &Finding) -> String {
     let mut note = finding.to_string();
     if note.len() > NOTE_MAX {
         let mut end = NOTE_MAX - 3;
@@ -80,18 +96,7 @@ async fn publish(recorder: &Recorder, listed: &Listed, finding: &Finding) {
         note.truncate(end);
         note.push_str("...");
     }
-    let event = Event {
-        type_: EventType::Warning,
-        reason: finding.kind().event_reason().into(),
-        note: Some(note),
-        action: "CheckIPAM".into(),
-        secondary: None,
-    };
-    for object in regarding(listed, finding) {
-        if let Err(e) = recorder.publish(&event, &object).await {
-            tracing::warn!(error = %e, object = ?object.name, reason = event.reason, "publishing the Event failed");
-        }
-    }
+    note
 }
 
 /// The Pods and CiliumNodes a finding concerns.
@@ -131,5 +136,109 @@ pub fn regarding(listed: &Listed, finding: &Finding) -> Vec<ObjectReference> {
             vec![pod(&p.namespace, &p.name, &p.uid), node(n)]
         }
         Finding::RangeOnTwoNodes { .. } => finding.nodes().into_iter().map(node).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipam::duplicates::{HeldRange, NodeRange, PodRef, RangeSource};
+    use crate::resources::NodeResource;
+
+    fn pod(name: &str) -> PodRef {
+        PodRef {
+            namespace: "shop".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            node: "n1".into(),
+        }
+    }
+
+    fn refs(objects: &[ObjectReference]) -> Vec<String> {
+        objects
+            .iter()
+            .map(|o| {
+                format!(
+                    "{} {} {}/{} {}",
+                    o.api_version.as_deref().unwrap_or(""),
+                    o.kind.as_deref().unwrap_or(""),
+                    o.namespace.as_deref().unwrap_or(""),
+                    o.name.as_deref().unwrap_or(""),
+                    o.uid.as_deref().unwrap_or("")
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn events_go_on_the_pods_and_cilium_nodes_of_a_finding() {
+        let mut n1: NodeResource = NodeResource::new("n1");
+        n1.metadata
+            .extra
+            .insert("uid".into(), serde_json::json!("cn-uid-1"));
+        let listed = Listed {
+            pods: Vec::new(),
+            cilium_nodes: vec![n1],
+        };
+        let same = Finding::SameIp {
+            ip: "10.0.0.5".parse().unwrap(),
+            pods: vec![pod("a"), pod("b")],
+        };
+        assert_eq!(
+            refs(&regarding(&listed, &same)),
+            ["v1 Pod shop/a uid-a", "v1 Pod shop/b uid-b"]
+        );
+        let outside = Finding::OutsideNodeRanges {
+            pod: pod("a"),
+            ip: "10.9.0.1".parse().unwrap(),
+            node: "n1".into(),
+            ranges: vec![NodeRange {
+                cidr: "10.0.0.0/24".parse().unwrap(),
+                source: RangeSource::PodCidr,
+            }],
+        };
+        assert_eq!(
+            refs(&regarding(&listed, &outside)),
+            [
+                "v1 Pod shop/a uid-a",
+                "cilium.io/v2 CiliumNode /n1 cn-uid-1"
+            ]
+        );
+        // A CiliumNode not listed (deleted meanwhile) is named without a UID.
+        let overlap = Finding::RangeOnTwoNodes {
+            ranges: ["n1", "n2"]
+                .map(|node| HeldRange {
+                    node: node.into(),
+                    cidr: "10.0.0.0/24".parse().unwrap(),
+                    source: RangeSource::PodCidr,
+                })
+                .to_vec(),
+        };
+        assert_eq!(
+            refs(&regarding(&listed, &overlap)),
+            [
+                "cilium.io/v2 CiliumNode /n1 cn-uid-1",
+                "cilium.io/v2 CiliumNode /n2 "
+            ]
+        );
+    }
+
+    #[test]
+    fn a_long_note_is_cut_on_a_character_boundary() {
+        let many = Finding::SameIp {
+            ip: "10.0.0.5".parse().unwrap(),
+            pods: (0..80).map(|i| pod(&format!("ööö{i}"))).collect(),
+        };
+        let text = note(&many);
+        assert!(many.to_string().len() > NOTE_MAX);
+        // The cut falls inside an "ö".
+        assert!(!many.to_string().is_char_boundary(NOTE_MAX - 3));
+        assert!(text.len() <= NOTE_MAX && text.ends_with("..."), "{text}");
+        assert!(many.to_string().starts_with(text.trim_end_matches("...")));
+        let short = Finding::SameIp {
+            ip: "10.0.0.5".parse().unwrap(),
+            pods: vec![pod("a"), pod("b")],
+        };
+        assert_eq!(note(&short), short.to_string());
     }
 }
