@@ -2,7 +2,8 @@
 //! (integration/k8s.rs): Pods with `spec.nodeName` set and their addresses
 //! patched into `status.podIPs` (no kubelet runs), and CiliumNodes the operator
 //! leaves alone (`ipam.cilium.io/ignore`), planted with two Pods of one IP, a
-//! Pod IP outside its node's range and a node CIDR overlapping another node's.
+//! Pod IP outside its node's range and a node CIDR overlapping another node's,
+//! one of them publishing its allocations (`status.ipam.used`, as in crd mode).
 //! `podnet ipam check` as the admin names the three findings (exit 1, and 0
 //! once they are gone); `podnet operator`, the real binary with the
 //! least-privilege ServiceAccount of deploy/operator.yaml, reports them as
@@ -129,6 +130,19 @@ fn duplicates_are_found_by_ipam_check_and_reported_by_the_operator() {
     plant_pod(&cp, "host-1", "dup-c", "192.0.2.10", true);
     plant_pod(&cp, "host-2", "dup-c", "192.0.2.10", true);
 
+    // dup-c publishes its allocations as a crd-mode agent does: one of them
+    // for a pod that is gone.
+    cp.kubectl(&[
+        "patch",
+        "ciliumnode",
+        "dup-c",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"ipam":{"used":{"10.93.1.5":{"owner":"default/fine","resource":"c-fine"},"10.93.1.6":{"owner":"default/gone","resource":"c-gone"}}}}}"#,
+    ])
+    .expect_ok("patch the CiliumNode's status");
+
     let (code, out, err) = ipam_check(&cp, &[]);
     eprintln!("{TEST}: podnet ipam check:\n{out}{err}");
     assert_eq!(code, 1, "{err}");
@@ -151,6 +165,19 @@ fn duplicates_are_found_by_ipam_check_and_reported_by_the_operator() {
         "{out}"
     );
     assert!(out.contains("    default/stray 10.99.0.1\n"), "{out}");
+    assert!(
+        out.contains(
+            "  allocations: 2 in status.ipam.used\n\
+             \x20   pod gone: 10.93.1.6 (default/gone, container c-gone): no pod of that name on this node"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "    pod IPs not among them (the agent publishes at its update rate): 10.99.0.1\n"
+        ),
+        "{out}"
+    );
     assert!(!out.contains("host-1"), "{out}");
     let (code, out, err) = ipam_check(&cp, &["-o", "json"]);
     assert_eq!(code, 1, "{err}");

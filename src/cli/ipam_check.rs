@@ -172,9 +172,36 @@ pub struct Allocations {
     pub count: usize,
     /// Allocations whose pod is gone, with the evidence (never called a leak
     /// here: the host link is on the node).
-    pub pod_gone: Vec<leaks::Finding>,
+    pub pod_gone: Vec<PodGone>,
     /// Addresses of the node's Pods that are not among its allocations.
     pub not_allocated: Vec<IpAddr>,
+}
+
+/// A published allocation whose pod is gone (the API server does not say how
+/// old it is, nor whether its sandbox is gone).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGone {
+    pub ip: IpAddr,
+    pub pod: PodName,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// Why its pod counts as gone (the agent's rule).
+    pub evidence: leaks::PodGone,
+}
+
+impl std::fmt::Display for PodGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}", self.ip, self.pod)?;
+        if let Some(c) = &self.container_id {
+            write!(f, ", container {c}")?;
+        }
+        write!(
+            f,
+            "): {}; whether its sandbox is gone is known on the node (its agent's leak check)",
+            self.evidence
+        )
+    }
 }
 
 /// One node.
@@ -302,7 +329,16 @@ fn allocations(node: &NodeResource, on_node: &[&PodView]) -> Option<Allocations>
         .collect();
     Some(Allocations {
         count: published.len(),
-        pod_gone: compared.findings,
+        pod_gone: compared
+            .findings
+            .into_iter()
+            .map(|f| PodGone {
+                ip: f.ip,
+                pod: f.pod,
+                container_id: f.container_id,
+                evidence: f.pod_gone,
+            })
+            .collect(),
         not_allocated,
     })
 }
@@ -429,7 +465,7 @@ mod tests {
              Node n2\n\
              \x20 ranges:      10.0.1.10/32 (pool IP), 10.0.1.9/32 (pool IP)\n\
              \x20 allocations: 2 in status.ipam.used\n\
-             \x20   pod gone: 10.0.1.10 (default/gone, container c2, allocated 0s ago): no pod of that name on this node (compared by name: the allocation recorded no UID); but the allocation names no host link, so nothing shows its sandbox is gone: kept\n\
+             \x20   pod gone: 10.0.1.10 (default/gone, container c2): no pod of that name on this node (compared by name: the allocation recorded no UID); whether its sandbox is gone is known on the node (its agent's leak check)\n\
              \x20 pods:        1\n\
              \x20   default/db 10.0.1.9\n\
              Node n3 (no CiliumNode)\n\
@@ -447,8 +483,9 @@ mod tests {
         assert_eq!(json["findings"][0]["pods"][1]["name"], "web-2");
         assert_eq!(json["nodes"][1]["allocations"]["count"], 2);
         assert_eq!(
-            json["nodes"][1]["allocations"]["podGone"][0]["verdict"]["verdict"],
-            "host-link-unknown"
+            json["nodes"][1]["allocations"]["podGone"][0],
+            serde_json::json!({"ip": "10.0.1.10", "pod": {"namespace": "default", "name": "gone"},
+                               "containerId": "c2", "evidence": {"reason": "no-pod", "uid": null}})
         );
         assert_eq!(json["nodes"][0]["allocations"], serde_json::Value::Null);
         assert_eq!(json["uncheckedNodes"], serde_json::json!(["n3"]));
