@@ -95,6 +95,15 @@ pub fn exit_code(report: &Report) -> i32 {
 pub enum CheckError {
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    #[error(
+        "kubeconfig {}: {source} (pass --kubeconfig FILE of a cluster admin, or set KUBECONFIG)",
+        path.display()
+    )]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
     #[error("{0} (pass --kubeconfig FILE of a cluster admin, or set KUBECONFIG)")]
     Connect(#[source] ConnectError),
     #[error(
@@ -142,7 +151,12 @@ fn list(args: &CheckArgs) -> Result<Listed, CheckError> {
     runtime.block_on(async {
         let config = kube_config(kubeconfig(args).as_ref())
             .await
-            .map_err(CheckError::Connect)?;
+            .map_err(|e| match e {
+                ConnectError::Kubeconfig { path, source } => {
+                    CheckError::Kubeconfig { path, source }
+                }
+                e => CheckError::Connect(e),
+            })?;
         let url = config.cluster_url.to_string();
         let client = kube::Client::try_from(config)
             .map_err(|e| CheckError::Connect(ConnectError::Client(e)))?;
