@@ -19,6 +19,7 @@ mod crossnode;
 mod crossnode_bench;
 mod daemon_lifecycle;
 mod delegated;
+mod duplicates;
 mod external_modes;
 mod install;
 mod journal_faults;

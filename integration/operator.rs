@@ -651,7 +651,8 @@ fn the_operator_deployment_matches_what_the_binary_accepts() {
         podnet::operator::options::OperatorConfig::resolve(&opts).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.identity, "$(POD_NAME)", "Kubernetes expands it");
     // Least privilege: the Lease by name, CiliumNodes without create or delete,
-    // CiliumPodIPPools created (auto-created pools) but never changed.
+    // CiliumPodIPPools created (auto-created pools) but never changed, Pods
+    // listed only.
     let role = kind("Role");
     let rules = role["rules"].as_array().expect("rules");
     assert!(rules.iter().any(|r| r["resourceNames"][0] == LEASE));
@@ -663,6 +664,10 @@ fn the_operator_deployment_matches_what_the_binary_accepts() {
         {
             // It may create a missing CRD or pool, never change or delete one.
             &["update", "patch", "delete", "*"]
+        } else if rule["apiGroups"][0] == "events.k8s.io" {
+            // The duplicate check's Events, in the namespaces of the Pods they
+            // are on: created, and patched as a series; never deleted.
+            &["update", "delete", "*"]
         } else {
             &["create", "delete", "*"]
         };
@@ -670,6 +675,9 @@ fn the_operator_deployment_matches_what_the_binary_accepts() {
             !verbs.iter().any(|v| forbidden.contains(&v.as_str())),
             "{rule}"
         );
+        if rule["resources"][0] == "pods" {
+            assert_eq!(verbs, ["list"], "{rule}");
+        }
     }
 }
 
@@ -804,7 +812,8 @@ fn operator_status_shows_the_leader_the_nodes_and_the_pool_space() {
         lines[5],
         "Pool IPv4:  10.92.0.0/23 in /24s: 2 total, 2 in use, 0 free"
     );
-    assert_eq!(lines.len(), 6, "{out}");
+    assert!(lines[6].starts_with("Findings:   none"), "{out}");
+    assert_eq!(lines.len(), 7, "{out}");
 
     let (code, out, err) = operator_status(&cp, &sa, &[&pool[..], &["-o", "json"]].concat());
     assert_eq!(code, 0, "{err}");

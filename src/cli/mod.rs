@@ -1,10 +1,11 @@
-//! The subcommands: `podnet status`, `explain`, `plan`, `lint`, `install` and
-//! `version` live here; `daemon` and `operator` dispatch to their own modules (as
+//! The subcommands: `podnet status`, `explain`, `plan`, `lint`, `install`,
+//! `ipam check` and `version` live here; `daemon` and `operator` dispatch to their own modules (as
 //! does the plugin). They reach the daemon only through the API client.
 
 mod cidr_groups;
 pub mod explain;
 pub mod install;
+pub mod ipam_check;
 pub mod lint;
 pub mod plan;
 pub mod status;
@@ -46,6 +47,11 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Cluster-wide IPAM checks as the cluster admin (`podnet ipam check`).
+    Ipam {
+        #[command(subcommand)]
+        command: ipam_check::IpamCommand,
+    },
     /// Size a cluster: nodes, addresses and pod IPs per node (offline).
     Plan(plan::PlanArgs),
     /// Print the CustomResourceDefinitions podnet works with (Cilium 1.20's
@@ -69,6 +75,7 @@ pub fn run(args: Vec<String>) -> i32 {
         Command::Status(a) => status::run(&a),
         Command::Explain(a) => explain::run(&a),
         Command::Install(a) => install::run(&a),
+        Command::Ipam { command } => ipam_check::run(&command),
         Command::Plan(a) => plan::run(&a),
         Command::Lint { args } => lint::run(&args),
         Command::Crds => {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args};
 
 pub(crate) use crate::process::options::OptionsError;
-use crate::process::options::{parse_bool, parse_command_with_config_dir};
+use crate::process::options::{parse_bool, parse_command_with_config_dir, parse_duration};
 
 /// `podnet daemon` options.
 #[derive(Debug, Clone, Args)]
@@ -269,41 +269,6 @@ pub struct DaemonOptions {
     pub log_level: String,
 }
 
-/// Why a flag value is not a duration.
-#[derive(Debug, PartialEq, thiserror::Error)]
-pub enum DurationError {
-    #[error("{0:?} is not a duration (e.g. 30s, 10m)")]
-    NotANumber(String),
-    #[error("{0:?} has an unknown unit (use ms, s, m or h)")]
-    UnknownUnit(String),
-    #[error("{0:?} is not a valid duration")]
-    Invalid(String),
-    #[error("{0:?} is too long a duration")]
-    TooLong(String),
-}
-
-/// Parses `500ms`, `30s`, `10m`, `1h` or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| DurationError::NotANumber(s.to_string()))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(DurationError::UnknownUnit(s.to_string())),
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(DurationError::Invalid(s.to_string()));
-    }
-    Duration::try_from_secs_f64(secs).map_err(|_| DurationError::TooLong(s.to_string()))
-}
 
 /// Command used only to parse daemon options on their own.
 #[derive(Debug, clap::Parser)]

@@ -8,6 +8,7 @@
 mod bitmap;
 pub mod cidrset;
 pub mod clusterpool;
+pub mod duplicates;
 pub mod eni;
 pub mod hostscope;
 pub mod leaks;

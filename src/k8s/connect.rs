@@ -48,3 +48,26 @@ pub async fn api_server_url(kubeconfig: Option<&PathBuf>) -> String {
         Err(e) => e.to_string(),
     }
 }
+
+/// A kubeconfig at `dir/kubeconfig` naming an API server on a local port nothing
+/// listens on, and the port (tests of what a command says when it cannot
+/// connect).
+#[cfg(test)]
+pub fn unreachable_kubeconfig(dir: &std::path::Path) -> (PathBuf, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters: [{{name: k, cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}}}]\n\
+             users: [{{name: u, user: {{token: t}}}}]\n\
+             contexts: [{{name: c, context: {{cluster: k, user: u}}}}]\n"
+        ),
+    )
+    .expect("writing the kubeconfig");
+    (kubeconfig, port)
+}

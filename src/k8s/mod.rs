@@ -4,9 +4,11 @@
 //! runs on Cilium 1.20's own CRDs as well as on its own (`deploy/crds/`), and
 //! waits for a CRD that is missing; one typed decode of what the API server
 //! sends, typed watches and lists, and the server-side-apply body ([`objects`]);
-//! a watched kind's local copy, the one relist buffer ([`mirror`]); and this
-//! node's Pods and Events for the agent's leak check ([`node_pods`]).
+//! a watched kind's local copy, the one relist buffer ([`mirror`]); this node's
+//! Pods and Events for the agent's leak check ([`node_pods`]); and Pods and
+//! CiliumNodes as the duplicate check sees them ([`address_views`]).
 
+pub mod address_views;
 pub mod connect;
 pub mod discovery;
 pub mod mirror;

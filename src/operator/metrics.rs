@@ -2,7 +2,8 @@
 //! `--prometheus-serve-addr`): whether this replica leads, the writes it made to
 //! CiliumNodes by kind, how many nodes hold their CIDRs or wait for room, in
 //! multi-pool the blocks in use and free per pool and whether the latest pool
-//! definitions were refused, and LB IPAM's (`lbipam_*`, [`LbIpamMetrics`]).
+//! definitions were refused, the duplicate check's confirmed findings by kind and
+//! its runs, and LB IPAM's (`lbipam_*`, [`LbIpamMetrics`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -11,10 +12,16 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::lbipam::metrics::LbIpamMetrics;
+use crate::ipam::duplicates::{Finding, FindingKind};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -36,6 +43,8 @@ pub struct OperatorMetrics {
     pub nodes: Family<StateLabels, Gauge>,
     pub pool_blocks: Family<PoolLabels, Gauge>,
     pub pools_refused: Gauge,
+    pub findings: Family<KindLabels, Gauge>,
+    pub checks: Family<ResultLabels, Counter>,
     pub lbipam: LbIpamMetrics,
 }
 
@@ -79,6 +88,18 @@ impl OperatorMetrics {
             "multi-pool: 1 while the latest CiliumPodIPPool definitions are refused (they break blocks in use; the previous ones stay in force)",
             pools_refused.clone(),
         );
+        let findings = Family::<KindLabels, Gauge>::default();
+        let checks = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "ipam_findings",
+            "Duplicate check: findings confirmed by two checks in a row, by kind: same-ip (two Pods with one IP), outside-node-ranges (a Pod IP outside its node's ranges), range-on-two-nodes (a CIDR, block or IP on two CiliumNodes); each must be 0",
+            findings.clone(),
+        );
+        registry.register(
+            "ipam_checks",
+            "Duplicate checks run by the leader: ok (Pods and CiliumNodes read), failed (they could not be)",
+            checks.clone(),
+        );
         let lbipam = LbIpamMetrics::register(&mut registry);
         OperatorMetrics {
             registry,
@@ -88,7 +109,30 @@ impl OperatorMetrics {
             nodes,
             pool_blocks,
             pools_refused,
+            findings,
+            checks,
         }
+    }
+
+    /// Sets the confirmed findings per kind (every kind, zero included).
+    pub fn set_findings(&self, current: &[Finding]) {
+        for kind in FindingKind::ALL {
+            let n = current.iter().filter(|f| f.kind() == kind).count();
+            self.findings
+                .get_or_create(&KindLabels {
+                    kind: kind.label().into(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Counts one duplicate check by its result.
+    pub fn checked(&self, result: &str) {
+        self.checks
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .inc();
     }
 
     /// Counts one write of `kind`.
@@ -146,7 +190,21 @@ mod tests {
         m.set_nodes(3, 1);
         m.set_pool_blocks(&[("default".to_string(), (2, 14))].into_iter().collect());
         m.pools_refused.set(1);
+        m.set_findings(&[crate::ipam::duplicates::Finding::RangeOnTwoNodes { ranges: Vec::new() }]);
+        m.checked("ok");
         let text = m.encode();
+        assert!(
+            text.contains("podnet_operator_ipam_findings{kind=\"range-on-two-nodes\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("podnet_operator_ipam_findings{kind=\"same-ip\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("podnet_operator_ipam_checks_total{result=\"ok\"} 1"),
+            "{text}"
+        );
         assert!(
             text.contains("podnet_operator_pool_blocks{pool=\"default\",state=\"free\"} 14"),
             "{text}"

@@ -16,10 +16,13 @@
 //! each replica registers the CRDs the API server lacks ([`crds`]), unless told to
 //! skip it. `podnet operator status` ([`status`]) shows the leader and every
 //! node's CIDRs as the API server has them. Next to the node allocator, the leader
-//! runs LB IPAM ([`lbipam`]) and, when enabled, Node IPAM ([`nodeipam`]).
+//! runs LB IPAM ([`lbipam`]), when enabled Node IPAM ([`nodeipam`]), and the
+//! periodic duplicate check ([`duplicate_check`]: two Pods with one IP, a Pod IP
+//! outside its node's ranges, a range on two CiliumNodes).
 
 pub mod cluster_pool;
 mod crds;
+pub mod duplicate_check;
 pub mod lbipam;
 pub mod lease;
 pub mod metrics;
@@ -169,11 +172,18 @@ fn start(opts: &OperatorOptions) -> Result<(), OperatorError> {
                 None => std::future::pending().await,
             }
         };
+        let duplicates = async {
+            match config.duplicate_check {
+                Some(interval) => duplicate_check::run(client.clone(), &config.identity, interval, &metrics).await,
+                None => std::future::pending().await,
+            }
+        };
         let stop = tokio::select! {
             why = elector.keep_renewing() => Stop::Lost(why),
             ended = allocate => Stop::WatchEnded(ended),
             why = lb_ipam => Stop::WatchEnded(why),
             why = node_ipam => Stop::WatchEnded(why),
+            never = duplicates => match never {},
             _ = shutdown_signal() => Stop::Signal,
         };
         metrics.is_leader.set(0);

@@ -5,6 +5,7 @@
 //! read by the daemon's reader (flags win over files).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
@@ -15,7 +16,9 @@ use crate::ipam::clusterpool::{
     OPT_IPV4_CIDR, OPT_IPV6_CIDR, parse_cidr_list,
 };
 use crate::ipam::pooldef::PoolDef;
-use crate::process::options::{OptionsError, parse_bool, parse_command_with_config_dir};
+use crate::process::options::{
+    OptionsError, parse_bool, parse_command_with_config_dir, parse_duration,
+};
 
 /// The options `podnet operator` and `podnet operator status` share: the config
 /// dir, the cluster pool, and where the API server and the leader Lease are.
@@ -121,6 +124,12 @@ pub struct OperatorOptions {
     /// Node IPAM: node addresses for Services of loadBalancerClass io.cilium/node.
     #[arg(long = "enable-node-ipam", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
     pub enable_node_ipam: bool,
+
+    /// How often the leader checks the cluster for two Pods with the same IP, a
+    /// Pod IP outside its node's ranges and a range on two CiliumNodes (also at
+    /// start); 0 = never.
+    #[arg(long = "ipam-duplicate-check-interval", default_value = "5m", value_parser = parse_duration)]
+    pub ipam_duplicate_check_interval: Duration,
 }
 
 /// Command used only to parse operator options on their own.
@@ -165,6 +174,8 @@ pub struct OperatorConfig {
     pub lb_ipam: Option<Settings>,
     /// None: Node IPAM is off; else who serves Services without a class.
     pub node_ipam: Option<DefaultIpam>,
+    /// None: the duplicate check is off; else its interval.
+    pub duplicate_check: Option<Duration>,
 }
 
 /// Why the options do not make a configuration.
@@ -246,6 +257,7 @@ impl OperatorConfig {
             node_ipam: opts
                 .enable_node_ipam
                 .then_some(opts.default_lb_service_ipam),
+            duplicate_check: Some(opts.ipam_duplicate_check_interval).filter(|i| !i.is_zero()),
         })
     }
 }

@@ -6,7 +6,10 @@
 //! the operator's cidrset: total, in use, free. It also reads the CiliumPodIPPools
 //! and counts each pool's blocks in use and free by re-adopting every node's blocks
 //! through the multi-pool operator's bookkeeping; blocks the current definitions do
-//! not accept (a refused edit) are listed. `-o json` for scripts.
+//! not accept (a refused edit) are listed. It lists every Pod too (one
+//! cluster-wide list) and shows the duplicate check's findings now
+//! (`ipam::duplicates`, as the leader's periodic check and `podnet ipam check`
+//! find them). `-o json` for scripts.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,7 +30,9 @@ use crate::ipam::clusterpool::{
     ClusterPoolConfig, ClusterPoolError, NodeCidrCarver, OPT_IPV4_CIDR, OPT_IPV6_CIDR,
     parse_cidr_list,
 };
+use crate::ipam::duplicates::{Finding, PodView, check, finding_lines};
 use crate::ipam::pooldef::PoolDef;
+use crate::k8s::address_views::{list_pods, node_view};
 use crate::k8s::connect::{ConnectError, kube_config};
 use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve};
 use crate::k8s::objects::{ListError, node_resource};
@@ -131,6 +136,8 @@ pub struct Report {
     pub pod_pools: Vec<PodPoolSpace>,
     /// Blocks the pools as defined now do not accept (one line each).
     pub pod_pool_problems: Vec<String>,
+    /// The duplicate check's findings now.
+    pub findings: Vec<Finding>,
 }
 
 /// Entry point of `podnet operator status`; returns the exit code.
@@ -224,18 +231,29 @@ fn status(opts: &StatusOptions) -> Result<Report, StatusError> {
         .build()
         .map_err(StatusError::Runtime)?;
     let ns = &opts.cluster.leader_election_namespace;
-    let (nodes, lease, defs) =
+    let (nodes, lease, defs, pods) =
         runtime.block_on(read(opts.cluster.k8s_kubeconfig_path.as_ref(), ns))?;
     let mut r = report(&nodes, lease.as_ref(), ns, carver, Timestamp::now());
     (r.pod_pools, r.pod_pool_problems) = pod_pools(&defs, &r.nodes);
+    let views: Vec<_> = nodes
+        .iter()
+        .filter_map(|n| node_resource(n).ok())
+        .map(|n| node_view(&n))
+        .collect();
+    r.findings = check(&pods, &views).findings;
     Ok(r)
 }
 
-/// Every CiliumNode, the leader Lease and the CiliumPodIPPools.
-async fn read(
-    kubeconfig: Option<&PathBuf>,
-    namespace: &str,
-) -> Result<(Vec<DynamicObject>, Option<Lease>, Vec<PoolDef>), StatusError> {
+/// What status reads.
+type Read = (
+    Vec<DynamicObject>,
+    Option<Lease>,
+    Vec<PoolDef>,
+    Vec<PodView>,
+);
+
+/// Every CiliumNode, the leader Lease, the CiliumPodIPPools and every Pod.
+async fn read(kubeconfig: Option<&PathBuf>, namespace: &str) -> Result<Read, StatusError> {
     let config = kube_config(kubeconfig).await?;
     let url = config.cluster_url.to_string();
     let client = kube::Client::try_from(config).map_err(ConnectError::Client)?;
@@ -274,7 +292,10 @@ async fn read(
             Err(e) if e.is_missing_crd() => Vec::new(),
             Err(e) => return Err(discovery("listing CiliumPodIPPools", e)),
         };
-        Ok((nodes.items, lease, pools))
+        let pods = list_pods(&client)
+            .await
+            .map_err(|e| failed("listing Pods", e.source))?;
+        Ok((nodes.items, lease, pools, pods))
     };
     tokio::time::timeout(READ_TIMEOUT, reads)
         .await
@@ -378,6 +399,7 @@ pub fn report(
         pool,
         pod_pools: Vec::new(),
         pod_pool_problems: Vec::new(),
+        findings: Vec::new(),
     }
 }
 
@@ -523,6 +545,10 @@ pub fn text(r: &Report) -> String {
             p.in_use,
             p.free
         ));
+    }
+    match r.findings.len() {
+        0 => out.push_str("Findings:   none (no duplicate pod IP, pod IP outside its node's ranges or range on two nodes)\n"),
+        n => out.push_str(&format!("Findings:   {n}\n{}", finding_lines(&r.findings))),
     }
     out
 }
@@ -679,6 +705,15 @@ mod tests {
             pool: Vec::new(),
             pod_pools: pools,
             pod_pool_problems: problems,
+            findings: vec![Finding::RangeOnTwoNodes {
+                ranges: ["a", "b"]
+                    .map(|node| crate::ipam::duplicates::HeldRange {
+                        node: node.into(),
+                        cidr: "10.63.0.0/24".parse().unwrap(),
+                        source: crate::ipam::duplicates::RangeSource::PodCidr,
+                    })
+                    .to_vec(),
+            }],
         };
         let t = text(&r);
         assert!(
@@ -686,28 +721,17 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("a refused pool edit"), "{t}");
+        assert!(
+            t.ends_with("Findings:   1\n  OverlappingNodeRanges: ranges on more than one CiliumNode overlap: 10.63.0.0/24 (podCIDR) on a, 10.63.0.0/24 (podCIDR) on b\n"),
+            "{t}"
+        );
     }
 
     #[test]
     fn an_unreachable_api_server_is_exit_1() {
-        // A port nothing listens on.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .unwrap()
-            .port();
         let dir = std::env::temp_dir().join(format!("podnet-opstatus-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
-        let kubeconfig = dir.join("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
-                 clusters: [{{name: k, cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}}}]\n\
-                 users: [{{name: u, user: {{token: t}}}}]\n\
-                 contexts: [{{name: c, context: {{cluster: k, user: u}}}}]\n"
-            ),
-        )
-        .unwrap();
+        let (kubeconfig, port) = crate::k8s::connect::unreachable_kubeconfig(&dir);
         let opts = parse(&args(&[
             "--k8s-kubeconfig-path",
             &kubeconfig.display().to_string(),

@@ -1,8 +1,9 @@
 //! Option parsing the daemon and the operator share: Cilium's Go-style
-//! booleans, and a command line with the files of its `--config-dir` under it
+//! booleans and durations, and a command line with the files of its `--config-dir` under it
 //! (a mounted Cilium ConfigMap: one file per option).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// A flag value that is not one of the booleans Cilium's flags accept.
 #[derive(Debug, thiserror::Error)]
@@ -16,6 +17,42 @@ pub fn parse_bool(s: &str) -> Result<bool, NotABoolean> {
         "0" | "f" | "false" | "no" | "off" => Ok(false),
         other => Err(NotABoolean(other.to_string())),
     }
+}
+
+/// Why a flag value is not a duration.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum DurationError {
+    #[error("{0:?} is not a duration (e.g. 30s, 10m)")]
+    NotANumber(String),
+    #[error("{0:?} has an unknown unit (use ms, s, m or h)")]
+    UnknownUnit(String),
+    #[error("{0:?} is not a valid duration")]
+    Invalid(String),
+    #[error("{0:?} is too long a duration")]
+    TooLong(String),
+}
+
+/// Parses `500ms`, `30s`, `10m`, `1h` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| DurationError::NotANumber(s.to_string()))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(DurationError::UnknownUnit(s.to_string())),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(DurationError::Invalid(s.to_string()));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| DurationError::TooLong(s.to_string()))
 }
 
 /// Why the options could not be read.
