@@ -51,7 +51,8 @@ def request(conn, method, path, body=None):
     return resp.status, resp.read()
 
 
-WRITE_VERBS = ("APPLY", "PATCH", "UPDATE", "POST", "DELETE")
+# apiserver_request_total names an update "PUT" (an apply is "APPLY").
+WRITE_VERBS = ("APPLY", "PATCH", "PUT", "POST", "DELETE")
 RESOURCES = ("ciliumnodes", "nodes")
 METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
 
