@@ -66,7 +66,8 @@ bench:
 
 # Operator scale (root): 1,000 and 5,000 CiliumNodes created at once against a real
 # kube-apiserver; time until all have CIDRs, operator CPU and RSS, API writes per
-# node (BENCHMARKS.md).
+# node, podnet and cilium-operator v1.20.2 in the same run (BENCHMARKS.md; the first
+# run builds cilium-operator-generic: scripts/k8s-binaries peers).
 bench-operator:
 	bash scripts/setup
 	bash scripts/bench-operator

@@ -51,7 +51,8 @@ def request(conn, method, path, body=None):
     return resp.status, resp.read()
 
 
-WRITE_VERBS = ("APPLY", "PATCH", "UPDATE", "POST", "DELETE")
+# apiserver_request_total names an update "PUT" (an apply is "APPLY").
+WRITE_VERBS = ("APPLY", "PATCH", "PUT", "POST", "DELETE")
 RESOURCES = ("ciliumnodes", "nodes")
 METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
 
@@ -117,32 +118,60 @@ class Watcher(threading.Thread):
         self.cidrs = {}
         self.done_at = None
         self.error = None
+        self.restarts = 0
         self.done = threading.Event()
 
+    def note(self, obj):
+        """Records a CiliumNode's podCIDRs; True once every named node has them."""
+        name = obj.get("metadata", {}).get("name")
+        if name in self.names:
+            pod_cidrs = obj.get("spec", {}).get("ipam", {}).get("podCIDRs") or []
+            if pod_cidrs:
+                self.cidrs[name] = pod_cidrs
+        if len(self.cidrs) == len(self.names) and self.done_at is None:
+            self.done_at = time.monotonic()
+            self.done.set()
+        return self.done_at is not None
+
+    def relist(self):
+        """Reads every CiliumNode (after a watch expired); the list's resourceVersion."""
+        status, body = request(connection(self.args), "GET", PATH)
+        if status != 200:
+            raise RuntimeError(f"list CiliumNodes: HTTP {status}")
+        listed = json.loads(body)
+        for obj in listed.get("items", []):
+            self.note(obj)
+        return listed["metadata"]["resourceVersion"]
+
     def run(self):
+        # The API server may end a watch (a slow reader on a loaded machine): it
+        # is resumed from the last resourceVersion seen, or after a list when that
+        # one is gone (410). Restarts are counted in the report.
+        rv = self.rv
         try:
-            conn = connection(self.args)
-            conn.timeout = None
-            conn.request("GET", f"{PATH}?watch=1&resourceVersion={self.rv}",
-                         headers={"Accept": "application/json"})
-            resp = conn.getresponse()
-            if resp.status != 200:
-                raise RuntimeError(f"watch: HTTP {resp.status}")
-            for line in resp:
-                ev = json.loads(line)
-                obj = ev.get("object", {})
-                name = obj.get("metadata", {}).get("name")
-                if ev.get("type") == "ERROR":
-                    raise RuntimeError(f"watch error: {obj}")
-                if name not in self.names:
-                    continue
-                pod_cidrs = obj.get("spec", {}).get("ipam", {}).get("podCIDRs") or []
-                if pod_cidrs:
-                    self.cidrs[name] = pod_cidrs
-                if len(self.cidrs) == len(self.names) and self.done_at is None:
-                    self.done_at = time.monotonic()
-                    self.done.set()
+            while True:
+                conn = connection(self.args)
+                conn.timeout = None
+                conn.request("GET", f"{PATH}?watch=1&allowWatchBookmarks=true&resourceVersion={rv}",
+                             headers={"Accept": "application/json"})
+                resp = conn.getresponse()
+                if resp.status != 200:
+                    raise RuntimeError(f"watch: HTTP {resp.status}")
+                for line in resp:
+                    ev = json.loads(line)
+                    obj = ev.get("object", {})
+                    if ev.get("type") == "ERROR":
+                        if obj.get("code") == 410:
+                            rv = self.relist()
+                            break
+                        raise RuntimeError(f"watch error: {obj}")
+                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                    if ev.get("type") != "BOOKMARK" and self.note(obj):
+                        return
+                if self.done_at is not None:
                     return
+                self.restarts += 1
+                conn.close()
         except Exception as e:  # reported by the main thread
             self.error = str(e)
             self.done.set()
@@ -193,6 +222,7 @@ def scale(args):
         "writes_per_node": round(operator_writes / args.nodes, 3),
         "writes_by_verb": writes,
         "distinct_cidrs": len(seen),
+        "watch_restarts": watcher.restarts,
     }, sys.stdout)
     print()
 

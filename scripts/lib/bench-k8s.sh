@@ -86,8 +86,17 @@ stop_control_plane() {
     stop_pid "$API_PID"
     stop_pid "$ETCD_PID"
 }
+# SIGTERM, up to 15 s to exit, then SIGKILL: an operator releasing its Lease or
+# an API server draining requests against a stopped etcd can hang (a cleanup after
+# a failure stops everything at once).
 stop_pid() {
-    kill "$1" 2>/dev/null || true
+    kill "$1" 2>/dev/null || return 0
+    local i
+    for ((i = 0; i < 150; i++)); do
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -9 "$1" 2>/dev/null || true
     wait "$1" 2>/dev/null || true
 }
 
