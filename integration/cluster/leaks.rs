@@ -1,6 +1,7 @@
 //! Day two on the cluster: an address whose pod and sandbox are gone without a
 //! DEL is found by the agent's leak check and released; one whose sandbox still
-//! runs is reported and never released.
+//! runs is reported and never released; two pods with one IP are reported by
+//! the operator and by `podnet ipam check`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,6 +18,27 @@ const NODE: &str = "node-2";
 const RELEASE_AFTER: Duration = Duration::from_secs(5);
 
 impl Cluster {
+    /// podnet's ConfigMap created with `options` (option name, value), then
+    /// [`Cluster::install_podnet`]. Without --save-config, so `kubectl apply -f
+    /// deploy/` keeps the keys its own ConfigMap does not have.
+    fn install_podnet_with(&self, options: &[(&str, &str)]) {
+        let mut args = vec![
+            "create".to_string(),
+            "configmap".to_string(),
+            "-n".to_string(),
+            "kube-system".to_string(),
+            "podnet-config".to_string(),
+        ];
+        args.extend(
+            options
+                .iter()
+                .map(|(k, v)| format!("--from-literal={k}={v}")),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.kubectl(&args);
+        self.install_podnet();
+    }
+
     /// The agent's socket on `node`, as the host sees it (the node's /run/podnet
     /// is a bind mount of its state dir).
     fn agent_socket(&self, node: &str) -> PathBuf {
@@ -87,18 +109,11 @@ fn a_leaked_address_is_released_and_one_whose_sandbox_runs_is_kept() {
         return;
     };
     let release_after = format!("{}s", RELEASE_AFTER.as_secs());
-    cluster.kubectl(&[
-        "create",
-        "configmap",
-        "-n",
-        "kube-system",
-        "podnet-config",
-        "--save-config",
-        "--from-literal=ipam-leak-check-interval=0",
-        "--from-literal=ipam-leak-grace=0s",
-        &format!("--from-literal=ipam-release-leaked-after={release_after}"),
+    cluster.install_podnet_with(&[
+        ("ipam-leak-check-interval", "0"),
+        ("ipam-leak-grace", "0s"),
+        ("ipam-release-leaked-after", &release_after),
     ]);
-    cluster.install_podnet();
     cluster.apply(&busybox_on("leaked", NODE));
     cluster.apply(&busybox_on("kept", NODE));
     let pods = cluster.wait_for(
@@ -191,4 +206,79 @@ fn a_leaked_address_is_released_and_one_whose_sandbox_runs_is_kept() {
         cluster.node_allocations(NODE).contains_key(&kept),
         "{kept}, whose sandbox runs, was released"
     );
+}
+
+/// Two Pods with one IP, planted by hand on a node that is off (so no kubelet
+/// rewrites their status): the operator's leader (its duplicate check every 10 s,
+/// set in podnet's ConfigMap) posts a `DuplicatePodIP` Event on each, and
+/// `podnet ipam check`, run as the cluster admin, exits 1 naming both.
+#[test]
+fn two_pods_with_one_ip_are_reported_by_the_operator_and_ipam_check() {
+    let test = "two_pods_with_one_ip_are_reported_by_the_operator_and_ipam_check";
+    let Some(cluster) = Cluster::start(test) else {
+        return;
+    };
+    cluster.install_podnet_with(&[("ipam-duplicate-check-interval", "10s")]);
+    let off = "node-3";
+    let ip = node_cidrs(&cluster, off)
+        .first()
+        .map(|c| c.hosts().nth(199).expect("a /24 has 200 hosts").to_string())
+        .unwrap_or_else(|| panic!("{off} has no pod CIDR"));
+    cluster.script_ok(&["poweroff", off]);
+    for twin in ["twin-a", "twin-b"] {
+        cluster.apply(&busybox_on(twin, off));
+        let status = format!(
+            r#"{{"status":{{"phase":"Running","podIP":"{ip}","podIPs":[{{"ip":"{ip}"}}]}}}}"#
+        );
+        cluster.kubectl(&[
+            "patch",
+            "pod",
+            twin,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status,
+        ]);
+    }
+    cluster.wait_for(
+        "a DuplicatePodIP Event on each twin",
+        || {
+            let events = cluster.kubectl_json(&[
+                "get",
+                "events",
+                "-n",
+                "default",
+                "--field-selector",
+                "reason=DuplicatePodIP",
+            ]);
+            let on = |pod: &str| {
+                events["items"]
+                    .as_array()
+                    .is_some_and(|items| items.iter().any(|e| e["involvedObject"]["name"] == pod))
+            };
+            (on("twin-a") && on("twin-b")).then_some(())
+        },
+        || cluster.describe("kube-system"),
+    );
+    let kubeconfig = cluster.dir.join("pki/admin.kubeconfig");
+    let kubeconfig = kubeconfig.to_str().expect("a UTF-8 path");
+    let podnet = std::fs::canonicalize(podnet_bin()).expect("the podnet binary");
+    let podnet = podnet.to_str().expect("a UTF-8 path");
+    let out = cluster.script(&[
+        "exec",
+        "cp",
+        podnet,
+        "ipam",
+        "check",
+        "--kubeconfig",
+        kubeconfig,
+    ]);
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(1), "ipam check:\n{report}");
+    for needle in ["twin-a", "twin-b", ip.as_str()] {
+        assert!(
+            report.contains(needle),
+            "ipam check does not name {needle}:\n{report}"
+        );
+    }
 }

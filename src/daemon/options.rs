@@ -269,7 +269,6 @@ pub struct DaemonOptions {
     pub log_level: String,
 }
 
-
 /// Command used only to parse daemon options on their own.
 #[derive(Debug, clap::Parser)]
 #[command(name = "podnet daemon", args_override_self = true)]
