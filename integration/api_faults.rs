@@ -7,7 +7,6 @@
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -439,17 +438,6 @@ fn oversized_pod_names_are_refused_and_empty_error_answers_say_the_status() {
     }
 }
 
-fn podnet(node: &Node, args: &[&str]) -> String {
-    let out = Command::new(podnet_bin())
-        .args(args)
-        .arg("--socket")
-        .arg(node.socket())
-        .output()
-        .expect("podnet");
-    assert!(out.status.success(), "podnet {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
-
 #[test]
 fn unreadable_queue_entries_show_in_status_and_metrics_until_removed() {
     if !root_or_skip("unreadable_queue_entries") {
@@ -470,7 +458,7 @@ fn unreadable_queue_entries_show_in_status_and_metrics_until_removed() {
         .iter()
         .map(|n| queue.join(n).display().to_string())
         .collect();
-    let text = podnet(&node, &["status"]);
+    let text = node.podnet(&["status"]);
     assert!(
         text.contains(&format!(
             "DEL queue:  0 waiting, 2 unreadable (moved aside: {}, {}; remove them after checking)",
@@ -483,7 +471,7 @@ fn unreadable_queue_entries_show_in_status_and_metrics_until_removed() {
         "{text}"
     );
     let v: serde_json::Value =
-        serde_json::from_str(&podnet(&node, &["status", "-o", "json"])).expect("json");
+        serde_json::from_str(&node.podnet(&["status", "-o", "json"])).expect("json");
     assert_eq!(v["status"]["ipam"]["queue-unreadable"], 2);
     assert_eq!(
         v["status"]["ipam"]["queue-unreadable-files"],
@@ -508,7 +496,7 @@ fn unreadable_queue_entries_show_in_status_and_metrics_until_removed() {
     for b in &bad {
         std::fs::remove_file(b).expect("remove");
     }
-    let text = podnet(&node, &["status"]);
+    let text = node.podnet(&["status"]);
     assert!(text.contains("DEL queue:  0 waiting\n"), "{text}");
     assert!(text.contains("State:      Ok\n"), "{text}");
     assert!(metrics(&node).contains("\npodnet_delete_queue_bad_entries 0\n"));

@@ -231,6 +231,18 @@ pub struct Node {
 }
 
 impl Node {
+    /// `podnet <args> --socket <this node's>`; its stdout (panics if it fails).
+    pub fn podnet(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new(podnet_bin())
+            .args(args)
+            .arg("--socket")
+            .arg(self.socket())
+            .output()
+            .expect("podnet");
+        assert!(out.status.success(), "podnet {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
     /// A node whose daemon runs with `args` (besides socket and state dir).
     pub fn start(args: &[&str]) -> Node {
         let mut node = Node::new(args);

@@ -89,9 +89,9 @@ pub fn jsonpath(cp: &ControlPlane, kind: &str, name: &str, path: &str) -> String
         .expect_ok("get")
 }
 
-/// Waits until `f` holds (10 s at most).
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// Waits until `f` holds (30 s at most: an Event's post can lag on a busy machine).
+pub(crate) fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(100));

@@ -5,7 +5,6 @@
 //! whose host link exists is kept, and nothing is released while the API server
 //! is down; on a backend without an API server the route says why it cannot run.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use podnet::api::client::ClientError;
@@ -13,7 +12,7 @@ use serde_json::Value;
 
 use crate::harness::*;
 use crate::k8s::ControlPlane;
-use crate::k8s_backend::{create_node, create_sandbox_pods, jsonpath, k8s_node};
+use crate::k8s_backend::{create_node, create_sandbox_pods, eventually, jsonpath, k8s_node};
 
 const ROUTE: &str = "/v1/ipam/leak-check";
 
@@ -44,18 +43,6 @@ fn check_once_listed(node: &Node) -> Value {
     }
 }
 
-/// `podnet <args> --socket <node's>`; its stdout.
-fn podnet(node: &Node, args: &[&str]) -> String {
-    let out = Command::new(podnet_bin())
-        .args(args)
-        .arg("--socket")
-        .arg(node.socket())
-        .output()
-        .expect("podnet");
-    assert!(out.status.success(), "podnet {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
-
 /// The daemon's metrics text.
 fn metrics(node: &Node) -> String {
     let r = node
@@ -83,14 +70,6 @@ fn verdicts(status: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 #[test]
 fn without_an_api_server_the_route_says_the_leak_check_needs_the_kubernetes_backend() {
     if !root_or_skip("leak_check_without_api_server") {
@@ -106,7 +85,7 @@ fn without_an_api_server_the_route_says_the_leak_check_needs_the_kubernetes_back
     );
     let health = node.client().healthz().expect("healthz");
     assert_eq!(health.ipam.leak_check, None);
-    assert!(!podnet(&node, &["status"]).contains("Leak check"));
+    assert!(!node.podnet(&["status"]).contains("Leak check"));
 }
 
 #[test]
@@ -181,7 +160,7 @@ fn a_gone_pods_leak_is_reported_then_released_and_nothing_while_the_api_server_i
     let leak = &status["findings"][0];
     assert_eq!(leak["pod_gone"]["reason"], "no-pod", "{leak}");
     assert!(leak["release-at-ms"].as_u64().is_some(), "{leak}");
-    let text = podnet(&node, &["status"]);
+    let text = node.podnet(&["status"]);
     assert!(
         text.contains("State:      Warning (") && text.contains("1 leaked allocation ("),
         "{text}"
@@ -190,7 +169,7 @@ fn a_gone_pods_leak_is_reported_then_released_and_nothing_while_the_api_server_i
         text.contains("Leak check: on demand only, grace 0s"),
         "{text}"
     );
-    let explained = podnet(&node, &["explain", gone_ip]);
+    let explained = node.podnet(&["explain", gone_ip]);
     assert!(
         explained.contains("Leak check: ")
             && explained.contains("is gone: leaked; a leak in every check since"),
@@ -221,7 +200,10 @@ fn a_gone_pods_leak_is_reported_then_released_and_nothing_while_the_api_server_i
         "{message}"
     );
     assert!(node.allocations().contains_key(gone_ip.as_str()));
-    assert!(podnet(&node, &["status"]).contains("not checking: listing the Pods of node"));
+    assert!(
+        node.podnet(&["status"])
+            .contains("not checking: listing the Pods of node")
+    );
 
     // Back: the leak was one in every check since the first: released; the
     // allocation whose host link exists is never released this way.
