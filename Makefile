@@ -131,17 +131,17 @@ bench-node: image
 # (scripts/bench-peers, BENCHMARKS.md).
 .PHONY: bench-peers
 bench-peers: image
-	bash scripts/k8s-binaries peers >/dev/null
+	bash scripts/k8s-binaries peers runtimes >/dev/null
 	$(CARGO) build
 	bash scripts/bench-peers
 
 # A real multi-node cluster (root): a control plane and PODNET_CLUSTER_NODES
-# (default 3) nodes, each a kubelet + containerd + kube-proxy in network and mount
-# namespaces of their own, CoreDNS, and podnet from deploy/ (scripts/cluster,
-# docs/cluster.md). Done when every node is Ready. Then `scripts/cluster kubectl ...`.
+# (default 3) nodes, each a kubelet + a runtime (PODNET_CLUSTER_RUNTIMES; default
+# containerd 2, CRI-O, containerd 1.6) + kube-proxy in network and mount namespaces
+# of their own, CoreDNS, and podnet from deploy/ (scripts/cluster, docs/cluster.md). Done when every node is Ready. Then `scripts/cluster kubectl ...`.
 .PHONY: cluster cluster-down
 cluster: image
-	bash scripts/k8s-binaries >/dev/null
+	bash scripts/k8s-binaries runtimes >/dev/null
 	bash scripts/cluster start
 	bash scripts/cluster kubectl apply -f deploy/
 	bash scripts/cluster kubectl wait --for=condition=Ready node --all --timeout=300s
@@ -156,6 +156,6 @@ cluster-down:
 .PHONY: conformance
 conformance: image
 	bash scripts/setup
-	bash scripts/k8s-binaries e2e >/dev/null
+	bash scripts/k8s-binaries e2e runtimes >/dev/null
 	bash scripts/e2e-images
 	bash scripts/conformance

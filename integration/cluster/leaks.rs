@@ -41,7 +41,7 @@ impl Cluster {
 
     /// The agent's socket on `node`, as the host sees it (the node's /run/podnet
     /// is a bind mount of its state dir).
-    fn agent_socket(&self, node: &str) -> PathBuf {
+    pub(super) fn agent_socket(&self, node: &str) -> PathBuf {
         self.dir
             .join("nodes")
             .join(node)
@@ -63,7 +63,7 @@ impl Cluster {
     }
 
     /// The agent's allocations on `node`: address -> owner.
-    fn node_allocations(&self, node: &str) -> BTreeMap<String, String> {
+    pub(super) fn node_allocations(&self, node: &str) -> BTreeMap<String, String> {
         let out = Command::new(podnet_bin())
             .args(["status", "-o", "json", "--socket"])
             .arg(self.agent_socket(node))

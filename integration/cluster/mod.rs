@@ -1,6 +1,8 @@
 //! podnet on a real multi-node Kubernetes cluster: `scripts/cluster` runs a control
-//! plane and three nodes (kubelet + containerd + kube-proxy, each node in network
-//! and mount namespaces of its own, on one fabric bridge) and CoreDNS;
+//! plane and three nodes (kubelet + a runtime + kube-proxy, each node in network
+//! and mount namespaces of its own, on one fabric bridge; the runtimes containerd
+//! 2, CRI-O and containerd 1.6, unless PODNET_CLUSTER_RUNTIMES says otherwise) and
+//! CoreDNS;
 //! `kubectl apply -f deploy/` installs podnet unchanged (the DaemonSet on every
 //! node, the operator's two replicas on two nodes, tunnel mode). One such cluster
 //! runs per machine (`scripts/cluster start` refuses a second); it is stopped when
@@ -19,6 +21,7 @@ use crate::scripted::*;
 
 mod faults;
 mod leaks;
+mod runtimes;
 mod upgrade;
 
 const NODES: usize = 3;
@@ -48,7 +51,17 @@ impl Cluster {
     /// Starts the cluster, or reports a skip (a failure under CI=true) when a part
     /// is missing.
     fn start(test: &str) -> Option<Cluster> {
-        if !node_parts_or_skip(test, &["kube-proxy", "coredns"]) {
+        // The default cluster's nodes run containerd 2, CRI-O and containerd 1.6
+        // (`scripts/k8s-binaries runtimes` builds the first two and the CNI
+        // plugins their nodes have).
+        let parts = [
+            "kube-proxy",
+            "coredns",
+            "containerd2/containerd",
+            "crio/crio",
+            "cni-plugins/portmap",
+        ];
+        if !node_parts_or_skip(test, &parts) {
             return None;
         }
         // A test that failed while it held the turn left nothing to protect.

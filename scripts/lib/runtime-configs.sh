@@ -8,22 +8,26 @@
 #       root (persistent) and state (/run-like) dirs; SOCKET its gRPC socket;
 #       SHIM the containerd-shim-runc-v2 to run (containerd 2 looks a shim up on
 #       PATH first, where Debian's 1.6 shim is: the path is given explicitly).
-#   crio_config STATE SOCKET PINNS PAUSE_IMAGE [CNI_BIN_DIR] [CNI_CONF_DIR] [LOG_DIR]
-#       CRI-O's crio.conf: every path it writes is under STATE (storage, runroot,
-#       version and shutdown files, exits, attach sockets, namespaces), the policy
-#       is STATE/policy.json; runtime crun (default) or runc, monitor conmon,
-#       all from Debian 12.
-#   crio_storage STATE    storage.conf (for CONTAINERS_STORAGE_CONF): crio.conf's
+#   crio_config CONF LIB RUN SOCKET PINNS PAUSE_IMAGE [CNI_BIN_DIR] [CNI_CONF_DIR] [LOG_DIR]
+#       CRI-O's crio.conf: what it keeps across a reboot is under LIB (storage
+#       root LIB/containers/storage, the persistent version and clean-shutdown
+#       files in LIB/crio), what a reboot wipes under RUN (runroot, version
+#       file, exits, attach sockets, namespaces: a /run-like dir, so CRI-O
+#       sees a boot as one); the policy is CONF/policy.json; runtime runc,
+#       monitor conmon, both from Debian 12.
+#       With CRIO_RUNTIME_PATH set, that file is run instead of /usr/bin/runc
+#       (scripts/cluster's nodes: scripts/lib/runc-restricted).
+#   crio_storage LIB RUN  storage.conf (for CONTAINERS_STORAGE_CONF): crio.conf's
 #                         storage root, runroot and driver, so no other
 #                         containers/storage user of the node reads /etc/containers
 #   crio_policy           policy.json: accept anything (images are imported)
 #   crio_registries       registries.conf: no registries, no short-name search
 #
 # CRI-O reads registries.conf from a flag, not from crio.conf: start it as
-#   crio --config STATE/crio.conf --config-dir STATE/crio.conf.d \
-#        --registries-conf STATE/registries.conf --registries-conf-dir STATE/registries.conf.d
+#   crio --config CONF/crio.conf --config-dir CONF/crio.conf.d \
+#        --registries-conf CONF/registries.conf --registries-conf-dir CONF/registries.conf.d
 # (the dirs may be empty, they replace /etc/crio/crio.conf.d and
-# /etc/containers/registries.conf.d) and CONTAINERS_STORAGE_CONF=STATE/storage.conf.
+# /etc/containers/registries.conf.d) and CONTAINERS_STORAGE_CONF=CONF/storage.conf.
 #
 # CNI_BIN_DIR and CNI_CONF_DIR default to /opt/cni/bin and /etc/cni/net.d, the
 # paths scripts/cluster binds per node. PAUSE_IMAGE must be an image the node has
@@ -93,19 +97,19 @@ EOF
 }
 
 crio_config() {
-    local state=$1 socket=$2 pinns=$3 pause=$4
-    local cni_bin=${5:-/opt/cni/bin} cni_conf=${6:-/etc/cni/net.d} log_dir=${7:-/var/log/pods}
+    local conf=$1 lib=$2 run=$3 socket=$4 pinns=$5 pause=$6
+    local cni_bin=${7:-/opt/cni/bin} cni_conf=${8:-/etc/cni/net.d} log_dir=${9:-/var/log/pods}
     cat << EOF
 # CRI-O v1.34.0 (scripts/lib/runtime-configs.sh): every path it writes is under
-# $state.
+# $lib (kept across a reboot) or $run (wiped by one).
 [crio]
-root = $(toml_str "$state/lib/containers/storage")
-runroot = $(toml_str "$state/run/containers/storage")
+root = $(toml_str "$lib/containers/storage")
+runroot = $(toml_str "$run/containers/storage")
 storage_driver = "overlay"
 log_dir = $(toml_str "$log_dir")
-version_file = $(toml_str "$state/run/crio/version")
-version_file_persist = $(toml_str "$state/lib/crio/version")
-clean_shutdown_file = $(toml_str "$state/lib/crio/clean.shutdown")
+version_file = $(toml_str "$run/crio/version")
+version_file_persist = $(toml_str "$lib/crio/version")
+clean_shutdown_file = $(toml_str "$lib/crio/clean.shutdown")
 
 [crio.api]
 listen = $(toml_str "$socket")
@@ -114,27 +118,28 @@ stream_port = "0"
 
 [crio.runtime]
 cgroup_manager = "cgroupfs"
-default_runtime = "crun"
-namespaces_dir = $(toml_str "$state/run/ns")
+# Debian's runc 1.1.5: Debian's crun 1.8.1 refuses the runtime-spec version
+# CRI-O 1.34 writes ("unknown version specified" for every container).
+default_runtime = "runc"
+namespaces_dir = $(toml_str "$run/ns")
 pinns_path = $(toml_str "$pinns")
-container_exits_dir = $(toml_str "$state/run/crio/exits")
-container_attach_socket_dir = $(toml_str "$state/run/crio")
+container_exits_dir = $(toml_str "$run/crio/exits")
+container_attach_socket_dir = $(toml_str "$run/crio")
 # Nothing from /usr/share/containers/oci/hooks.d or /etc/containers/oci/hooks.d.
 hooks_dir = []
+# CRI-O's defaults plus NET_RAW, which containerd grants by default: the test
+# pods ping (a pod on CRI-O's defaults would need it in its securityContext).
+default_capabilities = ["CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "SETGID", "SETUID", "SETPCAP",
+  "NET_BIND_SERVICE", "KILL", "NET_RAW"]
 log_to_journald = false
 
-$(crio_runtime crun "$state")
-
-# Debian's runc 1.1.5, for a pod that names it (RuntimeClass handler "runc"):
-# crun 1.8.1 has no "features" command (CRI-O logs an error at start and does
-# without idmapped and recursive read-only mounts); runc 1.1.5 has one.
-$(crio_runtime runc "$state")
+$(crio_runtime runc "$run")
 
 [crio.image]
 # Never pulled: the node imports it.
 pause_image = $(toml_str "$pause")
-signature_policy = $(toml_str "$state/policy.json")
-signature_policy_dir = $(toml_str "$state/policies")
+signature_policy = $(toml_str "$conf/policy.json")
+signature_policy_dir = $(toml_str "$conf/policies")
 
 [crio.network]
 network_dir = $(toml_str "$cni_conf")
@@ -148,14 +153,14 @@ enable_nri = false
 EOF
 }
 
-# crio_runtime NAME STATE: the runtime handler NAME, Debian's /usr/bin/NAME
-# with conmon, its state under STATE/run/NAME.
+# crio_runtime NAME RUN: the runtime handler NAME, Debian's /usr/bin/NAME (or
+# CRIO_RUNTIME_PATH, e.g. a wrapper) with conmon, its state under RUN/NAME.
 crio_runtime() {
     cat << EOF
 [crio.runtime.runtimes.$1]
-runtime_path = "/usr/bin/$1"
+runtime_path = $(toml_str "${CRIO_RUNTIME_PATH:-/usr/bin/$1}")
 runtime_type = "oci"
-runtime_root = $(toml_str "$2/run/$1")
+runtime_root = $(toml_str "$2/$1")
 monitor_path = "/usr/bin/conmon"
 # With cgroupfs, conmon goes into the pod's cgroup.
 monitor_cgroup = "pod"
@@ -163,12 +168,12 @@ EOF
 }
 
 crio_storage() {
-    local state=$1
+    local lib=$1 run=$2
     cat << EOF
 [storage]
 driver = "overlay"
-graphroot = $(toml_str "$state/lib/containers/storage")
-runroot = $(toml_str "$state/run/containers/storage")
+graphroot = $(toml_str "$lib/containers/storage")
+runroot = $(toml_str "$run/containers/storage")
 EOF
 }
 

@@ -1,0 +1,168 @@
+//! What the nodes' runtimes ask of podnet beyond ADD and DEL (docs/runtimes.md),
+//! on the default cluster: containerd 2 on node-1, CRI-O on node-2, containerd 1.6
+//! on node-3. containerd 2 sends STATUS on every CRI Status poll, so with its
+//! node's range full the node turns NotReady with podnet's message, and Ready
+//! again once an address is free. CRI-O sends GC once at its start: an
+//! attachment it does not know is released, its running pods keep theirs.
+//! Restarting either runtime under running pods leaks and duplicates nothing.
+
+use std::time::Duration;
+
+use podnet::api::client::{AllocateParams, Client};
+
+use super::*;
+
+/// The node whose runtime is `want` (`scripts/cluster runtime node-I`).
+fn node_running(cluster: &Cluster, want: &str) -> Option<String> {
+    node_names().into_iter().find(|node| {
+        let out = cluster.script_ok(&["runtime", node]);
+        String::from_utf8_lossy(&out.stdout).trim() == want
+    })
+}
+
+/// The node's Ready condition: (status, message).
+fn ready_condition(cluster: &Cluster, node: &str) -> (String, String) {
+    let node = cluster.kubectl_json(&["get", "node", node]);
+    node["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_string(),
+                c["message"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// Every pod of `placed` still Running on its node with its address, and each
+/// agent holding exactly those addresses.
+fn assert_pods_kept(cluster: &Cluster, placed: &[(String, String, String)], after: &str) {
+    let now = super::placed(cluster, "pinned");
+    let mut before = placed.to_vec();
+    before.sort();
+    let mut now_sorted = now.clone();
+    now_sorted.sort();
+    assert_eq!(
+        now_sorted, before,
+        "the pods and their addresses after {after}"
+    );
+    cluster.assert_agents_hold(&now);
+}
+
+#[test]
+fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing() {
+    let test = "cluster::runtimes::runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing";
+    let Some(cluster) = Cluster::start_with_podnet(test) else {
+        return;
+    };
+    let (Some(containerd2), Some(crio)) = (
+        node_running(&cluster, "containerd2"),
+        node_running(&cluster, "crio"),
+    ) else {
+        eprintln!("{test}: skipped: PODNET_CLUSTER_RUNTIMES has no containerd2 or no crio node");
+        return;
+    };
+
+    let nodes = node_names();
+    for (i, node) in nodes.iter().enumerate() {
+        cluster.apply(&busybox_on(&format!("pinned-{i}"), node));
+    }
+    let placed = cluster.wait_for(
+        "a Running pod with an address on every node",
+        || {
+            let placed = placed(&cluster, "pinned");
+            let running = cluster
+                .pods("default", "app=pinned")
+                .iter()
+                .all(|p| p["status"]["phase"] == "Running");
+            (placed.len() == nodes.len() && running).then_some(placed)
+        },
+        || cluster.describe("default"),
+    );
+    cluster.assert_agents_hold(&placed);
+
+    // STATUS under containerd 2: fill the node's range through the agent's API.
+    let client = Client::new(cluster.agent_socket(&containerd2), Duration::from_secs(30));
+    let mut taken = Vec::new();
+    let refusal = loop {
+        let owner = format!("test/fill-{}", taken.len());
+        let params = AllocateParams {
+            family: "ipv4",
+            owner: &owner,
+            ..AllocateParams::default()
+        };
+        match client.allocate(&params) {
+            Ok(r) => taken.push(r.address.ipv4),
+            Err(e) => break e,
+        }
+        assert!(taken.len() < 1024, "{containerd2}: the range never filled");
+    };
+    eprintln!(
+        "{containerd2}: range full after {} more addresses ({refusal})",
+        taken.len()
+    );
+    let message = cluster.wait_for(
+        &format!("{containerd2} NotReady with podnet's STATUS message"),
+        || {
+            let (status, message) = ready_condition(&cluster, &containerd2);
+            (status == "False" && message.contains("is exhausted")).then_some(message)
+        },
+        || format!("{:?}", ready_condition(&cluster, &containerd2)),
+    );
+    eprintln!("{containerd2}: Ready=False: {message}");
+    let (status, _) = ready_condition(&cluster, &crio);
+    assert_eq!(status, "True", "{crio} (CRI-O) is not affected");
+    let freed = taken.pop().expect("at least one address taken");
+    client.release_ip(&freed, "").expect("release one address");
+    cluster.wait_for(
+        &format!("{containerd2} Ready again with one address free"),
+        || (ready_condition(&cluster, &containerd2).0 == "True").then_some(()),
+        || format!("{:?}", ready_condition(&cluster, &containerd2)),
+    );
+    for ip in &taken {
+        client.release_ip(ip, "").expect("release a fill address");
+    }
+
+    // GC under CRI-O: an attachment CRI-O never made, then a CRI-O restart.
+    let crio_agent = Client::new(cluster.agent_socket(&crio), Duration::from_secs(30));
+    let stray = crio_agent
+        .allocate(&AllocateParams {
+            family: "ipv4",
+            owner: "test/stray",
+            container_id: "podnet-test-stray-attachment",
+            ifname: "eth0",
+            network: "podnet",
+            ..AllocateParams::default()
+        })
+        .expect("the stray attachment's address")
+        .address
+        .ipv4;
+    cluster.script_ok(&["restart-runtime", &crio]);
+    cluster.wait_for(
+        &format!("{crio}: CRI-O's GC at start released {stray}"),
+        || (!cluster.node_allocations(&crio).contains_key(&stray)).then_some(()),
+        || format!("{:?}", cluster.node_allocations(&crio)),
+    );
+    assert_pods_kept(&cluster, &placed, "CRI-O's restart and GC");
+
+    // containerd 2 restarted under its running pod.
+    cluster.script_ok(&["restart-runtime", &containerd2]);
+    cluster.wait_for(
+        &format!("{containerd2} Ready after its runtime's restart"),
+        || (ready_condition(&cluster, &containerd2).0 == "True").then_some(()),
+        || format!("{:?}", ready_condition(&cluster, &containerd2)),
+    );
+    assert_pods_kept(&cluster, &placed, "containerd 2's restart");
+    for (from, _, _) in &placed {
+        for (_, _, to) in &placed {
+            cluster.ping("default", from, to);
+        }
+    }
+
+    let agents = cluster.agents();
+    cluster.kubectl(&["delete", "pods", "-l", "app=pinned", "--wait=false"]);
+    cluster.assert_freed("app=pinned", &agents);
+}
