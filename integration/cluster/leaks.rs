@@ -1,7 +1,8 @@
 //! Day two on the cluster: an address whose pod and sandbox are gone without a
 //! DEL is found by the agent's leak check and released; one whose sandbox still
-//! runs is reported and never released; two pods with one IP are reported by
-//! the operator and by `podnet ipam check`.
+//! runs is reported and never released, and `podnet ipam check` shows the
+//! agent's leak until it is released; two pods with one IP are reported by the
+//! operator and by `podnet ipam check`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -77,6 +78,28 @@ impl Cluster {
             .flatten()
             .map(|(ip, owner)| (ip.clone(), owner.as_str().unwrap_or_default().to_string()))
             .collect()
+    }
+}
+
+impl Cluster {
+    /// `podnet ipam check` run in the control plane's namespace as the cluster
+    /// admin: its exit status and its report (with stderr).
+    fn ipam_check(&self) -> (std::process::Output, String) {
+        let kubeconfig = self.dir.join("pki/admin.kubeconfig");
+        let kubeconfig = kubeconfig.to_str().expect("a UTF-8 path");
+        let podnet = std::fs::canonicalize(podnet_bin()).expect("the podnet binary");
+        let podnet = podnet.to_str().expect("a UTF-8 path");
+        let out = self.script(&[
+            "exec",
+            "cp",
+            podnet,
+            "ipam",
+            "check",
+            "--kubeconfig",
+            kubeconfig,
+        ]);
+        let report = text(&out);
+        (out, report)
     }
 }
 
@@ -185,9 +208,27 @@ fn a_leaked_address_is_released_and_one_whose_sandbox_runs_is_kept() {
         || cluster.describe("default"),
     );
 
+    // The admin's check shows the agent's leak, with its evidence, on its node.
+    let (out, report) = cluster.ipam_check();
+    assert_eq!(out.status.code(), Some(1), "ipam check:\n{report}");
+    assert!(
+        report
+            .lines()
+            .any(|l| l.contains("LEAK (reported by the agent")
+                && l.contains(&leaked)
+                && l.contains("leaked")),
+        "ipam check does not show the leak of {leaked}:\n{report}"
+    );
+
     std::thread::sleep(RELEASE_AFTER + Duration::from_secs(1));
     let second = cluster.leak_check(NODE);
     assert_eq!(second["released"], 1, "the second check: {second}");
+    let (out, report) = cluster.ipam_check();
+    assert!(
+        report.contains("Leaks reported by the agents, not released: none"),
+        "ipam check after the release (exit {:?}):\n{report}",
+        out.status.code()
+    );
     let held = cluster.node_allocations(NODE);
     assert!(
         !held.contains_key(&leaked),
@@ -260,20 +301,7 @@ fn two_pods_with_one_ip_are_reported_by_the_operator_and_ipam_check() {
         },
         || cluster.describe("kube-system"),
     );
-    let kubeconfig = cluster.dir.join("pki/admin.kubeconfig");
-    let kubeconfig = kubeconfig.to_str().expect("a UTF-8 path");
-    let podnet = std::fs::canonicalize(podnet_bin()).expect("the podnet binary");
-    let podnet = podnet.to_str().expect("a UTF-8 path");
-    let out = cluster.script(&[
-        "exec",
-        "cp",
-        podnet,
-        "ipam",
-        "check",
-        "--kubeconfig",
-        kubeconfig,
-    ]);
-    let report = text(&out);
+    let (out, report) = cluster.ipam_check();
     assert_eq!(out.status.code(), Some(1), "ipam check:\n{report}");
     for needle in ["twin-a", "twin-b", ip.as_str()] {
         assert!(

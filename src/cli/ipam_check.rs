@@ -9,8 +9,11 @@
 //! (`ipam::leaks`): an allocation whose pod is gone is shown with that
 //! evidence, but the API server alone cannot say whether its sandbox is gone
 //! (the host link is on the node), so only the agent's own check calls it a
-//! leak. Exit 0 when there is no finding, 1 on any finding, 2 when the check
-//! could not run; `-o json` prints the same report as JSON.
+//! leak. Those leaks reach the report, in every mode, as the agents post them:
+//! the `IPAMLeak` Events not followed by an `IPAMLeakReleased` for the address
+//! (`k8s::leak_events`; kept for the API server's event TTL, 1 h by default).
+//! Exit 0 when there is no finding and no unreleased leak, 1 otherwise, 2 when
+//! the check could not run; `-o json` prints the same report as JSON.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -24,6 +27,8 @@ use crate::ipam::duplicates::{Finding, NodeRange, PodView, check, finding_lines,
 use crate::ipam::leaks::{self, NodeAllocation, NodePod, PodName};
 use crate::k8s::address_views::{Listed, ReadError, node_view, read};
 use crate::k8s::connect::{ConnectError, kube_config};
+use crate::k8s::leak_events::{self, AgentLeak};
+use crate::k8s::objects::ListError;
 use crate::resources::NodeResource;
 
 /// How long the reads may take before the API server counts as unreachable.
@@ -64,14 +69,14 @@ pub fn run(command: &IpamCommand) -> i32 {
 }
 
 fn run_check(args: &CheckArgs) -> i32 {
-    let listed = match list(args) {
+    let (listed, leak_events) = match list(args) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("podnet ipam check: {e}");
             return 2;
         }
     };
-    let report = report(&listed);
+    let report = report(&listed, &leak_events::unreleased(&leak_events));
     match args.output {
         Output::Text => print!("{}", text(&report)),
         Output::Json => match serde_json::to_string_pretty(&report) {
@@ -85,9 +90,14 @@ fn run_check(args: &CheckArgs) -> i32 {
     exit_code(&report)
 }
 
-/// 0 without findings, 1 with.
+/// 0 without findings and unreleased leaks, 1 with.
 pub fn exit_code(report: &Report) -> i32 {
-    if report.findings.is_empty() { 0 } else { 1 }
+    let leaks = report.nodes.iter().any(|n| !n.agent_leaks.is_empty());
+    if report.findings.is_empty() && !leaks {
+        0
+    } else {
+        1
+    }
 }
 
 /// Why the check could not run.
@@ -115,21 +125,35 @@ pub enum CheckError {
         #[source]
         source: Box<ReadError>,
     },
+    #[error(
+        "reading the agents' leak Events (IPAMLeak, IPAMLeakReleased) from the API server at {url}: {source}{}",
+        hint_api(&source.source)
+    )]
+    Events {
+        url: String,
+        #[source]
+        source: Box<ListError>,
+    },
     #[error("the API server at {url} did not answer within {}s", READ_TIMEOUT.as_secs())]
     Timeout { url: String },
 }
 
 /// What to fix for a read that failed.
 fn hint(e: &ReadError) -> &'static str {
-    match e.api_error() {
-        Some(kube::Error::Api(s)) if s.code == 401 => {
+    e.api_error().map(hint_api).unwrap_or_default()
+}
+
+/// What to fix for a request the API server failed or refused.
+fn hint_api(e: &kube::Error) -> &'static str {
+    match e {
+        kube::Error::Api(s) if s.code == 401 => {
             " (the kubeconfig's credentials are refused: use a current one)"
         }
-        Some(kube::Error::Api(s)) if s.code == 403 => {
-            " (the check lists Pods and CiliumNodes cluster-wide: use a kubeconfig allowed to)"
+        kube::Error::Api(s) if s.code == 403 => {
+            " (the check lists Pods, CiliumNodes and Events cluster-wide: use a kubeconfig allowed to)"
         }
-        Some(kube::Error::Api(_)) | None => "",
-        Some(_) => " (is the API server up, and is this the right kubeconfig?)",
+        kube::Error::Api(_) => "",
+        _ => " (is the API server up, and is this the right kubeconfig?)",
     }
 }
 
@@ -143,7 +167,7 @@ fn kubeconfig(args: &CheckArgs) -> Option<PathBuf> {
     })
 }
 
-fn list(args: &CheckArgs) -> Result<Listed, CheckError> {
+fn list(args: &CheckArgs) -> Result<(Listed, Vec<leak_events::LeakEvent>), CheckError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -160,13 +184,22 @@ fn list(args: &CheckArgs) -> Result<Listed, CheckError> {
         let url = config.cluster_url.to_string();
         let client = kube::Client::try_from(config)
             .map_err(|e| CheckError::Connect(ConnectError::Client(e)))?;
-        tokio::time::timeout(READ_TIMEOUT, read(&client))
+        let timeout = || CheckError::Timeout { url: url.clone() };
+        let listed = tokio::time::timeout(READ_TIMEOUT, read(&client))
             .await
-            .map_err(|_| CheckError::Timeout { url: url.clone() })?
+            .map_err(|_| timeout())?
             .map_err(|source| CheckError::Read {
-                url,
+                url: url.clone(),
                 source: Box::new(source),
-            })
+            })?;
+        let events = tokio::time::timeout(READ_TIMEOUT, leak_events::list(&client))
+            .await
+            .map_err(|_| timeout())?
+            .map_err(|source| CheckError::Events {
+                url: url.clone(),
+                source: Box::new(source),
+            })?;
+        Ok((listed, events))
     })
 }
 
@@ -232,6 +265,8 @@ pub struct NodeReport {
     pub allocations: Option<Allocations>,
     /// The findings that concern this node (their text).
     pub findings: Vec<String>,
+    /// Leaks the node's agent reported and has not released (its Events).
+    pub agent_leaks: Vec<AgentLeak>,
 }
 
 /// Everything `podnet ipam check` shows.
@@ -245,8 +280,8 @@ pub struct Report {
     pub unchecked_nodes: Vec<String>,
 }
 
-/// The report of what was listed.
-pub fn report(listed: &Listed) -> Report {
+/// The report of what was listed, with the agents' unreleased leaks per node.
+pub fn report(listed: &Listed, agent_leaks: &BTreeMap<String, Vec<AgentLeak>>) -> Report {
     let checked = check(&listed.pods, &listed.node_views());
     let by_name: BTreeMap<&str, &NodeResource> = listed
         .cilium_nodes
@@ -257,6 +292,7 @@ pub fn report(listed: &Listed) -> Report {
         .keys()
         .copied()
         .chain(listed.pods.iter().filter_map(|p| p.node.as_deref()))
+        .chain(agent_leaks.keys().map(String::as_str))
         .collect();
     let nodes = names
         .into_iter()
@@ -287,6 +323,7 @@ pub fn report(listed: &Listed) -> Report {
                     .filter(|f| f.nodes().contains(name))
                     .map(ToString::to_string)
                     .collect(),
+                agent_leaks: agent_leaks.get(name).cloned().unwrap_or_default(),
             }
         })
         .collect();
@@ -399,6 +436,14 @@ pub fn text(r: &Report) -> String {
         for f in &n.findings {
             out.push_str(&format!("  FINDING: {f}\n"));
         }
+        for l in &n.agent_leaks {
+            let at = l.reported_at.as_deref().map(|t| format!(" at {t}"));
+            out.push_str(&format!(
+                "  LEAK (reported by the agent{}): {}\n",
+                at.unwrap_or_default(),
+                l.note
+            ));
+        }
     }
     if !r.unchecked_nodes.is_empty() {
         out.push_str(&format!(
@@ -409,6 +454,12 @@ pub fn text(r: &Report) -> String {
     match r.findings.len() {
         0 => out.push_str("Findings: none\n"),
         n => out.push_str(&format!("Findings: {n}\n{}", finding_lines(&r.findings))),
+    }
+    match r.nodes.iter().map(|n| n.agent_leaks.len()).sum::<usize>() {
+        0 => out.push_str("Leaks reported by the agents, not released: none\n"),
+        n => out.push_str(&format!(
+            "Leaks reported by the agents, not released: {n}\n"
+        )),
     }
     out
 }
@@ -464,7 +515,7 @@ mod tests {
 
     #[test]
     fn a_report_per_node_with_the_findings() {
-        let r = report(&listed());
+        let r = report(&listed(), &BTreeMap::new());
         assert_eq!(exit_code(&r), 1);
         let t = text(&r);
         assert_eq!(
@@ -489,7 +540,8 @@ mod tests {
              \x20   default/lost 10.7.0.1\n\
              Not checked against ranges (no CiliumNode, or one without ranges): n3\n\
              Findings: 1\n\
-             \x20 DuplicatePodIP: 10.0.0.5 is the IP of 2 pods: default/web-1 on n1, default/web-2 on n1\n"
+             \x20 DuplicatePodIP: 10.0.0.5 is the IP of 2 pods: default/web-1 on n1, default/web-2 on n1\n\
+             Leaks reported by the agents, not released: none\n"
         );
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["findings"][0]["kind"], "same-ip");
@@ -510,15 +562,18 @@ mod tests {
         let mut l = listed();
         l.pods.retain(|p| p.pod.name != "web-2");
         l.pods.push(pod("new", "n2", &["10.0.1.10"]));
-        let r = report(&l);
+        let r = report(&l, &BTreeMap::new());
         assert!(r.findings.is_empty(), "{:?}", r.findings);
         assert_eq!(exit_code(&r), 0);
         let t = text(&r);
-        assert!(t.ends_with("Findings: none\n"), "{t}");
+        assert!(
+            t.ends_with("Findings: none\nLeaks reported by the agents, not released: none\n"),
+            "{t}"
+        );
         // 10.0.1.10 is allocated to default/gone; default/new holds it.
         assert!(!t.contains("pod IPs not among them"), "{t}");
         l.pods.push(pod("other", "n2", &["10.0.1.11"]));
-        let t = text(&report(&l));
+        let t = text(&report(&l, &BTreeMap::new()));
         assert!(
             t.contains(
                 "    pod IPs not among them (the agent publishes at its update rate): 10.0.1.11\n"
@@ -556,5 +611,37 @@ mod tests {
         );
         assert_eq!(run_check(&missing), 2);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn an_unreleased_agent_leak_is_shown_on_its_node_and_is_exit_1() {
+        let mut l = listed();
+        l.pods.retain(|p| p.pod.name != "web-2");
+        let leak = AgentLeak {
+            ip: "10.0.0.9".parse().unwrap(),
+            note: "10.0.0.9 (default/old, allocated 900s ago): no pod of that name on this node; host link lxc1 is gone: leaked".into(),
+            reported_at: Some("2026-12-02T01:00:00Z".into()),
+        };
+        let leaks = BTreeMap::from([("n1".to_string(), vec![leak])]);
+        let r = report(&l, &leaks);
+        assert!(r.findings.is_empty(), "{:?}", r.findings);
+        assert_eq!(exit_code(&r), 1);
+        let t = text(&r);
+        assert!(
+            t.contains("  LEAK (reported by the agent at 2026-12-02T01:00:00Z): 10.0.0.9 (default/old, allocated 900s ago): no pod of that name on this node; host link lxc1 is gone: leaked\nNode n2\n"),
+            "{t}"
+        );
+        assert!(
+            t.ends_with("Leaks reported by the agents, not released: 1\n"),
+            "{t}"
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["nodes"][0]["agentLeaks"][0]["ip"], "10.0.0.9");
+        // A node with a leak but neither pods nor a CiliumNode still has a report.
+        let r = report(
+            &l,
+            &BTreeMap::from([("n9".to_string(), leaks["n1"].clone())]),
+        );
+        assert!(r.nodes.iter().any(|n| n.name == "n9" && !n.cilium_node));
     }
 }

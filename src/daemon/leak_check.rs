@@ -28,13 +28,9 @@ use crate::api::models::{LeakCheckStatus, LeakFinding};
 use crate::ipam::leaks::{
     self, Finding, LeakReport, LeakTracker, NodeAllocation, NodePod, Verdict,
 };
+use crate::ipam::leaks::{REASON_LEAK, REASON_RELEASED, RELEASED_NOTE_PREFIX};
 use crate::k8s::node_pods::{NodeEvent, NodePodsApi, NodePodsError};
 use crate::store::now_ms;
-
-/// The Event reason of a leak found.
-pub const REASON_LEAK: &str = "IPAMLeak";
-/// The Event reason of a leak released.
-pub const REASON_RELEASED: &str = "IPAMLeakReleased";
 
 /// The check's settings (the daemon's flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -400,7 +396,7 @@ impl<P: PodSource> LeakCheck<P> {
                 warning: false,
                 reason: REASON_RELEASED,
                 action: "Released",
-                note: format!("released: {f}"),
+                note: format!("{RELEASED_NOTE_PREFIX}{f}"),
             })
             .await;
         }

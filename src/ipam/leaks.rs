@@ -178,6 +178,22 @@ impl LeakReport {
     }
 }
 
+/// The Event reason the agent posts on its Node for a leak it found; the note
+/// is the finding ([`Finding`]'s text, which starts with the address).
+pub const REASON_LEAK: &str = "IPAMLeak";
+/// The Event reason for a leak the agent released; the note is
+/// [`RELEASED_NOTE_PREFIX`] and the finding.
+pub const REASON_RELEASED: &str = "IPAMLeakReleased";
+/// How a released leak's note starts.
+pub const RELEASED_NOTE_PREFIX: &str = "released: ";
+
+/// The address a leak Event's note names (either reason), read back from the
+/// text the agent wrote; None for a note not of that form.
+pub fn note_address(note: &str) -> Option<IpAddr> {
+    let finding = note.strip_prefix(RELEASED_NOTE_PREFIX).unwrap_or(note);
+    finding.split_once(' ')?.0.parse().ok()
+}
+
 /// How young an allocation may be and still have no Pod listed: the 10 minutes
 /// a pending allocation lives before it expires (an ADD in progress has its
 /// address before the API server lists its Pod on this node).
@@ -665,5 +681,28 @@ mod tests {
                 }]
             })
         );
+    }
+
+    #[test]
+    fn a_leak_events_note_gives_back_its_address() {
+        for ip in ["10.244.1.7", "fd00:10:244:1::7"] {
+            let finding = Finding {
+                ip: ip.parse().unwrap(),
+                pod: name("default", "web-1"),
+                container_id: Some("abc".into()),
+                pod_gone: PodGone::NoPod { uid: None },
+                verdict: Verdict::Leak {
+                    host_link: "lxc1234".into(),
+                },
+                age_seconds: 700,
+            };
+            let found = finding.to_string();
+            let released = format!("{RELEASED_NOTE_PREFIX}{finding}");
+            assert_eq!(note_address(&found), Some(finding.ip), "{found}");
+            assert_eq!(note_address(&released), Some(finding.ip), "{released}");
+        }
+        for note in ["", "released: ", "not an address (x)", "10.244.1.7"] {
+            assert_eq!(note_address(note), None, "{note:?}");
+        }
     }
 }

@@ -11,6 +11,7 @@
 pub mod address_views;
 pub mod connect;
 pub mod discovery;
+pub mod leak_events;
 pub mod mirror;
 pub mod node_pods;
 pub mod objects;
