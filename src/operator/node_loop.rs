@@ -7,6 +7,12 @@
 //! and while any list is being read, writes wait for its end (the list may still
 //! change what a node needs).
 //!
+//! What the loop keeps of a node is the handler's view of it
+//! ([`NodeHandler::Node`]: its name and the few fields the allocator plans
+//! from), made as each event or write answer arrives: the whole object
+//! (metadata with managedFields, spec, status) is dropped there, so the loop's
+//! memory grows by a few hundred bytes per node, not by the objects' size.
+//!
 //! Events that have already arrived are taken together (up to [`EVENT_BATCH`]),
 //! and the writes they call for (one per node, different nodes) go out
 //! [`WRITE_CONCURRENCY`] at a time: a burst of new nodes costs one write each
@@ -25,7 +31,7 @@ use tokio::time::Instant;
 
 use super::metrics::OperatorMetrics;
 use super::retry::{WriteRetries, sleep_until};
-use crate::k8s::mirror::{Change, Mirror, WatchEnded};
+use crate::k8s::mirror::{Change, Keyed, Mirror, WatchEnded};
 use crate::resources::NodeResource;
 
 /// Writes in flight at once (different nodes).
@@ -102,7 +108,8 @@ impl WriteError {
     }
 }
 
-/// What one node's writes left behind.
+/// What one node's writes left behind (whole objects: the loop keeps only the
+/// handler's view of them).
 #[derive(Debug)]
 pub struct Written {
     /// The objects the API server answered with (newer than what was watched).
@@ -131,13 +138,16 @@ impl Written {
 /// One allocator's side of the loop: what it makes of each CiliumNode and what
 /// it says to write. No I/O.
 pub trait NodeHandler {
+    /// What the allocator reads of a CiliumNode (its name, identity and the
+    /// fields it plans from): all the loop keeps of a node.
+    type Node: Keyed + for<'a> From<&'a NodeResource>;
     /// What one node's CiliumNode must be changed to.
     type Write;
     /// What else the allocator follows (multi-pool: the pool definitions).
     type Input;
 
     /// A node as listed or watched; returns the nodes that may need writes.
-    fn upsert(&mut self, node: &NodeResource) -> Vec<String>;
+    fn upsert(&mut self, node: &Self::Node) -> Vec<String>;
     /// A node was deleted; returns the nodes that may need writes.
     fn delete(&mut self, name: &str) -> Vec<String>;
     /// A (re)list is complete: `listed` are all the nodes there are (each was
@@ -181,7 +191,7 @@ where
 {
     let mut nodes = nodes;
     let mut inputs = inputs.fuse();
-    let mut store = Mirror::<NodeResource>::default();
+    let mut store = Mirror::<H::Node>::default();
     let mut retry = WriteRetries::default();
     let mut first_list = true;
     loop {
@@ -205,6 +215,7 @@ where
         // is written as one batch.
         let arrived = std::iter::from_fn(|| nodes.next().now_or_never()).take(EVENT_BATCH);
         for item in first.into_iter().chain(arrived) {
+            let item = item.map(|event| event.map(viewed));
             let change = match store.take(item, "CiliumNode") {
                 Ok(c) => c,
                 Err(ended) => return ended,
@@ -217,14 +228,15 @@ where
                     }
                 }
                 Change::Deleted(node) => {
-                    retry.succeeded(&node.metadata.name);
-                    dirty.extend(handler.delete(&node.metadata.name));
+                    let name = node.key();
+                    retry.succeeded(&name);
+                    dirty.extend(handler.delete(&name));
                 }
                 Change::Relisted => {
                     let mut listed = BTreeSet::new();
                     for node in store.objects() {
                         handler.upsert(node);
-                        listed.insert(node.metadata.name.clone());
+                        listed.insert(node.key());
                     }
                     let first = std::mem::take(&mut first_list);
                     dirty.extend(handler.relisted(&listed, first));
@@ -239,9 +251,29 @@ where
     }
 }
 
+/// The event with the handler's view of its node (the object is dropped here).
+fn viewed<V: for<'a> From<&'a NodeResource>>(event: Event<NodeResource>) -> Event<V> {
+    match event {
+        Event::Init => Event::Init,
+        Event::InitApply(node) => Event::InitApply(V::from(&node)),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(node) => Event::Apply(V::from(&node)),
+        Event::Delete(node) => Event::Delete(V::from(&node)),
+    }
+}
+
 /// Whether writes may go out: a whole list was read and none is in progress.
-fn writable(store: &Mirror<NodeResource>) -> bool {
+fn writable<K: Keyed>(store: &Mirror<K>) -> bool {
     store.listed && !store.listing()
+}
+
+/// One node's writes as the loop keeps them: what the API server answered,
+/// as the handler's views.
+struct Answered<N, W> {
+    name: String,
+    write: W,
+    nodes: Vec<N>,
+    outcome: Result<(), WriteError>,
 }
 
 /// Plans and writes what the `dirty` nodes need, [`WRITE_CONCURRENCY`] at a
@@ -266,20 +298,33 @@ async fn write_all<H, W>(
                 None => retry.succeeded(&name),
             }
         }
-        let done: Vec<(String, H::Write, Written)> = futures::stream::iter(jobs)
+        // Each answer is cut down to the handler's view as it arrives: a batch
+        // holds views, not whole objects, until it is done.
+        let done: Vec<Answered<H::Node, H::Write>> = futures::stream::iter(jobs)
             .map(|(name, write)| async move {
                 let written = writer.write(&name, &write).await;
-                (name, write, written)
+                Answered {
+                    nodes: written.objects.iter().map(H::Node::from).collect(),
+                    outcome: written.outcome,
+                    name,
+                    write,
+                }
             })
             .buffer_unordered(WRITE_CONCURRENCY)
             .collect()
             .await;
         let mut read_again = Vec::new();
-        for (name, write, written) in done {
-            for node in &written.objects {
+        for Answered {
+            name,
+            write,
+            nodes,
+            outcome,
+        } in done
+        {
+            for node in &nodes {
                 handler.upsert(node);
             }
-            match written.outcome {
+            match outcome {
                 Ok(()) => {
                     handler.written(&name, &write);
                     retry.succeeded(&name);
@@ -301,7 +346,7 @@ async fn write_all<H, W>(
             tracing::debug!(node = %name, "the node changed since it was read; reading it again");
             match writer.read(&name).await {
                 Ok(Some(node)) => {
-                    handler.upsert(&node);
+                    handler.upsert(&H::Node::from(&node));
                     names.push(name);
                 }
                 Ok(None) => {
@@ -338,9 +383,32 @@ mod tests {
 
     use crate::operator::retry::RETRY_FIRST;
 
+    /// What [`Toy`] reads of a node: whether it carries `written: yes`.
+    #[derive(Debug, Clone)]
+    struct ToyNode {
+        name: String,
+        done: bool,
+    }
+
+    impl From<&NodeResource> for ToyNode {
+        fn from(node: &NodeResource) -> ToyNode {
+            let written = node.metadata.annotations.get("written");
+            ToyNode {
+                name: node.metadata.name.clone(),
+                done: written.map(String::as_str) == Some("yes"),
+            }
+        }
+    }
+
+    impl Keyed for ToyNode {
+        fn key(&self) -> String {
+            self.name.clone()
+        }
+    }
+
     /// A handler that wants every node to carry the annotation `written: yes`.
     struct Toy {
-        seen: BTreeMap<String, NodeResource>,
+        seen: BTreeMap<String, ToyNode>,
         after_refusal: AfterRefusal,
         relists: Vec<(usize, bool)>,
         refusals: Vec<(String, Refusal)>,
@@ -360,14 +428,14 @@ mod tests {
     }
 
     impl NodeHandler for Toy {
+        type Node = ToyNode;
         type Write = String;
         /// Nodes to plan again.
         type Input = Vec<String>;
 
-        fn upsert(&mut self, node: &NodeResource) -> Vec<String> {
-            let name = node.metadata.name.clone();
-            self.seen.insert(name.clone(), node.clone());
-            vec![name]
+        fn upsert(&mut self, node: &ToyNode) -> Vec<String> {
+            self.seen.insert(node.name.clone(), node.clone());
+            vec![node.name.clone()]
         }
 
         fn delete(&mut self, name: &str) -> Vec<String> {
@@ -387,8 +455,7 @@ mod tests {
 
         fn plan(&mut self, name: &str) -> Option<String> {
             let node = self.seen.get(name)?;
-            let done = node.metadata.annotations.get("written").map(String::as_str) == Some("yes");
-            (!done).then(|| "yes".to_string())
+            (!node.done).then(|| "yes".to_string())
         }
 
         fn written(&mut self, name: &str, _write: &String) {

@@ -12,10 +12,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use ipnet::IpNet;
 
 use crate::ipam::clusterpool::{ClusterPoolError, NodeCidrCarver};
+use crate::k8s::mirror::Keyed;
 use crate::operator::node_loop::ignored;
 use crate::resources::NodeResource;
 
-/// What the operator reads of one CiliumNode.
+/// What the operator reads of one CiliumNode: all the node loop keeps of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observed {
     pub name: String,
@@ -37,6 +38,12 @@ impl From<&NodeResource> for Observed {
             error: node.status.ipam.operator_status.error.clone(),
             ignored: ignored(&node.metadata.annotations),
         }
+    }
+}
+
+impl Keyed for Observed {
+    fn key(&self) -> String {
+        self.name.clone()
     }
 }
 

@@ -34,11 +34,12 @@ use crate::resources::NodeResource;
 use cidrs::{Observed, Pending};
 
 impl NodeHandler for NodeCidrs {
+    type Node = Observed;
     type Write = Pending;
     type Input = Infallible;
 
-    fn upsert(&mut self, node: &NodeResource) -> Vec<String> {
-        self.observe(Observed::from(node))
+    fn upsert(&mut self, node: &Observed) -> Vec<String> {
+        self.observe(node.clone())
     }
 
     fn delete(&mut self, name: &str) -> Vec<String> {

@@ -44,10 +44,11 @@ use crate::ipam::pool_operator::{
     MIGRATION_FAILED_PREFIX, PoolOperator, PoolsRefused, check_migration, migrated_allocation,
 };
 use crate::ipam::pooldef::PoolDef;
+use crate::k8s::mirror::Keyed;
 use crate::operator::node_loop::ignored;
 use crate::resources::{AllocatedPool, NodeResource, RequestedPool};
 
-/// What the operator reads of one CiliumNode.
+/// What the operator reads of one CiliumNode: all the node loop keeps of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ObservedNode {
     pub name: String,
@@ -76,6 +77,12 @@ impl From<&NodeResource> for ObservedNode {
             error: node.status.ipam.operator_status.error.clone(),
             ignored: ignored(&node.metadata.annotations),
         }
+    }
+}
+
+impl Keyed for ObservedNode {
+    fn key(&self) -> String {
+        self.name.clone()
     }
 }
 

@@ -50,19 +50,19 @@ use auto_create::pool_object;
 use blocks::{NodeWrite, ObservedNode};
 
 impl NodeHandler for PoolBlocks {
+    type Node = ObservedNode;
     type Write = NodeWrite;
     /// The CiliumPodIPPools, read again after a change.
     type Input = Vec<PoolDef>;
 
     /// Logs what is wrong with its blocks. Nodes waiting for room may get the
     /// blocks it gave back.
-    fn upsert(&mut self, node: &NodeResource) -> Vec<String> {
-        let name = node.metadata.name.clone();
-        for problem in self.observe(ObservedNode::from(node)) {
-            tracing::error!(node = %name, "{problem}");
+    fn upsert(&mut self, node: &ObservedNode) -> Vec<String> {
+        for problem in self.observe(node.clone()) {
+            tracing::error!(node = %node.name, "{problem}");
         }
         let mut dirty = self.waiting();
-        dirty.push(name);
+        dirty.push(node.name.clone());
         dirty
     }
 
