@@ -15,7 +15,7 @@ use super::discovery::{CiliumKind, DiscoveryError, resolve};
 use super::objects::{ListError, list_valid};
 use crate::ipam::duplicates::{NodeRange, NodeView, PodView, RangeSource};
 use crate::ipam::leaks::PodName;
-use crate::resources::NodeResource;
+use crate::resources::{NodeIpamStatus, NodeResource, NodeSpec, NodeStatus, ObjectMeta};
 
 /// Pods per list request.
 pub const POD_PAGE: u32 = 500;
@@ -59,11 +59,42 @@ impl Listed {
 pub async fn read(client: &kube::Client) -> Result<Listed, ReadError> {
     let resource = resolve(client, CiliumKind::Node).await?;
     let cilium_nodes = list_valid(client, &resource, "CiliumNode", |n: &NodeResource| {
-        Ok::<_, Infallible>(n.clone())
+        Ok::<_, Infallible>(kept(n))
     })
     .await?;
     let pods = list_pods(client).await?;
     Ok(Listed { pods, cilium_nodes })
+}
+
+/// What the checks keep of a CiliumNode: its identity (apiVersion, kind, name,
+/// UID: the Events' `regarding`), the ranges it owns (`spec.ipam`) and the
+/// allocations it publishes (`status.ipam.used`, `ipv6-used`). The rest
+/// (managedFields, labels, annotations, addresses, ENI, the operator's status)
+/// is dropped as each page is read: at 5,000 nodes the whole objects were the
+/// operator's largest peak.
+fn kept(n: &NodeResource) -> NodeResource {
+    let mut metadata = ObjectMeta::named(&n.metadata.name);
+    if let Some(uid) = n.metadata.extra.get("uid") {
+        metadata.extra.insert("uid".into(), uid.clone());
+    }
+    NodeResource {
+        api_version: n.api_version.clone(),
+        kind: n.kind.clone(),
+        metadata,
+        spec: NodeSpec {
+            ipam: n.spec.ipam.clone(),
+            ..NodeSpec::default()
+        },
+        status: NodeStatus {
+            ipam: NodeIpamStatus {
+                used: n.status.ipam.used.clone(),
+                ipv6_used: n.status.ipam.ipv6_used.clone(),
+                ..NodeIpamStatus::default()
+            },
+            ..NodeStatus::default()
+        },
+        extra: Default::default(),
+    }
 }
 
 /// Every Pod of the cluster, page by page.
@@ -230,5 +261,30 @@ mod tests {
                 "fd05::9/128 (pool IP)",
             ]
         );
+    }
+
+    #[test]
+    fn a_cilium_node_keeps_its_identity_ranges_and_published_allocations_only() {
+        let node: NodeResource = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+            "metadata": {"name": "n1", "uid": "u-1", "resourceVersion": "7",
+                         "labels": {"a": "b"}, "annotations": {"c": "d"},
+                         "managedFields": [{"manager": "podnet", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"addresses": [{"type": "InternalIP", "ip": "10.1.0.1"}],
+                     "ipam": {"podCIDRs": ["10.0.0.0/24"]}},
+            "status": {"ipam": {"used": {"10.0.0.5": {"owner": "default/p", "resource": "c1"}},
+                                "operator-status": {"error": "x"}},
+                       "extra": {"big": true}},
+        }))
+        .unwrap();
+        let k = kept(&node);
+        assert_eq!(k.api_version, "cilium.io/v2");
+        assert_eq!(k.metadata.name, "n1");
+        assert_eq!(k.metadata.uid(), "u-1");
+        assert_eq!(k.metadata.extra.len(), 1, "{:?}", k.metadata.extra);
+        assert!(k.metadata.labels.is_empty() && k.metadata.annotations.is_empty());
+        assert!(k.spec.addresses.is_empty() && k.status.extra.is_empty());
+        assert_eq!(k.status.ipam.used, node.status.ipam.used);
+        assert_eq!(node_view(&k), node_view(&node));
     }
 }

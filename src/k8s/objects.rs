@@ -49,8 +49,13 @@ pub struct ListError {
     pub source: kube::Error,
 }
 
+/// Objects per list request of [`list_valid`]: only one page of whole objects is
+/// held at a time, each converted as it arrives.
+const LIST_PAGE: u32 = 500;
+
 /// Every object of `resource` (of `kind`) that reads as `T` and that `convert`
-/// takes; any other is logged and left out (the others apply).
+/// takes, listed page by page; any other is logged and left out (the others
+/// apply).
 pub async fn list_valid<T, U, E>(
     client: &kube::Client,
     resource: &ApiResource,
@@ -61,18 +66,16 @@ where
     T: DeserializeOwned,
     E: std::fmt::Display,
 {
-    let listed = Api::<DynamicObject>::all_with(client.clone(), resource)
-        .list(&ListParams::default())
-        .await
-        .map_err(|source| ListError {
+    let api = Api::<DynamicObject>::all_with(client.clone(), resource);
+    let mut params = ListParams::default().limit(LIST_PAGE);
+    let mut converted = Vec::new();
+    loop {
+        let page = api.list(&params).await.map_err(|source| ListError {
             kind,
             version: resource.api_version.clone(),
             source,
         })?;
-    Ok(listed
-        .items
-        .iter()
-        .filter_map(|obj| {
+        converted.extend(page.items.iter().filter_map(|obj| {
             let checked = typed::<T, _>(obj, kind)
                 .map_err(|e| e.to_string())
                 .and_then(|t| {
@@ -81,8 +84,12 @@ where
             checked
                 .inspect_err(|e| tracing::error!(error = %e, "{kind} left out"))
                 .ok()
-        })
-        .collect())
+        }));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(converted),
+        }
+    }
 }
 
 /// The typed node resource of a CiliumNode object.
