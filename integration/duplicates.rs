@@ -4,8 +4,9 @@
 //! leaves alone (`ipam.cilium.io/ignore`), planted with two Pods of one IP, a
 //! Pod IP outside its node's range and a node CIDR overlapping another node's,
 //! one of them publishing its allocations (`status.ipam.used`, as in crd mode).
-//! `podnet ipam check` as the admin names the three findings (exit 1, and 0
-//! once they are gone); `podnet operator`, the real binary with the
+//! `podnet ipam check` as the admin names the three findings and a leak an
+//! agent reported on its Node (an `IPAMLeak` Event) (exit 1, and 0 once they
+//! are gone and the leak's `IPAMLeakReleased` is there); `podnet operator`, the real binary with the
 //! least-privilege ServiceAccount of deploy/operator.yaml, reports them as
 //! Events on the Pods and CiliumNodes, counts them in
 //! `podnet_operator_ipam_findings` until they are gone, and `podnet operator
@@ -107,6 +108,31 @@ fn operator_events(cp: &ControlPlane) -> Vec<(String, String, String)> {
     events
 }
 
+/// A leak Event as an agent posts it on its Node (reason `IPAMLeak`, or
+/// `IPAMLeakReleased` with the note after "released: "), at `time`.
+fn plant_leak_event(
+    cp: &ControlPlane,
+    name: &str,
+    node: &str,
+    reason: &str,
+    note: &str,
+    time: &str,
+) {
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: Event\nmetadata:\n  name: {name}\n  namespace: default\n\
+             involvedObject: {{apiVersion: v1, kind: Node, name: {node}}}\n\
+             reason: {reason}\nmessage: \"{note}\"\ntype: Warning\n\
+             firstTimestamp: \"{time}\"\nlastTimestamp: \"{time}\"\n\
+             source: {{component: podnet-agent}}\n"
+        ),
+    )
+    .expect_ok("create the leak Event");
+}
+
+const LEAK_NOTE: &str = "10.93.0.9 (default/old, allocated 900s ago): no pod of that name on this node (compared by name: the allocation recorded no UID); host link lxcabc is gone: leaked";
+
 const SAME_IP: &str =
     "DuplicatePodIP: 10.93.0.7 is the IP of 2 pods: default/web-1 on dup-a, default/web-2 on dup-a";
 const OVERLAP: &str = "OverlappingNodeRanges: ranges on more than one CiliumNode overlap: 10.93.0.0/24 (podCIDR) on dup-a, 10.93.0.0/25 (podCIDR) on dup-b";
@@ -143,6 +169,16 @@ fn duplicates_are_found_by_ipam_check_and_reported_by_the_operator() {
     ])
     .expect_ok("patch the CiliumNode's status");
 
+    // dup-a's agent reported a leak and has not released it.
+    plant_leak_event(
+        &cp,
+        "leak-1",
+        "dup-a",
+        "IPAMLeak",
+        LEAK_NOTE,
+        "2026-01-01T00:00:00Z",
+    );
+
     let (code, out, err) = ipam_check(&cp, &[]);
     eprintln!("{TEST}: podnet ipam check:\n{out}{err}");
     assert_eq!(code, 1, "{err}");
@@ -156,8 +192,15 @@ fn duplicates_are_found_by_ipam_check_and_reported_by_the_operator() {
             "Findings: 3",
             &format!("  {SAME_IP}"),
             &format!("  {OUTSIDE}"),
-            &format!("  {OVERLAP}")
+            &format!("  {OVERLAP}"),
+            "Leaks reported by the agents, not released: 1",
         ],
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "  LEAK (reported by the agent at 2026-01-01T00:00:00Z): {LEAK_NOTE}\nNode dup-b\n"
+        )),
         "{out}"
     );
     assert!(
@@ -260,8 +303,20 @@ fn duplicates_are_found_by_ipam_check_and_reported_by_the_operator() {
         op.metric("podnet_operator_ipam_checks_total{result=\"ok\"}")
             .is_some_and(|n| n >= 3.0)
     );
+    // The agent released it a minute later.
+    plant_leak_event(
+        &cp,
+        "leak-1-released",
+        "dup-a",
+        "IPAMLeakReleased",
+        &format!("released: {LEAK_NOTE}"),
+        "2026-01-01T00:01:00Z",
+    );
     let (code, out, err) = ipam_check(&cp, &[]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.ends_with("Findings: none\n"), "{out}");
+    assert!(
+        out.ends_with("Findings: none\nLeaks reported by the agents, not released: none\n"),
+        "{out}"
+    );
     drop(op);
 }
