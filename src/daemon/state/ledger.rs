@@ -17,8 +17,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Duration;
 
+use super::super::devices::DeviceError;
 use super::allocations::{Allocation, Allocations};
-use super::{ApiError, ErrorKind, HostLinkMarker, StaleLink, Timer, TimerKind};
+use super::{ApiError, ErrorKind, StaleLink, Timer, TimerKind};
 use crate::api::link_marker::{JournalMark, LinkMarker};
 use crate::datapath::host_ifname;
 use crate::ipam::Family;
@@ -35,6 +36,10 @@ pub const HOLD_UNTIL_TEARDOWN: u64 = u64::MAX;
 pub const TEARDOWN_PREFIX: &str = "teardown/";
 /// The first words of the error a client gets while the journal cannot commit.
 pub const JOURNAL_UNAVAILABLE: &str = "cannot record the change durably";
+
+/// Reads the podnet marker of a host link by name (none: no link, or no marker;
+/// an error: the kernel could not be asked).
+pub type HostLinkMarker<'a> = dyn Fn(&str) -> Result<Option<LinkMarker>, DeviceError> + 'a;
 
 /// A DEL's host links the daemon deletes before it releases the addresses.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -614,5 +619,284 @@ impl Ledger {
             };
         }
         used
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::restore::infra_record;
+    use super::super::tests::TempDir;
+    use super::*;
+
+    const POOL: &str = "default";
+
+    fn ledger(dir: &TempDir, cooldown_s: u64) -> Ledger {
+        let (journal, _) = Journal::open(&dir.journal()).unwrap();
+        Ledger::new(journal, Duration::from_secs(cooldown_s))
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn rec(addr: &str, owner: &str, state: AllocationState) -> AllocationRecord {
+        AllocationRecord {
+            state,
+            container_id: Some(format!("c-{owner}")),
+            ifname: Some("eth0".into()),
+            ..infra_record(ip(addr), owner)
+        }
+    }
+
+    /// The endpoint of ns/a's attachment (container `c-ns/a`, `eth0`).
+    fn endpoint(ipv4: Option<IpAddr>, ipv6: Option<IpAddr>) -> EndpointRecord {
+        EndpointRecord {
+            container_id: "c-ns/a".into(),
+            ifname: "eth0".into(),
+            host_ifname: host_ifname("c-ns/a", "eth0"),
+            owner: "ns/a".into(),
+            ipv4,
+            ipv6,
+            pool: POOL.into(),
+            netns: None,
+            created_at_ms: 0,
+            external_ipam: false,
+        }
+    }
+
+    fn get(l: &Ledger, addr: &str) -> AllocationRecord {
+        l.allocations().get(&ip(addr)).unwrap().record()
+    }
+
+    /// Commits and applies `ops`; what the ledger reported.
+    fn run(l: &mut Ledger, ops: Vec<JournalOp>) -> Vec<Applied> {
+        l.commit(&ops).unwrap();
+        let mut changed = Vec::new();
+        l.apply(ops, "test", |c| changed.push(c));
+        changed
+    }
+
+    fn delete(addr: &str) -> JournalOp {
+        JournalOp::DeleteAllocation {
+            pool: POOL.into(),
+            ip: ip(addr),
+        }
+    }
+
+    #[test]
+    fn an_address_it_holds_is_refused_to_a_new_allocation_until_it_is_free() {
+        let dir = TempDir::new();
+        let mut l = ledger(&dir, 30);
+        run(
+            &mut l,
+            vec![JournalOp::PutAllocation(rec(
+                "10.0.0.2",
+                "ns/a",
+                AllocationState::Bound,
+            ))],
+        );
+        let e = l.claim(ip("10.0.0.2")).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Conflict);
+        assert!(e.message.contains("ns/a"), "{}", e.message);
+        assert!(l.claim(ip("10.0.0.3")).is_ok());
+        let op = l.release_op(&get(&l, "10.0.0.2"), 1000);
+        run(&mut l, vec![op]);
+        assert!(l.claim(ip("10.0.0.2")).is_err(), "cooling is still held");
+        run(&mut l, vec![delete("10.0.0.2")]);
+        assert!(l.claim(ip("10.0.0.2")).is_ok());
+    }
+
+    #[test]
+    fn a_release_cools_for_the_cooldown_or_frees_at_once_without_one() {
+        let dir = TempDir::new();
+        let bound = rec("10.0.0.2", "ns/a", AllocationState::Bound);
+        let l = ledger(&dir, 30);
+        let JournalOp::PutAllocation(cooled) = l.release_op(&bound, 1000) else {
+            panic!("with a cooldown the address cools");
+        };
+        assert_eq!(cooled.state, AllocationState::Cooling);
+        assert_eq!(cooled.cooling_until_ms, Some(31_000));
+        assert_eq!((cooled.container_id, cooled.ifname), (None, None));
+        assert_eq!(cooled.owner, "ns/a", "the owner stays for status");
+        drop(l);
+        let l = ledger(&dir, 0);
+        assert_eq!(l.release_op(&bound, 1000), delete("10.0.0.2"));
+    }
+
+    #[test]
+    fn apply_reports_each_release_once_and_the_timers_to_arm() {
+        let dir = TempDir::new();
+        let mut l = ledger(&dir, 30);
+        let pending = AllocationRecord {
+            expiration_uuid: Some("u1".into()),
+            expires_at_ms: Some(500),
+            ..rec("10.0.0.2", "ns/a", AllocationState::Pending)
+        };
+        let a = pending.ip;
+        assert_eq!(
+            run(&mut l, vec![JournalOp::PutAllocation(pending.clone())]),
+            [Applied::Timer(Timer {
+                ip: a,
+                deadline_ms: 500,
+                kind: TimerKind::Expire { uuid: "u1".into() },
+            })]
+        );
+        let op = l.release_op(&pending, 1000);
+        let cooldown = Applied::Timer(Timer {
+            ip: a,
+            deadline_ms: 31_000,
+            kind: TimerKind::Cooldown,
+        });
+        assert_eq!(
+            run(&mut l, vec![op.clone()]),
+            [Applied::Released(Family::V4), cooldown.clone()]
+        );
+        assert_eq!(run(&mut l, vec![op]), [cooldown], "counted once");
+        assert_eq!(run(&mut l, vec![delete("10.0.0.2")]), [Applied::Freed(a)]);
+        let bound = rec("10.0.0.3", "ns/b", AllocationState::Bound);
+        assert!(run(&mut l, vec![JournalOp::PutAllocation(bound.clone())]).is_empty());
+        assert_eq!(
+            run(&mut l, vec![JournalOp::PutAllocation(held(&bound))]),
+            [Applied::Released(Family::V4)],
+            "held: released, no timer"
+        );
+        let bound = rec("10.0.0.4", "ns/c", AllocationState::Bound);
+        run(&mut l, vec![JournalOp::PutAllocation(bound)]);
+        assert_eq!(
+            run(&mut l, vec![delete("10.0.0.4")]),
+            [
+                Applied::Released(Family::V4),
+                Applied::Freed(ip("10.0.0.4"))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_teardown_holds_its_addresses_until_it_finishes() {
+        let dir = TempDir::new();
+        let mut l = ledger(&dir, 0);
+        let a = rec("10.0.0.2", "ns/a", AllocationState::Bound);
+        let cooling = cooling(&rec("10.0.0.3", "ns/a", AllocationState::Bound), 9000);
+        let td = Teardown {
+            key: format!("{TEARDOWN_PREFIX}c-ns/a:eth0"),
+            links: Vec::new(),
+            ips: vec![a.ip, cooling.ip],
+        };
+        run(
+            &mut l,
+            vec![
+                JournalOp::PutAllocation(held(&a)),
+                JournalOp::PutAllocation(cooling),
+                JournalOp::PutMeta {
+                    key: td.key.clone(),
+                    value: serde_json::to_value(&td).unwrap(),
+                },
+            ],
+        );
+        assert_eq!(l.teardowns().collect::<Vec<_>>(), [&td]);
+        assert_eq!(
+            get(&l, "10.0.0.2").cooling_until_ms,
+            Some(HOLD_UNTIL_TEARDOWN)
+        );
+        // Only the held address is released: the other cools down by its timer.
+        let ops = l.finish_teardown_ops(&td.key, 100).unwrap();
+        assert_eq!(
+            ops,
+            [
+                delete("10.0.0.2"),
+                JournalOp::DeleteMeta {
+                    key: td.key.clone()
+                }
+            ]
+        );
+        assert_eq!(run(&mut l, ops), [Applied::Freed(a.ip)]);
+        assert_eq!(l.teardowns().count(), 0);
+        assert_eq!(l.finish_teardown_ops(&td.key, 100), None);
+    }
+
+    #[test]
+    fn an_attachment_is_released_with_its_endpoint() {
+        let dir = TempDir::new();
+        let mut l = ledger(&dir, 0);
+        let (a, b) = (
+            rec("10.0.0.2", "ns/a", AllocationState::Bound),
+            rec("fd00::2", "ns/a", AllocationState::Pending),
+        );
+        let other = rec("10.0.0.3", "ns/b", AllocationState::Bound);
+        let ep = endpoint(Some(a.ip), Some(b.ip));
+        run(
+            &mut l,
+            vec![
+                JournalOp::PutAllocation(a),
+                JournalOp::PutAllocation(b),
+                JournalOp::PutAllocation(other),
+                JournalOp::PutEndpoint(ep),
+            ],
+        );
+        let mut ops = Vec::new();
+        let ips = l.release_attachment("c-ns/a", Some("eth0"), &mut ops, 0);
+        assert_eq!(ips, [ip("10.0.0.2"), ip("fd00::2")]);
+        run(&mut l, ops);
+        assert!(l.endpoints().is_empty());
+        let left: Vec<IpAddr> = l.allocations().iter().map(|r| r.ip).collect();
+        assert_eq!(left, [ip("10.0.0.3")]);
+    }
+
+    #[test]
+    fn what_it_applied_is_what_the_journal_loads_back() {
+        let dir = TempDir::new();
+        let mut l = ledger(&dir, 30);
+        let a = rec("10.0.0.2", "ns/a", AllocationState::Bound);
+        let ep = endpoint(Some(a.ip), None);
+        let td = Teardown {
+            key: format!("{TEARDOWN_PREFIX}gone:eth0"),
+            links: Vec::new(),
+            ips: Vec::new(),
+        };
+        let cooled = l.release_op(&rec("10.0.0.3", "ns/b", AllocationState::Bound), 0);
+        run(
+            &mut l,
+            vec![
+                JournalOp::PutAllocation(a),
+                JournalOp::PutEndpoint(ep),
+                cooled,
+                JournalOp::PutMeta {
+                    key: td.key.clone(),
+                    value: serde_json::to_value(&td).unwrap(),
+                },
+            ],
+        );
+        let records = |l: &Ledger| -> Vec<AllocationRecord> {
+            l.allocations().iter().map(|r| r.record()).collect()
+        };
+        let held = (records(&l), l.endpoints().clone(), vec![td]);
+        assert!(!l.is_restored("c-ns/a", "eth0"), "made in this run");
+        drop(l);
+
+        let (journal, snapshot) = Journal::open(&dir.journal()).unwrap();
+        let mut loader = Allocations::loader();
+        journal
+            .for_each_allocation::<StoreError>(|r| {
+                loader.push(r);
+                Ok(())
+            })
+            .unwrap();
+        let mut l = Ledger::new(journal, Duration::from_secs(30));
+        l.load(loader.finish(), snapshot);
+        let loaded = (
+            records(&l),
+            l.endpoints().clone(),
+            l.teardowns().cloned().collect(),
+        );
+        assert_eq!(loaded, held);
+        assert!(l.is_restored("c-ns/a", "eth0"));
+        run(
+            &mut l,
+            vec![JournalOp::DeleteEndpoint {
+                container_id: "c-ns/a".into(),
+                ifname: "eth0".into(),
+            }],
+        );
+        assert!(!l.is_restored("c-ns/a", "eth0"));
     }
 }

@@ -36,9 +36,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::config::{DatapathMode, IpamMode};
-use super::devices::DeviceError;
 use super::metrics::Metrics;
-use crate::api::link_marker::{JournalMark, LinkMarker};
+use crate::api::link_marker::JournalMark;
 use crate::api::models::{FailureReason, FailureRecord};
 use crate::ipam::Family;
 use crate::ipam::multipool::PoolSet;
@@ -52,7 +51,9 @@ use node_sync::NodeSync;
 
 pub use effects::{StaleLink, Timer, TimerKind};
 pub use error::{ApiError, ErrorKind};
-pub use ledger::{HOLD_UNTIL_TEARDOWN, JOURNAL_UNAVAILABLE, TEARDOWN_PREFIX, Teardown};
+pub use ledger::{
+    HOLD_UNTIL_TEARDOWN, HostLinkMarker, JOURNAL_UNAVAILABLE, TEARDOWN_PREFIX, Teardown,
+};
 pub use node_sync::NODE_META_KEY;
 pub use pools::{MultiPoolSettings, PoolingMode};
 pub use restore::{
@@ -63,10 +64,6 @@ pub use restore::{
 pub const DEFAULT_POOL: &str = "default";
 /// How many recent failures `explain` remembers.
 pub const MAX_FAILURES: usize = 256;
-
-/// Reads the podnet marker of a host link by name (none: no link, or no marker;
-/// an error: the kernel could not be asked).
-pub type HostLinkMarker<'a> = dyn Fn(&str) -> Result<Option<LinkMarker>, DeviceError> + 'a;
 
 /// Static facts the state needs.
 #[derive(Debug, Clone)]

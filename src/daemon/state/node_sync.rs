@@ -356,3 +356,150 @@ impl NodeSync {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::{AllocatedPool, PoolDemand};
+
+    fn net(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+
+    fn with_blocks(blocks: &[&str]) -> NodeResource {
+        let mut node = NodeResource::default();
+        node.spec.ipam.pools.allocated = vec![AllocatedPool {
+            pool: "blue".into(),
+            cidrs: blocks.iter().map(|c| net(c)).collect(),
+            ..Default::default()
+        }];
+        node
+    }
+
+    fn blue_blocks(sync: &NodeSync) -> Vec<IpNet> {
+        sync.node()
+            .spec
+            .ipam
+            .pools
+            .allocated
+            .iter()
+            .filter(|a| a.pool == "blue")
+            .flat_map(|a| a.cidrs.clone())
+            .collect()
+    }
+
+    #[test]
+    fn pending_demand_lasts_the_ttl_and_ends_when_the_owner_got_an_address() {
+        let mut sync = NodeSync::new(NodeResource::default(), None, Vec::new());
+        let now = 10 * PENDING_TTL_MS;
+        sync.note_pending("blue", Family::V4, "ns/a", now - PENDING_TTL_MS);
+        sync.note_pending("blue", Family::V4, "ns/b", now - PENDING_TTL_MS + 1);
+        sync.note_pending("blue", Family::V6, "ns/b", now);
+        sync.note_pending("green", Family::V4, "ns/c", now);
+        assert_eq!(sync.pending_count("blue", Family::V4), 2);
+        sync.expire_pending(now);
+        assert_eq!(sync.pending_count("blue", Family::V4), 1, "ns/a aged out");
+        sync.clear_pending("blue", Family::V4, "ns/b");
+        assert_eq!(sync.pending_count("blue", Family::V4), 0);
+        assert_eq!(sync.pending_count("blue", Family::V6), 1, "per family");
+        // A failure noted again restarts the owner's TTL.
+        sync.note_pending("green", Family::V4, "ns/c", now + PENDING_TTL_MS - 1);
+        sync.expire_pending(now + PENDING_TTL_MS);
+        assert_eq!(sync.pending_count("green", Family::V4), 1);
+        let pools: BTreeSet<&str> = sync.pending_pools().collect();
+        assert_eq!(pools, BTreeSet::from(["blue", "green"]));
+    }
+
+    #[test]
+    fn the_outbox_hands_each_change_once() {
+        let mut sync = NodeSync::new(NodeResource::default(), None, Vec::new());
+        assert!(
+            sync.take_used_changed(),
+            "the used addresses are due at start"
+        );
+        assert!(!sync.take_used_changed());
+        let first = sync
+            .take_outbox(Some(UsedAddresses::default()), true)
+            .expect("the first outbox");
+        assert_eq!(first.used, Some(UsedAddresses::default()));
+        assert_eq!(first.requested_pools, Some(Vec::new()));
+        assert_eq!(first.addresses, Some(Vec::new()));
+        assert!(first.health.is_some());
+        assert_eq!(sync.take_outbox(None, true), None, "nothing changed since");
+
+        let router: IpAddr = "10.0.0.1".parse().unwrap();
+        sync.set_router(router);
+        sync.set_health(Family::V4, "10.0.0.2".parse().unwrap());
+        let demand = vec![RequestedPool {
+            pool: "blue".into(),
+            needed: PoolDemand {
+                ipv4_addrs: 16,
+                ipv6_addrs: 0,
+            },
+        }];
+        sync.request(demand.clone());
+        let out = sync.take_outbox(None, false).expect("addresses changed");
+        assert_eq!(out.addresses.unwrap()[0].ip, router.to_string());
+        assert_eq!(out.health.unwrap().ipv4, "10.0.0.2");
+        assert_eq!(out.requested_pools, None, "demand only in multi-pool");
+        assert_eq!(out.used, None);
+        let out = sync.take_outbox(None, true).expect("the demand");
+        assert_eq!(out.requested_pools, Some(demand));
+        assert_eq!(sync.take_outbox(None, true), None);
+        sync.mark_used_changed();
+        assert!(sync.take_used_changed());
+    }
+
+    #[test]
+    fn a_block_given_back_stays_out_until_a_node_resource_without_it_arrived() {
+        let (b1, b2) = ("10.1.0.0/28", "10.1.0.16/28");
+        let mut sync = NodeSync::new(with_blocks(&[b1, b2]), None, Vec::new());
+        sync.give_back_block("blue", net(b1));
+        assert_eq!(blue_blocks(&sync), [net(b2)]);
+        let out = sync.take_outbox(None, true).unwrap();
+        assert_eq!(out.released_blocks, [("blue".to_string(), net(b1))]);
+        // The cluster operator's copy still lists it: kept out.
+        sync.set_external(with_blocks(&[b1, b2]));
+        assert_eq!(blue_blocks(&sync), [net(b2)]);
+        assert!(sync.take_used_changed());
+        // A resource without it arrived: a later listing is a new block.
+        sync.set_external(with_blocks(&[b2]));
+        sync.set_external(with_blocks(&[b1, b2]));
+        assert_eq!(blue_blocks(&sync), [net(b1), net(b2)]);
+        // The last block of a pool given back: the pool goes from the list.
+        sync.give_back_block("blue", net(b1));
+        sync.give_back_block("blue", net(b2));
+        sync.drop_empty_pools();
+        assert!(sync.node().spec.ipam.pools.allocated.is_empty());
+    }
+
+    #[test]
+    fn the_wanted_blocks_follow_the_pooling_mode() {
+        let mut node = with_blocks(&["10.1.0.0/28", "fd00:1::/120"]);
+        node.spec.ipam.pod_cidrs = vec![net("10.0.0.0/24"), net("10.9.0.0/24")];
+        node.spec
+            .ipam
+            .pool
+            .insert("10.2.0.5".into(), Default::default());
+        let sync = NodeSync::new(node, None, Vec::new());
+        let keys = |w: WantedBlocks| -> Vec<(String, Family, Vec<IpNet>)> {
+            w.into_iter().map(|((p, f), (c, _))| (p, f, c)).collect()
+        };
+        assert_eq!(
+            keys(sync.wanted_blocks(&PoolingMode::HostScope)),
+            [("default".into(), Family::V4, vec![net("10.0.0.0/24")])],
+            "one node CIDR per family"
+        );
+        assert_eq!(
+            keys(sync.wanted_blocks(&PoolingMode::External { eni: false })),
+            [("default".into(), Family::V4, vec![net("10.2.0.5/32")])]
+        );
+        assert_eq!(
+            keys(sync.wanted_blocks(&PoolingMode::External { eni: true })),
+            [
+                ("blue".into(), Family::V4, vec![net("10.1.0.0/28")]),
+                ("blue".into(), Family::V6, vec![net("fd00:1::/120")]),
+            ]
+        );
+    }
+}

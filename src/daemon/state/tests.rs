@@ -37,10 +37,10 @@ use crate::store::{AllocationRecord, EndpointRecord, Journal};
 const NODE: &str = "node-a";
 
 /// A directory under the system's temp dir, removed on drop.
-struct TempDir(PathBuf);
+pub(super) struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new() -> TempDir {
+    pub(super) fn new() -> TempDir {
         let dir = std::env::temp_dir().join(format!(
             "podnet-state-test-{}-{}",
             std::process::id(),
@@ -50,7 +50,7 @@ impl TempDir {
         TempDir(dir)
     }
 
-    fn journal(&self) -> PathBuf {
+    pub(super) fn journal(&self) -> PathBuf {
         self.0.join("journal.redb")
     }
 }
