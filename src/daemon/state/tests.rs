@@ -2520,3 +2520,36 @@ fn a_leak_is_released_with_its_attachment_and_one_that_changed_is_kept() {
     assert_eq!(state_of(&s, v4(&gone)), None);
     assert_eq!(s.release_leaked(&findings).unwrap(), Vec::<IpAddr>::new());
 }
+
+#[test]
+fn an_address_the_ledger_holds_outside_the_ranges_is_not_handed_out_when_its_block_comes_back() {
+    let dir = TempDir::new();
+    let setup = Setup::multi_pool(default_and_blue(), &[]);
+    let kept = addr("10.30.0.2");
+    {
+        let (mut j, _) = Journal::open(&dir.journal()).unwrap();
+        j.commit(&[JournalOp::PutAllocation(AllocationRecord {
+            state: AllocationState::Bound,
+            pool: "blue".into(),
+            ..super::restore::infra_record(kept, "ns/old")
+        })])
+        .unwrap();
+    }
+    let mut s = start_with_cluster_operator(&dir, &setup, node_with_blocks(&[]));
+    assert_eq!(
+        s.restore_report().outside_ranges,
+        vec!["10.30.0.2 (ns/old)".to_string()]
+    );
+    // The block comes back: its allocator knows nothing of the kept address.
+    s.set_external_node(node_with_blocks(&[("blue", "10.30.0.0/30")]));
+    let first = s.allocate_next(&plain("ns/a", "blue")).unwrap();
+    assert_eq!(v4(&first), addr("10.30.0.1"));
+    let e = s.allocate_next(&plain("ns/b", "blue")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Conflict, "{}", e.message);
+    assert!(e.message.contains("ns/old"), "{}", e.message);
+    assert_eq!(record(&s, kept).owner, "ns/old", "the holder keeps it");
+    // Its bit stays taken: the pool is full now, nothing is handed out twice.
+    let e = s.allocate_next(&plain("ns/b", "blue")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NoAddress, "{}", e.message);
+    assert_eq!(record(&s, kept).owner, "ns/old");
+}
