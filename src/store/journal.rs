@@ -61,7 +61,7 @@ pub enum StoreError {
 }
 
 /// One change to the journal.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum JournalOp {
     PutAllocation(AllocationRecord),
     DeleteAllocation {

@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use super::super::config::IpamMode;
+use super::ledger::held;
 use super::{
-    AllocateRequest, Allocation, ApiError, ErrorKind, HOLD_UNTIL_TEARDOWN, IpamState,
-    TEARDOWN_PREFIX, Teardown, held,
+    AllocateRequest, ApiError, ErrorKind, HOLD_UNTIL_TEARDOWN, IpamState, TEARDOWN_PREFIX, Teardown,
 };
 use crate::api::models::*;
 use crate::datapath::host_ifname;
@@ -70,7 +70,8 @@ impl IpamState {
         let mut ops = Vec::new();
         // A runtime that re-adds an attachment without DEL supersedes the old one.
         if let (Some(cid), Some(ifname)) = (&req.container_id, &req.ifname) {
-            self.release_attachment(cid, Some(ifname), &mut ops, now);
+            self.ledger
+                .release_attachment(cid, Some(ifname), &mut ops, now);
         }
         let families: Vec<Family> = self
             .cfg
@@ -89,6 +90,13 @@ impl IpamState {
                 });
             match picked {
                 Ok((pool, why, ip)) => {
+                    // The pools handed out an address the ledger holds (a kept
+                    // address outside the ranges whose block came back): refused,
+                    // and its bit stays taken, so the next ADD gets another one.
+                    if let Err(e) = self.ledger.claim(ip) {
+                        self.give_back(&taken);
+                        return Err(e);
+                    }
                     let mut rec = self.new_record(ip, family, req, now);
                     rec.pool = pool;
                     rec.selected_by = why.map(str::to_string);
@@ -118,7 +126,8 @@ impl IpamState {
         };
         for rec in &taken {
             self.metrics.event("allocate", rec.family.as_str());
-            self.clear_pending(&rec.pool, Family::of_addr(&rec.ip), &rec.owner);
+            self.sync
+                .clear_pending(&rec.pool, Family::of_addr(&rec.ip), &rec.owner);
             fill_response(&mut resp, rec, self.skip_masquerade(&rec.pool));
             self.add_eni_details(&mut resp, rec.ip);
             tracing::info!(ip = %rec.ip, pool = ?rec.pool, owner = ?rec.owner, container = rec.container_id.as_deref().unwrap_or(""), "allocated");
@@ -134,8 +143,8 @@ impl IpamState {
     /// missing): then the refusal is final until the operator says otherwise.
     pub fn waits_for_blocks(&self, e: &ApiError) -> bool {
         self.is_multi_pool()
-            && self.operator.is_none()
-            && self.node.status.ipam.operator_status.error.is_empty()
+            && !self.sync.has_operator()
+            && self.sync.operator_error().is_empty()
             && matches!(
                 e.reason,
                 Some(FailureReason::RangeFull | FailureReason::PoolNotAvailable)
@@ -185,10 +194,10 @@ impl IpamState {
             }
             Err(_) => {}
         }
-        self.note_pending(pool, family, owner);
+        self.sync.note_pending(pool, family, owner, now_ms());
         self.sync_demand();
         self.pools.allocate_next(pool, family).map_err(|e| {
-            let operator = &self.node.status.ipam.operator_status.error;
+            let operator = self.sync.operator_error();
             let why = if operator.is_empty() {
                 String::new()
             } else {
@@ -297,7 +306,8 @@ impl IpamState {
             pool
         };
         if let Some(rec) = self
-            .allocations
+            .ledger
+            .allocations()
             .get(&addr)
             .filter(|r| r.state() == AllocationState::Cooling)
         {
@@ -318,6 +328,7 @@ impl IpamState {
             };
             ApiError::new(ErrorKind::Conflict, detail)
         })?;
+        self.ledger.claim(addr)?;
         let req = AllocateRequest {
             owner: owner.into(),
             pool: pool.clone(),
@@ -325,18 +336,19 @@ impl IpamState {
         };
         let mut rec = self.new_record(addr, family, &req, now_ms());
         rec.pool = pool;
-        if let Err(e) = self.commit(&[JournalOp::PutAllocation(rec.clone())]) {
-            self.give_back(std::slice::from_ref(&rec));
-            return Err(e);
-        }
         let mut resp = IpamResponse {
             host_addressing: self.node_addressing(),
             ..Default::default()
         };
         fill_response(&mut resp, &rec, self.skip_masquerade(&rec.pool));
-        self.metrics.event("allocate", rec.family.as_str());
-        self.allocations.insert(rec);
-        self.outbox.used_changed = true;
+        let family = rec.family;
+        let ops = vec![JournalOp::PutAllocation(rec)];
+        if let Err(e) = self.commit(&ops) {
+            self.pools.release(addr);
+            return Err(e);
+        }
+        self.metrics.event("allocate", family.as_str());
+        self.apply(ops, "reserved through the API");
         self.sync_demand();
         Ok(resp)
     }
@@ -351,7 +363,8 @@ impl IpamState {
             self.choose_pool(pool, "", Family::of_addr(&addr))?;
         }
         if let Some(ep) = self
-            .endpoints
+            .ledger
+            .endpoints()
             .values()
             .find(|e| e.ipv4 == Some(addr) || e.ipv6 == Some(addr))
         {
@@ -360,7 +373,7 @@ impl IpamState {
                 format!("IP is in use by endpoint {}", ep.key()),
             ));
         }
-        let Some(rec) = self.allocations.get(&addr) else {
+        let Some(rec) = self.ledger.allocations().get(&addr) else {
             return Ok(());
         };
         match rec.state() {
@@ -373,72 +386,10 @@ impl IpamState {
             )),
             AllocationState::Cooling => Ok(()),
             _ => {
-                let op = self.release_op(&rec.record(), now_ms());
+                let op = self.ledger.release_op(&rec.record(), now_ms());
                 self.commit_apply(vec![op], "released through the API")
             }
         }
-    }
-
-    /// Adds the journal ops that release every allocation and endpoint of an
-    /// attachment (`ifname` None: every interface of the container), including
-    /// addresses adopted from the kernel under the attachment's host link name.
-    pub(super) fn release_attachment(
-        &self,
-        container_id: &str,
-        ifname: Option<&str>,
-        ops: &mut Vec<JournalOp>,
-        now: u64,
-    ) -> Vec<IpAddr> {
-        let mut ips: BTreeSet<IpAddr> = BTreeSet::new();
-        // One interface: its records through the index by host link (every ADD and
-        // DEL; a walk over all allocations grew with the pods on the node). The whole
-        // container (no interface named): every record.
-        let link = ifname.map(|i| host_ifname(container_id, i));
-        let candidates: Box<dyn Iterator<Item = Allocation<'_>>> = match &link {
-            Some(l) => Box::new(self.allocations.of_link(l)),
-            None => Box::new(self.allocations.iter()),
-        };
-        for rec in candidates {
-            let adopted = rec.state() != AllocationState::Cooling
-                && link.is_some()
-                && rec.host_ifname() == link.as_deref();
-            if rec.is_for(container_id, ifname) || adopted {
-                ips.insert(rec.ip);
-            }
-        }
-        let endpoints: Vec<&EndpointRecord> = match ifname {
-            Some(i) => self
-                .endpoints
-                .get(&EndpointRecord::key_of(container_id, i))
-                .into_iter()
-                .collect(),
-            None => self
-                .endpoints
-                .range(EndpointRecord::key_of(container_id, "")..)
-                .take_while(|(k, _)| k.starts_with(&EndpointRecord::key_of(container_id, "")))
-                .map(|(_, e)| e)
-                .collect(),
-        };
-        for ep in endpoints
-            .into_iter()
-            .filter(|e| e.container_id == container_id && ifname.is_none_or(|i| e.ifname == i))
-        {
-            ops.push(JournalOp::DeleteEndpoint {
-                container_id: ep.container_id.clone(),
-                ifname: ep.ifname.clone(),
-            });
-            ips.extend([ep.ipv4, ep.ipv6].into_iter().flatten().filter(|ip| {
-                self.allocations.get(ip).is_some_and(|r| {
-                    matches!(r.state(), AllocationState::Bound | AllocationState::Pending)
-                })
-            }));
-        }
-        for ip in &ips {
-            if let Some(rec) = self.allocations.get(ip) {
-                ops.push(self.release_op(&rec.record(), now));
-            }
-        }
-        ips.into_iter().collect()
     }
 
     /// `PUT /v1/endpoint/{id}`: registers the endpoint, binds its addresses and stops
@@ -456,7 +407,7 @@ impl IpamState {
             &req.container_interface_name
         };
         let key = EndpointRecord::key_of(&req.container_id, ifname);
-        if self.endpoints.contains_key(&key) {
+        if self.ledger.endpoints().contains_key(&key) {
             return Err(ApiError::new(
                 ErrorKind::Invalid,
                 format!(
@@ -500,7 +451,8 @@ impl IpamState {
                 continue;
             }
             let rec = self
-                .allocations
+                .ledger
+                .allocations()
                 .get(&addr)
                 .filter(|r| r.state() != AllocationState::Cooling)
                 .ok_or_else(|| {
@@ -574,7 +526,7 @@ impl IpamState {
             return Ok(());
         }
         let (cid, ifname) = (&report.container_id, &report.ifname);
-        let ops = self.bind_ops(cid, ifname, Some(uuids));
+        let ops = self.ledger.bind_ops(cid, ifname, Some(uuids));
         if ops.len() != uuids.len() {
             return Err(ApiError::new(
                 ErrorKind::Conflict,
@@ -603,7 +555,9 @@ impl IpamState {
         let ifname = (!req.container_interface_name.is_empty())
             .then_some(req.container_interface_name.as_str());
         let mut ops = Vec::new();
-        let ips = self.release_attachment(&req.container_id, ifname, &mut ops, now_ms());
+        let ips = self
+            .ledger
+            .release_attachment(&req.container_id, ifname, &mut ops, now_ms());
         if req.teardown_links.is_empty() {
             if ops.is_empty() {
                 return Err(ApiError::new(ErrorKind::NotFound, "endpoints not found"));
@@ -617,7 +571,7 @@ impl IpamState {
             {
                 rec.cooling_until_ms = Some(HOLD_UNTIL_TEARDOWN);
             } else if let JournalOp::DeleteAllocation { ip, .. } = op
-                && let Some(rec) = self.allocations.get(ip)
+                && let Some(rec) = self.ledger.allocations().get(ip)
             {
                 *op = JournalOp::PutAllocation(held(&rec.record()));
             }
@@ -642,37 +596,15 @@ impl IpamState {
 
     /// The links of a DEL are gone: the held addresses cool down (or are free).
     pub fn finish_teardown(&mut self, key: &str) -> Result<(), ApiError> {
-        let Some(td) = self.teardowns.get(key).cloned() else {
-            return Ok(());
-        };
-        let now = now_ms();
-        let mut ops: Vec<JournalOp> = td
-            .ips
-            .iter()
-            .filter_map(|ip| self.allocations.get(ip))
-            .filter(|r| {
-                r.state() == AllocationState::Cooling
-                    && r.cooling_until_ms() == Some(HOLD_UNTIL_TEARDOWN)
-            })
-            .map(|r| {
-                self.release_op(
-                    &AllocationRecord {
-                        state: AllocationState::Bound,
-                        ..r.record()
-                    },
-                    now,
-                )
-            })
-            .collect();
-        ops.push(JournalOp::DeleteMeta {
-            key: key.to_string(),
-        });
-        self.commit_apply(ops, "links torn down")
+        match self.ledger.finish_teardown_ops(key, now_ms()) {
+            Some(ops) => self.commit_apply(ops, "links torn down"),
+            None => Ok(()),
+        }
     }
 
     /// DELs whose links were not confirmed gone (restart after a crash).
     pub fn pending_teardowns(&self) -> Vec<Teardown> {
-        self.teardowns.values().cloned().collect()
+        self.ledger.teardowns().cloned().collect()
     }
 
     /// `POST /v1/cni/gc`: releases every allocation of `network` whose attachment is
@@ -685,7 +617,7 @@ impl IpamState {
             .map(|a| (a.container_id.clone(), a.ifname.clone()))
             .collect();
         let mut stale: BTreeSet<(String, String)> = BTreeSet::new();
-        for rec in self.allocations.iter() {
+        for rec in self.ledger.allocations().iter() {
             if !matches!(
                 rec.state(),
                 AllocationState::Bound | AllocationState::Pending
@@ -703,7 +635,8 @@ impl IpamState {
         let now = now_ms();
         let mut ops = Vec::new();
         for (cid, ifname) in &stale {
-            self.release_attachment(cid, Some(ifname), &mut ops, now);
+            self.ledger
+                .release_attachment(cid, Some(ifname), &mut ops, now);
         }
         let released = ops
             .iter()
@@ -714,7 +647,8 @@ impl IpamState {
             })
             .map(|ip| {
                 let owner = self
-                    .allocations
+                    .ledger
+                    .allocations()
                     .get(&ip)
                     .map(|r| r.owner().to_string())
                     .unwrap_or_default();

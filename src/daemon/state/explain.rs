@@ -12,7 +12,7 @@ use super::{Allocation, IpamState, MAX_FAILURES};
 use crate::api::models::{AddressExplanation, CniReport, ExplainResponse, FailureRecord};
 use crate::datapath::host_ifname;
 use crate::ipam::Family;
-use crate::store::{AllocationState, EndpointRecord, now_ms};
+use crate::store::{AllocationState, now_ms};
 
 /// What to do about a failure of `reason` (the chapter's troubleshooting table).
 pub fn hint_for(reason: &str) -> &'static str {
@@ -138,7 +138,8 @@ impl IpamState {
                 || rec.owner().strip_suffix(" [from kernel]") == Some(query)
         };
         let addresses: Vec<AddressExplanation> = self
-            .allocations
+            .ledger
+            .allocations()
             .iter()
             .filter(|r| matches(r))
             .map(|r| self.explain_record(&r))
@@ -182,9 +183,7 @@ impl IpamState {
             AllocationState::Cooling => ("cooling", rec.cooling_until_ms().unwrap_or(0)),
         };
         let restored = match (rec.container_id(), rec.ifname()) {
-            (Some(c), Some(i)) => self
-                .restored_endpoints
-                .contains(&EndpointRecord::key_of(c, i)),
+            (Some(c), Some(i)) => self.ledger.is_restored(c, i),
             _ => false,
         };
         let host_link = match (rec.host_ifname(), rec.container_id(), rec.ifname()) {

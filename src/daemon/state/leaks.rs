@@ -22,7 +22,8 @@ impl IpamState {
     /// host link is the one it was adopted under, or the one podnet names for its
     /// attachment.
     pub fn leak_candidates(&self, now_ms: u64) -> Vec<NodeAllocation> {
-        self.allocations
+        self.ledger
+            .allocations()
             .iter()
             .filter(|a| matches!(a.state(), AllocationState::Bound | AllocationState::Pending))
             .map(|a| NodeAllocation {
@@ -53,7 +54,7 @@ impl IpamState {
             if released.contains(&leak.ip) {
                 continue;
             }
-            let Some(rec) = self.allocations.get(&leak.ip) else {
+            let Some(rec) = self.ledger.allocations().get(&leak.ip) else {
                 continue;
             };
             let same = matches!(
@@ -67,10 +68,15 @@ impl IpamState {
             match rec.container_id().zip(rec.ifname()) {
                 Some((cid, ifname)) => {
                     let (cid, ifname) = (cid.to_string(), ifname.to_string());
-                    released.extend(self.release_attachment(&cid, Some(&ifname), &mut ops, now));
+                    released.extend(self.ledger.release_attachment(
+                        &cid,
+                        Some(&ifname),
+                        &mut ops,
+                        now,
+                    ));
                 }
                 None => {
-                    ops.push(self.release_op(&rec.record(), now));
+                    ops.push(self.ledger.release_op(&rec.record(), now));
                     released.insert(leak.ip);
                 }
             }

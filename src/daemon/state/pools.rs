@@ -3,25 +3,21 @@
 //! with the node resource, and in multi-pool the demand loop: compute
 //! `spec.ipam.pools.requested` with Cilium's rounding, let the backend carve blocks
 //! into `allocated`, and give back blocks that are free and above demand (only
-//! once restore has finished).
+//! once restore has finished). What the node resource says and asks is
+//! `node_sync`'s; this side keeps the pools in step with it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use ipnet::IpNet;
-
-use super::{ApiError, ErrorKind, IpamState, NODE_META_KEY};
+use super::{ApiError, ErrorKind, IpamState};
 use crate::api::models::FailureReason;
 use crate::ipam::Family;
 use crate::ipam::hostscope::AllocatorOptions;
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::{MetadataSource, SelectionError, select_pool};
-use crate::node::{NodeError, NodeOutbox, UsedAddresses};
-use crate::resources::{AllocationIp, PoolDemand, RequestedPool};
-use crate::store::{JournalOp, now_ms};
-
-/// How long a failed allocation keeps counting towards demand (Cilium: 5 min).
-const PENDING_TTL_MS: u64 = 5 * 60 * 1000;
+use crate::node::{NodeError, NodeOutbox};
+use crate::resources::{PoolDemand, RequestedPool};
+use crate::store::now_ms;
 
 /// How the node's addresses are organised.
 #[derive(Debug, Clone)]
@@ -65,53 +61,7 @@ impl IpamState {
     /// Brings the blocks in line with the node resource (podCIDRs in the host-scope
     /// modes, `pools.allocated` in multi-pool).
     pub(super) fn apply_node_blocks(&mut self) {
-        let mut wanted: BTreeMap<(String, Family), (Vec<IpNet>, AllocatorOptions)> =
-            BTreeMap::new();
-        match self.cfg.pooling {
-            PoolingMode::HostScope => {
-                for c in &self.node.spec.ipam.pod_cidrs {
-                    let e = wanted
-                        .entry((super::DEFAULT_POOL.to_string(), Family::of_net(c)))
-                        .or_insert((Vec::new(), AllocatorOptions::default()));
-                    if e.0.is_empty() {
-                        e.0.push(*c);
-                    }
-                }
-            }
-            PoolingMode::External { eni: false } => {
-                let single = |ip: &String| ip.parse::<std::net::IpAddr>().ok().map(IpNet::from);
-                for c in self
-                    .node
-                    .spec
-                    .ipam
-                    .pool
-                    .keys()
-                    .chain(self.node.spec.ipam.ipv6_pool.keys())
-                    .filter_map(single)
-                {
-                    wanted
-                        .entry((super::DEFAULT_POOL.to_string(), Family::of_net(&c)))
-                        .or_insert((Vec::new(), AllocatorOptions::default()))
-                        .0
-                        .push(c);
-                }
-            }
-            PoolingMode::MultiPool(_) | PoolingMode::External { eni: true } => {
-                for a in &self.node.spec.ipam.pools.allocated {
-                    let opts = AllocatorOptions {
-                        allow_first_ip: a.allow_first_ip,
-                        allow_last_ip: a.allow_last_ip,
-                    };
-                    for c in &a.cidrs {
-                        wanted
-                            .entry((a.pool.clone(), Family::of_net(c)))
-                            .or_insert((Vec::new(), opts))
-                            .0
-                            .push(*c);
-                    }
-                }
-            }
-        }
+        let mut wanted = self.sync.wanted_blocks(&self.cfg.pooling);
         for name in self.pools.names() {
             for family in [Family::V4, Family::V6] {
                 wanted
@@ -155,38 +105,24 @@ impl IpamState {
         let Some(meta) = self.metadata.as_deref() else {
             return Ok((default, Some("no-metadata")));
         };
-        let outcome = select_pool(owner, family, &self.pool_defs, meta, &default).map_err(|e| {
-            let (reason, kind) = match e {
-                SelectionError::NotSynced => {
-                    (FailureReason::MetadataNotSynced, ErrorKind::Unavailable)
-                }
-                _ => (FailureReason::PoolSelection, ErrorKind::NoAddress),
-            };
-            ApiError::because(
-                reason,
-                kind,
-                format!("unable to determine IPAM pool for owner {owner:?}: {e}"),
-            )
-        })?;
+        let outcome =
+            select_pool(owner, family, self.sync.pool_defs(), meta, &default).map_err(|e| {
+                let (reason, kind) = match e {
+                    SelectionError::NotSynced => {
+                        (FailureReason::MetadataNotSynced, ErrorKind::Unavailable)
+                    }
+                    _ => (FailureReason::PoolSelection, ErrorKind::NoAddress),
+                };
+                ApiError::because(
+                    reason,
+                    kind,
+                    format!("unable to determine IPAM pool for owner {owner:?}: {e}"),
+                )
+            })?;
         for w in &outcome.warnings {
             tracing::warn!(owner = ?owner, "{w}");
         }
         Ok((outcome.pool, Some(outcome.step.as_str())))
-    }
-
-    /// Notes a failed allocation as pending demand (expires after 5 minutes).
-    pub(super) fn note_pending(&mut self, pool: &str, family: Family, owner: &str) {
-        self.pending
-            .entry((pool.to_string(), family))
-            .or_default()
-            .insert(owner.to_string(), now_ms());
-    }
-
-    /// Clears an owner's pending demand after a success.
-    pub(super) fn clear_pending(&mut self, pool: &str, family: Family, owner: &str) {
-        if let Some(m) = self.pending.get_mut(&(pool.to_string(), family)) {
-            m.remove(owner);
-        }
     }
 
     /// Multi-pool: recomputes the demand, lets the backend carve blocks, gives back
@@ -196,14 +132,11 @@ impl IpamState {
             return;
         };
         let settings = settings.clone();
-        let now = now_ms();
-        for m in self.pending.values_mut() {
-            m.retain(|_, t| now.saturating_sub(*t) < PENDING_TTL_MS);
-        }
-        let before = self.node.clone();
+        self.sync.expire_pending(now_ms());
+        let before = self.sync.node().clone();
         let mut names: Vec<String> = self.pools.names();
         names.extend(settings.pre_allocation.keys().cloned());
-        names.extend(self.pending.keys().map(|(p, _)| p.clone()));
+        names.extend(self.sync.pending_pools().map(str::to_string));
         names.sort();
         names.dedup();
         let mut requested = Vec::new();
@@ -212,10 +145,7 @@ impl IpamState {
             let mut demand = PoolDemand::default();
             for family in self.cfg.families.clone() {
                 let in_use = self.pools.used(pool, family);
-                let pending = self
-                    .pending
-                    .get(&(pool.clone(), family))
-                    .map_or(0, |m| m.len() as u64);
+                let pending = self.sync.pending_count(pool, family);
                 let needed = match settings.pre_allocation.get(pool) {
                     Some(p) => needed_ip_ceil(in_use + pending, *p),
                     None => in_use + pending,
@@ -233,49 +163,18 @@ impl IpamState {
                 });
             }
         }
-        self.node.spec.ipam.pools.requested = requested;
-        let errors = match self.operator.as_mut() {
-            Some(op) => op.satisfy(&mut self.node),
-            None => Vec::new(),
-        };
-        for e in errors {
-            tracing::warn!(error = %e, "the pool operator could not meet the node's demand");
-        }
+        self.sync.request(requested);
         self.apply_node_blocks();
-        if self.restore_finished {
+        if self.sync.may_give_back() {
             for ((pool, family), needed) in needed_by {
                 for cidr in self.pools.release_free_blocks(&pool, family, needed) {
                     tracing::info!(pool = %pool, cidr = %cidr, "released a free block above demand");
-                    match self.operator.as_mut() {
-                        Some(op) => op.release_block(&pool, &cidr),
-                        // A cluster operator: the sink removes it from the node
-                        // resource, and the operator frees it when it sees it gone.
-                        None => {
-                            self.outbox.released.push((pool.clone(), cidr));
-                            self.outbox.releasing.insert((pool.clone(), cidr));
-                        }
-                    }
-                    for a in self
-                        .node
-                        .spec
-                        .ipam
-                        .pools
-                        .allocated
-                        .iter_mut()
-                        .filter(|a| a.pool == pool)
-                    {
-                        a.cidrs.retain(|c| *c != cidr);
-                    }
+                    self.sync.give_back_block(&pool, cidr);
                 }
             }
-            self.node
-                .spec
-                .ipam
-                .pools
-                .allocated
-                .retain(|a| !a.cidrs.is_empty());
+            self.sync.drop_empty_pools();
         }
-        if self.node != before {
+        if *self.sync.node() != before {
             self.journal_node();
         }
     }
@@ -283,12 +182,9 @@ impl IpamState {
     /// Journals the node resource (a failure is logged: the resource is rebuilt from
     /// the blocks' allocations on the next start).
     pub(super) fn journal_node(&mut self) {
-        match serde_json::to_value(&self.node) {
-            Ok(value) => {
-                if let Err(e) = self.commit(&[JournalOp::PutMeta {
-                    key: NODE_META_KEY.into(),
-                    value,
-                }]) {
+        match self.sync.journal_op() {
+            Ok(op) => {
+                if let Err(e) = self.commit(&[op]) {
                     tracing::error!(error = %e.message, "could not journal the node resource");
                 }
             }
@@ -303,7 +199,8 @@ impl IpamState {
             PoolingMode::MultiPool(m) => {
                 (m.only_masquerade_default_pool && pool != m.default_pool)
                     || self
-                        .pool_defs
+                        .sync
+                        .pool_defs()
                         .iter()
                         .any(|p| p.name == pool && p.skip_masquerade)
             }
@@ -313,10 +210,7 @@ impl IpamState {
     /// New pool definitions (the pool directory changed). Refused, with nothing
     /// changed, when the change breaks what the node uses.
     pub fn set_pool_defs(&mut self, defs: Vec<PoolDef>) -> Result<(), NodeError> {
-        if let Some(op) = self.operator.as_mut() {
-            op.update_pools(&defs, &self.node)?;
-        }
-        self.pool_defs = defs;
+        self.sync.set_pool_defs(defs)?;
         self.sync_demand();
         Ok(())
     }
@@ -328,7 +222,7 @@ impl IpamState {
 
     /// Marks the end of restore: from now on free blocks may be given back.
     pub fn finish_restore(&mut self) {
-        self.restore_finished = true;
+        self.sync.finish_restore();
         self.sync_demand();
     }
 
@@ -340,28 +234,8 @@ impl IpamState {
     /// node resource still lists it (the removal is on its way); once a resource
     /// without it arrived, a later listing is a new allocation.
     pub fn set_external_node(&mut self, node: crate::resources::NodeResource) {
-        self.node.spec.ipam.pool = node.spec.ipam.pool;
-        self.node.spec.ipam.ipv6_pool = node.spec.ipam.ipv6_pool;
-        let mut allocated = node.spec.ipam.pools.allocated;
-        let listed: BTreeSet<(String, IpNet)> = allocated
-            .iter()
-            .flat_map(|a| a.cidrs.iter().map(|c| (a.pool.clone(), *c)))
-            .collect();
-        let releasing = &mut self.outbox.releasing;
-        releasing.retain(|b| listed.contains(b));
-        for a in &mut allocated {
-            a.cidrs
-                .retain(|c| !releasing.contains(&(a.pool.clone(), *c)));
-        }
-        allocated.retain(|a| !a.cidrs.is_empty());
-        self.node.spec.ipam.pools.allocated = allocated;
-        self.node.spec.eni = node.spec.eni;
-        self.node.status.eni = node.status.eni;
-        // The cluster operator's last word on this node's demand (an exhausted or
-        // missing pool): shown in status and failed ADDs, and it ends waits.
-        self.node.status.ipam.operator_status = node.status.ipam.operator_status;
+        self.sync.set_external(node);
         self.apply_node_blocks();
-        self.outbox.used_changed = true;
         self.journal_node();
     }
 
@@ -369,44 +243,11 @@ impl IpamState {
     /// (`status.ipam.used`), the demand (`spec.ipam.pools.requested`) and the node's
     /// addresses. None when nothing did.
     pub fn take_outbox(&mut self) -> Option<NodeOutbox> {
-        let mut out = NodeOutbox {
-            released_blocks: std::mem::take(&mut self.outbox.released),
-            ..NodeOutbox::default()
-        };
-        if std::mem::take(&mut self.outbox.used_changed) {
-            let mut used = UsedAddresses::default();
-            for rec in self
-                .allocations
-                .iter()
-                .filter(|r| r.state() != crate::store::AllocationState::Cooling)
-            {
-                let entry = AllocationIp {
-                    owner: rec.owner().to_string(),
-                    resource: rec.container_id().unwrap_or_default().to_string(),
-                };
-                match rec.family() {
-                    Family::V4 => used.ipv4.insert(rec.ip.to_string(), entry),
-                    Family::V6 => used.ipv6.insert(rec.ip.to_string(), entry),
-                };
-            }
-            out.used = Some(used);
-        }
-        let requested = &self.node.spec.ipam.pools.requested;
-        if self.is_multi_pool() && self.outbox.requested.as_ref() != Some(requested) {
-            self.outbox.requested = Some(requested.clone());
-            out.requested_pools = Some(requested.clone());
-        }
-        let addresses = &self.node.spec.addresses;
-        if self.outbox.addresses.as_ref() != Some(addresses) {
-            self.outbox.addresses = Some(addresses.clone());
-            out.addresses = Some(addresses.clone());
-        }
-        let health = &self.node.spec.health;
-        if self.outbox.health.as_ref() != Some(health) {
-            self.outbox.health = Some(health.clone());
-            out.health = Some(health.clone());
-        }
-        (!out.is_empty()).then_some(out)
+        let used = self
+            .sync
+            .take_used_changed()
+            .then(|| self.ledger.used_addresses());
+        self.sync.take_outbox(used, self.is_multi_pool())
     }
 
     /// Multi-pool: this node's default pool changed (a CiliumNodeConfig); None goes
@@ -427,7 +268,7 @@ impl IpamState {
     pub(super) fn eni_details(&self, ip: std::net::IpAddr) -> Option<crate::ipam::eni::EniRouting> {
         match self.cfg.pooling {
             PoolingMode::External { eni: true } => {
-                crate::ipam::eni::eni_for_ip(&self.node.status.eni.enis, ip)
+                crate::ipam::eni::eni_for_ip(&self.sync.node().status.eni.enis, ip)
             }
             _ => None,
         }

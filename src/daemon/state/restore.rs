@@ -27,9 +27,12 @@ use ipnet::IpNet;
 
 use super::super::config::IpamMode;
 use super::super::metrics::Metrics;
+use super::allocations::Allocations;
+use super::ledger::Ledger;
+use super::node_sync::NodeSync;
 use super::{
-    Allocation, Allocations, ApiError, DEFAULT_POOL, HOLD_UNTIL_TEARDOWN, IpamState, NODE_META_KEY,
-    StateConfig, TEARDOWN_PREFIX, Teardown, Timer, TimerKind,
+    Allocation, ApiError, DEFAULT_POOL, HOLD_UNTIL_TEARDOWN, IpamState, StateConfig, Timer,
+    TimerKind,
 };
 use crate::api::link_marker::LinkMarker;
 use crate::datapath::host_ifname;
@@ -147,25 +150,14 @@ impl IpamState {
         snapshot: Snapshot,
         metrics: Arc<Metrics>,
     ) -> Result<IpamState, RestoreError> {
+        let cooldown = cfg.cooldown;
         let mut state = IpamState {
             cfg,
             pools: PoolSet::new(),
             routers: BTreeMap::new(),
-            operator,
-            pool_defs,
             metadata: None,
-            pending: BTreeMap::new(),
-            restore_finished: false,
-            teardowns: BTreeMap::new(),
-            outbox: super::OutboxMarks {
-                used_changed: true,
-                ..Default::default()
-            },
-            allocations: Allocations::default(),
-            endpoints: BTreeMap::new(),
-            restored_endpoints: BTreeSet::new(),
-            journal,
-            node,
+            ledger: Ledger::new(journal, cooldown),
+            sync: NodeSync::new(node, operator, pool_defs),
             effects: super::Effects::default(),
             restore_report: RestoreReport::default(),
             metrics,
@@ -187,7 +179,7 @@ impl IpamState {
         };
         let mut loader = Allocations::loader();
         let mut newest: BTreeMap<IpNet, (u64, IpAddr)> = BTreeMap::new();
-        let journal = &state.journal;
+        let journal = state.ledger.journal();
         let pools = &mut state.pools;
         let effects = &mut state.effects;
         journal.for_each_allocation(|rec| {
@@ -268,27 +260,10 @@ impl IpamState {
         for (_, ip) in newest.into_values() {
             state.pools.set_cursor_after(ip);
         }
-        state.allocations = loader.finish();
-        for (key, value) in &snapshot.meta {
-            if key.starts_with(TEARDOWN_PREFIX)
-                && let Ok(td) = serde_json::from_value::<Teardown>(value.clone())
-            {
-                state.teardowns.insert(key.clone(), td);
-            }
-        }
-        state.endpoints = snapshot
-            .endpoints
-            .into_iter()
-            .map(|e| (e.key(), e))
-            .collect();
-        state.restored_endpoints = state.endpoints.keys().cloned().collect();
+        state.ledger.load(loader.finish(), snapshot);
         state.sync_demand();
-        let node_json = serde_json::to_value(&state.node).map_err(RestoreError::EncodeNode)?;
-        ops.push(JournalOp::PutMeta {
-            key: NODE_META_KEY.into(),
-            value: node_json,
-        });
-        state.journal.commit(&ops)?;
+        ops.push(state.sync.journal_op().map_err(RestoreError::EncodeNode)?);
+        state.ledger.commit(&ops)?;
         state.restore_report = report;
         Ok(state)
     }
@@ -308,7 +283,7 @@ impl IpamState {
         for family in self.cfg.families.clone() {
             if let Some(ip) = self.cfg.fixed_routers.get(&family).copied() {
                 self.routers.insert(family, ip);
-                self.node.set_address("CiliumInternalIP", ip);
+                self.sync.set_router(ip);
             } else if delegated {
                 return Err(RestoreError::RouterAddressMissing { family });
             }
@@ -323,20 +298,17 @@ impl IpamState {
                 match (*owner, family) {
                     ("router", _) => {
                         self.routers.insert(family, ip);
-                        self.node.set_address("CiliumInternalIP", ip);
+                        self.sync.set_router(ip);
                     }
-                    ("health", Family::V4) => self.node.spec.health.ipv4 = ip.to_string(),
-                    ("health", Family::V6) => self.node.spec.health.ipv6 = ip.to_string(),
+                    ("health", _) => self.sync.set_health(family, ip),
                     _ => {}
                 }
             }
         }
-        let node_json = serde_json::to_value(&self.node).map_err(RestoreError::EncodeNode)?;
-        ops.push(JournalOp::PutMeta {
-            key: NODE_META_KEY.into(),
-            value: node_json,
-        });
-        self.commit(&ops).map_err(RestoreError::Commit)
+        ops.push(self.sync.journal_op().map_err(RestoreError::EncodeNode)?);
+        self.commit(&ops).map_err(RestoreError::Commit)?;
+        self.apply(ops, "router addresses reserved");
+        Ok(())
     }
 
     /// Takes the previous router (health, ingress) address of a family from the
@@ -349,7 +321,7 @@ impl IpamState {
         router_hints: &[IpAddr],
         ops: &mut Vec<JournalOp>,
     ) -> Result<IpAddr, RestoreError> {
-        if let Some(rec) = self.allocations.iter().find(|r| {
+        if let Some(rec) = self.ledger.allocations().iter().find(|r| {
             r.state() == AllocationState::Infra
                 && r.owner() == owner
                 && Family::of_addr(&r.ip) == family
@@ -380,8 +352,7 @@ impl IpamState {
         };
         let mut rec = infra_record(ip, owner);
         rec.pool = pool;
-        ops.push(JournalOp::PutAllocation(rec.clone()));
-        self.allocations.insert(rec);
+        ops.push(JournalOp::PutAllocation(rec));
         Ok(ip)
     }
 
@@ -406,7 +377,7 @@ impl IpamState {
         let mut ops = Vec::new();
         let mut expected = BTreeSet::new();
         let mut gone = Vec::new();
-        for rec in self.allocations.iter() {
+        for rec in self.ledger.allocations().iter() {
             let Some(link) = Self::expected_link(&rec) else {
                 continue;
             };
@@ -421,10 +392,10 @@ impl IpamState {
             }
         }
         // Links of DELs being torn down are finished by the teardown itself.
-        for td in self.teardowns.values() {
+        for td in self.ledger.teardowns() {
             expected.extend(td.links.iter().map(|l| l.name.clone()));
         }
-        for ep in self.endpoints.values() {
+        for ep in self.ledger.endpoints().values() {
             if present.contains(ep.host_ifname.as_str()) {
                 expected.insert(ep.host_ifname.clone());
             } else if ep.external_ipam {
@@ -443,10 +414,10 @@ impl IpamState {
             self.restore_report
                 .released_link_gone
                 .push(format!("{} ({})", rec.ip, rec.owner));
-            ops.push(self.release_op(&rec, now));
+            ops.push(self.ledger.release_op(&rec, now));
             if let (Some(cid), Some(ifname)) = (&rec.container_id, &rec.ifname) {
                 let key = EndpointRecord::key_of(cid, ifname);
-                if self.endpoints.contains_key(&key) && !ops.iter().any(|o| matches!(o, JournalOp::DeleteEndpoint { container_id, ifname: i } if container_id == cid && i == ifname)) {
+                if self.ledger.endpoints().contains_key(&key) && !ops.iter().any(|o| matches!(o, JournalOp::DeleteEndpoint { container_id, ifname: i } if container_id == cid && i == ifname)) {
                     ops.push(JournalOp::DeleteEndpoint { container_id: cid.clone(), ifname: ifname.clone() });
                 }
             }
@@ -488,7 +459,8 @@ impl IpamState {
 
     /// Decides what to do with a host link no allocation accounts for.
     fn judge_link(&self, link: &KernelLink, origin: JournalOrigin) -> LinkVerdict {
-        let path = self.journal.path().display();
+        let journal = self.ledger.journal();
+        let path = journal.path().display();
         match origin {
             JournalOrigin::Created => {
                 return LinkVerdict::Adopt(format!(
@@ -508,18 +480,18 @@ impl IpamState {
             );
         };
         let mark = &marker.journal;
-        if mark.journal_id != self.journal.id() {
+        if mark.journal_id != journal.id() {
             return LinkVerdict::Adopt(format!(
                 "the link was made under journal {}, not this one ({})",
                 mark.journal_id,
-                self.journal.id()
+                journal.id()
             ));
         }
-        if mark.seq > self.journal.seq_at_open() {
+        if mark.seq > journal.seq_at_open() {
             return LinkVerdict::Adopt(format!(
                 "the link is newer than the journal (made at commit {}, the journal ends at {}): the journal lost commits",
                 mark.seq,
-                self.journal.seq_at_open()
+                journal.seq_at_open()
             ));
         }
         LinkVerdict::Remove
@@ -572,7 +544,6 @@ impl IpamState {
                 endpoint_ips.1 = Some(*ip);
             }
             endpoint_pool.get_or_insert(pool);
-            self.allocations.insert(rec.clone());
             ops.push(JournalOp::PutAllocation(rec));
         }
         if let (Some((container_id, ifname)), Some(pool)) = (attachment, endpoint_pool) {
@@ -588,7 +559,7 @@ impl IpamState {
                 created_at_ms: now_ms(),
                 external_ipam: false,
             };
-            if !self.endpoints.contains_key(&ep.key()) {
+            if !self.ledger.endpoints().contains_key(&ep.key()) {
                 ops.push(JournalOp::PutEndpoint(ep));
             }
         }

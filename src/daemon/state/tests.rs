@@ -24,21 +24,23 @@ use crate::api::models::{
 use crate::daemon::devices::{DeviceError, failed};
 use crate::datapath::{DatapathError, host_ifname};
 use crate::ipam::clusterpool::ClusterPoolConfig;
-use crate::ipam::pooldef::PoolFamilySpec;
+use crate::ipam::pooldef::{PoolDef, PoolFamilySpec};
 use crate::ipam::selection::{
     ANNOTATION_IP_POOL, ANNOTATION_REQUIRE_POOL_MATCH, NamespaceMeta, PodMeta,
 };
 use crate::node::{EmbeddedMode, EmbeddedOperator, NodeError};
+use crate::node::{NodeOperator, RequestedPool};
 use crate::resources::AllocatedPool;
 use crate::store::Snapshot;
+use crate::store::{AllocationRecord, EndpointRecord, Journal};
 
 const NODE: &str = "node-a";
 
 /// A directory under the system's temp dir, removed on drop.
-struct TempDir(PathBuf);
+pub(super) struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new() -> TempDir {
+    pub(super) fn new() -> TempDir {
         let dir = std::env::temp_dir().join(format!(
             "podnet-state-test-{}-{}",
             std::process::id(),
@@ -48,7 +50,7 @@ impl TempDir {
         TempDir(dir)
     }
 
-    fn journal(&self) -> PathBuf {
+    pub(super) fn journal(&self) -> PathBuf {
         self.0.join("journal.redb")
     }
 }
@@ -306,16 +308,20 @@ fn del(cid: &str) -> EndpointBatchDeleteRequest {
 
 /// Every allocation in memory, as journal records.
 fn records(s: &IpamState) -> BTreeMap<IpAddr, AllocationRecord> {
-    s.allocations.iter().map(|r| (r.ip, r.record())).collect()
+    s.ledger
+        .allocations()
+        .iter()
+        .map(|r| (r.ip, r.record()))
+        .collect()
 }
 
 /// The allocation of `ip` in memory, as a journal record.
 fn record(s: &IpamState, ip: IpAddr) -> AllocationRecord {
-    s.allocations.get(&ip).expect("allocated").record()
+    s.ledger.allocations().get(&ip).expect("allocated").record()
 }
 
 fn state_of(s: &IpamState, ip: IpAddr) -> Option<AllocationState> {
-    s.allocations.get(&ip).map(|r| r.state())
+    s.ledger.allocations().get(&ip).map(|r| r.state())
 }
 
 fn range(s: &IpamState, family: &str) -> RangeStatus {
@@ -413,7 +419,8 @@ fn router_and_health_are_reserved_first_and_never_handed_out() {
     let mut s = start(&dir, &Setup::dual().health());
     assert_eq!(s.router_ips(), vec![addr("10.0.0.1"), addr("fd00::1")]);
     let infra: BTreeMap<IpAddr, String> = s
-        .allocations
+        .ledger
+        .allocations()
         .iter()
         .filter(|r| r.state() == AllocationState::Infra)
         .map(|r| (r.ip, r.owner().to_string()))
@@ -492,7 +499,12 @@ fn an_ipv4_failure_gives_the_ipv6_address_back() {
         6,
         "router and five pods, nothing more"
     );
-    let v6_records = s.allocations.iter().filter(|r| r.ip.is_ipv6()).count();
+    let v6_records = s
+        .ledger
+        .allocations()
+        .iter()
+        .filter(|r| r.ip.is_ipv6())
+        .count();
     assert_eq!(v6_records, 6);
 }
 
@@ -533,7 +545,8 @@ fn a_repeated_add_of_an_attachment_supersedes_its_old_addresses() {
         assert!(!ips(&first).contains(&ip));
     }
     let live = s
-        .allocations
+        .ledger
+        .allocations()
         .iter()
         .filter(|r| r.is_for("c1", Some("eth0")));
     assert_eq!(live.count(), 2);
@@ -984,13 +997,13 @@ fn restore_brings_back_allocations_endpoints_cooling_and_pending_timers() {
     s.delete_endpoints(&del("released")).unwrap();
     let routers = s.router_ips();
     let allocations = records(&s);
-    let endpoints = s.endpoints.clone();
+    let endpoints = s.ledger.endpoints().clone();
     drop(s);
 
     let (mut s, origin) = restore(&dir, &setup);
     assert_eq!(origin, JournalOrigin::Existing);
     assert_eq!(records(&s), allocations);
-    assert_eq!(s.endpoints, endpoints);
+    assert_eq!(*s.ledger.endpoints(), endpoints);
     let report = s.restore_report().clone();
     assert_eq!(
         (report.restored, report.expired, report.cooled_down),
@@ -1257,8 +1270,8 @@ fn reconcile_adopts_links_the_journal_cannot_vouch_for_and_keeps_those_with_noth
     let setup = Setup::dual().cooldown(Duration::ZERO);
     drop(start(&dir, &setup));
     let (mut s, origin) = restore(&dir, &setup);
-    let id = s.journal.id().to_string();
-    let newer_seq = s.journal.seq_at_open() + 5;
+    let id = s.ledger.journal().id().to_string();
+    let newer_seq = s.ledger.journal().seq_at_open() + 5;
     let (newer, foreign, unmarked, nothing) = (
         [addr("fd00::9"), addr("10.0.0.9")],
         [addr("10.0.0.10")],
@@ -1350,7 +1363,11 @@ fn a_new_or_rebuilt_journal_adopts_even_links_marked_with_its_own_commits() {
             links: vec![link(
                 "pod",
                 &routed,
-                Some(marker(&mark.journal_id, s.journal.seq_at_open(), "pod")),
+                Some(marker(
+                    &mark.journal_id,
+                    s.ledger.journal().seq_at_open(),
+                    "pod",
+                )),
             )],
         };
         let report = s.reconcile_with_kernel(&kernel, origin).unwrap();
@@ -1475,13 +1492,13 @@ fn set_pool_defs_refuses_a_change_that_breaks_a_block_in_use() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("cannot delete pool \"blue\""), "{e}");
-    assert_eq!(s.pool_defs, default_and_blue(), "nothing changed");
+    assert_eq!(s.sync.pool_defs(), default_and_blue(), "nothing changed");
     assert_eq!(state_of(&s, ip), Some(AllocationState::Bound));
 
     let mut more = default_and_blue();
     more.push(pool_def("red", "10.30.0.0/24", 29));
     s.set_pool_defs(more.clone()).unwrap();
-    assert_eq!(s.pool_defs, more);
+    assert_eq!(s.sync.pool_defs(), more);
     let resp = s.allocate_next(&plain("ns/r", "red")).unwrap();
     assert!(in_block(v4(&resp), "10.30.0.0/24"));
 }
@@ -1612,11 +1629,7 @@ fn a_pool_the_operator_cannot_grant_is_not_available_and_its_demand_is_recorded(
         "the operator was asked"
     );
     // A failed allocation counts towards demand for 5 minutes (Cilium's TTL).
-    for owners in s.pending.values_mut() {
-        owners
-            .values_mut()
-            .for_each(|t| *t = now_ms() - 5 * 60 * 1000);
-    }
+    s.sync.age_pending(5 * 60 * 1000);
     s.sync_demand();
     assert_eq!(requested(&s, "green"), None);
 }
@@ -1787,7 +1800,7 @@ fn journal_fixes_make_a_diverged_journal_hold_what_memory_holds() {
     let mut elsewhere = record(&s, v6(&a));
     elsewhere.pool = "old".into();
     diverged_allocations.push(elsewhere);
-    diverged.endpoints = s.endpoints.values().cloned().collect();
+    diverged.endpoints = s.ledger.endpoints().values().cloned().collect();
     let mut ghost_ep = diverged.endpoints[0].clone();
     ghost_ep.container_id = "ghost".into();
     diverged.endpoints.push(ghost_ep);
@@ -1814,7 +1827,10 @@ fn journal_fixes_make_a_diverged_journal_hold_what_memory_holds() {
         value: value.clone(),
     }));
     j.commit(&ops).unwrap();
-    let fixes = s.journal_fixes(&j, diverged).unwrap();
+    let fixes = s
+        .ledger
+        .journal_fixes(&j, diverged, s.sync.journal_op().ok())
+        .unwrap();
     j.commit(&fixes).unwrap();
     drop(j);
 
@@ -1834,8 +1850,12 @@ struct Held {
 fn memory_of(s: &IpamState) -> Held {
     Held {
         allocations: records(s).into_values().map(|r| (r.key(), r)).collect(),
-        endpoints: s.endpoints.clone(),
-        teardowns: s.teardowns.clone(),
+        endpoints: s.ledger.endpoints().clone(),
+        teardowns: s
+            .ledger
+            .teardowns()
+            .map(|t| (t.key.clone(), t.clone()))
+            .collect(),
         node: Some(serde_json::to_value(s.node()).unwrap()),
     }
 }
@@ -2246,7 +2266,7 @@ fn an_allocation_naming_the_netns_journals_its_endpoint_pending_in_the_same_comm
     for ip in ips(&resp) {
         assert_eq!(state_of(&s, ip), Some(AllocationState::Pending));
     }
-    let ep = s.endpoints.get("c1:eth0").unwrap().clone();
+    let ep = s.ledger.endpoints().get("c1:eth0").unwrap().clone();
     assert_eq!(
         (ep.host_ifname.as_str(), ep.owner.as_str()),
         (host_ifname("c1", "eth0").as_str(), "ns/c1")
@@ -2259,12 +2279,12 @@ fn an_allocation_naming_the_netns_journals_its_endpoint_pending_in_the_same_comm
     // Durable with the addresses: a restart finds it.
     drop(s);
     let (s, _) = restore(&dir, &Setup::dual());
-    assert!(s.endpoints.contains_key("c1:eth0"));
+    assert!(s.ledger.endpoints().contains_key("c1:eth0"));
     // Without the netns (Cilium's client, older plugins) no endpoint is journaled.
     let mut s = ready(s);
     let plain = s.allocate_next(&pod("c2")).unwrap();
     assert!(!plain.endpoint_pending);
-    assert!(!s.endpoints.contains_key("c2:eth0"));
+    assert!(!s.ledger.endpoints().contains_key("c2:eth0"));
 }
 
 #[test]
@@ -2278,7 +2298,7 @@ fn the_report_binds_a_wired_attachment_and_is_refused_once_it_was_deleted() {
     for ip in ips(&resp) {
         assert_eq!(state_of(&s, ip), Some(AllocationState::Bound));
     }
-    assert!(s.endpoints.contains_key("c1:eth0"));
+    assert!(s.ledger.endpoints().contains_key("c1:eth0"));
     // DEL, then the same report once more (a late one): refused, nothing bound.
     let late = s.allocate_next(&wired_pod("c2")).unwrap();
     s.delete_endpoints(&del("c2")).unwrap();
@@ -2288,7 +2308,7 @@ fn the_report_binds_a_wired_attachment_and_is_refused_once_it_was_deleted() {
     for ip in ips(&late) {
         assert_ne!(state_of(&s, ip), Some(AllocationState::Bound));
     }
-    assert!(!s.endpoints.contains_key("c2:eth0"));
+    assert!(!s.ledger.endpoints().contains_key("c2:eth0"));
     // A report without UUIDs (a failed ADD's, a DEL's) binds nothing and passes.
     s.bind_wired(&wired_report("c3", Vec::new())).unwrap();
 }
@@ -2323,7 +2343,7 @@ fn expiry_binds_an_attachment_whose_link_is_marked_wired_by_this_journal_only() 
         assert_eq!(state_of(&s, ip), Some(AllocationState::Bound));
     }
     assert!(!s.fire(&timers[1], &kernel), "already bound");
-    assert!(s.endpoints.contains_key("c1:eth0"));
+    assert!(s.ledger.endpoints().contains_key("c1:eth0"));
     assert!(s.take_stale_links().is_empty());
 
     // Not wired, wired under another journal, or another attachment's marker:
@@ -2352,7 +2372,10 @@ fn expiry_binds_an_attachment_whose_link_is_marked_wired_by_this_journal_only() 
         for ip in ips(&resp) {
             assert_eq!(state_of(&s, ip), None, "{cid}: {ip}");
         }
-        assert!(!s.endpoints.contains_key(&format!("{cid}:eth0")), "{cid}");
+        assert!(
+            !s.ledger.endpoints().contains_key(&format!("{cid}:eth0")),
+            "{cid}"
+        );
         let stale = s.take_stale_links();
         assert_eq!(stale.len(), 1, "{cid}");
         assert_eq!(stale[0].name, host_ifname(cid, "eth0"));
@@ -2481,12 +2504,14 @@ fn a_leak_is_released_with_its_attachment_and_one_that_changed_is_kept() {
     assert_eq!(state_of(&s, v4(&gone)), None);
     assert_eq!(state_of(&s, v6(&gone)), None);
     assert!(
-        !s.endpoints
+        !s.ledger
+            .endpoints()
             .contains_key(&EndpointRecord::key_of("gone", "eth0"))
     );
     assert_eq!(state_of(&s, v4(&moved)), Some(AllocationState::Pending));
     assert!(
-        s.endpoints
+        s.ledger
+            .endpoints()
             .contains_key(&EndpointRecord::key_of("moved", "eth0"))
     );
     // Journaled: a restart does not bring it back; a second release is a no-op.
@@ -2494,4 +2519,37 @@ fn a_leak_is_released_with_its_attachment_and_one_that_changed_is_kept() {
     let mut s = start(&dir, &setup);
     assert_eq!(state_of(&s, v4(&gone)), None);
     assert_eq!(s.release_leaked(&findings).unwrap(), Vec::<IpAddr>::new());
+}
+
+#[test]
+fn an_address_the_ledger_holds_outside_the_ranges_is_not_handed_out_when_its_block_comes_back() {
+    let dir = TempDir::new();
+    let setup = Setup::multi_pool(default_and_blue(), &[]);
+    let kept = addr("10.30.0.2");
+    {
+        let (mut j, _) = Journal::open(&dir.journal()).unwrap();
+        j.commit(&[JournalOp::PutAllocation(AllocationRecord {
+            state: AllocationState::Bound,
+            pool: "blue".into(),
+            ..super::restore::infra_record(kept, "ns/old")
+        })])
+        .unwrap();
+    }
+    let mut s = start_with_cluster_operator(&dir, &setup, node_with_blocks(&[]));
+    assert_eq!(
+        s.restore_report().outside_ranges,
+        vec!["10.30.0.2 (ns/old)".to_string()]
+    );
+    // The block comes back: its allocator knows nothing of the kept address.
+    s.set_external_node(node_with_blocks(&[("blue", "10.30.0.0/30")]));
+    let first = s.allocate_next(&plain("ns/a", "blue")).unwrap();
+    assert_eq!(v4(&first), addr("10.30.0.1"));
+    let e = s.allocate_next(&plain("ns/b", "blue")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Conflict, "{}", e.message);
+    assert!(e.message.contains("ns/old"), "{}", e.message);
+    assert_eq!(record(&s, kept).owner, "ns/old", "the holder keeps it");
+    // Its bit stays taken: the pool is full now, nothing is handed out twice.
+    let e = s.allocate_next(&plain("ns/b", "blue")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NoAddress, "{}", e.message);
+    assert_eq!(record(&s, kept).owner, "ns/old");
 }

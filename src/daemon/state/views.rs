@@ -21,7 +21,8 @@ impl IpamState {
         }
         for family in &self.cfg.families {
             let in_family = || {
-                self.allocations
+                self.ledger
+                    .allocations()
                     .iter()
                     .filter(|rec| Family::of_addr(&rec.ip) == *family)
             };
@@ -58,7 +59,8 @@ impl IpamState {
 
     /// Addresses a pod or the node holds (not cooling).
     pub fn live_addresses(&self) -> std::collections::BTreeSet<std::net::IpAddr> {
-        self.allocations
+        self.ledger
+            .allocations()
             .iter()
             .filter(|r| r.state() != AllocationState::Cooling)
             .map(|r| r.ip)
@@ -141,7 +143,7 @@ impl IpamState {
             interface_name: ep.host_ifname.clone(),
             owner: ep.owner.clone(),
             addressing,
-            restored: self.restored_endpoints.contains(&ep.key()),
+            restored: self.ledger.is_restored(&ep.container_id, &ep.ifname),
         }
     }
 
@@ -150,11 +152,21 @@ impl IpamState {
     pub fn endpoint(&self, id: &str) -> Result<EndpointView, ApiError> {
         let found = if let Some(rest) = id.strip_prefix("cni-attachment-id:") {
             match rest.rsplit_once(':') {
-                Some((cid, ifname)) => self.endpoints.get(&EndpointRecord::key_of(cid, ifname)),
-                None => self.endpoints.values().find(|e| e.container_id == rest),
+                Some((cid, ifname)) => self
+                    .ledger
+                    .endpoints()
+                    .get(&EndpointRecord::key_of(cid, ifname)),
+                None => self
+                    .ledger
+                    .endpoints()
+                    .values()
+                    .find(|e| e.container_id == rest),
             }
         } else if let Some(cid) = id.strip_prefix("container-id:") {
-            self.endpoints.values().find(|e| e.container_id == cid)
+            self.ledger
+                .endpoints()
+                .values()
+                .find(|e| e.container_id == cid)
         } else {
             return Err(ApiError::new(
                 ErrorKind::Invalid,
@@ -182,15 +194,16 @@ impl IpamState {
             node_name: self.cfg.node_name.clone(),
             restore: self.restore_report.clone(),
             datapath: self.cfg.datapath_mode.to_string(),
-            journal: self.journal.path().display().to_string(),
+            journal: self.ledger.journal().path().display().to_string(),
             ..Default::default()
         };
         let now = now_ms();
         let mut lines = Vec::new();
-        let operator_error = self.node.status.ipam.operator_status.error.clone();
+        let operator_error = self.sync.operator_error().to_string();
         for family in &self.cfg.families {
             let in_family = || {
-                self.allocations
+                self.ledger
+                    .allocations()
                     .iter()
                     .filter(|rec| Family::of_addr(&rec.ip) == *family)
             };
@@ -253,7 +266,7 @@ impl IpamState {
             ipam.ipv4 = None;
             ipam.ipv6 = None;
         }
-        for rec in self.allocations.iter().filter(|_| !brief) {
+        for rec in self.ledger.allocations().iter().filter(|_| !brief) {
             if rec.state() == AllocationState::Cooling {
                 let until = rec.cooling_until_ms().unwrap_or(now);
                 ipam.cooling.insert(
@@ -267,9 +280,7 @@ impl IpamState {
                 continue;
             }
             let restored = match (rec.container_id(), rec.ifname()) {
-                (Some(c), Some(i)) => self
-                    .restored_endpoints
-                    .contains(&EndpointRecord::key_of(c, i)),
+                (Some(c), Some(i)) => self.ledger.is_restored(c, i),
                 _ => false,
             };
             let mut owner = rec.owner().to_string();
@@ -284,11 +295,11 @@ impl IpamState {
         }
         let exhausted: Vec<&RangeStatus> =
             ipam.ranges.iter().filter(|r| r.is_exhausted()).collect();
-        let cilium = if let Some(f) = self.journal.failure() {
+        let cilium = if let Some(f) = self.ledger.journal().failure() {
             ipam.journal_error = f.message.clone();
             StatusElement {
                 state: "Failure".into(),
-                msg: self.journal_unavailable(&format!(
+                msg: self.ledger.unavailable(&format!(
                     "{} (for {} s)",
                     f.message,
                     now.saturating_sub(f.since_ms) / 1000
