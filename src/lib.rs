@@ -30,10 +30,10 @@ pub mod resources;
 pub mod store;
 
 /// Runs the binary: the CNI plugin when `CNI_COMMAND` is set and non-empty, else a
-/// subcommand. Returns the exit code.
+/// subcommand. Returns the exit code (the plugin exits itself, see `plugin::exit`).
 pub fn run() -> i32 {
     match std::env::var("CNI_COMMAND") {
-        Ok(c) if !c.is_empty() => plugin::run(),
+        Ok(c) if !c.is_empty() => plugin::exit(plugin::run()),
         _ => cli::run(std::env::args().collect()),
     }
 }

@@ -3,7 +3,7 @@
 
 use std::io;
 
-use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_core::{DefaultNla, NLA_F_NESTED, NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{
     InfoData, InfoKind, InfoVeth, InfoVxlan, LinkAttribute, LinkFlags, LinkInfo as NlLinkInfo,
@@ -18,6 +18,13 @@ use super::socket::{NetlinkSocket, Request};
 /// The loopback device's ifindex, the same in every network namespace (the
 /// kernel registers `lo` first, with the fixed `LOOPBACK_IFINDEX`).
 pub const LOOPBACK_INDEX: u32 = 1;
+
+/// `IFLA_AF_SPEC` (include/uapi/linux/if_link.h): per-family link settings.
+const IFLA_AF_SPEC: u16 = 26;
+/// `IFLA_INET_CONF` inside `IFLA_AF_SPEC`/`AF_INET`: the link's IPv4 sysctls.
+const IFLA_INET_CONF: u16 = 1;
+/// `IPV4_DEVCONF_RP_FILTER` (include/uapi/linux/ip.h).
+const IPV4_DEVCONF_RP_FILTER: u16 = 8;
 
 /// What we know about a link, as reported by RTM_GETLINK.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,6 +143,39 @@ pub(super) fn pair_link_messages(
         }
     }
     (host, peer)
+}
+
+/// One netlink attribute (header, `value`, padding to 4 bytes), as bytes to nest
+/// in another.
+fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
+    let len = 4 + value.len();
+    let mut out = Vec::with_capacity((len + 3) & !3);
+    // An attribute inside a link message is far below 64 KiB.
+    out.extend_from_slice(&u16::try_from(len).unwrap_or(u16::MAX).to_ne_bytes());
+    out.extend_from_slice(&kind.to_ne_bytes());
+    out.extend_from_slice(value);
+    out.resize((len + 3) & !3, 0);
+    out
+}
+
+/// The RTM_NEWLINK body that creates the veth pair of `spec` (names checked).
+fn veth_message(spec: &VethSpec<'_>) -> Result<LinkMessage> {
+    validate_ifname(spec.host_name)?;
+    validate_ifname(spec.peer_name)?;
+    let (mut host, peer) = pair_link_messages(
+        spec.host_name,
+        spec.host_mac,
+        spec.peer_name,
+        spec.peer_mac,
+        spec.peer_netns,
+        spec.mtu,
+        spec.txqlen,
+    );
+    host.attributes.push(LinkAttribute::LinkInfo(vec![
+        NlLinkInfo::Kind(InfoKind::Veth),
+        NlLinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer))),
+    ]));
+    Ok(host)
 }
 
 fn first_link(msgs: Vec<RouteNetlinkMessage>) -> Option<LinkInfo> {
@@ -276,34 +316,50 @@ impl NetlinkSocket {
     /// the host name (or the peer name in the pod netns) is taken. Returns the
     /// host end (its `link` is the peer's ifindex).
     pub fn create_veth_pair(&self, spec: &VethSpec<'_>) -> Result<LinkInfo> {
-        validate_ifname(spec.host_name)?;
-        validate_ifname(spec.peer_name)?;
-        let ctx = || {
-            format!(
-                "creating veth {} (peer {} in {}){}",
-                spec.host_name,
-                spec.peer_name,
-                spec.peer_netns.label(),
-                self.where_()
-            )
-        };
-
-        let (mut host, peer) = pair_link_messages(
-            spec.host_name,
-            spec.host_mac,
-            spec.peer_name,
-            spec.peer_mac,
-            spec.peer_netns,
-            spec.mtu,
-            spec.txqlen,
-        );
-        host.attributes.push(LinkAttribute::LinkInfo(vec![
-            NlLinkInfo::Kind(InfoKind::Veth),
-            NlLinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer))),
-        ]));
+        let host = veth_message(spec)?;
         // `spec.peer_netns` (and so the fd inside the request) is borrowed for
         // the whole call, so the fd stays valid until the kernel has read it.
-        self.create_pair(host, spec.host_name, ctx)
+        self.create_pair(host, spec.host_name, || self.veth_context(spec))
+    }
+
+    /// [`create_veth_pair`](Self::create_veth_pair), answering only with the
+    /// ifindexes of the host end and of the peer (`peer_sock` is a socket in
+    /// `spec.peer_netns`): two `SIOCGIFINDEX` ioctls instead of a RTM_GETLINK
+    /// whose 1.5 KiB answer is parsed.
+    pub fn create_veth_pair_indexes(
+        &self,
+        spec: &VethSpec<'_>,
+        peer_sock: &NetlinkSocket,
+    ) -> Result<(u32, u32)> {
+        let host = veth_message(spec)?;
+        self.perform(Request {
+            msg: RouteNetlinkMessage::NewLink(host),
+            flags: NLM_F_CREATE | NLM_F_EXCL,
+            ctx: Box::new(|| self.veth_context(spec)),
+        })?;
+        let vanished = |what: &str| DatapathError::Netlink {
+            context: format!("{}: the created {what} vanished", self.veth_context(spec)),
+            source: io::Error::from_raw_os_error(libc::ENODEV),
+            ext_ack: None,
+        };
+        let host = self
+            .link_index(spec.host_name)?
+            .ok_or_else(|| vanished("link"))?;
+        let peer = peer_sock
+            .link_index(spec.peer_name)?
+            .ok_or_else(|| vanished("peer"))?;
+        Ok((host, peer))
+    }
+
+    /// What creating the pair of `spec` is called in its error.
+    fn veth_context(&self, spec: &VethSpec<'_>) -> String {
+        format!(
+            "creating veth {} (peer {} in {}){}",
+            spec.host_name,
+            spec.peer_name,
+            spec.peer_netns.label(),
+            self.where_()
+        )
     }
 
     fn set_link(&self, msg: LinkMessage, what: impl Fn() -> String) -> Result<()> {
@@ -350,6 +406,33 @@ impl NetlinkSocket {
             ctx: Box::new(move || {
                 format!(
                     "setting link #{index} up with alias {alias:?}{}",
+                    self.where_()
+                )
+            }),
+        }
+    }
+
+    /// Sets a link's IPv4 `rp_filter` (`net/ipv4/conf/<link>/rp_filter`) in one
+    /// RTM_SETLINK, built for a [`batch`](Self::batch): the kernel sets the
+    /// per-link IPv4 sysctls named in `IFLA_AF_SPEC`/`AF_INET`/`IFLA_INET_CONF`
+    /// (nested `u32`s keyed by `IPV4_DEVCONF_*`) as a write to /proc/sys does,
+    /// without the path walk of opening the file.
+    pub fn rp_filter_request(&self, index: u32, value: u32) -> Request<'_> {
+        let conf = nla(IPV4_DEVCONF_RP_FILTER, &value.to_ne_bytes());
+        let inet = nla(IFLA_INET_CONF | NLA_F_NESTED, &conf);
+        let af = nla(libc::AF_INET as u16 | NLA_F_NESTED, &inet);
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.attributes.push(LinkAttribute::Other(DefaultNla::new(
+            IFLA_AF_SPEC | NLA_F_NESTED,
+            af,
+        )));
+        Request {
+            msg: RouteNetlinkMessage::SetLink(msg),
+            flags: 0,
+            ctx: Box::new(move || {
+                format!(
+                    "setting rp_filter {value} on link #{index}{}",
                     self.where_()
                 )
             }),

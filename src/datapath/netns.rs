@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 use nix::sched::{CloneFlags, setns};
@@ -110,31 +110,28 @@ impl AsFd for NetNs {
 /// Only for single-threaded callers such as the plugin: the daemon uses
 /// [`in_netns`] (a thread of a runtime's pool must never switch).
 pub struct NetnsGuard {
-    original: File,
+    home: NetNs,
     left: bool,
 }
 
-/// Moves the calling thread into `ns`, remembering where it was.
-pub fn enter_netns(ns: &NetNs) -> Result<NetnsGuard> {
-    let original = File::open(THREAD_SELF_NETNS)
-        .map_err(|e| DatapathError::io(format!("opening {THREAD_SELF_NETNS}"), e))?;
+/// Moves the calling thread into `ns`; `home` is the netns it is in now, where
+/// the guard takes it back (e.g. [`NetlinkSocket::netns`] of a socket the thread
+/// opened there, which costs no /proc path walk).
+pub fn enter_netns(ns: &NetNs, home: NetNs) -> Result<NetnsGuard> {
     setns(ns.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
         DatapathError::io(
             format!("entering network namespace {}", ns.label),
             io::Error::from(e),
         )
     })?;
-    Ok(NetnsGuard {
-        original,
-        left: false,
-    })
+    Ok(NetnsGuard { home, left: false })
 }
 
 impl NetnsGuard {
     /// Returns the thread to its original netns.
     pub fn leave(mut self) -> Result<()> {
         self.left = true;
-        setns(self.original.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
+        setns(self.home.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
             DatapathError::io(
                 "returning to the original network namespace",
                 io::Error::from(e),
@@ -146,7 +143,7 @@ impl NetnsGuard {
 impl Drop for NetnsGuard {
     fn drop(&mut self) {
         if !self.left {
-            let _ = setns(self.original.as_fd(), CloneFlags::CLONE_NEWNET);
+            let _ = setns(self.home.as_fd(), CloneFlags::CLONE_NEWNET);
         }
     }
 }
@@ -180,6 +177,26 @@ where
 }
 
 impl NetlinkSocket {
+    /// The netns this socket is bound to, from the socket itself (`SIOCGSKNS`,
+    /// Linux 4.9): no /proc path walk.
+    pub fn netns(&self) -> Result<NetNs> {
+        // SAFETY: SIOCGSKNS takes no argument and returns a new fd or -1.
+        let fd = unsafe { libc::ioctl(self.raw_fd(), libc::SIOCGSKNS as _) };
+        if fd < 0 {
+            return Err(DatapathError::io(
+                format!(
+                    "finding the network namespace of a netlink socket{}",
+                    self.where_()
+                ),
+                io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: a successful SIOCGSKNS returns a fresh fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let label = self.ns_label().unwrap_or("the socket's network namespace");
+        Ok(NetNs::from_fd(fd, label))
+    }
+
     /// Open a socket inside `ns` (via a short-lived thread). The socket can be
     /// used from any thread afterwards and always acts on `ns`.
     pub fn new_in(ns: &NetNs) -> Result<Self> {

@@ -81,6 +81,12 @@ impl NetlinkSocket {
         self.ns_label = Some(label);
     }
 
+    /// The label of the namespace it was opened in with
+    /// [`new_in`](NetlinkSocket::new_in), if any.
+    pub(crate) fn ns_label(&self) -> Option<&str> {
+        self.ns_label.as_deref()
+    }
+
     /// Suffix for error contexts: `" in <netns>"` for sockets opened in another netns.
     pub(crate) fn where_(&self) -> String {
         match &self.ns_label {

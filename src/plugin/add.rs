@@ -30,7 +30,7 @@ use crate::api::models::{
 };
 use crate::cni::{CniEnv, CniError, CniResult, Command, Interface, IpConfig, NetConf, Route};
 use crate::datapath::{
-    DatapathError, LOOPBACK_INDEX, LinkInfo, NetNs, NetkitMode, NetkitSpec, NetlinkSocket, Request,
+    DatapathError, LOOPBACK_INDEX, NetNs, NetkitMode, NetkitSpec, NetlinkSocket, Request,
     RouteSpec, RuleSpec, VethSpec, eni_rules, eni_table, enter_netns, format_mac, host_ifname,
     random_mac, set_sysctl, write_sysctl,
 };
@@ -93,7 +93,7 @@ pub fn add(
     let netns = open_netns(netns_path)?;
     let host_sock =
         NetlinkSocket::new().map_err(dp("opening netlink in the runtime's namespace"))?;
-    let pod_sock = open_pod_socket(&netns)?;
+    let pod_sock = open_pod_socket(&netns, &host_sock)?;
     let host_name = host_ifname(cid, ifname);
     if pod_sock
         .link_index(ifname)
@@ -276,7 +276,7 @@ impl Attempt<'_> {
             .as_ref()
             .is_some_and(|a| a.enabled)
         {
-            set_pod_ipv6_defaults(self.netns)?;
+            set_pod_ipv6_defaults(self.netns, self.host_sock)?;
         }
         let pair = self.create_pair()?;
         self.set_up_host_side(pair.host_index, &plans)?;
@@ -318,7 +318,7 @@ impl Attempt<'_> {
                 Some(random_mac().map_err(dp("generating a MAC address"))?),
             )
         };
-        let host = match self.new_pair(mode, host_mac, pod_mac) {
+        let (host_index, pod_index) = match self.new_pair(mode, host_mac, pod_mac) {
             Err(e) if e.is_exists() => {
                 clear_previous_attempt(
                     self.host_sock,
@@ -332,56 +332,66 @@ impl Attempt<'_> {
             created => created,
         }
         .map_err(dp("unable to set up link on host side"))?;
-        // IFLA_LINK of the host end is the pod end's index in the pod netns (0 when
-        // the peer is gone); older kernels leave it out when it equals the host
-        // end's own index, and then the pod end is looked up by name.
-        let pod_index = match host.link.filter(|&i| i != 0) {
+        let pod_index = match pod_index {
             Some(index) => index,
             None => self.pod_index_by_name()?,
         };
         Ok(LinkPair {
-            host_index: host.index,
+            host_index,
             pod_index,
             host_mac,
             pod_mac,
         })
     }
 
-    /// One attempt at creating the pair (`create_pair`); the host end as the
-    /// kernel reports it.
+    /// One attempt at creating the pair (`create_pair`): the host end's index, and
+    /// the pod end's when known. A veth's ends are looked up by ioctl; a netkit
+    /// primary comes back from the kernel, whose IFLA_LINK is the pod end's index
+    /// in the pod netns (0 when the peer is gone; older kernels leave it out when
+    /// it equals the host end's own index, and then the pod end is looked up by
+    /// name).
     fn new_pair(
         &self,
         mode: &str,
         host_mac: Option<[u8; 6]>,
         pod_mac: Option<[u8; 6]>,
-    ) -> Result<LinkInfo, DatapathError> {
+    ) -> Result<(u32, Option<u32>), DatapathError> {
         let (host_name, peer_name, mtu) = (self.host_name, self.ifname, self.daemon_cfg.device_mtu);
         match mode {
-            "netkit" | "netkit-l2" => self.host_sock.create_netkit_pair(&NetkitSpec {
-                mode: if mode == "netkit" {
-                    NetkitMode::L3
-                } else {
-                    NetkitMode::L2
-                },
-                host_name,
-                host_mac,
-                peer_name,
-                peer_mac: pod_mac,
-                mtu,
-                peer_netns: self.netns,
-                txqlen: Some(1000),
-                headroom: 0,
-                tailroom: 0,
-            }),
-            _ => self.host_sock.create_veth_pair(&VethSpec {
-                host_name,
-                host_mac,
-                peer_name,
-                peer_mac: pod_mac,
-                mtu,
-                peer_netns: self.netns,
-                txqlen: Some(1000),
-            }),
+            "netkit" | "netkit-l2" => self
+                .host_sock
+                .create_netkit_pair(&NetkitSpec {
+                    mode: if mode == "netkit" {
+                        NetkitMode::L3
+                    } else {
+                        NetkitMode::L2
+                    },
+                    host_name,
+                    host_mac,
+                    peer_name,
+                    peer_mac: pod_mac,
+                    mtu,
+                    peer_netns: self.netns,
+                    txqlen: Some(1000),
+                    headroom: 0,
+                    tailroom: 0,
+                })
+                .map(|host| (host.index, host.link.filter(|&i| i != 0))),
+            _ => self
+                .host_sock
+                .create_veth_pair_indexes(
+                    &VethSpec {
+                        host_name,
+                        host_mac,
+                        peer_name,
+                        peer_mac: pod_mac,
+                        mtu,
+                        peer_netns: self.netns,
+                        txqlen: Some(1000),
+                    },
+                    self.pod_sock,
+                )
+                .map(|(host, pod)| (host, Some(pod))),
         }
     }
 
@@ -401,14 +411,13 @@ impl Attempt<'_> {
             .map(|pod| pod.index)
     }
 
-    /// Host side: no `rp_filter` (the daemon's nftables source check verifies the
-    /// pod's source addresses, both families), then in one datagram up (with podnet's
-    /// marker in its alias, set in the same request), a /32 (/128) route to the
-    /// pod, and an NDP proxy entry so the pod can resolve the IPv6 router address.
+    /// Host side: its IPv6 sysctls, then in one datagram no `rp_filter` (the
+    /// daemon's nftables source check verifies the pod's source addresses, both
+    /// families; set by netlink, not through /proc), up (with podnet's marker in
+    /// its alias, set in the same request), a /32 (/128) route to the pod, and an
+    /// NDP proxy entry so the pod can resolve the IPv6 router address.
     fn set_up_host_side(&self, host_index: u32, plans: &[FamilyPlan]) -> Result<(), CniError> {
         let (host_sock, host_name) = (self.host_sock, self.host_name);
-        set_sysctl(&format!("net/ipv4/conf/{host_name}/rp_filter"), "0")
-            .map_err(dp("host rp_filter"))?;
         if plans.iter().any(|p| p.ip.is_ipv6()) {
             // No DAD on the host side: while its link-local address is tentative the
             // kernel sends no neighbour solicitation to the pod at all.
@@ -430,7 +439,10 @@ impl Attempt<'_> {
             Some(alias) => host_sock.link_up_with_alias_request(host_index, alias),
             None => host_sock.link_up_request(host_index),
         };
-        let mut steps = vec![Step::new(up, "bringing up the host side")];
+        let mut steps = vec![
+            Step::new(host_sock.rp_filter_request(host_index, 0), "host rp_filter"),
+            Step::new(up, "bringing up the host side"),
+        ];
         for (p, route) in plans.iter().zip(&routes) {
             let req = host_sock
                 .replace_route_request(route)
@@ -839,9 +851,10 @@ fn disable_host_ipv6(host_name: &str) -> Result<(), CniError> {
 
 /// A netlink socket inside the pod's netns. It is opened before the allocation,
 /// so an interface of another plugin is refused (104) before any address is taken.
-fn open_pod_socket(netns: &NetNs) -> Result<NetlinkSocket, CniError> {
+fn open_pod_socket(netns: &NetNs, host_sock: &NetlinkSocket) -> Result<NetlinkSocket, CniError> {
     in_pod(
         netns,
+        host_sock,
         "opening netlink in the pod's namespace",
         NetlinkSocket::new,
     )
@@ -850,21 +863,28 @@ fn open_pod_socket(netns: &NetNs) -> Result<NetlinkSocket, CniError> {
 /// The pod's IPv6 defaults, once the daemon's answer says IPv6 is on: IPv6 on,
 /// and no DAD for interfaces created from now on (so `eth0`, created next,
 /// answers at once).
-fn set_pod_ipv6_defaults(netns: &NetNs) -> Result<(), CniError> {
-    in_pod(netns, "setting the pod's IPv6 defaults", || {
+fn set_pod_ipv6_defaults(netns: &NetNs, host_sock: &NetlinkSocket) -> Result<(), CniError> {
+    in_pod(netns, host_sock, "setting the pod's IPv6 defaults", || {
         write_sysctl("net/ipv6/conf/all/disable_ipv6", "0")?;
         write_sysctl("net/ipv6/conf/default/accept_dad", "0").map(|_| ())
     })
 }
 
 /// Runs `f` with this (the plugin's only) thread in the pod's netns, and comes
-/// back; `what` names `f`'s work in its error.
+/// back to the netns of `host_sock` (the runtime's, where the thread is); `what`
+/// names `f`'s work in its error.
 fn in_pod<T>(
     netns: &NetNs,
+    host_sock: &NetlinkSocket,
     what: &'static str,
     f: impl FnOnce() -> Result<T, DatapathError>,
 ) -> Result<T, CniError> {
-    let guard = enter_netns(netns).map_err(dp("entering the pod's network namespace"))?;
+    // From the socket, else (a kernel before 4.9) from /proc.
+    let home = host_sock
+        .netns()
+        .or_else(|_| NetNs::current())
+        .map_err(dp("opening the runtime's network namespace"))?;
+    let guard = enter_netns(netns, home).map_err(dp("entering the pod's network namespace"))?;
     let done = f();
     guard
         .leave()

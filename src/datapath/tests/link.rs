@@ -108,6 +108,63 @@ fn veth_pair_peer_created_in_pod_netns() {
 }
 
 #[test]
+fn veth_pair_by_indexes_and_rp_filter_by_netlink() {
+    if !root("veth_pair_by_indexes_and_rp_filter_by_netlink") {
+        return;
+    }
+    in_private_netns(|| {
+        let pod = new_netns("pod-idx");
+        let host = NetlinkSocket::new().unwrap();
+        let podsock = NetlinkSocket::new_in(&pod).unwrap();
+        let spec = VethSpec {
+            host_name: "lxcidx0",
+            host_mac: None,
+            peer_name: "eth0",
+            peer_mac: None,
+            mtu: 1400,
+            peer_netns: &pod,
+            txqlen: None,
+        };
+        let (h, p) = host.create_veth_pair_indexes(&spec, &podsock).unwrap();
+        assert_eq!(host.link_by_name("lxcidx0").unwrap().unwrap().index, h);
+        let peer = podsock.link_by_name("eth0").unwrap().unwrap();
+        assert_eq!((peer.index, peer.link), (p, Some(h)));
+        let e = host.create_veth_pair_indexes(&spec, &podsock).unwrap_err();
+        assert!(e.is_exists(), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("creating veth lxcidx0 (peer eth0 in pod-idx): File exists"),
+            "{e}"
+        );
+
+        // rp_filter as /proc/sys has it, set through the link's IPv4 conf.
+        let key = "net/ipv4/conf/lxcidx0/rp_filter";
+        for value in [2, 0, 1, 0] {
+            let outcome = host.batch(vec![host.rp_filter_request(h, value)]).unwrap();
+            assert!(outcome.into_iter().all(|o| o.is_ok()));
+            assert_eq!(read_sysctl(key).unwrap(), value.to_string());
+        }
+        let e = host
+            .perform(host.rp_filter_request(999_999, 0))
+            .unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("setting rp_filter 0 on link #999999: "),
+            "{e}"
+        );
+
+        // A socket knows its netns: the pod's, not the thread's.
+        assert_eq!(podsock.netns().unwrap().id().unwrap(), pod.id().unwrap());
+        assert_eq!(podsock.netns().unwrap().label(), "pod-idx");
+        assert_eq!(
+            host.netns().unwrap().id().unwrap(),
+            NetNs::current().unwrap().id().unwrap()
+        );
+    });
+}
+
+#[test]
 fn delete_missing_link() {
     if !root("delete_missing_link") {
         return;
