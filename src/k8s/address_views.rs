@@ -1,9 +1,9 @@
 //! Pods and CiliumNodes as the cluster-wide duplicate check sees them
 //! ([`crate::ipam::duplicates`]): the conversions from the API server's objects
 //! and one read of both, shared by the operator's periodic check and `podnet ipam
-//! check`. The Pods are listed cluster-wide in pages of [`POD_PAGE`] (a consistent
-//! snapshot: every page is served at the first page's resourceVersion), and only
-//! what the check needs is kept of each.
+//! check`. The Pods and CiliumNodes are listed cluster-wide page by page
+//! ([`list_pages`]: a consistent snapshot), and only what the check needs is kept
+//! of each.
 
 use std::convert::Infallible;
 use std::net::IpAddr;
@@ -12,13 +12,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
 use super::discovery::{CiliumKind, DiscoveryError, resolve};
-use super::objects::{ListError, list_valid};
+use super::objects::{ListError, list_pages, list_valid};
 use crate::ipam::duplicates::{NodeRange, NodeView, PodView, RangeSource};
 use crate::ipam::leaks::PodName;
 use crate::resources::{NodeIpamStatus, NodeResource, NodeSpec, NodeStatus, ObjectMeta};
-
-/// Pods per list request.
-pub const POD_PAGE: u32 = 500;
 
 /// Why the Pods and CiliumNodes could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -100,20 +97,10 @@ fn kept(n: &NodeResource) -> NodeResource {
 /// Every Pod of the cluster, page by page.
 pub async fn list_pods(client: &kube::Client) -> Result<Vec<PodView>, ListError> {
     let api = Api::<Pod>::all(client.clone());
-    let mut views = Vec::new();
-    let mut params = ListParams::default().limit(POD_PAGE);
-    loop {
-        let page = api.list(&params).await.map_err(|source| ListError {
-            kind: "Pod",
-            version: "v1".into(),
-            source,
-        })?;
-        views.extend(page.items.iter().map(pod_view));
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(views),
-        }
-    }
+    list_pages(&api, ListParams::default(), "Pod", "v1", |p| {
+        Some(pod_view(p))
+    })
+    .await
 }
 
 /// A Pod as the check needs it (an IP the API server has that does not parse is

@@ -14,11 +14,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use serde::Serialize;
 
-use super::objects::ListError;
+use super::objects::{ListError, list_pages};
 use crate::ipam::leaks::{REASON_LEAK, REASON_RELEASED, note_address};
-
-/// Events per list request.
-const EVENT_PAGE: u32 = 500;
 
 /// One leak Event on a Node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,19 +46,8 @@ pub async fn list(client: &kube::Client) -> Result<Vec<LeakEvent>, ListError> {
     let mut events = Vec::new();
     for reason in [REASON_LEAK, REASON_RELEASED] {
         let selector = format!("reason={reason},involvedObject.kind=Node");
-        let mut params = ListParams::default().fields(&selector).limit(EVENT_PAGE);
-        loop {
-            let page = api.list(&params).await.map_err(|source| ListError {
-                kind: "Event",
-                version: "v1".into(),
-                source,
-            })?;
-            events.extend(page.items.iter().filter_map(leak_event));
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
-            }
-        }
+        let params = ListParams::default().fields(&selector);
+        events.extend(list_pages(&api, params, "Event", "v1", leak_event).await?);
     }
     Ok(events)
 }

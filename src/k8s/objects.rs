@@ -49,9 +49,39 @@ pub struct ListError {
     pub source: kube::Error,
 }
 
-/// Objects per list request of [`list_valid`]: only one page of whole objects is
-/// held at a time, each converted as it arrives.
-const LIST_PAGE: u32 = 500;
+/// Objects per list request: only one page of whole objects is held at a time,
+/// each converted as it arrives.
+pub const LIST_PAGE: u32 = 500;
+
+/// Every object `params` selects, [`LIST_PAGE`] at a time (a consistent snapshot:
+/// every page is served at the first page's resourceVersion), each turned into
+/// what the caller keeps by `keep` (None: left out) as its page arrives. `kind`
+/// and `version` name the list in the error.
+pub async fn list_pages<K, V>(
+    api: &Api<K>,
+    params: ListParams,
+    kind: &'static str,
+    version: &str,
+    mut keep: impl FnMut(&K) -> Option<V>,
+) -> Result<Vec<V>, ListError>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = params.limit(LIST_PAGE);
+    let mut kept = Vec::new();
+    loop {
+        let page = api.list(&params).await.map_err(|source| ListError {
+            kind,
+            version: version.to_string(),
+            source,
+        })?;
+        kept.extend(page.items.iter().filter_map(&mut keep));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(kept),
+        }
+    }
+}
 
 /// Every object of `resource` (of `kind`) that reads as `T` and that `convert`
 /// takes, listed page by page; any other is logged and left out (the others
@@ -67,15 +97,12 @@ where
     E: std::fmt::Display,
 {
     let api = Api::<DynamicObject>::all_with(client.clone(), resource);
-    let mut params = ListParams::default().limit(LIST_PAGE);
-    let mut converted = Vec::new();
-    loop {
-        let page = api.list(&params).await.map_err(|source| ListError {
-            kind,
-            version: resource.api_version.clone(),
-            source,
-        })?;
-        converted.extend(page.items.iter().filter_map(|obj| {
+    list_pages(
+        &api,
+        ListParams::default(),
+        kind,
+        &resource.api_version,
+        |obj| {
             let checked = typed::<T, _>(obj, kind)
                 .map_err(|e| e.to_string())
                 .and_then(|t| {
@@ -84,12 +111,9 @@ where
             checked
                 .inspect_err(|e| tracing::error!(error = %e, "{kind} left out"))
                 .ok()
-        }));
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(converted),
-        }
-    }
+        },
+    )
+    .await
 }
 
 /// The typed node resource of a CiliumNode object.
