@@ -417,7 +417,13 @@ fn tunnel_mode_connects_pods_across_nodes_follows_node_changes_and_survives_a_re
         "{TEST}: new node's pod reachable {:?} after its ADD",
         joined.elapsed()
     );
-    assert!(ping(&p4.ns, &[], &p2_ip));
+    // node-2 learns node-4 through its own watch, which may come a moment after
+    // node-1's: the reply from p2 needs it.
+    wait_for(
+        "the new node's pod to reach node-2's pod",
+        Duration::from_secs(10),
+        || ping(&p4.ns, &["-W1"], &p2_ip),
+    );
 
     // A restart keeps the routes and a live connection.
     let p2_addr: IpAddr = p2_ip.parse().expect("ip");
