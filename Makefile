@@ -110,10 +110,12 @@ image: release
 		echo "make image: /bin/busybox is dynamically linked: apt-get install busybox-static" >&2; exit 1; fi
 	python3 scripts/oci-image images/busybox/Containerfile /bin localhost/busybox:1.35 $(IMAGE_DIR)/busybox.oci.tar
 
-# A one-node Kubernetes cluster (kubelet + containerd) to try podnet on: see
-# scripts/node. Then `scripts/node kubectl apply -f deploy/`.
+# A one-node Kubernetes cluster (kubelet + a runtime) to try podnet on: see
+# scripts/node (PODNET_NODE_RUNTIME=containerd2 or crio: builds them first). Then
+# `scripts/node kubectl apply -f deploy/`.
 node: image
 	bash scripts/k8s-binaries >/dev/null
+	if [ "$${PODNET_NODE_RUNTIME:-containerd1}" != containerd1 ]; then bash scripts/k8s-binaries runtimes >/dev/null; fi
 	bash scripts/node start
 
 node-down:

@@ -1,12 +1,14 @@
 //! podnet on a real Kubernetes node: `scripts/node` runs etcd, kube-apiserver,
-//! kube-controller-manager, kube-scheduler, containerd and the kubelet in a network
-//! namespace of its own; `kubectl apply -f deploy/` installs podnet from the image
-//! `make image` built (its DaemonSet and operator Deployment); a Deployment of
-//! busybox pods is started by the kubelet through containerd's CRI, which calls the
-//! installed podnet plugin. The kubelet and containerd use fixed host paths, so one
-//! such node runs per machine: `scripts/node start` refuses while another runs,
-//! and the node is stopped (by PID, everything unmounted) when the test ends, also
-//! on failure.
+//! kube-controller-manager, kube-scheduler, a container runtime and the kubelet in
+//! a network namespace of its own; `kubectl apply -f deploy/` installs podnet from
+//! the image `make image` built (its DaemonSet and operator Deployment); busybox
+//! pods are started by the kubelet through the runtime's CRI, which calls the
+//! installed podnet plugin. Every scenario runs once on each runtime
+//! (`real_node::<runtime>::<scenario>`): containerd 1.6, containerd 2 and CRI-O,
+//! whose CNI callers differ (docs/runtimes.md). The kubelet and the runtime use
+//! fixed host paths, so one such node runs per machine: `scripts/node start`
+//! refuses while another runs, and the node is stopped (by PID, everything
+//! unmounted) when the test ends, also on failure.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -31,16 +33,26 @@ const REPLICAS: usize = 20;
 /// processes.
 struct RealNode {
     dir: PathBuf,
+    /// scripts/node's PODNET_NODE_RUNTIME.
+    runtime: &'static str,
     _one_node: MutexGuard<'static, ()>,
 }
 
 static ONE_NODE: Mutex<()> = Mutex::new(());
 
 impl RealNode {
-    /// Starts the node, or reports a skip (a failure under CI=true) when a part is
-    /// missing.
-    fn start(test: &str) -> Option<RealNode> {
-        if !node_parts_or_skip(test, &[]) {
+    /// Starts the node with `runtime`, or reports a skip (a failure under
+    /// CI=true) when a part is missing.
+    fn start(test: &str, runtime: &'static str) -> Option<RealNode> {
+        // The runtimes `scripts/k8s-binaries runtimes` builds, and the CNI
+        // plugins their nodes have.
+        let parts: &[&str] = match runtime {
+            "containerd2" => &["containerd2/containerd", "cni-plugins/loopback"],
+            "crio" => &["crio/crio", "cni-plugins/loopback"],
+            _ => &[],
+        };
+        let test = format!("{test} on {runtime}");
+        if !node_parts_or_skip(&test, parts) {
             return None;
         }
         let one_node = ONE_NODE
@@ -49,6 +61,7 @@ impl RealNode {
         let dir = std::env::temp_dir().join(unique("podnet-node-"));
         let node = RealNode {
             dir,
+            runtime,
             _one_node: one_node,
         };
         node.script_ok(&["start"]);
@@ -123,6 +136,7 @@ impl Scripted for RealNode {
         let mut cmd = Command::new("bash");
         cmd.arg(repo().join("scripts/node"))
             .env("PODNET_NODE_DIR", &self.dir)
+            .env("PODNET_NODE_RUNTIME", self.runtime)
             .env("PODNET_NODE_IMAGES", images_dir());
         cmd
     }
@@ -265,10 +279,9 @@ fn deployment(replicas: usize) -> String {
 /// agent's pod, after which one more pod starts; deleting the Deployment frees
 /// every address and leaves no link or route behind; `kubectl delete -f deploy/`
 /// takes the CNI config off the node.
-#[test]
-fn deploy_runs_pods_through_podnet_on_a_real_node() {
-    let test = "deploy_runs_pods_through_podnet_on_a_real_node";
-    let Some(node) = RealNode::start(test) else {
+fn deploy_runs_pods_through_podnet(runtime: &'static str) {
+    let test = "deploy_runs_pods_through_podnet";
+    let Some(node) = RealNode::start(test, runtime) else {
         return;
     };
     let deploy = repo().join("deploy");
@@ -497,10 +510,9 @@ fn deploy_runs_pods_through_podnet_on_a_real_node() {
 /// `deploy/` with CAP_NET_ADMIN taken out of the agent's capabilities: the agent
 /// fails at start, and `kubectl describe` (the container's termination message)
 /// names the capability, what it is for and where to add it.
-#[test]
-fn agent_without_net_admin_fails_at_start_naming_it_on_a_real_node() {
-    let test = "agent_without_net_admin_fails_at_start_naming_it_on_a_real_node";
-    let Some(node) = RealNode::start(test) else {
+fn agent_without_net_admin_fails_at_start_naming_it(runtime: &'static str) {
+    let test = "agent_without_net_admin_fails_at_start_naming_it";
+    let Some(node) = RealNode::start(test, runtime) else {
         return;
     };
     node.apply(&deploy_manifest(&[("add: [NET_ADMIN]", "add: []")]));
@@ -533,10 +545,9 @@ fn agent_without_net_admin_fails_at_start_naming_it_on_a_real_node() {
 /// usable pod addresses per node), a Deployment of 20 replicas has exactly that
 /// many pods Running; the rest stay ContainerCreating, their events carrying the
 /// plugin's range-full error.
-#[test]
-fn lab1_a_28_node_mask_runs_what_podnet_plan_says() {
+fn lab1_a_28_node_mask_runs_what_podnet_plan_says(runtime: &'static str) {
     let test = "lab1_a_28_node_mask_runs_what_podnet_plan_says";
-    let Some(node) = RealNode::start(test) else {
+    let Some(node) = RealNode::start(test, runtime) else {
         return;
     };
     let plan = Command::new(podnet_bin())
@@ -639,10 +650,9 @@ fn pod_manifest(namespace: &str, name: &str, annotations: &str) -> String {
 /// outside the default pool), and the pods reach each other across the pools. A pod
 /// in a namespace annotated `ipam.cilium.io/require-pool-match: "true"` that no pool
 /// matches stays ContainerCreating with the pool-match error in its events.
-#[test]
-fn lab2_namespace_and_pod_annotations_select_pools() {
+fn lab2_namespace_and_pod_annotations_select_pools(runtime: &'static str) {
     let test = "lab2_namespace_and_pod_annotations_select_pools";
-    let Some(node) = RealNode::start(test) else {
+    let Some(node) = RealNode::start(test, runtime) else {
         return;
     };
     let pools = [
@@ -786,3 +796,34 @@ fn lab2_namespace_and_pod_annotations_select_pools() {
         "the unmatched pod got an address"
     );
 }
+
+/// The scenarios above, each a test on each runtime: `real_node::crio::lab1_...`.
+macro_rules! on_each_runtime {
+    ($($runtime:ident),+) => {$(
+        mod $runtime {
+            const RUNTIME: &str = stringify!($runtime);
+
+            #[test]
+            fn deploy_runs_pods_through_podnet() {
+                super::deploy_runs_pods_through_podnet(RUNTIME);
+            }
+
+            #[test]
+            fn agent_without_net_admin_fails_at_start_naming_it() {
+                super::agent_without_net_admin_fails_at_start_naming_it(RUNTIME);
+            }
+
+            #[test]
+            fn lab1_a_28_node_mask_runs_what_podnet_plan_says() {
+                super::lab1_a_28_node_mask_runs_what_podnet_plan_says(RUNTIME);
+            }
+
+            #[test]
+            fn lab2_namespace_and_pod_annotations_select_pools() {
+                super::lab2_namespace_and_pod_annotations_select_pools(RUNTIME);
+            }
+        }
+    )+};
+}
+
+on_each_runtime!(containerd1, containerd2, crio);

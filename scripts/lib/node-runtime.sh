@@ -42,105 +42,29 @@ runtime_socket() {
 
 # node_cni_plugins NODE: the dir holding the loopback and portmap the node's
 # base install has.
-node_cni_plugins() {
-    case "$(runtime_of "$1")" in
-        containerd1) printf '/usr/lib/cni' ;;
-        *) printf '%s/cni-plugins' "$BIN" ;;
-    esac
-}
+node_cni_plugins() { runtime_cni_plugins "$(runtime_of "$1")"; }
 
 # check_runtimes: every runtime RUNTIMES names is installed.
 check_runtimes() {
-    local word b
-    for word in $RUNTIMES; do
-        case "$word" in
-            containerd1)
-                for b in containerd ctr runc containerd-shim-runc-v2; do
-                    command -v "$b" > /dev/null || die "$b is missing (containerd1): apt-get install containerd runc (scripts/setup does)"
-                done
-                for b in loopback portmap; do
-                    [ -x "/usr/lib/cni/$b" ] ||
-                        die "/usr/lib/cni/$b is missing: apt-get install containernetworking-plugins (scripts/setup does)"
-                done
-                ;;
-            containerd2 | crio)
-                local need=(cni-plugins/loopback cni-plugins/portmap)
-                if [ "$word" = containerd2 ]; then
-                    need+=(containerd2/containerd containerd2/ctr containerd2/containerd-shim-runc-v2)
-                else
-                    need+=(crio/crio crio/pinns)
-                fi
-                for b in "${need[@]}"; do
-                    [ -x "$BIN/$b" ] || die "$BIN/$b is missing ($word): run scripts/k8s-binaries runtimes"
-                done
-                for b in runc conmon skopeo; do
-                    [ "$word" = crio ] || [ "$b" = runc ] || continue
-                    command -v "$b" > /dev/null || die "$b is missing ($word): run scripts/k8s-binaries runtimes (it installs Debian's)"
-                done
-                ;;
-            *) die "PODNET_CLUSTER_RUNTIMES: '$word' is not containerd1, containerd2 or crio" ;;
-        esac
-    done
+    local word
+    for word in $RUNTIMES; do check_runtime "$word"; done
 }
 
-# write_runtime_config NODE: the runtime's config files in STATE/nodes/NODE/.
-write_runtime_config() {
-    local node=$1 c="$DIR/nodes/$1"
-    case "$(runtime_of "$node")" in
-        containerd1)
-            cat > "$c/containerd.toml" << EOF
-version = 2
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+# The node's runtime configs (runtime_configs), in its state dir.
+runtime_conf() { printf '%s/nodes/%s/runtime-config' "$DIR" "$1"; }
 
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$PAUSE_IMAGE"
-  # No process here may lower oom_score_adj (CAP_SYS_RESOURCE is outside every
-  # bounding set): without this every sandbox fails in runc.
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/opt/cni/bin"
-    conf_dir = "/etc/cni/net.d"
-EOF
-            ;;
-        containerd2)
-            containerd2_config /var/lib/containerd /run/containerd /run/containerd/containerd.sock \
-                "$BIN/containerd2/containerd-shim-runc-v2" "$PAUSE_IMAGE" > "$c/containerd.toml"
-            ;;
-        crio)
-            mkdir -p "$c/crio/crio.conf.d" "$c/crio/registries.conf.d" "$c/crio/policies"
-            # runc through scripts/lib/runc-restricted: what containerd's
-            # restrict_oom_score_adj and disable_hugetlb_controller do, for this host.
-            CRIO_RUNTIME_PATH="$REPO/scripts/lib/runc-restricted" \
-                crio_config "$c/crio" /var/lib /run /run/crio/crio.sock "$BIN/crio/pinns" "$PAUSE_IMAGE" > "$c/crio/crio.conf"
-            crio_storage /var/lib /run > "$c/crio/storage.conf"
-            crio_policy > "$c/crio/policy.json"
-            crio_registries > "$c/crio/registries.conf"
-            ;;
-    esac
+# write_runtime_config NODE: the runtime's config files, paths in its mount
+# namespace.
+write_runtime_config() {
+    local node=$1 word root=/var/lib/containerd run=/run/containerd
+    word=$(runtime_of "$node")
+    [ "$word" != crio ] || { root=/var/lib; run=/run; }
+    runtime_configs "$word" "$(runtime_conf "$node")" "$root" "$run" "$(runtime_socket "$node")" "$PAUSE_IMAGE"
 }
 
 start_runtime() {
-    local node=$1 c="$DIR/nodes/$1"
-    case "$(runtime_of "$node")" in
-        containerd1) spawn "$node" runtime /usr/bin/containerd --config "$c/containerd.toml" ;;
-        containerd2) spawn "$node" runtime "$BIN/containerd2/containerd" --config "$c/containerd.toml" ;;
-        crio)
-            spawn "$node" runtime env CONTAINERS_STORAGE_CONF="$c/crio/storage.conf" "$BIN/crio/crio" \
-                --config "$c/crio/crio.conf" --config-dir "$c/crio/crio.conf.d" \
-                --registries-conf "$c/crio/registries.conf" --registries-conf-dir "$c/crio/registries.conf.d"
-            ;;
-    esac
+    runtime_argv "$(runtime_of "$1")" "$(runtime_conf "$1")"
+    spawn "$1" runtime "${RUNTIME_ARGV[@]}"
 }
 
 wait_for_runtime() {
@@ -149,19 +73,8 @@ wait_for_runtime() {
         test -S "$DIR/nodes/$node/fs$(runtime_socket "$node")"
 }
 
-# archive_name ARCHIVE: the image name an OCI archive of scripts/oci-image holds
-# (its one manifest's org.opencontainers.image.ref.name).
-archive_name() {
-    tar -xOf "$1" index.json | python3 -c '
-import json, sys
-m = json.load(sys.stdin)["manifests"]
-if len(m) != 1:
-    sys.exit("want one manifest, found %d" % len(m))
-print(m[0]["annotations"]["org.opencontainers.image.ref.name"])'
-}
-
 # CRI-O's storage as skopeo names it (the node's paths: run in its mount namespace).
-CRIO_STORE="containers-storage:[overlay@/var/lib/containers/storage+/run/containers/storage]"
+CRIO_STORE=$(crio_store /var/lib /run)
 
 # ctr2 NODE ARGS...: containerd 2's ctr in the k8s.io namespace; quiet unless it
 # fails (every call warns that cgroup v1 support is deprecated).
@@ -182,9 +95,8 @@ import_image() {
         containerd2) ctr2 "$node" images import "$archive" ;;
         crio)
             name=$(archive_name "$archive") || die "no image name in $archive"
-            in_node "$node" env CONTAINERS_STORAGE_CONF="$DIR/nodes/$node/crio/storage.conf" \
-                skopeo --policy "$DIR/nodes/$node/crio/policy.json" copy --quiet \
-                "oci-archive:$archive" "$CRIO_STORE$name" > /dev/null
+            crio_copy_argv "$(runtime_conf "$node")" "oci-archive:$archive" "$CRIO_STORE$name"
+            in_node "$node" "${CRIO_COPY_ARGV[@]}" > /dev/null
             ;;
     esac || die "importing $archive into $node ($(runtime_of "$node")) failed"
 }
@@ -196,9 +108,8 @@ tag_image() {
         containerd1) in_node "$node" ctr --address /run/containerd/containerd.sock -n k8s.io images tag "$src" "$dst" > /dev/null ;;
         containerd2) ctr2 "$node" images tag "$src" "$dst" ;;
         crio)
-            in_node "$node" env CONTAINERS_STORAGE_CONF="$DIR/nodes/$node/crio/storage.conf" \
-                skopeo --policy "$DIR/nodes/$node/crio/policy.json" copy --quiet \
-                "$CRIO_STORE$src" "$CRIO_STORE$dst" > /dev/null
+            crio_copy_argv "$(runtime_conf "$node")" "$CRIO_STORE$src" "$CRIO_STORE$dst"
+            in_node "$node" "${CRIO_COPY_ARGV[@]}" > /dev/null
             ;;
     esac || die "tagging $src as $dst on $node ($(runtime_of "$node")) failed"
 }

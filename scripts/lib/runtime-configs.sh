@@ -1,8 +1,12 @@
 # shellcheck shell=bash
-# Config files for the container runtimes scripts/k8s-binaries builds with its
-# `runtimes` argument (issue 28): containerd v2.4.2 and CRI-O v1.34.0. Source it;
-# each function prints one file to stdout, so the caller picks where it goes:
+# Config files for the container runtimes of scripts/node and scripts/cluster:
+# Debian's containerd 1.6 and those scripts/k8s-binaries builds with its
+# `runtimes` argument, containerd v2.4.2 and CRI-O v1.34.0. Source it; each
+# function prints one file to stdout, so the caller picks where it goes:
 #
+#   containerd1_config ROOT STATE SOCKET PAUSE_IMAGE
+#       containerd 1.6's config.toml (version 2), CNI from /opt/cni/bin and
+#       /etc/cni/net.d.
 #   containerd2_config ROOT STATE SOCKET SHIM PAUSE_IMAGE [CNI_BIN_DIR] [CNI_CONF_DIR]
 #       containerd 2's config.toml (version 3). ROOT and STATE are containerd's
 #       root (persistent) and state (/run-like) dirs; SOCKET its gRPC socket;
@@ -23,6 +27,29 @@
 #   crio_policy           policy.json: accept anything (images are imported)
 #   crio_registries       registries.conf: no registries, no short-name search
 #
+# And for a script that runs one (REPO and BIN set; BIN holds what
+# `scripts/k8s-binaries runtimes` built):
+#
+#   check_runtime WORD  what the runtime WORD (containerd1, containerd2, crio)
+#                       and its node's loopback and portmap need is installed
+#                       (else die, saying what installs it)
+#   runtime_cni_plugins WORD
+#                       the dir of the loopback and portmap a node of WORD has
+#   runtime_configs WORD CONF ROOT RUN SOCKET PAUSE_IMAGE [LOG_DIR]
+#       every config file of the runtime WORD (containerd1, containerd2, crio)
+#       written into the dir CONF; ROOT and RUN are its persistent and /run-like
+#       dirs. CRI-O runs runc through scripts/lib/runc-restricted: what
+#       containerd's restrict_oom_score_adj and disable_hugetlb_controller do,
+#       for this host (docs/runtimes.md).
+#   runtime_argv WORD CONF   sets RUNTIME_ARGV to the command that runs it
+#   crio_copy_argv CONF SRC DST
+#                            sets CRIO_COPY_ARGV to a skopeo copy with the
+#                            storage and policy of CONF (SRC and DST are skopeo
+#                            image references; run it where the store's paths are)
+#   crio_store ROOT RUN      the containers-storage reference prefix of that store
+#   archive_name ARCHIVE     the image name an OCI archive of scripts/oci-image
+#                            holds (what an import into CRI-O must name)
+#
 # CRI-O reads registries.conf from a flag, not from crio.conf: start it as
 #   crio --config CONF/crio.conf --config-dir CONF/crio.conf.d \
 #        --registries-conf CONF/registries.conf --registries-conf-dir CONF/registries.conf.d
@@ -40,6 +67,44 @@
 toml_str() {
     local s=${1//\\/\\\\}
     printf '"%s"' "${s//\"/\\\"}"
+}
+
+containerd1_config() {
+    local root=$1 state=$2 socket=$3 pause=$4
+    cat << EOF
+version = 2
+root = $(toml_str "$root")
+state = $(toml_str "$state")
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+
+[grpc]
+  address = $(toml_str "$socket")
+
+# /opt/containerd is the default: keep every path of the daemon under ROOT.
+[plugins."io.containerd.internal.v1.opt"]
+  path = $(toml_str "$root/opt")
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = $(toml_str "$pause")
+  # No process here may lower oom_score_adj (CAP_SYS_RESOURCE is outside every
+  # bounding set): without this every sandbox fails in runc.
+  restrict_oom_score_adj = true
+  # The pods' netns bind mounts under the state dir.
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/opt/cni/bin"
+    conf_dir = "/etc/cni/net.d"
+EOF
 }
 
 containerd2_config() {
@@ -193,4 +258,86 @@ crio_registries() {
 unqualified-search-registries = []
 short-name-mode = "enforcing"
 EOF
+}
+
+archive_name() {
+    tar -xOf "$1" index.json | python3 -c '
+import json, sys
+m = json.load(sys.stdin)["manifests"]
+if len(m) != 1:
+    sys.exit("want one manifest, found %d" % len(m))
+print(m[0]["annotations"]["org.opencontainers.image.ref.name"])'
+}
+
+check_runtime() {
+    local b need=() tools=()
+    case "$1" in
+        containerd1)
+            for b in containerd ctr runc containerd-shim-runc-v2; do
+                command -v "$b" > /dev/null || die "$b is missing (containerd1): apt-get install containerd runc (scripts/setup does)"
+            done
+            for b in loopback portmap; do
+                [ -x "/usr/lib/cni/$b" ] ||
+                    die "/usr/lib/cni/$b is missing: apt-get install containernetworking-plugins (scripts/setup does)"
+            done
+            return 0
+            ;;
+        containerd2) need=(containerd2/containerd containerd2/ctr containerd2/containerd-shim-runc-v2) tools=(runc) ;;
+        crio) need=(crio/crio crio/pinns) tools=(runc conmon skopeo) ;;
+        *) die "'$1' is not a runtime: give containerd1, containerd2 or crio" ;;
+    esac
+    for b in "${need[@]}" cni-plugins/loopback cni-plugins/portmap; do
+        [ -x "$BIN/$b" ] || die "$BIN/$b is missing ($1): run scripts/k8s-binaries runtimes"
+    done
+    for b in "${tools[@]}"; do
+        command -v "$b" > /dev/null || die "$b is missing ($1): run scripts/k8s-binaries runtimes (it installs Debian's)"
+    done
+}
+
+runtime_cni_plugins() {
+    case "$1" in
+        containerd1) printf '/usr/lib/cni' ;;
+        *) printf '%s/cni-plugins' "$BIN" ;;
+    esac
+}
+
+runtime_configs() {
+    local word=$1 conf=$2 root=$3 run=$4 socket=$5 pause=$6 log_dir=${7:-/var/log/pods}
+    mkdir -p "$conf"
+    case "$word" in
+        containerd1) containerd1_config "$root" "$run" "$socket" "$pause" > "$conf/containerd.toml" ;;
+        containerd2)
+            containerd2_config "$root" "$run" "$socket" "$BIN/containerd2/containerd-shim-runc-v2" \
+                "$pause" > "$conf/containerd.toml"
+            ;;
+        crio)
+            mkdir -p "$conf/crio.conf.d" "$conf/registries.conf.d" "$conf/policies"
+            CRIO_RUNTIME_PATH="$REPO/scripts/lib/runc-restricted" crio_config "$conf" "$root" "$run" \
+                "$socket" "$BIN/crio/pinns" "$pause" /opt/cni/bin /etc/cni/net.d "$log_dir" > "$conf/crio.conf"
+            crio_storage "$root" "$run" > "$conf/storage.conf"
+            crio_policy > "$conf/policy.json"
+            crio_registries > "$conf/registries.conf"
+            ;;
+    esac
+}
+
+runtime_argv() {
+    local conf=$2
+    case "$1" in
+        containerd1) RUNTIME_ARGV=(/usr/bin/containerd --config "$conf/containerd.toml") ;;
+        containerd2) RUNTIME_ARGV=("$BIN/containerd2/containerd" --config "$conf/containerd.toml") ;;
+        crio)
+            RUNTIME_ARGV=(env CONTAINERS_STORAGE_CONF="$conf/storage.conf" "$BIN/crio/crio"
+                --config "$conf/crio.conf" --config-dir "$conf/crio.conf.d"
+                --registries-conf "$conf/registries.conf" --registries-conf-dir "$conf/registries.conf.d")
+            ;;
+    esac
+}
+
+crio_copy_argv() {
+    CRIO_COPY_ARGV=(env CONTAINERS_STORAGE_CONF="$1/storage.conf" skopeo --policy "$1/policy.json" copy --quiet "$2" "$3")
+}
+
+crio_store() {
+    printf 'containers-storage:[overlay@%s/containers/storage+%s/containers/storage]' "$1" "$2"
 }
