@@ -131,6 +131,7 @@ impl RealNode {
 
 impl Scripted for RealNode {
     const WAIT: Duration = Duration::from_secs(180);
+    const MARKER: &'static str = "/run/podnet-node.dir";
 
     fn command(&self) -> Command {
         let mut cmd = Command::new("bash");

@@ -89,15 +89,28 @@ pub trait Scripted {
     /// The cluster's state dir (its logs in `logs/`).
     fn dir(&self) -> &Path;
 
+    /// The file in which the script names the state dir of the cluster running on
+    /// this machine (one at a time).
+    const MARKER: &'static str;
+
     /// The end of the logs that explain a failed wait (the kubelets').
     fn log_tail(&self) -> String;
 
     /// The script's `stop` (for `Drop`): the state dir is removed, or kept with
-    /// its logs when the test failed.
+    /// its logs when the test failed. A cluster another run started (this test's
+    /// start was refused) is left alone: `stop` would end whatever the marker names.
     fn tear_down(&self) {
-        let out = self.script(&["stop"]);
-        if !out.status.success() {
-            eprintln!("stop failed:\n{}", text(&out));
+        let running = std::fs::read_to_string(Self::MARKER).ok();
+        match running.as_deref().map(str::trim) {
+            Some(other) if Path::new(other) != self.dir() => {
+                eprintln!("{other} (another run's) is running: not stopped");
+            }
+            _ => {
+                let out = self.script(&["stop"]);
+                if !out.status.success() {
+                    eprintln!("stop failed:\n{}", text(&out));
+                }
+            }
         }
         if std::thread::panicking() {
             eprintln!("logs kept in {}", self.dir().join("logs").display());

@@ -256,6 +256,7 @@ fn running(pid: &str) -> bool {
 
 impl Scripted for Cluster {
     const WAIT: Duration = Duration::from_secs(300);
+    const MARKER: &'static str = "/run/podnet-cluster.dir";
 
     fn command(&self) -> Command {
         let mut cmd = Command::new("bash");
