@@ -162,6 +162,19 @@ pub fn operator_error(cp: &ControlPlane, node: &str) -> String {
     )
 }
 
+/// GETs of leases the API server answered (apiserver_request_total).
+fn lease_reads(cp: &ControlPlane) -> u64 {
+    let metrics = cp
+        .kubectl(&["get", "--raw", "/metrics"])
+        .expect_ok("metrics");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| l.contains("resource=\"leases\"") && l.contains("verb=\"GET\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
 pub fn lease_holder(cp: &ControlPlane) -> String {
     let out = cp.kubectl(&[
         "get",
@@ -473,6 +486,23 @@ fn a_follower_takes_over_when_the_leader_is_killed_mid_burst() {
                 .log()
                 .contains("another replica leads; waiting for its lease to expire")
         },
+    );
+
+    // The follower watches the Lease instead of reading it every retry period:
+    // over 10 s of rest no reads of leases (client-go's follower makes 5; the API
+    // server's own identity lease may add one or two).
+    let reads_before = lease_reads(&cp);
+    std::thread::sleep(Duration::from_secs(10));
+    let reads = lease_reads(&cp) - reads_before;
+    eprintln!("{TEST}: reads of leases over 10 s with a leader and a follower: {reads}");
+    assert!(
+        reads <= 2,
+        "{reads} reads of leases in 10 s: the follower polls"
+    );
+    assert!(
+        !ops[follower].log().contains("cannot watch the Lease"),
+        "the deployed Role refused the follower's watch: {}",
+        ops[follower].log()
     );
 
     // 50 CiliumNodes, created with kubectl in batches of 5 while the leader works.

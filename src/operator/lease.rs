@@ -3,17 +3,23 @@
 //! change to the Lease is an update checked against the resourceVersion read, so two
 //! replicas can never both win. A follower takes the lease over once the record it
 //! last saw has not changed for the lease duration, timed on its own clock (no clock
-//! skew between replicas matters). The leader renews every retry period and gives up
-//! leading when no renewal succeeded for the renew deadline, which is shorter than
-//! the lease: it stops before anyone else may start. On a graceful stop it releases
-//! the lease so a follower takes over at once.
+//! skew between replicas matters). Unlike client-go, which reads the Lease every
+//! retry period, a follower watches it and reads it only when the lease it saw may
+//! have expired or was released: the leader's renewals reach it as watch events, not
+//! as requests. The leader renews every retry period and gives up leading when no
+//! renewal succeeded for the renew deadline, which is shorter than the lease: it
+//! stops before anyone else may start. On a graceful stop it releases the lease so a
+//! follower takes over at once.
 
+use std::pin::Pin;
 use std::time::{Duration, Instant, SystemTime};
 
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::{Api, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 
 /// The Lease's name (Cilium's operator uses `cilium-operator-resource-lock`).
 pub const LEASE_NAME: &str = "podnet-operator-resource-lock";
@@ -69,6 +75,26 @@ impl Record {
     }
 }
 
+/// The Lease's changes as a follower sees them (a watch of that one object).
+type LeaseEvents =
+    Pin<Box<dyn Stream<Item = Result<watcher::Event<Lease>, watcher::Error>> + Send>>;
+
+/// How long a follower waits before its next attempt: after an attempt that found
+/// the lease held by another replica, until the record it saw unchanged for
+/// `seen_for` has been unchanged for the lease's `duration` (then it may take it
+/// over); after a lost race or an error, one retry period.
+fn follower_wait(
+    attempt: &Result<Attempt, kube::Error>,
+    seen_for: Duration,
+    duration: Duration,
+    retry: Duration,
+) -> Duration {
+    match attempt {
+        Ok(Attempt::HeldByOther) => duration.saturating_sub(seen_for),
+        _ => retry,
+    }
+}
+
 /// One replica's side of the election.
 pub struct Elector {
     client: kube::Client,
@@ -114,8 +140,16 @@ impl Elector {
     /// Waits until this replica holds the lease.
     pub async fn acquire(&mut self) {
         let mut reported = String::new();
+        let mut events: LeaseEvents = watcher(
+            self.api.clone(),
+            watcher::Config::default().fields(&format!("metadata.name={LEASE_NAME}")),
+        )
+        .default_backoff()
+        .boxed();
+        let mut watch_refused = false;
         loop {
-            match self.try_acquire_or_renew().await {
+            let attempt = self.try_acquire_or_renew().await;
+            match &attempt {
                 Ok(Attempt::Held) => {
                     tracing::info!(identity = %self.identity, lease = %format!("{}/{LEASE_NAME}", self.namespace), "became leader");
                     self.announce().await;
@@ -136,8 +170,81 @@ impl Elector {
                     tracing::warn!(error = %e, "leader election: cannot read or write the Lease")
                 }
             }
-            tokio::time::sleep(self.jittered()).await;
+            let wait = self.jitter(follower_wait(
+                &attempt,
+                self.seen_for(),
+                self.observed_duration(),
+                self.timing.retry_period,
+            ));
+            let until_expiry = matches!(attempt, Ok(Attempt::HeldByOther));
+            self.follow(&mut events, wait, until_expiry, &mut watch_refused)
+                .await;
         }
+    }
+
+    /// Waits `wait`; returns early when the lease is released or deleted. A wait
+    /// `until_expiry` moves its end whenever the watch shows the record changed (the
+    /// leader renewed: its lease runs from now); a retry's wait does not. Without
+    /// the watch (refused or broken) the wait runs out, and the next attempt reads
+    /// the Lease.
+    async fn follow(
+        &mut self,
+        events: &mut LeaseEvents,
+        wait: Duration,
+        until_expiry: bool,
+        refused: &mut bool,
+    ) {
+        let mut deadline = tokio::time::Instant::now() + wait;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return,
+                event = events.next() => match event {
+                    Some(Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease))) => {
+                        *refused = false;
+                        let Some(spec) = lease.spec else { continue };
+                        if spec.holder_identity.as_deref().unwrap_or_default().is_empty() {
+                            return;
+                        }
+                        let before = self.seen_for();
+                        self.observe(&spec);
+                        if until_expiry && self.seen_for() < before {
+                            let until = self.observed_duration().saturating_sub(self.seen_for());
+                            deadline = tokio::time::Instant::now() + self.jitter(until);
+                        }
+                    }
+                    Some(Ok(watcher::Event::Delete(_))) => return,
+                    Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => {}
+                    Some(Err(e)) => {
+                        if !*refused {
+                            tracing::warn!(error = %e, "cannot watch the Lease; reading it when the lease may have expired instead (the operator's Role needs list and watch on leases: deploy/operator.yaml)");
+                            *refused = true;
+                        }
+                    }
+                    None => {
+                        tokio::time::sleep_until(deadline).await;
+                        return;
+                    }
+                },
+            }
+        }
+    }
+
+    /// How long the record last seen has been unchanged (zero before any).
+    fn seen_for(&self) -> Duration {
+        self.observed
+            .as_ref()
+            .map(|(_, at)| at.elapsed())
+            .unwrap_or_default()
+    }
+
+    /// The lease duration the record last seen gives (ours by default).
+    fn observed_duration(&self) -> Duration {
+        self.observed
+            .as_ref()
+            .and_then(|(r, _)| r.duration)
+            .and_then(|s| u64::try_from(s).ok())
+            .map(Duration::from_secs)
+            .unwrap_or(self.timing.lease_duration)
     }
 
     /// Renews the lease every retry period while leading; returns why leading
@@ -188,11 +295,11 @@ impl Elector {
         }
     }
 
-    /// The retry period plus up to 10 % jitter, so followers do not move in step.
-    fn jittered(&self) -> Duration {
+    /// `wait` plus up to 10 % of the retry period, so followers do not move in step.
+    fn jitter(&self, wait: Duration) -> Duration {
         let mut b = [0u8; 1];
         let r = getrandom::fill(&mut b).map(|_| b[0]).unwrap_or(0);
-        self.timing.retry_period + self.timing.retry_period * u32::from(r) / 2550
+        wait + self.timing.retry_period * u32::from(r) / 2550
     }
 
     fn observe(&mut self, spec: &LeaseSpec) -> Instant {
@@ -220,11 +327,7 @@ impl Elector {
         let spec = current.spec.clone().unwrap_or_default();
         let seen_at = self.observe(&spec);
         let holder = spec.holder_identity.clone().unwrap_or_default();
-        let duration = spec
-            .lease_duration_seconds
-            .and_then(|s| u64::try_from(s).ok())
-            .map(Duration::from_secs)
-            .unwrap_or(self.timing.lease_duration);
+        let duration = self.observed_duration();
         if !leading && !holder.is_empty() && holder != self.identity && seen_at.elapsed() < duration
         {
             return Ok(Attempt::HeldByOther);
@@ -325,5 +428,45 @@ impl Elector {
         if let Err(e) = events.create(&PostParams::default(), &event).await {
             tracing::warn!(error = %e, "cannot record the leader election Event");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(15);
+    const RETRY: Duration = Duration::from_secs(2);
+
+    #[test]
+    fn a_follower_waits_until_the_lease_it_saw_may_have_expired() {
+        let held = Ok(Attempt::HeldByOther);
+        assert_eq!(follower_wait(&held, Duration::ZERO, LEASE, RETRY), LEASE);
+        assert_eq!(
+            follower_wait(&held, Duration::from_secs(11), LEASE, RETRY),
+            Duration::from_secs(4)
+        );
+        // Already past it (the watch was down): try at once.
+        assert_eq!(
+            follower_wait(&held, Duration::from_secs(40), LEASE, RETRY),
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn a_lost_race_or_an_error_waits_one_retry_period() {
+        assert_eq!(
+            follower_wait(&Ok(Attempt::Retry), Duration::ZERO, LEASE, RETRY),
+            RETRY
+        );
+        let refused = Err(kube::Error::Api(
+            kube::core::Status::failure("forbidden", "Forbidden")
+                .with_code(403)
+                .boxed(),
+        ));
+        assert_eq!(
+            follower_wait(&refused, Duration::from_secs(40), LEASE, RETRY),
+            RETRY
+        );
     }
 }
