@@ -116,19 +116,25 @@ pub fn k8s_node(node: NodeNs, kubeconfig: &std::path::Path, args: &[&str]) -> No
 /// that succeeded (a 2xx code). A request that failed wrote nothing; one cut off by
 /// a killed client (an operator SIGKILLed mid-apply) is counted with another code.
 pub fn api_writes(cp: &ControlPlane) -> u64 {
+    api_requests(cp, |l| {
+        (l.contains("resource=\"ciliumnodes\"") || l.contains("resource=\"nodes\""))
+            && l.contains("code=\"2")
+            && ["APPLY", "POST", "PUT", "PATCH", "DELETE"]
+                .iter()
+                .any(|v| l.contains(&format!("verb=\"{v}\"")))
+    })
+}
+
+/// The API server's apiserver_request_total, summed over the label sets (the
+/// text inside `{...}`) `labels` accepts.
+pub fn api_requests(cp: &ControlPlane, labels: impl Fn(&str) -> bool) -> u64 {
     let metrics = cp
         .kubectl(&["get", "--raw", "/metrics"])
         .expect_ok("metrics");
     metrics
         .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| l.contains("resource=\"ciliumnodes\"") || l.contains("resource=\"nodes\""))
-        .filter(|l| l.contains("code=\"2"))
-        .filter(|l| {
-            ["APPLY", "POST", "PUT", "PATCH", "DELETE"]
-                .iter()
-                .any(|v| l.contains(&format!("verb=\"{v}\"")))
-        })
+        .filter_map(|l| l.strip_prefix("apiserver_request_total{"))
+        .filter(|l| labels(l))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
 }

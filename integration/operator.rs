@@ -17,7 +17,7 @@ use nix::unistd::Pid;
 
 use crate::harness::*;
 use crate::k8s::ControlPlane;
-use crate::k8s_backend::{api_writes, create_node, jsonpath, k8s_node};
+use crate::k8s_backend::{api_requests, api_writes, create_node, jsonpath, k8s_node};
 
 const LEASE: &str = "podnet-operator-resource-lock";
 
@@ -164,15 +164,9 @@ pub fn operator_error(cp: &ControlPlane, node: &str) -> String {
 
 /// GETs of leases the API server answered (apiserver_request_total).
 fn lease_reads(cp: &ControlPlane) -> u64 {
-    let metrics = cp
-        .kubectl(&["get", "--raw", "/metrics"])
-        .expect_ok("metrics");
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| l.contains("resource=\"leases\"") && l.contains("verb=\"GET\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    api_requests(cp, |l| {
+        l.contains("resource=\"leases\"") && l.contains("verb=\"GET\"")
+    })
 }
 
 pub fn lease_holder(cp: &ControlPlane) -> String {
