@@ -1,9 +1,12 @@
-//! A local copy of one kind of object, fed by a kube-rs `watcher` (the one relist
-//! buffer of podnet): the objects by `namespace/name` (or `name`), replaced whole
-//! at every (re)list, so an object deleted while the watch was down is gone after
-//! the relist, and a half-read list never looks like deleted objects. Each event
-//! says what changed ([`Change`]); the operator's loops (node CIDRs and blocks, LB
-//! IPAM, Node IPAM) and the agent's cluster-wide CiliumNode watch plan from it.
+//! A watched kind's relist buffer ([`Relist`], the one relist buffer of podnet):
+//! a (re)list is handed on whole once complete, so an object deleted while the
+//! watch was down is gone after the relist, and a half-read list never looks like
+//! deleted objects. [`Relist`] keeps nothing once a list is done (the node loop
+//! hands each object to its allocator, which keeps what it needs); [`Mirror`] is
+//! a local copy of one kind over it, the objects by `namespace/name` (or `name`),
+//! replaced whole at every (re)list. Each event says what changed ([`Change`]);
+//! the operator's LB IPAM and Node IPAM loops and the agent's cluster-wide
+//! CiliumNode watch plan from a [`Mirror`].
 
 use std::collections::BTreeMap;
 
@@ -57,21 +60,97 @@ impl<K> Change<K> {
     }
 }
 
-/// The objects of one kind as the watch last showed them.
-pub struct Mirror<K> {
-    objects: BTreeMap<String, K>,
+/// What one event brought, as [`Relist`] hands it on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step<K> {
+    /// Nothing yet (a list began, an object of a list in progress, an
+    /// interrupted watch).
+    Nothing,
+    /// This object was added or changed (also while a list is in progress:
+    /// [`Relist::listing`] says so).
+    Applied(K),
+    /// This object was deleted (also while a list is in progress).
+    Deleted(K),
+    /// A (re)list is complete: every object there is, by key.
+    Relisted(BTreeMap<String, K>),
+}
+
+/// The objects of a list in progress, held until the list is complete; nothing
+/// else.
+pub struct Relist<K> {
     /// Objects of the list being read (None: no list in progress).
     listing: Option<BTreeMap<String, K>>,
     /// Whether a whole list has been read once.
     pub listed: bool,
 }
 
+impl<K> Default for Relist<K> {
+    fn default() -> Relist<K> {
+        Relist {
+            listing: None,
+            listed: false,
+        }
+    }
+}
+
+impl<K: Keyed> Relist<K> {
+    /// Takes one event.
+    pub fn apply(&mut self, event: Event<K>) -> Step<K> {
+        match event {
+            Event::Init => {
+                self.listing = Some(BTreeMap::new());
+                Step::Nothing
+            }
+            Event::InitApply(obj) => {
+                if let Some(l) = self.listing.as_mut() {
+                    l.insert(obj.key(), obj);
+                }
+                Step::Nothing
+            }
+            Event::InitDone => {
+                self.listed = true;
+                Step::Relisted(self.listing.take().unwrap_or_default())
+            }
+            Event::Apply(obj) => Step::Applied(obj),
+            Event::Delete(obj) => Step::Deleted(obj),
+        }
+    }
+
+    /// Takes one item of the watch stream of `kind` (objects' kind, for
+    /// messages): an interrupted watch is logged (it resumes); `Err` when the
+    /// stream ended.
+    pub fn take(
+        &mut self,
+        item: Option<Result<Event<K>, watcher::Error>>,
+        kind: &str,
+    ) -> Result<Step<K>, WatchEnded> {
+        match item {
+            None => Err(WatchEnded { kind: kind.into() }),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "{kind} watch interrupted; it resumes");
+                Ok(Step::Nothing)
+            }
+            Some(Ok(event)) => Ok(self.apply(event)),
+        }
+    }
+
+    /// Whether a list is being read.
+    pub fn listing(&self) -> bool {
+        self.listing.is_some()
+    }
+}
+
+/// The objects of one kind as the watch last showed them.
+pub struct Mirror<K> {
+    objects: BTreeMap<String, K>,
+    relist: Relist<K>,
+}
+
 impl<K> Default for Mirror<K> {
     fn default() -> Mirror<K> {
         Mirror {
             objects: BTreeMap::new(),
-            listing: None,
-            listed: false,
+            relist: Relist::default(),
         }
     }
 }
@@ -90,56 +169,45 @@ impl<K: Keyed> Mirror<K> {
     /// Applies one event; says what changed (a list in progress changes nothing
     /// until it is done).
     pub fn apply(&mut self, event: Event<K>) -> Change<K> {
-        match event {
-            Event::Init => {
-                self.listing = Some(BTreeMap::new());
-                Change::Nothing
-            }
-            Event::InitApply(obj) => {
-                if let Some(l) = self.listing.as_mut() {
-                    l.insert(obj.key(), obj);
-                }
-                Change::Nothing
-            }
-            Event::InitDone => {
-                self.objects = self.listing.take().unwrap_or_default();
-                self.listed = true;
+        let step = self.relist.apply(event);
+        self.changed(step)
+    }
+
+    /// The copy after `step`.
+    fn changed(&mut self, step: Step<K>) -> Change<K> {
+        let listing = self.relist.listing();
+        match step {
+            Step::Nothing => Change::Nothing,
+            Step::Relisted(objects) => {
+                self.objects = objects;
                 Change::Relisted
             }
-            Event::Apply(obj) => {
+            Step::Applied(obj) => {
                 let key = obj.key();
                 self.objects.insert(key.clone(), obj);
-                match self.listing {
-                    None => Change::Applied(key),
-                    Some(_) => Change::Nothing,
+                match listing {
+                    false => Change::Applied(key),
+                    true => Change::Nothing,
                 }
             }
-            Event::Delete(obj) => {
+            Step::Deleted(obj) => {
                 self.objects.remove(&obj.key());
-                match self.listing {
-                    None => Change::Deleted(obj),
-                    Some(_) => Change::Nothing,
+                match listing {
+                    false => Change::Deleted(obj),
+                    true => Change::Nothing,
                 }
             }
         }
     }
 
-    /// Takes one item of the watch stream of `kind` (objects' kind, for
-    /// messages): an interrupted watch is logged (it resumes); `Err` when the
-    /// stream ended.
+    /// [`Relist::take`], and what the item changed in the copy.
     pub fn take(
         &mut self,
         item: Option<Result<Event<K>, watcher::Error>>,
         kind: &str,
     ) -> Result<Change<K>, WatchEnded> {
-        match item {
-            None => Err(WatchEnded { kind: kind.into() }),
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "{kind} watch interrupted; it resumes");
-                Ok(Change::Nothing)
-            }
-            Some(Ok(event)) => Ok(self.apply(event)),
-        }
+        let step = self.relist.take(item, kind)?;
+        Ok(self.changed(step))
     }
 
     /// [`Mirror::take`], saying only whether planning must see the change.
@@ -151,9 +219,14 @@ impl<K: Keyed> Mirror<K> {
         self.take(item, kind).map(|c| c.matters())
     }
 
+    /// Whether a whole list has been read once.
+    pub fn listed(&self) -> bool {
+        self.relist.listed
+    }
+
     /// Whether a list is being read (the copy is the one before it).
     pub fn listing(&self) -> bool {
-        self.listing.is_some()
+        self.relist.listing()
     }
 
     /// The object of `key`, if the copy has it.
@@ -188,13 +261,41 @@ mod tests {
     }
 
     #[test]
+    fn a_relist_holds_only_the_list_in_progress_and_hands_it_on_whole() {
+        let mut r = Relist::<Service>::default();
+        assert_eq!(r.apply(Event::Init), Step::Nothing);
+        assert!(r.listing());
+        assert_eq!(r.apply(Event::InitApply(svc("a", "y"))), Step::Nothing);
+        assert_eq!(r.apply(Event::InitApply(svc("a", "x"))), Step::Nothing);
+        assert!(!r.listed);
+        let Step::Relisted(all) = r.apply(Event::InitDone) else {
+            panic!("the list is handed on when complete");
+        };
+        assert_eq!(all.keys().collect::<Vec<_>>(), ["a/x", "a/y"]);
+        assert!(r.listed && !r.listing());
+        assert_eq!(
+            r.apply(Event::Apply(svc("b", "z"))),
+            Step::Applied(svc("b", "z"))
+        );
+        assert_eq!(
+            r.apply(Event::Delete(svc("a", "x"))),
+            Step::Deleted(svc("a", "x"))
+        );
+        assert_eq!(
+            r.take(Some(Err(watcher::Error::NoResourceVersion)), "Service"),
+            Ok(Step::Nothing)
+        );
+        assert!(r.take(None, "Service").is_err());
+    }
+
+    #[test]
     fn a_relist_replaces_everything() {
         let mut m = Mirror::<Service>::default();
         assert_eq!(m.apply(Event::Init), Change::Nothing);
         assert_eq!(m.apply(Event::InitApply(svc("a", "x"))), Change::Nothing);
-        assert!(!m.listed);
+        assert!(!m.listed());
         assert_eq!(m.apply(Event::InitDone), Change::Relisted);
-        assert!(m.listed);
+        assert!(m.listed());
         assert_eq!(
             m.apply(Event::Apply(svc("b", "y"))),
             Change::Applied("b/y".into())

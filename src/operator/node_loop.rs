@@ -1,17 +1,18 @@
 //! The leader's one CiliumNode loop, for cluster-pool and multi-pool alike
-//! (Cilium's one watcher with a node-event handler per allocator). It keeps the
-//! watched CiliumNodes in a [`Mirror`] (so a relist is seen only once complete),
-//! hands every change to the allocator's [`NodeHandler`], and writes what each
-//! node needs through a [`NodeWriter`]. The watch's first list is the re-read of
+//! (Cilium's one watcher with a node-event handler per allocator). It hands
+//! every change of the watched CiliumNodes to the allocator's [`NodeHandler`]
+//! (a relist once complete, through a [`Relist`]), and writes what each node
+//! needs through a [`NodeWriter`]. The watch's first list is the re-read of
 //! every CiliumNode: what they hold is re-adopted before anything is allocated,
 //! and while any list is being read, writes wait for its end (the list may still
 //! change what a node needs).
 //!
-//! What the loop keeps of a node is the handler's view of it
+//! What the loop makes of a node is the handler's view of it
 //! ([`NodeHandler::Node`]: its name and the few fields the allocator plans
 //! from), made as each event or write answer arrives: the whole object
-//! (metadata with managedFields, spec, status) is dropped there, so the loop's
-//! memory grows by a few hundred bytes per node, not by the objects' size.
+//! (metadata with managedFields, spec, status) is dropped there. The view goes
+//! to the handler, which keeps what it needs; the loop keeps no copy of the
+//! nodes (only the views of a list in progress, until it is complete).
 //!
 //! Events that have already arrived are taken together (up to [`EVENT_BATCH`]),
 //! and the writes they call for (one per node, different nodes) go out
@@ -31,7 +32,7 @@ use tokio::time::Instant;
 
 use super::metrics::OperatorMetrics;
 use super::retry::{WriteRetries, sleep_until};
-use crate::k8s::mirror::{Change, Keyed, Mirror, WatchEnded};
+use crate::k8s::mirror::{Keyed, Relist, Step, WatchEnded};
 use crate::resources::NodeResource;
 
 /// Writes in flight at once (different nodes).
@@ -139,7 +140,7 @@ impl Written {
 /// it says to write. No I/O.
 pub trait NodeHandler {
     /// What the allocator reads of a CiliumNode (its name, identity and the
-    /// fields it plans from): all the loop keeps of a node.
+    /// fields it plans from): all the loop makes of a node.
     type Node: Keyed + for<'a> From<&'a NodeResource>;
     /// What one node's CiliumNode must be changed to.
     type Write;
@@ -147,7 +148,7 @@ pub trait NodeHandler {
     type Input;
 
     /// A node as listed or watched; returns the nodes that may need writes.
-    fn upsert(&mut self, node: &Self::Node) -> Vec<String>;
+    fn upsert(&mut self, node: Self::Node) -> Vec<String>;
     /// A node was deleted; returns the nodes that may need writes.
     fn delete(&mut self, name: &str) -> Vec<String>;
     /// A (re)list is complete: `listed` are all the nodes there are (each was
@@ -191,11 +192,11 @@ where
 {
     let mut nodes = nodes;
     let mut inputs = inputs.fuse();
-    let mut store = Mirror::<H::Node>::default();
+    let mut watched = Relist::<H::Node>::default();
     let mut retry = WriteRetries::default();
     let mut first_list = true;
     loop {
-        let due = retry.next_due().filter(|_| writable(&store));
+        let due = retry.next_due().filter(|_| writable(&watched));
         let mut dirty: BTreeSet<String> = BTreeSet::new();
         let first = tokio::select! {
             item = nodes.next() => Some(item),
@@ -216,34 +217,33 @@ where
         let arrived = std::iter::from_fn(|| nodes.next().now_or_never()).take(EVENT_BATCH);
         for item in first.into_iter().chain(arrived) {
             let item = item.map(|event| event.map(viewed));
-            let change = match store.take(item, "CiliumNode") {
-                Ok(c) => c,
+            let step = match watched.take(item, "CiliumNode") {
+                Ok(s) => s,
                 Err(ended) => return ended,
             };
-            match change {
-                Change::Nothing => {}
-                Change::Applied(name) => {
-                    if let Some(node) = store.get(&name) {
-                        dirty.extend(handler.upsert(node));
-                    }
-                }
-                Change::Deleted(node) => {
+            match step {
+                Step::Nothing => {}
+                // A list in progress replaces everything before it: the
+                // handler sees it once complete.
+                Step::Applied(_) | Step::Deleted(_) if watched.listing() => {}
+                Step::Applied(node) => dirty.extend(handler.upsert(node)),
+                Step::Deleted(node) => {
                     let name = node.key();
                     retry.succeeded(&name);
                     dirty.extend(handler.delete(&name));
                 }
-                Change::Relisted => {
+                Step::Relisted(all) => {
                     let mut listed = BTreeSet::new();
-                    for node in store.objects() {
+                    for (name, node) in all {
                         handler.upsert(node);
-                        listed.insert(node.key());
+                        listed.insert(name);
                     }
                     let first = std::mem::take(&mut first_list);
                     dirty.extend(handler.relisted(&listed, first));
                 }
             }
         }
-        if !writable(&store) {
+        if !writable(&watched) {
             continue;
         }
         write_all(handler, writer, &mut retry, dirty).await;
@@ -263,12 +263,12 @@ fn viewed<V: for<'a> From<&'a NodeResource>>(event: Event<NodeResource>) -> Even
 }
 
 /// Whether writes may go out: a whole list was read and none is in progress.
-fn writable<K: Keyed>(store: &Mirror<K>) -> bool {
-    store.listed && !store.listing()
+fn writable<K: Keyed>(watched: &Relist<K>) -> bool {
+    watched.listed && !watched.listing()
 }
 
-/// One node's writes as the loop keeps them: what the API server answered,
-/// as the handler's views.
+/// One node's writes as they come back: what the API server answered, as the
+/// handler's views.
 struct Answered<N, W> {
     name: String,
     write: W,
@@ -298,9 +298,9 @@ async fn write_all<H, W>(
                 None => retry.succeeded(&name),
             }
         }
-        // Each answer is cut down to the handler's view as it arrives: a batch
-        // holds views, not whole objects, until it is done.
-        let done: Vec<Answered<H::Node, H::Write>> = futures::stream::iter(jobs)
+        // Each answer is cut down to the handler's view and handed to the
+        // handler as it arrives: a batch keeps no answers.
+        let mut answers = futures::stream::iter(jobs)
             .map(|(name, write)| async move {
                 let written = writer.write(&name, &write).await;
                 Answered {
@@ -310,18 +310,16 @@ async fn write_all<H, W>(
                     write,
                 }
             })
-            .buffer_unordered(WRITE_CONCURRENCY)
-            .collect()
-            .await;
+            .buffer_unordered(WRITE_CONCURRENCY);
         let mut read_again = Vec::new();
-        for Answered {
+        while let Some(Answered {
             name,
             write,
             nodes,
             outcome,
-        } in done
+        }) = answers.next().await
         {
-            for node in &nodes {
+            for node in nodes {
                 handler.upsert(node);
             }
             match outcome {
@@ -346,7 +344,7 @@ async fn write_all<H, W>(
             tracing::debug!(node = %name, "the node changed since it was read; reading it again");
             match writer.read(&name).await {
                 Ok(Some(node)) => {
-                    handler.upsert(&H::Node::from(&node));
+                    handler.upsert(H::Node::from(&node));
                     names.push(name);
                 }
                 Ok(None) => {
@@ -433,9 +431,10 @@ mod tests {
         /// Nodes to plan again.
         type Input = Vec<String>;
 
-        fn upsert(&mut self, node: &ToyNode) -> Vec<String> {
-            self.seen.insert(node.name.clone(), node.clone());
-            vec![node.name.clone()]
+        fn upsert(&mut self, node: ToyNode) -> Vec<String> {
+            let name = node.name.clone();
+            self.seen.insert(node.name.clone(), node);
+            vec![name]
         }
 
         fn delete(&mut self, name: &str) -> Vec<String> {

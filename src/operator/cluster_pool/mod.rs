@@ -38,8 +38,8 @@ impl NodeHandler for NodeCidrs {
     type Write = Pending;
     type Input = Infallible;
 
-    fn upsert(&mut self, node: &Observed) -> Vec<String> {
-        self.observe(node.clone())
+    fn upsert(&mut self, node: Observed) -> Vec<String> {
+        self.observe(node)
     }
 
     fn delete(&mut self, name: &str) -> Vec<String> {

@@ -211,7 +211,7 @@ pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetric
         match fed {
             Err(ended) => return ended,
             Ok(false) => continue,
-            Ok(true) if !c.pools.listed || !c.services.listed => continue,
+            Ok(true) if !c.pools.listed() || !c.services.listed() => continue,
             Ok(true) => {}
         }
         if !c.awake {

@@ -57,12 +57,13 @@ impl NodeHandler for PoolBlocks {
 
     /// Logs what is wrong with its blocks. Nodes waiting for room may get the
     /// blocks it gave back.
-    fn upsert(&mut self, node: &ObservedNode) -> Vec<String> {
-        for problem in self.observe(node.clone()) {
-            tracing::error!(node = %node.name, "{problem}");
+    fn upsert(&mut self, node: ObservedNode) -> Vec<String> {
+        let name = node.name.clone();
+        for problem in self.observe(node) {
+            tracing::error!(node = %name, "{problem}");
         }
         let mut dirty = self.waiting();
-        dirty.push(node.name.clone());
+        dirty.push(name);
         dirty
     }
 

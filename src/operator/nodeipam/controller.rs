@@ -143,7 +143,7 @@ pub async fn run(client: kube::Client, default_ipam: DefaultIpam) -> WatchEnded 
         };
         match fed {
             Err(ended) => return ended,
-            Ok(true) if c.nodes.listed && c.services.listed && c.slices.listed => {
+            Ok(true) if c.nodes.listed() && c.services.listed() && c.slices.listed() => {
                 let outcome = c.reconcile().await;
                 retry.record(outcome, "a Node IPAM write");
             }
