@@ -56,19 +56,32 @@ def netbench(kubectl, client, *args):
     return json.loads(lines[-1])
 
 
-def link_mtus(cluster, node):
-    """The MTUs of the node's links: each by name, except the pods' host ends
-    (a peer in another namespace), which are summed up as "pod links"."""
-    out = subprocess.run(["bash", cluster, "exec", node, "ip", "-j", "link"],
-                         capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        return {}
-    mtus = {}
-    for link in json.loads(out.stdout or "[]"):
+def in_node(cluster, node, *cmd):
+    out = subprocess.run(["bash", cluster, "exec", node, *cmd], capture_output=True, text=True, check=False)
+    return json.loads(out.stdout) if out.returncode == 0 and out.stdout.strip() else None
+
+
+def datapath(cluster, node):
+    """What a packet meets on the node: each link's MTU (the pods' host ends, a
+    peer in another namespace, summed up as "pod links"), the VXLAN device's
+    settings, and the nftables rules per table (kube-proxy's, podnet's, flannel's
+    iptables-nft)."""
+    mtus, vxlan = {}, {}
+    for link in in_node(cluster, node, "ip", "-d", "-j", "link") or []:
         name = link["ifname"]
         key = "pod links" if "link_netnsid" in link and name != "eth0" else name
         mtus.setdefault(key, set()).add(link.get("mtu"))
-    return {k: sorted(v) for k, v in sorted(mtus.items())}
+        info = link.get("linkinfo", {})
+        if info.get("info_kind") == "vxlan":
+            data = info.get("info_data", {})
+            vxlan[name] = {k: data.get(k) for k in ("id", "port", "udp_csum", "learning", "gbp")}
+            vxlan[name].update({k: link.get(k) for k in ("gso_max_size", "gro_max_size", "tso_max_size")})
+    rules = {}
+    for obj in (in_node(cluster, node, "nft", "-j", "list", "ruleset") or {}).get("nftables", []):
+        if "rule" in obj:
+            key = f"{obj['rule']['family']} {obj['rule']['table']}"
+            rules[key] = rules.get(key, 0) + 1
+    return {"mtus": {k: sorted(v) for k, v in sorted(mtus.items())}, "vxlan": vxlan, "nft_rules": rules}
 
 
 def median(values, digits):
@@ -128,7 +141,7 @@ def measure(kubectl, cluster, nodes, rounds, seconds, count):
     loads = [x["load1"] for x in raw if x.get("load1") is not None]
     result["net_load_min"] = min(loads) if loads else None
     result["net_load_max"] = max(loads) if loads else None
-    result["net_mtus"] = {"client_node": link_mtus(cluster, client_node)}
+    result["net_datapath_client_node"] = datapath(cluster, client_node)
     result["net_raw"] = raw
     kubectl("delete", "-f", "-", "--wait=false", stdin=json.dumps(objects(server_node, client_node)))
     return result
