@@ -129,8 +129,9 @@ bench-node: image
 	bash scripts/bench-node
 
 # podnet against flannel on the three-node cluster, side by side in one run
-# (root): pod start-up and release, API server load, agent memory
-# (scripts/bench-peers, BENCHMARKS.md).
+# (root): pod start-up and release, API server load, agent memory, and pod-to-pod
+# and pod-to-Service throughput and latency (scripts/bench-peers, BENCHMARKS.md;
+# BENCH_PARTS=net for the network part alone).
 .PHONY: bench-peers
 bench-peers: image
 	bash scripts/k8s-binaries peers runtimes >/dev/null

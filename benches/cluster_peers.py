@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Pod start-up, release and control-plane load on the running cluster of
-scripts/cluster, for one network (podnet or flannel); scripts/bench-peers runs
-it once per network on a fresh cluster and puts the results side by side.
+"""Pod start-up, release, control-plane load and the pod network's throughput and
+latency on the running cluster of scripts/cluster, for one network (podnet or
+flannel); scripts/bench-peers runs it once per network on a fresh cluster and
+puts the results side by side.
 
-  cluster_peers.py NETWORK PODS REST_SECONDS PODNET_BIN  -> one JSON line on stdout
+  cluster_peers.py NETWORK PODS REST_SECONDS PODNET_BIN [PARTS]  -> one JSON line on stdout
 
+PARTS: "startup net" (default), "startup" (rest, startup, release) or "net".
 Measured, in this order:
   rest       the API server's requests (apiserver_request_total, every verb and
              resource) over REST_SECONDS with no workload: per node per minute;
@@ -18,6 +20,11 @@ Measured, in this order:
              pod of `default`, asked over each agent's socket; flannel: the address
              files in host-local's store /var/lib/cni/networks/cbr0 back to their
              number before the start-up)
+  net        benches/cluster_net.py: pod to pod, host to host (hostNetwork pods)
+             and pod to Service across two nodes, TCP throughput (1 and 8
+             streams) and request/response latency; BENCH_NET_ROUNDS (5),
+             BENCH_NET_SECONDS (8, per stream test), BENCH_NET_RR (20000 round
+             trips per latency test)
 """
 
 import json
@@ -27,6 +34,8 @@ import subprocess
 import sys
 import threading
 import time
+
+import cluster_net
 
 CLUSTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "cluster")
 
@@ -212,11 +221,7 @@ def percentile(values, q):
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-def main():
-    network, pods, rest, podnet_bin = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-    n = len(nodes())
-    result = {"network": network, "nodes": n, "pods": pods}
-
+def startup(network, pods, rest, podnet_bin, n, result):
     a0, t0 = api_requests(), time.monotonic()
     time.sleep(rest)
     result["rest_requests_per_node_min"] = round((api_requests() - a0) / n / ((time.monotonic() - t0) / 60), 1)
@@ -262,7 +267,23 @@ def main():
         time.sleep(0.2)
     result["delete_pods_gone_s"] = round(gone, 2)
     result["delete_addresses_free_s"] = round(freed, 2)
-    result["load"] = os.getloadavg()[0]
+
+
+def main():
+    network, pods, rest, podnet_bin = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+    parts = (sys.argv[5] if len(sys.argv) > 5 else "startup net").split()
+    unknown = set(parts) - {"startup", "net"}
+    if unknown:
+        raise SystemExit(f"unknown parts {sorted(unknown)}: startup, net")
+    names = nodes()
+    result = {"network": network, "nodes": len(names), "pods": pods, "parts": parts}
+    if "startup" in parts:
+        startup(network, pods, rest, podnet_bin, len(names), result)
+        result["load"] = os.getloadavg()[0]
+    if "net" in parts:
+        result.update(cluster_net.measure(
+            kubectl, CLUSTER, names, int(os.environ.get("BENCH_NET_ROUNDS", "5")),
+            float(os.environ.get("BENCH_NET_SECONDS", "8")), int(os.environ.get("BENCH_NET_RR", "20000"))))
     print(json.dumps(result))
 
 
