@@ -90,13 +90,13 @@ fn follower_wait(
     retry: Duration,
 ) -> Duration {
     match attempt {
-        Ok(Attempt::HeldByOther) => until_expiry(seen_for, duration),
+        Ok(Attempt::HeldByOther) => expiry_wait(seen_for, duration),
         _ => retry,
     }
 }
 
 /// How long until a lease record unchanged for `seen_for` may have expired.
-fn until_expiry(seen_for: Duration, duration: Duration) -> Duration {
+fn expiry_wait(seen_for: Duration, duration: Duration) -> Duration {
     duration.saturating_sub(seen_for)
 }
 
@@ -213,7 +213,7 @@ impl Elector {
                         let before = self.seen_for();
                         self.observe(&spec);
                         if until_expiry && self.seen_for() < before {
-                            let until = until_expiry(self.seen_for(), self.observed_duration());
+                            let until = expiry_wait(self.seen_for(), self.observed_duration());
                             deadline = tokio::time::Instant::now() + self.jitter(until);
                         }
                     }
