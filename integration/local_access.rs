@@ -92,7 +92,19 @@ fn a_client_that_is_not_root_gets_403_even_through_a_loosened_socket() {
     chmod(&node.dir.join("run"), 0o755);
     chmod(&node.socket(), 0o666);
     let as_nobody = |cmd: &mut Command| {
-        let out = cmd.uid(NOBODY).gid(NOBODY).output().expect("run as nobody");
+        // The copy of the binary below may still be open for writing in a child
+        // another test thread forked and has not exec'd yet: exec then fails with
+        // ETXTBSY until that child execs.
+        let mut tries = 0;
+        let out = loop {
+            match cmd.uid(NOBODY).gid(NOBODY).output() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                out => break out.expect("run as nobody"),
+            }
+        };
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).to_string(),

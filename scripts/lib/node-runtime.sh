@@ -76,29 +76,19 @@ wait_for_runtime() {
 # CRI-O's storage as skopeo names it (the node's paths: run in its mount namespace).
 CRIO_STORE=$(crio_store /var/lib /run)
 
-# ctr2 NODE ARGS...: containerd 2's ctr in the k8s.io namespace; quiet unless it
-# fails (every call warns that cgroup v1 support is deprecated).
+# ctr2 NODE ARGS...: containerd 2's ctr in the k8s.io namespace, quiet unless it
+# fails.
 ctr2() {
-    local node=$1 out
+    local node=$1
     shift
-    out=$(in_node "$node" "$BIN/containerd2/ctr" --address /run/containerd/containerd.sock -n k8s.io "$@" 2>&1) ||
-        { printf '%s\n' "$out" >&2; return 1; }
+    run_quiet in_node "$node" "$BIN/containerd2/ctr" --address /run/containerd/containerd.sock -n k8s.io "$@"
 }
 
 # import_image NODE ARCHIVE: the image in the node's runtime, under its name.
 import_image() {
-    local node=$1 archive=$2 name
-    case "$(runtime_of "$node")" in
-        containerd1)
-            in_node "$node" ctr --address /run/containerd/containerd.sock -n k8s.io images import "$archive" > /dev/null
-            ;;
-        containerd2) ctr2 "$node" images import "$archive" ;;
-        crio)
-            name=$(archive_name "$archive") || die "no image name in $archive"
-            crio_copy_argv "$(runtime_conf "$node")" "oci-archive:$archive" "$CRIO_STORE$name"
-            in_node "$node" "${CRIO_COPY_ARGV[@]}" > /dev/null
-            ;;
-    esac || die "importing $archive into $node ($(runtime_of "$node")) failed"
+    local node=$1 archive=$2
+    runtime_import_argv "$(runtime_of "$node")" "$(runtime_conf "$node")" /run/containerd/containerd.sock "$CRIO_STORE" "$archive"
+    run_quiet in_node "$node" "${IMPORT_ARGV[@]}" || die "importing $archive into $node ($(runtime_of "$node")) failed"
 }
 
 # tag_image NODE SRC DST: the node's image SRC also named DST.

@@ -49,6 +49,15 @@
 #   crio_store ROOT RUN      the containers-storage reference prefix of that store
 #   archive_name ARCHIVE     the image name an OCI archive of scripts/oci-image
 #                            holds (what an import into CRI-O must name)
+#   runtime_import_argv WORD CONF SOCKET STORE ARCHIVE
+#                            sets IMPORT_ARGV to the command that imports the OCI
+#                            archive ARCHIVE into the runtime WORD's images under
+#                            the name it holds: ctr on SOCKET (namespace k8s.io)
+#                            for containerd, skopeo into STORE (crio_store's
+#                            prefix) with CONF's storage and policy for CRI-O
+#   run_quiet ARGV...        runs ARGV, its output shown only if it fails
+#                            (containerd 2's ctr warns on every call that
+#                            cgroup v1 is deprecated)
 #
 # CRI-O reads registries.conf from a flag, not from crio.conf: start it as
 #   crio --config CONF/crio.conf --config-dir CONF/crio.conf.d \
@@ -340,4 +349,22 @@ crio_copy_argv() {
 
 crio_store() {
     printf 'containers-storage:[overlay@%s/containers/storage+%s/containers/storage]' "$1" "$2"
+}
+
+runtime_import_argv() {
+    local word=$1 conf=$2 socket=$3 store=$4 archive=$5 name
+    case "$word" in
+        containerd1) IMPORT_ARGV=(ctr --address "$socket" -n k8s.io images import "$archive") ;;
+        containerd2) IMPORT_ARGV=("$BIN/containerd2/ctr" --address "$socket" -n k8s.io images import "$archive") ;;
+        crio)
+            name=$(archive_name "$archive") || die "no image name in $archive"
+            crio_copy_argv "$conf" "oci-archive:$archive" "$store$name"
+            IMPORT_ARGV=("${CRIO_COPY_ARGV[@]}")
+            ;;
+    esac
+}
+
+run_quiet() {
+    local out
+    out=$("$@" 2>&1) || { printf '%s\n' "$out" >&2; return 1; }
 }

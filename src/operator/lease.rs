@@ -90,9 +90,14 @@ fn follower_wait(
     retry: Duration,
 ) -> Duration {
     match attempt {
-        Ok(Attempt::HeldByOther) => duration.saturating_sub(seen_for),
+        Ok(Attempt::HeldByOther) => expiry_wait(seen_for, duration),
         _ => retry,
     }
+}
+
+/// How long until a lease record unchanged for `seen_for` may have expired.
+fn expiry_wait(seen_for: Duration, duration: Duration) -> Duration {
+    duration.saturating_sub(seen_for)
 }
 
 /// One replica's side of the election.
@@ -208,7 +213,7 @@ impl Elector {
                         let before = self.seen_for();
                         self.observe(&spec);
                         if until_expiry && self.seen_for() < before {
-                            let until = self.observed_duration().saturating_sub(self.seen_for());
+                            let until = expiry_wait(self.seen_for(), self.observed_duration());
                             deadline = tokio::time::Instant::now() + self.jitter(until);
                         }
                     }

@@ -35,6 +35,7 @@ use crate::datapath::{
     random_mac, set_sysctl, write_sysctl,
 };
 
+use super::add_turn::AddTurn;
 use super::daemon_errors::to_cni;
 use super::delegate;
 use super::report::Timings;
@@ -278,8 +279,12 @@ impl Attempt<'_> {
         {
             set_pod_ipv6_defaults(self.netns, self.host_sock)?;
         }
+        // IPv4 only: the host side's disable_ipv6 write waits its turn (add_turn).
+        let turn =
+            (!plans.iter().any(|p| p.ip.is_ipv6())).then(|| AddTurn::take(self.client.socket()));
         let pair = self.create_pair()?;
         self.set_up_host_side(pair.host_index, &plans)?;
+        drop(turn);
         for p in &plans {
             install_eni_routing(self.host_sock, p, added_rules)?;
         }
@@ -837,7 +842,7 @@ fn eni_device(host_sock: &NetlinkSocket, eni: &EniPlan) -> Result<u32, CniError>
 }
 
 /// An IPv4-only pod gets no IPv6 on its host link either, set before the link
-/// goes up. Otherwise every host link gets a link-local address, an fe80::/64
+/// goes up (within the plugin's turn, `add_turn`). Otherwise every host link gets a link-local address, an fe80::/64
 /// and an ff00::/8 route and MLD traffic, and that kernel work grows with the
 /// pods on the node: IPv6 route lookups walk the fe80::/64 routes of every link
 /// and each link deletion walks the whole IPv6 table (BENCHMARKS.md "Flat

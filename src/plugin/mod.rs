@@ -4,6 +4,7 @@
 //! only through the API client, and the kernel only through `datapath`.
 
 mod add;
+mod add_turn;
 mod check;
 mod daemon_errors;
 mod del;
