@@ -842,11 +842,12 @@ fn eni_device(host_sock: &NetlinkSocket, eni: &EniPlan) -> Result<u32, CniError>
 }
 
 /// An IPv4-only pod gets no IPv6 on its host link either, set before the link
-/// goes up (within the plugin's turn, `add_turn`). Otherwise every host link gets a link-local address, an fe80::/64
-/// and an ff00::/8 route and MLD traffic, and that kernel work grows with the
-/// pods on the node: IPv6 route lookups walk the fe80::/64 routes of every link
-/// and each link deletion walks the whole IPv6 table (BENCHMARKS.md "Flat
-/// cost"). A kernel without IPv6 has no such sysctl: nothing to disable.
+/// goes up (within the plugin's turn, `add_turn`). Otherwise every host link gets
+/// a link-local address, an fe80::/64 and an ff00::/8 route and MLD traffic, and
+/// that kernel work grows with the pods on the node: IPv6 route lookups walk the
+/// fe80::/64 routes of every link and each link deletion walks the whole IPv6
+/// table (BENCHMARKS.md "Flat cost"). A kernel without IPv6 has no such sysctl:
+/// nothing to disable.
 fn disable_host_ipv6(host_name: &str) -> Result<(), CniError> {
     match set_sysctl(&format!("net/ipv6/conf/{host_name}/disable_ipv6"), "1") {
         Err(e) if !e.is_not_found() => Err(dp("disabling IPv6 on the host side")(e)),
