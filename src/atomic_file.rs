@@ -35,34 +35,14 @@ pub fn replace(dest: &Path, tmp: &Path, body: &[u8], mode: u32) -> io::Result<()
 #[cfg(test)]
 mod tests {
     use super::replace;
+    use crate::test_dir::TestDir;
     use std::os::unix::fs::PermissionsExt;
-    use std::path::PathBuf;
-
-    /// A fresh directory under the system temp dir, removed on drop.
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new() -> Self {
-            let d = std::env::temp_dir().join(format!("podnet-atomic-{}", uuid::Uuid::new_v4()));
-            std::fs::create_dir_all(&d).expect("scratch dir");
-            Scratch(d)
-        }
-        fn path(&self) -> &std::path::Path {
-            &self.0
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 
     #[test]
     fn replaces_the_content_with_the_mode_and_leaves_no_temporary_file() {
-        let dir = Scratch::new();
-        let dest = dir.path().join("conf");
-        let tmp = dir.path().join(".conf.tmp");
+        let dir = TestDir::new("atomic");
+        let dest = dir.join("conf");
+        let tmp = dir.join(".conf.tmp");
         std::fs::write(&dest, b"old").expect("seed");
         replace(&dest, &tmp, b"new", 0o600).expect("replace");
         assert_eq!(std::fs::read(&dest).expect("read"), b"new");
@@ -73,10 +53,10 @@ mod tests {
 
     #[test]
     fn a_failed_write_removes_the_temporary_file_and_keeps_the_target() {
-        let dir = Scratch::new();
-        let dest = dir.path().join("sub");
+        let dir = TestDir::new("atomic");
+        let dest = dir.join("sub");
         std::fs::create_dir(&dest).expect("a directory where the file should go");
-        let tmp = dir.path().join(".sub.tmp");
+        let tmp = dir.join(".sub.tmp");
         assert!(replace(&dest, &tmp, b"x", 0o600).is_err());
         assert!(!tmp.exists());
         assert!(dest.is_dir());

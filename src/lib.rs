@@ -28,6 +28,8 @@ pub mod plugin;
 pub mod process;
 pub mod resources;
 pub mod store;
+#[cfg(test)]
+mod test_dir;
 
 /// Runs the binary: the CNI plugin when `CNI_COMMAND` is set and non-empty, else a
 /// subcommand. Returns the exit code (the plugin exits itself, see `plugin::exit`).

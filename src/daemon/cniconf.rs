@@ -209,14 +209,8 @@ pub fn remove(path: &Path) -> Result<(), CniConfError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
     use std::os::unix::fs::PermissionsExt;
-
-    fn temp_dir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("podnet-cniconf-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
 
     /// A fake plugin: a shell script with `body`.
     fn plugin(dir: &Path, name: &str, body: &str) -> PathBuf {
@@ -265,7 +259,7 @@ mod tests {
 
     #[test]
     fn portmap_is_chained_only_when_present_and_speaking_1_0_0() {
-        let d = temp_dir("chain");
+        let d = TestDir::new("cniconf-chain");
         assert!(chained_plugins(&d).is_empty(), "no portmap in the dir");
         plugin(
             &d,
@@ -284,12 +278,11 @@ mod tests {
         );
         plugin(&d, "portmap", "echo broken >&2; exit 3");
         assert!(chained_plugins(&d).is_empty(), "a portmap that fails");
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
     fn a_probe_says_why_it_got_no_answer() {
-        let d = temp_dir("probe");
+        let d = TestDir::new("cniconf-probe");
         let failing = plugin(&d, "failing", "echo 'no such command' >&2; exit 3");
         let e = plugin_versions(&failing, Duration::from_secs(5)).unwrap_err();
         assert!(matches!(e, ProbeError::Failed { .. }), "{e}");
@@ -302,6 +295,5 @@ mod tests {
         assert!(matches!(e, ProbeError::Timeout(_)), "{e}");
         let e = plugin_versions(&d.join("absent"), Duration::from_secs(5)).unwrap_err();
         assert!(matches!(e, ProbeError::Spawn(_)), "{e}");
-        std::fs::remove_dir_all(&d).unwrap();
     }
 }

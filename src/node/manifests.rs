@@ -509,6 +509,7 @@ mod tests {
     use super::*;
     use crate::ipam::Family;
     use crate::ipam::selection::{LABEL_NAMESPACE_NAME, Step, select_pool};
+    use crate::test_dir::TestDir;
 
     fn labels(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
         kv.iter()
@@ -1036,16 +1037,9 @@ spec:
         );
     }
 
-    fn temp_dir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("podnet-manifests-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
-    }
-
     #[test]
     fn manifest_dir_loads_selects_and_detects_changes() {
-        let d = temp_dir("load");
+        let d = TestDir::new("manifests-load");
         fs::write(d.join("10-pools.yaml"), POOLS_LIST).unwrap();
         fs::write(d.join("20-meta.yml"), METADATA).unwrap();
         fs::write(d.join("30-cnc.yaml"), NODE_CONFIGS).unwrap();
@@ -1110,13 +1104,12 @@ spec:
         );
 
         assert!(ManifestDir::load(&d.join("missing")).is_err());
-        fs::remove_dir_all(&d).unwrap();
     }
 
     #[cfg(unix)]
     #[test]
     fn manifest_dir_follows_configmap_symlinks() {
-        let d = temp_dir("cm");
+        let d = TestDir::new("manifests-cm");
         fs::create_dir(d.join("..2026_09_20_1")).unwrap();
         fs::write(d.join("..2026_09_20_1/pools.yaml"), POOLS_LIST).unwrap();
         std::os::unix::fs::symlink("..2026_09_20_1", d.join("..data")).unwrap();
@@ -1129,6 +1122,5 @@ spec:
         fs::remove_file(d.join("..data")).unwrap();
         std::os::unix::fs::symlink("..2026_09_20_2", d.join("..data")).unwrap();
         assert!(md.changed());
-        fs::remove_dir_all(&d).unwrap();
     }
 }

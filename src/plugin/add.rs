@@ -280,10 +280,10 @@ impl Attempt<'_> {
             set_pod_ipv6_defaults(self.netns, self.host_sock)?;
         }
         // IPv4 only: the host side's disable_ipv6 write waits its turn (add_turn).
-        let turn =
-            (!plans.iter().any(|p| p.ip.is_ipv6())).then(|| AddTurn::take(self.client.socket()));
+        let ipv4_only = !plans.iter().any(|p| p.ip.is_ipv6());
+        let turn = ipv4_only.then(|| AddTurn::take(self.client.socket()));
         let pair = self.create_pair()?;
-        self.set_up_host_side(pair.host_index, &plans)?;
+        self.set_up_host_side(pair.host_index, &plans, ipv4_only)?;
         drop(turn);
         for p in &plans {
             install_eni_routing(self.host_sock, p, added_rules)?;
@@ -416,14 +416,20 @@ impl Attempt<'_> {
             .map(|pod| pod.index)
     }
 
-    /// Host side: its IPv6 sysctls, then in one datagram no `rp_filter` (the
+    /// Host side: its IPv6 sysctls (none but `disable_ipv6` when `ipv4_only`, the
+    /// caller's one reading of the plans), then in one datagram no `rp_filter` (the
     /// daemon's nftables source check verifies the pod's source addresses, both
     /// families; set by netlink, not through /proc), up (with podnet's marker in
     /// its alias, set in the same request), a /32 (/128) route to the pod, and an
     /// NDP proxy entry so the pod can resolve the IPv6 router address.
-    fn set_up_host_side(&self, host_index: u32, plans: &[FamilyPlan]) -> Result<(), CniError> {
+    fn set_up_host_side(
+        &self,
+        host_index: u32,
+        plans: &[FamilyPlan],
+        ipv4_only: bool,
+    ) -> Result<(), CniError> {
         let (host_sock, host_name) = (self.host_sock, self.host_name);
-        if plans.iter().any(|p| p.ip.is_ipv6()) {
+        if !ipv4_only {
             // No DAD on the host side: while its link-local address is tentative the
             // kernel sends no neighbour solicitation to the pod at all.
             set_sysctl(&format!("net/ipv6/conf/{host_name}/accept_dad"), "0")

@@ -62,34 +62,14 @@ impl AddTurn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
     use std::sync::mpsc;
     use std::time::Duration;
 
-    /// A fresh directory under the system's temp dir, removed on drop.
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new(tag: &str) -> Scratch {
-            let dir = std::env::temp_dir().join(format!(
-                "podnet-add-turn-{tag}-{}-{}",
-                std::process::id(),
-                uuid::Uuid::new_v4()
-            ));
-            std::fs::create_dir_all(&dir).unwrap();
-            Scratch(dir)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
     #[test]
     fn a_second_turn_waits_until_the_first_is_dropped() {
-        let dir = Scratch::new("wait");
-        let socket = dir.0.join("podnet.sock");
+        let dir = TestDir::new("add-turn-wait");
+        let socket = dir.join("podnet.sock");
         let first = AddTurn::take(&socket);
         assert!(first.held());
         let (tx, rx) = mpsc::channel();
@@ -111,8 +91,8 @@ mod tests {
 
     #[test]
     fn without_a_usable_directory_the_plugin_goes_on_without_a_turn() {
-        let dir = Scratch::new("gone");
-        let socket = dir.0.join("gone").join("podnet.sock");
+        let dir = TestDir::new("add-turn-gone");
+        let socket = dir.join("gone").join("podnet.sock");
         assert!(!AddTurn::take(&socket).held());
     }
 }

@@ -539,33 +539,10 @@ pub fn run_configured(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use crate::test_dir::TestDir;
 
     const HOST_LOCAL: &str = "/usr/lib/cni/host-local";
     const T: Duration = Duration::from_secs(20);
-
-    /// A fresh directory under the system temp dir, removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(tag: &str) -> TempDir {
-            static N: AtomicU32 = AtomicU32::new(0);
-            let dir = std::env::temp_dir().join(format!(
-                "podnet-delegate-{tag}-{}-{}",
-                std::process::id(),
-                N.fetch_add(1, Ordering::Relaxed)
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            TempDir(dir)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 
     /// Writes an executable shell script `dir/name`. The file is written by a
     /// child shell, so no write descriptor of ours can leak into a concurrent
@@ -634,8 +611,8 @@ mod tests {
     #[test]
     fn host_local_add_then_del() {
         let Some(plugin) = host_local() else { return };
-        let data = TempDir::new("hl");
-        let conf = host_local_conf(&data.0);
+        let data = TestDir::new("delegate-hl");
+        let conf = host_local_conf(&data);
 
         let result = delegate(Command::Add, &plugin, &env(Command::Add), &conf, T)
             .unwrap()
@@ -649,14 +626,14 @@ mod tests {
         assert_eq!(net.addr(), ip);
         assert_eq!(gw, Some("10.99.7.1".parse().unwrap()));
         assert_eq!(v6, None);
-        assert_eq!(state_files(&data.0), vec![ip.to_string()]);
+        assert_eq!(state_files(&data), vec![ip.to_string()]);
 
         // CHECK and DEL print nothing on success.
         assert_eq!(
             delegate(Command::Del, &plugin, &env(Command::Del), &conf, T).unwrap(),
             None
         );
-        assert!(state_files(&data.0).is_empty());
+        assert!(state_files(&data).is_empty());
         // DEL is idempotent.
         assert_eq!(
             delegate(Command::Del, &plugin, &env(Command::Del), &conf, T).unwrap(),
@@ -667,12 +644,12 @@ mod tests {
     #[test]
     fn host_local_error_code_comes_through() {
         let Some(plugin) = host_local() else { return };
-        let data = TempDir::new("hl-bad");
+        let data = TestDir::new("delegate-hl-bad");
         // A range host-local refuses: its error JSON (code and msg) is surfaced.
         let conf = serde_json::to_vec(&serde_json::json!({
             "cniVersion": "1.0.0", "name": "t", "type": "podnet",
             "ipam": {"type": "host-local", "ranges": [[{"subnet": "not-a-cidr"}]],
-                     "dataDir": data.0},
+                     "dataDir": &*data},
         }))
         .unwrap();
         let e = delegate(Command::Add, &plugin, &env(Command::Add), &conf, T).unwrap_err();
@@ -683,17 +660,17 @@ mod tests {
         // host-local answers {"code":999,"msg":"invalid CIDR address: not-a-cidr"}.
         assert_ne!(e.code, DELEGATE_FAILED, "{e:?}");
         assert!(e.msg.contains("not-a-cidr"), "{e:?}");
-        assert!(state_files(&data.0).is_empty());
+        assert!(state_files(&data).is_empty());
     }
 
     #[test]
     fn find_plugin_search_order_and_errors() {
-        let a = TempDir::new("fa");
-        let b = TempDir::new("fb");
-        script(&b.0, "ipam", "exit 0");
-        script(&a.0, "ipam", "exit 0");
-        let path = [a.0.clone(), b.0.clone()];
-        assert_eq!(find_plugin("ipam", &path).unwrap(), a.0.join("ipam"));
+        let a = TestDir::new("delegate-fa");
+        let b = TestDir::new("delegate-fb");
+        script(&b, "ipam", "exit 0");
+        script(&a, "ipam", "exit 0");
+        let path = [a.to_path_buf(), b.to_path_buf()];
+        assert_eq!(find_plugin("ipam", &path).unwrap(), a.join("ipam"));
 
         let e = find_plugin("nope", &path).unwrap_err();
         assert_eq!(e.code, CniError::INVALID_NETWORK_CONFIG);
@@ -701,18 +678,18 @@ mod tests {
             e.msg,
             format!(
                 "failed to find plugin \"nope\" in path [{} {}]",
-                a.0.display(),
-                b.0.display()
+                a.display(),
+                b.display()
             )
         );
 
         // A non-executable file and a directory of that name are skipped.
-        std::fs::write(a.0.join("plain"), "#!/bin/sh\n").unwrap();
-        std::fs::create_dir(b.0.join("plain")).unwrap();
+        std::fs::write(a.join("plain"), "#!/bin/sh\n").unwrap();
+        std::fs::create_dir(b.join("plain")).unwrap();
         let e = find_plugin("plain", &path).unwrap_err();
         assert_eq!(e.code, 7);
         assert!(e.details.contains("not executable"), "{e:?}");
-        assert!(e.details.contains(&a.0.join("plain").display().to_string()));
+        assert!(e.details.contains(&a.join("plain").display().to_string()));
 
         for bad in ["", ".", "..", "a/b", "/usr/lib/cni/host-local", "x\0y"] {
             let e = find_plugin(bad, &path).unwrap_err();
@@ -728,10 +705,10 @@ mod tests {
 
     #[test]
     fn missing_binary_is_io_failure() {
-        let dir = TempDir::new("missing");
+        let dir = TestDir::new("delegate-missing");
         let e = delegate(
             Command::Add,
-            &dir.0.join("gone"),
+            &dir.join("gone"),
             &env(Command::Add),
             b"{}",
             T,
@@ -747,16 +724,16 @@ mod tests {
 
     #[test]
     fn environment_and_stdin_are_passed() {
-        let dir = TempDir::new("env");
+        let dir = TestDir::new("delegate-env");
         let plugin = script(
-            &dir.0,
+            &dir,
             "spy",
             &format!(
                 r#"d={}
 cat > "$d/stdin"
 env | grep '^CNI_' | sort > "$d/env"
 echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.0.0.5/24","gateway":"10.0.0.1"}},{{"address":"fd00::5/64"}}]}}'"#,
-                dir.0.display()
+                dir.display()
             ),
         );
         let mut e = env(Command::Add);
@@ -766,8 +743,8 @@ echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.0.0.5/24","gateway":"10.0.0.
         let result = delegate(Command::Add, &plugin, &e, stdin, T)
             .unwrap()
             .unwrap();
-        assert_eq!(std::fs::read(dir.0.join("stdin")).unwrap(), stdin);
-        let seen = std::fs::read_to_string(dir.0.join("env")).unwrap();
+        assert_eq!(std::fs::read(dir.join("stdin")).unwrap(), stdin);
+        let seen = std::fs::read_to_string(dir.join("env")).unwrap();
         for want in [
             "CNI_COMMAND=ADD",
             "CNI_CONTAINERID=c1",
@@ -807,15 +784,15 @@ echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.0.0.5/24","gateway":"10.0.0.
             delegate(Command::Del, &plugin, &env(Command::Del), stdin, T).unwrap(),
             None
         );
-        let seen = std::fs::read_to_string(dir.0.join("env")).unwrap();
+        let seen = std::fs::read_to_string(dir.join("env")).unwrap();
         assert!(seen.lines().any(|l| l == "CNI_COMMAND=DEL"), "{seen}");
     }
 
     #[test]
     fn garbage_stdout() {
-        let dir = TempDir::new("garbage");
+        let dir = TestDir::new("delegate-garbage");
         let plugin = script(
-            &dir.0,
+            &dir,
             "junk",
             "echo 'this is not a CNI result'; echo oops >&2",
         );
@@ -834,22 +811,18 @@ echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.0.0.5/24","gateway":"10.0.0.
         }
 
         // Long garbage is quoted truncated; a JSON non-result and silence fail too.
-        let long = script(&dir.0, "long", "head -c 5000 /dev/zero | tr '\\0' x");
+        let long = script(&dir, "long", "head -c 5000 /dev/zero | tr '\\0' x");
         let e = delegate(Command::Add, &long, &env(Command::Add), b"{}", T).unwrap_err();
         assert_eq!(e.code, 6);
         assert!(e.msg.len() < 600 && e.msg.contains("xxx…\""), "{}", e.msg);
-        let arr = script(&dir.0, "arr", "echo '[1,2]'");
+        let arr = script(&dir, "arr", "echo '[1,2]'");
         let e = delegate(Command::Add, &arr, &env(Command::Add), b"{}", T).unwrap_err();
         assert_eq!(e.code, 6);
         assert!(e.msg.contains("[1,2]"), "{e:?}");
-        let bad_ip = script(
-            &dir.0,
-            "badip",
-            r#"echo '{"ips":[{"address":"10.0.0.5"}]}'"#,
-        );
+        let bad_ip = script(&dir, "badip", r#"echo '{"ips":[{"address":"10.0.0.5"}]}'"#);
         let e = delegate(Command::Add, &bad_ip, &env(Command::Add), b"{}", T).unwrap_err();
         assert_eq!(e.code, 6, "{e:?}");
-        let quiet = script(&dir.0, "quiet", "exit 0");
+        let quiet = script(&dir, "quiet", "exit 0");
         let e = delegate(Command::Add, &quiet, &env(Command::Add), b"{}", T).unwrap_err();
         assert_eq!(e.code, 6);
         assert!(e.msg.ends_with("it printed nothing"), "{e:?}");
@@ -857,9 +830,9 @@ echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.0.0.5/24","gateway":"10.0.0.
 
     #[test]
     fn error_json_is_surfaced() {
-        let dir = TempDir::new("busy");
+        let dir = TestDir::new("delegate-busy");
         let plugin = script(
-            &dir.0,
+            &dir,
             "busy",
             r#"echo '{"cniVersion":"1.0.0","code":11,"msg":"busy"}'; exit 1"#,
         );
@@ -870,7 +843,7 @@ echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.0.0.5/24","gateway":"10.0.0.
             assert_eq!(e.details, "");
         }
         let detailed = script(
-            &dir.0,
+            &dir,
             "full",
             r#"echo '{"code":101,"msg":"no room","details":"range 10.0.0.0/30 full"}'; exit 3"#,
         );
@@ -883,7 +856,7 @@ echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.0.0.5/24","gateway":"10.0.0.
                 "range 10.0.0.0/30 full"
             )
         );
-        let zero = script(&dir.0, "zero", r#"echo '{"code":0,"msg":"odd"}'; exit 1"#);
+        let zero = script(&dir, "zero", r#"echo '{"code":0,"msg":"odd"}'; exit 1"#);
         let e = delegate(Command::Add, &zero, &env(Command::Add), b"{}", T).unwrap_err();
         assert_eq!(
             (e.code, e.msg.as_str()),
@@ -893,9 +866,9 @@ echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.0.0.5/24","gateway":"10.0.0.
 
     #[test]
     fn failure_without_error_json_uses_stderr() {
-        let dir = TempDir::new("fail");
+        let dir = TestDir::new("delegate-fail");
         let plugin = script(
-            &dir.0,
+            &dir,
             "fail",
             "echo not json; echo 'disk on fire' >&2; exit 2",
         );
@@ -906,13 +879,13 @@ echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.0.0.5/24","gateway":"10.0.0.
             r#"delegated IPAM plugin fail: DEL failed (exit status 2): "disk on fire""#
         );
         // No stderr: stdout is quoted; nothing at all: just the status.
-        let out = script(&dir.0, "out", "echo 'only stdout'; exit 1");
+        let out = script(&dir, "out", "echo 'only stdout'; exit 1");
         let e = delegate(Command::Add, &out, &env(Command::Add), b"{}", T).unwrap_err();
         assert!(
             e.msg.ends_with(r#"(exit status 1): "only stdout""#),
             "{e:?}"
         );
-        let mute = script(&dir.0, "mute", "exit 4");
+        let mute = script(&dir, "mute", "exit 4");
         let e = delegate(Command::Add, &mute, &env(Command::Add), b"{}", T).unwrap_err();
         assert_eq!(
             e.msg,
@@ -920,7 +893,7 @@ echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.0.0.5/24","gateway":"10.0.0.
         );
         // Huge stderr is bounded and the quote truncated.
         let loud = script(
-            &dir.0,
+            &dir,
             "loud",
             "head -c 2000000 /dev/zero | tr '\\0' e >&2; exit 1",
         );
@@ -930,8 +903,8 @@ echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.0.0.5/24","gateway":"10.0.0.
 
     #[test]
     fn killed_by_signal() {
-        let dir = TempDir::new("sig");
-        let plugin = script(&dir.0, "crash", "echo dying >&2; kill -KILL $$");
+        let dir = TestDir::new("delegate-sig");
+        let plugin = script(&dir, "crash", "echo dying >&2; kill -KILL $$");
         let e = delegate(Command::Add, &plugin, &env(Command::Add), b"{}", T).unwrap_err();
         assert_eq!(e.code, DELEGATE_FAILED);
         assert_eq!(
@@ -943,9 +916,9 @@ echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.0.0.5/24","gateway":"10.0.0.
 
     #[test]
     fn hang_is_killed_after_timeout() {
-        let dir = TempDir::new("hang");
+        let dir = TestDir::new("delegate-hang");
         // sh waits for sleep, which holds the output pipes: the whole group must die.
-        let plugin = script(&dir.0, "hang", "echo started >&2; sleep 30");
+        let plugin = script(&dir, "hang", "echo started >&2; sleep 30");
         let start = Instant::now();
         let e = delegate(
             Command::Add,
@@ -970,7 +943,7 @@ echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.0.0.5/24","gateway":"10.0.0.
         );
 
         // A delegate that exits but leaves a child holding stdout open.
-        let orphan = script(&dir.0, "orphan", "sleep 30 & echo '{}'; exit 0");
+        let orphan = script(&dir, "orphan", "sleep 30 & echo '{}'; exit 0");
         let start = Instant::now();
         let e = delegate(
             Command::Add,
@@ -990,8 +963,8 @@ echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.0.0.5/24","gateway":"10.0.0.
 
     #[test]
     fn large_stdin_to_a_delegate_that_ignores_it() {
-        let dir = TempDir::new("stdin");
-        let plugin = script(&dir.0, "ignore", r#"echo '{"cniVersion":"1.0.0"}'"#);
+        let dir = TestDir::new("delegate-stdin");
+        let plugin = script(&dir, "ignore", r#"echo '{"cniVersion":"1.0.0"}'"#);
         let big = vec![b' '; 1 << 20];
         let r = delegate(Command::Add, &plugin, &env(Command::Add), &big, T)
             .unwrap()

@@ -625,13 +625,14 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::super::restore::infra_record;
-    use super::super::tests::TempDir;
+    use super::super::tests::journal_in;
     use super::*;
+    use crate::test_dir::TestDir;
 
     const POOL: &str = "default";
 
-    fn ledger(dir: &TempDir, cooldown_s: u64) -> Ledger {
-        let (journal, _) = Journal::open(&dir.journal()).unwrap();
+    fn ledger(dir: &TestDir, cooldown_s: u64) -> Ledger {
+        let (journal, _) = Journal::open(&journal_in(dir)).unwrap();
         Ledger::new(journal, Duration::from_secs(cooldown_s))
     }
 
@@ -685,7 +686,7 @@ mod tests {
 
     #[test]
     fn an_address_it_holds_is_refused_to_a_new_allocation_until_it_is_free() {
-        let dir = TempDir::new();
+        let dir = TestDir::new("ledger");
         let mut l = ledger(&dir, 30);
         run(
             &mut l,
@@ -708,7 +709,7 @@ mod tests {
 
     #[test]
     fn a_release_cools_for_the_cooldown_or_frees_at_once_without_one() {
-        let dir = TempDir::new();
+        let dir = TestDir::new("ledger");
         let bound = rec("10.0.0.2", "ns/a", AllocationState::Bound);
         let l = ledger(&dir, 30);
         let JournalOp::PutAllocation(cooled) = l.release_op(&bound, 1000) else {
@@ -725,7 +726,7 @@ mod tests {
 
     #[test]
     fn apply_reports_each_release_once_and_the_timers_to_arm() {
-        let dir = TempDir::new();
+        let dir = TestDir::new("ledger");
         let mut l = ledger(&dir, 30);
         let pending = AllocationRecord {
             expiration_uuid: Some("u1".into()),
@@ -773,7 +774,7 @@ mod tests {
 
     #[test]
     fn a_teardown_holds_its_addresses_until_it_finishes() {
-        let dir = TempDir::new();
+        let dir = TestDir::new("ledger");
         let mut l = ledger(&dir, 0);
         let a = rec("10.0.0.2", "ns/a", AllocationState::Bound);
         let cooling = cooling(&rec("10.0.0.3", "ns/a", AllocationState::Bound), 9000);
@@ -816,7 +817,7 @@ mod tests {
 
     #[test]
     fn an_attachment_is_released_with_its_endpoint() {
-        let dir = TempDir::new();
+        let dir = TestDir::new("ledger");
         let mut l = ledger(&dir, 0);
         let (a, b) = (
             rec("10.0.0.2", "ns/a", AllocationState::Bound),
@@ -844,7 +845,7 @@ mod tests {
 
     #[test]
     fn what_it_applied_is_what_the_journal_loads_back() {
-        let dir = TempDir::new();
+        let dir = TestDir::new("ledger");
         let mut l = ledger(&dir, 30);
         let a = rec("10.0.0.2", "ns/a", AllocationState::Bound);
         let ep = endpoint(Some(a.ip), None);
@@ -873,7 +874,7 @@ mod tests {
         assert!(!l.is_restored("c-ns/a", "eth0"), "made in this run");
         drop(l);
 
-        let (journal, snapshot) = Journal::open(&dir.journal()).unwrap();
+        let (journal, snapshot) = Journal::open(&journal_in(&dir)).unwrap();
         let mut loader = Allocations::loader();
         journal
             .for_each_allocation::<StoreError>(|r| {

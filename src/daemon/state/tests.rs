@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,32 +33,13 @@ use crate::node::{NodeOperator, RequestedPool};
 use crate::resources::AllocatedPool;
 use crate::store::Snapshot;
 use crate::store::{AllocationRecord, EndpointRecord, Journal};
+use crate::test_dir::TestDir;
 
 const NODE: &str = "node-a";
 
-/// A directory under the system's temp dir, removed on drop.
-pub(super) struct TempDir(PathBuf);
-
-impl TempDir {
-    pub(super) fn new() -> TempDir {
-        let dir = std::env::temp_dir().join(format!(
-            "podnet-state-test-{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    pub(super) fn journal(&self) -> PathBuf {
-        self.0.join("journal.redb")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// The journal's file in a test's state directory.
+pub(super) fn journal_in(dir: &Path) -> PathBuf {
+    dir.join("journal.redb")
 }
 
 /// What a test node runs with: the state's config, and the embedded operator's
@@ -185,11 +166,11 @@ fn default_and_blue() -> Vec<PoolDef> {
 /// does up to the kernel reconciliation. The journal's node resource goes
 /// through the operator's `sync`, as at start.
 fn restore_with(
-    dir: &TempDir,
+    dir: &TestDir,
     setup: &Setup,
     mut operator: Box<dyn NodeOperator>,
 ) -> (IpamState, JournalOrigin) {
-    let (journal, snapshot) = Journal::open(&dir.journal()).unwrap();
+    let (journal, snapshot) = Journal::open(&journal_in(dir)).unwrap();
     let origin = if journal.created() {
         JournalOrigin::Created
     } else {
@@ -215,7 +196,7 @@ fn restore_with(
 }
 
 /// `restore_with` the embedded operator.
-fn restore(dir: &TempDir, setup: &Setup) -> (IpamState, JournalOrigin) {
+fn restore(dir: &TestDir, setup: &Setup) -> (IpamState, JournalOrigin) {
     let operator = Box::new(EmbeddedOperator::new(NODE, setup.mode.clone()));
     restore_with(dir, setup, operator)
 }
@@ -228,7 +209,7 @@ fn ready(mut state: IpamState) -> IpamState {
 }
 
 /// A whole start without a kernel (nothing to reconcile).
-fn start(dir: &TempDir, setup: &Setup) -> IpamState {
+fn start(dir: &TestDir, setup: &Setup) -> IpamState {
     ready(restore(dir, setup).0)
 }
 
@@ -415,7 +396,7 @@ fn in_block(ip: IpAddr, cidr: &str) -> bool {
 
 #[test]
 fn router_and_health_are_reserved_first_and_never_handed_out() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual().health());
     assert_eq!(s.router_ips(), vec![addr("10.0.0.1"), addr("fd00::1")]);
     let infra: BTreeMap<IpAddr, String> = s
@@ -452,7 +433,7 @@ fn router_and_health_are_reserved_first_and_never_handed_out() {
 
 #[test]
 fn addresses_are_unique_until_the_range_is_full_then_502_names_the_ipv6_range_first() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let mut seen = BTreeSet::new();
     for i in 0..13 {
@@ -480,7 +461,7 @@ fn addresses_are_unique_until_the_range_is_full_then_502_names_the_ipv6_range_fi
 
 #[test]
 fn an_ipv4_failure_gives_the_ipv6_address_back() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(
         &dir,
         &Setup::cluster_pool(Some("10.0.0.0/29"), Some("fd00::/124")),
@@ -515,7 +496,7 @@ fn next_v4(s: &mut IpamState) -> Result<IpAddr, ApiError> {
 
 #[test]
 fn next_fit_hands_a_released_address_out_again_only_after_the_range_wrapped() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::cluster_pool(Some("10.0.0.0/28"), None).cooldown(Duration::ZERO);
     let mut s = start(&dir, &setup);
     assert_eq!(next_v4(&mut s).unwrap(), addr("10.0.0.2"));
@@ -533,7 +514,7 @@ fn next_fit_hands_a_released_address_out_again_only_after_the_range_wrapped() {
 
 #[test]
 fn a_repeated_add_of_an_attachment_supersedes_its_old_addresses() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let first = s.allocate_next(&pod("c1")).unwrap();
     let second = s.allocate_next(&pod("c1")).unwrap();
@@ -554,7 +535,7 @@ fn a_repeated_add_of_an_attachment_supersedes_its_old_addresses() {
 
 #[test]
 fn gc_releases_only_the_networks_attachments_missing_from_the_valid_set() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
     let gone = s.allocate_next(&pod("gone")).unwrap();
     let kept = s.allocate_next(&pod("kept")).unwrap();
@@ -591,7 +572,7 @@ fn gc_releases_only_the_networks_attachments_missing_from_the_valid_set() {
 
 #[test]
 fn the_allocation_answer_carries_the_configuration() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let resp = s.allocate_next(&pod("c1")).unwrap();
     let cfg = resp.podnet_config.clone().expect("podnet-config");
@@ -612,7 +593,7 @@ fn the_allocation_answer_carries_the_configuration() {
 
 #[test]
 fn delegated_plugin_mode_refuses_to_allocate_with_its_configuration() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut cfg = state_config(
         IpamMode::DelegatedPlugin,
         vec![Family::V4],
@@ -643,7 +624,7 @@ fn delegated_plugin_mode_refuses_to_allocate_with_its_configuration() {
 
 #[test]
 fn the_timings_that_come_with_a_registration_or_a_release_are_recorded() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let resp = s.allocate_next(&pod("c1")).unwrap();
     let mut req = endpoint_for("c1", &resp);
@@ -710,7 +691,7 @@ fn the_timings_that_come_with_a_registration_or_a_release_are_recorded() {
 
 #[test]
 fn a_pending_allocation_is_released_when_its_expiration_timer_fires() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
     s.take_timers();
     let before = now_ms();
@@ -743,7 +724,7 @@ fn a_pending_allocation_is_released_when_its_expiration_timer_fires() {
 
 #[test]
 fn creating_the_endpoint_stops_the_expiration() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     s.take_timers();
     let resp = s.allocate_next(&pod("c1")).unwrap();
@@ -759,7 +740,7 @@ fn creating_the_endpoint_stops_the_expiration() {
 
 #[test]
 fn an_endpoint_with_the_wrong_expiration_uuid_is_refused_and_the_timer_still_releases() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
     s.take_timers();
     let resp = s.allocate_next(&pod("c1")).unwrap();
@@ -797,7 +778,7 @@ fn an_endpoint_with_the_wrong_expiration_uuid_is_refused_and_the_timer_still_rel
 
 #[test]
 fn expiry_queues_the_host_link_only_when_nothing_else_of_the_attachment_lives() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
     s.take_timers();
     let resp = s.allocate_next(&pod("c1")).unwrap();
@@ -855,7 +836,7 @@ fn expiry_queues_the_host_link_only_when_nothing_else_of_the_attachment_lives() 
 
 #[test]
 fn a_released_address_cools_down_counts_as_used_and_its_timer_frees_it() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::cluster_pool(Some("10.0.0.0/29"), None).cooldown(Duration::from_secs(1));
     let mut s = start(&dir, &setup);
     let taken: Vec<IpAddr> = (0..5).map(|_| next_v4(&mut s).unwrap()).collect();
@@ -896,7 +877,7 @@ fn a_released_address_cools_down_counts_as_used_and_its_timer_frees_it() {
 
 #[test]
 fn without_a_cooldown_a_release_frees_the_address_at_once() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
     let resp = s.allocate_next(&plain("ns/p", "")).unwrap();
     s.take_timers();
@@ -922,7 +903,7 @@ fn del_with_links(cid: &str) -> EndpointBatchDeleteRequest {
 
 #[test]
 fn a_teardown_holds_the_addresses_until_it_finishes() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let resp = s.allocate_next(&pod("c1")).unwrap();
     s.create_endpoint(&endpoint_for("c1", &resp)).unwrap();
@@ -975,7 +956,7 @@ fn a_teardown_holds_the_addresses_until_it_finishes() {
 
 #[test]
 fn deleting_an_unknown_endpoint_is_404() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let e = s.delete_endpoints(&del("nobody")).unwrap_err();
     assert_eq!(e, ApiError::new(ErrorKind::NotFound, "endpoints not found"));
@@ -985,7 +966,7 @@ fn deleting_an_unknown_endpoint_is_404() {
 
 #[test]
 fn restore_brings_back_allocations_endpoints_cooling_and_pending_timers() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::dual();
     let mut s = start(&dir, &setup);
     let pending = s.allocate_next(&pod("pending")).unwrap();
@@ -1068,7 +1049,7 @@ fn restore_brings_back_allocations_endpoints_cooling_and_pending_timers() {
 
 #[test]
 fn restore_releases_what_expired_or_cooled_down_while_the_daemon_was_down() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let short = Setup::dual()
         .expiration(Duration::from_millis(50))
         .cooldown(Duration::from_millis(50));
@@ -1095,7 +1076,7 @@ fn restore_releases_what_expired_or_cooled_down_while_the_daemon_was_down() {
     let s = ready(s);
     assert_eq!(range(&s, "ipv4").used, 2, "the router and the kept pod");
     drop(s);
-    let (j, _) = Journal::open(&dir.journal()).unwrap();
+    let (j, _) = Journal::open(&journal_in(&dir)).unwrap();
     let journaled: BTreeSet<IpAddr> = j.all_allocations().iter().map(|r| r.ip).collect();
     for ip in ips(&expired).into_iter().chain(ips(&cooled)) {
         assert!(!journaled.contains(&ip), "{ip} is still journaled");
@@ -1105,7 +1086,7 @@ fn restore_releases_what_expired_or_cooled_down_while_the_daemon_was_down() {
 
 #[test]
 fn after_a_restart_allocation_continues_after_the_newest_restored_address() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::cluster_pool(Some("10.0.0.0/28"), None).cooldown(Duration::ZERO);
     let mut s = start(&dir, &setup);
     for expected in ["10.0.0.2", "10.0.0.3", "10.0.0.4"] {
@@ -1124,12 +1105,12 @@ fn after_a_restart_allocation_continues_after_the_newest_restored_address() {
 
 #[test]
 fn an_allocation_outside_the_node_ranges_is_kept_until_released() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::dual();
     drop(start(&dir, &setup));
     let outside = addr("192.168.50.5");
     {
-        let (mut j, _) = Journal::open(&dir.journal()).unwrap();
+        let (mut j, _) = Journal::open(&journal_in(&dir)).unwrap();
         j.commit(&[JournalOp::PutAllocation(AllocationRecord {
             ip: outside,
             family: Family::V4,
@@ -1161,7 +1142,7 @@ fn an_allocation_outside_the_node_ranges_is_kept_until_released() {
 
 #[test]
 fn a_teardown_interrupted_by_a_restart_is_still_pending_and_holds_its_addresses() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::dual();
     let mut s = start(&dir, &setup);
     let resp = s.allocate_next(&pod("c1")).unwrap();
@@ -1184,7 +1165,7 @@ fn a_teardown_interrupted_by_a_restart_is_still_pending_and_holds_its_addresses(
 
 #[test]
 fn reconcile_releases_bound_allocations_whose_link_is_gone() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::dual();
     let mut s = start(&dir, &setup);
     let gone = s.allocate_next(&pod("gone")).unwrap();
@@ -1237,7 +1218,7 @@ fn reconcile_releases_bound_allocations_whose_link_is_gone() {
 
 #[test]
 fn reconcile_removes_a_link_this_journal_saw_and_released() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::dual();
     let mut s = start(&dir, &setup);
     let resp = s.allocate_next(&pod("old")).unwrap();
@@ -1266,7 +1247,7 @@ fn reconcile_removes_a_link_this_journal_saw_and_released() {
 
 #[test]
 fn reconcile_adopts_links_the_journal_cannot_vouch_for_and_keeps_those_with_nothing_to_adopt() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::dual().cooldown(Duration::ZERO);
     drop(start(&dir, &setup));
     let (mut s, origin) = restore(&dir, &setup);
@@ -1355,7 +1336,7 @@ fn a_new_or_rebuilt_journal_adopts_even_links_marked_with_its_own_commits() {
         (JournalOrigin::Created, Some("missing or empty")),
         (JournalOrigin::Rebuilt, Some("moved aside")),
     ] {
-        let dir = TempDir::new();
+        let dir = TestDir::new("state");
         let (mut s, _) = restore(&dir, &Setup::dual());
         let mark = s.journal_mark();
         let routed = [addr("fd00::1"), addr("10.0.0.1")];
@@ -1403,7 +1384,7 @@ fn a_new_or_rebuilt_journal_adopts_even_links_marked_with_its_own_commits() {
 
 #[test]
 fn demand_follows_needed_ip_ceil_and_the_operator_carves_blocks() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::multi_pool(default_and_blue(), &[(DEFAULT_POOL, 8), ("blue", 3)])
         .cooldown(Duration::ZERO);
     let mut s = start(&dir, &setup);
@@ -1440,7 +1421,7 @@ fn demand_follows_needed_ip_ceil_and_the_operator_carves_blocks() {
 
 #[test]
 fn a_free_block_above_demand_is_given_back_only_after_restore_finished() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::multi_pool(default_and_blue(), &[(DEFAULT_POOL, 8), ("blue", 3)]);
     let mut s = start(&dir, &setup.clone().expiration(Duration::from_millis(50)));
     let first = v4(&s
@@ -1479,7 +1460,7 @@ fn a_free_block_above_demand_is_given_back_only_after_restore_finished() {
 
 #[test]
 fn set_pool_defs_refuses_a_change_that_breaks_a_block_in_use() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::multi_pool(default_and_blue(), &[(DEFAULT_POOL, 8)]);
     let mut s = start(&dir, &setup);
     let ip = v4(&s.allocate_next(&plain("ns/p", "blue")).unwrap());
@@ -1505,7 +1486,7 @@ fn set_pool_defs_refuses_a_change_that_breaks_a_block_in_use() {
 
 #[test]
 fn pool_selection_follows_the_pod_and_namespace_metadata() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::multi_pool(default_and_blue(), &[(DEFAULT_POOL, 8)]);
     let mut s = start(&dir, &setup);
     s.set_metadata(Box::new(FakeMetadata::new()));
@@ -1538,7 +1519,7 @@ fn pool_selection_follows_the_pod_and_namespace_metadata() {
 
 #[test]
 fn metadata_that_has_not_synced_is_a_retryable_503_not_a_missing_pod() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::multi_pool(default_and_blue(), &[(DEFAULT_POOL, 8)]);
     let mut s = start(&dir, &setup);
     s.set_metadata(Box::new(FakeMetadata {
@@ -1591,7 +1572,7 @@ fn node_with_blocks(extra: &[(&str, &str)]) -> NodeResource {
 
 #[test]
 fn a_pool_the_operator_cannot_grant_is_not_available_and_its_demand_is_recorded() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::multi_pool(default_and_blue(), &[]);
     let (operator, calls) = FakeOperator::new(node_with_blocks(&[]));
     let mut s = ready(restore_with(&dir, &setup, Box::new(operator)).0);
@@ -1636,7 +1617,7 @@ fn a_pool_the_operator_cannot_grant_is_not_available_and_its_demand_is_recorded(
 
 #[test]
 fn free_blocks_go_back_to_the_operator_only_after_restore_finished() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::multi_pool(default_and_blue(), &[]);
     let node = node_with_blocks(&[("blue", "10.20.0.0/29"), ("blue", "10.20.0.8/29")]);
     let (operator, calls) = FakeOperator::new(node);
@@ -1663,8 +1644,8 @@ fn free_blocks_go_back_to_the_operator_only_after_restore_finished() {
 
 /// A multi-pool node whose blocks come from a cluster operator (none embedded),
 /// restored with `node` as the node resource and ready to serve.
-fn start_with_cluster_operator(dir: &TempDir, setup: &Setup, node: NodeResource) -> IpamState {
-    let (journal, snapshot) = Journal::open(&dir.journal()).unwrap();
+fn start_with_cluster_operator(dir: &TestDir, setup: &Setup, node: NodeResource) -> IpamState {
+    let (journal, snapshot) = Journal::open(&journal_in(dir)).unwrap();
     let mut s = IpamState::restore(
         setup.cfg.clone(),
         journal,
@@ -1682,7 +1663,7 @@ fn start_with_cluster_operator(dir: &TempDir, setup: &Setup, node: NodeResource)
 
 #[test]
 fn with_a_cluster_operator_free_blocks_go_to_the_sink_and_stay_out_until_gone() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::multi_pool(default_and_blue(), &[]);
     let listed = node_with_blocks(&[("blue", "10.20.0.0/29"), ("blue", "10.20.0.8/29")]);
     let mut s = start_with_cluster_operator(&dir, &setup, listed.clone());
@@ -1705,7 +1686,7 @@ fn with_a_cluster_operator_free_blocks_go_to_the_sink_and_stay_out_until_gone() 
 
 #[test]
 fn with_a_cluster_operator_a_full_pool_waits_for_blocks_without_recording_a_failure() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::multi_pool(default_and_blue(), &[(DEFAULT_POOL, 8)]);
     let mut s = start_with_cluster_operator(&dir, &setup, node_with_blocks(&[]));
     let mut i = 0;
@@ -1750,7 +1731,7 @@ fn with_a_cluster_operator_a_full_pool_waits_for_blocks_without_recording_a_fail
     );
 
     // With the embedded operator a full pool is final: nothing to wait for.
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let small = Setup::multi_pool(
         vec![pool_def(DEFAULT_POOL, "10.10.0.0/28", 28)],
         &[(DEFAULT_POOL, 8)],
@@ -1768,7 +1749,7 @@ fn with_a_cluster_operator_a_full_pool_waits_for_blocks_without_recording_a_fail
 
 #[test]
 fn journal_fixes_make_a_diverged_journal_hold_what_memory_holds() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let a = s.allocate_next(&pod("a")).unwrap();
     s.create_endpoint(&endpoint_for("a", &a)).unwrap();
@@ -1809,8 +1790,8 @@ fn journal_fixes_make_a_diverged_journal_hold_what_memory_holds() {
         serde_json::json!({"key": "teardown/gone:eth0", "links": [], "ips": []}),
     ));
 
-    let other = TempDir::new();
-    let (mut j, _) = Journal::open(&other.journal()).unwrap();
+    let other = TestDir::new("state");
+    let (mut j, _) = Journal::open(&journal_in(&other)).unwrap();
     let mut ops: Vec<JournalOp> = diverged_allocations
         .into_iter()
         .map(JournalOp::PutAllocation)
@@ -1834,7 +1815,7 @@ fn journal_fixes_make_a_diverged_journal_hold_what_memory_holds() {
     j.commit(&fixes).unwrap();
     drop(j);
 
-    let (j, fixed) = Journal::open(&other.journal()).unwrap();
+    let (j, fixed) = Journal::open(&journal_in(&other)).unwrap();
     assert_eq!(journal_of(&j, &fixed), memory_of(&s));
 }
 
@@ -1889,13 +1870,13 @@ fn journal_of(journal: &Journal, snapshot: &Snapshot) -> Held {
 /// A small tmpfs mounted on a temporary directory, unmounted on drop (a state
 /// whose journal lives there must be dropped first).
 struct SmallDisk {
-    mount: TempDir,
+    mount: TestDir,
 }
 
 impl SmallDisk {
     /// None, with the reason printed, where tmpfs cannot be mounted.
     fn mount() -> Option<SmallDisk> {
-        let mount = TempDir::new();
+        let mount = TestDir::new("state");
         let out = Command::new("mount")
             .args([
                 "-t",
@@ -1904,7 +1885,7 @@ impl SmallDisk {
                 "size=4m,mode=0700",
                 "podnet-state-test",
             ])
-            .arg(&mount.0)
+            .arg(&*mount)
             .output();
         match out {
             Ok(out) if out.status.success() => Some(SmallDisk { mount }),
@@ -1921,10 +1902,8 @@ impl SmallDisk {
     }
 
     /// A state directory on the small disk.
-    fn state_dir(&self) -> TempDir {
-        let dir = TempDir(self.mount.0.join("state"));
-        std::fs::create_dir_all(&dir.0).unwrap();
-        dir
+    fn state_dir(&self) -> TestDir {
+        TestDir::at(self.mount.join("state"))
     }
 
     /// Fills the filesystem with one file, then allocates until a commit fails
@@ -1933,7 +1912,7 @@ impl SmallDisk {
     /// reopen limit, so for about a second every commit fails without a retry.
     /// Returns the first refusal and the file to remove to give the space back.
     fn fill_until_a_commit_fails(&self, s: &mut IpamState) -> (ApiError, PathBuf) {
-        let path = self.mount.0.join("filler");
+        let path = self.mount.join("filler");
         let mut f = std::fs::File::create(&path).unwrap();
         let chunk = vec![0u8; 64 * 1024];
         while f.write_all(&chunk).is_ok() {}
@@ -1958,7 +1937,7 @@ impl SmallDisk {
 
 impl Drop for SmallDisk {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mount.0).output();
+        let _ = Command::new("umount").arg(&*self.mount).output();
     }
 }
 
@@ -2039,7 +2018,7 @@ fn a_full_disk_refuses_changes_with_503_and_recovery_makes_the_journal_match_mem
     s.allocate_next(&pod("after")).unwrap();
     let memory = memory_of(&s);
     drop(s);
-    let (j, snapshot) = Journal::open(&dir.journal()).unwrap();
+    let (j, snapshot) = Journal::open(&journal_in(&dir)).unwrap();
     assert_eq!(journal_of(&j, &snapshot), memory);
 }
 
@@ -2078,7 +2057,7 @@ fn an_expiry_that_cannot_be_journaled_queues_no_host_link() {
 /// other change (endpoint, release, timer) flushes it.
 #[test]
 fn an_allocation_marks_the_used_addresses_changed_for_the_node_sink() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     s.take_outbox();
     let resp = s.allocate_next(&pod("c1")).unwrap();
@@ -2259,7 +2238,7 @@ fn wired_report(cid: &str, uuids: Vec<String>) -> CniReport {
 
 #[test]
 fn an_allocation_naming_the_netns_journals_its_endpoint_pending_in_the_same_commit() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let resp = s.allocate_next(&wired_pod("c1")).unwrap();
     assert!(resp.endpoint_pending);
@@ -2289,7 +2268,7 @@ fn an_allocation_naming_the_netns_journals_its_endpoint_pending_in_the_same_comm
 
 #[test]
 fn the_report_binds_a_wired_attachment_and_is_refused_once_it_was_deleted() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let resp = s.allocate_next(&wired_pod("c1")).unwrap();
     let wrong = wired_report("c1", vec!["not-the-uuid".into()]);
@@ -2315,7 +2294,7 @@ fn the_report_binds_a_wired_attachment_and_is_refused_once_it_was_deleted() {
 
 #[test]
 fn expiry_binds_an_attachment_whose_link_is_marked_wired_by_this_journal_only() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
     s.take_timers();
     let resp = s.allocate_next(&wired_pod("c1")).unwrap();
@@ -2388,7 +2367,7 @@ fn expiry_binds_an_attachment_whose_link_is_marked_wired_by_this_journal_only() 
 
 #[test]
 fn restore_leaves_an_expired_attachment_with_its_endpoint_to_its_timer() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let short = Setup::dual()
         .expiration(Duration::from_millis(50))
         .cooldown(Duration::ZERO);
@@ -2434,7 +2413,7 @@ fn pod_with_uid(cid: &str) -> AllocateRequest {
 
 #[test]
 fn an_allocation_keeps_its_pods_uid_across_a_restart() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::dual();
     let mut s = start(&dir, &setup);
     let with = s.allocate_next(&pod_with_uid("a")).unwrap();
@@ -2449,7 +2428,7 @@ fn an_allocation_keeps_its_pods_uid_across_a_restart() {
 
 #[test]
 fn the_leak_candidates_are_the_pods_live_allocations_with_uid_link_and_age() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let a = s.allocate_next(&pod_with_uid("a")).unwrap();
     let by_cid = s.allocate_next(&plain("0123abcd", "")).unwrap();
@@ -2474,7 +2453,7 @@ fn the_leak_candidates_are_the_pods_live_allocations_with_uid_link_and_age() {
 
 #[test]
 fn a_leak_is_released_with_its_attachment_and_one_that_changed_is_kept() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::dual().cooldown(Duration::ZERO);
     let mut s = start(&dir, &setup);
     let gone = s.allocate_next(&pod_with_uid("gone")).unwrap();
@@ -2523,11 +2502,11 @@ fn a_leak_is_released_with_its_attachment_and_one_that_changed_is_kept() {
 
 #[test]
 fn an_address_the_ledger_holds_outside_the_ranges_is_not_handed_out_when_its_block_comes_back() {
-    let dir = TempDir::new();
+    let dir = TestDir::new("state");
     let setup = Setup::multi_pool(default_and_blue(), &[]);
     let kept = addr("10.30.0.2");
     {
-        let (mut j, _) = Journal::open(&dir.journal()).unwrap();
+        let (mut j, _) = Journal::open(&journal_in(&dir)).unwrap();
         j.commit(&[JournalOp::PutAllocation(AllocationRecord {
             state: AllocationState::Bound,
             pool: "blue".into(),
