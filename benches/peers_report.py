@@ -4,13 +4,16 @@ benches/cluster_peers.py's output): the start-up table and the network table
 (pod to pod, host to host, pod to Service), each only for the networks that ran
 that part, then the ratios podnet / flannel and pod / host and the issue's
 targets (throughput >= 0.95x flannel's in tunnel mode and >= 0.95x host to host
-in native mode; request/response p99 <= flannel's). Markdown on stdout.
+in native mode; request/response p99 <= flannel's), under a line naming the
+machine (the ratios move with the CPU). Markdown on stdout.
 
 usage: peers_report.py RESULTS.jsonl
 """
 
 import json
 import sys
+
+from cni_compare import machine
 
 STARTUP = [("startup_wall_s", "start-up, all Ready (s)"), ("startup_p50_s", "pod p50 (s)"),
            ("startup_p99_s", "pod p99 (s)"), ("delete_addresses_free_s", "delete, addresses free (s)"),
@@ -119,6 +122,8 @@ def net_tables(rows):
 
 def main():
     rows = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8") if line.strip()]
+    m = machine()
+    print(f"Machine: {m['nproc']} CPUs ({m['cpu']}), kernel {m['kernel']}, {m['mem']} RAM.\n")
     startup_table(rows)
     net_tables(rows)
 
