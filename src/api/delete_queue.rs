@@ -288,16 +288,18 @@ fn entry_name(container_id: &str, ifname: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
 
-    fn tmp_socket() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("podnet-dq-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&d).unwrap();
-        d.join("podnet.sock")
+    /// A socket path in a fresh directory (kept while the returned dir lives).
+    fn tmp_socket() -> (TestDir, PathBuf) {
+        let d = TestDir::new("dq");
+        let sock = d.join("podnet.sock");
+        (d, sock)
     }
 
     #[test]
     fn enqueue_is_idempotent_readable_and_versioned() {
-        let sock = tmp_socket();
+        let (_dir, sock) = tmp_socket();
         let q = DeleteQueue::open(&sock).unwrap();
         let req = EndpointBatchDeleteRequest {
             container_id: "c1".into(),
@@ -327,12 +329,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(read_entry(&path).unwrap(), req);
-        std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
     }
 
     #[test]
     fn a_newer_or_malformed_format_is_refused_with_the_versions() {
-        let sock = tmp_socket();
+        let (_dir, sock) = tmp_socket();
         let q = DeleteQueue::open(&sock).unwrap();
         let path = q.dir().join("0000.delete");
         std::fs::write(&path, br#"{"format-version":2,"container-id":"c1"}"#).unwrap();
@@ -364,12 +365,11 @@ mod tests {
                 "{bad}: {e}"
             );
         }
-        std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
     }
 
     #[test]
     fn queue_is_bounded() {
-        let sock = tmp_socket();
+        let (_dir, sock) = tmp_socket();
         let q = DeleteQueue::open(&sock).unwrap();
         for i in 0..MAX_ENTRIES {
             q.enqueue(&EndpointBatchDeleteRequest {
@@ -383,12 +383,11 @@ mod tests {
             ..Default::default()
         });
         assert!(e.unwrap_err().to_string().contains("256 entries"));
-        std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
     }
 
     #[test]
     fn corrupt_and_partial_entries() {
-        let sock = tmp_socket();
+        let (_dir, sock) = tmp_socket();
         let q = DeleteQueue::open(&sock).unwrap();
         let bad = q.dir().join("0000.delete");
         std::fs::write(&bad, b"{\"container-id\": ").unwrap();
@@ -412,12 +411,11 @@ mod tests {
                 .to_string()
                 .contains("container-id")
         );
-        std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
     }
 
     #[test]
     fn unusable_entries_are_set_aside_and_listed() {
-        let sock = tmp_socket();
+        let (_dir, sock) = tmp_socket();
         let q = DeleteQueue::open(&sock).unwrap();
         let good = q
             .enqueue(&EndpointBatchDeleteRequest {
@@ -441,12 +439,11 @@ mod tests {
         );
         std::fs::remove_file(&aside).unwrap();
         assert!(q.unreadable_entries().unwrap().is_empty());
-        std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
     }
 
     #[test]
     fn exclusive_lock_blocks_writers() {
-        let sock = tmp_socket();
+        let (_dir, sock) = tmp_socket();
         let q = DeleteQueue::open(&sock).unwrap();
         let held = q.lock_exclusive().unwrap();
         let t = Instant::now();
@@ -454,6 +451,5 @@ mod tests {
         assert!(t.elapsed() >= LOCK_TIMEOUT);
         drop(held);
         assert!(q.lock_shared().is_ok());
-        std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
     }
 }

@@ -45,11 +45,11 @@ pub fn read(socket: &Path) -> Option<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
 
     #[test]
     fn the_note_counts_only_while_the_lock_is_held() {
-        let dir = std::env::temp_dir().join(format!("podnet-note-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir(&dir).unwrap();
+        let dir = TestDir::new("note");
         let socket = dir.join("podnet.sock");
         let lock = lock_path(&socket);
         let waiting =
@@ -63,6 +63,5 @@ mod tests {
         write(&lock, &[]).unwrap();
         assert_eq!(read(&socket), None, "serving: nothing awaited");
         drop(held);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

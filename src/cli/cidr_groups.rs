@@ -99,6 +99,7 @@ fn lint_group(group: &CiliumCIDRGroup, at: &str) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
 
     fn texts(findings: &[Finding]) -> Vec<String> {
         findings
@@ -109,8 +110,7 @@ mod tests {
 
     #[test]
     fn groups_in_a_file() {
-        let dir = std::env::temp_dir().join(format!("podnet-ccg-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TestDir::new("ccg");
         let good = dir.join("good.yaml");
         std::fs::write(
             &good,
@@ -166,6 +166,5 @@ mod tests {
         assert_eq!(got, want);
         let missing = texts(&lint_cidr_groups(&[dir.join("nope.yaml")]));
         assert!(missing[0].contains("nope.yaml: cannot read"), "{missing:?}");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -468,6 +468,7 @@ pub fn text(r: &Report) -> String {
 mod tests {
     use super::*;
     use crate::k8s::address_views::pod_view;
+    use crate::test_dir::TestDir;
     use k8s_openapi::api::core::v1::Pod;
 
     fn pod(name: &str, node: &str, ips: &[&str]) -> PodView {
@@ -584,8 +585,7 @@ mod tests {
 
     #[test]
     fn an_unreachable_api_server_is_exit_2_with_what_to_fix() {
-        let dir = std::env::temp_dir().join(format!("podnet-ipamcheck-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TestDir::new("ipamcheck");
         let (kubeconfig, port) = crate::k8s::connect::unreachable_kubeconfig(&dir);
         let args = CheckArgs {
             kubeconfig: Some(kubeconfig.clone()),
@@ -610,7 +610,6 @@ mod tests {
             "{e}"
         );
         assert_eq!(run_check(&missing), 2);
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

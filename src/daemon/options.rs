@@ -289,6 +289,7 @@ impl DaemonOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
 
     fn parse(args: &[&str]) -> Result<DaemonOptions, OptionsError> {
         DaemonOptions::parse_with_config_dir(
@@ -333,8 +334,7 @@ mod tests {
 
     #[test]
     fn config_dir_under_flags() {
-        let dir = std::env::temp_dir().join(format!("podnet-optdir-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TestDir::new("optdir");
         std::fs::write(dir.join("cluster-pool-ipv4-cidr"), "10.9.0.0/16\n").unwrap();
         std::fs::write(dir.join("cluster-pool-ipv4-mask-size"), "26").unwrap();
         std::fs::write(dir.join("enable-ipv6"), "true").unwrap();
@@ -345,7 +345,6 @@ mod tests {
         assert_eq!(o.cluster_pool_ipv4_cidr.as_deref(), Some("10.9.0.0/16"));
         assert_eq!(o.cluster_pool_ipv4_mask_size, 28);
         assert!(o.enable_ipv6);
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

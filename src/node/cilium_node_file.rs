@@ -546,6 +546,7 @@ impl CiliumNodeFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
 
     const YAML: &str = r#"# written by the node tool
 apiVersion: cilium.io/v2
@@ -594,12 +595,6 @@ status:
       10.0.1.30: released
 "#;
 
-    fn tmpdir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("podnet-cnf-{}", uuid::Uuid::new_v4()));
-        fs::create_dir_all(&d).unwrap();
-        d
-    }
-
     fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
         let p = dir.join(name);
         fs::write(&p, text).unwrap();
@@ -618,7 +613,7 @@ status:
 
     #[test]
     fn load_yaml() {
-        let dir = tmpdir();
+        let dir = TestDir::new("cnf");
         let p = write(&dir, "node.yaml", YAML);
         let (f, node) = CiliumNodeFile::load(&p).unwrap();
         assert_eq!(f.format(), FileFormat::Yaml);
@@ -638,12 +633,11 @@ status:
             ]
         );
         assert!(!f.changed());
-        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn round_trip_keeps_unknown_fields_yaml() {
-        let dir = tmpdir();
+        let dir = TestDir::new("cnf");
         let p = write(&dir, "node.yaml", YAML);
         let before = json_of(&p);
         let (f, mut node) = CiliumNodeFile::load(&p).unwrap();
@@ -686,12 +680,11 @@ status:
         f.write_status(&serde_json::to_value(&again.status).unwrap())
             .unwrap();
         assert_eq!(fs::metadata(&p).unwrap().modified().unwrap(), mtime);
-        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn round_trip_json() {
-        let dir = tmpdir();
+        let dir = TestDir::new("cnf");
         let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(YAML).unwrap();
         let text = serde_json::to_string(&yaml).unwrap();
         let p = write(&dir, "node.json", &text);
@@ -710,12 +703,11 @@ status:
         );
         assert_eq!(after["status"]["ipam"]["operator-status"]["error"], "boom");
         assert_eq!(after["spec"]["future-field"]["keep"], "me");
-        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn concurrent_spec_edit_is_not_lost() {
-        let dir = tmpdir();
+        let dir = TestDir::new("cnf");
         let p = write(&dir, "node.yaml", YAML);
         let (f, mut node) = CiliumNodeFile::load(&p).unwrap();
         node.status
@@ -763,12 +755,11 @@ status:
         assert_eq!(n, WRITE_ATTEMPTS);
         assert!(err.contains("status not written after 5 attempts"), "{err}");
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
-        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn refuses_another_node() {
-        let dir = tmpdir();
+        let dir = TestDir::new("cnf");
         let p = write(&dir, "node.yaml", YAML);
         let (f, node) = CiliumNodeFile::load(&p).unwrap();
         fs::write(&p, YAML.replace("name: node-a", "name: node-b")).unwrap();
@@ -778,12 +769,11 @@ status:
             .to_string();
         assert!(err.contains("now describes node \"node-b\""), "{err}");
         assert!(f.write_status(&serde_json::json!([1])).is_err());
-        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn bad_files() {
-        let dir = tmpdir();
+        let dir = TestDir::new("cnf");
         let err = |text: &str| {
             let p = write(&dir, "bad.yaml", text);
             let e = CiliumNodeFile::load(&p).unwrap_err().to_string();
@@ -830,6 +820,5 @@ status:
                 .to_string()
                 .starts_with(&missing.display().to_string())
         );
-        fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -302,6 +302,7 @@ fn default_identity() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
 
     fn cluster_pool_of(c: &OperatorConfig) -> &ClusterPoolConfig {
         match &c.ipam {
@@ -441,8 +442,7 @@ mod tests {
 
     #[test]
     fn options_from_a_config_dir_under_flags() {
-        let dir = std::env::temp_dir().join(format!("podnet-opdir-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TestDir::new("opdir");
         std::fs::write(dir.join("cluster-pool-ipv4-cidr"), "10.9.0.0/16\n").unwrap();
         std::fs::write(dir.join("cluster-pool-ipv4-mask-size"), "26").unwrap();
         std::fs::write(dir.join("leader-election-namespace"), "podnet").unwrap();
@@ -459,6 +459,5 @@ mod tests {
         assert_eq!(cluster_pool_of(&c).ipv4_mask_size, 28);
         assert_eq!(c.namespace, "podnet");
         assert_eq!(c.identity, "op-a");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -556,6 +556,7 @@ pub fn text(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
@@ -729,8 +730,7 @@ mod tests {
 
     #[test]
     fn an_unreachable_api_server_is_exit_1() {
-        let dir = std::env::temp_dir().join(format!("podnet-opstatus-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TestDir::new("opstatus");
         let (kubeconfig, port) = crate::k8s::connect::unreachable_kubeconfig(&dir);
         let opts = parse(&args(&[
             "--k8s-kubeconfig-path",
@@ -751,6 +751,5 @@ mod tests {
             ])),
             1
         );
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

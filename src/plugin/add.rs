@@ -416,12 +416,12 @@ impl Attempt<'_> {
             .map(|pod| pod.index)
     }
 
-    /// Host side: its IPv6 sysctls (none but `disable_ipv6` when `ipv4_only`, the
-    /// caller's one reading of the plans), then in one datagram no `rp_filter` (the
-    /// daemon's nftables source check verifies the pod's source addresses, both
-    /// families; set by netlink, not through /proc), up (with podnet's marker in
-    /// its alias, set in the same request), a /32 (/128) route to the pod, and an
-    /// NDP proxy entry so the pod can resolve the IPv6 router address.
+    /// Host side: its IPv6 sysctls (or only `disable_ipv6` when `ipv4_only`), then
+    /// in one datagram no `rp_filter` (the daemon's nftables source check verifies
+    /// the pod's source addresses, both families; set by netlink, not through
+    /// /proc), up (with podnet's marker in its alias, set in the same request), a
+    /// /32 (/128) route to the pod, and an NDP proxy entry so the pod can resolve
+    /// the IPv6 router address.
     fn set_up_host_side(
         &self,
         host_index: u32,
@@ -1009,14 +1009,14 @@ pub fn dp(what: &'static str) -> impl Fn(DatapathError) -> CniError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
     use std::io::{Read, Write};
     use std::os::unix::net::UnixListener;
     use std::time::Duration;
 
     #[test]
     fn the_configuration_comes_with_the_answer_else_from_get_config() {
-        let dir = std::env::temp_dir().join(format!("podnet-addcfg-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TestDir::new("addcfg");
         let sock = dir.join("d.sock");
         let client = Client::new(&sock, Duration::from_secs(5));
         // Sent along with the answer: no request (nothing even listens yet).
@@ -1046,6 +1046,5 @@ mod tests {
             ("cluster-pool", 1400)
         );
         assert!(server.join().unwrap().starts_with("GET /v1/config "));
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -5,8 +5,8 @@
 //! spinning takes the CPU the holder needs, so a burst of ADDs went slower than
 //! the same ADDs one by one. A plugin waiting for its turn sleeps instead
 //! (BENCHMARKS.md, "ADD in batches": 200 ADDs, 8 and 32 at a time, 27% and 30%
-//! less wall time). The turn is an flock on a file in the daemon socket's directory,
-//! released when the plugin drops it or exits, however it exits.
+//! less wall time). The turn is an flock on a file in the daemon socket's
+//! directory, released when the plugin drops it or exits, however it exits.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;

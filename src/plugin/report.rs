@@ -235,6 +235,7 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
 
     #[test]
     fn civil_dates() {
@@ -245,14 +246,15 @@ mod tests {
 
     #[test]
     fn log_rotates() {
-        let dir = std::env::temp_dir().join(format!("podnet-log-{}", uuid::Uuid::new_v4()));
+        let test_dir = TestDir::new("log");
+        // A directory append_log has to create first.
+        let dir = test_dir.join("logs");
         let path = dir.join("cni.log");
         append_log(&path, "a\n").unwrap();
         std::fs::write(&path, vec![b'x'; LOG_MAX_BYTES as usize]).unwrap();
         append_log(&path, "b\n").unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "b\n");
         assert!(dir.join("cni.log.1").exists());
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

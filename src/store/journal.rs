@@ -561,6 +561,7 @@ fn is_no_space(message: &str) -> bool {
 mod tests {
     use super::*;
     use crate::store::records::AllocationState;
+    use crate::test_dir::TestDir;
 
     fn rec(ip: &str) -> AllocationRecord {
         AllocationRecord {
@@ -584,7 +585,7 @@ mod tests {
 
     #[test]
     fn commit_survives_reopen() {
-        let dir = tempdir();
+        let dir = TestDir::new("journal");
         let path = dir.join("journal.redb");
         {
             let (mut j, _) = Journal::open(&path).unwrap();
@@ -610,12 +611,11 @@ mod tests {
         assert_eq!(allocations[0].ip.to_string(), "10.0.0.3");
         assert_eq!(s.meta.len(), 1, "{:?}", s.meta);
         assert_eq!(s.meta[0].0, "node");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn identity_and_sequence_survive_reopen() {
-        let dir = tempdir();
+        let dir = TestDir::new("journal");
         let path = dir.join("journal.redb");
         let (id, seq) = {
             let (mut j, _) = Journal::open(&path).unwrap();
@@ -640,12 +640,11 @@ mod tests {
         assert_ne!(j.id(), id);
         assert!(s.endpoints.is_empty() && s.meta.is_empty());
         assert!(j.all_allocations().is_empty());
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn garbage_file_is_refused_with_its_name() {
-        let dir = tempdir();
+        let dir = TestDir::new("journal");
         let path = dir.join("journal.redb");
         std::fs::write(
             &path,
@@ -655,7 +654,6 @@ mod tests {
         let err = Journal::open(&path).err().unwrap().to_string();
         assert!(err.contains("journal.redb"), "{err}");
         assert!(err.contains("--rebuild-from-kernel"), "{err}");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     /// A journal with a few hundred records, closed cleanly.
@@ -678,7 +676,7 @@ mod tests {
     /// runs with unwinding: a panic inside redb fails it).
     #[test]
     fn damaged_pages_give_an_error_never_a_panic() {
-        let dir = tempdir();
+        let dir = TestDir::new("journal");
         let clean = dir.join("clean.redb");
         let records = populated(&clean);
         let original = std::fs::read(&clean).unwrap();
@@ -724,12 +722,11 @@ mod tests {
             outcomes.1 > 0,
             "no damage was detected at all: {outcomes:?}"
         );
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn a_record_that_does_not_decode_is_refused_at_open_with_its_key() {
-        let dir = tempdir();
+        let dir = TestDir::new("journal");
         let path = dir.join("journal.redb");
         {
             let (j, _) = Journal::open(&path).unwrap();
@@ -743,7 +740,6 @@ mod tests {
         let err = Journal::open(&path).err().unwrap().to_string();
         assert!(err.contains("default/10.0.0.9"), "{err}");
         assert!(err.contains("--rebuild-from-kernel"), "{err}");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     /// Writes `value` under the format key, as another podnet would have.
@@ -759,7 +755,7 @@ mod tests {
 
     #[test]
     fn a_journal_without_a_version_is_format_1_read_whole_and_marked() {
-        let dir = tempdir();
+        let dir = TestDir::new("journal");
         let path = dir.join("journal.redb");
         let id = {
             let (mut j, _) = Journal::open(&path).unwrap();
@@ -789,7 +785,6 @@ mod tests {
         let table = txn.open_table(META).unwrap();
         let stored = table.get(META_FORMAT).unwrap().unwrap();
         assert_eq!(stored.value(), JOURNAL_FORMAT.to_string().as_bytes());
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     /// The record `rec(ip)` as the journal holds it (its times are the journal's).
@@ -805,7 +800,7 @@ mod tests {
 
     #[test]
     fn a_new_journal_carries_the_current_format() {
-        let dir = tempdir();
+        let dir = TestDir::new("journal");
         let path = dir.join("journal.redb");
         let (j, s) = Journal::open(&path).unwrap();
         assert!(s.meta.is_empty());
@@ -819,12 +814,11 @@ mod tests {
             table.get(META_FORMAT).unwrap().unwrap().value(),
             b"1".as_slice()
         );
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn a_newer_format_is_refused_with_both_versions_and_the_file_untouched() {
-        let dir = tempdir();
+        let dir = TestDir::new("journal");
         let path = dir.join("journal.redb");
         {
             let (mut j, _) = Journal::open(&path).unwrap();
@@ -866,12 +860,11 @@ mod tests {
             vec![std::ffi::OsString::from("journal.redb")],
             "the copy is left"
         );
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn every_version_above_the_current_is_refused_and_none_up_to_it() {
-        let dir = tempdir();
+        let dir = TestDir::new("journal");
         let path = dir.join("journal.redb");
         for (stored, refused) in [
             ("1", false),
@@ -889,13 +882,12 @@ mod tests {
             );
             assert_eq!(result.is_ok(), !refused, "{stored}");
         }
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn a_format_that_is_not_a_version_is_corrupt_with_its_key() {
         for bad in [b"\"two\"".as_slice(), b"0", b"-1", b"1.5", b"{"] {
-            let dir = tempdir();
+            let dir = TestDir::new("journal");
             let path = dir.join("journal.redb");
             put_format(&path, bad);
             let err = Journal::open(&path).err().unwrap();
@@ -903,7 +895,6 @@ mod tests {
             assert!(matches!(err, StoreError::Corrupt { .. }), "{msg}");
             assert!(msg.contains(META_FORMAT), "{msg}");
             assert!(msg.contains("--rebuild-from-kernel"), "{msg}");
-            std::fs::remove_dir_all(dir).unwrap();
         }
     }
 
@@ -915,15 +906,5 @@ mod tests {
         assert!(!is_no_space(
             "journal /x: I/O error: Input/output error (os error 5)"
         ));
-    }
-
-    fn tempdir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "podnet-journal-test-{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4()
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        d
     }
 }
