@@ -279,12 +279,12 @@ impl Attempt<'_> {
         {
             set_pod_ipv6_defaults(self.netns, self.host_sock)?;
         }
-        // IPv4 only: the host side's disable_ipv6 write waits its turn (add_turn).
+        // IPv4 only: the netlink work, with the host side's disable_ipv6 write,
+        // waits its turn (add_turn); the turn ends once the link is marked wired.
         let ipv4_only = !plans.iter().any(|p| p.ip.is_ipv6());
         let turn = ipv4_only.then(|| AddTurn::take(self.client.socket()));
         let pair = self.create_pair()?;
         self.set_up_host_side(pair.host_index, &plans, ipv4_only)?;
-        drop(turn);
         for p in &plans {
             install_eni_routing(self.host_sock, p, added_rules)?;
         }
@@ -299,10 +299,14 @@ impl Attempt<'_> {
                 self.host_sock
                     .set_link_alias(pair.host_index, &wired.encode())
                     .map_err(dp("marking the host side wired"))?;
+                drop(turn);
                 t.mark("link-wired");
                 t.wired(self.expiration_uuids());
             }
-            None => self.register_endpoint(pair.host_index, t)?,
+            None => {
+                drop(turn);
+                self.register_endpoint(pair.host_index, t)?
+            }
         }
         self.result(&pair, &plans)
     }

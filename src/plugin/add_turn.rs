@@ -1,12 +1,15 @@
-//! The node's podnet plugins take turns from creating a pod's veth pair to
-//! disabling IPv6 on its host side (IPv4-only pods). The kernel serialises both
-//! anyway (RTNL), but a `disable_ipv6` write that finds RTNL held does not wait
-//! for it: the kernel restarts the system call until it gets the lock, and that
-//! spinning takes the CPU the holder needs, so a burst of ADDs went slower than
-//! the same ADDs one by one. A plugin waiting for its turn sleeps instead
-//! (BENCHMARKS.md, "ADD in batches": 200 ADDs, 8 and 32 at a time, 27% and 30%
-//! less wall time). The turn is an flock on a file in the daemon socket's
-//! directory, released when the plugin drops it or exits, however it exits.
+//! The node's podnet plugins take turns with their netlink work (IPv4-only pods):
+//! from creating a pod's veth pair, through its host side (where IPv6 is
+//! disabled), its ENI routing and its pod side, to marking its host link wired.
+//! The kernel serialises all of it anyway (RTNL), but a `disable_ipv6` write that
+//! finds RTNL held does not wait for it: the kernel restarts the system call until
+//! it gets the lock, and that spinning takes the CPU the holder needs, so a burst
+//! of ADDs went slower than the same ADDs one by one. Within the turn, no other
+//! plugin holds RTNL while the write runs; a plugin waiting for its turn sleeps
+//! (BENCHMARKS.md, "ADD in batches" and "The turn covers the whole netlink
+//! work"). Outside it, plugins run in parallel: the exec, the allocation, the
+//! answer. The turn is an flock on a file in the daemon socket's directory,
+//! released when the plugin drops it or exits, however it exits.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
