@@ -1,4 +1,5 @@
-//! The process's global allocator: the system allocator, except in the CNI plugin.
+//! The process's global allocator: the backing heap (`heap_backing`), except in
+//! the CNI plugin.
 //!
 //! A plugin run lives for about a millisecond, and musl's allocator maps and
 //! unmaps memory for anything of a few pages (a netlink receive buffer, a parsed
@@ -7,15 +8,17 @@
 //! plugin switches to a bump arena instead: allocations move a pointer forward in
 //! one fixed region (in `.bss`, so only the pages it touches are ever backed),
 //! freeing the newest allocation moves it back, anything else is left until the
-//! process exits. A full arena falls back to the system allocator. The daemon never
+//! process exits. A full arena falls back to the backing heap. The daemon never
 //! switches: it is long-lived and must give memory back.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
+
+use crate::heap_backing::Backing;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// The plugin's region. A large GC request or result fits; more spills over to the
-/// system allocator.
+/// backing heap.
 const REGION_BYTES: usize = 8 << 20;
 
 #[repr(C, align(4096))]
@@ -112,7 +115,7 @@ impl Arena {
     }
 }
 
-/// The global allocator: the system's until [`use_arena`] is called, then the
+/// The global allocator: the backing heap until [`use_arena`] is called, then the
 /// arena over the process's region.
 struct ProcessAllocator {
     arena_on: AtomicBool,
@@ -139,13 +142,13 @@ impl ProcessAllocator {
 
 // SAFETY: every pointer goes back to the allocator that produced it: arena
 // pointers are recognised by address (the region is fixed), all others are the
-// system allocator's.
+// backing heap's.
 unsafe impl GlobalAlloc for ProcessAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         match self.arena_alloc(layout) {
             Some(p) => p,
             // SAFETY: forwarded with the caller's layout.
-            None => unsafe { System.alloc(layout) },
+            None => unsafe { Backing.alloc(layout) },
         }
     }
 
@@ -158,7 +161,7 @@ unsafe impl GlobalAlloc for ProcessAllocator {
                 p
             }
             // SAFETY: forwarded with the caller's layout.
-            None => unsafe { System.alloc_zeroed(layout) },
+            None => unsafe { Backing.alloc_zeroed(layout) },
         }
     }
 
@@ -166,15 +169,15 @@ unsafe impl GlobalAlloc for ProcessAllocator {
         if self.arena.contains(ptr) {
             self.arena.dealloc(ptr, layout);
         } else {
-            // SAFETY: not the arena's, so the system allocator's, with its layout.
-            unsafe { System.dealloc(ptr, layout) }
+            // SAFETY: not the arena's, so the backing heap's, with its layout.
+            unsafe { Backing.dealloc(ptr, layout) }
         }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if !self.arena.contains(ptr) {
-            // SAFETY: the system allocator's pointer and layout.
-            return unsafe { System.realloc(ptr, layout, new_size) };
+            // SAFETY: the backing heap's pointer and layout.
+            return unsafe { Backing.realloc(ptr, layout, new_size) };
         }
         if self.arena.resize_in_place(ptr, layout.size(), new_size) || new_size <= layout.size() {
             return ptr;
@@ -196,7 +199,7 @@ unsafe impl GlobalAlloc for ProcessAllocator {
 }
 
 /// Switches the global allocator to the arena for the rest of the process (the
-/// CNI plugin does, first thing). Memory allocated before stays the system's.
+/// CNI plugin does, first thing). Memory allocated before stays the backing heap's.
 pub fn use_arena() {
     GLOBAL.arena_on.store(true, Ordering::Relaxed);
 }

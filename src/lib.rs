@@ -19,6 +19,7 @@ pub mod cli;
 pub mod cni;
 pub mod daemon;
 pub mod datapath;
+pub mod heap_backing;
 pub mod ipam;
 pub mod k8s;
 pub mod logging;

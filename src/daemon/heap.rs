@@ -3,8 +3,8 @@
 //! it maps blocks apart (up to 32 MiB); restore's staging and a full status body
 //! then stay in the heap for good. `tune` fixes that size at start, `trim` hands the
 //! free pages back after work that leaves a lot of them (restore, a full status).
-//! musl's allocator (the release binary's) returns freed pages by itself and has
-//! neither knob: both are no-ops there.
+//! The static musl build's heap (`heap_backing`) maps large blocks apart from the
+//! start; `trim` returns its free top there.
 
 /// Blocks from this size up are mapped apart and unmapped when freed.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -28,4 +28,5 @@ pub fn trim() {
     unsafe {
         libc::malloc_trim(0);
     }
+    crate::heap_backing::trim();
 }
