@@ -12,10 +12,10 @@
 //! switches: it is long-lived and must give memory back.
 
 use std::alloc::{GlobalAlloc, Layout};
-
-use crate::heap_backing::Backing;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use crate::heap_backing::Backing;
 
 /// The plugin's region. A large GC request or result fits; more spills over to the
 /// backing heap.
