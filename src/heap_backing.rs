@@ -4,7 +4,13 @@
 //! the daemon paid on every request for `mmap`, `munmap`, page faults and a TLB
 //! flush on the other CPU (a quarter of its CPU in a batch of ADDs,
 //! BENCHMARKS.md). dlmalloc keeps freed memory for reuse and returns it from the
-//! top of its segments; [`trim`] returns what it can after work that frees a lot.
+//! top of its segments; blocks from [`MAPPED_APART_BYTES`] up are mapped apart.
+
+/// Blocks from this size up are mapped apart and unmapped when freed: by musl's
+/// allocator under dlmalloc (which has no such threshold: a freed large block would
+/// stay a hole between live ones), and by glibc's as the daemon tunes it
+/// (`daemon::heap`), so a restore's staging does not stay in the heap.
+pub const MAPPED_APART_BYTES: usize = 256 * 1024;
 
 #[cfg(any(target_env = "musl", test))]
 mod dl {
@@ -27,14 +33,8 @@ mod dl {
         HEAP.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Allocations from this size up are mapped apart by the system allocator and
-    /// unmapped when freed (dlmalloc here has no such threshold: a freed large
-    /// block would stay a hole between live ones), as glibc's heap is tuned to
-    /// (`daemon::heap`).
-    const LARGE_BYTES: usize = 256 * 1024;
-
     fn is_large(size: usize) -> bool {
-        size >= LARGE_BYTES
+        size >= super::MAPPED_APART_BYTES
     }
 
     /// dlmalloc behind one lock for small allocations, the system's for large ones.
@@ -98,26 +98,13 @@ mod dl {
             }
         }
     }
-
-    /// Returns the free top of the heap and its wholly free segments to the kernel.
-    #[cfg(target_env = "musl")]
-    pub fn trim() {
-        // SAFETY: trimming only unmaps memory no allocation holds.
-        unsafe {
-            heap().0.trim(0);
-        }
-    }
 }
 
 #[cfg(target_env = "musl")]
-pub use dl::{DlBacking as Backing, trim};
+pub use dl::DlBacking as Backing;
 
 #[cfg(not(target_env = "musl"))]
 pub use std::alloc::System as Backing;
-
-/// The system allocator has its own trim (the daemon's `heap`).
-#[cfg(not(target_env = "musl"))]
-pub fn trim() {}
 
 #[cfg(test)]
 mod tests {

@@ -4,11 +4,11 @@
 //! then stay in the heap for good. `tune` fixes that size at start, `trim` hands the
 //! free pages back after work that leaves a lot of them (restore, a full status).
 //! The static musl build's heap (`heap_backing`) maps large blocks apart from the
-//! start; `trim` returns its free top there.
+//! start and has neither knob: both are no-ops there.
 
 /// Blocks from this size up are mapped apart and unmapped when freed.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-const MMAP_THRESHOLD_BYTES: libc::c_int = 256 * 1024;
+const MMAP_THRESHOLD_BYTES: libc::c_int = crate::heap_backing::MAPPED_APART_BYTES as libc::c_int;
 
 /// Fixes the mmap threshold (glibc: setting it turns off its dynamic raise).
 pub fn tune() {
@@ -28,5 +28,4 @@ pub fn trim() {
     unsafe {
         libc::malloc_trim(0);
     }
-    crate::heap_backing::trim();
 }
