@@ -380,12 +380,7 @@ fn datapath_mode_netkit_is_checked_at_start_and_auto_falls_back() {
                 && err.contains("netkit needs Linux 6.8 or later with CONFIG_NETKIT"),
             "{err}"
         );
-        eprintln!(
-            "SKIPPED netkit pod connectivity: {}",
-            match podnet::datapath::probe_netkit() {
-                podnet::datapath::NetkitSupport::Unsupported { reason } => reason,
-                podnet::datapath::NetkitSupport::Supported => String::new(),
-            }
-        );
+        // This kernel has no netkit: the refusal and the fallback above are what
+        // ran; pods over netkit are checked only where the kernel has it.
     }
 }

@@ -121,7 +121,7 @@ pub struct ControlPlane {
 
 impl ControlPlane {
     /// Starts a control plane and waits until the API server is ready. `None` (a
-    /// reported skip; a failure under `CI=true`) when not root or when a binary
+    /// reported skip: a failure unless skips are allowed) when not root or when a binary
     /// is missing.
     pub fn start(test: &str) -> Option<ControlPlane> {
         if !root_or_skip(test) {

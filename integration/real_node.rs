@@ -41,8 +41,8 @@ struct RealNode {
 static ONE_NODE: Mutex<()> = Mutex::new(());
 
 impl RealNode {
-    /// Starts the node with `runtime`, or reports a skip (a failure under
-    /// CI=true) when a part is missing.
+    /// Starts the node with `runtime`, or reports a skip (a failure unless skips
+    /// are allowed: harness::skip) when a part is missing.
     fn start(test: &str, runtime: &'static str) -> Option<RealNode> {
         // The runtimes `scripts/k8s-binaries runtimes` builds, and the CNI
         // plugins their nodes have.

@@ -28,7 +28,7 @@ pub fn images_dir() -> PathBuf {
 
 /// True when the test can run a script's nodes: root, the kubelet, the control
 /// plane and `more` of scripts/k8s-binaries, containerd and runc, the images of
-/// `make image`; otherwise reports `test` skipped (a failure under CI=true).
+/// `make image`; otherwise reports `test` skipped (a failure unless skips are allowed: harness::skip).
 pub fn node_parts_or_skip(test: &str, more: &[&str]) -> bool {
     if !root_or_skip(test) {
         return false;

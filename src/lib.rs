@@ -31,6 +31,8 @@ pub mod resources;
 pub mod store;
 #[cfg(test)]
 mod test_dir;
+#[cfg(test)]
+mod test_skip;
 
 /// Runs the binary: the CNI plugin when `CNI_COMMAND` is set and non-empty, else a
 /// subcommand. Returns the exit code (the plugin exits itself, see `plugin::exit`).

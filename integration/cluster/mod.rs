@@ -48,8 +48,8 @@ struct Cluster {
 }
 
 impl Cluster {
-    /// Starts the cluster, or reports a skip (a failure under CI=true) when a part
-    /// is missing.
+    /// Starts the cluster, or reports a skip (a failure unless skips are
+    /// allowed: harness::skip) when a part is missing.
     fn start(test: &str) -> Option<Cluster> {
         // The default cluster's nodes run containerd 2, CRI-O and containerd 1.6
         // (`scripts/k8s-binaries runtimes` builds the first two and the CNI

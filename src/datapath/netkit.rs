@@ -497,11 +497,14 @@ mod tests {
         assert!(unsupported_reason("6.1.0", &e).starts_with("netkit probe failed on kernel 6.1.0"));
     }
 
+    /// Ignored by default: most kernels here lack netkit, and a test that cannot
+    /// run must not read as passed. `cargo test -- --ignored netkit_pair` runs it
+    /// on Linux 6.8+ with CONFIG_NETKIT (and fails, saying why, elsewhere).
     #[test]
+    #[ignore = "needs netkit (Linux 6.8+ with CONFIG_NETKIT): cargo test -- --ignored netkit_pair"]
     fn netkit_pair_in_private_namespace() {
-        let support = probe_netkit();
-        if let NetkitSupport::Unsupported { reason } = &support {
-            eprintln!("SKIPPED netkit_pair_in_private_namespace: {reason}");
+        if let NetkitSupport::Unsupported { reason } = probe_netkit() {
+            crate::test_skip::skip("netkit_pair_in_private_namespace", &reason);
             return;
         }
         in_private_netns(|| {

@@ -2,8 +2,8 @@
 //! journal in a temporary directory, the embedded operator (or a fake one where a
 //! test must control what the operator grants), restore, the router addresses and
 //! the end of restore. The kernel is given as data (`KernelView`); nothing here
-//! touches links or namespaces. The full-disk test mounts a small tmpfs (it is
-//! skipped, with the reason printed, where `mount` is not allowed).
+//! touches links or namespaces. The full-disk test mounts a small tmpfs (where
+//! `mount` is not allowed it fails, or is recorded as skipped: `test_skip`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -1891,11 +1891,12 @@ impl SmallDisk {
             Ok(out) if out.status.success() => Some(SmallDisk { mount }),
             Ok(out) => {
                 let why = String::from_utf8_lossy(&out.stderr);
-                eprintln!("skipped: cannot mount a tmpfs to fill ({})", why.trim());
+                let why = format!("cannot mount a tmpfs to fill ({})", why.trim());
+                crate::test_skip::skip("full disk tests", &why);
                 None
             }
             Err(e) => {
-                eprintln!("skipped: cannot run mount ({e})");
+                crate::test_skip::skip("full disk tests", &format!("cannot run mount ({e})"));
                 None
             }
         }

@@ -16,14 +16,14 @@ use nix::sched::{CloneFlags, unshare};
 
 use super::NetNs;
 
-/// True when running as root; otherwise prints a skip message.
+/// True when running as root; otherwise the test fails or, where skips are
+/// allowed, is recorded as skipped (`test_skip`).
 pub(super) fn root(test: &str) -> bool {
     if nix::unistd::geteuid().is_root() {
-        true
-    } else {
-        eprintln!("skipping {test}: needs root (CAP_NET_ADMIN)");
-        false
+        return true;
     }
+    crate::test_skip::skip(test, "needs root (CAP_NET_ADMIN)");
+    false
 }
 
 /// Run `f` on a thread with its own fresh netns (the test's private "host").
