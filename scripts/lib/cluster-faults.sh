@@ -1,0 +1,107 @@
+# Faults a soak (scripts/soak) or a person injects into the cluster of
+# scripts/cluster, beside reboot, poweroff and restart-runtime. Sourced by
+# scripts/cluster, which defines DIR, BIN, CP_NS, FABRIC_NS, spawn, stop_pid,
+# locked, node_index, component_pid, pid_alive and wait_for.
+#
+#   cp-stop etcd|kube-apiserver     the control-plane component stopped (SIGTERM)
+#   cp-start etcd|kube-apiserver    ... and started again with its own arguments
+#   partition node-I                node-I cut off from the fabric (the fabric's
+#                                   port of its link set down: no carrier on its eth0)
+#   heal node-I                     ... and joined to it again
+#
+# /run/podnet of every node is a tmpfs of RUN_PODNET_SIZE (a node's /run is one),
+# so that filling it ends in ENOSPC as on a real node, and a power cut wipes it.
+
+RUN_PODNET_SIZE=64m
+
+# start_etcd, start_apiserver: the control plane's store and API server, the
+# same arguments at start and at cp-start.
+start_etcd() {
+    spawn cp etcd "$BIN/etcd" --name=podnet-cluster --data-dir="$DIR/etcd" \
+        --listen-client-urls=http://127.0.0.1:2379 --advertise-client-urls=http://127.0.0.1:2379 \
+        --listen-peer-urls=http://127.0.0.1:2380 --initial-advertise-peer-urls=http://127.0.0.1:2380 \
+        --initial-cluster=podnet-cluster=http://127.0.0.1:2380 --unsafe-no-fsync --log-level=warn
+}
+
+start_apiserver() {
+    local p="$DIR/pki"
+    spawn cp kube-apiserver "$BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 \
+        --bind-address=0.0.0.0 --advertise-address="$CP_IP" --secure-port=6443 \
+        --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
+        --client-ca-file="$p/ca.crt" --allow-privileged=true \
+        --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+        --service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
+        --service-cluster-ip-range="$SERVICE_CIDR" --authorization-mode=Node,RBAC \
+        --enable-admission-plugins=NodeRestriction \
+        --kubelet-client-certificate="$p/admin.crt" --kubelet-client-key="$p/admin.key" \
+        --kubelet-preferred-address-types=InternalIP \
+        --cert-dir="$DIR/kube-apiserver"
+}
+
+# cp_component COMMAND NAME: NAME if it is a component cp-stop and cp-start take.
+cp_component() {
+    case "${2:-}" in
+        etcd | kube-apiserver) printf '%s' "$2" ;;
+        *) die "usage: scripts/cluster $1 etcd|kube-apiserver" ;;
+    esac
+}
+
+cmd_cp_stop() {
+    local name
+    locked cp-stop
+    name=$(cp_component cp-stop "${1:-}")
+    pid_alive "$(component_pid cp "$name")" || die "$name is not running (scripts/cluster cp-start $name)"
+    say "stopping $name"
+    stop_pid "$name" "$(component_pid cp "$name")"
+}
+
+cmd_cp_start() {
+    local name
+    locked cp-start
+    name=$(cp_component cp-start "${1:-}")
+    ! pid_alive "$(component_pid cp "$name")" || die "$name is running (PID $(component_pid cp "$name"))"
+    say "starting $name"
+    if [ "$name" = etcd ]; then
+        start_etcd
+        wait_for "etcd to answer" 60 cp etcd in_cp curl -fsS http://127.0.0.1:2379/health
+    else
+        start_apiserver
+        wait_for "the API server's /readyz" 90 cp kube-apiserver kubectl_admin get --raw=/readyz
+    fi
+}
+
+# fabric_port COMMAND NODE: the fabric's side of NODE's link, which must exist.
+fabric_port() {
+    node_index "$1" "$2" > /dev/null
+    [ -e "/run/netns/pnc-$2" ] || die "$2 is off (scripts/cluster boot $2)"
+    printf '%s' "$2"
+}
+
+cmd_partition() {
+    local port
+    port=$(fabric_port partition "${1:-}")
+    ip -n "$FABRIC_NS" link set "$port" down || die "cannot set $port down in $FABRIC_NS"
+    say "$1: cut off from the fabric (scripts/cluster heal $1 joins it again)"
+}
+
+cmd_heal() {
+    local port
+    port=$(fabric_port heal "${1:-}")
+    ip -n "$FABRIC_NS" link set "$port" up || die "cannot set $port up in $FABRIC_NS"
+    say "$1: on the fabric again"
+}
+
+# run_podnet_tmpfs NODE: a fresh tmpfs at the node's /run/podnet (its state dir's
+# fs/run/podnet, which the node binds; the host sees it there too).
+run_podnet_tmpfs() {
+    local at="$DIR/nodes/$1/fs/run/podnet"
+    mkdir -p "$at"
+    mount -t tmpfs -o "size=$RUN_PODNET_SIZE,mode=0755" "podnet-run-$1" "$at" ||
+        die "cannot mount a tmpfs at $at"
+}
+
+# drop_run_podnet_tmpfs NODE: what a power cut does to it (its contents go).
+drop_run_podnet_tmpfs() {
+    local at="$DIR/nodes/$1/fs/run/podnet"
+    ! mountpoint -q "$at" || umount "$at" || umount -l "$at" || die "cannot unmount $at"
+}
