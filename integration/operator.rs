@@ -78,6 +78,13 @@ impl Operator {
         }
     }
 
+    /// Whether the process has exited (reaped if so).
+    pub fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_none_or(|c| c.try_wait().expect("waiting on the operator").is_some())
+    }
+
     /// SIGKILL by PID, then reap.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -743,6 +750,36 @@ fn the_operator_registers_missing_crds_unless_told_to_skip() {
         again.log().contains("waiting to lead") || again.log().contains("leading")
     });
     assert!(!again.log().contains("registered the CRD"));
+}
+
+/// Found by the soak (issue 40): a replica that started while the API server was
+/// down exited, and the kubelet's growing back-off kept it down for minutes after
+/// the API server came back. It waits now, and goes on once the API server answers.
+#[test]
+fn an_operator_started_while_the_api_server_is_down_waits_for_it() {
+    let Some(mut cp) = ControlPlane::start("operator_waits_for_api") else {
+        return;
+    };
+    cp.stop_apiserver(false);
+    let args = ["--cluster-pool-ipv4-cidr", "10.92.0.0/16"];
+    let mut op = Operator::start(&cp, "patient", &cp.kubeconfig(), 19604, &args);
+    wait_for(
+        "the operator to say it waits for the API server",
+        Duration::from_secs(20),
+        || op.log().contains("cannot be reached yet; trying again"),
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!op.exited(), "the operator exited:\n{}", op.log());
+    cp.start_apiserver();
+    wait_for(
+        "the CRDs after the API server came back",
+        Duration::from_secs(30),
+        || cp.kubectl(&["get", "crd", "ciliumnodes.cilium.io"]).ok,
+    );
+    wait_for("the operator to lead", Duration::from_secs(30), || {
+        op.log().contains("waiting to lead") && lease_holder(&cp) == "patient"
+    });
+    assert!(!op.exited(), "the operator exited:\n{}", op.log());
 }
 
 /// `podnet operator status` in the control plane's namespace, as the operator's

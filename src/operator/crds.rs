@@ -1,7 +1,13 @@
 //! Registering the CRDs where none exist: at start every replica creates each of
 //! podnet's CRDs (Cilium 1.20's CiliumNode, CiliumPodIPPool, CiliumNodeConfig, CiliumLoadBalancerIPPool) that
 //! the API server does not have yet, unless `--skip-crd-creation` is set. An
-//! existing CRD is never replaced: Cilium's own (or a newer one) wins.
+//! existing CRD is never replaced: Cilium's own (or a newer one) wins. While the
+//! API server cannot be reached or answers 429 or 5xx, the start waits and tries
+//! again ([`register_missing_waiting`]) instead of exiting: a replica that exits
+//! is restarted by the kubelet with a growing back-off, and so could stay down for
+//! minutes after the API server is back.
+
+use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
@@ -19,6 +25,45 @@ pub enum CrdError {
         #[source]
         source: kube::Error,
     },
+}
+
+/// The first wait of [`register_missing_waiting`]; it doubles up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(8);
+
+/// True for a failure that goes away by itself: the API server unreachable,
+/// timing out, overloaded (429) or failing (5xx); not a refusal such as 403.
+pub fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        kube::Error::BuildRequest(_)
+        | kube::Error::SerdeError(_)
+        | kube::Error::Discovery(_)
+        | kube::Error::InferConfig(_) => false,
+        _ => true,
+    }
+}
+
+/// [`register_missing`], tried again with a back-off while it fails for a
+/// [`transient`] reason (each new reason is logged once); a refusal or a CRD
+/// that does not parse ends it with the error.
+pub async fn register_missing_waiting(client: &kube::Client) -> Result<Vec<String>, CrdError> {
+    let mut wait = RETRY_FIRST;
+    let mut logged = String::new();
+    loop {
+        match register_missing(client).await {
+            Err(CrdError::Create { name, source }) if transient(&source) => {
+                let why = source.to_string();
+                if why != logged {
+                    tracing::warn!(crd = %name, error = %why, "the API server cannot be reached yet; trying again");
+                    logged = why;
+                }
+            }
+            done => return done,
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(RETRY_MAX);
+    }
 }
 
 /// Creates the CRDs that are missing; returns the names it created.
@@ -41,4 +86,31 @@ pub async fn register_missing(client: &kube::Client) -> Result<Vec<String>, CrdE
         }
     }
     Ok(created)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("refused", "Reason")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn only_failures_that_pass_by_themselves_are_transient() {
+        assert!(transient(&api_error(500)));
+        assert!(transient(&api_error(503)));
+        assert!(transient(&api_error(429)));
+        assert!(!transient(&api_error(403)));
+        assert!(!transient(&api_error(422)));
+        assert!(!transient(&api_error(404)));
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(transient(&kube::Error::Service(Box::new(io))));
+        let bad = serde_json::from_str::<u8>("x").expect_err("not JSON");
+        assert!(!transient(&kube::Error::SerdeError(bad)));
+    }
 }

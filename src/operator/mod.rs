@@ -141,7 +141,10 @@ fn start(opts: &OperatorOptions) -> Result<(), OperatorError> {
         }
         let client = connect(config.kubeconfig.as_ref()).await?;
         if !opts.skip_crd_creation {
-            crds::register_missing(&client).await?;
+            tokio::select! {
+                done = crds::register_missing_waiting(&client) => { done?; }
+                _ = shutdown_signal() => return Ok(()),
+            }
         }
         tracing::info!(identity = %config.identity, namespace = %config.namespace, lease = lease::LEASE_NAME, "podnet operator started; waiting to lead");
         let mut elector = Elector::new(client.clone(), &config.namespace, &config.identity, Timing::default());
