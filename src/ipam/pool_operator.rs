@@ -2,9 +2,9 @@
 //! cilium-operator's multi-pool allocator (`operator/pkg/ipam/allocator/multipool`)
 //! that carves per-node blocks out of the pools' CIDRs, plus the cluster-pool →
 //! multi-pool migration checks. The embedded operator uses one for podnet's own
-//! node; `podnet operator` uses one for every node (`operator::pools` keeps which
-//! node holds which block, and checks pool edits against every node's blocks with
-//! [`PoolOperator::update_pools_held`]). Pure logic, no I/O: the caller reads
+//! node; `podnet operator` uses one for every node (`operator::multi_pool::blocks`
+//! keeps which node holds which block, and checks pool edits against every node's
+//! blocks with [`PoolOperator::update_pools_held`]). Pure logic, no I/O: the caller reads
 //! `spec.ipam.pools.requested`, passes `spec.ipam.pools.allocated` in and writes
 //! the returned errors to `status.ipam.operator-status.error`.
 //!
