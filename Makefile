@@ -56,9 +56,12 @@ demo:
 	bash scripts/setup demo
 	bash scripts/demo
 
+# ... and scripts/doc-paths: the docs and comments name only modules and items
+# that exist.
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	python3 scripts/doc-paths
 
 clean:
 	$(CARGO) clean
@@ -170,3 +173,13 @@ conformance: image
 	bash scripts/k8s-binaries e2e runtimes >/dev/null
 	bash scripts/e2e-images
 	bash scripts/conformance
+
+# An hour of faults on the three-node cluster under pod churn (root; issue 40):
+# scripts/soak, SOAK_MINUTES (60), SOAK_ROUTING (tunnel|native), SOAK_SEED (the
+# faults' sequence, printed), SOAK_SETTLE (300 s). Report: target/soak/report.md
+# and soak.png (docs/soak.md); exit 1 on any violation.
+.PHONY: soak
+soak:
+	bash scripts/setup
+	$(MAKE) image
+	bash scripts/soak
