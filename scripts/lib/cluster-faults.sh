@@ -3,8 +3,12 @@
 # scripts/cluster, which defines DIR, BIN, CP_NS, FABRIC_NS, spawn, stop_pid,
 # locked, node_index, component_pid, pid_alive and wait_for.
 #
-#   cp-stop etcd|kube-apiserver     the control-plane component stopped (SIGTERM)
-#   cp-start etcd|kube-apiserver    ... and started again with its own arguments
+#   cp-stop NAME                    a control-plane component stopped (SIGTERM): etcd,
+#                                   kube-apiserver, kube-controller-manager, kube-scheduler
+#   cp-start NAME                   ... and started again with its own arguments (also
+#                                   after it exited by itself: a real control plane's
+#                                   supervisor restarts it; the kube-scheduler exits
+#                                   when it finds its cache corrupted)
 #   partition node-I                node-I cut off from the fabric (the fabric's
 #                                   port of its link set down: no carrier on its eth0)
 #   heal node-I                     ... and joined to it again
@@ -41,8 +45,8 @@ start_apiserver() {
 # cp_component COMMAND NAME: NAME if it is a component cp-stop and cp-start take.
 cp_component() {
     case "${2:-}" in
-        etcd | kube-apiserver) printf '%s' "$2" ;;
-        *) die "usage: scripts/cluster $1 etcd|kube-apiserver" ;;
+        etcd | kube-apiserver | kube-controller-manager | kube-scheduler) printf '%s' "$2" ;;
+        *) die "usage: scripts/cluster $1 etcd|kube-apiserver|kube-controller-manager|kube-scheduler" ;;
     esac
 }
 
@@ -61,13 +65,18 @@ cmd_cp_start() {
     name=$(cp_component cp-start "${1:-}")
     ! pid_alive "$(component_pid cp "$name")" || die "$name is running (PID $(component_pid cp "$name"))"
     say "starting $name"
-    if [ "$name" = etcd ]; then
-        start_etcd
-        wait_for "etcd to answer" 60 cp etcd in_cp curl -fsS http://127.0.0.1:2379/health
-    else
-        start_apiserver
-        wait_for "the API server's /readyz" 90 cp kube-apiserver kubectl_admin get --raw=/readyz
-    fi
+    case "$name" in
+        etcd)
+            start_etcd
+            wait_for "etcd to answer" 60 cp etcd in_cp curl -fsS http://127.0.0.1:2379/health
+            ;;
+        kube-apiserver)
+            start_apiserver
+            wait_for "the API server's /readyz" 90 cp kube-apiserver kubectl_admin get --raw=/readyz
+            ;;
+        kube-controller-manager) start_controller_manager ;;
+        kube-scheduler) start_scheduler ;;
+    esac
 }
 
 # fabric_port COMMAND NODE: the fabric's side of NODE's link, which must exist.
