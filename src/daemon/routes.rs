@@ -1,18 +1,26 @@
 //! The REST routes: Cilium's paths under `/v1` (plus podnet's `/v1/cni/gc`,
-//! `/v1/node` and `/v1/ipam/leak-check`), mapped onto `IpamState` calls. Identifiers are checked
-//! (`api::validate`) before any state call; each state call runs under the state
+//! `/v1/node` and `/v1/ipam/leak-check`), mapped onto `IpamState` calls.
+//!
+//! `ROUTES` is the table of method, path pattern and handler. `route` parses the
+//! query, finds the route (`find_route`), reads the body of the routes that take one
+//! (`read_body`: the one place with the size and time limits) and hands the handler
+//! a `Call`. A handler checks what it takes first: the query and path through a pure
+//! function of the `Call` (`allocate_next_request`, `ip_claim`, ...), the body
+//! through `Call::json` and `api::validate`. Each state call runs under the state
 //! mutex on the request's own worker thread, which hands its other tasks to another
 //! thread first (`Daemon::with_state_in_place`), because it commits to the journal
 //! before answering.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use serde::Serialize;
 
 use super::Daemon;
@@ -25,7 +33,7 @@ use crate::api::models::{
     EndpointChangeRequest, ExplainResponse, GcRequest, LeakCheckStatus, LeakFinding, REASON_HEADER,
     SpoofedTraffic, StatusResponse,
 };
-use crate::api::validate::{self, MAX_QUERY_BYTES, optional};
+use crate::api::validate::{self, MAX_QUERY_BYTES, Refusal, optional};
 use crate::ipam::Family;
 
 /// Largest request body accepted.
@@ -84,203 +92,471 @@ fn http_status(kind: ErrorKind) -> u16 {
     }
 }
 
-async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, ApiError> {
-    let method = req.method().clone();
-    let path = req.uri().path().to_string();
-    let query = parse_query(req.uri().query().unwrap_or(""))?;
-    let q = |k: &str| query.get(k).cloned().unwrap_or_default();
-    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
-    match (&method, segments.as_slice()) {
-        (&Method::GET, ["v1", "healthz"]) => {
-            // Cilium's `brief` header: the figures without the per-address lists
-            // (what CNI STATUS needs; a full /16 lists 65,534 addresses).
-            let brief = header(&req, "brief").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-            let mut status = daemon.with_state_in_place(move |s| Ok(s.status_brief(brief)))?;
-            let backend = daemon.backend_status();
-            if !backend.waiting.is_empty() {
-                warn(
-                    &mut status,
-                    format!("waiting for {}", backend.waiting.join("; ")),
-                );
-            }
-            status.ipam.backend = Some(backend);
-            if let Some(leaks) = daemon.leak_status() {
-                add_leak_status(&mut status, leaks);
-            }
-            status.ipam.cross_node = daemon.cross_node_status();
-            // File I/O stays outside the state's lock.
-            status.ipam.journal_bytes = std::fs::metadata(&status.ipam.journal)
-                .map(|m| m.len())
-                .unwrap_or(0);
-            add_queue_status(
-                &mut status,
-                daemon.queue_depth(),
-                &daemon.queue_unreadable(),
-            );
-            let reply = json_reply(200, &status);
-            if !brief {
-                // The per-address maps of a full node were many small blocks.
-                drop(status);
-                super::heap::trim();
-            }
-            Ok(reply)
-        }
-        (&Method::GET, ["v1", "config"]) => Ok(json_reply(
-            200,
-            &daemon.with_state_in_place(|s| Ok(s.config()))?,
-        )),
-        (&Method::GET, ["v1", "node"]) => Ok(json_reply(
-            200,
-            &daemon.with_state_in_place(|s| Ok(s.node().clone()))?,
-        )),
-        (&Method::POST, ["v1", "ipam"]) => {
-            let family = match q("family").as_str() {
-                "" => None,
-                f => Some(Family::parse(f).map_err(|_| {
-                    ApiError::new(
-                        ErrorKind::Invalid,
-                        format!("invalid family {f:?}: must be \"ipv4\" or \"ipv6\""),
-                    )
-                })?),
-            };
-            let expiration = header(&req, "expiration")
-                .map(|v| v.eq_ignore_ascii_case("true"))
-                .unwrap_or(false);
-            validate::owner(&q("owner"))?;
-            validate::pool("pool", &q("pool"))?;
-            optional(&q("container-id"), |v| {
-                validate::container_id("container-id", v)
-            })?;
-            optional(&q("ifname"), |v| validate::ifname("ifname", v))?;
-            optional(&q("network"), |v| validate::network("network", v))?;
-            validate::printable("netns", &q("netns"), validate::MAX_PATH_BYTES)?;
-            optional(&q("pod-uid"), |v| validate::pod_uid("pod-uid", v))?;
-            let areq = AllocateRequest {
-                family,
-                owner: q("owner"),
-                pool: q("pool"),
-                expiration,
-                container_id: non_empty(q("container-id")),
-                ifname: non_empty(q("ifname")),
-                network: non_empty(q("network")),
-                netns: non_empty(q("netns")),
-                pod_uid: non_empty(q("pod-uid")),
-            };
-            let resp = daemon.allocate_next(areq).await?;
-            Ok(json_reply(201, &resp))
-        }
-        (&Method::POST, ["v1", "ipam", "leak-check"]) => {
-            let status = daemon.check_leaks().await.map_err(leak_check_error)?;
-            Ok(json_reply(200, &status))
-        }
-        (&Method::POST, ["v1", "ipam", ip]) => {
-            let ip = decode(ip)?;
-            let (owner, pool) = (q("owner"), q("pool"));
-            validate::owner(&owner)?;
-            validate::pool("pool", &pool)?;
-            let resp = daemon.with_state_in_place(move |s| s.allocate_ip(&ip, &owner, &pool))?;
-            Ok(json_reply(200, &resp))
-        }
-        (&Method::DELETE, ["v1", "ipam", ip]) => {
-            let ip = decode(ip)?;
-            let pool = q("pool");
-            validate::pool("pool", &pool)?;
-            daemon.with_state_in_place(move |s| s.release_ip(&ip, &pool))?;
-            Ok(json_reply(200, &serde_json::Value::Null))
-        }
-        (&Method::PUT, ["v1", "endpoint", _id]) => {
-            // The plugin's timings end where this request starts; its registration
-            // phase is this request as the daemon handles it.
-            let received = Instant::now();
-            let body: EndpointChangeRequest = read_json(req).await?;
-            validate::endpoint_change(&body)?;
-            let view = daemon.with_state_in_place(move |s| {
-                let view = s.create_endpoint(&body)?;
-                s.plugin_timings(
-                    "ADD",
-                    &body.podnet_phases,
-                    "endpoint-registration",
-                    received.elapsed(),
-                );
-                Ok(view)
-            })?;
-            Ok(json_reply(201, &view))
-        }
-        (&Method::GET, ["v1", "endpoint", id]) => {
-            let id = decode(id)?;
-            validate::printable("endpoint id", &id, MAX_QUERY_BYTES)?;
-            Ok(json_reply(
-                200,
-                &daemon.with_state_in_place(move |s| s.endpoint(&id))?,
-            ))
-        }
-        (&Method::DELETE, ["v1", "endpoint"]) => {
-            // The plugin's timings end where this request starts; `daemon-release`
-            // is this request as the daemon handles it.
-            let received = Instant::now();
-            let body: EndpointBatchDeleteRequest = read_json(req).await?;
-            validate::endpoint_delete(&body)?;
-            if let Some(teardown) = daemon.with_state_in_place(move |s| {
-                let deleted = s.delete_endpoints(&body);
-                s.plugin_timings(
-                    "DEL",
-                    &body.podnet_phases,
-                    "daemon-release",
-                    received.elapsed(),
-                );
-                deleted
-            })? {
-                daemon.spawn_teardown(teardown);
-            }
-            Ok(json_reply(200, &serde_json::Value::Null))
-        }
-        (&Method::POST, ["v1", "cni", "report"]) => {
-            let body: CniReport = read_json(req).await?;
-            validate::report(&body)?;
-            daemon.with_state_in_place(move |s| {
-                s.bind_wired(&body)?;
-                s.cni_report(&body);
-                Ok(())
-            })?;
-            Ok(json_reply(200, &serde_json::Value::Null))
-        }
-        (&Method::GET, ["v1", "explain"]) => {
-            let q = q("q");
-            if q.is_empty() {
-                return Err(ApiError::new(
-                    ErrorKind::Invalid,
-                    "explain needs ?q=<pod ns/name | ip | container id>",
-                ));
-            }
-            validate::printable("q", &q, MAX_QUERY_BYTES)?;
-            let mut answer = daemon.with_state_in_place(move |s| Ok(s.explain(&q)))?;
-            if !answer.addresses.is_empty()
-                && let Some(listing) = daemon.source_check_listing().await
-            {
-                add_spoofed_traffic(&mut answer, listing.spoofers);
-            }
-            if let Some(leaks) = daemon.leak_status() {
-                add_leaks(&mut answer, leaks.findings);
-            }
-            Ok(json_reply(200, &answer))
-        }
-        (&Method::GET, ["metrics"]) => Ok(text_reply(daemon.metrics_text().await?)),
-        (&Method::POST, ["v1", "cni", "gc"]) => {
-            let body: GcRequest = read_json(req).await?;
-            validate::gc(&body)?;
-            let (resp, stale) = daemon.with_state_in_place(move |s| s.gc(&body))?;
-            daemon.remove_host_links(stale).await;
-            Ok(json_reply(200, &resp))
-        }
-        (_, ["v1", ..]) => Err(ApiError::new(
-            ErrorKind::NotFound,
-            format!("no route for {method} {path}"),
-        )),
-        _ => Err(ApiError::new(
-            ErrorKind::NotFound,
-            format!("no route for {method} {path} (the API lives under /v1)"),
-        )),
+/// What a handler's future is: boxed, so that the handlers of the table share a type.
+type HandlerFuture = Pin<Box<dyn Future<Output = Result<Reply, ApiError>> + Send>>;
+/// A route's handler: the daemon and the request as routing read it.
+type Handler = fn(Arc<Daemon>, Call) -> HandlerFuture;
+
+/// Whether a route reads the request's body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyUse {
+    /// The body is never read (a stalled or large body does not matter).
+    Ignored,
+    /// The body is read (`read_body`) before the handler runs; the handler decodes
+    /// and checks it (`Call::json`).
+    Json,
+}
+
+/// One row of the route table.
+struct Route {
+    method: Method,
+    /// `/`-separated segments; a `{name}` segment matches any one segment of the
+    /// path, handed to the handler in `Call::path_params`.
+    pattern: &'static str,
+    body: BodyUse,
+    handler: Handler,
+}
+
+/// The API: every route, tried in order; the first whose method and pattern match
+/// the request serves it (so `/v1/ipam/leak-check` comes before `/v1/ipam/{ip}`).
+static ROUTES: &[Route] = &[
+    Route {
+        method: Method::GET,
+        pattern: "/v1/healthz",
+        body: BodyUse::Ignored,
+        handler: |daemon, call| Box::pin(get_healthz(daemon, call)),
+    },
+    Route {
+        method: Method::GET,
+        pattern: "/v1/config",
+        body: BodyUse::Ignored,
+        handler: |daemon, call| Box::pin(get_config(daemon, call)),
+    },
+    Route {
+        method: Method::GET,
+        pattern: "/v1/node",
+        body: BodyUse::Ignored,
+        handler: |daemon, call| Box::pin(get_node(daemon, call)),
+    },
+    Route {
+        method: Method::POST,
+        pattern: "/v1/ipam",
+        body: BodyUse::Ignored,
+        handler: |daemon, call| Box::pin(allocate_next(daemon, call)),
+    },
+    Route {
+        method: Method::POST,
+        pattern: "/v1/ipam/leak-check",
+        body: BodyUse::Ignored,
+        handler: |daemon, call| Box::pin(check_leaks(daemon, call)),
+    },
+    Route {
+        method: Method::POST,
+        pattern: "/v1/ipam/{ip}",
+        body: BodyUse::Ignored,
+        handler: |daemon, call| Box::pin(allocate_ip(daemon, call)),
+    },
+    Route {
+        method: Method::DELETE,
+        pattern: "/v1/ipam/{ip}",
+        body: BodyUse::Ignored,
+        handler: |daemon, call| Box::pin(release_ip(daemon, call)),
+    },
+    Route {
+        method: Method::PUT,
+        pattern: "/v1/endpoint/{id}",
+        body: BodyUse::Json,
+        handler: |daemon, call| Box::pin(put_endpoint(daemon, call)),
+    },
+    Route {
+        method: Method::GET,
+        pattern: "/v1/endpoint/{id}",
+        body: BodyUse::Ignored,
+        handler: |daemon, call| Box::pin(get_endpoint(daemon, call)),
+    },
+    Route {
+        method: Method::DELETE,
+        pattern: "/v1/endpoint",
+        body: BodyUse::Json,
+        handler: |daemon, call| Box::pin(delete_endpoints(daemon, call)),
+    },
+    Route {
+        method: Method::POST,
+        pattern: "/v1/cni/report",
+        body: BodyUse::Json,
+        handler: |daemon, call| Box::pin(cni_report(daemon, call)),
+    },
+    Route {
+        method: Method::GET,
+        pattern: "/v1/explain",
+        body: BodyUse::Ignored,
+        handler: |daemon, call| Box::pin(explain(daemon, call)),
+    },
+    Route {
+        method: Method::GET,
+        pattern: "/metrics",
+        body: BodyUse::Ignored,
+        handler: |daemon, call| Box::pin(get_metrics(daemon, call)),
+    },
+    Route {
+        method: Method::POST,
+        pattern: "/v1/cni/gc",
+        body: BodyUse::Json,
+        handler: |daemon, call| Box::pin(cni_gc(daemon, call)),
+    },
+];
+
+/// The request as a handler gets it: what routing parsed and read.
+struct Call {
+    /// When the daemon started on the request (where the plugin's timings end).
+    received: Instant,
+    query: HashMap<String, String>,
+    /// The path segments the pattern's `{…}` segments matched, in order, as sent
+    /// (still percent-encoded).
+    path_params: Vec<String>,
+    headers: HeaderMap,
+    /// The body of a `BodyUse::Json` route; empty for the others.
+    body: Bytes,
+}
+
+impl Call {
+    /// A query value; empty when the query does not have it.
+    fn query(&self, key: &str) -> String {
+        self.query.get(key).cloned().unwrap_or_default()
     }
+
+    /// Whether a header says `true` (any case); absent or anything else is false.
+    fn header_is_true(&self, name: &str) -> bool {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    }
+
+    /// The route's one path parameter (`{ip}`, `{id}`), percent-decoded.
+    fn path_param(&self) -> Result<String, ApiError> {
+        let raw = self
+            .path_params
+            .first()
+            .ok_or_else(|| ApiError::new(ErrorKind::Internal, "the route has no path parameter"))?;
+        Ok(decode_component(raw)?)
+    }
+
+    /// The body decoded as JSON and accepted by `check` (an `api::validate` rule).
+    fn json<T: serde::de::DeserializeOwned>(
+        &self,
+        check: impl FnOnce(&T) -> Result<(), Refusal>,
+    ) -> Result<T, ApiError> {
+        let value = serde_json::from_slice(&self.body)
+            .map_err(|e| ApiError::new(ErrorKind::Invalid, format!("invalid request body: {e}")))?;
+        check(&value)?;
+        Ok(value)
+    }
+}
+
+/// Routes one request: parses its query, finds its route, reads its body if the
+/// route takes one, and runs the route's handler.
+async fn route(daemon: Arc<Daemon>, req: Request<Incoming>) -> Result<Reply, ApiError> {
+    let received = Instant::now();
+    let query = parse_query(req.uri().query().unwrap_or(""))?;
+    let (route, path_params) = find_route(req.method(), req.uri().path())?;
+    let (head, body) = req.into_parts();
+    let body = match route.body {
+        BodyUse::Ignored => Bytes::new(),
+        BodyUse::Json => read_body(body).await?,
+    };
+    let call = Call {
+        received,
+        query,
+        path_params,
+        headers: head.headers,
+        body,
+    };
+    (route.handler)(daemon, call).await
+}
+
+/// The segments of a path or pattern: what is between its slashes, trailing ones
+/// ignored (`/v1/ipam/` is `["v1", "ipam"]`).
+fn segments(path: &str) -> Vec<&str> {
+    path.trim_end_matches('/').split('/').skip(1).collect()
+}
+
+/// The route that serves `method` on `path`, with the segments its `{…}` segments
+/// matched; `NotFound` when none does.
+fn find_route(method: &Method, path: &str) -> Result<(&'static Route, Vec<String>), ApiError> {
+    let path_segments = segments(path);
+    for route in ROUTES.iter().filter(|r| r.method == *method) {
+        if let Some(params) = match_pattern(route.pattern, &path_segments) {
+            return Ok((route, params));
+        }
+    }
+    let message = match path_segments.first() {
+        Some(&"v1") => format!("no route for {method} {path}"),
+        _ => format!("no route for {method} {path} (the API lives under /v1)"),
+    };
+    Err(ApiError::new(ErrorKind::NotFound, message))
+}
+
+/// The segments `pattern`'s `{…}` segments match in `path_segments`, or `None` when
+/// the path is not one of the pattern's.
+fn match_pattern(pattern: &str, path_segments: &[&str]) -> Option<Vec<String>> {
+    let pattern_segments = segments(pattern);
+    if pattern_segments.len() != path_segments.len() {
+        return None;
+    }
+    let mut params = Vec::new();
+    for (want, got) in pattern_segments.iter().zip(path_segments) {
+        if want.starts_with('{') && want.ends_with('}') {
+            params.push(got.to_string());
+        } else if want != got {
+            return None;
+        }
+    }
+    Some(params)
+}
+
+/// `GET /v1/healthz`: the node's status, with the backend, the leak check, the
+/// cross-node fabric, the journal's size and the DEL queue.
+async fn get_healthz(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
+    // Cilium's `brief` header: the figures without the per-address lists
+    // (what CNI STATUS needs; a full /16 lists 65,534 addresses).
+    let brief = call.header_is_true("brief");
+    let mut status = daemon.with_state_in_place(move |s| Ok(s.status_brief(brief)))?;
+    let backend = daemon.backend_status();
+    if !backend.waiting.is_empty() {
+        warn(
+            &mut status,
+            format!("waiting for {}", backend.waiting.join("; ")),
+        );
+    }
+    status.ipam.backend = Some(backend);
+    if let Some(leaks) = daemon.leak_status() {
+        add_leak_status(&mut status, leaks);
+    }
+    status.ipam.cross_node = daemon.cross_node_status();
+    // File I/O stays outside the state's lock.
+    status.ipam.journal_bytes = std::fs::metadata(&status.ipam.journal)
+        .map(|m| m.len())
+        .unwrap_or(0);
+    add_queue_status(
+        &mut status,
+        daemon.queue_depth(),
+        &daemon.queue_unreadable(),
+    );
+    let reply = json_reply(200, &status);
+    if !brief {
+        // The per-address maps of a full node were many small blocks.
+        drop(status);
+        super::heap::trim();
+    }
+    Ok(reply)
+}
+
+/// `GET /v1/config`: the daemon's configuration.
+async fn get_config(daemon: Arc<Daemon>, _call: Call) -> Result<Reply, ApiError> {
+    let config = daemon.with_state_in_place(|s| Ok(s.config()))?;
+    Ok(json_reply(200, &config))
+}
+
+/// `GET /v1/node`: the node's ranges as the daemon uses them.
+async fn get_node(daemon: Arc<Daemon>, _call: Call) -> Result<Reply, ApiError> {
+    let node = daemon.with_state_in_place(|s| Ok(s.node().clone()))?;
+    Ok(json_reply(200, &node))
+}
+
+/// `POST /v1/ipam`: the next address of each family (or of `?family=`).
+async fn allocate_next(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
+    let request = allocate_next_request(&call)?;
+    let allocated = daemon.allocate_next(request).await?;
+    Ok(json_reply(201, &allocated))
+}
+
+/// The checked query (and `expiration` header) of `POST /v1/ipam`.
+fn allocate_next_request(call: &Call) -> Result<AllocateRequest, ApiError> {
+    let family = match call.query("family").as_str() {
+        "" => None,
+        f => Some(Family::parse(f).map_err(|_| {
+            ApiError::new(
+                ErrorKind::Invalid,
+                format!("invalid family {f:?}: must be \"ipv4\" or \"ipv6\""),
+            )
+        })?),
+    };
+    let expiration = call.header_is_true("expiration");
+    validate::owner(&call.query("owner"))?;
+    validate::pool("pool", &call.query("pool"))?;
+    optional(&call.query("container-id"), |v| {
+        validate::container_id("container-id", v)
+    })?;
+    optional(&call.query("ifname"), |v| validate::ifname("ifname", v))?;
+    optional(&call.query("network"), |v| validate::network("network", v))?;
+    validate::printable("netns", &call.query("netns"), validate::MAX_PATH_BYTES)?;
+    optional(&call.query("pod-uid"), |v| validate::pod_uid("pod-uid", v))?;
+    Ok(AllocateRequest {
+        family,
+        owner: call.query("owner"),
+        pool: call.query("pool"),
+        expiration,
+        container_id: non_empty(call.query("container-id")),
+        ifname: non_empty(call.query("ifname")),
+        network: non_empty(call.query("network")),
+        netns: non_empty(call.query("netns")),
+        pod_uid: non_empty(call.query("pod-uid")),
+    })
+}
+
+/// `POST /v1/ipam/leak-check`: runs the leak check now and answers its report.
+async fn check_leaks(daemon: Arc<Daemon>, _call: Call) -> Result<Reply, ApiError> {
+    let status = daemon.check_leaks().await.map_err(leak_check_error)?;
+    Ok(json_reply(200, &status))
+}
+
+/// The address, owner and pool of `POST /v1/ipam/{ip}`, checked.
+struct IpClaim {
+    ip: String,
+    owner: String,
+    pool: String,
+}
+
+/// `POST /v1/ipam/{ip}`: allocates that address.
+async fn allocate_ip(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
+    let IpClaim { ip, owner, pool } = ip_claim(&call)?;
+    let allocated = daemon.with_state_in_place(move |s| s.allocate_ip(&ip, &owner, &pool))?;
+    Ok(json_reply(200, &allocated))
+}
+
+/// The checked path and query of `POST /v1/ipam/{ip}`.
+fn ip_claim(call: &Call) -> Result<IpClaim, ApiError> {
+    let ip = call.path_param()?;
+    let (owner, pool) = (call.query("owner"), call.query("pool"));
+    validate::owner(&owner)?;
+    validate::pool("pool", &pool)?;
+    Ok(IpClaim { ip, owner, pool })
+}
+
+/// `DELETE /v1/ipam/{ip}`: releases that address.
+async fn release_ip(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
+    let (ip, pool) = ip_release(&call)?;
+    daemon.with_state_in_place(move |s| s.release_ip(&ip, &pool))?;
+    Ok(json_reply(200, &serde_json::Value::Null))
+}
+
+/// The checked address and pool of `DELETE /v1/ipam/{ip}`.
+fn ip_release(call: &Call) -> Result<(String, String), ApiError> {
+    let ip = call.path_param()?;
+    let pool = call.query("pool");
+    validate::pool("pool", &pool)?;
+    Ok((ip, pool))
+}
+
+/// `PUT /v1/endpoint/{id}`: registers an attachment (the `{id}` is not used: the
+/// body names it).
+async fn put_endpoint(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
+    let change: EndpointChangeRequest = call.json(validate::endpoint_change)?;
+    // The plugin's timings end where this request starts; its registration
+    // phase is this request as the daemon handles it.
+    let received = call.received;
+    let view = daemon.with_state_in_place(move |s| {
+        let view = s.create_endpoint(&change)?;
+        s.plugin_timings(
+            "ADD",
+            &change.podnet_phases,
+            "endpoint-registration",
+            received.elapsed(),
+        );
+        Ok(view)
+    })?;
+    Ok(json_reply(201, &view))
+}
+
+/// `GET /v1/endpoint/{id}`: one endpoint.
+async fn get_endpoint(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
+    let id = endpoint_id(&call)?;
+    let endpoint = daemon.with_state_in_place(move |s| s.endpoint(&id))?;
+    Ok(json_reply(200, &endpoint))
+}
+
+/// The checked `{id}` of `GET /v1/endpoint/{id}`.
+fn endpoint_id(call: &Call) -> Result<String, ApiError> {
+    let id = call.path_param()?;
+    validate::printable("endpoint id", &id, MAX_QUERY_BYTES)?;
+    Ok(id)
+}
+
+/// `DELETE /v1/endpoint`: deletes an attachment's endpoint and host links and
+/// releases its addresses.
+async fn delete_endpoints(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
+    let delete: EndpointBatchDeleteRequest = call.json(validate::endpoint_delete)?;
+    // The plugin's timings end where this request starts; `daemon-release`
+    // is this request as the daemon handles it.
+    let received = call.received;
+    let teardown = daemon.with_state_in_place(move |s| {
+        let deleted = s.delete_endpoints(&delete);
+        s.plugin_timings(
+            "DEL",
+            &delete.podnet_phases,
+            "daemon-release",
+            received.elapsed(),
+        );
+        deleted
+    })?;
+    if let Some(teardown) = teardown {
+        daemon.spawn_teardown(teardown);
+    }
+    Ok(json_reply(200, &serde_json::Value::Null))
+}
+
+/// `POST /v1/cni/report`: the plugin's account of an ADD or DEL.
+async fn cni_report(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
+    let report: CniReport = call.json(validate::report)?;
+    daemon.with_state_in_place(move |s| {
+        s.bind_wired(&report)?;
+        s.cni_report(&report);
+        Ok(())
+    })?;
+    Ok(json_reply(200, &serde_json::Value::Null))
+}
+
+/// `GET /v1/explain?q=`: what the daemon knows about a pod, address or container.
+async fn explain(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
+    let subject = explain_subject(&call)?;
+    let mut answer = daemon.with_state_in_place(move |s| Ok(s.explain(&subject)))?;
+    if !answer.addresses.is_empty()
+        && let Some(listing) = daemon.source_check_listing().await
+    {
+        add_spoofed_traffic(&mut answer, listing.spoofers);
+    }
+    if let Some(leaks) = daemon.leak_status() {
+        add_leaks(&mut answer, leaks.findings);
+    }
+    Ok(json_reply(200, &answer))
+}
+
+/// The checked `q` of `GET /v1/explain`: required.
+fn explain_subject(call: &Call) -> Result<String, ApiError> {
+    let subject = call.query("q");
+    if subject.is_empty() {
+        return Err(ApiError::new(
+            ErrorKind::Invalid,
+            "explain needs ?q=<pod ns/name | ip | container id>",
+        ));
+    }
+    validate::printable("q", &subject, MAX_QUERY_BYTES)?;
+    Ok(subject)
+}
+
+/// `GET /metrics`: the Prometheus text.
+async fn get_metrics(daemon: Arc<Daemon>, _call: Call) -> Result<Reply, ApiError> {
+    Ok(text_reply(daemon.metrics_text().await?))
+}
+
+/// `POST /v1/cni/gc`: releases the network's allocations whose attachments the
+/// runtime no longer lists, and deletes their host links.
+async fn cni_gc(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
+    let gc: GcRequest = call.json(validate::gc)?;
+    let (collected, stale_links) = daemon.with_state_in_place(move |s| s.gc(&gc))?;
+    daemon.remove_host_links(stale_links).await;
+    Ok(json_reply(200, &collected))
 }
 
 /// Adds the `podnet-config` header: the configuration as JSON, ASCII only (a
@@ -418,43 +694,31 @@ fn non_empty(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-fn decode(s: &str) -> Result<String, ApiError> {
-    Ok(decode_component(s)?)
-}
-
-fn header(req: &Request<Incoming>, name: &str) -> Option<String> {
-    req.headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-}
-
-/// Reads a JSON body of at most `MAX_BODY` bytes that arrives within
-/// `BODY_TIMEOUT`; a stalled body gets 408, and the connection is closed after it.
-async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, ApiError> {
-    let body = tokio::time::timeout(
-        BODY_TIMEOUT,
-        Limited::new(req.into_body(), MAX_BODY).collect(),
-    )
-    .await
-    .map_err(|_| {
-        ApiError::new(
-            ErrorKind::BodyTimeout,
-            format!(
-                "request body did not arrive within {} s; closing the connection",
-                BODY_TIMEOUT.as_secs()
-            ),
-        )
-    })?
-    .map_err(|e| {
-        ApiError::new(
-            ErrorKind::BodyTooLarge,
-            format!("request body rejected: {e} (limit {MAX_BODY} bytes)"),
-        )
-    })?
-    .to_bytes();
-    serde_json::from_slice(&body)
-        .map_err(|e| ApiError::new(ErrorKind::Invalid, format!("invalid request body: {e}")))
+/// Reads a body of at most `MAX_BODY` bytes that arrives within `BODY_TIMEOUT`; a
+/// stalled body gets 408, and the connection is closed after it.
+async fn read_body<B>(body: B) -> Result<Bytes, ApiError>
+where
+    B: hyper::body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let collected = tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_BODY).collect())
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                ErrorKind::BodyTimeout,
+                format!(
+                    "request body did not arrive within {} s; closing the connection",
+                    BODY_TIMEOUT.as_secs()
+                ),
+            )
+        })?
+        .map_err(|e| {
+            ApiError::new(
+                ErrorKind::BodyTooLarge,
+                format!("request body rejected: {e} (limit {MAX_BODY} bytes)"),
+            )
+        })?;
+    Ok(collected.to_bytes())
 }
 
 pub use crate::process::metrics_server::text_reply;
@@ -642,6 +906,349 @@ mod tests {
                 "journal"
             ))),
             503
+        );
+    }
+
+    /// A `Call` as `route` makes it: `query` parsed as the query string, the
+    /// segments `{…}` matched, the headers and the body.
+    fn call(
+        query: &str,
+        path_params: &[&str],
+        headers: &[(&'static str, &str)],
+        body: &str,
+    ) -> Call {
+        let mut header_map = HeaderMap::new();
+        for (name, value) in headers {
+            header_map.insert(*name, value.parse().unwrap());
+        }
+        Call {
+            received: Instant::now(),
+            query: parse_query(query).unwrap(),
+            path_params: path_params.iter().map(|p| p.to_string()).collect(),
+            headers: header_map,
+            body: Bytes::from(body.to_string()),
+        }
+    }
+
+    fn query(q: &str) -> Call {
+        call(q, &[], &[], "")
+    }
+
+    fn path(param: &str, q: &str) -> Call {
+        call(q, &[param], &[], "")
+    }
+
+    /// The HTTP status a refusal is answered with.
+    fn status_of<T>(result: Result<T, ApiError>) -> u16 {
+        match result {
+            Ok(_) => panic!("accepted"),
+            Err(e) => http_status(e.kind),
+        }
+    }
+
+    /// The route that serves `method` on `path`: its pattern and path parameters.
+    fn found(method: Method, path: &str) -> (&'static str, Vec<String>) {
+        let (route, params) = find_route(&method, path).unwrap();
+        (route.pattern, params)
+    }
+
+    #[test]
+    fn every_route_is_found_by_its_own_pattern() {
+        for route in ROUTES {
+            let path = route
+                .pattern
+                .replace("{ip}", "10.0.0.1")
+                .replace("{id}", "7");
+            for path in [path.clone(), format!("{path}/")] {
+                let (found, _) = find_route(&route.method, &path).unwrap();
+                assert_eq!(
+                    (&found.method, found.pattern),
+                    (&route.method, route.pattern),
+                    "{path}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn path_parameters_are_the_segments_as_sent() {
+        assert_eq!(
+            found(Method::POST, "/v1/ipam/fd00%3A%3A1"),
+            ("/v1/ipam/{ip}", vec!["fd00%3A%3A1".to_string()])
+        );
+        assert_eq!(
+            found(Method::GET, "/v1/endpoint/cilium-local:0"),
+            ("/v1/endpoint/{id}", vec!["cilium-local:0".to_string()])
+        );
+        assert_eq!(found(Method::POST, "/v1/ipam/"), ("/v1/ipam", vec![]));
+        // The leak check is its own route for POST; DELETE releases an address
+        // spelled `leak-check` (which the state refuses).
+        assert_eq!(
+            found(Method::POST, "/v1/ipam/leak-check"),
+            ("/v1/ipam/leak-check", vec![])
+        );
+        assert_eq!(
+            found(Method::DELETE, "/v1/ipam/leak-check"),
+            ("/v1/ipam/{ip}", vec!["leak-check".to_string()])
+        );
+    }
+
+    #[test]
+    fn unknown_paths_and_wrong_methods_are_not_found() {
+        let not_found = |method: Method, path: &str| {
+            let e = find_route(&method, path).err().unwrap();
+            assert_eq!(http_status(e.kind), 404, "{method} {path}");
+            e.message
+        };
+        assert_eq!(
+            not_found(Method::GET, "/v1/ipam"),
+            "no route for GET /v1/ipam"
+        );
+        // Outside /v1 the message says where the API lives.
+        let outside = " (the API lives under /v1)";
+        for (method, path, suffix) in [
+            (Method::PUT, "/v1/cni/gc", ""),
+            (Method::POST, "/v1/healthz", ""),
+            (Method::HEAD, "/v1/healthz", ""),
+            (Method::GET, "/v1/ipam/10.0.0.1", ""),
+            (Method::POST, "/v1/ipam/10.0.0.1/x", ""),
+            (Method::PUT, "/v1/endpoint", ""),
+            (Method::DELETE, "/v1/endpoint/7", ""),
+            (Method::GET, "/v1/nothing", ""),
+            (Method::GET, "/v1", ""),
+            (Method::GET, "/", outside),
+            (Method::GET, "/healthz", outside),
+            (Method::POST, "/metrics", outside),
+            (Method::GET, "/v2/healthz", outside),
+        ] {
+            assert_eq!(
+                not_found(method.clone(), path),
+                format!("no route for {method} {path}{suffix}")
+            );
+        }
+    }
+
+    #[test]
+    fn a_query_that_is_not_utf8_is_invalid() {
+        let e = ApiError::from(parse_query("owner=%FF").err().unwrap());
+        assert_eq!(http_status(e.kind), 400);
+    }
+
+    #[test]
+    fn allocate_next_takes_its_query_and_expiration_header() {
+        let request = allocate_next_request(&call(
+            "family=ipv6&owner=default%2Fweb-0&pool=blue&container-id=0123abc&ifname=eth0\
+             &network=podnet&netns=%2Fvar%2Frun%2Fnetns%2Fx&pod-uid=6b1c",
+            &[],
+            &[("expiration", "TRUE")],
+            "",
+        ))
+        .unwrap();
+        assert_eq!(request.family, Some(Family::V6));
+        assert_eq!(
+            (request.owner.as_str(), request.pool.as_str()),
+            ("default/web-0", "blue")
+        );
+        assert!(request.expiration);
+        assert_eq!(request.container_id.as_deref(), Some("0123abc"));
+        assert_eq!(request.ifname.as_deref(), Some("eth0"));
+        assert_eq!(request.network.as_deref(), Some("podnet"));
+        assert_eq!(request.netns.as_deref(), Some("/var/run/netns/x"));
+        assert_eq!(request.pod_uid.as_deref(), Some("6b1c"));
+
+        // Everything is optional; absent is empty, not set.
+        let request = allocate_next_request(&query("")).unwrap();
+        assert_eq!(request.family, None);
+        assert!(!request.expiration);
+        assert_eq!(
+            (
+                request.container_id,
+                request.ifname,
+                request.network,
+                request.netns,
+                request.pod_uid
+            ),
+            (None, None, None, None, None)
+        );
+        let other = call("", &[], &[("expiration", "yes")], "");
+        assert!(!allocate_next_request(&other).unwrap().expiration);
+    }
+
+    #[test]
+    fn allocate_next_refuses_bad_query_values() {
+        let e = allocate_next_request(&query("family=ipv5")).err().unwrap();
+        assert_eq!(
+            (http_status(e.kind), e.message.as_str()),
+            (400, "invalid family \"ipv5\": must be \"ipv4\" or \"ipv6\"")
+        );
+        let long_owner = format!("owner={}", "a".repeat(validate::MAX_OWNER_BYTES + 1));
+        let long_pool = format!("pool={}", "p".repeat(validate::MAX_POOL_BYTES + 1));
+        for bad in [
+            long_owner.as_str(),
+            "owner=a%01b",
+            long_pool.as_str(),
+            "container-id=not%20an%20id",
+            "ifname=eth%2F0",
+            "network=no%20spaces",
+            "netns=%2Fproc%01",
+            "pod-uid=%7F",
+        ] {
+            assert_eq!(status_of(allocate_next_request(&query(bad))), 400, "{bad}");
+        }
+    }
+
+    #[test]
+    fn allocate_ip_decodes_its_address_and_checks_owner_and_pool() {
+        let claim = ip_claim(&path("fd00%3A%3A1", "owner=o&pool=p")).unwrap();
+        assert_eq!(
+            (claim.ip.as_str(), claim.owner.as_str(), claim.pool.as_str()),
+            ("fd00::1", "o", "p")
+        );
+        assert_eq!(status_of(ip_claim(&path("%FF", ""))), 400);
+        assert_eq!(status_of(ip_claim(&path("10.0.0.1", "owner=%01"))), 400);
+        let long_pool = format!("pool={}", "p".repeat(validate::MAX_POOL_BYTES + 1));
+        assert_eq!(status_of(ip_claim(&path("10.0.0.1", &long_pool))), 400);
+        // No path parameter is a route-table mistake, not the client's.
+        assert_eq!(status_of(ip_claim(&query(""))), 500);
+    }
+
+    #[test]
+    fn release_ip_decodes_its_address_and_checks_the_pool() {
+        assert_eq!(
+            ip_release(&path("10.0.0.1", "pool=blue")).unwrap(),
+            ("10.0.0.1".to_string(), "blue".to_string())
+        );
+        assert_eq!(
+            ip_release(&path("10.0.0.1", "")).unwrap(),
+            ("10.0.0.1".to_string(), String::new())
+        );
+        assert_eq!(status_of(ip_release(&path("%C3%28", ""))), 400);
+        assert_eq!(status_of(ip_release(&path("10.0.0.1", "pool=a%0Ab"))), 400);
+    }
+
+    #[test]
+    fn endpoint_id_is_decoded_and_printable() {
+        assert_eq!(
+            endpoint_id(&path("cilium-local%3A0", "")).unwrap(),
+            "cilium-local:0"
+        );
+        assert_eq!(status_of(endpoint_id(&path("a%01", ""))), 400);
+        let long = "i".repeat(MAX_QUERY_BYTES + 1);
+        assert_eq!(status_of(endpoint_id(&path(&long, ""))), 400);
+    }
+
+    #[test]
+    fn explain_needs_a_printable_subject() {
+        assert_eq!(
+            explain_subject(&query("q=default%2Fweb-0")).unwrap(),
+            "default/web-0"
+        );
+        let e = explain_subject(&query("")).err().unwrap();
+        assert_eq!(
+            (http_status(e.kind), e.message.as_str()),
+            (400, "explain needs ?q=<pod ns/name | ip | container id>")
+        );
+        assert_eq!(status_of(explain_subject(&query("q=a%1Bb"))), 400);
+    }
+
+    fn body(json: &str) -> Call {
+        call("", &["7"], &[], json)
+    }
+
+    #[test]
+    fn bodies_are_decoded_then_checked() {
+        let change = EndpointChangeRequest {
+            container_id: "0123abc".into(),
+            container_interface_name: "eth0".into(),
+            k8s_uid: "6b1c".into(),
+            ..Default::default()
+        };
+        let json = serde_json::to_string(&change).unwrap();
+        assert_eq!(body(&json).json(validate::endpoint_change).unwrap(), change);
+        // Not JSON, the wrong shape, no body at all.
+        for bad in ["{", "\"text\"", "", "{\"container-id\": 5}"] {
+            let e = body(bad)
+                .json::<EndpointChangeRequest>(validate::endpoint_change)
+                .err()
+                .unwrap();
+            assert_eq!(http_status(e.kind), 400, "{bad:?}");
+            assert!(
+                e.message.starts_with("invalid request body: "),
+                "{}",
+                e.message
+            );
+        }
+        // Well-formed, but refused by the route's rule.
+        let bad_id = serde_json::to_string(&EndpointChangeRequest {
+            container_id: "not an id".into(),
+            ..change
+        })
+        .unwrap();
+        let e = body(&bad_id)
+            .json::<EndpointChangeRequest>(validate::endpoint_change)
+            .err()
+            .unwrap();
+        assert_eq!(http_status(e.kind), 400);
+        assert!(
+            e.message.starts_with("invalid container-id"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn each_body_route_checks_its_body() {
+        let delete = serde_json::to_string(&EndpointBatchDeleteRequest {
+            container_id: "bad id".into(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(
+            status_of(body(&delete).json(validate::endpoint_delete)),
+            400
+        );
+        let report = serde_json::to_string(&CniReport {
+            verb: "ADD\u{1}".into(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(status_of(body(&report).json(validate::report)), 400);
+        let gc = serde_json::to_string(&GcRequest::default()).unwrap();
+        assert_eq!(status_of(body(&gc).json(validate::gc)), 400);
+        let gc = serde_json::to_string(&GcRequest {
+            network: "podnet".into(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(body(&gc).json(validate::gc).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_body_is_read_up_to_its_limit() {
+        let small = Full::new(Bytes::from_static(b"{}"));
+        assert_eq!(read_body(small).await.unwrap(), Bytes::from_static(b"{}"));
+        let large = Full::new(Bytes::from(vec![b' '; MAX_BODY + 1]));
+        let e = read_body(large).await.err().unwrap();
+        assert_eq!(http_status(e.kind), 413);
+        assert_eq!(
+            e.message,
+            format!("request body rejected: length limit exceeded (limit {MAX_BODY} bytes)")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_body_times_out() {
+        let stalled = http_body_util::StreamBody::new(futures::stream::pending::<
+            Result<hyper::body::Frame<Bytes>, std::convert::Infallible>,
+        >());
+        let e = read_body(stalled).await.err().unwrap();
+        assert_eq!(http_status(e.kind), 408);
+        assert_eq!(
+            e.message,
+            format!(
+                "request body did not arrive within {} s; closing the connection",
+                BODY_TIMEOUT.as_secs()
+            )
         );
     }
 }

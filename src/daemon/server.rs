@@ -26,7 +26,7 @@ use super::routes::handle;
 /// How long a connection may take to send its request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a request may take to send its body once its head has arrived
-/// (`routes::read_json` enforces it: hyper has no body timeout). A plugin sends its
+/// (`routes::read_body` enforces it: hyper has no body timeout). A plugin sends its
 /// body (at most a few kB) right after the head.
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
