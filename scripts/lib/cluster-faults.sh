@@ -79,24 +79,21 @@ cmd_cp_start() {
     esac
 }
 
-# fabric_port COMMAND NODE: the fabric's side of NODE's link, which must exist.
+# fabric_port COMMAND NODE up|down: the fabric's side of NODE's link (which must
+# exist: the node is on) set up or down.
 fabric_port() {
     node_index "$1" "$2" > /dev/null
     [ -e "/run/netns/pnc-$2" ] || die "$2 is off (scripts/cluster boot $2)"
-    printf '%s' "$2"
+    ip -n "$FABRIC_NS" link set "$2" "$3" || die "cannot set $2 $3 in $FABRIC_NS"
 }
 
 cmd_partition() {
-    local port
-    port=$(fabric_port partition "${1:-}")
-    ip -n "$FABRIC_NS" link set "$port" down || die "cannot set $port down in $FABRIC_NS"
+    fabric_port partition "${1:-}" down
     say "$1: cut off from the fabric (scripts/cluster heal $1 joins it again)"
 }
 
 cmd_heal() {
-    local port
-    port=$(fabric_port heal "${1:-}")
-    ip -n "$FABRIC_NS" link set "$port" up || die "cannot set $port up in $FABRIC_NS"
+    fabric_port heal "${1:-}" up
     say "$1: on the fabric again"
 }
 

@@ -119,6 +119,13 @@ class Faults:
                 return code, out
             time.sleep(1)
 
+    def held(self, down, up, hold):
+        """scripts/cluster DOWN, HOLD seconds, then scripts/cluster UP: the faults
+        that last (a node off, the API server down, a partition)."""
+        self.expect(*down)
+        time.sleep(hold)
+        self.expect(*up)
+
     def expect(self, *args):
         code, out = self.locked_script(*args)
         if code != 0:
@@ -139,9 +146,7 @@ class Faults:
         return "power cut and boot"
 
     def poweroff(self, node, params):
-        self.expect("poweroff", node)
-        time.sleep(params["hold"])
-        self.expect("boot", node)
+        self.held(("poweroff", node), ("boot", node), params["hold"])
         return f"off for {params['hold']:.0f} s, then booted"
 
     def runtime_restart(self, node, _params):
@@ -149,9 +154,7 @@ class Faults:
         return "runtime restarted"
 
     def apiserver_down(self, _node, params):
-        self.expect("cp-stop", "kube-apiserver")
-        time.sleep(params["hold"])
-        self.expect("cp-start", "kube-apiserver")
+        self.held(("cp-stop", "kube-apiserver"), ("cp-start", "kube-apiserver"), params["hold"])
         return f"kube-apiserver down for {params['hold']:.0f} s"
 
     def etcd_restart(self, _node, _params):
@@ -174,9 +177,7 @@ class Faults:
         return f"SIGKILL to the leader {holder} on {node} (PID {pids})"
 
     def partition(self, node, params):
-        self.expect("partition", node)
-        time.sleep(params["hold"])
-        self.expect("heal", node)
+        self.held(("partition", node), ("heal", node), params["hold"])
         return f"cut off from the fabric for {params['hold']:.0f} s"
 
     def enospc(self, node, params):
