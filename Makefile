@@ -57,11 +57,12 @@ demo:
 	bash scripts/demo
 
 # ... and scripts/doc-paths: the docs and comments name only modules and items
-# that exist.
+# that exist; and the unit tests of the soak's driver (scripts/lib/soak/test_*.py).
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	python3 scripts/doc-paths
+	cd scripts/lib/soak && python3 -m unittest -q test_cluster
 
 clean:
 	$(CARGO) clean

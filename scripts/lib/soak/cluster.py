@@ -94,6 +94,14 @@ class Cluster:
                     pass
         return sorted(pids)
 
+    def pod_runs(self, node, uid):
+        """Whether a process of pod UID runs on NODE, from the kubelet's pod cgroup
+        (cgroupfs: .../podnet-cluster/NODE/kubepods/<qos>/pod<UID>/): the node's
+        own truth, independent of the API server, whose status of a pod can lag
+        (a pod the kubelet tore down while the API server was down stays Running
+        there until the kubelet can write again)."""
+        return pod_cgroup_has_processes(f"/sys/fs/cgroup/pids/podnet-cluster/{node}", uid)
+
     def node_process(self, node, *argv_prefix):
         """PIDs of the node's processes whose argv starts with ARGV_PREFIX."""
         found = []
@@ -153,3 +161,24 @@ class Cluster:
             return {a: False for a in addresses}
         seen = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
         return {a: seen.get(a) == "ok" for a in addresses}
+
+
+def pod_cgroup_has_processes(root, uid):
+    """True when a cgroup named pod<UID> under ROOT, or one below it, lists a
+    process in its cgroup.procs."""
+    want = f"pod{uid}"
+    for dirpath, dirnames, _ in os.walk(root):
+        if os.path.basename(dirpath) == want:
+            for sub, _, files in os.walk(dirpath):
+                if "cgroup.procs" not in files:
+                    continue
+                try:
+                    with open(os.path.join(sub, "cgroup.procs"), encoding="utf-8") as f:
+                        if f.read().split():
+                            return True
+                except OSError:
+                    pass
+            return False
+        # Not below another pod's cgroup.
+        dirnames[:] = [d for d in dirnames if not d.startswith("pod") or d == want]
+    return False

@@ -274,7 +274,7 @@ class Invariants:
                 continue
             for ip in lost:
                 p, node = targets[ip]
-                if self.node_settled(node, after) and self.still_there(p, ip):
+                if self.node_settled(node, after) and self.still_there(p, ip) and self.runs_on(p, node, ip):
                     self.record("Running pod unreachable from another node", f"{src}->{ip}",
                                 f"{name_of(p)} ({ip}, on {node}, Ready since "
                                 f"{time.strftime('%H:%M:%S', time.gmtime(ready_since(p)))}) does not answer "
@@ -303,6 +303,17 @@ class Invariants:
             return False
         return now["metadata"]["uid"] == pod["metadata"]["uid"] and ip in pod_ips(now) \
             and not now["metadata"].get("deletionTimestamp")
+
+    def runs_on(self, pod, node, ip):
+        """True when a process of the pod runs on its node. A pod the API server
+        calls Running but whose node runs nothing of it is not a lost pod: its
+        status is stale (the kubelet tore it down while it could not write the
+        API server); logged, not counted."""
+        if self.cluster.pod_runs(node, pod["metadata"]["uid"]):
+            return True
+        self.log(f"note: {name_of(pod)} ({ip}) is Running in the API server but nothing of it runs on "
+                 f"{node}: a stale status, not a lost pod")
+        return False
 
     def prober_pid(self, node, pods):
         """The PID of the prober pod's process on NODE, if it runs."""
