@@ -107,7 +107,7 @@ impl Reconciler {
             Some(l)
                 if l.kind.as_deref() == Some("vxlan")
                     && l.mac == Some(want.mac)
-                    && l.vxlan == Some((self.config.tunnel_port, Some(want.local))) =>
+                    && l.vxlan == Some((self.config.tunnel_port, Some(want.local.into()))) =>
             {
                 l
             }
@@ -119,7 +119,7 @@ impl Reconciler {
                     name: TUNNEL_DEVICE.into(),
                     id: TUNNEL_VNI,
                     port: self.config.tunnel_port,
-                    local: want.local,
+                    local: want.local.into(),
                     mac: want.mac,
                     mtu,
                 })?;
