@@ -335,7 +335,7 @@ fn tunnel_mode_connects_pods_across_nodes_follows_node_changes_and_survives_a_re
         .expect("podnet status");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("tunnel (vxlan, port 8472, device podnet_vxlan)")
+        text.contains("tunnel (vxlan over IPv4, port 8472, device podnet_vxlan)")
             && text.contains(&format!(
                 "({n2_ip}): 10.61.2.0/24 fd00:61:2::/120: tunnel to {n2_ip}"
             )),
