@@ -7,7 +7,8 @@
 //! don't-fragment ping, the outside host seeing the node's address as the source
 //! (masquerade); in tunnel mode also a deleted node's routes and FDB entries going,
 //! a new node becoming reachable, and a daemon restart that keeps the routes and a
-//! live TCP connection.
+//! live TCP connection; and tunnel mode over an IPv6 underlay (`--underlay-protocol
+//! ipv6`) between IPv6-only nodes whose fabric carries no IPv4.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -18,7 +19,7 @@ use podnet::api::models::CrossNodeStatus;
 use podnet::datapath::{NetNs, in_netns};
 
 use crate::harness::*;
-use crate::k8s::{ControlPlane, NodeNs};
+use crate::k8s::{API_IP, ControlPlane, NodeNs};
 use crate::k8s_backend::{add_as, create_node, create_pod, k8s_node, operator_allocates};
 
 /// Waits until `f` holds, at most `limit`.
@@ -335,7 +336,7 @@ fn tunnel_mode_connects_pods_across_nodes_follows_node_changes_and_survives_a_re
         .expect("podnet status");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("tunnel (vxlan, port 8472, device podnet_vxlan)")
+        text.contains("tunnel (vxlan over IPv4, port 8472, device podnet_vxlan)")
             && text.contains(&format!(
                 "({n2_ip}): 10.61.2.0/24 fd00:61:2::/120: tunnel to {n2_ip}"
             )),
@@ -457,6 +458,119 @@ fn tunnel_mode_connects_pods_across_nodes_follows_node_changes_and_survives_a_re
         "the tunnel device is kept, not re-created"
     );
     exchange(&mut c, &mut s, "after the restart");
+}
+
+/// A node whose fabric interface (eth0) carries IPv6 only, `fd00:250::<n>/64`, its
+/// Node's one InternalIP, with the IPv6 pod CIDR `cidr` and its daemon started.
+/// Its IPv4 address leaves eth0 for a point-to-point veth (`mgmt`, off the fabric
+/// bridge) to the control-plane namespace, with a /32 route each way: that is how
+/// the daemon still reaches the API server at 10.250.0.1. Both ends of the veth go
+/// with the node's namespace.
+fn start_ipv6_only_node(
+    cp: &ControlPlane,
+    name: &str,
+    cidr: &str,
+    args: &[&str],
+) -> (Node, String) {
+    let ns: NodeNs = cp.add_node_ns(name);
+    let host = ns.ip.octets()[3];
+    let (v4, v6, api) = (ns.ip, format!("fd00:250::{host}"), API_IP);
+    let (n, c) = (ns.ns.name.as_str(), cp.netns());
+    for cmd in [
+        format!("-n {n} addr del {v4}/24 dev eth0"),
+        format!("-n {n} addr add {v6}/64 dev eth0 nodad"),
+        format!("-n {n} link add mgmt type veth peer name m{host} netns {c}"),
+        format!("-n {n} addr add {v4}/32 dev mgmt"),
+        format!("-n {n} link set mgmt up"),
+        format!("-n {n} route add {api}/32 dev mgmt"),
+        format!("-n {c} link set m{host} up"),
+        format!("-n {c} route add {v4}/32 dev m{host}"),
+    ] {
+        let out = Command::new("ip")
+            .args(cmd.split_whitespace())
+            .output()
+            .expect("ip");
+        assert!(out.status.success(), "ip {cmd}: {out:?}");
+    }
+    create_node(cp, &ns, &[cidr]);
+    cp.kubectl(&[
+        "patch",
+        "node",
+        name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &format!(r#"{{"status":{{"addresses":[{{"type":"InternalIP","address":"{v6}"}}]}}}}"#),
+    ])
+    .expect_ok("the Node's IPv6 InternalIP");
+    let mut node = k8s_node(ns, &cp.kubeconfig(), args);
+    node.start_daemon();
+    (node, v6)
+}
+
+#[test]
+fn an_ipv6_underlay_tunnels_pods_across_a_fabric_without_ipv4() {
+    const TEST: &str = "crossnode_ipv6_underlay";
+    let Some(cp) = ControlPlane::start(TEST) else {
+        return;
+    };
+    cp.install_crds();
+    let args = [
+        "--ipam",
+        "kubernetes",
+        "--routing-mode",
+        "tunnel",
+        "--enable-ipv4=false",
+        "--enable-ipv6",
+        "--underlay-protocol",
+        "ipv6",
+    ];
+    let (n1, n1_ip) = start_ipv6_only_node(&cp, "x6-1", "fd00:63:1::/120", &args);
+    let (n2, n2_ip) = start_ipv6_only_node(&cp, "x6-2", "fd00:63:2::/120", &args);
+    let (p1, p1_ip) = pod(&n1);
+    let (p2, p2_ip) = pod(&n2);
+    wait_for("n1's tunnel to n2", Duration::from_secs(10), || {
+        cross_node(&n1)
+            .remote_nodes
+            .iter()
+            .any(|r| r.path == format!("tunnel to {n2_ip}"))
+    });
+    let status = cross_node(&n1);
+    assert_eq!(status.tunnel_local, n1_ip);
+    assert!(
+        status
+            .mode
+            .starts_with("tunnel (vxlan over IPv6, port 8472")
+            && status.errors.is_empty(),
+        "{status:?}"
+    );
+    let dev = show(&n1.ns, &["ip", "-d", "link", "show", "podnet_vxlan"]);
+    assert!(
+        dev.contains("mtu 1430") && dev.contains(&format!("local {n1_ip}")),
+        "{dev}"
+    );
+    assert!(fdb(&n1).contains(&format!("dst {n2_ip}")), "{}", fdb(&n1));
+    assert_eq!(
+        show(&n1.ns, &["ip", "-4", "-o", "addr", "show", "dev", "eth0"]),
+        "",
+        "no IPv4 on the fabric"
+    );
+
+    wait_for("pod to pod across nodes", Duration::from_secs(10), || {
+        ping(&p1.ns, &[], &p2_ip)
+    });
+    assert!(
+        ping(&p2.ns, &[], &p1_ip),
+        "{p2_ip} -> {p1_ip}\n{}",
+        n2.log()
+    );
+    assert_eq!(tcp_exchange(&p1.ns, &p2.ns, &p2_ip).to_string(), p1_ip);
+    // 1500 - 70: the outer IPv6 header is 20 bytes more than IPv4's.
+    assert_eq!(mtu_of(&p1), 1430);
+    assert!(
+        ping(&p1.ns, &["-M", "do", "-s", "1382"], &p2_ip),
+        "a full-size (1430) don't-fragment IPv6 packet crosses"
+    );
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use ipnet::IpNet;
 
-use super::crossnode::{CrossNodeConfig, TunnelProtocol};
+use super::crossnode::{CrossNodeConfig, TunnelProtocol, UnderlayProtocol};
 use super::options::DaemonOptions;
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{ClusterPoolConfig, ClusterPoolError, parse_cidr_list};
@@ -35,6 +35,10 @@ pub enum ConfigError {
     UnknownRoutingMode(String),
     #[error("--tunnel-protocol {0:?} is not one of vxlan, geneve")]
     UnknownTunnelProtocol(String),
+    #[error(
+        "--underlay-protocol {0:?} is not one of ipv4, ipv6 (the IP family of the tunnel's outer packets: the nodes' InternalIPs of that family are the tunnel endpoints)"
+    )]
+    UnknownUnderlayProtocol(String),
     #[error(
         "ipam {0} needs routing-mode=native: its pod addresses are routed by the cloud network, and a tunnel would bypass it"
     )]
@@ -517,6 +521,7 @@ fn cross_node(
             0 => 8472,
             p => p,
         },
+        underlay: UnderlayProtocol::parse(&opts.underlay_protocol)?,
         auto_direct_node_routes: opts.auto_direct_node_routes,
         native_routing_cidrs,
         masquerade_v4: opts.enable_ipv4 && opts.enable_ipv4_masquerade.unwrap_or(!embedded),
@@ -643,8 +648,8 @@ mod tests {
         let c = resolve(&kc).unwrap().cross_node;
         assert_eq!(c.routing, RoutingMode::Tunnel);
         assert_eq!(
-            (c.tunnel_protocol, c.tunnel_port),
-            (TunnelProtocol::Vxlan, 8472)
+            (c.tunnel_protocol, c.tunnel_port, c.underlay),
+            (TunnelProtocol::Vxlan, 8472, UnderlayProtocol::Ipv4)
         );
         assert!(c.masquerade_v4 && !c.masquerade_v6);
         let mut args = kc.to_vec();
@@ -668,6 +673,10 @@ mod tests {
             ),
             ("--ipv6-native-routing-cidr=nope", "is not a CIDR"),
             ("--tunnel-protocol=gre", "not one of vxlan, geneve"),
+            (
+                "--underlay-protocol=IPv6",
+                "--underlay-protocol \"IPv6\" is not one of ipv4, ipv6",
+            ),
         ] {
             let mut args = kc.to_vec();
             args.push(bad);

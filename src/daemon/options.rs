@@ -149,6 +149,12 @@ pub struct DaemonOptions {
     #[arg(long = "tunnel-protocol", default_value = "vxlan")]
     pub tunnel_protocol: String,
 
+    /// Tunnel mode: the IP family of the tunnel's outer packets, ipv4 or ipv6
+    /// (Cilium's option): each node's InternalIP of that family is its tunnel
+    /// endpoint, and the overhead taken off the pod MTU is 50 or 70 bytes.
+    #[arg(long = "underlay-protocol", default_value = "ipv4")]
+    pub underlay_protocol: String,
+
     /// Tunnel mode: the UDP port of the tunnel (0 = 8472, VXLAN's).
     #[arg(long = "tunnel-port", default_value_t = 8472)]
     pub tunnel_port: u16,
@@ -306,6 +312,7 @@ mod tests {
         assert_eq!(o.cluster_pool_ipv4_mask_size, 24);
         assert_eq!(o.ipam_expiration, Duration::from_secs(600));
         assert_eq!(o.socket, PathBuf::from("/run/podnet/podnet.sock"));
+        assert_eq!(o.underlay_protocol, "ipv4", "Cilium's default");
     }
 
     #[test]
@@ -338,6 +345,7 @@ mod tests {
         std::fs::write(dir.join("cluster-pool-ipv4-cidr"), "10.9.0.0/16\n").unwrap();
         std::fs::write(dir.join("cluster-pool-ipv4-mask-size"), "26").unwrap();
         std::fs::write(dir.join("enable-ipv6"), "true").unwrap();
+        std::fs::write(dir.join("underlay-protocol"), "ipv6\n").unwrap();
         std::fs::write(dir.join("some-cilium-option"), "x").unwrap();
         std::fs::write(dir.join("..data"), "x").unwrap();
         let d = dir.display().to_string();
@@ -345,6 +353,7 @@ mod tests {
         assert_eq!(o.cluster_pool_ipv4_cidr.as_deref(), Some("10.9.0.0/16"));
         assert_eq!(o.cluster_pool_ipv4_mask_size, 28);
         assert!(o.enable_ipv6);
+        assert_eq!(o.underlay_protocol, "ipv6");
     }
 
     #[test]

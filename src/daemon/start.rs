@@ -375,8 +375,9 @@ fn node_cidrs(node: &NodeResource) -> Vec<String> {
 }
 
 /// The node device's MTU (`--mtu`, else the default route's), and the pods':
-/// pods in tunnel mode leave room for the encapsulation, so a full-size pod
-/// packet crosses the node's device unfragmented.
+/// pods in tunnel mode leave room for the encapsulation (over the underlay
+/// family's outer header), so a full-size pod packet crosses the node's device
+/// unfragmented.
 fn mtus(config: &DaemonConfig, opts: &DaemonOptions) -> Mtus {
     let device = if opts.mtu > 0 {
         opts.mtu
@@ -384,7 +385,7 @@ fn mtus(config: &DaemonConfig, opts: &DaemonOptions) -> Mtus {
         devices::default_route_mtu().unwrap_or(1500)
     };
     let pod = match config.cross_node.routing {
-        RoutingMode::Tunnel => device.saturating_sub(crossnode::TUNNEL_OVERHEAD),
+        RoutingMode::Tunnel => device.saturating_sub(config.cross_node.underlay.tunnel_overhead()),
         RoutingMode::Native => device,
     };
     Mtus { pod, device }
@@ -959,5 +960,29 @@ fn embedded_mode(
             enable_ipv6: config.families.contains(&Family::V6),
         },
         _ => EmbeddedMode::Delegated,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mtus_of(args: &[&str]) -> Mtus {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let opts = DaemonOptions::parse_with_config_dir(&args).unwrap();
+        mtus(&DaemonConfig::resolve(&opts).unwrap(), &opts)
+    }
+
+    #[test]
+    fn the_pod_mtu_leaves_room_for_the_underlays_outer_header() {
+        let base = ["--mtu", "1500", "--k8s-kubeconfig-path", "/nonexistent"];
+        for (extra, pod) in [
+            (&["--underlay-protocol", "ipv4"][..], 1450),
+            (&["--underlay-protocol", "ipv6"], 1430),
+            (&["--routing-mode", "native"], 1500),
+        ] {
+            let m = mtus_of(&[&base[..], extra].concat());
+            assert_eq!((m.pod, m.device), (pod, 1500), "{extra:?}");
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! directly in the pod netns under its final name, up/MTU changes, deletion.
 
 use std::io;
+use std::net::IpAddr;
 
 use netlink_packet_core::{DefaultNla, NLA_F_NESTED, NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::RouteNetlinkMessage;
@@ -43,8 +44,9 @@ pub struct LinkInfo {
     pub txqlen: Option<u32>,
     /// IFLA_IFALIAS (podnet keeps its marker there, see `api::link_marker`).
     pub alias: Option<String>,
-    /// A VXLAN device's UDP port and local address.
-    pub vxlan: Option<(u16, Option<std::net::Ipv4Addr>)>,
+    /// A VXLAN device's UDP port and local address (`IFLA_VXLAN_LOCAL` or
+    /// `IFLA_VXLAN_LOCAL6`).
+    pub vxlan: Option<(u16, Option<IpAddr>)>,
 }
 
 /// Parameters of [`NetlinkSocket::create_veth_pair`].
@@ -94,7 +96,8 @@ impl LinkInfo {
                                 for d in data {
                                     match d {
                                         InfoVxlan::Port(p) => port = p,
-                                        InfoVxlan::Local(a) => local = Some(a),
+                                        InfoVxlan::Local(a) => local = Some(a.into()),
+                                        InfoVxlan::Local6(a) => local = Some(a.into()),
                                         _ => {}
                                     }
                                 }

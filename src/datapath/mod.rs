@@ -31,7 +31,7 @@ mod sysctl;
 mod vxlan;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use eni::{RULE_PRIORITY_EGRESS, RULE_PRIORITY_INGRESS, eni_rules, eni_table, is_pod_rule};
 pub use error::{DatapathError, Result};

@@ -1,11 +1,11 @@
 //! The VXLAN tunnel device and what points into it: creating the device (VNI, UDP
-//! port, local address, no learning), its FDB entries (`bridge fdb append <mac>
+//! port, local address of either family, no learning), its FDB entries (`bridge fdb append <mac>
 //! dev <vxlan> dst <ip>`: AF_BRIDGE neighbour messages with NDA_DST) and its
 //! permanent neighbour entries (`ip neigh replace <ip> lladdr <mac> dev <vxlan>`).
 //! The device carries no IPv6 link-local address: every neighbour on it is a
 //! permanent entry podnet writes, so neither ND nor DAD has anything to do there.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
 use netlink_packet_route::link::{
@@ -31,8 +31,10 @@ pub struct VxlanSpec {
     pub id: u32,
     /// The UDP destination port (8472, Linux's and Cilium's).
     pub port: u16,
-    /// The outer source address (this node's InternalIP).
-    pub local: Ipv4Addr,
+    /// The outer source address (this node's InternalIP of the underlay family:
+    /// `IFLA_VXLAN_LOCAL` or `IFLA_VXLAN_LOCAL6`); every FDB destination of the
+    /// device must be of the same family.
+    pub local: IpAddr,
     pub mac: [u8; 6],
     pub mtu: u32,
 }
@@ -129,12 +131,16 @@ impl NetlinkSocket {
         msg.attributes.push(LinkAttribute::Mtu(spec.mtu));
         msg.attributes
             .push(LinkAttribute::Address(spec.mac.to_vec()));
+        let local = match spec.local {
+            IpAddr::V4(a) => InfoVxlan::Local(a),
+            IpAddr::V6(a) => InfoVxlan::Local6(a),
+        };
         msg.attributes.push(LinkAttribute::LinkInfo(vec![
             NlLinkInfo::Kind(InfoKind::Vxlan),
             NlLinkInfo::Data(InfoData::Vxlan(vec![
                 InfoVxlan::Id(spec.id),
                 InfoVxlan::Port(spec.port),
-                InfoVxlan::Local(spec.local),
+                local,
                 InfoVxlan::Learning(false),
             ])),
         ]));

@@ -12,7 +12,7 @@ use ipnet::IpNet;
 
 use super::masquerade;
 use super::plan::{DatapathPlan, PlannedRoute, TunnelEndpoint};
-use super::{CrossNodeConfig, ROUTE_PROTOCOL, TUNNEL_DEVICE, TUNNEL_OVERHEAD, TUNNEL_VNI};
+use super::{CrossNodeConfig, ROUTE_PROTOCOL, TUNNEL_DEVICE, TUNNEL_VNI};
 use crate::daemon::config::RoutingMode;
 use crate::datapath::{
     DatapathError, IpFamily, L2Entry, LinkInfo, NetlinkSocket, RouteInfo, RouteSpec, TABLE_MAIN,
@@ -23,7 +23,8 @@ use crate::datapath::{
 /// sets it last wrote (the kernel's are not read back).
 pub struct Reconciler {
     config: CrossNodeConfig,
-    /// The node's device MTU (the tunnel device gets it minus the overhead).
+    /// The node's device MTU (the tunnel device gets it minus the underlay's
+    /// overhead).
     device_mtu: u32,
     masquerade_written: [Option<String>; 2],
 }
@@ -81,7 +82,8 @@ impl Reconciler {
     }
 
     /// The tunnel device as the plan wants it: created (or re-created when its
-    /// MAC, port or local address differ), MTU set, up. In native mode, a device left
+    /// MAC, port or local address differ, so also when `--underlay-protocol`
+    /// changed its family), MTU set, up. In native mode, a device left
     /// from an earlier tunnel-mode run is removed.
     fn tunnel_device(
         &self,
@@ -102,7 +104,9 @@ impl Reconciler {
         let Some(want) = want else {
             return Ok(existing);
         };
-        let mtu = self.device_mtu.saturating_sub(TUNNEL_OVERHEAD);
+        let mtu = self
+            .device_mtu
+            .saturating_sub(self.config.underlay.tunnel_overhead());
         let link = match existing {
             Some(l)
                 if l.kind.as_deref() == Some("vxlan")
@@ -260,7 +264,11 @@ fn sync_routes(
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
     use super::*;
+    use crate::daemon::crossnode::plan::tunnel_mac;
+    use crate::daemon::crossnode::{TunnelProtocol, UnderlayProtocol};
 
     fn listed(prefsrc: Option<&str>) -> RouteInfo {
         RouteInfo {
@@ -303,5 +311,73 @@ mod tests {
         let spec = route_spec(&native, None).unwrap();
         assert!(route_matches(&listed(None), &spec));
         assert!(!route_matches(&listed(Some("10.1.0.1")), &spec));
+    }
+
+    fn endpoints(local: &str, remote: &str) -> DatapathPlan {
+        let (local, remote): (IpAddr, IpAddr) = (local.parse().unwrap(), remote.parse().unwrap());
+        let mac = tunnel_mac(remote);
+        DatapathPlan {
+            tunnel: Some(TunnelEndpoint {
+                local,
+                mac: tunnel_mac(local),
+            }),
+            fdb: BTreeSet::from([L2Entry { ip: remote, mac }]),
+            ..DatapathPlan::default()
+        }
+    }
+
+    #[test]
+    fn a_new_underlay_family_re_creates_the_tunnel_device_with_its_mtu_and_fdb() {
+        use crate::datapath::tests::{in_private_netns, root};
+        if !root("a_new_underlay_family_re_creates_the_tunnel_device_with_its_mtu_and_fdb") {
+            return;
+        }
+        in_private_netns(|| {
+            let sock = NetlinkSocket::new().unwrap();
+            let device = || {
+                sock.link_by_name(TUNNEL_DEVICE)
+                    .unwrap()
+                    .expect("the device")
+            };
+            let mut config = CrossNodeConfig {
+                routing: RoutingMode::Tunnel,
+                tunnel_protocol: TunnelProtocol::Vxlan,
+                tunnel_port: 8472,
+                underlay: UnderlayProtocol::Ipv4,
+                auto_direct_node_routes: false,
+                native_routing_cidrs: Vec::new(),
+                masquerade_v4: false,
+                masquerade_v6: false,
+            };
+            let v4 = endpoints("192.0.2.1", "192.0.2.2");
+            assert_eq!(
+                Reconciler::new(config.clone(), 1500).apply(&v4),
+                Vec::<String>::new()
+            );
+            let old = device();
+            assert_eq!(
+                (old.mtu, old.vxlan),
+                (1450, Some((8472, Some("192.0.2.1".parse().unwrap()))))
+            );
+            assert_eq!(sock.list_fdb(old.index).unwrap(), Vec::from_iter(v4.fdb));
+
+            config.underlay = UnderlayProtocol::Ipv6;
+            let v6 = endpoints("2001:db8::1", "2001:db8::2");
+            let mut r = Reconciler::new(config, 1500);
+            assert_eq!(r.apply(&v6), Vec::<String>::new());
+            let new = device();
+            assert_ne!(new.index, old.index, "re-created");
+            assert_eq!(
+                (new.mtu, new.vxlan),
+                (1430, Some((8472, Some("2001:db8::1".parse().unwrap()))))
+            );
+            assert_eq!(
+                sock.list_fdb(new.index).unwrap(),
+                Vec::from_iter(v6.fdb.clone())
+            );
+            assert!(new.up && new.mac == v6.tunnel.map(|t| t.mac));
+            assert_eq!(r.apply(&v6), Vec::<String>::new());
+            assert_eq!(device().index, new.index, "kept once right");
+        });
     }
 }

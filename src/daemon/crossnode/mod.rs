@@ -12,6 +12,7 @@ pub mod masquerade;
 pub mod plan;
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,8 +29,12 @@ use plan::ClusterNode;
 pub const TUNNEL_DEVICE: &str = "podnet_vxlan";
 /// The VXLAN network identifier of podnet's tunnel.
 pub const TUNNEL_VNI: u32 = 2;
-/// VXLAN over IPv4: outer IPv4 (20) + UDP (8) + VXLAN (8) + inner Ethernet (14).
-pub const TUNNEL_OVERHEAD: u32 = 50;
+/// VXLAN over an IPv4 underlay: outer IPv4 (20) + UDP (8) + VXLAN (8) + inner
+/// Ethernet (14).
+pub const TUNNEL_OVERHEAD_IPV4: u32 = 50;
+/// VXLAN over an IPv6 underlay: outer IPv6 (40) + UDP (8) + VXLAN (8) + inner
+/// Ethernet (14).
+pub const TUNNEL_OVERHEAD_IPV6: u32 = 70;
 /// The `proto` of every route podnet installs to another node (`ip route show
 /// proto 77`); routes with another protocol number are never touched.
 pub const ROUTE_PROTOCOL: u8 = 77;
@@ -57,6 +62,63 @@ impl TunnelProtocol {
     }
 }
 
+/// `--underlay-protocol` (Cilium's name and values): the IP family of the
+/// tunnel's outer packets, so of the InternalIP each node's tunnel endpoint is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnderlayProtocol {
+    Ipv4,
+    Ipv6,
+}
+
+impl UnderlayProtocol {
+    /// Parses `--underlay-protocol`.
+    pub fn parse(s: &str) -> Result<UnderlayProtocol, ConfigError> {
+        match s {
+            "ipv4" => Ok(UnderlayProtocol::Ipv4),
+            "ipv6" => Ok(UnderlayProtocol::Ipv6),
+            other => Err(ConfigError::UnknownUnderlayProtocol(other.to_string())),
+        }
+    }
+
+    /// The option's value (`ipv4`, `ipv6`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnderlayProtocol::Ipv4 => "ipv4",
+            UnderlayProtocol::Ipv6 => "ipv6",
+        }
+    }
+
+    /// The other value (the fix a message offers).
+    pub fn other(self) -> UnderlayProtocol {
+        match self {
+            UnderlayProtocol::Ipv4 => UnderlayProtocol::Ipv6,
+            UnderlayProtocol::Ipv6 => UnderlayProtocol::Ipv4,
+        }
+    }
+
+    /// `IPv4` or `IPv6`, for messages.
+    pub fn label(self) -> &'static str {
+        match self {
+            UnderlayProtocol::Ipv4 => "IPv4",
+            UnderlayProtocol::Ipv6 => "IPv6",
+        }
+    }
+
+    /// Whether `ip` is of this family.
+    pub fn holds(self, ip: &IpAddr) -> bool {
+        ip.is_ipv6() == (self == UnderlayProtocol::Ipv6)
+    }
+
+    /// What the encapsulation adds to each packet: the tunnel device's MTU, and
+    /// the pods', is the node device's MTU minus this.
+    pub fn tunnel_overhead(self) -> u32 {
+        match self {
+            UnderlayProtocol::Ipv4 => TUNNEL_OVERHEAD_IPV4,
+            UnderlayProtocol::Ipv6 => TUNNEL_OVERHEAD_IPV6,
+        }
+    }
+}
+
 /// The cross-node datapath's settings, resolved from the options.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CrossNodeConfig {
@@ -64,6 +126,8 @@ pub struct CrossNodeConfig {
     pub tunnel_protocol: TunnelProtocol,
     /// `--tunnel-port` (VXLAN's UDP port).
     pub tunnel_port: u16,
+    /// `--underlay-protocol`: the family of the tunnel's outer packets.
+    pub underlay: UnderlayProtocol,
     /// `--auto-direct-node-routes` (native mode).
     pub auto_direct_node_routes: bool,
     /// `--ipv4-native-routing-cidr`, `--ipv6-native-routing-cidr`: destinations
@@ -86,7 +150,8 @@ impl CrossNodeConfig {
     fn describe(&self) -> String {
         let mut s = match (self.routing, self.auto_direct_node_routes) {
             (RoutingMode::Tunnel, _) => format!(
-                "tunnel (vxlan, port {}, device {TUNNEL_DEVICE})",
+                "tunnel (vxlan over {}, port {}, device {TUNNEL_DEVICE})",
+                self.underlay.label(),
                 self.tunnel_port
             ),
             (RoutingMode::Native, true) => "native, auto-direct-node-routes".to_string(),
@@ -236,4 +301,53 @@ fn publish(status: &SharedStatus, plan: &plan::DatapathPlan, errors: Vec<String>
             path: r.path.clone(),
         })
         .collect();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tunnel(underlay: UnderlayProtocol) -> CrossNodeConfig {
+        CrossNodeConfig {
+            routing: RoutingMode::Tunnel,
+            tunnel_protocol: TunnelProtocol::Vxlan,
+            tunnel_port: 8472,
+            underlay,
+            auto_direct_node_routes: false,
+            native_routing_cidrs: Vec::new(),
+            masquerade_v4: false,
+            masquerade_v6: true,
+        }
+    }
+
+    #[test]
+    fn the_status_line_names_the_underlay_family() {
+        assert_eq!(
+            tunnel(UnderlayProtocol::Ipv6).describe(),
+            "tunnel (vxlan over IPv6, port 8472, device podnet_vxlan); masquerade IPv6 (nftables table podnet)"
+        );
+        assert!(
+            tunnel(UnderlayProtocol::Ipv4)
+                .describe()
+                .starts_with("tunnel (vxlan over IPv4, port 8472")
+        );
+    }
+
+    #[test]
+    fn an_ipv6_underlay_takes_70_bytes_and_an_ipv4_one_50() {
+        assert_eq!(UnderlayProtocol::Ipv4.tunnel_overhead(), 50);
+        assert_eq!(UnderlayProtocol::Ipv6.tunnel_overhead(), 40 + 8 + 8 + 14);
+    }
+
+    #[test]
+    fn underlay_protocol_takes_ciliums_two_values_and_names_them_otherwise() {
+        for u in [UnderlayProtocol::Ipv4, UnderlayProtocol::Ipv6] {
+            assert_eq!(UnderlayProtocol::parse(u.as_str()), Ok(u));
+        }
+        let e = UnderlayProtocol::parse("inet6").unwrap_err().to_string();
+        assert!(
+            e.starts_with("--underlay-protocol \"inet6\" is not one of ipv4, ipv6"),
+            "{e}"
+        );
+    }
 }

@@ -5,19 +5,22 @@
 //!
 //! Tunnel mode: each remote CIDR is routed `via <its router IP> dev podnet_vxlan
 //! onlink`; the router IP's neighbour entry is the remote tunnel device's MAC, and
-//! the FDB sends that MAC to the remote InternalIP. A node's tunnel MAC is derived
-//! from its InternalIP ([`tunnel_mac`]), so no extra field has to be published.
+//! the FDB sends that MAC to the remote InternalIP of the underlay family
+//! (`--underlay-protocol`). A node's tunnel MAC is derived from that InternalIP
+//! ([`tunnel_mac`]), so no extra field has to be published; two nodes whose
+//! derived MACs are the same get no tunnel path, and say why.
 //! Native mode with auto-direct-node-routes: each remote CIDR `via <its
 //! InternalIP>` (nodes on one L2 segment).
 
-use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use ipnet::IpNet;
+use sha2::{Digest, Sha256};
 
-use super::CrossNodeConfig;
+use super::{CrossNodeConfig, UnderlayProtocol};
 use crate::daemon::config::RoutingMode;
-use crate::datapath::L2Entry;
+use crate::datapath::{L2Entry, format_mac};
 use crate::resources::NodeResource;
 
 /// What a CiliumNode says about a node, for routing to it.
@@ -72,11 +75,12 @@ impl ClusterNode {
         }
     }
 
-    fn internal_ipv4(&self) -> Option<Ipv4Addr> {
-        self.internal_ips.iter().find_map(|ip| match ip {
-            IpAddr::V4(a) => Some(*a),
-            IpAddr::V6(_) => None,
-        })
+    /// The first InternalIP of the underlay family: the node's tunnel endpoint.
+    fn underlay_ip(&self, underlay: UnderlayProtocol) -> Option<IpAddr> {
+        self.internal_ips
+            .iter()
+            .copied()
+            .find(|ip| underlay.holds(ip))
     }
 
     fn internal_ip_like(&self, dst: &IpNet) -> Option<IpAddr> {
@@ -94,11 +98,29 @@ impl ClusterNode {
     }
 }
 
-/// The MAC of a node's tunnel device: `0e:70` (locally administered, unicast)
-/// followed by its IPv4 InternalIP.
-pub fn tunnel_mac(internal_ip: Ipv4Addr) -> [u8; 6] {
-    let o = internal_ip.octets();
-    [0x0e, 0x70, o[0], o[1], o[2], o[3]]
+/// The MAC of a node's tunnel device, from its InternalIP of the underlay family;
+/// both forms are locally administered unicast addresses.
+/// - IPv4: `0e:70` followed by the address's four bytes (one-to-one: distinct
+///   addresses never share a MAC; the form podnet has always used, so an upgrade
+///   re-creates no device).
+/// - IPv6: `1e` followed by the first five bytes of the SHA-256 of the address's
+///   sixteen bytes. Sixteen bytes do not fit in six, and the low bytes alone
+///   would collide for nodes in different subnets with the same interface ID
+///   (`fd00:1::5`, `fd00:2::5`), so every bit of the address goes into the hash;
+///   40 bits make a collision unlikely (about 1 in 90,000 for 5,000 nodes) but
+///   not impossible, so [`plan`] checks for one. The first byte tells the two
+///   forms apart in `ip link` and `bridge fdb`.
+pub fn tunnel_mac(internal_ip: IpAddr) -> [u8; 6] {
+    match internal_ip {
+        IpAddr::V4(a) => {
+            let o = a.octets();
+            [0x0e, 0x70, o[0], o[1], o[2], o[3]]
+        }
+        IpAddr::V6(a) => {
+            let h = Sha256::digest(a.octets());
+            [0x1e, h[0], h[1], h[2], h[3], h[4]]
+        }
+    }
 }
 
 /// A route podnet installs to a remote node's CIDR.
@@ -114,10 +136,11 @@ pub struct PlannedRoute {
     pub prefsrc: Option<IpAddr>,
 }
 
-/// The local tunnel device, once this node's InternalIP is known.
+/// The local tunnel device, once this node's InternalIP of the underlay family
+/// is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TunnelEndpoint {
-    pub local: Ipv4Addr,
+    pub local: IpAddr,
     pub mac: [u8; 6],
 }
 
@@ -162,28 +185,43 @@ pub fn plan(
 ) -> DatapathPlan {
     let mut out = DatapathPlan::default();
     let me = nodes.iter().find(|n| n.name == self_name);
-    if config.routing == RoutingMode::Tunnel {
+    let underlay = config.underlay;
+    let tunnel = config.routing == RoutingMode::Tunnel;
+    if tunnel {
         out.tunnel = me
-            .and_then(ClusterNode::internal_ipv4)
+            .and_then(|m| m.underlay_ip(underlay))
             .map(|local| TunnelEndpoint {
                 local,
                 mac: tunnel_mac(local),
             });
     }
+    let owners = match tunnel {
+        true => mac_owners(nodes, underlay),
+        false => BTreeMap::new(),
+    };
     for node in nodes.iter().filter(|n| n.name != self_name) {
         let path = match config.routing {
             RoutingMode::Tunnel => match out.tunnel {
-                Some(_) => add_tunnel_paths(&mut out, node, me),
-                None => "waiting for this node's InternalIP (the tunnel's local address)".into(),
+                Some(_) => add_tunnel_paths(&mut out, node, me, underlay, &owners),
+                None => format!(
+                    "waiting for this node's {} InternalIP (the tunnel's local address: underlay-protocol is {}); give this node's Node one, or set underlay-protocol {}",
+                    underlay.label(),
+                    underlay.as_str(),
+                    underlay.other().as_str()
+                ),
             },
             RoutingMode::Native if config.auto_direct_node_routes => {
                 add_direct_routes(&mut out, node)
             }
             RoutingMode::Native => "routed by the network".into(),
         };
+        let shown = match tunnel {
+            true => node.underlay_ip(underlay),
+            false => None,
+        };
         out.remotes.push(RemoteNode {
             name: node.name.clone(),
-            internal_ip: node.internal_ips.first().copied(),
+            internal_ip: shown.or_else(|| node.internal_ips.first().copied()),
             cidrs: node.cidrs.iter().map(|(_, c)| *c).collect(),
             path,
         });
@@ -231,16 +269,51 @@ pub fn plan(
     out
 }
 
-/// Tunnel routes, neighbours and the FDB entry for one remote node.
+/// Every tunnel MAC with the names of the nodes it is derived for (this node
+/// included): more than one name is a collision.
+fn mac_owners(nodes: &[ClusterNode], underlay: UnderlayProtocol) -> BTreeMap<[u8; 6], Vec<&str>> {
+    let mut owners: BTreeMap<[u8; 6], Vec<&str>> = BTreeMap::new();
+    for n in nodes {
+        if let Some(ip) = n.underlay_ip(underlay) {
+            owners.entry(tunnel_mac(ip)).or_default().push(&n.name);
+        }
+    }
+    owners
+}
+
+/// Tunnel routes, neighbours and the FDB entry for one remote node (none when it
+/// has no InternalIP of the underlay family, or its tunnel MAC is another node's).
 fn add_tunnel_paths(
     out: &mut DatapathPlan,
     node: &ClusterNode,
     me: Option<&ClusterNode>,
+    underlay: UnderlayProtocol,
+    owners: &BTreeMap<[u8; 6], Vec<&str>>,
 ) -> String {
-    let Some(remote) = node.internal_ipv4() else {
-        return "no IPv4 InternalIP: no tunnel".into();
+    let Some(remote) = node.underlay_ip(underlay) else {
+        return format!(
+            "no {label} InternalIP: underlay-protocol is {value}, so there is no tunnel to it; give it an {label} InternalIP (its Node's status.addresses), or set underlay-protocol {other} on every node",
+            label = underlay.label(),
+            value = underlay.as_str(),
+            other = underlay.other().as_str()
+        );
     };
     let mac = tunnel_mac(remote);
+    let others: Vec<&str> = owners
+        .get(&mac)
+        .into_iter()
+        .flatten()
+        .copied()
+        .filter(|n| *n != node.name)
+        .collect();
+    if !others.is_empty() {
+        return format!(
+            "no tunnel: its tunnel MAC {} (derived from {remote}) is also that of {}; give one of them another {} InternalIP",
+            format_mac(&mac),
+            others.join(", "),
+            underlay.label()
+        );
+    }
     let mut missing = BTreeSet::new();
     for (_, dst) in &node.cidrs {
         let Some(gateway) = node.router_ip_like(dst) else {
@@ -255,10 +328,7 @@ fn add_tunnel_paths(
         });
         out.neighbours.insert(L2Entry { ip: gateway, mac });
     }
-    out.fdb.insert(L2Entry {
-        ip: IpAddr::V4(remote),
-        mac,
-    });
+    out.fdb.insert(L2Entry { ip: remote, mac });
     match missing.is_empty() {
         true => format!("tunnel to {remote}"),
         false => format!(
@@ -304,6 +374,7 @@ mod tests {
             routing,
             tunnel_protocol: super::super::TunnelProtocol::Vxlan,
             tunnel_port: 8472,
+            underlay: UnderlayProtocol::Ipv4,
             auto_direct_node_routes: routing == RoutingMode::Native,
             native_routing_cidrs: Vec::new(),
             masquerade_v4: true,
@@ -395,10 +466,172 @@ mod tests {
         nodes[0].internal_ips.clear();
         let p = plan(&config(RoutingMode::Tunnel), "a", &nodes, &BTreeSet::new());
         assert!(p.tunnel.is_none() && p.routes.is_empty() && p.fdb.is_empty());
+        assert_eq!(
+            p.remotes[0].path,
+            "waiting for this node's IPv4 InternalIP (the tunnel's local address: underlay-protocol is ipv4); give this node's Node one, or set underlay-protocol ipv6"
+        );
+    }
+
+    fn v6_config() -> CrossNodeConfig {
+        CrossNodeConfig {
+            underlay: UnderlayProtocol::Ipv6,
+            ..config(RoutingMode::Tunnel)
+        }
+    }
+
+    /// Nodes with an IPv4 and an IPv6 InternalIP (IPv4 first) and IPv6 pods.
+    fn dual_stack_cluster() -> Vec<ClusterNode> {
+        (1..=3)
+            .map(|i| ClusterNode {
+                name: format!("n{i}"),
+                internal_ips: vec![
+                    format!("192.168.0.{i}").parse().unwrap(),
+                    format!("fd00:250::{i}").parse().unwrap(),
+                ],
+                router_ips: vec![format!("fd00:61:{i}::1").parse().unwrap()],
+                cidrs: vec![(None, net(&format!("fd00:61:{i}::/120")))],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_ipv6_underlay_tunnels_from_and_to_the_ipv6_internal_ips() {
+        let p = plan(&v6_config(), "n1", &dual_stack_cluster(), &BTreeSet::new());
+        let local: IpAddr = "fd00:250::1".parse().unwrap();
+        assert_eq!(
+            p.tunnel,
+            Some(TunnelEndpoint {
+                local,
+                mac: tunnel_mac(local)
+            })
+        );
+        let fdb: Vec<IpAddr> = p.fdb.iter().map(|e| e.ip).collect();
+        assert_eq!(
+            fdb,
+            ["fd00:250::2", "fd00:250::3"].map(|a| a.parse::<IpAddr>().unwrap())
+        );
+        for e in &p.fdb {
+            assert_eq!(e.mac, tunnel_mac(e.ip));
+            assert!(
+                p.neighbours.iter().any(|n| n.mac == e.mac),
+                "a router's neighbour entry is its node's tunnel MAC"
+            );
+        }
+        assert_eq!(p.routes.len(), 2);
+        assert_eq!(p.remotes[0].path, "tunnel to fd00:250::2");
+        assert_eq!(
+            p.remotes[0].internal_ip,
+            Some("fd00:250::2".parse().unwrap()),
+            "status shows the InternalIP the tunnel uses, not the first one"
+        );
+    }
+
+    #[test]
+    fn the_ipv4_tunnel_mac_is_0e_70_and_the_address() {
+        assert_eq!(
+            tunnel_mac("10.250.0.12".parse().unwrap()),
+            [0x0e, 0x70, 10, 250, 0, 12]
+        );
+    }
+
+    #[test]
+    fn the_ipv6_tunnel_mac_is_1e_and_five_bytes_of_the_addresses_sha256() {
+        // sha256(fd00:250::12's 16 bytes) starts c2 27 d4 e6 3c: pinned, so the
+        // MAC a node derives never changes with a podnet version.
+        assert_eq!(
+            tunnel_mac("fd00:250::12".parse().unwrap()),
+            [0x1e, 0xc2, 0x27, 0xd4, 0xe6, 0x3c]
+        );
+        let mac = tunnel_mac("fd00:1::5".parse().unwrap());
+        assert_eq!(mac[0] & 0x03, 0x02, "locally administered, unicast");
+        assert_ne!(
+            mac,
+            tunnel_mac("fd00:2::5".parse().unwrap()),
+            "same interface ID in another subnet, another MAC"
+        );
+    }
+
+    #[test]
+    fn a_remote_without_an_internal_ip_of_the_underlay_family_is_not_tunnelled_and_told_why() {
+        let mut nodes = dual_stack_cluster();
+        nodes[1].internal_ips.retain(IpAddr::is_ipv4);
+        let p = plan(&v6_config(), "n1", &nodes, &BTreeSet::new());
+        assert_eq!(
+            p.remotes[0].path,
+            "no IPv6 InternalIP: underlay-protocol is ipv6, so there is no tunnel to it; give it an IPv6 InternalIP (its Node's status.addresses), or set underlay-protocol ipv4 on every node"
+        );
+        assert!(!p.routes.iter().any(|r| r.dst == net("fd00:61:2::/120")));
+        assert_eq!(p.fdb.len(), 1, "the third node is still tunnelled");
+        let mut nodes = dual_stack_cluster();
+        nodes[1].internal_ips.retain(IpAddr::is_ipv6);
+        let p = plan(&config(RoutingMode::Tunnel), "n1", &nodes, &BTreeSet::new());
         assert!(
-            p.remotes[0]
+            p.remotes[0].path.starts_with(
+                "no IPv4 InternalIP: underlay-protocol is ipv4, so there is no tunnel to it"
+            ) && p.remotes[0]
                 .path
-                .contains("waiting for this node's InternalIP")
+                .ends_with("or set underlay-protocol ipv6 on every node"),
+            "{}",
+            p.remotes[0].path
+        );
+    }
+
+    #[test]
+    fn this_node_without_an_ipv6_internal_ip_waits_and_names_underlay_protocol() {
+        let mut nodes = dual_stack_cluster();
+        nodes[0].internal_ips.retain(IpAddr::is_ipv4);
+        let p = plan(&v6_config(), "n1", &nodes, &BTreeSet::new());
+        assert!(p.tunnel.is_none() && p.routes.is_empty() && p.fdb.is_empty());
+        assert_eq!(
+            p.remotes[0].path,
+            "waiting for this node's IPv6 InternalIP (the tunnel's local address: underlay-protocol is ipv6); give this node's Node one, or set underlay-protocol ipv4"
+        );
+    }
+
+    #[test]
+    fn two_remotes_with_one_tunnel_mac_get_no_tunnel_and_say_with_whom() {
+        // A 40-bit hash collision cannot be found for a test; two nodes
+        // publishing the same InternalIP collide the same way.
+        let mut nodes = dual_stack_cluster();
+        nodes[2].internal_ips = nodes[1].internal_ips.clone();
+        let p = plan(&v6_config(), "n1", &nodes, &BTreeSet::new());
+        let mac = format_mac(&tunnel_mac("fd00:250::2".parse().unwrap()));
+        assert_eq!(
+            p.remotes[0].path,
+            format!(
+                "no tunnel: its tunnel MAC {mac} (derived from fd00:250::2) is also that of n3; give one of them another IPv6 InternalIP"
+            )
+        );
+        assert!(p.remotes[1].path.contains("is also that of n2"));
+        assert!(p.fdb.is_empty() && p.routes.is_empty() && p.neighbours.is_empty());
+        assert!(p.tunnel.is_some(), "this node's own device is unaffected");
+        // A remote with this node's MAC: the remote is left out, the others stay.
+        let mut nodes = dual_stack_cluster();
+        nodes[1].internal_ips = nodes[0].internal_ips.clone();
+        let p = plan(&v6_config(), "n1", &nodes, &BTreeSet::new());
+        assert!(
+            p.remotes[0].path.contains("is also that of n1"),
+            "{:?}",
+            p.remotes[0]
+        );
+        assert_eq!(p.remotes[1].path, "tunnel to fd00:250::3");
+    }
+
+    #[test]
+    fn native_routing_ignores_the_underlay_protocol() {
+        let c = CrossNodeConfig {
+            underlay: UnderlayProtocol::Ipv6,
+            ..config(RoutingMode::Native)
+        };
+        let p = plan(&c, "b", &cluster(), &BTreeSet::new());
+        assert_eq!(
+            p,
+            plan(
+                &config(RoutingMode::Native),
+                "b",
+                &cluster(),
+                &BTreeSet::new()
+            )
         );
     }
 

@@ -211,7 +211,7 @@ fn vxlan_device_comes_up_without_a_link_local_address() {
             name: "pnvxtest".into(),
             id: 2,
             port: 8472,
-            local: std::net::Ipv4Addr::new(192, 0, 2, 1),
+            local: std::net::Ipv4Addr::new(192, 0, 2, 1).into(),
             mac: random_mac().unwrap(),
             mtu: 1450,
         };
@@ -223,5 +223,55 @@ fn vxlan_device_comes_up_without_a_link_local_address() {
         assert_eq!(host.list_addresses(link.index).unwrap(), vec![]);
         let mode = read_sysctl("net/ipv6/conf/pnvxtest/addr_gen_mode").unwrap();
         assert_eq!(mode.trim(), "1", "addr_gen_mode none");
+    });
+}
+
+#[test]
+fn vxlan_device_with_an_ipv6_local_reports_it_and_takes_ipv6_fdb_entries() {
+    if !root("vxlan_device_with_an_ipv6_local_reports_it_and_takes_ipv6_fdb_entries") {
+        return;
+    }
+    in_private_netns(|| {
+        let host = NetlinkSocket::new().unwrap();
+        let local: std::net::IpAddr = "2001:db8::1".parse().unwrap();
+        let spec = VxlanSpec {
+            name: "pnvx6test".into(),
+            id: 2,
+            port: 8472,
+            local,
+            mac: random_mac().unwrap(),
+            mtu: 1430,
+        };
+        let link = host.create_vxlan(&spec).unwrap();
+        host.set_link_up(link.index).unwrap();
+        let link = host.link_by_name("pnvx6test").unwrap().expect("the device");
+        assert_eq!(link.vxlan, Some((8472, Some(local))), "IFLA_VXLAN_LOCAL6");
+        assert_eq!((link.mtu, link.up), (1430, true));
+        let remote = L2Entry {
+            ip: "2001:db8::2".parse().unwrap(),
+            mac: [0x1e, 1, 2, 3, 4, 5],
+        };
+        host.append_fdb(link.index, &remote).unwrap();
+        host.append_fdb(link.index, &remote).unwrap();
+        assert_eq!(
+            host.list_fdb(link.index).unwrap(),
+            vec![remote],
+            "appended once"
+        );
+        let router = L2Entry {
+            ip: "fd00:61:2::1".parse().unwrap(),
+            mac: remote.mac,
+        };
+        host.replace_neighbour(link.index, &router).unwrap();
+        assert_eq!(host.list_neighbours(link.index).unwrap(), vec![router]);
+        let v4 = L2Entry {
+            ip: "192.0.2.2".parse().unwrap(),
+            mac: [0x0e, 0x70, 192, 0, 2, 2],
+        };
+        // The kernel refuses a destination of the other family.
+        let e = host.append_fdb(link.index, &v4).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EAFNOSUPPORT), "{e}");
+        host.delete_fdb(link.index, &remote).unwrap();
+        assert_eq!(host.list_fdb(link.index).unwrap(), vec![]);
     });
 }

@@ -18,7 +18,7 @@ use super::NetNs;
 
 /// True when running as root; otherwise the test fails or, where skips are
 /// allowed, is recorded as skipped (`test_skip`).
-pub(super) fn root(test: &str) -> bool {
+pub(crate) fn root(test: &str) -> bool {
     if nix::unistd::geteuid().is_root() {
         return true;
     }
@@ -27,7 +27,7 @@ pub(super) fn root(test: &str) -> bool {
 }
 
 /// Run `f` on a thread with its own fresh netns (the test's private "host").
-pub(super) fn in_private_netns<F: FnOnce() + Send + 'static>(f: F) {
+pub(crate) fn in_private_netns<F: FnOnce() + Send + 'static>(f: F) {
     let machine_ns = NetNs::current().unwrap().id().unwrap();
     let handle = std::thread::spawn(move || {
         unshare(CloneFlags::CLONE_NEWNET).unwrap();
