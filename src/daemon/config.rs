@@ -17,7 +17,7 @@ use super::options::DaemonOptions;
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{ClusterPoolConfig, ClusterPoolError, parse_cidr_list};
 use crate::ipam::multipool::needed_ip_ceil;
-use crate::ipam::pool_options::{parse_auto_create_pools, parse_pre_allocation};
+use crate::ipam::pool_options::{PoolOptionError, parse_auto_create_pools, parse_pre_allocation};
 use crate::ipam::pooldef::PoolDef;
 use crate::resources::{PoolDemand, RequestedPool};
 
@@ -62,9 +62,9 @@ pub enum ConfigError {
         source: ipnet::AddrParseError,
     },
     #[error("Invalid ipam-multi-pool-pre-allocation flag value: {0}")]
-    PreAllocation(String),
+    PreAllocation(#[source] PoolOptionError),
     #[error("auto-create-cilium-pod-ip-pools: {0}")]
-    AutoCreatePools(String),
+    AutoCreatePools(#[source] PoolOptionError),
     #[error("--{option} {value:?} is not an IP address")]
     RouterNotIp { option: &'static str, value: String },
     #[error("--{option} {value:?} is not an {} address", .family.label())]

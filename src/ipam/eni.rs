@@ -41,6 +41,94 @@ pub const ENI_POOL: &str = "default";
 
 // ------------------------------------------------------------------ inventory
 
+/// Why an ENI inventory (`status.eni.enis`) cannot be used: the ENI, the field
+/// (`ip`, `address`, `prefix`, `subnet.cidr`, ...) and the bad value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EniError {
+    #[error("ENI {eni:?}: {field} {value:?} is not an IP address")]
+    NotAnIp {
+        eni: String,
+        field: &'static str,
+        value: String,
+    },
+    #[error("ENI {eni:?}: {field} {value:?} is not a CIDR")]
+    NotACidr {
+        eni: String,
+        field: &'static str,
+        value: String,
+    },
+    #[error("ENI {eni:?}: {field} {value:?} has host bits set (the prefix is {})", .prefix.trunc())]
+    HostBits {
+        eni: String,
+        field: &'static str,
+        value: String,
+        prefix: IpNet,
+    },
+    #[error("ENI {eni:?}: prefix {value:?} is not IPv4 (IPv6 prefixes go to ipv6-prefixes)")]
+    PrefixNotIpv4 { eni: String, value: String },
+    #[error("ENI {eni:?}: ipv6-prefix {value:?} is not IPv6")]
+    PrefixNotIpv6 { eni: String, value: String },
+    #[error("ENI {key:?}: id {id:?} does not match its key in status.eni.enis")]
+    IdNotKey { key: String, id: String },
+    #[error("ENI {eni:?}: mac {mac:?} is not a MAC address")]
+    NotAMac { eni: String, mac: String },
+    #[error("ENI {eni:?} has IPv4 addresses but no IPv4 subnet.cidr")]
+    NoSubnet { eni: String },
+    /// An IPv4 address (`/32`) or prefix outside the ENI's `subnet.cidr`.
+    #[error(
+        "ENI {eni:?}: {} is outside its subnet {}{subnet}",
+        host_or_prefix(.member),
+        subnet_label(.subnet_id)
+    )]
+    OutsideSubnet {
+        eni: String,
+        member: IpNet,
+        subnet_id: String,
+        subnet: IpNet,
+    },
+    #[error("{} is on both ENI {first:?} ({first_cidr}) and ENI {second:?}", address_or_cidr(.member))]
+    OnTwoEnis {
+        member: IpNet,
+        first: String,
+        first_cidr: IpNet,
+        second: String,
+    },
+    #[error("ENI {first:?} ({first_cidr}) and ENI {second:?} ({second_cidr}) overlap")]
+    Overlap {
+        first: String,
+        first_cidr: IpNet,
+        second: String,
+        second_cidr: IpNet,
+    },
+}
+
+/// `address 10.0.1.5` for a /32, `prefix 10.0.2.0/28` otherwise.
+fn host_or_prefix(n: &IpNet) -> String {
+    if n.prefix_len() == 32 {
+        format!("address {}", n.addr())
+    } else {
+        format!("prefix {n}")
+    }
+}
+
+/// A single address as an address, a wider CIDR as a CIDR.
+fn address_or_cidr(n: &IpNet) -> String {
+    if n.prefix_len() == n.max_prefix_len() {
+        n.addr().to_string()
+    } else {
+        n.to_string()
+    }
+}
+
+/// `subnet-1 ` before the subnet CIDR, nothing when the ID is unknown.
+fn subnet_label(id: &str) -> String {
+    if id.is_empty() {
+        String::new()
+    } else {
+        format!("{id} ")
+    }
+}
+
 /// One CIDR of the ENI allocation and the ENI it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EniCidr {
@@ -67,26 +155,32 @@ fn eni_id<'a>(key: &'a str, eni: &'a Eni) -> &'a str {
     if eni.id.is_empty() { key } else { &eni.id }
 }
 
-fn parse_ip(what: &str, s: &str) -> Result<IpAddr, String> {
-    s.trim()
-        .parse()
-        .map_err(|_| format!("{what} {s:?} is not an IP address"))
+fn parse_ip(eni: &str, field: &'static str, s: &str) -> Result<IpAddr, EniError> {
+    s.trim().parse().map_err(|_| EniError::NotAnIp {
+        eni: eni.into(),
+        field,
+        value: s.into(),
+    })
 }
 
-fn parse_cidr(what: &str, s: &str) -> Result<IpNet, String> {
-    s.trim()
-        .parse()
-        .map_err(|_| format!("{what} {s:?} is not a CIDR"))
+fn parse_cidr(eni: &str, field: &'static str, s: &str) -> Result<IpNet, EniError> {
+    s.trim().parse().map_err(|_| EniError::NotACidr {
+        eni: eni.into(),
+        field,
+        value: s.into(),
+    })
 }
 
 /// A prefix with no host bits set.
-fn parse_prefix(what: &str, s: &str) -> Result<IpNet, String> {
-    let n = parse_cidr(what, s)?;
+fn parse_prefix(eni: &str, field: &'static str, s: &str) -> Result<IpNet, EniError> {
+    let n = parse_cidr(eni, field, s)?;
     if n.trunc() != n {
-        return Err(format!(
-            "{what} {s:?} has host bits set (the prefix is {})",
-            n.trunc()
-        ));
+        return Err(EniError::HostBits {
+            eni: eni.into(),
+            field,
+            value: s.into(),
+            prefix: n,
+        });
     }
     Ok(n)
 }
@@ -100,36 +194,38 @@ struct Parsed {
     prefixes: Vec<IpNet>,
 }
 
-fn parse_eni(id: &str, eni: &Eni) -> Result<Parsed, String> {
-    let at = |f: &str| format!("ENI {id:?}: {f}");
+fn parse_eni(id: &str, eni: &Eni) -> Result<Parsed, EniError> {
     let primary = match eni.ip.trim() {
         "" => None,
-        s => Some(parse_ip(&at("ip"), s)?),
+        s => Some(parse_ip(id, "ip", s)?),
     };
     let subnet = match eni.subnet.cidr.trim() {
         "" => None,
-        s => Some(parse_cidr(&at("subnet.cidr"), s)?),
+        s => Some(parse_cidr(id, "subnet.cidr", s)?),
     };
     let addresses = eni
         .addresses
         .iter()
-        .map(|a| parse_ip(&at("address"), a))
+        .map(|a| parse_ip(id, "address", a))
         .collect::<Result<Vec<_>, _>>()?;
     let mut prefixes = Vec::new();
     for p in &eni.prefixes {
-        let n = parse_prefix(&at("prefix"), p)?;
+        let n = parse_prefix(id, "prefix", p)?;
         if !matches!(n, IpNet::V4(_)) {
-            return Err(format!(
-                "{} {p:?} is not IPv4 (IPv6 prefixes go to ipv6-prefixes)",
-                at("prefix")
-            ));
+            return Err(EniError::PrefixNotIpv4 {
+                eni: id.into(),
+                value: p.clone(),
+            });
         }
         prefixes.push(n);
     }
     for p in &eni.ipv6_prefixes {
-        let n = parse_prefix(&at("ipv6-prefix"), p)?;
+        let n = parse_prefix(id, "ipv6-prefix", p)?;
         if !matches!(n, IpNet::V6(_)) {
-            return Err(format!("{} {p:?} is not IPv6", at("ipv6-prefix")));
+            return Err(EniError::PrefixNotIpv6 {
+                eni: id.into(),
+                value: p.clone(),
+            });
         }
         prefixes.push(n);
     }
@@ -152,31 +248,28 @@ fn same_family(a: &IpNet, ip: &IpAddr) -> bool {
 /// ENI has any), and no address or prefix is on two ENIs. IPv6 addresses and
 /// prefixes are not checked against the subnet (the schema's subnet has one
 /// CIDR, the IPv4 one).
-pub fn validate_inventory(enis: &BTreeMap<String, Eni>) -> Result<(), String> {
+pub fn validate_inventory(enis: &BTreeMap<String, Eni>) -> Result<(), EniError> {
     let mut seen: Vec<(IpNet, &str)> = Vec::new();
     for (key, eni) in enis {
         if !eni.id.is_empty() && eni.id != *key {
-            return Err(format!(
-                "ENI {key:?}: id {:?} does not match its key in status.eni.enis",
-                eni.id
-            ));
+            return Err(EniError::IdNotKey {
+                key: key.clone(),
+                id: eni.id.clone(),
+            });
         }
         let id = eni_id(key, eni);
         let p = parse_eni(id, eni)?;
         if !eni.mac.is_empty() && parse_mac(&eni.mac).is_none() {
-            return Err(format!(
-                "ENI {id:?}: mac {:?} is not a MAC address",
-                eni.mac
-            ));
+            return Err(EniError::NotAMac {
+                eni: id.into(),
+                mac: eni.mac.clone(),
+            });
         }
         if !eni.vpc.primary_cidr.is_empty() {
-            parse_cidr(
-                &format!("ENI {id:?}: vpc.primary-cidr"),
-                &eni.vpc.primary_cidr,
-            )?;
+            parse_cidr(id, "vpc.primary-cidr", &eni.vpc.primary_cidr)?;
         }
         for c in &eni.vpc.cidrs {
-            parse_cidr(&format!("ENI {id:?}: vpc.cidrs entry"), c)?;
+            parse_cidr(id, "vpc.cidrs entry", c)?;
         }
         let v4: Vec<IpNet> = p
             .primary
@@ -188,26 +281,15 @@ pub fn validate_inventory(enis: &BTreeMap<String, Eni>) -> Result<(), String> {
             .collect();
         if !v4.is_empty() {
             let Some(subnet) = p.subnet.filter(|s| matches!(s, IpNet::V4(_))) else {
-                return Err(format!(
-                    "ENI {id:?} has IPv4 addresses but no IPv4 subnet.cidr"
-                ));
+                return Err(EniError::NoSubnet { eni: id.into() });
             };
-            for n in &v4 {
-                if !subnet.contains(n) {
-                    let what = if n.prefix_len() == 32 {
-                        format!("address {}", n.addr())
-                    } else {
-                        format!("prefix {n}")
-                    };
-                    return Err(format!(
-                        "ENI {id:?}: {what} is outside its subnet {}{subnet}",
-                        if eni.subnet.id.is_empty() {
-                            String::new()
-                        } else {
-                            format!("{} ", eni.subnet.id)
-                        }
-                    ));
-                }
+            if let Some(n) = v4.iter().find(|n| !subnet.contains(*n)) {
+                return Err(EniError::OutsideSubnet {
+                    eni: id.into(),
+                    member: *n,
+                    subnet_id: eni.subnet.id.clone(),
+                    subnet,
+                });
             }
         }
         // Duplicates across ENIs (the same ENI may list prefix members).
@@ -222,14 +304,12 @@ pub fn validate_inventory(enis: &BTreeMap<String, Eni>) -> Result<(), String> {
                 .iter()
                 .find(|(o, oid)| *oid != id && (o.contains(n) || n.contains(o)))
             {
-                return Err(format!(
-                    "{} is on both ENI {oid:?} ({other}) and ENI {id:?}",
-                    if n.prefix_len() == n.max_prefix_len() {
-                        n.addr().to_string()
-                    } else {
-                        n.to_string()
-                    }
-                ));
+                return Err(EniError::OnTwoEnis {
+                    member: *n,
+                    first: oid.to_string(),
+                    first_cidr: *other,
+                    second: id.into(),
+                });
             }
         }
         seen.extend(mine.into_iter().map(|n| (n, id)));
@@ -255,7 +335,7 @@ pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
 
 /// The ENI inventory as per-ENI CIDRs, IPv4 sorted then IPv6 sorted (the
 /// order of `allocated`): see the module comment for what is kept.
-pub fn eni_cidrs(enis: &BTreeMap<String, Eni>, spec: &EniSpec) -> Result<Vec<EniCidr>, String> {
+pub fn eni_cidrs(enis: &BTreeMap<String, Eni>, spec: &EniSpec) -> Result<Vec<EniCidr>, EniError> {
     let use_primary = spec.use_primary_address.unwrap_or(false);
     let mut out: Vec<EniCidr> = Vec::new();
     for (key, eni) in enis {
@@ -293,10 +373,12 @@ pub fn eni_cidrs(enis: &BTreeMap<String, Eni>, spec: &EniSpec) -> Result<Vec<Eni
     out.dedup_by(|a, b| a.cidr == b.cidr && a.eni_id == b.eni_id);
     for w in out.windows(2) {
         if w[0].cidr.contains(&w[1].cidr) || w[1].cidr.contains(&w[0].cidr) {
-            return Err(format!(
-                "ENI {:?} ({}) and ENI {:?} ({}) overlap",
-                w[0].eni_id, w[0].cidr, w[1].eni_id, w[1].cidr
-            ));
+            return Err(EniError::Overlap {
+                first: w[0].eni_id.clone(),
+                first_cidr: w[0].cidr,
+                second: w[1].eni_id.clone(),
+                second_cidr: w[1].cidr,
+            });
         }
     }
     Ok(out)
@@ -308,7 +390,7 @@ pub fn eni_cidrs(enis: &BTreeMap<String, Eni>, spec: &EniSpec) -> Result<Vec<Eni
 pub fn eni_allocation(
     enis: &BTreeMap<String, Eni>,
     spec: &EniSpec,
-) -> Result<Vec<AllocatedPool>, String> {
+) -> Result<Vec<AllocatedPool>, EniError> {
     let cidrs = eni_cidrs(enis, spec)?;
     if cidrs.is_empty() {
         return Ok(Vec::new());
@@ -723,7 +805,7 @@ mod tests {
         let bad = |f: &dyn Fn(&mut BTreeMap<String, Eni>)| {
             let mut inv = base.clone();
             f(&mut inv);
-            validate_inventory(&inv).unwrap_err()
+            validate_inventory(&inv).unwrap_err().to_string()
         };
         let e = bad(&|i| {
             i.get_mut("eni-1")
@@ -788,6 +870,76 @@ mod tests {
         let mut inv = base.clone();
         inv.get_mut("eni-1").unwrap().prefixes.push("nope".into());
         assert!(eni_allocation(&inv, &EniSpec::default()).is_err());
+    }
+
+    #[test]
+    fn each_inventory_error_names_the_eni_the_field_and_the_value() {
+        let base = inventory();
+        let bad = |f: &dyn Fn(&mut Eni)| {
+            let mut inv = base.clone();
+            if let Some(e) = inv.get_mut("eni-2") {
+                f(e);
+            }
+            validate_inventory(&inv).unwrap_err().to_string()
+        };
+        assert_eq!(
+            bad(&|e| e.subnet.cidr = "10.0.2.0".into()),
+            "ENI \"eni-2\": subnet.cidr \"10.0.2.0\" is not a CIDR"
+        );
+        assert_eq!(
+            bad(&|e| e.vpc.cidrs.push("nope".into())),
+            "ENI \"eni-2\": vpc.cidrs entry \"nope\" is not a CIDR"
+        );
+        assert_eq!(
+            bad(&|e| e.ip = "10.0.2.x".into()),
+            "ENI \"eni-2\": ip \"10.0.2.x\" is not an IP address"
+        );
+        assert_eq!(
+            bad(&|e| e.prefixes.push("10.0.2.33/28".into())),
+            "ENI \"eni-2\": prefix \"10.0.2.33/28\" has host bits set (the prefix is 10.0.2.32/28)"
+        );
+        assert_eq!(
+            bad(&|e| e.prefixes.push("fd00::/80".into())),
+            "ENI \"eni-2\": prefix \"fd00::/80\" is not IPv4 (IPv6 prefixes go to ipv6-prefixes)"
+        );
+        assert_eq!(
+            bad(&|e| e.ipv6_prefixes.push("10.0.2.64/28".into())),
+            "ENI \"eni-2\": ipv6-prefix \"10.0.2.64/28\" is not IPv6"
+        );
+        assert_eq!(
+            bad(&|e| e.mac = "zz".into()),
+            "ENI \"eni-2\": mac \"zz\" is not a MAC address"
+        );
+        assert_eq!(
+            bad(&|e| e.id = "eni-9".into()),
+            "ENI \"eni-2\": id \"eni-9\" does not match its key in status.eni.enis"
+        );
+        assert_eq!(
+            bad(&|e| {
+                e.subnet.id.clear();
+                e.subnet.cidr = "10.0.9.0/24".into();
+            }),
+            "ENI \"eni-2\": address 10.0.2.5 is outside its subnet 10.0.9.0/24"
+        );
+    }
+
+    #[test]
+    fn an_address_on_two_enis_is_refused_by_both_checks() {
+        let mut inv = inventory();
+        if let Some(e1) = inv.get_mut("eni-1") {
+            e1.subnet.cidr = "10.0.0.0/16".into();
+            e1.addresses.push("10.0.2.17".into());
+        }
+        assert_eq!(
+            validate_inventory(&inv).unwrap_err().to_string(),
+            "10.0.2.17 is on both ENI \"eni-1\" (10.0.2.17/32) and ENI \"eni-2\""
+        );
+        assert_eq!(
+            eni_allocation(&inv, &EniSpec::default())
+                .unwrap_err()
+                .to_string(),
+            "ENI \"eni-2\" (10.0.2.16/28) and ENI \"eni-1\" (10.0.2.17/32) overlap"
+        );
     }
 
     #[test]

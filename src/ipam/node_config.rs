@@ -58,7 +58,7 @@ impl TryFrom<&CiliumNodeConfig> for NodeConfigDef {
             )));
         }
         if let Some(s) = &spec.node_selector {
-            check_selector(s, "spec.nodeSelector").map_err(invalid)?;
+            check_selector(s, "spec.nodeSelector").map_err(|e| invalid(e.to_string()))?;
         }
         Ok(NodeConfigDef {
             name: config.metadata.name.clone(),

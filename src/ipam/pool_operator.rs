@@ -30,6 +30,7 @@
 //! `errors.Join`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use ipnet::IpNet;
 
@@ -95,6 +96,85 @@ fn join_nets(nets: &[IpNet]) -> String {
         .join(", ")
 }
 
+/// Why a pool definition cannot be carved, or a listed block is not one of its
+/// blocks: the pool, the family, the CIDR or block, and what is wrong with it.
+/// The `unable to ...` texts are Cilium's operator's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolProblem {
+    #[error("pool {pool:?} is defined more than once")]
+    DefinedTwice { pool: String },
+    #[error("pool {pool:?}: {family} CIDR {cidr} is not an {} CIDR", .family.label())]
+    CidrFamily {
+        pool: String,
+        family: Family,
+        cidr: IpNet,
+    },
+    /// The cidrset refuses a CIDR / `maskSize` pair (its error kept).
+    #[error("pool {pool:?}: {family} CIDR {cidr} with maskSize {mask_size}: {source}")]
+    CidrMaskSize {
+        pool: String,
+        family: Family,
+        cidr: IpNet,
+        mask_size: u8,
+        #[source]
+        source: CidrSetError,
+    },
+    #[error(
+        "pool {pool:?}: {family} reserved range {start}-{end} is not an {} range",
+        .family.label()
+    )]
+    RangeFamily {
+        pool: String,
+        family: Family,
+        start: IpAddr,
+        end: IpAddr,
+    },
+    #[error(
+        "pool {pool:?}: {family} reserved range {start}-{end} is invalid: the start is after \
+         the end"
+    )]
+    RangeReversed {
+        pool: String,
+        family: Family,
+        start: IpAddr,
+        end: IpAddr,
+    },
+    #[error(
+        "pool {pool_a:?} {family} CIDR {cidr_a} overlaps pool {pool_b:?} {family} CIDR {cidr_b}: \
+         pool CIDRs must not overlap one another"
+    )]
+    Overlap {
+        family: Family,
+        pool_a: String,
+        cidr_a: IpNet,
+        pool_b: String,
+        cidr_b: IpNet,
+    },
+    #[error(
+        "unable to find pool {pool}, prefix {block} is still allocated to the node but is \
+         marked as orphan"
+    )]
+    UnknownPool { pool: String, block: IpNet },
+    #[error("unable to reuse from pool {pool}: cidr {block} is not part of the requested pool")]
+    NotInPool { pool: String, block: IpNet },
+    #[error(
+        "unable to reuse from pool {pool}: cidr {block} is a /{} but the pool's {family} \
+         maskSize is {mask_size}",
+        .block.prefix_len()
+    )]
+    BlockSize {
+        pool: String,
+        block: IpNet,
+        family: Family,
+        mask_size: u8,
+    },
+    #[error(
+        "unable to reuse from pool {pool}: cidr {block} is not on a block boundary (expected {})",
+        .block.trunc()
+    )]
+    BlockBoundary { pool: String, block: IpNet },
+}
+
 /// One family of one pool: its block size, one cidrset per CIDR (in the
 /// order listed) and its reserved ranges.
 #[derive(Debug, Clone)]
@@ -106,37 +186,53 @@ struct FamilyPool {
 }
 
 impl FamilyPool {
-    fn build(pool: &str, family: Family, spec: &PoolFamilySpec) -> Result<Self, String> {
+    fn build(pool: &str, family: Family, spec: &PoolFamilySpec) -> Result<Self, PoolProblem> {
         let mut sets = Vec::with_capacity(spec.cidrs.len());
         for cidr in &spec.cidrs {
             if Family::of_net(cidr) != family {
-                return Err(format!(
-                    "pool {pool:?}: {family} CIDR {cidr} is not an {} CIDR",
-                    family.label()
-                ));
+                return Err(PoolProblem::CidrFamily {
+                    pool: pool.into(),
+                    family,
+                    cidr: *cidr,
+                });
             }
-            let set = CidrSet::new(*cidr, spec.mask_size).map_err(|e| {
-                format!(
-                    "pool {pool:?}: {family} CIDR {cidr} with maskSize {}: {e}",
-                    spec.mask_size
-                )
+            let set = CidrSet::new(*cidr, spec.mask_size).map_err(|source| {
+                PoolProblem::CidrMaskSize {
+                    pool: pool.into(),
+                    family,
+                    cidr: *cidr,
+                    mask_size: spec.mask_size,
+                    source,
+                }
             })?;
             sets.push(set);
         }
         let mut reserved = Vec::with_capacity(spec.reserved_ranges.len());
-        for (start, end) in &spec.reserved_ranges {
-            if Family::of_addr(start) != family || Family::of_addr(end) != family {
-                return Err(format!(
-                    "pool {pool:?}: {family} reserved range {start}-{end} is not an {} range",
-                    family.label()
-                ));
+        for &(start, end) in &spec.reserved_ranges {
+            let range = |reversed: bool| {
+                let pool = pool.into();
+                if reversed {
+                    PoolProblem::RangeReversed {
+                        pool,
+                        family,
+                        start,
+                        end,
+                    }
+                } else {
+                    PoolProblem::RangeFamily {
+                        pool,
+                        family,
+                        start,
+                        end,
+                    }
+                }
+            };
+            if Family::of_addr(&start) != family || Family::of_addr(&end) != family {
+                return Err(range(false));
             }
-            let (s, e) = (ip_to_u128(*start), ip_to_u128(*end));
+            let (s, e) = (ip_to_u128(start), ip_to_u128(end));
             if s > e {
-                return Err(format!(
-                    "pool {pool:?}: {family} reserved range {start}-{end} is invalid: the start \
-                     is after the end"
-                ));
+                return Err(range(true));
             }
             reserved.push((s, e));
         }
@@ -188,27 +284,26 @@ impl FamilyPool {
     /// `Ok(set index)` when `block` is a block of this family: in one of its
     /// CIDRs, of the block size and on a block boundary. Otherwise Cilium's
     /// `unable to reuse from pool` reason.
-    fn check_block(&self, pool: &str, block: &IpNet) -> Result<usize, String> {
+    fn check_block(&self, pool: &str, block: &IpNet) -> Result<usize, PoolProblem> {
         let Some(i) = self.set_of(block) else {
-            return Err(format!(
-                "unable to reuse from pool {pool}: cidr {block} is not part of the requested pool"
-            ));
+            return Err(PoolProblem::NotInPool {
+                pool: pool.into(),
+                block: *block,
+            });
         };
         if block.prefix_len() != self.mask_size {
-            return Err(format!(
-                "unable to reuse from pool {pool}: cidr {block} is a /{} but the pool's {} \
-                 maskSize is {}",
-                block.prefix_len(),
-                self.family,
-                self.mask_size
-            ));
+            return Err(PoolProblem::BlockSize {
+                pool: pool.into(),
+                block: *block,
+                family: self.family,
+                mask_size: self.mask_size,
+            });
         }
         if block.trunc() != *block {
-            return Err(format!(
-                "unable to reuse from pool {pool}: cidr {block} is not on a block boundary \
-                 (expected {})",
-                block.trunc()
-            ));
+            return Err(PoolProblem::BlockBoundary {
+                pool: pool.into(),
+                block: *block,
+            });
         }
         Ok(i)
     }
@@ -234,7 +329,7 @@ struct Pool {
 }
 
 impl Pool {
-    fn build(def: &PoolDef) -> Result<Self, String> {
+    fn build(def: &PoolDef) -> Result<Self, PoolProblem> {
         let build = |family| {
             family_of_spec(def, family)
                 .map(|spec| FamilyPool::build(&def.name, family, spec))
@@ -264,7 +359,7 @@ impl Pool {
 
 /// Rejects two CIDRs of one family that overlap, within a pool or across
 /// pools (the IP cache maps a prefix to one identity).
-fn check_overlaps(pools: &[PoolDef]) -> Result<(), String> {
+fn check_overlaps(pools: &[PoolDef]) -> Result<(), PoolProblem> {
     for family in FAMILIES {
         let all: Vec<(&str, IpNet)> = pools
             .iter()
@@ -274,10 +369,13 @@ fn check_overlaps(pools: &[PoolDef]) -> Result<(), String> {
         for (i, (pa, a)) in all.iter().enumerate() {
             for (pb, b) in &all[i + 1..] {
                 if a.contains(&b.network()) || b.contains(&a.network()) {
-                    return Err(format!(
-                        "pool {pa:?} {family} CIDR {a} overlaps pool {pb:?} {family} CIDR {b}: \
-                         pool CIDRs must not overlap one another"
-                    ));
+                    return Err(PoolProblem::Overlap {
+                        family,
+                        pool_a: pa.to_string(),
+                        cidr_a: *a,
+                        pool_b: pb.to_string(),
+                        cidr_b: *b,
+                    });
                 }
             }
         }
@@ -313,6 +411,14 @@ impl From<String> for PoolsRefused {
     }
 }
 
+impl From<PoolProblem> for PoolsRefused {
+    fn from(problem: PoolProblem) -> PoolsRefused {
+        PoolsRefused {
+            problems: vec![problem.to_string()],
+        }
+    }
+}
+
 impl PoolsRefused {
     /// Ok when no problem was found.
     fn unless_any(problems: Vec<String>) -> Result<(), PoolsRefused> {
@@ -344,7 +450,10 @@ impl PoolOperator {
         let mut map = BTreeMap::new();
         for def in pools {
             if map.contains_key(&def.name) {
-                return Err(format!("pool {:?} is defined more than once", def.name).into());
+                return Err(PoolProblem::DefinedTwice {
+                    pool: def.name.clone(),
+                }
+                .into());
             }
             map.insert(def.name.clone(), Pool::build(def)?);
         }
@@ -399,19 +508,20 @@ impl PoolOperator {
 
     /// Locates a listed block: `(family, set index, block)` or the reason it
     /// is not a block of `pool`.
-    fn locate(&self, pool: &str, block: &IpNet) -> Result<(Family, usize, IpNet), String> {
+    fn locate(&self, pool: &str, block: &IpNet) -> Result<(Family, usize, IpNet), PoolProblem> {
         let block = *block;
         let Some(p) = self.pools.get(pool) else {
-            return Err(format!(
-                "unable to find pool {pool}, prefix {block} is still allocated to the node but \
-                 is marked as orphan"
-            ));
+            return Err(PoolProblem::UnknownPool {
+                pool: pool.into(),
+                block,
+            });
         };
         let family = Family::of_net(&block);
         let Some(fp) = p.family(family) else {
-            return Err(format!(
-                "unable to reuse from pool {pool}: cidr {block} is not part of the requested pool"
-            ));
+            return Err(PoolProblem::NotInPool {
+                pool: pool.into(),
+                block,
+            });
         };
         let i = fp.check_block(pool, &block)?;
         Ok((family, i, block))
@@ -434,7 +544,7 @@ impl PoolOperator {
             for cidr in &entry.cidrs {
                 match self.locate(&entry.pool, cidr) {
                     Ok((family, i, block)) => self.occupy_located(&entry.pool, family, i, &block),
-                    Err(e) => errors.push(e),
+                    Err(e) => errors.push(e.to_string()),
                 }
             }
         }

@@ -17,6 +17,94 @@ use super::Family;
 use super::pooldef::{PoolDef, PoolFamilySpec};
 use super::selection::is_dns1123_subdomain;
 
+/// Why a multi-pool option value was refused. Each variant carries the bad value
+/// and, where there is one, the pool or the spec key it was given for; the texts
+/// are Cilium's where Cilium has one (`'...' is not formatted as ...`,
+/// `strconv.ParseInt: ...`, `json: cannot unmarshal ...`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolOptionError {
+    /// The value is not in the `k1=v1,k2=v2` grammar.
+    #[error("'{value}' is not formatted as key=value,key1=value1")]
+    NotKeyValue { value: String },
+    /// One pair of the value is not `key=value`.
+    #[error("'{pair}' in '{value}' is not formatted as key=value,key1=value1")]
+    PairNotKeyValue { pair: String, value: String },
+    /// The value starts like JSON (`{` or `[`) but does not parse.
+    #[error("invalid JSON: {reason}")]
+    InvalidJson { reason: String },
+    /// The JSON reader failed other than on syntax (its own words).
+    #[error("{reason}")]
+    Json { reason: String },
+    /// The JSON map holds a value that is not a string.
+    #[error("json: cannot unmarshal {kind} into Go value of type string")]
+    JsonValueNotString { kind: &'static str },
+    /// The JSON value is not a map.
+    #[error("json: cannot unmarshal {kind} into Go value of type map[string]string")]
+    JsonNotAMap { kind: &'static str },
+    /// A pre-allocation value is not a base-10 number.
+    #[error("invalid value for pool {pool:?}: strconv.ParseInt: parsing {value:?}: invalid syntax")]
+    CountNotANumber { pool: String, value: String },
+    /// A pre-allocation value does not fit an int32.
+    #[error(
+        "invalid value for pool {pool:?}: strconv.ParseInt: parsing {value:?}: value out of range"
+    )]
+    CountOutOfRange { pool: String, value: String },
+    /// A pre-allocation value is below 0.
+    #[error("invalid value for pool {pool:?}: {count} is negative (must be >= 0)")]
+    CountNegative { pool: String, count: i64 },
+    /// An auto-created pool's name cannot be an object name.
+    #[error(
+        "invalid pool name {name:?}: must be a DNS-1123 subdomain (lower-case letters, digits, \
+         '-' and '.')"
+    )]
+    PoolName { name: String },
+    /// A pool spec field without `:` between key and value.
+    #[error("invalid number of key delimiters in pool spec {spec}")]
+    SpecField { spec: String },
+    /// A pool spec key podnet (and Cilium) does not know.
+    #[error(
+        "unknown key {key:?} in pool spec {spec} (expected ipv4-cidrs, ipv4-mask-size, \
+         ipv6-cidrs, ipv6-mask-size, allow-first-ip or allow-last-ip)"
+    )]
+    UnknownKey { key: String, spec: String },
+    /// A CIDR of `ipv4-cidrs` / `ipv6-cidrs` is refused.
+    #[error("invalid value for key {key:?}: {source}")]
+    Cidr {
+        key: String,
+        #[source]
+        source: PoolCidrError,
+    },
+    /// A mask size that is not a number.
+    #[error("invalid value for key {key:?}: {value:?} is not a number")]
+    MaskNotANumber { key: String, value: String },
+    /// A mask size outside `1..=bits`.
+    #[error("invalid value for key {key:?}: {mask} is out of range (1..{bits})")]
+    MaskOutOfRange { key: String, mask: u8, bits: u8 },
+    /// `allow-first-ip` / `allow-last-ip` not a Go boolean.
+    #[error("invalid value for key {key:?}: {value:?} is not a boolean")]
+    NotABool { key: String, value: String },
+    /// `<family>-cidrs` without `<family>-mask-size`.
+    #[error("pool spec {spec}: {family}-cidrs given without {family}-mask-size")]
+    CidrsWithoutMask { spec: String, family: &'static str },
+    /// `<family>-mask-size` without `<family>-cidrs`.
+    #[error("pool spec {spec}: {family}-mask-size given without {family}-cidrs")]
+    MaskWithoutCidrs { spec: String, family: &'static str },
+    /// A pool spec with no family.
+    #[error("pool spec {spec} defines neither ipv4-cidrs nor ipv6-cidrs")]
+    NoFamily { spec: String },
+}
+
+/// Why a pool CIDR was refused (the caller names the field it was in).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolCidrError {
+    #[error("{value:?} is not a CIDR (expected <address>/<prefix length>, e.g. {})", example_cidr(*.family))]
+    NotACidr { value: String, family: Family },
+    #[error("{cidr} is not an {} CIDR", .family.label())]
+    WrongFamily { cidr: IpNet, family: Family },
+    #[error("{cidr} has host bits set; did you mean {}?", .cidr.trunc())]
+    HostBits { cidr: IpNet },
+}
+
 /// Pre-allocation of the default pool when the option is empty.
 pub const DEFAULT_PRE_ALLOCATION: u64 = 8;
 
@@ -26,7 +114,7 @@ pub const DEFAULT_PRE_ALLOCATION: u64 = 8;
 pub fn parse_pre_allocation(
     value: &str,
     default_pool: &str,
-) -> Result<BTreeMap<String, u64>, String> {
+) -> Result<BTreeMap<String, u64>, PoolOptionError> {
     let raw = parse_string_map(value)?;
     if raw.is_empty() {
         return Ok(BTreeMap::from([(
@@ -36,13 +124,12 @@ pub fn parse_pre_allocation(
     }
     let mut out = BTreeMap::new();
     for (pool, v) in raw {
-        let n = parse_int32(&v).map_err(|e| format!("invalid value for pool {pool:?}: {e}"))?;
-        if n < 0 {
-            return Err(format!(
-                "invalid value for pool {pool:?}: {n} is negative (must be >= 0)"
-            ));
-        }
-        out.insert(pool, n as u64);
+        let n = parse_int32(&pool, &v)?;
+        let count = u64::try_from(n).map_err(|_| PoolOptionError::CountNegative {
+            pool: pool.clone(),
+            count: n,
+        })?;
+        out.insert(pool, count);
     }
     Ok(out)
 }
@@ -52,7 +139,7 @@ pub fn parse_pre_allocation(
 /// them), each `<spec>` being
 /// `ipv4-cidrs:<cidr>[,<cidr>...];ipv4-mask-size:<n>[;ipv6-cidrs:...;ipv6-mask-size:<n>][;allow-first-ip:<bool>][;allow-last-ip:<bool>]`.
 /// Returns the pools sorted by name.
-pub fn parse_auto_create_pools(value: &str) -> Result<Vec<PoolDef>, String> {
+pub fn parse_auto_create_pools(value: &str) -> Result<Vec<PoolDef>, PoolOptionError> {
     let raw = if value.trim().is_empty() {
         BTreeMap::new()
     } else if looks_like_json(value) {
@@ -63,10 +150,7 @@ pub fn parse_auto_create_pools(value: &str) -> Result<Vec<PoolDef>, String> {
     let mut pools = Vec::with_capacity(raw.len());
     for (name, spec) in raw {
         if !is_dns1123_subdomain(&name) {
-            return Err(format!(
-                "invalid pool name {name:?}: must be a DNS-1123 subdomain (lower-case \
-                 letters, digits, '-' and '.')"
-            ));
+            return Err(PoolOptionError::PoolName { name });
         }
         let mut pool = parse_pool_spec(&spec)?;
         pool.name = name;
@@ -77,16 +161,14 @@ pub fn parse_auto_create_pools(value: &str) -> Result<Vec<PoolDef>, String> {
 
 /// Parses one pool spec (`ipv4-cidrs:...;ipv4-mask-size:...`). Spaces are removed
 /// first, empty fields skipped; the returned pool has no name.
-pub fn parse_pool_spec(spec: &str) -> Result<PoolDef, String> {
+pub fn parse_pool_spec(spec: &str) -> Result<PoolDef, PoolOptionError> {
     let compact: String = spec.chars().filter(|c| *c != ' ').collect();
     let mut cidrs: [Vec<IpNet>; 2] = [Vec::new(), Vec::new()];
     let mut masks: [Option<u8>; 2] = [None, None];
     let mut pool = PoolDef::default();
     for field in compact.split(';').filter(|f| !f.is_empty()) {
         let Some((key, value)) = field.split_once(':') else {
-            return Err(format!(
-                "invalid number of key delimiters in pool spec {spec}"
-            ));
+            return Err(PoolOptionError::SpecField { spec: spec.into() });
         };
         match key {
             "ipv4-cidrs" | "ipv6-cidrs" => {
@@ -96,8 +178,11 @@ pub fn parse_pool_spec(spec: &str) -> Result<PoolDef, String> {
                     Family::V6
                 };
                 for c in value.split(',') {
-                    let net = parse_pool_cidr(c, family)
-                        .map_err(|e| format!("invalid value for key {key:?}: {e}"))?;
+                    let net =
+                        parse_pool_cidr(c, family).map_err(|source| PoolOptionError::Cidr {
+                            key: key.into(),
+                            source,
+                        })?;
                     cidrs[family as usize].push(net);
                 }
             }
@@ -111,32 +196,26 @@ pub fn parse_pool_spec(spec: &str) -> Result<PoolDef, String> {
                     .parse()
                     .ok()
                     .filter(|_| value.bytes().all(|b| b.is_ascii_digit()))
-                    .ok_or_else(|| {
-                        format!("invalid value for key {key:?}: {value:?} is not a number")
+                    .ok_or_else(|| PoolOptionError::MaskNotANumber {
+                        key: key.into(),
+                        value: value.into(),
                     })?;
                 if n < 1 || n > family.bits() {
-                    return Err(format!(
-                        "invalid value for key {key:?}: {n} is out of range (1..{})",
-                        family.bits()
-                    ));
+                    return Err(PoolOptionError::MaskOutOfRange {
+                        key: key.into(),
+                        mask: n,
+                        bits: family.bits(),
+                    });
                 }
                 masks[family as usize] = Some(n);
             }
-            "allow-first-ip" => {
-                pool.allow_first_ip = parse_go_bool(value).ok_or_else(|| {
-                    format!("invalid value for key {key:?}: {value:?} is not a boolean")
-                })?;
-            }
-            "allow-last-ip" => {
-                pool.allow_last_ip = parse_go_bool(value).ok_or_else(|| {
-                    format!("invalid value for key {key:?}: {value:?} is not a boolean")
-                })?;
-            }
+            "allow-first-ip" => pool.allow_first_ip = spec_bool(key, value)?,
+            "allow-last-ip" => pool.allow_last_ip = spec_bool(key, value)?,
             other => {
-                return Err(format!(
-                    "unknown key {other:?} in pool spec {spec} (expected ipv4-cidrs, ipv4-mask-size, \
-                     ipv6-cidrs, ipv6-mask-size, allow-first-ip or allow-last-ip)"
-                ));
+                return Err(PoolOptionError::UnknownKey {
+                    key: other.into(),
+                    spec: spec.into(),
+                });
             }
         }
     }
@@ -151,14 +230,16 @@ pub fn parse_pool_spec(spec: &str) -> Result<PoolDef, String> {
                 reserved_ranges: Vec::new(),
             }),
             (false, None) => {
-                return Err(format!(
-                    "pool spec {spec}: {fam}-cidrs given without {fam}-mask-size"
-                ));
+                return Err(PoolOptionError::CidrsWithoutMask {
+                    spec: spec.into(),
+                    family: fam,
+                });
             }
             (true, Some(_)) => {
-                return Err(format!(
-                    "pool spec {spec}: {fam}-mask-size given without {fam}-cidrs"
-                ));
+                return Err(PoolOptionError::MaskWithoutCidrs {
+                    spec: spec.into(),
+                    family: fam,
+                });
             }
         };
         match family {
@@ -167,38 +248,46 @@ pub fn parse_pool_spec(spec: &str) -> Result<PoolDef, String> {
         }
     }
     if pool.ipv4.is_none() && pool.ipv6.is_none() {
-        return Err(format!(
-            "pool spec {spec} defines neither ipv4-cidrs nor ipv6-cidrs"
-        ));
+        return Err(PoolOptionError::NoFamily { spec: spec.into() });
     }
     Ok(pool)
 }
 
+/// `allow-first-ip` / `allow-last-ip`: a Go boolean.
+fn spec_bool(key: &str, value: &str) -> Result<bool, PoolOptionError> {
+    parse_go_bool(value).ok_or_else(|| PoolOptionError::NotABool {
+        key: key.into(),
+        value: value.into(),
+    })
+}
+
 /// Parses a pool CIDR of `family`: `<address>/<prefix length>` without host bits.
-pub fn parse_pool_cidr(s: &str, family: Family) -> Result<IpNet, String> {
-    let net: IpNet = s.parse().map_err(|_| {
-        let example = match family {
-            Family::V4 => "10.0.0.0/16",
-            Family::V6 => "fd00::/104",
-        };
-        format!("{s:?} is not a CIDR (expected <address>/<prefix length>, e.g. {example})")
+pub fn parse_pool_cidr(s: &str, family: Family) -> Result<IpNet, PoolCidrError> {
+    let net: IpNet = s.parse().map_err(|_| PoolCidrError::NotACidr {
+        value: s.into(),
+        family,
     })?;
     check_pool_cidr(&net, family)?;
     Ok(net)
 }
 
 /// Checks a parsed pool CIDR: of `family`, without host bits.
-pub fn check_pool_cidr(net: &IpNet, family: Family) -> Result<(), String> {
+pub fn check_pool_cidr(net: &IpNet, family: Family) -> Result<(), PoolCidrError> {
     if Family::of_net(net) != family {
-        return Err(format!("{net} is not an {} CIDR", family.label()));
+        return Err(PoolCidrError::WrongFamily { cidr: *net, family });
     }
     if net.trunc() != *net {
-        return Err(format!(
-            "{net} has host bits set; did you mean {}?",
-            net.trunc()
-        ));
+        return Err(PoolCidrError::HostBits { cidr: *net });
     }
     Ok(())
+}
+
+/// The example a "not a CIDR" message gives for `family`.
+fn example_cidr(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "10.0.0.0/16",
+        Family::V6 => "fd00::/104",
+    }
 }
 
 fn looks_like_json(s: &str) -> bool {
@@ -206,7 +295,7 @@ fn looks_like_json(s: &str) -> bool {
 }
 
 /// Cilium's `ToStringMapStringE` for a string value.
-pub fn parse_string_map(s: &str) -> Result<BTreeMap<String, String>, String> {
+pub fn parse_string_map(s: &str) -> Result<BTreeMap<String, String>, PoolOptionError> {
     match serde_json::from_str::<serde_json::Value>(s) {
         Ok(v) => json_string_map(v),
         Err(e)
@@ -215,25 +304,30 @@ pub fn parse_string_map(s: &str) -> Result<BTreeMap<String, String>, String> {
                 serde_json::error::Category::Syntax | serde_json::error::Category::Eof
             ) =>
         {
-            Err(e.to_string())
+            Err(PoolOptionError::Json {
+                reason: e.to_string(),
+            })
         }
         Err(e) => {
             if s.is_empty() {
                 return Ok(BTreeMap::new());
             }
             if looks_like_json(s) {
-                return Err(format!("invalid JSON: {e}"));
+                return Err(PoolOptionError::InvalidJson {
+                    reason: e.to_string(),
+                });
             }
             if !is_valid_key_value_pairs(s) {
-                return Err(format!("'{s}' is not formatted as key=value,key1=value1"));
+                return Err(PoolOptionError::NotKeyValue { value: s.into() });
             }
             let mut out = BTreeMap::new();
             for kv in split_key_value(s) {
                 let parts: Vec<&str> = kv.split('=').collect();
                 if parts.len() != 2 {
-                    return Err(format!(
-                        "'{kv}' in '{s}' is not formatted as key=value,key1=value1"
-                    ));
+                    return Err(PoolOptionError::PairNotKeyValue {
+                        pair: kv.into(),
+                        value: s.into(),
+                    });
                 }
                 out.insert(parts[0].to_string(), parts[1].to_string());
             }
@@ -243,7 +337,7 @@ pub fn parse_string_map(s: &str) -> Result<BTreeMap<String, String>, String> {
 }
 
 /// Go `json.Unmarshal` into `map[string]string`.
-fn json_string_map(v: serde_json::Value) -> Result<BTreeMap<String, String>, String> {
+fn json_string_map(v: serde_json::Value) -> Result<BTreeMap<String, String>, PoolOptionError> {
     use serde_json::Value;
     let kind = |v: &Value| match v {
         Value::Null => "null",
@@ -260,16 +354,10 @@ fn json_string_map(v: serde_json::Value) -> Result<BTreeMap<String, String>, Str
             .map(|(k, v)| match v {
                 Value::String(s) => Ok((k, s)),
                 Value::Null => Ok((k, String::new())),
-                other => Err(format!(
-                    "json: cannot unmarshal {} into Go value of type string",
-                    kind(&other)
-                )),
+                other => Err(PoolOptionError::JsonValueNotString { kind: kind(&other) }),
             })
             .collect(),
-        other => Err(format!(
-            "json: cannot unmarshal {} into Go value of type map[string]string",
-            kind(&other)
-        )),
+        other => Err(PoolOptionError::JsonNotAMap { kind: kind(&other) }),
     }
 }
 
@@ -344,8 +432,8 @@ fn split_key_value(s: &str) -> Vec<&str> {
 /// (and whitespace around commas) between entries: each `=` ends a key, which starts
 /// after the last separator (`,` or whitespace) before it; the previous value is the
 /// text in between, without trailing separators.
-fn split_pool_entries(s: &str) -> Result<BTreeMap<String, String>, String> {
-    let bad = || format!("'{s}' is not formatted as key=value,key1=value1");
+fn split_pool_entries(s: &str) -> Result<BTreeMap<String, String>, PoolOptionError> {
+    let bad = || PoolOptionError::NotKeyValue { value: s.into() };
     let s_trim = s.trim();
     let is_sep = |c: char| c == ',' || c.is_whitespace();
     let eqs: Vec<usize> = s_trim.match_indices('=').map(|(i, _)| i).collect();
@@ -380,27 +468,31 @@ fn split_pool_entries(s: &str) -> Result<BTreeMap<String, String>, String> {
             .trim_end_matches(is_sep)
             .trim();
         if value.is_empty() {
-            return Err(format!(
-                "'{key}={value}' in '{s}' is not formatted as key=value,key1=value1"
-            ));
+            return Err(PoolOptionError::PairNotKeyValue {
+                pair: format!("{key}={value}"),
+                value: s.into(),
+            });
         }
         out.insert(key.to_string(), value.to_string());
     }
     Ok(out)
 }
 
-/// Go `strconv.ParseInt(s, 10, 32)`, with Go's error texts.
-fn parse_int32(s: &str) -> Result<i64, String> {
-    let syntax = || format!("strconv.ParseInt: parsing {s:?}: invalid syntax");
+/// Go `strconv.ParseInt(s, 10, 32)` of `pool`'s value, with Go's error texts.
+fn parse_int32(pool: &str, s: &str) -> Result<i64, PoolOptionError> {
     let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(syntax());
+        return Err(PoolOptionError::CountNotANumber {
+            pool: pool.into(),
+            value: s.into(),
+        });
     }
     match s.parse::<i64>() {
         Ok(n) if i32::try_from(n).is_ok() => Ok(n),
-        _ => Err(format!(
-            "strconv.ParseInt: parsing {s:?}: value out of range"
-        )),
+        _ => Err(PoolOptionError::CountOutOfRange {
+            pool: pool.into(),
+            value: s.into(),
+        }),
     }
 }
 
@@ -418,7 +510,9 @@ mod tests {
     use super::*;
 
     fn pre(v: &str) -> Result<Vec<(String, u64)>, String> {
-        parse_pre_allocation(v, "default").map(|m| m.into_iter().collect())
+        parse_pre_allocation(v, "default")
+            .map(|m| m.into_iter().collect())
+            .map_err(|e| e.to_string())
     }
 
     fn kv(pairs: &[(&str, u64)]) -> Vec<(String, u64)> {
@@ -641,6 +735,7 @@ mod tests {
         assert!(
             parse_auto_create_pools("{")
                 .unwrap_err()
+                .to_string()
                 .starts_with("invalid JSON:")
         );
         assert!(parse_auto_create_pools("").unwrap().is_empty());
@@ -649,7 +744,7 @@ mod tests {
 
     #[test]
     fn auto_create_errors() {
-        let e = |v: &str| parse_auto_create_pools(v).unwrap_err();
+        let e = |v: &str| parse_auto_create_pools(v).unwrap_err().to_string();
         assert_eq!(
             e("default"),
             "'default' is not formatted as key=value,key1=value1"
@@ -657,6 +752,11 @@ mod tests {
         assert_eq!(
             e("=ipv4-cidrs:10.0.0.0/8"),
             "'=ipv4-cidrs:10.0.0.0/8' is not formatted as key=value,key1=value1"
+        );
+        assert_eq!(
+            e("default=,mars=ipv4-cidrs:10.0.0.0/8;ipv4-mask-size:24"),
+            "'default=' in 'default=,mars=ipv4-cidrs:10.0.0.0/8;ipv4-mask-size:24' is not \
+             formatted as key=value,key1=value1"
         );
         assert_eq!(
             e("default=ipv4-cidrs:10.0.0.0/8;ipv4-mask-size"),

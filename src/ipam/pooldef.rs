@@ -10,10 +10,10 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use super::Family;
-use super::pool_options::check_pool_cidr;
+use super::pool_options::{PoolCidrError, check_pool_cidr};
 use crate::resources::{
     CiliumPodIPPool, InvalidObject, LabelSelector, LabelSelectorRequirement, POD_IP_POOL_KIND,
-    POD_IP_POOL_V2, POD_IP_POOL_V2ALPHA1, PoolFamily,
+    POD_IP_POOL_V2, POD_IP_POOL_V2ALPHA1, PoolFamily, ReservedRange,
 };
 
 /// The pool annotation that opts a pool's pods out of masquerading.
@@ -21,6 +21,59 @@ pub const ANNOTATION_SKIP_MASQUERADE: &str = "ipam.cilium.io/skip-masquerade";
 
 /// `cilium.io/v2` caps `cidrs` at this many items.
 const V2_MAX_CIDRS: usize = 32;
+
+/// A field of a pool (or of a selector) that Cilium would refuse: each variant
+/// names the field by its path (`spec.ipv4.pool[0].reservedRanges[1].start`) and
+/// carries the bad value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolFieldError {
+    #[error("{field} is missing")]
+    Missing { field: String },
+    #[error("{field} must have at least 1 item")]
+    NoCidrs { field: String },
+    #[error("{field} has {count} items; {POD_IP_POOL_V2} allows at most {V2_MAX_CIDRS}")]
+    TooManyCidrs { field: String, count: usize },
+    #[error("{field}: {source}")]
+    Cidr {
+        field: String,
+        #[source]
+        source: PoolCidrError,
+    },
+    #[error("{field} {mask} is out of range (1..{bits})")]
+    MaskOutOfRange { field: String, mask: i64, bits: u8 },
+    #[error("{field} is a {POD_IP_POOL_V2} field; this object is {POD_IP_POOL_V2ALPHA1}")]
+    V2Only { field: String },
+    #[error("{field} {cidr} is not one of {cidrs_field}")]
+    CidrNotListed {
+        field: String,
+        cidr: IpNet,
+        cidrs_field: String,
+    },
+    #[error("{field} {ip} is not an {} address", .family.label())]
+    RangeFamily {
+        field: String,
+        ip: IpAddr,
+        family: Family,
+    },
+    #[error("{field} {ip} is outside pool CIDR {cidr}")]
+    RangeOutside {
+        field: String,
+        ip: IpAddr,
+        cidr: IpNet,
+    },
+    #[error("{field}: start {start} is after end {end}")]
+    RangeReversed {
+        field: String,
+        start: IpAddr,
+        end: IpAddr,
+    },
+    #[error("{field}: operator {operator} needs at least one value")]
+    OperatorNeedsValues { field: String, operator: String },
+    #[error("{field}: operator {operator} takes no values")]
+    OperatorTakesNoValues { field: String, operator: String },
+    #[error("{field}.operator {operator:?} is not one of In, NotIn, Exists, DoesNotExist")]
+    UnknownOperator { field: String, operator: String },
+}
 
 /// One family of a pool: `spec.ipv4` / `spec.ipv6`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,11 +145,11 @@ impl TryFrom<&CiliumPodIPPool> for PoolDef {
             s.as_ref()
                 .map(|s| family_spec(s, f, v2))
                 .transpose()
-                .map_err(&invalid)
+                .map_err(|e| invalid(e.to_string()))
         };
         let selector = |key: &str, s: &Option<LabelSelector>| {
             if let Some(s) = s {
-                check_selector(s, &format!("spec.{key}")).map_err(&invalid)?;
+                check_selector(s, &format!("spec.{key}")).map_err(|e| invalid(e.to_string()))?;
             }
             Ok(s.clone())
         };
@@ -119,62 +172,55 @@ impl TryFrom<&CiliumPodIPPool> for PoolDef {
 }
 
 /// `spec.ipv4` / `spec.ipv6` of a pool.
-fn family_spec(f: &PoolFamily, family: Family, v2: bool) -> Result<PoolFamilySpec, String> {
+fn family_spec(f: &PoolFamily, family: Family, v2: bool) -> Result<PoolFamilySpec, PoolFieldError> {
     let path = format!("spec.{}", family.as_str());
+    let cidr_field = |field: String| move |source| PoolFieldError::Cidr { field, source };
     if f.cidrs.is_empty() {
-        return Err(format!("{path}.cidrs must have at least 1 item"));
+        return Err(PoolFieldError::NoCidrs {
+            field: format!("{path}.cidrs"),
+        });
     }
     if v2 && f.cidrs.len() > V2_MAX_CIDRS {
-        return Err(format!(
-            "{path}.cidrs has {} items; {POD_IP_POOL_V2} allows at most {V2_MAX_CIDRS}",
-            f.cidrs.len()
-        ));
+        return Err(PoolFieldError::TooManyCidrs {
+            field: format!("{path}.cidrs"),
+            count: f.cidrs.len(),
+        });
     }
     for (i, c) in f.cidrs.iter().enumerate() {
-        check_pool_cidr(c, family).map_err(|e| format!("{path}.cidrs[{i}]: {e}"))?;
+        check_pool_cidr(c, family).map_err(cidr_field(format!("{path}.cidrs[{i}]")))?;
     }
     let bits = family.bits();
+    let field = format!("{path}.maskSize");
     let mask_size = match f.mask_size {
-        None => return Err(format!("{path}.maskSize is missing")),
-        Some(m) => u8::try_from(m)
+        None => return Err(PoolFieldError::Missing { field }),
+        Some(mask) => u8::try_from(mask)
             .ok()
             .filter(|m| (1..=bits).contains(m))
-            .ok_or_else(|| format!("{path}.maskSize {m} is out of range (1..{bits})"))?,
+            .ok_or(PoolFieldError::MaskOutOfRange { field, mask, bits })?,
     };
     let mut reserved_ranges = Vec::new();
     if let Some(entries) = &f.pool {
         if !v2 {
-            return Err(format!(
-                "{path}.pool is a {POD_IP_POOL_V2} field; this object is {POD_IP_POOL_V2ALPHA1}"
-            ));
+            return Err(PoolFieldError::V2Only {
+                field: format!("{path}.pool"),
+            });
         }
         for (i, e) in entries.iter().enumerate() {
-            let p = format!("{path}.pool[{i}]");
-            let cidr = e.cidr.ok_or_else(|| format!("{p}.cidr is missing"))?;
-            check_pool_cidr(&cidr, family).map_err(|e| format!("{p}.cidr: {e}"))?;
+            let field = format!("{path}.pool[{i}].cidr");
+            let Some(cidr) = e.cidr else {
+                return Err(PoolFieldError::Missing { field });
+            };
+            check_pool_cidr(&cidr, family).map_err(cidr_field(field.clone()))?;
             if !f.cidrs.contains(&cidr) {
-                return Err(format!("{p}.cidr {cidr} is not one of {path}.cidrs"));
+                return Err(PoolFieldError::CidrNotListed {
+                    field,
+                    cidr,
+                    cidrs_field: format!("{path}.cidrs"),
+                });
             }
             for (j, r) in e.reserved_ranges.iter().enumerate() {
-                let rp = format!("{p}.reservedRanges[{j}]");
-                let addr = |k: &str, ip: Option<IpAddr>| -> Result<IpAddr, String> {
-                    let ip = ip.ok_or_else(|| format!("{rp}.{k} is missing"))?;
-                    if Family::of_addr(&ip) != family {
-                        return Err(format!(
-                            "{rp}.{k} {ip} is not an {} address",
-                            family.label()
-                        ));
-                    }
-                    if !cidr.contains(&ip) {
-                        return Err(format!("{rp}.{k} {ip} is outside pool CIDR {cidr}"));
-                    }
-                    Ok(ip)
-                };
-                let (start, end) = (addr("start", r.start)?, addr("end", r.end)?);
-                if start > end {
-                    return Err(format!("{rp}: start {start} is after end {end}"));
-                }
-                reserved_ranges.push((start, end));
+                let rp = format!("{path}.pool[{i}].reservedRanges[{j}]");
+                reserved_ranges.push(reserved_range(&rp, r, family, cidr)?);
             }
         }
     }
@@ -185,10 +231,42 @@ fn family_spec(f: &PoolFamily, family: Family, v2: bool) -> Result<PoolFamilySpe
     })
 }
 
+/// One `reservedRanges` entry (`rp` is its path) of pool CIDR `cidr`: both ends
+/// given, of `family`, inside `cidr`, and in order.
+fn reserved_range(
+    rp: &str,
+    r: &ReservedRange,
+    family: Family,
+    cidr: IpNet,
+) -> Result<(IpAddr, IpAddr), PoolFieldError> {
+    let addr = |k: &str, ip: Option<IpAddr>| {
+        let field = format!("{rp}.{k}");
+        let Some(ip) = ip else {
+            return Err(PoolFieldError::Missing { field });
+        };
+        if Family::of_addr(&ip) != family {
+            return Err(PoolFieldError::RangeFamily { field, ip, family });
+        }
+        if !cidr.contains(&ip) {
+            return Err(PoolFieldError::RangeOutside { field, ip, cidr });
+        }
+        Ok(ip)
+    };
+    let (start, end) = (addr("start", r.start)?, addr("end", r.end)?);
+    if start > end {
+        return Err(PoolFieldError::RangeReversed {
+            field: rp.into(),
+            start,
+            end,
+        });
+    }
+    Ok((start, end))
+}
+
 /// A label selector Kubernetes accepts: `In` / `NotIn` with values, `Exists` /
 /// `DoesNotExist` without; any other operator is refused (Cilium could not use the
 /// object). `path` names the selector in the error.
-pub fn check_selector(sel: &LabelSelector, path: &str) -> Result<(), String> {
+pub fn check_selector(sel: &LabelSelector, path: &str) -> Result<(), PoolFieldError> {
     for (
         i,
         LabelSelectorRequirement {
@@ -196,20 +274,17 @@ pub fn check_selector(sel: &LabelSelector, path: &str) -> Result<(), String> {
         },
     ) in sel.match_expressions.iter().enumerate()
     {
-        let p = format!("{path}.matchExpressions[{i}]");
+        let field = format!("{path}.matchExpressions[{i}]");
+        let operator = operator.clone();
         match operator.as_str() {
             "In" | "NotIn" if values.is_empty() => {
-                return Err(format!("{p}: operator {operator} needs at least one value"));
+                return Err(PoolFieldError::OperatorNeedsValues { field, operator });
             }
             "Exists" | "DoesNotExist" if !values.is_empty() => {
-                return Err(format!("{p}: operator {operator} takes no values"));
+                return Err(PoolFieldError::OperatorTakesNoValues { field, operator });
             }
             "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            other => {
-                return Err(format!(
-                    "{p}.operator {other:?} is not one of In, NotIn, Exists, DoesNotExist"
-                ));
-            }
+            _ => return Err(PoolFieldError::UnknownOperator { field, operator }),
         }
     }
     Ok(())
@@ -334,6 +409,23 @@ mod tests {
                 json!({"ipv4": {"cidrs": ["10.0.0.0/8"], "maskSize": 24, "pool": [
                 {"cidr": "10.0.0.0/8", "reservedRanges": [{"start": "fd00::1", "end": "10.0.0.1"}]}]}}),
                 "spec.ipv4.pool[0].reservedRanges[0].start fd00::1 is not an IPv4 address",
+            ),
+            (
+                v2,
+                json!({"ipv4": {"cidrs": ["10.0.0.0/8"], "maskSize": 24, "pool": [
+                {"cidr": "10.0.0.0/8", "reservedRanges": [{"start": "11.0.0.1", "end": "11.0.0.2"}]}]}}),
+                "spec.ipv4.pool[0].reservedRanges[0].start 11.0.0.1 is outside pool CIDR 10.0.0.0/8",
+            ),
+            (
+                v2,
+                json!({"ipv4": {"cidrs": ["10.0.0.0/8"], "maskSize": 24, "pool": [
+                {"cidr": "10.0.0.0/8", "reservedRanges": [{"start": "10.0.0.9", "end": "10.0.0.1"}]}]}}),
+                "spec.ipv4.pool[0].reservedRanges[0]: start 10.0.0.9 is after end 10.0.0.1",
+            ),
+            (
+                v1,
+                json!({"podSelector": {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}}),
+                "spec.podSelector.matchExpressions[0].operator \"Gt\" is not one of In, NotIn, Exists, DoesNotExist",
             ),
             (
                 v1,

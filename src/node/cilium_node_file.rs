@@ -128,7 +128,7 @@ pub enum NodeFileProblem {
     NotAnIpv6Address { field: String, value: String },
     /// The ENI inventory is inconsistent (`ipam::eni`'s check says how).
     #[error("status.eni.enis: {0}")]
-    EniInventory(String),
+    EniInventory(#[source] crate::ipam::eni::EniError),
     #[error("writing status: the status is not an object")]
     StatusNotAnObject,
     #[error("writing status: {0}")]

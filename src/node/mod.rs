@@ -101,8 +101,8 @@ pub enum NodeError {
     #[error("Required {} PodCIDR not available", .0.label())]
     PodCidrMissing(Family),
     /// The ENI inventory cannot be turned into pool blocks (`ipam::eni`'s words).
-    #[error("{0}")]
-    Eni(String),
+    #[error(transparent)]
+    Eni(#[from] crate::ipam::eni::EniError),
     /// The cluster pool is not one (its CIDRs and mask sizes).
     #[error(transparent)]
     ClusterPool(#[from] ClusterPoolError),

@@ -107,7 +107,7 @@ impl Pool {
             }
         };
         if let Some(sel) = &obj.spec.service_selector {
-            check_selector(sel, "spec.serviceSelector").map_err(invalid)?;
+            check_selector(sel, "spec.serviceSelector").map_err(|e| invalid(e.to_string()))?;
         }
         let mut blocks = Vec::new();
         for (i, b) in obj.spec.blocks.iter().enumerate() {

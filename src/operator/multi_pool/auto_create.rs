@@ -7,7 +7,7 @@
 use serde_json::json;
 
 use crate::ipam::pool_operator::{PoolOperator, PoolsRefused};
-use crate::ipam::pool_options::parse_auto_create_pools;
+use crate::ipam::pool_options::{PoolOptionError, parse_auto_create_pools};
 use crate::ipam::pooldef::{PoolDef, PoolFamilySpec};
 
 pub const OPT_AUTO_CREATE: &str = "auto-create-cilium-pod-ip-pools";
@@ -17,7 +17,7 @@ pub const OPT_AUTO_CREATE: &str = "auto-create-cilium-pod-ip-pools";
 pub enum AutoCreateError {
     /// A value is not in Cilium's grammar (the pool grammar's own message).
     #[error("{OPT_AUTO_CREATE}: {0}")]
-    Grammar(String),
+    Grammar(#[source] PoolOptionError),
     #[error("{OPT_AUTO_CREATE}: pool {0:?} is given twice")]
     GivenTwice(String),
     /// The pools do not make a valid set (overlaps, bad mask sizes, ...).
