@@ -117,8 +117,9 @@ impl FamilyPool {
             }
             let set = CidrSet::new(*cidr, spec.mask_size).map_err(|e| {
                 format!(
-                    "pool {pool:?}: {family} CIDR {cidr} with maskSize {}: {e}",
-                    spec.mask_size
+                    "pool {pool:?}: {family} CIDR {cidr} with maskSize {}: {e}{}",
+                    spec.mask_size,
+                    e.mask_advice(&format!("spec.{family}.maskSize"), *cidr)
                 )
             })?;
             sets.push(set);
@@ -1253,7 +1254,7 @@ mod tests {
         assert_eq!(
             PoolOperator::new(&[v6]).unwrap_err().to_string(),
             "pool \"six\": ipv6 CIDR fd00::/104 with maskSize 121: New CIDR set failed; the node \
-             CIDR size is too big"
+             CIDR size is too big; spec.ipv6.maskSize must be /104 to /120 for fd00::/104"
         );
         assert_eq!(
             PoolOperator::new(&[pool4("a", &["fd00::/64"], 80)])
