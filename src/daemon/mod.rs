@@ -16,6 +16,7 @@ mod heap;
 pub mod leak_check;
 pub mod metrics;
 pub mod nft;
+pub mod node_check;
 pub mod options;
 mod routes;
 pub(crate) mod server;

@@ -23,6 +23,8 @@ impl IpamState {
     /// needs no `GET /v1/config`. In delegated-plugin mode nothing is allocated:
     /// the refusal (`NoAddress`, 502 as Cilium's no-op allocator) says `delegated-plugin` and
     /// carries the configuration the plugin then runs the delegated IPAM with.
+    /// While the configuration does not fit the node, nothing is allocated
+    /// (`fit`).
     pub fn allocate_next(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
         self.try_allocate_next(req, false)
     }
@@ -46,7 +48,10 @@ impl IpamState {
             });
         }
         let started = std::time::Instant::now();
-        let result = self.allocate_next_inner(req);
+        let result = match self.fit_refusal() {
+            Some(refused) => Err(refused),
+            None => self.allocate_next_inner(req),
+        };
         self.metrics
             .phase("ADD", "daemon-allocation", started.elapsed().as_secs_f64());
         if let Err(e) = &result
@@ -298,6 +303,9 @@ impl IpamState {
                 ErrorKind::Invalid,
                 format!("{} allocation disabled", family.label()),
             ));
+        }
+        if let Some(refused) = self.fit_refusal() {
+            return Err(refused);
         }
         let (pool, _) = self.choose_pool(pool, owner, family)?;
         let pool = if pool.is_empty() {
