@@ -159,6 +159,9 @@ pub struct NodeView {
     pub default_pool: Option<String>,
     /// Pod and Namespace labels and annotations for pool selection, if any.
     pub metadata: Option<Box<dyn MetadataSource + Send>>,
+    /// What the node is (its addresses, the cluster's Service range), where the
+    /// backend knows it (the Kubernetes backend).
+    pub facts: Option<NodeFacts>,
 }
 
 /// What the node is, as far as the daemon's families depend on it: read by the
@@ -200,6 +203,8 @@ pub enum NodeEvent {
     DefaultPool(Option<String>),
     /// Pod and Namespace metadata changed.
     Metadata(Box<dyn MetadataSource + Send>),
+    /// What the node is changed (its Node's InternalIPs).
+    Facts(NodeFacts),
 }
 
 /// A boxed future of a source's watch loop.
