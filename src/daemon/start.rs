@@ -659,16 +659,20 @@ impl CniConf {
 /// Writes the CNI config once the node's facts changed so that the configuration
 /// fits (a Node that now lists the missing address).
 async fn write_cni_conf_once_fit(daemon: Arc<Daemon>, conf: CniConf) {
+    // Subscribed before the first look: a change between the two is not missed.
     let mut events = daemon.node_events.subscribe();
-    while events.changed().await.is_ok() {
-        if !matches!(daemon.with_state(|s| Ok(s.fits())).await, Ok(true)) {
-            continue;
+    loop {
+        if matches!(daemon.with_state(|s| Ok(s.fits())).await, Ok(true)) {
+            match conf.write() {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::error!(error = %e, "the configuration fits this node now, but the CNI config cannot be written; it is tried again at the next change of the node")
+                }
+            }
         }
-        if let Err(e) = conf.write() {
-            tracing::error!(error = %e, "the configuration fits this node now, but the CNI config cannot be written; it is tried again at the next change of the node");
-            continue;
+        if events.changed().await.is_err() {
+            return;
         }
-        return;
     }
 }
 

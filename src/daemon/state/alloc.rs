@@ -37,7 +37,10 @@ impl IpamState {
         req: &AllocateRequest,
         may_wait: bool,
     ) -> Result<IpamResponse, ApiError> {
-        if self.cfg.ipam_mode == IpamMode::DelegatedPlugin {
+        // A configuration that does not fit the node refuses first: in
+        // delegated-plugin mode too, where the plugin would allocate by itself.
+        let refused = self.fit_refusal();
+        if refused.is_none() && self.cfg.ipam_mode == IpamMode::DelegatedPlugin {
             return Err(ApiError {
                 config: Some(Box::new(self.config().status)),
                 ..ApiError::because(
@@ -48,7 +51,7 @@ impl IpamState {
             });
         }
         let started = std::time::Instant::now();
-        let result = match self.fit_refusal() {
+        let result = match refused {
             Some(refused) => Err(refused),
             None => self.allocate_next_inner(req),
         };

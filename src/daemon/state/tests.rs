@@ -620,6 +620,12 @@ fn delegated_plugin_mode_refuses_to_allocate_with_its_configuration() {
     );
     // It is the mode, not a failure: explain and the failure metrics stay quiet.
     assert!(s.explain("c1").failures.is_empty());
+    // A configuration that does not fit the node refuses first: the plugin must
+    // not allocate by itself then.
+    s.set_node_facts(node_with(&["fd00::1"]));
+    let e = s.allocate_next(&pod("c2")).unwrap_err();
+    assert_eq!(e.reason, Some(FailureReason::NodeConfig));
+    assert!(e.config.is_none());
 }
 
 #[test]
