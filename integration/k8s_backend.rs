@@ -10,7 +10,34 @@ use std::time::{Duration, Instant};
 use crate::harness::*;
 use crate::k8s::{ControlPlane, NodeNs};
 
+/// The IPv6 InternalIP a node namespace's Node lists when it has an IPv6 pod
+/// CIDR: `fd00:250::<n>`, `n` as in its IPv4 one.
+pub fn node_ipv6(node: &NodeNs) -> String {
+    format!("fd00:250::{}", node.ip.octets()[3])
+}
+
+/// Sets the InternalIPs a Node lists (its `status.addresses`, replaced).
+pub fn set_internal_ips(cp: &ControlPlane, node: &str, ips: &[&str]) {
+    let addresses: Vec<String> = ips
+        .iter()
+        .map(|ip| format!(r#"{{"type":"InternalIP","address":"{ip}"}}"#))
+        .collect();
+    cp.kubectl(&[
+        "patch",
+        "node",
+        node,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &format!(r#"{{"status":{{"addresses":[{}]}}}}"#, addresses.join(",")),
+    ])
+    .expect_ok("patch the Node's status");
+}
+
 /// Creates the Node object of a node namespace, with its InternalIP and pod CIDRs.
+/// With an IPv6 pod CIDR the Node also lists an IPv6 InternalIP ([`node_ipv6`],
+/// published only), as a dual-stack kubelet's does: the agent hands out no address
+/// of a family its node has no address of (`daemon::node_check`).
 pub fn create_node(cp: &ControlPlane, node: &NodeNs, pod_cidrs: &[&str]) {
     let cidrs = pod_cidrs
         .iter()
@@ -29,19 +56,12 @@ pub fn create_node(cp: &ControlPlane, node: &NodeNs, pod_cidrs: &[&str]) {
         "apiVersion: v1\nkind: Node\nmetadata:\n  name: {}\n{spec}",
         node.name
     ));
-    cp.kubectl(&[
-        "patch",
-        "node",
-        &node.name,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &format!(
-            r#"{{"status":{{"addresses":[{{"type":"InternalIP","address":"{}"}}]}}}}"#,
-            node.ip
-        ),
-    ])
-    .expect_ok("patch the Node's status");
+    let v4 = node.ip.to_string();
+    let v6 = node_ipv6(node);
+    match pod_cidrs.iter().any(|c| c.contains(':')) {
+        true => set_internal_ips(cp, &node.name, &[&v4, &v6]),
+        false => set_internal_ips(cp, &node.name, &[&v4]),
+    }
 }
 
 /// Writes the node's CIDRs into its CiliumNode the way the operator does (its own
@@ -420,6 +440,24 @@ fn the_agents_service_account_is_enough_and_no_more() {
     assert!(r.ok, "{}", r.stdout);
     eventually("the agent's CiliumNode", || {
         jsonpath(&cp, "ciliumnode", &name, "{.spec.addresses}").contains("CiliumInternalIP")
+    });
+    // The configuration check reads the Service range with the agent's grant and
+    // writes its condition through the admission policy.
+    let status: serde_json::Value =
+        serde_json::from_str(&node.podnet(&["status", "-o", "json"])).expect("status JSON");
+    let check = &status["status"]["ipam"]["config-check"];
+    assert_eq!(
+        check["service-cidrs"],
+        serde_json::json!(["10.96.0.0/16"]),
+        "{check}"
+    );
+    eventually("the agent's podnet.io/ConfigFitsNode condition", || {
+        jsonpath(
+            &cp,
+            "ciliumnode",
+            &name,
+            r#"{.status.conditions[?(@.type=="podnet.io/ConfigFitsNode")].reason}"#,
+        ) == "Fits"
     });
     // Writes the agent must not make are refused.
     for args in [

@@ -13,6 +13,7 @@ mod api_faults;
 mod bad_input;
 mod cluster;
 mod cnitool;
+mod config_check;
 mod core_path;
 mod crash_safety;
 mod crd_versions;

@@ -34,6 +34,9 @@ pub enum FailureReason {
     /// the plugin runs the network config's IPAM plugin (the configuration comes
     /// along in the `podnet-config` header).
     DelegatedPlugin,
+    /// The daemon's configuration does not fit its node (`enable-ipv6` on a node
+    /// without an IPv6 address, ...): no address until it is fixed.
+    NodeConfig,
 }
 
 impl FailureReason {
@@ -46,6 +49,7 @@ impl FailureReason {
             FailureReason::MetadataNotSynced => "metadata-not-synced",
             FailureReason::JournalUnavailable => "journal-unavailable",
             FailureReason::DelegatedPlugin => "delegated-plugin",
+            FailureReason::NodeConfig => "node-config",
         }
     }
 
@@ -58,6 +62,7 @@ impl FailureReason {
             FailureReason::MetadataNotSynced,
             FailureReason::JournalUnavailable,
             FailureReason::DelegatedPlugin,
+            FailureReason::NodeConfig,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)
@@ -438,6 +443,14 @@ pub struct IpamStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub cross_node: Option<CrossNodeStatus>,
+    /// podnet: whether the configuration fits the node (the Kubernetes backend
+    /// only, once it read the node's facts).
+    #[serde(
+        rename = "config-check",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub config_check: Option<ConfigCheckStatus>,
     /// podnet: the leak check (the Kubernetes backend only).
     #[serde(
         rename = "leak-check",
@@ -467,6 +480,42 @@ pub struct BackendStatus {
     /// What the backend waits for (a CRD that is missing, ...); empty: nothing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waiting: Vec<String>,
+}
+
+/// podnet: the daemon's families against its node's addresses and the cluster's
+/// Service range (`daemon::node_check`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ConfigCheckStatus {
+    /// No error: the node hands out addresses.
+    pub fits: bool,
+    /// The InternalIPs the node's Node lists.
+    #[serde(rename = "internal-ips", default)]
+    pub internal_ips: Vec<String>,
+    /// The cluster's Service range (every ServiceCIDR's CIDRs).
+    #[serde(rename = "service-cidrs", default)]
+    pub service_cidrs: Vec<String>,
+    /// Why the Service range is not known (empty when it is).
+    #[serde(
+        rename = "service-range-unknown",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub service_range_unknown: String,
+    /// Errors first, then warnings.
+    #[serde(default)]
+    pub findings: Vec<ConfigFinding>,
+}
+
+/// podnet: one way the configuration does not fit the node.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ConfigFinding {
+    /// `error` (no address until it is fixed) or `warning`.
+    pub severity: String,
+    /// The option to change first (`enable-ipv6`).
+    pub option: String,
+    /// One CamelCase word (`NodeWithoutIPv6`), as in the CiliumNode's condition.
+    pub reason: String,
+    pub message: String,
 }
 
 /// podnet: the cross-node datapath: its mode, the remote nodes it knows and

@@ -1,4 +1,5 @@
-//! `podnet status`: the IPAM one-liner in Cilium's form, the node's ranges, the
+//! `podnet status`: the IPAM one-liner in Cilium's form, whether the
+//! configuration fits the node (and why not), the node's ranges, the
 //! journal and DEL queue (with entries set aside as unreadable), the leak check
 //! (its last result, each finding with its evidence), and with
 //! `--all-addresses` every address and its owner, the remote nodes of the
@@ -11,7 +12,9 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::api::client::Client;
-use crate::api::models::{CrossNodeStatus, IpamStatus, LeakCheckStatus, time_of};
+use crate::api::models::{
+    ConfigCheckStatus, CrossNodeStatus, IpamStatus, LeakCheckStatus, time_of,
+};
 use crate::api::start_note;
 
 /// `podnet status` options.
@@ -82,6 +85,11 @@ pub fn run(args: &StatusArgs) -> i32 {
     match status.cilium.msg.as_str() {
         "" => println!("State:      {state}"),
         msg => println!("State:      {state} ({msg})"),
+    }
+    if let Some(check) = &ipam.config_check {
+        for line in config_lines(check) {
+            println!("{line}");
+        }
     }
     if let Some(x) = &ipam.cross_node {
         print_cross_node(x);
@@ -212,6 +220,35 @@ fn leak_lines(leaks: &LeakCheckStatus) -> Vec<String> {
     lines
 }
 
+/// The configuration check: whether it fits and on which facts, then one line
+/// per error or warning.
+fn config_lines(check: &ConfigCheckStatus) -> Vec<String> {
+    let verdict = match (check.fits, check.findings.is_empty()) {
+        (false, _) => "DOES NOT FIT this node: no pod gets an address until it does",
+        (true, true) => "fits this node",
+        (true, false) => "fits this node, with warnings",
+    };
+    let services = match check.service_range_unknown.as_str() {
+        "" if check.service_cidrs.is_empty() => "no ServiceCIDR".to_string(),
+        "" => check.service_cidrs.join(", "),
+        why => format!("unknown: {why}"),
+    };
+    let addresses = match check.internal_ips.is_empty() {
+        true => "none listed".to_string(),
+        false => check.internal_ips.join(", "),
+    };
+    let mut lines = vec![format!(
+        "Config:     {verdict} (InternalIPs {addresses}; Service range {services})"
+    )];
+    lines.extend(
+        check
+            .findings
+            .iter()
+            .map(|f| format!("  {} ({}): {}", f.severity, f.option, f.message)),
+    );
+    lines
+}
+
 /// The cross-node datapath: its mode, then one line per remote node.
 fn print_cross_node(x: &CrossNodeStatus) {
     let tunnel = match x.tunnel_local.as_str() {
@@ -260,6 +297,44 @@ mod tests {
             queue_line(&ipam).contains("0a.bad, /q/0b.bad and 18 more;"),
             "{}",
             queue_line(&ipam)
+        );
+    }
+
+    #[test]
+    fn the_config_check_is_its_verdict_its_facts_and_a_line_per_finding() {
+        use crate::api::models::ConfigFinding;
+        let mut check = ConfigCheckStatus {
+            fits: true,
+            internal_ips: vec!["10.0.0.1".into()],
+            service_cidrs: vec!["10.96.0.0/16".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            config_lines(&check),
+            ["Config:     fits this node (InternalIPs 10.0.0.1; Service range 10.96.0.0/16)"]
+        );
+        check.fits = false;
+        check.service_cidrs.clear();
+        check.service_range_unknown = "not served".into();
+        check.findings = vec![ConfigFinding {
+            severity: "error".into(),
+            option: "enable-ipv6".into(),
+            reason: "NodeWithoutIPv6".into(),
+            message: "enable-ipv6 is true (dual stack), but ...".into(),
+        }];
+        assert_eq!(
+            config_lines(&check),
+            [
+                "Config:     DOES NOT FIT this node: no pod gets an address until it does (InternalIPs 10.0.0.1; Service range unknown: not served)",
+                "  error (enable-ipv6): enable-ipv6 is true (dual stack), but ...",
+            ]
+        );
+        check.fits = true;
+        check.findings[0].severity = "warning".into();
+        check.internal_ips.clear();
+        assert!(
+            config_lines(&check)[0]
+                .starts_with("Config:     fits this node, with warnings (InternalIPs none listed;")
         );
     }
 

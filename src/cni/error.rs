@@ -52,6 +52,10 @@ impl CniError {
     /// 104 (podnet): an interface with the requested name already exists in the
     /// container and was not created by podnet.
     pub const INTERFACE_EXISTS: u32 = 104;
+    /// 106 (podnet): the daemon's configuration does not fit its node (an enabled
+    /// family the node has no address of): no address until an option or the
+    /// node changes. (105 is the delegated IPAM plugin's failure, `plugin::delegate`.)
+    pub const NODE_CONFIG_MISMATCH: u32 = 106;
 
     /// Builds an error with an arbitrary code and no details.
     pub fn new(code: u32, msg: impl Into<String>) -> Self {
@@ -128,6 +132,10 @@ impl CniError {
     /// Code 104, [`Self::INTERFACE_EXISTS`].
     pub fn interface_exists(msg: impl Into<String>) -> Self {
         Self::new(Self::INTERFACE_EXISTS, msg)
+    }
+    /// Code 106, [`Self::NODE_CONFIG_MISMATCH`].
+    pub fn node_config_mismatch(msg: impl Into<String>) -> Self {
+        Self::new(Self::NODE_CONFIG_MISMATCH, msg)
     }
 
     /// Renders the error object as compact JSON, keys in the order

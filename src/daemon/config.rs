@@ -630,6 +630,35 @@ mod tests {
     }
 
     #[test]
+    fn an_ipv6_mask_size_that_does_not_fit_the_pool_cidr_stops_the_agent_naming_both_options() {
+        let e = resolve(&[
+            "--enable-ipv6",
+            "--cluster-pool-ipv6-cidr",
+            "fd00::/104",
+            "--cluster-pool-ipv6-mask-size",
+            "121",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00::/104 with \
+             cluster-pool-ipv6-mask-size 121: New CIDR set failed; the node CIDR size is too \
+             big; cluster-pool-ipv6-mask-size must be /104 to /120 for fd00::/104"
+        );
+        let e = resolve(&[
+            "--enable-ipv6",
+            "--cluster-pool-ipv6-cidr",
+            "fd00::/104",
+            "--cluster-pool-ipv6-mask-size",
+            "100",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.ends_with("it must be /104 or longer"), "{e}");
+    }
+
+    #[test]
     fn cross_node_defaults_leave_a_single_node_alone() {
         let c = resolve(&[]).unwrap().cross_node;
         assert_eq!(c.routing, RoutingMode::Native);

@@ -4,7 +4,10 @@
 //! the DEL queue, reconciles with the kernel, reserves the router addresses and
 //! sets up the router device, then serves the REST API on the unix socket, applies
 //! the backend's events, flushes the node outbox to the backend's sink, and runs
-//! the expiration and cooldown timers.
+//! the expiration and cooldown timers. Where the backend tells what the node is
+//! (its addresses, the cluster's Service range), the configuration is judged
+//! against it ([`node_check`]): while it does not fit, no address is handed out
+//! and the CNI config is not written.
 
 mod block_wait;
 pub mod capabilities;
@@ -16,6 +19,7 @@ mod heap;
 pub mod leak_check;
 pub mod metrics;
 pub mod nft;
+pub mod node_check;
 pub mod options;
 mod routes;
 pub(crate) mod server;
@@ -478,6 +482,7 @@ async fn apply_node_events(
                     })
                     .await,
             ),
+            NodeEvent::Facts(facts) => ("the node's addresses", judge_facts(&daemon, facts).await),
         };
         daemon.node_events.send_modify(|n| *n += 1);
         match applied {
@@ -487,6 +492,18 @@ async fn apply_node_events(
             }
         }
     }
+}
+
+/// Judges the configuration on the node's new facts, and says a new verdict in
+/// the log.
+async fn judge_facts(daemon: &Arc<Daemon>, facts: crate::node::NodeFacts) -> Result<(), ApiError> {
+    let (verdict, node) = daemon
+        .with_state(move |s| Ok((s.set_node_facts(facts), s.node().metadata.name.clone())))
+        .await?;
+    if let Some(v) = verdict {
+        v.log(&node);
+    }
+    Ok(())
 }
 
 /// The shortest time between two flushes when allocations wait for blocks.

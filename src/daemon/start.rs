@@ -1,8 +1,9 @@
 //! The daemon's start, phase by phase: check the options and the process,
 //! take the socket lock, open the journal, ask the node backend what the node
 //! owns, restore the state, replay the DEL queue, reconcile with the kernel and
-//! set up the router device, then serve. A failed phase is a [`StartError`]
-//! that names it and keeps what went wrong.
+//! set up the router device, then serve (the CNI config is written once the
+//! configuration fits the node). A failed phase is a [`StartError`] that names it
+//! and keeps what went wrong.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -407,7 +408,7 @@ fn pooling_mode(config: &DaemonConfig, default_pool: Option<&str>) -> PoolingMod
 }
 
 /// Restores the state from the journal, on the node resource and the backend's
-/// pools and metadata.
+/// pools and metadata, and judges the configuration on the node's facts.
 fn restore_state(
     checked: &Checked,
     opts: &DaemonOptions,
@@ -444,6 +445,11 @@ fn restore_state(
     .map_err(StartError::Restore)?;
     if let Some(meta) = backend.view.metadata.take() {
         state.set_metadata(meta);
+    }
+    if let Some(facts) = backend.view.facts.take()
+        && let Some(verdict) = state.set_node_facts(facts)
+    {
+        verdict.log(&checked.node_name);
     }
     Ok(state)
 }
@@ -576,24 +582,16 @@ async fn serve(s: Serving) -> Result<(), StartError> {
     if let Some(status) = cross_node_status {
         spawn_cross_node(&daemon, &s.checked, s.mtus.device, s.health, status);
     }
-    let written_conf = if s.opts.write_cni_conf_when_ready.is_empty() {
-        None
-    } else {
-        let chained = if s.opts.cni_bin_dir.is_empty() {
-            Vec::new()
-        } else {
-            cniconf::chained_plugins(Path::new(&s.opts.cni_bin_dir))
-        };
-        let path = cniconf::write(
-            Path::new(&s.opts.write_cni_conf_when_ready),
-            &socket,
-            &s.opts.cni_log_file,
-            s.opts.cni_exclusive,
-            &chained,
-        )?;
-        tracing::info!(path = %path.display(), "wrote the CNI config");
-        Some(path)
-    };
+    let conf = CniConf::of(&s.opts, &socket);
+    if let Some(conf) = &conf {
+        match daemon.with_state(|s| Ok(s.fits())).await {
+            Ok(false) => {
+                tracing::warn!(path = %conf.path().display(), "not writing the CNI config while the configuration does not fit this node (the log says why): the runtime does not report the network ready");
+                tokio::spawn(write_cni_conf_once_fit(daemon.clone(), conf.clone()));
+            }
+            _ => conf.write()?,
+        }
+    }
     tracing::info!(socket = %socket.display(), lock = %s.lock.path().display(), "podnet daemon ready");
     // The accept loop runs on a worker, not on this thread: a connection it
     // spawns then starts on the same worker, without a cross-thread wake-up.
@@ -602,7 +600,7 @@ async fn serve(s: Serving) -> Result<(), StartError> {
     }
     if s.opts.cni_uninstall {
         uninstall(
-            written_conf.as_deref(),
+            conf.as_ref().map(CniConf::path).as_deref(),
             cross_node.masquerade_v4 || cross_node.masquerade_v6,
             source_check,
         );
@@ -610,6 +608,73 @@ async fn serve(s: Serving) -> Result<(), StartError> {
     let _ = std::fs::remove_file(&socket);
     tracing::info!("podnet daemon stopped");
     Ok(())
+}
+
+/// `--write-cni-conf-when-ready DIR`: the CNI config and where it goes.
+#[derive(Clone)]
+struct CniConf {
+    dir: PathBuf,
+    socket: PathBuf,
+    log_file: PathBuf,
+    exclusive: bool,
+    chained: Vec<cniconf::ChainedPlugin>,
+}
+
+impl CniConf {
+    /// The config `opts` ask for (None: none).
+    fn of(opts: &DaemonOptions, socket: &Path) -> Option<CniConf> {
+        if opts.write_cni_conf_when_ready.is_empty() {
+            return None;
+        }
+        let chained = if opts.cni_bin_dir.is_empty() {
+            Vec::new()
+        } else {
+            cniconf::chained_plugins(Path::new(&opts.cni_bin_dir))
+        };
+        Some(CniConf {
+            dir: PathBuf::from(&opts.write_cni_conf_when_ready),
+            socket: socket.to_path_buf(),
+            log_file: opts.cni_log_file.clone(),
+            exclusive: opts.cni_exclusive,
+            chained,
+        })
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.join(cniconf::CONF_NAME)
+    }
+
+    fn write(&self) -> Result<(), CniConfError> {
+        let path = cniconf::write(
+            &self.dir,
+            &self.socket,
+            &self.log_file,
+            self.exclusive,
+            &self.chained,
+        )?;
+        tracing::info!(path = %path.display(), "wrote the CNI config");
+        Ok(())
+    }
+}
+
+/// Writes the CNI config once the node's facts changed so that the configuration
+/// fits (a Node that now lists the missing address).
+async fn write_cni_conf_once_fit(daemon: Arc<Daemon>, conf: CniConf) {
+    // Subscribed before the first look: a change between the two is not missed.
+    let mut events = daemon.node_events.subscribe();
+    loop {
+        if matches!(daemon.with_state(|s| Ok(s.fits())).await, Ok(true)) {
+            match conf.write() {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::error!(error = %e, "the configuration fits this node now, but the CNI config cannot be written; it is tried again at the next change of the node")
+                }
+            }
+        }
+        if events.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Serves the metrics on `addr`.

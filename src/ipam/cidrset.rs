@@ -37,6 +37,34 @@ pub const CLUSTER_SUBNET_MAX_DIFF: u8 = 16;
 /// uncompressed bitmap with one bit per node CIDR.
 pub const IPV4_MAX_DIFF: u8 = 24;
 
+/// The node mask sizes [`CidrSet::new`] accepts for `cluster`: from its prefix
+/// length to [`CLUSTER_SUBNET_MAX_DIFF`] (IPv6) or [`IPV4_MAX_DIFF`] (IPv4) bits
+/// longer, within the family's width.
+pub fn node_mask_range(cluster: IpNet) -> (u8, u8) {
+    let family = Family::of_net(&cluster);
+    let most = match family {
+        Family::V6 => CLUSTER_SUBNET_MAX_DIFF,
+        Family::V4 => IPV4_MAX_DIFF,
+    };
+    let shortest = cluster.prefix_len();
+    (shortest, shortest.saturating_add(most).min(family.bits()))
+}
+
+impl CidrSetError {
+    /// What to set `option` (the mask size's option or field) to, for an error
+    /// whose own text does not say it (Cilium's texts name no bound): `; <option>
+    /// must be /<a> to /<b> for <cluster>`, else empty.
+    pub fn mask_advice(&self, option: &str, cluster: IpNet) -> String {
+        match self {
+            CidrSetError::SubNetTooBig | CidrSetError::SubNetMaskSizeInvalid => {
+                let (a, b) = node_mask_range(cluster);
+                format!("; {option} must be /{a} to /{b} for {}", cluster.trunc())
+            }
+            _ => String::new(),
+        }
+    }
+}
+
 /// Errors of [`CidrSet`]. The first five texts are Cilium's, verbatim.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CidrSetError {
@@ -331,6 +359,36 @@ mod tests {
         assert_eq!(set("fd00::/112", 128).max_cidrs(), 65536);
         assert_eq!(set("::/0", 0).max_cidrs(), 1);
         assert_eq!(set("0.0.0.0/0", 0).max_cidrs(), 1);
+    }
+
+    #[test]
+    fn the_mask_advice_is_the_range_every_accepted_mask_lies_in() {
+        for (cluster, range) in [
+            ("fd00::/104", (104, 120)),
+            ("fd00::/120", (120, 128)),
+            ("10.0.0.0/8", (8, 32)),
+            ("10.0.0.0/24", (24, 32)),
+        ] {
+            let cluster = net(cluster);
+            assert_eq!(node_mask_range(cluster), range, "{cluster}");
+            let bits = Family::of_net(&cluster).bits();
+            for mask in 0..=bits + 1 {
+                let inside = (range.0..=range.1).contains(&mask);
+                assert_eq!(
+                    CidrSet::new(cluster, mask).is_ok(),
+                    inside,
+                    "{cluster} /{mask}"
+                );
+            }
+        }
+        let too_big = CidrSet::new(net("fd00::/104"), 121).unwrap_err();
+        assert_eq!(
+            too_big.mask_advice("m", net("fd00::/104")),
+            "; m must be /104 to /120 for fd00::/104"
+        );
+        // Texts that say the bound themselves get no advice.
+        let short = CidrSet::new(net("fd00::/104"), 96).unwrap_err();
+        assert_eq!(short.mask_advice("m", net("fd00::/104")), "");
     }
 
     #[test]

@@ -88,12 +88,14 @@ pub enum ClusterPoolError {
         cidr: IpNet,
         existing: IpNet,
     },
-    /// [`CidrSet::new`] refused a pool CIDR / mask size combination.
+    /// [`CidrSet::new`] refused a pool CIDR / mask size combination; the text ends
+    /// with the mask sizes that fit where Cilium's does not say them.
     #[error(
-        "unable to initialize {} allocator: {} {cidr} with {} {mask}: {error}",
+        "unable to initialize {} allocator: {} {cidr} with {} {mask}: {error}{}",
         family.label(),
         cidr_option(*family),
-        mask_option(*family)
+        mask_option(*family),
+        error.mask_advice(mask_option(*family), *cidr)
     )]
     AllocatorInit {
         family: Family,
@@ -626,7 +628,8 @@ mod tests {
                 .to_string(),
             "unable to initialize IPv4 allocator: cluster-pool-ipv4-cidr 10.0.0.0/8 with \
              cluster-pool-ipv4-mask-size 33: SubNetMask is invalid, should be lower or equal to \
-             32 for IPv4 and to 128 for IPv6"
+             32 for IPv4 and to 128 for IPv6; cluster-pool-ipv4-mask-size must be /8 to /32 \
+             for 10.0.0.0/8"
         );
         assert_eq!(
             dual(&["10.0.0.0/8"], 24, &["fd00::/104"], 121)
@@ -634,7 +637,27 @@ mod tests {
                 .unwrap_err()
                 .to_string(),
             "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00::/104 with \
-             cluster-pool-ipv6-mask-size 121: New CIDR set failed; the node CIDR size is too big"
+             cluster-pool-ipv6-mask-size 121: New CIDR set failed; the node CIDR size is too \
+             big; cluster-pool-ipv6-mask-size must be /104 to /120 for fd00::/104"
+        );
+        assert_eq!(
+            dual(&["10.0.0.0/8"], 24, &["fd00::/104"], 129)
+                .validate()
+                .unwrap_err()
+                .to_string(),
+            "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00::/104 with \
+             cluster-pool-ipv6-mask-size 129: SubNetMask is invalid, should be lower or equal to \
+             32 for IPv4 and to 128 for IPv6; cluster-pool-ipv6-mask-size must be /104 to /120 \
+             for fd00::/104"
+        );
+        assert_eq!(
+            dual(&["10.0.0.0/8"], 24, &["fd00::/104"], 96)
+                .validate()
+                .unwrap_err()
+                .to_string(),
+            "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00::/104 with \
+             cluster-pool-ipv6-mask-size 96: node mask size /96 is shorter than the prefix \
+             length of cluster CIDR fd00::/104; it must be /104 or longer"
         );
         assert_eq!(
             v4_config(&["10.0.0.0/16"], 8).validate().unwrap_err(),

@@ -96,6 +96,12 @@ fn join_nets(nets: &[IpNet]) -> String {
         .join(", ")
 }
 
+/// The `spec.<family>.maskSize` sizes that fit `cidr`, for a cidrset error whose
+/// own text does not say them (else empty).
+fn mask_field_advice(source: &CidrSetError, family: Family, cidr: IpNet) -> String {
+    source.mask_advice(&format!("spec.{family}.maskSize"), cidr)
+}
+
 /// Why a pool definition cannot be carved, or a listed block is not one of its
 /// blocks: the pool, the family, the CIDR or block, and what is wrong with it.
 /// The `unable to ...` texts are Cilium's operator's.
@@ -109,8 +115,12 @@ pub enum PoolProblem {
         family: Family,
         cidr: IpNet,
     },
-    /// The cidrset refuses a CIDR / `maskSize` pair (its error kept).
-    #[error("pool {pool:?}: {family} CIDR {cidr} with maskSize {mask_size}: {source}")]
+    /// The cidrset refuses a CIDR / `maskSize` pair (its error kept, with the
+    /// sizes that fit when its text does not say them).
+    #[error(
+        "pool {pool:?}: {family} CIDR {cidr} with maskSize {mask_size}: {source}{}",
+        mask_field_advice(.source, *.family, *.cidr)
+    )]
     CidrMaskSize {
         pool: String,
         family: Family,
@@ -1363,7 +1373,7 @@ mod tests {
         assert_eq!(
             PoolOperator::new(&[v6]).unwrap_err().to_string(),
             "pool \"six\": ipv6 CIDR fd00::/104 with maskSize 121: New CIDR set failed; the node \
-             CIDR size is too big"
+             CIDR size is too big; spec.ipv6.maskSize must be /104 to /120 for fd00::/104"
         );
         assert_eq!(
             PoolOperator::new(&[pool4("a", &["fd00::/64"], 80)])

@@ -1,8 +1,8 @@
 //! One typed decode: an object as the API server sent it (a `DynamicObject` read
 //! at the version discovery chose, or a k8s-openapi type) into podnet's typed
 //! resource, with an error that names the object and the field
-//! ([`InvalidObject`]); the CiliumNode watch as typed events; and the body of a
-//! server-side apply ([`ApplyBody`]).
+//! ([`InvalidObject`]); the CiliumNode watch as typed events; the body of a
+//! server-side apply ([`ApplyBody`]) and of a status condition ([`condition_json`]).
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -12,8 +12,32 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
 
 use crate::resources::{InvalidObject, NodeResource, decode};
+
+/// Now, to the second, as a condition's `lastTransitionTime`.
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A condition as JSON, keeping `old`'s transition time when its status is the same.
+pub fn condition_json(
+    kind: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    old: Option<&Value>,
+) -> Value {
+    let since = old
+        .filter(|o| o["status"] == status)
+        .and_then(|o| o["lastTransitionTime"].as_str().map(str::to_string))
+        .unwrap_or_else(now);
+    json!({"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": since})
+}
 
 /// How messages name an object of `kind`: `Kind "namespace/name"` or `Kind "name"`.
 fn describe(meta: &kube::api::ObjectMeta, kind: &str) -> String {

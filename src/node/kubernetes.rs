@@ -21,11 +21,19 @@
 //! sink applies `status.ipam.used` through the status subresource, only when it
 //! differs from what the CiliumNode held when the source last saw it.
 //!
+//! The source also reads what the node is for the daemon's configuration check
+//! (`daemon::node_check`): its Node's InternalIPs at start and then with a watch
+//! of the Node, and the cluster's Service range (the ServiceCIDRs) at start. The
+//! sink writes the verdict as the condition [`FIT_CONDITION`] in
+//! `status.conditions`, under a field manager of its own, when it differs from
+//! what the CiliumNode holds.
+//!
 //! The source runs its start's API calls on the daemon's runtime through its
 //! handle (`initial` is called from a plain thread, never from a task); the sink
 //! is async.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,7 +41,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node as KubeNode;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, WatchEvent, WatchParams};
+use k8s_openapi::api::networking::v1::ServiceCIDR;
+use kube::api::{
+    Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, WatchEvent, WatchParams,
+};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tokio::runtime::Handle;
@@ -41,18 +52,26 @@ use tokio::runtime::Handle;
 use super::external::offered;
 use super::kube_pools::{self, KubeMetadata, PoolResources};
 use super::{
-    BackendHealth, FlushFuture, HealthAddresses, NodeAddress, NodeError, NodeEvent, NodeOutbox,
-    NodeResource, NodeSink, NodeSource, NodeView, RequestedPool, UsedAddresses, WatchFuture,
+    BackendHealth, ConfigFit, FlushFuture, HealthAddresses, NodeAddress, NodeError, NodeEvent,
+    NodeFacts, NodeOutbox, NodeResource, NodeSink, NodeSource, NodeView, RequestedPool,
+    ServiceRange, UsedAddresses, WatchFuture,
 };
 use crate::ipam::Family;
 use crate::ipam::eni::eni_allocation;
 use crate::k8s::connect::{api_server_url, connect};
 use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve, resolve_waiting};
-use crate::k8s::objects::{ApplyBody, node_resource, typed};
+use crate::k8s::objects::{ApplyBody, condition_json, node_resource, typed};
 use crate::resources::Node;
 
 /// The field manager of the agent's server-side applies.
 pub const FIELD_MANAGER: &str = "podnet-agent";
+/// The field manager of the agent's condition in `status.conditions` (its own:
+/// an apply of the status under [`FIELD_MANAGER`] would give up
+/// `status.ipam.used`, which crd-class modes apply there).
+pub const CHECK_FIELD_MANAGER: &str = "podnet-agent-config-check";
+/// The condition saying whether the agent's configuration fits the node
+/// (`daemon::node_check`).
+pub const FIT_CONDITION: &str = "podnet.io/ConfigFitsNode";
 /// How often a start that waits (for the API server, the Node, the CIDRs) retries.
 const RETRY: Duration = Duration::from_secs(1);
 /// The subject of what the start waits for in `podnet status`.
@@ -206,14 +225,21 @@ async fn api_server(config: &KubernetesConfig) -> String {
     api_server_url(config.kubeconfig.as_ref()).await
 }
 
-/// External modes: `status.ipam.used` / `ipv6-used` as this node's CiliumNode
-/// held them in the last version the source saw (None: none seen yet, or the last
-/// one did not decode). The sink does not apply a used set the CiliumNode already
-/// holds: its own apply comes back through the watch, which marks the used
-/// addresses changed, and applying them again would be a write that changes
-/// nothing. Another writer's change to them comes back the same way and differs,
+/// What the agent writes into the status of this node's CiliumNode, as the last
+/// version the source saw held it (None: none seen yet, or the last one did not
+/// decode). The sink does not apply what the CiliumNode already holds: its own
+/// apply comes back through the watch, and applying it again would be a write that
+/// changes nothing. Another writer's change comes back the same way and differs,
 /// so it is written over.
-type SeenUsed = Arc<Mutex<Option<UsedAddresses>>>;
+#[derive(Debug, Default)]
+struct Seen {
+    /// External modes: `status.ipam.used` / `ipv6-used`.
+    used: Option<UsedAddresses>,
+    /// The [`FIT_CONDITION`] in `status.conditions`.
+    fit: Option<serde_json::Value>,
+}
+
+type SharedSeen = Arc<Mutex<Seen>>;
 
 /// The used addresses a node resource lists in its status.
 fn used_in(node: &NodeResource) -> UsedAddresses {
@@ -223,8 +249,23 @@ fn used_in(node: &NodeResource) -> UsedAddresses {
     }
 }
 
-fn set_seen(seen: &SeenUsed, used: Option<UsedAddresses>) {
-    *seen.lock().unwrap_or_else(|p| p.into_inner()) = used;
+/// The [`FIT_CONDITION`] a node resource has in its status.
+fn fit_in(node: &NodeResource) -> Option<serde_json::Value> {
+    node.status
+        .extra
+        .get("conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == FIT_CONDITION)
+        .cloned()
+}
+
+/// Notes what `node` (the version just seen; None: one that did not decode) holds.
+fn see(seen: &SharedSeen, node: Option<&NodeResource>) {
+    *seen.lock().unwrap_or_else(|p| p.into_inner()) = Seen {
+        used: node.map(used_in),
+        fit: node.and_then(fit_in),
+    };
 }
 
 /// Both halves of the backend, sharing the agent's fields and the used addresses
@@ -236,7 +277,7 @@ pub fn kubernetes_backend(
     health: Arc<BackendHealth>,
 ) -> (KubernetesSource, KubernetesSink) {
     let fields = Arc::new(Mutex::new(AgentFields::from_journal(journal_node.as_ref())));
-    let seen_used = SeenUsed::default();
+    let seen = SharedSeen::default();
     let nodes = NodesResource::default();
     (
         KubernetesSource {
@@ -244,21 +285,23 @@ pub fn kubernetes_backend(
             runtime: runtime.clone(),
             journal_node,
             fields: fields.clone(),
-            seen_used: seen_used.clone(),
+            seen: seen.clone(),
             nodes: nodes.clone(),
             pools: None,
             client: None,
             node_labels: BTreeMap::new(),
+            facts: None,
             health,
         },
         KubernetesSink {
             config,
             fields,
-            seen_used,
+            seen,
             nodes,
             client: None,
             pending: false,
             pending_used: None,
+            pending_fit: None,
             pending_released: BTreeSet::new(),
         },
     )
@@ -271,13 +314,16 @@ pub struct KubernetesSource {
     /// What the journal says the node owned (served from if the API server is down).
     journal_node: Option<NodeResource>,
     fields: Arc<Mutex<AgentFields>>,
-    seen_used: SeenUsed,
+    seen: SharedSeen,
     nodes: NodesResource,
     /// multi-pool: the pools' resources, once the start resolved them.
     pools: Option<PoolResources>,
     client: Option<kube::Client>,
     /// The Node's labels (CiliumNodeConfig node selectors).
     node_labels: BTreeMap<String, String>,
+    /// What the node is, as the start read it (None: the start served from the
+    /// journal); the watch follows its Node's InternalIPs from there.
+    facts: Option<NodeFacts>,
     health: Arc<BackendHealth>,
 }
 
@@ -336,6 +382,11 @@ impl KubernetesSource {
                         )));
                     }
                     self.node_labels = labels;
+                    view.facts = Some(NodeFacts {
+                        internal_ips: self.internal_ips(),
+                        service_range: service_range(&client).await,
+                    });
+                    self.facts = view.facts.clone();
                     return Ok(*view);
                 }
                 Ok(Attempt::Waiting(what)) => {
@@ -429,7 +480,7 @@ impl KubernetesSource {
             .await
             .map_err(io)?;
         let mut resource = resolved(self.config.mode, to_node_resource(&applied)?)?;
-        set_seen(&self.seen_used, Some(used_in(&resource)));
+        see(&self.seen, Some(&resource));
         if let Some(what) = self.awaited(&resource) {
             self.health.set_waiting(START, Some(what.clone()));
             if what != *awaited {
@@ -458,6 +509,17 @@ impl KubernetesSource {
 }
 
 impl KubernetesSource {
+    /// The InternalIPs the start read from the Node.
+    fn internal_ips(&self) -> Vec<IpAddr> {
+        internal_ips(
+            &self
+                .fields
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .internal_ips,
+        )
+    }
+
     /// What the start still waits for in this node's CiliumNode, if anything.
     fn awaited(&self, resource: &NodeResource) -> Option<String> {
         let name = &self.config.node_name;
@@ -503,7 +565,7 @@ impl KubernetesSource {
                 let resource = to_node_resource(&obj)
                     .and_then(|r| resolved(self.config.mode, r))
                     .ok()?;
-                set_seen(&self.seen_used, Some(used_in(&resource)));
+                see(&self.seen, Some(&resource));
                 if self.awaited(&resource).is_none() {
                     return Some(resource);
                 }
@@ -514,6 +576,93 @@ impl KubernetesSource {
             .await
             .ok()
             .flatten()
+    }
+}
+
+/// The addresses of `listed` (a Node's InternalIPs as it lists them; one that is
+/// not an address, which the API server does not let a Node have, is left out).
+fn internal_ips(listed: &[String]) -> Vec<IpAddr> {
+    listed.iter().filter_map(|a| a.parse().ok()).collect()
+}
+
+/// The InternalIPs of a Node object.
+fn node_internal_ips(node: &KubeNode) -> Vec<IpAddr> {
+    let listed: Vec<String> = node
+        .status
+        .iter()
+        .flat_map(|s| s.addresses.iter().flatten())
+        .filter(|a| a.type_ == "InternalIP")
+        .map(|a| a.address.clone())
+        .collect();
+    internal_ips(&listed)
+}
+
+/// The cluster's Service range: the CIDRs of every ServiceCIDR
+/// (networking.k8s.io/v1, Kubernetes 1.33 and later) not being deleted. The
+/// `kubernetes` Service cannot tell it: it has one ClusterIP, of the primary
+/// family, on a dual-stack cluster too.
+async fn service_range(client: &kube::Client) -> ServiceRange {
+    let api: Api<ServiceCIDR> = Api::all(client.clone());
+    match api.list(&ListParams::default()).await {
+        Ok(list) => ServiceRange::Known(
+            list.items
+                .iter()
+                .filter(|s| s.metadata.deletion_timestamp.is_none())
+                .flat_map(|s| s.spec.iter().flat_map(|spec| spec.cidrs.iter().flatten()))
+                .filter_map(|c| c.parse::<IpNet>().ok())
+                .collect(),
+        ),
+        Err(kube::Error::Api(e)) if e.code == 404 => ServiceRange::Unknown(
+            "the API server serves no networking.k8s.io/v1 ServiceCIDR (Kubernetes before 1.33)"
+                .into(),
+        ),
+        Err(kube::Error::Api(e)) if e.code == 403 => ServiceRange::Unknown(
+            "the agent may not list servicecidrs (networking.k8s.io): grant it list (deploy/agent-rbac.yaml)"
+                .into(),
+        ),
+        Err(e) => ServiceRange::Unknown(format!("listing the ServiceCIDRs failed: {e}")),
+    }
+}
+
+/// Follows this node's Node and tells the daemon when its InternalIPs differ
+/// from `facts` (what the start read; None: it read nothing, and the Service
+/// range is read with the first Node seen).
+async fn watch_node_facts(
+    client: kube::Client,
+    name: String,
+    mut facts: Option<NodeFacts>,
+    events: tokio::sync::mpsc::Sender<NodeEvent>,
+) {
+    let api: Api<KubeNode> = Api::all(client.clone());
+    let selector = format!("metadata.name={name}");
+    let mut stream = watcher(api, watcher::Config::default().fields(&selector))
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(item) = stream.next().await {
+        let node = match item {
+            Ok(node) => node,
+            Err(e) => {
+                tracing::warn!(error = %e, "Node watch interrupted; it resumes");
+                continue;
+            }
+        };
+        let internal_ips = node_internal_ips(&node);
+        let now = match facts.take() {
+            Some(f) if f.internal_ips == internal_ips => {
+                facts = Some(f);
+                continue;
+            }
+            Some(f) => NodeFacts { internal_ips, ..f },
+            None => NodeFacts {
+                internal_ips,
+                service_range: service_range(&client).await,
+            },
+        };
+        facts = Some(now.clone());
+        if events.send(NodeEvent::Facts(now)).await.is_err() {
+            return;
+        }
     }
 }
 
@@ -579,6 +728,12 @@ impl NodeSource for KubernetesSource {
                     }
                 },
             };
+            tokio::spawn(watch_node_facts(
+                client.clone(),
+                self.config.node_name.clone(),
+                self.facts.clone(),
+                events.clone(),
+            ));
             if self.config.mode == KubernetesMode::MultiPool {
                 tokio::spawn(kube_pools::watch_pools(
                     client.clone(),
@@ -614,7 +769,7 @@ impl NodeSource for KubernetesSource {
                 match item {
                     Ok(obj) => {
                         let decoded = to_node_resource(&obj);
-                        set_seen(&self.seen_used, decoded.as_ref().ok().map(used_in));
+                        see(&self.seen, decoded.as_ref().ok());
                         match decoded.and_then(|n| {
                             self.health.set("ciliumnode", true);
                             resolved(mode, n)
@@ -641,7 +796,7 @@ impl NodeSource for KubernetesSource {
 pub struct KubernetesSink {
     config: KubernetesConfig,
     fields: Arc<Mutex<AgentFields>>,
-    seen_used: SeenUsed,
+    seen: SharedSeen,
     nodes: NodesResource,
     /// Connected on the first flush, then reused.
     client: Option<kube::Client>,
@@ -649,6 +804,8 @@ pub struct KubernetesSink {
     pending: bool,
     /// External modes: used addresses not written yet.
     pending_used: Option<UsedAddresses>,
+    /// The configuration check's verdict, not written yet.
+    pending_fit: Option<ConfigFit>,
     /// Multi-pool: blocks given back, not removed from the CiliumNode yet.
     pending_released: BTreeSet<(String, IpNet)>,
 }
@@ -701,6 +858,55 @@ impl KubernetesSink {
         })?;
         Ok(())
     }
+}
+
+impl KubernetesSink {
+    /// The configuration check's verdict as the [`FIT_CONDITION`] in
+    /// `status.conditions`, through the status subresource under its own field
+    /// manager; nothing when the CiliumNode already says it (a restarted agent with
+    /// the same verdict writes nothing). The transition time stays while the
+    /// status does.
+    async fn apply_fit(&mut self, fit: &ConfigFit) -> Result<(), NodeError> {
+        let old = self
+            .seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .fit
+            .clone();
+        let Some(condition) = fit_condition(fit, old.as_ref()) else {
+            return Ok(());
+        };
+        let name = self.config.node_name.clone();
+        let resource = self.nodes_resource().await?;
+        let api: Api<DynamicObject> = Api::all_with(self.client().await?, &resource);
+        let body = ApplyBody::new(&resource.api_version, "CiliumNode", &name)
+            .with("status", json!({"conditions": [condition]}));
+        api.patch_status(
+            &name,
+            &PatchParams::apply(CHECK_FIELD_MANAGER),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|source| NodeError::Api {
+            op: format!("applying the {FIT_CONDITION} condition of CiliumNode {name:?}"),
+            source,
+        })?;
+        Ok(())
+    }
+}
+
+/// The [`FIT_CONDITION`] saying `fit`, when the CiliumNode's (`old`) does not say
+/// the same already (type, status, reason and message); its transition time is
+/// `old`'s while the status stays.
+fn fit_condition(fit: &ConfigFit, old: Option<&serde_json::Value>) -> Option<serde_json::Value> {
+    let status = if fit.fits { "True" } else { "False" };
+    let condition = condition_json(FIT_CONDITION, status, &fit.reason, &fit.message, old);
+    let same = old.is_some_and(|o| {
+        ["type", "status", "reason", "message"]
+            .iter()
+            .all(|k| o[k] == condition[k])
+    });
+    (!same).then_some(condition)
 }
 
 /// Attempts at removing given-back blocks before the next flush tries again.
@@ -851,14 +1057,18 @@ impl KubernetesSink {
     async fn flush_async(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
         self.pending_released
             .extend(outbox.released_blocks.iter().cloned());
+        if let Some(fit) = outbox.config_fit.clone() {
+            self.pending_fit = Some(fit);
+        }
         if let (KubernetesMode::External { .. }, Some(used)) = (self.config.mode, &outbox.used) {
             self.pending_used = Some(used.clone());
         }
         if let Some(used) = self.pending_used.clone() {
             let held = self
-                .seen_used
+                .seen
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
+                .used
                 .as_ref()
                 == Some(&used);
             if !held {
@@ -866,12 +1076,19 @@ impl KubernetesSink {
             }
             self.pending_used = None;
         }
+
         // The lower demand first, then the blocks it frees: the operator never
         // sees a block gone while the old demand still asks for it (it would
         // carve it right back).
         self.apply_fields(outbox).await?;
         if !self.pending_released.is_empty() {
             self.remove_released().await?;
+        }
+        // Last: a condition that cannot be written (a CRD without the field is
+        // no error: the API server prunes it) holds up none of the above.
+        if let Some(fit) = self.pending_fit.clone() {
+            self.apply_fit(&fit).await?;
+            self.pending_fit = None;
         }
         Ok(())
     }
@@ -894,6 +1111,34 @@ mod tests {
             kubernetes_cidrs(&[v4], true, true).unwrap_err().to_string(),
             "Required IPv6 PodCIDR not available"
         );
+    }
+
+    #[test]
+    fn the_condition_is_written_only_when_it_says_something_new() {
+        let fit = |fits: bool, reason: &str| ConfigFit {
+            fits,
+            reason: reason.into(),
+            message: "m".into(),
+        };
+        let mut node = NodeResource::new("n1");
+        assert_eq!(fit_in(&node), None);
+        let first = fit_condition(&fit(false, "NodeWithoutIPv6"), None).expect("a first condition");
+        assert_eq!(first["type"], FIT_CONDITION);
+        assert_eq!(first["status"], "False");
+        node.status.extra.insert(
+            "conditions".into(),
+            json!([{"type": "other.io/X", "status": "True"}, first.clone()]),
+        );
+        let seen = fit_in(&node).expect("the node's condition");
+        // A restarted agent with the same verdict writes nothing.
+        assert_eq!(
+            fit_condition(&fit(false, "NodeWithoutIPv6"), Some(&seen)),
+            None
+        );
+        // Another reason, same status: written, the transition time kept.
+        let next = fit_condition(&fit(false, "IPv6PodsOnIPv4Node"), Some(&seen)).unwrap();
+        assert_eq!(next["lastTransitionTime"], seen["lastTransitionTime"]);
+        assert!(fit_condition(&fit(true, "Fits"), Some(&seen)).is_some());
     }
 
     #[test]

@@ -71,6 +71,7 @@ impl NodeSource for ManifestSource {
             pools,
             default_pool,
             metadata,
+            facts: None,
         })
     }
 

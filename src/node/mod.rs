@@ -28,6 +28,7 @@ pub mod manifests;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 
@@ -158,6 +159,38 @@ pub struct NodeView {
     pub default_pool: Option<String>,
     /// Pod and Namespace labels and annotations for pool selection, if any.
     pub metadata: Option<Box<dyn MetadataSource + Send>>,
+    /// What the node is (its addresses, the cluster's Service range), where the
+    /// backend knows it (the Kubernetes backend).
+    pub facts: Option<NodeFacts>,
+}
+
+/// What the node is, as far as the daemon's families depend on it: read by the
+/// Kubernetes backend, judged by the daemon (`daemon::node_check`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// The InternalIPs its Node lists in `status.addresses` (empty: none yet).
+    pub internal_ips: Vec<IpAddr>,
+    /// The cluster's Service range.
+    pub service_range: ServiceRange,
+}
+
+/// The cluster's Service range: every ServiceCIDR's `spec.cidrs`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceRange {
+    Known(Vec<IpNet>),
+    /// Not read, and why (an API server without ServiceCIDRs, a missing grant).
+    Unknown(String),
+}
+
+/// The daemon's verdict on its configuration against the node, as the node
+/// resource shows it (a condition in its status).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigFit {
+    /// The node can hand out addresses (warnings aside).
+    pub fits: bool,
+    /// One CamelCase word, as a Kubernetes condition's reason.
+    pub reason: String,
+    pub message: String,
 }
 
 /// A change the backend saw.
@@ -170,6 +203,8 @@ pub enum NodeEvent {
     DefaultPool(Option<String>),
     /// Pod and Namespace metadata changed.
     Metadata(Box<dyn MetadataSource + Send>),
+    /// What the node is changed (its Node's InternalIPs).
+    Facts(NodeFacts),
 }
 
 /// A boxed future of a source's watch loop.
@@ -210,11 +245,14 @@ pub struct NodeOutbox {
     /// Multi-pool blocks `(pool, cidr)` the node gives back: the sink removes
     /// them from `spec.ipam.pools.allocated` (where a cluster operator owns it).
     pub released_blocks: Vec<(String, IpNet)>,
+    /// Whether the configuration fits the node (where the backend told the facts).
+    pub config_fit: Option<ConfigFit>,
 }
 
 impl NodeOutbox {
     pub fn is_empty(&self) -> bool {
         self.released_blocks.is_empty()
+            && self.config_fit.is_none()
             && self.requested_pools.is_none()
             && self.used.is_none()
             && self.addresses.is_none()

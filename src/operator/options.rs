@@ -351,7 +351,11 @@ mod tests {
         ])
         .unwrap_err()
         .to_string();
-        assert!(e.contains("New CIDR set failed"), "{e}");
+        assert!(
+            e.contains("New CIDR set failed")
+                && e.ends_with("cluster-pool-ipv6-mask-size must be /104 to /120 for fd00::/104"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! How daemon API failures become CNI errors: unreachable, silent, gone in the
 //! middle of the request (connection closed or reset), or busy (503: its journal
 //! cannot commit, pod metadata not synced) → 11 (try again later); a full range or
-//! exhausted pool (the daemon's `range-full` reason) → 101; any other refusal → 100.
+//! exhausted pool (the daemon's `range-full` reason) → 101; a configuration that
+//! does not fit the node (`node-config`: `enable-ipv6` on a node without IPv6, ...)
+//! → 106, not 11 (it lasts until someone changes an option or the node) nor 7 (the
+//! network config the runtime passed is fine); any other refusal → 100.
 //! The daemon's own text is kept; the code follows its reason, never its wording.
 
 use crate::api::client::ClientError;
@@ -17,6 +20,10 @@ pub fn to_cni(e: ClientError, what: &str) -> CniError {
             reason: Some(FailureReason::RangeFull),
             ..
         } => CniError::address_exhausted(text),
+        ClientError::Status {
+            reason: Some(FailureReason::NodeConfig),
+            ..
+        } => CniError::node_config_mismatch(text),
         _ => CniError::daemon_rejected(text),
     }
 }
@@ -62,6 +69,16 @@ mod tests {
             config: None,
         };
         assert_eq!(to_cni(journal, "x").code, CniError::TRY_AGAIN_LATER);
+        let misfit = ClientError::Status {
+            status: 502,
+            message: "this node's podnet configuration does not fit the node: enable-ipv6 ..."
+                .into(),
+            reason: Some(FailureReason::NodeConfig),
+            config: None,
+        };
+        let e = to_cni(misfit, "allocating");
+        assert_eq!(e.code, CniError::NODE_CONFIG_MISMATCH);
+        assert!(e.msg.contains("enable-ipv6"), "{}", e.msg);
         let refused = ClientError::Status {
             status: 400,
             message: "invalid owner".into(),

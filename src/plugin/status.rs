@@ -1,5 +1,7 @@
 //! STATUS: ready (exit 0) when the daemon answers and every node range has room;
-//! 50 when the daemon is unreachable or failing, 51 when a range is exhausted.
+//! 50 when the daemon is unreachable or failing, or its configuration does not fit
+//! the node (it hands out no address: the runtime keeps the node's network not
+//! ready, as for a node without a range); 51 when a range is exhausted.
 
 use crate::api::client::Client;
 use crate::cni::CniError;
@@ -8,6 +10,18 @@ pub fn status(client: &Client) -> Result<(), CniError> {
     let st = client
         .healthz_brief()
         .map_err(|e| CniError::plugin_not_available(format!("podnet is not available: {e}")))?;
+    if let Some(check) = st.ipam.config_check.as_ref().filter(|c| !c.fits) {
+        let errors: Vec<String> = check
+            .findings
+            .iter()
+            .filter(|f| f.severity == "error")
+            .map(|f| f.message.clone())
+            .collect();
+        return Err(CniError::plugin_not_available(format!(
+            "podnet's configuration does not fit this node, it hands out no address: {}",
+            errors.join("; ")
+        )));
+    }
     if st.cilium.state == "Failure" {
         return Err(CniError::plugin_not_available(format!(
             "podnet daemon reports failure: {}",

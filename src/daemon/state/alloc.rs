@@ -23,6 +23,8 @@ impl IpamState {
     /// needs no `GET /v1/config`. In delegated-plugin mode nothing is allocated:
     /// the refusal (`NoAddress`, 502 as Cilium's no-op allocator) says `delegated-plugin` and
     /// carries the configuration the plugin then runs the delegated IPAM with.
+    /// While the configuration does not fit the node, nothing is allocated
+    /// (`fit`).
     pub fn allocate_next(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
         self.try_allocate_next(req, false)
     }
@@ -35,7 +37,10 @@ impl IpamState {
         req: &AllocateRequest,
         may_wait: bool,
     ) -> Result<IpamResponse, ApiError> {
-        if self.cfg.ipam_mode == IpamMode::DelegatedPlugin {
+        // A configuration that does not fit the node refuses first: in
+        // delegated-plugin mode too, where the plugin would allocate by itself.
+        let refused = self.fit_refusal();
+        if refused.is_none() && self.cfg.ipam_mode == IpamMode::DelegatedPlugin {
             return Err(ApiError {
                 config: Some(Box::new(self.config().status)),
                 ..ApiError::because(
@@ -46,7 +51,10 @@ impl IpamState {
             });
         }
         let started = std::time::Instant::now();
-        let result = self.allocate_next_inner(req);
+        let result = match refused {
+            Some(refused) => Err(refused),
+            None => self.allocate_next_inner(req),
+        };
         self.metrics
             .phase("ADD", "daemon-allocation", started.elapsed().as_secs_f64());
         if let Err(e) = &result
@@ -298,6 +306,9 @@ impl IpamState {
                 ErrorKind::Invalid,
                 format!("{} allocation disabled", family.label()),
             ));
+        }
+        if let Some(refused) = self.fit_refusal() {
+            return Err(refused);
         }
         let (pool, _) = self.choose_pool(pool, owner, family)?;
         let pool = if pool.is_empty() {

@@ -6,6 +6,8 @@
 //!   pending demand and the outbox marks (what the node asks of, and reports to,
 //!   the operator and the API server);
 //! - `effects`: the timers and stale host links left for the caller;
+//! - `fit`: whether the configuration fits the node (its verdict refuses
+//!   allocations while it has an error);
 //! - the pools of blocks (`ipam::multipool::PoolSet`: one `default` pool holding
 //!   the node CIDRs in the host-scope modes) the allocator draws from.
 //!
@@ -21,6 +23,7 @@ mod allocations;
 mod effects;
 mod error;
 mod explain;
+mod fit;
 mod leaks;
 mod ledger;
 mod node_sync;
@@ -119,6 +122,8 @@ pub struct IpamState {
     restore_report: RestoreReport,
     metrics: Arc<Metrics>,
     failures: VecDeque<FailureRecord>,
+    /// Whether the configuration fits the node.
+    fit: fit::Fit,
 }
 
 impl IpamState {

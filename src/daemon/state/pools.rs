@@ -240,14 +240,21 @@ impl IpamState {
     }
 
     /// What changed for the node sink since the last call: the used addresses
-    /// (`status.ipam.used`), the demand (`spec.ipam.pools.requested`) and the node's
-    /// addresses. None when nothing did.
+    /// (`status.ipam.used`), the demand (`spec.ipam.pools.requested`), the node's
+    /// addresses and whether the configuration fits the node. None when nothing did.
     pub fn take_outbox(&mut self) -> Option<NodeOutbox> {
         let used = self
             .sync
             .take_used_changed()
             .then(|| self.ledger.used_addresses());
-        self.sync.take_outbox(used, self.is_multi_pool())
+        let out = self.sync.take_outbox(used, self.is_multi_pool());
+        match self.take_config_fit() {
+            Some(fit) => Some(NodeOutbox {
+                config_fit: Some(fit),
+                ..out.unwrap_or_default()
+            }),
+            None => out,
+        }
     }
 
     /// Multi-pool: this node's default pool changed (a CiliumNodeConfig); None goes

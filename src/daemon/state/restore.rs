@@ -162,6 +162,7 @@ impl IpamState {
             restore_report: RestoreReport::default(),
             metrics,
             failures: VecDeque::new(),
+            fit: super::fit::Fit::default(),
         };
         state.apply_node_blocks();
         let mut report = RestoreReport::default();

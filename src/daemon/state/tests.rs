@@ -620,6 +620,12 @@ fn delegated_plugin_mode_refuses_to_allocate_with_its_configuration() {
     );
     // It is the mode, not a failure: explain and the failure metrics stay quiet.
     assert!(s.explain("c1").failures.is_empty());
+    // A configuration that does not fit the node refuses first: the plugin must
+    // not allocate by itself then.
+    s.set_node_facts(node_with(&["fd00::1"]));
+    let e = s.allocate_next(&pod("c2")).unwrap_err();
+    assert_eq!(e.reason, Some(FailureReason::NodeConfig));
+    assert!(e.config.is_none());
 }
 
 #[test]
@@ -2073,6 +2079,88 @@ fn an_allocation_marks_the_used_addresses_changed_for_the_node_sink() {
         .and_then(|o| o.used)
         .expect("the used addresses changed");
     assert!(used.ipv4.contains_key("10.0.0.9"));
+}
+
+// --- configuration check --------------------------------------------------------
+
+/// The facts of a node with `ips` as its InternalIPs (the Service range unknown).
+fn node_with(ips: &[&str]) -> crate::node::NodeFacts {
+    crate::node::NodeFacts {
+        internal_ips: ips.iter().map(|ip| addr(ip)).collect(),
+        service_range: crate::node::ServiceRange::Unknown("not read".into()),
+    }
+}
+
+#[test]
+fn a_configuration_that_does_not_fit_the_node_hands_out_nothing_while_releases_go_on() {
+    let dir = TestDir::new("state");
+    let mut s = start(&dir, &Setup::dual());
+    let before = s.allocate_next(&pod("before")).unwrap();
+    s.create_endpoint(&endpoint_for("before", &before)).unwrap();
+    // Not judged yet: nothing refused, no condition for the sink.
+    assert!(s.fits());
+    assert!(s.take_outbox().is_none_or(|o| o.config_fit.is_none()));
+    let verdict = s
+        .set_node_facts(node_with(&["10.250.0.2"]))
+        .expect("a verdict");
+    assert!(!verdict.fits());
+    assert!(
+        s.set_node_facts(node_with(&["10.250.0.2"])).is_none(),
+        "the same facts, no new verdict to log"
+    );
+    assert!(!s.fits());
+    let held = records(&s).len();
+    let e = s.allocate_next(&pod("c1")).unwrap_err();
+    assert_eq!(
+        (e.kind, e.reason),
+        (ErrorKind::NoAddress, Some(FailureReason::NodeConfig))
+    );
+    assert!(
+        e.message
+            .contains("enable-ipv6 is true (dual stack), but node node-a has no IPv6 InternalIP"),
+        "{}",
+        e.message
+    );
+    let e = s.allocate_ip("10.0.0.9", "ns/static", "").unwrap_err();
+    assert_eq!(e.reason, Some(FailureReason::NodeConfig));
+    assert_eq!(records(&s).len(), held, "not one address of either family");
+    let failures = s.explain("c1").failures;
+    assert_eq!(failures.len(), 1, "explain knows the refusal");
+    assert!(
+        failures[0].hint.contains("kubelet --node-ip"),
+        "{:?}",
+        failures[0]
+    );
+    let st = s.status_brief(true);
+    assert_eq!(st.cilium.state, "Failure");
+    assert!(
+        st.cilium.msg.contains("(enable-ipv6: NodeWithoutIPv6)"),
+        "{}",
+        st.cilium.msg
+    );
+    assert!(st.ipam.config_check.is_some_and(|c| !c.fits));
+    // The node sink gets the verdict once.
+    let fit = s
+        .take_outbox()
+        .and_then(|o| o.config_fit)
+        .expect("the condition");
+    assert_eq!((fit.fits, fit.reason.as_str()), (false, "NodeWithoutIPv6"));
+    assert!(s.take_outbox().is_none_or(|o| o.config_fit.is_none()));
+    // The pods the node has are deleted as ever.
+    assert!(s.delete_endpoints(&del("before")).is_ok());
+    // The Node lists an IPv6 address now: both families again.
+    let verdict = s
+        .set_node_facts(node_with(&["10.250.0.2", "fd00:250::2"]))
+        .expect("a new verdict");
+    assert!(verdict.fits());
+    let r = s.allocate_next(&pod("c2")).unwrap();
+    assert_eq!(ips(&r).len(), 2);
+    let fit = s
+        .take_outbox()
+        .and_then(|o| o.config_fit)
+        .expect("the condition");
+    assert_eq!((fit.fits, fit.reason.as_str()), (true, "Fits"));
+    assert_eq!(s.status_brief(true).cilium.state, "Ok");
 }
 
 // --- fakes ----------------------------------------------------------------------

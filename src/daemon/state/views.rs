@@ -325,6 +325,49 @@ impl IpamState {
                     .join("; "),
             }
         };
-        StatusResponse { cilium, ipam }
+        let mut status = StatusResponse { cilium, ipam };
+        self.add_config_check(&mut status);
+        status
+    }
+
+    /// Adds the configuration check (`ipam.config-check`, with the whole text of
+    /// each finding): an error makes the state a `Failure` (no address is handed
+    /// out), a warning an `Ok` state a `Warning`; the message names each by option
+    /// and reason.
+    fn add_config_check(&self, status: &mut StatusResponse) {
+        let Some(check) = self.config_check_status() else {
+            return;
+        };
+        let named = |severity: &str| {
+            check
+                .findings
+                .iter()
+                .filter(|f| f.severity == severity)
+                .map(|f| format!("{}: {}", f.option, f.reason))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (errors, warnings) = (named("error"), named("warning"));
+        let cilium = &mut status.cilium;
+        let mut lines = Vec::new();
+        if !errors.is_empty() {
+            cilium.state = "Failure".into();
+            lines.push(format!(
+                "the configuration does not fit this node, no pod gets an address ({errors})"
+            ));
+        }
+        if !warnings.is_empty() {
+            if cilium.state == "Ok" {
+                cilium.state = "Warning".into();
+            }
+            lines.push(format!("configuration warning ({warnings})"));
+        }
+        for line in lines {
+            cilium.msg = match cilium.msg.is_empty() {
+                true => line,
+                false => format!("{}; {line}", cilium.msg),
+            };
+        }
+        status.ipam.config_check = Some(check);
     }
 }

@@ -26,6 +26,7 @@ use super::services::{
 use crate::ipam::Family;
 use crate::k8s::discovery::{CiliumKind, resolve_waiting};
 use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
+use crate::k8s::objects::condition_json;
 use crate::operator::retry::{Retry, sleep_until};
 use crate::resources::{CiliumLoadBalancerIPPool, LB_IP_POOL_KIND, decode};
 
@@ -107,28 +108,6 @@ pub fn condition<'a>(svc: &'a Service, kind: &str) -> Option<&'a Condition> {
         .as_ref()?
         .iter()
         .find(|c| c.type_ == kind)
-}
-
-fn now() -> String {
-    k8s_openapi::jiff::Timestamp::now()
-        .round(k8s_openapi::jiff::Unit::Second)
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// A condition as JSON, keeping `old`'s transition time when its status is the same.
-pub fn condition_json(
-    kind: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-    old: Option<&Value>,
-) -> Value {
-    let since = old
-        .filter(|o| o["status"] == status)
-        .and_then(|o| o["lastTransitionTime"].as_str().map(str::to_string))
-        .unwrap_or_else(now);
-    json!({"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": since})
 }
 
 /// Whether `conditions` (as the object has them) already say what `wanted` says.

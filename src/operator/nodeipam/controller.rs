@@ -18,8 +18,9 @@ use serde_json::{Value, json};
 
 use super::addresses::{self, MATCH_NODE_LABELS_ANNOTATION, NodeIpamNode, NodeIpamService};
 use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
+use crate::k8s::objects::condition_json;
 use crate::operator::lbipam::controller::{
-    apply_service_status, condition, condition_json, ingress_ips, ip_families,
+    apply_service_status, condition, ingress_ips, ip_families,
 };
 use crate::operator::lbipam::services::{DefaultIpam, NODE_IPAM_CLASS};
 use crate::operator::retry::{Retry, sleep_until};

@@ -1,0 +1,637 @@
+//! The daemon's families checked against the node it runs on: `enable-ipv4` and
+//! `enable-ipv6` against the node's InternalIPs (its Node's `status.addresses`)
+//! and the cluster's Service range (the ServiceCIDR objects). One pure rule,
+//! [`judge`]:
+//! - every enabled pod family needs an InternalIP of that family on the node:
+//!   a node without IPv6 has no next hop for IPv6 pod CIDRs with native routing
+//!   and no source to masquerade IPv6 pods to outside the cluster (a VXLAN tunnel
+//!   over IPv4 would carry pod-to-pod IPv6, but not that). An error;
+//! - the pods and the Services must share a family: with none in common no
+//!   Service, the cluster DNS included, could reach a pod. An error;
+//! - pods and Services that share a family but differ in another (dual-stack
+//!   pods, an IPv4 Service range) are a warning: pods start and work, only the
+//!   Services of the other family do not exist (or have no endpoints here).
+//!   Kubernetes allows it (a dual-stack pod network may keep one Service family)
+//!   and Cilium does not check it.
+//!
+//! A fact the daemon could not read is not judged: a Node that lists no InternalIP
+//! (yet), a cluster without the ServiceCIDR API.
+//!
+//! While the verdict has an error the daemon hands out no address, so no pod gets
+//! one family where two were asked and no node runs half configured; DEL, CHECK
+//! and GC of the pods it has go on.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::config::IpamMode;
+use crate::api::models::{ConfigCheckStatus, ConfigFinding};
+use crate::ipam::Family;
+use crate::ipam::clusterpool::{OPT_IPV4_CIDR, OPT_IPV6_CIDR};
+use crate::node::{ConfigFit, NodeFacts, ServiceRange};
+
+/// How much a mismatch matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// The daemon hands out no address until it is fixed.
+    Error,
+    /// Pods start; something they could have is missing.
+    Warning,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        }
+    }
+}
+
+/// Addresses or CIDRs as a list for a message: `10.0.0.1, fd00::1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed(pub Vec<String>);
+
+impl fmt::Display for Listed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join(", "))
+    }
+}
+
+/// The option that turns `family` on.
+fn enable(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "enable-ipv4",
+        Family::V6 => "enable-ipv6",
+    }
+}
+
+/// The other family.
+fn other(family: Family) -> Family {
+    match family {
+        Family::V4 => Family::V6,
+        Family::V6 => Family::V4,
+    }
+}
+
+/// What else turning `family` off takes in `mode` (cluster-pool refuses a pool
+/// CIDR of a disabled family), for the advice.
+fn also_remove(mode: IpamMode, family: Family) -> String {
+    match (mode, family) {
+        (IpamMode::ClusterPool, Family::V4) => format!(" (and remove {OPT_IPV4_CIDR})"),
+        (IpamMode::ClusterPool, Family::V6) => format!(" (and remove {OPT_IPV6_CIDR})"),
+        _ => String::new(),
+    }
+}
+
+/// One way the configuration does not fit the node: what is wrong, which option,
+/// and what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Mismatch {
+    /// Both families on, and the node has no address of one of them.
+    #[error(
+        "{} is true (dual stack), but node {node} has no {} InternalIP (its Node's status.addresses list only {ips}): its {} pods would get addresses the node cannot carry for them (no next hop to other nodes with native routing, no source address to masquerade to outside the cluster). Give the node an {} address and list it (kubelet --node-ip=<IPv4>,<IPv6>), or set {}: \"false\"{also}",
+        enable(*.missing), .missing.label(), .missing.label(), .missing.label(), enable(*.missing)
+    )]
+    DualStackOnSingleStackNode {
+        missing: Family,
+        node: String,
+        ips: Listed,
+        /// What else turning the family off takes in this mode.
+        also: String,
+    },
+    /// One family on, and the node has addresses of the other family only.
+    #[error(
+        "{} is false, so pods get {} addresses only, but node {node} has only {} InternalIPs ({ips}): a pod network of one family needs nodes with addresses of that family. Set {}: \"true\" and {}: \"false\"{also} to run {} pods on this {} network, or give the node an {} address and list it (kubelet --node-ip) to keep {} pods",
+        enable(other(*.family)), .family.label(), other(*.family).label(),
+        enable(other(*.family)), enable(*.family), other(*.family).label(),
+        other(*.family).label(), .family.label(), .family.label()
+    )]
+    OtherFamilyNode {
+        /// The one family the pods get.
+        family: Family,
+        node: String,
+        ips: Listed,
+        also: String,
+    },
+    /// The pods' families and the Services' have none in common.
+    #[error(
+        "pods get {} addresses only ({}: false), but the cluster's Service range is {} only (ServiceCIDRs: {services}): no Service, not even the cluster DNS, could reach a pod of this node. Set {}: \"true\", or give the cluster a {} Service range (kube-apiserver --service-cluster-ip-range, or a ServiceCIDR object)",
+        .pods.label(), enable(other(*.pods)), other(*.pods).label(),
+        enable(other(*.pods)), .pods.label()
+    )]
+    NoServiceFamily { pods: Family, services: Listed },
+    /// Pods of a family no Service has.
+    #[error(
+        "{} is true, but the cluster's Service range has no {} CIDR (ServiceCIDRs: {services}): pods get {} addresses, yet no Service gets an {} ClusterIP, so {} reaches pods only directly; pods start and use {} Services. For {} Services add an {} range (kube-apiserver --service-cluster-ip-range=<IPv4>,<IPv6>, or a ServiceCIDR object); for {} pods without them set {}: \"false\"{also}",
+        enable(*.family), .family.label(), .family.label(), .family.label(), .family.label(),
+        other(*.family).label(), .family.label(), .family.label(), other(*.family).label(),
+        enable(*.family)
+    )]
+    PodFamilyWithoutServices {
+        family: Family,
+        services: Listed,
+        also: String,
+    },
+    /// Services of a family the pods do not get.
+    #[error(
+        "{} is false, but the cluster's Service range has {} CIDRs (ServiceCIDRs: {services}): the {} ClusterIPs of dual-stack and {} Services get no endpoints among this node's pods. Set {}: \"true\" (with an {} pool) to serve them",
+        enable(*.family), .family.label(), .family.label(), .family.label(),
+        enable(*.family), .family.label()
+    )]
+    ServicesWithoutPodFamily { family: Family, services: Listed },
+}
+
+impl Mismatch {
+    pub fn severity(&self) -> Severity {
+        match self {
+            Mismatch::DualStackOnSingleStackNode { .. }
+            | Mismatch::OtherFamilyNode { .. }
+            | Mismatch::NoServiceFamily { .. } => Severity::Error,
+            Mismatch::PodFamilyWithoutServices { .. }
+            | Mismatch::ServicesWithoutPodFamily { .. } => Severity::Warning,
+        }
+    }
+
+    /// The option to change first.
+    pub fn option(&self) -> &'static str {
+        match self {
+            Mismatch::DualStackOnSingleStackNode { missing: f, .. }
+            | Mismatch::PodFamilyWithoutServices { family: f, .. }
+            | Mismatch::ServicesWithoutPodFamily { family: f, .. } => enable(*f),
+            Mismatch::OtherFamilyNode { family: f, .. }
+            | Mismatch::NoServiceFamily { pods: f, .. } => enable(other(*f)),
+        }
+    }
+
+    /// One CamelCase word, as a Kubernetes condition's reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Mismatch::DualStackOnSingleStackNode {
+                missing: Family::V6,
+                ..
+            } => "NodeWithoutIPv6",
+            Mismatch::DualStackOnSingleStackNode {
+                missing: Family::V4,
+                ..
+            } => "NodeWithoutIPv4",
+            Mismatch::OtherFamilyNode {
+                family: Family::V6, ..
+            } => "IPv6PodsOnIPv4Node",
+            Mismatch::OtherFamilyNode {
+                family: Family::V4, ..
+            } => "IPv4PodsOnIPv6Node",
+            Mismatch::NoServiceFamily { .. } => "NoServiceFamilyInCommon",
+            Mismatch::PodFamilyWithoutServices { .. } => "PodFamilyWithoutServices",
+            Mismatch::ServicesWithoutPodFamily { .. } => "ServicesWithoutPodFamily",
+        }
+    }
+}
+
+/// What the daemon's configuration comes to on this node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Errors first, then warnings.
+    pub mismatches: Vec<Mismatch>,
+}
+
+impl Verdict {
+    /// No error: the node hands out addresses.
+    pub fn fits(&self) -> bool {
+        self.errors().next().is_none()
+    }
+
+    pub fn errors(&self) -> impl Iterator<Item = &Mismatch> {
+        self.mismatches
+            .iter()
+            .filter(|m| m.severity() == Severity::Error)
+    }
+
+    /// The text an allocation is refused with, while there is an error.
+    pub fn refusal(&self) -> Option<String> {
+        let errors: Vec<String> = self.errors().map(Mismatch::to_string).collect();
+        (!errors.is_empty()).then(|| {
+            format!(
+                "this node's podnet configuration does not fit the node, so it hands out no address until it is fixed: {}",
+                errors.join("; ")
+            )
+        })
+    }
+
+    /// The verdict as the node resource's condition.
+    pub fn condition(&self) -> ConfigFit {
+        let fits = self.fits();
+        let reason = match self.mismatches.first() {
+            None => "Fits",
+            Some(_) if fits => "FitsWithWarnings",
+            Some(m) => m.reason(),
+        };
+        let message = match self.mismatches.is_empty() {
+            true => "enable-ipv4 and enable-ipv6 fit the node's addresses and the cluster's Service range".to_string(),
+            false => self
+                .mismatches
+                .iter()
+                .map(|m| format!("{} ({}): {m}", m.severity().as_str(), m.option()))
+                .collect::<Vec<_>>()
+                .join("; "),
+        };
+        ConfigFit {
+            fits,
+            reason: reason.into(),
+            message,
+        }
+    }
+
+    /// The verdict and the facts it was made on, for `podnet status`.
+    pub fn status(&self, facts: &NodeFacts) -> ConfigCheckStatus {
+        ConfigCheckStatus {
+            fits: self.fits(),
+            internal_ips: facts.internal_ips.iter().map(IpAddr::to_string).collect(),
+            service_cidrs: match &facts.service_range {
+                ServiceRange::Known(cidrs) => cidrs.iter().map(IpNet::to_string).collect(),
+                ServiceRange::Unknown(_) => Vec::new(),
+            },
+            service_range_unknown: match &facts.service_range {
+                ServiceRange::Known(_) => String::new(),
+                ServiceRange::Unknown(why) => why.clone(),
+            },
+            findings: self
+                .mismatches
+                .iter()
+                .map(|m| ConfigFinding {
+                    severity: m.severity().as_str().into(),
+                    option: m.option().into(),
+                    reason: m.reason().into(),
+                    message: m.to_string(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Says the verdict in the log: each error and warning on its own line.
+    pub fn log(&self, node: &str) {
+        if self.mismatches.is_empty() {
+            tracing::info!(
+                node,
+                "the configuration fits this node's addresses and the cluster's Service range"
+            );
+        }
+        for m in &self.mismatches {
+            match m.severity() {
+                Severity::Error => {
+                    tracing::error!(
+                        node,
+                        option = m.option(),
+                        reason = m.reason(),
+                        "the configuration does not fit this node, no pod gets an address until it does: {m}"
+                    )
+                }
+                Severity::Warning => {
+                    tracing::warn!(node, option = m.option(), reason = m.reason(), "{m}")
+                }
+            }
+        }
+    }
+}
+
+/// Judges `families` (the enabled ones) in IPAM `mode` on node `node` with
+/// `facts`: the mismatches, errors first.
+pub fn judge(families: &[Family], mode: IpamMode, node: &str, facts: &NodeFacts) -> Verdict {
+    let mut mismatches = address_mismatches(families, mode, node, &facts.internal_ips);
+    if let ServiceRange::Known(cidrs) = &facts.service_range {
+        mismatches.extend(service_mismatches(families, mode, cidrs));
+    }
+    mismatches.sort_by_key(Mismatch::severity);
+    Verdict { mismatches }
+}
+
+/// The families of `families` present, as a set.
+fn family_set(families: impl IntoIterator<Item = Family>) -> BTreeSet<Family> {
+    families.into_iter().collect()
+}
+
+/// Every enabled family needs an InternalIP of its own.
+fn address_mismatches(
+    families: &[Family],
+    mode: IpamMode,
+    node: &str,
+    internal_ips: &[IpAddr],
+) -> Vec<Mismatch> {
+    if internal_ips.is_empty() {
+        return Vec::new();
+    }
+    let have = family_set(internal_ips.iter().map(Family::of_addr));
+    let ips = Listed(internal_ips.iter().map(IpAddr::to_string).collect());
+    let dual = families.len() > 1;
+    families
+        .iter()
+        .filter(|f| !have.contains(f))
+        .map(|&f| match dual {
+            true => Mismatch::DualStackOnSingleStackNode {
+                missing: f,
+                node: node.to_string(),
+                ips: ips.clone(),
+                also: also_remove(mode, f),
+            },
+            false => Mismatch::OtherFamilyNode {
+                family: f,
+                node: node.to_string(),
+                ips: ips.clone(),
+                also: also_remove(mode, f),
+            },
+        })
+        .collect()
+}
+
+/// The pods' families against the Services'.
+fn service_mismatches(families: &[Family], mode: IpamMode, cidrs: &[IpNet]) -> Vec<Mismatch> {
+    let services = family_set(cidrs.iter().map(Family::of_net));
+    let pods = family_set(families.iter().copied());
+    if services.is_empty() || pods.is_empty() {
+        return Vec::new();
+    }
+    let listed = Listed(cidrs.iter().map(IpNet::to_string).collect());
+    if services.is_disjoint(&pods) {
+        return pods
+            .iter()
+            .map(|&f| Mismatch::NoServiceFamily {
+                pods: f,
+                services: listed.clone(),
+            })
+            .collect();
+    }
+    let without_services =
+        pods.difference(&services)
+            .map(|&f| Mismatch::PodFamilyWithoutServices {
+                family: f,
+                services: listed.clone(),
+                also: also_remove(mode, f),
+            });
+    let without_pods = services
+        .difference(&pods)
+        .map(|&f| Mismatch::ServicesWithoutPodFamily {
+            family: f,
+            services: listed.clone(),
+        });
+    without_services.chain(without_pods).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V4_ONLY: &[Family] = &[Family::V4];
+    const V6_ONLY: &[Family] = &[Family::V6];
+    const DUAL: &[Family] = &[Family::V6, Family::V4];
+
+    fn ips(list: &[&str]) -> Vec<IpAddr> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    fn facts(addresses: &[&str], services: Option<&[&str]>) -> NodeFacts {
+        NodeFacts {
+            internal_ips: ips(addresses),
+            service_range: match services {
+                Some(s) => ServiceRange::Known(s.iter().map(|c| c.parse().unwrap()).collect()),
+                None => ServiceRange::Unknown("not served".into()),
+            },
+        }
+    }
+
+    fn reasons(v: &Verdict) -> Vec<&'static str> {
+        v.mismatches.iter().map(Mismatch::reason).collect()
+    }
+
+    const V4_SERVICES: Option<&[&str]> = Some(&["10.96.0.0/16"]);
+    const V6_SERVICES: Option<&[&str]> = Some(&["fd00:96::/112"]);
+    const DUAL_SERVICES: Option<&[&str]> = Some(&["10.96.0.0/16", "fd00:96::/112"]);
+
+    #[test]
+    fn families_that_match_the_node_and_the_services_fit_without_a_word() {
+        for (families, node, services) in [
+            (V4_ONLY, &["10.0.0.1"][..], V4_SERVICES),
+            (V6_ONLY, &["fd00::1"][..], V6_SERVICES),
+            (DUAL, &["10.0.0.1", "fd00::1"][..], DUAL_SERVICES),
+            // A node with more families than the pods use is fine.
+            (V4_ONLY, &["10.0.0.1", "fd00::1"][..], V4_SERVICES),
+        ] {
+            let v = judge(
+                families,
+                IpamMode::ClusterPool,
+                "n1",
+                &facts(node, services),
+            );
+            assert_eq!(v, Verdict::default(), "{families:?} on {node:?}");
+            assert!(v.fits() && v.refusal().is_none());
+            assert_eq!(v.condition().reason, "Fits");
+        }
+    }
+
+    #[test]
+    fn dual_stack_on_a_node_without_ipv6_is_an_error_naming_enable_ipv6() {
+        let v = judge(
+            DUAL,
+            IpamMode::ClusterPool,
+            "n1",
+            &facts(&["10.0.0.1"], None),
+        );
+        assert!(!v.fits());
+        assert_eq!(reasons(&v), ["NodeWithoutIPv6"]);
+        assert_eq!(v.mismatches[0].option(), "enable-ipv6");
+        assert_eq!(
+            v.mismatches[0].to_string(),
+            "enable-ipv6 is true (dual stack), but node n1 has no IPv6 InternalIP (its Node's \
+             status.addresses list only 10.0.0.1): its IPv6 pods would get addresses the node \
+             cannot carry for them (no next hop to other nodes with native routing, no source \
+             address to masquerade to outside the cluster). Give the node an IPv6 address and \
+             list it (kubelet \
+             --node-ip=<IPv4>,<IPv6>), or set enable-ipv6: \"false\" (and remove \
+             cluster-pool-ipv6-cidr)"
+        );
+        let refusal = v.refusal().unwrap();
+        assert!(refusal.contains("hands out no address") && refusal.contains("enable-ipv6"));
+    }
+
+    #[test]
+    fn dual_stack_on_a_node_without_ipv4_is_an_error_naming_enable_ipv4() {
+        let v = judge(DUAL, IpamMode::Kubernetes, "n1", &facts(&["fd00::1"], None));
+        assert_eq!(reasons(&v), ["NodeWithoutIPv4"]);
+        assert_eq!(v.mismatches[0].option(), "enable-ipv4");
+        // Only cluster-pool refuses a pool CIDR of a disabled family.
+        assert!(
+            v.mismatches[0]
+                .to_string()
+                .ends_with("or set enable-ipv4: \"false\""),
+            "{}",
+            v.mismatches[0]
+        );
+    }
+
+    #[test]
+    fn ipv6_only_pods_on_an_ipv4_only_node_name_enable_ipv4_and_the_fix() {
+        let v = judge(
+            V6_ONLY,
+            IpamMode::ClusterPool,
+            "n1",
+            &facts(&["10.0.0.1", "10.0.0.2"], None),
+        );
+        assert_eq!(reasons(&v), ["IPv6PodsOnIPv4Node"]);
+        assert_eq!(v.mismatches[0].option(), "enable-ipv4");
+        assert_eq!(
+            v.mismatches[0].to_string(),
+            "enable-ipv4 is false, so pods get IPv6 addresses only, but node n1 has only IPv4 \
+             InternalIPs (10.0.0.1, 10.0.0.2): a pod network of one family needs nodes with \
+             addresses of that family. Set enable-ipv4: \"true\" and enable-ipv6: \"false\" (and \
+             remove cluster-pool-ipv6-cidr) to run IPv4 pods on this IPv4 network, or give the \
+             node an IPv6 address and list it (kubelet --node-ip) to keep IPv6 pods"
+        );
+    }
+
+    #[test]
+    fn ipv4_only_pods_on_an_ipv6_only_node_name_enable_ipv6() {
+        let v = judge(
+            V4_ONLY,
+            IpamMode::MultiPool,
+            "n1",
+            &facts(&["fd00::1"], None),
+        );
+        assert_eq!(reasons(&v), ["IPv4PodsOnIPv6Node"]);
+        assert_eq!(v.mismatches[0].option(), "enable-ipv6");
+        assert!(v.mismatches[0].to_string().starts_with(
+            "enable-ipv6 is false, so pods get IPv4 addresses only, but node n1 has only IPv6 InternalIPs (fd00::1)"
+        ));
+    }
+
+    #[test]
+    fn a_node_that_lists_no_internal_ip_is_not_judged() {
+        for families in [V4_ONLY, V6_ONLY, DUAL] {
+            let v = judge(families, IpamMode::ClusterPool, "n1", &facts(&[], None));
+            assert!(v.mismatches.is_empty(), "{families:?}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_service_range_is_not_judged() {
+        let v = judge(
+            V6_ONLY,
+            IpamMode::ClusterPool,
+            "n1",
+            &facts(&["fd00::1"], None),
+        );
+        assert!(v.mismatches.is_empty());
+        let v = judge(V6_ONLY, IpamMode::ClusterPool, "n1", &facts(&[], Some(&[])));
+        assert!(
+            v.mismatches.is_empty(),
+            "no ServiceCIDR at all: nothing to say"
+        );
+    }
+
+    #[test]
+    fn dual_stack_pods_with_one_service_family_are_a_warning_that_lets_pods_start() {
+        let v = judge(
+            DUAL,
+            IpamMode::ClusterPool,
+            "n1",
+            &facts(&["10.0.0.1", "fd00::1"], V4_SERVICES),
+        );
+        assert_eq!(reasons(&v), ["PodFamilyWithoutServices"]);
+        assert!(v.fits() && v.refusal().is_none());
+        assert_eq!(v.mismatches[0].severity(), Severity::Warning);
+        assert_eq!(v.mismatches[0].option(), "enable-ipv6");
+        let text = v.mismatches[0].to_string();
+        assert!(
+            text.starts_with("enable-ipv6 is true, but the cluster's Service range has no IPv6 CIDR (ServiceCIDRs: 10.96.0.0/16)")
+                && text.contains("pods start and use IPv4 Services"),
+            "{text}"
+        );
+        let c = v.condition();
+        assert!(c.fits);
+        assert_eq!(c.reason, "FitsWithWarnings");
+        assert!(
+            c.message.starts_with("warning (enable-ipv6): "),
+            "{}",
+            c.message
+        );
+    }
+
+    #[test]
+    fn single_family_pods_with_dual_stack_services_are_a_warning() {
+        let v = judge(
+            V4_ONLY,
+            IpamMode::Kubernetes,
+            "n1",
+            &facts(&["10.0.0.1"], DUAL_SERVICES),
+        );
+        assert_eq!(reasons(&v), ["ServicesWithoutPodFamily"]);
+        assert!(v.fits());
+        assert_eq!(v.mismatches[0].option(), "enable-ipv6");
+    }
+
+    #[test]
+    fn pods_and_services_without_a_family_in_common_are_an_error() {
+        let v = judge(
+            V6_ONLY,
+            IpamMode::ClusterPool,
+            "n1",
+            &facts(&["fd00::1"], V4_SERVICES),
+        );
+        assert_eq!(reasons(&v), ["NoServiceFamilyInCommon"]);
+        assert!(!v.fits());
+        assert_eq!(v.mismatches[0].option(), "enable-ipv4");
+        assert!(
+            v.mismatches[0]
+                .to_string()
+                .contains("no Service, not even the cluster DNS, could reach a pod"),
+            "{}",
+            v.mismatches[0]
+        );
+    }
+
+    #[test]
+    fn errors_come_before_warnings_and_the_condition_names_the_first_error() {
+        // IPv6-only pods on an IPv4 node with dual-stack Services: the node is the
+        // error; the missing IPv4 pods for IPv4 Services a warning.
+        let v = judge(
+            V6_ONLY,
+            IpamMode::ClusterPool,
+            "n1",
+            &facts(&["10.0.0.1"], DUAL_SERVICES),
+        );
+        assert_eq!(
+            reasons(&v),
+            ["IPv6PodsOnIPv4Node", "ServicesWithoutPodFamily"]
+        );
+        let c = v.condition();
+        assert!(!c.fits);
+        assert_eq!(c.reason, "IPv6PodsOnIPv4Node");
+        assert!(
+            c.message.starts_with("error (enable-ipv4): enable-ipv4 is false")
+                && c.message.contains("; warning (enable-ipv4): enable-ipv4 is false, but the cluster's Service range has IPv4 CIDRs"),
+            "{}",
+            c.message
+        );
+        // The refusal carries the errors only.
+        assert!(!v.refusal().unwrap().contains("warning"));
+    }
+
+    #[test]
+    fn the_status_lists_the_facts_and_every_finding() {
+        let f = facts(&["10.0.0.1"], None);
+        let s = judge(DUAL, IpamMode::ClusterPool, "n1", &f).status(&f);
+        assert!(!s.fits);
+        assert_eq!(s.internal_ips, ["10.0.0.1"]);
+        assert!(s.service_cidrs.is_empty());
+        assert_eq!(s.service_range_unknown, "not served");
+        assert_eq!(s.findings.len(), 1);
+        assert_eq!(
+            (
+                s.findings[0].severity.as_str(),
+                s.findings[0].option.as_str()
+            ),
+            ("error", "enable-ipv6")
+        );
+    }
+}
