@@ -515,6 +515,15 @@ fn an_ipv6_underlay_tunnels_pods_across_a_fabric_without_ipv4() {
         return;
     };
     cp.install_crds();
+    // IPv6-only pods need an IPv6 Service range (daemon::node_check refuses a
+    // pod network with no family in common with the Services): a second
+    // ServiceCIDR beside the API server's IPv4 one.
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        r#"{"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+            "metadata": {"name": "ipv6"}, "spec": {"cidrs": ["fd00:96::/112"]}}"#,
+    )
+    .expect_ok("an IPv6 ServiceCIDR");
     let args = [
         "--ipam",
         "kubernetes",
