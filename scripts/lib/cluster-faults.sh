@@ -30,12 +30,12 @@ start_etcd() {
 start_apiserver() {
     local p="$DIR/pki"
     spawn cp kube-apiserver "$BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 \
-        --bind-address=0.0.0.0 --advertise-address="$CP_IP" --secure-port=6443 \
+        --bind-address="$(if has_v4 && ! has_v6; then echo 0.0.0.0; else echo ::; fi)" --advertise-address="$(cp_addr)" --secure-port=6443 \
         --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
         --client-ca-file="$p/ca.crt" --allow-privileged=true \
         --service-account-issuer=https://kubernetes.default.svc.cluster.local \
         --service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
-        --service-cluster-ip-range="$SERVICE_CIDR" --authorization-mode=Node,RBAC \
+        --service-cluster-ip-range="$(family_list "$SERVICE_CIDR" "$SERVICE_CIDR6")" --authorization-mode=Node,RBAC \
         --enable-admission-plugins=NodeRestriction \
         --kubelet-client-certificate="$p/admin.crt" --kubelet-client-key="$p/admin.key" \
         --kubelet-preferred-address-types=InternalIP \

@@ -1,20 +1,57 @@
-# install_podnet tunnel|native: `kubectl apply -f deploy/` on the cluster of
-# scripts/cluster, as it is (tunnel) or with native routing (the ConfigMap is
-# created first with routing-mode native, auto-direct-node-routes and the native
-# routing CIDR; `apply` keeps those keys because the ConfigMap has no
-# last-applied annotation: with `create --save-config` apply would delete them,
-# so kubectl's warning about the missing annotation is expected). Sourced by scripts/conformance and
+# install_podnet tunnel|native [ipv4|dual|ipv6]: `kubectl apply -f deploy/` on the
+# cluster of scripts/cluster, with the ConfigMap changes docs/kubernetes.md
+# documents for the routing mode and the cluster's IP family (default: the
+# running cluster's, `scripts/cluster ip-family`):
+#   native  routing-mode native, auto-direct-node-routes, the native routing CIDR
+#           of each family;
+#   dual    enable-ipv6 and the IPv6 cluster pool (CIDR and mask size);
+#   ipv6    ... and enable-ipv4 "false", the IPv6 underlay (underlay-protocol).
+# The edited manifests are applied as a user who changed the ConfigMap's values
+# would apply them. Sourced by scripts/conformance, scripts/soak and
 # scripts/bench-peers; the caller defines REPO, POD_CIDR, die and kubectl.
+POD_CIDR6=fd00:10:244::/104
+
 install_podnet() {
-    if [ "$1" = native ]; then
-        kubectl -n kube-system create configmap podnet-config \
-            --from-literal=routing-mode=native \
-            --from-literal=auto-direct-node-routes=true \
-            --from-literal=ipv4-native-routing-cidr="$POD_CIDR" > /dev/null
+    local routing=$1 family=${2:-} set=()
+    [ -n "$family" ] || family=$(bash "$REPO/scripts/cluster" ip-family)
+    if [ "$routing" = native ]; then
+        set+=(routing-mode=native auto-direct-node-routes=true)
+        [ "$family" = ipv6 ] || set+=(ipv4-native-routing-cidr="$POD_CIDR")
+        [ "$family" = ipv4 ] || set+=(ipv6-native-routing-cidr="$POD_CIDR6")
     fi
-    kubectl apply -f "$REPO/deploy/" > /dev/null
-    if [ "$1" = native ]; then
-        [ "$(kubectl -n kube-system get configmap podnet-config -o jsonpath='{.data.routing-mode}')" = native ] ||
-            die "the podnet ConfigMap lost routing-mode native"
-    fi
+    case "$family" in
+        ipv4) ;;
+        dual) set+=(enable-ipv6=true cluster-pool-ipv6-cidr="$POD_CIDR6" cluster-pool-ipv6-mask-size=120) ;;
+        ipv6)
+            set+=(enable-ipv4=false enable-ipv6=true cluster-pool-ipv6-cidr="$POD_CIDR6"
+                cluster-pool-ipv6-mask-size=120 underlay-protocol=ipv6)
+            ;;
+        *) die "install_podnet: IP family $family is not ipv4, dual or ipv6" ;;
+    esac
+    podnet_manifests "${set[@]}" | kubectl apply -f - > /dev/null ||
+        die "kubectl apply -f deploy/ (with ${set[*]:-no change}) failed"
+}
+
+# podnet_manifests KEY=VALUE...: deploy/'s manifests with the keys set in the
+# data of the ConfigMap podnet-config (deploy/podnet.yaml's first document):
+# replaced where it has them, added where not.
+podnet_manifests() {
+    local f
+    for f in "$REPO"/deploy/*.yaml; do
+        [ -f "$f" ] || continue
+        if [ "$(basename "$f")" = podnet.yaml ]; then
+            awk -v sets="$(printf '%s\n' "$@")" '
+                BEGIN { n = split(sets, kv, "\n"); for (i = 1; i <= n; i++) if (kv[i] != "") {
+                    k = substr(kv[i], 1, index(kv[i], "=") - 1); v[k] = substr(kv[i], index(kv[i], "=") + 1); order[++m] = k } }
+                /^data:/ && !done { indata = 1; print; next }
+                indata && /^---/ { for (i = 1; i <= m; i++) if (!(order[i] in seen)) printf "  %s: \"%s\"\n", order[i], v[order[i]]
+                                   indata = 0; done = 1 }
+                indata && match($0, /^  [a-z0-9-]+:/) { k = substr($0, 3, RLENGTH - 3)
+                    if (k in v) { printf "  %s: \"%s\"\n", k, v[k]; seen[k] = 1; next } }
+                { print }' "$f"
+        else
+            cat "$f"
+        fi
+        printf '\n---\n'
+    done
 }
