@@ -20,7 +20,9 @@ use podnet::datapath::{NetNs, in_netns};
 
 use crate::harness::*;
 use crate::k8s::{API_IP, ControlPlane, NodeNs};
-use crate::k8s_backend::{add_as, create_node, create_pod, k8s_node, operator_allocates};
+use crate::k8s_backend::{
+    add_as, create_node, create_pod, k8s_node, operator_allocates, set_internal_ips,
+};
 
 /// Waits until `f` holds, at most `limit`.
 pub fn wait_for(what: &str, limit: Duration, f: impl FnMut() -> bool) {
@@ -176,19 +178,7 @@ pub fn start_node(
             "nodad",
         ]);
         assert!(added.status.success(), "{added:?}");
-        cp.kubectl(&[
-            "patch",
-            "node",
-            name,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &format!(
-                r#"{{"status":{{"addresses":[{{"type":"InternalIP","address":"{}"}},{{"type":"InternalIP","address":"{v6}"}}]}}}}"#,
-                ns.ip
-            ),
-        ])
-        .expect_ok("the Node's IPv6 InternalIP");
+        set_internal_ips(cp, name, &[&ns.ip.to_string(), &v6]);
     }
     if !blocks.is_empty() {
         operator_allocates(cp, name, blocks);
@@ -493,16 +483,7 @@ fn start_ipv6_only_node(
         assert!(out.status.success(), "ip {cmd}: {out:?}");
     }
     create_node(cp, &ns, &[cidr]);
-    cp.kubectl(&[
-        "patch",
-        "node",
-        name,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &format!(r#"{{"status":{{"addresses":[{{"type":"InternalIP","address":"{v6}"}}]}}}}"#),
-    ])
-    .expect_ok("the Node's IPv6 InternalIP");
+    set_internal_ips(cp, name, &[&v6]);
     let mut node = k8s_node(ns, &cp.kubeconfig(), args);
     node.start_daemon();
     (node, v6)
