@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use ipnet::IpNet;
 
-use super::crossnode::{CrossNodeConfig, TunnelProtocol, UnderlayProtocol};
+use super::crossnode::{CrossNodeConfig, TunnelProtocol};
 use super::options::DaemonOptions;
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{ClusterPoolConfig, ClusterPoolError, parse_cidr_list};
@@ -521,7 +521,7 @@ fn cross_node(
             0 => 8472,
             p => p,
         },
-        underlay: UnderlayProtocol::parse(&opts.underlay_protocol)?,
+        underlay: super::crossnode::parse_underlay(&opts.underlay_protocol)?,
         auto_direct_node_routes: opts.auto_direct_node_routes,
         native_routing_cidrs,
         masquerade_v4: opts.enable_ipv4 && opts.enable_ipv4_masquerade.unwrap_or(!embedded),
@@ -678,7 +678,7 @@ mod tests {
         assert_eq!(c.routing, RoutingMode::Tunnel);
         assert_eq!(
             (c.tunnel_protocol, c.tunnel_port, c.underlay),
-            (TunnelProtocol::Vxlan, 8472, UnderlayProtocol::Ipv4)
+            (TunnelProtocol::Vxlan, 8472, Family::V4)
         );
         assert!(c.masquerade_v4 && !c.masquerade_v6);
         let mut args = kc.to_vec();

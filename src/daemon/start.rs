@@ -386,7 +386,9 @@ fn mtus(config: &DaemonConfig, opts: &DaemonOptions) -> Mtus {
         devices::default_route_mtu().unwrap_or(1500)
     };
     let pod = match config.cross_node.routing {
-        RoutingMode::Tunnel => device.saturating_sub(config.cross_node.underlay.tunnel_overhead()),
+        RoutingMode::Tunnel => device.saturating_sub(crate::daemon::crossnode::tunnel_overhead(
+            config.cross_node.underlay,
+        )),
         RoutingMode::Native => device,
     };
     Mtus { pod, device }

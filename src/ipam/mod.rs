@@ -50,6 +50,14 @@ impl Family {
         }
     }
 
+    /// The other family.
+    pub fn other(self) -> Family {
+        match self {
+            Family::V4 => Family::V6,
+            Family::V6 => Family::V4,
+        }
+    }
+
     /// Human label used in error messages: `"IPv4"` or `"IPv6"`.
     pub fn label(self) -> &'static str {
         match self {

@@ -106,7 +106,7 @@ impl Reconciler {
         };
         let mtu = self
             .device_mtu
-            .saturating_sub(self.config.underlay.tunnel_overhead());
+            .saturating_sub(super::tunnel_overhead(self.config.underlay));
         let link = match existing {
             Some(l)
                 if l.kind.as_deref() == Some("vxlan")
@@ -267,8 +267,9 @@ mod tests {
     use std::net::IpAddr;
 
     use super::*;
+    use crate::daemon::crossnode::TunnelProtocol;
     use crate::daemon::crossnode::plan::tunnel_mac;
-    use crate::daemon::crossnode::{TunnelProtocol, UnderlayProtocol};
+    use crate::ipam::Family;
 
     fn listed(prefsrc: Option<&str>) -> RouteInfo {
         RouteInfo {
@@ -343,7 +344,7 @@ mod tests {
                 routing: RoutingMode::Tunnel,
                 tunnel_protocol: TunnelProtocol::Vxlan,
                 tunnel_port: 8472,
-                underlay: UnderlayProtocol::Ipv4,
+                underlay: Family::V4,
                 auto_direct_node_routes: false,
                 native_routing_cidrs: Vec::new(),
                 masquerade_v4: false,
@@ -361,7 +362,7 @@ mod tests {
             );
             assert_eq!(sock.list_fdb(old.index).unwrap(), Vec::from_iter(v4.fdb));
 
-            config.underlay = UnderlayProtocol::Ipv6;
+            config.underlay = Family::V6;
             let v6 = endpoints("2001:db8::1", "2001:db8::2");
             let mut r = Reconciler::new(config, 1500);
             assert_eq!(r.apply(&v6), Vec::<String>::new());

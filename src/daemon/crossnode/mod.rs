@@ -12,7 +12,6 @@ pub mod masquerade;
 pub mod plan;
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,6 +20,7 @@ use ipnet::IpNet;
 use super::Daemon;
 use super::config::{ConfigError, RoutingMode};
 use crate::api::models::{CrossNodeStatus, RemoteNodeStatus};
+use crate::ipam::Family;
 use crate::resources::NodeResource;
 use apply::Reconciler;
 use plan::ClusterNode;
@@ -62,60 +62,23 @@ impl TunnelProtocol {
     }
 }
 
-/// `--underlay-protocol` (Cilium's name and values): the IP family of the
-/// tunnel's outer packets, so of the InternalIP each node's tunnel endpoint is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UnderlayProtocol {
-    Ipv4,
-    Ipv6,
+/// Parses `--underlay-protocol` (Cilium's name and values, `ipv4` or `ipv6`): the
+/// IP family of the tunnel's outer packets, so of the InternalIP each node's
+/// tunnel endpoint is.
+pub fn parse_underlay(s: &str) -> Result<Family, ConfigError> {
+    match s {
+        "ipv4" => Ok(Family::V4),
+        "ipv6" => Ok(Family::V6),
+        other => Err(ConfigError::UnknownUnderlayProtocol(other.to_string())),
+    }
 }
 
-impl UnderlayProtocol {
-    /// Parses `--underlay-protocol`.
-    pub fn parse(s: &str) -> Result<UnderlayProtocol, ConfigError> {
-        match s {
-            "ipv4" => Ok(UnderlayProtocol::Ipv4),
-            "ipv6" => Ok(UnderlayProtocol::Ipv6),
-            other => Err(ConfigError::UnknownUnderlayProtocol(other.to_string())),
-        }
-    }
-
-    /// The option's value (`ipv4`, `ipv6`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            UnderlayProtocol::Ipv4 => "ipv4",
-            UnderlayProtocol::Ipv6 => "ipv6",
-        }
-    }
-
-    /// The other value (the fix a message offers).
-    pub fn other(self) -> UnderlayProtocol {
-        match self {
-            UnderlayProtocol::Ipv4 => UnderlayProtocol::Ipv6,
-            UnderlayProtocol::Ipv6 => UnderlayProtocol::Ipv4,
-        }
-    }
-
-    /// `IPv4` or `IPv6`, for messages.
-    pub fn label(self) -> &'static str {
-        match self {
-            UnderlayProtocol::Ipv4 => "IPv4",
-            UnderlayProtocol::Ipv6 => "IPv6",
-        }
-    }
-
-    /// Whether `ip` is of this family.
-    pub fn holds(self, ip: &IpAddr) -> bool {
-        ip.is_ipv6() == (self == UnderlayProtocol::Ipv6)
-    }
-
-    /// What the encapsulation adds to each packet: the tunnel device's MTU, and
-    /// the pods', is the node device's MTU minus this.
-    pub fn tunnel_overhead(self) -> u32 {
-        match self {
-            UnderlayProtocol::Ipv4 => TUNNEL_OVERHEAD_IPV4,
-            UnderlayProtocol::Ipv6 => TUNNEL_OVERHEAD_IPV6,
-        }
+/// What the encapsulation over `underlay` adds to each packet: the tunnel
+/// device's MTU, and the pods', is the node device's MTU minus this.
+pub fn tunnel_overhead(underlay: Family) -> u32 {
+    match underlay {
+        Family::V4 => TUNNEL_OVERHEAD_IPV4,
+        Family::V6 => TUNNEL_OVERHEAD_IPV6,
     }
 }
 
@@ -127,7 +90,7 @@ pub struct CrossNodeConfig {
     /// `--tunnel-port` (VXLAN's UDP port).
     pub tunnel_port: u16,
     /// `--underlay-protocol`: the family of the tunnel's outer packets.
-    pub underlay: UnderlayProtocol,
+    pub underlay: Family,
     /// `--auto-direct-node-routes` (native mode).
     pub auto_direct_node_routes: bool,
     /// `--ipv4-native-routing-cidr`, `--ipv6-native-routing-cidr`: destinations
@@ -307,7 +270,7 @@ fn publish(status: &SharedStatus, plan: &plan::DatapathPlan, errors: Vec<String>
 mod tests {
     use super::*;
 
-    fn tunnel(underlay: UnderlayProtocol) -> CrossNodeConfig {
+    fn tunnel(underlay: Family) -> CrossNodeConfig {
         CrossNodeConfig {
             routing: RoutingMode::Tunnel,
             tunnel_protocol: TunnelProtocol::Vxlan,
@@ -323,11 +286,11 @@ mod tests {
     #[test]
     fn the_status_line_names_the_underlay_family() {
         assert_eq!(
-            tunnel(UnderlayProtocol::Ipv6).describe(),
+            tunnel(Family::V6).describe(),
             "tunnel (vxlan over IPv6, port 8472, device podnet_vxlan); masquerade IPv6 (nftables table podnet)"
         );
         assert!(
-            tunnel(UnderlayProtocol::Ipv4)
+            tunnel(Family::V4)
                 .describe()
                 .starts_with("tunnel (vxlan over IPv4, port 8472")
         );
@@ -335,16 +298,16 @@ mod tests {
 
     #[test]
     fn an_ipv6_underlay_takes_70_bytes_and_an_ipv4_one_50() {
-        assert_eq!(UnderlayProtocol::Ipv4.tunnel_overhead(), 50);
-        assert_eq!(UnderlayProtocol::Ipv6.tunnel_overhead(), 40 + 8 + 8 + 14);
+        assert_eq!(tunnel_overhead(Family::V4), 50);
+        assert_eq!(tunnel_overhead(Family::V6), 40 + 8 + 8 + 14);
     }
 
     #[test]
     fn underlay_protocol_takes_ciliums_two_values_and_names_them_otherwise() {
-        for u in [UnderlayProtocol::Ipv4, UnderlayProtocol::Ipv6] {
-            assert_eq!(UnderlayProtocol::parse(u.as_str()), Ok(u));
+        for u in [Family::V4, Family::V6] {
+            assert_eq!(parse_underlay(u.as_str()), Ok(u));
         }
-        let e = UnderlayProtocol::parse("inet6").unwrap_err().to_string();
+        let e = parse_underlay("inet6").unwrap_err().to_string();
         assert!(
             e.starts_with("--underlay-protocol \"inet6\" is not one of ipv4, ipv6"),
             "{e}"

@@ -18,9 +18,10 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
-use super::{CrossNodeConfig, UnderlayProtocol};
+use super::CrossNodeConfig;
 use crate::daemon::config::RoutingMode;
 use crate::datapath::{L2Entry, format_mac};
+use crate::ipam::Family;
 use crate::resources::NodeResource;
 
 /// What a CiliumNode says about a node, for routing to it.
@@ -76,11 +77,11 @@ impl ClusterNode {
     }
 
     /// The first InternalIP of the underlay family: the node's tunnel endpoint.
-    fn underlay_ip(&self, underlay: UnderlayProtocol) -> Option<IpAddr> {
+    fn underlay_ip(&self, underlay: Family) -> Option<IpAddr> {
         self.internal_ips
             .iter()
             .copied()
-            .find(|ip| underlay.holds(ip))
+            .find(|ip| Family::of_addr(ip) == underlay)
     }
 
     fn internal_ip_like(&self, dst: &IpNet) -> Option<IpAddr> {
@@ -271,7 +272,7 @@ pub fn plan(
 
 /// Every tunnel MAC with the names of the nodes it is derived for (this node
 /// included): more than one name is a collision.
-fn mac_owners(nodes: &[ClusterNode], underlay: UnderlayProtocol) -> BTreeMap<[u8; 6], Vec<&str>> {
+fn mac_owners(nodes: &[ClusterNode], underlay: Family) -> BTreeMap<[u8; 6], Vec<&str>> {
     let mut owners: BTreeMap<[u8; 6], Vec<&str>> = BTreeMap::new();
     for n in nodes {
         if let Some(ip) = n.underlay_ip(underlay) {
@@ -287,7 +288,7 @@ fn add_tunnel_paths(
     out: &mut DatapathPlan,
     node: &ClusterNode,
     me: Option<&ClusterNode>,
-    underlay: UnderlayProtocol,
+    underlay: Family,
     owners: &BTreeMap<[u8; 6], Vec<&str>>,
 ) -> String {
     let Some(remote) = node.underlay_ip(underlay) else {
@@ -374,7 +375,7 @@ mod tests {
             routing,
             tunnel_protocol: super::super::TunnelProtocol::Vxlan,
             tunnel_port: 8472,
-            underlay: UnderlayProtocol::Ipv4,
+            underlay: Family::V4,
             auto_direct_node_routes: routing == RoutingMode::Native,
             native_routing_cidrs: Vec::new(),
             masquerade_v4: true,
@@ -474,7 +475,7 @@ mod tests {
 
     fn v6_config() -> CrossNodeConfig {
         CrossNodeConfig {
-            underlay: UnderlayProtocol::Ipv6,
+            underlay: Family::V6,
             ..config(RoutingMode::Tunnel)
         }
     }
@@ -620,7 +621,7 @@ mod tests {
     #[test]
     fn native_routing_ignores_the_underlay_protocol() {
         let c = CrossNodeConfig {
-            underlay: UnderlayProtocol::Ipv6,
+            underlay: Family::V6,
             ..config(RoutingMode::Native)
         };
         let p = plan(&c, "b", &cluster(), &BTreeSet::new());
