@@ -1,21 +1,22 @@
 //! The agent's configuration checked against its node on a real API server
-//! (`daemon::node_check`): dual stack on a Node that lists no IPv6 InternalIP, and
-//! IPv6-only pods (`enable-ipv4=false`) on a Node with IPv4 InternalIPs only. Each
-//! is named in the agent's log, in its CiliumNode's `podnet.io/ConfigFitsNode`
-//! condition and in `podnet status`; ADD fails with CNI code 106 and allocates
-//! nothing, STATUS answers 50, the CNI config is not written, and the pods the
-//! node has keep CHECK, GC and DEL. The test API server's Service range is IPv4
-//! only (10.96.0.0/16): a dual-stack node that lists both addresses fits, with a
-//! warning about the Services.
+//! (`daemon::node_check`): dual stack on a Node that lists no IPv6 InternalIP,
+//! IPv6-only pods (`enable-ipv4=false`) on a Node with IPv4 InternalIPs only, an
+//! IPv4 tunnel underlay (`underlay-protocol`) with IPv4 disabled, and an IPv6
+//! underlay on a Node without an IPv6 InternalIP. Each is named in the agent's log,
+//! in its CiliumNode's `podnet.io/ConfigFitsNode` condition and in `podnet status`;
+//! ADD fails with CNI code 106 and allocates nothing, STATUS answers 50, the CNI
+//! config is not written, and the pods the node has keep CHECK, GC and DEL. The
+//! test API server's Service range is IPv4 only (10.96.0.0/16): a dual-stack node
+//! that lists both addresses fits, with a warning about the Services.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
 use crate::harness::*;
 use crate::k8s::ControlPlane;
 use crate::k8s_backend::{
-    create_node, eventually, jsonpath, k8s_node, node_ipv6, set_internal_ips,
+    add_service_cidr, create_node, eventually, jsonpath, k8s_node, node_ipv6, set_internal_ips,
 };
 
 /// A field of the node's `podnet.io/ConfigFitsNode` condition.
@@ -35,19 +36,84 @@ fn holds_any(node: &Node, sb: &Sandbox) -> bool {
         .any(|owner| owner.contains(&sb.ns.name))
 }
 
+/// Asserts that the daemon of `node` (Node `name` of `cp`) does not fit, with the
+/// error `named` under `option`: in its log, in its CiliumNode's condition
+/// (`False`, the message listing it), in `podnet status` (`Failure`), as ADD's CNI
+/// code 106 with nothing allocated and as STATUS's code 50; the CNI config `conf`
+/// is not written. The condition's message, and the sandbox ADD was refused for.
+fn assert_refused(
+    cp: &ControlPlane,
+    node: &Node,
+    name: &str,
+    conf: &Path,
+    option: &str,
+    named: &str,
+) -> (String, Sandbox) {
+    eventually("the error in the agent's log", || {
+        node.log().contains(named)
+    });
+    eventually("the condition", || condition(cp, name, "status") == "False");
+    let message = condition(cp, name, "message");
+    assert!(
+        message.contains(&format!("error ({option}): {named}")),
+        "{message}"
+    );
+    let status = node.podnet(&["status"]);
+    assert!(
+        status.contains("State:      Failure")
+            && status.contains("Config:     DOES NOT FIT this node")
+            && status.contains(&format!("  error ({option}): {named}")),
+        "{status}"
+    );
+    let sb = node.sandbox();
+    let r = node.add(&sb);
+    assert_eq!(r.code(), 106, "{}", r.stdout);
+    assert!(r.msg().contains(named), "{}", r.msg());
+    assert!(!holds_any(node, &sb) && node.host_links().is_empty());
+    let st = node.plugin("STATUS", None, &node.conf("1.1.0"), &[]);
+    assert_eq!(st.code(), 50, "{}", st.stdout);
+    assert!(st.msg().contains(named), "{}", st.msg());
+    assert!(!conf.exists(), "the CNI config was written");
+    (message, sb)
+}
+
 /// A node of `cp` whose Node has the pod CIDRs `cidrs` and lists its IPv4
 /// address alone, with its daemon (`args`, writing its CNI config into the
-/// returned directory) started; and the node's two addresses.
+/// returned path) started; and the node's two addresses.
 fn start_on_ipv4_node(
     cp: &ControlPlane,
     name: &str,
     cidrs: &[&str],
     args: &[&str],
 ) -> (Node, PathBuf, [String; 2]) {
+    start_listing(cp, name, cidrs, args, |ips| vec![ips[0].clone()])
+}
+
+/// A node of `cp` whose Node has the pod CIDRs `cidrs` and lists the InternalIPs
+/// `listed` picks of its two addresses (IPv4, IPv6; the IPv6 one is on the
+/// node's device too), with its daemon (`args`, writing its CNI config into the
+/// returned path) started; and the node's two addresses.
+fn start_listing(
+    cp: &ControlPlane,
+    name: &str,
+    cidrs: &[&str],
+    args: &[&str],
+    listed: impl Fn(&[String; 2]) -> Vec<String>,
+) -> (Node, PathBuf, [String; 2]) {
     let ns = cp.add_node_ns(name);
     create_node(cp, &ns, cidrs);
     let ips = [ns.ip.to_string(), node_ipv6(&ns)];
-    set_internal_ips(cp, name, &[&ips[0]]);
+    let v6 = format!("{}/64", ips[1]);
+    let out = ns
+        .ns
+        .exec(&["ip", "addr", "add", &v6, "dev", "eth0", "nodad"]);
+    assert!(out.status.success(), "the node's IPv6 address: {out:?}");
+    let listed = listed(&ips);
+    set_internal_ips(
+        cp,
+        name,
+        &listed.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
     let mut node = k8s_node(ns, &cp.kubeconfig(), args);
     let net_d = node.dir.join("net.d");
     node.args.extend([
@@ -71,38 +137,15 @@ fn dual_stack_on_a_node_without_ipv6_hands_out_nothing_until_the_node_lists_one(
         &["--ipam", "kubernetes", "--enable-ipv6"],
     );
     let named = "enable-ipv6 is true (dual stack), but node cc-1 has no IPv6 InternalIP";
-    // The log, the CiliumNode and podnet status name the option.
-    eventually("the error in the agent's log", || {
-        node.log().contains(named)
-    });
-    eventually("the condition", || {
-        condition(&cp, "cc-1", "status") == "False"
-    });
+    // The log, the CiliumNode and podnet status name the option; ADD gets 106.
+    let (message, sb) = assert_refused(&cp, &node, "cc-1", &conf, "enable-ipv6", named);
     assert_eq!(condition(&cp, "cc-1", "reason"), "NodeWithoutIPv6");
-    let message = condition(&cp, "cc-1", "message");
     assert!(
         message.starts_with("error (enable-ipv6): ")
             && message.contains(&format!("list only {v4})"))
             && message.contains("kubelet --node-ip=<IPv4>,<IPv6>"),
         "{message}"
     );
-    let status = node.podnet(&["status"]);
-    assert!(
-        status.contains("State:      Failure")
-            && status.contains("Config:     DOES NOT FIT this node")
-            && status.contains(&format!("  error (enable-ipv6): {named}")),
-        "{status}"
-    );
-    // ADD: CNI code 106, the message naming the option, nothing allocated.
-    let sb = node.sandbox();
-    let r = node.add(&sb);
-    assert_eq!(r.code(), 106, "{}", r.stdout);
-    assert!(r.msg().contains(named), "{}", r.msg());
-    assert!(!holds_any(&node, &sb) && node.host_links().is_empty());
-    let st = node.plugin("STATUS", None, &node.conf("1.1.0"), &[]);
-    assert_eq!(st.code(), 50, "{}", st.stdout);
-    assert!(st.msg().contains(named), "{}", st.msg());
-    assert!(!conf.exists(), "the CNI config was written");
 
     // The Node lists an IPv6 address: both families, and the CNI config.
     set_internal_ips(&cp, "cc-1", &[&v4, &v6]);
@@ -174,31 +217,110 @@ fn ipv6_only_pods_on_an_ipv4_only_node_are_refused_naming_enable_ipv4() {
     let named = format!(
         "enable-ipv4 is false, so pods get IPv6 addresses only, but node cc-2 has only IPv4 InternalIPs ({v4})"
     );
-    eventually("the error in the agent's log", || {
-        node.log().contains(&named)
-    });
-    eventually("the condition", || {
-        condition(&cp, "cc-2", "status") == "False"
-    });
+    let (message, _) = assert_refused(&cp, &node, "cc-2", &conf, "enable-ipv4", &named);
     assert_eq!(condition(&cp, "cc-2", "reason"), "IPv6PodsOnIPv4Node");
     // The Service range (IPv4) has no family in common with the pods either.
-    let message = condition(&cp, "cc-2", "message");
     assert!(
         message.starts_with(&format!("error (enable-ipv4): {named}"))
             && message.contains("Set enable-ipv4: \"true\" and enable-ipv6: \"false\"")
             && message.contains("; error (enable-ipv4): pods get IPv6 addresses only (enable-ipv4: false), but the cluster's Service range is IPv4 only (ServiceCIDRs: 10.96.0.0/16)"),
         "{message}"
     );
-    let status = node.podnet(&["status"]);
-    assert!(
-        status.contains("Config:     DOES NOT FIT this node")
-            && status.contains(&format!("  error (enable-ipv4): {named}")),
-        "{status}"
+}
+
+#[test]
+fn an_ipv4_underlay_with_ipv4_disabled_is_refused_naming_underlay_protocol() {
+    let Some(cp) = ControlPlane::start("config_check_underlay_off") else {
+        return;
+    };
+    cp.install_crds();
+    // IPv6 Services beside the API server's IPv4 range, so the IPv6-only pods
+    // have a Service family: the underlay is the one error.
+    add_service_cidr(&cp, "ipv6", "fd00:96::/112");
+    // Tunnel routing (the Kubernetes backend's default) over the default IPv4
+    // underlay, on a node that lists both addresses.
+    let (mut node, conf, _) = start_listing(
+        &cp,
+        "cc-3",
+        &["fd00:9::/120"],
+        &[
+            "--ipam",
+            "kubernetes",
+            "--enable-ipv4=false",
+            "--enable-ipv6",
+        ],
+        |ips| ips.to_vec(),
     );
-    let sb = node.sandbox();
+    let named = "underlay-protocol is ipv4 (the family of the tunnel's outer packets, ipv4 \
+                 unless set), but enable-ipv4 is false: an IPv6-only pod network tunnels over \
+                 IPv6, and Cilium refuses an underlay of a disabled family. Set \
+                 underlay-protocol: ipv6 in the podnet ConfigMap";
+    // ADD: CNI code 106 naming underlay-protocol, nothing allocated; STATUS 50.
+    let (message, sb) = assert_refused(&cp, &node, "cc-3", &conf, "underlay-protocol", named);
+    assert_eq!(
+        condition(&cp, "cc-3", "reason"),
+        "IPv4UnderlayWithIPv4Disabled"
+    );
+    // The one error; the IPv4 Services without IPv4 pods are a warning.
+    assert!(
+        message.starts_with(&format!("error (underlay-protocol): {named}"))
+            && message.contains("; warning (enable-ipv4): "),
+        "{message}"
+    );
+
+    // The fix the message names: an IPv6 underlay. The node fits, pods start.
+    node.stop_daemon(false);
+    node.args
+        .extend(["--underlay-protocol".to_string(), "ipv6".to_string()]);
+    node.start_daemon();
+    eventually("the condition to turn True", || {
+        condition(&cp, "cc-3", "status") == "True"
+    });
+    assert_eq!(condition(&cp, "cc-3", "reason"), "FitsWithWarnings");
     let r = node.add(&sb);
-    assert_eq!(r.code(), 106, "{}", r.stdout);
-    assert!(r.msg().contains(&named), "{}", r.msg());
-    assert!(!holds_any(&node, &sb) && node.host_links().is_empty());
-    assert!(!conf.exists());
+    assert!(r.ok, "{}", r.stdout);
+    assert!(r.ipv6().starts_with("fd00:9::"), "{}", r.stdout);
+    eventually("the CNI config", || conf.exists());
+}
+
+#[test]
+fn an_ipv6_underlay_on_a_node_without_ipv6_is_refused_naming_underlay_protocol() {
+    let Some(cp) = ControlPlane::start("config_check_underlay_ip") else {
+        return;
+    };
+    cp.install_crds();
+    let (node, conf, [v4, v6]) = start_on_ipv4_node(
+        &cp,
+        "cc-4",
+        &["10.244.9.0/24", "fd00:a::/120"],
+        &[
+            "--ipam",
+            "kubernetes",
+            "--enable-ipv6",
+            "--underlay-protocol",
+            "ipv6",
+        ],
+    );
+    let named = format!(
+        "underlay-protocol is ipv6, but node cc-4 has only IPv4 InternalIPs ({v4}): a node's \
+         tunnel endpoint is its InternalIP of the underlay family"
+    );
+    let (message, sb) = assert_refused(&cp, &node, "cc-4", &conf, "underlay-protocol", &named);
+    // The missing IPv6 address is an error of its own, and the first.
+    assert_eq!(condition(&cp, "cc-4", "reason"), "NodeWithoutIPv6");
+    assert!(
+        message.starts_with("error (enable-ipv6): ")
+            && message.contains("Set underlay-protocol: ipv4 in the podnet ConfigMap"),
+        "{message}"
+    );
+
+    // The Node lists its IPv6 address: a tunnel endpoint, and both families.
+    set_internal_ips(&cp, "cc-4", &[&v4, &v6]);
+    eventually("the condition to turn True", || {
+        condition(&cp, "cc-4", "status") == "True"
+    });
+    let r = node.add(&sb);
+    assert!(r.ok, "{}", r.stdout);
+    assert!(r.ipv4().starts_with("10.244.9.") && r.ipv6().starts_with("fd00:a::"));
+    eventually("the CNI config", || conf.exists());
 }

@@ -21,7 +21,8 @@ use podnet::datapath::{NetNs, in_netns};
 use crate::harness::*;
 use crate::k8s::{API_IP, ControlPlane, NodeNs};
 use crate::k8s_backend::{
-    add_as, create_node, create_pod, k8s_node, operator_allocates, set_internal_ips,
+    add_as, add_service_cidr, create_node, create_pod, k8s_node, operator_allocates,
+    set_internal_ips,
 };
 
 /// Waits until `f` holds, at most `limit`.
@@ -499,12 +500,7 @@ fn an_ipv6_underlay_tunnels_pods_across_a_fabric_without_ipv4() {
     // IPv6-only pods need an IPv6 Service range (daemon::node_check refuses a
     // pod network with no family in common with the Services): a second
     // ServiceCIDR beside the API server's IPv4 one.
-    cp.kubectl_stdin(
-        &["create", "-f", "-"],
-        r#"{"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
-            "metadata": {"name": "ipv6"}, "spec": {"cidrs": ["fd00:96::/112"]}}"#,
-    )
-    .expect_ok("an IPv6 ServiceCIDR");
+    add_service_cidr(&cp, "ipv6", "fd00:96::/112");
     let args = [
         "--ipam",
         "kubernetes",

@@ -34,6 +34,19 @@ pub fn set_internal_ips(cp: &ControlPlane, node: &str, ips: &[&str]) {
     .expect_ok("patch the Node's status");
 }
 
+/// Adds a ServiceCIDR `name` with `cidr` to the cluster's Service range (beside
+/// the API server's own IPv4 one).
+pub fn add_service_cidr(cp: &ControlPlane, name: &str, cidr: &str) {
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        &format!(
+            r#"{{"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+                "metadata": {{"name": "{name}"}}, "spec": {{"cidrs": ["{cidr}"]}}}}"#
+        ),
+    )
+    .expect_ok("a ServiceCIDR");
+}
+
 /// Creates the Node object of a node namespace, with its InternalIP and pod CIDRs.
 /// With an IPv6 pod CIDR the Node also lists an IPv6 InternalIP ([`node_ipv6`],
 /// published only), as a dual-stack kubelet's does: the agent hands out no address

@@ -3,7 +3,8 @@
 //! Cilium's start-up errors and the sizing warnings, pod ranges that overlap the
 //! node's own addresses or routes (the 10.0.0.0/8 hazard), overlapping pools,
 //! pool changes a running daemon would refuse (immutable fields, blocks in use),
-//! ENI with tunnelling, the misspelled `ipam.cilium.io/ipam-pool` key,
+//! ENI with tunnelling, a tunnel over an underlay of a disabled family
+//! (`underlay-protocol`), the misspelled `ipam.cilium.io/ipam-pool` key,
 //! conflists that do not reach the daemon, and CiliumCIDRGroups
 //! (`--cidr-groups FILE`, [`super::cidr_groups`]).
 
@@ -16,6 +17,7 @@ use ipnet::IpNet;
 use super::cidr_groups::lint_cidr_groups;
 use crate::api::client::Client;
 use crate::daemon::config::{DaemonConfig, IpamMode};
+use crate::daemon::node_check;
 use crate::daemon::options::DaemonOptions;
 use crate::datapath::{IpFamily, NetlinkSocket, TABLE_MAIN};
 use crate::ipam::Family;
@@ -118,6 +120,9 @@ pub fn lint(daemon_args: &[String], conflists: &[PathBuf]) -> Vec<Finding> {
         }
     };
     out.extend(tunnel);
+    if let Some(c) = &config {
+        out.extend(lint_underlay(c));
+    }
     let pod_cidrs = match &config {
         Some(c) => match c.ipam {
             IpamMode::ClusterPool => lint_cluster_pool(c, &opts, &mut out),
@@ -263,6 +268,13 @@ fn lint_tunnel(opts: &DaemonOptions) -> Vec<Finding> {
     }
 }
 
+/// A tunnel over an underlay of a disabled family: the agent's configuration check
+/// refuses it on every node (`daemon::node_check`), so lint says it before.
+fn lint_underlay(config: &DaemonConfig) -> Option<Finding> {
+    let underlay = config.cross_node.tunnel_underlay()?;
+    node_check::disabled_underlay(&config.families, underlay).map(|m| error(m.to_string()))
+}
+
 /// Pod ranges that overlap an address or route of this node break its network.
 fn lint_node_overlap(pod_cidrs: &[IpNet]) -> Vec<Finding> {
     let Ok(sock) = NetlinkSocket::new() else {
@@ -379,4 +391,51 @@ fn lint_conflist(path: &Path, socket: &Path) -> Vec<Finding> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error findings of `podnet lint` with the daemon options `args`.
+    fn errors(args: &[&str]) -> Vec<String> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        lint(&args, &[])
+            .into_iter()
+            .filter(|f| f.severity == "error")
+            .map(|f| f.text)
+            .collect()
+    }
+
+    #[test]
+    fn a_tunnel_over_a_disabled_family_is_an_error_naming_underlay_protocol() {
+        let v6_only = [
+            "--k8s-kubeconfig-path",
+            "/nonexistent/kubeconfig",
+            "--enable-ipv4=false",
+            "--enable-ipv6",
+            "--cluster-pool-ipv6-cidr",
+            "fd00:77::/104",
+            "--cluster-pool-ipv6-mask-size",
+            "120",
+        ];
+        let underlay = |args: &[&str]| -> Vec<String> {
+            errors(args)
+                .into_iter()
+                .filter(|e| e.contains("underlay-protocol"))
+                .collect()
+        };
+        let found = underlay(&v6_only);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with(
+                "underlay-protocol is ipv4 (the family of the tunnel's outer packets, ipv4 \
+                 unless set), but enable-ipv4 is false"
+            ),
+            "{}",
+            found[0]
+        );
+        assert!(underlay(&[&v6_only[..], &["--underlay-protocol", "ipv6"]].concat()).is_empty());
+        assert!(underlay(&[&v6_only[..], &["--routing-mode", "native"]].concat()).is_empty());
+    }
 }

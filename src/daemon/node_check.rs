@@ -12,10 +12,15 @@
 //!   pods, an IPv4 Service range) are a warning: pods start and work, only the
 //!   Services of the other family do not exist (or have no endpoints here).
 //!   Kubernetes allows it (a dual-stack pod network may keep one Service family)
-//!   and Cilium does not check it.
+//!   and Cilium does not check it;
+//! - in tunnel routing, the underlay (`underlay-protocol`) must be an enabled
+//!   family, as Cilium requires, and the node needs an InternalIP of it: that
+//!   address is its tunnel endpoint. An error each. Native routing has no
+//!   underlay and is not judged on it.
 //!
 //! A fact the daemon could not read is not judged: a Node that lists no InternalIP
-//! (yet), a cluster without the ServiceCIDR API.
+//! (yet), a cluster without the ServiceCIDR API. The underlay's family against the
+//! enabled ones is no fact of the node and is always judged.
 //!
 //! While the verdict has an error the daemon hands out no address, so no pod gets
 //! one family where two were asked and no node runs half configured; DEL, CHECK
@@ -69,13 +74,8 @@ fn enable(family: Family) -> &'static str {
     }
 }
 
-/// The other family.
-fn other(family: Family) -> Family {
-    match family {
-        Family::V4 => Family::V6,
-        Family::V6 => Family::V4,
-    }
-}
+/// The daemon option that picks the tunnel's underlay family (Cilium's name).
+const UNDERLAY_OPTION: &str = "underlay-protocol";
 
 /// What else turning `family` off takes in `mode` (cluster-pool refuses a pool
 /// CIDR of a disabled family), for the advice.
@@ -106,9 +106,9 @@ pub enum Mismatch {
     /// One family on, and the node has addresses of the other family only.
     #[error(
         "{} is false, so pods get {} addresses only, but node {node} has only {} InternalIPs ({ips}): a pod network of one family needs nodes with addresses of that family. Set {}: \"true\" and {}: \"false\"{also} to run {} pods on this {} network, or give the node an {} address and list it (kubelet --node-ip) to keep {} pods",
-        enable(other(*.family)), .family.label(), other(*.family).label(),
-        enable(other(*.family)), enable(*.family), other(*.family).label(),
-        other(*.family).label(), .family.label(), .family.label()
+        enable(.family.other()), .family.label(), .family.other().label(),
+        enable(.family.other()), enable(*.family), .family.other().label(),
+        .family.other().label(), .family.label(), .family.label()
     )]
     OtherFamilyNode {
         /// The one family the pods get.
@@ -120,15 +120,15 @@ pub enum Mismatch {
     /// The pods' families and the Services' have none in common.
     #[error(
         "pods get {} addresses only ({}: false), but the cluster's Service range is {} only (ServiceCIDRs: {services}): no Service, not even the cluster DNS, could reach a pod of this node. Set {}: \"true\", or give the cluster a {} Service range (kube-apiserver --service-cluster-ip-range, or a ServiceCIDR object)",
-        .pods.label(), enable(other(*.pods)), other(*.pods).label(),
-        enable(other(*.pods)), .pods.label()
+        .pods.label(), enable(.pods.other()), .pods.other().label(),
+        enable(.pods.other()), .pods.label()
     )]
     NoServiceFamily { pods: Family, services: Listed },
     /// Pods of a family no Service has.
     #[error(
         "{} is true, but the cluster's Service range has no {} CIDR (ServiceCIDRs: {services}): pods get {} addresses, yet no Service gets an {} ClusterIP, so {} reaches pods only directly; pods start and use {} Services. For {} Services add an {} range (kube-apiserver --service-cluster-ip-range=<IPv4>,<IPv6>, or a ServiceCIDR object); for {} pods without them set {}: \"false\"{also}",
         enable(*.family), .family.label(), .family.label(), .family.label(), .family.label(),
-        other(*.family).label(), .family.label(), .family.label(), other(*.family).label(),
+        .family.other().label(), .family.label(), .family.label(), .family.other().label(),
         enable(*.family)
     )]
     PodFamilyWithoutServices {
@@ -143,6 +143,38 @@ pub enum Mismatch {
         enable(*.family), .family.label()
     )]
     ServicesWithoutPodFamily { family: Family, services: Listed },
+    /// Tunnel routing over an underlay of a disabled family. Cilium refuses it at
+    /// start (cilium/cilium#43057: an explicitly chosen underlay protocol whose
+    /// family is disabled stops the agent); podnet follows, so a ConfigMap that
+    /// podnet takes also starts Cilium's agent.
+    #[error(
+        "{UNDERLAY_OPTION} is {} (the family of the tunnel's outer packets{}), but {} is false: an {}-only pod network tunnels over {}, and Cilium refuses an underlay of a disabled family. Set {UNDERLAY_OPTION}: {} in the podnet ConfigMap (the nodes' {} InternalIPs are then the tunnel endpoints), or set {}: \"true\"",
+        .underlay.as_str(), unset_default(*.underlay), enable(*.underlay),
+        .underlay.other().label(), .underlay.other().label(), .underlay.other().as_str(),
+        .underlay.other().label(), enable(*.underlay)
+    )]
+    UnderlayFamilyDisabled { underlay: Family },
+    /// Tunnel routing, and the node has no InternalIP of the underlay family: it
+    /// has no tunnel endpoint.
+    #[error(
+        "{UNDERLAY_OPTION} is {}, but node {node} has only {} InternalIPs ({ips}): a node's tunnel endpoint is its InternalIP of the underlay family, so this node has none and its pods reach no pod on another node. Set {UNDERLAY_OPTION}: {} in the podnet ConfigMap (on every node), or give the node an {} address and list it (kubelet --node-ip)",
+        .underlay.as_str(), .underlay.other().label(), .underlay.other().as_str(),
+        .underlay.label()
+    )]
+    UnderlayWithoutNodeAddress {
+        underlay: Family,
+        node: String,
+        ips: Listed,
+    },
+}
+
+/// `, ipv4 unless set` for the default underlay, for a message that may be
+/// about a ConfigMap that never names the option.
+fn unset_default(underlay: Family) -> &'static str {
+    match underlay {
+        Family::V4 => ", ipv4 unless set",
+        Family::V6 => "",
+    }
 }
 
 impl Mismatch {
@@ -150,7 +182,9 @@ impl Mismatch {
         match self {
             Mismatch::DualStackOnSingleStackNode { .. }
             | Mismatch::OtherFamilyNode { .. }
-            | Mismatch::NoServiceFamily { .. } => Severity::Error,
+            | Mismatch::NoServiceFamily { .. }
+            | Mismatch::UnderlayFamilyDisabled { .. }
+            | Mismatch::UnderlayWithoutNodeAddress { .. } => Severity::Error,
             Mismatch::PodFamilyWithoutServices { .. }
             | Mismatch::ServicesWithoutPodFamily { .. } => Severity::Warning,
         }
@@ -163,7 +197,9 @@ impl Mismatch {
             | Mismatch::PodFamilyWithoutServices { family: f, .. }
             | Mismatch::ServicesWithoutPodFamily { family: f, .. } => enable(*f),
             Mismatch::OtherFamilyNode { family: f, .. }
-            | Mismatch::NoServiceFamily { pods: f, .. } => enable(other(*f)),
+            | Mismatch::NoServiceFamily { pods: f, .. } => enable(f.other()),
+            Mismatch::UnderlayFamilyDisabled { .. }
+            | Mismatch::UnderlayWithoutNodeAddress { .. } => UNDERLAY_OPTION,
         }
     }
 
@@ -187,6 +223,20 @@ impl Mismatch {
             Mismatch::NoServiceFamily { .. } => "NoServiceFamilyInCommon",
             Mismatch::PodFamilyWithoutServices { .. } => "PodFamilyWithoutServices",
             Mismatch::ServicesWithoutPodFamily { .. } => "ServicesWithoutPodFamily",
+            Mismatch::UnderlayFamilyDisabled {
+                underlay: Family::V4,
+            } => "IPv4UnderlayWithIPv4Disabled",
+            Mismatch::UnderlayFamilyDisabled {
+                underlay: Family::V6,
+            } => "IPv6UnderlayWithIPv6Disabled",
+            Mismatch::UnderlayWithoutNodeAddress {
+                underlay: Family::V4,
+                ..
+            } => "NodeWithoutIPv4Underlay",
+            Mismatch::UnderlayWithoutNodeAddress {
+                underlay: Family::V6,
+                ..
+            } => "NodeWithoutIPv6Underlay",
         }
     }
 }
@@ -230,7 +280,7 @@ impl Verdict {
             Some(m) => m.reason(),
         };
         let message = match self.mismatches.is_empty() {
-            true => "enable-ipv4 and enable-ipv6 fit the node's addresses and the cluster's Service range".to_string(),
+            true => "enable-ipv4, enable-ipv6 and, in tunnel routing, underlay-protocol fit the node's addresses and the cluster's Service range".to_string(),
             false => self
                 .mismatches
                 .iter()
@@ -297,10 +347,25 @@ impl Verdict {
     }
 }
 
-/// Judges `families` (the enabled ones) in IPAM `mode` on node `node` with
-/// `facts`: the mismatches, errors first.
-pub fn judge(families: &[Family], mode: IpamMode, node: &str, facts: &NodeFacts) -> Verdict {
+/// Judges `families` (the enabled ones) in IPAM `mode`, with the tunnel's
+/// underlay family `tunnel_underlay` (None: native routing, no underlay), on node
+/// `node` with `facts`: the mismatches, errors first.
+pub fn judge(
+    families: &[Family],
+    mode: IpamMode,
+    tunnel_underlay: Option<Family>,
+    node: &str,
+    facts: &NodeFacts,
+) -> Verdict {
     let mut mismatches = address_mismatches(families, mode, node, &facts.internal_ips);
+    if let Some(underlay) = tunnel_underlay {
+        mismatches.extend(underlay_mismatch(
+            families,
+            underlay,
+            node,
+            &facts.internal_ips,
+        ));
+    }
     if let ServiceRange::Known(cidrs) = &facts.service_range {
         mismatches.extend(service_mismatches(families, mode, cidrs));
     }
@@ -346,6 +411,36 @@ fn address_mismatches(
         .collect()
 }
 
+/// The underlay of a tunnel whose family is disabled (`families` being the
+/// enabled ones; with none enabled there is nothing to tunnel): judged without any
+/// fact of the node, so `podnet lint` says it too.
+pub fn disabled_underlay(families: &[Family], underlay: Family) -> Option<Mismatch> {
+    (!families.is_empty() && !families.contains(&underlay))
+        .then_some(Mismatch::UnderlayFamilyDisabled { underlay })
+}
+
+/// The tunnel's underlay: of an enabled family, and with an InternalIP of that
+/// family on the node (a node that lists none is not judged on it).
+fn underlay_mismatch(
+    families: &[Family],
+    underlay: Family,
+    node: &str,
+    internal_ips: &[IpAddr],
+) -> Option<Mismatch> {
+    if let Some(disabled) = disabled_underlay(families, underlay) {
+        return Some(disabled);
+    }
+    let endpoint_missing = !internal_ips.is_empty()
+        && !internal_ips
+            .iter()
+            .any(|ip| Family::of_addr(ip) == underlay);
+    endpoint_missing.then(|| Mismatch::UnderlayWithoutNodeAddress {
+        underlay,
+        node: node.to_string(),
+        ips: Listed(internal_ips.iter().map(IpAddr::to_string).collect()),
+    })
+}
+
 /// The pods' families against the Services'.
 fn service_mismatches(families: &[Family], mode: IpamMode, cidrs: &[IpNet]) -> Vec<Mismatch> {
     let services = family_set(cidrs.iter().map(Family::of_net));
@@ -386,6 +481,10 @@ mod tests {
     const V4_ONLY: &[Family] = &[Family::V4];
     const V6_ONLY: &[Family] = &[Family::V6];
     const DUAL: &[Family] = &[Family::V6, Family::V4];
+    /// Native routing: no underlay to judge.
+    const NATIVE: Option<Family> = None;
+    const IPV4_UNDERLAY: Option<Family> = Some(Family::V4);
+    const IPV6_UNDERLAY: Option<Family> = Some(Family::V6);
 
     fn ips(list: &[&str]) -> Vec<IpAddr> {
         list.iter().map(|s| s.parse().unwrap()).collect()
@@ -411,20 +510,43 @@ mod tests {
 
     #[test]
     fn families_that_match_the_node_and_the_services_fit_without_a_word() {
-        for (families, node, services) in [
-            (V4_ONLY, &["10.0.0.1"][..], V4_SERVICES),
-            (V6_ONLY, &["fd00::1"][..], V6_SERVICES),
-            (DUAL, &["10.0.0.1", "fd00::1"][..], DUAL_SERVICES),
+        for (families, underlay, node, services) in [
+            (V4_ONLY, NATIVE, &["10.0.0.1"][..], V4_SERVICES),
+            (V4_ONLY, IPV4_UNDERLAY, &["10.0.0.1"][..], V4_SERVICES),
+            (V6_ONLY, NATIVE, &["fd00::1"][..], V6_SERVICES),
+            (V6_ONLY, IPV6_UNDERLAY, &["fd00::1"][..], V6_SERVICES),
+            (
+                DUAL,
+                IPV4_UNDERLAY,
+                &["10.0.0.1", "fd00::1"][..],
+                DUAL_SERVICES,
+            ),
+            (
+                DUAL,
+                IPV6_UNDERLAY,
+                &["10.0.0.1", "fd00::1"][..],
+                DUAL_SERVICES,
+            ),
             // A node with more families than the pods use is fine.
-            (V4_ONLY, &["10.0.0.1", "fd00::1"][..], V4_SERVICES),
+            (
+                V4_ONLY,
+                IPV4_UNDERLAY,
+                &["10.0.0.1", "fd00::1"][..],
+                V4_SERVICES,
+            ),
         ] {
             let v = judge(
                 families,
                 IpamMode::ClusterPool,
+                underlay,
                 "n1",
                 &facts(node, services),
             );
-            assert_eq!(v, Verdict::default(), "{families:?} on {node:?}");
+            assert_eq!(
+                v,
+                Verdict::default(),
+                "{families:?} over {underlay:?} on {node:?}"
+            );
             assert!(v.fits() && v.refusal().is_none());
             assert_eq!(v.condition().reason, "Fits");
         }
@@ -435,6 +557,7 @@ mod tests {
         let v = judge(
             DUAL,
             IpamMode::ClusterPool,
+            NATIVE,
             "n1",
             &facts(&["10.0.0.1"], None),
         );
@@ -457,7 +580,13 @@ mod tests {
 
     #[test]
     fn dual_stack_on_a_node_without_ipv4_is_an_error_naming_enable_ipv4() {
-        let v = judge(DUAL, IpamMode::Kubernetes, "n1", &facts(&["fd00::1"], None));
+        let v = judge(
+            DUAL,
+            IpamMode::Kubernetes,
+            NATIVE,
+            "n1",
+            &facts(&["fd00::1"], None),
+        );
         assert_eq!(reasons(&v), ["NodeWithoutIPv4"]);
         assert_eq!(v.mismatches[0].option(), "enable-ipv4");
         // Only cluster-pool refuses a pool CIDR of a disabled family.
@@ -475,6 +604,7 @@ mod tests {
         let v = judge(
             V6_ONLY,
             IpamMode::ClusterPool,
+            NATIVE,
             "n1",
             &facts(&["10.0.0.1", "10.0.0.2"], None),
         );
@@ -495,6 +625,7 @@ mod tests {
         let v = judge(
             V4_ONLY,
             IpamMode::MultiPool,
+            NATIVE,
             "n1",
             &facts(&["fd00::1"], None),
         );
@@ -508,7 +639,13 @@ mod tests {
     #[test]
     fn a_node_that_lists_no_internal_ip_is_not_judged() {
         for families in [V4_ONLY, V6_ONLY, DUAL] {
-            let v = judge(families, IpamMode::ClusterPool, "n1", &facts(&[], None));
+            let v = judge(
+                families,
+                IpamMode::ClusterPool,
+                NATIVE,
+                "n1",
+                &facts(&[], None),
+            );
             assert!(v.mismatches.is_empty(), "{families:?}");
         }
     }
@@ -518,11 +655,18 @@ mod tests {
         let v = judge(
             V6_ONLY,
             IpamMode::ClusterPool,
+            NATIVE,
             "n1",
             &facts(&["fd00::1"], None),
         );
         assert!(v.mismatches.is_empty());
-        let v = judge(V6_ONLY, IpamMode::ClusterPool, "n1", &facts(&[], Some(&[])));
+        let v = judge(
+            V6_ONLY,
+            IpamMode::ClusterPool,
+            NATIVE,
+            "n1",
+            &facts(&[], Some(&[])),
+        );
         assert!(
             v.mismatches.is_empty(),
             "no ServiceCIDR at all: nothing to say"
@@ -534,6 +678,7 @@ mod tests {
         let v = judge(
             DUAL,
             IpamMode::ClusterPool,
+            NATIVE,
             "n1",
             &facts(&["10.0.0.1", "fd00::1"], V4_SERVICES),
         );
@@ -562,6 +707,7 @@ mod tests {
         let v = judge(
             V4_ONLY,
             IpamMode::Kubernetes,
+            NATIVE,
             "n1",
             &facts(&["10.0.0.1"], DUAL_SERVICES),
         );
@@ -575,6 +721,7 @@ mod tests {
         let v = judge(
             V6_ONLY,
             IpamMode::ClusterPool,
+            NATIVE,
             "n1",
             &facts(&["fd00::1"], V4_SERVICES),
         );
@@ -597,6 +744,7 @@ mod tests {
         let v = judge(
             V6_ONLY,
             IpamMode::ClusterPool,
+            NATIVE,
             "n1",
             &facts(&["10.0.0.1"], DUAL_SERVICES),
         );
@@ -618,9 +766,162 @@ mod tests {
     }
 
     #[test]
+    fn an_ipv4_underlay_with_ipv4_disabled_is_an_error_naming_underlay_protocol_on_any_node() {
+        // The node has IPv4 too: Cilium refuses the configuration all the same.
+        let v = judge(
+            V6_ONLY,
+            IpamMode::ClusterPool,
+            IPV4_UNDERLAY,
+            "n1",
+            &facts(&["10.0.0.1", "fd00::1"], V6_SERVICES),
+        );
+        assert_eq!(reasons(&v), ["IPv4UnderlayWithIPv4Disabled"]);
+        assert!(!v.fits());
+        assert_eq!(v.mismatches[0].option(), "underlay-protocol");
+        assert_eq!(
+            v.mismatches[0].to_string(),
+            "underlay-protocol is ipv4 (the family of the tunnel's outer packets, ipv4 unless \
+             set), but enable-ipv4 is false: an IPv6-only pod network tunnels over IPv6, and \
+             Cilium refuses an underlay of a disabled family. Set underlay-protocol: ipv6 in the \
+             podnet ConfigMap (the nodes' IPv6 InternalIPs are then the tunnel endpoints), or \
+             set enable-ipv4: \"true\""
+        );
+        let c = v.condition();
+        assert_eq!(
+            (c.fits, c.reason.as_str()),
+            (false, "IPv4UnderlayWithIPv4Disabled")
+        );
+        assert!(
+            c.message
+                .starts_with("error (underlay-protocol): underlay-protocol is ipv4"),
+            "{}",
+            c.message
+        );
+        assert!(v.refusal().unwrap().contains("underlay-protocol is ipv4"));
+    }
+
+    #[test]
+    fn a_disabled_underlay_family_is_judged_before_the_node_lists_an_address() {
+        // No fact of the node is needed: the options alone contradict each other.
+        let v = judge(
+            V6_ONLY,
+            IpamMode::Kubernetes,
+            IPV4_UNDERLAY,
+            "n1",
+            &facts(&[], None),
+        );
+        assert_eq!(reasons(&v), ["IPv4UnderlayWithIPv4Disabled"]);
+        assert_eq!(
+            disabled_underlay(V6_ONLY, Family::V4),
+            Some(Mismatch::UnderlayFamilyDisabled {
+                underlay: Family::V4
+            })
+        );
+        assert_eq!(disabled_underlay(DUAL, Family::V4), None);
+        assert_eq!(
+            disabled_underlay(&[], Family::V4),
+            None,
+            "nothing to tunnel"
+        );
+    }
+
+    #[test]
+    fn an_ipv6_underlay_with_ipv6_disabled_is_the_twin_error() {
+        let v = judge(
+            V4_ONLY,
+            IpamMode::ClusterPool,
+            IPV6_UNDERLAY,
+            "n1",
+            &facts(&["10.0.0.1", "fd00::1"], V4_SERVICES),
+        );
+        assert_eq!(reasons(&v), ["IPv6UnderlayWithIPv6Disabled"]);
+        assert_eq!(v.mismatches[0].option(), "underlay-protocol");
+        let text = v.mismatches[0].to_string();
+        assert!(
+            text.starts_with(
+                "underlay-protocol is ipv6 (the family of the tunnel's outer packets), but \
+                 enable-ipv6 is false: an IPv4-only pod network tunnels over IPv4"
+            ) && text.contains("Set underlay-protocol: ipv4 in the podnet ConfigMap")
+                && text.ends_with("or set enable-ipv6: \"true\""),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_tunnel_node_without_an_internal_ip_of_the_underlay_family_is_an_error_naming_underlay_protocol()
+     {
+        // Dual-stack pods over an IPv4 underlay on an IPv6-only node: the missing
+        // IPv4 is the address error, and it leaves the node without a tunnel
+        // endpoint, which the underlay error says with its own fix.
+        let v = judge(
+            DUAL,
+            IpamMode::ClusterPool,
+            IPV4_UNDERLAY,
+            "n1",
+            &facts(&["fd00::1", "fd00::2"], DUAL_SERVICES),
+        );
+        assert_eq!(reasons(&v), ["NodeWithoutIPv4", "NodeWithoutIPv4Underlay"]);
+        assert_eq!(v.mismatches[1].option(), "underlay-protocol");
+        assert_eq!(
+            v.mismatches[1].to_string(),
+            "underlay-protocol is ipv4, but node n1 has only IPv6 InternalIPs (fd00::1, \
+             fd00::2): a node's tunnel endpoint is its InternalIP of the underlay family, so \
+             this node has none and its pods reach no pod on another node. Set \
+             underlay-protocol: ipv6 in the podnet ConfigMap (on every node), or give the node \
+             an IPv4 address and list it (kubelet --node-ip)"
+        );
+        let v = judge(
+            DUAL,
+            IpamMode::ClusterPool,
+            IPV6_UNDERLAY,
+            "n1",
+            &facts(&["10.0.0.1"], DUAL_SERVICES),
+        );
+        assert_eq!(reasons(&v), ["NodeWithoutIPv6", "NodeWithoutIPv6Underlay"]);
+        assert!(
+            v.mismatches[1].to_string().starts_with(
+                "underlay-protocol is ipv6, but node n1 has only IPv4 InternalIPs (10.0.0.1)"
+            ),
+            "{}",
+            v.mismatches[1]
+        );
+        // A node that lists no InternalIP yet is not judged on its endpoint.
+        let v = judge(
+            DUAL,
+            IpamMode::ClusterPool,
+            IPV6_UNDERLAY,
+            "n1",
+            &facts(&[], None),
+        );
+        assert!(v.mismatches.is_empty(), "{v:?}");
+    }
+
+    #[test]
+    fn native_routing_has_no_underlay_to_judge() {
+        // The same options and node that fail over a tunnel: native routing
+        // leaves the underlay out (the IPv6 pods' own rules still apply).
+        let v = judge(
+            V6_ONLY,
+            IpamMode::ClusterPool,
+            NATIVE,
+            "n1",
+            &facts(&["10.0.0.1", "fd00::1"], V6_SERVICES),
+        );
+        assert_eq!(v, Verdict::default());
+        let v = judge(
+            DUAL,
+            IpamMode::ClusterPool,
+            NATIVE,
+            "n1",
+            &facts(&["fd00::1"], DUAL_SERVICES),
+        );
+        assert_eq!(reasons(&v), ["NodeWithoutIPv4"]);
+    }
+
+    #[test]
     fn the_status_lists_the_facts_and_every_finding() {
         let f = facts(&["10.0.0.1"], None);
-        let s = judge(DUAL, IpamMode::ClusterPool, "n1", &f).status(&f);
+        let s = judge(DUAL, IpamMode::ClusterPool, NATIVE, "n1", &f).status(&f);
         assert!(!s.fits);
         assert_eq!(s.internal_ips, ["10.0.0.1"]);
         assert!(s.service_cidrs.is_empty());

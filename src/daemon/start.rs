@@ -432,6 +432,7 @@ fn restore_state(
         configured_datapath_mode: config.datapath,
         fixed_routers: config.fixed_routers.clone(),
         families: config.families.clone(),
+        tunnel_underlay: config.cross_node.tunnel_underlay(),
         pooling: pooling_mode(config, backend.default_pool.as_deref()),
     };
     let metrics = Arc::new(metrics::Metrics::new(&opts.metrics_prefix));

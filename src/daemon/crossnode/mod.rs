@@ -109,6 +109,11 @@ impl CrossNodeConfig {
             || self.masquerade_v6
     }
 
+    /// The underlay's family in tunnel routing; None in native routing.
+    pub fn tunnel_underlay(&self) -> Option<Family> {
+        (self.routing == RoutingMode::Tunnel).then_some(self.underlay)
+    }
+
     /// The one-line description `podnet status` shows.
     fn describe(&self) -> String {
         let mut s = match (self.routing, self.auto_direct_node_routes) {

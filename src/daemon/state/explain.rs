@@ -45,7 +45,7 @@ pub fn hint_for(reason: &str) -> &'static str {
             "the daemon cannot write its journal (the filesystem of its --state-dir is full or failing): free space or fix the disk there; the daemon reopens the journal by itself and then serves again (podnet status shows the journal error meanwhile)"
         }
         "node-config" => {
-            "the configuration does not fit this node (the message names the option): change enable-ipv4/enable-ipv6 in the ConfigMap and restart the agent, or give the node the missing address (kubelet --node-ip), which the agent sees by itself; podnet status (Config:) and the CiliumNode's podnet.io/ConfigFitsNode condition say the same"
+            "the configuration does not fit this node (the message names the option): change enable-ipv4/enable-ipv6 (in tunnel routing also underlay-protocol) in the ConfigMap and restart the agent, or give the node the missing address (kubelet --node-ip), which the agent sees by itself; podnet status (Config:) and the CiliumNode's podnet.io/ConfigFitsNode condition say the same"
         }
         "invalid-config" => {
             "fix the CNI network config or the runtime's CNI variables named in the message"

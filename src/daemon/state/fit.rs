@@ -24,6 +24,7 @@ impl IpamState {
         let verdict = judge(
             &self.cfg.families,
             self.cfg.ipam_mode,
+            self.cfg.tunnel_underlay,
             &self.cfg.node_name,
             &facts,
         );

@@ -86,6 +86,9 @@ pub struct StateConfig {
     pub fixed_routers: BTreeMap<Family, IpAddr>,
     /// The enabled families, IPv6 first (allocation order).
     pub families: Vec<Family>,
+    /// The tunnel's underlay family (`--underlay-protocol`) in tunnel routing;
+    /// None in native routing, which has no underlay.
+    pub tunnel_underlay: Option<Family>,
     pub pooling: PoolingMode,
 }
 

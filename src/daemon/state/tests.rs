@@ -64,6 +64,7 @@ fn state_config(ipam_mode: IpamMode, families: Vec<Family>, pooling: PoolingMode
         configured_datapath_mode: DatapathMode::Veth,
         fixed_routers: BTreeMap::new(),
         families,
+        tunnel_underlay: None,
         pooling,
     }
 }
