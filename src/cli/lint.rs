@@ -408,6 +408,70 @@ mod tests {
     }
 
     #[test]
+    fn a_mask_size_that_does_not_fit_its_pool_cidr_is_an_error_naming_the_option_and_both_values() {
+        let v6 = |mask: &'static str| {
+            [
+                "--enable-ipv6",
+                "--cluster-pool-ipv6-cidr",
+                "fd00::/104",
+                "--cluster-pool-ipv6-mask-size",
+                mask,
+            ]
+        };
+        let v4 = |mask: &'static str| {
+            [
+                "--cluster-pool-ipv4-cidr",
+                "10.0.0.0/16",
+                "--cluster-pool-ipv4-mask-size",
+                mask,
+            ]
+        };
+        let cases: [(&[&str], &str); 6] = [
+            (
+                &v6("96"),
+                "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00::/104 with \
+                 cluster-pool-ipv6-mask-size 96: node mask size /96 is shorter than the prefix \
+                 length of cluster CIDR fd00::/104; it must be /104 or longer",
+            ),
+            (
+                &v6("129"),
+                "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00::/104 with \
+                 cluster-pool-ipv6-mask-size 129: SubNetMask is invalid, should be lower or \
+                 equal to 32 for IPv4 and to 128 for IPv6; cluster-pool-ipv6-mask-size must be \
+                 /104 to /120 for fd00::/104",
+            ),
+            (
+                &v6("121"),
+                "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00::/104 with \
+                 cluster-pool-ipv6-mask-size 121: New CIDR set failed; the node CIDR size is too \
+                 big; cluster-pool-ipv6-mask-size must be /104 to /120 for fd00::/104",
+            ),
+            (
+                &v4("8"),
+                "unable to initialize IPv4 allocator: cluster-pool-ipv4-cidr 10.0.0.0/16 with \
+                 cluster-pool-ipv4-mask-size 8: node mask size /8 is shorter than the prefix \
+                 length of cluster CIDR 10.0.0.0/16; it must be /16 or longer",
+            ),
+            (
+                &v4("15"),
+                "unable to initialize IPv4 allocator: cluster-pool-ipv4-cidr 10.0.0.0/16 with \
+                 cluster-pool-ipv4-mask-size 15: node mask size /15 is shorter than the prefix \
+                 length of cluster CIDR 10.0.0.0/16; it must be /16 or longer",
+            ),
+            (
+                &v4("33"),
+                "unable to initialize IPv4 allocator: cluster-pool-ipv4-cidr 10.0.0.0/16 with \
+                 cluster-pool-ipv4-mask-size 33: SubNetMask is invalid, should be lower or \
+                 equal to 32 for IPv4 and to 128 for IPv6; cluster-pool-ipv4-mask-size must be \
+                 /16 to /32 for 10.0.0.0/16",
+            ),
+        ];
+        for (args, want) in cases {
+            assert_eq!(errors(args), [want], "{args:?}");
+        }
+    }
+
+    #[test]
     fn a_tunnel_over_a_disabled_family_is_an_error_naming_underlay_protocol() {
         let v6_only = [
             "--k8s-kubeconfig-path",

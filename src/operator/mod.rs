@@ -204,3 +204,34 @@ fn start(opts: &OperatorOptions) -> Result<(), OperatorError> {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mask_size_that_does_not_fit_stops_the_operator_before_it_connects() {
+        let args: Vec<String> = [
+            "--k8s-kubeconfig-path",
+            "/dev/null",
+            "--cluster-pool-ipv4-cidr=10.0.0.0/8",
+            "--enable-ipv6",
+            "--cluster-pool-ipv6-cidr=fd00::/104",
+            "--cluster-pool-ipv6-mask-size=96",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        // `run` logs this error, prints it and exits 1 (not called here: it
+        // would install the process's log subscriber for every other test).
+        let opts = OperatorOptions::parse_with_config_dir(&args).unwrap();
+        let e = start(&opts).unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00::/104 with \
+                 cluster-pool-ipv6-mask-size 96"
+            ),
+            "{e}"
+        );
+    }
+}

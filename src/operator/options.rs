@@ -359,6 +359,64 @@ mod tests {
     }
 
     #[test]
+    fn a_mask_size_that_does_not_fit_its_pool_cidr_names_the_option_and_both_values() {
+        let v6 = |mask: &str| {
+            resolve(&[
+                "--cluster-pool-ipv4-cidr=10.0.0.0/8",
+                "--enable-ipv6",
+                "--cluster-pool-ipv6-cidr=fd00::/104",
+                &format!("--cluster-pool-ipv6-mask-size={mask}"),
+            ])
+            .unwrap_err()
+            .to_string()
+        };
+        let v4 = |mask: &str| {
+            resolve(&[
+                "--cluster-pool-ipv4-cidr=10.0.0.0/16",
+                &format!("--cluster-pool-ipv4-mask-size={mask}"),
+            ])
+            .unwrap_err()
+            .to_string()
+        };
+        for (e, start, end) in [
+            (
+                v6("96"),
+                "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00::/104 with \
+                 cluster-pool-ipv6-mask-size 96: ",
+                "it must be /104 or longer",
+            ),
+            (
+                v6("129"),
+                "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00::/104 with \
+                 cluster-pool-ipv6-mask-size 129: SubNetMask is invalid",
+                "cluster-pool-ipv6-mask-size must be /104 to /120 for fd00::/104",
+            ),
+            (
+                v4("12"),
+                "unable to initialize IPv4 allocator: cluster-pool-ipv4-cidr 10.0.0.0/16 with \
+                 cluster-pool-ipv4-mask-size 12: ",
+                "it must be /16 or longer",
+            ),
+            (
+                v4("33"),
+                "unable to initialize IPv4 allocator: cluster-pool-ipv4-cidr 10.0.0.0/16 with \
+                 cluster-pool-ipv4-mask-size 33: SubNetMask is invalid",
+                "cluster-pool-ipv4-mask-size must be /16 to /32 for 10.0.0.0/16",
+            ),
+        ] {
+            assert!(e.starts_with(start) && e.ends_with(end), "{e}");
+        }
+        // A mask equal to the CIDR's prefix is one node's CIDR: Cilium takes it.
+        resolve(&[
+            "--cluster-pool-ipv4-cidr=10.0.0.0/8",
+            "--enable-ipv6",
+            "--cluster-pool-ipv6-cidr=fd00::/104",
+            "--cluster-pool-ipv6-mask-size=104",
+        ])
+        .unwrap();
+    }
+
+    #[test]
     fn lb_and_node_ipam_options() {
         let c = resolve(&["--cluster-pool-ipv4-cidr", "10.90.0.0/23"]).unwrap();
         let lb = c.lb_ipam.unwrap();
