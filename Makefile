@@ -167,7 +167,8 @@ cluster-down:
 # Kubernetes' own e2e network tests (v1.37.2) against podnet on a fresh 3-node
 # cluster per routing mode (tunnel, then native): JUnit and summaries in
 # target/conformance/ (docs/conformance.md). PODNET_CONFORMANCE_MODES picks the
-# modes, PODNET_CONFORMANCE_FOCUS/_SKIP the specs. The cluster must not be running.
+# modes, PODNET_CONFORMANCE_FOCUS/_SKIP the specs (FOCUS=sig-network-broad: every
+# [sig-network] spec that can run here). The cluster must not be running.
 .PHONY: conformance
 conformance: image
 	bash scripts/setup
