@@ -23,7 +23,6 @@ use serde::Serialize;
 
 use super::lease::LEASE_NAME;
 use super::multi_pool::blocks::{ObservedNode, PoolBlocks as PoolBookkeeping};
-use super::multi_pool::list_pools;
 use super::options::ClusterOptions;
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{
@@ -36,6 +35,7 @@ use crate::k8s::address_views::{list_pods, node_ranges};
 use crate::k8s::connect::{ConnectError, kube_config};
 use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve};
 use crate::k8s::objects::{ListError, node_resource};
+use crate::k8s::pool_watch::list_pools;
 use crate::process::options::{OptionsError, parse_command_with_config_dir};
 use crate::resources::AllocatedPool;
 
