@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use crate::ipam::duplicates::{Finding, NodeRange, PodView, check, finding_lines, joined};
 use crate::ipam::leaks::{self, NodeAllocation, NodePod, PodName};
-use crate::k8s::address_views::{Listed, ReadError, node_view, read};
+use crate::k8s::address_views::{Listed, ReadError, node_ranges, read};
 use crate::k8s::connect::{ConnectError, kube_config};
 use crate::k8s::leak_events::{self, AgentLeak};
 use crate::k8s::objects::ListError;
@@ -282,7 +282,7 @@ pub struct Report {
 
 /// The report of what was listed, with the agents' unreleased leaks per node.
 pub fn report(listed: &Listed, agent_leaks: &BTreeMap<String, Vec<AgentLeak>>) -> Report {
-    let checked = check(&listed.pods, &listed.node_views());
+    let checked = check(&listed.pods, &listed.node_ranges());
     let by_name: BTreeMap<&str, &NodeResource> = listed
         .cilium_nodes
         .iter()
@@ -306,7 +306,9 @@ pub fn report(listed: &Listed, agent_leaks: &BTreeMap<String, Vec<AgentLeak>>) -
             NodeReport {
                 name: name.to_string(),
                 cilium_node: cilium_node.is_some(),
-                ranges: cilium_node.map(|n| node_view(n).ranges).unwrap_or_default(),
+                ranges: cilium_node
+                    .map(|n| node_ranges(n).ranges)
+                    .unwrap_or_default(),
                 pods: on_node
                     .iter()
                     .filter(|p| p.holds_addresses() && !p.ips.is_empty())

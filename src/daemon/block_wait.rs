@@ -23,7 +23,7 @@ pub const BLOCK_WAIT: Duration = Duration::from_secs(20);
 impl Daemon {
     /// `POST /v1/ipam`: the next address(es), waiting up to [`BLOCK_WAIT`] for the
     /// cluster operator's blocks when the pool has no room.
-    pub async fn allocate_next(
+    pub async fn allocate_waiting_for_blocks(
         self: &Arc<Self>,
         req: AllocateRequest,
     ) -> Result<IpamResponse, ApiError> {
@@ -33,7 +33,7 @@ impl Daemon {
             node_events.borrow_and_update();
             let may_wait = Instant::now() < deadline;
             let (result, waits) = self.with_state_in_place(|s| {
-                let r = s.try_allocate_next(&req, may_wait);
+                let r = s.allocate(&req, may_wait);
                 let waits = r.as_ref().err().is_some_and(|e| s.waits_for_blocks(e));
                 Ok((r, waits))
             })?;

@@ -367,7 +367,7 @@ async fn get_node(daemon: Arc<Daemon>, _call: Call) -> Result<Reply, ApiError> {
 /// `POST /v1/ipam`: the next address of each family (or of `?family=`).
 async fn allocate_next(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     let request = allocate_next_request(&call)?;
-    let allocated = daemon.allocate_next(request).await?;
+    let allocated = daemon.allocate_waiting_for_blocks(request).await?;
     Ok(json_reply(201, &allocated))
 }
 

@@ -90,9 +90,9 @@ impl fmt::Display for NodeRange {
     }
 }
 
-/// A CiliumNode as the check needs it.
+/// A CiliumNode as the check needs it: its name and the ranges it owns.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeView {
+pub struct NodeRanges {
     pub name: String,
     pub ranges: Vec<NodeRange>,
 }
@@ -284,7 +284,7 @@ impl CheckReport {
 }
 
 /// Runs the three checks over everything listed.
-pub fn check(pods: &[PodView], nodes: &[NodeView]) -> CheckReport {
+pub fn check(pods: &[PodView], nodes: &[NodeRanges]) -> CheckReport {
     let holding: Vec<&PodView> = pods.iter().filter(|p| p.holds_addresses()).collect();
     let mut findings = same_ip(&holding);
     let (outside, unchecked_nodes) = outside_node_ranges(&holding, nodes);
@@ -313,8 +313,8 @@ fn same_ip(pods: &[&PodView]) -> Vec<Finding> {
         .collect()
 }
 
-fn outside_node_ranges(pods: &[&PodView], nodes: &[NodeView]) -> (Vec<Finding>, Vec<String>) {
-    let by_name: BTreeMap<&str, &NodeView> = nodes
+fn outside_node_ranges(pods: &[&PodView], nodes: &[NodeRanges]) -> (Vec<Finding>, Vec<String>) {
+    let by_name: BTreeMap<&str, &NodeRanges> = nodes
         .iter()
         .filter(|n| !n.ranges.is_empty())
         .map(|n| (n.name.as_str(), n))
@@ -362,7 +362,7 @@ fn span(cidr: &IpNet) -> (bool, u128, u128) {
     }
 }
 
-fn range_on_two_nodes(nodes: &[NodeView]) -> Vec<Finding> {
+fn range_on_two_nodes(nodes: &[NodeRanges]) -> Vec<Finding> {
     let mut held: Vec<HeldRange> = nodes
         .iter()
         .flat_map(|n| {
@@ -482,8 +482,8 @@ mod tests {
         }
     }
 
-    fn node(name: &str, cidrs: &[&str]) -> NodeView {
-        NodeView {
+    fn node(name: &str, cidrs: &[&str]) -> NodeRanges {
+        NodeRanges {
             name: name.into(),
             ranges: cidrs
                 .iter()
@@ -619,7 +619,7 @@ mod tests {
                 pool: "blue".into(),
             },
         });
-        let crd = NodeView {
+        let crd = NodeRanges {
             name: "c".into(),
             ranges: vec![NodeRange {
                 cidr: "10.5.0.9/32".parse().unwrap(),
@@ -721,7 +721,7 @@ mod tests {
 
     #[test]
     fn a_chain_of_overlaps_is_one_finding_and_single_ips_count() {
-        let ip = |node: &str, ip: &str| NodeView {
+        let ip = |node: &str, ip: &str| NodeRanges {
             name: node.into(),
             ranges: vec![NodeRange {
                 cidr: ip.parse().unwrap(),

@@ -13,7 +13,7 @@ use kube::api::{Api, ListParams};
 
 use super::discovery::{CiliumKind, DiscoveryError, resolve};
 use super::objects::{ListError, list_pages, list_valid};
-use crate::ipam::duplicates::{NodeRange, NodeView, PodView, RangeSource};
+use crate::ipam::duplicates::{NodeRange, NodeRanges, PodView, RangeSource};
 use crate::ipam::leaks::PodName;
 use crate::resources::{NodeIpamStatus, NodeResource, NodeSpec, NodeStatus, ObjectMeta};
 
@@ -46,9 +46,9 @@ pub struct Listed {
 }
 
 impl Listed {
-    /// The CiliumNodes as the check's views.
-    pub fn node_views(&self) -> Vec<NodeView> {
-        self.cilium_nodes.iter().map(node_view).collect()
+    /// Each CiliumNode's name and ranges, as the check takes them.
+    pub fn node_ranges(&self) -> Vec<NodeRanges> {
+        self.cilium_nodes.iter().map(node_ranges).collect()
     }
 }
 
@@ -148,7 +148,7 @@ pub fn pod_view(pod: &Pod) -> PodView {
 /// A CiliumNode's ranges: `spec.ipam.podCIDRs`, the blocks of
 /// `spec.ipam.pools.allocated`, and the single IPs of `spec.ipam.pool` /
 /// `ipv6-pool` (a key that is not an IP is left out).
-pub fn node_view(node: &NodeResource) -> NodeView {
+pub fn node_ranges(node: &NodeResource) -> NodeRanges {
     let ipam = &node.spec.ipam;
     let mut ranges: Vec<NodeRange> = ipam
         .pod_cidrs
@@ -176,7 +176,7 @@ pub fn node_view(node: &NodeResource) -> NodeView {
                 source: RangeSource::PoolIp,
             }),
     );
-    NodeView {
+    NodeRanges {
         name: node.metadata.name.clone(),
         ranges,
     }
@@ -235,7 +235,7 @@ mod tests {
             }},
         }))
         .unwrap();
-        let v = node_view(&node);
+        let v = node_ranges(&node);
         assert_eq!(v.name, "n1");
         let texts: Vec<String> = v.ranges.iter().map(ToString::to_string).collect();
         assert_eq!(
@@ -272,6 +272,6 @@ mod tests {
         assert!(k.metadata.labels.is_empty() && k.metadata.annotations.is_empty());
         assert!(k.spec.addresses.is_empty() && k.status.extra.is_empty());
         assert_eq!(k.status.ipam.used, node.status.ipam.used);
-        assert_eq!(node_view(&k), node_view(&node));
+        assert_eq!(node_ranges(&k), node_ranges(&node));
     }
 }

@@ -4,7 +4,9 @@
 //! runs on Cilium 1.20's own CRDs as well as on its own (`deploy/crds/`), and
 //! waits for a CRD that is missing; one typed decode of what the API server
 //! sends, typed watches and lists, and the server-side-apply body ([`objects`]);
-//! a watched kind's local copy, the one relist buffer ([`mirror`]); this node's
+//! a watched kind's local copy, the one relist buffer ([`mirror`]); the pool
+//! definitions and the one watch that says when to read them again
+//! ([`pool_watch`], the agent's and the operator's); this node's
 //! Pods and Events for the agent's leak check ([`node_pods`]); and Pods and
 //! CiliumNodes as the duplicate check sees them ([`address_views`]).
 
@@ -15,5 +17,6 @@ pub mod leak_events;
 pub mod mirror;
 pub mod node_pods;
 pub mod objects;
+pub mod pool_watch;
 
 pub use discovery::{CiliumKind, DiscoveryError, api_waiting, resolve, resolve_waiting};

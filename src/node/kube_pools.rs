@@ -11,13 +11,14 @@
 //! Pools and node configs are read at the newest version their CRD serves that
 //! podnet understands (API discovery, `k8s::discovery`): Cilium 1.20.2's pool CRD
 //! serves v2alpha1 only, podnet's v2 and v2alpha1. A CRD that goes away while the
-//! daemon runs is waited for again; the pools in force stay meanwhile.
+//! daemon runs is waited for again; the pools in force stay meanwhile (the watch:
+//! `k8s::pool_watch`, which the operator's multi-pool allocator uses too).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace as KubeNamespace, Pod as KubePod};
 use kube::api::{Api, ApiResource};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -28,11 +29,10 @@ use super::{BackendHealth, NodeError, NodeEvent};
 use crate::ipam::node_config::{NodeConfigDef, node_default_pool};
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::{LABEL_NAMESPACE_NAME, MetadataSource, NamespaceMeta, PodMeta};
-use crate::k8s::discovery::{
-    CiliumKind, DiscoveryError, resolve, resolve_waiting, resource_gone, watch_all,
-};
+use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve, resolve_waiting};
 use crate::k8s::objects::list_valid;
-use crate::resources::{CiliumNodeConfig, CiliumPodIPPool, NODE_CONFIG_KIND, POD_IP_POOL_KIND};
+use crate::k8s::pool_watch::{PoolWatch, Resolver, Watched, list_pools};
+use crate::resources::{CiliumNodeConfig, NODE_CONFIG_KIND};
 
 /// The resources multi-pool reads, at the versions the API server serves.
 #[derive(Debug, Clone)]
@@ -68,19 +68,10 @@ impl PoolResources {
     }
 }
 
-/// Every valid pool of `resource` (a `CiliumPodIPPool` version the API server
-/// serves; an object decodes as the version it was read at); an invalid one is
-/// logged and left out.
-async fn list_pools(
-    client: &kube::Client,
-    resource: &ApiResource,
-) -> Result<Vec<PoolDef>, NodeError> {
-    Ok(
-        list_valid::<CiliumPodIPPool, _, _>(client, resource, POD_IP_POOL_KIND, |p| {
-            PoolDef::try_from(p)
-        })
-        .await?,
-    )
+impl Watched for PoolResources {
+    fn resources(&self) -> Vec<&ApiResource> {
+        vec![&self.pools, &self.node_configs]
+    }
 }
 
 /// This node's default pool from the CiliumNodeConfigs that select it.
@@ -109,14 +100,6 @@ pub(super) async fn pools_now(
     ))
 }
 
-/// How a watch of the pools ended.
-enum Followed {
-    /// The daemon stopped listening.
-    Closed,
-    /// A CRD (or the version in use) is not served any more.
-    Gone,
-}
-
 /// Watches pools and node configs and sends the whole set after every change;
 /// when their CRD goes (or stops serving the version in use), waits until one
 /// is served again and goes on with it. `resources`: what the start resolved
@@ -128,51 +111,20 @@ pub(super) async fn watch_pools(
     events: tokio::sync::mpsc::Sender<NodeEvent>,
     health: Arc<BackendHealth>,
 ) {
-    let mut resources = match resources {
+    let resources = match resources {
         Some(r) => r,
         None => PoolResources::resolve_waiting(&client, &health).await,
     };
-    loop {
-        match follow_pools(&client, &resources, &node_labels, &events, &health).await {
-            Followed::Closed => return,
-            Followed::Gone => {
-                health.set("pools", false);
-                tracing::warn!(
-                    pools = %resources.pools.api_version,
-                    node_configs = %resources.node_configs.api_version,
-                    "a pool CRD is not served any more; the current pools stay in force until it is"
-                );
-                resources = PoolResources::resolve_waiting(&client, &health).await;
-            }
-        }
-    }
-}
-
-/// One watch of `resources`, until the daemon stops or a CRD goes.
-async fn follow_pools(
-    client: &kube::Client,
-    resources: &PoolResources,
-    node_labels: &BTreeMap<String, String>,
-    events: &tokio::sync::mpsc::Sender<NodeEvent>,
-    health: &BackendHealth,
-) -> Followed {
-    let mut changes = futures::stream::select(
-        watch_all(client, &resources.pools),
-        watch_all(client, &resources.node_configs),
-    );
-    while let Some(change) = changes.next().await {
-        match change {
-            // A list in progress: the whole set is sent when it is done.
-            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
-            Ok(_) => {}
-            Err(e) if resource_gone(&e) => return Followed::Gone,
-            Err(e) => {
-                health.set("pools", false);
-                tracing::warn!(error = %e, "pool watch interrupted; it resumes");
-                continue;
-            }
-        }
-        match pools_now(client, resources, node_labels).await {
+    let resolving = health.clone();
+    let resolve: Resolver<PoolResources> = Box::new(move |client| {
+        let health = resolving.clone();
+        async move { PoolResources::resolve_waiting(&client, &health).await }.boxed()
+    });
+    let lost = health.clone();
+    let mut watch = PoolWatch::new(client, resources, "pool", resolve)
+        .on_lost(move || lost.set("pools", false));
+    while watch.changed().await.is_ok() {
+        match pools_now(watch.client(), watch.watched(), &node_labels).await {
             Ok((pools, default_pool)) => {
                 health.set("pools", true);
                 let sent = events.send(NodeEvent::Pools(pools)).await.is_ok()
@@ -181,13 +133,12 @@ async fn follow_pools(
                         .await
                         .is_ok();
                 if !sent {
-                    return Followed::Closed;
+                    return;
                 }
             }
             Err(e) => tracing::warn!(error = %e, "pools not reloaded"),
         }
     }
-    Followed::Closed
 }
 
 /// Pod (this node's) and Namespace metadata from reflector stores.

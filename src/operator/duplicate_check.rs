@@ -46,7 +46,7 @@ pub async fn run(
         let wait = match read(&client).await {
             Ok(listed) => {
                 metrics.checked("ok");
-                let report = check(&listed.pods, &listed.node_views());
+                let report = check(&listed.pods, &listed.node_ranges());
                 let confirmed = confirmation.observe(&report.findings);
                 metrics.set_findings(&confirmed.current);
                 for finding in &confirmed.new {

@@ -23,7 +23,6 @@ use serde::Serialize;
 
 use super::lease::LEASE_NAME;
 use super::multi_pool::blocks::{ObservedNode, PoolBlocks as PoolBookkeeping};
-use super::multi_pool::list_pools;
 use super::options::ClusterOptions;
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{
@@ -32,10 +31,11 @@ use crate::ipam::clusterpool::{
 };
 use crate::ipam::duplicates::{Finding, PodView, check, finding_lines};
 use crate::ipam::pooldef::PoolDef;
-use crate::k8s::address_views::{list_pods, node_view};
+use crate::k8s::address_views::{list_pods, node_ranges};
 use crate::k8s::connect::{ConnectError, kube_config};
 use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve};
 use crate::k8s::objects::{ListError, node_resource};
+use crate::k8s::pool_watch::list_pools;
 use crate::process::options::{OptionsError, parse_command_with_config_dir};
 use crate::resources::AllocatedPool;
 
@@ -238,7 +238,7 @@ fn status(opts: &StatusOptions) -> Result<Report, StatusError> {
     let views: Vec<_> = nodes
         .iter()
         .filter_map(|n| node_resource(n).ok())
-        .map(|n| node_view(&n))
+        .map(|n| node_ranges(&n))
         .collect();
     r.findings = check(&pods, &views).findings;
     Ok(r)

@@ -8,11 +8,12 @@ use crate::api::client::Client;
 use crate::cni::{CniEnv, CniError, NetConf};
 use crate::datapath::{IpFamily, NetlinkSocket, TABLE_MAIN, host_ifname};
 
-use super::add::{attachment, dp, open_netns};
+use super::attachment;
 use super::daemon_errors::to_cni;
+use super::datapath_errors::dp;
 
 pub fn check(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<(), CniError> {
-    let (cid, ifname, netns_path) = attachment(env)?;
+    let (cid, ifname, netns_path) = attachment::ids(env)?;
     let prev = conf
         .prev_result
         .as_ref()
@@ -47,7 +48,7 @@ pub fn check(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<(), CniErr
         }
     }
 
-    let netns = open_netns(netns_path)?;
+    let netns = attachment::open_netns(netns_path)?;
     let pod_sock =
         NetlinkSocket::new_in(&netns).map_err(dp("opening netlink in the pod's namespace"))?;
     let link = pod_sock
@@ -76,13 +77,8 @@ pub fn check(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<(), CniErr
         }
     }
     for route in &prev.routes {
-        let family = if route.dst.addr().is_ipv4() {
-            IpFamily::V4
-        } else {
-            IpFamily::V6
-        };
         let present = pod_sock
-            .list_routes(family, Some(TABLE_MAIN))
+            .list_routes(IpFamily::of(&route.dst.addr()), Some(TABLE_MAIN))
             .map_err(dp("listing pod routes"))?
             .iter()
             .any(|r| r.dst == route.dst && r.gateway == route.gw);
@@ -109,13 +105,8 @@ pub fn check(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<(), CniErr
             ))
         })?;
     for ip in &recorded {
-        let family = if ip.is_ipv4() {
-            IpFamily::V4
-        } else {
-            IpFamily::V6
-        };
         let routed = host_sock
-            .list_routes(family, Some(TABLE_MAIN))
+            .list_routes(IpFamily::of(ip), Some(TABLE_MAIN))
             .map_err(dp("listing host routes"))?
             .iter()
             .any(|r| {

@@ -11,6 +11,10 @@ use crate::api::client::ClientError;
 use crate::api::models::FailureReason;
 use crate::cni::CniError;
 
+/// What an allocation failure says first (Cilium's wording); the daemon has
+/// already recorded such failures itself (`report` tells them apart by it).
+pub const ALLOCATE_CONTEXT: &str = "unable to allocate IP via local podnet daemon";
+
 /// Maps a failed daemon call made while doing `what`.
 pub fn to_cni(e: ClientError, what: &str) -> CniError {
     let text = format!("{what}: {e}");

@@ -13,8 +13,8 @@ use crate::api::models::{EndpointBatchDeleteRequest, LinkRef};
 use crate::cni::{CniEnv, CniError, Command, NetConf};
 use crate::datapath::{DatapathError, NetlinkSocket, host_ifname};
 
-use super::add::dp;
 use super::daemon_errors::to_cni;
+use super::datapath_errors::dp;
 use super::delegate;
 use super::report::Timings;
 

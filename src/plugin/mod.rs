@@ -5,8 +5,10 @@
 
 mod add;
 mod add_turn;
+mod attachment;
 mod check;
 mod daemon_errors;
+mod datapath_errors;
 mod del;
 mod delegate;
 mod gc;

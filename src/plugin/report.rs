@@ -16,6 +16,8 @@ use crate::api::client::Client;
 use crate::api::models::CniReport;
 use crate::cni::CniError;
 
+use super::daemon_errors::ALLOCATE_CONTEXT;
+
 const LOG_MAX_BYTES: u64 = 10 * 1024 * 1024;
 const LOG_BACKUPS: u32 = 7;
 
@@ -79,7 +81,7 @@ impl Timings {
 /// The short reason of a failure, by CNI error code (`allocation` for failures of
 /// the daemon's allocation, which the daemon records itself).
 pub fn reason_of(e: &CniError) -> &'static str {
-    if e.msg.starts_with(super::add::ALLOCATE_CONTEXT) && e.code != 11 {
+    if e.msg.starts_with(ALLOCATE_CONTEXT) && e.code != 11 {
         return "allocation";
     }
     match e.code {
@@ -276,10 +278,7 @@ mod tests {
     #[test]
     fn reasons() {
         assert_eq!(reason_of(&CniError::address_exhausted("x")), "range-full");
-        let alloc = CniError::address_exhausted(format!(
-            "{}: range is full",
-            super::super::add::ALLOCATE_CONTEXT
-        ));
+        let alloc = CniError::address_exhausted(format!("{}: range is full", ALLOCATE_CONTEXT));
         assert_eq!(reason_of(&alloc), "allocation");
         assert_eq!(
             reason_of(&CniError::try_again_later("x")),

@@ -17,22 +17,19 @@ use crate::ipam::multipool::PoolError;
 use crate::store::{AllocationRecord, AllocationState, EndpointRecord, JournalOp, now_ms};
 
 impl IpamState {
-    /// `POST /v1/ipam`: the next address of each requested family (IPv6 first, as
-    /// Cilium does; if IPv4 then fails, the IPv6 address is given back). The
-    /// answer carries the daemon's configuration (`podnet-config`), so the plugin
-    /// needs no `GET /v1/config`. In delegated-plugin mode nothing is allocated:
-    /// the refusal (`NoAddress`, 502 as Cilium's no-op allocator) says `delegated-plugin` and
+    /// `POST /v1/ipam`, one attempt: the next address of each requested family
+    /// (IPv6 first, as Cilium does; if IPv4 then fails, the IPv6 address is given
+    /// back; `allocate_and_journal`), timed, and a refusal recorded as a failure
+    /// unless the caller will wait for the cluster operator's blocks (`may_wait`
+    /// and [`IpamState::waits_for_blocks`]: its demand is noted as pending all the
+    /// same; `Daemon::allocate_waiting_for_blocks` is that caller). The answer
+    /// carries the daemon's configuration (`podnet-config`), so the plugin needs no
+    /// `GET /v1/config`. In delegated-plugin mode nothing is allocated: the refusal
+    /// (`NoAddress`, 502 as Cilium's no-op allocator) says `delegated-plugin` and
     /// carries the configuration the plugin then runs the delegated IPAM with.
     /// While the configuration does not fit the node, nothing is allocated
     /// (`fit`).
-    pub fn allocate_next(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
-        self.try_allocate_next(req, false)
-    }
-
-    /// `allocate_next`, for a caller that will wait for the cluster operator's
-    /// blocks when `may_wait`: a refusal [`IpamState::waits_for_blocks`] accepts is
-    /// then not recorded as a failure (its demand is noted as pending all the same).
-    pub fn try_allocate_next(
+    pub fn allocate(
         &mut self,
         req: &AllocateRequest,
         may_wait: bool,
@@ -53,7 +50,7 @@ impl IpamState {
         let started = std::time::Instant::now();
         let result = match refused {
             Some(refused) => Err(refused),
-            None => self.allocate_next_inner(req),
+            None => self.allocate_and_journal(req),
         };
         self.metrics
             .phase("ADD", "daemon-allocation", started.elapsed().as_secs_f64());
@@ -73,7 +70,10 @@ impl IpamState {
         result
     }
 
-    fn allocate_next_inner(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
+    /// The allocation itself: each family's address from its pool, claimed in
+    /// the ledger, journaled (with the pending endpoint) in one commit, then
+    /// applied and answered; on any failure the addresses taken so far go back.
+    fn allocate_and_journal(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
         let now = now_ms();
         let mut ops = Vec::new();
         // A runtime that re-adds an attachment without DEL supersedes the old one.
@@ -142,6 +142,12 @@ impl IpamState {
         }
         self.sync_demand();
         Ok(resp)
+    }
+
+    /// [`IpamState::allocate`] for a caller that never waits (the unit tests).
+    #[cfg(test)]
+    pub fn allocate_next(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
+        self.allocate(req, false)
     }
 
     /// Whether `e` is a multi-pool pool without room (or not known yet) on a node

@@ -1697,24 +1697,22 @@ fn with_a_cluster_operator_a_full_pool_waits_for_blocks_without_recording_a_fail
     let setup = Setup::multi_pool(default_and_blue(), &[(DEFAULT_POOL, 8)]);
     let mut s = start_with_cluster_operator(&dir, &setup, node_with_blocks(&[]));
     let mut i = 0;
-    while s.try_allocate_next(&pod(&format!("p{i}")), true).is_ok() {
+    while s.allocate(&pod(&format!("p{i}")), true).is_ok() {
         i += 1;
     }
     assert_eq!(i, 13, "one /28 less the router");
-    let e = s
-        .try_allocate_next(&pod("waiting"), true)
-        .expect_err("no room");
+    let e = s.allocate(&pod("waiting"), true).expect_err("no room");
     assert!(s.waits_for_blocks(&e), "{}", e.message);
     assert!(s.failures.is_empty(), "a wait is not a failure");
     // The demand counts the waiting owners (p13 and this one): 14 in use + 2
     // pending, with pre-allocation 8.
     assert_eq!(requested(&s, DEFAULT_POOL), Some(24));
     // The last attempt (no more waiting) is recorded.
-    let e = s.try_allocate_next(&pod("waiting"), false).unwrap_err();
+    let e = s.allocate(&pod("waiting"), false).unwrap_err();
     assert_eq!(s.failures.len(), 1, "{}", e.message);
     // The operator's block arrives: the waiting owner gets an address from it.
     s.set_external_node(node_with_blocks(&[(DEFAULT_POOL, "10.10.0.16/28")]));
-    let got = s.try_allocate_next(&pod("waiting"), true).unwrap();
+    let got = s.allocate(&pod("waiting"), true).unwrap();
     let second: IpNet = "10.10.0.16/28".parse().unwrap();
     assert!(second.contains(&v4(&got)), "{}", v4(&got));
 
@@ -1726,7 +1724,7 @@ fn with_a_cluster_operator_a_full_pool_waits_for_blocks_without_recording_a_fail
             .into();
     s.set_external_node(refused);
     let e = loop {
-        if let Err(e) = s.try_allocate_next(&plain("ns/more", ""), true) {
+        if let Err(e) = s.allocate(&plain("ns/more", ""), true) {
             break e;
         }
     };
@@ -1745,7 +1743,7 @@ fn with_a_cluster_operator_a_full_pool_waits_for_blocks_without_recording_a_fail
     );
     let mut s = start(&dir, &small);
     let e = loop {
-        if let Err(e) = s.try_allocate_next(&plain("ns/p", ""), true) {
+        if let Err(e) = s.allocate(&plain("ns/p", ""), true) {
             break e;
         }
     };

@@ -30,10 +30,10 @@ pub use blocks::PoolBlocks;
 
 use std::collections::BTreeSet;
 
-use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
 use kube::api::{Api, ApiResource, DynamicObject, PatchParams, PostParams};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use serde_json::json;
 
 use super::FIELD_MANAGER;
@@ -42,10 +42,11 @@ use super::node_api::{ApiNodes, NodeApply};
 use super::node_loop::{self, AfterRefusal, NodeHandler, NodeWriter, Refusal, Written};
 use super::retry::next_backoff;
 use crate::ipam::pooldef::PoolDef;
-use crate::k8s::discovery::{CiliumKind, api_waiting, resolve_waiting, resource_gone, watch_all};
+use crate::k8s::discovery::{CiliumKind, api_waiting, resolve_waiting};
 use crate::k8s::mirror::WatchEnded;
-use crate::k8s::objects::{ListError, list_valid, watch_nodes};
-use crate::resources::{CiliumPodIPPool, NodeResource, POD_IP_POOL_KIND};
+use crate::k8s::objects::watch_nodes;
+use crate::k8s::pool_watch::{PoolWatch, Resolver, list_pools};
+use crate::resources::NodeResource;
 use auto_create::pool_object;
 use blocks::{NodeWrite, ObservedNode};
 
@@ -190,18 +191,6 @@ async fn create_missing_pools(client: &kube::Client, resource: &ApiResource, poo
     }
 }
 
-/// Every valid CiliumPodIPPool of `resource` (the version the CRD serves); an
-/// invalid one is logged and left out.
-pub async fn list_pools(
-    client: &kube::Client,
-    resource: &ApiResource,
-) -> Result<Vec<PoolDef>, ListError> {
-    list_valid::<CiliumPodIPPool, _, _>(client, resource, POD_IP_POOL_KIND, |p| {
-        PoolDef::try_from(p)
-    })
-    .await
-}
-
 /// The pools as they are now; None when they cannot be read (the current
 /// definitions stay).
 async fn read_pools(client: &kube::Client, resource: &ApiResource) -> Option<Vec<PoolDef>> {
@@ -217,13 +206,6 @@ async fn resolve_pools(client: &kube::Client) -> ApiResource {
     resolve_waiting(client, CiliumKind::PodIpPool, &|_| {}).await
 }
 
-/// The pool watch's state: where the pools are, and their watch.
-struct PoolWatch {
-    client: kube::Client,
-    resource: ApiResource,
-    events: BoxStream<'static, Result<Event<DynamicObject>, watcher::Error>>,
-}
-
 /// The pool definitions after each change of a CiliumPodIPPool (a list in
 /// progress is read whole when it is done); a CRD that is not served any more is
 /// waited for again (the current definitions stay in force meanwhile). Ends with
@@ -232,36 +214,17 @@ fn pool_changes(
     client: kube::Client,
     resource: ApiResource,
 ) -> BoxStream<'static, Result<Vec<PoolDef>, WatchEnded>> {
-    let events = watch_all(&client, &resource);
-    let start = Some(PoolWatch {
-        client,
-        resource,
-        events,
-    });
-    futures::stream::unfold(start, |state| async move {
-        let mut w = state?;
+    let resolve: Resolver<ApiResource> =
+        Box::new(|client| async move { resolve_pools(&client).await }.boxed());
+    let watch = PoolWatch::new(client, resource, "CiliumPodIPPool", resolve);
+    futures::stream::unfold(Some(watch), |watch| async move {
+        let mut w = watch?;
         loop {
-            match w.events.next().await {
-                None => {
-                    let ended = WatchEnded {
-                        kind: "CiliumPodIPPool".into(),
-                    };
-                    return Some((Err(ended), None));
-                }
-                Some(Err(e)) if resource_gone(&e) => {
-                    tracing::warn!(version = %w.resource.api_version, "the CiliumPodIPPool CRD is not served any more; the current definitions stay in force until it is");
-                    w.resource = resolve_pools(&w.client).await;
-                    w.events = watch_all(&w.client, &w.resource);
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "CiliumPodIPPool watch interrupted; it resumes")
-                }
-                Some(Ok(Event::Init | Event::InitApply(_))) => {}
-                Some(Ok(_)) => {
-                    if let Some(pools) = read_pools(&w.client, &w.resource).await {
-                        return Some((Ok(pools), Some(w)));
-                    }
-                }
+            if let Err(ended) = w.changed().await {
+                return Some((Err(ended), None));
+            }
+            if let Some(pools) = read_pools(w.client(), w.watched()).await {
+                return Some((Ok(pools), Some(w)));
             }
         }
     })
