@@ -200,12 +200,3 @@ delete set inet podnet_policy peer_old_v6
     assert_eq!(update(&diff), want);
     assert_eq!(update(&Diff::default()), "");
 }
-
-/// Writes the scripts for the kernel check of `integration/policy.rs` to
-/// inspect by hand: `PODNET_POLICY_DUMP=dir cargo test --lib render`.
-#[test]
-fn dump_for_inspection() {
-    if let Ok(dir) = std::env::var("PODNET_POLICY_DUMP") {
-        let _ = std::fs::write(format!("{dir}/install.nft"), install(&state()));
-    }
-}
