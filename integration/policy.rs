@@ -279,6 +279,36 @@ impl Topology {
             .unwrap_or_else(|e| panic!("updating the table: {e}"));
     }
 
+    /// The table as the kernel lists it, without handles, set elements sorted,
+    /// each rule with its chain and place: equal for equal rule sets.
+    fn normalized(&self) -> Vec<String> {
+        let listing = in_netns(&open(&self.node), || {
+            Ok(podnet::daemon::nft::list_table("inet", "podnet_policy"))
+        })
+        .expect("enter the node's netns")
+        .expect("listing the table")
+        .expect("the table exists");
+        let mut places: std::collections::BTreeMap<String, usize> = Default::default();
+        let mut out: Vec<String> = podnet::daemon::nft::objects(&listing)
+            .filter(|(kind, _)| *kind != "metainfo")
+            .map(|(kind, body)| {
+                let mut body = body.clone();
+                strip(&mut body);
+                match kind {
+                    "rule" => {
+                        let chain = body["chain"].as_str().unwrap_or_default().to_string();
+                        let place = places.entry(chain.clone()).or_default();
+                        *place += 1;
+                        format!("rule {chain} #{place}: {body}")
+                    }
+                    _ => format!("{kind}: {body}"),
+                }
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// The kernel's handle of the policy table (a new one if it was recreated).
     fn table_handle(&self) -> u64 {
         let listing = in_netns(&open(&self.node), || {
@@ -291,6 +321,39 @@ impl Topology {
         table
             .and_then(|(_, t)| t["handle"].as_u64())
             .expect("the table's handle")
+    }
+}
+
+/// The kinds of change `diff` holds.
+fn diff_kinds(diff: &podnet::policy::Diff) -> Vec<&'static str> {
+    let kinds = [
+        ("sets added", diff.sets_added.is_empty()),
+        ("sets removed", diff.sets_removed.is_empty()),
+        ("elements added", diff.elements_added.is_empty()),
+        ("elements removed", diff.elements_removed.is_empty()),
+        ("chains added", diff.chains_added.is_empty()),
+        ("chains replaced", diff.chains_replaced.is_empty()),
+        ("chains removed", diff.chains_removed.is_empty()),
+    ];
+    kinds
+        .iter()
+        .filter(|(_, empty)| !empty)
+        .map(|(k, _)| *k)
+        .collect()
+}
+
+/// `v` without handles, its set elements sorted.
+fn strip(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(o) => {
+            o.remove("handle");
+            o.values_mut().for_each(strip);
+            if let Some(serde_json::Value::Array(elements)) = o.get_mut("elem") {
+                elements.sort_by_key(|e| e.to_string());
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+        _ => {}
     }
 }
 
@@ -483,4 +546,70 @@ fn egress_to_an_ip_block_a_named_port_and_udp() {
         t.tcp(web, t.pods[c].v4, 80, ALLOWED),
         "no policy, no filter"
     );
+}
+
+#[test]
+fn every_update_leaves_the_table_a_fresh_install_would_write() {
+    if !root_or_skip("policy_updates") {
+        return;
+    }
+    let t = Topology::new(3);
+    let mut pods = t.views(&[
+        (&[("app", "web")], &[("http", 8080)]),
+        (&[("role", "client")], &[]),
+        (&[("role", "metrics")], &[("metrics", 9100)]),
+    ]);
+    let deny = policy(
+        "deny",
+        json!({"podSelector": {"matchLabels": {"app": "web"}}}),
+    );
+    let allow = policy(
+        "allow",
+        json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}], "ports": [{"port": "http"}, {"port": 80, "endPort": 90}]}]}),
+    );
+    let egress = policy(
+        "egress",
+        json!({"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Egress"],
+               "egress": [{"ports": [{"port": "metrics"}]},
+                          {"to": [{"ipBlock": {"cidr": "fd77::/64", "except": ["fd77::3/128"]}}]}]}),
+    );
+    let mut states = vec![
+        State::default(),
+        t.compile(&[deny.clone(), allow.clone()], &pods),
+        t.compile(&[deny.clone(), allow.clone(), egress.clone()], &pods),
+    ];
+    pods[2].labels.insert("role".into(), "client".into());
+    pods[2].ports[0].number = 9200;
+    states.push(t.compile(&[deny.clone(), allow, egress.clone()], &pods));
+    states.push(t.compile(&[deny, egress], &pods));
+    states.push(State::default());
+    t.install(&states[0]);
+    let mut kinds = std::collections::BTreeSet::new();
+    for (i, pair) in states.windows(2).enumerate() {
+        let (handle, before) = (t.table_handle(), t.normalized());
+        let diff = pair[0].diff(&pair[1]);
+        kinds.extend(diff_kinds(&diff));
+        t.update(&pair[0], &pair[1]);
+        let updated = t.normalized();
+        assert_ne!(before, updated, "step {i} changes the table");
+        assert_eq!(
+            t.table_handle(),
+            handle,
+            "step {i}: the table was recreated"
+        );
+        // The same state installed afresh (the next step starts from it).
+        t.install(&pair[1]);
+        assert_eq!(
+            updated,
+            t.normalized(),
+            "step {i}: the update differs from an install"
+        );
+    }
+    assert_eq!(
+        kinds.len(),
+        7,
+        "every kind of change was applied: {kinds:?}"
+    );
+    // Traffic still judged after all that: an empty table filters nothing.
+    assert!(t.tcp(1, t.pods[0].v4, 9000, ALLOWED));
 }
