@@ -446,3 +446,31 @@ fn a_local_pod_that_becomes_selected_gets_its_chain_and_loses_it_again() {
         }
     );
 }
+
+#[test]
+fn a_change_no_selector_sees_is_no_diff_and_a_new_address_is_two_elements() {
+    let p = [policy(
+        "a",
+        "p",
+        json!({"ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}]}),
+    )];
+    let mut all = pods();
+    let before = run(&p, &all);
+    all[3].labels.insert("unrelated".into(), "yes".into());
+    all[4].ips.push(ip("fd00::31"));
+    assert!(before.state.diff(&run(&p, &all).state).is_empty());
+    all[2].ips = vec![ip("10.0.1.99")];
+    let diff = before.state.diff(&run(&p, &all).state);
+    let set = diff
+        .elements_added
+        .keys()
+        .next()
+        .cloned()
+        .unwrap_or_default();
+    let want = Diff {
+        elements_added: [(set.clone(), addrs(&["10.0.1.99"]))].into(),
+        elements_removed: [(set, addrs(&["10.0.1.1"]))].into(),
+        ..Diff::default()
+    };
+    assert_eq!(diff, want);
+}
