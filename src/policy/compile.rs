@@ -84,35 +84,13 @@ pub fn compile(cluster: Cluster) -> Compiled {
             continue;
         }
         for direction in [Direction::Ingress, Direction::Egress] {
-            let lists: Vec<&Vec<RuleView>> = selecting
-                .iter()
-                .filter_map(|p| rules_of(p, direction))
-                .collect();
-            if lists.is_empty() {
-                continue;
-            }
-            let rules: BTreeSet<Rule> = lists
-                .into_iter()
-                .flatten()
-                .flat_map(|r| b.rule(direction, pod, r))
-                .collect();
-            let mut rules: Vec<Rule> = rules.into_iter().collect();
-            if direction == Direction::Ingress {
-                rules.insert(
-                    0,
-                    Rule {
-                        peer: PeerMatch::Set(NODE_SET.into()),
-                        port: PortMatch::Any,
-                    },
-                );
-            }
-            chains.insert(
-                ChainKey {
+            if let Some(rules) = b.chain(direction, pod, &selecting) {
+                let key = ChainKey {
                     direction,
                     link: link.clone(),
-                },
-                rules,
-            );
+                };
+                chains.insert(key, rules);
+            }
         }
     }
     let mut problems: BTreeSet<Problem> = cluster
@@ -153,6 +131,35 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
+    /// The rules of `pod`'s chain of `direction`: the union of the rules of
+    /// every policy in `selecting` that has the direction (ingress: and its
+    /// node's addresses first), or None when none has it (the pod is open).
+    fn chain(
+        &mut self,
+        direction: Direction,
+        pod: &PodView,
+        selecting: &[&PolicyView],
+    ) -> Option<Vec<Rule>> {
+        let lists: Vec<&Vec<RuleView>> = selecting
+            .iter()
+            .filter_map(|p| rules_of(p, direction))
+            .collect();
+        if lists.is_empty() {
+            return None;
+        }
+        let rules: BTreeSet<Rule> = lists
+            .into_iter()
+            .flatten()
+            .flat_map(|r| self.rule(direction, pod, r))
+            .collect();
+        let node = Rule {
+            peer: PeerMatch::Set(NODE_SET.into()),
+            port: PortMatch::Any,
+        };
+        let node = (direction == Direction::Ingress).then_some(node);
+        Some(node.into_iter().chain(rules).collect())
+    }
+
     /// The allow rules of `rule` for `target`'s chain of `direction`.
     fn rule(&mut self, direction: Direction, target: &PodView, rule: &RuleView) -> Vec<Rule> {
         let peers: Vec<PeerMatch> = match rule.peers.is_empty() {
