@@ -268,6 +268,7 @@ fn every_update_leaves_the_table_a_fresh_install_would_write() {
         "egress",
         json!({"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Egress"],
                "egress": [{"ports": [{"port": "metrics"}]},
+                          {"to": [{"podSelector": {"matchLabels": {"role": "client"}}}], "ports": [{"port": "metrics"}, {"protocol": "UDP"}]},
                           {"to": [{"ipBlock": {"cidr": "fd77::/64", "except": ["fd77::3/128"]}}]}]}),
     );
     let mut states = vec![
