@@ -40,6 +40,7 @@ mod operations;
 mod operator;
 mod operator_pools;
 mod pending_attachment;
+mod policy;
 mod real_node;
 mod round_trips;
 mod scripted;

@@ -10,7 +10,9 @@
 //! and the daemon's API check the same; `daemon` uses `api`, `ipam`, `node`,
 //! `store` and `datapath` for its own devices; `operator` (the cluster-wide IPAM
 //! operator) uses `ipam`, `resources`, `k8s` and the Kubernetes connection of `node`, and
-//! shares the option reader and the metrics listener of `daemon`.
+//! shares the option reader and the metrics listener of `daemon`; `policy`
+//! (NetworkPolicy, compiled to nftables) reads `k8s_openapi` objects and writes
+//! through `daemon::nft`.
 
 pub mod api;
 pub mod arena;
@@ -26,6 +28,7 @@ pub mod logging;
 pub mod node;
 pub mod operator;
 pub mod plugin;
+pub mod policy;
 pub mod process;
 pub mod resources;
 pub mod store;

@@ -1,0 +1,306 @@
+//! From the cluster's policies, pods and namespaces to this node's [`State`],
+//! with Kubernetes' semantics: a pod no policy selects for a direction is open
+//! in it; each policy that selects a pod adds its rules (a union); a direction
+//! in `policyTypes` with no rules denies it all. A peer's `podSelector` alone
+//! means pods of the policy's namespace, a `namespaceSelector` alone every pod of
+//! the namespaces it matches, both the pods it matches there; an `ipBlock` is
+//! judged on the packet's address, pod or not. A named port of an ingress rule is
+//! the selected pod's own; of an egress rule, the destination pod's (an
+//! address-port set). What allows nothing (a port name no pod has, an invalid
+//! field) opens nothing and breaks nothing else.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use sha2::{Digest, Sha256};
+
+use super::ports::{self, Ports};
+use super::problem::{Problem, Why};
+use super::selector::Labels;
+use super::state::{
+    ChainKey, Direction, Element, NODE_SET, PeerMatch, PortMatch, Rule, Set, SetKind, State,
+};
+use super::view::{NamespaceView, Namespaces, PeerView, PodView, PolicyView, Protocol, RuleView};
+use crate::datapath::IFNAME_MAX_LEN;
+
+/// Everything the node's policy state is made of.
+#[derive(Debug, Clone, Copy)]
+pub struct Cluster<'a> {
+    pub policies: &'a [PolicyView],
+    /// Every pod of the cluster; those with a host link are this node's.
+    pub pods: &'a [PodView],
+    pub namespaces: &'a [NamespaceView],
+    /// This node's own addresses: traffic from them to its pods is allowed.
+    pub node_addresses: &'a [IpAddr],
+}
+
+/// The node's state and what stood in the way.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Compiled {
+    pub state: State,
+    /// Every problem of every policy, sorted, each once.
+    pub problems: Vec<Problem>,
+    /// Local pods (`namespace/name`) policies select whose host link cannot be
+    /// named in nftables (not podnet's): not enforced.
+    pub unusable_links: Vec<String>,
+}
+
+/// Compiles the node's state.
+pub fn compile(cluster: Cluster) -> Compiled {
+    let mut b = Builder {
+        cluster,
+        namespace_labels: cluster
+            .namespaces
+            .iter()
+            .map(|n| (n.name.as_str(), &n.labels))
+            .collect(),
+        sets: BTreeMap::new(),
+    };
+    let node = cluster
+        .node_addresses
+        .iter()
+        .map(|ip| Element::Address(*ip));
+    b.sets.insert(
+        NODE_SET.into(),
+        Set {
+            kind: SetKind::Addresses,
+            elements: node.collect(),
+        },
+    );
+    let mut chains = BTreeMap::new();
+    let mut unusable_links = Vec::new();
+    for pod in cluster.pods {
+        let Some(link) = &pod.host_link else { continue };
+        let selecting: Vec<&PolicyView> = cluster
+            .policies
+            .iter()
+            .filter(|p| p.namespace == pod.namespace && p.pod_selector.matches(&pod.labels))
+            .collect();
+        if selecting.is_empty() {
+            continue;
+        }
+        if !nft_safe_link(link) {
+            unusable_links.push(format!("{}/{}", pod.namespace, pod.name));
+            continue;
+        }
+        for direction in [Direction::Ingress, Direction::Egress] {
+            if let Some(rules) = b.chain(direction, pod, &selecting) {
+                let key = ChainKey {
+                    direction,
+                    link: link.clone(),
+                };
+                chains.insert(key, rules);
+            }
+        }
+    }
+    let mut problems: BTreeSet<Problem> = cluster
+        .policies
+        .iter()
+        .flat_map(|p| p.problems.iter().cloned())
+        .collect();
+    problems.extend(unknown_port_names(cluster.policies, cluster.pods));
+    Compiled {
+        state: State {
+            sets: b.sets,
+            chains,
+        },
+        problems: problems.into_iter().collect(),
+        unusable_links,
+    }
+}
+
+fn rules_of(p: &PolicyView, direction: Direction) -> Option<&Vec<RuleView>> {
+    match direction {
+        Direction::Ingress => p.ingress.as_ref(),
+        Direction::Egress => p.egress.as_ref(),
+    }
+}
+
+/// A link name nftables takes in a chain name and a quoted set element.
+fn nft_safe_link(link: &str) -> bool {
+    (1..=IFNAME_MAX_LEN).contains(&link.len())
+        && link
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+struct Builder<'a> {
+    cluster: Cluster<'a>,
+    namespace_labels: BTreeMap<&'a str, &'a Labels>,
+    sets: BTreeMap<String, Set>,
+}
+
+impl Builder<'_> {
+    /// The rules of `pod`'s chain of `direction`: the union of the rules of
+    /// every policy in `selecting` that has the direction (ingress: and its
+    /// node's addresses first), or None when none has it (the pod is open).
+    fn chain(
+        &mut self,
+        direction: Direction,
+        pod: &PodView,
+        selecting: &[&PolicyView],
+    ) -> Option<Vec<Rule>> {
+        let lists: Vec<&Vec<RuleView>> = selecting
+            .iter()
+            .filter_map(|p| rules_of(p, direction))
+            .collect();
+        if lists.is_empty() {
+            return None;
+        }
+        let rules: BTreeSet<Rule> = lists
+            .into_iter()
+            .flatten()
+            .flat_map(|r| self.rule(direction, pod, r))
+            .collect();
+        let node = Rule {
+            peer: PeerMatch::Set(NODE_SET.into()),
+            port: PortMatch::Any,
+        };
+        let node = (direction == Direction::Ingress).then_some(node);
+        Some(node.into_iter().chain(rules).collect())
+    }
+
+    /// The allow rules of `rule` for `target`'s chain of `direction`.
+    fn rule(&mut self, direction: Direction, target: &PodView, rule: &RuleView) -> Vec<Rule> {
+        let peers: Vec<PeerMatch> = match rule.peers.is_empty() {
+            true => vec![PeerMatch::Any],
+            false => rule.peers.iter().filter_map(|p| self.peer(p)).collect(),
+        };
+        let port_matches = match rule.ports.is_empty() {
+            true => vec![PortMatch::Any],
+            false => {
+                let resolved = Ports::resolve(&rule.ports, |protocol, name| match direction {
+                    Direction::Ingress => ports::own(target, protocol, name),
+                    Direction::Egress => ports::Named::Set(self.named_port_set(protocol, name)),
+                });
+                resolved.matches()
+            }
+        };
+        let pairs = peers
+            .iter()
+            .flat_map(|peer| port_matches.iter().map(move |port| (peer, port)));
+        pairs
+            .map(|(peer, port)| Rule {
+                peer: peer.clone(),
+                port: port.clone(),
+            })
+            .collect()
+    }
+
+    fn peer(&mut self, peer: &PeerView) -> Option<PeerMatch> {
+        match peer {
+            PeerView::Nothing => None,
+            PeerView::Block { net, except } => {
+                // Excepts outside the block change nothing; one that covers it
+                // leaves nothing.
+                if except.iter().any(|e| e.contains(net)) {
+                    return None;
+                }
+                let inside: Vec<_> = except
+                    .iter()
+                    .filter(|e| net.contains(*e))
+                    .copied()
+                    .collect();
+                Some(PeerMatch::Block {
+                    net: *net,
+                    except: ipnet::IpNet::aggregate(&inside),
+                })
+            }
+            PeerView::Pods { namespaces, pods } => {
+                let name = set_name("peer", &(namespaces, pods));
+                if !self.sets.contains_key(&name) {
+                    let members = self.cluster.pods.iter().filter(|p| {
+                        let in_namespace = match namespaces {
+                            Namespaces::Own(ns) => p.namespace == *ns,
+                            Namespaces::Matching(s) => s.matches(self.labels_of(&p.namespace)),
+                        };
+                        in_namespace && pods.matches(&p.labels)
+                    });
+                    let elements = members.flat_map(|p| &p.ips).map(|ip| Element::Address(*ip));
+                    let set = Set {
+                        kind: SetKind::Addresses,
+                        elements: elements.collect(),
+                    };
+                    self.sets.insert(name.clone(), set);
+                }
+                Some(PeerMatch::Set(name))
+            }
+        }
+    }
+
+    fn labels_of(&self, namespace: &str) -> &Labels {
+        static NONE: Labels = Labels::new();
+        self.namespace_labels
+            .get(namespace)
+            .copied()
+            .unwrap_or(&NONE)
+    }
+
+    /// The set of every pod's address and number for the named port.
+    fn named_port_set(&mut self, protocol: Protocol, name: &str) -> String {
+        let set_name = set_name("port", &(protocol, name));
+        if !self.sets.contains_key(&set_name) {
+            let elements = self.cluster.pods.iter().flat_map(|p| {
+                let numbers = p
+                    .ports
+                    .iter()
+                    .filter(|np| np.name == name && np.protocol == protocol);
+                let numbers: Vec<u16> = numbers.map(|np| np.number).collect();
+                p.ips.iter().flat_map(move |ip| {
+                    numbers
+                        .clone()
+                        .into_iter()
+                        .map(|n| Element::AddressPort(*ip, n))
+                })
+            });
+            let set = Set {
+                kind: SetKind::AddressPorts,
+                elements: elements.collect(),
+            };
+            self.sets.insert(set_name.clone(), set);
+        }
+        set_name
+    }
+}
+
+/// A set's name: `prefix_` and 12 hex digits of a hash of what it stands for, so
+/// the same selector (or port name) always gives the same set.
+fn set_name(prefix: &str, key: &impl std::fmt::Debug) -> String {
+    let digest = Sha256::digest(format!("{key:?}").as_bytes());
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("{prefix}_{hex}")
+}
+
+/// A problem for every named port of a rule that no pod of the cluster has.
+fn unknown_port_names(policies: &[PolicyView], pods: &[PodView]) -> Vec<Problem> {
+    let known: BTreeSet<(Protocol, &str)> = pods
+        .iter()
+        .flat_map(|p| &p.ports)
+        .map(|np| (np.protocol, np.name.as_str()))
+        .collect();
+    let mut found = Vec::new();
+    for p in policies {
+        for direction in [Direction::Ingress, Direction::Egress] {
+            for (i, rule) in rules_of(p, direction).into_iter().flatten().enumerate() {
+                for (k, protocol, name) in ports::names(&rule.ports) {
+                    if !known.contains(&(protocol, name)) {
+                        found.push(Problem {
+                            namespace: p.namespace.clone(),
+                            name: p.name.clone(),
+                            field: format!("spec.{}[{i}].ports[{k}].port", direction.as_str()),
+                            why: Why::UnknownPortName {
+                                name: name.to_string(),
+                                protocol: protocol.api_name().into(),
+                            },
+                        });
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+#[path = "tests/compile.rs"]
+mod tests;

@@ -1,0 +1,25 @@
+//! NetworkPolicy, enforced on this node in nftables. Pure from the API objects to
+//! the kernel's text: [`view`] reads Pods, Namespaces and NetworkPolicies (with
+//! [`selector`] and each policy's [`problem`]s), [`compile`] makes this node's
+//! [`state`] (named address sets per peer selector, a chain per policy-selected
+//! local pod and direction) and [`state::State::diff`] what changed, [`render`]
+//! writes the table or the update as an `nft` script, and [`table`] applies it.
+//! Only `table` touches the kernel.
+
+pub mod compile;
+mod ports;
+pub mod problem;
+pub mod render;
+pub mod selector;
+pub mod state;
+pub mod table;
+pub mod view;
+mod view_policy;
+
+#[cfg(test)]
+mod fixtures;
+
+pub use compile::{Cluster, Compiled, compile};
+pub use problem::{Problem, Why};
+pub use state::{Diff, State};
+pub use view::{NamespaceView, PodView, PolicyView};

@@ -1,0 +1,301 @@
+//! The node's state as nftables text, in podnet's table `inet podnet_policy`:
+//! [`install`], the whole table replaced in one transaction, and [`update`],
+//! one [`Diff`] as set element updates and chain replacements, also in one
+//! transaction.
+//!
+//! The table: each named set twice (`<name>_v4`, `<name>_v6`); per
+//! policy-selected pod and direction a chain, `ingress_<link>` ending in drop,
+//! whose rules accept, or `egress_<link>` whose rules return (so the
+//! destination's ingress chain is still looked at) and which ends in drop; two
+//! verdict maps from host link to chain; and the `forward` base chain, which
+//! accepts established and related packets (replies, ICMP errors), then sends
+//! packets from a pod's link to its egress chain and packets to a pod's link to
+//! its ingress chain. Packets of an invalid conntrack state are not dropped
+//! there: they are judged by the pod chains like new ones, so a reply conntrack
+//! lost track of passes whenever its direction is allowed. Only forwarded
+//! traffic is looked at: between a pod and its own node (kubelet probes, the
+//! node's DNS) packets go through input and output and are never filtered.
+
+use std::fmt::Write;
+
+use super::state::{
+    ChainKey, Diff, Direction, Element, PeerMatch, PortMatch, Rule, Set, SetKind, State,
+};
+use crate::ipam::Family;
+
+/// The table's family and name.
+pub const FAMILY: &str = "inet";
+pub const TABLE: &str = "podnet_policy";
+/// The verdict maps from host link to chain.
+const INGRESS_MAP: &str = "ingress_pods";
+const EGRESS_MAP: &str = "egress_pods";
+const FAMILIES: [Family; 2] = [Family::V4, Family::V6];
+
+/// The script that replaces podnet's policy table with `state`.
+pub fn install(state: &State) -> String {
+    // `table` adds the table when absent, so the delete always finds one.
+    let mut s = format!(
+        "table {FAMILY} {TABLE}\ndelete table {FAMILY} {TABLE}\ntable {FAMILY} {TABLE} {{\n"
+    );
+    for (name, set) in &state.sets {
+        for family in FAMILIES {
+            let _ = writeln!(
+                s,
+                "\tset {} {{ {}{} }}",
+                set_name(name, family),
+                set_type(set.kind, family),
+                elements_clause(set, family)
+            );
+        }
+    }
+    for (key, rules) in &state.chains {
+        let _ = writeln!(s, "\tchain {} {{", chain_name(key));
+        for line in chain_rules(key.direction, rules) {
+            let _ = writeln!(s, "\t\t{line}");
+        }
+        s.push_str("\t}\n");
+    }
+    for (map, direction) in [
+        (INGRESS_MAP, Direction::Ingress),
+        (EGRESS_MAP, Direction::Egress),
+    ] {
+        let jumps: Vec<String> = state
+            .chains
+            .keys()
+            .filter(|k| k.direction == direction)
+            .map(map_element)
+            .collect();
+        let elements = match jumps.is_empty() {
+            true => String::new(),
+            false => format!(" elements = {{ {} }}", jumps.join(", ")),
+        };
+        let _ = writeln!(s, "\tmap {map} {{ type ifname : verdict;{elements} }}");
+    }
+    s.push_str(&format!(
+        "\tchain forward {{\n\
+         \t\ttype filter hook forward priority filter; policy accept;\n\
+         \t\tct state established,related accept\n\
+         \t\tiifname vmap @{EGRESS_MAP}\n\
+         \t\toifname vmap @{INGRESS_MAP}\n\
+         \t}}\n}}\n"
+    ));
+    s
+}
+
+/// The script that applies `diff` to the table: new sets and elements first,
+/// then chains and their map elements, then what went away.
+pub fn update(diff: &Diff) -> String {
+    let mut s = String::new();
+    let t = format!("{FAMILY} {TABLE}");
+    for (name, set) in &diff.sets_added {
+        for family in FAMILIES {
+            let _ = writeln!(
+                s,
+                "add set {t} {} {{ {} }}",
+                set_name(name, family),
+                set_type(set.kind, family)
+            );
+        }
+        element_lines(&mut s, "add", name, &set.elements);
+    }
+    for (name, elements) in &diff.elements_added {
+        element_lines(&mut s, "add", name, elements);
+    }
+    for (key, rules) in &diff.chains_added {
+        let _ = writeln!(s, "add chain {t} {}", chain_name(key));
+        rule_lines(&mut s, key, rules);
+        let _ = writeln!(
+            s,
+            "add element {t} {} {{ {} }}",
+            map_of(key),
+            map_element(key)
+        );
+    }
+    for (key, rules) in &diff.chains_replaced {
+        let _ = writeln!(s, "flush chain {t} {}", chain_name(key));
+        rule_lines(&mut s, key, rules);
+    }
+    for key in &diff.chains_removed {
+        let _ = writeln!(
+            s,
+            "delete element {t} {} {{ \"{}\" }}",
+            map_of(key),
+            key.link
+        );
+        let _ = writeln!(s, "flush chain {t} {}", chain_name(key));
+        let _ = writeln!(s, "delete chain {t} {}", chain_name(key));
+    }
+    for (name, elements) in &diff.elements_removed {
+        element_lines(&mut s, "delete", name, elements);
+    }
+    for name in &diff.sets_removed {
+        for family in FAMILIES {
+            let _ = writeln!(s, "delete set {t} {}", set_name(name, family));
+        }
+    }
+    s
+}
+
+fn rule_lines(s: &mut String, key: &ChainKey, rules: &[Rule]) {
+    for line in chain_rules(key.direction, rules) {
+        let _ = writeln!(s, "add rule {FAMILY} {TABLE} {} {line}", chain_name(key));
+    }
+}
+
+fn element_lines(
+    s: &mut String,
+    verb: &str,
+    name: &str,
+    elements: &std::collections::BTreeSet<Element>,
+) {
+    for family in FAMILIES {
+        let texts = element_texts(elements, family);
+        if !texts.is_empty() {
+            let _ = writeln!(
+                s,
+                "{verb} element {FAMILY} {TABLE} {} {{ {} }}",
+                set_name(name, family),
+                texts.join(", ")
+            );
+        }
+    }
+}
+
+fn set_name(name: &str, family: Family) -> String {
+    match family {
+        Family::V4 => format!("{name}_v4"),
+        Family::V6 => format!("{name}_v6"),
+    }
+}
+
+fn set_type(kind: SetKind, family: Family) -> String {
+    let addr = match family {
+        Family::V4 => "ipv4_addr",
+        Family::V6 => "ipv6_addr",
+    };
+    match kind {
+        SetKind::Addresses => format!("type {addr};"),
+        SetKind::AddressPorts => format!("type {addr} . inet_service;"),
+    }
+}
+
+fn element_texts(elements: &std::collections::BTreeSet<Element>, family: Family) -> Vec<String> {
+    let of_family = elements.iter().filter(|e| e.family() == family);
+    of_family
+        .map(|e| match e {
+            Element::Address(ip) => ip.to_string(),
+            Element::AddressPort(ip, port) => format!("{ip} . {port}"),
+        })
+        .collect()
+}
+
+fn elements_clause(set: &Set, family: Family) -> String {
+    let texts = element_texts(&set.elements, family);
+    match texts.is_empty() {
+        true => String::new(),
+        false => format!(" elements = {{ {} }}", texts.join(", ")),
+    }
+}
+
+fn chain_name(key: &ChainKey) -> String {
+    format!("{}_{}", key.direction.as_str(), key.link)
+}
+
+fn map_of(key: &ChainKey) -> &'static str {
+    match key.direction {
+        Direction::Ingress => INGRESS_MAP,
+        Direction::Egress => EGRESS_MAP,
+    }
+}
+
+fn map_element(key: &ChainKey) -> String {
+    format!("\"{}\" : jump {}", key.link, chain_name(key))
+}
+
+/// The rules of a pod's chain, the final drop included.
+fn chain_rules(direction: Direction, rules: &[Rule]) -> Vec<String> {
+    let mut lines: Vec<String> = rules
+        .iter()
+        .flat_map(|r| rule_texts(direction, r))
+        .collect();
+    lines.push("drop".into());
+    lines
+}
+
+/// One rule's nftables rules: one per family when it names addresses, else one
+/// for both.
+fn rule_texts(direction: Direction, rule: &Rule) -> Vec<String> {
+    let verdict = match direction {
+        Direction::Ingress => "accept",
+        Direction::Egress => "return",
+    };
+    let field = match direction {
+        Direction::Ingress => "saddr",
+        Direction::Egress => "daddr",
+    };
+    let families: &[Family] = match (&rule.peer, &rule.port) {
+        (PeerMatch::Block { net, .. }, _) => &[Family::of_net(net)],
+        (PeerMatch::Set(_), _) | (_, PortMatch::Named(..)) => &FAMILIES,
+        // No address in the rule: the family only names sets, and none is named.
+        (PeerMatch::Any, _) => &[Family::V4],
+    };
+    let text = |family: &Family| {
+        let peer = peer_text(&rule.peer, field, *family);
+        format!("{peer}{}{verdict}", port_text(&rule.port, *family))
+    };
+    families.iter().map(text).collect()
+}
+
+fn ip_keyword(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "ip",
+        Family::V6 => "ip6",
+    }
+}
+
+fn peer_text(peer: &PeerMatch, field: &str, family: Family) -> String {
+    let ip = ip_keyword(family);
+    match peer {
+        PeerMatch::Any => String::new(),
+        PeerMatch::Set(name) => format!("{ip} {field} @{} ", set_name(name, family)),
+        PeerMatch::Block { net, except } if except.is_empty() => format!("{ip} {field} {net} "),
+        PeerMatch::Block { net, except } => {
+            let except: Vec<String> = except.iter().map(|e| e.to_string()).collect();
+            format!(
+                "{ip} {field} {net} {ip} {field} != {{ {} }} ",
+                except.join(", ")
+            )
+        }
+    }
+}
+
+fn port_text(port: &PortMatch, family: Family) -> String {
+    match port {
+        PortMatch::Any => String::new(),
+        PortMatch::Protocol(p) => format!("meta l4proto {} ", p.nft_name()),
+        PortMatch::Ranges(p, ranges) => {
+            let texts: Vec<String> = ranges
+                .iter()
+                .map(|(a, b)| match a == b {
+                    true => a.to_string(),
+                    false => format!("{a}-{b}"),
+                })
+                .collect();
+            let ports = match texts.as_slice() {
+                [one] => one.clone(),
+                _ => format!("{{ {} }}", texts.join(", ")),
+            };
+            format!("meta l4proto {} th dport {ports} ", p.nft_name())
+        }
+        PortMatch::Named(p, set) => format!(
+            "meta l4proto {} {} daddr . th dport @{} ",
+            p.nft_name(),
+            ip_keyword(family),
+            set_name(set, family)
+        ),
+    }
+}
+
+#[cfg(test)]
+#[path = "tests/render.rs"]
+mod tests;

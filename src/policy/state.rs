@@ -1,0 +1,175 @@
+//! The node's desired policy state, and the difference between two of them.
+//!
+//! The state is shaped so that a change in the cluster is a small change here:
+//! the addresses a peer selector matches (and the address-port pairs a named
+//! port stands for) are named sets shared by every rule that uses them, so a pod
+//! that gains a label is one set element; only a change to what a local pod is
+//! allowed replaces that pod's chain. [`State::diff`] finds exactly those changes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::view::Protocol;
+use crate::ipam::Family;
+
+/// The set of this node's own addresses (traffic from them is allowed).
+pub const NODE_SET: &str = "node";
+
+/// A direction of traffic, seen from the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Direction {
+    Ingress,
+    Egress,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Ingress => "ingress",
+            Direction::Egress => "egress",
+        }
+    }
+}
+
+/// What a set holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SetKind {
+    /// Addresses (pods a peer selector matches, the node's).
+    Addresses,
+    /// Address and port pairs (the pods that have a named port, and its number).
+    AddressPorts,
+}
+
+/// An element of a set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Element {
+    Address(IpAddr),
+    AddressPort(IpAddr, u16),
+}
+
+impl Element {
+    pub fn family(&self) -> Family {
+        match self {
+            Element::Address(ip) | Element::AddressPort(ip, _) => Family::of_addr(ip),
+        }
+    }
+}
+
+/// A named set of both families (nftables holds one set per family).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Set {
+    pub kind: SetKind,
+    pub elements: BTreeSet<Element>,
+}
+
+/// Whom a rule allows: the peer's address (the source for ingress, the
+/// destination for egress).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PeerMatch {
+    /// Any address.
+    Any,
+    /// The addresses of a set.
+    Set(String),
+    /// `net` minus the `except` networks (within `net`, merged).
+    Block { net: IpNet, except: Vec<IpNet> },
+}
+
+/// What a rule allows of the transport: always the destination port.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PortMatch {
+    /// Any protocol, any port.
+    Any,
+    /// Any port of the protocol.
+    Protocol(Protocol),
+    /// These port ranges of the protocol (merged, ascending).
+    Ranges(Protocol, Vec<(u16, u16)>),
+    /// A named port of the destination pod: the pairs of an `AddressPorts` set.
+    Named(Protocol, String),
+}
+
+/// One allow rule of a pod's chain.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Rule {
+    pub peer: PeerMatch,
+    pub port: PortMatch,
+}
+
+/// The chain of one direction of one local pod, by its host link.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ChainKey {
+    pub direction: Direction,
+    pub link: String,
+}
+
+/// Everything the node's table holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct State {
+    pub sets: BTreeMap<String, Set>,
+    /// Each policy-selected local pod's allow rules per direction; what no rule
+    /// allows is dropped.
+    pub chains: BTreeMap<ChainKey, Vec<Rule>>,
+}
+
+/// What changes from one state to the next.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Diff {
+    /// New sets, with their elements.
+    pub sets_added: BTreeMap<String, Set>,
+    pub sets_removed: BTreeSet<String>,
+    /// Elements of sets in both states.
+    pub elements_added: BTreeMap<String, BTreeSet<Element>>,
+    pub elements_removed: BTreeMap<String, BTreeSet<Element>>,
+    pub chains_added: BTreeMap<ChainKey, Vec<Rule>>,
+    pub chains_replaced: BTreeMap<ChainKey, Vec<Rule>>,
+    pub chains_removed: BTreeSet<ChainKey>,
+}
+
+impl Diff {
+    pub fn is_empty(&self) -> bool {
+        *self == Diff::default()
+    }
+}
+
+impl State {
+    /// What turns `self` into `next`.
+    pub fn diff(&self, next: &State) -> Diff {
+        let mut d = Diff::default();
+        for (name, set) in &next.sets {
+            // A set's name says what it holds (its kind included), so a set of
+            // the same name is the same set.
+            let Some(old) = self.sets.get(name) else {
+                d.sets_added.insert(name.clone(), set.clone());
+                continue;
+            };
+            let added: BTreeSet<Element> =
+                set.elements.difference(&old.elements).copied().collect();
+            let removed: BTreeSet<Element> =
+                old.elements.difference(&set.elements).copied().collect();
+            if !added.is_empty() {
+                d.elements_added.insert(name.clone(), added);
+            }
+            if !removed.is_empty() {
+                d.elements_removed.insert(name.clone(), removed);
+            }
+        }
+        let gone = self.sets.keys().filter(|n| !next.sets.contains_key(*n));
+        d.sets_removed.extend(gone.cloned());
+        for (key, rules) in &next.chains {
+            let changes = match self.chains.get(key) {
+                None => &mut d.chains_added,
+                Some(old) if old != rules => &mut d.chains_replaced,
+                Some(_) => continue,
+            };
+            changes.insert(key.clone(), rules.clone());
+        }
+        let gone = self.chains.keys().filter(|k| !next.chains.contains_key(*k));
+        d.chains_removed.extend(gone.cloned());
+        d
+    }
+}
+
+#[cfg(test)]
+#[path = "tests/state.rs"]
+mod tests;

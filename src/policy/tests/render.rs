@@ -1,0 +1,202 @@
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::*;
+use crate::policy::fixtures::ip;
+use crate::policy::state::{
+    ChainKey, Diff, Direction, Element, PeerMatch, PortMatch, Rule, Set, SetKind, State,
+};
+use crate::policy::view::Protocol::{Sctp, Tcp, Udp};
+
+fn addrs(list: &[&str]) -> BTreeSet<Element> {
+    list.iter().map(|s| Element::Address(ip(s))).collect()
+}
+
+fn key(direction: Direction, link: &str) -> ChainKey {
+    ChainKey {
+        direction,
+        link: link.into(),
+    }
+}
+
+fn set(name: &str) -> PeerMatch {
+    PeerMatch::Set(name.into())
+}
+
+/// A web pod that takes TCP 80 and 8000-8080 from the clients and anything from
+/// 10/8 but 10.1/16, and may reach the clients' named port and UDP 53.
+fn state() -> State {
+    let sets = BTreeMap::from([
+        (
+            "node".to_string(),
+            Set {
+                kind: SetKind::Addresses,
+                elements: addrs(&["192.168.0.1", "fd00::1"]),
+            },
+        ),
+        (
+            "peer_c".to_string(),
+            Set {
+                kind: SetKind::Addresses,
+                elements: addrs(&["10.0.1.1", "10.0.1.2"]),
+            },
+        ),
+        (
+            "port_m".to_string(),
+            Set {
+                kind: SetKind::AddressPorts,
+                elements: [Element::AddressPort(ip("fd00::5"), 9100)].into(),
+            },
+        ),
+    ]);
+    let ingress = vec![
+        Rule {
+            peer: set("node"),
+            port: PortMatch::Any,
+        },
+        Rule {
+            peer: set("peer_c"),
+            port: PortMatch::Ranges(Tcp, vec![(80, 80), (8000, 8080)]),
+        },
+        Rule {
+            peer: PeerMatch::Block {
+                net: "10.0.0.0/8".parse().expect("net"),
+                except: vec!["10.1.0.0/16".parse().expect("net")],
+            },
+            port: PortMatch::Any,
+        },
+    ];
+    let egress = vec![
+        Rule {
+            peer: PeerMatch::Any,
+            port: PortMatch::Named(Tcp, "port_m".into()),
+        },
+        Rule {
+            peer: PeerMatch::Any,
+            port: PortMatch::Ranges(Udp, vec![(53, 53)]),
+        },
+        Rule {
+            peer: PeerMatch::Block {
+                net: "fd00::/8".parse().expect("net"),
+                except: vec![],
+            },
+            port: PortMatch::Protocol(Sctp),
+        },
+    ];
+    State {
+        sets,
+        chains: BTreeMap::from([
+            (key(Direction::Ingress, "lxcweb"), ingress),
+            (key(Direction::Egress, "lxcweb"), egress),
+        ]),
+    }
+}
+
+#[test]
+fn the_whole_table_replaces_the_old_one_in_one_script() {
+    let want = "\
+table inet podnet_policy
+delete table inet podnet_policy
+table inet podnet_policy {
+\tset node_v4 { type ipv4_addr; elements = { 192.168.0.1 } }
+\tset node_v6 { type ipv6_addr; elements = { fd00::1 } }
+\tset peer_c_v4 { type ipv4_addr; elements = { 10.0.1.1, 10.0.1.2 } }
+\tset peer_c_v6 { type ipv6_addr; }
+\tset port_m_v4 { type ipv4_addr . inet_service; }
+\tset port_m_v6 { type ipv6_addr . inet_service; elements = { fd00::5 . 9100 } }
+\tchain ingress_lxcweb {
+\t\tip saddr @node_v4 accept
+\t\tip6 saddr @node_v6 accept
+\t\tip saddr @peer_c_v4 meta l4proto tcp th dport { 80, 8000-8080 } accept
+\t\tip6 saddr @peer_c_v6 meta l4proto tcp th dport { 80, 8000-8080 } accept
+\t\tip saddr 10.0.0.0/8 ip saddr != { 10.1.0.0/16 } accept
+\t\tdrop
+\t}
+\tchain egress_lxcweb {
+\t\tmeta l4proto tcp ip daddr . th dport @port_m_v4 return
+\t\tmeta l4proto tcp ip6 daddr . th dport @port_m_v6 return
+\t\tmeta l4proto udp th dport 53 return
+\t\tip6 daddr fd00::/8 meta l4proto sctp return
+\t\tdrop
+\t}
+\tmap ingress_pods { type ifname : verdict; elements = { \"lxcweb\" : jump ingress_lxcweb } }
+\tmap egress_pods { type ifname : verdict; elements = { \"lxcweb\" : jump egress_lxcweb } }
+\tchain forward {
+\t\ttype filter hook forward priority filter; policy accept;
+\t\tct state established,related accept
+\t\tiifname vmap @egress_pods
+\t\toifname vmap @ingress_pods
+\t}
+}
+";
+    assert_eq!(install(&state()), want);
+}
+
+#[test]
+fn an_empty_state_is_a_table_that_filters_nothing() {
+    let s = install(&State::default());
+    assert!(
+        s.contains("\tmap ingress_pods { type ifname : verdict; }\n"),
+        "{s}"
+    );
+    assert!(
+        s.contains("\tmap egress_pods { type ifname : verdict; }\n"),
+        "{s}"
+    );
+    assert!(
+        !s.contains("chain ingress_") && !s.contains("\tset "),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_diff_is_element_updates_and_chain_replacements() {
+    let diff = Diff {
+        sets_added: [(
+            "peer_n".to_string(),
+            Set {
+                kind: SetKind::Addresses,
+                elements: addrs(&["10.0.5.5"]),
+            },
+        )]
+        .into(),
+        sets_removed: ["peer_old".to_string()].into(),
+        elements_added: [("peer_c".to_string(), addrs(&["10.0.1.3", "fd00::13"]))].into(),
+        elements_removed: [(
+            "port_m".to_string(),
+            [Element::AddressPort(ip("10.0.1.1"), 9100)].into(),
+        )]
+        .into(),
+        chains_added: [(
+            key(Direction::Ingress, "lxcnew"),
+            vec![Rule {
+                peer: set("peer_n"),
+                port: PortMatch::Any,
+            }],
+        )]
+        .into(),
+        chains_replaced: [(key(Direction::Egress, "lxcweb"), vec![])].into(),
+        chains_removed: [key(Direction::Ingress, "lxcgone")].into(),
+    };
+    let want = "\
+add set inet podnet_policy peer_n_v4 { type ipv4_addr; }
+add set inet podnet_policy peer_n_v6 { type ipv6_addr; }
+add element inet podnet_policy peer_n_v4 { 10.0.5.5 }
+add element inet podnet_policy peer_c_v4 { 10.0.1.3 }
+add element inet podnet_policy peer_c_v6 { fd00::13 }
+add chain inet podnet_policy ingress_lxcnew
+add rule inet podnet_policy ingress_lxcnew ip saddr @peer_n_v4 accept
+add rule inet podnet_policy ingress_lxcnew ip6 saddr @peer_n_v6 accept
+add rule inet podnet_policy ingress_lxcnew drop
+add element inet podnet_policy ingress_pods { \"lxcnew\" : jump ingress_lxcnew }
+flush chain inet podnet_policy egress_lxcweb
+add rule inet podnet_policy egress_lxcweb drop
+delete element inet podnet_policy ingress_pods { \"lxcgone\" }
+flush chain inet podnet_policy ingress_lxcgone
+delete chain inet podnet_policy ingress_lxcgone
+delete element inet podnet_policy port_m_v4 { 10.0.1.1 . 9100 }
+delete set inet podnet_policy peer_old_v4
+delete set inet podnet_policy peer_old_v6
+";
+    assert_eq!(update(&diff), want);
+    assert_eq!(update(&Diff::default()), "");
+}

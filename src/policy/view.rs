@@ -1,0 +1,208 @@
+//! What the enforcer reads of Pods, Namespaces and NetworkPolicies: plain
+//! values built from the API objects ([`pod`], [`namespace`], [`policy`]),
+//! with every field parsed once. A policy's view keeps the problems found while
+//! parsing it; the part a problem names becomes one that allows nothing.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+
+use super::problem::Problem;
+use super::selector::{Labels, Selector};
+
+pub use super::view_policy::policy;
+
+/// A transport protocol NetworkPolicy names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    /// `TCP`, `UDP`, `SCTP` (the API's spelling, exactly); None for others.
+    pub fn parse(s: &str) -> Option<Protocol> {
+        match s {
+            "TCP" => Some(Protocol::Tcp),
+            "UDP" => Some(Protocol::Udp),
+            "SCTP" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+
+    /// The API's spelling.
+    pub fn api_name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+            Protocol::Sctp => "SCTP",
+        }
+    }
+
+    /// nftables' name (`meta l4proto tcp`).
+    pub fn nft_name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+}
+
+/// A named container port.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NamedPort {
+    pub name: String,
+    pub protocol: Protocol,
+    pub number: u16,
+}
+
+/// A pod as the enforcer needs it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodView {
+    pub namespace: String,
+    pub name: String,
+    pub labels: Labels,
+    /// `status.podIPs` (empty until the pod has addresses, and for host-network
+    /// or finished pods, whose addresses are not theirs).
+    pub ips: Vec<IpAddr>,
+    /// The pod's host link when it runs on this node (the daemon knows it).
+    pub host_link: Option<String>,
+    /// The containers' named ports.
+    pub ports: Vec<NamedPort>,
+}
+
+impl PodView {
+    /// The view of `pod`; `host_link` is its link on this node, if local.
+    pub fn from_k8s(pod: &Pod, host_link: Option<String>) -> PodView {
+        let spec = pod.spec.as_ref();
+        let status = pod.status.as_ref();
+        let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
+        let finished = matches!(
+            status.and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        let mut ips: Vec<IpAddr> = status
+            .and_then(|s| s.pod_ips.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.ip.parse().ok())
+            .collect();
+        if ips.is_empty() {
+            ips.extend(status.and_then(|s| s.pod_ip.as_ref()?.parse::<IpAddr>().ok()));
+        }
+        if host_network || finished {
+            ips.clear();
+        }
+        let ports = spec
+            .into_iter()
+            .flat_map(|s| &s.containers)
+            .flat_map(|c| c.ports.iter().flatten())
+            .filter_map(|p| {
+                Some(NamedPort {
+                    name: p.name.clone()?,
+                    protocol: Protocol::parse(p.protocol.as_deref().unwrap_or("TCP"))?,
+                    number: u16::try_from(p.container_port).ok()?,
+                })
+            })
+            .collect();
+        PodView {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            ips,
+            host_link,
+            ports,
+        }
+    }
+}
+
+/// A namespace as the enforcer needs it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceView {
+    pub name: String,
+    pub labels: Labels,
+}
+
+impl NamespaceView {
+    pub fn from_k8s(ns: &Namespace) -> NamespaceView {
+        NamespaceView {
+            name: ns.metadata.name.clone().unwrap_or_default(),
+            labels: ns.metadata.labels.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// Which namespaces a pod peer's pods are in.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Namespaces {
+    /// The policy's own (a peer with a `podSelector` only).
+    Own(String),
+    /// Those the `namespaceSelector` matches.
+    Matching(Selector),
+}
+
+/// One entry of `from` / `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerView {
+    Pods {
+        namespaces: Namespaces,
+        pods: Selector,
+    },
+    /// `ipBlock`: `net` minus every `except`.
+    Block { net: IpNet, except: Vec<IpNet> },
+    /// An invalid peer: allows nothing.
+    Nothing,
+}
+
+/// Which ports of a protocol an entry of `ports` allows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortSpec {
+    /// No `port`: every port of the protocol.
+    Any,
+    /// `port` .. `endPort` (or `port` alone).
+    Range(u16, u16),
+    /// A named port, resolved per pod.
+    Named(String),
+}
+
+/// One entry of `ports`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortView {
+    Port {
+        protocol: Protocol,
+        spec: PortSpec,
+    },
+    /// An invalid entry: allows nothing.
+    Nothing,
+}
+
+/// One ingress or egress rule.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleView {
+    /// Empty: every peer.
+    pub peers: Vec<PeerView>,
+    /// Empty: every port and protocol.
+    pub ports: Vec<PortView>,
+}
+
+/// A NetworkPolicy as the enforcer needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyView {
+    pub namespace: String,
+    pub name: String,
+    pub pod_selector: Selector,
+    /// None when `Ingress` is not among the policy types; an empty list denies
+    /// all ingress of the selected pods.
+    pub ingress: Option<Vec<RuleView>>,
+    /// As `ingress`, for `Egress`.
+    pub egress: Option<Vec<RuleView>>,
+    /// What parsing found wrong.
+    pub problems: Vec<Problem>,
+}
+
+#[cfg(test)]
+#[path = "tests/view.rs"]
+mod tests;
