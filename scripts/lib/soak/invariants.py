@@ -108,6 +108,8 @@ class Invariants:
         self.open = set()
         self.reported_stuck = set()
         self.checks = 0
+        # Why the last round found the cluster unhealthy (the settle log says it).
+        self.unwell = []
 
     def record(self, kind, key, evidence):
         """Records a break once per episode (until a check finds it gone)."""
@@ -151,13 +153,22 @@ class Invariants:
             self.check_allocations_match(pods, allocs)
             self.check_ipam()
         self.open &= self.seen_now
-        return self.healthy(pods, allocs, ready, now) if nodes is not None else False
-
-    def healthy(self, pods, allocs, ready, now):
-        if set(self.cluster.nodes) - set(ready) or any(allocs.get(n) is None for n in self.cluster.nodes):
+        if nodes is None:
+            self.unwell = ["the API server's node list could not be read"]
             return False
-        return not [p for p in pods if waiting_to_start(p)
-                    and now - self.ledger.seen.get(p["metadata"]["uid"], now) > 30]
+        self.unwell = self.unhealthy(pods, allocs, ready, now)
+        return not self.unwell
+
+    def unhealthy(self, pods, allocs, ready, now):
+        """Why the cluster is not healthy (empty when it is): nodes not Ready,
+        agents not answering, pods waiting over 30 s to start."""
+        why = [f"{n} not Ready" for n in self.cluster.nodes if n not in ready]
+        why += [f"{n}'s agent not answering" for n in self.cluster.nodes if allocs.get(n) is None]
+        waiting = sorted(name_of(p) for p in pods if waiting_to_start(p)
+                         and now - self.ledger.seen.get(p["metadata"]["uid"], now) > 30)
+        if waiting:
+            why.append(f"{len(waiting)} pods waiting over 30 s to start ({', '.join(waiting[:5])})")
+        return why
 
     # --- the checks -------------------------------------------------------------
     def check_pod_addresses(self, pods):

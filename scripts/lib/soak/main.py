@@ -99,10 +99,16 @@ def main():
     # controller's 40 s grace never reads NotReady, yet its pods restart).
     healthy = False
     streak = 0
+    said = None
     while time.time() - end < settle:
         time.sleep(CHECK_EVERY)
         healthy = check_round()
-        streak = streak + 1 if healthy and not jobs_running(cluster) else 0
+        running = [j["metadata"]["name"] for j in jobs_running(cluster)]
+        unwell = checks.unwell + ([f"Jobs not finished: {', '.join(running[:5])}"] if running else [])
+        streak = streak + 1 if not unwell else 0
+        if unwell and unwell != said:
+            log("not settled: " + "; ".join(unwell))
+        said = unwell
         if streak >= 2 and time.time() - end >= SETTLE_MIN:
             break
     settled = time.time() - end
@@ -114,7 +120,7 @@ def main():
     created, deleted = ledger.counts()
     run = {"t0": t0, "end": end, "seed": seed, "minutes": f"{minutes:g}", "routing": routing,
            "settle": settle, "settled": settled, "healthy": healthy, "backlog": churn.backlog,
-           "restarts": restarts}
+           "restarts": restarts, "unwell": said}
     report.write(out, run, ledger.timeline(), faults.all_faults(), checks, loads, created, deleted)
     with open(os.path.join(out, "report.md"), encoding="utf-8") as f:
         log("report: " + f.readline().strip() + f" ({out}/report.md)")

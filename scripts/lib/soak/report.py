@@ -88,7 +88,8 @@ def write(out, run, timeline, faults, invariants, loads, created, deleted):
              f"# {title}", "",
              f"Started {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(run['t0']))} UTC; faults for "
              f"{run['minutes']} min, then {run['settled']:.0f} s to settle (limit {run['settle']} s"
-             f"{', reached: not settled' if not run['healthy'] else ''}); {invariants.checks} rounds of checks; "
+             f"{'' if run['healthy'] else ', reached: not settled: ' + '; '.join(run.get('unwell') or ['unknown'])}"
+             f"); {invariants.checks} rounds of checks; "
              f"replay: `SOAK_SEED={run['seed']} SOAK_MINUTES={run['minutes']} SOAK_ROUTING={run['routing']} "
              "make soak`.", "",
              f"Machine: {machine()}; load (1-minute average) {min(loads, default=0):.1f}-"
