@@ -19,6 +19,7 @@ use ipnet::Ipv4Net;
 use crate::harness::*;
 use crate::scripted::*;
 
+mod dual_stack;
 mod faults;
 mod leaks;
 mod runtimes;
@@ -44,6 +45,8 @@ static ONE_CLUSTER: Mutex<()> = Mutex::new(());
 /// (a second stop after the test's own finds nothing to do).
 struct Cluster {
     dir: PathBuf,
+    /// PODNET_CLUSTER_IP_FAMILY: ipv4, dual or ipv6.
+    family: &'static str,
     _turn: MutexGuard<'static, ()>,
 }
 
@@ -51,6 +54,12 @@ impl Cluster {
     /// Starts the cluster, or reports a skip (a failure unless skips are
     /// allowed: harness::skip) when a part is missing.
     fn start(test: &str) -> Option<Cluster> {
+        Cluster::start_family(test, "ipv4")
+    }
+
+    /// Starts a cluster of IP family `family` (ipv4, dual or ipv6), or reports a
+    /// skip as [`Cluster::start`] does.
+    fn start_family(test: &str, family: &'static str) -> Option<Cluster> {
         // The default cluster's nodes run containerd 2, CRI-O and containerd 1.6
         // (`scripts/k8s-binaries runtimes` builds the first two and the CNI
         // plugins their nodes have).
@@ -68,12 +77,13 @@ impl Cluster {
         let turn = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
         let cluster = Cluster {
             dir: std::env::temp_dir().join(unique("podnet-cluster-")),
+            family,
             _turn: turn,
         };
         let t0 = Instant::now();
         cluster.script_ok(&["start"]);
         eprintln!(
-            "scripts/cluster start: {NODES} nodes registered in {:.1} s",
+            "scripts/cluster start: {NODES} nodes ({family}) registered in {:.1} s",
             t0.elapsed().as_secs_f64()
         );
         Some(cluster)
@@ -86,11 +96,19 @@ impl Cluster {
         Some(cluster)
     }
 
-    /// `kubectl apply -f deploy/`, then waits until every node is Ready.
+    /// `kubectl apply -f deploy/` with the ConfigMap changed for tunnel mode on
+    /// the cluster's IP family as a user following docs/kubernetes.md changes it
+    /// (the settings of scripts/lib/install-podnet.sh, which scripts/conformance
+    /// and scripts/soak use too; none on an IPv4 cluster), then waits until every
+    /// node is Ready.
     fn install_podnet(&self) {
         let t0 = Instant::now();
-        let deploy = repo().join("deploy");
-        self.kubectl(&["apply", "-f", deploy.to_str().expect("repo path is UTF-8")]);
+        if self.family == "ipv4" {
+            let deploy = repo().join("deploy");
+            self.kubectl(&["apply", "-f", deploy.to_str().expect("repo path is UTF-8")]);
+        } else {
+            self.apply(&podnet_manifests("tunnel", self.family));
+        }
         self.wait_for(
             "every node Ready",
             || {
@@ -263,6 +281,7 @@ impl Scripted for Cluster {
         cmd.arg(repo().join("scripts/cluster"))
             .env("PODNET_CLUSTER_DIR", &self.dir)
             .env("PODNET_CLUSTER_NODES", NODES.to_string())
+            .env("PODNET_CLUSTER_IP_FAMILY", self.family)
             .env("PODNET_CLUSTER_IMAGES", images_dir());
         cmd
     }
@@ -289,6 +308,26 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         self.tear_down();
     }
+}
+
+/// deploy/'s manifests with the ConfigMap changes scripts/lib/install-podnet.sh
+/// makes for `routing` (tunnel, native) on a cluster of IP family `family`.
+fn podnet_manifests(routing: &str, family: &str) -> String {
+    let lib = repo().join("scripts/lib/install-podnet.sh");
+    let script = r#". "$0" && set -- $(podnet_settings "$1" "$2") && podnet_manifests "$@""#;
+    let out = Command::new("bash")
+        .args(["-c", script])
+        .arg(&lib)
+        .args([routing, family])
+        .env("REPO", repo())
+        .output()
+        .expect("running bash");
+    assert!(
+        out.status.success(),
+        "podnet_manifests for {routing} {family}:\n{}",
+        text(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 /// `replicas` busybox pods labelled `app: <name>`, spread evenly over the nodes.

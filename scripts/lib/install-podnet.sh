@@ -12,11 +12,22 @@
 POD_CIDR6=fd00:10:244::/104
 
 install_podnet() {
-    local routing=$1 family=${2:-} set=()
+    local routing=$1 family=${2:-} lines set=()
     [ -n "$family" ] || family=$(bash "$REPO/scripts/cluster" ip-family)
+    lines=$(podnet_settings "$routing" "$family") || die "install_podnet: no settings for $routing $family"
+    [ -z "$lines" ] || mapfile -t set <<< "$lines"
+    podnet_manifests "${set[@]}" | kubectl apply -f - > /dev/null ||
+        die "kubectl apply -f deploy/ (with ${set[*]:-no change}) failed"
+}
+
+# podnet_settings tunnel|native ipv4|dual|ipv6: the ConfigMap changes of that
+# routing mode and IP family, one KEY=VALUE a line (integration/cluster uses them
+# too).
+podnet_settings() {
+    local routing=$1 family=$2 set=()
     if [ "$routing" = native ]; then
         set+=(routing-mode=native auto-direct-node-routes=true)
-        [ "$family" = ipv6 ] || set+=(ipv4-native-routing-cidr="$POD_CIDR")
+        [ "$family" = ipv6 ] || set+=(ipv4-native-routing-cidr="${POD_CIDR:-10.244.0.0/16}")
         [ "$family" = ipv4 ] || set+=(ipv6-native-routing-cidr="$POD_CIDR6")
     fi
     case "$family" in
@@ -26,10 +37,12 @@ install_podnet() {
             set+=(enable-ipv4=false enable-ipv6=true cluster-pool-ipv6-cidr="$POD_CIDR6"
                 cluster-pool-ipv6-mask-size=120 underlay-protocol=ipv6)
             ;;
-        *) die "install_podnet: IP family $family is not ipv4, dual or ipv6" ;;
+        *)
+            printf 'podnet_settings: IP family %s is not ipv4, dual or ipv6\n' "$family" >&2
+            return 1
+            ;;
     esac
-    podnet_manifests "${set[@]}" | kubectl apply -f - > /dev/null ||
-        die "kubectl apply -f deploy/ (with ${set[*]:-no change}) failed"
+    [ "${#set[@]}" = 0 ] || printf '%s\n' "${set[@]}"
 }
 
 # podnet_manifests KEY=VALUE...: deploy/'s manifests with the keys set in the
