@@ -5,7 +5,9 @@
 #   native  routing-mode native, auto-direct-node-routes, the native routing CIDR
 #           of each family;
 #   dual    enable-ipv6 and the IPv6 cluster pool (CIDR and mask size);
-#   ipv6    ... and enable-ipv4 "false", the IPv6 underlay (underlay-protocol).
+#   ipv6    ... and enable-ipv4 "false" without the IPv4 cluster pool (its CIDR
+#           and mask size removed: Cilium refuses an IPv4 pool with IPv4 off),
+#           the IPv6 underlay (underlay-protocol).
 # The edited manifests are applied as a user who changed the ConfigMap's values
 # would apply them. Sourced by scripts/conformance, scripts/soak and
 # scripts/bench-peers; the caller defines REPO, POD_CIDR, die and kubectl.
@@ -34,7 +36,8 @@ podnet_settings() {
         ipv4) ;;
         dual) set+=(enable-ipv6=true cluster-pool-ipv6-cidr="$POD_CIDR6" cluster-pool-ipv6-mask-size=120) ;;
         ipv6)
-            set+=(enable-ipv4=false enable-ipv6=true cluster-pool-ipv6-cidr="$POD_CIDR6"
+            set+=(enable-ipv4=false -cluster-pool-ipv4-cidr -cluster-pool-ipv4-mask-size
+                enable-ipv6=true cluster-pool-ipv6-cidr="$POD_CIDR6"
                 cluster-pool-ipv6-mask-size=120 underlay-protocol=ipv6)
             ;;
         *)
@@ -45,21 +48,23 @@ podnet_settings() {
     [ "${#set[@]}" = 0 ] || printf '%s\n' "${set[@]}"
 }
 
-# podnet_manifests KEY=VALUE...: deploy/'s manifests with the keys set in the
-# data of the ConfigMap podnet-config (deploy/podnet.yaml's first document):
-# replaced where it has them, added where not.
+# podnet_manifests KEY=VALUE|-KEY...: deploy/'s manifests with the keys set in
+# the data of the ConfigMap podnet-config (deploy/podnet.yaml's first document):
+# replaced where it has them, added where not; a -KEY removed.
 podnet_manifests() {
     local f
     for f in "$REPO"/deploy/*.yaml; do
         [ -f "$f" ] || continue
         if [ "$(basename "$f")" = podnet.yaml ]; then
             awk -v sets="$(printf '%s\n' "$@")" '
-                BEGIN { n = split(sets, kv, "\n"); for (i = 1; i <= n; i++) if (kv[i] != "") {
+                BEGIN { n = split(sets, kv, "\n"); for (i = 1; i <= n; i++) if (kv[i] ~ /^-/) {
+                    gone[substr(kv[i], 2)] = 1 } else if (kv[i] != "") {
                     k = substr(kv[i], 1, index(kv[i], "=") - 1); v[k] = substr(kv[i], index(kv[i], "=") + 1); order[++m] = k } }
                 /^data:/ && !done { indata = 1; print; next }
                 indata && /^---/ { for (i = 1; i <= m; i++) if (!(order[i] in seen)) printf "  %s: \"%s\"\n", order[i], v[order[i]]
                                    indata = 0; done = 1 }
                 indata && match($0, /^  [a-z0-9-]+:/) { k = substr($0, 3, RLENGTH - 3)
+                    if (k in gone) next
                     if (k in v) { printf "  %s: \"%s\"\n", k, v[k]; seen[k] = 1; next } }
                 { print }' "$f"
         else
