@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod nft;
 pub mod node_check;
 pub mod options;
+pub mod policy_loop;
 mod routes;
 pub(crate) mod server;
 pub mod source_check;
