@@ -3,7 +3,8 @@
 //! node whose daemon watches the API; a NetworkPolicy created through the API
 //! that default-denies ingress for one of them puts that pod's chain into the
 //! node's table and the other pod's ping goes unanswered while the denied pod's
-//! own ping gets its reply; the table stays while the agent is stopped; deleting
+//! own ping gets its reply (`podnet status` and the metrics say what is
+//! enforced); the table stays while the agent is stopped; deleting
 //! the policy takes the chain out and the ping is answered again.
 
 use crate::harness::*;
@@ -58,6 +59,11 @@ fn a_policy_created_in_the_api_is_enforced_on_its_pods_link_and_deleting_it_open
     );
     eventually("web's ingress chain", || {
         table(&node).is_some_and(|t| t.contains(&chain))
+    });
+    eventually("the policy line of podnet status", || {
+        node.podnet(&["status"]).contains(
+            "Policy:     table written; 1 NetworkPolicies, 1 local pods enforced, 0 problems",
+        )
     });
     assert!(!client.ping(web_ip), "client -> web under default deny");
     assert!(web.ping(client_ip), "web's own ping gets its reply");

@@ -565,6 +565,7 @@ async fn serve(s: Serving) -> Result<(), StartError> {
         source_check,
         demand_waiting: tokio::sync::Notify::new(),
         leak_check: leak_check.clone(),
+        policy: Mutex::new(None),
     });
     daemon.arm_timers(s.timers);
     if let Some(check) = leak_check {

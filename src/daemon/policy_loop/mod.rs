@@ -30,6 +30,7 @@ use tokio::time::{Instant, sleep_until};
 use super::Daemon;
 use super::metrics::ResultLabels;
 use super::state::ApiError;
+use crate::api::models::PolicyStatus;
 use crate::k8s::connect::connect;
 use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
 use crate::policy::{Cluster, Compiled, NamespaceView, PodView, compile, view};
@@ -202,6 +203,7 @@ pub async fn run(daemon: Arc<Daemon>, kubeconfig: Option<PathBuf>) {
     let mut writer = Some(Writer::new(Kernel));
     let mut due: Option<Instant> = None;
     let mut resync = tokio::time::interval(RESYNC);
+    daemon.set_policy_status(PolicyStatus::default());
     tracing::info!("NetworkPolicy enforcement on (--enable-policy default)");
     loop {
         let far = Instant::now() + RESYNC;
@@ -224,11 +226,12 @@ pub async fn run(daemon: Arc<Daemon>, kubeconfig: Option<PathBuf>) {
                 due = None;
                 if watched.synced() {
                     let (back, wrote) = write(&daemon, &watched, writer.take()).await;
-                    if back.as_ref().is_none_or(Writer::pending) {
+                    let pending = back.as_ref().is_none_or(Writer::pending);
+                    if pending {
                         due = Some(Instant::now() + RETRY);
                     }
                     writer = back;
-                    count(&daemon, wrote).await;
+                    report(&daemon, wrote, !pending).await;
                 }
                 Ok(false)
             }
@@ -244,10 +247,11 @@ pub async fn run(daemon: Arc<Daemon>, kubeconfig: Option<PathBuf>) {
     }
 }
 
-/// What one write did, for the metrics.
+/// What one write did, for the metrics and the status.
 struct Count {
     wrote: Option<Wrote>,
-    problems: usize,
+    policies: usize,
+    problems: Vec<String>,
     pods_enforced: usize,
 }
 
@@ -261,7 +265,8 @@ async fn write(
 ) -> (Option<Writer<Kernel>>, Count) {
     let mut count = Count {
         wrote: None,
-        problems: 0,
+        policies: watched.policies.objects().count(),
+        problems: Vec::new(),
         pods_enforced: 0,
     };
     let node = match node_side(daemon).await {
@@ -272,7 +277,7 @@ async fn write(
         }
     };
     let compiled = compile_node(watched, &node);
-    count.problems = compiled.problems.len();
+    count.problems = compiled.problems.iter().map(|p| p.to_string()).collect();
     let links: BTreeSet<&str> = compiled
         .state
         .chains
@@ -298,13 +303,21 @@ async fn write(
     }
 }
 
-/// Puts one write into the metrics.
-async fn count(daemon: &Arc<Daemon>, c: Count) {
+/// Puts one write into the status and the metrics.
+async fn report(daemon: &Arc<Daemon>, c: Count, table_written: bool) {
     let Some(wrote) = c.wrote else { return };
+    let problems = c.problems.len();
+    daemon.set_policy_status(PolicyStatus {
+        synced: true,
+        table_written,
+        policies: c.policies as u64,
+        pods_enforced: c.pods_enforced as u64,
+        problems: c.problems,
+    });
     let _ = daemon
         .with_state(move |s| {
             let m = s.metrics();
-            m.policy_problems.set(c.problems as i64);
+            m.policy_problems.set(problems as i64);
             m.policy_pods_enforced.set(c.pods_enforced as i64);
             if let Some(result) = wrote.result() {
                 let labels = ResultLabels {
