@@ -5,7 +5,8 @@
 //! node's table and the other pod's ping goes unanswered while the denied pod's
 //! own ping gets its reply (`podnet status` and the metrics say what is
 //! enforced); the table stays while the agent is stopped; deleting
-//! the policy takes the chain out and the ping is answered again.
+//! the policy takes the chain out and the ping is answered again; an agent
+//! started with `--enable-policy never` removes the table.
 
 use crate::harness::*;
 use crate::k8s::ControlPlane;
@@ -90,4 +91,10 @@ fn a_policy_created_in_the_api_is_enforced_on_its_pods_link_and_deleting_it_open
         table(&node).is_some_and(|t| !t.contains(&chain))
     });
     assert!(client.ping(web_ip), "open again");
+
+    // --enable-policy never takes podnet's table out.
+    node.stop_daemon(false);
+    node.args.extend(["--enable-policy".into(), "never".into()]);
+    node.start_daemon();
+    assert_eq!(table(&node), None, "no table with --enable-policy never");
 }
