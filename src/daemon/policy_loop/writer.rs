@@ -3,7 +3,8 @@
 //! one, and any after a failed write, whole (`policy::table::install`: one
 //! transaction that replaces whatever table is there, a previous agent's
 //! included). Each problem of the policies, and each local pod whose link cannot
-//! be enforced on, is logged once while it lasts. The kernel is behind
+//! be enforced on, is logged once while it lasts, and so is an install that
+//! keeps failing with the same error. The kernel is behind
 //! [`Table`], so the writer is tested without one.
 
 use std::collections::BTreeSet;
@@ -62,6 +63,8 @@ pub struct Writer<T> {
     written: Option<State>,
     problems: BTreeSet<Problem>,
     unusable_links: BTreeSet<String>,
+    /// The error of the failing install, logged once while it repeats.
+    failing: Option<String>,
 }
 
 impl<T: Table> Writer<T> {
@@ -71,6 +74,7 @@ impl<T: Table> Writer<T> {
             written: None,
             problems: BTreeSet::new(),
             unusable_links: BTreeSet::new(),
+            failing: None,
         }
     }
 
@@ -100,9 +104,18 @@ impl<T: Table> Writer<T> {
 
     fn install(&mut self, state: &State) -> Wrote {
         match self.table.install(state) {
-            Ok(()) => Wrote::Installed,
+            Ok(()) => {
+                if self.failing.take().is_some() {
+                    tracing::info!("NetworkPolicy: the table is written again");
+                }
+                Wrote::Installed
+            }
             Err(e) => {
-                tracing::error!(error = %e, "NetworkPolicy: the table cannot be written; the table in the kernel stays as it was, and it is tried again");
+                let error = e.to_string();
+                if self.failing.as_ref() != Some(&error) {
+                    tracing::error!(%error, "NetworkPolicy: the table cannot be written; the table in the kernel stays as it was, and it is tried again");
+                }
+                self.failing = Some(error);
                 Wrote::Failed
             }
         }

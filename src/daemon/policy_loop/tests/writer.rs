@@ -121,11 +121,14 @@ fn a_failed_update_installs_the_whole_state_and_a_failed_install_is_tried_again(
     let third = compiled("10.0.0.10", true, json!(443));
     assert_eq!(w.write(&third), Wrote::Failed);
     assert!(w.pending(), "the table is no longer known");
+    assert_eq!(w.write(&third), Wrote::Failed, "tried again");
+    assert!(w.failing.is_some(), "the same error is not logged again");
     fake.calls();
     *fake.fail_installs.lock().unwrap() = false;
     *fake.fail_updates.lock().unwrap() = false;
     assert_eq!(w.write(&third), Wrote::Installed, "whole, not a diff");
     assert_eq!(fake.calls(), [Call::Install(third.state.clone())]);
+    assert_eq!(w.failing, None);
 }
 
 #[test]
