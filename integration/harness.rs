@@ -229,6 +229,15 @@ pub struct Node {
 }
 
 impl Node {
+    /// The daemon's metrics text (`GET /metrics` on its socket).
+    pub fn metrics(&self) -> String {
+        let r = self
+            .client()
+            .call("GET", "/metrics", &[], None)
+            .expect("metrics");
+        String::from_utf8_lossy(&r.body).to_string()
+    }
+
     /// `podnet <args> --socket <this node's>`; its stdout (panics if it fails).
     pub fn podnet(&self, args: &[&str]) -> String {
         let out = std::process::Command::new(podnet_bin())

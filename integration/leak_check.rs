@@ -12,7 +12,9 @@ use serde_json::Value;
 
 use crate::harness::*;
 use crate::k8s::ControlPlane;
-use crate::k8s_backend::{create_node, create_sandbox_pods, eventually, jsonpath, k8s_node};
+use crate::k8s_backend::{
+    add_with_uid, create_node, create_sandbox_pods, eventually, jsonpath, k8s_node,
+};
 
 const ROUTE: &str = "/v1/ipam/leak-check";
 
@@ -41,15 +43,6 @@ fn check_once_listed(node: &Node) -> Value {
             Err(e) => panic!("no check once the API server is back: {e:?}"),
         }
     }
-}
-
-/// The daemon's metrics text.
-fn metrics(node: &Node) -> String {
-    let r = node
-        .client()
-        .call("GET", "/metrics", &[], None)
-        .expect("metrics");
-    String::from_utf8_lossy(&r.body).to_string()
 }
 
 /// The findings of a check: (ip, verdict).
@@ -120,14 +113,8 @@ fn a_gone_pods_leak_is_reported_then_released_and_nothing_while_the_api_server_i
     create_sandbox_pods(&cp, &node_name, &sandboxes);
     let mut ips = Vec::new();
     for sb in &sandboxes {
-        let pod = &sb.ns.name;
-        let uid = jsonpath(&cp, "pod", pod, "{.metadata.uid}");
-        assert!(!uid.is_empty(), "the Pod {pod} has a UID");
-        let args = format!(
-            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod};K8S_POD_UID={uid}"
-        );
-        let r = node.plugin("ADD", Some(sb), &node.conf("1.1.0"), &[("CNI_ARGS", &args)]);
-        assert!(r.ok, "ADD {pod}: {}", r.stdout);
+        let r = add_with_uid(&cp, &node, sb);
+        let uid = jsonpath(&cp, "pod", &sb.ns.name, "{.metadata.uid}");
         // The host link's marker carries the UID (a rebuild from the kernel keeps it).
         let host_link = podnet::datapath::host_ifname(&sb.container_id, &sb.ifname);
         let alias = node.link_alias(&host_link).unwrap_or_default();
@@ -175,7 +162,7 @@ fn a_gone_pods_leak_is_reported_then_released_and_nothing_while_the_api_server_i
             && explained.contains("is gone: leaked; a leak in every check since"),
         "{explained}"
     );
-    assert!(metrics(&node).contains("podnet_ipam_leaks 1\n"));
+    assert!(node.metrics().contains("podnet_ipam_leaks 1\n"));
     eventually("the IPAMLeak Event on the Node", || {
         cp.kubectl(&[
             "get",
@@ -218,7 +205,10 @@ fn a_gone_pods_leak_is_reported_then_released_and_nothing_while_the_api_server_i
     assert!(!allocations.contains_key(gone_ip.as_str()));
     assert!(allocations.contains_key(linked_ip.as_str()));
     assert!(allocations.contains_key(running_ip.as_str()));
-    assert!(metrics(&node).contains("podnet_ipam_leaks_released_total 1\n"));
+    assert!(
+        node.metrics()
+            .contains("podnet_ipam_leaks_released_total 1\n")
+    );
     assert!(
         node.log()
             .contains("leak check: released a leaked allocation")

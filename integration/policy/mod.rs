@@ -21,6 +21,7 @@ use serde_json::json;
 
 use crate::harness::*;
 
+mod agent;
 mod topology;
 use topology::*;
 

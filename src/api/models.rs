@@ -458,6 +458,10 @@ pub struct IpamStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub leak_check: Option<LeakCheckStatus>,
+    /// podnet: NetworkPolicy enforcement (`--enable-policy default` on the
+    /// Kubernetes backend).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyStatus>,
     /// podnet: DELs waiting in the on-disk queue.
     #[serde(rename = "queue-depth", default)]
     pub queue_depth: u64,
@@ -696,6 +700,28 @@ pub struct ExplainResponse {
     /// What the last leak check found for the matching addresses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leaks: Vec<LeakFinding>,
+}
+
+/// podnet: the NetworkPolicy loop's last write (`podnet status`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PolicyStatus {
+    /// Whether every watch (Pods, Namespaces, NetworkPolicies) has listed; no
+    /// table is written before.
+    #[serde(default)]
+    pub synced: bool,
+    /// Whether the table in the kernel holds the last compiled state (false
+    /// before the first write and after a failed one).
+    #[serde(rename = "table-written", default)]
+    pub table_written: bool,
+    /// NetworkPolicies seen.
+    #[serde(default)]
+    pub policies: u64,
+    /// Local pods with a chain in the table.
+    #[serde(rename = "pods-enforced", default)]
+    pub pods_enforced: u64,
+    /// Each problem of the policies: the policy, the field and why.
+    #[serde(default)]
+    pub problems: Vec<String>,
 }
 
 /// podnet: the leak check's settings and its last result (`podnet status`).

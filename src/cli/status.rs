@@ -13,7 +13,7 @@ use clap::Args;
 
 use crate::api::client::Client;
 use crate::api::models::{
-    ConfigCheckStatus, CrossNodeStatus, IpamStatus, LeakCheckStatus, time_of,
+    ConfigCheckStatus, CrossNodeStatus, IpamStatus, LeakCheckStatus, PolicyStatus, time_of,
 };
 use crate::api::start_note;
 
@@ -122,6 +122,11 @@ pub fn run(args: &StatusArgs) -> i32 {
             println!("{line}");
         }
     }
+    if let Some(policy) = &ipam.policy {
+        for line in policy_lines(policy) {
+            println!("{line}");
+        }
+    }
     let rr = &ipam.restore;
     println!(
         "Restore:    {} restored, {} expired, {} queued DELs replayed, {} released (link gone), {} orphan links removed, {} adopted from the kernel, {} outside the ranges",
@@ -217,6 +222,28 @@ fn leak_lines(leaks: &LeakCheckStatus) -> Vec<String> {
         lines.push(format!("  not checking: {}", leaks.error));
     }
     lines.extend(leaks.findings.iter().map(|f| format!("  {}", f.sentence())));
+    lines
+}
+
+/// NetworkPolicy: whether the table holds the last state, what it enforces,
+/// then one line per problem.
+fn policy_lines(policy: &PolicyStatus) -> Vec<String> {
+    if !policy.synced {
+        return vec![
+            "Policy:     waiting for the Pod, Namespace and NetworkPolicy watches to list (the table in the kernel stands as it was)".into(),
+        ];
+    }
+    let table = match policy.table_written {
+        true => "table written",
+        false => "TABLE NOT WRITTEN (retrying; the log says why)",
+    };
+    let mut lines = vec![format!(
+        "Policy:     {table}; {} NetworkPolicies, {} local pods enforced, {} problems",
+        policy.policies,
+        policy.pods_enforced,
+        policy.problems.len()
+    )];
+    lines.extend(policy.problems.iter().map(|p| format!("  {p}")));
     lines
 }
 
@@ -336,6 +363,29 @@ mod tests {
             config_lines(&check)[0]
                 .starts_with("Config:     fits this node, with warnings (InternalIPs none listed;")
         );
+    }
+
+    #[test]
+    fn the_policy_line_says_whether_the_table_is_written_and_lists_the_problems() {
+        let mut p = PolicyStatus::default();
+        assert!(policy_lines(&p)[0].starts_with("Policy:     waiting for the Pod"));
+        p.synced = true;
+        p.table_written = true;
+        p.policies = 2;
+        p.pods_enforced = 1;
+        p.problems = vec![
+            "NetworkPolicy a/p, spec.ingress[0].ports[0].port: no pod has a TCP port named \"x\""
+                .into(),
+        ];
+        assert_eq!(
+            policy_lines(&p),
+            [
+                "Policy:     table written; 2 NetworkPolicies, 1 local pods enforced, 1 problems",
+                "  NetworkPolicy a/p, spec.ingress[0].ports[0].port: no pod has a TCP port named \"x\""
+            ]
+        );
+        p.table_written = false;
+        assert!(policy_lines(&p)[0].contains("TABLE NOT WRITTEN"));
     }
 
     #[test]

@@ -88,6 +88,12 @@ pub enum ConfigError {
     },
     #[error("--node-labels: {0:?} is not key=value")]
     NodeLabel(String),
+    #[error("--enable-policy {0:?} is not one of default, always, never")]
+    UnknownPolicyMode(String),
+    #[error(
+        "--enable-policy always (default-deny for every pod no policy selects) is not yet supported: use default (Kubernetes' semantics) or never"
+    )]
+    PolicyAlwaysUnsupported,
 }
 
 /// `--ipam`: who decides what the node owns, and how addresses are allocated.
@@ -213,6 +219,27 @@ impl RoutingMode {
     }
 }
 
+/// `--enable-policy`: whether the agent enforces NetworkPolicy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyMode {
+    /// On the pods some policy selects (Kubernetes' semantics).
+    Default,
+    /// Not at all: podnet's policy table is removed.
+    Never,
+}
+
+impl PolicyMode {
+    /// Parses `--enable-policy`.
+    pub fn parse(s: &str) -> Result<PolicyMode, ConfigError> {
+        match s {
+            "default" => Ok(PolicyMode::Default),
+            "never" => Ok(PolicyMode::Never),
+            "always" => Err(ConfigError::PolicyAlwaysUnsupported),
+            other => Err(ConfigError::UnknownPolicyMode(other.to_string())),
+        }
+    }
+}
+
 /// Where the node resource lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BackendKind {
@@ -286,12 +313,15 @@ pub struct DaemonConfig {
     pub node_labels: BTreeMap<String, String>,
     /// Routes, tunnel and masquerade towards other nodes and the outside.
     pub cross_node: CrossNodeConfig,
+    /// `--enable-policy`.
+    pub policy: PolicyMode,
 }
 
 impl DaemonConfig {
     /// Resolves the options, with Cilium's start-up checks.
     pub fn resolve(opts: &DaemonOptions) -> Result<DaemonConfig, ConfigError> {
         let ipam = IpamMode::parse(&opts.ipam)?;
+        let policy = PolicyMode::parse(&opts.enable_policy)?;
         let datapath = DatapathMode::parse(&opts.datapath_mode)?;
         let backend = match &opts.k8s_kubeconfig_path {
             Some(path) => BackendKind::Kubernetes {
@@ -346,6 +376,7 @@ impl DaemonConfig {
             fixed_routers: fixed_routers(opts, ipam)?,
             node_labels: parse_node_labels(&opts.node_labels)?,
             cross_node: cross_node(opts, routing, embedded)?,
+            policy,
         })
     }
 }
@@ -595,6 +626,24 @@ mod tests {
         let cp = c.cluster_pool.unwrap();
         assert_eq!(cp.ipv4_cidrs, vec!["10.0.0.0/8".parse::<IpNet>().unwrap()]);
         assert!(c.multi_pool.is_none());
+    }
+
+    #[test]
+    fn enable_policy_is_default_or_never_and_always_is_refused_by_name() {
+        assert_eq!(resolve(&[]).unwrap().policy, PolicyMode::Default);
+        let never = resolve(&["--enable-policy", "never"]).unwrap();
+        assert_eq!(never.policy, PolicyMode::Never);
+        let e = resolve(&["--enable-policy", "always"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--enable-policy always") && e.contains("not yet supported"),
+            "{e}"
+        );
+        let e = resolve(&["--enable-policy", "sometimes"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("default, always, never"), "{e}");
     }
 
     #[test]

@@ -53,6 +53,11 @@ pub struct OutcomeLabels {
     pub outcome: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
+}
+
 fn latency_histogram() -> Histogram {
     // 50 µs .. ~1.6 s
     Histogram::new(exponential_buckets(0.00005, 2.0, 16))
@@ -77,6 +82,12 @@ pub struct Metrics {
     pub leaks: Gauge,
     /// Leaked allocations the leak check released.
     pub leaks_released: Counter,
+    /// NetworkPolicy problems in the last compile (each logged once).
+    pub policy_problems: Gauge,
+    /// Writes of the policy table, by result (installed, updated, failed).
+    pub policy_updates: Family<ResultLabels, Counter>,
+    /// Local pods with a policy chain in the table.
+    pub policy_pods_enforced: Gauge,
 }
 
 impl Metrics {
@@ -98,6 +109,9 @@ impl Metrics {
             drop_bytes: Family::default(),
             leaks: Gauge::default(),
             leaks_released: Counter::default(),
+            policy_problems: Gauge::default(),
+            policy_updates: Family::default(),
+            policy_pods_enforced: Gauge::default(),
         };
         registry.register(
             "ipam_capacity",
@@ -163,6 +177,21 @@ impl Metrics {
             "ipam_leaks_released",
             "Leaked allocations the leak check released (--ipam-release-leaked-after)",
             m.leaks_released.clone(),
+        );
+        registry.register(
+            "policy_problems",
+            "NetworkPolicy fields that allow nothing (invalid, or naming a port no pod has) in the last compile",
+            m.policy_problems.clone(),
+        );
+        registry.register(
+            "policy_updates",
+            "Writes of the NetworkPolicy table, by result (installed, updated, failed)",
+            m.policy_updates.clone(),
+        );
+        registry.register(
+            "policy_pods_enforced",
+            "Local pods some NetworkPolicy selects, with a chain in the policy table",
+            m.policy_pods_enforced.clone(),
         );
         Metrics { registry, ..m }
     }

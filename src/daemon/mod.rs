@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod nft;
 pub mod node_check;
 pub mod options;
+pub mod policy_loop;
 mod routes;
 pub(crate) mod server;
 pub mod source_check;
@@ -58,6 +59,8 @@ pub struct Daemon {
     demand_waiting: tokio::sync::Notify,
     /// The leak check (the Kubernetes backend only).
     leak_check: Option<Arc<leak_check::LeakCheck<crate::k8s::node_pods::NodePodsApi>>>,
+    /// The NetworkPolicy loop's last write (None: the loop does not run).
+    policy: std::sync::Mutex<Option<crate::api::models::PolicyStatus>>,
 }
 
 impl Daemon {
@@ -164,6 +167,19 @@ impl Daemon {
     /// no leak check).
     pub fn leak_status(&self) -> Option<crate::api::models::LeakCheckStatus> {
         self.leak_check.as_ref().map(|c| c.status())
+    }
+
+    /// The NetworkPolicy loop's status, for `podnet status` (None when it does
+    /// not run).
+    pub fn policy_status(&self) -> Option<crate::api::models::PolicyStatus> {
+        self.policy.lock().ok()?.clone()
+    }
+
+    /// Sets the NetworkPolicy loop's status.
+    fn set_policy_status(&self, status: crate::api::models::PolicyStatus) {
+        if let Ok(mut p) = self.policy.lock() {
+            *p = Some(status);
+        }
     }
 
     /// DELs waiting in the on-disk queue (normally none while the daemon runs).

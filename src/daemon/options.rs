@@ -188,6 +188,14 @@ pub struct DaemonOptions {
     #[arg(long = "enable-source-ip-verification", action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = parse_bool)]
     pub enable_source_ip_verification: bool,
 
+    /// NetworkPolicy enforcement (Cilium's option and values): `default` enforces
+    /// on the pods some policy selects (Kubernetes' semantics; the Kubernetes
+    /// backend's watches feed podnet's nftables table `inet podnet_policy`), `never`
+    /// writes no table and removes podnet's, `always` (default-deny for every pod)
+    /// is not yet supported.
+    #[arg(long = "enable-policy", default_value = "default")]
+    pub enable_policy: String,
+
     /// Pod device type: veth, netkit (L3), netkit-l2, or auto (netkit where the
     /// kernel has it, else veth).
     #[arg(long = "datapath-mode", default_value = "veth")]
@@ -313,6 +321,7 @@ mod tests {
         assert_eq!(o.ipam_expiration, Duration::from_secs(600));
         assert_eq!(o.socket, PathBuf::from("/run/podnet/podnet.sock"));
         assert_eq!(o.underlay_protocol, "ipv4", "Cilium's default");
+        assert_eq!(o.enable_policy, "default", "Cilium's default");
     }
 
     #[test]

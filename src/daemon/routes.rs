@@ -334,6 +334,7 @@ async fn get_healthz(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError>
         add_leak_status(&mut status, leaks);
     }
     status.ipam.cross_node = daemon.cross_node_status();
+    status.ipam.policy = daemon.policy_status();
     // File I/O stays outside the state's lock.
     status.ipam.journal_bytes = std::fs::metadata(&status.ipam.journal)
         .map(|m| m.len())

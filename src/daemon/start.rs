@@ -13,11 +13,14 @@ use ipnet::IpNet;
 
 use super::capabilities::{self, CapabilityError};
 use super::cniconf::CniConfError;
-use super::config::{BackendKind, ConfigError, DaemonConfig, DatapathMode, IpamMode, RoutingMode};
+use super::config::{
+    BackendKind, ConfigError, DaemonConfig, DatapathMode, IpamMode, PolicyMode, RoutingMode,
+};
 use super::crossnode::PrerequisiteError;
 use super::devices::DeviceError;
 use super::leak_check;
 use super::options::DaemonOptions;
+use super::policy_loop;
 use super::server::{self, SocketError, SocketLock};
 use super::source_check::{self, SourceCheckError};
 use super::state::{
@@ -42,6 +45,7 @@ use crate::node::{
     BackendHealth, EmbeddedMode, EmbeddedOperator, NodeError, NodeOperator, NodeResource, NodeSink,
     NodeSource, NodeView,
 };
+use crate::policy::table::PolicyTableError;
 use crate::process::metrics_server::MetricsBindError;
 use crate::process::shutdown_signal;
 use crate::store::{Journal, Snapshot, StoreError, now_ms};
@@ -561,6 +565,7 @@ async fn serve(s: Serving) -> Result<(), StartError> {
         source_check,
         demand_waiting: tokio::sync::Notify::new(),
         leak_check: leak_check.clone(),
+        policy: Mutex::new(None),
     });
     daemon.arm_timers(s.timers);
     if let Some(check) = leak_check {
@@ -569,6 +574,7 @@ async fn serve(s: Serving) -> Result<(), StartError> {
             leak_check::DaemonFacts(daemon.clone()),
         ));
     }
+    start_policy(&daemon, &s.checked.config);
     if !s.opts.prometheus_serve_addr.is_empty() {
         spawn_metrics(&daemon, &s.opts.prometheus_serve_addr).await?;
     }
@@ -716,6 +722,28 @@ fn leak_check_of(
         NodePodsApi::new(kubeconfig.clone(), checked.node_name.clone()),
         settings,
     )))
+}
+
+/// `--enable-policy`: the policy loop on the Kubernetes backend (the embedded
+/// one has no NetworkPolicies); `never` removes podnet's policy table. The table
+/// is never removed at stop: it outlives an agent restart.
+fn start_policy(daemon: &Arc<Daemon>, config: &DaemonConfig) {
+    match (config.policy, &config.backend) {
+        (PolicyMode::Default, BackendKind::Kubernetes { kubeconfig }) => {
+            tokio::spawn(policy_loop::run(daemon.clone(), kubeconfig.clone()));
+        }
+        (PolicyMode::Default, BackendKind::Embedded) => {
+            tracing::info!("NetworkPolicy is not enforced on the embedded backend (no API server)")
+        }
+        (PolicyMode::Never, _) => match crate::policy::table::remove() {
+            Ok(()) | Err(PolicyTableError::NftMissing) => {
+                tracing::info!("NetworkPolicy not enforced (--enable-policy never)")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "--enable-policy never: could not remove the policy table")
+            }
+        },
+    }
 }
 
 /// Runs the cross-node datapath, fed by every CiliumNode of the cluster (the

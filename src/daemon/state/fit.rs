@@ -4,6 +4,8 @@
 //! (`POST /v1/ipam`, `POST /v1/ipam/{ip}`) with it; releases, endpoints and GC go
 //! on. A backend that tells no facts (embedded, a CiliumNode file) is not judged.
 
+use std::net::IpAddr;
+
 use super::{ApiError, ErrorKind, IpamState};
 use crate::api::models::{ConfigCheckStatus, FailureReason};
 use crate::daemon::node_check::{Verdict, judge};
@@ -35,6 +37,15 @@ impl IpamState {
         }
         self.fit.verdict = verdict.clone();
         Some(verdict)
+    }
+
+    /// The InternalIPs the node's Node lists (empty until the backend told them).
+    pub fn internal_ips(&self) -> Vec<IpAddr> {
+        self.fit
+            .facts
+            .as_ref()
+            .map(|f| f.internal_ips.clone())
+            .unwrap_or_default()
     }
 
     /// The node hands out addresses (no error in the verdict, or no facts).

@@ -1,0 +1,335 @@
+//! The agent's NetworkPolicy loop (`--enable-policy default`, the Kubernetes
+//! backend): watches of every Pod (peers live on other nodes), Namespace and
+//! NetworkPolicy of the cluster ([`Watched`], each a `k8s::mirror::Mirror`), and
+//! one writer. After a change (debounced by [`DEBOUNCE`]) it compiles the node's
+//! state from the watched objects and what the daemon knows of the node
+//! ([`NodeSide`]: each local pod's host link from the ledger, the node's
+//! InternalIPs and router addresses), and the [`writer`] writes what changed.
+//!
+//! The table outlives the agent: it is never removed at stop, and a starting
+//! agent writes its first (whole) state only once all three watches have listed,
+//! so the previous agent's table stands until then. While the API server is
+//! gone the last table stands (logged once); the watches' relists reconcile it
+//! when it is back.
+
+pub mod writer;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::time::{Instant, sleep_until};
+
+use super::Daemon;
+use super::metrics::ResultLabels;
+use super::state::ApiError;
+use crate::api::models::PolicyStatus;
+use crate::k8s::connect::connect;
+use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
+use crate::policy::{Cluster, Compiled, NamespaceView, PodView, compile, view};
+use crate::store::now_ms;
+use writer::{Kernel, Writer, Wrote};
+
+/// How long after a change the loop waits for more before it compiles.
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
+/// How soon a failed write is tried again.
+const RETRY: Duration = Duration::from_secs(5);
+/// How often the state is compiled without a change seen (a local pod's link
+/// appears when the plugin attaches it, which no watch event says).
+const RESYNC: Duration = Duration::from_secs(30);
+
+/// The cluster's objects, as the watches last showed them.
+#[derive(Default)]
+pub struct Watched {
+    pub pods: Mirror<Pod>,
+    pub namespaces: Mirror<Namespace>,
+    pub policies: Mirror<NetworkPolicy>,
+}
+
+impl Watched {
+    /// Whether every watch has listed once (until then nothing is written).
+    pub fn synced(&self) -> bool {
+        self.pods.listed() && self.namespaces.listed() && self.policies.listed()
+    }
+}
+
+/// A local pod's host link, as the daemon's ledger has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalLink {
+    /// The pod's UID, when the allocation recorded it: a Pod of the same name
+    /// and another UID is not this one.
+    pub uid: Option<String>,
+    pub link: String,
+}
+
+/// What the daemon knows of this node that the compile needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeSide {
+    /// Local pods' host links by `namespace/name`.
+    pub links: BTreeMap<String, LocalLink>,
+    /// The node's own addresses (InternalIPs and router addresses).
+    pub addresses: Vec<IpAddr>,
+}
+
+impl NodeSide {
+    /// `pod`'s host link, when it runs here.
+    fn link_of(&self, pod: &Pod) -> Option<String> {
+        let local = self.links.get(&key_of(pod))?;
+        let same = match (&local.uid, &pod.metadata.uid) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        same.then(|| local.link.clone())
+    }
+}
+
+/// The node's state from the watched objects and the node's side.
+pub fn compile_node(watched: &Watched, node: &NodeSide) -> Compiled {
+    let policies: Vec<_> = watched.policies.objects().map(view::policy).collect();
+    let namespaces: Vec<_> = watched
+        .namespaces
+        .objects()
+        .map(NamespaceView::from_k8s)
+        .collect();
+    let pods: Vec<_> = watched
+        .pods
+        .objects()
+        .map(|p| PodView::from_k8s(p, node.link_of(p)))
+        .collect();
+    compile(Cluster {
+        policies: &policies,
+        pods: &pods,
+        namespaces: &namespaces,
+        node_addresses: &node.addresses,
+    })
+}
+
+/// The node's side, from the daemon's state.
+async fn node_side(daemon: &Arc<Daemon>) -> Result<NodeSide, ApiError> {
+    daemon
+        .with_state(|s| {
+            let mut links = BTreeMap::new();
+            for a in s.leak_candidates(now_ms()) {
+                if let (Some(pod), Some(link)) = (a.pod, a.host_link) {
+                    let uid = a.pod_uid;
+                    links.insert(pod.to_string(), LocalLink { uid, link });
+                }
+            }
+            let mut addresses: BTreeSet<IpAddr> = s.internal_ips().into_iter().collect();
+            addresses.extend(s.router_ips());
+            Ok(NodeSide {
+                links,
+                addresses: addresses.into_iter().collect(),
+            })
+        })
+        .await
+}
+
+/// Which watches are interrupted: the outage is logged once, and its end.
+#[derive(Default)]
+struct Outage(BTreeSet<&'static str>);
+
+impl Outage {
+    /// Takes one item of the `kind` watch; an error is no item for the mirror.
+    fn take<K>(
+        &mut self,
+        kind: &'static str,
+        item: Option<Result<watcher::Event<K>, watcher::Error>>,
+    ) -> Option<Option<Result<watcher::Event<K>, watcher::Error>>> {
+        match item {
+            Some(Err(e)) => {
+                if self.0.is_empty() {
+                    tracing::warn!(error = %e, watch = kind, "NetworkPolicy: the API server cannot be watched; the policy table stays as last written until it can");
+                }
+                self.0.insert(kind);
+                None
+            }
+            item => {
+                if self.0.remove(kind) && self.0.is_empty() {
+                    tracing::info!("NetworkPolicy: the watches resumed");
+                }
+                Some(item)
+            }
+        }
+    }
+}
+
+/// A kind's watch, retried with kube's backoff.
+fn watch<K>(client: &kube::Client) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    watcher(Api::<K>::all(client.clone()), watcher::Config::default()).default_backoff()
+}
+
+/// Connects, retrying until the API server answers (logged once).
+async fn client(kubeconfig: Option<&PathBuf>) -> kube::Client {
+    let mut logged = false;
+    loop {
+        match connect(kubeconfig).await {
+            Ok(c) => return c,
+            Err(e) if !logged => {
+                tracing::warn!(error = %e, "NetworkPolicy: cannot reach the API server yet; retrying");
+                logged = true;
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// Runs the loop until a watch ends (it does not while the API server can be
+/// retried).
+pub async fn run(daemon: Arc<Daemon>, kubeconfig: Option<PathBuf>) {
+    let client = client(kubeconfig.as_ref()).await;
+    let mut pods = watch::<Pod>(&client).boxed();
+    let mut namespaces = watch::<Namespace>(&client).boxed();
+    let mut policies = watch::<NetworkPolicy>(&client).boxed();
+    let mut node_events = daemon.node_events.subscribe();
+    let mut watched = Watched::default();
+    let mut outage = Outage::default();
+    let mut writer = Some(Writer::new(Kernel));
+    let mut due: Option<Instant> = None;
+    let mut resync = tokio::time::interval(RESYNC);
+    daemon.set_policy_status(PolicyStatus::default());
+    tracing::info!("NetworkPolicy enforcement on (--enable-policy default)");
+    loop {
+        let far = Instant::now() + RESYNC;
+        let fed: Result<bool, WatchEnded> = tokio::select! {
+            e = pods.next() => match outage.take("Pod", e) {
+                Some(e) => watched.pods.feed(e, "Pod"),
+                None => Ok(false),
+            },
+            e = namespaces.next() => match outage.take("Namespace", e) {
+                Some(e) => watched.namespaces.feed(e, "Namespace"),
+                None => Ok(false),
+            },
+            e = policies.next() => match outage.take("NetworkPolicy", e) {
+                Some(e) => watched.policies.feed(e, "NetworkPolicy"),
+                None => Ok(false),
+            },
+            r = node_events.changed() => Ok(r.is_ok()),
+            _ = resync.tick() => Ok(true),
+            _ = sleep_until(due.unwrap_or(far)), if due.is_some() => {
+                due = None;
+                if watched.synced() {
+                    let (back, wrote) = write(&daemon, &watched, writer.take()).await;
+                    let pending = back.as_ref().is_none_or(Writer::pending);
+                    if pending {
+                        due = Some(Instant::now() + RETRY);
+                    }
+                    writer = back;
+                    report(&daemon, wrote, !pending).await;
+                }
+                Ok(false)
+            }
+        };
+        match fed {
+            Err(ended) => {
+                tracing::error!(error = %ended, "NetworkPolicy: the loop stopped; the policy table stays as last written");
+                return;
+            }
+            Ok(true) if due.is_none() => due = Some(Instant::now() + DEBOUNCE),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// What one write did, for the metrics and the status.
+struct Count {
+    wrote: Option<Wrote>,
+    policies: usize,
+    problems: Vec<String>,
+    pods_enforced: usize,
+}
+
+/// Compiles and writes (off the runtime's threads: nft is a process); hands the
+/// writer back (None if its task died: the next write starts a new one, which
+/// installs).
+async fn write(
+    daemon: &Arc<Daemon>,
+    watched: &Watched,
+    writer: Option<Writer<Kernel>>,
+) -> (Option<Writer<Kernel>>, Count) {
+    let mut count = Count {
+        wrote: None,
+        policies: watched.policies.objects().count(),
+        problems: Vec::new(),
+        pods_enforced: 0,
+    };
+    let node = match node_side(daemon).await {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e.message, "NetworkPolicy: the node's links cannot be read; not written");
+            return (writer, count);
+        }
+    };
+    let compiled = compile_node(watched, &node);
+    count.problems = compiled.problems.iter().map(|p| p.to_string()).collect();
+    let links: BTreeSet<&str> = compiled
+        .state
+        .chains
+        .keys()
+        .map(|k| k.link.as_str())
+        .collect();
+    count.pods_enforced = links.len();
+    let mut writer = writer.unwrap_or_else(|| Writer::new(Kernel));
+    let done = tokio::task::spawn_blocking(move || {
+        let wrote = writer.write(&compiled);
+        (writer, wrote)
+    })
+    .await;
+    match done {
+        Ok((writer, wrote)) => {
+            count.wrote = Some(wrote);
+            (Some(writer), count)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "NetworkPolicy: the write did not finish");
+            (None, count)
+        }
+    }
+}
+
+/// Puts one write into the status and the metrics.
+async fn report(daemon: &Arc<Daemon>, c: Count, table_written: bool) {
+    let Some(wrote) = c.wrote else { return };
+    let problems = c.problems.len();
+    daemon.set_policy_status(PolicyStatus {
+        synced: true,
+        table_written,
+        policies: c.policies as u64,
+        pods_enforced: c.pods_enforced as u64,
+        problems: c.problems,
+    });
+    let _ = daemon
+        .with_state(move |s| {
+            let m = s.metrics();
+            m.policy_problems.set(problems as i64);
+            m.policy_pods_enforced.set(c.pods_enforced as i64);
+            if let Some(result) = wrote.result() {
+                let labels = ResultLabels {
+                    result: result.into(),
+                };
+                m.policy_updates.get_or_create(&labels).inc();
+            }
+            Ok(())
+        })
+        .await;
+}
+
+#[cfg(test)]
+#[path = "tests/node.rs"]
+mod tests;
