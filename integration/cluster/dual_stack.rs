@@ -5,9 +5,6 @@
 
 use std::net::IpAddr;
 
-use ipnet::IpNet;
-use serde_json::Value;
-
 use super::*;
 
 /// "The world"'s IPv6 address (scripts/cluster): no route to the pods.
@@ -43,7 +40,7 @@ fn a_dual_stack_cluster_carries_both_families() {
     eprintln!("pods: {placed:?}");
     assert_eq!(placed.len(), REPLICAS, "every pod has both families");
     for pod in &placed {
-        let cidrs = node_cidrs_any(&cluster, &pod.node);
+        let cidrs = node_pod_cidrs(&cluster, &pod.node);
         for ip in [pod.v4, pod.v6] {
             assert!(
                 cidrs.iter().any(|c| c.contains(&ip)),
@@ -233,23 +230,6 @@ fn placed_dual(cluster: &Cluster, app: &str) -> Vec<DualPod> {
                 v6: *ips.iter().find(|ip| ip.is_ipv6())?,
             })
         })
-        .collect()
-}
-
-fn container_id(pod: &Value) -> String {
-    pod["status"]["containerStatuses"][0]["containerID"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// The node's pod CIDRs of both families (its CiliumNode).
-fn node_cidrs_any(cluster: &Cluster, node: &str) -> Vec<IpNet> {
-    cluster.kubectl_json(&["get", "ciliumnode", node])["spec"]["ipam"]["podCIDRs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.as_str()?.parse().ok())
         .collect()
 }
 

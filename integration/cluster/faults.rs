@@ -102,12 +102,6 @@ fn a_rebooted_node_comes_back_with_working_pods() {
         cluster.describe("default")
     });
     let node = "node-2";
-    let container_of = |p: &Value| {
-        p["status"]["containerStatuses"][0]["containerID"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    };
     // pod -> (address, container) of the pods on the node.
     let before: BTreeMap<String, (String, String)> = cluster
         .pods("default", "app=spread")
@@ -116,7 +110,7 @@ fn a_rebooted_node_comes_back_with_working_pods() {
         .filter_map(|p| {
             let name = p["metadata"]["name"].as_str()?.to_string();
             let ip = p["status"]["podIP"].as_str()?.to_string();
-            Some((name, (ip, container_of(p))))
+            Some((name, (ip, container_id(p))))
         })
         .collect();
     assert!(!before.is_empty(), "no spread pod on {node}");
@@ -133,7 +127,7 @@ fn a_rebooted_node_comes_back_with_working_pods() {
             .all(|p| {
                 let name = p["metadata"]["name"].as_str().unwrap_or_default();
                 let old = before.get(name).map(|(_, c)| c.as_str());
-                ready(p) && old.is_some_and(|old| old != container_of(p))
+                ready(p) && old.is_some_and(|old| old != container_id(p))
             });
         (pods.len() == REPLICAS && pods.iter().all(ready) && again).then_some(())
     };

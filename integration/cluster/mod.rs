@@ -14,7 +14,8 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ipnet::Ipv4Net;
+use ipnet::{IpNet, Ipv4Net};
+use serde_json::Value;
 
 use crate::harness::*;
 use crate::scripted::*;
@@ -370,14 +371,34 @@ fn web_manifest(node: &str) -> String {
     )
 }
 
-/// The node's pod CIDRs, as the operator gave them (its CiliumNode).
-fn node_cidrs(cluster: &Cluster, node: &str) -> Vec<Ipv4Net> {
+/// The node's pod CIDRs of both families, as the operator gave them (its
+/// CiliumNode).
+fn node_pod_cidrs(cluster: &Cluster, node: &str) -> Vec<IpNet> {
     cluster.kubectl_json(&["get", "ciliumnode", node])["spec"]["ipam"]["podCIDRs"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(|c| c.as_str()?.parse().ok())
         .collect()
+}
+
+/// The node's IPv4 pod CIDRs.
+fn node_cidrs(cluster: &Cluster, node: &str) -> Vec<Ipv4Net> {
+    node_pod_cidrs(cluster, node)
+        .into_iter()
+        .filter_map(|c| match c {
+            IpNet::V4(c) => Some(c),
+            IpNet::V6(_) => None,
+        })
+        .collect()
+}
+
+/// The ID of the pod's (first) container, empty before it has one.
+fn container_id(pod: &Value) -> String {
+    pod["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// The cluster of `scripts/cluster` with `deploy/` applied as it is: three nodes

@@ -97,12 +97,11 @@ def main():
     # Settled: healthy in two rounds in a row, no Job running, and at least
     # SETTLE_MIN after the last fault (a node off for less than the node
     # controller's 40 s grace never reads NotReady, yet its pods restart).
-    healthy = False
     streak = 0
     said = None
     while time.time() - end < settle:
         time.sleep(CHECK_EVERY)
-        healthy = check_round()
+        check_round()
         running = [j["metadata"]["name"] for j in jobs_running(cluster)]
         unwell = checks.unwell + ([f"Jobs not finished: {', '.join(running[:5])}"] if running else [])
         streak = streak + 1 if not unwell else 0
