@@ -23,6 +23,7 @@ use crate::scripted::*;
 mod dual_stack;
 mod faults;
 mod leaks;
+mod policy;
 mod runtimes;
 mod upgrade;
 
