@@ -48,13 +48,15 @@ test-release: release
 # images the real-node and cluster tests import (make image). A test that cannot
 # run here fails, naming what is missing; PODNET_ALLOW_SKIPS=1 lets it skip
 # instead, and then the run ends with the count and names of the skipped tests
-# (scripts/test-skips).
+# (scripts/test-skips). The cluster tests run in a test process of their own,
+# beside the rest (scripts/test-all).
 test:
 	bash scripts/setup
 	$(MAKE) image
 	rm -f target/test-skips.log
 	rc=0; PODNET_SKIP_LOG="$(CURDIR)/target/test-skips.log" \
-	PODNET_CNI_CLIENT="$(CURDIR)/.cache/bin/$$(cat .cache/cni-client)" $(CARGO) test || rc=$$?; \
+	PODNET_CNI_CLIENT="$(CURDIR)/.cache/bin/$$(cat .cache/cni-client)" CARGO="$(CARGO)" \
+	bash scripts/test-all || rc=$$?; \
 	bash scripts/test-skips target/test-skips.log && exit $$rc
 
 demo:
