@@ -1,0 +1,214 @@
+//! A pod that asks for its addresses (`ipam.podnet.io/ip-addresses`), with the
+//! real daemon and plugin in real namespaces: the embedded backend reads the Pods
+//! from `--metadata-dir`. The address is given when free and inside the node's
+//! ranges; otherwise the ADD fails with code 107 and says why (the holder's pod
+//! and container, the node's ranges, the annotation's fault), leaving nothing
+//! behind. Of many ADDs asking for one address at once exactly one wins, and a
+//! daemon killed with SIGKILL still holds the address after its restart.
+
+use std::path::Path;
+
+use crate::harness::*;
+
+const ANNOTATION: &str = "ipam.podnet.io/ip-addresses";
+
+/// The node's ranges are exactly the pool's (one /24 and one /120).
+const ARGS: [&str; 11] = [
+    "--enable-ipv6",
+    "--cluster-pool-ipv4-cidr",
+    "10.31.0.0/24",
+    "--cluster-pool-ipv4-mask-size",
+    "24",
+    "--cluster-pool-ipv6-cidr",
+    "fd00:31::/120",
+    "--cluster-pool-ipv6-mask-size",
+    "120",
+    "--k8s-node-name",
+    "keep-node",
+];
+
+/// Writes the Pods `default/<sandbox name>` with their annotation values (an
+/// empty value: no annotation) as the daemon's metadata directory.
+fn write_pods(dir: &Path, pods: &[(&Sandbox, &str)]) {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let mut items =
+        vec!["- {apiVersion: v1, kind: Namespace, metadata: {name: default}}".to_string()];
+    for (sb, value) in pods {
+        let annotations = if value.is_empty() {
+            String::new()
+        } else {
+            format!(", annotations: {{{ANNOTATION}: '{value}'}}")
+        };
+        items.push(format!(
+            "- {{apiVersion: v1, kind: Pod, metadata: {{name: {}, namespace: default{annotations}}}}}",
+            sb.ns.name
+        ));
+    }
+    std::fs::write(
+        dir.join("pods.yaml"),
+        format!("apiVersion: v1\nkind: List\nitems:\n{}\n", items.join("\n")),
+    )
+    .expect("write pods");
+}
+
+/// A node (daemon not started) whose metadata directory is `dir`.
+fn node_with_metadata(dir: &Path) -> Node {
+    let mut args: Vec<&str> = ARGS.to_vec();
+    let dir = dir.to_str().expect("utf-8 path");
+    args.extend(["--metadata-dir", dir]);
+    Node::new(&args)
+}
+
+fn assert_refused(node: &Node, sb: &Sandbox, says: &[&str]) {
+    let before = node.allocations();
+    let r = node.add(sb);
+    assert!(!r.ok, "{} was given an address: {}", sb.ns.name, r.stdout);
+    assert_eq!(r.code(), 107, "{}", r.stdout);
+    for part in says {
+        assert!(r.msg().contains(part), "{part:?} in {}", r.msg());
+    }
+    assert!(sb.interface_gone(), "no interface is left in the sandbox");
+    assert_eq!(node.allocations(), before, "nothing is allocated");
+}
+
+#[test]
+fn a_pod_gets_the_addresses_it_asks_for_and_every_refusal_says_why_with_code_107() {
+    if !root_or_skip("requested_address") {
+        return;
+    }
+    let scratch = std::env::temp_dir().join(format!("podnet-keep-{}", unique("")));
+    let mut node = node_with_metadata(&scratch);
+    let (a, b, far, junk, two, plain) = (
+        node.sandbox(),
+        node.sandbox(),
+        node.sandbox(),
+        node.sandbox(),
+        node.sandbox(),
+        node.sandbox(),
+    );
+    write_pods(
+        &scratch,
+        &[
+            (&a, "10.31.0.50,fd00:31::50"),
+            (&b, "10.31.0.50"),
+            (&far, "10.99.0.1"),
+            (&junk, "web-0"),
+            (&two, "10.31.0.60,10.31.0.61"),
+            (&plain, ""),
+        ],
+    );
+    node.start_daemon();
+
+    let r = node.add(&a);
+    assert!(r.ok, "{}", r.stdout);
+    assert_eq!(
+        (r.ipv4(), r.ipv6()),
+        ("10.31.0.50".into(), "fd00:31::50".into())
+    );
+    let kernel = a.kernel_addresses();
+    assert!(kernel.contains(&"10.31.0.50".to_string()), "{kernel:?}");
+    let p = node.add(&plain);
+    assert!(p.ok && p.ipv4().starts_with("10.31.0.") && p.ipv4() != "10.31.0.50");
+    assert!(
+        plain.ping("10.31.0.50"),
+        "the pod is reachable at its address"
+    );
+
+    let holder = format!(
+        "taken by pod default/{} (container {}",
+        a.ns.name, a.container_id
+    );
+    assert_refused(&node, &b, &["10.31.0.50", &holder, "keep-node"]);
+    assert_refused(
+        &node,
+        &far,
+        &[
+            "10.99.0.1",
+            "outside node keep-node's IPv4 ranges (10.31.0.0/24)",
+        ],
+    );
+    assert_refused(
+        &node,
+        &junk,
+        &[ANNOTATION, "\"web-0\" is not an IP address"],
+    );
+    assert_refused(&node, &two, &["names two IPv4 addresses"]);
+
+    let ex = node.client().explain("10.31.0.50").expect("explain");
+    assert!(ex.addresses[0].rule.contains(ANNOTATION), "{ex:?}");
+    let ex = node
+        .client()
+        .explain(&format!("default/{}", b.ns.name))
+        .expect("explain");
+    assert!(
+        ex.failures.iter().any(|f| f.reason == "address-taken"),
+        "{ex:?}"
+    );
+
+    // A crash: the journal has the address, the restarted daemon holds it.
+    node.stop_daemon(true);
+    node.start_daemon();
+    let owner = node.allocations().get("10.31.0.50").cloned();
+    assert_eq!(
+        owner,
+        Some(format!("default/{} [restored]", a.ns.name)),
+        "{:?}",
+        node.allocations()
+    );
+    assert_refused(&node, &b, &[&holder]);
+
+    // Released, it cools down for other pods.
+    assert!(node.del(&a).ok);
+    // (Its host link may still be going: then the message says so instead.)
+    let released = format!("was released by default/{}", a.ns.name);
+    assert_refused(&node, &b, &[&released]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !node.add(&b).msg().contains("cools down for") {
+        assert!(std::time::Instant::now() < deadline, "the teardown ends");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_refused(&node, &b, &[&released, "cools down for"]);
+    let _ = std::fs::remove_dir_all(scratch);
+}
+
+#[test]
+fn of_eight_pods_asking_for_one_address_at_once_exactly_one_wins() {
+    if !root_or_skip("requested_address_race") {
+        return;
+    }
+    let scratch = std::env::temp_dir().join(format!("podnet-keep-race-{}", unique("")));
+    let mut node = node_with_metadata(&scratch);
+    let sbs: Vec<Sandbox> = (0..8).map(|_| node.sandbox()).collect();
+    let pods: Vec<(&Sandbox, &str)> = sbs.iter().map(|sb| (sb, "10.31.0.77")).collect();
+    write_pods(&scratch, &pods);
+    node.start_daemon();
+    let refs: Vec<&Sandbox> = sbs.iter().collect();
+    let results = node.plugin_parallel("ADD", &refs, 8);
+    let winners: Vec<usize> = (0..results.len()).filter(|i| results[*i].ok).collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    let winner = &sbs[winners[0]];
+    assert_eq!(results[winners[0]].ipv4(), "10.31.0.77");
+    for (i, r) in results.iter().enumerate() {
+        if i == winners[0] {
+            continue;
+        }
+        assert_eq!(r.code(), 107, "{}", r.stdout);
+        assert!(
+            r.msg().contains(&format!(
+                "taken by pod default/{} (container {}",
+                winner.ns.name, winner.container_id
+            )),
+            "{}",
+            r.msg()
+        );
+        assert!(sbs[i].interface_gone());
+    }
+    let held: Vec<String> = node
+        .allocations()
+        .into_iter()
+        .filter(|(ip, _)| ip == "10.31.0.77")
+        .map(|(_, owner)| owner)
+        .collect();
+    assert_eq!(held, [format!("default/{}", winner.ns.name)]);
+    let _ = std::fs::remove_dir_all(scratch);
+}
