@@ -4,11 +4,14 @@
 //! ranges; otherwise the ADD fails with code 107 and says why (the holder's pod
 //! and container, the node's ranges, the annotation's fault), leaving nothing
 //! behind. Of many ADDs asking for one address at once exactly one wins, and a
-//! daemon killed with SIGKILL still holds the address after its restart.
+//! daemon killed with SIGKILL still holds the address after its restart. On a
+//! real API server (the Kubernetes backend) a refusal is also an Event on the Pod.
 
 use std::path::Path;
 
 use crate::harness::*;
+use crate::k8s::ControlPlane;
+use crate::k8s_backend::{create_node, create_pod, eventually, jsonpath, k8s_node};
 
 const ANNOTATION: &str = "ipam.podnet.io/ip-addresses";
 
@@ -211,4 +214,94 @@ fn of_eight_pods_asking_for_one_address_at_once_exactly_one_wins() {
         .collect();
     assert_eq!(held, [format!("default/{}", winner.ns.name)]);
     let _ = std::fs::remove_dir_all(scratch);
+}
+
+/// ADD of `sb` as the Pod `default/<pod>`, with its UID from the API server.
+fn add_as_pod(cp: &ControlPlane, node: &Node, sb: &Sandbox, pod: &str) -> PluginOutput {
+    let uid = jsonpath(cp, "pod", pod, "{.metadata.uid}");
+    let args =
+        format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod};K8S_POD_UID={uid}");
+    node.plugin("ADD", Some(sb), &node.conf("1.1.0"), &[("CNI_ARGS", &args)])
+}
+
+/// The Events on Pod `default/<pod>`: `reason|message|involvedObject.uid` each.
+fn pod_events(cp: &ControlPlane, pod: &str) -> String {
+    cp.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        &format!("involvedObject.kind=Pod,involvedObject.name={pod}"),
+        "-o",
+        "jsonpath={range .items[*]}{.reason}|{.message}|{.involvedObject.uid}{\"\\n\"}{end}",
+    ])
+    .expect_ok("get events")
+}
+
+#[test]
+fn on_a_real_api_server_a_refused_address_is_an_event_on_the_pod() {
+    let Some(cp) = ControlPlane::start("k8s_requested_address") else {
+        return;
+    };
+    cp.install_crds();
+    let ns = cp.add_node_ns("ka-1");
+    create_node(&cp, &ns, &["10.244.7.0/24"]);
+    let name = ns.name.clone();
+    create_pod(
+        &cp,
+        "default",
+        "web-0",
+        &name,
+        &format!("{ANNOTATION}: 10.244.7.40"),
+    );
+    create_pod(
+        &cp,
+        "default",
+        "web-1",
+        &name,
+        &format!("{ANNOTATION}: 10.244.7.40"),
+    );
+    create_pod(
+        &cp,
+        "default",
+        "far",
+        &name,
+        &format!("{ANNOTATION}: 10.9.9.9"),
+    );
+    let mut node = k8s_node(ns, &cp.kubeconfig(), &["--ipam", "kubernetes"]);
+    node.start_daemon();
+    // The annotation is read from the agent's Pod watch: wait until it listed.
+    eventually("the pod watch synced", || {
+        let st = node.client().healthz().expect("healthz");
+        st.ipam
+            .backend
+            .is_some_and(|b| b.watches.get("pods") == Some(&true))
+    });
+    let (sb0, sb1, sbf) = (node.sandbox(), node.sandbox(), node.sandbox());
+    let r = add_as_pod(&cp, &node, &sb0, "web-0");
+    assert!(r.ok, "{}", r.stdout);
+    assert_eq!(r.ipv4(), "10.244.7.40");
+
+    let r = add_as_pod(&cp, &node, &sb1, "web-1");
+    assert_eq!(r.code(), 107, "{}", r.stdout);
+    let holder = format!("taken by pod default/web-0 (container {}", sb0.container_id);
+    assert!(r.msg().contains(&holder), "{}", r.msg());
+    let uid = jsonpath(&cp, "pod", "web-1", "{.metadata.uid}");
+    eventually("the Event on web-1", || {
+        pod_events(&cp, "web-1").lines().any(|l| {
+            l.starts_with("RequestedAddressRefused|") && l.contains(&holder) && l.ends_with(&uid)
+        })
+    });
+
+    let r = add_as_pod(&cp, &node, &sbf, "far");
+    assert_eq!(r.code(), 107, "{}", r.stdout);
+    eventually("the Event on far", || {
+        pod_events(&cp, "far").contains("outside node")
+            && pod_events(&cp, "far").contains("IPv4 ranges (10.244.7.0/24)")
+    });
+    assert!(
+        pod_events(&cp, "web-0").is_empty(),
+        "no Event on the pod that got its address"
+    );
 }
