@@ -7,11 +7,11 @@
 //! daemon killed with SIGKILL still holds the address after its restart. On a
 //! real API server (the Kubernetes backend) a refusal is also an Event on the Pod.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::harness::*;
 use crate::k8s::ControlPlane;
-use crate::k8s_backend::{create_node, create_pod, eventually, jsonpath, k8s_node};
+use crate::k8s_backend::{add_as_pod, create_node, create_pod, eventually, jsonpath, k8s_node};
 
 const ANNOTATION: &str = "ipam.podnet.io/ip-addresses";
 
@@ -54,12 +54,14 @@ fn write_pods(dir: &Path, pods: &[(&Sandbox, &str)]) {
     .expect("write pods");
 }
 
-/// A node (daemon not started) whose metadata directory is `dir`.
-fn node_with_metadata(dir: &Path) -> Node {
+/// A node (daemon not started) whose metadata directory is a new scratch
+/// directory, returned with it.
+fn node_with_metadata(prefix: &str) -> (Node, PathBuf) {
+    let scratch = std::env::temp_dir().join(format!("{prefix}-{}", unique("")));
     let mut args: Vec<&str> = ARGS.to_vec();
-    let dir = dir.to_str().expect("utf-8 path");
+    let dir = scratch.to_str().expect("utf-8 path");
     args.extend(["--metadata-dir", dir]);
-    Node::new(&args)
+    (Node::new(&args), scratch)
 }
 
 fn assert_refused(node: &Node, sb: &Sandbox, says: &[&str]) {
@@ -79,8 +81,7 @@ fn a_pod_gets_the_addresses_it_asks_for_and_every_refusal_says_why_with_code_107
     if !root_or_skip("requested_address") {
         return;
     }
-    let scratch = std::env::temp_dir().join(format!("podnet-keep-{}", unique("")));
-    let mut node = node_with_metadata(&scratch);
+    let (mut node, scratch) = node_with_metadata("podnet-keep");
     let (a, b, far, junk, two, plain) = (
         node.sandbox(),
         node.sandbox(),
@@ -179,8 +180,7 @@ fn of_eight_pods_asking_for_one_address_at_once_exactly_one_wins() {
     if !root_or_skip("requested_address_race") {
         return;
     }
-    let scratch = std::env::temp_dir().join(format!("podnet-keep-race-{}", unique("")));
-    let mut node = node_with_metadata(&scratch);
+    let (mut node, scratch) = node_with_metadata("podnet-keep-race");
     let sbs: Vec<Sandbox> = (0..8).map(|_| node.sandbox()).collect();
     let pods: Vec<(&Sandbox, &str)> = sbs.iter().map(|sb| (sb, "10.31.0.77")).collect();
     write_pods(&scratch, &pods);
@@ -214,14 +214,6 @@ fn of_eight_pods_asking_for_one_address_at_once_exactly_one_wins() {
         .collect();
     assert_eq!(held, [format!("default/{}", winner.ns.name)]);
     let _ = std::fs::remove_dir_all(scratch);
-}
-
-/// ADD of `sb` as the Pod `default/<pod>`, with its UID from the API server.
-fn add_as_pod(cp: &ControlPlane, node: &Node, sb: &Sandbox, pod: &str) -> PluginOutput {
-    let uid = jsonpath(cp, "pod", pod, "{.metadata.uid}");
-    let args =
-        format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod};K8S_POD_UID={uid}");
-    node.plugin("ADD", Some(sb), &node.conf("1.1.0"), &[("CNI_ARGS", &args)])
 }
 
 /// The Events on Pod `default/<pod>`: `reason|message|involvedObject.uid` each.
