@@ -513,13 +513,18 @@ pub fn create_sandbox_pods(cp: &ControlPlane, node: &str, sandboxes: &[Sandbox])
 /// ADD of `sb` as the Pod `default/<sandbox name>`, with its UID from the API.
 pub fn add_with_uid(cp: &ControlPlane, node: &Node, sb: &Sandbox) -> PluginOutput {
     let pod = &sb.ns.name;
+    let r = add_as_pod(cp, node, sb, pod);
+    assert!(r.ok, "ADD {pod}: {}", r.stdout);
+    r
+}
+
+/// ADD of `sb` as the Pod `default/<pod>`, with its UID from the API; it may fail.
+pub fn add_as_pod(cp: &ControlPlane, node: &Node, sb: &Sandbox, pod: &str) -> PluginOutput {
     let uid = jsonpath(cp, "pod", pod, "{.metadata.uid}");
     assert!(!uid.is_empty(), "the Pod {pod} has a UID");
     let args =
         format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod};K8S_POD_UID={uid}");
-    let r = node.plugin("ADD", Some(sb), &node.conf("1.1.0"), &[("CNI_ARGS", &args)]);
-    assert!(r.ok, "ADD {pod}: {}", r.stdout);
-    r
+    node.plugin("ADD", Some(sb), &node.conf("1.1.0"), &[("CNI_ARGS", &args)])
 }
 
 pub fn add_as(node: &Node, sb: &Sandbox, namespace: &str, name: &str) -> PluginOutput {

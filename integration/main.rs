@@ -42,6 +42,7 @@ mod operator_pools;
 mod pending_attachment;
 mod policy;
 mod real_node;
+mod requested_address;
 mod round_trips;
 mod scripted;
 mod source_check;

@@ -37,6 +37,17 @@ pub enum FailureReason {
     /// The daemon's configuration does not fit its node (`enable-ipv6` on a node
     /// without an IPv6 address, ...): no address until it is fixed.
     NodeConfig,
+    /// The pod's `ipam.podnet.io/ip-addresses` annotation cannot be read (or this
+    /// mode cannot honour it).
+    AddressAnnotation,
+    /// The address the pod's annotation asks for is held (by which pod, said).
+    AddressTaken,
+    /// The address the pod's annotation asks for is in no range (block) this
+    /// node holds for the pod's pool.
+    AddressOutsideNode,
+    /// The address the pod's annotation asks for is in no pool, or in another
+    /// pool than the pod's.
+    AddressNotInPool,
 }
 
 impl FailureReason {
@@ -50,7 +61,23 @@ impl FailureReason {
             FailureReason::JournalUnavailable => "journal-unavailable",
             FailureReason::DelegatedPlugin => "delegated-plugin",
             FailureReason::NodeConfig => "node-config",
+            FailureReason::AddressAnnotation => "address-annotation",
+            FailureReason::AddressTaken => "address-taken",
+            FailureReason::AddressOutsideNode => "address-outside-node",
+            FailureReason::AddressNotInPool => "address-not-in-pool",
         }
+    }
+
+    /// Whether this refuses the addresses a pod's annotation asks for (the
+    /// plugin's code 107; the agent posts an Event on the Pod).
+    pub fn is_requested_address(self) -> bool {
+        matches!(
+            self,
+            FailureReason::AddressAnnotation
+                | FailureReason::AddressTaken
+                | FailureReason::AddressOutsideNode
+                | FailureReason::AddressNotInPool
+        )
     }
 
     /// Reads a header value; None for a reason this build does not know.
@@ -63,6 +90,10 @@ impl FailureReason {
             FailureReason::JournalUnavailable,
             FailureReason::DelegatedPlugin,
             FailureReason::NodeConfig,
+            FailureReason::AddressAnnotation,
+            FailureReason::AddressTaken,
+            FailureReason::AddressOutsideNode,
+            FailureReason::AddressNotInPool,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)
@@ -957,6 +988,11 @@ mod tests {
             FailureReason::MetadataNotSynced,
             FailureReason::JournalUnavailable,
             FailureReason::DelegatedPlugin,
+            FailureReason::NodeConfig,
+            FailureReason::AddressAnnotation,
+            FailureReason::AddressTaken,
+            FailureReason::AddressOutsideNode,
+            FailureReason::AddressNotInPool,
         ] {
             assert_eq!(FailureReason::parse(r.as_str()), Some(r));
         }

@@ -56,6 +56,11 @@ impl CniError {
     /// family the node has no address of): no address until an option or the
     /// node changes. (105 is the delegated IPAM plugin's failure, `plugin::delegate`.)
     pub const NODE_CONFIG_MISMATCH: u32 = 106;
+    /// 107 (podnet): the addresses the pod's `ipam.podnet.io/ip-addresses`
+    /// annotation asks for cannot be given (the annotation is malformed, or the
+    /// address is taken, outside this node's ranges or in no pool): nothing is
+    /// allocated; the message says which and why.
+    pub const REQUESTED_ADDRESS_REFUSED: u32 = 107;
 
     /// Builds an error with an arbitrary code and no details.
     pub fn new(code: u32, msg: impl Into<String>) -> Self {
@@ -136,6 +141,10 @@ impl CniError {
     /// Code 106, [`Self::NODE_CONFIG_MISMATCH`].
     pub fn node_config_mismatch(msg: impl Into<String>) -> Self {
         Self::new(Self::NODE_CONFIG_MISMATCH, msg)
+    }
+    /// Code 107, [`Self::REQUESTED_ADDRESS_REFUSED`].
+    pub fn requested_address_refused(msg: impl Into<String>) -> Self {
+        Self::new(Self::REQUESTED_ADDRESS_REFUSED, msg)
     }
 
     /// Renders the error object as compact JSON, keys in the order

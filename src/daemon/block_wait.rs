@@ -23,9 +23,23 @@ pub const BLOCK_WAIT: Duration = Duration::from_secs(20);
 impl Daemon {
     /// `POST /v1/ipam`: the next address(es), waiting up to [`BLOCK_WAIT`] for the
     /// cluster operator's blocks when the pool has no room.
+    ///
+    /// A refusal of the addresses the pod's annotation asks for is posted on the
+    /// Pod (`address_events`).
     pub async fn allocate_waiting_for_blocks(
         self: &Arc<Self>,
         req: AllocateRequest,
+    ) -> Result<IpamResponse, ApiError> {
+        let result = self.allocate_waiting(&req).await;
+        if let Err(e) = &result {
+            self.report_refused_address(&req, e);
+        }
+        result
+    }
+
+    async fn allocate_waiting(
+        self: &Arc<Self>,
+        req: &AllocateRequest,
     ) -> Result<IpamResponse, ApiError> {
         let deadline = Instant::now() + BLOCK_WAIT;
         let mut node_events = self.node_events.subscribe();
@@ -33,7 +47,7 @@ impl Daemon {
             node_events.borrow_and_update();
             let may_wait = Instant::now() < deadline;
             let (result, waits) = self.with_state_in_place(|s| {
-                let r = s.allocate(&req, may_wait);
+                let r = s.allocate(req, may_wait);
                 let waits = r.as_ref().err().is_some_and(|e| s.waits_for_blocks(e));
                 Ok((r, waits))
             })?;

@@ -9,6 +9,7 @@
 //! against it ([`node_check`]): while it does not fit, no address is handed out
 //! and the CNI config is not written.
 
+mod address_events;
 mod block_wait;
 pub mod capabilities;
 mod cniconf;
@@ -57,6 +58,8 @@ pub struct Daemon {
     /// writes the demand (which counts the waiting requests) without waiting out
     /// the update rate.
     demand_waiting: tokio::sync::Notify,
+    /// Where Events on this node's Pods go (the Kubernetes backend only).
+    pod_events: Option<Arc<crate::k8s::node_pods::NodePodsApi>>,
     /// The leak check (the Kubernetes backend only).
     leak_check: Option<Arc<leak_check::LeakCheck<crate::k8s::node_pods::NodePodsApi>>>,
     /// The NetworkPolicy loop's last write (None: the loop does not run).

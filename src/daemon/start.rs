@@ -565,6 +565,7 @@ async fn serve(s: Serving) -> Result<(), StartError> {
         source_check,
         demand_waiting: tokio::sync::Notify::new(),
         leak_check: leak_check.clone(),
+        pod_events: pod_events_of(&s.checked),
         policy: Mutex::new(None),
     });
     daemon.arm_timers(s.timers);
@@ -721,6 +722,18 @@ fn leak_check_of(
     Some(Arc::new(leak_check::LeakCheck::new(
         NodePodsApi::new(kubeconfig.clone(), checked.node_name.clone()),
         settings,
+    )))
+}
+
+/// Where Events on this node's Pods go: the API server, on the Kubernetes
+/// backend; None on the others.
+fn pod_events_of(checked: &Checked) -> Option<Arc<NodePodsApi>> {
+    let BackendKind::Kubernetes { kubeconfig } = &checked.config.backend else {
+        return None;
+    };
+    Some(Arc::new(NodePodsApi::new(
+        kubeconfig.clone(),
+        checked.node_name.clone(),
     )))
 }
 

@@ -5,6 +5,7 @@
 //! `pkg/ipam/service/ipallocator`, `pkg/ipam/cidrset`,
 //! `operator/pkg/ipam/allocator/clusterpool`).
 
+pub mod address_request;
 mod bitmap;
 pub mod cidrset;
 pub mod clusterpool;

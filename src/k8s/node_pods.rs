@@ -2,7 +2,9 @@
 //! list with the field selector `spec.nodeName=<node>`; a Pod's UID, namespace
 //! and name are all the check uses, and host-network Pods, which have no podnet
 //! address, are left out) and the Kubernetes Events it reports leaks with, on the
-//! Node object (events.k8s.io/v1, reporting controller `podnet-agent`).
+//! Node object (events.k8s.io/v1, reporting controller `podnet-agent`). The agent
+//! also posts Events on a Pod of the node: why the addresses its annotation asks
+//! for were refused (`daemon::address_events`).
 
 use std::path::PathBuf;
 
@@ -28,16 +30,17 @@ pub enum NodePodsError {
         #[source]
         source: kube::Error,
     },
-    #[error("posting the Event {reason} on Node {node}: {source}")]
+    #[error("posting the Event {reason} on {object}: {source}")]
     Event {
-        node: String,
+        /// `Node n1`, `Pod ns/name`.
+        object: String,
         reason: String,
         #[source]
         source: kube::Error,
     },
 }
 
-/// One Event on this node's Node object.
+/// One Event the agent posts: on this node's Node object, or on a Pod of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeEvent {
     pub warning: bool,
@@ -91,6 +94,46 @@ impl NodePodsApi {
 
     /// Posts `event` on this node's Node object.
     pub async fn post(&self, event: &NodeEvent) -> Result<(), NodePodsError> {
+        let node = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(self.node_name.clone()),
+            ..ObjectReference::default()
+        };
+        self.publish(event, &node, format!("Node {}", self.node_name))
+            .await
+    }
+
+    /// Posts `event` on the Pod `pod` (its UID, when known, so `kubectl describe
+    /// pod` lists it).
+    pub async fn post_on_pod(
+        &self,
+        pod: &PodName,
+        uid: Option<&str>,
+        event: &NodeEvent,
+    ) -> Result<(), NodePodsError> {
+        let target = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(pod.namespace.clone()),
+            name: Some(pod.name.clone()),
+            uid: uid.map(str::to_string),
+            ..ObjectReference::default()
+        };
+        self.publish(
+            event,
+            &target,
+            format!("Pod {}/{}", pod.namespace, pod.name),
+        )
+        .await
+    }
+
+    async fn publish(
+        &self,
+        event: &NodeEvent,
+        target: &ObjectReference,
+        object: String,
+    ) -> Result<(), NodePodsError> {
         let client = self.client().await?.clone();
         let recorder = self
             .recorder
@@ -104,12 +147,6 @@ impl NodePodsApi {
                 )
             })
             .await;
-        let node = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(self.node_name.clone()),
-            ..ObjectReference::default()
-        };
         let ev = Event {
             type_: if event.warning {
                 EventType::Warning
@@ -122,10 +159,10 @@ impl NodePodsApi {
             secondary: None,
         };
         recorder
-            .publish(&ev, &node)
+            .publish(&ev, target)
             .await
             .map_err(|source| NodePodsError::Event {
-                node: self.node_name.clone(),
+                object,
                 reason: event.reason.into(),
                 source,
             })

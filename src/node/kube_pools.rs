@@ -1,6 +1,7 @@
 //! Multi-pool on the Kubernetes backend: the pool definitions (`CiliumPodIPPool`),
 //! this node's default pool (`CiliumNodeConfig` against the Node's labels) and the
-//! Pod and Namespace metadata pool selection reads, from the API server.
+//! Pod and Namespace metadata pool selection reads, from the API server (the Pods'
+//! annotations also carry the addresses a pod asks for, in every mode).
 //!
 //! Pools and node configs are few: on any change of either the source lists both
 //! again and sends the whole set (an invalid object is logged and left out, the

@@ -374,13 +374,15 @@ impl KubernetesSource {
                             kube_pools::pools_now(&client, resources, &labels).await?;
                         view.pools = pools;
                         view.default_pool = default_pool;
-                        view.metadata = Some(Box::new(KubeMetadata::start(
-                            &client,
-                            &name,
-                            &self.runtime,
-                            self.health.clone(),
-                        )));
                     }
+                    // Pool selection (multi-pool) and the address annotation
+                    // (every mode: `ipam::address_request`) read this node's Pods.
+                    view.metadata = Some(Box::new(KubeMetadata::start(
+                        &client,
+                        &name,
+                        &self.runtime,
+                        self.health.clone(),
+                    )));
                     self.node_labels = labels;
                     view.facts = Some(NodeFacts {
                         internal_ips: self.internal_ips(),

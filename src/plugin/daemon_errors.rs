@@ -4,7 +4,12 @@
 //! exhausted pool (the daemon's `range-full` reason) → 101; a configuration that
 //! does not fit the node (`node-config`: `enable-ipv6` on a node without IPv6, ...)
 //! → 106, not 11 (it lasts until someone changes an option or the node) nor 7 (the
-//! network config the runtime passed is fine); any other refusal → 100.
+//! network config the runtime passed is fine); the addresses a pod's
+//! `ipam.podnet.io/ip-addresses` annotation asks for refused (malformed, taken,
+//! outside the node's ranges, in no pool: `address-*` reasons) → 107, not 7 (the
+//! fault is the Pod's, not the network config's) nor 11 (it lasts until the Pod
+//! or the holder changes; the kubelet retries the sandbox anyway); any other
+//! refusal → 100.
 //! The daemon's own text is kept; the code follows its reason, never its wording.
 
 use crate::api::client::ClientError;
@@ -28,6 +33,9 @@ pub fn to_cni(e: ClientError, what: &str) -> CniError {
             reason: Some(FailureReason::NodeConfig),
             ..
         } => CniError::node_config_mismatch(text),
+        ClientError::Status {
+            reason: Some(r), ..
+        } if r.is_requested_address() => CniError::requested_address_refused(text),
         _ => CniError::daemon_rejected(text),
     }
 }
@@ -83,6 +91,22 @@ mod tests {
         let e = to_cni(misfit, "allocating");
         assert_eq!(e.code, CniError::NODE_CONFIG_MISMATCH);
         assert!(e.msg.contains("enable-ipv6"), "{}", e.msg);
+        for reason in [
+            FailureReason::AddressAnnotation,
+            FailureReason::AddressTaken,
+            FailureReason::AddressOutsideNode,
+            FailureReason::AddressNotInPool,
+        ] {
+            let pinned = ClientError::Status {
+                status: 409,
+                message: "10.0.1.5 is taken by pod default/web-0".into(),
+                reason: Some(reason),
+                config: None,
+            };
+            let e = to_cni(pinned, "allocating");
+            assert_eq!(e.code, CniError::REQUESTED_ADDRESS_REFUSED, "{reason:?}");
+            assert!(e.msg.contains("default/web-0"), "{}", e.msg);
+        }
         let refused = ClientError::Status {
             status: 400,
             message: "invalid owner".into(),

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 
 use super::super::config::IpamMode;
 use super::ledger::held;
+use super::requested::{Requested, requested_code};
 use super::{
     AllocateRequest, ApiError, ErrorKind, HOLD_UNTIL_TEARDOWN, IpamState, TEARDOWN_PREFIX, Teardown,
 };
@@ -88,30 +89,39 @@ impl IpamState {
             .copied()
             .filter(|f| req.family.is_none_or(|want| want == *f))
             .collect();
+        // The addresses the pod's annotation asks for, if any (`requested`).
+        let requested = self.requested_addresses(&req.owner)?;
         let mut taken: Vec<AllocationRecord> = Vec::new();
+        // Addresses of `taken` that were the pod's own already: their bits are
+        // not given back on failure.
+        let mut kept: Vec<IpAddr> = Vec::new();
         for family in families {
+            let wanted = requested.and_then(|r| r.of(family));
             let picked = self
                 .choose_pool(&req.pool, &req.owner, family)
                 .and_then(|(pool, why)| {
-                    let ip = self.take_next(&pool, family, &req.owner)?;
-                    Ok((pool, why, ip))
+                    let Some(ip) = wanted else {
+                        let ip = self.take_next(&pool, family, &req.owner)?;
+                        // The pools handed out an address the ledger holds (a kept
+                        // address outside the ranges whose block came back): refused,
+                        // and its bit stays taken, so the next ADD gets another one.
+                        self.ledger.claim(ip)?;
+                        return Ok((pool, why.map(str::to_string), ip));
+                    };
+                    if let Requested::Kept = self.take_requested(&pool, ip, req, &mut ops)? {
+                        kept.push(ip);
+                    }
+                    Ok((pool, Some(requested_code(why)), ip))
                 });
             match picked {
                 Ok((pool, why, ip)) => {
-                    // The pools handed out an address the ledger holds (a kept
-                    // address outside the ranges whose block came back): refused,
-                    // and its bit stays taken, so the next ADD gets another one.
-                    if let Err(e) = self.ledger.claim(ip) {
-                        self.give_back(&taken);
-                        return Err(e);
-                    }
                     let mut rec = self.new_record(ip, family, req, now);
                     rec.pool = pool;
-                    rec.selected_by = why.map(str::to_string);
+                    rec.selected_by = why;
                     taken.push(rec);
                 }
                 Err(e) => {
-                    self.give_back(&taken);
+                    self.give_back(&taken, &kept);
                     return Err(e);
                 }
             }
@@ -121,7 +131,7 @@ impl IpamState {
         let endpoint_pending = pending_endpoint.is_some();
         ops.extend(pending_endpoint.map(JournalOp::PutEndpoint));
         if let Err(e) = self.commit(&ops) {
-            self.give_back(&taken);
+            self.give_back(&taken, &kept);
             return Err(e);
         }
         self.apply(ops, "attachment added again");
@@ -253,9 +263,10 @@ impl IpamState {
         }
     }
 
-    /// Clears allocator bits taken for records that were never committed.
-    fn give_back(&mut self, taken: &[AllocationRecord]) {
-        for rec in taken {
+    /// Clears allocator bits taken for records that were never committed, but
+    /// not those of `kept` addresses (held before this request).
+    fn give_back(&mut self, taken: &[AllocationRecord], kept: &[IpAddr]) {
+        for rec in taken.iter().filter(|r| !kept.contains(&r.ip)) {
             self.pools.release(rec.ip);
         }
     }

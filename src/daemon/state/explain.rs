@@ -8,10 +8,12 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use super::requested::ADDRESS_CODE;
 use super::{Allocation, IpamState, MAX_FAILURES};
 use crate::api::models::{AddressExplanation, CniReport, ExplainResponse, FailureRecord};
 use crate::datapath::host_ifname;
 use crate::ipam::Family;
+use crate::ipam::address_request::ANNOTATION_IP_ADDRESSES;
 use crate::store::{AllocationState, now_ms};
 
 /// What to do about a failure of `reason` (the chapter's troubleshooting table).
@@ -46,6 +48,18 @@ pub fn hint_for(reason: &str) -> &'static str {
         }
         "node-config" => {
             "the configuration does not fit this node (the message names the option): change enable-ipv4/enable-ipv6 (in tunnel routing also underlay-protocol) in the ConfigMap and restart the agent, or give the node the missing address (kubelet --node-ip), which the agent sees by itself; podnet status (Config:) and the CiliumNode's podnet.io/ConfigFitsNode condition say the same"
+        }
+        "address-annotation" => {
+            "fix the pod's ipam.podnet.io/ip-addresses annotation (one address per family: \"10.0.1.5\" or \"10.0.1.5,fd00::5\"), or remove it; the message names what is wrong. The annotation is read in the cluster-pool, kubernetes, multi-pool, crd and eni modes"
+        }
+        "address-taken" => {
+            "another pod (named in the message) holds the address the annotation asks for: delete that pod or ask for another address; a released address cools down (ipam-release-cooldown) before another pod may have it. podnet explain <address> shows the holder"
+        }
+        "address-outside-node" => {
+            "the address is outside the ranges (multi-pool: blocks of the pod's pool) this node holds, named in the message: schedule the pod to the node whose range holds it (nodeSelector/nodeName), or ask for an address inside this node's ranges (podnet status lists them)"
+        }
+        "address-not-in-pool" => {
+            "the address is in no pool, or in another pool than the pod's (named in the message): ask for an address of the pod's pool, or select the other pool with ipam.cilium.io/ip-pool"
         }
         "invalid-config" => {
             "fix the CNI network config or the runtime's CNI variables named in the message"
@@ -202,31 +216,64 @@ impl IpamState {
             container_id: rec.container_id().unwrap_or_default().to_string(),
             ifname: rec.ifname().unwrap_or_default().to_string(),
             network: rec.network().unwrap_or_default().to_string(),
-            rule: match (rec.selected_by(), rec.state()) {
-                (Some(code), _) => format!(
-                    "pool {} chosen by: {}",
-                    rec.pool(),
-                    super::pools::selection_text(code)
-                ),
-                (None, AllocationState::Infra) => format!(
-                    "the node's own {} address, from pool {}",
-                    rec.owner(),
-                    rec.pool()
-                ),
-                (None, _) => format!(
-                    "ipam mode {}: {} address of node {} from pool {}",
-                    self.cfg.ipam_mode,
-                    family.label(),
-                    self.cfg.node_name,
-                    rec.pool()
-                ),
-            },
+            rule: self.rule(rec, family),
             range,
             allocated_at_ms: rec.allocated_at_ms(),
             until_ms: until,
             restored,
             host_link,
         }
+    }
+}
+
+impl IpamState {
+    /// Why `rec` has its pool and address: the pool-selection step, the node's
+    /// own address, or the mode's rule; and whether the pod's annotation named the
+    /// address.
+    fn rule(&self, rec: &Allocation<'_>, family: Family) -> String {
+        let (pool_code, asked) = split_code(rec.selected_by());
+        let rule = match (pool_code, rec.state()) {
+            (Some(code), _) => format!(
+                "pool {} chosen by: {}",
+                rec.pool(),
+                super::pools::selection_text(code)
+            ),
+            (None, AllocationState::Infra) => format!(
+                "the node's own {} address, from pool {}",
+                rec.owner(),
+                rec.pool()
+            ),
+            (None, _) => format!(
+                "ipam mode {}: {} address of node {} from pool {}",
+                self.cfg.ipam_mode,
+                family.label(),
+                self.cfg.node_name,
+                rec.pool()
+            ),
+        };
+        if asked {
+            format!(
+                "{rule}; the address is the one the pod's {ANNOTATION_IP_ADDRESSES} annotation asks for"
+            )
+        } else {
+            rule
+        }
+    }
+}
+
+/// A `selected_by` code as the pool's part and whether the annotation named the
+/// address (`requested_code`).
+fn split_code(code: Option<&str>) -> (Option<&str>, bool) {
+    match code {
+        Some(ADDRESS_CODE) => (None, true),
+        Some(c) => match c
+            .strip_suffix(ADDRESS_CODE)
+            .and_then(|p| p.strip_suffix('+'))
+        {
+            Some(pool_code) => (Some(pool_code), true),
+            None => (Some(c), false),
+        },
+        None => (None, false),
     }
 }
 

@@ -28,6 +28,7 @@ mod leaks;
 mod ledger;
 mod node_sync;
 mod pools;
+mod requested;
 mod restore;
 #[cfg(test)]
 mod tests;

@@ -35,6 +35,8 @@ use crate::store::Snapshot;
 use crate::store::{AllocationRecord, EndpointRecord, Journal};
 use crate::test_dir::TestDir;
 
+mod requested;
+
 const NODE: &str = "node-a";
 
 /// The journal's file in a test's state directory.
