@@ -2,7 +2,9 @@
 //! (`daemon::node_check`): dual stack on a Node that lists no IPv6 InternalIP,
 //! IPv6-only pods (`enable-ipv4=false`) on a Node with IPv4 InternalIPs only, an
 //! IPv4 tunnel underlay (`underlay-protocol`) with IPv4 disabled, and an IPv6
-//! underlay on a Node without an IPv6 InternalIP. Each is named in the agent's log,
+//! underlay on a Node without an IPv6 InternalIP, and a cluster-pool
+//! `cluster-pool-ipv6-mask-size` that does not fit `cluster-pool-ipv6-cidr` (the
+//! agent starts: the operator carves). Each is named in the agent's log,
 //! in its CiliumNode's `podnet.io/ConfigFitsNode` condition and in `podnet status`;
 //! ADD fails with CNI code 106 and allocates nothing, STATUS answers 50, the CNI
 //! config is not written, and the pods the node has keep CHECK, GC and DEL. The
@@ -16,7 +18,8 @@ use serde_json::json;
 use crate::harness::*;
 use crate::k8s::ControlPlane;
 use crate::k8s_backend::{
-    add_service_cidr, create_node, eventually, jsonpath, k8s_node, node_ipv6, set_internal_ips,
+    add_service_cidr, create_node, eventually, jsonpath, k8s_node, node_ipv6, operator_assigns,
+    set_internal_ips,
 };
 
 /// A field of the node's `podnet.io/ConfigFitsNode` condition.
@@ -77,6 +80,27 @@ fn assert_refused(
     (message, sb)
 }
 
+/// After a fix, waits until the daemon of `node` (Node `name` of `cp`) fits, with
+/// a warning about the Services (the test API server's range is IPv4 only, the
+/// tests' pods IPv6 or dual stack), then asserts that ADD of `sb` succeeds and
+/// the CNI config `conf` is written; the ADD's result.
+fn fits_with_warnings(
+    cp: &ControlPlane,
+    node: &Node,
+    name: &str,
+    conf: &Path,
+    sb: &Sandbox,
+) -> PluginOutput {
+    eventually("the condition to turn True", || {
+        condition(cp, name, "status") == "True"
+    });
+    assert_eq!(condition(cp, name, "reason"), "FitsWithWarnings");
+    let r = node.add(sb);
+    assert!(r.ok, "{}", r.stdout);
+    eventually("the CNI config", || conf.exists());
+    r
+}
+
 /// A node of `cp` whose Node has the pod CIDRs `cidrs` and lists its IPv4
 /// address alone, with its daemon (`args`, writing its CNI config into the
 /// returned path) started; and the node's two addresses.
@@ -86,14 +110,16 @@ fn start_on_ipv4_node(
     cidrs: &[&str],
     args: &[&str],
 ) -> (Node, PathBuf, [String; 2]) {
-    start_listing(cp, name, cidrs, args, |ips| vec![ips[0].clone()])
+    let (mut node, conf, ips) = prepare_listing(cp, name, cidrs, args, |ips| vec![ips[0].clone()]);
+    node.start_daemon();
+    (node, conf, ips)
 }
 
 /// A node of `cp` whose Node has the pod CIDRs `cidrs` and lists the InternalIPs
 /// `listed` picks of its two addresses (IPv4, IPv6; the IPv6 one is on the
 /// node's device too), with its daemon (`args`, writing its CNI config into the
-/// returned path) started; and the node's two addresses.
-fn start_listing(
+/// returned path) not started yet; and the node's two addresses.
+fn prepare_listing(
     cp: &ControlPlane,
     name: &str,
     cidrs: &[&str],
@@ -120,7 +146,6 @@ fn start_listing(
         "--write-cni-conf-when-ready".to_string(),
         net_d.display().to_string(),
     ]);
-    node.start_daemon();
     (node, net_d.join("05-podnet.conflist"), ips)
 }
 
@@ -239,7 +264,7 @@ fn an_ipv4_underlay_with_ipv4_disabled_is_refused_naming_underlay_protocol() {
     add_service_cidr(&cp, "ipv6", "fd00:96::/112");
     // Tunnel routing (the Kubernetes backend's default) over the default IPv4
     // underlay, on a node that lists both addresses.
-    let (mut node, conf, _) = start_listing(
+    let (mut node, conf, _) = prepare_listing(
         &cp,
         "cc-3",
         &["fd00:9::/120"],
@@ -251,6 +276,7 @@ fn an_ipv4_underlay_with_ipv4_disabled_is_refused_naming_underlay_protocol() {
         ],
         |ips| ips.to_vec(),
     );
+    node.start_daemon();
     let named = "underlay-protocol is ipv4 (the family of the tunnel's outer packets, ipv4 \
                  unless set), but enable-ipv4 is false: an IPv6-only pod network tunnels over \
                  IPv6, and Cilium refuses an underlay of a disabled family. Set \
@@ -273,14 +299,8 @@ fn an_ipv4_underlay_with_ipv4_disabled_is_refused_naming_underlay_protocol() {
     node.args
         .extend(["--underlay-protocol".to_string(), "ipv6".to_string()]);
     node.start_daemon();
-    eventually("the condition to turn True", || {
-        condition(&cp, "cc-3", "status") == "True"
-    });
-    assert_eq!(condition(&cp, "cc-3", "reason"), "FitsWithWarnings");
-    let r = node.add(&sb);
-    assert!(r.ok, "{}", r.stdout);
+    let r = fits_with_warnings(&cp, &node, "cc-3", &conf, &sb);
     assert!(r.ipv6().starts_with("fd00:9::"), "{}", r.stdout);
-    eventually("the CNI config", || conf.exists());
 }
 
 #[test]
@@ -323,4 +343,78 @@ fn an_ipv6_underlay_on_a_node_without_ipv6_is_refused_naming_underlay_protocol()
     assert!(r.ok, "{}", r.stdout);
     assert!(r.ipv4().starts_with("10.244.9.") && r.ipv6().starts_with("fd00:a::"));
     eventually("the CNI config", || conf.exists());
+}
+
+#[test]
+fn an_ipv6_mask_size_that_does_not_fit_its_cidr_is_refused_naming_the_mask_size_option() {
+    let Some(cp) = ControlPlane::start("config_check_mask_size") else {
+        return;
+    };
+    cp.install_crds();
+    // Dual-stack cluster-pool, the IPv6 mask one bit past what fd00:c::/104 takes;
+    // the node lists both addresses, so the mask is the one error.
+    let (mut node, conf, _) = prepare_listing(
+        &cp,
+        "cc-5",
+        &[],
+        &[
+            "--ipam",
+            "cluster-pool",
+            "--enable-ipv6",
+            "--cluster-pool-ipv4-cidr",
+            "10.246.0.0/16",
+            "--cluster-pool-ipv6-cidr",
+            "fd00:c::/104",
+            "--cluster-pool-ipv6-mask-size",
+            "121",
+        ],
+        |ips| ips.to_vec(),
+    );
+    // The agent starts (the embedded backend would not): it waits for the
+    // operator's CIDRs, which the test writes as an operator would.
+    node.spawn_daemon();
+    eventually("the daemon to wait for the operator", || {
+        node.log()
+            .contains("waiting for the operator to write this node's CIDRs")
+    });
+    operator_assigns(&cp, "cc-5", &["10.246.5.0/24", "fd00:c::500/120"]);
+    node.wait_ready();
+    let named = "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00:c::/104 with \
+                 cluster-pool-ipv6-mask-size 121: New CIDR set failed; the node CIDR size is \
+                 too big; cluster-pool-ipv6-mask-size must be /104 to /120 for fd00:c::/104";
+    let (message, sb) = assert_refused(
+        &cp,
+        &node,
+        "cc-5",
+        &conf,
+        "cluster-pool-ipv6-mask-size",
+        named,
+    );
+    assert_eq!(
+        condition(&cp, "cc-5", "reason"),
+        "IPv6MaskSizeDoesNotFitCIDR"
+    );
+    // The one error; the IPv4-only Service range is a warning.
+    assert!(
+        message.starts_with(&format!("error (cluster-pool-ipv6-mask-size): {named}"))
+            && message.contains("set cluster-pool-ipv6-mask-size to a size from /104 to /120")
+            && message.contains("; warning (enable-ipv6): "),
+        "{message}"
+    );
+
+    // The fix the message names: a mask size that fits, and a restart.
+    node.stop_daemon(false);
+    let mask = node
+        .args
+        .iter()
+        .position(|a| a == "121")
+        .expect("the mask size argument");
+    node.args[mask] = "120".to_string();
+    node.start_daemon();
+    let r = fits_with_warnings(&cp, &node, "cc-5", &conf, &sb);
+    assert!(
+        r.ipv4().starts_with("10.246.5.") && r.ipv6().starts_with("fd00:c::5"),
+        "{}",
+        r.stdout
+    );
 }

@@ -79,7 +79,7 @@ pub fn create_node(cp: &ControlPlane, node: &NodeNs, pod_cidrs: &[&str]) {
 
 /// Writes the node's CIDRs into its CiliumNode the way the operator does (its own
 /// field manager, server-side apply).
-fn operator_assigns(cp: &ControlPlane, node: &str, cidrs: &[&str]) {
+pub fn operator_assigns(cp: &ControlPlane, node: &str, cidrs: &[&str]) {
     let list = cidrs
         .iter()
         .map(|c| format!("\"{c}\""))

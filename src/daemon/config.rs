@@ -362,7 +362,7 @@ impl DaemonConfig {
             datapath,
             families,
             cluster_pool: match ipam {
-                IpamMode::ClusterPool => Some(cluster_pool(opts)?),
+                IpamMode::ClusterPool => Some(cluster_pool(opts, embedded)?),
                 _ => None,
             },
             pod_cidrs: match ipam {
@@ -381,7 +381,13 @@ impl DaemonConfig {
     }
 }
 
-fn cluster_pool(opts: &DaemonOptions) -> Result<ClusterPoolConfig, ConfigError> {
+/// The cluster pool, checked as Cilium's operator does at start. The embedded
+/// backend carves the node's CIDRs itself and refuses a mask size that does not
+/// fit its CIDR; with the Kubernetes backend the operator carves them, and the
+/// agent says a misfit mask as a finding of its node check
+/// ([`ClusterPoolConfig::mask_misfits`], `daemon::node_check`): in its log, its
+/// CiliumNode's condition and `podnet status`.
+fn cluster_pool(opts: &DaemonOptions, embedded: bool) -> Result<ClusterPoolConfig, ConfigError> {
     let list = |value: &Option<String>, enabled: bool, name: &str, default: &str| {
         let v = value.clone().unwrap_or_else(|| {
             if enabled {
@@ -410,7 +416,10 @@ fn cluster_pool(opts: &DaemonOptions) -> Result<ClusterPoolConfig, ConfigError> 
         )?,
         ipv6_mask_size: opts.cluster_pool_ipv6_mask_size,
     };
-    cfg.validate()?;
+    match embedded {
+        true => cfg.validate()?,
+        false => cfg.validate_cidrs()?,
+    }
     Ok(cfg)
 }
 
@@ -678,17 +687,19 @@ mod tests {
         assert!(e.contains("not one of native, tunnel"), "{e}");
     }
 
+    const MISFIT_V6_MASK: [&str; 5] = [
+        "--enable-ipv6",
+        "--cluster-pool-ipv6-cidr",
+        "fd00::/104",
+        "--cluster-pool-ipv6-mask-size",
+        "121",
+    ];
+
     #[test]
-    fn an_ipv6_mask_size_that_does_not_fit_the_pool_cidr_stops_the_agent_naming_both_options() {
-        let e = resolve(&[
-            "--enable-ipv6",
-            "--cluster-pool-ipv6-cidr",
-            "fd00::/104",
-            "--cluster-pool-ipv6-mask-size",
-            "121",
-        ])
-        .unwrap_err()
-        .to_string();
+    fn an_ipv6_mask_size_that_does_not_fit_the_pool_cidr_stops_the_embedded_agent_naming_both_options()
+     {
+        // The embedded backend carves the node's CIDR itself: it cannot start.
+        let e = resolve(&MISFIT_V6_MASK).unwrap_err().to_string();
         assert_eq!(
             e,
             "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00::/104 with \
@@ -705,6 +716,30 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.ends_with("it must be /104 or longer"), "{e}");
+    }
+
+    #[test]
+    fn with_the_kubernetes_backend_a_misfit_mask_size_starts_the_agent_and_is_left_to_the_node_check()
+     {
+        // The operator carves the node CIDRs: the agent starts, and its node check
+        // names the mask (daemon::node_check, Mismatch::MaskSizeMisfit).
+        let args = [
+            &["--k8s-kubeconfig-path", "/nonexistent/kubeconfig"][..],
+            &MISFIT_V6_MASK,
+        ]
+        .concat();
+        let c = resolve(&args).unwrap();
+        let misfits = c.cluster_pool.unwrap().mask_misfits();
+        assert_eq!(misfits.len(), 1, "{misfits:?}");
+        assert_eq!(
+            (misfits[0].option(), misfits[0].mask, misfits[0].fitting()),
+            ("cluster-pool-ipv6-mask-size", 121, (104, 120))
+        );
+        // Every other pool error still stops it.
+        let mut args = args.clone();
+        args.extend(["--enable-ipv6=false"]);
+        let e = resolve(&args).unwrap_err().to_string();
+        assert!(e.contains("must not be set if IPv6 is disabled"), "{e}");
     }
 
     #[test]

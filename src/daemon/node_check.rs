@@ -16,11 +16,15 @@
 //! - in tunnel routing, the underlay (`underlay-protocol`) must be an enabled
 //!   family, as Cilium requires, and the node needs an InternalIP of it: that
 //!   address is its tunnel endpoint. An error each. Native routing has no
-//!   underlay and is not judged on it.
+//!   underlay and is not judged on it;
+//! - cluster-pool on the Kubernetes backend: each `cluster-pool-ipv4/6-mask-size`
+//!   must fit its family's pool CIDRs, or no node CIDR can be carved from them.
+//!   An error, judged on the options alone (the embedded backend, which carves
+//!   the node's CIDRs itself, refuses it at start).
 //!
 //! A fact the daemon could not read is not judged: a Node that lists no InternalIP
 //! (yet), a cluster without the ServiceCIDR API. The underlay's family against the
-//! enabled ones is no fact of the node and is always judged.
+//! enabled ones and the mask sizes are no facts of the node and are always judged.
 //!
 //! While the verdict has an error the daemon hands out no address, so no pod gets
 //! one family where two were asked and no node runs half configured; DEL, CHECK
@@ -35,7 +39,7 @@ use ipnet::IpNet;
 use super::config::IpamMode;
 use crate::api::models::{ConfigCheckStatus, ConfigFinding};
 use crate::ipam::Family;
-use crate::ipam::clusterpool::{OPT_IPV4_CIDR, OPT_IPV6_CIDR};
+use crate::ipam::clusterpool::{MaskMisfit, OPT_IPV4_CIDR, OPT_IPV6_CIDR};
 use crate::node::{ConfigFit, NodeFacts, ServiceRange};
 
 /// How much a mismatch matters.
@@ -166,6 +170,16 @@ pub enum Mismatch {
         node: String,
         ips: Listed,
     },
+    /// cluster-pool on the Kubernetes backend: a node mask size that does not fit
+    /// a pool CIDR of its family. The operator carves the node CIDRs (and refuses
+    /// it at its start); the embedded backend, which carves them itself, refuses
+    /// it at the agent's.
+    #[error(
+        "{0}. The nodes' {family} pod CIDRs are carved out of {cidrs} at this size, and none can be: set {option} to a size from /{shortest} to /{longest} in the podnet ConfigMap (the operator reads it too)",
+        family = .0.family.label(), cidrs = .0.cidr_option(), option = .0.option(),
+        shortest = .0.fitting().0, longest = .0.fitting().1
+    )]
+    MaskSizeMisfit(MaskMisfit),
 }
 
 /// `, ipv4 unless set` for the default underlay, for a message that may be
@@ -184,7 +198,8 @@ impl Mismatch {
             | Mismatch::OtherFamilyNode { .. }
             | Mismatch::NoServiceFamily { .. }
             | Mismatch::UnderlayFamilyDisabled { .. }
-            | Mismatch::UnderlayWithoutNodeAddress { .. } => Severity::Error,
+            | Mismatch::UnderlayWithoutNodeAddress { .. }
+            | Mismatch::MaskSizeMisfit(_) => Severity::Error,
             Mismatch::PodFamilyWithoutServices { .. }
             | Mismatch::ServicesWithoutPodFamily { .. } => Severity::Warning,
         }
@@ -200,6 +215,7 @@ impl Mismatch {
             | Mismatch::NoServiceFamily { pods: f, .. } => enable(f.other()),
             Mismatch::UnderlayFamilyDisabled { .. }
             | Mismatch::UnderlayWithoutNodeAddress { .. } => UNDERLAY_OPTION,
+            Mismatch::MaskSizeMisfit(m) => m.option(),
         }
     }
 
@@ -237,6 +253,12 @@ impl Mismatch {
                 underlay: Family::V6,
                 ..
             } => "NodeWithoutIPv6Underlay",
+            Mismatch::MaskSizeMisfit(MaskMisfit {
+                family: Family::V4, ..
+            }) => "IPv4MaskSizeDoesNotFitCIDR",
+            Mismatch::MaskSizeMisfit(MaskMisfit {
+                family: Family::V6, ..
+            }) => "IPv6MaskSizeDoesNotFitCIDR",
         }
     }
 }
@@ -348,16 +370,28 @@ impl Verdict {
 }
 
 /// Judges `families` (the enabled ones) in IPAM `mode`, with the tunnel's
-/// underlay family `tunnel_underlay` (None: native routing, no underlay), on node
+/// underlay family `tunnel_underlay` (None: native routing, no underlay) and the
+/// cluster-pool mask sizes that do not fit their CIDRs `mask_misfits`, on node
 /// `node` with `facts`: the mismatches, errors first.
 pub fn judge(
     families: &[Family],
     mode: IpamMode,
     tunnel_underlay: Option<Family>,
+    mask_misfits: &[MaskMisfit],
     node: &str,
     facts: &NodeFacts,
 ) -> Verdict {
-    let mut mismatches = address_mismatches(families, mode, node, &facts.internal_ips);
+    let mut mismatches: Vec<Mismatch> = mask_misfits
+        .iter()
+        .cloned()
+        .map(Mismatch::MaskSizeMisfit)
+        .collect();
+    mismatches.extend(address_mismatches(
+        families,
+        mode,
+        node,
+        &facts.internal_ips,
+    ));
     if let Some(underlay) = tunnel_underlay {
         mismatches.extend(underlay_mismatch(
             families,
@@ -477,6 +511,7 @@ fn service_mismatches(families: &[Family], mode: IpamMode, cidrs: &[IpNet]) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ipam::cidrset::CidrSetError;
 
     const V4_ONLY: &[Family] = &[Family::V4];
     const V6_ONLY: &[Family] = &[Family::V6];
@@ -485,6 +520,8 @@ mod tests {
     const NATIVE: Option<Family> = None;
     const IPV4_UNDERLAY: Option<Family> = Some(Family::V4);
     const IPV6_UNDERLAY: Option<Family> = Some(Family::V6);
+    /// Every mask size fits its pool CIDR.
+    const NO_MISFIT: &[MaskMisfit] = &[];
 
     fn ips(list: &[&str]) -> Vec<IpAddr> {
         list.iter().map(|s| s.parse().unwrap()).collect()
@@ -539,6 +576,7 @@ mod tests {
                 families,
                 IpamMode::ClusterPool,
                 underlay,
+                NO_MISFIT,
                 "n1",
                 &facts(node, services),
             );
@@ -558,6 +596,7 @@ mod tests {
             DUAL,
             IpamMode::ClusterPool,
             NATIVE,
+            NO_MISFIT,
             "n1",
             &facts(&["10.0.0.1"], None),
         );
@@ -584,6 +623,7 @@ mod tests {
             DUAL,
             IpamMode::Kubernetes,
             NATIVE,
+            NO_MISFIT,
             "n1",
             &facts(&["fd00::1"], None),
         );
@@ -605,6 +645,7 @@ mod tests {
             V6_ONLY,
             IpamMode::ClusterPool,
             NATIVE,
+            NO_MISFIT,
             "n1",
             &facts(&["10.0.0.1", "10.0.0.2"], None),
         );
@@ -626,6 +667,7 @@ mod tests {
             V4_ONLY,
             IpamMode::MultiPool,
             NATIVE,
+            NO_MISFIT,
             "n1",
             &facts(&["fd00::1"], None),
         );
@@ -643,6 +685,7 @@ mod tests {
                 families,
                 IpamMode::ClusterPool,
                 NATIVE,
+                NO_MISFIT,
                 "n1",
                 &facts(&[], None),
             );
@@ -656,6 +699,7 @@ mod tests {
             V6_ONLY,
             IpamMode::ClusterPool,
             NATIVE,
+            NO_MISFIT,
             "n1",
             &facts(&["fd00::1"], None),
         );
@@ -664,6 +708,7 @@ mod tests {
             V6_ONLY,
             IpamMode::ClusterPool,
             NATIVE,
+            NO_MISFIT,
             "n1",
             &facts(&[], Some(&[])),
         );
@@ -679,6 +724,7 @@ mod tests {
             DUAL,
             IpamMode::ClusterPool,
             NATIVE,
+            NO_MISFIT,
             "n1",
             &facts(&["10.0.0.1", "fd00::1"], V4_SERVICES),
         );
@@ -708,6 +754,7 @@ mod tests {
             V4_ONLY,
             IpamMode::Kubernetes,
             NATIVE,
+            NO_MISFIT,
             "n1",
             &facts(&["10.0.0.1"], DUAL_SERVICES),
         );
@@ -722,6 +769,7 @@ mod tests {
             V6_ONLY,
             IpamMode::ClusterPool,
             NATIVE,
+            NO_MISFIT,
             "n1",
             &facts(&["fd00::1"], V4_SERVICES),
         );
@@ -745,6 +793,7 @@ mod tests {
             V6_ONLY,
             IpamMode::ClusterPool,
             NATIVE,
+            NO_MISFIT,
             "n1",
             &facts(&["10.0.0.1"], DUAL_SERVICES),
         );
@@ -772,6 +821,7 @@ mod tests {
             V6_ONLY,
             IpamMode::ClusterPool,
             IPV4_UNDERLAY,
+            NO_MISFIT,
             "n1",
             &facts(&["10.0.0.1", "fd00::1"], V6_SERVICES),
         );
@@ -807,6 +857,7 @@ mod tests {
             V6_ONLY,
             IpamMode::Kubernetes,
             IPV4_UNDERLAY,
+            NO_MISFIT,
             "n1",
             &facts(&[], None),
         );
@@ -831,6 +882,7 @@ mod tests {
             V4_ONLY,
             IpamMode::ClusterPool,
             IPV6_UNDERLAY,
+            NO_MISFIT,
             "n1",
             &facts(&["10.0.0.1", "fd00::1"], V4_SERVICES),
         );
@@ -857,6 +909,7 @@ mod tests {
             DUAL,
             IpamMode::ClusterPool,
             IPV4_UNDERLAY,
+            NO_MISFIT,
             "n1",
             &facts(&["fd00::1", "fd00::2"], DUAL_SERVICES),
         );
@@ -874,6 +927,7 @@ mod tests {
             DUAL,
             IpamMode::ClusterPool,
             IPV6_UNDERLAY,
+            NO_MISFIT,
             "n1",
             &facts(&["10.0.0.1"], DUAL_SERVICES),
         );
@@ -890,6 +944,7 @@ mod tests {
             DUAL,
             IpamMode::ClusterPool,
             IPV6_UNDERLAY,
+            NO_MISFIT,
             "n1",
             &facts(&[], None),
         );
@@ -904,6 +959,7 @@ mod tests {
             V6_ONLY,
             IpamMode::ClusterPool,
             NATIVE,
+            NO_MISFIT,
             "n1",
             &facts(&["10.0.0.1", "fd00::1"], V6_SERVICES),
         );
@@ -912,16 +968,142 @@ mod tests {
             DUAL,
             IpamMode::ClusterPool,
             NATIVE,
+            NO_MISFIT,
             "n1",
             &facts(&["fd00::1"], DUAL_SERVICES),
         );
         assert_eq!(reasons(&v), ["NodeWithoutIPv4"]);
     }
 
+    /// `cluster-pool-ipv6-mask-size` 121 over `cluster-pool-ipv6-cidr` fd00::/104.
+    fn v6_mask_misfit() -> MaskMisfit {
+        MaskMisfit {
+            family: Family::V6,
+            cidr: "fd00::/104".parse().unwrap(),
+            mask: 121,
+            error: CidrSetError::SubNetTooBig,
+        }
+    }
+
+    #[test]
+    fn a_mask_size_that_does_not_fit_its_pool_cidr_is_an_error_naming_the_mask_size_option() {
+        // Judged on the options alone, before the node lists an address.
+        let v = judge(
+            DUAL,
+            IpamMode::ClusterPool,
+            IPV4_UNDERLAY,
+            &[v6_mask_misfit()],
+            "n1",
+            &facts(&[], None),
+        );
+        assert_eq!(reasons(&v), ["IPv6MaskSizeDoesNotFitCIDR"]);
+        assert!(!v.fits());
+        let m = &v.mismatches[0];
+        assert_eq!(
+            (m.severity(), m.option()),
+            (Severity::Error, "cluster-pool-ipv6-mask-size")
+        );
+        assert_eq!(
+            m.to_string(),
+            "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00::/104 with \
+             cluster-pool-ipv6-mask-size 121: New CIDR set failed; the node CIDR size is too \
+             big; cluster-pool-ipv6-mask-size must be /104 to /120 for fd00::/104. The nodes' \
+             IPv6 pod CIDRs are carved out of cluster-pool-ipv6-cidr at this size, and none \
+             can be: set cluster-pool-ipv6-mask-size to a size from /104 to /120 in the podnet \
+             ConfigMap (the operator reads it too)"
+        );
+        let c = v.condition();
+        assert_eq!(
+            (c.fits, c.reason.as_str()),
+            (false, "IPv6MaskSizeDoesNotFitCIDR")
+        );
+        assert!(
+            c.message.starts_with(
+                "error (cluster-pool-ipv6-mask-size): unable to initialize IPv6 allocator"
+            ),
+            "{}",
+            c.message
+        );
+        let refusal = v.refusal().unwrap();
+        assert!(
+            refusal.contains("hands out no address")
+                && refusal.contains("cluster-pool-ipv6-mask-size must be /104 to /120"),
+            "{refusal}"
+        );
+        let f = facts(&[], None);
+        let s = v.status(&f);
+        assert_eq!(
+            (
+                s.fits,
+                s.findings[0].option.as_str(),
+                s.findings[0].reason.as_str()
+            ),
+            (
+                false,
+                "cluster-pool-ipv6-mask-size",
+                "IPv6MaskSizeDoesNotFitCIDR"
+            )
+        );
+    }
+
+    #[test]
+    fn a_mask_size_shorter_than_its_pool_cidr_names_the_sizes_that_fit_too() {
+        let short = MaskMisfit {
+            family: Family::V4,
+            cidr: "10.0.0.0/16".parse().unwrap(),
+            mask: 8,
+            error: CidrSetError::NodeMaskShorterThanCluster {
+                cluster: "10.0.0.0/16".parse().unwrap(),
+                node_mask: 8,
+            },
+        };
+        let v = judge(
+            V4_ONLY,
+            IpamMode::ClusterPool,
+            NATIVE,
+            &[short],
+            "n1",
+            &facts(&["10.0.0.1"], V4_SERVICES),
+        );
+        assert_eq!(reasons(&v), ["IPv4MaskSizeDoesNotFitCIDR"]);
+        let text = v.mismatches[0].to_string();
+        assert!(
+            text.starts_with(
+                "unable to initialize IPv4 allocator: cluster-pool-ipv4-cidr 10.0.0.0/16 with \
+                 cluster-pool-ipv4-mask-size 8: node mask size /8 is shorter than the prefix \
+                 length of cluster CIDR 10.0.0.0/16; it must be /16 or longer."
+            ) && text.contains("set cluster-pool-ipv4-mask-size to a size from /16 to /32"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_mask_misfit_comes_first_among_the_errors_and_before_the_warnings() {
+        // Dual-stack pods on an IPv4-only node with an IPv4 Service range: the
+        // misfit mask, then the missing IPv6 address, then the Services' warning.
+        let v = judge(
+            DUAL,
+            IpamMode::ClusterPool,
+            NATIVE,
+            &[v6_mask_misfit()],
+            "n1",
+            &facts(&["10.0.0.1"], V4_SERVICES),
+        );
+        assert_eq!(
+            reasons(&v),
+            [
+                "IPv6MaskSizeDoesNotFitCIDR",
+                "NodeWithoutIPv6",
+                "PodFamilyWithoutServices"
+            ]
+        );
+        assert_eq!(v.condition().reason, "IPv6MaskSizeDoesNotFitCIDR");
+    }
+
     #[test]
     fn the_status_lists_the_facts_and_every_finding() {
         let f = facts(&["10.0.0.1"], None);
-        let s = judge(DUAL, IpamMode::ClusterPool, NATIVE, "n1", &f).status(&f);
+        let s = judge(DUAL, IpamMode::ClusterPool, NATIVE, NO_MISFIT, "n1", &f).status(&f);
         assert!(!s.fits);
         assert_eq!(s.internal_ips, ["10.0.0.1"]);
         assert!(s.service_cidrs.is_empty());

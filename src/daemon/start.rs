@@ -36,6 +36,7 @@ use crate::api::delete_queue::{DeleteQueue, QueueLock};
 use crate::api::start_note;
 use crate::datapath::{NetkitSupport, probe_netkit};
 use crate::ipam::Family;
+use crate::ipam::clusterpool::ClusterPoolConfig;
 use crate::ipam::pooldef::PoolDef;
 use crate::k8s::node_pods::NodePodsApi;
 use crate::node::external::{ExternalSink, ExternalSource};
@@ -437,6 +438,11 @@ fn restore_state(
         fixed_routers: config.fixed_routers.clone(),
         families: config.families.clone(),
         tunnel_underlay: config.cross_node.tunnel_underlay(),
+        mask_misfits: config
+            .cluster_pool
+            .as_ref()
+            .map(ClusterPoolConfig::mask_misfits)
+            .unwrap_or_default(),
         pooling: pooling_mode(config, backend.default_pool.as_deref()),
     };
     let metrics = Arc::new(metrics::Metrics::new(&opts.metrics_prefix));
@@ -901,19 +907,26 @@ fn stored_node(
         })
 }
 
-/// In a rebuild, the node's CIDRs are those that hold the router device's addresses.
+/// In a rebuild, the node's CIDRs are those that hold the router device's
+/// addresses: of the family's mask size, for a family whose mask size fits its
+/// pool CIDRs (a misfit one, which the Kubernetes backend lets start as a finding
+/// of the node check, would make up CIDRs the operator never carved).
 fn rebuilt_node(
     node_name: &str,
     config: &DaemonConfig,
     routers: &[IpAddr],
 ) -> Option<NodeResource> {
     let cfg = config.cluster_pool.as_ref()?;
+    let misfit: Vec<Family> = cfg.mask_misfits().iter().map(|m| m.family).collect();
     let mut node = NodeResource::new(node_name);
     for ip in routers {
-        let mask = if ip.is_ipv4() {
-            cfg.ipv4_mask_size
-        } else {
-            cfg.ipv6_mask_size
+        let family = Family::of_addr(ip);
+        if misfit.contains(&family) {
+            continue;
+        }
+        let mask = match family {
+            Family::V4 => cfg.ipv4_mask_size,
+            Family::V6 => cfg.ipv6_mask_size,
         };
         if let Ok(net) = IpNet::new(*ip, mask) {
             node.spec.ipam.pod_cidrs.push(net.trunc());
@@ -1076,10 +1089,38 @@ fn embedded_mode(
 mod tests {
     use super::*;
 
-    fn mtus_of(args: &[&str]) -> Mtus {
+    /// The options `args`, and their resolved configuration.
+    fn resolved(args: &[&str]) -> (DaemonOptions, DaemonConfig) {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         let opts = DaemonOptions::parse_with_config_dir(&args).unwrap();
-        mtus(&DaemonConfig::resolve(&opts).unwrap(), &opts)
+        let config = DaemonConfig::resolve(&opts).unwrap();
+        (opts, config)
+    }
+
+    fn mtus_of(args: &[&str]) -> Mtus {
+        let (opts, config) = resolved(args);
+        mtus(&config, &opts)
+    }
+
+    #[test]
+    fn a_rebuilt_node_takes_no_cidr_of_a_family_whose_mask_size_does_not_fit() {
+        let (_, config) = resolved(&[
+            "--k8s-kubeconfig-path",
+            "/nonexistent",
+            "--enable-ipv6",
+            "--cluster-pool-ipv4-cidr",
+            "10.0.0.0/8",
+            "--cluster-pool-ipv6-cidr",
+            "fd00::/104",
+            "--cluster-pool-ipv6-mask-size",
+            "121",
+        ]);
+        let routers = ["10.0.7.1", "fd00::7:1"].map(|ip| ip.parse::<IpAddr>().unwrap());
+        let node = rebuilt_node("n1", &config, &routers).unwrap();
+        assert_eq!(
+            node.spec.ipam.pod_cidrs,
+            vec!["10.0.7.0/24".parse::<IpNet>().unwrap()]
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::fmt;
 use ipnet::IpNet;
 
 use super::Family;
-use super::cidrset::{CidrSet, CidrSetError};
+use super::cidrset::{CidrSet, CidrSetError, node_mask_range};
 
 /// Option holding the IPv4 pool CIDRs (space-separated).
 pub const OPT_IPV4_CIDR: &str = "cluster-pool-ipv4-cidr";
@@ -88,21 +88,9 @@ pub enum ClusterPoolError {
         cidr: IpNet,
         existing: IpNet,
     },
-    /// [`CidrSet::new`] refused a pool CIDR / mask size combination; the text ends
-    /// with the mask sizes that fit where Cilium's does not say them.
-    #[error(
-        "unable to initialize {} allocator: {} {cidr} with {} {mask}: {error}{}",
-        family.label(),
-        cidr_option(*family),
-        mask_option(*family),
-        error.mask_advice(mask_option(*family), *cidr)
-    )]
-    AllocatorInit {
-        family: Family,
-        cidr: IpNet,
-        mask: u8,
-        error: CidrSetError,
-    },
+    /// [`CidrSet::new`] refused a pool CIDR / mask size combination.
+    #[error(transparent)]
+    AllocatorInit(#[from] MaskMisfit),
     /// A node's existing CIDR cannot be re-adopted.
     #[error(
         "node has CIDRs allocated ({node_cidrs}) that conflict with requested CIDRs: {cidr} {reason}"
@@ -117,6 +105,42 @@ pub enum ClusterPoolError {
     /// `status.ipam.operator-status.error`.
     #[error("allocator full")]
     Exhausted { family: Family },
+}
+
+/// A node mask size that does not fit a pool CIDR of its family ([`CidrSet::new`]
+/// refuses the pair): Cilium's start-up error, naming both options, its text
+/// ending with the mask sizes that fit where Cilium's does not say them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unable to initialize {} allocator: {} {cidr} with {} {mask}: {error}{}",
+    family.label(),
+    cidr_option(*family),
+    mask_option(*family),
+    error.mask_advice(mask_option(*family), *cidr)
+)]
+pub struct MaskMisfit {
+    pub family: Family,
+    /// The pool CIDR, masked to its network.
+    pub cidr: IpNet,
+    pub mask: u8,
+    pub error: CidrSetError,
+}
+
+impl MaskMisfit {
+    /// The mask size's option, `cluster-pool-ipv6-mask-size`.
+    pub fn option(&self) -> &'static str {
+        mask_option(self.family)
+    }
+
+    /// The pool CIDR's option, `cluster-pool-ipv6-cidr`.
+    pub fn cidr_option(&self) -> &'static str {
+        cidr_option(self.family)
+    }
+
+    /// The shortest and longest mask sizes that fit the pool CIDR.
+    pub fn fitting(&self) -> (u8, u8) {
+        node_mask_range(self.cidr)
+    }
 }
 
 /// Parses a pool CIDR list option value: entries separated by whitespace
@@ -202,65 +226,128 @@ impl ClusterPoolConfig {
         self.build_sets().map(|_| ())
     }
 
-    fn build_sets(&self) -> Result<(Vec<CidrSet>, Vec<CidrSet>), ClusterPoolError> {
-        if !self.enable_ipv4 && !self.enable_ipv6 {
-            return Err(ClusterPoolError::NoFamilyEnabled);
+    /// What [`Self::validate`] checks but whether the mask sizes fit the pool
+    /// CIDRs: for an agent that carves no node CIDR itself, to which a misfit
+    /// mask is a finding of its node check ([`Self::mask_misfits`]).
+    pub fn validate_cidrs(&self) -> Result<(), ClusterPoolError> {
+        self.check_any_family()?;
+        for family in [Family::V4, Family::V6] {
+            self.check_cidrs(family)?;
         }
-        let v4 = build_family(
-            Family::V4,
-            self.enable_ipv4,
-            &self.ipv4_cidrs,
-            self.ipv4_mask_size,
-        )?;
-        let v6 = build_family(
-            Family::V6,
-            self.enable_ipv6,
-            &self.ipv6_cidrs,
-            self.ipv6_mask_size,
-        )?;
-        Ok((v4, v6))
+        Ok(())
+    }
+
+    /// Every pool CIDR of an enabled family that its family's mask size does not
+    /// fit, IPv4 first.
+    pub fn mask_misfits(&self) -> Vec<MaskMisfit> {
+        [Family::V4, Family::V6]
+            .into_iter()
+            .filter(|&f| self.enabled(f))
+            .flat_map(|f| {
+                let mask = self.mask_size(f);
+                self.cidrs(f)
+                    .iter()
+                    .filter_map(move |c| node_set(f, *c, mask).err())
+            })
+            .collect()
+    }
+
+    fn enabled(&self, family: Family) -> bool {
+        match family {
+            Family::V4 => self.enable_ipv4,
+            Family::V6 => self.enable_ipv6,
+        }
+    }
+
+    fn cidrs(&self, family: Family) -> &[IpNet] {
+        match family {
+            Family::V4 => &self.ipv4_cidrs,
+            Family::V6 => &self.ipv6_cidrs,
+        }
+    }
+
+    fn mask_size(&self, family: Family) -> u8 {
+        match family {
+            Family::V4 => self.ipv4_mask_size,
+            Family::V6 => self.ipv6_mask_size,
+        }
+    }
+
+    fn check_any_family(&self) -> Result<(), ClusterPoolError> {
+        match self.enable_ipv4 || self.enable_ipv6 {
+            true => Ok(()),
+            false => Err(ClusterPoolError::NoFamilyEnabled),
+        }
+    }
+
+    /// A family's CIDR list, but for the mask size: required when the family is
+    /// enabled, refused when not, each CIDR of the family and overlapping no
+    /// earlier one.
+    fn check_cidrs(&self, family: Family) -> Result<(), ClusterPoolError> {
+        let cidrs = self.cidrs(family);
+        if !self.enabled(family) {
+            return match cidrs.is_empty() {
+                true => Ok(()),
+                false => Err(ClusterPoolError::CidrSetForDisabledFamily { family }),
+            };
+        }
+        if cidrs.is_empty() {
+            return Err(ClusterPoolError::CidrRequired { family });
+        }
+        for (i, cidr) in cidrs.iter().enumerate() {
+            if Family::of_net(cidr) != family {
+                return Err(ClusterPoolError::NotFamily {
+                    family,
+                    cidr: *cidr,
+                });
+            }
+            if let Some(existing) = cidrs[..i].iter().find(|e| overlap(e, cidr)) {
+                return Err(ClusterPoolError::Collision {
+                    family,
+                    cidr: *cidr,
+                    existing: existing.trunc(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn build_sets(&self) -> Result<(Vec<CidrSet>, Vec<CidrSet>), ClusterPoolError> {
+        self.check_any_family()?;
+        Ok((
+            self.build_family(Family::V4)?,
+            self.build_family(Family::V6)?,
+        ))
+    }
+
+    /// A family's allocators, its CIDRs checked first (empty when disabled).
+    fn build_family(&self, family: Family) -> Result<Vec<CidrSet>, ClusterPoolError> {
+        self.check_cidrs(family)?;
+        if !self.enabled(family) {
+            return Ok(Vec::new());
+        }
+        let mask = self.mask_size(family);
+        let sets = self
+            .cidrs(family)
+            .iter()
+            .map(|c| node_set(family, *c, mask));
+        Ok(sets.collect::<Result<_, _>>()?)
     }
 }
 
-fn build_family(
-    family: Family,
-    enabled: bool,
-    cidrs: &[IpNet],
-    mask: u8,
-) -> Result<Vec<CidrSet>, ClusterPoolError> {
-    if !enabled {
-        if !cidrs.is_empty() {
-            return Err(ClusterPoolError::CidrSetForDisabledFamily { family });
-        }
-        return Ok(Vec::new());
-    }
-    if cidrs.is_empty() {
-        return Err(ClusterPoolError::CidrRequired { family });
-    }
-    let mut sets: Vec<CidrSet> = Vec::with_capacity(cidrs.len());
-    for cidr in cidrs {
-        if Family::of_net(cidr) != family {
-            return Err(ClusterPoolError::NotFamily {
-                family,
-                cidr: *cidr,
-            });
-        }
-        if let Some(existing) = sets.iter().find(|s| s.in_range(cidr)) {
-            return Err(ClusterPoolError::Collision {
-                family,
-                cidr: *cidr,
-                existing: existing.cluster(),
-            });
-        }
-        let set = CidrSet::new(*cidr, mask).map_err(|error| ClusterPoolError::AllocatorInit {
-            family,
-            cidr: cidr.trunc(),
-            mask,
-            error,
-        })?;
-        sets.push(set);
-    }
-    Ok(sets)
+/// Whether two pool CIDRs share an address (as [`CidrSet::in_range`]).
+fn overlap(a: &IpNet, b: &IpNet) -> bool {
+    a.trunc().contains(&b.addr()) || b.trunc().contains(&a.network())
+}
+
+/// The allocator of pool CIDR `cidr` at node mask `mask`.
+fn node_set(family: Family, cidr: IpNet, mask: u8) -> Result<CidrSet, MaskMisfit> {
+    CidrSet::new(cidr, mask).map_err(|error| MaskMisfit {
+        family,
+        cidr: cidr.trunc(),
+        mask,
+        error,
+    })
 }
 
 /// Hands nodes their pod CIDRs: one [`CidrSet`] per pool CIDR per enabled
@@ -661,7 +748,7 @@ mod tests {
         );
         assert_eq!(
             v4_config(&["10.0.0.0/16"], 8).validate().unwrap_err(),
-            ClusterPoolError::AllocatorInit {
+            ClusterPoolError::AllocatorInit(MaskMisfit {
                 family: Family::V4,
                 cidr: net("10.0.0.0/16"),
                 mask: 8,
@@ -669,7 +756,7 @@ mod tests {
                     cluster: net("10.0.0.0/16"),
                     node_mask: 8
                 }
-            }
+            })
         );
         // The Helm and operator defaults are valid.
         dual(&["10.0.0.0/8"], 24, &["fd00::/104"], 120)

@@ -25,7 +25,7 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde::Serialize;
 
 use super::cidrset::{CLUSTER_SUBNET_MAX_DIFF, CidrSet, CidrSetError};
-use super::clusterpool::{ClusterPoolConfig, ClusterPoolError, NodeCidrCarver};
+use super::clusterpool::{ClusterPoolConfig, ClusterPoolError, MaskMisfit, NodeCidrCarver};
 use super::hostscope::{HostScopeAllocator, IPV6_RANGE_CAP};
 /// Cilium's `neededIPCeil` (`pkg/ipam/multipool_manager.go`; chapter "How the
 /// agent asks for capacity", `cilium-facts.md` §6.2): the next-but-one multiple
@@ -169,9 +169,9 @@ fn build_sets(family: Family, cidrs: &[IpNet], mask: u8) -> Result<NodeCidrCarve
         },
     };
     NodeCidrCarver::new(&config).map_err(|e| match e {
-        ClusterPoolError::AllocatorInit {
+        ClusterPoolError::AllocatorInit(MaskMisfit {
             cidr, mask, error, ..
-        } => SizingError::CidrSet { cidr, mask, error },
+        }) => SizingError::CidrSet { cidr, mask, error },
         other => SizingError::Pool(other),
     })
 }

@@ -44,6 +44,7 @@ use super::metrics::Metrics;
 use crate::api::link_marker::JournalMark;
 use crate::api::models::{FailureReason, FailureRecord};
 use crate::ipam::Family;
+use crate::ipam::clusterpool::MaskMisfit;
 use crate::ipam::multipool::PoolSet;
 use crate::ipam::selection::MetadataSource;
 use crate::node::NodeResource;
@@ -90,6 +91,9 @@ pub struct StateConfig {
     /// The tunnel's underlay family (`--underlay-protocol`) in tunnel routing;
     /// None in native routing, which has no underlay.
     pub tunnel_underlay: Option<Family>,
+    /// cluster-pool on the Kubernetes backend: the mask sizes that do not fit
+    /// their pool CIDRs (the embedded backend refuses them at start).
+    pub mask_misfits: Vec<MaskMisfit>,
     pub pooling: PoolingMode,
 }
 
