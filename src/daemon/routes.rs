@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -25,7 +25,6 @@ use serde::Serialize;
 
 use super::Daemon;
 use super::leak_check::LeakCheckError;
-use super::server::BODY_TIMEOUT;
 use super::state::{AllocateRequest, ApiError, ErrorKind};
 use crate::api::http::{ascii_json, decode_component, parse_query};
 use crate::api::models::{
@@ -38,6 +37,10 @@ use crate::ipam::Family;
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 1024 * 1024;
+/// How long a request may take to send its body once its head has arrived
+/// (`read_body` enforces it: hyper has no body timeout). A plugin sends its body
+/// (at most a few kB) right after the head.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// At most this many unreadable DEL-queue entries are named in a status answer.
 const UNREADABLE_NAMED: usize = 16;
 
