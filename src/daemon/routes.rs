@@ -1227,6 +1227,43 @@ mod tests {
         assert!(body(&gc).json(validate::gc).is_ok());
     }
 
+    /// What each body route answers for a body without its required fields (`{}`):
+    /// 400 naming the field, from the route's rule (the container ID of PUT and
+    /// DELETE /v1/endpoint) or from decoding (the network of POST /v1/cni/gc, the
+    /// verb of POST /v1/cni/report).
+    #[test]
+    fn a_body_without_its_required_fields_is_400_naming_the_field() {
+        fn refused<T: serde::de::DeserializeOwned>(
+            check: impl FnOnce(&T) -> Result<(), Refusal>,
+        ) -> (u16, String) {
+            match body("{}").json(check) {
+                Ok(_) => (200, String::new()),
+                Err(e) => (http_status(e.kind), e.message),
+            }
+        }
+        for ((status, message), starts) in [
+            (
+                refused::<EndpointChangeRequest>(validate::endpoint_change),
+                "invalid container-id \"\"",
+            ),
+            (
+                refused::<EndpointBatchDeleteRequest>(validate::endpoint_delete),
+                "invalid container-id \"\"",
+            ),
+            (
+                refused::<GcRequest>(validate::gc),
+                "invalid request body: missing field `network`",
+            ),
+            (
+                refused::<CniReport>(validate::report),
+                "invalid request body: missing field `verb`",
+            ),
+        ] {
+            assert_eq!(status, 400, "{message}");
+            assert!(message.starts_with(starts), "{message}");
+        }
+    }
+
     #[tokio::test]
     async fn a_body_is_read_up_to_its_limit() {
         let small = Full::new(Bytes::from_static(b"{}"));
