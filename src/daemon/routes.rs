@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -25,7 +25,6 @@ use serde::Serialize;
 
 use super::Daemon;
 use super::leak_check::LeakCheckError;
-use super::server::BODY_TIMEOUT;
 use super::state::{AllocateRequest, ApiError, ErrorKind};
 use crate::api::http::{ascii_json, decode_component, parse_query};
 use crate::api::models::{
@@ -38,6 +37,10 @@ use crate::ipam::Family;
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 1024 * 1024;
+/// How long a request may take to send its body once its head has arrived
+/// (`read_body` enforces it: hyper has no body timeout). A plugin sends its body
+/// (at most a few kB) right after the head.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// At most this many unreadable DEL-queue entries are named in a status answer.
 const UNREADABLE_NAMED: usize = 16;
 
@@ -1222,6 +1225,43 @@ mod tests {
         })
         .unwrap();
         assert!(body(&gc).json(validate::gc).is_ok());
+    }
+
+    /// What each body route answers for a body without its required fields (`{}`):
+    /// 400 naming the field, from the route's rule (the container ID of PUT and
+    /// DELETE /v1/endpoint) or from decoding (the network of POST /v1/cni/gc, the
+    /// verb of POST /v1/cni/report).
+    #[test]
+    fn a_body_without_its_required_fields_is_400_naming_the_field() {
+        fn refused<T: serde::de::DeserializeOwned>(
+            check: impl FnOnce(&T) -> Result<(), Refusal>,
+        ) -> (u16, String) {
+            match body("{}").json(check) {
+                Ok(_) => (200, String::new()),
+                Err(e) => (http_status(e.kind), e.message),
+            }
+        }
+        for ((status, message), starts) in [
+            (
+                refused::<EndpointChangeRequest>(validate::endpoint_change),
+                "invalid container-id \"\"",
+            ),
+            (
+                refused::<EndpointBatchDeleteRequest>(validate::endpoint_delete),
+                "invalid container-id \"\"",
+            ),
+            (
+                refused::<GcRequest>(validate::gc),
+                "invalid request body: missing field `network`",
+            ),
+            (
+                refused::<CniReport>(validate::report),
+                "invalid request body: missing field `verb`",
+            ),
+        ] {
+            assert_eq!(status, 400, "{message}");
+            assert!(message.starts_with(starts), "{message}");
+        }
     }
 
     #[tokio::test]

@@ -23,12 +23,9 @@ pub(crate) use crate::process::metrics_server::{bind_metrics, serve_metrics};
 use super::Daemon;
 use super::routes::handle;
 
-/// How long a connection may take to send its request head.
+/// How long a connection may take to send its request head (its body's limit is
+/// `routes::BODY_TIMEOUT`).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a request may take to send its body once its head has arrived
-/// (`routes::read_body` enforces it: hyper has no body timeout). A plugin sends its
-/// body (at most a few kB) right after the head.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The lock that makes this daemon the only one on its socket.
 pub struct SocketLock {

@@ -15,6 +15,7 @@ pub mod hostscope;
 pub mod leaks;
 pub mod multipool;
 pub mod node_config;
+pub mod pool_cidr;
 pub mod pool_operator;
 pub mod pool_options;
 pub mod pooldef;

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use ipnet::IpNet;
 
 use super::Family;
+use super::pool_cidr::{PoolCidrError, parse_pool_cidr};
 use super::pooldef::{PoolDef, PoolFamilySpec};
 use super::selection::is_dns1123_subdomain;
 
@@ -92,17 +93,6 @@ pub enum PoolOptionError {
     /// A pool spec with no family.
     #[error("pool spec {spec} defines neither ipv4-cidrs nor ipv6-cidrs")]
     NoFamily { spec: String },
-}
-
-/// Why a pool CIDR was refused (the caller names the field it was in).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PoolCidrError {
-    #[error("{value:?} is not a CIDR (expected <address>/<prefix length>, e.g. {})", example_cidr(*.family))]
-    NotACidr { value: String, family: Family },
-    #[error("{cidr} is not an {} CIDR", .family.label())]
-    WrongFamily { cidr: IpNet, family: Family },
-    #[error("{cidr} has host bits set; did you mean {}?", .cidr.trunc())]
-    HostBits { cidr: IpNet },
 }
 
 /// Pre-allocation of the default pool when the option is empty.
@@ -259,35 +249,6 @@ fn spec_bool(key: &str, value: &str) -> Result<bool, PoolOptionError> {
         key: key.into(),
         value: value.into(),
     })
-}
-
-/// Parses a pool CIDR of `family`: `<address>/<prefix length>` without host bits.
-pub fn parse_pool_cidr(s: &str, family: Family) -> Result<IpNet, PoolCidrError> {
-    let net: IpNet = s.parse().map_err(|_| PoolCidrError::NotACidr {
-        value: s.into(),
-        family,
-    })?;
-    check_pool_cidr(&net, family)?;
-    Ok(net)
-}
-
-/// Checks a parsed pool CIDR: of `family`, without host bits.
-pub fn check_pool_cidr(net: &IpNet, family: Family) -> Result<(), PoolCidrError> {
-    if Family::of_net(net) != family {
-        return Err(PoolCidrError::WrongFamily { cidr: *net, family });
-    }
-    if net.trunc() != *net {
-        return Err(PoolCidrError::HostBits { cidr: *net });
-    }
-    Ok(())
-}
-
-/// The example a "not a CIDR" message gives for `family`.
-fn example_cidr(family: Family) -> &'static str {
-    match family {
-        Family::V4 => "10.0.0.0/16",
-        Family::V6 => "fd00::/104",
-    }
 }
 
 fn looks_like_json(s: &str) -> bool {

@@ -10,7 +10,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use super::Family;
-use super::pool_options::{PoolCidrError, check_pool_cidr};
+use super::pool_cidr::{PoolCidrError, check_pool_cidr};
 use crate::resources::{
     CiliumPodIPPool, InvalidObject, LabelSelector, LabelSelectorRequirement, POD_IP_POOL_KIND,
     POD_IP_POOL_V2, POD_IP_POOL_V2ALPHA1, PoolFamily, ReservedRange,

@@ -45,7 +45,7 @@ use crate::process::options::OptionsError;
 use crate::process::{metrics_server, shutdown_signal};
 use cluster_pool::NodeCidrs;
 use crds::CrdError;
-use lease::{Elector, Timing};
+use lease::Elector;
 use metrics::OperatorMetrics;
 use options::{ConfigError, OperatorConfig, OperatorIpam, OperatorOptions};
 
@@ -147,7 +147,7 @@ fn start(opts: &OperatorOptions) -> Result<(), OperatorError> {
             }
         }
         tracing::info!(identity = %config.identity, namespace = %config.namespace, lease = lease::LEASE_NAME, "podnet operator started; waiting to lead");
-        let mut elector = Elector::new(client.clone(), &config.namespace, &config.identity, Timing::default());
+        let mut elector = Elector::new(client.clone(), &config.namespace, &config.identity, config.election);
         tokio::select! {
             _ = elector.acquire() => {}
             _ = shutdown_signal() => return Ok(()),

@@ -1,7 +1,7 @@
 //! The operator's options, with Cilium's operator option names, and their resolution
 //! into an [`OperatorConfig`]: the IPAM mode (cluster-pool with the cluster pool and
 //! Cilium's start-up checks, or multi-pool with the pools to auto-create), where the
-//! API server is, and the leader-election identity. Every option is a flag or a file in `--config-dir`,
+//! API server is, and the leader election (identity and timing). Every option is a flag or a file in `--config-dir`,
 //! read by the daemon's reader (flags win over files).
 
 use std::path::PathBuf;
@@ -10,6 +10,10 @@ use std::time::Duration;
 use clap::{ArgAction, Args};
 
 use super::lbipam::services::{DefaultIpam, Settings};
+use super::lease::timing::{
+    OPT_LEASE_DURATION, OPT_RENEW_DEADLINE, OPT_RENEW_INTERVAL, OPT_RETRY_PERIOD, Timing,
+    TimingError, default_renew_interval,
+};
 use super::multi_pool::auto_create::{self, AutoCreateError, OPT_AUTO_CREATE};
 use crate::ipam::clusterpool::{
     ClusterPoolConfig, ClusterPoolError, DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE,
@@ -95,6 +99,26 @@ pub struct OperatorOptions {
     #[arg(long = "enable-ipv6", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
     pub enable_ipv6: bool,
 
+    /// How long the leader's lease lasts unrenewed: a follower takes over this long
+    /// after the last renewal it saw (Cilium's option; whole seconds).
+    #[arg(long = OPT_LEASE_DURATION, default_value = "15s", value_parser = parse_duration)]
+    pub leader_election_lease_duration: Duration,
+
+    /// The leader stops leading when no renewal succeeded for this long (Cilium's
+    /// option; shorter than the lease duration).
+    #[arg(long = OPT_RENEW_DEADLINE, default_value = "10s", value_parser = parse_duration)]
+    pub leader_election_renew_deadline: Duration,
+
+    /// How long the leader waits after a failed renewal, and a follower after a
+    /// lost race or an error (Cilium's option).
+    #[arg(long = OPT_RETRY_PERIOD, default_value = "2s", value_parser = parse_duration)]
+    pub leader_election_retry_period: Duration,
+
+    /// How often the leader renews its lease (podnet's option; default: half the
+    /// renew deadline, at least the retry period).
+    #[arg(long = OPT_RENEW_INTERVAL, value_parser = parse_duration)]
+    pub leader_election_renew_interval: Option<Duration>,
+
     /// This replica's name in the Lease (default: the host name and the PID).
     #[arg(long = "identity", default_value = "")]
     pub identity: String,
@@ -170,6 +194,8 @@ pub struct OperatorConfig {
     pub kubeconfig: Option<PathBuf>,
     pub namespace: String,
     pub identity: String,
+    /// The leader election's durations, checked.
+    pub election: Timing,
     /// None: LB IPAM is off (`--enable-lb-ipam=false`).
     pub lb_ipam: Option<Settings>,
     /// None: Node IPAM is off; else who serves Services without a class.
@@ -208,6 +234,8 @@ pub enum ConfigError {
     ClusterPool(#[from] ClusterPoolError),
     #[error(transparent)]
     AutoCreate(#[from] AutoCreateError),
+    #[error(transparent)]
+    LeaderElection(#[from] TimingError),
 }
 
 impl OperatorConfig {
@@ -253,6 +281,7 @@ impl OperatorConfig {
             kubeconfig,
             namespace: opts.cluster.leader_election_namespace.clone(),
             identity,
+            election: election(opts)?,
             lb_ipam,
             node_ipam: opts
                 .enable_node_ipam
@@ -273,6 +302,23 @@ fn migration(opts: &OperatorOptions) -> Result<Option<String>, ConfigError> {
         return Err(ConfigError::MigrationNeedsDefaultPool);
     }
     Ok(Some(opts.ipam_default_ip_pool.clone()))
+}
+
+/// The leader election's durations, checked (the renew interval defaults from the
+/// renew deadline and retry period given).
+fn election(opts: &OperatorOptions) -> Result<Timing, TimingError> {
+    Timing {
+        lease_duration: opts.leader_election_lease_duration,
+        renew_deadline: opts.leader_election_renew_deadline,
+        renew_interval: opts.leader_election_renew_interval.unwrap_or_else(|| {
+            default_renew_interval(
+                opts.leader_election_renew_deadline,
+                opts.leader_election_retry_period,
+            )
+        }),
+        retry_period: opts.leader_election_retry_period,
+    }
+    .check()
 }
 
 /// The cluster pool with Cilium's start-up checks.
@@ -498,6 +544,37 @@ mod tests {
             .to_string();
         assert!(
             e.contains("enable-cluster-pool-to-multi-pool-migration needs --ipam multi-pool"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_leader_election_timing_is_ciliums_options_and_the_renew_interval() {
+        let pool = "--cluster-pool-ipv4-cidr=10.0.0.0/8";
+        assert_eq!(resolve(&[pool]).unwrap().election, Timing::default());
+        let c = resolve(&[
+            pool,
+            "--leader-election-lease-duration=30s",
+            "--leader-election-renew-deadline=20s",
+            "--leader-election-retry-period=4s",
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.election.lease_duration, c.election.renew_interval),
+            (Duration::from_secs(30), Duration::from_secs(10))
+        );
+        let c = resolve(&[pool, "--leader-election-renew-interval=8s"]).unwrap();
+        assert_eq!(c.election.renew_interval, Duration::from_secs(8));
+        let dir = TestDir::new("opelection");
+        std::fs::write(dir.join("leader-election-retry-period"), "1s\n").unwrap();
+        let d = dir.display().to_string();
+        let c = resolve(&[pool, "--config-dir", &d]).unwrap();
+        assert_eq!(c.election.retry_period, Duration::from_secs(1));
+        let e = resolve(&[pool, "--leader-election-renew-deadline=15s"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--leader-election-renew-deadline (15s) must be shorter than --leader-election-lease-duration"),
             "{e}"
         );
     }

@@ -1,15 +1,19 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's rules and
-//! Cilium's operator defaults (lease 15 s, renew deadline 10 s, retry 2 s). Every
-//! change to the Lease is an update checked against the resourceVersion read, so two
-//! replicas can never both win. A follower takes the lease over once the record it
-//! last saw has not changed for the lease duration, timed on its own clock (no clock
-//! skew between replicas matters). Unlike client-go, which reads the Lease every
-//! retry period, a follower watches it and reads it only when the lease it saw may
-//! have expired or was released: the leader's renewals reach it as watch events, not
-//! as requests. The leader renews every retry period and gives up leading when no
-//! renewal succeeded for the renew deadline, which is shorter than the lease: it
-//! stops before anyone else may start. On a graceful stop it releases the lease so a
-//! follower takes over at once.
+//! Cilium's operator options (lease 15 s, renew deadline 10 s, retry 2 s), and
+//! renewals every renew interval (5 s) instead of every retry period: the timing and
+//! its rules are [`timing`]. Every change to the Lease is an update checked against
+//! the resourceVersion read, so two replicas can never both win. A follower takes the
+//! lease over once the record it last saw has not changed for the lease duration,
+//! timed on its own clock (no clock skew between replicas matters). Unlike client-go,
+//! which reads the Lease every retry period, a follower watches it and reads it only
+//! when the lease it saw may have expired or was released: the leader's renewals
+//! reach it as watch events, not as requests. The leader renews every renew interval,
+//! retries every retry period after a failure, bounds each try by the renew deadline
+//! and gives up leading when no renewal succeeded for the renew deadline, which is
+//! shorter than the lease: it stops before anyone else may start. On a graceful stop
+//! it releases the lease so a follower takes over at once.
+
+pub mod timing;
 
 use std::pin::Pin;
 use std::time::{Duration, Instant, SystemTime};
@@ -21,26 +25,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 
+use timing::{LeaderStep, Timing, expiry_wait, follower_wait};
+
 /// The Lease's name (Cilium's operator uses `cilium-operator-resource-lock`).
 pub const LEASE_NAME: &str = "podnet-operator-resource-lock";
-
-/// Cilium's `leader-election-lease-duration`, `-renew-deadline` and `-retry-period`.
-#[derive(Debug, Clone, Copy)]
-pub struct Timing {
-    pub lease_duration: Duration,
-    pub renew_deadline: Duration,
-    pub retry_period: Duration,
-}
-
-impl Default for Timing {
-    fn default() -> Timing {
-        Timing {
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
-        }
-    }
-}
 
 /// One attempt's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,27 +67,6 @@ impl Record {
 type LeaseEvents =
     Pin<Box<dyn Stream<Item = Result<watcher::Event<Lease>, watcher::Error>> + Send>>;
 
-/// How long a follower waits before its next attempt: after an attempt that found
-/// the lease held by another replica, until the record it saw unchanged for
-/// `seen_for` has been unchanged for the lease's `duration` (then it may take it
-/// over); after a lost race or an error, one retry period.
-fn follower_wait(
-    attempt: &Result<Attempt, kube::Error>,
-    seen_for: Duration,
-    duration: Duration,
-    retry: Duration,
-) -> Duration {
-    match attempt {
-        Ok(Attempt::HeldByOther) => expiry_wait(seen_for, duration),
-        _ => retry,
-    }
-}
-
-/// How long until a lease record unchanged for `seen_for` may have expired.
-fn expiry_wait(seen_for: Duration, duration: Duration) -> Duration {
-    duration.saturating_sub(seen_for)
-}
-
 /// One replica's side of the election.
 pub struct Elector {
     client: kube::Client,
@@ -123,10 +90,6 @@ fn now() -> k8s_openapi::jiff::Timestamp {
 
 fn now_micro() -> MicroTime {
     MicroTime(now())
-}
-
-fn seconds(d: Duration) -> i32 {
-    i32::try_from(d.as_secs()).unwrap_or(i32::MAX).max(1)
 }
 
 impl Elector {
@@ -176,7 +139,7 @@ impl Elector {
                 }
             }
             let wait = self.jitter(follower_wait(
-                &attempt,
+                matches!(attempt, Ok(Attempt::HeldByOther)),
                 self.seen_for(),
                 self.observed_duration(),
                 self.timing.retry_period,
@@ -252,26 +215,39 @@ impl Elector {
             .unwrap_or(self.timing.lease_duration)
     }
 
-    /// Renews the lease every retry period while leading; returns why leading
-    /// stopped (another replica holds it, or no renewal succeeded for the renew
-    /// deadline).
+    /// Renews the lease while leading (`Timing::leader_step`: every renew interval,
+    /// every retry period after a failure, each try bounded by the renew deadline);
+    /// returns why leading stopped (another replica holds it, or no renewal
+    /// succeeded for the renew deadline).
     pub async fn keep_renewing(&mut self) -> String {
-        let mut last_ok = Instant::now();
+        // Counted from a renewal's start: a follower sees it later than that.
+        let mut renewed = Instant::now();
+        let mut failed = false;
         loop {
-            tokio::time::sleep(self.timing.retry_period).await;
-            match self.try_acquire_or_renew().await {
-                Ok(Attempt::Held) => last_ok = Instant::now(),
-                Ok(Attempt::HeldByOther) => {
-                    return "another replica holds the lease".into();
-                }
-                Ok(Attempt::Retry) => {}
-                Err(e) => tracing::warn!(error = %e, "cannot renew the Lease"),
-            }
-            if last_ok.elapsed() > self.timing.renew_deadline {
+            let LeaderStep::Renew { after, limit } =
+                self.timing.leader_step(renewed.elapsed(), failed)
+            else {
                 return format!(
                     "the lease was not renewed within the renew deadline ({:?})",
                     self.timing.renew_deadline
                 );
+            };
+            tokio::time::sleep(after).await;
+            let started = Instant::now();
+            failed = true;
+            match tokio::time::timeout(limit, self.try_acquire_or_renew()).await {
+                Ok(Ok(Attempt::Held)) => {
+                    renewed = started;
+                    failed = false;
+                }
+                Ok(Ok(Attempt::HeldByOther)) => {
+                    return "another replica holds the lease".into();
+                }
+                Ok(Ok(Attempt::Retry)) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot renew the Lease"),
+                Err(_) => tracing::warn!(
+                    "renewing the Lease took longer than the {limit:?} left of the renew deadline"
+                ),
             }
         }
     }
@@ -344,7 +320,7 @@ impl Elector {
             next.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
         }
         next.holder_identity = Some(self.identity.clone());
-        next.lease_duration_seconds = Some(seconds(self.timing.lease_duration));
+        next.lease_duration_seconds = Some(self.timing.lease_seconds());
         next.renew_time = Some(now);
         let mut lease = current;
         lease.spec = Some(next);
@@ -355,16 +331,19 @@ impl Elector {
             .replace(LEASE_NAME, &PostParams::default(), &lease)
             .await
         {
-            Ok(written) => {
-                if let Some(s) = &written.spec {
-                    self.observe(s);
-                }
-                self.cached = Some(written);
-                Ok(Attempt::Held)
-            }
+            Ok(written) => Ok(self.hold(written)),
             Err(kube::Error::Api(s)) if s.is_conflict() => Ok(Attempt::Retry),
             Err(e) => Err(e),
         }
+    }
+
+    /// Keeps the Lease as this replica wrote it: it holds the lease.
+    fn hold(&mut self, written: Lease) -> Attempt {
+        if let Some(s) = &written.spec {
+            self.observe(s);
+        }
+        self.cached = Some(written);
+        Attempt::Held
     }
 
     async fn create(&mut self) -> Result<Attempt, kube::Error> {
@@ -377,7 +356,7 @@ impl Elector {
             },
             spec: Some(LeaseSpec {
                 holder_identity: Some(self.identity.clone()),
-                lease_duration_seconds: Some(seconds(self.timing.lease_duration)),
+                lease_duration_seconds: Some(self.timing.lease_seconds()),
                 acquire_time: Some(now.clone()),
                 renew_time: Some(now),
                 lease_transitions: Some(0),
@@ -385,13 +364,7 @@ impl Elector {
             }),
         };
         match self.api.create(&PostParams::default(), &lease).await {
-            Ok(written) => {
-                if let Some(s) = &written.spec {
-                    self.observe(s);
-                }
-                self.cached = Some(written);
-                Ok(Attempt::Held)
-            }
+            Ok(written) => Ok(self.hold(written)),
             Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(Attempt::Retry),
             Err(e) => Err(e),
         }
@@ -433,45 +406,5 @@ impl Elector {
         if let Err(e) = events.create(&PostParams::default(), &event).await {
             tracing::warn!(error = %e, "cannot record the leader election Event");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const LEASE: Duration = Duration::from_secs(15);
-    const RETRY: Duration = Duration::from_secs(2);
-
-    #[test]
-    fn a_follower_waits_until_the_lease_it_saw_may_have_expired() {
-        let held = Ok(Attempt::HeldByOther);
-        assert_eq!(follower_wait(&held, Duration::ZERO, LEASE, RETRY), LEASE);
-        assert_eq!(
-            follower_wait(&held, Duration::from_secs(11), LEASE, RETRY),
-            Duration::from_secs(4)
-        );
-        // Already past it (the watch was down): try at once.
-        assert_eq!(
-            follower_wait(&held, Duration::from_secs(40), LEASE, RETRY),
-            Duration::ZERO
-        );
-    }
-
-    #[test]
-    fn a_lost_race_or_an_error_waits_one_retry_period() {
-        assert_eq!(
-            follower_wait(&Ok(Attempt::Retry), Duration::ZERO, LEASE, RETRY),
-            RETRY
-        );
-        let refused = Err(kube::Error::Api(
-            kube::core::Status::failure("forbidden", "Forbidden")
-                .with_code(403)
-                .boxed(),
-        ));
-        assert_eq!(
-            follower_wait(&refused, Duration::from_secs(40), LEASE, RETRY),
-            RETRY
-        );
     }
 }
