@@ -4,7 +4,8 @@
 //! that default-denies ingress for one of them puts that pod's chain into the
 //! node's table and the other pod's ping goes unanswered while the denied pod's
 //! own ping gets its reply (`podnet status` and the metrics say what is
-//! enforced); the table stays while the agent is stopped; deleting
+//! enforced, and `podnet explain` which policy selects which pod and what it
+//! allows); the table stays while the agent is stopped; deleting
 //! the policy takes the chain out and the ping is answered again; an agent
 //! started with `--enable-policy never` removes the table.
 
@@ -75,6 +76,21 @@ fn a_policy_created_in_the_api_is_enforced_on_its_pods_link_and_deleting_it_open
         "{m}"
     );
     assert!(m.contains("podnet_policy_problems 0"), "{m}");
+    let web_pod = format!("default/{}", web.ns.name);
+    let explained = node.podnet(&["explain", web_ip]);
+    for line in [
+        format!("NetworkPolicy for {web_pod}: ingress isolated: only what default/web-deny allows"),
+        "egress open: no NetworkPolicy selects it for egress".into(),
+        format!("Policy:     {web_pod}"),
+        "    default/web-deny: nothing".into(),
+    ] {
+        assert!(explained.contains(&line), "{line:?} in:\n{explained}");
+    }
+    let explained = node.podnet(&["explain", client_ip]);
+    assert!(
+        explained.contains("ingress open: no NetworkPolicy selects it for ingress"),
+        "{explained}"
+    );
 
     // The table outlives the agent.
     node.stop_daemon(false);

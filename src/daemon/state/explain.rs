@@ -167,6 +167,7 @@ impl IpamState {
             summary,
             spoofed_traffic: Vec::new(),
             leaks: Vec::new(),
+            policy: Vec::new(),
         }
     }
 
