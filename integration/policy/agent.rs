@@ -4,9 +4,11 @@
 //! that default-denies ingress for one of them puts that pod's chain into the
 //! node's table and the other pod's ping goes unanswered while the denied pod's
 //! own ping gets its reply (`podnet status` and the metrics say what is
-//! enforced); the table stays while the agent is stopped; deleting
+//! enforced, and `podnet explain` which policy selects which pod and what it
+//! allows); the table stays while the agent is stopped; deleting
 //! the policy takes the chain out and the ping is answered again; an agent
-//! started with `--enable-policy never` removes the table.
+//! started with `--enable-policy never` removes the table. With the API server
+//! stopped the table stands; once it is back the policy deleted is applied.
 
 use crate::harness::*;
 use crate::k8s::ControlPlane;
@@ -75,6 +77,21 @@ fn a_policy_created_in_the_api_is_enforced_on_its_pods_link_and_deleting_it_open
         "{m}"
     );
     assert!(m.contains("podnet_policy_problems 0"), "{m}");
+    let web_pod = format!("default/{}", web.ns.name);
+    let explained = node.podnet(&["explain", web_ip]);
+    for line in [
+        format!("NetworkPolicy for {web_pod}: ingress isolated: only what default/web-deny allows"),
+        "egress open: no NetworkPolicy selects it for egress".into(),
+        format!("Policy:     {web_pod}"),
+        "    default/web-deny: nothing".into(),
+    ] {
+        assert!(explained.contains(&line), "{line:?} in:\n{explained}");
+    }
+    let explained = node.podnet(&["explain", client_ip]);
+    assert!(
+        explained.contains("ingress open: no NetworkPolicy selects it for ingress"),
+        "{explained}"
+    );
 
     // The table outlives the agent.
     node.stop_daemon(false);
@@ -97,4 +114,55 @@ fn a_policy_created_in_the_api_is_enforced_on_its_pods_link_and_deleting_it_open
     node.args.extend(["--enable-policy".into(), "never".into()]);
     node.start_daemon();
     assert_eq!(table(&node), None, "no table with --enable-policy never");
+}
+
+#[test]
+fn the_table_stands_while_the_api_server_is_gone_and_the_latest_state_follows_it_back() {
+    let Some(mut cp) = ControlPlane::start("k8s_policy_api_gone") else {
+        return;
+    };
+    cp.install_crds();
+    let ns = cp.add_node_ns("policy-2");
+    create_node(&cp, &ns, &["10.244.8.0/24"]);
+    let node_name = ns.name.clone();
+    let mut node = k8s_node(
+        ns,
+        &cp.kubeconfig(),
+        &["--ipam", "kubernetes", "--enable-policy", "default"],
+    );
+    node.start_daemon();
+    let sandboxes = [node.sandbox()];
+    create_sandbox_pods(&cp, &node_name, &sandboxes);
+    add_with_uid(&cp, &node, &sandboxes[0]);
+    let [web] = sandboxes;
+    let chain = format!(
+        "chain ingress_{}",
+        podnet::datapath::host_ifname(&web.container_id, &web.ifname)
+    );
+    cp.apply(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: deny-all\n  namespace: default\nspec:\n  podSelector: {}\n",
+    );
+    eventually("web's chain", || {
+        table(&node).is_some_and(|t| t.contains(&chain))
+    });
+    let written = table(&node);
+
+    cp.stop_apiserver(true);
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    assert_eq!(
+        table(&node),
+        written,
+        "the table stands while the API server is gone"
+    );
+    cp.start_apiserver();
+    cp.kubectl(&["delete", "networkpolicy", "deny-all"])
+        .expect_ok("delete the policy");
+    eventually("the watches back, the chain gone", || {
+        table(&node).is_some_and(|t| !t.contains(&chain))
+    });
+    let m = node.metrics();
+    assert!(
+        !m.contains("podnet_policy_updates_total{result=\"failed\"}"),
+        "{m}"
+    );
 }

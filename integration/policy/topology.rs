@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use podnet::datapath::{NetNs, in_netns};
 use podnet::policy::view::{NamedPort, Protocol};
-use podnet::policy::{Cluster, NamespaceView, PodView, PolicyView, State, compile, table};
+use podnet::policy::{
+    Cluster, Enforcement, NamespaceView, PodView, PolicyView, State, compile, table,
+};
 use serde_json::json;
 
 use crate::harness::*;
@@ -238,6 +240,16 @@ impl Topology {
     }
 
     pub fn compile(&self, policies: &[PolicyView], pods: &[PodView]) -> State {
+        self.compile_as(Enforcement::Default, policies, pods)
+    }
+
+    /// `compile` with `enforcement` (`always` isolates every pod).
+    pub fn compile_as(
+        &self,
+        enforcement: Enforcement,
+        policies: &[PolicyView],
+        pods: &[PodView],
+    ) -> State {
         let namespaces = [NamespaceView {
             name: "default".into(),
             labels: Default::default(),
@@ -247,6 +259,7 @@ impl Topology {
             .map(|s| s.parse().expect("ip"))
             .collect();
         let c = compile(Cluster {
+            enforcement,
             policies,
             pods,
             namespaces: &namespaces,

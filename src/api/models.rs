@@ -731,6 +731,47 @@ pub struct ExplainResponse {
     /// What the last leak check found for the matching addresses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leaks: Vec<LeakFinding>,
+    /// What NetworkPolicy means for the matching pods of this node (empty when
+    /// the policy loop does not run or has written no table yet).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy: Vec<PodPolicy>,
+}
+
+/// podnet: what NetworkPolicy means for one local pod (`podnet explain`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PodPolicy {
+    /// `namespace/name`.
+    pub pod: String,
+    pub ingress: DirectionPolicy,
+    pub egress: DirectionPolicy,
+    /// False when policies select it but its host link is not podnet's.
+    #[serde(default)]
+    pub enforced: bool,
+}
+
+/// podnet: one direction of a pod's policy.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DirectionPolicy {
+    /// Whether what no policy allows is dropped.
+    #[serde(default)]
+    pub isolated: bool,
+    /// The policies that select the pod for this direction.
+    #[serde(default)]
+    pub policies: Vec<PolicyAllows>,
+    /// One sentence: open, or isolated and by what.
+    #[serde(default)]
+    pub summary: String,
+}
+
+/// podnet: a policy that selects a pod, and what its rules allow.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PolicyAllows {
+    /// `namespace/name`.
+    pub policy: String,
+    /// Each rule as text (`from pods role=client of default on TCP 80`);
+    /// `nothing` when the policy has no rule for the direction.
+    #[serde(default)]
+    pub allows: Vec<String>,
 }
 
 /// podnet: the NetworkPolicy loop's last write (`podnet status`).

@@ -1,8 +1,9 @@
 //! `podnet explain <pod|ip|container-id>`: why this pod has this address, or why it
 //! has none (the matching allocations with their rule, range, times and state, and
 //! the recent failures with the troubleshooting hint, and the packets the source
-//! check dropped because the pod sent with an address it does not own, and what
-//! the last leak check found for the addresses).
+//! check dropped because the pod sent with an address it does not own, what
+//! the last leak check found for the addresses, and which NetworkPolicies select
+//! the pod per direction and what they allow).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -70,6 +71,20 @@ pub fn run(args: &ExplainArgs) -> i32 {
                 "Expires in"
             };
             println!("{what}: {} s", a.until_ms.saturating_sub(now) / 1000);
+        }
+    }
+    for p in &ex.policy {
+        println!();
+        let enforced = match p.enforced {
+            true => "",
+            false => " (not enforced: its host link is not podnet's)",
+        };
+        println!("Policy:     {}{enforced}", p.pod);
+        for (direction, d) in [("Ingress:", &p.ingress), ("Egress:", &p.egress)] {
+            println!("  {direction:<9} {}", d.summary);
+            for allows in &d.policies {
+                println!("    {}: {}", allows.policy, allows.allows.join("; "));
+            }
         }
     }
     for t in &ex.spoofed_traffic {

@@ -90,10 +90,6 @@ pub enum ConfigError {
     NodeLabel(String),
     #[error("--enable-policy {0:?} is not one of default, always, never")]
     UnknownPolicyMode(String),
-    #[error(
-        "--enable-policy always (default-deny for every pod no policy selects) is not yet supported: use default (Kubernetes' semantics) or never"
-    )]
-    PolicyAlwaysUnsupported,
 }
 
 /// `--ipam`: who decides what the node owns, and how addresses are allocated.
@@ -224,6 +220,9 @@ impl RoutingMode {
 pub enum PolicyMode {
     /// On the pods some policy selects (Kubernetes' semantics).
     Default,
+    /// On every pod, in both directions, selected or not (Cilium's
+    /// `always`): only what policies allow passes.
+    Always,
     /// Not at all: podnet's policy table is removed.
     Never,
 }
@@ -234,7 +233,7 @@ impl PolicyMode {
         match s {
             "default" => Ok(PolicyMode::Default),
             "never" => Ok(PolicyMode::Never),
-            "always" => Err(ConfigError::PolicyAlwaysUnsupported),
+            "always" => Ok(PolicyMode::Always),
             other => Err(ConfigError::UnknownPolicyMode(other.to_string())),
         }
     }
@@ -638,17 +637,12 @@ mod tests {
     }
 
     #[test]
-    fn enable_policy_is_default_or_never_and_always_is_refused_by_name() {
+    fn enable_policy_is_default_always_or_never() {
         assert_eq!(resolve(&[]).unwrap().policy, PolicyMode::Default);
         let never = resolve(&["--enable-policy", "never"]).unwrap();
         assert_eq!(never.policy, PolicyMode::Never);
-        let e = resolve(&["--enable-policy", "always"])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("--enable-policy always") && e.contains("not yet supported"),
-            "{e}"
-        );
+        let always = resolve(&["--enable-policy", "always"]).unwrap();
+        assert_eq!(always.policy, PolicyMode::Always);
         let e = resolve(&["--enable-policy", "sometimes"])
             .unwrap_err()
             .to_string();

@@ -64,6 +64,9 @@ pub struct Daemon {
     leak_check: Option<Arc<leak_check::LeakCheck<crate::k8s::node_pods::NodePodsApi>>>,
     /// The NetworkPolicy loop's last write (None: the loop does not run).
     policy: std::sync::Mutex<Option<crate::api::models::PolicyStatus>>,
+    /// What the policies in the table last written mean for each local pod,
+    /// published by the policy loop after each write (None: none yet).
+    policy_explanations: std::sync::RwLock<Option<Arc<crate::policy::Explanations>>>,
 }
 
 impl Daemon {
@@ -182,6 +185,19 @@ impl Daemon {
     fn set_policy_status(&self, status: crate::api::models::PolicyStatus) {
         if let Ok(mut p) = self.policy.lock() {
             *p = Some(status);
+        }
+    }
+
+    /// What the policies in the table last written mean for each local pod
+    /// (None: the loop does not run or has written nothing yet).
+    pub fn policy_explanations(&self) -> Option<Arc<crate::policy::Explanations>> {
+        self.policy_explanations.read().ok()?.clone()
+    }
+
+    /// Publishes what the table just written means (the policy loop).
+    fn set_policy_explanations(&self, explanations: Arc<crate::policy::Explanations>) {
+        if let Ok(mut e) = self.policy_explanations.write() {
+            *e = Some(explanations);
         }
     }
 

@@ -533,6 +533,9 @@ async fn explain(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     if let Some(leaks) = daemon.leak_status() {
         add_leaks(&mut answer, leaks.findings);
     }
+    if let Some(explanations) = daemon.policy_explanations() {
+        super::policy_loop::explain::add_policy(&mut answer, &explanations);
+    }
     Ok(json_reply(200, &answer))
 }
 

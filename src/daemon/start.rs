@@ -573,6 +573,7 @@ async fn serve(s: Serving) -> Result<(), StartError> {
         leak_check: leak_check.clone(),
         pod_events: pod_events_of(&s.checked),
         policy: Mutex::new(None),
+        policy_explanations: std::sync::RwLock::new(None),
     });
     daemon.arm_timers(s.timers);
     if let Some(check) = leak_check {
@@ -744,14 +745,26 @@ fn pod_events_of(checked: &Checked) -> Option<Arc<NodePodsApi>> {
 }
 
 /// `--enable-policy`: the policy loop on the Kubernetes backend (the embedded
-/// one has no NetworkPolicies); `never` removes podnet's policy table. The table
+/// one has no NetworkPolicies), isolating every local pod with `always`;
+/// `never` removes podnet's policy table. The table
 /// is never removed at stop: it outlives an agent restart.
 fn start_policy(daemon: &Arc<Daemon>, config: &DaemonConfig) {
     match (config.policy, &config.backend) {
-        (PolicyMode::Default, BackendKind::Kubernetes { kubeconfig }) => {
-            tokio::spawn(policy_loop::run(daemon.clone(), kubeconfig.clone()));
+        (
+            mode @ (PolicyMode::Default | PolicyMode::Always),
+            BackendKind::Kubernetes { kubeconfig },
+        ) => {
+            let enforcement = match mode {
+                PolicyMode::Always => crate::policy::Enforcement::Always,
+                _ => crate::policy::Enforcement::Default,
+            };
+            tokio::spawn(policy_loop::run(
+                daemon.clone(),
+                kubeconfig.clone(),
+                enforcement,
+            ));
         }
-        (PolicyMode::Default, BackendKind::Embedded) => {
+        (PolicyMode::Default | PolicyMode::Always, BackendKind::Embedded) => {
             tracing::info!("NetworkPolicy is not enforced on the embedded backend (no API server)")
         }
         (PolicyMode::Never, _) => match crate::policy::table::remove() {

@@ -7,13 +7,17 @@
 //! judged on the packet's address, pod or not. A named port of an ingress rule is
 //! the selected pod's own; of an egress rule, the destination pod's (an
 //! address-port set). What allows nothing (a port name no pod has, an invalid
-//! field) opens nothing and breaks nothing else.
+//! field) opens nothing and breaks nothing else. With [`Enforcement::Always`]
+//! (Cilium's `enable-policy always`) every local pod is isolated in both
+//! directions, selected or not: only what policies allow passes (and, as ever,
+//! what is between a pod and its own node).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
 
+use super::explain::Explanations;
 use super::ports::{self, Ports};
 use super::problem::{Problem, Why};
 use super::selector::Labels;
@@ -23,9 +27,20 @@ use super::state::{
 use super::view::{NamespaceView, Namespaces, PeerView, PodView, PolicyView, Protocol, RuleView};
 use crate::datapath::IFNAME_MAX_LEN;
 
+/// Which local pods are isolated (Cilium's `enable-policy`, but `never`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Enforcement {
+    /// Those some policy selects, per direction (Kubernetes' semantics).
+    #[default]
+    Default,
+    /// Every one, in both directions.
+    Always,
+}
+
 /// Everything the node's policy state is made of.
 #[derive(Debug, Clone, Copy)]
 pub struct Cluster<'a> {
+    pub enforcement: Enforcement,
     pub policies: &'a [PolicyView],
     /// Every pod of the cluster; those with a host link are this node's.
     pub pods: &'a [PodView],
@@ -43,6 +58,8 @@ pub struct Compiled {
     /// Local pods (`namespace/name`) policies select whose host link cannot be
     /// named in nftables (not podnet's): not enforced.
     pub unusable_links: Vec<String>,
+    /// Which policies select each local pod and what they allow (explain).
+    pub explanations: Explanations,
 }
 
 /// Compiles the node's state.
@@ -69,6 +86,8 @@ pub fn compile(cluster: Cluster) -> Compiled {
     );
     let mut chains = BTreeMap::new();
     let mut unusable_links = Vec::new();
+    let mut explanations = Explanations::new(cluster.enforcement);
+    let always = cluster.enforcement == Enforcement::Always;
     for pod in cluster.pods {
         let Some(link) = &pod.host_link else { continue };
         let selecting: Vec<&PolicyView> = cluster
@@ -76,10 +95,12 @@ pub fn compile(cluster: Cluster) -> Compiled {
             .iter()
             .filter(|p| p.namespace == pod.namespace && p.pod_selector.matches(&pod.labels))
             .collect();
-        if selecting.is_empty() {
+        if selecting.is_empty() && !always {
             continue;
         }
-        if !nft_safe_link(link) {
+        let usable = nft_safe_link(link);
+        explanations.record(pod, &selecting, usable);
+        if !usable {
             unusable_links.push(format!("{}/{}", pod.namespace, pod.name));
             continue;
         }
@@ -106,6 +127,7 @@ pub fn compile(cluster: Cluster) -> Compiled {
         },
         problems: problems.into_iter().collect(),
         unusable_links,
+        explanations,
     }
 }
 
@@ -133,7 +155,8 @@ struct Builder<'a> {
 impl Builder<'_> {
     /// The rules of `pod`'s chain of `direction`: the union of the rules of
     /// every policy in `selecting` that has the direction (ingress: and its
-    /// node's addresses first), or None when none has it (the pod is open).
+    /// node's addresses first), or None when none has it (the pod is open;
+    /// with `Always`, it is isolated all the same).
     fn chain(
         &mut self,
         direction: Direction,
@@ -144,7 +167,7 @@ impl Builder<'_> {
             .iter()
             .filter_map(|p| rules_of(p, direction))
             .collect();
-        if lists.is_empty() {
+        if lists.is_empty() && self.cluster.enforcement == Enforcement::Default {
             return None;
         }
         let rules: BTreeSet<Rule> = lists

@@ -3,10 +3,12 @@
 //! [`selector`] and each policy's [`problem`]s), [`compile`] makes this node's
 //! [`state`] (named address sets per peer selector, a chain per policy-selected
 //! local pod and direction) and [`state::State::diff`] what changed, [`render`]
-//! writes the table or the update as an `nft` script, and [`table`] applies it.
+//! writes the table or the update as an `nft` script, and [`table`] applies it;
+//! [`explain`] keeps, with the state, which policies select each local pod.
 //! Only `table` touches the kernel.
 
 pub mod compile;
+pub mod explain;
 mod ports;
 pub mod problem;
 pub mod render;
@@ -17,9 +19,10 @@ pub mod view;
 mod view_policy;
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 
-pub use compile::{Cluster, Compiled, compile};
+pub use compile::{Cluster, Compiled, Enforcement, compile};
+pub use explain::Explanations;
 pub use problem::{Problem, Why};
 pub use state::{Diff, State};
 pub use view::{NamespaceView, PodView, PolicyView};

@@ -12,6 +12,7 @@
 //! gone the last table stands (logged once); the watches' relists reconcile it
 //! when it is back.
 
+pub mod explain;
 pub mod writer;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,7 +34,9 @@ use super::state::ApiError;
 use crate::api::models::PolicyStatus;
 use crate::k8s::connect::connect;
 use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
-use crate::policy::{Cluster, Compiled, NamespaceView, PodView, compile, view};
+use crate::policy::{
+    Cluster, Compiled, Enforcement, Explanations, NamespaceView, PodView, compile, view,
+};
 use crate::store::now_ms;
 use writer::{Kernel, Writer, Wrote};
 
@@ -91,7 +94,7 @@ impl NodeSide {
 }
 
 /// The node's state from the watched objects and the node's side.
-pub fn compile_node(watched: &Watched, node: &NodeSide) -> Compiled {
+pub fn compile_node(watched: &Watched, node: &NodeSide, enforcement: Enforcement) -> Compiled {
     let policies: Vec<_> = watched.policies.objects().map(view::policy).collect();
     let namespaces: Vec<_> = watched
         .namespaces
@@ -104,6 +107,7 @@ pub fn compile_node(watched: &Watched, node: &NodeSide) -> Compiled {
         .map(|p| PodView::from_k8s(p, node.link_of(p)))
         .collect();
     compile(Cluster {
+        enforcement,
         policies: &policies,
         pods: &pods,
         namespaces: &namespaces,
@@ -192,7 +196,7 @@ async fn client(kubeconfig: Option<&PathBuf>) -> kube::Client {
 
 /// Runs the loop until a watch ends (it does not while the API server can be
 /// retried).
-pub async fn run(daemon: Arc<Daemon>, kubeconfig: Option<PathBuf>) {
+pub async fn run(daemon: Arc<Daemon>, kubeconfig: Option<PathBuf>, enforcement: Enforcement) {
     let client = client(kubeconfig.as_ref()).await;
     let mut pods = watch::<Pod>(&client).boxed();
     let mut namespaces = watch::<Namespace>(&client).boxed();
@@ -204,7 +208,11 @@ pub async fn run(daemon: Arc<Daemon>, kubeconfig: Option<PathBuf>) {
     let mut due: Option<Instant> = None;
     let mut resync = tokio::time::interval(RESYNC);
     daemon.set_policy_status(PolicyStatus::default());
-    tracing::info!("NetworkPolicy enforcement on (--enable-policy default)");
+    let mode = match enforcement {
+        Enforcement::Default => "default",
+        Enforcement::Always => "always",
+    };
+    tracing::info!("NetworkPolicy enforcement on (--enable-policy {mode})");
     loop {
         let far = Instant::now() + RESYNC;
         let fed: Result<bool, WatchEnded> = tokio::select! {
@@ -225,7 +233,8 @@ pub async fn run(daemon: Arc<Daemon>, kubeconfig: Option<PathBuf>) {
             _ = sleep_until(due.unwrap_or(far)), if due.is_some() => {
                 due = None;
                 if watched.synced() {
-                    let (back, wrote) = write(&daemon, &watched, writer.take()).await;
+                    let (back, wrote) =
+                        write(&daemon, &watched, writer.take(), enforcement).await;
                     let pending = back.as_ref().is_none_or(Writer::pending);
                     if pending {
                         due = Some(Instant::now() + RETRY);
@@ -253,6 +262,8 @@ struct Count {
     policies: usize,
     problems: Vec<String>,
     pods_enforced: usize,
+    /// Which policies select each local pod, for explain once written.
+    explanations: Arc<Explanations>,
 }
 
 /// Compiles and writes (off the runtime's threads: nft is a process); hands the
@@ -262,12 +273,14 @@ async fn write(
     daemon: &Arc<Daemon>,
     watched: &Watched,
     writer: Option<Writer<Kernel>>,
+    enforcement: Enforcement,
 ) -> (Option<Writer<Kernel>>, Count) {
     let mut count = Count {
         wrote: None,
         policies: watched.policies.objects().count(),
         problems: Vec::new(),
         pods_enforced: 0,
+        explanations: Arc::default(),
     };
     let node = match node_side(daemon).await {
         Ok(n) => n,
@@ -276,7 +289,8 @@ async fn write(
             return (writer, count);
         }
     };
-    let compiled = compile_node(watched, &node);
+    let mut compiled = compile_node(watched, &node, enforcement);
+    count.explanations = Arc::new(std::mem::take(&mut compiled.explanations));
     count.problems = compiled.problems.iter().map(|p| p.to_string()).collect();
     let links: BTreeSet<&str> = compiled
         .state
@@ -307,6 +321,9 @@ async fn write(
 async fn report(daemon: &Arc<Daemon>, c: Count, table_written: bool) {
     let Some(wrote) = c.wrote else { return };
     let problems = c.problems.len();
+    if wrote != Wrote::Failed {
+        daemon.set_policy_explanations(c.explanations);
+    }
     daemon.set_policy_status(PolicyStatus {
         synced: true,
         table_written,

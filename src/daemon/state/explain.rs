@@ -181,6 +181,7 @@ impl IpamState {
             summary,
             spoofed_traffic: Vec::new(),
             leaks: Vec::new(),
+            policy: Vec::new(),
         }
     }
 

@@ -10,12 +10,21 @@ use crate::policy::view::Protocol::{Tcp, Udp};
 const NODE: &str = "192.168.0.1";
 
 fn run(policies: &[PolicyView], pods: &[PodView]) -> Compiled {
+    run_as(Enforcement::Default, policies, pods)
+}
+
+fn run_always(policies: &[PolicyView], pods: &[PodView]) -> Compiled {
+    run_as(Enforcement::Always, policies, pods)
+}
+
+fn run_as(enforcement: Enforcement, policies: &[PolicyView], pods: &[PodView]) -> Compiled {
     let namespaces = [
         namespace("a", &[("team", "x")]),
         namespace("b", &[("team", "y")]),
         namespace("c", &[("team", "x")]),
     ];
     compile(Cluster {
+        enforcement,
         policies,
         pods,
         namespaces: &namespaces,
@@ -473,4 +482,56 @@ fn a_change_no_selector_sees_is_no_diff_and_a_new_address_is_two_elements() {
         ..Diff::default()
     };
     assert_eq!(diff, want);
+}
+
+#[test]
+fn always_isolates_every_local_pod_in_both_directions_but_for_its_node() {
+    let c = run_always(&[], &pods());
+    let keys: Vec<(Direction, &str)> = c
+        .state
+        .chains
+        .keys()
+        .map(|k| (k.direction, k.link.as_str()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            (Direction::Ingress, "lxcdb"),
+            (Direction::Ingress, "lxcweb"),
+            (Direction::Egress, "lxcdb"),
+            (Direction::Egress, "lxcweb"),
+        ],
+        "every local pod, no remote one"
+    );
+    assert_eq!(chain(&c, Direction::Ingress, "lxcweb"), [node_rule()]);
+    assert!(chain(&c, Direction::Egress, "lxcweb").is_empty());
+    assert_eq!(c, run_always(&[], &pods()), "the same state each time");
+}
+
+#[test]
+fn always_adds_what_policies_allow_and_keeps_unselected_directions_shut() {
+    let allow = policy(
+        "a",
+        "allow",
+        json!({"podSelector": {"matchLabels": {"app": "web"}},
+               "ingress": [{"ports": [{"port": 80}]}]}),
+    );
+    let c = run_always(std::slice::from_ref(&allow), &pods());
+    let by_default = run(&[allow], &pods());
+    assert_eq!(
+        chain(&c, Direction::Ingress, "lxcweb"),
+        chain(&by_default, Direction::Ingress, "lxcweb"),
+        "what a policy allows is the same in both modes"
+    );
+    assert!(
+        chain(&c, Direction::Egress, "lxcweb").is_empty(),
+        "no policy selects web for egress: isolated all the same"
+    );
+    assert!(
+        !by_default
+            .state
+            .chains
+            .contains_key(&key(Direction::Egress, "lxcweb"))
+    );
+    assert_eq!(chain(&c, Direction::Ingress, "lxcdb"), [node_rule()]);
 }

@@ -62,7 +62,7 @@ fn a_local_pod_is_enforced_on_its_link_and_a_pod_of_its_name_with_another_uid_is
         .into(),
         addresses: vec!["192.168.0.1".parse().unwrap()],
     };
-    let c = compile_node(&watched, &node);
+    let c = compile_node(&watched, &node, Enforcement::Default);
     let links: Vec<&str> = c.state.chains.keys().map(|k| k.link.as_str()).collect();
     assert_eq!(
         links,

@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::daemon::nft::NftError;
-use crate::policy::{Cluster, PodView, compile, view};
+use crate::policy::{Cluster, Enforcement, PodView, compile, view};
 
 /// What the fake table was asked to do.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +73,7 @@ fn compiled(ip: &str, deny: bool, port: serde_json::Value) -> Compiled {
     .unwrap();
     let policies: Vec<_> = deny.then(|| view::policy(&np)).into_iter().collect();
     compile(Cluster {
+        enforcement: Enforcement::Default,
         policies: &policies,
         pods: &[web(ip)],
         namespaces: &[],

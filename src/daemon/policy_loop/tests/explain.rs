@@ -1,0 +1,77 @@
+use serde_json::json;
+
+use super::*;
+use crate::api::models::AddressExplanation;
+use crate::policy::fixtures::{local, pod, policy};
+use crate::policy::{Cluster, Enforcement, compile};
+
+fn answer(addresses: &[(&str, &str, &str)]) -> ExplainResponse {
+    ExplainResponse {
+        query: "q".into(),
+        summary: "It is there".into(),
+        addresses: addresses
+            .iter()
+            .map(|(ip, owner, container)| AddressExplanation {
+                ip: ip.to_string(),
+                owner: owner.to_string(),
+                container_id: container.to_string(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn explanations() -> Explanations {
+    let pods = [
+        local(pod("a", "web", &[("app", "web")], &["10.0.0.10"]), "lxcweb"),
+        local(pod("a", "db", &[], &["10.0.0.11"]), "lxcdb"),
+    ];
+    let deny = policy(
+        "a",
+        "deny",
+        json!({"podSelector": {"matchLabels": {"app": "web"}}}),
+    );
+    compile(Cluster {
+        enforcement: Enforcement::Default,
+        policies: &[deny],
+        pods: &pods,
+        namespaces: &[],
+        node_addresses: &[],
+    })
+    .explanations
+}
+
+#[test]
+fn each_pod_of_the_answer_gets_its_policy_and_a_sentence_in_the_summary() {
+    let mut a = answer(&[
+        ("10.0.0.10", "a/web", "c1"),
+        ("fd00::10", "a/web", "c1"),
+        ("10.0.0.11", "a/db", "c2"),
+        ("10.0.0.1", "router", ""),
+    ]);
+    add_policy(&mut a, &explanations());
+    let pods: Vec<&str> = a.policy.iter().map(|p| p.pod.as_str()).collect();
+    assert_eq!(
+        pods,
+        ["a/db", "a/web"],
+        "one each, the node's own address none"
+    );
+    assert!(a.policy[1].ingress.isolated && !a.policy[1].egress.isolated);
+    assert!(!a.policy[0].ingress.isolated, "db: no policy selects it");
+    assert!(
+        a.summary.contains(
+            ". NetworkPolicy for a/web: ingress isolated: only what a/deny allows; traffic with its own node passes; egress open: no NetworkPolicy selects it for egress"
+        ),
+        "{}",
+        a.summary
+    );
+}
+
+#[test]
+fn an_answer_without_a_pod_gets_nothing() {
+    let mut a = answer(&[]);
+    add_policy(&mut a, &explanations());
+    assert!(a.policy.is_empty());
+    assert_eq!(a.summary, "It is there");
+}
