@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
+use super::cluster_pool::extra::DEFAULT_EXTRA_CIDRS_MAX;
 use super::lbipam::services::{DefaultIpam, Settings};
 use super::multi_pool::auto_create::{self, AutoCreateError, OPT_AUTO_CREATE};
 use crate::ipam::clusterpool::{
@@ -51,6 +52,12 @@ pub struct ClusterOptions {
     /// Node CIDR mask size for IPv6 (the operator's default, 112).
     #[arg(long = "cluster-pool-ipv6-mask-size", default_value_t = DEFAULT_IPV6_MASK_SIZE)]
     pub cluster_pool_ipv6_mask_size: u8,
+
+    /// podnet: extra CIDRs per family a node may get from the cluster pool when
+    /// its agent says its CIDRs are depleted (cluster-pool-depletion-threshold);
+    /// 0: none (a node keeps one CIDR per family, as with Cilium).
+    #[arg(long = "cluster-pool-extra-cidrs-max", default_value_t = DEFAULT_EXTRA_CIDRS_MAX)]
+    pub cluster_pool_extra_cidrs_max: u32,
 
     /// The kubeconfig of the API server; without it, the in-cluster service
     /// account (KUBERNETES_SERVICE_HOST must be set).
@@ -176,6 +183,8 @@ pub struct OperatorConfig {
     pub node_ipam: Option<DefaultIpam>,
     /// None: the duplicate check is off; else its interval.
     pub duplicate_check: Option<Duration>,
+    /// Cluster-pool: extra CIDRs a node may get per family.
+    pub extra_cidrs_max: u32,
 }
 
 /// Why the options do not make a configuration.
@@ -258,6 +267,7 @@ impl OperatorConfig {
                 .enable_node_ipam
                 .then_some(opts.default_lb_service_ipam),
             duplicate_check: Some(opts.ipam_duplicate_check_interval).filter(|i| !i.is_zero()),
+            extra_cidrs_max: opts.cluster.cluster_pool_extra_cidrs_max,
         })
     }
 }
