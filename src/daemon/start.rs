@@ -438,6 +438,7 @@ fn restore_state(
         families: config.families.clone(),
         tunnel_underlay: config.cross_node.tunnel_underlay(),
         pooling: pooling_mode(config, backend.default_pool.as_deref()),
+        depletion: config.depletion,
     };
     let metrics = Arc::new(metrics::Metrics::new(&opts.metrics_prefix));
     let mut state = IpamState::restore(

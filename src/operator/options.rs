@@ -532,4 +532,22 @@ mod tests {
         assert_eq!(c.namespace, "podnet");
         assert_eq!(c.identity, "op-a");
     }
+
+    #[test]
+    fn extra_cidrs_default_to_two_and_0_turns_them_off() {
+        let c = resolve(&["--cluster-pool-ipv4-cidr", "10.90.0.0/23"]).unwrap();
+        assert_eq!(c.extra_cidrs_max, 2);
+        let c = resolve(&[
+            "--cluster-pool-ipv4-cidr",
+            "10.90.0.0/23",
+            "--cluster-pool-extra-cidrs-max=0",
+        ])
+        .unwrap();
+        assert_eq!(c.extra_cidrs_max, 0);
+        let e = resolve(&["--cluster-pool-extra-cidrs-max=-1"]).unwrap_err();
+        assert!(
+            e.to_string().contains("cluster-pool-extra-cidrs-max"),
+            "{e}"
+        );
+    }
 }

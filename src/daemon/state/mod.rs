@@ -20,6 +20,7 @@
 
 mod alloc;
 mod allocations;
+mod cidr_view;
 mod effects;
 mod error;
 mod explain;
@@ -43,6 +44,7 @@ use super::metrics::Metrics;
 use crate::api::link_marker::JournalMark;
 use crate::api::models::{FailureReason, FailureRecord};
 use crate::ipam::Family;
+use crate::ipam::cidr_depletion::DepletionRules;
 use crate::ipam::multipool::PoolSet;
 use crate::ipam::selection::MetadataSource;
 use crate::node::NodeResource;
@@ -90,6 +92,9 @@ pub struct StateConfig {
     /// None in native routing, which has no underlay.
     pub tunnel_underlay: Option<Family>,
     pub pooling: PoolingMode,
+    /// cluster-pool: when the node asks for another CIDR and gives one back
+    /// (`status.ipam.pod-cidrs`).
+    pub depletion: Option<DepletionRules>,
 }
 
 /// A request for the next address(es).
