@@ -24,6 +24,10 @@ pub const OPT_IPV6_MASK_SIZE: &str = "cluster-pool-ipv6-mask-size";
 pub const DEFAULT_IPV4_MASK_SIZE: u8 = 24;
 /// Operator default of `cluster-pool-ipv6-mask-size` (the Helm chart uses 120).
 pub const DEFAULT_IPV6_MASK_SIZE: u8 = 112;
+/// podnet's operator option: extra CIDRs a node may get per family.
+pub const OPT_EXTRA_CIDRS_MAX: &str = "cluster-pool-extra-cidrs-max";
+/// Default of [`OPT_EXTRA_CIDRS_MAX`].
+pub const DEFAULT_EXTRA_CIDRS_MAX: u32 = 2;
 
 /// The pool option of a family (`cluster-pool-ipv4-cidr`).
 pub fn cidr_option(family: Family) -> &'static str {

@@ -17,12 +17,8 @@ use std::collections::BTreeMap;
 use ipnet::IpNet;
 
 use crate::ipam::Family;
+pub use crate::ipam::clusterpool::{DEFAULT_EXTRA_CIDRS_MAX, OPT_EXTRA_CIDRS_MAX};
 use crate::resources::PodCidrState;
-
-/// The operator option: extra CIDRs a node may hold per family.
-pub const OPT_EXTRA_CIDRS_MAX: &str = "cluster-pool-extra-cidrs-max";
-/// Default of [`OPT_EXTRA_CIDRS_MAX`].
-pub const DEFAULT_EXTRA_CIDRS_MAX: u32 = 2;
 
 /// What a node's status calls for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
