@@ -23,6 +23,7 @@ mod daemon_lifecycle;
 mod delegated;
 mod duplicates;
 mod external_modes;
+mod extra_cidrs;
 mod install;
 mod journal_faults;
 mod journal_formats;

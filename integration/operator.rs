@@ -669,7 +669,12 @@ fn the_operator_deployment_matches_what_the_binary_accepts() {
         .expect("data")
         .iter()
         .filter(|(k, _)| {
-            k.starts_with("cluster-pool-")
+            // The agent's judgment of its CIDRs is the agent's.
+            let agent_only = [
+                "cluster-pool-depletion-threshold",
+                "cluster-pool-cidr-release-delay",
+            ];
+            (k.starts_with("cluster-pool-") && !agent_only.contains(&k.as_str()))
                 || ["enable-ipv4", "enable-ipv6", "ipam"].contains(&k.as_str())
         })
         .map(|(k, v)| format!("--{k}={}", v.as_str().unwrap_or("")))

@@ -21,6 +21,7 @@ use crate::harness::*;
 use crate::scripted::*;
 
 mod dual_stack;
+mod extra_cidrs;
 mod faults;
 mod leaks;
 mod policy;
@@ -111,6 +112,15 @@ impl Cluster {
         } else {
             self.apply(&podnet_manifests("tunnel", self.family));
         }
+        self.wait_nodes_ready();
+        eprintln!(
+            "{NODES} nodes Ready {:.1} s after kubectl apply -f deploy/",
+            t0.elapsed().as_secs_f64()
+        );
+    }
+
+    /// Waits until every node is Ready.
+    fn wait_nodes_ready(&self) {
         self.wait_for(
             "every node Ready",
             || {
@@ -121,10 +131,6 @@ impl Cluster {
                 (nodes.len() == NODES && nodes.iter().all(ready)).then_some(())
             },
             || self.describe("kube-system"),
-        );
-        eprintln!(
-            "{NODES} nodes Ready {:.1} s after kubectl apply -f deploy/",
-            t0.elapsed().as_secs_f64()
         );
     }
 
@@ -315,12 +321,18 @@ impl Drop for Cluster {
 /// deploy/'s manifests with the ConfigMap changes scripts/lib/install-podnet.sh
 /// makes for `routing` (tunnel, native) on a cluster of IP family `family`.
 fn podnet_manifests(routing: &str, family: &str) -> String {
+    podnet_manifests_with(routing, family, &[])
+}
+
+/// [`podnet_manifests`] with the ConfigMap's `KEY=VALUE` `more` on top.
+fn podnet_manifests_with(routing: &str, family: &str, more: &[&str]) -> String {
     let lib = repo().join("scripts/lib/install-podnet.sh");
-    let script = r#". "$0" && set -- $(podnet_settings "$1" "$2") && podnet_manifests "$@""#;
+    let script = r#"r=$1 f=$2 && shift 2 && . "$0" && set -- $(podnet_settings "$r" "$f") "$@" && podnet_manifests "$@""#;
     let out = Command::new("bash")
         .args(["-c", script])
         .arg(&lib)
         .args([routing, family])
+        .args(more)
         .env("REPO", repo())
         .output()
         .expect("running bash");

@@ -467,6 +467,10 @@ pub struct IpamStatus {
     /// podnet: where the node resource comes from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendStatus>,
+    /// podnet, cluster-pool: each of the node's CIDRs, what the agent says of it
+    /// (`status.ipam.pod-cidrs`) and why.
+    #[serde(rename = "pod-cidrs", default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_cidrs: Vec<PodCidrLine>,
     /// podnet: the cross-node datapath (tunnel or routes, masquerade), when on.
     #[serde(
         rename = "cross-node",
@@ -656,6 +660,25 @@ impl RangeStatus {
     pub fn is_exhausted(&self) -> bool {
         self.used >= self.usable && !self.can_grow
     }
+}
+
+/// One of the node's cluster-pool CIDRs in status.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PodCidrLine {
+    pub cidr: String,
+    /// `in-use`, `depleted`, `released` (empty: not judged yet).
+    #[serde(default)]
+    pub status: String,
+    /// The node's first CIDR of its family (never given back).
+    #[serde(default)]
+    pub first: bool,
+    #[serde(default)]
+    pub used: u64,
+    #[serde(default)]
+    pub usable: u64,
+    /// Why it has this status, in words.
+    #[serde(default)]
+    pub why: String,
 }
 
 /// podnet: `POST /v1/cni/report`, sent by the plugin at the end of ADD and DEL:

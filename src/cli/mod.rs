@@ -8,6 +8,7 @@ pub mod install;
 pub mod ipam_check;
 pub mod lint;
 pub mod plan;
+mod plan_extra;
 pub mod status;
 
 use clap::{Parser, Subcommand};

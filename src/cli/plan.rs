@@ -4,15 +4,22 @@
 //! node takes from a multi-pool pool for its pre-allocation
 //! (`--pool-mode multi-pool`), and the per-node limit of an AWS ENI instance
 //! with the operator's allocation cycle for a node's numbers (`--pool-mode
-//! eni`). `-o json` for scripts. The math is [`crate::ipam::sizing`], and
+//! eni`), and in cluster-pool what podnet's extra node CIDRs add (`plan_extra`).
+//! `-o json` for scripts. The math is [`crate::ipam::sizing`], and
 //! [`crate::ipam::eni`] for the ENI cycle.
+
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use ipnet::IpNet;
 use serde::Serialize;
 
+use super::plan_extra::{ExtraCidrPlan, extra_cidr_plan, extra_cidr_text};
 use crate::ipam::Family;
-use crate::ipam::clusterpool::{DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE, parse_cidr_list};
+use crate::ipam::cidr_depletion::{DEFAULT_DEPLETION_THRESHOLD, DepletionRules};
+use crate::ipam::clusterpool::{
+    DEFAULT_EXTRA_CIDRS_MAX, DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE, parse_cidr_list,
+};
 use crate::ipam::eni;
 use crate::ipam::sizing::{
     self, BlockPoolPlan, DEFAULT_ENI_PRE_ALLOCATE, DEFAULT_MAX_PODS,
@@ -111,6 +118,12 @@ pub struct PlanArgs {
     /// eni: free addresses in that ENI's subnet (default: no limit).
     #[arg(long = "subnet-free-ips", value_name = "N")]
     pub subnet_free_ips: Option<u64>,
+    /// cluster-pool: the agents' `cluster-pool-depletion-threshold` (percent).
+    #[arg(long = "depletion-threshold", value_name = "PERCENT", default_value_t = u32::from(DEFAULT_DEPLETION_THRESHOLD))]
+    pub depletion_threshold: u32,
+    /// cluster-pool: the operator's `cluster-pool-extra-cidrs-max`.
+    #[arg(long = "extra-cidrs-max", value_name = "N", default_value_t = DEFAULT_EXTRA_CIDRS_MAX)]
+    pub extra_cidrs_max: u32,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
@@ -147,9 +160,12 @@ pub fn render(args: &PlanArgs) -> Result<String, String> {
                 rollout_headroom_percent: args.headroom,
             };
             let plan = sizing::plan_cluster_pool(&cidrs, mask, &opts).map_err(|e| e.to_string())?;
+            let rules = DepletionRules::new(args.depletion_threshold, Duration::ZERO)
+                .map_err(|e| e.to_string())?;
+            let extra = extra_cidr_plan(&plan, &rules, args.extra_cidrs_max);
             Ok(match args.output {
-                OutputFormat::Json => cluster_pool_json(&plan),
-                OutputFormat::Text => cluster_pool_text(&plan),
+                OutputFormat::Json => cluster_pool_json(&plan, &extra),
+                OutputFormat::Text => cluster_pool_text(&plan) + &extra_cidr_text(&extra, mask),
             })
         }
         PoolMode::MultiPool => {
@@ -335,17 +351,19 @@ struct ClusterPoolJson<'a> {
     usable_per_node: u64,
     warnings: &'a [String],
     pools: &'a [PoolPlan],
+    extra_cidrs: &'a ExtraCidrPlan,
 }
 
 /// Top level exactly `nodes`, `addressesPerNode`, `usablePerNode`,
-/// `warnings`, `pools`.
-fn cluster_pool_json(plan: &Plan) -> String {
+/// `warnings`, `pools`, `extraCidrs`.
+fn cluster_pool_json(plan: &Plan, extra: &ExtraCidrPlan) -> String {
     pretty(&ClusterPoolJson {
         nodes: plan.nodes,
         addresses_per_node: plan.addresses_per_node,
         usable_per_node: plan.usable_per_node,
         warnings: &plan.warnings,
         pools: &plan.pools,
+        extra_cidrs: extra,
     })
 }
 
@@ -802,6 +820,7 @@ mod tests {
             keys,
             [
                 "addressesPerNode",
+                "extraCidrs",
                 "nodes",
                 "pools",
                 "usablePerNode",

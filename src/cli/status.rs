@@ -13,7 +13,8 @@ use clap::Args;
 
 use crate::api::client::Client;
 use crate::api::models::{
-    ConfigCheckStatus, CrossNodeStatus, IpamStatus, LeakCheckStatus, PolicyStatus, time_of,
+    ConfigCheckStatus, CrossNodeStatus, IpamStatus, LeakCheckStatus, PodCidrLine, PolicyStatus,
+    time_of,
 };
 use crate::api::start_note;
 
@@ -106,6 +107,9 @@ pub fn run(args: &StatusArgs) -> i32 {
             r.usable
         );
     }
+    for line in pod_cidr_lines(&ipam.pod_cidrs) {
+        println!("{line}");
+    }
     match ipam.journal_error.as_str() {
         "" => println!(
             "Journal:    {} ({} bytes)",
@@ -168,6 +172,24 @@ pub fn run(args: &StatusArgs) -> i32 {
 }
 
 /// `0 waiting`, and the entries set aside as unreadable with what to do about them.
+/// cluster-pool: each node CIDR, its status and why.
+fn pod_cidr_lines(cidrs: &[PodCidrLine]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, c) in cidrs.iter().enumerate() {
+        let head = if i == 0 { "Node CIDRs:" } else { "" };
+        let status = if c.status.is_empty() {
+            "-"
+        } else {
+            c.status.as_str()
+        };
+        out.push(format!(
+            "{head:<12}{} {status} ({} of {} used): {}",
+            c.cidr, c.used, c.usable, c.why
+        ));
+    }
+    out
+}
+
 fn queue_line(ipam: &IpamStatus) -> String {
     let waiting = format!("{} waiting", ipam.queue_depth);
     if ipam.queue_unreadable == 0 {

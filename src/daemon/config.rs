@@ -15,6 +15,7 @@ use ipnet::IpNet;
 use super::crossnode::{CrossNodeConfig, TunnelProtocol};
 use super::options::DaemonOptions;
 use crate::ipam::Family;
+use crate::ipam::cidr_depletion::{DepletionRules, ThresholdError};
 use crate::ipam::clusterpool::{ClusterPoolConfig, ClusterPoolError, parse_cidr_list};
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pool_options::{PoolOptionError, parse_auto_create_pools, parse_pre_allocation};
@@ -25,6 +26,9 @@ use crate::resources::{PoolDemand, RequestedPool};
 /// says what to use instead (the words `podnet lint` shows too).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
+    /// `cluster-pool-depletion-threshold` out of range.
+    #[error(transparent)]
+    DepletionThreshold(#[from] ThresholdError),
     #[error(
         "ipam mode {0:?} is not supported by this build: use cluster-pool (default), kubernetes, multi-pool, crd, azure, alibabacloud, eni or delegated-plugin"
     )]
@@ -314,12 +318,18 @@ pub struct DaemonConfig {
     pub cross_node: CrossNodeConfig,
     /// `--enable-policy`.
     pub policy: PolicyMode,
+    /// cluster-pool: when the node asks for another CIDR and gives one back.
+    pub depletion: Option<DepletionRules>,
 }
 
 impl DaemonConfig {
     /// Resolves the options, with Cilium's start-up checks.
     pub fn resolve(opts: &DaemonOptions) -> Result<DaemonConfig, ConfigError> {
         let ipam = IpamMode::parse(&opts.ipam)?;
+        let depletion = DepletionRules::new(
+            opts.cluster_pool_depletion_threshold,
+            opts.cluster_pool_cidr_release_delay,
+        )?;
         let policy = PolicyMode::parse(&opts.enable_policy)?;
         let datapath = DatapathMode::parse(&opts.datapath_mode)?;
         let backend = match &opts.k8s_kubeconfig_path {
@@ -376,6 +386,7 @@ impl DaemonConfig {
             node_labels: parse_node_labels(&opts.node_labels)?,
             cross_node: cross_node(opts, routing, embedded)?,
             policy,
+            depletion: (ipam == IpamMode::ClusterPool).then_some(depletion),
         })
     }
 }
@@ -622,6 +633,42 @@ mod tests {
         }
         let e = IpamMode::parse("host-local").unwrap_err().to_string();
         assert!(e.contains("not supported by this build"), "{e}");
+    }
+
+    #[test]
+    fn the_depletion_threshold_is_a_percentage_and_only_cluster_pool_judges() {
+        let c = resolve(&[]).unwrap();
+        let rules = c.depletion.expect("cluster-pool judges its CIDRs");
+        assert_eq!(rules.threshold(), 10);
+        assert_eq!(rules.release_delay_ms(), 600_000);
+        let c = resolve(&[
+            "--cluster-pool-depletion-threshold=100",
+            "--cluster-pool-cidr-release-delay=30s",
+        ])
+        .unwrap();
+        assert_eq!(c.depletion.map(|r| r.release_delay_ms()), Some(30_000));
+        for bad in ["0", "101"] {
+            let e = resolve(&[&format!("--cluster-pool-depletion-threshold={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(&format!(
+                    "cluster-pool-depletion-threshold {bad}: must be a percentage"
+                )),
+                "{e}"
+            );
+        }
+        let e = resolve(&["--cluster-pool-depletion-threshold=-1"]).unwrap_err();
+        assert!(
+            e.to_string().contains("cluster-pool-depletion-threshold"),
+            "{e}"
+        );
+        assert!(
+            resolve(&["--ipam", "kubernetes", "--pod-cidrs", "10.1.0.0/24"])
+                .unwrap()
+                .depletion
+                .is_none()
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
+use crate::ipam::cidr_depletion::{DEFAULT_DEPLETION_THRESHOLD, DEFAULT_RELEASE_DELAY};
 pub(crate) use crate::process::options::OptionsError;
 use crate::process::options::{parse_bool, parse_command_with_config_dir, parse_duration};
 
@@ -212,6 +213,19 @@ pub struct DaemonOptions {
     /// How long a released address waits before it is handed out again.
     #[arg(long = "ipam-release-cooldown", default_value = "30s", value_parser = parse_duration)]
     pub ipam_release_cooldown: Duration,
+
+    /// cluster-pool (podnet): when fewer than this percentage of the node's
+    /// usable addresses of a family are free, the agent marks its CIDRs of that
+    /// family `depleted` in status.ipam.pod-cidrs, and podnet's operator appends
+    /// another CIDR (1 to 100).
+    #[arg(long = "cluster-pool-depletion-threshold", default_value_t = u32::from(DEFAULT_DEPLETION_THRESHOLD))]
+    pub cluster_pool_depletion_threshold: u32,
+
+    /// cluster-pool (podnet): how long an extra CIDR (never the node's first)
+    /// holds no address before the agent marks it `released` and podnet's
+    /// operator takes it back.
+    #[arg(long = "cluster-pool-cidr-release-delay", default_value = DEFAULT_RELEASE_DELAY, value_parser = parse_duration)]
+    pub cluster_pool_cidr_release_delay: Duration,
 
     /// If the journal cannot be read, move it aside and rebuild the allocations
     /// from the pods' host links and routes (see docs/crash-safety.md).

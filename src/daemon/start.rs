@@ -444,6 +444,7 @@ fn restore_state(
             .map(ClusterPoolConfig::mask_misfits)
             .unwrap_or_default(),
         pooling: pooling_mode(config, backend.default_pool.as_deref()),
+        depletion: config.depletion,
     };
     let metrics = Arc::new(metrics::Metrics::new(&opts.metrics_prefix));
     let mut state = IpamState::restore(

@@ -24,8 +24,13 @@ pub const OPT_IPV6_MASK_SIZE: &str = "cluster-pool-ipv6-mask-size";
 pub const DEFAULT_IPV4_MASK_SIZE: u8 = 24;
 /// Operator default of `cluster-pool-ipv6-mask-size` (the Helm chart uses 120).
 pub const DEFAULT_IPV6_MASK_SIZE: u8 = 112;
+/// podnet's operator option: extra CIDRs a node may get per family.
+pub const OPT_EXTRA_CIDRS_MAX: &str = "cluster-pool-extra-cidrs-max";
+/// Default of [`OPT_EXTRA_CIDRS_MAX`].
+pub const DEFAULT_EXTRA_CIDRS_MAX: u32 = 2;
 
-fn cidr_option(family: Family) -> &'static str {
+/// The pool option of a family (`cluster-pool-ipv4-cidr`).
+pub fn cidr_option(family: Family) -> &'static str {
     match family {
         Family::V4 => OPT_IPV4_CIDR,
         Family::V6 => OPT_IPV6_CIDR,
@@ -475,14 +480,7 @@ impl NodeCidrCarver {
                 if sets.is_empty() || !allocate {
                     continue;
                 }
-                let Some((i, cidr)) = sets
-                    .iter_mut()
-                    .enumerate()
-                    .filter(|(_, s)| !s.is_full())
-                    .find_map(|(i, s)| s.allocate_next().ok().map(|c| (i, c)))
-                else {
-                    return Err(ClusterPoolError::Exhausted { family });
-                };
+                let (i, cidr) = allocate_next(sets, family)?;
                 done.push((family, i, cidr));
                 out.push(cidr);
                 continue;
@@ -535,6 +533,36 @@ impl NodeCidrCarver {
         Ok(out)
     }
 
+    /// One more CIDR of `family` for a node that has some (an extra CIDR), from
+    /// the first pool CIDR with room; a CIDR in `avoid` is not given (it stays
+    /// free). [`ClusterPoolError::Exhausted`] when none is left.
+    pub fn carve_one(
+        &mut self,
+        family: Family,
+        avoid: &[IpNet],
+    ) -> Result<IpNet, ClusterPoolError> {
+        let sets = self.sets_mut(family);
+        let mut skipped = Vec::new();
+        let result = loop {
+            match allocate_next(sets, family) {
+                Ok((i, cidr)) if avoid.contains(&cidr) && skipped.len() < avoid.len() => {
+                    skipped.push((i, cidr));
+                }
+                Ok((i, cidr)) if avoid.contains(&cidr) => {
+                    skipped.push((i, cidr));
+                    break Err(ClusterPoolError::Exhausted { family });
+                }
+                other => break other.map(|(_, cidr)| cidr),
+            }
+        };
+        for (i, cidr) in skipped {
+            if let Some(set) = sets.get_mut(i) {
+                let _ = set.release(&cidr);
+            }
+        }
+        result
+    }
+
     /// Releases a node's CIDRs back to their pools. CIDRs that are in no pool
     /// or not allocated are ignored.
     pub fn release_node(&mut self, cidrs: &[IpNet]) {
@@ -547,9 +575,47 @@ impl NodeCidrCarver {
     }
 }
 
+/// The next free node CIDR of the first pool CIDR of `sets` with room (and
+/// which pool CIDR it came from).
+fn allocate_next(sets: &mut [CidrSet], family: Family) -> Result<(usize, IpNet), ClusterPoolError> {
+    sets.iter_mut()
+        .enumerate()
+        .filter(|(_, s)| !s.is_full())
+        .find_map(|(i, s)| s.allocate_next().ok().map(|c| (i, c)))
+        .ok_or(ClusterPoolError::Exhausted { family })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn carve_one_adds_a_cidr_and_avoids_the_ones_asked() {
+        let mut c = NodeCidrCarver::new(&v4_config(&["10.0.0.0/22"], 24)).unwrap();
+        assert_eq!(c.carve_for_node(&[]).unwrap(), nets(&["10.0.0.0/24"]));
+        assert_eq!(
+            c.carve_one(Family::V4, &nets(&["10.0.1.0/24"])).unwrap(),
+            net("10.0.2.0/24")
+        );
+        assert!(
+            !c.sets(Family::V4)[0]
+                .is_allocated(&net("10.0.1.0/24"))
+                .unwrap()
+        );
+        assert_eq!(c.carve_one(Family::V4, &[]).unwrap(), net("10.0.3.0/24"));
+        // Only an avoided one left: exhausted, and it stays free.
+        assert_eq!(
+            c.carve_one(Family::V4, &nets(&["10.0.1.0/24"])),
+            Err(ClusterPoolError::Exhausted { family: Family::V4 })
+        );
+        assert_eq!(c.carve_one(Family::V4, &[]).unwrap(), net("10.0.1.0/24"));
+        assert_eq!(
+            c.carve_one(Family::V4, &[]),
+            Err(ClusterPoolError::Exhausted { family: Family::V4 })
+        );
+        // A disabled family has no pool.
+        assert!(c.carve_one(Family::V6, &[]).is_err());
+    }
 
     fn net(s: &str) -> IpNet {
         s.parse().unwrap()

@@ -1,12 +1,14 @@
 //! Owns podnet's pure IPAM logic (no I/O): the IP family type, the node-side
 //! host-scope address allocator ([`hostscope`]), the operator-side node-CIDR
 //! allocator ([`cidrset`]) and the cluster-pool options and per-node carving
-//! ([`clusterpool`]). Semantics follow Cilium 1.20 (`pkg/ipam/hostscope.go`,
+//! ([`clusterpool`]), and the agent's verdict on its cluster-pool CIDRs
+//! ([`cidr_depletion`]). Semantics follow Cilium 1.20 (`pkg/ipam/hostscope.go`,
 //! `pkg/ipam/service/ipallocator`, `pkg/ipam/cidrset`,
 //! `operator/pkg/ipam/allocator/clusterpool`).
 
 pub mod address_request;
 mod bitmap;
+pub mod cidr_depletion;
 pub mod cidrset;
 pub mod clusterpool;
 pub mod duplicates;

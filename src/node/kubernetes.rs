@@ -19,7 +19,11 @@
 //! it was computed from, re-read and retried when the node changed meanwhile
 //! (`operator::multi_pool` describes the whole protocol). In the external modes the
 //! sink applies `status.ipam.used` through the status subresource, only when it
-//! differs from what the CiliumNode held when the source last saw it.
+//! differs from what the CiliumNode held when the source last saw it. In
+//! cluster-pool the source follows `spec.ipam.podCIDRs` (an extra CIDR the operator
+//! appends is served from as it lands), and the sink applies the agent's verdict
+//! on them, `status.ipam.pod-cidrs`, the same way under a field manager of its
+//! own ([`POD_CIDRS_FIELD_MANAGER`]).
 //!
 //! The source also reads what the node is for the daemon's configuration check
 //! (`daemon::node_check`): its Node's InternalIPs at start and then with a watch
@@ -61,7 +65,7 @@ use crate::ipam::eni::eni_allocation;
 use crate::k8s::connect::{api_server_url, connect};
 use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve, resolve_waiting};
 use crate::k8s::objects::{ApplyBody, condition_json, node_resource, typed};
-use crate::resources::Node;
+use crate::resources::{Node, PodCidrStatus};
 
 /// The field manager of the agent's server-side applies.
 pub const FIELD_MANAGER: &str = "podnet-agent";
@@ -69,6 +73,9 @@ pub const FIELD_MANAGER: &str = "podnet-agent";
 /// an apply of the status under [`FIELD_MANAGER`] would give up
 /// `status.ipam.used`, which crd-class modes apply there).
 pub const CHECK_FIELD_MANAGER: &str = "podnet-agent-config-check";
+/// The field manager of the agent's `status.ipam.pod-cidrs` (its own, for the
+/// reason [`CHECK_FIELD_MANAGER`] has one).
+pub const POD_CIDRS_FIELD_MANAGER: &str = "podnet-agent-pod-cidrs";
 /// The condition saying whether the agent's configuration fits the node
 /// (`daemon::node_check`).
 pub const FIT_CONDITION: &str = "podnet.io/ConfigFitsNode";
@@ -237,6 +244,8 @@ struct Seen {
     used: Option<UsedAddresses>,
     /// The [`FIT_CONDITION`] in `status.conditions`.
     fit: Option<serde_json::Value>,
+    /// cluster-pool: `status.ipam.pod-cidrs`.
+    pod_cidrs: Option<BTreeMap<String, PodCidrStatus>>,
 }
 
 type SharedSeen = Arc<Mutex<Seen>>;
@@ -265,6 +274,7 @@ fn see(seen: &SharedSeen, node: Option<&NodeResource>) {
     *seen.lock().unwrap_or_else(|p| p.into_inner()) = Seen {
         used: node.map(used_in),
         fit: node.and_then(fit_in),
+        pod_cidrs: node.map(|n| n.status.ipam.pod_cidrs.clone()),
     };
 }
 
@@ -303,6 +313,7 @@ pub fn kubernetes_backend(
             pending_used: None,
             pending_fit: None,
             pending_released: BTreeSet::new(),
+            pending_pod_cidrs: None,
         },
     )
 }
@@ -810,6 +821,8 @@ pub struct KubernetesSink {
     pending_fit: Option<ConfigFit>,
     /// Multi-pool: blocks given back, not removed from the CiliumNode yet.
     pending_released: BTreeSet<(String, IpNet)>,
+    /// cluster-pool: the verdict on the node's CIDRs, not written yet.
+    pending_pod_cidrs: Option<BTreeMap<String, PodCidrStatus>>,
 }
 
 impl KubernetesSink {
@@ -909,6 +922,43 @@ fn fit_condition(fit: &ConfigFit, old: Option<&serde_json::Value>) -> Option<ser
             .all(|k| o[k] == condition[k])
     });
     (!same).then_some(condition)
+}
+
+impl KubernetesSink {
+    /// cluster-pool: `status.ipam.pod-cidrs` through the status subresource under
+    /// [`POD_CIDRS_FIELD_MANAGER`] (the whole map: a CIDR left out is dropped),
+    /// unless the CiliumNode already says it.
+    async fn apply_pod_cidrs(
+        &mut self,
+        pod_cidrs: &BTreeMap<String, PodCidrStatus>,
+    ) -> Result<(), NodeError> {
+        let held = self
+            .seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pod_cidrs
+            .as_ref()
+            == Some(pod_cidrs);
+        if held {
+            return Ok(());
+        }
+        let name = self.config.node_name.clone();
+        let resource = self.nodes_resource().await?;
+        let api: Api<DynamicObject> = Api::all_with(self.client().await?, &resource);
+        let body = ApplyBody::new(&resource.api_version, "CiliumNode", &name)
+            .with("status", json!({"ipam": {"pod-cidrs": pod_cidrs}}));
+        api.patch_status(
+            &name,
+            &PatchParams::apply(POD_CIDRS_FIELD_MANAGER),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|source| NodeError::Api {
+            op: format!("applying status.ipam.pod-cidrs of CiliumNode {name:?}"),
+            source,
+        })?;
+        Ok(())
+    }
 }
 
 /// Attempts at removing given-back blocks before the next flush tries again.
@@ -1085,6 +1135,13 @@ impl KubernetesSink {
         self.apply_fields(outbox).await?;
         if !self.pending_released.is_empty() {
             self.remove_released().await?;
+        }
+        if let Some(pod_cidrs) = outbox.pod_cidrs.clone() {
+            self.pending_pod_cidrs = Some(pod_cidrs);
+        }
+        if let Some(pod_cidrs) = self.pending_pod_cidrs.clone() {
+            self.apply_pod_cidrs(&pod_cidrs).await?;
+            self.pending_pod_cidrs = None;
         }
         // Last: a condition that cannot be written (a CRD without the field is
         // no error: the API server prunes it) holds up none of the above.

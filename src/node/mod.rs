@@ -247,6 +247,8 @@ pub struct NodeOutbox {
     pub released_blocks: Vec<(String, IpNet)>,
     /// Whether the configuration fits the node (where the backend told the facts).
     pub config_fit: Option<ConfigFit>,
+    /// cluster-pool: `status.ipam.pod-cidrs`, the agent's verdict on its CIDRs.
+    pub pod_cidrs: Option<BTreeMap<String, crate::resources::PodCidrStatus>>,
 }
 
 impl NodeOutbox {
@@ -257,6 +259,7 @@ impl NodeOutbox {
             && self.used.is_none()
             && self.addresses.is_none()
             && self.health.is_none()
+            && self.pod_cidrs.is_none()
     }
 }
 

@@ -156,7 +156,8 @@ fn start(opts: &OperatorOptions) -> Result<(), OperatorError> {
         let allocate = async {
             match allocator {
                 Allocator::ClusterPool(carver) => {
-                    cluster_pool::run(client.clone(), NodeCidrs::new(carver), &metrics).await
+                    let cidrs = NodeCidrs::new(carver, config.extra_cidrs_max);
+                    cluster_pool::run(client.clone(), cidrs, &config.identity, &metrics).await
                 }
                 Allocator::MultiPool(auto_create, migrate_into) => {
                     multi_pool::run(client.clone(), auto_create, migrate_into, &metrics).await

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
+use super::cluster_pool::extra::DEFAULT_EXTRA_CIDRS_MAX;
 use super::lbipam::services::{DefaultIpam, Settings};
 use super::lease::timing::{
     OPT_LEASE_DURATION, OPT_RENEW_DEADLINE, OPT_RENEW_INTERVAL, OPT_RETRY_PERIOD, Timing,
@@ -55,6 +56,12 @@ pub struct ClusterOptions {
     /// Node CIDR mask size for IPv6 (the operator's default, 112).
     #[arg(long = "cluster-pool-ipv6-mask-size", default_value_t = DEFAULT_IPV6_MASK_SIZE)]
     pub cluster_pool_ipv6_mask_size: u8,
+
+    /// podnet: extra CIDRs per family a node may get from the cluster pool when
+    /// its agent says its CIDRs are depleted (cluster-pool-depletion-threshold);
+    /// 0: none (a node keeps one CIDR per family, as with Cilium).
+    #[arg(long = "cluster-pool-extra-cidrs-max", default_value_t = DEFAULT_EXTRA_CIDRS_MAX)]
+    pub cluster_pool_extra_cidrs_max: u32,
 
     /// The kubeconfig of the API server; without it, the in-cluster service
     /// account (KUBERNETES_SERVICE_HOST must be set).
@@ -202,6 +209,8 @@ pub struct OperatorConfig {
     pub node_ipam: Option<DefaultIpam>,
     /// None: the duplicate check is off; else its interval.
     pub duplicate_check: Option<Duration>,
+    /// Cluster-pool: extra CIDRs a node may get per family.
+    pub extra_cidrs_max: u32,
 }
 
 /// Why the options do not make a configuration.
@@ -287,6 +296,7 @@ impl OperatorConfig {
                 .enable_node_ipam
                 .then_some(opts.default_lb_service_ipam),
             duplicate_check: Some(opts.ipam_duplicate_check_interval).filter(|i| !i.is_zero()),
+            extra_cidrs_max: opts.cluster.cluster_pool_extra_cidrs_max,
         })
     }
 }
@@ -598,5 +608,23 @@ mod tests {
         assert_eq!(cluster_pool_of(&c).ipv4_mask_size, 28);
         assert_eq!(c.namespace, "podnet");
         assert_eq!(c.identity, "op-a");
+    }
+
+    #[test]
+    fn extra_cidrs_default_to_two_and_0_turns_them_off() {
+        let c = resolve(&["--cluster-pool-ipv4-cidr", "10.90.0.0/23"]).unwrap();
+        assert_eq!(c.extra_cidrs_max, 2);
+        let c = resolve(&[
+            "--cluster-pool-ipv4-cidr",
+            "10.90.0.0/23",
+            "--cluster-pool-extra-cidrs-max=0",
+        ])
+        .unwrap();
+        assert_eq!(c.extra_cidrs_max, 0);
+        let e = resolve(&["--cluster-pool-extra-cidrs-max=-1"]).unwrap_err();
+        assert!(
+            e.to_string().contains("cluster-pool-extra-cidrs-max"),
+            "{e}"
+        );
     }
 }

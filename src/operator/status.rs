@@ -1,7 +1,9 @@
 //! `podnet operator status`: the cluster's IPAM as the API server has it. Reads the
 //! leader Lease and every CiliumNode once and prints who leads and when it last
 //! renewed, each node's CIDRs (cluster-pool podCIDRs and multi-pool blocks), router
-//! address and operator error, and, when the cluster pool is given (the operator's
+//! address and operator error, the agent's verdict on each cluster-pool CIDR and
+//! what it calls for (an extra CIDR asked, at the cap, one given back), and, when
+//! the cluster pool is given (the operator's
 //! own options, flags or `--config-dir`), each family's node CIDRs counted through
 //! the operator's cidrset: total, in use, free. It also reads the CiliumPodIPPools
 //! and counts each pool's blocks in use and free by re-adopting every node's blocks
@@ -11,6 +13,7 @@
 //! (`ipam::duplicates`, as the leader's periodic check and `podnet ipam check`
 //! find them). `-o json` for scripts.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -21,10 +24,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams};
 use serde::Serialize;
 
+use super::cluster_pool::extra::{self, OPT_EXTRA_CIDRS_MAX, parse_status};
 use super::lease::LEASE_NAME;
 use super::multi_pool::blocks::{ObservedNode, PoolBlocks as PoolBookkeeping};
 use super::options::ClusterOptions;
 use crate::ipam::Family;
+use crate::ipam::cidr_depletion::is_first;
 use crate::ipam::clusterpool::{
     ClusterPoolConfig, ClusterPoolError, NodeCidrCarver, OPT_IPV4_CIDR, OPT_IPV6_CIDR,
     parse_cidr_list,
@@ -37,7 +42,7 @@ use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve};
 use crate::k8s::objects::{ListError, node_resource};
 use crate::k8s::pool_watch::list_pools;
 use crate::process::options::{OptionsError, parse_command_with_config_dir};
-use crate::resources::AllocatedPool;
+use crate::resources::{AllocatedPool, PodCidrState};
 
 /// How long the reads may take before the API server counts as unreachable.
 const READ_TIMEOUT: Duration = Duration::from_secs(15);
@@ -97,6 +102,13 @@ pub struct NodeLine {
     pub router: Vec<String>,
     /// `status.ipam.operator-status.error` ("" = none).
     pub error: String,
+    /// Cluster-pool: the agent's verdict on each CIDR (`status.ipam.pod-cidrs`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub cidr_status: BTreeMap<IpNet, PodCidrState>,
+    /// Cluster-pool: what the verdicts call for (an extra CIDR asked, at the cap,
+    /// one given back; "" = nothing).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub extra: String,
     /// Why the object could not be read ("" = it could).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub unreadable: String,
@@ -234,6 +246,9 @@ fn status(opts: &StatusOptions) -> Result<Report, StatusError> {
     let (nodes, lease, defs, pods) =
         runtime.block_on(read(opts.cluster.k8s_kubeconfig_path.as_ref(), ns))?;
     let mut r = report(&nodes, lease.as_ref(), ns, carver, Timestamp::now());
+    for n in &mut r.nodes {
+        n.extra = extra_note(n, opts.cluster.cluster_pool_extra_cidrs_max);
+    }
     (r.pod_pools, r.pod_pool_problems) = pod_pools(&defs, &r.nodes);
     let views: Vec<_> = nodes
         .iter()
@@ -339,6 +354,8 @@ pub fn report(
                         .map(|a| a.ip)
                         .collect(),
                     error: n.status.ipam.operator_status.error,
+                    cidr_status: parse_status(&n.status.ipam.pod_cidrs),
+                    extra: String::new(),
                     unreadable: String::new(),
                 },
                 Err(e) => NodeLine {
@@ -347,6 +364,8 @@ pub fn report(
                     pools: Vec::new(),
                     router: Vec::new(),
                     error: String::new(),
+                    cidr_status: BTreeMap::new(),
+                    extra: String::new(),
                     unreadable: e.to_string(),
                 },
             }
@@ -459,6 +478,47 @@ pub fn pod_pools(defs: &[PoolDef], nodes: &[NodeLine]) -> (Vec<PodPoolSpace>, Ve
     (pools, problems)
 }
 
+/// The node's podCIDRs, each with the agent's verdict when it gave one
+/// (`10.0.0.0/24 (depleted), 10.0.9.0/24 (extra, in-use)`).
+fn judged_cidrs(n: &NodeLine) -> String {
+    if n.cidr_status.is_empty() {
+        return cidr_list(&n.pod_cidrs);
+    }
+    n.pod_cidrs
+        .iter()
+        .map(|c| {
+            let state = n
+                .cidr_status
+                .get(&c.trunc())
+                .map_or("not judged", |s| s.as_str());
+            match is_first(&n.pod_cidrs, c) {
+                true => format!("{c} ({state})"),
+                false => format!("{c} (extra, {state})"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What the agent's verdicts on `n` call for, with `max` extra CIDRs allowed.
+pub fn extra_note(n: &NodeLine, max: u32) -> String {
+    let plan = extra::plan(&n.pod_cidrs, &n.cidr_status, max);
+    let mut notes: Vec<String> = Vec::new();
+    for f in &plan.grow {
+        notes.push(format!("{} depleted: asks for an extra CIDR", f.label()));
+    }
+    for f in &plan.at_cap {
+        notes.push(format!(
+            "{} depleted with {max} extra CIDRs ({OPT_EXTRA_CIDRS_MAX}): no more",
+            f.label()
+        ));
+    }
+    for c in &plan.release {
+        notes.push(format!("{c} released: goes back to the pool"));
+    }
+    notes.join("; ")
+}
+
 fn cidr_list(cidrs: &[IpNet]) -> String {
     match cidrs {
         [] => "none".into(),
@@ -504,7 +564,10 @@ pub fn text(r: &Report) -> String {
             out.push_str(&format!("  {}: not understood: {}\n", n.name, n.unreadable));
             continue;
         }
-        let mut line = format!("  {}: podCIDRs {}", n.name, cidr_list(&n.pod_cidrs));
+        let mut line = format!("  {}: podCIDRs {}", n.name, judged_cidrs(n));
+        if !n.extra.is_empty() {
+            line.push_str(&format!("; {}", n.extra));
+        }
         for p in &n.pools {
             line.push_str(&format!("; pool {}: {}", p.pool, cidr_list(&p.cidrs)));
         }
@@ -677,6 +740,8 @@ mod tests {
             }],
             router: Vec::new(),
             error: String::new(),
+            cidr_status: BTreeMap::new(),
+            extra: String::new(),
             unreadable: String::new(),
         };
         let (pools, problems) = pod_pools(&[def(28)], std::slice::from_ref(&holder));
@@ -750,6 +815,54 @@ mod tests {
                 &kubeconfig.display().to_string()
             ])),
             1
+        );
+    }
+
+    #[test]
+    fn each_cidr_shows_the_agents_verdict_and_what_it_calls_for() {
+        let net = |c: &str| c.parse::<IpNet>().unwrap();
+        let mut n = NodeLine {
+            name: "a".into(),
+            pod_cidrs: vec![net("10.90.0.0/24"), net("10.90.9.0/24")],
+            pools: Vec::new(),
+            router: Vec::new(),
+            error: String::new(),
+            cidr_status: BTreeMap::from([
+                (net("10.90.0.0/24"), PodCidrState::Depleted),
+                (net("10.90.9.0/24"), PodCidrState::Depleted),
+            ]),
+            extra: String::new(),
+            unreadable: String::new(),
+        };
+        assert_eq!(
+            judged_cidrs(&n),
+            "10.90.0.0/24 (depleted), 10.90.9.0/24 (extra, depleted)"
+        );
+        assert_eq!(extra_note(&n, 2), "IPv4 depleted: asks for an extra CIDR");
+        assert_eq!(
+            extra_note(&n, 1),
+            "IPv4 depleted with 1 extra CIDRs (cluster-pool-extra-cidrs-max): no more"
+        );
+        n.cidr_status
+            .insert(net("10.90.9.0/24"), PodCidrState::Released);
+        n.cidr_status
+            .insert(net("10.90.0.0/24"), PodCidrState::InUse);
+        assert_eq!(
+            extra_note(&n, 2),
+            "10.90.9.0/24 released: goes back to the pool"
+        );
+        n.extra = extra_note(&n, 2);
+        let r = Report {
+            nodes: vec![n],
+            ..report(&[], None, "kube-system", None, Timestamp::now())
+        };
+        assert!(
+            text(&r).contains(
+                "  a: podCIDRs 10.90.0.0/24 (in-use), 10.90.9.0/24 (extra, released); \
+                 10.90.9.0/24 released: goes back to the pool; router none\n"
+            ),
+            "{}",
+            text(&r)
         );
     }
 }

@@ -399,6 +399,46 @@ pub struct NodeIpamStatus {
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub ipv6_used: BTreeMap<String, AllocationIp>,
+    /// Cluster-pool: the state of each of the node's CIDRs, `cidr -> {status}`
+    /// (the field of Cilium's retired dynamic cluster-pool, written by the agent):
+    /// whether the node still has room, needs another CIDR, or gave one back.
+    #[serde(
+        rename = "pod-cidrs",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub pod_cidrs: BTreeMap<String, PodCidrStatus>,
+}
+
+/// One entry of `status.ipam.pod-cidrs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodCidrStatus {
+    pub status: PodCidrState,
+}
+
+/// What the agent says of one of its CIDRs (the CRD's enum).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PodCidrState {
+    /// Served from; the node has room.
+    InUse,
+    /// The node's free addresses of this family fell under the threshold: it
+    /// asks for another CIDR.
+    Depleted,
+    /// Empty for the release delay and given back: nothing is handed out of it,
+    /// and the operator may take it off the node.
+    Released,
+}
+
+impl PodCidrState {
+    /// The word the CRD uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodCidrState::InUse => "in-use",
+            PodCidrState::Depleted => "depleted",
+            PodCidrState::Released => "released",
+        }
+    }
 }
 
 /// `status.ipam.operator-status`: the operator's last error for this node.

@@ -796,4 +796,36 @@ mod tests {
         assert_eq!(dsts, ["10.1.1.0/24", "10.2.0.0/27"]);
         assert_eq!(p.remotes[0].cidrs.len(), 2);
     }
+
+    #[test]
+    fn an_extra_cluster_pool_cidr_is_routed_tunnelled_and_masqueraded_like_the_first() {
+        let two = |name: &str, internal: &str, router: &str, cidrs: &[&str]| {
+            let mut res = NodeResource::new(name);
+            res.set_address("InternalIP", internal.parse().unwrap());
+            res.set_address("CiliumInternalIP", router.parse().unwrap());
+            res.spec.ipam.pod_cidrs = cidrs.iter().map(|c| net(c)).collect();
+            ClusterNode::from_resource(&res)
+        };
+        let nodes = [
+            two("a", "192.168.0.1", "10.1.0.1", &["10.1.0.0/24"]),
+            two(
+                "b",
+                "192.168.0.2",
+                "10.1.1.1",
+                &["10.1.1.0/24", "10.1.7.0/24"],
+            ),
+        ];
+        for mode in [RoutingMode::Tunnel, RoutingMode::Native] {
+            let p = plan(&config(mode), "a", &nodes, &BTreeSet::new());
+            let dsts: Vec<String> = p.routes.iter().map(|r| r.dst.to_string()).collect();
+            assert_eq!(dsts, ["10.1.1.0/24", "10.1.7.0/24"], "{mode:?}");
+            assert_eq!(p.remotes[0].cidrs, [net("10.1.1.0/24"), net("10.1.7.0/24")]);
+            let m = p.masquerade_v4.expect("IPv4 masquerade");
+            assert!(m.exempt.contains(&net("10.1.7.0/24")), "{m:?}");
+        }
+        // On the node holding it: both are its own sources.
+        let p = plan(&config(RoutingMode::Tunnel), "b", &nodes, &BTreeSet::new());
+        let m = p.masquerade_v4.expect("IPv4 masquerade");
+        assert_eq!(m.sources, [net("10.1.1.0/24"), net("10.1.7.0/24")]);
+    }
 }

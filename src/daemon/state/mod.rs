@@ -20,6 +20,7 @@
 
 mod alloc;
 mod allocations;
+mod cidr_view;
 mod effects;
 mod error;
 mod explain;
@@ -44,6 +45,7 @@ use super::metrics::Metrics;
 use crate::api::link_marker::JournalMark;
 use crate::api::models::{FailureReason, FailureRecord};
 use crate::ipam::Family;
+use crate::ipam::cidr_depletion::DepletionRules;
 use crate::ipam::clusterpool::MaskMisfit;
 use crate::ipam::multipool::PoolSet;
 use crate::ipam::selection::MetadataSource;
@@ -95,6 +97,9 @@ pub struct StateConfig {
     /// their pool CIDRs (the embedded backend refuses them at start).
     pub mask_misfits: Vec<MaskMisfit>,
     pub pooling: PoolingMode,
+    /// cluster-pool: when the node asks for another CIDR and gives one back
+    /// (`status.ipam.pod-cidrs`).
+    pub depletion: Option<DepletionRules>,
 }
 
 /// A request for the next address(es).

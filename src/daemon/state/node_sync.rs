@@ -10,6 +10,9 @@
 //! - a block this node gave back to a cluster operator stays out of the node
 //!   resource's blocks while the operator's copy still lists it (`releasing`);
 //! - free blocks are given back only once restore has finished;
+//! - cluster-pool: the node serves from every CIDR of `spec.ipam.podCIDRs` but
+//!   those it released (`ipam::cidr_depletion`), and its status says which
+//!   (`status.ipam.pod-cidrs`, the verdict of the last outbox);
 //! - the outbox hands each change once: the used addresses when they changed,
 //!   the demand, node addresses and health addresses when they differ from what
 //!   was last handed.
@@ -24,12 +27,14 @@ use ipnet::IpNet;
 
 use super::PoolingMode;
 use crate::ipam::Family;
+use crate::ipam::cidr_depletion::{CidrTracker, CidrUse, DepletionRules, status_map};
 use crate::ipam::hostscope::AllocatorOptions;
 use crate::ipam::pooldef::PoolDef;
 use crate::node::{
     HealthAddresses, NodeAddress, NodeError, NodeOperator, NodeOutbox, NodeResource, RequestedPool,
     UsedAddresses,
 };
+use crate::resources::PodCidrStatus;
 use crate::store::JournalOp;
 
 /// How long a failed allocation keeps counting towards demand (Cilium: 5 min).
@@ -53,6 +58,7 @@ struct OutboxMarks {
     requested: Option<Vec<RequestedPool>>,
     addresses: Option<Vec<NodeAddress>>,
     health: Option<HealthAddresses>,
+    pod_cidrs: Option<BTreeMap<String, PodCidrStatus>>,
 }
 
 /// The node resource, the pool definitions, the operator, demand and outbox.
@@ -66,6 +72,8 @@ pub(super) struct NodeSync {
     /// Free blocks are given back only once restore has finished.
     restore_finished: bool,
     outbox: OutboxMarks,
+    /// cluster-pool: since when extra CIDRs are empty, which were released.
+    cidrs: CidrTracker,
 }
 
 impl NodeSync {
@@ -76,6 +84,7 @@ impl NodeSync {
         pool_defs: Vec<PoolDef>,
     ) -> NodeSync {
         NodeSync {
+            cidrs: CidrTracker::from_status(&node.spec.ipam.pod_cidrs, &node.status.ipam.pod_cidrs),
             node,
             operator,
             pool_defs,
@@ -122,12 +131,13 @@ impl NodeSync {
         let ipam = &self.node.spec.ipam;
         match pooling {
             PoolingMode::HostScope => {
-                for c in &ipam.pod_cidrs {
+                let released = self.cidrs.released();
+                for c in ipam.pod_cidrs.iter().map(IpNet::trunc) {
                     let e = wanted
-                        .entry((super::DEFAULT_POOL.to_string(), Family::of_net(c)))
+                        .entry((super::DEFAULT_POOL.to_string(), Family::of_net(&c)))
                         .or_insert((Vec::new(), AllocatorOptions::default()));
-                    if e.0.is_empty() {
-                        e.0.push(*c);
+                    if !released.contains(&c) && !e.0.contains(&c) {
+                        e.0.push(c);
                     }
                 }
             }
@@ -294,6 +304,36 @@ impl NodeSync {
         self.outbox.used_changed = true;
     }
 
+    /// cluster-pool: the CIDRs the operator gives this node now (none: keep
+    /// what it has; a CIDR gone while in use stays until its pods go).
+    pub(super) fn set_pod_cidrs(&mut self, cidrs: Vec<IpNet>) {
+        if !cidrs.is_empty() {
+            self.node.spec.ipam.pod_cidrs = cidrs;
+        }
+    }
+
+    /// cluster-pool: judges the node's CIDRs on `uses` at `now` (ms) into
+    /// `status.ipam.pod-cidrs`. Whether the released CIDRs changed (the blocks
+    /// must follow).
+    pub(super) fn judge_cidrs(
+        &mut self,
+        rules: &DepletionRules,
+        uses: &[CidrUse],
+        now: u64,
+    ) -> bool {
+        let before = self.cidrs.released().clone();
+        let verdict = self
+            .cidrs
+            .judge(rules, &self.node.spec.ipam.pod_cidrs, uses, now);
+        self.node.status.ipam.pod_cidrs = status_map(&verdict);
+        *self.cidrs.released() != before
+    }
+
+    /// cluster-pool: what the agent remembers of its CIDRs.
+    pub(super) fn cidr_tracker(&self) -> &CidrTracker {
+        &self.cidrs
+    }
+
     /// The router address of a family (`CiliumInternalIP`).
     pub(super) fn set_router(&mut self, ip: IpAddr) {
         self.node.set_address("CiliumInternalIP", ip);
@@ -344,6 +384,11 @@ impl NodeSync {
         if self.outbox.health.as_ref() != Some(health) {
             self.outbox.health = Some(health.clone());
             out.health = Some(health.clone());
+        }
+        let pod_cidrs = &self.node.status.ipam.pod_cidrs;
+        if !pod_cidrs.is_empty() && self.outbox.pod_cidrs.as_ref() != Some(pod_cidrs) {
+            self.outbox.pod_cidrs = Some(pod_cidrs.clone());
+            out.pod_cidrs = Some(pod_cidrs.clone());
         }
         (!out.is_empty()).then_some(out)
     }
@@ -487,8 +532,12 @@ mod tests {
         };
         assert_eq!(
             keys(sync.wanted_blocks(&PoolingMode::HostScope)),
-            [("default".into(), Family::V4, vec![net("10.0.0.0/24")])],
-            "one node CIDR per family"
+            [(
+                "default".into(),
+                Family::V4,
+                vec![net("10.0.0.0/24"), net("10.9.0.0/24")]
+            )],
+            "every node CIDR"
         );
         assert_eq!(
             keys(sync.wanted_blocks(&PoolingMode::External { eni: false })),

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use super::{ApiError, ErrorKind, IpamState};
 use crate::api::models::FailureReason;
 use crate::ipam::Family;
+use crate::ipam::cidr_depletion::CidrUse;
 use crate::ipam::hostscope::AllocatorOptions;
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pooldef::PoolDef;
@@ -233,7 +234,12 @@ impl IpamState {
     /// Multi-pool: a block this node gave back stays out of its blocks while the
     /// node resource still lists it (the removal is on its way); once a resource
     /// without it arrived, a later listing is a new allocation.
+    ///
+    /// cluster-pool: the node serves from the CIDRs the operator gives it now.
     pub fn set_external_node(&mut self, node: crate::resources::NodeResource) {
+        if self.cfg.depletion.is_some() {
+            self.sync.set_pod_cidrs(node.spec.ipam.pod_cidrs.clone());
+        }
         self.sync.set_external(node);
         self.apply_node_blocks();
         self.journal_node();
@@ -243,6 +249,7 @@ impl IpamState {
     /// (`status.ipam.used`), the demand (`spec.ipam.pools.requested`), the node's
     /// addresses and whether the configuration fits the node. None when nothing did.
     pub fn take_outbox(&mut self) -> Option<NodeOutbox> {
+        self.judge_cidrs();
         let used = self
             .sync
             .take_used_changed()
@@ -254,6 +261,37 @@ impl IpamState {
                 ..out.unwrap_or_default()
             }),
             None => out,
+        }
+    }
+
+    /// cluster-pool: the verdict on the node's CIDRs (`status.ipam.pod-cidrs`);
+    /// a CIDR released leaves the blocks, and the node resource is journaled
+    /// when the verdict changed.
+    fn judge_cidrs(&mut self) {
+        let Some(rules) = self.cfg.depletion else {
+            return;
+        };
+        let uses: Vec<CidrUse> = self
+            .pools
+            .blocks()
+            .into_iter()
+            .filter(|b| b.pool == super::DEFAULT_POOL)
+            .map(|b| CidrUse {
+                cidr: b.cidr,
+                used: b.used,
+                usable: b.usable,
+            })
+            .collect();
+        let before = self.sync.node().status.ipam.pod_cidrs.clone();
+        if self.sync.judge_cidrs(&rules, &uses, now_ms()) {
+            self.apply_node_blocks();
+        }
+        let after = &self.sync.node().status.ipam.pod_cidrs;
+        if *after != before {
+            for (cidr, state) in after.iter().filter(|(c, s)| before.get(*c) != Some(*s)) {
+                tracing::info!(cidr = %cidr, status = state.status.as_str(), "node CIDR status");
+            }
+            self.journal_node();
         }
     }
 

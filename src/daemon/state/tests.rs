@@ -69,6 +69,7 @@ fn state_config(ipam_mode: IpamMode, families: Vec<Family>, pooling: PoolingMode
         tunnel_underlay: None,
         mask_misfits: Vec::new(),
         pooling,
+        depletion: None,
     }
 }
 
@@ -2622,4 +2623,94 @@ fn an_address_the_ledger_holds_outside_the_ranges_is_not_handed_out_when_its_blo
     let e = s.allocate_next(&plain("ns/b", "blue")).unwrap_err();
     assert_eq!(e.kind, ErrorKind::NoAddress, "{}", e.message);
     assert_eq!(record(&s, kept).owner, "ns/old");
+}
+
+/// The node's verdict on its CIDRs as the last outbox handed it.
+fn verdict(s: &mut IpamState) -> BTreeMap<String, String> {
+    s.take_outbox()
+        .and_then(|o| o.pod_cidrs)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(c, v)| (c, v.status.as_str().to_string()))
+        .collect()
+}
+
+#[test]
+fn a_cluster_pool_node_asks_for_a_cidr_serves_from_it_and_gives_it_back_empty() {
+    use crate::ipam::cidr_depletion::DepletionRules;
+    let dir = TestDir::new("state");
+    let mut setup = Setup::cluster_pool(Some("10.0.0.0/28"), None).cooldown(Duration::ZERO);
+    // The pool has room for the second CIDR, which a restart re-adopts.
+    if let EmbeddedMode::ClusterPool(pool) = &mut setup.mode {
+        pool.ipv4_cidrs = vec!["10.0.0.0/27".parse().unwrap()];
+    }
+    // 25%: 14 usable, depleted under 3.5 free; released when 7 stay free without it.
+    setup.cfg.depletion = Some(DepletionRules::new(25, Duration::ZERO).unwrap());
+    let mut s = start(&dir, &setup);
+    let first: Vec<IpAddr> = (0..9).map(|_| next_v4(&mut s).unwrap()).collect();
+    assert_eq!(
+        verdict(&mut s),
+        BTreeMap::from([("10.0.0.0/28".into(), "in-use".into())])
+    );
+    next_v4(&mut s).unwrap();
+    assert_eq!(
+        verdict(&mut s),
+        BTreeMap::from([("10.0.0.0/28".into(), "depleted".into())]),
+        "router + 10 pods: 3 of 14 free"
+    );
+    assert_eq!(verdict(&mut s), BTreeMap::new(), "handed once");
+    // The operator appends a CIDR: the node serves from it once the first is full.
+    let mut node = s.node().clone();
+    node.spec
+        .ipam
+        .pod_cidrs
+        .push("10.0.0.16/28".parse().unwrap());
+    s.set_external_node(node);
+    let more: Vec<IpAddr> = (0..5).map(|_| next_v4(&mut s).unwrap()).collect();
+    assert!(more[..3].iter().all(|ip| in_block(*ip, "10.0.0.0/28")));
+    assert!(
+        more[3..].iter().all(|ip| in_block(*ip, "10.0.0.16/28")),
+        "{more:?}"
+    );
+    assert_eq!(range(&s, "ipv4").usable, 28);
+    assert!(s.status().ipam.status.contains("10.0.0.0/28, 10.0.0.16/28"));
+    assert_eq!(
+        verdict(&mut s),
+        BTreeMap::from([
+            ("10.0.0.0/28".into(), "in-use".into()),
+            ("10.0.0.16/28".into(), "in-use".into())
+        ])
+    );
+    // Its pods go, and enough of the first CIDR's: it goes back, the first never.
+    for ip in more[3..].iter().chain(&first) {
+        s.release_ip(&ip.to_string(), "").unwrap();
+    }
+    assert_eq!(
+        verdict(&mut s),
+        BTreeMap::from([
+            ("10.0.0.0/28".into(), "in-use".into()),
+            ("10.0.0.16/28".into(), "released".into())
+        ])
+    );
+    let lines = s.status().ipam.pod_cidrs;
+    assert!(
+        lines[0].first && lines[0].why.contains("never given back"),
+        "{lines:?}"
+    );
+    assert!(lines[1].why.contains("released"), "{lines:?}");
+    // Nothing is handed out of it again, though the spec still lists it.
+    for _ in 0..9 {
+        assert!(in_block(next_v4(&mut s).unwrap(), "10.0.0.0/28"));
+    }
+    assert!(
+        next_v4(&mut s)
+            .unwrap_err()
+            .message
+            .starts_with("range is full")
+    );
+    // A restart (the journal's node resource) keeps it released.
+    drop(s);
+    let mut s = start(&dir, &setup);
+    assert_eq!(range(&s, "ipv4").usable, 14);
+    assert!(next_v4(&mut s).is_err());
 }

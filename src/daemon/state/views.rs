@@ -246,22 +246,27 @@ impl IpamState {
                     family.label(),
                     pools.len()
                 ));
-            } else if let Some(b) = self
-                .pools
-                .blocks()
-                .into_iter()
-                .find(|b| b.family == *family)
-            {
-                lines.push(format!(
-                    "{}: {}/{} allocated from {}",
-                    family.label(),
-                    b.used,
-                    b.capacity,
-                    b.cidr
-                ));
+            } else {
+                let blocks: Vec<_> = self
+                    .pools
+                    .blocks()
+                    .into_iter()
+                    .filter(|b| b.family == *family)
+                    .collect();
+                if !blocks.is_empty() {
+                    let cidrs: Vec<String> = blocks.iter().map(|b| b.cidr.to_string()).collect();
+                    lines.push(format!(
+                        "{}: {}/{} allocated from {}",
+                        family.label(),
+                        blocks.iter().map(|b| b.used).sum::<u64>(),
+                        blocks.iter().map(|b| b.capacity).sum::<u64>(),
+                        cidrs.join(", ")
+                    ));
+                }
             }
         }
         ipam.status = lines.join(", ");
+        ipam.pod_cidrs = self.pod_cidr_lines();
         if brief {
             ipam.ipv4 = None;
             ipam.ipv6 = None;

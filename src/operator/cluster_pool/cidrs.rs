@@ -6,15 +6,25 @@
 //! CIDR that a node not read yet holds; a CIDR once held is never reassigned while
 //! its node exists. A node that finds no room waits with the error and gets the
 //! first CIDR a deleted node frees (first come, first served).
+//!
+//! Extra CIDRs ([`extra`](super::extra) states the rule): a node whose agent says
+//! a family is depleted gets one more CIDR of it appended to its list, and an
+//! extra CIDR its agent released is taken off and freed. Nodes waiting for their
+//! first CIDRs are served before any extra one. A node the pool has no room for
+//! keeps what it has, with the reason in its status and an Event; it gets the
+//! next CIDR that is freed. A spec that shows the list before the operator's last
+//! change is a late event, not someone else's edit.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 
+use super::extra::{self, ExtraPlan, parse_status};
+use crate::ipam::Family;
 use crate::ipam::clusterpool::{ClusterPoolError, NodeCidrCarver};
 use crate::k8s::mirror::Keyed;
 use crate::operator::node_loop::ignored;
-use crate::resources::NodeResource;
+use crate::resources::{NodeResource, PodCidrState};
 
 /// What the operator reads of one CiliumNode: all the node loop keeps of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -27,6 +37,8 @@ pub struct Observed {
     pub error: String,
     /// Annotated `ipam.cilium.io/ignore: "true"`.
     pub ignored: bool,
+    /// The agent's verdicts, `status.ipam.pod-cidrs`.
+    pub cidr_status: BTreeMap<IpNet, PodCidrState>,
 }
 
 impl From<&NodeResource> for Observed {
@@ -37,6 +49,7 @@ impl From<&NodeResource> for Observed {
             pod_cidrs: node.spec.ipam.pod_cidrs.clone(),
             error: node.status.ipam.operator_status.error.clone(),
             ignored: ignored(&node.metadata.annotations),
+            cidr_status: parse_status(&node.status.ipam.pod_cidrs),
         }
     }
 }
@@ -57,6 +70,39 @@ pub struct Pending {
     pub pod_cidrs: Option<Vec<IpNet>>,
     /// Apply `status.ipam.operator-status.error` ("" clears it).
     pub status_error: Option<String>,
+    /// Events to post on the CiliumNode.
+    pub events: Vec<CidrEvent>,
+}
+
+/// An Event about a node's extra CIDRs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CidrEvent {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+/// Event reason: a node got an extra CIDR.
+pub const REASON_EXTRA_ALLOCATED: &str = "ExtraPodCIDRAllocated";
+/// Event reason: an extra CIDR went back to the pool.
+pub const REASON_EXTRA_RELEASED: &str = "ExtraPodCIDRReleased";
+/// Event reason: a depleted node found no room in the pool.
+pub const REASON_EXTRA_UNAVAILABLE: &str = "ExtraPodCIDRUnavailable";
+
+/// Why a depleted node got no extra CIDR.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "no extra {} CIDR for node {node}: {pool} has no free /{mask} left (the node's CIDRs are \
+     depleted; it keeps serving from {serving})",
+    family.label()
+)]
+pub struct ExtraUnavailable {
+    pub node: String,
+    pub family: Family,
+    /// The pool option and its CIDRs (`cluster-pool-ipv4-cidr 10.0.0.0/16`).
+    pub pool: String,
+    pub mask: u8,
+    pub serving: String,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -77,11 +123,24 @@ struct Entry {
     /// The last status error written.
     status_sent: Option<String>,
     ignored: bool,
+    /// The agent's verdicts as last seen.
+    cidr_status: BTreeMap<IpNet, PodCidrState>,
+    /// `held` before the operator's last change of it: a spec showing it is a
+    /// late event.
+    previous: Vec<IpNet>,
+    /// Why the node got no extra CIDR it asks for (None: it did, or asks none).
+    extra_error: Option<String>,
+    /// Depleted families at the cap of extra CIDRs.
+    at_cap: Vec<Family>,
+    /// Events not posted yet.
+    events: Vec<CidrEvent>,
 }
 
 /// Node CIDRs of every CiliumNode the operator has seen.
 pub struct NodeCidrs {
     carver: NodeCidrCarver,
+    /// `cluster-pool-extra-cidrs-max`.
+    extra_max: u32,
     nodes: BTreeMap<String, Entry>,
     /// The first full list has been seen: allocation may start.
     synced: bool,
@@ -104,9 +163,10 @@ fn joined(cidrs: &[IpNet]) -> String {
 }
 
 impl NodeCidrs {
-    pub fn new(carver: NodeCidrCarver) -> NodeCidrs {
+    pub fn new(carver: NodeCidrCarver, extra_max: u32) -> NodeCidrs {
         NodeCidrs {
             carver,
+            extra_max,
             nodes: BTreeMap::new(),
             synced: false,
             next_seq: 0,
@@ -123,6 +183,7 @@ impl NodeCidrs {
                 spec: node.pod_cidrs,
                 observed_error: node.error,
                 ignored: node.ignored,
+                cidr_status: node.cidr_status,
                 ..Entry::default()
             };
             self.next_seq += 1;
@@ -145,11 +206,12 @@ impl NodeCidrs {
             entry.spec = node.pod_cidrs;
             entry.observed_error = node.error;
             entry.ignored = node.ignored;
+            entry.cidr_status = node.cidr_status;
             if !entry.held.is_empty() && self.carver.covers_every_family(&entry.held) {
                 if same(&entry.spec, &entry.held) {
                     entry.applied = true;
                     entry.error = None;
-                } else if !entry.spec.is_empty() {
+                } else if !entry.spec.is_empty() && !same(&entry.spec, &entry.previous) {
                     // Someone else rewrote the CIDRs this node holds: Cilium's
                     // conflict, reported; the held CIDRs stay with the node.
                     entry.applied = false;
@@ -164,10 +226,13 @@ impl NodeCidrs {
                 }
             }
         }
+        let mut touched = vec![name.clone()];
         if self.synced && self.needs_cidrs(&name) {
             self.assign(&name);
+        } else if self.synced {
+            touched.extend(self.extend(&name));
         }
-        vec![name]
+        touched
     }
 
     /// The first (or a new) full list is complete: nodes it did not list are gone,
@@ -209,25 +274,38 @@ impl NodeCidrs {
             && !e.held.is_empty()
             && self.carver.covers_every_family(&e.held))
         .then(|| e.held.clone());
-        let wanted = e.error.clone().unwrap_or_default();
+        let wanted = e
+            .error
+            .clone()
+            .or_else(|| e.extra_error.clone())
+            .unwrap_or_default();
         let status_error = (wanted != e.observed_error
             && e.status_sent.as_deref() != Some(wanted.as_str()))
         .then_some(wanted);
-        if pod_cidrs.is_none() && status_error.is_none() {
+        if pod_cidrs.is_none() && status_error.is_none() && e.events.is_empty() {
             return None;
         }
         Some(Pending {
             uid: e.uid.clone(),
             pod_cidrs,
             status_error,
+            events: e.events.clone(),
         })
     }
 
-    /// A status write went through.
-    pub fn status_written(&mut self, name: &str, error: &str) {
+    /// `write` went through: its status error is the node's, its Events posted.
+    pub fn written(&mut self, name: &str, write: &Pending) {
         if let Some(e) = self.nodes.get_mut(name) {
-            e.status_sent = Some(error.to_string());
+            if let Some(error) = &write.status_error {
+                e.status_sent = Some(error.clone());
+            }
+            e.events.retain(|ev| !write.events.contains(ev));
         }
+    }
+
+    /// The depleted families of `name` at the cap of extra CIDRs.
+    pub fn at_cap(&self, name: &str) -> &[Family] {
+        self.nodes.get(name).map_or(&[], |e| e.at_cap.as_slice())
     }
 
     /// (nodes holding a CIDR of every enabled family, nodes waiting with an error).
@@ -265,7 +343,8 @@ impl NodeCidrs {
         }
     }
 
-    /// Tries every node that still needs CIDRs, first come first served.
+    /// Tries every node that still needs CIDRs, first come first served; then
+    /// the nodes that wait for an extra CIDR.
     fn assign_waiting(&mut self) -> Vec<String> {
         let mut waiting: Vec<(u64, String)> = self
             .nodes
@@ -274,13 +353,109 @@ impl NodeCidrs {
             .map(|(n, e)| (e.seq, n.clone()))
             .collect();
         waiting.sort();
-        waiting
+        let mut touched: Vec<String> = waiting
             .into_iter()
             .map(|(_, name)| {
                 self.assign(&name);
                 name
             })
-            .collect()
+            .collect();
+        let mut growing: Vec<(u64, String)> = self
+            .nodes
+            .iter()
+            .filter(|(_, e)| e.extra_error.is_some())
+            .map(|(n, e)| (e.seq, n.clone()))
+            .collect();
+        growing.sort();
+        for (_, name) in growing {
+            touched.extend(self.extend(&name));
+            touched.push(name);
+        }
+        touched
+    }
+
+    /// Extra CIDRs: what the agent's verdicts on `name` call for (nothing until
+    /// its spec shows what it holds, or while it waits for its first CIDRs).
+    /// Returns the other nodes that may need writes (a freed CIDR went to them).
+    fn extend(&mut self, name: &str) -> Vec<String> {
+        let Some(e) = self.nodes.get(name) else {
+            return Vec::new();
+        };
+        if e.ignored || e.error.is_some() || !e.applied || e.held.is_empty() {
+            return Vec::new();
+        }
+        let plan = extra::plan(&e.held, &e.cidr_status, self.extra_max);
+        let released = !plan.release.is_empty();
+        self.apply_extra(name, plan);
+        if released {
+            self.assign_waiting()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Carves what `plan` grows (first, so no CIDR freed here comes straight
+    /// back), then frees what it releases.
+    fn apply_extra(&mut self, name: &str, plan: ExtraPlan) {
+        let Self { carver, nodes, .. } = self;
+        let Some(e) = nodes.get_mut(name) else {
+            return;
+        };
+        let before = e.held.clone();
+        let given_back: Vec<IpNet> = e
+            .cidr_status
+            .iter()
+            .filter(|(_, s)| **s == PodCidrState::Released)
+            .map(|(c, _)| *c)
+            .collect();
+        let mut unavailable = None;
+        for family in plan.grow {
+            let depleted = joined(&family_of(&e.held, family));
+            match carver.carve_one(family, &given_back) {
+                Ok(cidr) => {
+                    tracing::info!(node = %name, cidr = %cidr, depleted = %depleted, "gave the node an extra CIDR");
+                    e.events.push(CidrEvent {
+                        warning: false,
+                        reason: REASON_EXTRA_ALLOCATED,
+                        note: format!(
+                            "extra {} CIDR {cidr} for node {name}: its CIDRs {depleted} are depleted",
+                            family.label()
+                        ),
+                    });
+                    e.held.push(cidr);
+                }
+                Err(_) => {
+                    let why = unavailable_error(carver, name, family, &depleted).to_string();
+                    if e.extra_error.as_deref() != Some(why.as_str()) {
+                        tracing::warn!(node = %name, "{why}");
+                        e.events.push(CidrEvent {
+                            warning: true,
+                            reason: REASON_EXTRA_UNAVAILABLE,
+                            note: why.clone(),
+                        });
+                    }
+                    unavailable = Some(why);
+                }
+            }
+        }
+        e.extra_error = unavailable;
+        for cidr in plan.release {
+            tracing::info!(node = %name, cidr = %cidr, "the agent released an extra CIDR: it goes back to the pool");
+            e.events.push(CidrEvent {
+                warning: false,
+                reason: REASON_EXTRA_RELEASED,
+                note: format!(
+                    "extra CIDR {cidr} of node {name} went back to the pool (no pod in it)"
+                ),
+            });
+            e.held.retain(|c| *c != cidr);
+            carver.release_node(&[cidr]);
+        }
+        e.at_cap = plan.at_cap;
+        if e.held != before {
+            e.previous = before;
+            e.applied = false;
+        }
     }
 
     /// Gives `name` a CIDR of every enabled family, keeping what it has (or what
@@ -315,6 +490,37 @@ impl NodeCidrs {
     }
 }
 
+/// The CIDRs of `family` in `cidrs`.
+fn family_of(cidrs: &[IpNet], family: Family) -> Vec<IpNet> {
+    cidrs
+        .iter()
+        .copied()
+        .filter(|c| Family::of_net(c) == family)
+        .collect()
+}
+
+/// The error of a node of `family` whose pool has no room left.
+fn unavailable_error(
+    carver: &NodeCidrCarver,
+    node: &str,
+    family: Family,
+    serving: &str,
+) -> ExtraUnavailable {
+    let sets = carver.sets(family);
+    let pools: Vec<IpNet> = sets.iter().map(|s| s.cluster()).collect();
+    ExtraUnavailable {
+        node: node.to_string(),
+        family,
+        pool: format!(
+            "{} {}",
+            crate::ipam::clusterpool::cidr_option(family),
+            joined(&pools)
+        ),
+        mask: sets.first().map_or(0, |s| s.node_mask()),
+        serving: serving.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,7 +539,7 @@ mod tests {
             ipv6_cidrs: nets(v6),
             ipv6_mask_size: 120,
         };
-        NodeCidrs::new(NodeCidrCarver::new(&cfg).unwrap())
+        NodeCidrs::new(NodeCidrCarver::new(&cfg).unwrap(), 2)
     }
 
     fn node(name: &str, pod_cidrs: &[&str]) -> Observed {
@@ -390,7 +596,7 @@ mod tests {
         let p = c.pending("c").unwrap();
         assert_eq!(p.pod_cidrs, None);
         assert_eq!(p.status_error.as_deref(), Some("allocator full"));
-        c.status_written("c", "allocator full");
+        c.written("c", &p);
         c.observe(Observed {
             error: "allocator full".into(),
             ..node("c", &[])
@@ -425,8 +631,8 @@ mod tests {
                  10.0.5.0/24 is already allocated"
             )
         );
+        c.written("b", &p);
         let error = p.status_error.unwrap_or_default();
-        c.status_written("b", &error);
         c.observe(Observed {
             error,
             ..node("b", &["10.0.5.0/24"])
@@ -512,5 +718,175 @@ mod tests {
         assert_eq!(c.pending("y"), None);
         c.observe(node("z", &[]));
         assert_eq!(cidrs_write(&c.pending("z")), Some(nets(&["10.90.1.0/24"])));
+    }
+
+    /// `node` with the agent's verdicts.
+    fn judged(name: &str, pod_cidrs: &[&str], verdicts: &[(&str, PodCidrState)]) -> Observed {
+        Observed {
+            cidr_status: verdicts
+                .iter()
+                .map(|(c, s)| (c.parse().unwrap(), *s))
+                .collect(),
+            ..node(name, pod_cidrs)
+        }
+    }
+
+    use PodCidrState::{Depleted, InUse, Released};
+
+    #[test]
+    fn a_depleted_node_gets_one_extra_cidr_per_depletion() {
+        let mut c = cidrs(&["10.0.0.0/22"], &[]);
+        c.observe(node("a", &["10.0.0.0/24"]));
+        c.list_done(&["a".into()].into());
+        c.observe(judged("a", &["10.0.0.0/24"], &[("10.0.0.0/24", Depleted)]));
+        let p = c.pending("a").unwrap();
+        assert_eq!(p.pod_cidrs, Some(nets(&["10.0.0.0/24", "10.0.1.0/24"])));
+        assert_eq!(p.events[0].reason, REASON_EXTRA_ALLOCATED);
+        assert!(!p.events[0].warning);
+        c.written("a", &p);
+        // Late events (the old list, the old verdict) ask for nothing more and
+        // are no conflict.
+        c.observe(judged("a", &["10.0.0.0/24"], &[("10.0.0.0/24", Depleted)]));
+        c.observe(judged("a", &["10.0.0.0/24"], &[("10.0.0.0/24", Depleted)]));
+        assert_eq!(
+            cidrs_write(&c.pending("a")),
+            Some(nets(&["10.0.0.0/24", "10.0.1.0/24"]))
+        );
+        // The write lands; the agent has not judged the new CIDR yet: nothing.
+        let both = ["10.0.0.0/24", "10.0.1.0/24"];
+        c.observe(judged("a", &both, &[("10.0.0.0/24", Depleted)]));
+        assert_eq!(c.pending("a"), None);
+        c.observe(judged(
+            "a",
+            &both,
+            &[("10.0.0.0/24", InUse), ("10.0.1.0/24", InUse)],
+        ));
+        assert_eq!(c.pending("a"), None);
+        assert_eq!(c.held("a"), Some(nets(&both).as_slice()));
+    }
+
+    #[test]
+    fn the_extra_cidrs_stop_at_the_cap() {
+        let mut c = cidrs(&["10.0.0.0/20"], &[]);
+        c.observe(node("a", &["10.0.0.0/24", "10.0.1.0/24", "10.0.2.0/24"]));
+        c.list_done(&["a".into()].into());
+        let all = ["10.0.0.0/24", "10.0.1.0/24", "10.0.2.0/24"];
+        let depleted: Vec<(&str, PodCidrState)> = all.iter().map(|c| (*c, Depleted)).collect();
+        c.observe(judged("a", &all, &depleted));
+        assert_eq!(c.pending("a"), None, "two extra CIDRs already");
+        assert_eq!(c.at_cap("a"), [Family::V4]);
+    }
+
+    #[test]
+    fn an_empty_pool_leaves_the_node_serving_with_an_event_and_a_status_line() {
+        let mut c = cidrs(&["10.90.0.0/23"], &[]);
+        c.observe(node("a", &["10.90.0.0/24"]));
+        c.observe(node("b", &["10.90.1.0/24"]));
+        c.list_done(&["a".into(), "b".into()].into());
+        c.observe(judged(
+            "a",
+            &["10.90.0.0/24"],
+            &[("10.90.0.0/24", Depleted)],
+        ));
+        let p = c.pending("a").unwrap();
+        assert_eq!(p.pod_cidrs, None, "the node keeps what it has");
+        let why = "no extra IPv4 CIDR for node a: cluster-pool-ipv4-cidr 10.90.0.0/23 has no \
+                   free /24 left (the node's CIDRs are depleted; it keeps serving from \
+                   10.90.0.0/24)";
+        assert_eq!(p.status_error.as_deref(), Some(why));
+        assert_eq!(p.events.len(), 1);
+        assert!(p.events[0].warning);
+        assert_eq!(p.events[0].reason, REASON_EXTRA_UNAVAILABLE);
+        assert_eq!(p.events[0].note, why);
+        c.written("a", &p);
+        // Told once: the same verdict again writes nothing.
+        c.observe(Observed {
+            error: why.into(),
+            ..judged("a", &["10.90.0.0/24"], &[("10.90.0.0/24", Depleted)])
+        });
+        assert_eq!(c.pending("a"), None);
+        assert_eq!(c.held("a"), Some(nets(&["10.90.0.0/24"]).as_slice()));
+        // b goes: a gets its CIDR, and the line is cleared.
+        let touched = c.remove("b");
+        assert!(touched.contains(&"a".to_string()));
+        let p = c.pending("a").unwrap();
+        assert_eq!(p.pod_cidrs, Some(nets(&["10.90.0.0/24", "10.90.1.0/24"])));
+        assert_eq!(p.status_error.as_deref(), Some(""));
+    }
+
+    #[test]
+    fn a_node_waiting_for_its_first_cidr_comes_before_an_extra_one() {
+        let mut c = cidrs(&["10.90.0.0/23"], &[]);
+        c.observe(node("a", &["10.90.0.0/24"]));
+        c.observe(node("b", &["10.90.1.0/24"]));
+        c.list_done(&["a".into(), "b".into()].into());
+        c.observe(judged(
+            "a",
+            &["10.90.0.0/24"],
+            &[("10.90.0.0/24", Depleted)],
+        ));
+        c.observe(node("new", &[]));
+        c.remove("b");
+        assert_eq!(
+            cidrs_write(&c.pending("new")),
+            Some(nets(&["10.90.1.0/24"]))
+        );
+        assert_eq!(cidrs_write(&c.pending("a")), None);
+    }
+
+    #[test]
+    fn a_released_extra_cidr_goes_back_and_the_first_never_does() {
+        let mut c = cidrs(&["10.0.0.0/22"], &[]);
+        let both = ["10.0.0.0/24", "10.0.1.0/24"];
+        c.observe(node("a", &both));
+        c.list_done(&["a".into()].into());
+        c.observe(judged(
+            "a",
+            &both,
+            &[("10.0.0.0/24", Released), ("10.0.1.0/24", InUse)],
+        ));
+        assert_eq!(c.pending("a"), None, "not the first");
+        c.observe(judged(
+            "a",
+            &both,
+            &[("10.0.0.0/24", InUse), ("10.0.1.0/24", Released)],
+        ));
+        let p = c.pending("a").unwrap();
+        assert_eq!(p.pod_cidrs, Some(nets(&["10.0.0.0/24"])));
+        assert_eq!(p.events[0].reason, REASON_EXTRA_RELEASED);
+        c.written("a", &p);
+        // A late event still listing it is no conflict.
+        c.observe(judged(
+            "a",
+            &both,
+            &[("10.0.0.0/24", InUse), ("10.0.1.0/24", Released)],
+        ));
+        assert_eq!(c.pending("a").and_then(|p| p.status_error), None);
+        c.observe(judged("a", &["10.0.0.0/24"], &[("10.0.0.0/24", InUse)]));
+        assert_eq!(c.pending("a"), None);
+        // The freed CIDR is another node's now.
+        c.observe(node("b", &[]));
+        assert_eq!(cidrs_write(&c.pending("b")), Some(nets(&["10.0.1.0/24"])));
+    }
+
+    #[test]
+    fn a_cidr_the_agent_still_calls_released_is_not_given_back_to_it() {
+        let mut c = cidrs(&["10.0.0.0/23"], &[]);
+        let both = ["10.0.0.0/24", "10.0.1.0/24"];
+        c.observe(node("a", &both));
+        c.list_done(&["a".into()].into());
+        // Released while the rest is depleted: it goes, and the only other CIDR
+        // would be itself: none is given.
+        c.observe(judged(
+            "a",
+            &both,
+            &[("10.0.0.0/24", Depleted), ("10.0.1.0/24", Released)],
+        ));
+        let p = c.pending("a").unwrap();
+        assert_eq!(p.pod_cidrs, Some(nets(&["10.0.0.0/24"])));
+        assert!(
+            p.status_error
+                .is_some_and(|e| e.starts_with("no extra IPv4 CIDR for node a"))
+        );
     }
 }

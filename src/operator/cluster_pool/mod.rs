@@ -1,7 +1,9 @@
 //! Cluster-pool: the leader gives every CiliumNode one CIDR per enabled family
-//! of the cluster pool. [`NodeCidrs`] is the bookkeeping (no I/O); here is its
+//! of the cluster pool, and extra ones to a node whose agent says it is
+//! depleted ([`extra`]). [`NodeCidrs`] is the bookkeeping (no I/O); here is its
 //! side of the node loop ([`node_loop`](super::node_loop): the watch, the
-//! batching, the retries) and its writes.
+//! batching, the retries) and its writes, with the Events about extra CIDRs on
+//! the CiliumNode.
 //!
 //! Writes are server-side applies under the field manager
 //! [`FIELD_MANAGER`](super::FIELD_MANAGER) that carry only the operator's
@@ -13,13 +15,16 @@
 //! brings its deletion (and the new object).
 
 mod cidrs;
+pub mod extra;
 
 pub use cidrs::NodeCidrs;
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::PatchParams;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use serde_json::json;
 
@@ -31,7 +36,7 @@ use crate::k8s::discovery::{CiliumKind, api_waiting};
 use crate::k8s::mirror::WatchEnded;
 use crate::k8s::objects::watch_nodes;
 use crate::resources::NodeResource;
-use cidrs::{Observed, Pending};
+use cidrs::{CidrEvent, Observed, Pending};
 
 impl NodeHandler for NodeCidrs {
     type Node = Observed;
@@ -71,9 +76,7 @@ impl NodeHandler for NodeCidrs {
     }
 
     fn written(&mut self, name: &str, write: &Pending) {
-        if let Some(error) = &write.status_error {
-            self.status_written(name, error);
-        }
+        NodeCidrs::written(self, name, write);
     }
 
     fn refused(&mut self, name: &str, why: Refusal) -> AfterRefusal {
@@ -87,8 +90,15 @@ impl NodeHandler for NodeCidrs {
     }
 }
 
-impl NodeWriter<Pending> for ApiNodes<'_> {
-    /// Its podCIDRs, then its operator-status error.
+/// The CiliumNodes' writer: the applies, and the Events on them.
+struct CidrWriter<'a> {
+    nodes: ApiNodes<'a>,
+    events: Recorder,
+}
+
+impl NodeWriter<Pending> for CidrWriter<'_> {
+    /// Its podCIDRs, then its operator-status error, then its Events (an Event
+    /// that cannot be posted is logged, and the write stands).
     async fn write(&self, name: &str, pending: &Pending) -> Written {
         let mut applies = Vec::new();
         if let Some(list) = &pending.pod_cidrs {
@@ -98,11 +108,43 @@ impl NodeWriter<Pending> for ApiNodes<'_> {
         if let Some(error) = &pending.status_error {
             applies.push(NodeApply::operator_error(error));
         }
-        self.apply_all(name, &pending.uid, applies).await
+        let written = self.nodes.apply_all(name, &pending.uid, applies).await;
+        if written.outcome.is_ok() {
+            for event in &pending.events {
+                self.post(name, &pending.uid, event).await;
+            }
+        }
+        written
     }
 
     async fn read(&self, name: &str) -> Result<Option<NodeResource>, kube::Error> {
-        self.get(name).await
+        self.nodes.get(name).await
+    }
+}
+
+impl CidrWriter<'_> {
+    async fn post(&self, name: &str, uid: &str, event: &CidrEvent) {
+        let regarding = ObjectReference {
+            api_version: Some("cilium.io/v2".into()),
+            kind: Some("CiliumNode".into()),
+            name: Some(name.into()),
+            uid: Some(uid.into()).filter(|u: &String| !u.is_empty()),
+            ..Default::default()
+        };
+        let posted = Event {
+            type_: if event.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: event.reason.into(),
+            note: Some(event.note.clone()),
+            action: "AllocatePodCIDR".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.events.publish(&posted, &regarding).await {
+            tracing::warn!(error = %e, node = %name, reason = event.reason, "publishing the Event failed");
+        }
     }
 }
 
@@ -110,10 +152,20 @@ impl NodeWriter<Pending> for ApiNodes<'_> {
 pub async fn run(
     client: kube::Client,
     mut cidrs: NodeCidrs,
+    identity: &str,
     metrics: &OperatorMetrics,
 ) -> WatchEnded {
     let api = api_waiting(&client, CiliumKind::Node).await;
-    let writer = ApiNodes::new(api.clone(), PatchParams::apply(FIELD_MANAGER), metrics);
+    let writer = CidrWriter {
+        nodes: ApiNodes::new(api.clone(), PatchParams::apply(FIELD_MANAGER), metrics),
+        events: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: Some(identity.into()),
+            },
+        ),
+    };
     let nodes = watch_nodes(api, watcher::Config::default());
     node_loop::run(
         &mut cidrs,
