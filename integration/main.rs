@@ -41,6 +41,7 @@ mod operator;
 mod operator_pools;
 mod pending_attachment;
 mod policy;
+mod policy_bench;
 mod real_node;
 mod round_trips;
 mod scripted;
