@@ -22,7 +22,7 @@ use crate::crossnode::{accept, connect, listen, pod, start_node, wait_for};
 use crate::harness::*;
 use crate::k8s::ControlPlane;
 
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
@@ -30,14 +30,14 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 }
 
 /// What one path gave.
-struct Figures {
-    gbit_per_s: f64,
-    rtt_p50_us: f64,
-    rtt_p99_us: f64,
+pub struct Figures {
+    pub gbit_per_s: f64,
+    pub rtt_p50_us: f64,
+    pub rtt_p99_us: f64,
 }
 
 /// Bulk transfer, then round trips, from `from` to `to_ip` in `to`.
-fn measure(from: &Netns, to: &Netns, to_ip: &str) -> Figures {
+pub fn measure(from: &Netns, to: &Netns, to_ip: &str) -> Figures {
     let seconds: f64 = env_or("BENCH_SECONDS", 2.0);
     let rtts: usize = env_or("BENCH_RTTS", 2000);
     let ip: IpAddr = to_ip.parse().expect("ip");
@@ -96,7 +96,7 @@ fn measure(from: &Netns, to: &Netns, to_ip: &str) -> Figures {
 }
 
 /// The median of each figure over the rounds.
-fn median(rounds: &[Figures]) -> Figures {
+pub fn median(rounds: &[Figures]) -> Figures {
     let of = |f: fn(&Figures) -> f64| {
         let mut v: Vec<f64> = rounds.iter().map(f).collect();
         v.sort_by(f64::total_cmp);
@@ -106,6 +106,29 @@ fn median(rounds: &[Figures]) -> Figures {
         gbit_per_s: of(|f| f.gbit_per_s),
         rtt_p50_us: of(|f| f.rtt_p50_us),
         rtt_p99_us: of(|f| f.rtt_p99_us),
+    }
+}
+
+/// The median over rounds of `f(a) / f(b)`, round by round: each round's pair
+/// shares the machine's state of the moment, so this is steadier than the ratio
+/// of medians.
+pub fn paired(a: &[Figures], b: &[Figures], f: fn(&Figures) -> f64) -> f64 {
+    let mut r: Vec<f64> = a.iter().zip(b).map(|(a, b)| f(a) / f(b)).collect();
+    r.sort_by(f64::total_cmp);
+    r[r.len() / 2]
+}
+
+/// Prints `text` and appends it to the file `BENCH_OUT` names, if any.
+pub fn append_to_bench_out(text: &str) {
+    println!("{text}");
+    if let Ok(path) = std::env::var("BENCH_OUT") {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("opening {path}: {e}"));
+        f.write_all(text.as_bytes())
+            .unwrap_or_else(|e| panic!("writing {path}: {e}"));
     }
 }
 
@@ -188,17 +211,7 @@ fn source_check_throughput_and_latency() {
         }
     }
     let (on, off) = (median(&on_rounds), median(&off_rounds));
-    // Each round's on/off pair shares the machine's state of the moment: the
-    // median of the per-round ratios is steadier than the ratio of medians.
-    let paired = |f: fn(&Figures) -> f64| {
-        let mut r: Vec<f64> = on_rounds
-            .iter()
-            .zip(&off_rounds)
-            .map(|(a, b)| f(a) / f(b))
-            .collect();
-        r.sort_by(f64::total_cmp);
-        r[r.len() / 2]
-    };
+    let paired = |f: fn(&Figures) -> f64| paired(&on_rounds, &off_rounds, f);
     let table = format!(
         "\n| pod→pod, one node | check on Gbit/s | check off Gbit/s | ratio | on RTT p50 / p99 µs | off RTT p50 / p99 µs | RTT p50 ratio |\n\
          |---|---|---|---|---|---|---|\n{}\n\
@@ -208,16 +221,7 @@ fn source_check_throughput_and_latency() {
         paired(|f| f.gbit_per_s),
         paired(|f| f.rtt_p50_us),
     );
-    println!("{table}");
-    if let Ok(path) = std::env::var("BENCH_OUT") {
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .unwrap_or_else(|e| panic!("opening {path}: {e}"));
-        f.write_all(table.as_bytes())
-            .unwrap_or_else(|e| panic!("writing {path}: {e}"));
-    }
+    append_to_bench_out(&table);
 }
 
 #[test]

@@ -42,6 +42,7 @@ mod operator;
 mod operator_pools;
 mod pending_attachment;
 mod policy;
+mod policy_bench;
 mod real_node;
 mod requested_address;
 mod round_trips;
