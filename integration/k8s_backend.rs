@@ -131,6 +131,23 @@ pub(crate) fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// A node `name` with the CRDs installed and its CiliumNode holding `pod_cidr`,
+/// whose agent runs in kubernetes IPAM with `--enable-policy default` (the
+/// policy tests' and benchmark's node); the node and its name.
+pub fn policy_agent(cp: &ControlPlane, name: &str, pod_cidr: &str) -> (Node, String) {
+    cp.install_crds();
+    let ns = cp.add_node_ns(name);
+    create_node(cp, &ns, &[pod_cidr]);
+    let node_name = ns.name.clone();
+    let mut node = k8s_node(
+        ns,
+        &cp.kubeconfig(),
+        &["--ipam", "kubernetes", "--enable-policy", "default"],
+    );
+    node.start_daemon();
+    (node, node_name)
+}
+
 /// A daemon on the node namespace, talking to the API server with `kubeconfig`.
 pub fn k8s_node(node: NodeNs, kubeconfig: &std::path::Path, args: &[&str]) -> Node {
     let mut all = vec![

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use crate::crossnode_bench::{Figures, append_to_bench_out, env_or, measure, median, paired};
 use crate::harness::*;
 use crate::k8s::ControlPlane;
-use crate::k8s_backend::{add_with_uid, create_node, create_sandbox_pods, k8s_node};
+use crate::k8s_backend::{add_with_uid, create_sandbox_pods, policy_agent};
 
 const NAMESPACES: usize = 10;
 const SIM_NODES: usize = 20;
@@ -255,16 +255,7 @@ fn policy_enforcement_latency_datapath_and_agent_cost() {
     };
     let started = Instant::now();
     let load_start = load();
-    cp.install_crds();
-    let ns = cp.add_node_ns("polbench-1");
-    create_node(&cp, &ns, &["10.244.7.0/24"]);
-    let node_name = ns.name.clone();
-    let mut node = k8s_node(
-        ns,
-        &cp.kubeconfig(),
-        &["--ipam", "kubernetes", "--enable-policy", "default"],
-    );
-    node.start_daemon();
+    let (node, node_name) = policy_agent(&cp, "polbench-1", "10.244.7.0/24");
     let pid = node.daemon_pid().expect("the agent runs");
 
     // The two real pods, labelled and with their status as a kubelet writes it.

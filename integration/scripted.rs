@@ -221,11 +221,10 @@ pub trait Scripted {
         );
     }
 
-    /// `podnet status --all-addresses` in the agent's container of `agent` (a pod
-    /// of kube-system, or `ds/podnet`): address → owner (without markers such as
-    /// `[restored]`; cooling addresses are left out).
-    fn allocated(&self, agent: &str) -> BTreeMap<String, String> {
-        let out = self.kubectl(&[
+    /// `podnet status` with `args` in the agent's container of `agent` (a pod of
+    /// kube-system, or `ds/podnet`); panics if it fails.
+    fn podnet_status(&self, agent: &str, args: &[&str]) -> String {
+        let mut all = vec![
             "exec",
             "-n",
             "kube-system",
@@ -237,8 +236,16 @@ pub trait Scripted {
             "status",
             "--socket",
             "/run/podnet/podnet.sock",
-            "--all-addresses",
-        ]);
+        ];
+        all.extend_from_slice(args);
+        self.kubectl(&all)
+    }
+
+    /// `podnet status --all-addresses` in the agent's container of `agent` (a pod
+    /// of kube-system, or `ds/podnet`): address → owner (without markers such as
+    /// `[restored]`; cooling addresses are left out).
+    fn allocated(&self, agent: &str) -> BTreeMap<String, String> {
+        let out = self.podnet_status(agent, &["--all-addresses"]);
         out.lines()
             .skip_while(|l| !l.starts_with("Allocated addresses:"))
             .skip(1)

@@ -109,19 +109,7 @@ fn network_policies_hold_across_nodes_and_through_an_agent_restart() {
     probe.settle("pol-red labelled team=red again", &[true, true, false]);
 
     let agent = cluster.agents()[&web_node].clone();
-    let status = cluster.kubectl(&[
-        "exec",
-        "-n",
-        "kube-system",
-        &agent,
-        "-c",
-        "agent",
-        "--",
-        "/usr/local/bin/podnet",
-        "status",
-        "--socket",
-        "/run/podnet/podnet.sock",
-    ]);
+    let status = cluster.podnet_status(&agent, &[]);
     let line = status
         .lines()
         .find(|l| l.starts_with("Policy:"))

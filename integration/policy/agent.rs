@@ -12,7 +12,7 @@
 
 use crate::harness::*;
 use crate::k8s::ControlPlane;
-use crate::k8s_backend::{add_with_uid, create_node, create_sandbox_pods, eventually, k8s_node};
+use crate::k8s_backend::{add_with_uid, create_sandbox_pods, eventually, policy_agent};
 
 /// `nft list table inet podnet_policy` in the node's namespace (None: no table).
 fn table(node: &Node) -> Option<String> {
@@ -29,16 +29,7 @@ fn a_policy_created_in_the_api_is_enforced_on_its_pods_link_and_deleting_it_open
     let Some(cp) = ControlPlane::start("k8s_policy_agent") else {
         return;
     };
-    cp.install_crds();
-    let ns = cp.add_node_ns("policy-1");
-    create_node(&cp, &ns, &["10.244.7.0/24"]);
-    let node_name = ns.name.clone();
-    let mut node = k8s_node(
-        ns,
-        &cp.kubeconfig(),
-        &["--ipam", "kubernetes", "--enable-policy", "default"],
-    );
-    node.start_daemon();
+    let (mut node, node_name) = policy_agent(&cp, "policy-1", "10.244.7.0/24");
 
     let sandboxes = [node.sandbox(), node.sandbox()];
     create_sandbox_pods(&cp, &node_name, &sandboxes);
@@ -121,16 +112,7 @@ fn the_table_stands_while_the_api_server_is_gone_and_the_latest_state_follows_it
     let Some(mut cp) = ControlPlane::start("k8s_policy_api_gone") else {
         return;
     };
-    cp.install_crds();
-    let ns = cp.add_node_ns("policy-2");
-    create_node(&cp, &ns, &["10.244.8.0/24"]);
-    let node_name = ns.name.clone();
-    let mut node = k8s_node(
-        ns,
-        &cp.kubeconfig(),
-        &["--ipam", "kubernetes", "--enable-policy", "default"],
-    );
-    node.start_daemon();
+    let (node, node_name) = policy_agent(&cp, "policy-2", "10.244.8.0/24");
     let sandboxes = [node.sandbox()];
     create_sandbox_pods(&cp, &node_name, &sandboxes);
     add_with_uid(&cp, &node, &sandboxes[0]);
