@@ -84,7 +84,11 @@ fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing() {
     );
     cluster.assert_agents_hold(&placed);
 
-    // STATUS under containerd 2: fill the node's range through the agent's API.
+    // STATUS under containerd 2: fill the node's ranges through the agent's
+    // API. A full range makes the operator append another, up to
+    // `cluster-pool-extra-cidrs-max` (2 by default): the node is exhausted
+    // only when its third range is full.
+    const RANGES_AT_CAP: usize = 3;
     let client = Client::new(cluster.agent_socket(&containerd2), Duration::from_secs(30));
     let mut taken = Vec::new();
     let refusal = loop {
@@ -96,19 +100,40 @@ fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing() {
         };
         match client.allocate(&params) {
             Ok(r) => taken.push(r.address.ipv4),
-            Err(e) => break e,
+            Err(e) => {
+                let ranges = node_pod_cidrs(&cluster, &containerd2).len();
+                if ranges >= RANGES_AT_CAP {
+                    break e;
+                }
+                eprintln!("{containerd2}: {ranges} range(s) full ({e}); waiting for another");
+                let next = cluster.wait_for(
+                    &format!("an address from {containerd2}'s range {}", ranges + 1),
+                    || client.allocate(&params).ok(),
+                    || format!("{:?}", node_pod_cidrs(&cluster, &containerd2)),
+                );
+                taken.push(next.address.ipv4);
+            }
         }
-        assert!(taken.len() < 1024, "{containerd2}: the range never filled");
+        assert!(taken.len() < 4096, "{containerd2}: the ranges never filled");
     };
     eprintln!(
-        "{containerd2}: range full after {} more addresses ({refusal})",
+        "{containerd2}: {RANGES_AT_CAP} ranges full after {} more addresses ({refusal})",
         taken.len()
     );
+    // The node may have turned NotReady already while it waited for a range:
+    // the message to wait for names all three.
+    let cidrs: Vec<String> = node_pod_cidrs(&cluster, &containerd2)
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
     let message = cluster.wait_for(
-        &format!("{containerd2} NotReady with podnet's STATUS message"),
+        &format!("{containerd2} NotReady with podnet's STATUS message naming {cidrs:?}"),
         || {
             let (status, message) = ready_condition(&cluster, &containerd2);
-            (status == "False" && message.contains("is exhausted")).then_some(message)
+            (status == "False"
+                && message.contains("is exhausted")
+                && cidrs.iter().all(|c| message.contains(c.as_str())))
+            .then_some(message)
         },
         || format!("{:?}", ready_condition(&cluster, &containerd2)),
     );

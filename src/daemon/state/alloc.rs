@@ -185,7 +185,7 @@ impl IpamState {
                     self.pools.used(pool, family),
                     self.pools.usable(pool, family),
                 );
-                let cidr = self.node_addressing_cidr(family).unwrap_or_default();
+                let cidr = self.pool_cidrs(pool, family).join(", ");
                 let reason = match e {
                     PoolError::Exhausted { .. } => Some(FailureReason::RangeFull),
                     _ => None,

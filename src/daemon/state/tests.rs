@@ -2681,6 +2681,15 @@ fn a_cluster_pool_node_asks_for_a_cidr_serves_from_it_and_gives_it_back_empty() 
             ("10.0.0.16/28".into(), "in-use".into())
         ])
     );
+    // Both full: the refusal names both CIDRs and counts them together.
+    let filler: Vec<IpAddr> = (0..12).map(|_| next_v4(&mut s).unwrap()).collect();
+    assert_eq!(
+        next_v4(&mut s).unwrap_err().message,
+        "range is full: no free address in 10.0.0.0/28, 10.0.0.16/28 (28 of 28 allocated) (node node-a)"
+    );
+    for ip in &filler {
+        s.release_ip(&ip.to_string(), "").unwrap();
+    }
     // Its pods go, and enough of the first CIDR's: it goes back, the first never.
     for ip in more[3..].iter().chain(&first) {
         s.release_ip(&ip.to_string(), "").unwrap();

@@ -75,12 +75,19 @@ impl IpamState {
     /// The node's alloc range of a family: the node CIDR (host-scope) or the
     /// first block of the default pool (multi-pool).
     pub(super) fn node_addressing_cidr(&self, family: Family) -> Option<String> {
-        let pool = self.default_pool();
+        self.pool_cidrs(self.default_pool(), family)
+            .into_iter()
+            .next()
+    }
+
+    /// Every CIDR `pool` holds in `family`, in the order they came.
+    pub(super) fn pool_cidrs(&self, pool: &str, family: Family) -> Vec<String> {
         self.pools
             .blocks()
             .into_iter()
-            .find(|b| b.pool == pool && b.family == family)
+            .filter(|b| b.pool == pool && b.family == family)
             .map(|b| b.cidr.to_string())
+            .collect()
     }
 
     pub(super) fn node_addressing(&self) -> NodeAddressing {
@@ -219,13 +226,7 @@ impl IpamState {
                 .filter(|p| self.pools.has(p, *family))
                 .collect();
             for pool in &pools {
-                let blocks: Vec<String> = self
-                    .pools
-                    .blocks()
-                    .into_iter()
-                    .filter(|b| b.pool == *pool && b.family == *family)
-                    .map(|b| b.cidr.to_string())
-                    .collect();
+                let blocks = self.pool_cidrs(pool, *family);
                 let cooling = in_family()
                     .filter(|r| r.pool() == pool && r.state() == AllocationState::Cooling)
                     .count();
