@@ -857,10 +857,7 @@ impl KubernetesSink {
         let name = self.config.node_name.clone();
         let resource = self.nodes_resource().await?;
         let api: Api<DynamicObject> = Api::all_with(self.client().await?, &resource);
-        let body = ApplyBody::new(&resource.api_version, "CiliumNode", &name).with(
-            "status",
-            json!({"ipam": {"used": used.ipv4, "ipv6-used": used.ipv6}}),
-        );
+        let body = used_body(&resource.api_version, &name, used);
         api.patch_status(
             &name,
             &PatchParams::apply(FIELD_MANAGER),
@@ -894,8 +891,7 @@ impl KubernetesSink {
         let name = self.config.node_name.clone();
         let resource = self.nodes_resource().await?;
         let api: Api<DynamicObject> = Api::all_with(self.client().await?, &resource);
-        let body = ApplyBody::new(&resource.api_version, "CiliumNode", &name)
-            .with("status", json!({"conditions": [condition]}));
+        let body = fit_body(&resource.api_version, &name, condition);
         api.patch_status(
             &name,
             &PatchParams::apply(CHECK_FIELD_MANAGER),
@@ -945,8 +941,7 @@ impl KubernetesSink {
         let name = self.config.node_name.clone();
         let resource = self.nodes_resource().await?;
         let api: Api<DynamicObject> = Api::all_with(self.client().await?, &resource);
-        let body = ApplyBody::new(&resource.api_version, "CiliumNode", &name)
-            .with("status", json!({"ipam": {"pod-cidrs": pod_cidrs}}));
+        let body = pod_cidrs_body(&resource.api_version, &name, pod_cidrs);
         api.patch_status(
             &name,
             &PatchParams::apply(POD_CIDRS_FIELD_MANAGER),
@@ -959,6 +954,39 @@ impl KubernetesSink {
         })?;
         Ok(())
     }
+}
+
+/// crd/eni: the status apply of `status.ipam.used` and `ipv6-used`.
+fn used_body(api_version: &str, name: &str, used: &UsedAddresses) -> ApplyBody {
+    ApplyBody::new(api_version, "CiliumNode", name).with(
+        "status",
+        json!({"ipam": {"used": used.ipv4, "ipv6-used": used.ipv6}}),
+    )
+}
+
+/// The status apply of the [`FIT_CONDITION`].
+fn fit_body(api_version: &str, name: &str, condition: serde_json::Value) -> ApplyBody {
+    ApplyBody::new(api_version, "CiliumNode", name)
+        .with("status", json!({"conditions": [condition]}))
+}
+
+/// cluster-pool: the status apply of `status.ipam.pod-cidrs`.
+fn pod_cidrs_body(
+    api_version: &str,
+    name: &str,
+    pod_cidrs: &BTreeMap<String, PodCidrStatus>,
+) -> ApplyBody {
+    ApplyBody::new(api_version, "CiliumNode", name)
+        .with("status", json!({"ipam": {"pod-cidrs": pod_cidrs}}))
+}
+
+/// multi-pool: the merge patch giving blocks back (`allocated` without them),
+/// only as of resourceVersion `rv`.
+fn release_body(rv: Option<&str>, allocated: &[serde_json::Value]) -> serde_json::Value {
+    json!({
+        "metadata": {"resourceVersion": rv},
+        "spec": {"ipam": {"pools": {"allocated": allocated}}},
+    })
 }
 
 /// Attempts at removing given-back blocks before the next flush tries again.
@@ -1024,10 +1052,7 @@ impl KubernetesSink {
                 done = true;
                 break;
             };
-            let body = json!({
-                "metadata": {"resourceVersion": obj.metadata.resource_version},
-                "spec": {"ipam": {"pools": {"allocated": allocated}}},
-            });
+            let body = release_body(obj.metadata.resource_version.as_deref(), &allocated);
             let params = PatchParams {
                 field_manager: Some(FIELD_MANAGER.into()),
                 ..PatchParams::default()
@@ -1156,6 +1181,145 @@ impl KubernetesSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The wire, pinned: each body the agent sends, whole.
+    fn wire(body: &impl serde::Serialize) -> serde_json::Value {
+        serde_json::to_value(body).unwrap()
+    }
+
+    fn requested(pool: &str, v4: u64) -> RequestedPool {
+        RequestedPool {
+            pool: pool.into(),
+            needed: crate::resources::PoolDemand {
+                ipv4_addrs: v4,
+                ipv6_addrs: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn golden_the_agent_fields_apply_in_each_mode() {
+        let full = AgentFields {
+            node_uid: "u-1".into(),
+            internal_ips: vec!["10.250.0.2".into(), "fd00::2".into()],
+            router_addresses: vec![NodeAddress {
+                kind: "CiliumInternalIP".into(),
+                ip: "10.244.1.1".into(),
+            }],
+            health: HealthAddresses {
+                ipv4: "10.244.1.2".into(),
+                ipv6: "fd00:1::2".into(),
+            },
+            pod_cidrs: Some(vec!["10.244.1.0/24".parse().unwrap()]),
+            requested: Some(vec![requested("default", 16)]),
+        };
+        assert_eq!(
+            wire(&full.apply_body("n1", "cilium.io/v2")),
+            json!({
+                "apiVersion": "cilium.io/v2",
+                "kind": "CiliumNode",
+                "metadata": {
+                    "name": "n1",
+                    "ownerReferences": [
+                        {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u-1"}
+                    ],
+                },
+                "spec": {
+                    "addresses": [
+                        {"type": "InternalIP", "ip": "10.250.0.2"},
+                        {"type": "InternalIP", "ip": "fd00::2"},
+                        {"type": "CiliumInternalIP", "ip": "10.244.1.1"},
+                    ],
+                    "ipam": {
+                        "podCIDRs": ["10.244.1.0/24"],
+                        "pools": {"requested": [
+                            {"pool": "default", "needed": {"ipv4-addrs": 16}}
+                        ]},
+                    },
+                    "health": {"ipv4": "10.244.1.2", "ipv6": "fd00:1::2"},
+                },
+            })
+        );
+        // A first apply before the Node is read: no owner, no health, an
+        // empty ipam (cluster-pool: the operator's podCIDRs are never sent).
+        assert_eq!(
+            wire(&AgentFields::default().apply_body("n2", "cilium.io/v2")),
+            json!({
+                "apiVersion": "cilium.io/v2",
+                "kind": "CiliumNode",
+                "metadata": {"name": "n2"},
+                "spec": {"addresses": [], "ipam": {}},
+            })
+        );
+    }
+
+    #[test]
+    fn golden_the_status_applies_and_the_release_patch() {
+        let owned = crate::resources::AllocationIp {
+            owner: "default/pod-a".into(),
+            resource: String::new(),
+        };
+        let used = UsedAddresses {
+            ipv4: BTreeMap::from([("10.1.0.5".to_string(), owned)]),
+            ipv6: BTreeMap::new(),
+        };
+        assert_eq!(
+            wire(&used_body("cilium.io/v2", "n1", &used)),
+            json!({
+                "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+                "metadata": {"name": "n1"},
+                "status": {"ipam": {
+                    "used": {"10.1.0.5": {"owner": "default/pod-a"}},
+                    "ipv6-used": {},
+                }},
+            })
+        );
+        let condition = json!({"type": FIT_CONDITION, "status": "True", "reason": "Fits",
+            "message": "m", "lastTransitionTime": "2025-01-01T00:00:00Z"});
+        assert_eq!(
+            wire(&fit_body("cilium.io/v2", "n1", condition.clone())),
+            json!({
+                "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+                "metadata": {"name": "n1"},
+                "status": {"conditions": [condition]},
+            })
+        );
+        let cidrs = BTreeMap::from([
+            (
+                "10.244.1.0/24".to_string(),
+                PodCidrStatus {
+                    status: crate::resources::PodCidrState::InUse,
+                },
+            ),
+            (
+                "10.244.9.0/24".to_string(),
+                PodCidrStatus {
+                    status: crate::resources::PodCidrState::Depleted,
+                },
+            ),
+        ]);
+        assert_eq!(
+            wire(&pod_cidrs_body("cilium.io/v2", "n1", &cidrs)),
+            json!({
+                "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+                "metadata": {"name": "n1"},
+                "status": {"ipam": {"pod-cidrs": {
+                    "10.244.1.0/24": {"status": "in-use"},
+                    "10.244.9.0/24": {"status": "depleted"},
+                }}},
+            })
+        );
+        let kept = vec![json!({"pool": "default", "cidrs": ["10.10.0.0/26"]})];
+        assert_eq!(
+            release_body(Some("7"), &kept),
+            json!({
+                "metadata": {"resourceVersion": "7"},
+                "spec": {"ipam": {"pools": {"allocated": [
+                    {"pool": "default", "cidrs": ["10.10.0.0/26"]}
+                ]}}},
+            })
+        );
+    }
 
     #[test]
     fn kubernetes_mode_needs_a_cidr_per_enabled_family() {

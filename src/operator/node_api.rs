@@ -55,6 +55,16 @@ impl<'a> NodeApply<'a> {
         self.resource_version = Some(rv);
         self
     }
+
+    /// The body of this apply to CiliumNode `name` of `uid` at `api_version`.
+    fn body(&self, api_version: &str, name: &str, uid: &str) -> ApplyBody {
+        let mut body = ApplyBody::new(api_version, "CiliumNode", name).uid(uid);
+        if let Some(rv) = self.resource_version {
+            body = body.resource_version(rv);
+        }
+        let part = if self.status { "status" } else { "spec" };
+        body.with(part, self.fields.clone())
+    }
 }
 
 /// The CiliumNodes through the API server.
@@ -104,12 +114,7 @@ impl<'a> ApiNodes<'a> {
         uid: &str,
         apply: NodeApply<'_>,
     ) -> Result<Option<NodeResource>, WriteError> {
-        let mut body = ApplyBody::new(NODE_API_VERSION, "CiliumNode", name).uid(uid);
-        if let Some(rv) = apply.resource_version {
-            body = body.resource_version(rv);
-        }
-        let part = if apply.status { "status" } else { "spec" };
-        let body = body.with(part, apply.fields);
+        let body = apply.body(NODE_API_VERSION, name, uid);
         let patch = Patch::Apply(&body);
         let answer = if apply.status {
             self.api.patch_status(name, &self.params, &patch).await
@@ -125,5 +130,33 @@ impl<'a> ApiNodes<'a> {
     /// understood).
     pub async fn get(&self, name: &str) -> Result<Option<NodeResource>, kube::Error> {
         Ok(self.api.get_opt(name).await?.as_ref().and_then(decoded))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn golden_the_operator_applies_spec_and_status() {
+        let spec = NodeApply::spec(json!({"ipam": {"podCIDRs": ["10.0.1.0/24"]}}), "cidrs")
+            .checked_at("7");
+        assert_eq!(
+            serde_json::to_value(spec.body("cilium.io/v2", "n1", "u-1")).unwrap(),
+            json!({
+                "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+                "metadata": {"name": "n1", "uid": "u-1", "resourceVersion": "7"},
+                "spec": {"ipam": {"podCIDRs": ["10.0.1.0/24"]}},
+            })
+        );
+        let status = NodeApply::operator_error("");
+        assert_eq!(
+            serde_json::to_value(status.body("cilium.io/v2", "n1", "u-1")).unwrap(),
+            json!({
+                "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+                "metadata": {"name": "n1", "uid": "u-1"},
+                "status": {"ipam": {"operator-status": {"error": ""}}},
+            })
+        );
     }
 }
