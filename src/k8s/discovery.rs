@@ -253,13 +253,6 @@ pub async fn resolve_waiting(
     }
 }
 
-/// The API of `kind` at the version [`resolve_waiting`] found; what it waits
-/// for goes to the log only.
-pub async fn api_waiting(client: &kube::Client, kind: CiliumKind) -> Api<DynamicObject> {
-    let resource = resolve_waiting(client, kind, &|_| {}).await;
-    Api::all_with(client.clone(), &resource)
-}
-
 /// Every object of `resource`, watched (relists and API-server restarts
 /// survived with kube's default backoff).
 pub fn watch_all(

@@ -19,4 +19,4 @@ pub mod node_pods;
 pub mod objects;
 pub mod pool_watch;
 
-pub use discovery::{CiliumKind, DiscoveryError, api_waiting, resolve, resolve_waiting};
+pub use discovery::{CiliumKind, DiscoveryError, resolve, resolve_waiting};

@@ -210,6 +210,18 @@ impl ApplyBody {
         self.meta("resourceVersion", rv.into())
     }
 
+    /// Owned by the object of `kind` (at `api_version`) named `name` of `uid`:
+    /// deleting that object deletes this one.
+    pub fn owned_by(self, api_version: &str, kind: &str, name: &str, uid: &str) -> ApplyBody {
+        let owner = serde_json::json!([{
+            "apiVersion": api_version,
+            "kind": kind,
+            "name": name,
+            "uid": uid,
+        }]);
+        self.meta("ownerReferences", owner)
+    }
+
     /// Sets `metadata.<field>`.
     pub fn meta(mut self, field: &str, value: serde_json::Value) -> ApplyBody {
         self.0["metadata"][field] = value;
@@ -250,6 +262,17 @@ mod tests {
                 "metadata": {"name": "n1", "uid": "u-1", "resourceVersion": "7"},
                 "spec": {"ipam": {"podCIDRs": ["10.0.1.0/24"]}},
             })
+        );
+    }
+
+    #[test]
+    fn an_apply_body_names_its_owner() {
+        let body = ApplyBody::new("v1", "ConfigMap", "c").owned_by("v1", "Node", "n1", "u-1");
+        assert_eq!(
+            body.value()["metadata"],
+            json!({"name": "c", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u-1"}
+            ]})
         );
     }
 

@@ -1,7 +1,8 @@
 //! The node loop's writer on the API server: applies to CiliumNodes (spec, or
 //! status through the status subresource) under the operator's field manager,
 //! counted in the operator's metrics, with what the API server answers read back
-//! as typed node resources. Cluster-pool and multi-pool implement
+//! as typed node resources, at the CiliumNode version API discovery finds.
+//! Cluster-pool and multi-pool implement
 //! [`NodeWriter`](super::node_loop::NodeWriter) on it with their own applies.
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -9,11 +10,9 @@ use serde_json::json;
 
 use super::metrics::OperatorMetrics;
 use super::node_loop::{WriteError, Written};
+use crate::k8s::discovery::{CiliumKind, resolve_waiting};
 use crate::k8s::objects::{ApplyBody, node_resource};
 use crate::resources::NodeResource;
-
-/// The CiliumNode version the operator writes.
-const NODE_API_VERSION: &str = "cilium.io/v2";
 
 /// One apply of a node's write.
 pub struct NodeApply<'a> {
@@ -55,11 +54,23 @@ impl<'a> NodeApply<'a> {
         self.resource_version = Some(rv);
         self
     }
+
+    /// The body of this apply to CiliumNode `name` of `uid` at `api_version`.
+    fn body(&self, api_version: &str, name: &str, uid: &str) -> ApplyBody {
+        let mut body = ApplyBody::new(api_version, "CiliumNode", name).uid(uid);
+        if let Some(rv) = self.resource_version {
+            body = body.resource_version(rv);
+        }
+        let part = if self.status { "status" } else { "spec" };
+        body.with(part, self.fields.clone())
+    }
 }
 
 /// The CiliumNodes through the API server.
 pub struct ApiNodes<'a> {
     api: Api<DynamicObject>,
+    /// The CiliumNode apiVersion discovery chose (the one `api` uses).
+    api_version: String,
     params: PatchParams,
     metrics: &'a OperatorMetrics,
 }
@@ -72,17 +83,26 @@ fn decoded(obj: &DynamicObject) -> Option<NodeResource> {
 }
 
 impl<'a> ApiNodes<'a> {
-    /// Writes with `params` (the field manager, whether applies are forced).
-    pub fn new(
-        api: Api<DynamicObject>,
+    /// The CiliumNodes at the version API discovery finds (waited for until
+    /// the CRD serves one podnet understands), written with `params` (the field
+    /// manager, whether applies are forced).
+    pub async fn resolve(
+        client: &kube::Client,
         params: PatchParams,
         metrics: &'a OperatorMetrics,
     ) -> ApiNodes<'a> {
+        let resource = resolve_waiting(client, CiliumKind::Node, &|_| {}).await;
         ApiNodes {
-            api,
+            api: Api::all_with(client.clone(), &resource),
+            api_version: resource.api_version,
             params,
             metrics,
         }
+    }
+
+    /// The CiliumNodes' API, at the same version (for the watch).
+    pub fn api(&self) -> Api<DynamicObject> {
+        self.api.clone()
     }
 
     /// Applies `applies` to CiliumNode `name` of `uid` (never to a node
@@ -104,12 +124,7 @@ impl<'a> ApiNodes<'a> {
         uid: &str,
         apply: NodeApply<'_>,
     ) -> Result<Option<NodeResource>, WriteError> {
-        let mut body = ApplyBody::new(NODE_API_VERSION, "CiliumNode", name).uid(uid);
-        if let Some(rv) = apply.resource_version {
-            body = body.resource_version(rv);
-        }
-        let part = if apply.status { "status" } else { "spec" };
-        let body = body.with(part, apply.fields);
+        let body = apply.body(&self.api_version, name, uid);
         let patch = Patch::Apply(&body);
         let answer = if apply.status {
             self.api.patch_status(name, &self.params, &patch).await
@@ -125,5 +140,33 @@ impl<'a> ApiNodes<'a> {
     /// understood).
     pub async fn get(&self, name: &str) -> Result<Option<NodeResource>, kube::Error> {
         Ok(self.api.get_opt(name).await?.as_ref().and_then(decoded))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn golden_the_operator_applies_spec_and_status() {
+        let spec = NodeApply::spec(json!({"ipam": {"podCIDRs": ["10.0.1.0/24"]}}), "cidrs")
+            .checked_at("7");
+        assert_eq!(
+            serde_json::to_value(spec.body("cilium.io/v2", "n1", "u-1")).unwrap(),
+            json!({
+                "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+                "metadata": {"name": "n1", "uid": "u-1", "resourceVersion": "7"},
+                "spec": {"ipam": {"podCIDRs": ["10.0.1.0/24"]}},
+            })
+        );
+        let status = NodeApply::operator_error("");
+        assert_eq!(
+            serde_json::to_value(status.body("cilium.io/v2", "n1", "u-1")).unwrap(),
+            json!({
+                "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+                "metadata": {"name": "n1", "uid": "u-1"},
+                "status": {"ipam": {"operator-status": {"error": ""}}},
+            })
+        );
     }
 }

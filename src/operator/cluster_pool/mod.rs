@@ -32,7 +32,6 @@ use super::FIELD_MANAGER;
 use super::metrics::OperatorMetrics;
 use super::node_api::{ApiNodes, NodeApply};
 use super::node_loop::{self, AfterRefusal, NodeHandler, NodeWriter, Refusal, Written};
-use crate::k8s::discovery::{CiliumKind, api_waiting};
 use crate::k8s::mirror::WatchEnded;
 use crate::k8s::objects::watch_nodes;
 use crate::resources::NodeResource;
@@ -155,9 +154,10 @@ pub async fn run(
     identity: &str,
     metrics: &OperatorMetrics,
 ) -> WatchEnded {
-    let api = api_waiting(&client, CiliumKind::Node).await;
+    let nodes = ApiNodes::resolve(&client, PatchParams::apply(FIELD_MANAGER), metrics).await;
+    let api = nodes.api();
     let writer = CidrWriter {
-        nodes: ApiNodes::new(api.clone(), PatchParams::apply(FIELD_MANAGER), metrics),
+        nodes,
         events: Recorder::new(
             client.clone(),
             Reporter {

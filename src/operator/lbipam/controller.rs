@@ -26,9 +26,9 @@ use super::services::{
 use crate::ipam::Family;
 use crate::k8s::discovery::{CiliumKind, resolve_waiting};
 use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
-use crate::k8s::objects::condition_json;
+use crate::k8s::objects::{ApplyBody, condition_json, typed};
 use crate::operator::retry::{Retry, sleep_until};
-use crate::resources::{CiliumLoadBalancerIPPool, LB_IP_POOL_KIND, decode};
+use crate::resources::{CiliumLoadBalancerIPPool, LB_IP_POOL_KIND};
 
 /// The field manager of LB IPAM's applies.
 pub const FIELD_MANAGER: &str = "podnet-operator-lb-ipam";
@@ -205,6 +205,27 @@ pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetric
     }
 }
 
+/// The pool `obj` defines, or what is wrong with it (the message its
+/// condition shows), decoded as every object is (`k8s::objects::typed`).
+fn parse_pool(obj: &DynamicObject) -> Result<Pool, String> {
+    typed::<CiliumLoadBalancerIPPool, _>(obj, LB_IP_POOL_KIND)
+        .map_err(|e| e.to_string())
+        .and_then(|p| Pool::from_resource(&p).map_err(|e| e.to_string()))
+}
+
+/// The status apply of Service `namespace/name`.
+fn service_status_body(namespace: &str, name: &str, status: Value) -> ApplyBody {
+    ApplyBody::new("v1", "Service", name)
+        .meta("namespace", namespace.into())
+        .with("status", status)
+}
+
+/// The status apply of pool `name` (at `api_version`): its conditions.
+fn pool_status_body(api_version: &str, name: &str, conditions: Vec<Value>) -> ApplyBody {
+    ApplyBody::new(api_version, LB_IP_POOL_KIND, name)
+        .with("status", json!({"conditions": conditions}))
+}
+
 /// Applies `status` to Service `svc`'s status subresource under `manager`
 /// (fields of the manager's earlier applies that `status` lacks are removed); a
 /// Service deleted meanwhile is not an error.
@@ -216,12 +237,7 @@ pub async fn apply_service_status(
 ) -> Result<(), kube::Error> {
     let namespace = svc.metadata.namespace.clone().unwrap_or_default();
     let name = svc.metadata.name.clone().unwrap_or_default();
-    let body = json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace},
-        "status": status,
-    });
+    let body = service_status_body(&namespace, &name, status);
     let api: Api<Service> = Api::namespaced(client, &namespace);
     let params = PatchParams::apply(manager).force();
     match api.patch_status(&name, &params, &Patch::Apply(&body)).await {
@@ -238,14 +254,7 @@ impl Controller {
         let mut invalid = BTreeMap::new();
         for obj in self.pools.objects() {
             let name = key_of(obj);
-            let parsed = serde_json::to_value(obj)
-                .map_err(|e| e.to_string())
-                .and_then(|v| {
-                    decode::<CiliumLoadBalancerIPPool>(&v)
-                        .map_err(|e| format!("{LB_IP_POOL_KIND} \"{name}\": {e}"))
-                })
-                .and_then(|p| Pool::from_resource(&p).map_err(|e| e.to_string()));
-            match parsed {
+            match parse_pool(obj) {
                 Ok(p) => pools.push(p),
                 Err(e) => {
                     invalid.insert(name, e);
@@ -415,12 +424,7 @@ impl Controller {
         if same_conditions(&have, &wanted) {
             return Ok(false);
         }
-        let body = json!({
-            "apiVersion": self.pools_version,
-            "kind": LB_IP_POOL_KIND,
-            "metadata": {"name": name},
-            "status": {"conditions": wanted},
-        });
+        let body = pool_status_body(&self.pools_version, name, wanted);
         let params = PatchParams::apply(FIELD_MANAGER).force();
         match self
             .pools_api
@@ -492,4 +496,58 @@ fn old_condition<'a>(obj: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
         .as_array()?
         .iter()
         .find(|c| c["type"] == kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire(body: ApplyBody) -> Value {
+        serde_json::to_value(body).unwrap()
+    }
+
+    #[test]
+    fn golden_the_status_applies_of_a_service_and_a_pool() {
+        let status = json!({"loadBalancer": {"ingress": [{"ip": "10.0.10.1"}]}});
+        assert_eq!(
+            wire(service_status_body("shop", "web", status)),
+            json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "web", "namespace": "shop"},
+                "status": {"loadBalancer": {"ingress": [{"ip": "10.0.10.1"}]}},
+            })
+        );
+        let conditions = vec![json!({"type": CONFLICT_CONDITION, "status": "False"})];
+        assert_eq!(
+            wire(pool_status_body("cilium.io/v2alpha1", "blue", conditions)),
+            json!({
+                "apiVersion": "cilium.io/v2alpha1", "kind": "CiliumLoadBalancerIPPool",
+                "metadata": {"name": "blue"},
+                "status": {"conditions": [{"type": CONFLICT_CONDITION, "status": "False"}]},
+            })
+        );
+    }
+
+    #[test]
+    fn an_invalid_pool_says_which_pool_and_field() {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
+            "metadata": {"name": "blue"},
+            "spec": {"blocks": [{"cidr": "10.0.10.0/33"}]},
+        }))
+        .unwrap();
+        // The message the pool's condition shows, pinned.
+        assert_eq!(
+            parse_pool(&obj).unwrap_err(),
+            "CiliumLoadBalancerIPPool \"blue\": spec.blocks[0].cidr: \"10.0.10.0/33\" is not a CIDR \
+             (expected <address>/<prefix length>, e.g. 10.0.0.0/16 or fd00::/104)"
+        );
+        let good: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
+            "metadata": {"name": "blue"},
+            "spec": {"blocks": [{"cidr": "10.0.10.0/24"}]},
+        }))
+        .unwrap();
+        assert!(parse_pool(&good).is_ok());
+    }
 }

@@ -42,7 +42,7 @@ use super::node_api::{ApiNodes, NodeApply};
 use super::node_loop::{self, AfterRefusal, NodeHandler, NodeWriter, Refusal, Written};
 use super::retry::next_backoff;
 use crate::ipam::pooldef::PoolDef;
-use crate::k8s::discovery::{CiliumKind, api_waiting, resolve_waiting};
+use crate::k8s::discovery::{CiliumKind, resolve_waiting};
 use crate::k8s::mirror::WatchEnded;
 use crate::k8s::objects::watch_nodes;
 use crate::k8s::pool_watch::{PoolWatch, Resolver, list_pools};
@@ -249,13 +249,9 @@ pub async fn run(
         set_pools(&mut blocks, &pools);
         metrics.pools_refused.set(i64::from(blocks.pools_refused()));
     }
-    let api = api_waiting(&client, CiliumKind::Node).await;
-    let writer = ApiNodes::new(
-        api.clone(),
-        PatchParams::apply(FIELD_MANAGER).force(),
-        metrics,
-    );
-    let nodes = watch_nodes(api, watcher::Config::default());
+    let writer =
+        ApiNodes::resolve(&client, PatchParams::apply(FIELD_MANAGER).force(), metrics).await;
+    let nodes = watch_nodes(writer.api(), watcher::Config::default());
     let pools = pool_changes(client, pool_resource);
     node_loop::run(&mut blocks, &writer, nodes, pools, metrics).await
 }
