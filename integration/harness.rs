@@ -226,6 +226,9 @@ pub struct Node {
     pub dir: PathBuf,
     pub daemon: Option<Child>,
     pub args: Vec<String>,
+    /// The podnet binary the daemon runs (None: [`podnet_bin`]), for a
+    /// benchmark that runs another build beside it.
+    pub bin: Option<String>,
 }
 
 impl Node {
@@ -275,6 +278,7 @@ impl Node {
             dir,
             daemon: None,
             args: args.iter().map(|s| s.to_string()).collect(),
+            bin: None,
         }
     }
 
@@ -294,7 +298,8 @@ impl Node {
     /// The daemon command line (socket and state dir first, then the node's args).
     pub fn daemon_command(&self, extra: &[&str]) -> Command {
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.ns.name, podnet_bin(), "daemon"])
+        let bin = self.bin.as_deref().unwrap_or(podnet_bin());
+        cmd.args(["netns", "exec", &self.ns.name, bin, "daemon"])
             .arg("--socket")
             .arg(self.socket())
             .arg("--state-dir")

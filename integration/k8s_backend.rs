@@ -135,6 +135,16 @@ pub(crate) fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 /// whose agent runs in kubernetes IPAM with `--enable-policy default` (the
 /// policy tests' and benchmark's node); the node and its name.
 pub fn policy_agent(cp: &ControlPlane, name: &str, pod_cidr: &str) -> (Node, String) {
+    policy_agent_of(cp, name, pod_cidr, None)
+}
+
+/// [`policy_agent`] running `bin` (None: the binary under test).
+pub fn policy_agent_of(
+    cp: &ControlPlane,
+    name: &str,
+    pod_cidr: &str,
+    bin: Option<&str>,
+) -> (Node, String) {
     cp.install_crds();
     let ns = cp.add_node_ns(name);
     create_node(cp, &ns, &[pod_cidr]);
@@ -144,6 +154,7 @@ pub fn policy_agent(cp: &ControlPlane, name: &str, pod_cidr: &str) -> (Node, Str
         &cp.kubeconfig(),
         &["--ipam", "kubernetes", "--enable-policy", "default"],
     );
+    node.bin = bin.map(str::to_string);
     node.start_daemon();
     (node, node_name)
 }

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use crate::crossnode_bench::{Figures, append_to_bench_out, env_or, measure, median, paired};
 use crate::harness::*;
 use crate::k8s::ControlPlane;
-use crate::k8s_backend::{add_with_uid, create_sandbox_pods, policy_agent};
+use crate::k8s_backend::{add_with_uid, create_sandbox_pods, policy_agent, policy_agent_of};
 
 const NAMESPACES: usize = 10;
 const SIM_NODES: usize = 20;
@@ -74,6 +74,18 @@ fn sim_pod(i: usize) -> Value {
 
 fn list(items: Vec<Value>) -> String {
     json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
+}
+
+/// Creates simulated pods `range`, then writes their status, 250 a request.
+fn create_sim_pods(cp: &ControlPlane, range: std::ops::Range<usize>) {
+    let sims: Vec<Value> = range.map(sim_pod).collect();
+    for chunk in sims.chunks(250) {
+        let text = list(chunk.to_vec());
+        cp.kubectl_stdin(&["create", "-f", "-"], &text)
+            .expect_ok("create pods");
+        cp.kubectl_stdin(&["replace", "--subresource=status", "-f", "-"], &text)
+            .expect_ok("pod status");
+    }
 }
 
 /// Policy `i`: its pod selector takes one of five shapes, all matching the
@@ -282,15 +294,8 @@ fn policy_enforcement_latency_datapath_and_agent_cost() {
     cp.kubectl_stdin(&["apply", "-f", "-"], &namespaces().to_string())
         .expect_ok("namespaces");
     let pods = env_or("BENCH_PODS", 1000usize);
-    let sims: Vec<Value> = (2..pods).map(sim_pod).collect();
     let t_pods = Instant::now();
-    for chunk in sims.chunks(250) {
-        let text = list(chunk.to_vec());
-        cp.kubectl_stdin(&["create", "-f", "-"], &text)
-            .expect_ok("create pods");
-        cp.kubectl_stdin(&["replace", "--subresource=status", "-f", "-"], &text)
-            .expect_ok("pod status");
-    }
+    create_sim_pods(&cp, 2..pods);
     let real_status = |ip: &str| {
         json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}}).to_string()
     };
@@ -467,5 +472,105 @@ fn policy_enforcement_latency_datapath_and_agent_cost() {
         paired(|f| f.rtt_p50_us),
         paired(|f| f.rtt_p99_us),
     );
+    append_to_bench_out(&report);
+}
+
+/// One agent of the memory benchmark and its readings: (RSS, peak RSS, CPU
+/// ticks) before the objects, once they are written, and at rest.
+struct Agent {
+    what: String,
+    node: Node,
+    readings: Vec<(u64, u64, u64)>,
+}
+
+impl Agent {
+    fn read(&mut self) {
+        let pid = self.node.daemon_pid().expect("the agent runs");
+        self.readings.push(usage(pid));
+    }
+}
+
+/// The agent's memory with many Pods (`BENCH_PODS`, 5,000 here) and
+/// `BENCH_POLICIES` (200) NetworkPolicies, as `policy_bench`'s (the same
+/// objects, no real pods): the binary under test and, when
+/// `BENCH_BASELINE_BIN` names another build (main's, say), that one beside it
+/// on a second node of the same API server, so both see the same objects at the
+/// same load. Reads each agent's RSS and CPU before the objects, once both have
+/// written the policies, and after `BENCH_REST_SECONDS` (60) at rest.
+#[test]
+#[ignore = "a benchmark: BENCH_TEST=memory scripts/bench-policy runs it"]
+fn policy_agent_memory_with_many_pods_against_a_baseline() {
+    let Some(cp) = ControlPlane::start("policy_bench_memory") else {
+        return;
+    };
+    let started = Instant::now();
+    let load_start = load();
+    let mut agents = vec![Agent {
+        what: format!("this build ({})", podnet_bin()),
+        node: policy_agent(&cp, "polmem-1", "10.244.8.0/24").0,
+        readings: Vec::new(),
+    }];
+    if let Ok(bin) = std::env::var("BENCH_BASELINE_BIN")
+        && !bin.is_empty()
+    {
+        agents.push(Agent {
+            what: format!("baseline ({bin})"),
+            node: policy_agent_of(&cp, "polmem-2", "10.244.9.0/24", Some(&bin)).0,
+            readings: Vec::new(),
+        });
+    }
+    for a in &agents {
+        wait_policies(&a.node, 0);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    agents.iter_mut().for_each(Agent::read);
+
+    cp.kubectl_stdin(&["apply", "-f", "-"], &namespaces().to_string())
+        .expect_ok("namespaces");
+    let pods = env_or("BENCH_PODS", 5000usize);
+    let t_pods = Instant::now();
+    create_sim_pods(&cp, 0..pods);
+    let pods_took = t_pods.elapsed();
+    let n_policies = env_or("BENCH_POLICIES", 200usize);
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        &list((0..n_policies).map(policy).collect()),
+    )
+    .expect_ok("create policies");
+    for a in &agents {
+        wait_policies(&a.node, n_policies);
+    }
+    agents.iter_mut().for_each(Agent::read);
+    let rest = env_or("BENCH_REST_SECONDS", 60u64);
+    std::thread::sleep(Duration::from_secs(rest));
+    agents.iter_mut().for_each(Agent::read);
+
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    let mut report = format!(
+        "\n{pods} Pod objects ({NAMESPACES} namespaces, {SIM_NODES} simulated nodes, none on the \
+         agents' nodes), {n_policies} NetworkPolicies, {} agent(s) of one API server; pods created \
+         with their status in {:.1} s; load average at start {load_start}, at end {}; {:.0} s in all.\n\n\
+         | agent | RSS MiB before the objects | with them, written | at rest {rest} s (peak) | CPU s objects arriving | CPU at rest % of a core |\n\
+         |---|---|---|---|---|---|\n",
+        agents.len(),
+        pods_took.as_secs_f64(),
+        load(),
+        started.elapsed().as_secs_f64(),
+    );
+    for a in &agents {
+        let [(empty, _, t0), (loaded, _, t1), (at_rest, peak, t2)] = a.readings[..] else {
+            panic!("three readings of {}", a.what);
+        };
+        report.push_str(&format!(
+            "| {} | {:.1} | {:.1} | {:.1} ({:.1}) | {:.2} | {:.2} |\n",
+            a.what,
+            mib(empty),
+            mib(loaded),
+            mib(at_rest),
+            mib(peak),
+            cpu_seconds(t0, t1),
+            cpu_seconds(t1, t2) * 100.0 / rest.max(1) as f64,
+        ));
+    }
     append_to_bench_out(&report);
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use podnet::datapath::{NetNs, in_netns};
 use podnet::policy::view::{NamedPort, Protocol};
 use podnet::policy::{
-    Cluster, Enforcement, NamespaceView, PodView, PolicyView, State, compile, table,
+    Cluster, Enforcement, Local, NamespaceView, PodView, PolicyView, State, compile, table,
 };
 use serde_json::json;
 
@@ -216,7 +216,8 @@ impl Topology {
         false
     }
 
-    /// Pod views: pod `i` with `labels` and `ports`, all on this node.
+    /// Pod views: pod `i` with `labels` and `ports`, all on this node, each
+    /// named as its host link.
     pub fn views(&self, pods: &[(Labels, Ports)]) -> Vec<PodView> {
         let view = |(pod, (labels, ports)): (&Pod, &(Labels, Ports))| PodView {
             namespace: "default".into(),
@@ -226,7 +227,7 @@ impl Topology {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             ips: vec![pod.v4, pod.v6],
-            host_link: Some(pod.link.clone()),
+            uid: None,
             ports: ports
                 .iter()
                 .map(|(name, number)| NamedPort {
@@ -258,11 +259,19 @@ impl Topology {
             .iter()
             .map(|s| s.parse().expect("ip"))
             .collect();
+        let local: Vec<Local> = pods
+            .iter()
+            .map(|pod| Local {
+                pod,
+                link: &pod.name,
+            })
+            .collect();
         let c = compile(Cluster {
             enforcement,
-            policies,
-            pods,
-            namespaces: &namespaces,
+            policies: &policies.iter().collect::<Vec<_>>(),
+            pods: &pods.iter().collect::<Vec<_>>(),
+            local: &local,
+            namespaces: &namespaces.iter().collect::<Vec<_>>(),
             node_addresses: &node,
         });
         assert!(

@@ -6,10 +6,13 @@
 //! a local copy of one kind over it, the objects by `namespace/name` (or `name`),
 //! replaced whole at every (re)list. Each event says what changed ([`Change`]);
 //! the operator's LB IPAM and Node IPAM loops and the agent's cluster-wide
-//! CiliumNode watch plan from a [`Mirror`].
+//! CiliumNode watch plan from a [`Mirror`]. A watch can be [`projected`] first,
+//! so a [`Mirror`] (and a list in progress) keeps only a view of each object,
+//! made once as its event arrives (the agent's NetworkPolicy loop).
 
 use std::collections::BTreeMap;
 
+use futures::{Stream, StreamExt};
 use kube::Resource;
 use kube::runtime::watcher::{self, Event};
 
@@ -73,6 +76,28 @@ pub enum Step<K> {
     Deleted(K),
     /// A (re)list is complete: every object there is, by key.
     Relisted(BTreeMap<String, K>),
+}
+
+/// `events` with each object replaced by `project(object)`, made as its event
+/// arrives: the whole object is dropped then, also while a list is read, and a
+/// [`Mirror`] of the views keeps [`Relist`]'s semantics (the view's
+/// [`Keyed::key`] must be its object's).
+pub fn projected<K, V>(
+    events: impl Stream<Item = Result<Event<K>, watcher::Error>>,
+    mut project: impl FnMut(K) -> V,
+) -> impl Stream<Item = Result<Event<V>, watcher::Error>> {
+    events.map(move |item| item.map(|event| project_event(event, &mut project)))
+}
+
+/// `event` with its object projected.
+fn project_event<K, V>(event: Event<K>, project: &mut impl FnMut(K) -> V) -> Event<V> {
+    match event {
+        Event::Init => Event::Init,
+        Event::InitApply(obj) => Event::InitApply(project(obj)),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(obj) => Event::Apply(project(obj)),
+        Event::Delete(obj) => Event::Delete(project(obj)),
+    }
 }
 
 /// The objects of a list in progress, held until the list is complete; nothing
@@ -316,6 +341,77 @@ mod tests {
             m.feed(None, "Service").unwrap_err().to_string(),
             "the Service watch ended"
         );
+    }
+
+    /// What a projected mirror keeps of a Service: its key and its type.
+    #[derive(Debug, Clone, PartialEq)]
+    struct Kept {
+        key: String,
+        kind: Option<String>,
+    }
+
+    impl Keyed for Kept {
+        fn key(&self) -> String {
+            self.key.clone()
+        }
+    }
+
+    fn kept(s: Service) -> Kept {
+        Kept {
+            key: key_of(&s),
+            kind: s.spec.and_then(|s| s.type_),
+        }
+    }
+
+    fn typed(ns: &str, name: &str, kind: &str) -> Service {
+        let mut s = svc(ns, name);
+        s.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            type_: Some(kind.into()),
+            ..Default::default()
+        });
+        s
+    }
+
+    #[tokio::test]
+    async fn a_projected_mirror_keeps_views_with_the_relist_semantics() {
+        let events = vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(typed("a", "x", "ClusterIP"))),
+            Ok(Event::InitApply(svc("a", "stale"))),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(typed("a", "x", "LoadBalancer"))),
+            Err(watcher::Error::NoResourceVersion),
+            // A relist while a/stale was deleted: read half, then whole.
+            Ok(Event::Init),
+            Ok(Event::InitApply(typed("a", "x", "LoadBalancer"))),
+            Ok(Event::InitDone),
+        ];
+        let mut stream = projected(futures::stream::iter(events), kept).boxed();
+        let mut m = Mirror::<Kept>::default();
+        let mut changes = Vec::new();
+        let mut take = async |m: &mut Mirror<Kept>| m.take(stream.next().await, "Service");
+        for _ in 0..4 {
+            changes.push(take(&mut m).await);
+        }
+        assert_eq!(changes.pop(), Some(Ok(Change::Relisted)));
+        assert_eq!(m.objects().count(), 2);
+        assert_eq!(take(&mut m).await, Ok(Change::Applied("a/x".into())));
+        assert_eq!(
+            m.get("a/x").and_then(|k| k.kind.as_deref()),
+            Some("LoadBalancer"),
+            "an update replaces the view"
+        );
+        assert_eq!(take(&mut m).await, Ok(Change::Nothing));
+        take(&mut m).await.expect("Init");
+        take(&mut m).await.expect("InitApply");
+        assert_eq!(m.objects().count(), 2, "a half-read list deletes nothing");
+        assert_eq!(take(&mut m).await, Ok(Change::Relisted));
+        assert_eq!(
+            m.objects().map(Keyed::key).collect::<Vec<_>>(),
+            ["a/x"],
+            "the relist dropped the stale view"
+        );
+        assert!(take(&mut m).await.is_err(), "the stream ended");
     }
 
     #[test]

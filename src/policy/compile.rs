@@ -37,14 +37,24 @@ pub enum Enforcement {
     Always,
 }
 
-/// Everything the node's policy state is made of.
+/// A pod of this node, with its host link.
+#[derive(Debug, Clone, Copy)]
+pub struct Local<'a> {
+    pub pod: &'a PodView,
+    pub link: &'a str,
+}
+
+/// Everything the node's policy state is made of: the views as the caller
+/// keeps them (the agent's mirrors), borrowed.
 #[derive(Debug, Clone, Copy)]
 pub struct Cluster<'a> {
     pub enforcement: Enforcement,
-    pub policies: &'a [PolicyView],
-    /// Every pod of the cluster; those with a host link are this node's.
-    pub pods: &'a [PodView],
-    pub namespaces: &'a [NamespaceView],
+    pub policies: &'a [&'a PolicyView],
+    /// Every pod of the cluster, this node's among them.
+    pub pods: &'a [&'a PodView],
+    /// This node's pods (of `pods`), each with its host link.
+    pub local: &'a [Local<'a>],
+    pub namespaces: &'a [&'a NamespaceView],
     /// This node's own addresses: traffic from them to its pods is allowed.
     pub node_addresses: &'a [IpAddr],
 }
@@ -88,12 +98,12 @@ pub fn compile(cluster: Cluster) -> Compiled {
     let mut unusable_links = Vec::new();
     let mut explanations = Explanations::new(cluster.enforcement);
     let always = cluster.enforcement == Enforcement::Always;
-    for pod in cluster.pods {
-        let Some(link) = &pod.host_link else { continue };
+    for &Local { pod, link } in cluster.local {
         let selecting: Vec<&PolicyView> = cluster
             .policies
             .iter()
             .filter(|p| p.namespace == pod.namespace && p.pod_selector.matches(&pod.labels))
+            .copied()
             .collect();
         if selecting.is_empty() && !always {
             continue;
@@ -108,7 +118,7 @@ pub fn compile(cluster: Cluster) -> Compiled {
             if let Some(rules) = b.chain(direction, pod, &selecting) {
                 let key = ChainKey {
                     direction,
-                    link: link.clone(),
+                    link: link.to_string(),
                 };
                 chains.insert(key, rules);
             }
@@ -295,7 +305,7 @@ fn set_name(prefix: &str, key: &impl std::fmt::Debug) -> String {
 }
 
 /// A problem for every named port of a rule that no pod of the cluster has.
-fn unknown_port_names(policies: &[PolicyView], pods: &[PodView]) -> Vec<Problem> {
+fn unknown_port_names(policies: &[&PolicyView], pods: &[&PodView]) -> Vec<Problem> {
     let known: BTreeSet<(Protocol, &str)> = pods
         .iter()
         .flat_map(|p| &p.ports)

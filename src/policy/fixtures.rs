@@ -1,11 +1,34 @@
-//! Test fixtures: views of pods, namespaces and policies written briefly.
+//! Test fixtures: views of pods, namespaces and policies written briefly, and
+//! a compile of pods given with where they run ([`Placed`], [`compile_placed`]).
 
 use std::net::IpAddr;
+use std::ops::{Deref, DerefMut};
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 
+use super::compile::{Cluster, Compiled, Enforcement, Local, compile};
 use super::selector::Labels;
 use super::view::{self, NamedPort, NamespaceView, PodView, PolicyView, Protocol};
+
+/// A test pod: its view, and its host link when it runs on this node.
+#[derive(Debug, Clone)]
+pub struct Placed {
+    pub view: PodView,
+    pub link: Option<String>,
+}
+
+impl Deref for Placed {
+    type Target = PodView;
+    fn deref(&self) -> &PodView {
+        &self.view
+    }
+}
+
+impl DerefMut for Placed {
+    fn deref_mut(&mut self) -> &mut PodView {
+        &mut self.view
+    }
+}
 
 pub fn labels(kv: &[(&str, &str)]) -> Labels {
     kv.iter()
@@ -18,25 +41,26 @@ pub fn ip(s: &str) -> IpAddr {
 }
 
 /// A remote pod (no host link).
-pub fn pod(namespace: &str, name: &str, kv: &[(&str, &str)], ips: &[&str]) -> PodView {
-    PodView {
+pub fn pod(namespace: &str, name: &str, kv: &[(&str, &str)], ips: &[&str]) -> Placed {
+    let view = PodView {
         namespace: namespace.into(),
         name: name.into(),
+        uid: None,
         labels: labels(kv),
         ips: ips.iter().map(|s| ip(s)).collect(),
-        host_link: None,
         ports: Vec::new(),
-    }
+    };
+    Placed { view, link: None }
 }
 
 /// `pod` on this node, on `link`.
-pub fn local(mut pod: PodView, link: &str) -> PodView {
-    pod.host_link = Some(link.into());
+pub fn local(mut pod: Placed, link: &str) -> Placed {
+    pod.link = Some(link.into());
     pod
 }
 
-/// `pod` with a named TCP port.
-pub fn with_port(mut pod: PodView, name: &str, protocol: Protocol, number: u16) -> PodView {
+/// `pod` with a named port.
+pub fn with_port(mut pod: Placed, name: &str, protocol: Protocol, number: u16) -> Placed {
     pod.ports.push(NamedPort {
         name: name.into(),
         protocol,
@@ -63,4 +87,31 @@ pub fn policy(namespace: &str, name: &str, spec: serde_json::Value) -> PolicyVie
         "metadata": {"namespace": namespace, "name": name},
         "spec": spec,
     })))
+}
+
+/// Compiles `pods` (those with a link local) with the rest of the cluster.
+pub fn compile_placed(
+    enforcement: Enforcement,
+    policies: &[PolicyView],
+    pods: &[Placed],
+    namespaces: &[NamespaceView],
+    node_addresses: &[IpAddr],
+) -> Compiled {
+    let local: Vec<Local> = pods
+        .iter()
+        .filter_map(|p| {
+            Some(Local {
+                pod: &p.view,
+                link: p.link.as_deref()?,
+            })
+        })
+        .collect();
+    compile(Cluster {
+        enforcement,
+        policies: &policies.iter().collect::<Vec<_>>(),
+        pods: &pods.iter().map(|p| &p.view).collect::<Vec<_>>(),
+        local: &local,
+        namespaces: &namespaces.iter().collect::<Vec<_>>(),
+        node_addresses,
+    })
 }

@@ -21,7 +21,7 @@ mod view_policy;
 #[cfg(test)]
 pub(crate) mod fixtures;
 
-pub use compile::{Cluster, Compiled, Enforcement, compile};
+pub use compile::{Cluster, Compiled, Enforcement, Local, compile};
 pub use explain::Explanations;
 pub use problem::{Problem, Why};
 pub use state::{Diff, State};

@@ -59,24 +59,28 @@ pub struct NamedPort {
     pub number: u16,
 }
 
-/// A pod as the enforcer needs it.
+/// A pod as the enforcer needs it: made once from the Pod object (the agent's
+/// mirror keeps only this); whether it runs on this node is the compile's
+/// [`Local`](super::compile::Local), not the view's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodView {
     pub namespace: String,
     pub name: String,
+    /// `metadata.uid`: a local pod's allocation names it, so a Pod of the same
+    /// name and another UID is not that pod.
+    pub uid: Option<String>,
     pub labels: Labels,
     /// `status.podIPs` (empty until the pod has addresses, and for host-network
     /// or finished pods, whose addresses are not theirs).
     pub ips: Vec<IpAddr>,
-    /// The pod's host link when it runs on this node (the daemon knows it).
-    pub host_link: Option<String>,
     /// The containers' named ports.
     pub ports: Vec<NamedPort>,
 }
 
 impl PodView {
-    /// The view of `pod`; `host_link` is its link on this node, if local.
-    pub fn from_k8s(pod: &Pod, host_link: Option<String>) -> PodView {
+    /// The view of `pod` (taken whole: its metadata's strings move into the
+    /// view, the rest is dropped).
+    pub fn from_k8s(pod: Pod) -> PodView {
         let spec = pod.spec.as_ref();
         let status = pod.status.as_ref();
         let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
@@ -108,12 +112,13 @@ impl PodView {
                 })
             })
             .collect();
+        let meta = pod.metadata;
         PodView {
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            name: pod.metadata.name.clone().unwrap_or_default(),
-            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            namespace: meta.namespace.unwrap_or_default(),
+            name: meta.name.unwrap_or_default(),
+            uid: meta.uid,
+            labels: meta.labels.unwrap_or_default(),
             ips,
-            host_link,
             ports,
         }
     }
@@ -127,10 +132,11 @@ pub struct NamespaceView {
 }
 
 impl NamespaceView {
-    pub fn from_k8s(ns: &Namespace) -> NamespaceView {
+    /// The view of `ns` (taken whole, as [`PodView::from_k8s`]).
+    pub fn from_k8s(ns: Namespace) -> NamespaceView {
         NamespaceView {
-            name: ns.metadata.name.clone().unwrap_or_default(),
-            labels: ns.metadata.labels.clone().unwrap_or_default(),
+            name: ns.metadata.name.unwrap_or_default(),
+            labels: ns.metadata.labels.unwrap_or_default(),
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The agent's NetworkPolicy loop (`--enable-policy default`, the Kubernetes
 //! backend): watches of every Pod (peers live on other nodes), Namespace and
-//! NetworkPolicy of the cluster ([`Watched`], each a `k8s::mirror::Mirror`), and
-//! one writer. After a change (debounced by [`DEBOUNCE`]) it compiles the node's
-//! state from the watched objects and what the daemon knows of the node
+//! NetworkPolicy of the cluster ([`Watched`], each a `k8s::mirror::Mirror` of
+//! the `policy::view` of its objects, made once as an event arrives: the whole
+//! objects are not kept), and one writer. After a change (debounced by
+//! [`DEBOUNCE`]) it compiles the node's state from the views and what the
+//! daemon knows of the node
 //! ([`NodeSide`]: each local pod's host link from the ledger, the node's
 //! InternalIPs and router addresses), and the [`writer`] writes what changed.
 //!
@@ -33,9 +35,10 @@ use super::metrics::ResultLabels;
 use super::state::ApiError;
 use crate::api::models::PolicyStatus;
 use crate::k8s::connect::connect;
-use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
+use crate::k8s::mirror::{Keyed, Mirror, WatchEnded, projected};
 use crate::policy::{
-    Cluster, Compiled, Enforcement, Explanations, NamespaceView, PodView, compile, view,
+    Cluster, Compiled, Enforcement, Explanations, Local, NamespaceView, PodView, PolicyView,
+    compile, view,
 };
 use crate::store::now_ms;
 use writer::{Kernel, Writer, Wrote};
@@ -48,12 +51,31 @@ const RETRY: Duration = Duration::from_secs(5);
 /// appears when the plugin attaches it, which no watch event says).
 const RESYNC: Duration = Duration::from_secs(30);
 
-/// The cluster's objects, as the watches last showed them.
+/// The views of the cluster's objects, as the watches last showed them.
 #[derive(Default)]
 pub struct Watched {
-    pub pods: Mirror<Pod>,
-    pub namespaces: Mirror<Namespace>,
-    pub policies: Mirror<NetworkPolicy>,
+    pub pods: Mirror<PodView>,
+    pub namespaces: Mirror<NamespaceView>,
+    pub policies: Mirror<PolicyView>,
+}
+
+/// `namespace/name`, as `k8s::mirror::key_of` keys the Pod.
+impl Keyed for PodView {
+    fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+impl Keyed for NamespaceView {
+    fn key(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl Keyed for PolicyView {
+    fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
 }
 
 impl Watched {
@@ -82,34 +104,33 @@ pub struct NodeSide {
 }
 
 impl NodeSide {
-    /// `pod`'s host link, when it runs here.
-    fn link_of(&self, pod: &Pod) -> Option<String> {
-        let local = self.links.get(&key_of(pod))?;
-        let same = match (&local.uid, &pod.metadata.uid) {
-            (Some(a), Some(b)) => a == b,
-            _ => true,
+    /// The pods of `pods` that run here, each with its host link.
+    fn local<'a>(&'a self, pods: &'a Mirror<PodView>) -> Vec<Local<'a>> {
+        let local = |(key, local): (&String, &'a LocalLink)| {
+            let pod = pods.get(key)?;
+            let same = match (&local.uid, &pod.uid) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            };
+            same.then_some(Local {
+                pod,
+                link: &local.link,
+            })
         };
-        same.then(|| local.link.clone())
+        self.links.iter().filter_map(local).collect()
     }
 }
 
-/// The node's state from the watched objects and the node's side.
+/// The node's state from the watched views and the node's side.
 pub fn compile_node(watched: &Watched, node: &NodeSide, enforcement: Enforcement) -> Compiled {
-    let policies: Vec<_> = watched.policies.objects().map(view::policy).collect();
-    let namespaces: Vec<_> = watched
-        .namespaces
-        .objects()
-        .map(NamespaceView::from_k8s)
-        .collect();
-    let pods: Vec<_> = watched
-        .pods
-        .objects()
-        .map(|p| PodView::from_k8s(p, node.link_of(p)))
-        .collect();
+    let policies: Vec<&PolicyView> = watched.policies.objects().collect();
+    let namespaces: Vec<&NamespaceView> = watched.namespaces.objects().collect();
+    let pods: Vec<&PodView> = watched.pods.objects().collect();
     compile(Cluster {
         enforcement,
         policies: &policies,
         pods: &pods,
+        local: &node.local(&watched.pods),
         namespaces: &namespaces,
         node_addresses: &node.addresses,
     })
@@ -198,9 +219,9 @@ async fn client(kubeconfig: Option<&PathBuf>) -> kube::Client {
 /// retried).
 pub async fn run(daemon: Arc<Daemon>, kubeconfig: Option<PathBuf>, enforcement: Enforcement) {
     let client = client(kubeconfig.as_ref()).await;
-    let mut pods = watch::<Pod>(&client).boxed();
-    let mut namespaces = watch::<Namespace>(&client).boxed();
-    let mut policies = watch::<NetworkPolicy>(&client).boxed();
+    let mut pods = projected(watch::<Pod>(&client), PodView::from_k8s).boxed();
+    let mut namespaces = projected(watch::<Namespace>(&client), NamespaceView::from_k8s).boxed();
+    let mut policies = projected(watch::<NetworkPolicy>(&client), |p| view::policy(&p)).boxed();
     let mut node_events = daemon.node_events.subscribe();
     let mut watched = Watched::default();
     let mut outage = Outage::default();

@@ -3,37 +3,33 @@ use std::collections::BTreeSet;
 use serde_json::json;
 
 use super::*;
-use crate::policy::fixtures::{ip, local, namespace, pod, policy, with_port};
+use crate::policy::fixtures::{
+    Placed, compile_placed, ip, local, namespace, pod, policy, with_port,
+};
 use crate::policy::state::Diff;
 use crate::policy::view::Protocol::{Tcp, Udp};
 
 const NODE: &str = "192.168.0.1";
 
-fn run(policies: &[PolicyView], pods: &[PodView]) -> Compiled {
+fn run(policies: &[PolicyView], pods: &[Placed]) -> Compiled {
     run_as(Enforcement::Default, policies, pods)
 }
 
-fn run_always(policies: &[PolicyView], pods: &[PodView]) -> Compiled {
+fn run_always(policies: &[PolicyView], pods: &[Placed]) -> Compiled {
     run_as(Enforcement::Always, policies, pods)
 }
 
-fn run_as(enforcement: Enforcement, policies: &[PolicyView], pods: &[PodView]) -> Compiled {
+fn run_as(enforcement: Enforcement, policies: &[PolicyView], pods: &[Placed]) -> Compiled {
     let namespaces = [
         namespace("a", &[("team", "x")]),
         namespace("b", &[("team", "y")]),
         namespace("c", &[("team", "x")]),
     ];
-    compile(Cluster {
-        enforcement,
-        policies,
-        pods,
-        namespaces: &namespaces,
-        node_addresses: &[ip(NODE)],
-    })
+    compile_placed(enforcement, policies, pods, &namespaces, &[ip(NODE)])
 }
 
 /// Pods used by most tests: web (local, a), db (local, a), client in a, b, c.
-fn pods() -> Vec<PodView> {
+fn pods() -> Vec<Placed> {
     vec![
         local(
             pod("a", "web", &[("app", "web")], &["10.0.0.10", "fd00::10"]),
@@ -393,7 +389,7 @@ fn a_rule_whose_every_port_or_peer_is_invalid_allows_nothing_not_everything() {
 #[test]
 fn a_pod_whose_link_nftables_cannot_name_is_listed_not_enforced() {
     let mut all = pods();
-    all[0].host_link = Some("bad\"link".into());
+    all[0].link = Some("bad\"link".into());
     let c = run(&[policy("a", "deny", json!({}))], &all);
     assert_eq!(c.unusable_links, ["a/web"]);
     assert_eq!(c.state.chains.len(), 1);

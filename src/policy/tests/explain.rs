@@ -1,8 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::policy::compile::{Cluster, compile};
-use crate::policy::fixtures::{ip, local, namespace, pod, policy};
+use crate::policy::fixtures::{compile_placed, ip, local, namespace, pod, policy};
 
 fn explanations(enforcement: Enforcement, policies: &[PolicyView]) -> Explanations {
     let pods = [
@@ -13,13 +12,13 @@ fn explanations(enforcement: Enforcement, policies: &[PolicyView]) -> Explanatio
         local(pod("a", "db", &[("app", "db")], &["10.0.0.11"]), "lxcdb"),
         pod("b", "client", &[("role", "client")], &["10.0.2.1"]),
     ];
-    compile(Cluster {
+    compile_placed(
         enforcement,
         policies,
-        pods: &pods,
-        namespaces: &[namespace("a", &[]), namespace("b", &[("team", "y")])],
-        node_addresses: &[ip("192.168.0.1")],
-    })
+        &pods,
+        &[namespace("a", &[]), namespace("b", &[("team", "y")])],
+        &[ip("192.168.0.1")],
+    )
     .explanations
 }
 
@@ -147,13 +146,7 @@ fn a_pod_whose_link_nft_cannot_name_says_it_is_not_enforced() {
         pod("a", "web", &[("app", "web")], &["10.0.0.10"]),
         "bad link",
     )];
-    let e = compile(Cluster {
-        enforcement: Enforcement::Default,
-        policies: &web_policies()[..1],
-        pods: &pods,
-        namespaces: &[],
-        node_addresses: &[],
-    })
-    .explanations;
+    let e =
+        compile_placed(Enforcement::Default, &web_policies()[..1], &pods, &[], &[]).explanations;
     assert!(!e.pod("a/web", &[]).expect("web").enforced);
 }

@@ -11,7 +11,9 @@ fn pod(v: serde_json::Value) -> Pod {
 #[test]
 fn a_pods_view_has_its_addresses_labels_and_named_ports() {
     let p = pod(json!({
-        "metadata": {"namespace": "a", "name": "web", "labels": {"app": "web"}},
+        "metadata": {"namespace": "a", "name": "web", "uid": "u-1", "labels": {"app": "web"},
+                     "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+                     "annotations": {"big": "not kept"}},
         "spec": {"containers": [
             {"name": "c1", "ports": [
                 {"name": "http", "containerPort": 8080},
@@ -22,11 +24,11 @@ fn a_pods_view_has_its_addresses_labels_and_named_ports() {
         ]},
         "status": {"phase": "Running", "podIP": "10.0.0.1", "podIPs": [{"ip": "10.0.0.1"}, {"ip": "fd00::1"}]},
     }));
-    let v = PodView::from_k8s(&p, Some("lxc0123456789ab".into()));
+    let v = PodView::from_k8s(p);
     assert_eq!((v.namespace.as_str(), v.name.as_str()), ("a", "web"));
+    assert_eq!(v.uid.as_deref(), Some("u-1"));
     assert_eq!(v.labels, labels(&[("app", "web")]));
     assert_eq!(v.ips, [ip("10.0.0.1"), ip("fd00::1")]);
-    assert_eq!(v.host_link.as_deref(), Some("lxc0123456789ab"));
     let ports: Vec<(&str, Protocol, u16)> = v
         .ports
         .iter()
@@ -45,24 +47,23 @@ fn a_pods_view_has_its_addresses_labels_and_named_ports() {
 #[test]
 fn only_addresses_that_are_the_pods_own_count() {
     // Only podIP (an older kubelet).
-    let v = PodView::from_k8s(
-        &pod(json!({"metadata": {"name": "x"}, "status": {"podIP": "10.0.0.2"}})),
-        None,
-    );
+    let v = PodView::from_k8s(pod(
+        json!({"metadata": {"name": "x"}, "status": {"podIP": "10.0.0.2"}}),
+    ));
     assert_eq!(v.ips, [ip("10.0.0.2")]);
     // A host-network pod's address is its node's; a finished pod's may be reused.
     let host = pod(
         json!({"spec": {"hostNetwork": true, "containers": []}, "status": {"podIP": "192.168.0.1"}}),
     );
-    assert!(PodView::from_k8s(&host, None).ips.is_empty());
+    assert!(PodView::from_k8s(host).ips.is_empty());
     for phase in ["Succeeded", "Failed"] {
         let done = pod(json!({"status": {"phase": phase, "podIPs": [{"ip": "10.0.0.3"}]}}));
-        assert!(PodView::from_k8s(&done, None).ips.is_empty(), "{phase}");
+        assert!(PodView::from_k8s(done).ips.is_empty(), "{phase}");
     }
     // Unreadable addresses are left out; no status is no address.
     let odd = pod(json!({"status": {"podIPs": [{"ip": "not-an-ip"}, {"ip": "10.0.0.4"}]}}));
-    assert_eq!(PodView::from_k8s(&odd, None).ips, [ip("10.0.0.4")]);
-    assert!(PodView::from_k8s(&Pod::default(), None).ips.is_empty());
+    assert_eq!(PodView::from_k8s(odd).ips, [ip("10.0.0.4")]);
+    assert!(PodView::from_k8s(Pod::default()).ips.is_empty());
 }
 
 #[test]
@@ -71,7 +72,7 @@ fn a_namespaces_view_is_its_name_and_labels() {
         serde_json::from_value(json!({"metadata": {"name": "a", "labels": {"t": "x"}}}))
             .expect("ns");
     assert_eq!(
-        NamespaceView::from_k8s(&ns),
+        NamespaceView::from_k8s(ns),
         NamespaceView {
             name: "a".into(),
             labels: labels(&[("t", "x")])

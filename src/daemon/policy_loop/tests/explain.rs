@@ -2,8 +2,8 @@ use serde_json::json;
 
 use super::*;
 use crate::api::models::AddressExplanation;
-use crate::policy::fixtures::{local, pod, policy};
-use crate::policy::{Cluster, Enforcement, compile};
+use crate::policy::Enforcement;
+use crate::policy::fixtures::{compile_placed, local, pod, policy};
 
 fn answer(addresses: &[(&str, &str, &str)]) -> ExplainResponse {
     ExplainResponse {
@@ -32,14 +32,7 @@ fn explanations() -> Explanations {
         "deny",
         json!({"podSelector": {"matchLabels": {"app": "web"}}}),
     );
-    compile(Cluster {
-        enforcement: Enforcement::Default,
-        policies: &[deny],
-        pods: &pods,
-        namespaces: &[],
-        node_addresses: &[],
-    })
-    .explanations
+    compile_placed(Enforcement::Default, &[deny], &pods, &[], &[]).explanations
 }
 
 #[test]

@@ -4,15 +4,17 @@ use serde_json::json;
 
 use super::*;
 
-fn pod(name: &str, uid: &str, ip: &str) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"namespace": "a", "name": name, "uid": uid, "labels": {"app": "web"}},
-        "status": {"podIPs": [{"ip": ip}]},
-    }))
-    .unwrap()
+fn pod(name: &str, uid: &str, ip: &str) -> PodView {
+    PodView::from_k8s(
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "a", "name": name, "uid": uid, "labels": {"app": "web"}},
+            "status": {"podIPs": [{"ip": ip}]},
+        }))
+        .unwrap(),
+    )
 }
 
-fn listed<K: kube::Resource>(objects: Vec<K>) -> Mirror<K> {
+fn listed<K: Keyed>(objects: Vec<K>) -> Mirror<K> {
     let mut m = Mirror::default();
     m.apply(Event::Init);
     for o in objects {
@@ -22,12 +24,14 @@ fn listed<K: kube::Resource>(objects: Vec<K>) -> Mirror<K> {
     m
 }
 
-fn deny_all() -> NetworkPolicy {
-    serde_json::from_value(json!({
-        "metadata": {"namespace": "a", "name": "deny"},
-        "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
-    }))
-    .unwrap()
+fn deny_all() -> PolicyView {
+    view::policy(
+        &serde_json::from_value(json!({
+            "metadata": {"namespace": "a", "name": "deny"},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
+        }))
+        .unwrap(),
+    )
 }
 
 fn link(uid: Option<&str>, link: &str) -> LocalLink {
@@ -85,4 +89,96 @@ fn an_outage_is_logged_once_and_its_items_are_not_fed() {
         "an ended watch is fed"
     );
     assert!(o.0.is_empty());
+}
+
+/// Pod `name` as the API server sends it: everything a Pod has, the compile's
+/// fields among them.
+fn whole_pod(name: &str, uid: &str, ip: &str, app: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "a", "name": name, "uid": uid, "labels": {"app": app},
+                     "annotations": {"note": "x".repeat(4096)},
+                     "managedFields": [{"manager": "kubelet", "operation": "Update",
+                                        "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox",
+                 "env": [{"name": "E", "value": "v"}],
+                 "ports": [{"name": "http", "containerPort": 8080}]}]},
+        "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_pod_watch_keeps_views_an_update_replaces_one_and_a_relist_drops_the_stale() {
+    let events = vec![
+        Ok(Event::Init),
+        Ok(Event::InitApply(whole_pod(
+            "web",
+            "u-1",
+            "10.0.0.10",
+            "web",
+        ))),
+        Ok(Event::InitApply(whole_pod(
+            "gone",
+            "u-9",
+            "10.0.0.99",
+            "web",
+        ))),
+        Ok(Event::InitDone),
+        Ok(Event::Apply(whole_pod("web", "u-1", "10.0.0.20", "db"))),
+        Ok(Event::Init),
+        Ok(Event::InitApply(whole_pod("web", "u-1", "10.0.0.20", "db"))),
+        Ok(Event::InitDone),
+    ];
+    let mut stream = projected(futures::stream::iter(events), PodView::from_k8s).boxed();
+    let mut pods = Mirror::<PodView>::default();
+    for _ in 0..4 {
+        pods.feed(stream.next().await, "Pod").unwrap();
+    }
+    let web = pods.get("a/web").expect("web's view");
+    assert_eq!(
+        web,
+        &PodView {
+            namespace: "a".into(),
+            name: "web".into(),
+            uid: Some("u-1".into()),
+            labels: [("app".to_string(), "web".to_string())].into(),
+            ips: vec!["10.0.0.10".parse().unwrap()],
+            ports: vec![crate::policy::view::NamedPort {
+                name: "http".into(),
+                protocol: crate::policy::view::Protocol::Tcp,
+                number: 8080,
+            }],
+        },
+        "every field the compile reads, nothing else"
+    );
+    assert!(pods.feed(stream.next().await, "Pod").unwrap());
+    let web = pods.get("a/web").expect("web's view");
+    assert_eq!(web.ips, ["10.0.0.20".parse::<IpAddr>().unwrap()]);
+    assert_eq!(web.labels.get("app").map(String::as_str), Some("db"));
+    pods.feed(stream.next().await, "Pod").unwrap();
+    pods.feed(stream.next().await, "Pod").unwrap();
+    assert!(
+        pods.get("a/gone").is_some(),
+        "a half-read list deletes nothing"
+    );
+    pods.feed(stream.next().await, "Pod").unwrap();
+    assert_eq!(
+        pods.objects().map(Keyed::key).collect::<Vec<_>>(),
+        ["a/web"],
+        "the relist dropped the pod deleted meanwhile"
+    );
+    // The compile reads the views: web, relabelled, is still the local pod.
+    let watched = Watched {
+        pods,
+        namespaces: listed(Vec::new()),
+        policies: listed(vec![deny_all()]),
+    };
+    let node = NodeSide {
+        links: [("a/web".to_string(), link(Some("u-1"), "lxcweb"))].into(),
+        addresses: Vec::new(),
+    };
+    let c = compile_node(&watched, &node, Enforcement::Default);
+    assert_eq!(c.state.chains.len(), 1);
+    assert!(c.explanations.pod("a/web", &[]).is_some());
 }

@@ -4,7 +4,8 @@ use serde_json::json;
 
 use super::*;
 use crate::daemon::nft::NftError;
-use crate::policy::{Cluster, Enforcement, PodView, compile, view};
+use crate::policy::fixtures::{compile_placed, local, pod};
+use crate::policy::{Enforcement, view};
 
 /// What the fake table was asked to do.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,17 +53,6 @@ impl Table for Fake {
     }
 }
 
-fn web(ip: &str) -> PodView {
-    PodView {
-        namespace: "a".into(),
-        name: "web".into(),
-        labels: [("app".to_string(), "web".to_string())].into(),
-        ips: vec![ip.parse().unwrap()],
-        host_link: Some("lxcweb".into()),
-        ports: Vec::new(),
-    }
-}
-
 /// The node's state with local `web` at `ip`, under a deny-all-ingress policy when
 /// `deny`; `port` is the port of its rule (a name no pod has is a problem).
 fn compiled(ip: &str, deny: bool, port: serde_json::Value) -> Compiled {
@@ -72,13 +62,14 @@ fn compiled(ip: &str, deny: bool, port: serde_json::Value) -> Compiled {
     }))
     .unwrap();
     let policies: Vec<_> = deny.then(|| view::policy(&np)).into_iter().collect();
-    compile(Cluster {
-        enforcement: Enforcement::Default,
-        policies: &policies,
-        pods: &[web(ip)],
-        namespaces: &[],
-        node_addresses: &["192.168.0.1".parse().unwrap()],
-    })
+    let web = local(pod("a", "web", &[("app", "web")], &[ip]), "lxcweb");
+    compile_placed(
+        Enforcement::Default,
+        &policies,
+        &[web],
+        &[],
+        &["192.168.0.1".parse().unwrap()],
+    )
 }
 
 #[test]
