@@ -16,7 +16,7 @@ use super::crossnode::{CrossNodeConfig, TunnelProtocol};
 use super::options::DaemonOptions;
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::{DepletionRules, ThresholdError};
-use crate::ipam::clusterpool::{ClusterPoolConfig, ClusterPoolError, parse_cidr_list};
+use crate::ipam::clusterpool::{ClusterPoolConfig, ClusterPoolError, parse_pool_list};
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pool_options::{PoolOptionError, parse_auto_create_pools, parse_pre_allocation};
 use crate::ipam::pooldef::PoolDef;
@@ -406,26 +406,29 @@ fn cluster_pool(opts: &DaemonOptions, embedded: bool) -> Result<ClusterPoolConfi
                 String::new()
             }
         });
-        parse_cidr_list(name, &v)
+        parse_pool_list(name, &v)
     };
-    let cfg = ClusterPoolConfig {
+    let mut cfg = ClusterPoolConfig {
         enable_ipv4: opts.enable_ipv4,
         enable_ipv6: opts.enable_ipv6,
-        ipv4_cidrs: list(
-            &opts.cluster_pool_ipv4_cidr,
-            opts.enable_ipv4,
-            "cluster-pool-ipv4-cidr",
-            "10.0.0.0/8",
-        )?,
         ipv4_mask_size: opts.cluster_pool_ipv4_mask_size,
-        ipv6_cidrs: list(
-            &opts.cluster_pool_ipv6_cidr,
-            opts.enable_ipv6,
-            "cluster-pool-ipv6-cidr",
-            "fd00::/104",
-        )?,
         ipv6_mask_size: opts.cluster_pool_ipv6_mask_size,
+        ..ClusterPoolConfig::default()
     };
+    let v4 = list(
+        &opts.cluster_pool_ipv4_cidr,
+        opts.enable_ipv4,
+        "cluster-pool-ipv4-cidr",
+        "10.0.0.0/8",
+    )?;
+    cfg.set_pool(Family::V4, &v4);
+    let v6 = list(
+        &opts.cluster_pool_ipv6_cidr,
+        opts.enable_ipv6,
+        "cluster-pool-ipv6-cidr",
+        "fd00::/104",
+    )?;
+    cfg.set_pool(Family::V6, &v6);
     match embedded {
         true => cfg.validate()?,
         false => cfg.validate_cidrs()?,
