@@ -18,7 +18,8 @@
 //! The cluster pool may change while the operator runs ([`NodeCidrs::reconfigure`],
 //! the carver's rule): a new pool CIDR gives waiting nodes room at once; one taken
 //! out drains ([`drain`](super::drain) says who is on it, in an Event on each) and
-//! is forgotten when its last node is gone. At start, a node's range in no pool
+//! is forgotten when its last node is gone; a pool refused (a new entry over a
+//! draining one) is tried again when a node goes. At start, a node's range in no pool
 //! CIDR is what a removal before the restart left: held, and said the same way.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -154,8 +155,9 @@ pub struct NodeCidrs {
     /// The first full list has been seen: allocation may start.
     synced: bool,
     next_seq: u64,
-    /// Why the last cluster pool read was refused (None: it is in force).
-    refused: Option<String>,
+    /// The last cluster pool read, refused, and why (None: it is in force). It
+    /// is tried again when a node goes (what it overlapped may be gone).
+    refused: Option<(ClusterPoolConfig, String)>,
 }
 
 /// Same CIDRs, in any order.
@@ -291,10 +293,14 @@ impl NodeCidrs {
             Ok(change) => change,
             Err(e) => {
                 let why = e.to_string();
-                if self.refused.as_deref() != Some(why.as_str()) {
-                    tracing::error!(error = %why, "the cluster pool options changed and were refused; the previous pool stays in force");
+                if self
+                    .refused
+                    .as_ref()
+                    .is_none_or(|(_, before)| *before != why)
+                {
+                    tracing::error!(error = %why, "the cluster pool options changed and were refused; the previous pool stays in force (tried again when a node goes)");
                 }
-                self.refused = Some(why);
+                self.refused = Some((config.clone(), why));
                 return Vec::new();
             }
         };
@@ -443,6 +449,9 @@ impl NodeCidrs {
             tracing::info!(node = %name, cidrs = %joined(&e.held), "node gone: its CIDRs are free again");
             self.carver.release_node(&e.held);
             self.finish_drains();
+            if let Some((pool, _)) = self.refused.clone() {
+                self.reconfigure(&pool);
+            }
         }
     }
 
@@ -1123,6 +1132,22 @@ mod tests {
         assert_eq!(cidrs_write(&c.pending("b")), Some(nets(&["10.91.0.0/24"])));
         c.reconfigure(&pool("10.91.0.0/24"));
         assert!(!c.pool_refused(), "a pool that is taken ends the refusal");
+    }
+
+    #[test]
+    fn a_pool_refused_for_a_draining_cidr_is_taken_once_its_last_node_goes() {
+        let mut c = live("10.90.0.0/24 10.91.0.0/24");
+        c.observe(node("a", &["10.90.0.0/24"]));
+        c.list_done(&["a".into()].into());
+        c.reconfigure(&pool("10.91.0.0/24"));
+        c.reconfigure(&pool("10.91.0.0/24 10.90.0.0/24@26"));
+        assert!(c.pool_refused());
+        c.remove("a");
+        assert!(!c.pool_refused());
+        c.observe(node("b", &[]));
+        c.observe(node("c", &[]));
+        assert_eq!(cidrs_write(&c.pending("b")), Some(nets(&["10.91.0.0/24"])));
+        assert_eq!(cidrs_write(&c.pending("c")), Some(nets(&["10.90.0.0/26"])));
     }
 
     #[test]
