@@ -159,6 +159,7 @@ fn start(args: &[String], opts: &OperatorOptions) -> Result<(), OperatorError> {
         let allocate = async {
             match allocator {
                 Allocator::ClusterPool(carver, pool) => {
+                    let (carver, pool) = cluster_pool::reload::at_leading(args, (carver, pool));
                     let cidrs = NodeCidrs::new(carver, config.extra_cidrs_max);
                     let reload = (args.to_vec(), pool);
                     cluster_pool::run(client.clone(), cidrs, reload, &config.identity, &metrics).await

@@ -28,10 +28,10 @@ use ipnet::IpNet;
 
 use super::drain;
 use super::extra::{self, ExtraPlan, parse_status};
-use crate::ipam::Family;
 use crate::ipam::clusterpool::{
     ClusterPoolConfig, ClusterPoolError, NodeCidrCarver, PoolChange, cidr_option,
 };
+use crate::ipam::{CidrSet, Family};
 use crate::k8s::mirror::Keyed;
 use crate::operator::node_loop::ignored;
 use crate::resources::{NodeResource, PodCidrState};
@@ -102,7 +102,7 @@ pub const REASON_EXTRA_UNAVAILABLE: &str = "ExtraPodCIDRUnavailable";
 /// Why a depleted node got no extra CIDR.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "no extra {} CIDR for node {node}: {pool} has no free /{mask} left (the node's CIDRs are \
+    "no extra {} CIDR for node {node}: {pool} has no free {sizes} left (the node's CIDRs are \
      depleted; it keeps serving from {serving})",
     family.label()
 )]
@@ -111,7 +111,9 @@ pub struct ExtraUnavailable {
     pub family: Family,
     /// The pool option and its CIDRs (`cluster-pool-ipv4-cidr 10.0.0.0/16`).
     pub pool: String,
-    pub mask: u8,
+    /// The node range sizes of its CIDRs (`/24`, or `/24 or /26` when a pool
+    /// CIDR has its own).
+    pub sizes: String,
     pub serving: String,
 }
 
@@ -626,6 +628,18 @@ fn family_of(cidrs: &[IpNet], family: Family) -> Vec<IpNet> {
         .collect()
 }
 
+/// The node range sizes of `sets`, in order: `/24`, `/24 or /26`.
+fn range_sizes(sets: &[CidrSet]) -> String {
+    let mut sizes: Vec<String> = Vec::new();
+    for s in sets {
+        let size = format!("/{}", s.node_mask());
+        if !sizes.contains(&size) {
+            sizes.push(size);
+        }
+    }
+    sizes.join(" or ")
+}
+
 /// The error of a node of `family` whose pool has no room left.
 fn unavailable_error(
     carver: &NodeCidrCarver,
@@ -643,7 +657,7 @@ fn unavailable_error(
             crate::ipam::clusterpool::cidr_option(family),
             joined(&pools)
         ),
-        mask: sets.first().map_or(0, |s| s.node_mask()),
+        sizes: range_sizes(sets),
         serving: serving.to_string(),
     }
 }
@@ -940,6 +954,27 @@ mod tests {
         let p = c.pending("a").unwrap();
         assert_eq!(p.pod_cidrs, Some(nets(&["10.90.0.0/24", "10.90.1.0/24"])));
         assert_eq!(p.status_error.as_deref(), Some(""));
+    }
+
+    #[test]
+    fn the_pool_empty_line_names_every_range_size() {
+        let mut c = live("10.90.0.0/24 10.91.0.0/26@26");
+        c.observe(node("a", &["10.90.0.0/24"]));
+        c.observe(node("b", &["10.91.0.0/26"]));
+        c.list_done(&["a".into(), "b".into()].into());
+        c.observe(judged(
+            "a",
+            &["10.90.0.0/24"],
+            &[("10.90.0.0/24", Depleted)],
+        ));
+        assert_eq!(
+            c.pending("a").and_then(|p| p.status_error).as_deref(),
+            Some(
+                "no extra IPv4 CIDR for node a: cluster-pool-ipv4-cidr 10.90.0.0/24, \
+                 10.91.0.0/26 has no free /24 or /26 left (the node's CIDRs are depleted; it \
+                 keeps serving from 10.90.0.0/24)"
+            )
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@
 mod cidrs;
 pub mod drain;
 pub mod extra;
-mod reload;
+pub mod reload;
 
 pub use cidrs::NodeCidrs;
 

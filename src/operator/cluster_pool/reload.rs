@@ -7,13 +7,16 @@
 //! keeps or refuses it); options that do not parse or fail the start-up checks
 //! are logged once each, and the pool in force stays. A pool option given as a
 //! flag wins over its file, as at start, so only a pool in the ConfigMap
-//! changes live. No `--config-dir`: nothing to read again.
+//! changes live. No `--config-dir`: nothing to read again. A replica reads the
+//! pool once more when it becomes leader ([`at_leading`]), so a follower that
+//! waited through an edit starts from the pool in force, not the one it
+//! started with.
 
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 
-use crate::ipam::clusterpool::ClusterPoolConfig;
+use crate::ipam::clusterpool::{ClusterPoolConfig, NodeCidrCarver};
 use crate::k8s::mirror::WatchEnded;
 use crate::operator::options::{OperatorOptions, cluster_pool};
 
@@ -77,6 +80,26 @@ impl Reader {
     }
 }
 
+/// The cluster pool (and its carver) to lead with: what `args` give now, or,
+/// when they do not parse, `started` (logged).
+pub fn at_leading(
+    args: &[String],
+    started: (NodeCidrCarver, ClusterPoolConfig),
+) -> (NodeCidrCarver, ClusterPoolConfig) {
+    let now = read(args).and_then(|pool| {
+        NodeCidrCarver::new(&pool)
+            .map(|carver| (carver, pool))
+            .map_err(|e| e.to_string())
+    });
+    match now {
+        Ok(now) => now,
+        Err(why) => {
+            tracing::error!(error = %why, "the operator's options do not parse now; leading with the cluster pool it started with");
+            started
+        }
+    }
+}
+
 /// The cluster pool `args` give now.
 fn read(args: &[String]) -> Result<ClusterPoolConfig, String> {
     let opts = OperatorOptions::parse_with_config_dir(args).map_err(|e| e.to_string())?;
@@ -124,6 +147,22 @@ mod tests {
             "invalid cluster-pool-ipv4-cidr entry \"10.1.0.0/16@12\": node mask size /12 must \
              be /16 to /32 for 10.1.0.0/16"
         );
+    }
+
+    #[test]
+    fn a_new_leader_starts_from_the_pool_in_force_now() {
+        let dir = TestDir::new("poolleading");
+        std::fs::write(dir.join("cluster-pool-ipv4-cidr"), "10.0.0.0/16").unwrap();
+        let started = read(&args(&dir)).unwrap();
+        let carver = NodeCidrCarver::new(&started).unwrap();
+        std::fs::write(dir.join("cluster-pool-ipv4-cidr"), "10.1.0.0/16@26").unwrap();
+        let (carver, pool) = at_leading(&args(&dir), (carver, started.clone()));
+        assert_eq!(pool.ipv4_cidrs, vec!["10.1.0.0/16".parse().unwrap()]);
+        assert_eq!(carver.sets(Family::V4)[0].node_mask(), 26);
+        // Options that do not parse now: the pool it started with.
+        std::fs::write(dir.join("cluster-pool-ipv4-cidr"), "banana").unwrap();
+        let (_, pool) = at_leading(&args(&dir), (carver, started.clone()));
+        assert_eq!(pool, started);
     }
 
     #[tokio::test(start_paused = true)]
