@@ -548,24 +548,27 @@ fn cross_node(
             "ipv6-native-routing-cidr",
         ),
     ] {
-        if value.is_empty() {
-            continue;
+        // podnet takes a list (Cilium one CIDR: cilium/cilium#29102).
+        let entries = value
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|e| !e.is_empty());
+        for entry in entries {
+            let c: IpNet = entry
+                .parse()
+                .map_err(|source| ConfigError::NativeRoutingNotCidr {
+                    option: name,
+                    value: entry.to_string(),
+                    source,
+                })?;
+            if c.addr().is_ipv4() != v4 {
+                return Err(ConfigError::NativeRoutingWrongFamily {
+                    option: name,
+                    value: entry.to_string(),
+                    v4,
+                });
+            }
+            native_routing_cidrs.push(c.trunc());
         }
-        let c: IpNet = value
-            .parse()
-            .map_err(|source| ConfigError::NativeRoutingNotCidr {
-                option: name,
-                value: value.clone(),
-                source,
-            })?;
-        if c.addr().is_ipv4() != v4 {
-            return Err(ConfigError::NativeRoutingWrongFamily {
-                option: name,
-                value: value.clone(),
-                v4,
-            });
-        }
-        native_routing_cidrs.push(c.trunc());
     }
     Ok(CrossNodeConfig {
         routing,
@@ -822,6 +825,27 @@ mod tests {
         assert_eq!(
             c.native_routing_cidrs,
             vec!["10.0.0.0/8".parse::<IpNet>().unwrap()]
+        );
+        // Several CIDRs, where Cilium takes one.
+        args.push("--ipv4-native-routing-cidr=10.0.0.0/8, 172.16.0.0/12 192.168.0.0/16");
+        let c = resolve(&args).unwrap().cross_node;
+        let want: Vec<IpNet> = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
+            .iter()
+            .map(|c| c.parse().unwrap())
+            .collect();
+        assert_eq!(c.native_routing_cidrs, want);
+        let e = resolve(
+            &[
+                &kc[..],
+                &["--ipv4-native-routing-cidr=10.0.0.0/8,fd00::/64"],
+            ]
+            .concat(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "--ipv4-native-routing-cidr \"fd00::/64\" is not an IPv4 CIDR"
         );
         for (bad, says) in [
             (
