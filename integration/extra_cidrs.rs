@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use crate::harness::*;
 use crate::k8s::ControlPlane;
 use crate::k8s_backend::{create_node, jsonpath, k8s_node};
-use crate::operator::{Operator, install_operator, operator_error, operator_status, wait_for};
+use crate::operator::{
+    Operator, install_operator, node_events as events, operator_error, operator_status, wait_for,
+};
 
 const FIRST: &str = "10.93.0.0/28";
 const EXTRA: &str = "10.93.0.16/28";
@@ -22,20 +24,6 @@ fn pod_cidrs(cp: &ControlPlane, node: &str) -> String {
 
 fn cidr_status(cp: &ControlPlane, node: &str) -> String {
     jsonpath(cp, "ciliumnode", node, "{.status.ipam.pod-cidrs}")
-}
-
-/// The notes of the Events of `reason` on CiliumNode `node`.
-fn events(cp: &ControlPlane, node: &str, reason: &str) -> String {
-    cp.kubectl(&[
-        "get",
-        "events",
-        "-A",
-        "--field-selector",
-        &format!("reason={reason},involvedObject.name={node}"),
-        "-o",
-        "jsonpath={.items[*].message}",
-    ])
-    .expect_ok("events")
 }
 
 /// A pod added on `node`, kept in `pods`; its IPv4 address.

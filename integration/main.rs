@@ -43,6 +43,7 @@ mod operator_pools;
 mod pending_attachment;
 mod policy;
 mod policy_bench;
+mod pool_live;
 mod real_node;
 mod requested_address;
 mod round_trips;

@@ -169,6 +169,20 @@ pub fn operator_error(cp: &ControlPlane, node: &str) -> String {
     )
 }
 
+/// The notes of the Events of `reason` on CiliumNode `node`.
+pub fn node_events(cp: &ControlPlane, node: &str, reason: &str) -> String {
+    cp.kubectl(&[
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        &format!("reason={reason},involvedObject.name={node}"),
+        "-o",
+        "jsonpath={.items[*].message}",
+    ])
+    .expect_ok("events")
+}
+
 /// GETs of leases the API server answered (apiserver_request_total).
 fn lease_reads(cp: &ControlPlane) -> u64 {
     api_requests(cp, |l| {

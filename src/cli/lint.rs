@@ -175,7 +175,17 @@ fn lint_cluster_pool(
             out.push(error(misfit.to_string()));
             continue;
         }
-        match plan_cluster_pool(cidrs, mask, &plan_opts) {
+        // Entries with their own mask size (`<cidr>@<mask>`) were checked by
+        // the parser; the plan is of the family's mask size.
+        let plain: Vec<IpNet> = cidrs
+            .iter()
+            .filter(|c| !cfg.node_masks.contains_key(c))
+            .copied()
+            .collect();
+        if plain.is_empty() {
+            continue;
+        }
+        match plan_cluster_pool(&plain, mask, &plan_opts) {
             Ok(plan) => out.extend(plan.warnings.into_iter().map(warning)),
             Err(e) => out.push(error(e.to_string())),
         }
@@ -413,6 +423,24 @@ mod tests {
             .filter(|f| f.severity == "error")
             .map(|f| f.text)
             .collect()
+    }
+
+    #[test]
+    fn a_pool_cidr_with_its_own_mask_size_is_checked_by_it() {
+        let about = |value: &str| -> Vec<String> {
+            errors(&["--cluster-pool-ipv4-cidr", value])
+                .into_iter()
+                .filter(|e| e.contains("10.1.0.0/26"))
+                .collect()
+        };
+        assert_eq!(about("10.0.0.0/16 10.1.0.0/26@26"), Vec::<String>::new());
+        assert_eq!(
+            about("10.0.0.0/16 10.1.0.0/26@20"),
+            [
+                "invalid cluster-pool-ipv4-cidr entry \"10.1.0.0/26@20\": node mask size /20 must \
+              be /26 to /32 for 10.1.0.0/26"
+            ]
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use super::crossnode::{CrossNodeConfig, TunnelProtocol};
 use super::options::DaemonOptions;
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::{DepletionRules, ThresholdError};
-use crate::ipam::clusterpool::{ClusterPoolConfig, ClusterPoolError, parse_cidr_list};
+use crate::ipam::clusterpool::{ClusterPoolConfig, ClusterPoolError, parse_pool_list};
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pool_options::{PoolOptionError, parse_auto_create_pools, parse_pre_allocation};
 use crate::ipam::pooldef::PoolDef;
@@ -406,26 +406,29 @@ fn cluster_pool(opts: &DaemonOptions, embedded: bool) -> Result<ClusterPoolConfi
                 String::new()
             }
         });
-        parse_cidr_list(name, &v)
+        parse_pool_list(name, &v)
     };
-    let cfg = ClusterPoolConfig {
+    let mut cfg = ClusterPoolConfig {
         enable_ipv4: opts.enable_ipv4,
         enable_ipv6: opts.enable_ipv6,
-        ipv4_cidrs: list(
-            &opts.cluster_pool_ipv4_cidr,
-            opts.enable_ipv4,
-            "cluster-pool-ipv4-cidr",
-            "10.0.0.0/8",
-        )?,
         ipv4_mask_size: opts.cluster_pool_ipv4_mask_size,
-        ipv6_cidrs: list(
-            &opts.cluster_pool_ipv6_cidr,
-            opts.enable_ipv6,
-            "cluster-pool-ipv6-cidr",
-            "fd00::/104",
-        )?,
         ipv6_mask_size: opts.cluster_pool_ipv6_mask_size,
+        ..ClusterPoolConfig::default()
     };
+    let v4 = list(
+        &opts.cluster_pool_ipv4_cidr,
+        opts.enable_ipv4,
+        "cluster-pool-ipv4-cidr",
+        "10.0.0.0/8",
+    )?;
+    cfg.set_pool(Family::V4, &v4);
+    let v6 = list(
+        &opts.cluster_pool_ipv6_cidr,
+        opts.enable_ipv6,
+        "cluster-pool-ipv6-cidr",
+        "fd00::/104",
+    )?;
+    cfg.set_pool(Family::V6, &v6);
     match embedded {
         true => cfg.validate()?,
         false => cfg.validate_cidrs()?,
@@ -545,24 +548,27 @@ fn cross_node(
             "ipv6-native-routing-cidr",
         ),
     ] {
-        if value.is_empty() {
-            continue;
+        // podnet takes a list (Cilium one CIDR: cilium/cilium#29102).
+        let entries = value
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|e| !e.is_empty());
+        for entry in entries {
+            let c: IpNet = entry
+                .parse()
+                .map_err(|source| ConfigError::NativeRoutingNotCidr {
+                    option: name,
+                    value: entry.to_string(),
+                    source,
+                })?;
+            if c.addr().is_ipv4() != v4 {
+                return Err(ConfigError::NativeRoutingWrongFamily {
+                    option: name,
+                    value: entry.to_string(),
+                    v4,
+                });
+            }
+            native_routing_cidrs.push(c.trunc());
         }
-        let c: IpNet = value
-            .parse()
-            .map_err(|source| ConfigError::NativeRoutingNotCidr {
-                option: name,
-                value: value.clone(),
-                source,
-            })?;
-        if c.addr().is_ipv4() != v4 {
-            return Err(ConfigError::NativeRoutingWrongFamily {
-                option: name,
-                value: value.clone(),
-                v4,
-            });
-        }
-        native_routing_cidrs.push(c.trunc());
     }
     Ok(CrossNodeConfig {
         routing,
@@ -819,6 +825,27 @@ mod tests {
         assert_eq!(
             c.native_routing_cidrs,
             vec!["10.0.0.0/8".parse::<IpNet>().unwrap()]
+        );
+        // Several CIDRs, where Cilium takes one.
+        args.push("--ipv4-native-routing-cidr=10.0.0.0/8, 172.16.0.0/12 192.168.0.0/16");
+        let c = resolve(&args).unwrap().cross_node;
+        let want: Vec<IpNet> = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
+            .iter()
+            .map(|c| c.parse().unwrap())
+            .collect();
+        assert_eq!(c.native_routing_cidrs, want);
+        let e = resolve(
+            &[
+                &kc[..],
+                &["--ipv4-native-routing-cidr=10.0.0.0/8,fd00::/64"],
+            ]
+            .concat(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "--ipv4-native-routing-cidr \"fd00::/64\" is not an IPv4 CIDR"
         );
         for (bad, says) in [
             (

@@ -166,11 +166,11 @@ pub struct DaemonOptions {
     pub auto_direct_node_routes: bool,
 
     /// IPv4 destinations reached without masquerade (the network routes pod
-    /// addresses to them).
+    /// addresses to them): CIDRs, space- or comma-separated (Cilium takes one).
     #[arg(long = "ipv4-native-routing-cidr", default_value = "")]
     pub ipv4_native_routing_cidr: String,
 
-    /// IPv6 destinations reached without masquerade.
+    /// IPv6 destinations reached without masquerade (CIDRs, as for IPv4).
     #[arg(long = "ipv6-native-routing-cidr", default_value = "")]
     pub ipv6_native_routing_cidr: String,
 

@@ -922,7 +922,8 @@ fn stored_node(
 }
 
 /// In a rebuild, the node's CIDRs are those that hold the router device's
-/// addresses: of the family's mask size, for a family whose mask size fits its
+/// addresses: of the node mask size of the pool CIDR each is in (its own
+/// `<cidr>@<mask>`, or the family's), for a family whose mask size fits its
 /// pool CIDRs (a misfit one, which the Kubernetes backend lets start as a finding
 /// of the node check, would make up CIDRs the operator never carved).
 fn rebuilt_node(
@@ -938,11 +939,7 @@ fn rebuilt_node(
         if misfit.contains(&family) {
             continue;
         }
-        let mask = match family {
-            Family::V4 => cfg.ipv4_mask_size,
-            Family::V6 => cfg.ipv6_mask_size,
-        };
-        if let Ok(net) = IpNet::new(*ip, mask) {
+        if let Ok(net) = IpNet::new(*ip, cfg.node_mask_of(*ip)) {
             node.spec.ipam.pod_cidrs.push(net.trunc());
         }
     }

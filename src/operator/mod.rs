@@ -36,8 +36,7 @@ mod status;
 
 use std::sync::Arc;
 
-use crate::ipam::clusterpool::ClusterPoolError;
-use crate::ipam::clusterpool::NodeCidrCarver;
+use crate::ipam::clusterpool::{ClusterPoolConfig, ClusterPoolError, NodeCidrCarver};
 use crate::k8s::connect::{ConnectError, connect};
 use crate::k8s::mirror::WatchEnded;
 use crate::process::metrics_server::MetricsBindError;
@@ -67,7 +66,7 @@ pub fn run(args: &[String]) -> i32 {
         }
     };
     crate::logging::init_stderr(&opts.log_level);
-    match start(&opts) {
+    match start(args, &opts) {
         Ok(()) => 0,
         Err(e) => {
             tracing::error!("{e}");
@@ -79,8 +78,8 @@ pub fn run(args: &[String]) -> i32 {
 
 /// What the leader runs.
 enum Allocator {
-    /// Node CIDRs from the cluster pool.
-    ClusterPool(NodeCidrCarver),
+    /// Node CIDRs from the cluster pool (and the pool they start with).
+    ClusterPool(NodeCidrCarver, ClusterPoolConfig),
     /// Blocks of the CiliumPodIPPools (the pools to create first when
     /// missing, the migration's default pool when enabled).
     MultiPool(Vec<crate::ipam::pooldef::PoolDef>, Option<String>),
@@ -115,10 +114,14 @@ enum Stop {
     Signal,
 }
 
-fn start(opts: &OperatorOptions) -> Result<(), OperatorError> {
+/// `args` is the command line `opts` came from: the cluster pool is read
+/// again from it while the leader runs.
+fn start(args: &[String], opts: &OperatorOptions) -> Result<(), OperatorError> {
     let config = OperatorConfig::resolve(opts)?;
     let allocator = match &config.ipam {
-        OperatorIpam::ClusterPool(pool) => Allocator::ClusterPool(NodeCidrCarver::new(pool)?),
+        OperatorIpam::ClusterPool(pool) => {
+            Allocator::ClusterPool(NodeCidrCarver::new(pool)?, pool.clone())
+        }
         OperatorIpam::MultiPool {
             auto_create,
             migrate_into,
@@ -155,9 +158,11 @@ fn start(opts: &OperatorOptions) -> Result<(), OperatorError> {
         metrics.is_leader.set(1);
         let allocate = async {
             match allocator {
-                Allocator::ClusterPool(carver) => {
+                Allocator::ClusterPool(carver, pool) => {
+                    let (carver, pool) = cluster_pool::reload::at_leading(args, (carver, pool));
                     let cidrs = NodeCidrs::new(carver, config.extra_cidrs_max);
-                    cluster_pool::run(client.clone(), cidrs, &config.identity, &metrics).await
+                    let reload = (args.to_vec(), pool);
+                    cluster_pool::run(client.clone(), cidrs, reload, &config.identity, &metrics).await
                 }
                 Allocator::MultiPool(auto_create, migrate_into) => {
                     multi_pool::run(client.clone(), auto_create, migrate_into, &metrics).await
@@ -226,7 +231,7 @@ mod tests {
         // `run` logs this error, prints it and exits 1 (not called here: it
         // would install the process's log subscriber for every other test).
         let opts = OperatorOptions::parse_with_config_dir(&args).unwrap();
-        let e = start(&opts).unwrap_err().to_string();
+        let e = start(&args, &opts).unwrap_err().to_string();
         assert!(
             e.starts_with(
                 "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00::/104 with \

@@ -16,9 +16,10 @@ use super::lease::timing::{
     TimingError, default_renew_interval,
 };
 use super::multi_pool::auto_create::{self, AutoCreateError, OPT_AUTO_CREATE};
+use crate::ipam::Family;
 use crate::ipam::clusterpool::{
     ClusterPoolConfig, ClusterPoolError, DEFAULT_IPV4_MASK_SIZE, DEFAULT_IPV6_MASK_SIZE,
-    OPT_IPV4_CIDR, OPT_IPV6_CIDR, parse_cidr_list,
+    OPT_IPV4_CIDR, OPT_IPV6_CIDR, parse_pool_list,
 };
 use crate::ipam::pooldef::PoolDef;
 use crate::process::options::{
@@ -71,6 +72,18 @@ pub struct ClusterOptions {
     /// Namespace of the leader-election Lease.
     #[arg(long = "leader-election-namespace", default_value = "kube-system")]
     pub leader_election_namespace: String,
+}
+
+impl ClusterOptions {
+    /// Sets `config`'s pool CIDRs from `cluster-pool-ipv4-cidr` and
+    /// `cluster-pool-ipv6-cidr` (entries with their own mask sizes included).
+    pub fn pool_lists(&self, config: &mut ClusterPoolConfig) -> Result<(), ClusterPoolError> {
+        let v4 = parse_pool_list(OPT_IPV4_CIDR, &self.cluster_pool_ipv4_cidr)?;
+        let v6 = parse_pool_list(OPT_IPV6_CIDR, &self.cluster_pool_ipv6_cidr)?;
+        config.set_pool(Family::V4, &v4);
+        config.set_pool(Family::V6, &v6);
+        Ok(())
+    }
 }
 
 /// `podnet operator` options.
@@ -332,15 +345,15 @@ fn election(opts: &OperatorOptions) -> Result<Timing, TimingError> {
 }
 
 /// The cluster pool with Cilium's start-up checks.
-fn cluster_pool(opts: &OperatorOptions) -> Result<ClusterPoolConfig, ClusterPoolError> {
-    let cluster_pool = ClusterPoolConfig {
+pub fn cluster_pool(opts: &OperatorOptions) -> Result<ClusterPoolConfig, ClusterPoolError> {
+    let mut cluster_pool = ClusterPoolConfig {
         enable_ipv4: opts.enable_ipv4,
         enable_ipv6: opts.enable_ipv6,
-        ipv4_cidrs: parse_cidr_list(OPT_IPV4_CIDR, &opts.cluster.cluster_pool_ipv4_cidr)?,
         ipv4_mask_size: opts.cluster.cluster_pool_ipv4_mask_size,
-        ipv6_cidrs: parse_cidr_list(OPT_IPV6_CIDR, &opts.cluster.cluster_pool_ipv6_cidr)?,
         ipv6_mask_size: opts.cluster.cluster_pool_ipv6_mask_size,
+        ..ClusterPoolConfig::default()
     };
+    opts.cluster.pool_lists(&mut cluster_pool)?;
     cluster_pool.validate()?;
     Ok(cluster_pool)
 }

@@ -28,11 +28,11 @@ use super::cluster_pool::extra::{self, OPT_EXTRA_CIDRS_MAX, parse_status};
 use super::lease::LEASE_NAME;
 use super::multi_pool::blocks::{ObservedNode, PoolBlocks as PoolBookkeeping};
 use super::options::ClusterOptions;
+use crate::ipam::CidrSet;
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::is_first;
 use crate::ipam::clusterpool::{
-    ClusterPoolConfig, ClusterPoolError, NodeCidrCarver, OPT_IPV4_CIDR, OPT_IPV6_CIDR,
-    parse_cidr_list,
+    ClusterPoolConfig, ClusterPoolError, NodeCidrCarver, OPT_IPV4_CIDR, cidr_option,
 };
 use crate::ipam::duplicates::{Finding, PodView, check, finding_lines};
 use crate::ipam::pooldef::PoolDef;
@@ -150,6 +150,16 @@ pub struct Report {
     pub pod_pool_problems: Vec<String>,
     /// The duplicate check's findings now.
     pub findings: Vec<Finding>,
+    /// Cluster-pool: the nodes holding ranges in no pool CIDR (of a pool CIDR
+    /// removed from the options: it drains until they are gone).
+    pub draining: Vec<DrainingNode>,
+}
+
+/// A node on a removed pool CIDR.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DrainingNode {
+    pub node: String,
+    pub cidrs: Vec<IpNet>,
 }
 
 /// Entry point of `podnet operator status`; returns the exit code.
@@ -220,19 +230,17 @@ enum StatusError {
 
 /// The cluster pool's carver, when a pool is given.
 fn carver(opts: &StatusOptions) -> Result<Option<NodeCidrCarver>, ClusterPoolError> {
-    let v4 = parse_cidr_list(OPT_IPV4_CIDR, &opts.cluster.cluster_pool_ipv4_cidr)?;
-    let v6 = parse_cidr_list(OPT_IPV6_CIDR, &opts.cluster.cluster_pool_ipv6_cidr)?;
-    if v4.is_empty() && v6.is_empty() {
+    let mut config = ClusterPoolConfig {
+        ipv4_mask_size: opts.cluster.cluster_pool_ipv4_mask_size,
+        ipv6_mask_size: opts.cluster.cluster_pool_ipv6_mask_size,
+        ..ClusterPoolConfig::default()
+    };
+    opts.cluster.pool_lists(&mut config)?;
+    if config.ipv4_cidrs.is_empty() && config.ipv6_cidrs.is_empty() {
         return Ok(None);
     }
-    let config = ClusterPoolConfig {
-        enable_ipv4: !v4.is_empty(),
-        enable_ipv6: !v6.is_empty(),
-        ipv4_cidrs: v4,
-        ipv4_mask_size: opts.cluster.cluster_pool_ipv4_mask_size,
-        ipv6_cidrs: v6,
-        ipv6_mask_size: opts.cluster.cluster_pool_ipv6_mask_size,
-    };
+    config.enable_ipv4 = !config.ipv4_cidrs.is_empty();
+    config.enable_ipv6 = !config.ipv6_cidrs.is_empty();
     NodeCidrCarver::new(&config).map(Some)
 }
 
@@ -373,26 +381,28 @@ pub fn report(
         .collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
     let mut pool = Vec::new();
+    let mut draining = Vec::new();
     if let Some(carver) = carver.as_mut() {
-        for cidr in nodes.iter().flat_map(|n| &n.pod_cidrs) {
-            // Refused CIDRs (outside the pool, wrong size, taken) are not counted.
-            let _ = carver.adopt_node(std::slice::from_ref(cidr));
+        for n in &nodes {
+            let mut outside = Vec::new();
+            for cidr in &n.pod_cidrs {
+                // Refused CIDRs (wrong size, taken) are not counted; one in no
+                // pool CIDR is held outside them, as the operator does at start.
+                let before = carver.outside().len();
+                let _ = carver.adopt_after_restart(std::slice::from_ref(cidr));
+                if carver.outside().len() > before {
+                    outside.push(*cidr);
+                }
+            }
+            if !outside.is_empty() {
+                draining.push(DrainingNode {
+                    node: n.name.clone(),
+                    cidrs: outside,
+                });
+            }
         }
         for family in [Family::V4, Family::V6] {
-            let sets = carver.sets(family);
-            let Some(first) = sets.first() else {
-                continue;
-            };
-            let total: u64 = sets.iter().map(|s| s.max_cidrs()).sum();
-            let in_use: u64 = sets.iter().map(|s| s.allocated_count()).sum();
-            pool.push(PoolSpace {
-                family: family.label(),
-                cidrs: sets.iter().map(|s| s.cluster()).collect(),
-                mask_size: first.node_mask(),
-                total,
-                in_use,
-                free: total.saturating_sub(in_use),
-            });
+            pool.extend(pool_space(carver.sets(family), family));
         }
     }
     let leader = lease.map(|l| {
@@ -418,8 +428,36 @@ pub fn report(
         pool,
         pod_pools: Vec::new(),
         pod_pool_problems: Vec::new(),
+        draining,
         findings: Vec::new(),
     }
+}
+
+/// A family's node CIDRs, one line per node mask size (pool CIDRs with their
+/// own mask size have lines of their own).
+fn pool_space(sets: &[CidrSet], family: Family) -> Vec<PoolSpace> {
+    let mut masks: Vec<u8> = Vec::new();
+    for s in sets {
+        if !masks.contains(&s.node_mask()) {
+            masks.push(s.node_mask());
+        }
+    }
+    masks
+        .into_iter()
+        .map(|mask| {
+            let sets: Vec<&CidrSet> = sets.iter().filter(|s| s.node_mask() == mask).collect();
+            let total: u64 = sets.iter().map(|s| s.max_cidrs()).sum();
+            let in_use: u64 = sets.iter().map(|s| s.allocated_count()).sum();
+            PoolSpace {
+                family: family.label(),
+                cidrs: sets.iter().map(|s| s.cluster()).collect(),
+                mask_size: mask,
+                total,
+                in_use,
+                free: total.saturating_sub(in_use),
+            }
+        })
+        .collect()
 }
 
 /// The CiliumPodIPPools' blocks in use and free, counted by feeding every node's
@@ -609,6 +647,19 @@ pub fn text(r: &Report) -> String {
             p.free
         ));
     }
+    for d in &r.draining {
+        let option = d
+            .cidrs
+            .first()
+            .map_or(OPT_IPV4_CIDR, |c| cidr_option(Family::of_net(c)));
+        out.push_str(&format!(
+            "Draining:   {} holds {}, in no pool CIDR of {option}: a removed pool CIDR \
+             drains; no new node range comes from it, and its removal completes when the \
+             node is deleted\n",
+            d.node,
+            cidr_list(&d.cidrs)
+        ));
+    }
     match r.findings.len() {
         0 => out.push_str("Findings:   none (no duplicate pod IP, pod IP outside its node's ranges or range on two nodes)\n"),
         n => out.push_str(&format!("Findings:   {n}\n{}", finding_lines(&r.findings))),
@@ -710,6 +761,21 @@ mod tests {
             ),
             "{t}"
         );
+        assert_eq!(
+            r.draining,
+            [DrainingNode {
+                node: "a".into(),
+                cidrs: vec!["10.1.0.0/24".parse().unwrap()]
+            }]
+        );
+        assert!(
+            t.contains(
+                "Draining:   a holds 10.1.0.0/24, in no pool CIDR of cluster-pool-ipv4-cidr: a \
+                 removed pool CIDR drains; no new node range comes from it, and its removal \
+                 completes when the node is deleted\n"
+            ),
+            "{t}"
+        );
         // Without a pool, no pool lines; an old renewal is an expired lease.
         let later: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
         let r = report(&objects, Some(&lease), "kube-system", None, later);
@@ -717,6 +783,42 @@ mod tests {
         assert!(text(&r).contains("; EXPIRED: no replica leads)"));
         assert!(
             text(&report(&[], None, "kube-system", None, later)).starts_with("Leader:     none")
+        );
+    }
+
+    #[test]
+    fn a_pool_cidr_with_its_own_mask_size_has_a_line_of_its_own() {
+        let objects = vec![node(serde_json::json!({
+            "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+            "metadata": {"name": "a"},
+            "spec": {"ipam": {"podCIDRs": ["10.91.0.64/26"]}},
+        }))];
+        let opts = parse(&args(&[
+            "--cluster-pool-ipv4-cidr",
+            "10.90.0.0/23,10.91.0.0/24@26 10.92.0.0/24",
+        ]))
+        .unwrap();
+        let r = report(
+            &objects,
+            None,
+            "kube-system",
+            carver(&opts).unwrap(),
+            Timestamp::now(),
+        );
+        let t = text(&r);
+        assert!(
+            t.contains(
+                "Pool IPv4:  10.90.0.0/23, 10.92.0.0/24 in /24s: 3 total, 0 in use, 3 free\n\
+                 Pool IPv4:  10.91.0.0/24 in /26s: 4 total, 1 in use, 3 free\n"
+            ),
+            "{t}"
+        );
+        assert!(r.draining.is_empty());
+        let bad = parse(&args(&["--cluster-pool-ipv4-cidr", "10.91.0.0/24@20"])).unwrap();
+        assert_eq!(
+            carver(&bad).unwrap_err().to_string(),
+            "invalid cluster-pool-ipv4-cidr entry \"10.91.0.0/24@20\": node mask size /20 must \
+             be /24 to /32 for 10.91.0.0/24"
         );
     }
 
@@ -771,6 +873,7 @@ mod tests {
             pool: Vec::new(),
             pod_pools: pools,
             pod_pool_problems: problems,
+            draining: Vec::new(),
             findings: vec![Finding::RangeOnTwoNodes {
                 ranges: ["a", "b"]
                     .map(|node| crate::ipam::duplicates::HeldRange {

@@ -20,7 +20,7 @@ use crate::store::{AllocationState, now_ms};
 pub fn hint_for(reason: &str) -> &'static str {
     match reason {
         "range-full" => {
-            "the node's range is full: reduce pod density on this node or add nodes. In cluster-pool mode the operator gives a nearly full node another range, up to cluster-pool-extra-cidrs-max (podnet status lists the node's CIDRs); the node mask (cluster-pool-ipv4-mask-size, -ipv6-) is immutable. Released addresses also count until their cooldown ends (podnet status shows cooling)"
+            "the node's range is full: reduce pod density on this node or add nodes. In cluster-pool mode the operator gives a nearly full node another range, up to cluster-pool-extra-cidrs-max (podnet status lists the node's CIDRs); a node range keeps its size, but a pool CIDR appended as <cidr>@<mask> gives new ranges of that size (no operator restart). Released addresses also count until their cooldown ends (podnet status shows cooling)"
         }
         "rejected" => {
             "the daemon refused the request: check the pool name and the family against podnet status"

@@ -91,6 +91,7 @@ impl Setup {
             ipv4_mask_size: v4.map_or(24, |c| c.prefix_len()),
             ipv6_cidrs: v6.into_iter().collect(),
             ipv6_mask_size: v6.map_or(112, |c| c.prefix_len()),
+            node_masks: Default::default(),
         };
         Setup {
             cfg: state_config(IpamMode::ClusterPool, families, PoolingMode::HostScope),

@@ -14,14 +14,24 @@
 //! keeps what it has, with the reason in its status and an Event; it gets the
 //! next CIDR that is freed. A spec that shows the list before the operator's last
 //! change is a late event, not someone else's edit.
+//!
+//! The cluster pool may change while the operator runs ([`NodeCidrs::reconfigure`],
+//! the carver's rule): a new pool CIDR gives waiting nodes room at once; one taken
+//! out drains ([`drain`](super::drain) says who is on it, in an Event on each) and
+//! is forgotten when its last node is gone; a pool refused (a new entry over a
+//! draining one) is tried again when a node goes. At start, a node's range in no pool
+//! CIDR is what a removal before the restart left: held, and said the same way.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 
+use super::drain;
 use super::extra::{self, ExtraPlan, parse_status};
-use crate::ipam::Family;
-use crate::ipam::clusterpool::{ClusterPoolError, NodeCidrCarver};
+use crate::ipam::clusterpool::{
+    ClusterPoolConfig, ClusterPoolError, NodeCidrCarver, PoolChange, cidr_option,
+};
+use crate::ipam::{CidrSet, Family};
 use crate::k8s::mirror::Keyed;
 use crate::operator::node_loop::ignored;
 use crate::resources::{NodeResource, PodCidrState};
@@ -92,7 +102,7 @@ pub const REASON_EXTRA_UNAVAILABLE: &str = "ExtraPodCIDRUnavailable";
 /// Why a depleted node got no extra CIDR.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "no extra {} CIDR for node {node}: {pool} has no free /{mask} left (the node's CIDRs are \
+    "no extra {} CIDR for node {node}: {pool} has no free {sizes} left (the node's CIDRs are \
      depleted; it keeps serving from {serving})",
     family.label()
 )]
@@ -101,7 +111,9 @@ pub struct ExtraUnavailable {
     pub family: Family,
     /// The pool option and its CIDRs (`cluster-pool-ipv4-cidr 10.0.0.0/16`).
     pub pool: String,
-    pub mask: u8,
+    /// The node range sizes of its CIDRs (`/24`, or `/24 or /26` when a pool
+    /// CIDR has its own).
+    pub sizes: String,
     pub serving: String,
 }
 
@@ -145,6 +157,9 @@ pub struct NodeCidrs {
     /// The first full list has been seen: allocation may start.
     synced: bool,
     next_seq: u64,
+    /// The last cluster pool read, refused, and why (None: it is in force). It
+    /// is tried again when a node goes (what it overlapped may be gone).
+    refused: Option<(ClusterPoolConfig, String)>,
 }
 
 /// Same CIDRs, in any order.
@@ -154,7 +169,8 @@ fn same(a: &[IpNet], b: &[IpNet]) -> bool {
     a == b
 }
 
-fn joined(cidrs: &[IpNet]) -> String {
+/// `a, b, c`.
+pub(super) fn joined(cidrs: &[IpNet]) -> String {
     cidrs
         .iter()
         .map(ToString::to_string)
@@ -170,6 +186,7 @@ impl NodeCidrs {
             nodes: BTreeMap::new(),
             synced: false,
             next_seq: 0,
+            refused: None,
         }
     }
 
@@ -188,7 +205,11 @@ impl NodeCidrs {
             };
             self.next_seq += 1;
             if !entry.spec.is_empty() {
-                match self.carver.adopt_node(&entry.spec) {
+                let adopted = match self.synced {
+                    true => self.carver.adopt_node(&entry.spec),
+                    false => self.carver.adopt_after_restart(&entry.spec),
+                };
+                match adopted {
                     Ok(held) => {
                         entry.applied = same(&held, &entry.spec);
                         entry.held = held;
@@ -247,6 +268,9 @@ impl NodeCidrs {
         for name in gone {
             self.forget(&name);
         }
+        if !self.synced {
+            self.say_held_outside();
+        }
         self.synced = true;
         self.assign_waiting();
         self.nodes.keys().cloned().collect()
@@ -260,6 +284,92 @@ impl NodeCidrs {
             self.assign_waiting()
         } else {
             Vec::new()
+        }
+    }
+
+    /// The cluster pool read again: see the module's rule. A refused change is
+    /// logged (once) and leaves the pool as it was. Returns the nodes that may
+    /// need writes.
+    pub fn reconfigure(&mut self, config: &ClusterPoolConfig) -> Vec<String> {
+        let change = match self.carver.reconfigure(config) {
+            Ok(change) => change,
+            Err(e) => {
+                let why = e.to_string();
+                if self
+                    .refused
+                    .as_ref()
+                    .is_none_or(|(_, before)| *before != why)
+                {
+                    tracing::error!(error = %why, "the cluster pool options changed and were refused; the previous pool stays in force (tried again when a node goes)");
+                }
+                self.refused = Some((config.clone(), why));
+                return Vec::new();
+            }
+        };
+        self.refused = None;
+        if change.is_empty() {
+            return Vec::new();
+        }
+        log_change(&change);
+        let mut touched = self.say_draining(&change.draining);
+        if self.synced {
+            touched.extend(self.assign_waiting());
+        }
+        touched
+    }
+
+    /// Whether the last cluster pool read was refused.
+    pub fn pool_refused(&self) -> bool {
+        self.refused.is_some()
+    }
+
+    /// An Event on each node still on a pool CIDR of `draining`. Returns them.
+    fn say_draining(&mut self, draining: &[IpNet]) -> Vec<String> {
+        let mut touched = Vec::new();
+        for pool in draining {
+            let held = self
+                .nodes
+                .iter()
+                .map(|(n, e)| (n.as_str(), e.held.as_slice()));
+            let users = drain::users(pool, held);
+            let names: Vec<String> = users.iter().map(|(n, _)| n.clone()).collect();
+            tracing::warn!(pool = %pool, nodes = %names.join(", "), "a pool CIDR was removed while nodes hold ranges of it: it drains");
+            let option = cidr_option(Family::of_net(pool));
+            for (name, ranges) in users {
+                if let Some(e) = self.nodes.get_mut(&name) {
+                    let event = drain::draining_event(option, pool, &name, &ranges, &names);
+                    e.events.push(event);
+                    touched.push(name);
+                }
+            }
+        }
+        touched
+    }
+
+    /// At start: an Event on each node holding a range in no pool CIDR.
+    fn say_held_outside(&mut self) {
+        let outside = self.carver.outside().to_vec();
+        for (name, e) in &mut self.nodes {
+            let ranges: Vec<IpNet> = e
+                .held
+                .iter()
+                .copied()
+                .filter(|c| outside.contains(c))
+                .collect();
+            let Some(first) = ranges.first() else {
+                continue;
+            };
+            let option = cidr_option(Family::of_net(first));
+            tracing::warn!(node = %name, cidrs = %joined(&ranges), "the node holds ranges in no pool CIDR (a removed one drains)");
+            e.events
+                .push(drain::held_outside_event(option, name, &ranges));
+        }
+    }
+
+    /// Forgets the draining pool CIDRs nobody is on any more.
+    fn finish_drains(&mut self) {
+        for pool in self.carver.finish_drains() {
+            tracing::info!(pool = %pool, "no node holds a range of the removed pool CIDR any more: its removal is complete");
         }
     }
 
@@ -340,6 +450,10 @@ impl NodeCidrs {
         {
             tracing::info!(node = %name, cidrs = %joined(&e.held), "node gone: its CIDRs are free again");
             self.carver.release_node(&e.held);
+            self.finish_drains();
+            if let Some((pool, _)) = self.refused.clone() {
+                self.reconfigure(&pool);
+            }
         }
     }
 
@@ -387,6 +501,9 @@ impl NodeCidrs {
         let plan = extra::plan(&e.held, &e.cidr_status, self.extra_max);
         let released = !plan.release.is_empty();
         self.apply_extra(name, plan);
+        if released {
+            self.finish_drains();
+        }
         if released {
             self.assign_waiting()
         } else {
@@ -490,6 +607,18 @@ impl NodeCidrs {
     }
 }
 
+/// The log line of a cluster pool change.
+fn log_change(change: &PoolChange) {
+    let added: Vec<String> = change.added.iter().map(ToString::to_string).collect();
+    tracing::info!(
+        added = %added.join(", "),
+        resumed = %joined(&change.resumed),
+        draining = %joined(&change.draining),
+        removed = %joined(&change.removed),
+        "the cluster pool changed"
+    );
+}
+
 /// The CIDRs of `family` in `cidrs`.
 fn family_of(cidrs: &[IpNet], family: Family) -> Vec<IpNet> {
     cidrs
@@ -497,6 +626,18 @@ fn family_of(cidrs: &[IpNet], family: Family) -> Vec<IpNet> {
         .copied()
         .filter(|c| Family::of_net(c) == family)
         .collect()
+}
+
+/// The node range sizes of `sets`, in order: `/24`, `/24 or /26`.
+fn range_sizes(sets: &[CidrSet]) -> String {
+    let mut sizes: Vec<String> = Vec::new();
+    for s in sets {
+        let size = format!("/{}", s.node_mask());
+        if !sizes.contains(&size) {
+            sizes.push(size);
+        }
+    }
+    sizes.join(" or ")
 }
 
 /// The error of a node of `family` whose pool has no room left.
@@ -516,7 +657,7 @@ fn unavailable_error(
             crate::ipam::clusterpool::cidr_option(family),
             joined(&pools)
         ),
-        mask: sets.first().map_or(0, |s| s.node_mask()),
+        sizes: range_sizes(sets),
         serving: serving.to_string(),
     }
 }
@@ -538,6 +679,7 @@ mod tests {
             ipv4_mask_size: 24,
             ipv6_cidrs: nets(v6),
             ipv6_mask_size: 120,
+            node_masks: Default::default(),
         };
         NodeCidrs::new(NodeCidrCarver::new(&cfg).unwrap(), 2)
     }
@@ -815,6 +957,27 @@ mod tests {
     }
 
     #[test]
+    fn the_pool_empty_line_names_every_range_size() {
+        let mut c = live("10.90.0.0/24 10.91.0.0/26@26");
+        c.observe(node("a", &["10.90.0.0/24"]));
+        c.observe(node("b", &["10.91.0.0/26"]));
+        c.list_done(&["a".into(), "b".into()].into());
+        c.observe(judged(
+            "a",
+            &["10.90.0.0/24"],
+            &[("10.90.0.0/24", Depleted)],
+        ));
+        assert_eq!(
+            c.pending("a").and_then(|p| p.status_error).as_deref(),
+            Some(
+                "no extra IPv4 CIDR for node a: cluster-pool-ipv4-cidr 10.90.0.0/24, \
+                 10.91.0.0/26 has no free /24 or /26 left (the node's CIDRs are depleted; it \
+                 keeps serving from 10.90.0.0/24)"
+            )
+        );
+    }
+
+    #[test]
     fn a_node_waiting_for_its_first_cidr_comes_before_an_extra_one() {
         let mut c = cidrs(&["10.90.0.0/23"], &[]);
         c.observe(node("a", &["10.90.0.0/24"]));
@@ -887,6 +1050,161 @@ mod tests {
         assert!(
             p.status_error
                 .is_some_and(|e| e.starts_with("no extra IPv4 CIDR for node a"))
+        );
+    }
+
+    /// An IPv4 pool from an option value (/24 unless an entry says otherwise).
+    fn pool(value: &str) -> ClusterPoolConfig {
+        let mut c = ClusterPoolConfig::default();
+        let entries =
+            crate::ipam::clusterpool::parse_pool_list("cluster-pool-ipv4-cidr", value).unwrap();
+        c.set_pool(Family::V4, &entries);
+        c
+    }
+
+    fn live(value: &str) -> NodeCidrs {
+        NodeCidrs::new(NodeCidrCarver::new(&pool(value)).unwrap(), 2)
+    }
+
+    #[test]
+    fn an_appended_cidr_serves_the_waiting_node_at_once() {
+        let mut c = live("10.90.0.0/24");
+        c.observe(node("a", &["10.90.0.0/24"]));
+        c.list_done(&["a".into()].into());
+        c.observe(node("b", &[]));
+        let p = c.pending("b").unwrap();
+        assert_eq!(p.status_error.as_deref(), Some("allocator full"));
+        c.written("b", &p);
+        c.observe(Observed {
+            error: "allocator full".into(),
+            ..node("b", &[])
+        });
+        let touched = c.reconfigure(&pool("10.90.0.0/24 10.91.0.0/24"));
+        assert!(touched.contains(&"b".to_string()), "{touched:?}");
+        let p = c.pending("b").unwrap();
+        assert_eq!(p.pod_cidrs, Some(nets(&["10.91.0.0/24"])));
+        assert_eq!(p.status_error.as_deref(), Some(""));
+        assert_eq!(c.pending("a"), None, "a keeps its range untouched");
+    }
+
+    #[test]
+    fn an_appended_cidr_with_its_own_mask_gives_new_nodes_that_size() {
+        let mut c = live("10.90.0.0/24");
+        c.observe(node("a", &["10.90.0.0/24"]));
+        c.list_done(&["a".into()].into());
+        c.reconfigure(&pool("10.90.0.0/24 10.91.0.0/24@26"));
+        c.observe(node("b", &[]));
+        assert_eq!(cidrs_write(&c.pending("b")), Some(nets(&["10.91.0.0/26"])));
+        // After a restart the same options re-adopt both sizes.
+        let mut again = live("10.90.0.0/24 10.91.0.0/24@26");
+        again.observe(node("a", &["10.90.0.0/24"]));
+        again.observe(node("b", &["10.91.0.0/26"]));
+        again.list_done(&["a".into(), "b".into()].into());
+        assert_eq!((again.pending("a"), again.pending("b")), (None, None));
+        again.observe(node("c", &[]));
+        assert_eq!(
+            cidrs_write(&again.pending("c")),
+            Some(nets(&["10.91.0.64/26"]))
+        );
+    }
+
+    #[test]
+    fn a_removed_cidr_drains_with_an_event_naming_its_nodes_and_completes_when_they_go() {
+        let mut c = live("10.90.0.0/23 10.91.0.0/24");
+        c.observe(node("a", &["10.90.0.0/24"]));
+        c.observe(node("b", &["10.90.1.0/24"]));
+        c.list_done(&["a".into(), "b".into()].into());
+        let mut touched = c.reconfigure(&pool("10.91.0.0/24"));
+        touched.sort();
+        assert_eq!(touched, ["a", "b"]);
+        for n in ["a", "b"] {
+            let p = c.pending(n).unwrap();
+            assert_eq!(p.pod_cidrs, None, "nothing in use is taken away");
+            assert_eq!(p.status_error, None, "a drain is no error");
+            assert_eq!(p.events.len(), 1);
+            assert_eq!(p.events[0].reason, drain::REASON_DRAINING);
+            assert!(
+                p.events[0].note.contains("(still on it: a, b)"),
+                "{:?}",
+                p.events
+            );
+            c.written(n, &p);
+            assert_eq!(c.pending(n), None, "said once");
+        }
+        // a goes; its range is not handed out again: the new node gets the new CIDR.
+        c.remove("a");
+        c.observe(node("new", &[]));
+        assert_eq!(
+            cidrs_write(&c.pending("new")),
+            Some(nets(&["10.91.0.0/24"]))
+        );
+        assert_eq!(c.carver.draining().len(), 1, "b is still on it");
+        c.remove("b");
+        assert!(c.carver.draining().is_empty(), "the removal is complete");
+        // Forgotten: it can come back with another mask size.
+        c.reconfigure(&pool("10.91.0.0/24 10.90.0.0/23@25"));
+        assert!(!c.pool_refused());
+        c.observe(node("c", &[]));
+        assert_eq!(cidrs_write(&c.pending("c")), Some(nets(&["10.90.0.0/25"])));
+    }
+
+    #[test]
+    fn a_refused_pool_leaves_the_one_in_force() {
+        let mut c = live("10.90.0.0/24");
+        c.observe(node("a", &["10.90.0.0/24"]));
+        c.list_done(&["a".into()].into());
+        assert!(
+            c.reconfigure(&pool("10.91.0.0/24"))
+                .contains(&"a".to_string())
+        );
+        // The drained CIDR with another mask size while a is on it.
+        assert!(
+            c.reconfigure(&pool("10.91.0.0/24 10.90.0.0/24@26"))
+                .is_empty()
+        );
+        assert!(c.pool_refused());
+        c.observe(node("b", &[]));
+        assert_eq!(cidrs_write(&c.pending("b")), Some(nets(&["10.91.0.0/24"])));
+        c.reconfigure(&pool("10.91.0.0/24"));
+        assert!(!c.pool_refused(), "a pool that is taken ends the refusal");
+    }
+
+    #[test]
+    fn a_pool_refused_for_a_draining_cidr_is_taken_once_its_last_node_goes() {
+        let mut c = live("10.90.0.0/24 10.91.0.0/24");
+        c.observe(node("a", &["10.90.0.0/24"]));
+        c.list_done(&["a".into()].into());
+        c.reconfigure(&pool("10.91.0.0/24"));
+        c.reconfigure(&pool("10.91.0.0/24 10.90.0.0/24@26"));
+        assert!(c.pool_refused());
+        c.remove("a");
+        assert!(!c.pool_refused());
+        c.observe(node("b", &[]));
+        c.observe(node("c", &[]));
+        assert_eq!(cidrs_write(&c.pending("b")), Some(nets(&["10.91.0.0/24"])));
+        assert_eq!(cidrs_write(&c.pending("c")), Some(nets(&["10.90.0.0/26"])));
+    }
+
+    #[test]
+    fn after_a_restart_a_range_in_no_pool_cidr_is_kept_and_said() {
+        let mut c = live("10.91.0.0/24");
+        c.observe(node("a", &["10.90.0.0/24"]));
+        c.list_done(&["a".into()].into());
+        let p = c.pending("a").unwrap();
+        assert_eq!((p.pod_cidrs.clone(), p.status_error.clone()), (None, None));
+        assert_eq!(p.events[0].reason, drain::REASON_DRAINING);
+        assert!(
+            p.events[0]
+                .note
+                .starts_with("node a holds 10.90.0.0/24, in no pool CIDR")
+        );
+        assert_eq!(c.held("a"), Some(nets(&["10.90.0.0/24"]).as_slice()));
+        // A node that comes later with a range outside the pool is a conflict.
+        c.observe(node("b", &["10.92.0.0/24"]));
+        assert!(
+            c.pending("b")
+                .and_then(|p| p.status_error)
+                .is_some_and(|e| e.contains("is not in any pool"))
         );
     }
 }

@@ -1,6 +1,7 @@
 //! Cluster-pool: the leader gives every CiliumNode one CIDR per enabled family
 //! of the cluster pool, and extra ones to a node whose agent says it is
-//! depleted ([`extra`]). [`NodeCidrs`] is the bookkeeping (no I/O); here is its
+//! depleted ([`extra`]). The cluster pool is read again while it runs
+//! ([`reload`]): new pool CIDRs are used at once, removed ones drain ([`drain`]). [`NodeCidrs`] is the bookkeeping (no I/O); here is its
 //! side of the node loop ([`node_loop`](super::node_loop): the watch, the
 //! batching, the retries) and its writes, with the Events about extra CIDRs on
 //! the CiliumNode.
@@ -15,12 +16,13 @@
 //! brings its deletion (and the new object).
 
 mod cidrs;
+pub mod drain;
 pub mod extra;
+pub mod reload;
 
 pub use cidrs::NodeCidrs;
 
 use std::collections::BTreeSet;
-use std::convert::Infallible;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::PatchParams;
@@ -32,6 +34,7 @@ use super::FIELD_MANAGER;
 use super::metrics::OperatorMetrics;
 use super::node_api::{ApiNodes, NodeApply};
 use super::node_loop::{self, AfterRefusal, NodeHandler, NodeWriter, Refusal, Written};
+use crate::ipam::clusterpool::ClusterPoolConfig;
 use crate::k8s::mirror::WatchEnded;
 use crate::k8s::objects::watch_nodes;
 use crate::resources::NodeResource;
@@ -40,7 +43,7 @@ use cidrs::{CidrEvent, Observed, Pending};
 impl NodeHandler for NodeCidrs {
     type Node = Observed;
     type Write = Pending;
-    type Input = Infallible;
+    type Input = ClusterPoolConfig;
 
     fn upsert(&mut self, node: Observed) -> Vec<String> {
         self.observe(node)
@@ -66,8 +69,8 @@ impl NodeHandler for NodeCidrs {
         touched
     }
 
-    fn input(&mut self, input: Infallible) -> Vec<String> {
-        match input {}
+    fn input(&mut self, pool: ClusterPoolConfig) -> Vec<String> {
+        self.reconfigure(&pool)
     }
 
     fn plan(&mut self, name: &str) -> Option<Pending> {
@@ -86,6 +89,7 @@ impl NodeHandler for NodeCidrs {
     fn report(&self, metrics: &OperatorMetrics) {
         let (allocated, waiting) = self.counts();
         metrics.set_nodes(allocated, waiting);
+        metrics.pools_refused.set(i64::from(self.pool_refused()));
     }
 }
 
@@ -148,9 +152,12 @@ impl CidrWriter<'_> {
 }
 
 /// Runs until the watch ends (it does not while the API server can be retried).
+/// `args` is the operator's command line, `pool` the cluster pool it started
+/// with: the pool is read again from them ([`reload`]).
 pub async fn run(
     client: kube::Client,
     mut cidrs: NodeCidrs,
+    (args, pool): (Vec<String>, ClusterPoolConfig),
     identity: &str,
     metrics: &OperatorMetrics,
 ) -> WatchEnded {
@@ -167,12 +174,6 @@ pub async fn run(
         ),
     };
     let nodes = watch_nodes(api, watcher::Config::default());
-    node_loop::run(
-        &mut cidrs,
-        &writer,
-        nodes,
-        futures::stream::empty(),
-        metrics,
-    )
-    .await
+    let pools = reload::pool_changes(args, pool);
+    node_loop::run(&mut cidrs, &writer, nodes, pools, metrics).await
 }

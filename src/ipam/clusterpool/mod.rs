@@ -5,9 +5,16 @@
 //! the pool CIDRs (Cilium `operator/pkg/ipam/allocator/clusterpool` and
 //! `podcidr`).
 
+mod entries;
+mod reconfigure;
+
+use std::collections::BTreeMap;
 use std::fmt;
 
 use ipnet::IpNet;
+
+pub use entries::{PoolEntry, parse_pool_list};
+pub use reconfigure::{PoolChange, ReconfigureError};
 
 use super::Family;
 use super::cidrset::{CidrSet, CidrSetError, node_mask_range};
@@ -66,6 +73,26 @@ pub enum ClusterPoolError {
         option: String,
         entry: String,
         expected: Family,
+    },
+    /// A list entry whose node mask size after `@` is not a number.
+    #[error(
+        "invalid {option} entry {entry:?}: the node mask size after @ must be a number \
+         (e.g. 10.1.0.0/16@26)"
+    )]
+    InvalidNodeMask { option: String, entry: String },
+    /// A list entry whose own node mask size does not fit its CIDR (shorter than
+    /// the CIDR's prefix, longer than the family, or too many node ranges).
+    #[error(
+        "invalid {option} entry {entry:?}: node mask size /{mask} must be /{shortest} to \
+         /{longest} for {cidr}"
+    )]
+    NodeMaskMisfit {
+        option: String,
+        entry: String,
+        mask: u32,
+        cidr: IpNet,
+        shortest: u8,
+        longest: u8,
     },
     /// A list entry with host bits set.
     #[error("{option}: {entry} has host bits set; did you mean {network}?")]
@@ -156,6 +183,21 @@ impl MaskMisfit {
 /// name accepts both. Entries with host bits set (`10.0.0.1/8`) are refused
 /// (Cilium silently masks them).
 pub fn parse_cidr_list(option_name: &str, value: &str) -> Result<Vec<IpNet>, ClusterPoolError> {
+    list_entries(value)
+        .map(|entry| parse_cidr_entry(option_name, entry, entry))
+        .collect()
+}
+
+/// The entries of a list option value: separated by whitespace and/or commas.
+fn list_entries(value: &str) -> impl Iterator<Item = &str> {
+    value
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|e| !e.is_empty())
+}
+
+/// The CIDR `cidr` of list entry `entry` of option `option_name` (the family
+/// expected from the name, as [`parse_cidr_list`] says); errors name the entry.
+fn parse_cidr_entry(option_name: &str, entry: &str, cidr: &str) -> Result<IpNet, ClusterPoolError> {
     let expected = if option_name.contains("ipv6") {
         Some(Family::V6)
     } else if option_name.contains("ipv4") {
@@ -163,33 +205,27 @@ pub fn parse_cidr_list(option_name: &str, value: &str) -> Result<Vec<IpNet>, Clu
     } else {
         None
     };
-    value
-        .split(|c: char| c.is_whitespace() || c == ',')
-        .filter(|e| !e.is_empty())
-        .map(|entry| {
-            let net: IpNet = entry.parse().map_err(|_| ClusterPoolError::InvalidCidr {
-                option: option_name.to_string(),
-                entry: entry.to_string(),
-            })?;
-            if let Some(f) = expected
-                && Family::of_net(&net) != f
-            {
-                return Err(ClusterPoolError::WrongFamily {
-                    option: option_name.to_string(),
-                    entry: entry.to_string(),
-                    expected: f,
-                });
-            }
-            if net.addr() != net.network() {
-                return Err(ClusterPoolError::HostBitsSet {
-                    option: option_name.to_string(),
-                    entry: entry.to_string(),
-                    network: net.trunc(),
-                });
-            }
-            Ok(net)
-        })
-        .collect()
+    let net: IpNet = cidr.parse().map_err(|_| ClusterPoolError::InvalidCidr {
+        option: option_name.to_string(),
+        entry: entry.to_string(),
+    })?;
+    if let Some(f) = expected
+        && Family::of_net(&net) != f
+    {
+        return Err(ClusterPoolError::WrongFamily {
+            option: option_name.to_string(),
+            entry: entry.to_string(),
+            expected: f,
+        });
+    }
+    if net.addr() != net.network() {
+        return Err(ClusterPoolError::HostBitsSet {
+            option: option_name.to_string(),
+            entry: entry.to_string(),
+            network: net.trunc(),
+        });
+    }
+    Ok(net)
 }
 
 /// The cluster-pool operator options.
@@ -205,6 +241,9 @@ pub struct ClusterPoolConfig {
     pub ipv6_cidrs: Vec<IpNet>,
     /// `cluster-pool-ipv6-mask-size` (default 112).
     pub ipv6_mask_size: u8,
+    /// The node mask sizes of the pool CIDRs that have their own (`<cidr>@<mask>`
+    /// entries); any other takes its family's mask size.
+    pub node_masks: BTreeMap<IpNet, u8>,
 }
 
 impl Default for ClusterPoolConfig {
@@ -218,6 +257,7 @@ impl Default for ClusterPoolConfig {
             ipv4_mask_size: DEFAULT_IPV4_MASK_SIZE,
             ipv6_cidrs: Vec::new(),
             ipv6_mask_size: DEFAULT_IPV6_MASK_SIZE,
+            node_masks: BTreeMap::new(),
         }
     }
 }
@@ -242,19 +282,53 @@ impl ClusterPoolConfig {
         Ok(())
     }
 
-    /// Every pool CIDR of an enabled family that its family's mask size does not
+    /// Every pool CIDR of an enabled family that its node mask size does not
     /// fit, IPv4 first.
     pub fn mask_misfits(&self) -> Vec<MaskMisfit> {
         [Family::V4, Family::V6]
             .into_iter()
             .filter(|&f| self.enabled(f))
             .flat_map(|f| {
-                let mask = self.mask_size(f);
                 self.cidrs(f)
                     .iter()
-                    .filter_map(move |c| node_set(f, *c, mask).err())
+                    .filter_map(move |c| node_set(f, *c, self.node_mask(f, c)).err())
             })
             .collect()
+    }
+
+    /// Sets a family's pool CIDRs from its option's entries, with the node
+    /// mask sizes the entries carry.
+    pub fn set_pool(&mut self, family: Family, entries: &[PoolEntry]) {
+        let cidrs = entries.iter().map(|e| e.cidr).collect();
+        match family {
+            Family::V4 => self.ipv4_cidrs = cidrs,
+            Family::V6 => self.ipv6_cidrs = cidrs,
+        }
+        self.node_masks.retain(|c, _| Family::of_net(c) != family);
+        for e in entries {
+            if let Some(mask) = e.mask {
+                self.node_masks.insert(e.cidr, mask);
+            }
+        }
+    }
+
+    /// The node mask size of pool CIDR `cidr` of `family`: its own, or the
+    /// family's.
+    pub fn node_mask(&self, family: Family, cidr: &IpNet) -> u8 {
+        self.node_masks
+            .get(cidr)
+            .copied()
+            .unwrap_or_else(|| self.mask_size(family))
+    }
+
+    /// The node mask size of the pool CIDR `addr` is in (the family's when it
+    /// is in none).
+    pub fn node_mask_of(&self, addr: std::net::IpAddr) -> u8 {
+        let family = Family::of_addr(&addr);
+        self.cidrs(family)
+            .iter()
+            .find(|c| c.contains(&addr))
+            .map_or_else(|| self.mask_size(family), |c| self.node_mask(family, c))
     }
 
     fn enabled(&self, family: Family) -> bool {
@@ -331,11 +405,10 @@ impl ClusterPoolConfig {
         if !self.enabled(family) {
             return Ok(Vec::new());
         }
-        let mask = self.mask_size(family);
         let sets = self
             .cidrs(family)
             .iter()
-            .map(|c| node_set(family, *c, mask));
+            .map(|c| node_set(family, *c, self.node_mask(family, c)));
         Ok(sets.collect::<Result<_, _>>()?)
     }
 }
@@ -361,10 +434,20 @@ fn node_set(family: Family, cidr: IpNet, mask: u8) -> Result<CidrSet, MaskMisfit
 /// The carver does not remember which node holds what; the caller records
 /// the result of [`Self::carve_for_node`] and calls [`Self::release_node`]
 /// when the node goes away.
+///
+/// A pool CIDR taken out of the options while nodes hold ranges of it is
+/// draining ([`reconfigure`]): it keeps their ranges, gives no new one, and is
+/// forgotten once the last is released. After a restart the options no longer
+/// name it: a node CIDR in no pool CIDR is then held as it is, outside every
+/// set ([`Self::adopt_after_restart`]), until its node releases it.
 #[derive(Debug, Clone)]
 pub struct NodeCidrCarver {
     v4: Vec<CidrSet>,
     v6: Vec<CidrSet>,
+    /// Pool CIDRs removed from the options while nodes still hold ranges of them.
+    draining: Vec<CidrSet>,
+    /// Node CIDRs in no pool CIDR, held by the nodes that had them at start.
+    outside: Vec<IpNet>,
 }
 
 struct JoinedCidrs<'a>(&'a [IpNet]);
@@ -381,11 +464,27 @@ impl fmt::Display for JoinedCidrs<'_> {
     }
 }
 
+/// How [`NodeCidrCarver`] takes a node's CIDRs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Take {
+    /// Re-adopt what it has, allocate a CIDR of a family it has none of.
+    Carve,
+    /// Re-adopt what it has, nothing more.
+    Adopt,
+    /// As `Adopt`, and a CIDR in no pool CIDR is held outside every set.
+    AdoptAfterRestart,
+}
+
 impl NodeCidrCarver {
     /// Validates `config` and builds the allocators.
     pub fn new(config: &ClusterPoolConfig) -> Result<Self, ClusterPoolError> {
         let (v4, v6) = config.build_sets()?;
-        Ok(Self { v4, v6 })
+        Ok(Self {
+            v4,
+            v6,
+            draining: Vec::new(),
+            outside: Vec::new(),
+        })
     }
 
     /// The allocators of one family, in configuration order (empty for a
@@ -397,6 +496,17 @@ impl NodeCidrCarver {
         }
     }
 
+    /// The pool CIDRs that are draining: removed from the options, still
+    /// holding ranges of nodes.
+    pub fn draining(&self) -> &[CidrSet] {
+        &self.draining
+    }
+
+    /// Node CIDRs held in no pool CIDR (re-adopted after a restart).
+    pub fn outside(&self) -> &[IpNet] {
+        &self.outside
+    }
+
     fn sets_mut(&mut self, family: Family) -> &mut Vec<CidrSet> {
         match family {
             Family::V4 => &mut self.v4,
@@ -404,18 +514,35 @@ impl NodeCidrCarver {
         }
     }
 
+    /// The set, active or draining, whose pool CIDR has `cidr`.
+    fn set_of(&mut self, cidr: &IpNet) -> Option<&mut CidrSet> {
+        let family = Family::of_net(cidr);
+        let Self {
+            v4, v6, draining, ..
+        } = self;
+        let active = match family {
+            Family::V4 => v4,
+            Family::V6 => v6,
+        };
+        active
+            .iter_mut()
+            .chain(draining.iter_mut())
+            .find(|s| s.in_range(cidr))
+    }
+
     /// Returns the node's pod CIDRs (IPv4 first, then IPv6).
     ///
     /// For each enabled family: if `existing` holds CIDRs of that family, each
-    /// is re-adopted (occupied) when it lies in a pool CIDR with exactly the
-    /// pool's node mask and is not allocated yet; otherwise one new CIDR is
-    /// allocated round-robin from the first pool CIDR that is not full. Any
-    /// existing CIDR that cannot be re-adopted (already allocated, wrong
-    /// mask, in no pool, or of a disabled family) fails the whole call with
-    /// [`ClusterPoolError::Conflict`]; all pools full fails with
-    /// [`ClusterPoolError::Exhausted`]. On error nothing stays allocated.
+    /// is re-adopted (occupied) when it lies in a pool CIDR (active or
+    /// draining) with exactly the pool CIDR's node mask and is not allocated
+    /// yet; otherwise one new CIDR is allocated round-robin from the first
+    /// active pool CIDR that is not full. Any existing CIDR that cannot be
+    /// re-adopted (already allocated, wrong mask, in no pool, or of a disabled
+    /// family) fails the whole call with [`ClusterPoolError::Conflict`]; all
+    /// pools full fails with [`ClusterPoolError::Exhausted`]. On error nothing
+    /// stays allocated.
     pub fn carve_for_node(&mut self, existing: &[IpNet]) -> Result<Vec<IpNet>, ClusterPoolError> {
-        self.carve_or_adopt(existing, true)
+        self.carve_or_adopt(existing, Take::Carve)
     }
 
     /// Re-adopts the node's existing CIDRs with the checks of
@@ -423,7 +550,18 @@ impl NodeCidrCarver {
     /// CIDR of: an operator that starts re-adopts every node first and allocates
     /// only then, so no fresh allocation can take a CIDR a node not read yet holds.
     pub fn adopt_node(&mut self, existing: &[IpNet]) -> Result<Vec<IpNet>, ClusterPoolError> {
-        self.carve_or_adopt(existing, false)
+        self.carve_or_adopt(existing, Take::Adopt)
+    }
+
+    /// [`Self::adopt_node`] for the nodes an operator reads at start: a CIDR in
+    /// no pool CIDR of its (enabled) family is what a pool CIDR removed before
+    /// the restart left, and is held as it is, outside every set (a CIDR
+    /// overlapping one held so is a conflict).
+    pub fn adopt_after_restart(
+        &mut self,
+        existing: &[IpNet],
+    ) -> Result<Vec<IpNet>, ClusterPoolError> {
+        self.carve_or_adopt(existing, Take::AdoptAfterRestart)
     }
 
     /// Whether `cidrs` hold a CIDR of every enabled family.
@@ -436,16 +574,12 @@ impl NodeCidrCarver {
     fn carve_or_adopt(
         &mut self,
         existing: &[IpNet],
-        allocate: bool,
+        take: Take,
     ) -> Result<Vec<IpNet>, ClusterPoolError> {
-        let mut done: Vec<(Family, usize, IpNet)> = Vec::new();
-        let result = self.carve_inner(existing, allocate, &mut done);
+        let mut done: Vec<IpNet> = Vec::new();
+        let result = self.carve_inner(existing, take, &mut done);
         if result.is_err() {
-            for (family, i, cidr) in done {
-                if let Some(set) = self.sets_mut(family).get_mut(i) {
-                    let _ = set.release(&cidr);
-                }
-            }
+            self.release_node(&done);
         }
         result
     }
@@ -453,8 +587,8 @@ impl NodeCidrCarver {
     fn carve_inner(
         &mut self,
         existing: &[IpNet],
-        allocate: bool,
-        done: &mut Vec<(Family, usize, IpNet)>,
+        take: Take,
+        done: &mut Vec<IpNet>,
     ) -> Result<Vec<IpNet>, ClusterPoolError> {
         let mut node: Vec<IpNet> = Vec::with_capacity(existing.len());
         for c in existing {
@@ -477,11 +611,11 @@ impl NodeCidrCarver {
                 .collect();
             let sets = self.sets_mut(family);
             if mine.is_empty() {
-                if sets.is_empty() || !allocate {
+                if sets.is_empty() || take != Take::Carve {
                     continue;
                 }
-                let (i, cidr) = allocate_next(sets, family)?;
-                done.push((family, i, cidr));
+                let (_, cidr) = allocate_next(sets, family)?;
+                done.push(cidr);
                 out.push(cidr);
                 continue;
             }
@@ -496,41 +630,43 @@ impl NodeCidrCarver {
                 ));
             }
             for cidr in mine {
-                let Some(i) = sets.iter().position(|s| s.in_range(&cidr)) else {
-                    let pools: Vec<IpNet> = sets.iter().map(CidrSet::cluster).collect();
-                    return Err(conflict(
-                        cidr,
-                        format!(
-                            "is not in any pool of {} ({})",
-                            cidr_option(family),
-                            JoinedCidrs(&pools)
-                        ),
-                    ));
-                };
-                let set = &mut sets[i];
-                if cidr.prefix_len() != set.node_mask() {
-                    return Err(conflict(
-                        cidr,
-                        format!(
-                            "does not have the node mask size /{} of pool {}",
-                            set.node_mask(),
-                            set.cluster()
-                        ),
-                    ));
-                }
-                let allocated = set
-                    .is_allocated(&cidr)
-                    .map_err(|e| conflict(cidr, e.to_string()))?;
-                if allocated {
-                    return Err(conflict(cidr, "is already allocated".to_string()));
-                }
-                set.occupy(&cidr)
-                    .map_err(|e| conflict(cidr, e.to_string()))?;
-                done.push((family, i, cidr));
+                self.adopt_one(cidr, take).map_err(|r| conflict(cidr, r))?;
+                done.push(cidr);
                 out.push(cidr);
             }
         }
         Ok(out)
+    }
+
+    /// Occupies one existing node CIDR where it lies; the reason it cannot be.
+    fn adopt_one(&mut self, cidr: IpNet, take: Take) -> Result<(), String> {
+        let family = Family::of_net(&cidr);
+        let pools: Vec<IpNet> = self.sets(family).iter().map(CidrSet::cluster).collect();
+        let Some(set) = self.set_of(&cidr) else {
+            if take != Take::AdoptAfterRestart {
+                return Err(format!(
+                    "is not in any pool of {} ({})",
+                    cidr_option(family),
+                    JoinedCidrs(&pools)
+                ));
+            }
+            if let Some(held) = self.outside.iter().find(|o| overlap(o, &cidr)) {
+                return Err(format!("overlaps {held}, which another node holds"));
+            }
+            self.outside.push(cidr);
+            return Ok(());
+        };
+        if cidr.prefix_len() != set.node_mask() {
+            return Err(format!(
+                "does not have the node mask size /{} of pool {}",
+                set.node_mask(),
+                set.cluster()
+            ));
+        }
+        if set.is_allocated(&cidr).map_err(|e| e.to_string())? {
+            return Err("is already allocated".to_string());
+        }
+        set.occupy(&cidr).map_err(|e| e.to_string())
     }
 
     /// One more CIDR of `family` for a node that has some (an extra CIDR), from
@@ -563,13 +699,17 @@ impl NodeCidrCarver {
         result
     }
 
-    /// Releases a node's CIDRs back to their pools. CIDRs that are in no pool
-    /// or not allocated are ignored.
+    /// Releases a node's CIDRs back to their pools (or out of the carver, for
+    /// one held outside every pool). CIDRs that are in no pool or not
+    /// allocated are ignored. A draining pool CIDR whose last range goes is
+    /// forgotten at the next [`Self::finish_drains`].
     pub fn release_node(&mut self, cidrs: &[IpNet]) {
         for cidr in cidrs {
-            let family = Family::of_net(cidr);
-            if let Some(set) = self.sets_mut(family).iter_mut().find(|s| s.in_range(cidr)) {
-                let _ = set.release(cidr);
+            match self.set_of(cidr) {
+                Some(set) => {
+                    let _ = set.release(cidr);
+                }
+                None => self.outside.retain(|o| o != cidr),
             }
         }
     }
@@ -638,6 +778,7 @@ mod tests {
             ipv4_mask_size: v4m,
             ipv6_cidrs: nets(v6),
             ipv6_mask_size: v6m,
+            node_masks: Default::default(),
         }
     }
 
