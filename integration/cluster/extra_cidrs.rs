@@ -3,7 +3,9 @@
 //! pinned to node-1 fill it past `cluster-pool-depletion-threshold` (10%); the
 //! agent says `depleted`, podnet's operator appends a second CIDR, the agent
 //! hands out addresses from it, and those pods reach and are reached from the
-//! other nodes (the routes, the tunnel and masquerade cover both CIDRs).
+//! other nodes (the routes, the tunnel and masquerade cover both CIDRs). And a
+//! pool grown live: a full node in an empty pool waits, then a CIDR appended to the
+//! ConfigMap with its own mask size serves it, with no pod restarted.
 
 use ipnet::IpNet;
 
@@ -94,4 +96,138 @@ fn a_full_node_gets_a_second_range_reachable_from_the_other_nodes() {
         cluster.ping("default", &in_second.0, WORLD_IP);
         drop(cluster);
     }
+}
+
+/// The pool holds exactly the three nodes' `/27`s, so node-1, filled, finds no
+/// extra CIDR (an `ExtraPodCIDRUnavailable` Event naming the node) and keeps
+/// serving the 28 pods it has. Then `10.245.0.0/24@28` is appended to
+/// `cluster-pool-ipv4-cidr` in the ConfigMap, nothing restarted: the operator's
+/// leader reads its `--config-dir` (the mounted ConfigMap) again, node-1 gets a
+/// `/28` of the new CIDR, outside `ipv4-native-routing-cidr` (10.244.0.0/16), and
+/// its waiting pods start there, reaching and reached from the other nodes (native
+/// routing: the routes and the masquerade exemption follow every node's CIDRs,
+/// not that option) and the world. `podnet ipam check` stays clean.
+#[test]
+fn a_pool_grown_live_serves_a_full_node_from_a_cidr_with_its_own_mask() {
+    let test = "a_pool_grown_live";
+    let Some(cluster) = Cluster::start(test) else {
+        return;
+    };
+    let first_pool = "10.244.0.0/26 10.244.0.64/27";
+    let pool_option = format!("cluster-pool-ipv4-cidr={first_pool}");
+    let manifests = podnet_manifests_with(
+        "native",
+        "ipv4",
+        &[&pool_option, "cluster-pool-ipv4-mask-size=27"],
+    );
+    cluster.apply(&manifests);
+    cluster.wait_nodes_ready();
+    let full = "node-1";
+    cluster.apply(&pinned_deployment("fill", full, 30));
+    let refusal = cluster.wait_for(
+        "an ExtraPodCIDRUnavailable Event for node-1",
+        || {
+            let events = cluster.kubectl_json(&[
+                "get",
+                "events",
+                "-A",
+                "--field-selector",
+                "reason=ExtraPodCIDRUnavailable",
+            ]);
+            events["items"]
+                .as_array()?
+                .iter()
+                .filter_map(|e| e["message"].as_str())
+                .find(|m| m.contains(full))
+                .map(str::to_string)
+        },
+        || cluster.describe("default"),
+    );
+    eprintln!("{test}: the empty pool, as the Event says it: {refusal}");
+    assert!(
+        refusal.contains("10.244.0.64/27"),
+        "the Event names the pool: {refusal}"
+    );
+    assert_eq!(node_pod_cidrs(&cluster, full).len(), 1);
+    // The node keeps serving what it has: its 28 pod addresses are in use.
+    cluster.wait_for(
+        "28 fill pods with an address",
+        || (placed(&cluster, "fill").len() == 28).then_some(()),
+        || cluster.describe("default"),
+    );
+
+    let grown = format!("{first_pool} 10.245.0.0/24@28");
+    let patch = format!(r#"{{"data":{{"cluster-pool-ipv4-cidr":"{grown}"}}}}"#);
+    let t0 = Instant::now();
+    cluster.kubectl(&[
+        "patch",
+        "configmap",
+        "-n",
+        "kube-system",
+        "podnet-config",
+        "--type",
+        "merge",
+        "-p",
+        &patch,
+    ]);
+    let cidrs = cluster.wait_for(
+        "node-1's second CIDR, from the appended pool CIDR",
+        || {
+            let c = node_pod_cidrs(&cluster, full);
+            (c.len() == 2).then_some(c)
+        },
+        || cluster.describe("default"),
+    );
+    eprintln!(
+        "{test}: ConfigMap edited to node-1's second CIDR {}: {:.1} s (the kubelet's ConfigMap refresh, then the leader's 5 s reading)",
+        cidrs[1],
+        t0.elapsed().as_secs_f64()
+    );
+    let second: IpNet = "10.245.0.0/28".parse().expect("a CIDR");
+    assert_eq!(cidrs[1], second, "the new CIDR's first /28: {cidrs:?}");
+    let in_second = cluster.wait_for(
+        "both waiting pods running in the new CIDR",
+        || {
+            let placed = placed(&cluster, "fill");
+            let new: Vec<_> = placed
+                .into_iter()
+                .filter(|(_, _, ip)| {
+                    ip.parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| second.contains(&ip))
+                })
+                .collect();
+            (new.len() == 2 && cluster.exec(&new[0].0, &["/bin/busybox", "true"]).is_ok())
+                .then(|| new[0].clone())
+        },
+        || cluster.describe("default"),
+    );
+    eprintln!(
+        "{test}: ConfigMap edited to {} running at {}: {:.1} s",
+        in_second.0,
+        in_second.2,
+        t0.elapsed().as_secs_f64()
+    );
+    for node in ["node-2", "node-3"] {
+        let probe = format!("probe-{node}");
+        cluster.apply(&busybox_on(&probe, node));
+        let ip = cluster.wait_for(
+            &format!("{probe} running"),
+            || {
+                let pods = cluster.pods("default", "app=pinned");
+                let pod = pods
+                    .iter()
+                    .find(|p| p["metadata"]["name"] == probe.as_str())?;
+                let ip = pod["status"]["podIP"].as_str()?.to_string();
+                cluster.exec(&probe, &["/bin/busybox", "true"]).ok()?;
+                Some(ip)
+            },
+            || cluster.describe("default"),
+        );
+        cluster.ping("default", &probe, &in_second.2);
+        cluster.ping("default", &in_second.0, &ip);
+    }
+    cluster.ping("default", &in_second.0, WORLD_IP);
+    let (out, report) = cluster.ipam_check();
+    assert!(out.status.success(), "ipam check:\n{report}");
+    drop(cluster);
 }

@@ -84,7 +84,7 @@ impl Cluster {
 impl Cluster {
     /// `podnet ipam check` run in the control plane's namespace as the cluster
     /// admin: its exit status and its report (with stderr).
-    fn ipam_check(&self) -> (std::process::Output, String) {
+    pub(super) fn ipam_check(&self) -> (std::process::Output, String) {
         let kubeconfig = self.dir.join("pki/admin.kubeconfig");
         let kubeconfig = kubeconfig.to_str().expect("a UTF-8 path");
         let podnet = std::fs::canonicalize(podnet_bin()).expect("the podnet binary");
