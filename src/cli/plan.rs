@@ -274,10 +274,23 @@ fn check_mode_flags(args: &PlanArgs) -> Result<(), String> {
 }
 
 /// Parses every `--cidr` value (each may hold several, comma- or
-/// space-separated); at least one is required.
+/// space-separated); at least one is required. A pool entry with its own node
+/// mask size (`<cidr>@<mask>`, the operator's) is planned apart: one plan has
+/// one mask size.
 fn parse_cidrs(values: &[String]) -> Result<Vec<IpNet>, String> {
     let mut out = Vec::new();
     for v in values {
+        if let Some(entry) = v
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .find(|e| e.contains('@'))
+        {
+            let (cidr, mask) = entry.split_once('@').unwrap_or((entry, ""));
+            return Err(format!(
+                "--cidr entry \"{entry}\" carries its own node mask size: a plan has one mask \
+                 size, so plan that entry apart (--cidr {cidr} --mask-size {mask}) and the rest \
+                 with theirs"
+            ));
+        }
         out.extend(parse_cidr_list("--cidr", v).map_err(|e| e.to_string())?);
     }
     if out.is_empty() {
@@ -905,6 +918,12 @@ mod tests {
         );
         let e = render(&args(&["--cidr", "bogus"])).unwrap_err();
         assert!(e.contains("not a valid CIDR"), "{e}");
+        let e = render(&args(&["--cidr", "10.244.0.0/16, 10.245.0.0/24@28"])).unwrap_err();
+        assert!(
+            e.contains("\"10.245.0.0/24@28\" carries its own node mask size")
+                && e.contains("(--cidr 10.245.0.0/24 --mask-size 28)"),
+            "{e}"
+        );
         let e = render(&args(&[])).unwrap_err();
         assert!(e.contains("at least one --cidr"), "{e}");
         let e = render(&args(&["--cidr", "10.0.0.0/8", "--pre-allocate", "8"])).unwrap_err();
