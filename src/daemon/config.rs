@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use ipnet::IpNet;
 
-use super::crossnode::{CrossNodeConfig, TunnelProtocol};
+use super::crossnode::settings::{CrossNodeConfig, RoutingMode, TunnelProtocol};
 use super::options::DaemonOptions;
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::{DepletionRules, ThresholdError};
@@ -201,21 +201,32 @@ impl fmt::Display for DatapathMode {
     }
 }
 
-/// `--routing-mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RoutingMode {
-    Native,
-    Tunnel,
+/// Parses `--routing-mode`.
+fn parse_routing_mode(s: &str) -> Result<RoutingMode, ConfigError> {
+    match s {
+        "native" => Ok(RoutingMode::Native),
+        "tunnel" => Ok(RoutingMode::Tunnel),
+        other => Err(ConfigError::UnknownRoutingMode(other.to_string())),
+    }
 }
 
-impl RoutingMode {
-    /// Parses `--routing-mode`.
-    pub fn parse(s: &str) -> Result<RoutingMode, ConfigError> {
-        match s {
-            "native" => Ok(RoutingMode::Native),
-            "tunnel" => Ok(RoutingMode::Tunnel),
-            other => Err(ConfigError::UnknownRoutingMode(other.to_string())),
-        }
+/// Parses `--tunnel-protocol`.
+fn parse_tunnel_protocol(s: &str) -> Result<TunnelProtocol, ConfigError> {
+    match s {
+        "vxlan" => Ok(TunnelProtocol::Vxlan),
+        "geneve" => Ok(TunnelProtocol::Geneve),
+        other => Err(ConfigError::UnknownTunnelProtocol(other.to_string())),
+    }
+}
+
+/// Parses `--underlay-protocol` (Cilium's name and values, `ipv4` or `ipv6`): the
+/// IP family of the tunnel's outer packets, so of the InternalIP each node's
+/// tunnel endpoint is.
+fn parse_underlay(s: &str) -> Result<Family, ConfigError> {
+    match s {
+        "ipv4" => Ok(Family::V4),
+        "ipv6" => Ok(Family::V6),
+        other => Err(ConfigError::UnknownUnderlayProtocol(other.to_string())),
     }
 }
 
@@ -343,7 +354,7 @@ impl DaemonConfig {
         };
         let embedded = backend == BackendKind::Embedded;
         let routing = match &opts.routing_mode {
-            Some(m) => RoutingMode::parse(m)?,
+            Some(m) => parse_routing_mode(m)?,
             None if embedded || ipam.is_external() => RoutingMode::Native,
             None => RoutingMode::Tunnel,
         };
@@ -572,12 +583,12 @@ fn cross_node(
     }
     Ok(CrossNodeConfig {
         routing,
-        tunnel_protocol: TunnelProtocol::parse(&opts.tunnel_protocol)?,
+        tunnel_protocol: parse_tunnel_protocol(&opts.tunnel_protocol)?,
         tunnel_port: match opts.tunnel_port {
             0 => 8472,
             p => p,
         },
-        underlay: super::crossnode::parse_underlay(&opts.underlay_protocol)?,
+        underlay: parse_underlay(&opts.underlay_protocol)?,
         auto_direct_node_routes: opts.auto_direct_node_routes,
         native_routing_cidrs,
         masquerade_v4: opts.enable_ipv4 && opts.enable_ipv4_masquerade.unwrap_or(!embedded),
@@ -906,5 +917,17 @@ mod tests {
         assert_eq!(c.node_labels.get("rack").map(String::as_str), Some("7"));
         let e = resolve(&["--node-labels", "zone"]).unwrap_err().to_string();
         assert!(e.contains("not key=value"), "{e}");
+    }
+
+    #[test]
+    fn underlay_protocol_takes_ciliums_two_values_and_names_them_otherwise() {
+        for u in [Family::V4, Family::V6] {
+            assert_eq!(parse_underlay(u.as_str()), Ok(u));
+        }
+        let e = parse_underlay("inet6").unwrap_err().to_string();
+        assert!(
+            e.starts_with("--underlay-protocol \"inet6\" is not one of ipv4, ipv6"),
+            "{e}"
+        );
     }
 }

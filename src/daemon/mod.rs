@@ -15,6 +15,7 @@ pub mod capabilities;
 mod cniconf;
 pub mod config;
 pub mod crossnode;
+mod device_error;
 mod devices;
 mod heap;
 pub mod leak_check;

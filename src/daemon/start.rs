@@ -13,11 +13,10 @@ use ipnet::IpNet;
 
 use super::capabilities::{self, CapabilityError};
 use super::cniconf::CniConfError;
-use super::config::{
-    BackendKind, ConfigError, DaemonConfig, DatapathMode, IpamMode, PolicyMode, RoutingMode,
-};
+use super::config::{BackendKind, ConfigError, DaemonConfig, DatapathMode, IpamMode, PolicyMode};
 use super::crossnode::PrerequisiteError;
-use super::devices::DeviceError;
+use super::crossnode::settings::RoutingMode;
+use super::device_error::DeviceError;
 use super::leak_check;
 use super::options::DaemonOptions;
 use super::policy_loop;
