@@ -286,7 +286,7 @@ impl MultiPoolConfig {
     /// pre-allocation, per enabled family.
     pub fn initial_demand(&self, families: &[Family], health: bool) -> Vec<RequestedPool> {
         let mut pools = self.pre_allocation.clone();
-        let infra = 1 + u64::from(health);
+        let infra = infra_addresses_per_family(health);
         let pre = self
             .pre_allocation
             .get(&self.default_pool)
@@ -305,6 +305,12 @@ impl MultiPoolConfig {
             })
             .collect()
     }
+}
+
+/// The addresses the node takes for itself in each family before any pod: the
+/// router's, and the health endpoint's with `--enable-health-checking`.
+pub fn infra_addresses_per_family(health_checking: bool) -> u64 {
+    1 + u64::from(health_checking)
 }
 
 /// The daemon's options, resolved and checked.
@@ -606,6 +612,16 @@ fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, ConfigError> {
         out.insert(k.trim().to_string(), v.trim().to_string());
     }
     Ok(out)
+}
+
+/// The options `args`, and their resolved configuration: for the tests of what
+/// starts from both.
+#[cfg(test)]
+pub(super) fn resolved_options(args: &[&str]) -> (DaemonOptions, DaemonConfig) {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let opts = DaemonOptions::parse_with_config_dir(&args).unwrap();
+    let config = DaemonConfig::resolve(&opts).unwrap();
+    (opts, config)
 }
 
 #[cfg(test)]

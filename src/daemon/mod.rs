@@ -21,6 +21,7 @@ mod heap;
 pub mod leak_check;
 pub mod metrics;
 pub mod nft;
+mod node_backend;
 pub mod node_check;
 pub mod options;
 pub mod policy_loop;
