@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::lint::{Finding, error, warning};
+use super::lint_finding::{Finding, error, warning};
 use crate::ipam::selection::is_dns1123_subdomain;
 use crate::node::manifests::parse_objects;
 use crate::resources::{

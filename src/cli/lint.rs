@@ -15,6 +15,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::cidr_groups::lint_cidr_groups;
+use super::lint_finding::{Finding, error, warning};
 use crate::api::client::Client;
 use crate::daemon::config::{DaemonConfig, IpamMode};
 use crate::daemon::node_check;
@@ -26,27 +27,6 @@ use crate::ipam::pooldef::PoolDef;
 use crate::ipam::sizing::{PlanOptions, plan_cluster_pool};
 use crate::node::NodeResource;
 use crate::node::manifests::ManifestDir;
-
-/// A finding: `error` breaks the install, `warning` deserves a look.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finding {
-    pub severity: &'static str,
-    pub text: String,
-}
-
-pub(crate) fn error(text: impl Into<String>) -> Finding {
-    Finding {
-        severity: "error",
-        text: text.into(),
-    }
-}
-
-pub(crate) fn warning(text: impl Into<String>) -> Finding {
-    Finding {
-        severity: "warning",
-        text: text.into(),
-    }
-}
 
 /// Runs `podnet lint [--conflist FILE]... [daemon options]`.
 pub fn run(args: &[String]) -> i32 {

@@ -7,6 +7,7 @@ pub mod explain;
 pub mod install;
 pub mod ipam_check;
 pub mod lint;
+pub mod lint_finding;
 pub mod plan;
 mod plan_extra;
 pub mod status;

@@ -13,8 +13,8 @@ use clap::Args;
 
 use crate::api::client::Client;
 use crate::api::models::{
-    ConfigCheckStatus, CrossNodeStatus, IpamStatus, LeakCheckStatus, PodCidrLine, PolicyStatus,
-    time_of,
+    BackendStatus, ConfigCheckStatus, CrossNodeStatus, IpamStatus, LeakCheckStatus, PodCidrLine,
+    PolicyStatus, RestoreStatus, StatusResponse, time_of,
 };
 use crate::api::start_note;
 
@@ -58,6 +58,14 @@ pub fn run(args: &StatusArgs) -> i32 {
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return 0;
     }
+    print_text(&status, args.all_addresses);
+    0
+}
+
+/// The text form, top to bottom: the node and its state, the configuration
+/// check, the cross-node datapath, IPAM and its ranges, journal, DEL queue,
+/// leak check, policy, restore, and with `all_addresses` every address.
+fn print_text(status: &StatusResponse, all_addresses: bool) {
     let ipam = &status.ipam;
     let state = if ipam.ranges.is_empty() {
         "Not ready"
@@ -68,71 +76,95 @@ pub fn run(args: &StatusArgs) -> i32 {
     println!("Mode:       {}", ipam.mode);
     println!("Datapath:   {}", ipam.datapath);
     if let Some(b) = &ipam.backend {
-        let watches: Vec<String> = b
-            .watches
-            .iter()
-            .map(|(w, synced)| format!("{w} {}", if *synced { "synced" } else { "not synced" }))
-            .collect();
-        let location = if b.location.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", b.location)
-        };
-        match watches.is_empty() {
-            true => println!("Backend:    {}{location}", b.kind),
-            false => println!("Backend:    {}{location}; {}", b.kind, watches.join(", ")),
-        }
+        println!("{}", backend_line(b));
     }
     match status.cilium.msg.as_str() {
         "" => println!("State:      {state}"),
         msg => println!("State:      {state} ({msg})"),
     }
     if let Some(check) = &ipam.config_check {
-        for line in config_lines(check) {
-            println!("{line}");
-        }
+        print_lines(&config_lines(check));
     }
     if let Some(x) = &ipam.cross_node {
         print_cross_node(x);
     }
     println!("IPAM:       {}", ipam.status);
-    for r in &ipam.ranges {
-        println!(
-            "  {} {}: {} used ({} cooling), {} free of {} usable",
-            r.family,
-            r.cidr,
-            r.used,
-            r.cooling,
-            r.usable.saturating_sub(r.used),
-            r.usable
-        );
+    let mut lines = range_lines(ipam);
+    lines.extend(pod_cidr_lines(&ipam.pod_cidrs));
+    lines.push(journal_line(ipam));
+    lines.push(format!("DEL queue:  {}", queue_line(ipam)));
+    if let Some(leaks) = &ipam.leak_check {
+        lines.extend(leak_lines(leaks));
     }
-    for line in pod_cidr_lines(&ipam.pod_cidrs) {
+    if let Some(policy) = &ipam.policy {
+        lines.extend(policy_lines(policy));
+    }
+    lines.extend(restore_lines(&ipam.restore));
+    if all_addresses {
+        lines.extend(address_lines(ipam));
+    }
+    print_lines(&lines);
+}
+
+fn print_lines(lines: &[String]) {
+    for line in lines {
         println!("{line}");
     }
+}
+
+/// `Backend:` with where it reads from and whether each watch has synced.
+fn backend_line(b: &BackendStatus) -> String {
+    let watches: Vec<String> = b
+        .watches
+        .iter()
+        .map(|(w, synced)| format!("{w} {}", if *synced { "synced" } else { "not synced" }))
+        .collect();
+    let location = if b.location.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", b.location)
+    };
+    match watches.is_empty() {
+        true => format!("Backend:    {}{location}", b.kind),
+        false => format!("Backend:    {}{location}; {}", b.kind, watches.join(", ")),
+    }
+}
+
+/// One line per range: used, cooling, free and usable.
+fn range_lines(ipam: &IpamStatus) -> Vec<String> {
+    ipam.ranges
+        .iter()
+        .map(|r| {
+            format!(
+                "  {} {}: {} used ({} cooling), {} free of {} usable",
+                r.family,
+                r.cidr,
+                r.used,
+                r.cooling,
+                r.usable.saturating_sub(r.used),
+                r.usable
+            )
+        })
+        .collect()
+}
+
+/// `Journal:` with its size, and the error when it cannot commit.
+fn journal_line(ipam: &IpamStatus) -> String {
     match ipam.journal_error.as_str() {
-        "" => println!(
+        "" => format!(
             "Journal:    {} ({} bytes)",
             ipam.journal, ipam.journal_bytes
         ),
-        err => println!(
+        err => format!(
             "Journal:    {} ({} bytes) CANNOT COMMIT: {err}",
             ipam.journal, ipam.journal_bytes
         ),
     }
-    println!("DEL queue:  {}", queue_line(ipam));
-    if let Some(leaks) = &ipam.leak_check {
-        for line in leak_lines(leaks) {
-            println!("{line}");
-        }
-    }
-    if let Some(policy) = &ipam.policy {
-        for line in policy_lines(policy) {
-            println!("{line}");
-        }
-    }
-    let rr = &ipam.restore;
-    println!(
+}
+
+/// `Restore:` with what restore decided, and the links it adopted or left alone.
+fn restore_lines(rr: &RestoreStatus) -> Vec<String> {
+    let mut lines = vec![format!(
         "Restore:    {} restored, {} expired, {} queued DELs replayed, {} released (link gone), {} orphan links removed, {} adopted from the kernel, {} outside the ranges",
         rr.restored,
         rr.expired,
@@ -141,34 +173,37 @@ pub fn run(args: &StatusArgs) -> i32 {
         rr.orphan_links_removed.len(),
         rr.adopted_from_kernel.len(),
         rr.outside_ranges.len()
-    );
+    )];
     if !rr.adopted_because.is_empty() {
-        println!("            adopted because {}", rr.adopted_because);
+        lines.push(format!(
+            "            adopted because {}",
+            rr.adopted_because
+        ));
     }
     if !rr.unaccounted_links_kept.is_empty() {
-        println!(
+        lines.push(format!(
             "            host links left alone (not provably podnet's, nothing to adopt): {}",
             rr.unaccounted_links_kept.join(", ")
-        );
+        ));
     }
-    if args.all_addresses {
-        println!("Allocated addresses:");
-        let mut lines: Vec<String> = ipam
-            .allocations
-            .iter()
-            .map(|(ip, owner)| format!("  {ip} ({owner})"))
-            .chain(
-                ipam.cooling
-                    .iter()
-                    .map(|(ip, was)| format!("  {ip} [cooling] (was {was})")),
-            )
-            .collect();
-        lines.sort();
-        for l in lines {
-            println!("{l}");
-        }
-    }
-    0
+    lines
+}
+
+/// `--all-addresses`: every allocated and cooling address with its owner, sorted.
+fn address_lines(ipam: &IpamStatus) -> Vec<String> {
+    let mut lines: Vec<String> = ipam
+        .allocations
+        .iter()
+        .map(|(ip, owner)| format!("  {ip} ({owner})"))
+        .chain(
+            ipam.cooling
+                .iter()
+                .map(|(ip, was)| format!("  {ip} [cooling] (was {was})")),
+        )
+        .collect();
+    lines.sort();
+    lines.insert(0, "Allocated addresses:".to_string());
+    lines
 }
 
 /// `0 waiting`, and the entries set aside as unreadable with what to do about them.

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use ipnet::IpNet;
 
-use super::crossnode::{CrossNodeConfig, TunnelProtocol};
+use super::crossnode::settings::{CrossNodeConfig, RoutingMode, TunnelProtocol};
 use super::options::DaemonOptions;
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::{DepletionRules, ThresholdError};
@@ -201,21 +201,32 @@ impl fmt::Display for DatapathMode {
     }
 }
 
-/// `--routing-mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RoutingMode {
-    Native,
-    Tunnel,
+/// Parses `--routing-mode`.
+fn parse_routing_mode(s: &str) -> Result<RoutingMode, ConfigError> {
+    match s {
+        "native" => Ok(RoutingMode::Native),
+        "tunnel" => Ok(RoutingMode::Tunnel),
+        other => Err(ConfigError::UnknownRoutingMode(other.to_string())),
+    }
 }
 
-impl RoutingMode {
-    /// Parses `--routing-mode`.
-    pub fn parse(s: &str) -> Result<RoutingMode, ConfigError> {
-        match s {
-            "native" => Ok(RoutingMode::Native),
-            "tunnel" => Ok(RoutingMode::Tunnel),
-            other => Err(ConfigError::UnknownRoutingMode(other.to_string())),
-        }
+/// Parses `--tunnel-protocol`.
+fn parse_tunnel_protocol(s: &str) -> Result<TunnelProtocol, ConfigError> {
+    match s {
+        "vxlan" => Ok(TunnelProtocol::Vxlan),
+        "geneve" => Ok(TunnelProtocol::Geneve),
+        other => Err(ConfigError::UnknownTunnelProtocol(other.to_string())),
+    }
+}
+
+/// Parses `--underlay-protocol` (Cilium's name and values, `ipv4` or `ipv6`): the
+/// IP family of the tunnel's outer packets, so of the InternalIP each node's
+/// tunnel endpoint is.
+fn parse_underlay(s: &str) -> Result<Family, ConfigError> {
+    match s {
+        "ipv4" => Ok(Family::V4),
+        "ipv6" => Ok(Family::V6),
+        other => Err(ConfigError::UnknownUnderlayProtocol(other.to_string())),
     }
 }
 
@@ -275,7 +286,7 @@ impl MultiPoolConfig {
     /// pre-allocation, per enabled family.
     pub fn initial_demand(&self, families: &[Family], health: bool) -> Vec<RequestedPool> {
         let mut pools = self.pre_allocation.clone();
-        let infra = 1 + u64::from(health);
+        let infra = infra_addresses_per_family(health);
         let pre = self
             .pre_allocation
             .get(&self.default_pool)
@@ -294,6 +305,12 @@ impl MultiPoolConfig {
             })
             .collect()
     }
+}
+
+/// The addresses the node takes for itself in each family before any pod: the
+/// router's, and the health endpoint's with `--enable-health-checking`.
+pub fn infra_addresses_per_family(health_checking: bool) -> u64 {
+    1 + u64::from(health_checking)
 }
 
 /// The daemon's options, resolved and checked.
@@ -343,7 +360,7 @@ impl DaemonConfig {
         };
         let embedded = backend == BackendKind::Embedded;
         let routing = match &opts.routing_mode {
-            Some(m) => RoutingMode::parse(m)?,
+            Some(m) => parse_routing_mode(m)?,
             None if embedded || ipam.is_external() => RoutingMode::Native,
             None => RoutingMode::Tunnel,
         };
@@ -572,12 +589,12 @@ fn cross_node(
     }
     Ok(CrossNodeConfig {
         routing,
-        tunnel_protocol: TunnelProtocol::parse(&opts.tunnel_protocol)?,
+        tunnel_protocol: parse_tunnel_protocol(&opts.tunnel_protocol)?,
         tunnel_port: match opts.tunnel_port {
             0 => 8472,
             p => p,
         },
-        underlay: super::crossnode::parse_underlay(&opts.underlay_protocol)?,
+        underlay: parse_underlay(&opts.underlay_protocol)?,
         auto_direct_node_routes: opts.auto_direct_node_routes,
         native_routing_cidrs,
         masquerade_v4: opts.enable_ipv4 && opts.enable_ipv4_masquerade.unwrap_or(!embedded),
@@ -595,6 +612,16 @@ fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, ConfigError> {
         out.insert(k.trim().to_string(), v.trim().to_string());
     }
     Ok(out)
+}
+
+/// The options `args`, and their resolved configuration: for the tests of what
+/// starts from both.
+#[cfg(test)]
+pub(super) fn resolved_options(args: &[&str]) -> (DaemonOptions, DaemonConfig) {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let opts = DaemonOptions::parse_with_config_dir(&args).unwrap();
+    let config = DaemonConfig::resolve(&opts).unwrap();
+    (opts, config)
 }
 
 #[cfg(test)]
@@ -906,5 +933,17 @@ mod tests {
         assert_eq!(c.node_labels.get("rack").map(String::as_str), Some("7"));
         let e = resolve(&["--node-labels", "zone"]).unwrap_err().to_string();
         assert!(e.contains("not key=value"), "{e}");
+    }
+
+    #[test]
+    fn underlay_protocol_takes_ciliums_two_values_and_names_them_otherwise() {
+        for u in [Family::V4, Family::V6] {
+            assert_eq!(parse_underlay(u.as_str()), Ok(u));
+        }
+        let e = parse_underlay("inet6").unwrap_err().to_string();
+        assert!(
+            e.starts_with("--underlay-protocol \"inet6\" is not one of ipv4, ipv6"),
+            "{e}"
+        );
     }
 }

@@ -10,30 +10,14 @@ use std::path::Path;
 
 use ipnet::IpNet;
 
+use super::device_error::{DeviceError, failed};
 use super::state::{KernelLink, KernelView, StaleLink};
 use crate::api::link_marker::LinkMarker;
 use crate::api::models::LinkRef;
 use crate::datapath::{
-    DatapathError, IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname,
-    write_sysctl_in,
+    IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname, write_sysctl_in,
 };
 use crate::datapath::{RULE_PRIORITY_EGRESS, RULE_PRIORITY_INGRESS, is_pod_rule};
-
-/// A kernel operation on the daemon's devices that failed: what was being done,
-/// and what the datapath said.
-#[derive(Debug, thiserror::Error)]
-#[error("{action}: {source}")]
-pub struct DeviceError {
-    action: String,
-    #[source]
-    source: DatapathError,
-}
-
-/// Wraps a datapath error with what was being done.
-pub(crate) fn failed(action: impl Into<String>) -> impl FnOnce(DatapathError) -> DeviceError {
-    let action = action.into();
-    move |source| DeviceError { action, source }
-}
 
 /// The router device that carries the node's router IPs.
 pub const ROUTER_DEVICE: &str = "podnet_host";

@@ -22,7 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::Daemon;
-use super::devices::{self, DeviceError};
+use super::device_error::DeviceError;
+use super::devices;
 use super::state::ApiError;
 use crate::api::models::{LeakCheckStatus, LeakFinding};
 use crate::ipam::leaks::{

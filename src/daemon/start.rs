@@ -13,12 +13,12 @@ use ipnet::IpNet;
 
 use super::capabilities::{self, CapabilityError};
 use super::cniconf::CniConfError;
-use super::config::{
-    BackendKind, ConfigError, DaemonConfig, DatapathMode, IpamMode, PolicyMode, RoutingMode,
-};
+use super::config::{BackendKind, ConfigError, DaemonConfig, DatapathMode, IpamMode, PolicyMode};
 use super::crossnode::PrerequisiteError;
-use super::devices::DeviceError;
+use super::crossnode::settings::RoutingMode;
+use super::device_error::DeviceError;
 use super::leak_check;
+use super::node_backend::{NodeBackend, node_source};
 use super::options::DaemonOptions;
 use super::policy_loop;
 use super::server::{self, SocketError, SocketLock};
@@ -39,9 +39,6 @@ use crate::ipam::Family;
 use crate::ipam::clusterpool::ClusterPoolConfig;
 use crate::ipam::pooldef::PoolDef;
 use crate::k8s::node_pods::NodePodsApi;
-use crate::node::external::{ExternalSink, ExternalSource};
-use crate::node::kubernetes::{KubernetesConfig, KubernetesMode, kubernetes_backend};
-use crate::node::manifest_source::ManifestSource;
 use crate::node::{
     BackendHealth, EmbeddedMode, EmbeddedOperator, NodeError, NodeOperator, NodeResource, NodeSink,
     NodeSource, NodeView,
@@ -220,10 +217,12 @@ pub(super) fn start(opts: DaemonOptions) -> Result<(), StartError> {
         opts.rebuild_from_kernel,
     )?;
     set_up_source_check(opts.enable_source_ip_verification)?;
-    let health = backend_health(&checked.config, &opts);
+    let chosen = NodeBackend::of(&checked.config, &opts);
+    let health = chosen.health(&opts);
     note_waits_in_lock_file(&health, &lock);
     let mut backend = connect_backend(
         &checked,
+        chosen,
         &opts,
         runtime.handle(),
         journal.node.clone(),
@@ -293,6 +292,7 @@ fn note_waits_in_lock_file(health: &BackendHealth, lock: &SocketLock) {
 /// needs none).
 fn connect_backend(
     checked: &Checked,
+    chosen: NodeBackend<'_>,
     opts: &DaemonOptions,
     runtime: &tokio::runtime::Handle,
     journal_node: Option<NodeResource>,
@@ -300,6 +300,7 @@ fn connect_backend(
 ) -> Result<Backend, StartError> {
     let config = &checked.config;
     let (mut source, sink) = node_source(
+        chosen,
         config,
         opts,
         &checked.node_name,
@@ -967,104 +968,6 @@ fn resolve_datapath_mode(configured: DatapathMode) -> Result<DatapathMode, Start
     }
 }
 
-/// The backend's source, and its sink where it has one: an external IPAM's
-/// CiliumNode file (crd, azure, alibabacloud, eni), else the embedded backend's
-/// manifest directories.
-fn node_source(
-    config: &DaemonConfig,
-    opts: &DaemonOptions,
-    node_name: &str,
-    runtime: &tokio::runtime::Handle,
-    journal_node: Option<NodeResource>,
-    health: &Arc<BackendHealth>,
-) -> (Box<dyn NodeSource>, Option<Box<dyn NodeSink>>) {
-    if let BackendKind::Kubernetes { kubeconfig } = &config.backend {
-        let mode = match config.ipam {
-            IpamMode::Kubernetes => KubernetesMode::Kubernetes,
-            IpamMode::ClusterPool => KubernetesMode::ClusterPool,
-            IpamMode::MultiPool => KubernetesMode::MultiPool,
-            mode => KubernetesMode::External {
-                eni: mode == IpamMode::Eni,
-            },
-        };
-        let (source, sink) = kubernetes_backend(
-            KubernetesConfig {
-                kubeconfig: kubeconfig.clone(),
-                node_name: node_name.to_string(),
-                mode,
-                ipv4: config.families.contains(&Family::V4),
-                ipv6: config.families.contains(&Family::V6),
-                needed: config.families.len() as u64 * (1 + opts.enable_health_checking as u64),
-                initial_demand: config
-                    .multi_pool
-                    .as_ref()
-                    .map(|m| m.initial_demand(&config.families, opts.enable_health_checking))
-                    .unwrap_or_default(),
-            },
-            runtime.clone(),
-            journal_node,
-            health.clone(),
-        );
-        return (Box::new(source), Some(Box::new(sink)));
-    }
-    match (&opts.node_resource, config.ipam.is_external()) {
-        (Some(path), true) => {
-            let families = config.families.len() as u64;
-            (
-                Box::new(ExternalSource {
-                    health: health.clone(),
-                    node_name: node_name.to_string(),
-                    path: path.clone(),
-                    eni: config.ipam == IpamMode::Eni,
-                    needed: families * (1 + opts.enable_health_checking as u64),
-                }),
-                Some(Box::new(ExternalSink { path: path.clone() })),
-            )
-        }
-        _ => (
-            Box::new(ManifestSource {
-                health: health.clone(),
-                pool_dir: opts.pool_dir.clone(),
-                metadata_dir: opts.metadata_dir.clone(),
-                auto_create: config
-                    .multi_pool
-                    .as_ref()
-                    .map(|m| m.auto_create.clone())
-                    .unwrap_or_default(),
-                node_labels: config.node_labels.clone(),
-            }),
-            None,
-        ),
-    }
-}
-
-/// Which backend runs and where it reads from, for status.
-fn backend_health(config: &DaemonConfig, opts: &DaemonOptions) -> Arc<BackendHealth> {
-    let dirs = || {
-        [&opts.pool_dir, &opts.metadata_dir]
-            .into_iter()
-            .flatten()
-            .map(|d| d.display().to_string())
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    match (
-        &config.backend,
-        &opts.node_resource,
-        config.ipam.is_external(),
-    ) {
-        (BackendKind::Kubernetes { kubeconfig }, _, _) => BackendHealth::new(
-            "kubernetes",
-            kubeconfig
-                .as_ref()
-                .map(|k| format!("kubeconfig {}", k.display()))
-                .unwrap_or_else(|| "in-cluster service account".into()),
-        ),
-        (_, Some(path), true) => BackendHealth::new("file", path.display().to_string()),
-        _ => BackendHealth::new("embedded", dirs()),
-    }
-}
-
 /// What the embedded operator decides the node's addresses from.
 fn embedded_mode(
     config: &DaemonConfig,
@@ -1099,14 +1002,7 @@ fn embedded_mode(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The options `args`, and their resolved configuration.
-    fn resolved(args: &[&str]) -> (DaemonOptions, DaemonConfig) {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let opts = DaemonOptions::parse_with_config_dir(&args).unwrap();
-        let config = DaemonConfig::resolve(&opts).unwrap();
-        (opts, config)
-    }
+    use crate::daemon::config::resolved_options as resolved;
 
     fn mtus_of(args: &[&str]) -> Mtus {
         let (opts, config) = resolved(args);

@@ -208,37 +208,7 @@ fn execute(
 ) -> Result<Output, CniError> {
     let verb = command.as_str();
     let deadline = Instant::now() + timeout;
-    let mut cmd = std::process::Command::new(plugin);
-    cmd.env("CNI_COMMAND", verb)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    if let Some(id) = &env.container_id {
-        cmd.env("CNI_CONTAINERID", id);
-    }
-    if let Some(netns) = &env.netns {
-        cmd.env("CNI_NETNS", netns);
-    }
-    if let Some(ifname) = &env.ifname {
-        cmd.env("CNI_IFNAME", ifname);
-    }
-    if !env.path.is_empty() {
-        let mut joined = OsString::new();
-        for (i, dir) in env.path.iter().enumerate() {
-            if i > 0 {
-                joined.push(":");
-            }
-            joined.push(dir);
-        }
-        cmd.env("CNI_PATH", joined);
-    }
-    if std::env::var_os("CNI_ARGS").is_none_or(|a| a.is_empty())
-        && let Some(args) = args_string(&env.args)
-    {
-        cmd.env("CNI_ARGS", args);
-    }
-
+    let mut cmd = delegate_command(verb, plugin, env);
     let mut child = spawn(&mut cmd, deadline).map_err(|e| {
         CniError::io_failure(format!(
             "{}cannot execute {}: {e}",
@@ -281,26 +251,15 @@ fn execute(
         }
     };
 
-    let mut nap = Duration::from_millis(1);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) => {}
-            Err(e) => {
-                kill_group(&mut child);
-                return Err(CniError::io_failure(format!(
-                    "{}waiting for {verb}: {e}",
-                    prefix(name)
-                )));
-            }
+    let status = match wait_for_exit(&mut child, deadline) {
+        Ok(Some(status)) => status,
+        Ok(None) => return Err(timed_out(&stderr)),
+        Err(e) => {
+            return Err(CniError::io_failure(format!(
+                "{}waiting for {verb}: {e}",
+                prefix(name)
+            )));
         }
-        let now = Instant::now();
-        if now >= deadline {
-            kill_group(&mut child);
-            return Err(timed_out(&stderr));
-        }
-        thread::sleep(nap.min(deadline - now));
-        nap = (nap * 2).min(Duration::from_millis(20));
     };
 
     // Both pipes close when the delegate and everything it started are gone.
@@ -324,6 +283,66 @@ fn execute(
         stdout: take(&stdout),
         stderr: take(&stderr),
     })
+}
+
+/// The delegate's command line: `plugin` with `CNI_COMMAND=verb`, the CNI
+/// environment of this call (`CNI_ARGS` only when the runtime set none), piped
+/// stdio, in a process group of its own (so a timeout kills all it started).
+fn delegate_command(verb: &str, plugin: &Path, env: &CniEnv) -> std::process::Command {
+    let mut cmd = std::process::Command::new(plugin);
+    cmd.env("CNI_COMMAND", verb)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    if let Some(id) = &env.container_id {
+        cmd.env("CNI_CONTAINERID", id);
+    }
+    if let Some(netns) = &env.netns {
+        cmd.env("CNI_NETNS", netns);
+    }
+    if let Some(ifname) = &env.ifname {
+        cmd.env("CNI_IFNAME", ifname);
+    }
+    if !env.path.is_empty() {
+        let mut joined = OsString::new();
+        for (i, dir) in env.path.iter().enumerate() {
+            if i > 0 {
+                joined.push(":");
+            }
+            joined.push(dir);
+        }
+        cmd.env("CNI_PATH", joined);
+    }
+    if std::env::var_os("CNI_ARGS").is_none_or(|a| a.is_empty())
+        && let Some(args) = args_string(&env.args)
+    {
+        cmd.env("CNI_ARGS", args);
+    }
+    cmd
+}
+
+/// Polls `child` until it exits (its status) or `deadline` passes (None). On
+/// the deadline, and when waiting fails, its process group is killed first.
+fn wait_for_exit(child: &mut Child, deadline: Instant) -> std::io::Result<Option<ExitStatus>> {
+    let mut nap = Duration::from_millis(1);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(Some(status)),
+            Ok(None) => {}
+            Err(e) => {
+                kill_group(child);
+                return Err(e);
+            }
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            kill_group(child);
+            return Ok(None);
+        }
+        thread::sleep(nap.min(deadline - now));
+        nap = (nap * 2).min(Duration::from_millis(20));
+    }
 }
 
 /// Spawns `cmd`, retrying while exec fails with ETXTBSY (before `deadline`).

@@ -17,6 +17,7 @@ use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
 
+use super::enforcement::Enforcement;
 use super::explain::Explanations;
 use super::ports::{self, Ports};
 use super::problem::{Problem, Why};
@@ -26,16 +27,6 @@ use super::state::{
 };
 use super::view::{NamespaceView, Namespaces, PeerView, PodView, PolicyView, Protocol, RuleView};
 use crate::datapath::IFNAME_MAX_LEN;
-
-/// Which local pods are isolated (Cilium's `enable-policy`, but `never`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Enforcement {
-    /// Those some policy selects, per direction (Kubernetes' semantics).
-    #[default]
-    Default,
-    /// Every one, in both directions.
-    Always,
-}
 
 /// A pod of this node, with its host link.
 #[derive(Debug, Clone, Copy)]

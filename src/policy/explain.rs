@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::compile::Enforcement;
+use super::enforcement::Enforcement;
 use super::state::Direction;
 use super::view::{Namespaces, PeerView, PodView, PolicyView, PortSpec, PortView, RuleView};
 use crate::api::models::{DirectionPolicy, PodPolicy, PolicyAllows};

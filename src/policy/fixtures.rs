@@ -6,7 +6,8 @@ use std::ops::{Deref, DerefMut};
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 
-use super::compile::{Cluster, Compiled, Enforcement, Local, compile};
+use super::compile::{Cluster, Compiled, Local, compile};
+use super::enforcement::Enforcement;
 use super::selector::Labels;
 use super::view::{self, NamedPort, NamespaceView, PodView, PolicyView, Protocol};
 

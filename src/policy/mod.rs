@@ -8,6 +8,7 @@
 //! Only `table` touches the kernel.
 
 pub mod compile;
+pub mod enforcement;
 pub mod explain;
 mod ports;
 pub mod problem;
@@ -21,7 +22,8 @@ mod view_policy;
 #[cfg(test)]
 pub(crate) mod fixtures;
 
-pub use compile::{Cluster, Compiled, Enforcement, Local, compile};
+pub use compile::{Cluster, Compiled, Local, compile};
+pub use enforcement::Enforcement;
 pub use explain::Explanations;
 pub use problem::{Problem, Why};
 pub use state::{Diff, State};

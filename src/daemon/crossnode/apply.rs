@@ -12,8 +12,8 @@ use ipnet::IpNet;
 
 use super::masquerade;
 use super::plan::{DatapathPlan, PlannedRoute, TunnelEndpoint};
-use super::{CrossNodeConfig, ROUTE_PROTOCOL, TUNNEL_DEVICE, TUNNEL_VNI};
-use crate::daemon::config::RoutingMode;
+use super::settings::{CrossNodeConfig, RoutingMode};
+use super::{ROUTE_PROTOCOL, TUNNEL_DEVICE, TUNNEL_VNI};
 use crate::datapath::{
     DatapathError, IpFamily, L2Entry, LinkInfo, NetlinkSocket, RouteInfo, RouteSpec, TABLE_MAIN,
     VxlanSpec, format_mac,
@@ -267,8 +267,8 @@ mod tests {
     use std::net::IpAddr;
 
     use super::*;
-    use crate::daemon::crossnode::TunnelProtocol;
     use crate::daemon::crossnode::plan::tunnel_mac;
+    use crate::daemon::crossnode::settings::TunnelProtocol;
     use crate::ipam::Family;
 
     fn listed(prefsrc: Option<&str>) -> RouteInfo {

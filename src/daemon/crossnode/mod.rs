@@ -10,6 +10,7 @@
 mod apply;
 pub mod masquerade;
 pub mod plan;
+pub mod settings;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -18,12 +19,12 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::Daemon;
-use super::config::{ConfigError, RoutingMode};
 use crate::api::models::{CrossNodeStatus, RemoteNodeStatus};
 use crate::ipam::Family;
 use crate::resources::NodeResource;
 use apply::Reconciler;
 use plan::ClusterNode;
+use settings::{CrossNodeConfig, RoutingMode, TunnelProtocol};
 
 /// The tunnel device podnet creates (and the only one it removes).
 pub const TUNNEL_DEVICE: &str = "podnet_vxlan";
@@ -44,35 +45,6 @@ pub const RESYNC: Duration = Duration::from_secs(30);
 /// changes) is read again for the plan.
 const THIS_NODE_POLL: Duration = Duration::from_secs(5);
 
-/// `--tunnel-protocol`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TunnelProtocol {
-    Vxlan,
-    Geneve,
-}
-
-impl TunnelProtocol {
-    /// Parses `--tunnel-protocol`.
-    pub fn parse(s: &str) -> Result<TunnelProtocol, ConfigError> {
-        match s {
-            "vxlan" => Ok(TunnelProtocol::Vxlan),
-            "geneve" => Ok(TunnelProtocol::Geneve),
-            other => Err(ConfigError::UnknownTunnelProtocol(other.to_string())),
-        }
-    }
-}
-
-/// Parses `--underlay-protocol` (Cilium's name and values, `ipv4` or `ipv6`): the
-/// IP family of the tunnel's outer packets, so of the InternalIP each node's
-/// tunnel endpoint is.
-pub fn parse_underlay(s: &str) -> Result<Family, ConfigError> {
-    match s {
-        "ipv4" => Ok(Family::V4),
-        "ipv6" => Ok(Family::V6),
-        other => Err(ConfigError::UnknownUnderlayProtocol(other.to_string())),
-    }
-}
-
 /// What the encapsulation over `underlay` adds to each packet: the tunnel
 /// device's MTU, and the pods', is the node device's MTU minus this.
 pub fn tunnel_overhead(underlay: Family) -> u32 {
@@ -82,59 +54,29 @@ pub fn tunnel_overhead(underlay: Family) -> u32 {
     }
 }
 
-/// The cross-node datapath's settings, resolved from the options.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CrossNodeConfig {
-    pub routing: RoutingMode,
-    pub tunnel_protocol: TunnelProtocol,
-    /// `--tunnel-port` (VXLAN's UDP port).
-    pub tunnel_port: u16,
-    /// `--underlay-protocol`: the family of the tunnel's outer packets.
-    pub underlay: Family,
-    /// `--auto-direct-node-routes` (native mode).
-    pub auto_direct_node_routes: bool,
-    /// `--ipv4-native-routing-cidr`, `--ipv6-native-routing-cidr`: destinations
-    /// reached without masquerade.
-    pub native_routing_cidrs: Vec<IpNet>,
-    pub masquerade_v4: bool,
-    pub masquerade_v6: bool,
-}
-
-impl CrossNodeConfig {
-    /// Whether anything is to be done at all.
-    pub fn is_active(&self) -> bool {
-        self.routing == RoutingMode::Tunnel
-            || self.auto_direct_node_routes
-            || self.masquerade_v4
-            || self.masquerade_v6
-    }
-
-    /// The underlay's family in tunnel routing; None in native routing.
-    pub fn tunnel_underlay(&self) -> Option<Family> {
-        (self.routing == RoutingMode::Tunnel).then_some(self.underlay)
-    }
-
-    /// The one-line description `podnet status` shows.
-    fn describe(&self) -> String {
-        let mut s = match (self.routing, self.auto_direct_node_routes) {
-            (RoutingMode::Tunnel, _) => format!(
-                "tunnel (vxlan over {}, port {}, device {TUNNEL_DEVICE})",
-                self.underlay.label(),
-                self.tunnel_port
-            ),
-            (RoutingMode::Native, true) => "native, auto-direct-node-routes".to_string(),
-            (RoutingMode::Native, false) => "native (routes are the network's)".to_string(),
-        };
-        let masq: Vec<&str> = [(self.masquerade_v4, "IPv4"), (self.masquerade_v6, "IPv6")]
-            .into_iter()
-            .filter_map(|(on, f)| on.then_some(f))
-            .collect();
-        s.push_str(&match masq.is_empty() {
-            true => "; masquerade off".to_string(),
-            false => format!("; masquerade {} (nftables table podnet)", masq.join(", ")),
-        });
-        s
-    }
+/// The one-line description of `config` that `podnet status` shows.
+fn describe(config: &CrossNodeConfig) -> String {
+    let mut s = match (config.routing, config.auto_direct_node_routes) {
+        (RoutingMode::Tunnel, _) => format!(
+            "tunnel (vxlan over {}, port {}, device {TUNNEL_DEVICE})",
+            config.underlay.label(),
+            config.tunnel_port
+        ),
+        (RoutingMode::Native, true) => "native, auto-direct-node-routes".to_string(),
+        (RoutingMode::Native, false) => "native (routes are the network's)".to_string(),
+    };
+    let masq: Vec<&str> = [
+        (config.masquerade_v4, "IPv4"),
+        (config.masquerade_v6, "IPv6"),
+    ]
+    .into_iter()
+    .filter_map(|(on, f)| on.then_some(f))
+    .collect();
+    s.push_str(&match masq.is_empty() {
+        true => "; masquerade off".to_string(),
+        false => format!("; masquerade {} (nftables table podnet)", masq.join(", ")),
+    });
+    s
 }
 
 /// What the kernel or the host lacks for the cross-node configuration.
@@ -188,7 +130,7 @@ pub type SharedStatus = Arc<Mutex<CrossNodeStatus>>;
 /// A new status holder for `config`.
 pub fn new_status(config: &CrossNodeConfig) -> SharedStatus {
     Arc::new(Mutex::new(CrossNodeStatus {
-        mode: config.describe(),
+        mode: describe(config),
         ..CrossNodeStatus::default()
     }))
 }
@@ -291,31 +233,15 @@ mod tests {
     #[test]
     fn the_status_line_names_the_underlay_family() {
         assert_eq!(
-            tunnel(Family::V6).describe(),
+            describe(&tunnel(Family::V6)),
             "tunnel (vxlan over IPv6, port 8472, device podnet_vxlan); masquerade IPv6 (nftables table podnet)"
         );
-        assert!(
-            tunnel(Family::V4)
-                .describe()
-                .starts_with("tunnel (vxlan over IPv4, port 8472")
-        );
+        assert!(describe(&tunnel(Family::V4)).starts_with("tunnel (vxlan over IPv4, port 8472"));
     }
 
     #[test]
     fn an_ipv6_underlay_takes_70_bytes_and_an_ipv4_one_50() {
         assert_eq!(tunnel_overhead(Family::V4), 50);
         assert_eq!(tunnel_overhead(Family::V6), 40 + 8 + 8 + 14);
-    }
-
-    #[test]
-    fn underlay_protocol_takes_ciliums_two_values_and_names_them_otherwise() {
-        for u in [Family::V4, Family::V6] {
-            assert_eq!(parse_underlay(u.as_str()), Ok(u));
-        }
-        let e = parse_underlay("inet6").unwrap_err().to_string();
-        assert!(
-            e.starts_with("--underlay-protocol \"inet6\" is not one of ipv4, ipv6"),
-            "{e}"
-        );
     }
 }

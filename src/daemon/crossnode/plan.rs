@@ -18,8 +18,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
-use super::CrossNodeConfig;
-use crate::daemon::config::RoutingMode;
+use super::settings::{CrossNodeConfig, RoutingMode};
 use crate::datapath::{L2Entry, format_mac};
 use crate::ipam::Family;
 use crate::resources::NodeResource;

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::super::devices::DeviceError;
+use super::super::device_error::DeviceError;
 use super::allocations::{Allocation, Allocations};
 use super::{ApiError, ErrorKind, StaleLink, Timer, TimerKind};
 use crate::api::link_marker::{JournalMark, LinkMarker};

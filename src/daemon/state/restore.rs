@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ipnet::IpNet;
@@ -183,74 +183,24 @@ impl IpamState {
         let journal = state.ledger.journal();
         let pools = &mut state.pools;
         let effects = &mut state.effects;
-        journal.for_each_allocation(|rec| {
-            match rec.state {
-                AllocationState::Pending
-                    if rec.expires_at_ms.is_some_and(|t| t <= now) && !has_endpoint(&rec) =>
-                {
-                    tracing::warn!(ip = %rec.ip, owner = ?rec.owner, "Released IP after expiration (expired while the daemon was down)");
-                    report.expired += 1;
-                    ops.push(JournalOp::DeleteAllocation {
-                        pool: rec.pool,
-                        ip: rec.ip,
-                    });
-                    return Ok(());
-                }
-                AllocationState::Cooling if rec.cooling_until_ms.is_none_or(|t| t <= now) => {
-                    report.cooled_down += 1;
-                    ops.push(JournalOp::DeleteAllocation {
-                        pool: rec.pool,
-                        ip: rec.ip,
-                    });
-                    return Ok(());
-                }
-                _ => {}
-            }
-            match pools.allocate(&rec.pool, rec.ip) {
-                Ok(()) => {
-                    if let Some((_, block)) = pools.locate(rec.ip) {
-                        let entry = newest.entry(block).or_insert((rec.allocated_at_ms, rec.ip));
-                        if rec.allocated_at_ms >= entry.0 {
-                            *entry = (rec.allocated_at_ms, rec.ip);
-                        }
+        journal.for_each_allocation(|rec| -> Result<(), RestoreError> {
+            if let Some(lapse) = lapsed_while_down(&rec, now, || has_endpoint(&rec)) {
+                match lapse {
+                    Lapse::Expired => {
+                        tracing::warn!(ip = %rec.ip, owner = ?rec.owner, "Released IP after expiration (expired while the daemon was down)");
+                        report.expired += 1;
                     }
+                    Lapse::CooledDown => report.cooled_down += 1,
                 }
-                Err(PoolError::AlreadyAllocated { .. }) => {
-                    return Err(RestoreError::RecordedTwice {
-                        path: journal.path().to_path_buf(),
-                        ip: rec.ip,
-                        pool: rec.pool,
-                        owner: rec.owner,
-                    });
-                }
-                Err(_) => {
-                    tracing::warn!(ip = %rec.ip, pool = ?rec.pool, owner = ?rec.owner, "journal allocation is outside the node's ranges: kept until its pod is deleted, never handed out again");
-                    report
-                        .outside_ranges
-                        .push(format!("{} ({})", rec.ip, rec.owner));
-                }
+                ops.push(JournalOp::DeleteAllocation {
+                    pool: rec.pool,
+                    ip: rec.ip,
+                });
+                return Ok(());
             }
-            match (
-                &rec.state,
-                &rec.expiration_uuid,
-                rec.expires_at_ms,
-                rec.cooling_until_ms,
-            ) {
-                (AllocationState::Pending, Some(uuid), Some(deadline_ms), _) => {
-                    effects.arm(Timer {
-                        ip: rec.ip,
-                        deadline_ms,
-                        kind: TimerKind::Expire { uuid: uuid.clone() },
-                    });
-                }
-                (AllocationState::Cooling, _, _, Some(until)) if until != HOLD_UNTIL_TEARDOWN => {
-                    effects.arm(Timer {
-                        ip: rec.ip,
-                        deadline_ms: until,
-                        kind: TimerKind::Cooldown,
-                    });
-                }
-                _ => {}
+            take_in_pools(pools, &rec, &mut newest, &mut report, journal.path())?;
+            if let Some(timer) = timer_of(&rec) {
+                effects.arm(timer);
             }
             if rec.state != AllocationState::Cooling {
                 report.restored += 1;
@@ -575,6 +525,97 @@ impl IpamState {
     /// What restore and reconciliation decided.
     pub fn restore_report(&self) -> &RestoreReport {
         &self.restore_report
+    }
+}
+
+/// How a journaled allocation ran out while the daemon was down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lapse {
+    /// Pending, its expiration passed and no endpoint was journaled with it.
+    Expired,
+    /// Cooling, and its cooldown ended.
+    CooledDown,
+}
+
+/// Whether `rec` ran out by `now` (then restore releases it at once);
+/// `has_endpoint` is asked only of an expired pending one.
+fn lapsed_while_down(
+    rec: &AllocationRecord,
+    now: u64,
+    has_endpoint: impl Fn() -> bool,
+) -> Option<Lapse> {
+    match rec.state {
+        AllocationState::Pending
+            if rec.expires_at_ms.is_some_and(|t| t <= now) && !has_endpoint() =>
+        {
+            Some(Lapse::Expired)
+        }
+        AllocationState::Cooling if rec.cooling_until_ms.is_none_or(|t| t <= now) => {
+            Some(Lapse::CooledDown)
+        }
+        _ => None,
+    }
+}
+
+/// Marks `rec`'s address taken in its pool and keeps each block's newest
+/// allocation (its cursor goes after it). An address outside the node's ranges
+/// is kept and reported; one recorded twice fails the restore.
+fn take_in_pools(
+    pools: &mut PoolSet,
+    rec: &AllocationRecord,
+    newest: &mut BTreeMap<IpNet, (u64, IpAddr)>,
+    report: &mut RestoreReport,
+    journal: &Path,
+) -> Result<(), RestoreError> {
+    match pools.allocate(&rec.pool, rec.ip) {
+        Ok(()) => {
+            if let Some((_, block)) = pools.locate(rec.ip) {
+                let entry = newest.entry(block).or_insert((rec.allocated_at_ms, rec.ip));
+                if rec.allocated_at_ms >= entry.0 {
+                    *entry = (rec.allocated_at_ms, rec.ip);
+                }
+            }
+        }
+        Err(PoolError::AlreadyAllocated { .. }) => {
+            return Err(RestoreError::RecordedTwice {
+                path: journal.to_path_buf(),
+                ip: rec.ip,
+                pool: rec.pool.clone(),
+                owner: rec.owner.clone(),
+            });
+        }
+        Err(_) => {
+            tracing::warn!(ip = %rec.ip, pool = ?rec.pool, owner = ?rec.owner, "journal allocation is outside the node's ranges: kept until its pod is deleted, never handed out again");
+            report
+                .outside_ranges
+                .push(format!("{} ({})", rec.ip, rec.owner));
+        }
+    }
+    Ok(())
+}
+
+/// The timer a restored allocation needs: a pending one's expiration, a cooling
+/// one's cooldown (none for an address held until its teardown ends).
+fn timer_of(rec: &AllocationRecord) -> Option<Timer> {
+    match (
+        &rec.state,
+        &rec.expiration_uuid,
+        rec.expires_at_ms,
+        rec.cooling_until_ms,
+    ) {
+        (AllocationState::Pending, Some(uuid), Some(deadline_ms), _) => Some(Timer {
+            ip: rec.ip,
+            deadline_ms,
+            kind: TimerKind::Expire { uuid: uuid.clone() },
+        }),
+        (AllocationState::Cooling, _, _, Some(until)) if until != HOLD_UNTIL_TEARDOWN => {
+            Some(Timer {
+                ip: rec.ip,
+                deadline_ms: until,
+                kind: TimerKind::Cooldown,
+            })
+        }
+        _ => None,
     }
 }
 

@@ -21,7 +21,7 @@ use crate::api::models::{
     AddressPair, AttachmentRef, CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest,
     GcRequest, IpamResponse, LinkRef, RangeStatus,
 };
-use crate::daemon::devices::{DeviceError, failed};
+use crate::daemon::device_error::{DeviceError, failed};
 use crate::datapath::{DatapathError, host_ifname};
 use crate::ipam::clusterpool::ClusterPoolConfig;
 use crate::ipam::pooldef::{PoolDef, PoolFamilySpec};

@@ -205,74 +205,98 @@ impl IpamState {
             ..Default::default()
         };
         let now = now_ms();
-        let mut lines = Vec::new();
         let operator_error = self.sync.operator_error().to_string();
-        for family in &self.cfg.families {
-            let in_family = || {
-                self.ledger
-                    .allocations()
-                    .iter()
-                    .filter(|rec| Family::of_addr(&rec.ip) == *family)
-            };
-            let list: Vec<String> = in_family().map(|rec| rec.ip.to_string()).collect();
-            match family {
-                Family::V4 => ipam.ipv4 = Some(list),
-                Family::V6 => ipam.ipv6 = Some(list),
-            }
-            let pools: Vec<String> = self
-                .pools
-                .names()
-                .into_iter()
-                .filter(|p| self.pools.has(p, *family))
-                .collect();
-            for pool in &pools {
-                let blocks = self.pool_cidrs(pool, *family);
-                let cooling = in_family()
-                    .filter(|r| r.pool() == pool && r.state() == AllocationState::Cooling)
-                    .count();
-                ipam.ranges.push(RangeStatus {
-                    family: family.as_str().into(),
-                    cidr: blocks.join(" "),
-                    used: self.pools.used(pool, *family),
-                    usable: self.pools.usable(pool, *family),
-                    cooling: cooling as u64,
-                    pool: pool.clone(),
-                    can_grow: self.is_multi_pool()
-                        && !operator_error.contains(&format!("\"{pool}\"")),
-                });
-            }
-            if self.is_multi_pool() {
-                lines.push(format!(
-                    "{}: {} IPAM pool(s) available",
-                    family.label(),
-                    pools.len()
-                ));
-            } else {
-                let blocks: Vec<_> = self
-                    .pools
-                    .blocks()
-                    .into_iter()
-                    .filter(|b| b.family == *family)
-                    .collect();
-                if !blocks.is_empty() {
-                    let cidrs: Vec<String> = blocks.iter().map(|b| b.cidr.to_string()).collect();
-                    lines.push(format!(
-                        "{}: {}/{} allocated from {}",
-                        family.label(),
-                        blocks.iter().map(|b| b.used).sum::<u64>(),
-                        blocks.iter().map(|b| b.capacity).sum::<u64>(),
-                        cidrs.join(", ")
-                    ));
-                }
-            }
-        }
+        let lines: Vec<String> = self
+            .cfg
+            .families
+            .iter()
+            .filter_map(|family| self.family_status(*family, &operator_error, &mut ipam))
+            .collect();
         ipam.status = lines.join(", ");
         ipam.pod_cidrs = self.pod_cidr_lines();
         if brief {
             ipam.ipv4 = None;
             ipam.ipv6 = None;
+        } else {
+            self.add_address_owners(now, &mut ipam);
         }
-        for rec in self.ledger.allocations().iter().filter(|_| !brief) {
+        let cilium = self.overall_status(now, &mut ipam);
+        let mut status = StatusResponse { cilium, ipam };
+        self.add_config_check(&mut status);
+        status
+    }
+
+    /// Fills `family`'s address list and its ranges (one per pool) into `ipam`;
+    /// returns the family's part of the one-line status, if it has one.
+    fn family_status(
+        &self,
+        family: Family,
+        operator_error: &str,
+        ipam: &mut IpamStatus,
+    ) -> Option<String> {
+        let in_family = || {
+            self.ledger
+                .allocations()
+                .iter()
+                .filter(move |rec| Family::of_addr(&rec.ip) == family)
+        };
+        let list: Vec<String> = in_family().map(|rec| rec.ip.to_string()).collect();
+        match family {
+            Family::V4 => ipam.ipv4 = Some(list),
+            Family::V6 => ipam.ipv6 = Some(list),
+        }
+        let pools: Vec<String> = self
+            .pools
+            .names()
+            .into_iter()
+            .filter(|p| self.pools.has(p, family))
+            .collect();
+        for pool in &pools {
+            let blocks = self.pool_cidrs(pool, family);
+            let cooling = in_family()
+                .filter(|r| r.pool() == pool && r.state() == AllocationState::Cooling)
+                .count();
+            ipam.ranges.push(RangeStatus {
+                family: family.as_str().into(),
+                cidr: blocks.join(" "),
+                used: self.pools.used(pool, family),
+                usable: self.pools.usable(pool, family),
+                cooling: cooling as u64,
+                pool: pool.clone(),
+                can_grow: self.is_multi_pool() && !operator_error.contains(&format!("\"{pool}\"")),
+            });
+        }
+        if self.is_multi_pool() {
+            return Some(format!(
+                "{}: {} IPAM pool(s) available",
+                family.label(),
+                pools.len()
+            ));
+        }
+        let blocks: Vec<_> = self
+            .pools
+            .blocks()
+            .into_iter()
+            .filter(|b| b.family == family)
+            .collect();
+        if blocks.is_empty() {
+            return None;
+        }
+        let cidrs: Vec<String> = blocks.iter().map(|b| b.cidr.to_string()).collect();
+        Some(format!(
+            "{}: {}/{} allocated from {}",
+            family.label(),
+            blocks.iter().map(|b| b.used).sum::<u64>(),
+            blocks.iter().map(|b| b.capacity).sum::<u64>(),
+            cidrs.join(", ")
+        ))
+    }
+
+    /// Fills who holds each address into `ipam`: cooling addresses (with the
+    /// time left) under `cooling`, the others under `allocations`, marked
+    /// `[restored]` and `[expiring]` where they are.
+    fn add_address_owners(&self, now: u64, ipam: &mut IpamStatus) {
+        for rec in self.ledger.allocations().iter() {
             if rec.state() == AllocationState::Cooling {
                 let until = rec.cooling_until_ms().unwrap_or(now);
                 ipam.cooling.insert(
@@ -299,41 +323,43 @@ impl IpamState {
             ipam.allocations
                 .insert(self.status_key(rec.ip, rec.pool()), owner);
         }
-        let exhausted: Vec<&RangeStatus> =
-            ipam.ranges.iter().filter(|r| r.is_exhausted()).collect();
-        let cilium = if let Some(f) = self.ledger.journal().failure() {
+    }
+
+    /// The overall state: `Failure` while the journal fails (its error also goes
+    /// into `ipam`), `Warning` naming each full range, else `Ok`.
+    fn overall_status(&self, now: u64, ipam: &mut IpamStatus) -> StatusElement {
+        if let Some(f) = self.ledger.journal().failure() {
             ipam.journal_error = f.message.clone();
-            StatusElement {
+            return StatusElement {
                 state: "Failure".into(),
                 msg: self.ledger.unavailable(&format!(
                     "{} (for {} s)",
                     f.message,
                     now.saturating_sub(f.since_ms) / 1000
                 )),
-            }
-        } else if exhausted.is_empty() {
-            StatusElement {
+            };
+        }
+        let exhausted: Vec<&RangeStatus> =
+            ipam.ranges.iter().filter(|r| r.is_exhausted()).collect();
+        if exhausted.is_empty() {
+            return StatusElement {
                 state: "Ok".into(),
                 msg: String::new(),
-            }
-        } else {
-            StatusElement {
-                state: "Warning".into(),
-                msg: exhausted
-                    .iter()
-                    .map(|r| {
-                        format!(
-                            "{} range {} of node {} is full ({}/{} in use, {} cooling)",
-                            r.family, r.cidr, self.cfg.node_name, r.used, r.usable, r.cooling
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            }
-        };
-        let mut status = StatusResponse { cilium, ipam };
-        self.add_config_check(&mut status);
-        status
+            };
+        }
+        StatusElement {
+            state: "Warning".into(),
+            msg: exhausted
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} range {} of node {} is full ({}/{} in use, {} cooling)",
+                        r.family, r.cidr, self.cfg.node_name, r.used, r.usable, r.cooling
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        }
     }
 
     /// Adds the configuration check (`ipam.config-check`, with the whole text of

@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 
+use super::cidr_event::{CidrEvent, joined};
 use super::drain;
 use super::extra::{self, ExtraPlan, parse_status};
 use crate::ipam::clusterpool::{
@@ -82,14 +83,6 @@ pub struct Pending {
     pub status_error: Option<String>,
     /// Events to post on the CiliumNode.
     pub events: Vec<CidrEvent>,
-}
-
-/// An Event about a node's extra CIDRs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CidrEvent {
-    pub warning: bool,
-    pub reason: &'static str,
-    pub note: String,
 }
 
 /// Event reason: a node got an extra CIDR.
@@ -167,15 +160,6 @@ fn same(a: &[IpNet], b: &[IpNet]) -> bool {
     let a: BTreeSet<IpNet> = a.iter().map(IpNet::trunc).collect();
     let b: BTreeSet<IpNet> = b.iter().map(IpNet::trunc).collect();
     a == b
-}
-
-/// `a, b, c`.
-pub(super) fn joined(cidrs: &[IpNet]) -> String {
-    cidrs
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 impl NodeCidrs {

@@ -11,7 +11,7 @@
 
 use ipnet::IpNet;
 
-use super::cidrs::{CidrEvent, joined};
+use super::cidr_event::{CidrEvent, joined};
 
 /// Event reason: a node holds a range of a pool CIDR that drains.
 pub const REASON_DRAINING: &str = "PodCIDRDraining";

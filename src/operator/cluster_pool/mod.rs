@@ -15,6 +15,7 @@
 //! API server answers 409): a node gone or replaced is left to the watch, which
 //! brings its deletion (and the new object).
 
+mod cidr_event;
 mod cidrs;
 pub mod drain;
 pub mod extra;
@@ -38,7 +39,8 @@ use crate::ipam::clusterpool::ClusterPoolConfig;
 use crate::k8s::mirror::WatchEnded;
 use crate::k8s::objects::watch_nodes;
 use crate::resources::NodeResource;
-use cidrs::{CidrEvent, Observed, Pending};
+use cidr_event::CidrEvent;
+use cidrs::{Observed, Pending};
 
 impl NodeHandler for NodeCidrs {
     type Node = Observed;

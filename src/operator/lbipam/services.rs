@@ -319,15 +319,7 @@ pub fn plan(
         .iter()
         .filter(|p| !conflicting.contains_key(&p.name))
         .collect();
-    let mut order: Vec<usize> = (0..services.len()).collect();
-    order.sort_by(|a, b| {
-        let (a, b) = (&services[*a], &services[*b]);
-        (&a.created, a.key()).cmp(&(&b.created, b.key()))
-    });
-    let served: Vec<usize> = order
-        .into_iter()
-        .filter(|i| settings.serves(&services[*i]))
-        .collect();
+    let served = served_in_order(services, settings);
     let mut book = Book {
         services,
         holders: BTreeMap::new(),
@@ -337,91 +329,29 @@ pub fn plan(
     let mut out = Plan::default();
 
     // Keep what is held and still valid.
-    let mut wanted: BTreeMap<usize, Result<Vec<Family>, Satisfied>> = BTreeMap::new();
-    let mut asked: BTreeMap<usize, Result<Vec<IpAddr>, Satisfied>> = BTreeMap::new();
+    let mut asks: BTreeMap<usize, Ask> = BTreeMap::new();
     for &i in &served {
-        let svc = &services[i];
-        let labels = svc.selector_labels();
-        let families = wanted_families(svc, settings);
-        let request = requested(svc);
-        for ip in &svc.ingress {
-            let fits = match &request {
-                Ok(r) if !r.is_empty() => r.contains(ip),
-                Ok(_) => families
-                    .as_ref()
-                    .is_ok_and(|f| f.contains(&Family::of_addr(ip))),
-                Err(_) => false,
-            };
-            let in_pool = active.iter().any(|p| p.usable(ip) && p.selects(&labels));
-            if fits && in_pool && book.may_take(i, ip) {
-                book.take(i, *ip);
-                continue;
-            }
-            if let Some(pool) = origin.get(ip)
-                && pools.iter().any(|p| &p.name == pool && !p.contains(ip))
-            {
-                out.orphans.push(Orphan {
-                    pool: pool.clone(),
-                    service: svc.key(),
-                    ip: *ip,
-                });
-            }
-        }
-        wanted.insert(i, families);
-        asked.insert(i, request);
+        let ask = keep_held(
+            i,
+            pools,
+            &active,
+            settings,
+            origin,
+            &mut book,
+            &mut out.orphans,
+        );
+        asks.insert(i, ask);
     }
 
     // Allocate what is missing.
     for &i in &served {
-        let svc = &services[i];
-        let labels = svc.selector_labels();
-        let held = book.held[i].clone();
-        let condition = match (asked.remove(&i), wanted.remove(&i)) {
-            (Some(Err(bad)), _) => bad,
-            (Some(Ok(request)), _) if !request.is_empty() => {
-                let mut condition = Satisfied::yes();
-                for ip in request.iter().filter(|ip| !held.contains(ip)) {
-                    match claim(&active, &labels, ip) {
-                        Err(why) => condition = why,
-                        Ok(()) if book.may_take(i, ip) => book.take(i, *ip),
-                        Ok(()) => {
-                            condition = Satisfied::no(
-                                "already_allocated",
-                                format!(
-                                    "The requested IP '{ip}' is already allocated to another Service"
-                                ),
-                            )
-                        }
-                    }
-                }
-                condition
-            }
-            (_, Some(Err(why))) => why,
-            (_, Some(Ok(families))) => {
-                let mut failures = Vec::new();
-                for family in families {
-                    if held.iter().any(|ip| Family::of_addr(ip) == family) {
-                        continue;
-                    }
-                    match allocate(&active, &labels, family, i, &mut book) {
-                        Ok(ip) => book.take(i, ip),
-                        Err(why) => failures.push(why),
-                    }
-                }
-                let got_any = !book.held[i].is_empty();
-                match failures.into_iter().next() {
-                    None => Satisfied::yes(),
-                    Some(_) if svc.policy == FamilyPolicy::PreferDualStack && got_any => {
-                        Satisfied::yes()
-                    }
-                    Some(why) => why,
-                }
-            }
-            (_, None) => Satisfied::yes(),
+        let condition = match asks.remove(&i) {
+            Some(ask) => allocate_missing(i, ask, &active, &mut book),
+            None => Satisfied::yes(),
         };
         let ips = book.held[i].clone();
         out.services
-            .insert(svc.key(), ServicePlan::Assign { ips, condition });
+            .insert(services[i].key(), ServicePlan::Assign { ips, condition });
     }
 
     // Services LB IPAM served before but serves no more.
@@ -433,20 +363,162 @@ pub fn plan(
     }
 
     for p in pools {
-        let mut status = PoolStatus {
-            conflict: conflicting.get(&p.name).cloned(),
-            total: p.total(),
-            used: 0,
-        };
-        if status.conflict.is_none() {
-            for ip in book.used.iter().filter(|ip| p.usable(ip)) {
-                status.used += 1;
-                out.origin.insert(*ip, p.name.clone());
-            }
-        }
+        let status = pool_status(p, &conflicting, &book, &mut out.origin);
         out.pools.insert(p.name.clone(), status);
     }
     out
+}
+
+/// The indexes of the Services LB IPAM serves, oldest first (then by key).
+fn served_in_order(services: &[ServiceView], settings: &Settings) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..services.len()).collect();
+    order.sort_by(|a, b| {
+        let (a, b) = (&services[*a], &services[*b]);
+        (&a.created, a.key()).cmp(&(&b.created, b.key()))
+    });
+    order
+        .into_iter()
+        .filter(|i| settings.serves(&services[*i]))
+        .collect()
+}
+
+/// What a served Service asks for: the families it wants and the addresses it
+/// requests (each, or why it cannot be satisfied).
+struct Ask {
+    families: Result<Vec<Family>, Satisfied>,
+    request: Result<Vec<IpAddr>, Satisfied>,
+}
+
+/// Keeps the addresses Service `i` holds that still fit what it asks for and sit
+/// in an active pool selecting it; an address a pool edit left outside its pool
+/// of `origin` becomes an orphan. Returns what the Service asks for.
+fn keep_held(
+    i: usize,
+    pools: &[Pool],
+    active: &[&Pool],
+    settings: &Settings,
+    origin: &BTreeMap<IpAddr, String>,
+    book: &mut Book<'_>,
+    orphans: &mut Vec<Orphan>,
+) -> Ask {
+    let services = book.services;
+    let svc = &services[i];
+    let labels = svc.selector_labels();
+    let families = wanted_families(svc, settings);
+    let request = requested(svc);
+    for ip in &svc.ingress {
+        let fits = match &request {
+            Ok(r) if !r.is_empty() => r.contains(ip),
+            Ok(_) => families
+                .as_ref()
+                .is_ok_and(|f| f.contains(&Family::of_addr(ip))),
+            Err(_) => false,
+        };
+        let in_pool = active.iter().any(|p| p.usable(ip) && p.selects(&labels));
+        if fits && in_pool && book.may_take(i, ip) {
+            book.take(i, *ip);
+            continue;
+        }
+        if let Some(pool) = origin.get(ip)
+            && pools.iter().any(|p| &p.name == pool && !p.contains(ip))
+        {
+            orphans.push(Orphan {
+                pool: pool.clone(),
+                service: svc.key(),
+                ip: *ip,
+            });
+        }
+    }
+    Ask { families, request }
+}
+
+/// Gives Service `i` what it asks for and does not hold yet: the requested
+/// addresses, else one address of each wanted family. Returns its condition.
+fn allocate_missing(i: usize, ask: Ask, active: &[&Pool], book: &mut Book<'_>) -> Satisfied {
+    match (ask.request, ask.families) {
+        (Err(bad), _) => bad,
+        (Ok(request), _) if !request.is_empty() => claim_requested(i, &request, active, book),
+        (_, Err(why)) => why,
+        (_, Ok(families)) => allocate_families(i, families, active, book),
+    }
+}
+
+/// Takes each requested address Service `i` does not hold yet.
+fn claim_requested(
+    i: usize,
+    request: &[IpAddr],
+    active: &[&Pool],
+    book: &mut Book<'_>,
+) -> Satisfied {
+    let labels = book.services[i].selector_labels();
+    let held = book.held[i].clone();
+    let mut condition = Satisfied::yes();
+    for ip in request.iter().filter(|ip| !held.contains(ip)) {
+        match claim(active, &labels, ip) {
+            Err(why) => condition = why,
+            Ok(()) if book.may_take(i, ip) => book.take(i, *ip),
+            Ok(()) => {
+                condition = Satisfied::no(
+                    "already_allocated",
+                    format!("The requested IP '{ip}' is already allocated to another Service"),
+                )
+            }
+        }
+    }
+    condition
+}
+
+/// Allocates an address of each of `families` Service `i` holds none of; a
+/// PreferDualStack Service that got any is satisfied.
+fn allocate_families(
+    i: usize,
+    families: Vec<Family>,
+    active: &[&Pool],
+    book: &mut Book<'_>,
+) -> Satisfied {
+    let services = book.services;
+    let svc = &services[i];
+    let labels = svc.selector_labels();
+    let prefers_dual_stack = svc.policy == FamilyPolicy::PreferDualStack;
+    let held = book.held[i].clone();
+    let mut failures = Vec::new();
+    for family in families {
+        if held.iter().any(|ip| Family::of_addr(ip) == family) {
+            continue;
+        }
+        match allocate(active, &labels, family, i, book) {
+            Ok(ip) => book.take(i, ip),
+            Err(why) => failures.push(why),
+        }
+    }
+    let got_any = !book.held[i].is_empty();
+    match failures.into_iter().next() {
+        None => Satisfied::yes(),
+        Some(_) if prefers_dual_stack && got_any => Satisfied::yes(),
+        Some(why) => why,
+    }
+}
+
+/// Pool `p`'s status: its conflict, or how many of its addresses are held (each
+/// recorded in `origin` as the next plan's).
+fn pool_status(
+    p: &Pool,
+    conflicting: &BTreeMap<String, String>,
+    book: &Book<'_>,
+    origin: &mut BTreeMap<IpAddr, String>,
+) -> PoolStatus {
+    let mut status = PoolStatus {
+        conflict: conflicting.get(&p.name).cloned(),
+        total: p.total(),
+        used: 0,
+    };
+    if status.conflict.is_none() {
+        for ip in book.used.iter().filter(|ip| p.usable(ip)) {
+            status.used += 1;
+            origin.insert(*ip, p.name.clone());
+        }
+    }
+    status
 }
 
 /// Whether a requested `ip` can come from an enabled pool selecting the Service.
