@@ -26,6 +26,24 @@ impl TestDir {
     }
 }
 
+/// Writes an executable shell script `dir/name` running `body`. The file is
+/// written by a child shell, so no write descriptor of this (multi-threaded)
+/// test process can leak into a concurrent fork and make the script's exec fail
+/// with "text file busy" (ETXTBSY).
+pub(crate) fn shell_script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    let status = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(r#"printf '%s\n' "$1" > "$2" && chmod 755 "$2""#)
+        .arg("sh")
+        .arg(format!("#!/bin/sh\n{body}"))
+        .arg(&path)
+        .status()
+        .unwrap_or_else(|e| panic!("running /bin/sh to write {}: {e}", path.display()));
+    assert!(status.success(), "writing {}: {status}", path.display());
+    path
+}
+
 impl Deref for TestDir {
     type Target = Path;
     fn deref(&self) -> &Path {

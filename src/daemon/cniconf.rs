@@ -209,16 +209,7 @@ pub fn remove(path: &Path) -> Result<(), CniConfError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_dir::TestDir;
-    use std::os::unix::fs::PermissionsExt;
-
-    /// A fake plugin: a shell script with `body`.
-    fn plugin(dir: &Path, name: &str, body: &str) -> PathBuf {
-        let path = dir.join(name);
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path
-    }
+    use crate::test_dir::{TestDir, shell_script as plugin};
 
     fn portmap(versions: &[&str]) -> ChainedPlugin {
         ChainedPlugin {

@@ -558,27 +558,10 @@ pub fn run_configured(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_dir::TestDir;
+    use crate::test_dir::{TestDir, shell_script as script};
 
     const HOST_LOCAL: &str = "/usr/lib/cni/host-local";
     const T: Duration = Duration::from_secs(20);
-
-    /// Writes an executable shell script `dir/name`. The file is written by a
-    /// child shell, so no write descriptor of ours can leak into a concurrent
-    /// fork and make exec fail with "text file busy".
-    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-        let path = dir.join(name);
-        let status = std::process::Command::new("/bin/sh")
-            .arg("-c")
-            .arg(r#"printf '%s\n' "$1" > "$2" && chmod 755 "$2""#)
-            .arg("sh")
-            .arg(format!("#!/bin/sh\n{body}"))
-            .arg(&path)
-            .status()
-            .unwrap();
-        assert!(status.success());
-        path
-    }
 
     fn env(command: Command) -> CniEnv {
         CniEnv {
