@@ -12,7 +12,7 @@
 //! operator) uses `ipam`, `resources`, `k8s` and the Kubernetes connection of `node`, and
 //! shares the option reader and the metrics listener of `daemon`; `policy`
 //! (NetworkPolicy, compiled to nftables) reads `k8s_openapi` objects and writes
-//! through `daemon::nft`.
+//! through `nft`.
 
 pub mod api;
 pub mod arena;
@@ -25,6 +25,7 @@ pub mod heap_backing;
 pub mod ipam;
 pub mod k8s;
 pub mod logging;
+pub mod nft;
 pub mod node;
 pub mod operator;
 pub mod plugin;

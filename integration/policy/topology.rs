@@ -299,7 +299,7 @@ impl Topology {
             .expect("enter the node's netns")
             .unwrap_or_else(|e| panic!("removing the table: {e}"));
         let listing = in_netns(&open(&self.node), || {
-            Ok(podnet::daemon::nft::list_table("inet", "podnet_policy"))
+            Ok(podnet::nft::list_table("inet", "podnet_policy"))
         });
         assert!(matches!(listing, Ok(Ok(None))), "{listing:?}");
     }
@@ -308,13 +308,13 @@ impl Topology {
     /// each rule with its chain and place: equal for equal rule sets.
     pub fn normalized(&self) -> Vec<String> {
         let listing = in_netns(&open(&self.node), || {
-            Ok(podnet::daemon::nft::list_table("inet", "podnet_policy"))
+            Ok(podnet::nft::list_table("inet", "podnet_policy"))
         })
         .expect("enter the node's netns")
         .expect("listing the table")
         .expect("the table exists");
         let mut places: std::collections::BTreeMap<String, usize> = Default::default();
-        let mut out: Vec<String> = podnet::daemon::nft::objects(&listing)
+        let mut out: Vec<String> = podnet::nft::objects(&listing)
             .filter(|(kind, _)| *kind != "metainfo")
             .map(|(kind, body)| {
                 let mut body = body.clone();
@@ -337,12 +337,12 @@ impl Topology {
     /// The kernel's handle of the policy table (a new one if it was recreated).
     pub fn table_handle(&self) -> u64 {
         let listing = in_netns(&open(&self.node), || {
-            Ok(podnet::daemon::nft::list_table("inet", "podnet_policy"))
+            Ok(podnet::nft::list_table("inet", "podnet_policy"))
         })
         .expect("enter the node's netns")
         .expect("listing the table")
         .expect("the table exists");
-        let table = podnet::daemon::nft::objects(&listing).find(|(kind, _)| *kind == "table");
+        let table = podnet::nft::objects(&listing).find(|(kind, _)| *kind == "table");
         table
             .and_then(|(_, t)| t["handle"].as_u64())
             .expect("the table's handle")

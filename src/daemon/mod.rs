@@ -20,7 +20,6 @@ mod devices;
 mod heap;
 pub mod leak_check;
 pub mod metrics;
-pub mod nft;
 mod node_backend;
 pub mod node_check;
 pub mod options;

@@ -19,10 +19,10 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::nft::{self, NftError};
 use crate::api::models::SpoofedTraffic;
 use crate::datapath::HOST_LINK_PREFIX;
 use crate::ipam::Family;
+use crate::nft::{self, NftError};
 
 /// The table's family and name.
 pub const FAMILY: &str = "inet";

@@ -1,10 +1,10 @@
 //! Writing podnet's policy table to the kernel: each script through `nft -f -`
-//! (`daemon::nft`), one transaction, so the table is always either the old
+//! (`nft`), one transaction, so the table is always either the old
 //! state or the new one, never half of either.
 
 use super::render::{self, FAMILY, TABLE};
 use super::state::{Diff, State};
-use crate::daemon::nft::{self, NftError};
+use crate::nft::{self, NftError};
 
 /// A script nft did not apply (the table is as it was).
 #[derive(Debug, thiserror::Error)]

@@ -1,13 +1,13 @@
 //! Masquerade with nftables: podnet's own tables (`table ip podnet`, `table ip6
 //! podnet`), each replaced as a whole in one `nft -f` transaction (create, delete,
 //! create again: the kernel applies all of it or nothing), so no other table is
-//! ever touched and no packet sees half a rule set (`daemon::nft` runs the tool).
+//! ever touched and no packet sees half a rule set (`nft` runs the tool).
 
 use ipnet::IpNet;
 
 use super::PrerequisiteError;
 use super::plan::MasqueradeFamily;
-use crate::daemon::nft::{self, NftError};
+use crate::nft::{self, NftError};
 
 /// The name of podnet's nftables tables (one per family).
 pub const TABLE: &str = "podnet";

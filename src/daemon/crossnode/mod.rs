@@ -97,7 +97,7 @@ pub enum PrerequisiteError {
     )]
     NftMissing,
     #[error(transparent)]
-    Nft(super::nft::NftError),
+    Nft(crate::nft::NftError),
 }
 
 /// Fails with the reason when the kernel or the host lacks what the

@@ -3,7 +3,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::json;
 
 use super::*;
-use crate::daemon::nft::NftError;
+use crate::nft::NftError;
 use crate::policy::fixtures::{compile_placed, local, pod};
 use crate::policy::{Enforcement, view};
 
