@@ -340,6 +340,11 @@ def churn_figures(args, proc):
     pid = proc.pid
     perf_out = args.log + ".perf"
     perf = perf_start(pid, perf_out)
+    profile = None
+    if args.profile:
+        profile = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-o", args.log + ".perf.data",
+                                    "-p", str(pid)], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
     time.sleep(0.5)
     m1, b1, cpu1, t1 = api_metrics(args), received_bytes(args.netns), cpu_s(pid), time.monotonic()
     members = churn(args)
@@ -349,6 +354,13 @@ def churn_figures(args, proc):
     time.sleep(1)
     m2, b2 = api_metrics(args), received_bytes(args.netns)
     d = api_delta(m1, m2)
+    if profile:
+        profile.send_signal(signal.SIGINT)
+        profile.wait()
+        with open(args.log + ".profile.txt", "w") as f:
+            subprocess.run(["perf", "report", "--stdio", "--no-children", "--sort", "symbol",
+                            "-g", "none", "-i", args.log + ".perf.data"], stdout=f,
+                           stderr=subprocess.DEVNULL)
     return {"churn_nodes": args.churn, "churn_api_s": round(sent - t1, 2),
             "churn_s": round(done - t1, 2), "churn_cpu_s": round(cpu2 - cpu1, 2),
             "churn_received_bytes": b2 - b1, "churn_watch_events": d["watch_events"],
@@ -431,6 +443,8 @@ def main():
     q.add_argument("--rest", type=float, default=60)
     q.add_argument("--settle", type=float, default=5)
     q.add_argument("--timeout", type=float, default=900)
+    q.add_argument("--profile", action="store_true",
+                   help="perf record the agent during the churn: <log>.profile.txt")
     q.add_argument("agent", nargs=argparse.REMAINDER, help="-- the agent's command line")
     q = sub.add_parser("report")
     q.add_argument("--results", required=True, help="the runs' JSON lines")
