@@ -7,7 +7,7 @@
 //! another nftables table) is ever read for removal. The writes go in batches:
 //! up to [`BATCH`] netlink requests a datagram, each acknowledged by the kernel.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 
@@ -263,9 +263,20 @@ fn sync_routes(
             protocol: Some(ROUTE_PROTOCOL),
         })
         .collect();
+    // The listed routes by destination: a pass compares each wanted route with
+    // the few of its destination, not with all of them.
+    let mut listed: BTreeMap<IpNet, Vec<&RouteInfo>> = BTreeMap::new();
+    for h in &have {
+        listed.entry(h.dst).or_default().push(h);
+    }
+    let in_place = |spec: &RouteSpec| {
+        listed
+            .get(&spec.dst)
+            .is_some_and(|hs| hs.iter().any(|h| route_matches(h, spec)))
+    };
     let replaces = specs
         .iter()
-        .filter(|spec| !have.iter().any(|h| route_matches(h, spec)))
+        .filter(|spec| !in_place(spec))
         .map(|spec| sock.replace_route_request(spec));
     let deletes = stale.iter().map(|spec| sock.delete_route_request(spec));
     let mut requests = Vec::new();
