@@ -78,7 +78,7 @@ clean:
 # Performance run (root): podnet vs ptp/bridge + host-local vs the kernel floor,
 # resource figures; results in target/bench/ (see BENCHMARKS.md). BENCH_MICRO=1
 # also runs the criterion micro-benchmarks (cargo bench).
-.PHONY: bench bench-operator bench-cluster
+.PHONY: bench bench-operator bench-agent-scale bench-cluster
 bench:
 	bash scripts/setup
 	bash scripts/bench
@@ -90,6 +90,15 @@ bench:
 bench-operator:
 	bash scripts/setup
 	bash scripts/bench-operator
+
+# Agent scale (root): one node's agent against 1,000 and 5,000 simulated nodes on a
+# real kube-apiserver, podnet (tunnel, native) and flanneld v0.28.10 (VXLAN) in the
+# same run: time and CPU to converge, RSS, churn of 100 joins + 100 deletions, watch
+# bytes, API requests at rest (BENCHMARKS.md; the first run builds flanneld:
+# scripts/k8s-binaries flannel).
+bench-agent-scale:
+	bash scripts/setup
+	bash scripts/bench-agent-scale
 
 # Cluster figures (root): a multi-pool burst on a fresh node (blocks through the
 # operator and the API server), API-server writes per mode for 100 pod ADD+DEL and

@@ -308,16 +308,27 @@ def join(args):
     print()
 
 
-def main():
+def add_api_args(q):
+    """The API server's address and the admin client's credentials (connection())."""
+    q.add_argument("--server", required=True)
+    q.add_argument("--ca", required=True)
+    q.add_argument("--cert", required=True)
+    q.add_argument("--key", required=True)
+
+
+def api_subcommands(names):
+    """A parser with a subcommand per name, each taking add_api_args's arguments."""
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="what", required=True)
+    for name in names:
+        add_api_args(sub.add_parser(name))
+    return p, sub
+
+
+def main():
+    p, sub = api_subcommands(("scale", "join"))
     for name in ("scale", "join"):
-        q = sub.add_parser(name)
-        q.add_argument("--server", required=True)
-        q.add_argument("--ca", required=True)
-        q.add_argument("--cert", required=True)
-        q.add_argument("--key", required=True)
-        q.add_argument("--timeout", type=float, default=900)
+        sub.choices[name].add_argument("--timeout", type=float, default=900)
     q = sub.choices["scale"]
     q.add_argument("--nodes", type=int, required=True)
     q.add_argument("--threads", type=int, default=16)

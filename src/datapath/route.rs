@@ -287,12 +287,18 @@ impl NetlinkSocket {
     /// Delete the route matching `spec`'s dst/table/gateway/oif/priority
     /// (`mtu` and `scope_link` are ignored). ESRCH when there is none.
     pub fn delete_route(&self, spec: &RouteSpec) -> Result<()> {
+        self.perform(self.delete_route_request(spec)?)
+    }
+
+    /// [`delete_route`](Self::delete_route), built for a [`batch`](Self::batch).
+    pub fn delete_route_request<'a>(&'a self, spec: &'a RouteSpec) -> Result<Request<'a>> {
         let mut msg = base_message(spec)?;
         msg.header.scope = RouteScope::NoWhere;
-        self.request(RouteNetlinkMessage::DelRoute(msg), 0, || {
-            format!("deleting {}{}", describe(spec), self.where_())
+        Ok(Request {
+            msg: RouteNetlinkMessage::DelRoute(msg),
+            flags: 0,
+            ctx: Box::new(move || format!("deleting {}{}", describe(spec), self.where_())),
         })
-        .map(|_| ())
     }
 
     /// Routes of `family`, in `table` (or all tables when `None`).

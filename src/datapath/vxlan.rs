@@ -21,7 +21,7 @@ use super::addr::family_of;
 use super::error::{DatapathError, Result};
 use super::link::LinkInfo;
 use super::names::{format_mac, validate_ifname};
-use super::socket::NetlinkSocket;
+use super::socket::{NetlinkSocket, Request};
 
 /// What a VXLAN device is created with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,12 +192,22 @@ impl NetlinkSocket {
     /// Adds an FDB entry: frames to `entry.mac` go to the remote `entry.ip`.
     /// Idempotent (NLM_F_APPEND keeps one entry per MAC and destination).
     pub fn append_fdb(&self, index: u32, entry: &L2Entry) -> Result<()> {
-        self.write_l2(index, entry, L2Table::Fdb, L2Change::Add)
+        self.perform(self.append_fdb_request(index, entry))
+    }
+
+    /// [`append_fdb`](Self::append_fdb), built for a [`batch`](Self::batch).
+    pub fn append_fdb_request(&self, index: u32, entry: &L2Entry) -> Request<'_> {
+        self.l2_request(index, entry, L2Table::Fdb, L2Change::Add)
     }
 
     /// Deletes one FDB entry (ENOENT when absent).
     pub fn delete_fdb(&self, index: u32, entry: &L2Entry) -> Result<()> {
-        self.write_l2(index, entry, L2Table::Fdb, L2Change::Delete)
+        self.perform(self.delete_fdb_request(index, entry))
+    }
+
+    /// [`delete_fdb`](Self::delete_fdb), built for a [`batch`](Self::batch).
+    pub fn delete_fdb_request(&self, index: u32, entry: &L2Entry) -> Request<'_> {
+        self.l2_request(index, entry, L2Table::Fdb, L2Change::Delete)
     }
 
     /// The FDB entries of link `index` that have a remote destination.
@@ -207,23 +217,33 @@ impl NetlinkSocket {
 
     /// Adds or replaces a permanent neighbour entry on link `index`.
     pub fn replace_neighbour(&self, index: u32, entry: &L2Entry) -> Result<()> {
-        self.write_l2(index, entry, L2Table::Neighbour, L2Change::Add)
+        self.perform(self.replace_neighbour_request(index, entry))
+    }
+
+    /// [`replace_neighbour`](Self::replace_neighbour), built for a [`batch`](Self::batch).
+    pub fn replace_neighbour_request(&self, index: u32, entry: &L2Entry) -> Request<'_> {
+        self.l2_request(index, entry, L2Table::Neighbour, L2Change::Add)
     }
 
     /// Deletes a neighbour entry (ENOENT when absent).
     pub fn delete_neighbour(&self, index: u32, entry: &L2Entry) -> Result<()> {
-        self.write_l2(index, entry, L2Table::Neighbour, L2Change::Delete)
+        self.perform(self.delete_neighbour_request(index, entry))
     }
 
-    fn write_l2(
+    /// [`delete_neighbour`](Self::delete_neighbour), built for a [`batch`](Self::batch).
+    pub fn delete_neighbour_request(&self, index: u32, entry: &L2Entry) -> Request<'_> {
+        self.l2_request(index, entry, L2Table::Neighbour, L2Change::Delete)
+    }
+
+    fn l2_request(
         &self,
         index: u32,
         entry: &L2Entry,
         table: L2Table,
         change: L2Change,
-    ) -> Result<()> {
+    ) -> Request<'_> {
         let msg = l2_message(index, entry, table);
-        let (req, flags, verb) = match (change, table) {
+        let (msg, flags, verb) = match (change, table) {
             (L2Change::Add, L2Table::Fdb) => (
                 RouteNetlinkMessage::NewNeighbour(msg),
                 NLM_F_CREATE | NLM_F_APPEND,
@@ -242,10 +262,11 @@ impl NetlinkSocket {
                 format!("neighbour {} lladdr {}", entry.ip, format_mac(&entry.mac))
             }
         };
-        self.request(req, flags, || {
-            format!("{verb} {what} on link #{index}{}", self.where_())
-        })
-        .map(|_| ())
+        Request {
+            msg,
+            flags,
+            ctx: Box::new(move || format!("{verb} {what} on link #{index}{}", self.where_())),
+        }
     }
 
     /// The permanent neighbour entries (both families) of link `index`.

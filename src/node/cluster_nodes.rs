@@ -1,14 +1,16 @@
 //! Every CiliumNode of the cluster (not only this node's), for the cross-node
 //! datapath: a watch that keeps, per node, only what routing needs (`spec.addresses`
 //! and `spec.ipam`'s CIDRs and allocated blocks) in a [`Mirror`] and publishes the
-//! whole list after each change. A relist (after an API-server restart or an
+//! whole list after each change: after each batch of the events that have already
+//! arrived (up to [`EVENT_BATCH`]), so that a burst of node joins and deletions is
+//! copied out and planned a few times, not once per event. A relist (after an API-server restart or an
 //! expired resourceVersion) is published only once complete, so a half-read list
 //! never looks like deleted nodes.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::api::{Api, DynamicObject};
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
@@ -22,6 +24,9 @@ use crate::resources::{IpamPools, NodeIpamSpec, NodeSpec, ObjectMeta};
 
 /// The watch's name in `podnet status`.
 const WATCH: &str = "cluster-ciliumnodes";
+/// At most this many events that have already arrived are applied before the
+/// list is published.
+const EVENT_BATCH: usize = 1024;
 
 /// The routing-relevant part of a CiliumNode (everything else is dropped).
 fn routing_part(n: NodeResource) -> NodeResource {
@@ -93,23 +98,38 @@ pub async fn watch_cluster_nodes(
     let resource = resolve_waiting(&client, kind, &report).await;
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
     let mut stream = watch_nodes(api, watcher::Config::default());
-    while let Some(item) = stream.next().await {
-        let change = match item {
-            Ok(event) => match routing_event(event, &nodes) {
-                Some(event) => nodes.apply(event),
-                None => Change::Nothing,
-            },
-            Err(e) => {
-                health.set(WATCH, false);
-                tracing::warn!(error = %e, "cluster CiliumNode watch interrupted; it resumes");
-                Change::Nothing
-            }
-        };
-        if change == Change::Relisted {
-            health.set(WATCH, true);
+    while let Some(first) = stream.next().await {
+        let arrived =
+            std::iter::from_fn(|| stream.next().now_or_never().flatten()).take(EVENT_BATCH);
+        let mut matters = false;
+        for item in std::iter::once(first).chain(arrived) {
+            matters |= take_event(item, &mut nodes, &health);
         }
-        if change.matters() && tx.send(Some(nodes.objects().cloned().collect())).is_err() {
+        if matters && tx.send(Some(nodes.objects().cloned().collect())).is_err() {
             return;
         }
     }
+}
+
+/// Applies one item of the watch to `nodes`; whether planning must see the change.
+fn take_event(
+    item: Result<Event<NodeResource>, watcher::Error>,
+    nodes: &mut Mirror<NodeResource>,
+    health: &BackendHealth,
+) -> bool {
+    let change = match item {
+        Ok(event) => match routing_event(event, nodes) {
+            Some(event) => nodes.apply(event),
+            None => Change::Nothing,
+        },
+        Err(e) => {
+            health.set(WATCH, false);
+            tracing::warn!(error = %e, "cluster CiliumNode watch interrupted; it resumes");
+            Change::Nothing
+        }
+    };
+    if change == Change::Relisted {
+        health.set(WATCH, true);
+    }
+    change.matters()
 }

@@ -4,9 +4,10 @@
 //! right is left alone (a restarted daemon disturbs no live traffic), a missing
 //! one is added, and one podnet made that the plan no longer has is removed.
 //! Nothing without podnet's marks (another protocol number, another device,
-//! another nftables table) is ever read for removal.
+//! another nftables table) is ever read for removal. The writes go in batches:
+//! up to [`BATCH`] netlink requests a datagram, each acknowledged by the kernel.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 
@@ -15,9 +16,13 @@ use super::plan::{DatapathPlan, PlannedRoute, TunnelEndpoint};
 use super::settings::{CrossNodeConfig, RoutingMode};
 use super::{ROUTE_PROTOCOL, TUNNEL_DEVICE, TUNNEL_VNI};
 use crate::datapath::{
-    DatapathError, IpFamily, L2Entry, LinkInfo, NetlinkSocket, RouteInfo, RouteSpec, TABLE_MAIN,
-    VxlanSpec, format_mac,
+    DatapathError, IpFamily, L2Entry, LinkInfo, NetlinkSocket, Request, RouteInfo, RouteSpec,
+    TABLE_MAIN, VxlanSpec, format_mac,
 };
+
+/// Netlink requests sent in one datagram. The kernel handles them in order and
+/// acknowledges each (capped ACKs: a few KiB for a full batch).
+const BATCH: usize = 128;
 
 /// The kernel side of the cross-node datapath; remembers the masquerade rule
 /// sets it last wrote (the kernel's are not read back).
@@ -167,22 +172,29 @@ fn sync_l2(
             return;
         }
     };
-    for e in want.difference(&have) {
-        let r = match fdb {
-            true => sock.append_fdb(index, e),
-            false => sock.replace_neighbour(index, e),
-        };
-        if let Err(err) = r {
-            errors.push(err.to_string());
-        }
-    }
-    for e in have.difference(want) {
-        let r = match fdb {
-            true => sock.delete_fdb(index, e),
-            false => sock.delete_neighbour(index, e),
-        };
-        if let Err(err) = r {
-            errors.push(err.to_string());
+    let adds = want.difference(&have).map(|e| match fdb {
+        true => sock.append_fdb_request(index, e),
+        false => sock.replace_neighbour_request(index, e),
+    });
+    let deletes = have.difference(want).map(|e| match fdb {
+        true => sock.delete_fdb_request(index, e),
+        false => sock.delete_neighbour_request(index, e),
+    });
+    send_batched(sock, adds.chain(deletes).collect(), errors);
+}
+
+/// Sends `requests` [`BATCH`] a datagram; what the kernel refused goes to `errors`.
+fn send_batched<'a>(sock: &'a NetlinkSocket, requests: Vec<Request<'a>>, errors: &mut Vec<String>) {
+    let mut requests = requests.into_iter().peekable();
+    while requests.peek().is_some() {
+        match sock.batch(requests.by_ref().take(BATCH).collect()) {
+            Ok(outcomes) => errors.extend(
+                outcomes
+                    .into_iter()
+                    .filter_map(|r| r.err())
+                    .map(|e| e.to_string()),
+            ),
+            Err(e) => errors.push(e.to_string()),
         }
     }
 }
@@ -234,17 +246,11 @@ fn sync_routes(
         .iter()
         .filter_map(|r| route_spec(r, tunnel_index))
         .collect();
-    for spec in &specs {
-        if have.iter().any(|h| route_matches(h, spec)) {
-            continue;
-        }
-        if let Err(e) = sock.replace_route(spec) {
-            errors.push(e.to_string());
-        }
-    }
     let wanted: BTreeSet<IpNet> = specs.iter().map(|s| s.dst).collect();
-    for stale in have.iter().filter(|h| !wanted.contains(&h.dst)) {
-        let spec = RouteSpec {
+    let stale: Vec<RouteSpec> = have
+        .iter()
+        .filter(|h| !wanted.contains(&h.dst))
+        .map(|stale| RouteSpec {
             dst: stale.dst,
             gateway: stale.gateway,
             oif: stale.oif.unwrap_or(0),
@@ -255,11 +261,32 @@ fn sync_routes(
             onlink: false,
             prefsrc: None,
             protocol: Some(ROUTE_PROTOCOL),
-        };
-        if let Err(e) = sock.delete_route(&spec) {
-            errors.push(e.to_string());
+        })
+        .collect();
+    // The listed routes by destination: a pass compares each wanted route with
+    // the few of its destination, not with all of them.
+    let mut listed: BTreeMap<IpNet, Vec<&RouteInfo>> = BTreeMap::new();
+    for h in &have {
+        listed.entry(h.dst).or_default().push(h);
+    }
+    let in_place = |spec: &RouteSpec| {
+        listed
+            .get(&spec.dst)
+            .is_some_and(|hs| hs.iter().any(|h| route_matches(h, spec)))
+    };
+    let replaces = specs
+        .iter()
+        .filter(|spec| !in_place(spec))
+        .map(|spec| sock.replace_route_request(spec));
+    let deletes = stale.iter().map(|spec| sock.delete_route_request(spec));
+    let mut requests = Vec::new();
+    for r in replaces.chain(deletes) {
+        match r {
+            Ok(request) => requests.push(request),
+            Err(e) => errors.push(e.to_string()),
         }
     }
+    send_batched(sock, requests, errors);
 }
 
 #[cfg(test)]
@@ -327,6 +354,77 @@ mod tests {
         }
     }
 
+    /// Tunnel mode over IPv4 on port 8472, masquerade off.
+    fn tunnel_config() -> CrossNodeConfig {
+        CrossNodeConfig {
+            routing: RoutingMode::Tunnel,
+            tunnel_protocol: TunnelProtocol::Vxlan,
+            tunnel_port: 8472,
+            underlay: Family::V4,
+            auto_direct_node_routes: false,
+            native_routing_cidrs: Vec::new(),
+            masquerade_v4: false,
+            masquerade_v6: false,
+        }
+    }
+
+    /// A tunnel plan with `n` remote nodes: a route, an FDB and a neighbour entry each.
+    fn remotes(n: u32) -> DatapathPlan {
+        let mut plan = endpoints("192.0.2.1", "192.0.2.2");
+        plan.fdb.clear();
+        for i in 0..n {
+            let remote = IpAddr::from(std::net::Ipv4Addr::from(0xac10_0000 + 10 + i));
+            let gateway = IpAddr::from(std::net::Ipv4Addr::from(0x0a01_0001 + (i << 8)));
+            plan.fdb.insert(L2Entry {
+                ip: remote,
+                mac: tunnel_mac(remote),
+            });
+            plan.neighbours.insert(L2Entry {
+                ip: gateway,
+                mac: tunnel_mac(remote),
+            });
+            plan.routes.insert(PlannedRoute {
+                dst: IpNet::new(gateway, 24).unwrap().trunc(),
+                gateway,
+                tunnel: true,
+                prefsrc: None,
+            });
+        }
+        plan
+    }
+
+    #[test]
+    fn more_entries_than_a_batch_are_all_written_and_removed() {
+        use crate::datapath::tests::{in_private_netns, root};
+        if !root("more_entries_than_a_batch_are_all_written_and_removed") {
+            return;
+        }
+        in_private_netns(|| {
+            let sock = NetlinkSocket::new().unwrap();
+            // Loopback's addresses make the local table, against which the kernel
+            // checks an onlink route's gateway.
+            sock.set_link_up(crate::datapath::LOOPBACK_INDEX).unwrap();
+            let mut r = Reconciler::new(tunnel_config(), 1500);
+            let count = |sock: &NetlinkSocket| {
+                let index = sock.link_by_name(TUNNEL_DEVICE).unwrap().unwrap().index;
+                let routes = sock.list_routes(IpFamily::V4, Some(TABLE_MAIN)).unwrap();
+                (
+                    routes
+                        .iter()
+                        .filter(|r| r.protocol == ROUTE_PROTOCOL)
+                        .count(),
+                    sock.list_fdb(index).unwrap().len(),
+                    sock.list_neighbours(index).unwrap().len(),
+                )
+            };
+            let n = 3 * BATCH as u32 + 7;
+            assert_eq!(r.apply(&remotes(n)), Vec::<String>::new());
+            assert_eq!(count(&sock), (n as usize, n as usize, n as usize));
+            assert_eq!(r.apply(&remotes(5)), Vec::<String>::new());
+            assert_eq!(count(&sock), (5, 5, 5), "the others removed");
+        });
+    }
+
     #[test]
     fn a_new_underlay_family_re_creates_the_tunnel_device_with_its_mtu_and_fdb() {
         use crate::datapath::tests::{in_private_netns, root};
@@ -340,16 +438,7 @@ mod tests {
                     .unwrap()
                     .expect("the device")
             };
-            let mut config = CrossNodeConfig {
-                routing: RoutingMode::Tunnel,
-                tunnel_protocol: TunnelProtocol::Vxlan,
-                tunnel_port: 8472,
-                underlay: Family::V4,
-                auto_direct_node_routes: false,
-                native_routing_cidrs: Vec::new(),
-                masquerade_v4: false,
-                masquerade_v6: false,
-            };
+            let mut config = tunnel_config();
             let v4 = endpoints("192.0.2.1", "192.0.2.2");
             assert_eq!(
                 Reconciler::new(config.clone(), 1500).apply(&v4),
