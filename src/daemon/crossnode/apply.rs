@@ -176,10 +176,17 @@ fn sync_l2(
         true => sock.append_fdb_request(index, e),
         false => sock.replace_neighbour_request(index, e),
     });
-    let deletes = have.difference(want).map(|e| match fdb {
-        true => sock.delete_fdb_request(index, e),
-        false => sock.delete_neighbour_request(index, e),
-    });
+    // A neighbour is the kernel's by its IP alone: one whose MAC changed is
+    // rewritten by its replace, and a delete of the old entry would remove the
+    // new one. FDB entries are one per MAC and destination, so each goes.
+    let wanted_ips: BTreeSet<_> = want.iter().map(|e| e.ip).collect();
+    let deletes = have
+        .difference(want)
+        .filter(|e| fdb || !wanted_ips.contains(&e.ip))
+        .map(|e| match fdb {
+            true => sock.delete_fdb_request(index, e),
+            false => sock.delete_neighbour_request(index, e),
+        });
     send_batched(sock, adds.chain(deletes).collect(), errors);
 }
 
@@ -422,6 +429,33 @@ mod tests {
             assert_eq!(count(&sock), (n as usize, n as usize, n as usize));
             assert_eq!(r.apply(&remotes(5)), Vec::<String>::new());
             assert_eq!(count(&sock), (5, 5, 5), "the others removed");
+        });
+    }
+
+    #[test]
+    fn a_neighbour_whose_mac_changes_keeps_the_new_mac() {
+        use crate::datapath::tests::{in_private_netns, root};
+        if !root("a_neighbour_whose_mac_changes_keeps_the_new_mac") {
+            return;
+        }
+        in_private_netns(|| {
+            let sock = NetlinkSocket::new().unwrap();
+            sock.set_link_up(crate::datapath::LOOPBACK_INDEX).unwrap();
+            let mut r = Reconciler::new(tunnel_config(), 1500);
+            let mut plan = remotes(2);
+            assert_eq!(r.apply(&plan), Vec::<String>::new());
+            let old = plan.neighbours.pop_first().expect("a neighbour");
+            let moved = L2Entry {
+                ip: old.ip,
+                mac: [0x02, 0, 0, 0, 0, 0x42],
+            };
+            plan.neighbours.insert(moved);
+            assert_eq!(r.apply(&plan), Vec::<String>::new());
+            let index = sock.link_by_name(TUNNEL_DEVICE).unwrap().unwrap().index;
+            let have: BTreeSet<L2Entry> =
+                sock.list_neighbours(index).unwrap().into_iter().collect();
+            assert_eq!(have, plan.neighbours, "the new MAC, not a deleted entry");
+            assert!(have.contains(&moved));
         });
     }
 
