@@ -23,6 +23,31 @@ fn pinned_deployment(name: &str, node: &str, replicas: usize) -> String {
     d.to_string()
 }
 
+/// `pod` (at `ip`, on node-1) pings and is pinged from a probe pod on each other
+/// node, and pings the world.
+fn reaches_and_is_reached(cluster: &Cluster, pod: &str, ip: &str) {
+    for node in ["node-2", "node-3"] {
+        let probe = format!("probe-{node}");
+        cluster.apply(&busybox_on(&probe, node));
+        let probe_ip = cluster.wait_for(
+            &format!("{probe} running"),
+            || {
+                let pods = cluster.pods("default", "app=pinned");
+                let p = pods
+                    .iter()
+                    .find(|p| p["metadata"]["name"] == probe.as_str())?;
+                let probe_ip = p["status"]["podIP"].as_str()?.to_string();
+                cluster.exec(&probe, &["/bin/busybox", "true"]).ok()?;
+                Some(probe_ip)
+            },
+            || cluster.describe("default"),
+        );
+        cluster.ping("default", &probe, ip);
+        cluster.ping("default", pod, &probe_ip);
+    }
+    cluster.ping("default", pod, WORLD_IP);
+}
+
 #[test]
 fn a_full_node_gets_a_second_range_reachable_from_the_other_nodes() {
     for routing in ["tunnel", "native"] {
@@ -72,28 +97,8 @@ fn a_full_node_gets_a_second_range_reachable_from_the_other_nodes() {
             in_second.2,
             t0.elapsed().as_secs_f64()
         );
-        // Reached from, and reaching, a pod on every other node.
-        for node in ["node-2", "node-3"] {
-            let probe = format!("probe-{node}");
-            cluster.apply(&busybox_on(&probe, node));
-            let ip = cluster.wait_for(
-                &format!("{probe} running"),
-                || {
-                    let pods = cluster.pods("default", "app=pinned");
-                    let pod = pods
-                        .iter()
-                        .find(|p| p["metadata"]["name"] == probe.as_str())?;
-                    let ip = pod["status"]["podIP"].as_str()?.to_string();
-                    cluster.exec(&probe, &["/bin/busybox", "true"]).ok()?;
-                    Some(ip)
-                },
-                || cluster.describe("default"),
-            );
-            cluster.ping("default", &probe, &in_second.2);
-            cluster.ping("default", &in_second.0, &ip);
-        }
-        // And the world, masqueraded like the first CIDR's pods.
-        cluster.ping("default", &in_second.0, WORLD_IP);
+        // The world too, masqueraded like the first CIDR's pods.
+        reaches_and_is_reached(&cluster, &in_second.0, &in_second.2);
         drop(cluster);
     }
 }
@@ -233,26 +238,7 @@ fn a_pool_grown_live_serves_a_full_node_from_a_cidr_with_its_own_mask() {
         in_second.2,
         t0.elapsed().as_secs_f64()
     );
-    for node in ["node-2", "node-3"] {
-        let probe = format!("probe-{node}");
-        cluster.apply(&busybox_on(&probe, node));
-        let ip = cluster.wait_for(
-            &format!("{probe} running"),
-            || {
-                let pods = cluster.pods("default", "app=pinned");
-                let pod = pods
-                    .iter()
-                    .find(|p| p["metadata"]["name"] == probe.as_str())?;
-                let ip = pod["status"]["podIP"].as_str()?.to_string();
-                cluster.exec(&probe, &["/bin/busybox", "true"]).ok()?;
-                Some(ip)
-            },
-            || cluster.describe("default"),
-        );
-        cluster.ping("default", &probe, &in_second.2);
-        cluster.ping("default", &in_second.0, &ip);
-    }
-    cluster.ping("default", &in_second.0, WORLD_IP);
+    reaches_and_is_reached(&cluster, &in_second.0, &in_second.2);
     let (out, report) = cluster.ipam_check();
     assert!(out.status.success(), "ipam check:\n{report}");
     drop(cluster);
