@@ -44,9 +44,11 @@ runtime_socket() {
 # base install has.
 node_cni_plugins() { runtime_cni_plugins "$(runtime_of "$1")"; }
 
-# check_runtimes: every runtime RUNTIMES names is installed.
+# check_runtimes: every runtime RUNTIMES names is installed, and crictl.
 check_runtimes() {
     local word
+    # (crictl: wait_for_runtime asks each runtime's CRI socket for its version.)
+    [ -x "$BIN/crictl" ] || die "$BIN/crictl is missing: run scripts/k8s-binaries runtimes"
     for word in $RUNTIMES; do check_runtime "$word"; done
 }
 
@@ -67,10 +69,14 @@ start_runtime() {
     spawn "$1" runtime "${RUNTIME_ARGV[@]}"
 }
 
+# wait_for_runtime NODE: the runtime answers a CRI Version call on its socket. (A
+# socket file alone is not enough: one left by the stopped runtime stays until
+# the new one removes it and listens again, and a kubelet dialing in between
+# gets "no such file or directory".)
 wait_for_runtime() {
     local node=$1
-    wait_for "the $(runtime_of "$node") socket on $node" 60 "$node" runtime \
-        test -S "$DIR/nodes/$node/fs$(runtime_socket "$node")"
+    wait_for "the $(runtime_of "$node") CRI socket on $node" 60 "$node" runtime \
+        in_node "$node" "$BIN/crictl" --runtime-endpoint "unix://$(runtime_socket "$node")" --timeout 2s version
 }
 
 # CRI-O's storage as skopeo names it (the node's paths: run in its mount namespace).
