@@ -1,6 +1,7 @@
-//! deploy/agent-rbac.yaml's admission policy on a real API server
+//! deploy/agent-rbac.yaml's admission policies on a real API server
 //! (docs/least-privilege.md): an agent's token, bound to its pod, writes only its
-//! own node's CiliumNode; the operator is not affected.
+//! own node's CiliumNode, and changes on its own Node only the exhaustion taint
+//! and its annotation; the operator is not affected.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -222,4 +223,206 @@ fn agent_token_writes_only_its_own_nodes_ciliumnode() {
         get_json(&cp, b)["metadata"]["labels"]["podnet-test/by"],
         "operator"
     );
+}
+
+/// The taint and annotation the agent puts on its own Node while no new pod can
+/// get an address there (src/node/kubernetes/taint.rs).
+const EXHAUSTED: &str = "podnet.io/addresses-exhausted";
+
+/// A merge patch of a Node's taints (the whole list) and annotations.
+fn node_patch(node: &str, taints: Value, annotations: Value) -> Vec<String> {
+    let body = serde_json::json!({
+        "metadata": {"annotations": annotations},
+        "spec": {"taints": taints},
+    });
+    [
+        "patch",
+        "node",
+        node,
+        "--type=merge",
+        "-p",
+        &body.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// deploy/agent-rbac.yaml's second policy on a real API server: with its
+/// pod-bound token, an agent on node A adds and removes the exhaustion taint
+/// (NoSchedule) and its annotation on A, keeping A's other taints; it cannot
+/// taint node B, put the taint on A with another effect, add, drop or change
+/// another taint, annotation or label of A, or cordon A. A token bound to no
+/// pod changes no Node.
+#[test]
+fn agent_token_marks_only_its_own_node_and_only_as_exhausted() {
+    const TEST: &str = "agent_token_marks_only_its_own_node_and_only_as_exhausted";
+    let Some(cp) = ControlPlane::start(TEST) else {
+        return;
+    };
+    let path = repo_path("deploy/agent-rbac.yaml");
+    cp.kubectl(&["apply", "-f", &path.to_string_lossy()])
+        .expect_ok("deploy/agent-rbac.yaml");
+    let (a, b) = ("taint-node-a", "taint-node-b");
+    // The Nodes' own taints: one of an admin's, and the one the API server's
+    // admission puts on a new Node (here from the start: it adds none then).
+    let gpu = serde_json::json!({"key": "dedicated", "value": "gpu", "effect": "NoSchedule"});
+    let not_ready =
+        serde_json::json!({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"});
+    let with = |extra: &[&Value]| -> Value {
+        let mut all = vec![gpu.clone(), not_ready.clone()];
+        all.extend(extra.iter().map(|t| (*t).clone()));
+        Value::Array(all)
+    };
+    for node in [a, b] {
+        cp.apply(&format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: {node}\n  labels: {{zone: z1}}\n  \
+             annotations: {{owner: infra}}\nspec:\n  taints:\n  - {{key: dedicated, value: gpu, effect: NoSchedule}}\n  \
+             - {{key: node.kubernetes.io/not-ready, effect: NoSchedule}}\n"
+        ));
+    }
+    cp.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: podnet-agent-a, namespace: kube-system}}\n\
+         spec:\n  nodeName: {a}\n  serviceAccountName: podnet-agent\n\
+         \x20 containers: [{{name: agent, image: ghcr.io/podnet/podnet:0.1.0}}]\n"
+    ));
+    let agent = cp.pod_token_kubeconfig("kube-system", "podnet-agent", "podnet-agent-a");
+    let unbound = cp.token_kubeconfig("kube-system", "podnet-agent");
+    let client = cp.add_node_ns(a);
+    let as_agent = |kc: &Path, args: &[String]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cp.kubectl_as(&client.ns, kc, &args, None)
+    };
+    let ours = serde_json::json!({"key": EXHAUSTED, "effect": "NoSchedule"});
+    let why = serde_json::json!({EXHAUSTED: "ipv4 range 10.244.1.0/24 of node taint-node-a is exhausted"});
+    let exhausted = |node: &str| node_patch(node, with(&[&ours]), why.clone());
+
+    // The policy loads asynchronously: a dry run (admission runs, nothing is
+    // stored) until it refuses the write to B.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut probe = exhausted(b);
+        probe.push("--dry-run=server".into());
+        let out = as_agent(&agent, &probe);
+        if out.forbidden() {
+            break;
+        }
+        assert!(out.ok, "dry-run patch: {out:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the admission policy refused nothing within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let refused = |out: KubectlOutput, what: &str, msg: &str| {
+        assert!(
+            out.forbidden() && out.stderr.contains(msg),
+            "{what}: expected the policy's refusal ({msg}), got {out:?}"
+        );
+    };
+    refused(
+        as_agent(&agent, &exhausted(b)),
+        "tainting B",
+        &format!("podnet-agent on node {a} may change only Node {a}, not {b}"),
+    );
+    let only = "only the taint and annotation podnet.io/addresses-exhausted";
+    let no_annotation = serde_json::json!({});
+    let not_allowed = [
+        (
+            "the taint with NoExecute",
+            node_patch(
+                a,
+                with(&[&serde_json::json!({"key": EXHAUSTED, "effect": "NoExecute"})]),
+                no_annotation.clone(),
+            ),
+        ),
+        (
+            "another taint added",
+            node_patch(
+                a,
+                with(&[
+                    &ours,
+                    &serde_json::json!({"key": "evict-me", "effect": "NoExecute"}),
+                ]),
+                no_annotation.clone(),
+            ),
+        ),
+        (
+            "the other taint dropped",
+            node_patch(
+                a,
+                serde_json::json!([not_ready, ours]),
+                no_annotation.clone(),
+            ),
+        ),
+        (
+            "another annotation changed",
+            node_patch(a, with(&[]), serde_json::json!({"owner": "agent"})),
+        ),
+        (
+            "another annotation removed",
+            node_patch(a, with(&[]), serde_json::json!({"owner": null})),
+        ),
+        (
+            "a label",
+            ["label", "node", a, "zone=z2", "--overwrite"]
+                .map(String::from)
+                .to_vec(),
+        ),
+        (
+            // (kubectl cordon exits 0 when the patch is refused.)
+            "a cordon",
+            [
+                "patch",
+                "node",
+                a,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"unschedulable":true}}"#,
+            ]
+            .map(String::from)
+            .to_vec(),
+        ),
+    ];
+    for (what, args) in &not_allowed {
+        refused(as_agent(&agent, args), what, only);
+    }
+    refused(
+        as_agent(&unbound, &exhausted(a)),
+        "a token bound to no pod",
+        "this token names none",
+    );
+    let node_json = |name: &str| -> Value {
+        serde_json::from_str(
+            &cp.kubectl(&["get", "node", name, "-o", "json"])
+                .expect_ok("get node"),
+        )
+        .expect("Node JSON")
+    };
+    for name in [a, b] {
+        let node = node_json(name);
+        assert_eq!(node["spec"]["taints"], with(&[]), "{name}: {node}");
+        assert_eq!(node["metadata"]["labels"]["zone"], "z1", "{name}");
+        assert_eq!(node["metadata"]["annotations"]["owner"], "infra", "{name}");
+        assert!(node["spec"]["unschedulable"].is_null(), "{name}: {node}");
+    }
+
+    // Its own Node: the taint and the reason on, then off; the rest stays.
+    as_agent(&agent, &exhausted(a)).expect_ok("tainting A");
+    let node = node_json(a);
+    assert_eq!(node["spec"]["taints"], with(&[&ours]));
+    assert_eq!(node["metadata"]["annotations"][EXHAUSTED], why[EXHAUSTED]);
+    as_agent(
+        &agent,
+        &node_patch(a, with(&[]), serde_json::json!({EXHAUSTED: null})),
+    )
+    .expect_ok("untainting A");
+    let node = node_json(a);
+    assert_eq!(node["spec"]["taints"], with(&[]));
+    assert!(
+        node["metadata"]["annotations"][EXHAUSTED].is_null(),
+        "{node}"
+    );
+    assert_eq!(node["metadata"]["annotations"]["owner"], "infra");
 }

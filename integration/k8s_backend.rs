@@ -464,7 +464,8 @@ fn the_agents_service_account_is_enough_and_no_more() {
     ])
     .expect_ok("apply deploy/agent-rbac.yaml");
     let ns = cp.add_node_ns("rbac-1");
-    create_node(&cp, &ns, &["10.244.9.0/24"]);
+    // A /29: the router and the health endpoint leave 4 addresses for pods.
+    create_node(&cp, &ns, &["10.244.9.0/29"]);
     let name = ns.name.clone();
     // The token the kubelet would mount: bound to the agent's pod on this node
     // (deploy/agent-rbac.yaml's admission policy takes the node name from it).
@@ -474,7 +475,11 @@ fn the_agents_service_account_is_enough_and_no_more() {
          \x20 containers: [{{name: agent, image: ghcr.io/podnet/podnet:0.1.0}}]\n"
     ));
     let agent = cp.pod_token_kubeconfig("kube-system", "podnet-agent", "podnet-agent");
-    let mut node = k8s_node(ns, &agent, &["--ipam", "kubernetes"]);
+    let mut node = k8s_node(
+        ns,
+        &agent,
+        &["--ipam", "kubernetes", "--ipam-release-cooldown", "1s"],
+    );
     node.start_daemon();
     let sb = node.sandbox();
     let r = node.add(&sb);
@@ -500,6 +505,48 @@ fn the_agents_service_account_is_enough_and_no_more() {
             r#"{.status.conditions[?(@.type=="podnet.io/ConfigFitsNode")].reason}"#,
         ) == "Fits"
     });
+    // The range full: the agent taints its Node (through the second admission
+    // policy) with the reason, and CNI STATUS stays ready (a NotReady node's pods
+    // would be evicted); a pod gone, an address is free and both go.
+    let mut pods = vec![sb];
+    let full = loop {
+        let sb = node.sandbox();
+        let r = node.add(&sb);
+        if !r.ok {
+            break r;
+        }
+        pods.push(sb);
+        assert!(pods.len() <= 6, "a /29 gave {} pods addresses", pods.len());
+    };
+    assert_eq!(full.code(), 101, "{full:?}");
+    let taints = || jsonpath(&cp, "node", &name, "{.spec.taints}");
+    let reason = || {
+        jsonpath(
+            &cp,
+            "node",
+            &name,
+            r#"{.metadata.annotations.podnet\.io/addresses-exhausted}"#,
+        )
+    };
+    eventually(
+        "the podnet.io/addresses-exhausted taint and its reason",
+        || {
+            taints().contains(r#""key":"podnet.io/addresses-exhausted""#)
+                && reason().contains("range 10.244.9.0/29 of node rbac-")
+        },
+    );
+    assert!(reason().contains("is exhausted"), "{}", reason());
+    let status = node.plugin("STATUS", None, &node.conf("1.1.0"), &[]);
+    assert!(
+        status.ok,
+        "STATUS on an exhausted Kubernetes node: {status:?}"
+    );
+    let gone = pods.pop().expect("a pod");
+    assert!(node.del(&gone).ok);
+    eventually(
+        "the taint and the reason gone once an address is free",
+        || !taints().contains("podnet.io/addresses-exhausted") && reason().is_empty(),
+    );
     // Writes the agent must not make are refused.
     for args in [
         vec!["delete", "ciliumnode", name.as_str()],

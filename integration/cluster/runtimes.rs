@@ -1,8 +1,10 @@
 //! What the nodes' runtimes ask of podnet beyond ADD and DEL (docs/runtimes.md),
 //! on the default cluster: containerd 2 on node-1, CRI-O on node-2, containerd 1.6
-//! on node-3. containerd 2 sends STATUS on every CRI Status poll, so with its
-//! node's range full the node turns NotReady with podnet's message, and Ready
-//! again once an address is free. CRI-O sends GC once at its start: an
+//! on node-3. With its node's ranges full, the agent taints its Node
+//! `podnet.io/addresses-exhausted:NoSchedule` with the reason beside it, while
+//! containerd 2, which sends STATUS on every CRI Status poll, keeps the node
+//! Ready (a NotReady node's pods are evicted); the scheduler holds a pod for the
+//! node back, naming the taint, and sends it once an address is free. CRI-O sends GC once at its start: an
 //! attachment it does not know is released, its running pods keep theirs.
 //! Restarting either runtime under running pods leaks and duplicates nothing.
 
@@ -35,6 +37,48 @@ fn ready_condition(cluster: &Cluster, node: &str) -> (String, String) {
             )
         })
         .unwrap_or_default()
+}
+
+/// The taint and annotation podnet's agent puts on a Node while no new pod can
+/// get an address there.
+const EXHAUSTED: &str = "podnet.io/addresses-exhausted";
+
+/// Whether the node has the [`EXHAUSTED`] taint, and the annotation's reason.
+fn exhaustion_mark(cluster: &Cluster, node: &str) -> (bool, String) {
+    let node = cluster.kubectl_json(&["get", "node", node]);
+    let tainted = node["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|t| t["key"] == EXHAUSTED && t["effect"] == "NoSchedule");
+    let reason = node["metadata"]["annotations"][EXHAUSTED]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    (tainted, reason)
+}
+
+/// The pod's PodScheduled condition message (the scheduler's why).
+fn pod_scheduled_message(pod: &Value) -> String {
+    pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "PodScheduled")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A pod the scheduler places, on `node` only (its hostname label).
+fn scheduled_to(name: &str, node: &str) -> String {
+    format!(
+        r#"{{"apiVersion": "v1", "kind": "Pod",
+  "metadata": {{"name": "{name}", "namespace": "default", "labels": {{"app": "waiting"}}}},
+  "spec": {{"nodeSelector": {{"kubernetes.io/hostname": "{node}"}}, "terminationGracePeriodSeconds": 1,
+    "containers": [{{"name": "busybox", "image": "localhost/busybox:1.35",
+      "imagePullPolicy": "Never", "command": ["/bin/busybox", "sleep", "86400"]}}]}}}}"#
+    )
 }
 
 /// Every pod of `placed` still Running on its node with its address, and each
@@ -120,33 +164,63 @@ fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing() {
         "{containerd2}: {RANGES_AT_CAP} ranges full after {} more addresses ({refusal})",
         taken.len()
     );
-    // The node may have turned NotReady already while it waited for a range:
-    // the message to wait for names all three.
+    // The node may have been tainted already while it waited for a range: the
+    // reason to wait for names all three.
     let cidrs: Vec<String> = node_pod_cidrs(&cluster, &containerd2)
         .iter()
         .map(|c| c.to_string())
         .collect();
-    let message = cluster.wait_for(
-        &format!("{containerd2} NotReady with podnet's STATUS message naming {cidrs:?}"),
+    let reason = cluster.wait_for(
+        &format!("{containerd2} tainted {EXHAUSTED} with a reason naming {cidrs:?}"),
         || {
-            let (status, message) = ready_condition(&cluster, &containerd2);
-            (status == "False"
-                && message.contains("is exhausted")
-                && cidrs.iter().all(|c| message.contains(c.as_str())))
-            .then_some(message)
+            let (tainted, reason) = exhaustion_mark(&cluster, &containerd2);
+            (tainted
+                && reason.contains("is exhausted")
+                && cidrs.iter().all(|c| reason.contains(c.as_str())))
+            .then_some(reason)
         },
-        || format!("{:?}", ready_condition(&cluster, &containerd2)),
+        || format!("{:?}", exhaustion_mark(&cluster, &containerd2)),
     );
-    eprintln!("{containerd2}: Ready=False: {message}");
+    eprintln!("{containerd2}: tainted {EXHAUSTED}: {reason}");
+    // containerd 2 asks STATUS every 5 s: the node stays Ready through several
+    // asks (a NotReady node's pods would be evicted 300 s later), and a pod the
+    // scheduler would send there waits, naming the taint.
+    cluster.apply(&scheduled_to("waiting-for-room", &containerd2));
+    std::thread::sleep(Duration::from_secs(20));
+    let (status, message) = ready_condition(&cluster, &containerd2);
+    assert_eq!(
+        status, "True",
+        "{containerd2} stays Ready when exhausted: {message}"
+    );
+    let waiting = cluster.wait_for(
+        "the pod for the full node unschedulable, naming the taint",
+        || {
+            let pod = cluster.kubectl_json(&["get", "pod", "waiting-for-room"]);
+            let message = pod_scheduled_message(&pod);
+            message.contains(EXHAUSTED).then_some(message)
+        },
+        || cluster.describe("default"),
+    );
+    eprintln!("waiting-for-room: {waiting}");
     let (status, _) = ready_condition(&cluster, &crio);
     assert_eq!(status, "True", "{crio} (CRI-O) is not affected");
     let freed = taken.pop().expect("at least one address taken");
     client.release_ip(&freed, "").expect("release one address");
-    cluster.wait_for(
-        &format!("{containerd2} Ready again with one address free"),
-        || (ready_condition(&cluster, &containerd2).0 == "True").then_some(()),
-        || format!("{:?}", ready_condition(&cluster, &containerd2)),
+    let ran_on = cluster.wait_for(
+        &format!("the waiting pod running on {containerd2} once an address is free"),
+        || {
+            let pod = cluster.kubectl_json(&["get", "pod", "waiting-for-room"]);
+            (pod["status"]["phase"] == "Running").then(|| {
+                pod["spec"]["nodeName"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+        },
+        || format!("{:?}", exhaustion_mark(&cluster, &containerd2)),
     );
+    assert_eq!(ran_on, containerd2);
+    cluster.kubectl(&["delete", "pod", "waiting-for-room", "--wait=true"]);
     for ip in &taken {
         client.release_ip(ip, "").expect("release a fill address");
     }

@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod delete_queue;
+pub mod exhaustion;
 pub mod http;
 pub mod link_marker;
 pub mod models;

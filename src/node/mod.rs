@@ -249,6 +249,17 @@ pub struct NodeOutbox {
     pub config_fit: Option<ConfigFit>,
     /// cluster-pool: `status.ipam.pod-cidrs`, the agent's verdict on its CIDRs.
     pub pod_cidrs: Option<BTreeMap<String, crate::resources::PodCidrStatus>>,
+    /// Whether new pods can get an address here, when that changed (the
+    /// Kubernetes backend taints its Node while they cannot).
+    pub address_room: Option<AddressRoom>,
+}
+
+/// Whether a new pod on the node can get an address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AddressRoom {
+    Available,
+    /// Every range of a family is full: why, in words (`api::exhaustion`).
+    Exhausted(String),
 }
 
 impl NodeOutbox {
@@ -260,6 +271,7 @@ impl NodeOutbox {
             && self.addresses.is_none()
             && self.health.is_none()
             && self.pod_cidrs.is_none()
+            && self.address_room.is_none()
     }
 }
 

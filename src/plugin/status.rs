@@ -1,16 +1,28 @@
 //! STATUS: ready (exit 0) when the daemon answers and every node range has room;
 //! 50 when the daemon is unreachable or failing, or its configuration does not fit
 //! the node (it hands out no address: the runtime keeps the node's network not
-//! ready, as for a node without a range); 51 when a range is exhausted.
+//! ready, as for a node without a range); 51 when a range is exhausted, unless
+//! the daemon's backend is Kubernetes. There a failed STATUS turns the Node
+//! `Ready=False` (containerd 2 asks every 5 s), the node lifecycle controller
+//! taints it `not-ready:NoExecute`, and after the pods' default 300 s toleration
+//! every pod on the node is evicted: a full node would empty itself. The agent
+//! says it with its own `podnet.io/addresses-exhausted:NoSchedule` taint
+//! instead (docs/runtimes.md), and STATUS answers ready.
 
 use crate::api::client::Client;
-use crate::api::models::{RangeStatus, StatusResponse};
+use crate::api::exhaustion::exhaustion;
+use crate::api::models::StatusResponse;
 use crate::cni::CniError;
 
 pub fn status(client: &Client) -> Result<(), CniError> {
     let st = client
         .healthz_brief()
         .map_err(|e| CniError::plugin_not_available(format!("podnet is not available: {e}")))?;
+    verdict(&st)
+}
+
+/// STATUS's answer for what the daemon reports.
+fn verdict(st: &StatusResponse) -> Result<(), CniError> {
     if let Some(check) = st.ipam.config_check.as_ref().filter(|c| !c.fits) {
         let errors: Vec<String> = check
             .findings
@@ -34,120 +46,83 @@ pub fn status(client: &Client) -> Result<(), CniError> {
             "podnet daemon has no address range for this node yet",
         ));
     }
-    match exhaustion(&st) {
-        Some(message) => Err(CniError::limited_connectivity(message)),
-        None => Ok(()),
+    match exhaustion(st) {
+        Some(message) if !node_carries_exhaustion(st) => {
+            Err(CniError::limited_connectivity(message))
+        }
+        _ => Ok(()),
     }
 }
 
-/// The STATUS message for a node with an exhausted range, naming each full
-/// range and what would give the node room in its IPAM mode; `None` when every
-/// range has room (or can still grow).
-fn exhaustion(st: &StatusResponse) -> Option<String> {
-    let full: Vec<&RangeStatus> = st.ipam.ranges.iter().filter(|r| r.is_exhausted()).collect();
-    if full.is_empty() {
-        return None;
-    }
-    let ranges: Vec<String> = full
-        .iter()
-        .map(|r| {
-            format!(
-                "{} range {} of node {} is exhausted ({}/{} addresses in use)",
-                r.family, r.cidr, st.ipam.node_name, r.used, r.usable
-            )
-        })
-        .collect();
-    let remedy = match st.ipam.mode.as_str() {
-        "cluster-pool" => {
-            let families: Vec<&str> = full.iter().map(|r| r.family.as_str()).collect();
-            let masks: Vec<String> = families
-                .iter()
-                .map(|f| format!("cluster-pool-{f}-mask-size"))
-                .collect();
-            format!(
-                " or podnet's operator gives the node another range (at most \
-                 cluster-pool-extra-cidrs-max more; each range's size is {})",
-                masks.join(", ")
-            )
-        }
-        "kubernetes" => " (the range is the Node's spec.podCIDRs, sized by \
-                         kube-controller-manager's --node-cidr-mask-size)"
-            .to_string(),
-        _ => String::new(),
-    };
-    Some(format!(
-        "{}: new pods on this node cannot get an address until pods are deleted{remedy}",
-        ranges.join("; ")
-    ))
+/// Whether the agent's Node says the node is exhausted (its taint): the
+/// Kubernetes backend.
+fn node_carries_exhaustion(st: &StatusResponse) -> bool {
+    st.ipam
+        .backend
+        .as_ref()
+        .is_some_and(|b| b.kind == "kubernetes")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::models::{BackendStatus, ConfigCheckStatus, RangeStatus};
 
-    fn status(mode: &str, ranges: Vec<RangeStatus>) -> StatusResponse {
+    fn daemon(backend: &str, used: u64) -> StatusResponse {
         let mut st = StatusResponse::default();
-        st.ipam.mode = mode.into();
+        st.ipam.mode = "cluster-pool".into();
         st.ipam.node_name = "node-1".into();
-        st.ipam.ranges = ranges;
+        st.ipam.ranges = vec![RangeStatus {
+            family: "ipv4".into(),
+            cidr: "10.0.1.0/24".into(),
+            used,
+            usable: 254,
+            ..RangeStatus::default()
+        }];
+        st.ipam.backend = Some(BackendStatus {
+            kind: backend.into(),
+            ..BackendStatus::default()
+        });
         st
     }
 
-    fn range(family: &str, cidr: &str, used: u64, usable: u64) -> RangeStatus {
-        RangeStatus {
-            family: family.into(),
-            cidr: cidr.into(),
-            used,
-            usable,
-            ..RangeStatus::default()
+    fn code(answer: Result<(), CniError>) -> Option<u32> {
+        answer.err().map(|e| e.code)
+    }
+
+    #[test]
+    fn a_range_with_room_is_ready_under_every_backend() {
+        for backend in ["embedded", "file", "kubernetes"] {
+            assert_eq!(code(verdict(&daemon(backend, 253))), None, "{backend}");
         }
     }
 
     #[test]
-    fn a_range_with_room_or_one_that_can_grow_is_not_exhausted() {
-        let roomy = status("cluster-pool", vec![range("ipv4", "10.0.1.0/24", 253, 254)]);
-        assert_eq!(exhaustion(&roomy), None);
-        let growing = RangeStatus {
-            can_grow: true,
-            ..range("ipv4", "10.0.1.0/24", 254, 254)
-        };
-        assert_eq!(exhaustion(&status("multi-pool", vec![growing])), None);
+    fn an_exhausted_range_is_51_unless_the_kubernetes_node_carries_it() {
+        for backend in ["embedded", "file"] {
+            let err = verdict(&daemon(backend, 254)).expect_err(backend);
+            assert_eq!(err.code, 51, "{backend}");
+            assert!(
+                err.msg.contains("10.0.1.0/24 of node node-1 is exhausted"),
+                "{}",
+                err.msg
+            );
+        }
+        assert_eq!(code(verdict(&daemon("kubernetes", 254))), None);
     }
 
     #[test]
-    fn cluster_pool_names_every_full_range_and_the_options_of_its_family() {
-        let st = status(
-            "cluster-pool",
-            vec![
-                range("ipv4", "10.0.1.0/24 10.0.3.0/24", 508, 508),
-                range("ipv6", "fd00::/120", 254, 254),
-            ],
-        );
-        assert_eq!(
-            exhaustion(&st).as_deref(),
-            Some(
-                "ipv4 range 10.0.1.0/24 10.0.3.0/24 of node node-1 is exhausted (508/508 addresses in use); \
-                 ipv6 range fd00::/120 of node node-1 is exhausted (254/254 addresses in use): \
-                 new pods on this node cannot get an address until pods are deleted or podnet's \
-                 operator gives the node another range (at most cluster-pool-extra-cidrs-max more; \
-                 each range's size is cluster-pool-ipv4-mask-size, cluster-pool-ipv6-mask-size)"
-            )
-        );
-    }
-
-    #[test]
-    fn kubernetes_mode_points_at_the_controller_manager() {
-        let st = status("kubernetes", vec![range("ipv6", "fd00::/120", 254, 254)]);
-        let message = exhaustion(&st).unwrap_or_default();
-        assert!(message.starts_with("ipv6 range fd00::/120 of node node-1 is exhausted"));
-        assert!(message.ends_with("sized by kube-controller-manager's --node-cidr-mask-size)"));
-        assert!(!message.contains("cluster-pool"), "{message}");
-    }
-
-    #[test]
-    fn other_modes_say_only_that_pods_must_be_deleted() {
-        let st = status("crd", vec![range("ipv4", "10.0.0.0/28", 14, 14)]);
-        let message = exhaustion(&st).unwrap_or_default();
-        assert!(message.ends_with("until pods are deleted"), "{message}");
+    fn no_range_a_failure_or_a_config_that_does_not_fit_is_50_under_every_backend() {
+        for backend in ["embedded", "kubernetes"] {
+            let mut none = daemon(backend, 0);
+            none.ipam.ranges.clear();
+            assert_eq!(code(verdict(&none)), Some(50), "{backend}");
+            let mut failing = daemon(backend, 0);
+            failing.cilium.state = "Failure".into();
+            assert_eq!(code(verdict(&failing)), Some(50), "{backend}");
+            let mut unfit = daemon(backend, 0);
+            unfit.ipam.config_check = Some(ConfigCheckStatus::default());
+            assert_eq!(code(verdict(&unfit)), Some(50), "{backend}");
+        }
     }
 }

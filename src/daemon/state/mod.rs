@@ -137,6 +137,8 @@ pub struct IpamState {
     failures: VecDeque<FailureRecord>,
     /// Whether the configuration fits the node.
     fit: fit::Fit,
+    /// The last [`AddressRoom`](crate::node::AddressRoom) put in the outbox.
+    room_sent: Option<crate::node::AddressRoom>,
 }
 
 impl IpamState {

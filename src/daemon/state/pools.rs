@@ -16,7 +16,7 @@ use crate::ipam::hostscope::AllocatorOptions;
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::{MetadataSource, SelectionError, select_pool};
-use crate::node::{NodeError, NodeOutbox};
+use crate::node::{AddressRoom, NodeError, NodeOutbox};
 use crate::resources::{PoolDemand, RequestedPool};
 use crate::store::now_ms;
 
@@ -255,13 +255,31 @@ impl IpamState {
             .take_used_changed()
             .then(|| self.ledger.used_addresses());
         let out = self.sync.take_outbox(used, self.is_multi_pool());
-        match self.take_config_fit() {
-            Some(fit) => Some(NodeOutbox {
-                config_fit: Some(fit),
-                ..out.unwrap_or_default()
-            }),
-            None => out,
+        let config_fit = self.take_config_fit();
+        let address_room = self.take_address_room();
+        if config_fit.is_none() && address_room.is_none() {
+            return out;
         }
+        Some(NodeOutbox {
+            config_fit,
+            address_room,
+            ..out.unwrap_or_default()
+        })
+    }
+
+    /// Whether a new pod can get an address (the ranges as status reports
+    /// them), when that changed since the last call (the first call always: a
+    /// previous run's taint may be on the Node).
+    fn take_address_room(&mut self) -> Option<AddressRoom> {
+        let room = match crate::api::exhaustion::exhaustion(&self.status_brief(true)) {
+            Some(why) => AddressRoom::Exhausted(why),
+            None => AddressRoom::Available,
+        };
+        if self.room_sent.as_ref() == Some(&room) {
+            return None;
+        }
+        self.room_sent = Some(room.clone());
+        Some(room)
     }
 
     /// cluster-pool: the verdict on the node's CIDRs (`status.ipam.pod-cidrs`);

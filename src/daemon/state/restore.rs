@@ -163,6 +163,7 @@ impl IpamState {
             metrics,
             failures: VecDeque::new(),
             fit: super::fit::Fit::default(),
+            room_sent: None,
         };
         state.apply_node_blocks();
         let mut report = RestoreReport::default();

@@ -37,7 +37,8 @@
 //! is async.
 //!
 //! Owners: [`source`] (the source, its start in `start`, the Node's facts in
-//! `node_facts`), [`sink`] (the sink, its release of blocks in `release`), the
+//! `node_facts`), [`sink`] (the sink, its release of blocks in `release`, the
+//! exhaustion taint on the Node in `taint`), the
 //! bodies it applies (`bodies`), what the source last saw (`seen`) and the
 //! CiliumNode resource both resolve once (`resource`).
 
@@ -49,6 +50,7 @@ mod seen;
 pub mod sink;
 pub mod source;
 mod start;
+mod taint;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -147,6 +149,7 @@ pub fn kubernetes_backend(
             pending_fit: None,
             pending_released: BTreeSet::new(),
             pending_pod_cidrs: None,
+            pending_room: None,
         },
     )
 }

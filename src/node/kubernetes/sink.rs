@@ -2,7 +2,7 @@
 //! under [`FIELD_MANAGER`]), and through the status subresource the used
 //! addresses, the [`FIT_CONDITION`] and the verdict on the pod CIDRs, each only
 //! when the CiliumNode does not hold it already. Giving blocks back is in
-//! `release`.
+//! `release`, the exhaustion taint on the Node in `taint`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -20,7 +20,9 @@ use super::{
 use crate::k8s::connect::connect;
 use crate::k8s::discovery::{CiliumKind, resolve};
 use crate::k8s::objects::ApplyBody;
-use crate::node::{ConfigFit, FlushFuture, NodeError, NodeOutbox, NodeSink, UsedAddresses};
+use crate::node::{
+    AddressRoom, ConfigFit, FlushFuture, NodeError, NodeOutbox, NodeSink, UsedAddresses,
+};
 use crate::resources::PodCidrStatus;
 
 /// Writes the agent's fields of the CiliumNode.
@@ -41,6 +43,8 @@ pub struct KubernetesSink {
     pub(super) pending_released: BTreeSet<(String, IpNet)>,
     /// cluster-pool: the verdict on the node's CIDRs, not written yet.
     pub(super) pending_pod_cidrs: Option<BTreeMap<String, PodCidrStatus>>,
+    /// Whether new pods can get an address, not yet said on the Node (`taint`).
+    pub(super) pending_room: Option<AddressRoom>,
 }
 
 impl NodeSink for KubernetesSink {
@@ -56,6 +60,9 @@ impl KubernetesSink {
             .extend(outbox.released_blocks.iter().cloned());
         if let Some(fit) = outbox.config_fit.clone() {
             self.pending_fit = Some(fit);
+        }
+        if let Some(room) = outbox.address_room.clone() {
+            self.pending_room = Some(room);
         }
         if let (KubernetesMode::External { .. }, Some(used)) = (self.config.mode, &outbox.used) {
             self.pending_used = Some(used.clone());
@@ -94,13 +101,19 @@ impl KubernetesSink {
             self.apply_fit(&fit).await?;
             self.pending_fit = None;
         }
+        // The Node, after every CiliumNode write: a Node it may not patch (an
+        // agent-rbac.yaml from before the taint) holds up none of them.
+        if let Some(room) = self.pending_room.clone() {
+            self.apply_room(&room).await?;
+            self.pending_room = None;
+        }
         Ok(())
     }
 }
 
 impl KubernetesSink {
     /// The API client, connected on first use.
-    async fn client(&mut self) -> Result<kube::Client, NodeError> {
+    pub(super) async fn client(&mut self) -> Result<kube::Client, NodeError> {
         if let Some(c) = &self.client {
             return Ok(c.clone());
         }
