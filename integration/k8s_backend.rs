@@ -725,11 +725,13 @@ fn crd_mode_serves_the_single_ips_an_external_ipam_writes_and_reports_them_used(
             "initial IP to become available in '{name}' custom resource"
         ))
     });
-    // The external IPAM hands the node four addresses (its own field manager).
+    // The external IPAM hands the node five addresses (its own field manager):
+    // the router, the health endpoint and the two pods leave one free (a full
+    // node would also write its Node's exhaustion taint).
     cp.kubectl_stdin(
         &["apply", "--server-side", "--field-manager", "external-ipam", "-f", "-"],
         &format!(
-            "apiVersion: cilium.io/v2\nkind: CiliumNode\nmetadata: {{name: {name}}}\nspec:\n  ipam:\n    pool:\n      10.90.1.10: {{resource: eni-1}}\n      10.90.1.11: {{resource: eni-1}}\n      10.90.1.12: {{resource: eni-1}}\n      10.90.1.13: {{resource: eni-1}}\n"
+            "apiVersion: cilium.io/v2\nkind: CiliumNode\nmetadata: {{name: {name}}}\nspec:\n  ipam:\n    pool:\n      10.90.1.10: {{resource: eni-1}}\n      10.90.1.11: {{resource: eni-1}}\n      10.90.1.12: {{resource: eni-1}}\n      10.90.1.13: {{resource: eni-1}}\n      10.90.1.14: {{resource: eni-1}}\n"
         ),
     )
     .expect_ok("the external IPAM's addresses");
