@@ -4,8 +4,9 @@
 //! `podnet.io/addresses-exhausted:NoSchedule` with the reason beside it, while
 //! containerd 2, which sends STATUS on every CRI Status poll, keeps the node
 //! Ready (a NotReady node's pods are evicted); the scheduler holds a pod for the
-//! node back, naming the taint, and sends it once an address is free. CRI-O sends GC once at its start: an
-//! attachment it does not know is released, its running pods keep theirs.
+//! node back, and sends it once an address is free. CRI-O sends GC once at its
+//! start: an attachment it does not know is released, its running pods keep
+//! theirs.
 //! Restarting either runtime under running pods leaks and duplicates nothing.
 
 use std::time::Duration;
@@ -184,7 +185,7 @@ fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing() {
     eprintln!("{containerd2}: tainted {EXHAUSTED}: {reason}");
     // containerd 2 asks STATUS every 5 s: the node stays Ready through several
     // asks (a NotReady node's pods would be evicted 300 s later), and a pod the
-    // scheduler would send there waits, naming the taint.
+    // scheduler would send there waits for the taint.
     cluster.apply(&scheduled_to("waiting-for-room", &containerd2));
     std::thread::sleep(Duration::from_secs(20));
     let (status, message) = ready_condition(&cluster, &containerd2);
@@ -192,16 +193,27 @@ fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing() {
         status, "True",
         "{containerd2} stays Ready when exhausted: {message}"
     );
+    // (The scheduler of Kubernetes 1.37 counts the tainted node without naming
+    // the taint: "1 node(s) had untolerated taint(s)"; node-1's only taint is
+    // podnet's, checked above.)
     let waiting = cluster.wait_for(
-        "the pod for the full node unschedulable, naming the taint",
+        "the pod for the full node unschedulable for a taint",
         || {
             let pod = cluster.kubectl_json(&["get", "pod", "waiting-for-room"]);
             let message = pod_scheduled_message(&pod);
-            message.contains(EXHAUSTED).then_some(message)
+            message.contains("untolerated taint").then_some(message)
         },
         || cluster.describe("default"),
     );
     eprintln!("waiting-for-room: {waiting}");
+    let node = cluster.kubectl_json(&["get", "node", &containerd2]);
+    let keys: Vec<&str> = node["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["key"].as_str())
+        .collect();
+    assert_eq!(keys, [EXHAUSTED], "{containerd2}'s taints");
     let (status, _) = ready_condition(&cluster, &crio);
     assert_eq!(status, "True", "{crio} (CRI-O) is not affected");
     let freed = taken.pop().expect("at least one address taken");
