@@ -5,7 +5,8 @@
 //! the first still lists the block is told `moving` naming it, and gets the same
 //! address once the first gives the block back (a sampler never sees the block on
 //! both nodes); two nodes asking for a new identity at once: exactly one is
-//! assigned; a malformed request is refused naming it while the others are served.
+//! assigned; a malformed request is refused naming it while the others are served;
+//! a node asking for the sticky pool in `spec.ipam.pools.requested` gets no block.
 //! The CiliumNodes are written by the test as the agents would.
 
 use std::collections::BTreeMap;
@@ -13,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::k8s::ControlPlane;
-use crate::operator::{Operator, install_operator, wait_for};
+use crate::operator::{Operator, install_operator, operator_error, wait_for};
 
 const POOL: &str = "apiVersion: cilium.io/v2alpha1
 kind: CiliumPodIPPool
@@ -253,6 +254,23 @@ fn a_sticky_address_is_recorded_moves_between_nodes_and_is_never_on_two() {
         "web-0 and web-1 only: {:?}",
         owners(&cp)
     );
+
+    // The block carving does not hand out a sticky pool's addresses.
+    cp.kubectl(&[
+        "patch",
+        "ciliumnode",
+        "sc",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"ipam":{"pools":{"requested":[{"pool":"web","needed":{"ipv4-addrs":1}}]}}}}"#,
+    ])
+    .expect_ok("request the sticky pool as an ordinary pool");
+    wait_for(
+        "sc's operator-status error",
+        Duration::from_secs(20),
+        || operator_error(&cp, "sc").contains("pool is sticky"),
+    );
+    assert_eq!(all_blocks(&cp)["sc"].len(), usize::from(winner.0 == "sc"));
     let log = op.log();
     assert!(!log.contains(" WARN ") && !log.contains(" ERROR "), "{log}");
     op.stop();

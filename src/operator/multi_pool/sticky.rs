@@ -26,8 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::ipam::pooldef::{PoolDef, PoolFamilySpec};
 use crate::resources::AllocatedPool;
 
-/// The CiliumPodIPPool annotation that makes a pool sticky (`"true"`).
-pub const STICKY_POOL: &str = "ipam.podnet.io/sticky";
+pub use crate::ipam::pooldef::ANNOTATION_STICKY as STICKY_POOL;
 /// The CiliumPodIPPool annotation recording `{"<namespace>/<name>": "<address>"}`.
 pub const STICKY_OWNERS: &str = "ipam.podnet.io/sticky-owners";
 /// The CiliumNode annotation a node's agent asks with: `{"<namespace>/<name>": "<pool>"}`.
@@ -453,6 +452,7 @@ mod tests {
             allow_first_ip: false,
             allow_last_ip: false,
             skip_masquerade: false,
+            sticky: true,
             pod_selector: None,
             namespace_selector: None,
         }
