@@ -6,7 +6,8 @@
 //! may lag behind its own writes), decides, and writes in this order:
 //!
 //! 1. each pool's new `ipam.podnet.io/sticky-owners` record, as a merge patch
-//!    carrying the pool's resourceVersion (409: everything is read again);
+//!    carrying the pool's resourceVersion (409: everything is read again at
+//!    once, up to [`CONFLICTS_IN_A_ROW`] times, then after the backoff);
 //! 2. each node's `spec.ipam.pools.allocated` with the new /32 (/128) block, as
 //!    the multi-pool operator writes it: a forced server-side apply under the
 //!    operator's field manager with the node's UID and the resourceVersion it
@@ -33,7 +34,7 @@ use crate::k8s::mirror::WatchEnded;
 use crate::k8s::objects::{ListError, list_pages, list_valid, node_resource, watch_nodes};
 use crate::operator::FIELD_MANAGER;
 use crate::operator::node_api::{ApiNodes, NodeApply};
-use crate::operator::node_loop::WriteError;
+use crate::operator::node_loop::{CONFLICTS_IN_A_ROW, Refusal, WriteError};
 use crate::operator::retry::next_backoff;
 use crate::resources::{CiliumPodIPPool, NodeResource, POD_IP_POOL_KIND};
 
@@ -60,6 +61,20 @@ enum PassError {
         #[source]
         source: kube::Error,
     },
+}
+
+impl PassError {
+    /// Whether an object changed since it was read (409): read again at once.
+    fn conflict(&self) -> bool {
+        let is_409 = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.is_conflict());
+        match self {
+            PassError::Record { source, .. } => is_409(source),
+            PassError::Blocks { source, .. } => {
+                matches!(source, WriteError::Refused(Refusal::Conflict))
+            }
+            PassError::List(_) | PassError::Status { .. } => false,
+        }
+    }
 }
 
 /// A pool as read: its view and the resourceVersion its record is written at.
@@ -196,15 +211,18 @@ pub async fn run(
     pool_resource: ApiResource,
     nodes: &ApiNodes<'_>,
 ) -> WatchEnded {
-    let mut node_events = watch_nodes(nodes.api(), watcher::Config::default());
+    // Fused: a watch that ended says so again instead of being polled after its end.
+    let mut node_events = watch_nodes(nodes.api(), watcher::Config::default()).fuse();
     let pool_api: Api<DynamicObject> = Api::all_with(client.clone(), &pool_resource);
     let mut pool_events = watcher::watcher(pool_api, watcher::Config::default())
         .default_backoff()
-        .boxed();
+        .boxed()
+        .fuse();
     let mut moving = false;
     // A failed pass is tried again at this time.
     let mut retry_at: Option<Instant> = None;
     let mut backoff: Option<Duration> = None;
+    let mut conflicts = 0;
     loop {
         let retry = async {
             match retry_at {
@@ -241,10 +259,17 @@ pub async fn run(
         match pass(&client, &pool_resource, nodes).await {
             Ok(m) => {
                 moving = m;
+                conflicts = 0;
                 retry_at = None;
                 backoff = None;
             }
+            Err(e) if e.conflict() && conflicts + 1 < CONFLICTS_IN_A_ROW => {
+                tracing::debug!(error = %e, "sticky addresses: changed meanwhile; reading again");
+                conflicts += 1;
+                retry_at = Some(Instant::now());
+            }
             Err(e) => {
+                conflicts = 0;
                 let wait = next_backoff(backoff);
                 tracing::warn!(error = %e, retry_in = ?wait, "sticky addresses: pass not done");
                 backoff = Some(wait);
