@@ -278,3 +278,36 @@ pub async fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(annotations: &[(&str, &str)]) -> NodeResource {
+        let mut n = NodeResource::new("n1");
+        for (k, v) in annotations {
+            n.metadata.annotations.insert(k.to_string(), v.to_string());
+        }
+        n
+    }
+
+    #[test]
+    fn only_node_changes_that_may_change_an_answer_start_a_pass() {
+        let plain = || Event::Apply(node(&[]));
+        let asks = || Event::Apply(node(&[(STICKY_REQUESTS, "{}")]));
+        let answered = || Event::Apply(node(&[(STICKY_STATUS, "{}")]));
+        assert!(!concerns_sticky(&plain(), false));
+        assert!(
+            concerns_sticky(&plain(), true),
+            "a block may have been given back"
+        );
+        assert!(concerns_sticky(&asks(), false));
+        assert!(concerns_sticky(&answered(), false));
+        assert!(concerns_sticky(&Event::Delete(node(&[])), false));
+        assert!(concerns_sticky(&Event::InitDone, false));
+        assert!(!concerns_sticky(
+            &Event::InitApply(node(&[(STICKY_REQUESTS, "{}")])),
+            true
+        ));
+    }
+}
