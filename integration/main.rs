@@ -49,3 +49,4 @@ mod requested_address;
 mod round_trips;
 mod scripted;
 mod source_check;
+mod sticky_address;

@@ -701,17 +701,18 @@ fn the_operator_deployment_matches_what_the_binary_accepts() {
         podnet::operator::options::OperatorConfig::resolve(&opts).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.identity, "$(POD_NAME)", "Kubernetes expands it");
     // Least privilege: the Lease by name, CiliumNodes without create or delete,
-    // CiliumPodIPPools created (auto-created pools) but never changed, Pods
-    // listed only.
+    // CiliumPodIPPools created (auto-created pools) and patched (a sticky
+    // pool's record) but never replaced or deleted, Pods listed only.
     let role = kind("Role");
     let rules = role["rules"].as_array().expect("rules");
     assert!(rules.iter().any(|r| r["resourceNames"][0] == LEASE));
     let cluster_role = kind("ClusterRole");
     for rule in cluster_role["rules"].as_array().expect("rules") {
         let verbs = strings(&rule["verbs"]);
-        let forbidden: &[&str] = if rule["apiGroups"][0] == "apiextensions.k8s.io"
-            || rule["resources"][0] == "ciliumpodippools"
-        {
+        let forbidden: &[&str] = if rule["resources"][0] == "ciliumpodippools" {
+            // Pools: created when missing, a sticky pool's record patched.
+            &["update", "delete", "*"]
+        } else if rule["apiGroups"][0] == "apiextensions.k8s.io" {
             // It may create a missing CRD or pool, never change or delete one.
             &["update", "patch", "delete", "*"]
         } else if rule["apiGroups"][0] == "events.k8s.io" {

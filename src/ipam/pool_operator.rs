@@ -616,6 +616,15 @@ impl PoolOperator {
                 let Some(pool) = self.pools.get_mut(&req.pool) else {
                     continue;
                 };
+                if pool.def.sticky {
+                    errors.push(fail(
+                        "pool is sticky: its addresses go to pod identities through the \
+                         CiliumNode annotation ipam.podnet.io/sticky-requests, not \
+                         spec.ipam.pools.requested"
+                            .into(),
+                    ));
+                    continue;
+                }
                 let (allow_first_ip, allow_last_ip) =
                     (pool.def.allow_first_ip, pool.def.allow_last_ip);
                 let Some(fp) = pool.family_mut(family).filter(|fp| !fp.sets.is_empty()) else {
@@ -1115,6 +1124,18 @@ mod tests {
                 net("fd00::/120")
             ]
         );
+    }
+
+    #[test]
+    fn a_sticky_pool_is_not_carved_for_requested() {
+        let mut sticky = pool4("web", &["10.20.0.0/28"], 32);
+        sticky.sticky = true;
+        let mut op = PoolOperator::new(&[sticky]).unwrap();
+        let mut alloc = Vec::new();
+        let errs = op.satisfy("n1", &[req("web", 1, 0)], &mut alloc);
+        assert!(alloc.is_empty());
+        assert_eq!(errs.len(), 1);
+        assert!(errs[0].contains("pool is sticky"), "{errs:?}");
     }
 
     #[test]

@@ -18,6 +18,10 @@ use crate::resources::{
 
 /// The pool annotation that opts a pool's pods out of masquerading.
 pub const ANNOTATION_SKIP_MASQUERADE: &str = "ipam.cilium.io/skip-masquerade";
+/// The CiliumPodIPPool annotation that makes a pool sticky (`"true"`): its
+/// addresses belong to pod identities (`operator::multi_pool::sticky`), and
+/// no block of it is carved for `spec.ipam.pools.requested`.
+pub const ANNOTATION_STICKY: &str = "ipam.podnet.io/sticky";
 
 /// `cilium.io/v2` caps `cidrs` at this many items.
 const V2_MAX_CIDRS: usize = 32;
@@ -98,6 +102,9 @@ pub struct PoolDef {
     pub allow_last_ip: bool,
     /// The `ipam.cilium.io/skip-masquerade: "true"` annotation.
     pub skip_masquerade: bool,
+    /// The [`ANNOTATION_STICKY`]` = "true"` annotation.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sticky: bool,
     pub pod_selector: Option<LabelSelector>,
     pub namespace_selector: Option<LabelSelector>,
 }
@@ -163,6 +170,12 @@ impl TryFrom<&CiliumPodIPPool> for PoolDef {
                 .metadata
                 .annotations
                 .get(ANNOTATION_SKIP_MASQUERADE)
+                .map(String::as_str)
+                == Some("true"),
+            sticky: pool
+                .metadata
+                .annotations
+                .get(ANNOTATION_STICKY)
                 .map(String::as_str)
                 == Some("true"),
             pod_selector: selector("podSelector", &spec.pod_selector)?,

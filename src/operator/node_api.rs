@@ -100,6 +100,11 @@ impl<'a> ApiNodes<'a> {
         }
     }
 
+    /// The CiliumNode apiVersion in use.
+    pub fn api_version(&self) -> &str {
+        &self.api_version
+    }
+
     /// The CiliumNodes' API, at the same version (for the watch).
     pub fn api(&self) -> Api<DynamicObject> {
         self.api.clone()

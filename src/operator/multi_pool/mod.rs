@@ -25,6 +25,8 @@
 
 pub mod auto_create;
 pub mod blocks;
+pub mod sticky;
+mod sticky_loop;
 
 pub use blocks::PoolBlocks;
 
@@ -252,6 +254,11 @@ pub async fn run(
     let writer =
         ApiNodes::resolve(&client, PatchParams::apply(FIELD_MANAGER).force(), metrics).await;
     let nodes = watch_nodes(writer.api(), watcher::Config::default());
-    let pools = pool_changes(client, pool_resource);
-    node_loop::run(&mut blocks, &writer, nodes, pools, metrics).await
+    let pools = pool_changes(client.clone(), pool_resource.clone());
+    let allocator = node_loop::run(&mut blocks, &writer, nodes, pools, metrics);
+    let sticky = sticky_loop::run(client, pool_resource, &writer);
+    tokio::select! {
+        ended = allocator => ended,
+        ended = sticky => ended,
+    }
 }
