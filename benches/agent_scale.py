@@ -372,6 +372,8 @@ def report(args):
     json.dump({"rev": args.rev, "machine": args.machine, "runs": rows},
               open(args.out + ".json", "w"), indent=1)
     names = {"podnet-tunnel": f"podnet {args.rev} tunnel", "podnet-native": f"podnet {args.rev} native",
+             "podnet-base-tunnel": "podnet base (PODNET_BASE_BIN) tunnel",
+             "podnet-base-native": "podnet base (PODNET_BASE_BIN) native",
              "flannel": "flanneld v0.28.10 vxlan"}
     loads = [r["load_start"] for r in rows] + [r["load_end"] for r in rows]
     lines = [f"Agent scale, podnet {args.rev}, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC; "
