@@ -81,6 +81,32 @@ fn not_yours(own: &str, other: &str) -> String {
     format!("podnet-agent on node {own} may write only CiliumNode {own}, not {other}")
 }
 
+/// Asserts that the API server refused `out` with the policy's message `msg`.
+fn refused(out: KubectlOutput, what: &str, msg: &str) {
+    assert!(
+        out.forbidden() && out.stderr.contains(msg),
+        "{what}: expected the policy's refusal ({msg}), got {out:?}"
+    );
+}
+
+/// The policies load asynchronously: repeats `dry_run` (a `--dry-run=server`
+/// write: admission runs, nothing is stored) until the API server refuses it.
+fn wait_until_refused(mut dry_run: impl FnMut() -> KubectlOutput) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = dry_run();
+        if out.forbidden() {
+            return;
+        }
+        assert!(out.ok, "dry-run patch: {out:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the admission policy refused nothing within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// deploy/agent-rbac.yaml on a real API server: a podnet-agent token bound to a pod
 /// on node A (as the kubelet mounts it) carries A's name; with it, every kind of
 /// write to node B's CiliumNode (merge patch, update, server-side apply, the
@@ -127,12 +153,6 @@ fn agent_token_writes_only_its_own_nodes_ciliumnode() {
         let args: Vec<&str> = w.args.iter().map(String::as_str).collect();
         cp.kubectl_as(&client.ns, kc, &args, w.stdin.as_deref())
     };
-    let refused = |out: KubectlOutput, what: &str, msg: &str| {
-        assert!(
-            out.forbidden() && out.stderr.contains(msg),
-            "{what}: expected the policy's refusal ({msg}), got {out:?}"
-        );
-    };
 
     // The bound token names the pod's node (ServiceAccountTokenPodNodeInfo).
     let who: Value = serde_json::from_str(
@@ -149,19 +169,7 @@ fn agent_token_writes_only_its_own_nodes_ciliumnode() {
     // nothing is stored) until it refuses.
     let mut probe = writes(b, "dry-run").swap_remove(0);
     probe.args.push("--dry-run=server".into());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = write(&agent, &probe);
-        if out.forbidden() {
-            break;
-        }
-        assert!(out.ok, "dry-run patch: {out:?}");
-        assert!(
-            Instant::now() < deadline,
-            "the admission policy refused nothing within 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until_refused(|| write(&agent, &probe));
 
     // Node B's CiliumNode: every write refused, nothing changed.
     let b_msg = not_yours(a, b);
@@ -299,28 +307,10 @@ fn agent_token_marks_only_its_own_node_and_only_as_exhausted() {
 
     // The policy loads asynchronously: a dry run (admission runs, nothing is
     // stored) until it refuses the write to B.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut probe = exhausted(b);
-        probe.push("--dry-run=server".into());
-        let out = as_agent(&agent, &probe);
-        if out.forbidden() {
-            break;
-        }
-        assert!(out.ok, "dry-run patch: {out:?}");
-        assert!(
-            Instant::now() < deadline,
-            "the admission policy refused nothing within 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut probe = exhausted(b);
+    probe.push("--dry-run=server".into());
+    wait_until_refused(|| as_agent(&agent, &probe));
 
-    let refused = |out: KubectlOutput, what: &str, msg: &str| {
-        assert!(
-            out.forbidden() && out.stderr.contains(msg),
-            "{what}: expected the policy's refusal ({msg}), got {out:?}"
-        );
-    };
     refused(
         as_agent(&agent, &exhausted(b)),
         "tainting B",

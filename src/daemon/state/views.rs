@@ -210,14 +210,11 @@ impl IpamState {
             .cfg
             .families
             .iter()
-            .filter_map(|family| self.family_status(*family, &operator_error, &mut ipam))
+            .filter_map(|family| self.family_status(*family, brief, &operator_error, &mut ipam))
             .collect();
         ipam.status = lines.join(", ");
         ipam.pod_cidrs = self.pod_cidr_lines();
-        if brief {
-            ipam.ipv4 = None;
-            ipam.ipv6 = None;
-        } else {
+        if !brief {
             self.add_address_owners(now, &mut ipam);
         }
         let cilium = self.overall_status(now, &mut ipam);
@@ -226,11 +223,13 @@ impl IpamState {
         status
     }
 
-    /// Fills `family`'s address list and its ranges (one per pool) into `ipam`;
-    /// returns the family's part of the one-line status, if it has one.
+    /// Fills `family`'s ranges (one per pool) into `ipam`, and its address list
+    /// unless `brief`; returns the family's part of the one-line status, if it
+    /// has one.
     fn family_status(
         &self,
         family: Family,
+        brief: bool,
         operator_error: &str,
         ipam: &mut IpamStatus,
     ) -> Option<String> {
@@ -240,10 +239,12 @@ impl IpamState {
                 .iter()
                 .filter(move |rec| Family::of_addr(&rec.ip) == family)
         };
-        let list: Vec<String> = in_family().map(|rec| rec.ip.to_string()).collect();
-        match family {
-            Family::V4 => ipam.ipv4 = Some(list),
-            Family::V6 => ipam.ipv6 = Some(list),
+        if !brief {
+            let list: Vec<String> = in_family().map(|rec| rec.ip.to_string()).collect();
+            match family {
+                Family::V4 => ipam.ipv4 = Some(list),
+                Family::V6 => ipam.ipv6 = Some(list),
+            }
         }
         let pools: Vec<String> = self
             .pools
