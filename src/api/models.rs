@@ -48,6 +48,12 @@ pub enum FailureReason {
     /// The address the pod's annotation asks for is in no pool, or in another
     /// pool than the pod's.
     AddressNotInPool,
+    /// The pod's sticky address (`ipam.podnet.io/sticky-pool`) is not on this
+    /// node yet: asked of the operator, or still on the node the pod left.
+    StickyWaiting,
+    /// The pod's sticky address cannot be served: the annotation names no
+    /// sticky pool, or the operator refused the request (its words).
+    StickyRefused,
 }
 
 impl FailureReason {
@@ -65,6 +71,8 @@ impl FailureReason {
             FailureReason::AddressTaken => "address-taken",
             FailureReason::AddressOutsideNode => "address-outside-node",
             FailureReason::AddressNotInPool => "address-not-in-pool",
+            FailureReason::StickyWaiting => "sticky-waiting",
+            FailureReason::StickyRefused => "sticky-refused",
         }
     }
 
@@ -77,6 +85,7 @@ impl FailureReason {
                 | FailureReason::AddressTaken
                 | FailureReason::AddressOutsideNode
                 | FailureReason::AddressNotInPool
+                | FailureReason::StickyRefused
         )
     }
 
@@ -94,6 +103,8 @@ impl FailureReason {
             FailureReason::AddressTaken,
             FailureReason::AddressOutsideNode,
             FailureReason::AddressNotInPool,
+            FailureReason::StickyWaiting,
+            FailureReason::StickyRefused,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)

@@ -1,6 +1,7 @@
 //! The Event on the Pod when the addresses its `ipam.podnet.io/ip-addresses`
 //! annotation asks for are refused (an `address-*` reason: malformed, taken and
-//! by whom, outside this node's ranges, in no pool): the CNI error reaches the
+//! by whom, outside this node's ranges, in no pool), and when a sticky address
+//! (`ipam.podnet.io/sticky-pool`) is refused: the CNI error reaches the
 //! kubelet's log and its FailedCreatePodSandBox Event, this one says it on the
 //! Pod in podnet's words, with reason `RequestedAddressRefused`. Posted in the
 //! background, never holding the ADD; only on the Kubernetes backend (the

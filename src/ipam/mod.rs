@@ -23,6 +23,7 @@ pub mod pool_options;
 pub mod pooldef;
 pub mod selection;
 pub mod sizing;
+pub mod sticky;
 
 use std::fmt;
 use std::net::IpAddr;

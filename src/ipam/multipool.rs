@@ -301,6 +301,31 @@ impl PoolSet {
         out
     }
 
+    /// Sticky pools (one address a block, each an identity's): the blocks with
+    /// no address in use that are not in `keep` (the addresses this node still
+    /// asks for) are dropped and returned, for the caller to give back.
+    pub fn release_blocks_not_kept(
+        &mut self,
+        pool: &str,
+        family: Family,
+        keep: &std::collections::BTreeSet<IpAddr>,
+    ) -> Vec<IpNet> {
+        let Some(p) = self.pools.get_mut(pool) else {
+            return Vec::new();
+        };
+        let blocks = p.blocks_mut(family);
+        let released: Vec<IpNet> = blocks
+            .iter()
+            .filter(|b| b.alloc.used() == 0 && !keep.contains(&b.cidr.network()))
+            .map(|b| b.cidr)
+            .collect();
+        blocks.retain(|b| !released.contains(&b.cidr));
+        if p.v4.is_empty() && p.v6.is_empty() {
+            self.pools.remove(pool);
+        }
+        released
+    }
+
     /// Blocks to give back (Cilium §6.4): walking the newest first, a block with no
     /// address in use goes when the rest still leaves `needed − in use` free.
     /// The chosen blocks are dropped here; the caller removes them from the node's
@@ -490,6 +515,35 @@ mod tests {
         assert_eq!(
             s.release_free_blocks("default", Family::V4, 0),
             vec![net("10.0.0.0/29")]
+        );
+        assert!(s.names().is_empty());
+    }
+
+    #[test]
+    fn sticky_blocks_go_back_unless_in_use_or_still_asked_for() {
+        let mut s = PoolSet::new();
+        let blocks = [
+            net("10.20.0.1/32"),
+            net("10.20.0.2/32"),
+            net("10.20.0.3/32"),
+        ];
+        s.sync_pool("web", Family::V4, &blocks, AllocatorOptions::default());
+        let (one, two): (IpAddr, IpAddr) =
+            ("10.20.0.1".parse().unwrap(), "10.20.0.2".parse().unwrap());
+        s.allocate("web", one).unwrap();
+        let keep = std::collections::BTreeSet::from([two]);
+        assert_eq!(
+            s.release_blocks_not_kept("web", Family::V4, &keep),
+            vec![net("10.20.0.3/32")]
+        );
+        assert!(
+            s.release_blocks_not_kept("web", Family::V4, &keep)
+                .is_empty()
+        );
+        s.release(one);
+        assert_eq!(
+            s.release_blocks_not_kept("web", Family::V4, &Default::default()),
+            blocks[..2].to_vec()
         );
         assert!(s.names().is_empty());
     }

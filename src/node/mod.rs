@@ -236,6 +236,9 @@ pub struct UsedAddresses {
 pub struct NodeOutbox {
     /// `spec.ipam.pools.requested` (multi-pool demand).
     pub requested_pools: Option<Vec<RequestedPool>>,
+    /// Multi-pool: the sticky addresses this node asks for (identity -> pool,
+    /// the CiliumNode annotation `ipam.podnet.io/sticky-requests`; empty: none).
+    pub sticky_requests: Option<BTreeMap<String, String>>,
     /// `status.ipam.used` and `ipv6-used`.
     pub used: Option<UsedAddresses>,
     /// `spec.addresses` (the router's CiliumInternalIP).
@@ -267,6 +270,7 @@ impl NodeOutbox {
         self.released_blocks.is_empty()
             && self.config_fit.is_none()
             && self.requested_pools.is_none()
+            && self.sticky_requests.is_none()
             && self.used.is_none()
             && self.addresses.is_none()
             && self.health.is_none()

@@ -8,8 +8,9 @@
 //! `ipam.podnet.io/ip-addresses` annotation asks for refused (malformed, taken,
 //! outside the node's ranges, in no pool: `address-*` reasons) → 107, not 7 (the
 //! fault is the Pod's, not the network config's) nor 11 (it lasts until the Pod
-//! or the holder changes; the kubelet retries the sandbox anyway); any other
-//! refusal → 100.
+//! or the holder changes; the kubelet retries the sandbox anyway), and so is a
+//! sticky address refused (`sticky-refused`); a sticky address not on the node
+//! yet (`sticky-waiting`, 503) → 11; any other refusal → 100.
 //! The daemon's own text is kept; the code follows its reason, never its wording.
 
 use crate::api::client::ClientError;
@@ -96,6 +97,7 @@ mod tests {
             FailureReason::AddressTaken,
             FailureReason::AddressOutsideNode,
             FailureReason::AddressNotInPool,
+            FailureReason::StickyRefused,
         ] {
             let pinned = ClientError::Status {
                 status: 409,
@@ -107,6 +109,16 @@ mod tests {
             assert_eq!(e.code, CniError::REQUESTED_ADDRESS_REFUSED, "{reason:?}");
             assert!(e.msg.contains("default/web-0"), "{}", e.msg);
         }
+        // A sticky address still on the node its pod left, after the wait.
+        let moving = ClientError::Status {
+            status: 503,
+            message:
+                "pod db/web-0: sticky address of pool web: the address is still on another node"
+                    .into(),
+            reason: Some(FailureReason::StickyWaiting),
+            config: None,
+        };
+        assert_eq!(to_cni(moving, "x").code, CniError::TRY_AGAIN_LATER);
         let refused = ClientError::Status {
             status: 400,
             message: "invalid owner".into(),

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use super::super::config::IpamMode;
-use super::ledger::held;
+use super::ledger::{STICKY_CODE, held};
 use super::requested::{Requested, requested_code};
 use super::{
     AllocateRequest, ApiError, ErrorKind, HOLD_UNTIL_TEARDOWN, IpamState, TEARDOWN_PREFIX, Teardown,
@@ -89,7 +89,9 @@ impl IpamState {
             .copied()
             .filter(|f| req.family.is_none_or(|want| want == *f))
             .collect();
-        // The addresses the pod's annotation asks for, if any (`requested`).
+        // The sticky pool the pod names, if any (`sticky`), and the addresses
+        // its annotation asks for, if any (`requested`).
+        let sticky = self.sticky_pool_of(&req.owner)?;
         let requested = self.requested_addresses(&req.owner)?;
         let mut taken: Vec<AllocationRecord> = Vec::new();
         // Addresses of `taken` that were the pod's own already: their bits are
@@ -97,22 +99,31 @@ impl IpamState {
         let mut kept: Vec<IpAddr> = Vec::new();
         for family in families {
             let wanted = requested.and_then(|r| r.of(family));
-            let picked = self
-                .choose_pool(&req.pool, &req.owner, family)
-                .and_then(|(pool, why)| {
-                    let Some(ip) = wanted else {
-                        let ip = self.take_next(&pool, family, &req.owner)?;
-                        // The pools handed out an address the ledger holds (a kept
-                        // address outside the ranges whose block came back): refused,
-                        // and its bit stays taken, so the next ADD gets another one.
-                        self.ledger.claim(ip)?;
-                        return Ok((pool, why.map(str::to_string), ip));
-                    };
-                    if let Requested::Kept = self.take_requested(&pool, ip, req, &mut ops)? {
+            let picked = match sticky.as_ref().filter(|p| p.family == family) {
+                Some(pool) => self.take_sticky(pool, req, &mut ops).map(|(ip, how)| {
+                    if let Requested::Kept = how {
                         kept.push(ip);
                     }
-                    Ok((pool, Some(requested_code(why)), ip))
-                });
+                    (pool.name.clone(), Some(STICKY_CODE.to_string()), ip)
+                }),
+                None => self
+                    .choose_pool(&req.pool, &req.owner, family)
+                    .and_then(|(pool, why)| {
+                        self.refuse_sticky_pool(&pool, &req.owner)?;
+                        let Some(ip) = wanted else {
+                            let ip = self.take_next(&pool, family, &req.owner)?;
+                            // The pools handed out an address the ledger holds (a kept
+                            // address outside the ranges whose block came back): refused,
+                            // and its bit stays taken, so the next ADD gets another one.
+                            self.ledger.claim(ip)?;
+                            return Ok((pool, why.map(str::to_string), ip));
+                        };
+                        if let Requested::Kept = self.take_requested(&pool, ip, req, &mut ops)? {
+                            kept.push(ip);
+                        }
+                        Ok((pool, Some(requested_code(why)), ip))
+                    }),
+            };
             match picked {
                 Ok((pool, why, ip)) => {
                     let mut rec = self.new_record(ip, family, req, now);
@@ -165,7 +176,11 @@ impl IpamState {
     /// blocks that meet it arrive with a later node resource. Not when the operator
     /// has reported that it cannot meet this node's demand (a pool exhausted or
     /// missing): then the refusal is final until the operator says otherwise.
+    /// A sticky address not on this node yet (`sticky`) waits the same way.
     pub fn waits_for_blocks(&self, e: &ApiError) -> bool {
+        if e.reason == Some(FailureReason::StickyWaiting) {
+            return true;
+        }
         self.is_multi_pool()
             && !self.sync.has_operator()
             && self.sync.operator_error().is_empty()
@@ -333,6 +348,7 @@ impl IpamState {
         } else {
             pool
         };
+        self.refuse_sticky_pool(&pool, owner)?;
         if let Some(rec) = self
             .ledger
             .allocations()

@@ -32,6 +32,9 @@ use crate::store::{
 
 /// Cooling "until" of an address held while its links are torn down.
 pub const HOLD_UNTIL_TEARDOWN: u64 = u64::MAX;
+/// The `selected_by` code of a sticky address (`state::sticky`): released
+/// without the cooldown, since only its own identity may have it again.
+pub(super) const STICKY_CODE: &str = "sticky-pool";
 /// Journal meta key prefix of pending link teardowns.
 pub const TEARDOWN_PREFIX: &str = "teardown/";
 /// The first words of the error a client gets while the journal cannot commit.
@@ -297,9 +300,9 @@ impl Ledger {
     }
 
     /// The journal op that releases `rec`: straight back to the pool without a
-    /// cooldown, else into the cooling state.
+    /// cooldown (or for a sticky address), else into the cooling state.
     pub(super) fn release_op(&self, rec: &AllocationRecord, now: u64) -> JournalOp {
-        if self.cooldown.is_zero() {
+        if self.cooldown.is_zero() || rec.selected_by.as_deref() == Some(STICKY_CODE) {
             JournalOp::DeleteAllocation {
                 pool: rec.pool.clone(),
                 ip: rec.ip,

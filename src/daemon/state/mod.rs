@@ -31,6 +31,7 @@ mod node_sync;
 mod pools;
 mod requested;
 mod restore;
+mod sticky;
 #[cfg(test)]
 mod tests;
 mod views;

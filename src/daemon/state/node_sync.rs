@@ -30,6 +30,7 @@ use crate::ipam::Family;
 use crate::ipam::cidr_depletion::{CidrTracker, CidrUse, DepletionRules, status_map};
 use crate::ipam::hostscope::AllocatorOptions;
 use crate::ipam::pooldef::PoolDef;
+use crate::ipam::sticky::STICKY_STATUS;
 use crate::node::{
     HealthAddresses, NodeAddress, NodeError, NodeOperator, NodeOutbox, NodeResource, RequestedPool,
     UsedAddresses,
@@ -59,6 +60,8 @@ struct OutboxMarks {
     addresses: Option<Vec<NodeAddress>>,
     health: Option<HealthAddresses>,
     pod_cidrs: Option<BTreeMap<String, PodCidrStatus>>,
+    /// Multi-pool: the sticky requests last handed (identity -> pool).
+    sticky_requests: Option<BTreeMap<String, String>>,
 }
 
 /// The node resource, the pool definitions, the operator, demand and outbox.
@@ -74,6 +77,8 @@ pub(super) struct NodeSync {
     outbox: OutboxMarks,
     /// cluster-pool: since when extra CIDRs are empty, which were released.
     cidrs: CidrTracker,
+    /// Sticky addresses whose ADD waits: identity -> (pool, when it last asked, ms).
+    sticky_waiting: BTreeMap<String, (String, u64)>,
 }
 
 impl NodeSync {
@@ -90,6 +95,7 @@ impl NodeSync {
             pool_defs,
             pending: BTreeMap::new(),
             restore_finished: false,
+            sticky_waiting: BTreeMap::new(),
             outbox: OutboxMarks {
                 used_changed: true,
                 ..Default::default()
@@ -197,6 +203,27 @@ impl NodeSync {
         }
     }
 
+    /// Notes that `identity`'s ADD waits for its sticky address of `pool` at `now` (ms).
+    pub(super) fn note_sticky_waiting(&mut self, identity: &str, pool: &str, now: u64) {
+        self.sticky_waiting
+            .insert(identity.to_string(), (pool.to_string(), now));
+    }
+
+    /// `identity` got its sticky address (or its pod is gone): it waits no more.
+    pub(super) fn clear_sticky_waiting(&mut self, identity: &str) {
+        self.sticky_waiting.remove(identity);
+    }
+
+    /// The identities whose ADD waits for a sticky address, with their pool;
+    /// those that last asked `PENDING_TTL_MS` before `now` are forgotten first.
+    pub(super) fn sticky_waiting(&mut self, now: u64) -> impl Iterator<Item = (&str, &str)> {
+        self.sticky_waiting
+            .retain(|_, (_, t)| now.saturating_sub(*t) < PENDING_TTL_MS);
+        self.sticky_waiting
+            .iter()
+            .map(|(identity, (pool, _))| (identity.as_str(), pool.as_str()))
+    }
+
     /// The pools with pending demand (of either family; possibly none left).
     pub(super) fn pending_pools(&self) -> impl Iterator<Item = &str> {
         self.pending.keys().map(|(p, _)| p.as_str())
@@ -298,6 +325,18 @@ impl NodeSync {
         self.node.spec.ipam.pools.allocated = allocated;
         self.node.spec.eni = node.spec.eni;
         self.node.status.eni = node.status.eni;
+        // The operator's answers to this node's sticky requests.
+        match node.metadata.annotations.get(STICKY_STATUS) {
+            Some(answers) => {
+                self.node
+                    .metadata
+                    .annotations
+                    .insert(STICKY_STATUS.to_string(), answers.clone());
+            }
+            None => {
+                self.node.metadata.annotations.remove(STICKY_STATUS);
+            }
+        }
         // The cluster operator's last word on this node's demand (an exhausted or
         // missing pool): shown in status and failed ADDs, and it ends waits.
         self.node.status.ipam.operator_status = node.status.ipam.operator_status;
@@ -358,12 +397,13 @@ impl NodeSync {
     }
 
     /// What changed for the node sink since the last call: `used` (when it
-    /// changed), the blocks given back, the demand (`multi_pool` only) and the
-    /// node's addresses. None when nothing did.
+    /// changed), the blocks given back, the demand and the sticky requests
+    /// (`multi_pool` only) and the node's addresses. None when nothing did.
     pub(super) fn take_outbox(
         &mut self,
         used: Option<UsedAddresses>,
         multi_pool: bool,
+        sticky_requests: BTreeMap<String, String>,
     ) -> Option<NodeOutbox> {
         let mut out = NodeOutbox {
             released_blocks: std::mem::take(&mut self.outbox.released),
@@ -374,6 +414,13 @@ impl NodeSync {
         if multi_pool && self.outbox.requested.as_ref() != Some(requested) {
             self.outbox.requested = Some(requested.clone());
             out.requested_pools = Some(requested.clone());
+        }
+        if multi_pool
+            && self.operator.is_none()
+            && self.outbox.sticky_requests.as_ref() != Some(&sticky_requests)
+        {
+            self.outbox.sticky_requests = Some(sticky_requests.clone());
+            out.sticky_requests = Some(sticky_requests);
         }
         let addresses = &self.node.spec.addresses;
         if self.outbox.addresses.as_ref() != Some(addresses) {
@@ -464,13 +511,18 @@ mod tests {
         );
         assert!(!sync.take_used_changed());
         let first = sync
-            .take_outbox(Some(UsedAddresses::default()), true)
+            .take_outbox(Some(UsedAddresses::default()), true, BTreeMap::new())
             .expect("the first outbox");
         assert_eq!(first.used, Some(UsedAddresses::default()));
         assert_eq!(first.requested_pools, Some(Vec::new()));
+        assert_eq!(first.sticky_requests, Some(BTreeMap::new()));
         assert_eq!(first.addresses, Some(Vec::new()));
         assert!(first.health.is_some());
-        assert_eq!(sync.take_outbox(None, true), None, "nothing changed since");
+        assert_eq!(
+            sync.take_outbox(None, true, BTreeMap::new()),
+            None,
+            "nothing changed since"
+        );
 
         let router: IpAddr = "10.0.0.1".parse().unwrap();
         sync.set_router(router);
@@ -483,14 +535,24 @@ mod tests {
             },
         }];
         sync.request(demand.clone());
-        let out = sync.take_outbox(None, false).expect("addresses changed");
+        let out = sync
+            .take_outbox(None, false, BTreeMap::new())
+            .expect("addresses changed");
         assert_eq!(out.addresses.unwrap()[0].ip, router.to_string());
         assert_eq!(out.health.unwrap().ipv4, "10.0.0.2");
         assert_eq!(out.requested_pools, None, "demand only in multi-pool");
         assert_eq!(out.used, None);
-        let out = sync.take_outbox(None, true).expect("the demand");
+        let out = sync
+            .take_outbox(None, true, BTreeMap::new())
+            .expect("the demand");
         assert_eq!(out.requested_pools, Some(demand));
-        assert_eq!(sync.take_outbox(None, true), None);
+        assert_eq!(sync.take_outbox(None, true, BTreeMap::new()), None);
+        let asks = BTreeMap::from([("db/web-0".to_string(), "web".to_string())]);
+        let out = sync
+            .take_outbox(None, true, asks.clone())
+            .expect("a sticky request");
+        assert_eq!(out.sticky_requests, Some(asks.clone()));
+        assert_eq!(sync.take_outbox(None, true, asks), None);
         sync.mark_used_changed();
         assert!(sync.take_used_changed());
     }
@@ -501,7 +563,7 @@ mod tests {
         let mut sync = NodeSync::new(with_blocks(&[b1, b2]), None, Vec::new());
         sync.give_back_block("blue", net(b1));
         assert_eq!(blue_blocks(&sync), [net(b2)]);
-        let out = sync.take_outbox(None, true).unwrap();
+        let out = sync.take_outbox(None, true, BTreeMap::new()).unwrap();
         assert_eq!(out.released_blocks, [("blue".to_string(), net(b1))]);
         // The cluster operator's copy still lists it: kept out.
         sync.set_external(with_blocks(&[b1, b2]));

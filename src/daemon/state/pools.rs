@@ -142,6 +142,8 @@ impl IpamState {
         names.dedup();
         let mut requested = Vec::new();
         let mut needed_by: BTreeMap<(String, Family), u64> = BTreeMap::new();
+        // Sticky pools are asked for by identity (`sticky`), never by count.
+        names.retain(|pool| !self.is_sticky_pool(pool));
         for pool in &names {
             let mut demand = PoolDemand::default();
             for family in self.cfg.families.clone() {
@@ -173,6 +175,7 @@ impl IpamState {
                     self.sync.give_back_block(&pool, cidr);
                 }
             }
+            self.give_back_sticky_blocks();
             self.sync.drop_empty_pools();
         }
         if *self.sync.node() != before {
@@ -254,7 +257,10 @@ impl IpamState {
             .sync
             .take_used_changed()
             .then(|| self.ledger.used_addresses());
-        let out = self.sync.take_outbox(used, self.is_multi_pool());
+        let sticky_requests = self.sticky_requests();
+        let out = self
+            .sync
+            .take_outbox(used, self.is_multi_pool(), sticky_requests);
         let config_fit = self.take_config_fit();
         let address_room = self.take_address_room();
         if config_fit.is_none() && address_room.is_none() {

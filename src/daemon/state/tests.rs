@@ -36,6 +36,7 @@ use crate::store::{AllocationRecord, EndpointRecord, Journal};
 use crate::test_dir::TestDir;
 
 mod requested;
+mod sticky;
 
 const NODE: &str = "node-a";
 

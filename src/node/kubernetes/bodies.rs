@@ -9,6 +9,7 @@ use ipnet::IpNet;
 use serde_json::json;
 
 use super::FIT_CONDITION;
+use crate::ipam::sticky::{STICKY_REQUESTS, requests_annotation};
 use crate::k8s::objects::{ApplyBody, condition_json};
 use crate::node::{
     ConfigFit, HealthAddresses, NodeAddress, NodeResource, RequestedPool, UsedAddresses,
@@ -25,6 +26,9 @@ pub(super) struct AgentFields {
     pub(super) health: HealthAddresses,
     pub(super) pod_cidrs: Option<Vec<IpNet>>,
     pub(super) requested: Option<Vec<RequestedPool>>,
+    /// Multi-pool: the sticky addresses asked for (identity -> pool); written
+    /// as the annotation [`STICKY_REQUESTS`] while not empty.
+    pub(super) sticky_requests: BTreeMap<String, String>,
 }
 
 impl AgentFields {
@@ -73,7 +77,13 @@ impl AgentFields {
         if !self.health.is_empty() {
             spec["health"] = json!(self.health);
         }
-        let body = ApplyBody::new(api_version, "CiliumNode", node_name);
+        let mut body = ApplyBody::new(api_version, "CiliumNode", node_name);
+        if !self.sticky_requests.is_empty() {
+            body = body.meta(
+                "annotations",
+                json!({STICKY_REQUESTS: requests_annotation(&self.sticky_requests)}),
+            );
+        }
         let body = if self.node_uid.is_empty() {
             body
         } else {
@@ -169,6 +179,7 @@ mod tests {
             },
             pod_cidrs: Some(vec!["10.244.1.0/24".parse().unwrap()]),
             requested: Some(vec![requested("default", 16)]),
+            sticky_requests: BTreeMap::from([("db/web-0".into(), "web".into())]),
         };
         assert_eq!(
             wire(&full.apply_body("n1", "cilium.io/v2")),
@@ -180,6 +191,7 @@ mod tests {
                     "ownerReferences": [
                         {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u-1"}
                     ],
+                    "annotations": {"ipam.podnet.io/sticky-requests": "{\"db/web-0\":\"web\"}"},
                 },
                 "spec": {
                     "addresses": [
@@ -321,8 +333,11 @@ mod tests {
             },
             pod_cidrs: None,
             requested: Some(Vec::new()),
+            sticky_requests: BTreeMap::new(),
         };
         let body = wire(&f.apply_body("n1", "cilium.io/v2"));
+        // No sticky request: no annotation (the apply gives it up).
+        assert!(body["metadata"].get("annotations").is_none());
         assert_eq!(body["spec"]["health"]["ipv4"], "10.244.1.2");
         assert!(body["spec"]["health"].get("ipv6").is_none());
         assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "u-1");

@@ -152,6 +152,10 @@ impl KubernetesSink {
                 f.requested = Some(requested.clone());
                 changed = true;
             }
+            if let Some(sticky) = &outbox.sticky_requests {
+                f.sticky_requests = sticky.clone();
+                changed = true;
+            }
             if !changed {
                 return Ok(());
             }

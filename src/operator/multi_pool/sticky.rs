@@ -21,52 +21,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use serde::{Deserialize, Serialize};
 
 use crate::ipam::pooldef::{PoolDef, PoolFamilySpec};
 use crate::resources::AllocatedPool;
 
-pub use crate::ipam::pooldef::ANNOTATION_STICKY as STICKY_POOL;
-/// The CiliumPodIPPool annotation recording `{"<namespace>/<name>": "<address>"}`.
-pub const STICKY_OWNERS: &str = "ipam.podnet.io/sticky-owners";
-/// The CiliumNode annotation a node's agent asks with: `{"<namespace>/<name>": "<pool>"}`.
-pub const STICKY_REQUESTS: &str = "ipam.podnet.io/sticky-requests";
-/// The CiliumNode annotation the operator answers in (see [`Answer`]).
-pub const STICKY_STATUS: &str = "ipam.podnet.io/sticky-status";
-
-/// The state of one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum State {
-    /// The address's block is in the node's `spec.ipam.pools.allocated`.
-    Assigned,
-    /// Another node still lists the block; it comes once that node gives it back.
-    Moving,
-    /// The request cannot be served; `message` says why.
-    Refused,
-}
-
-/// The answer to one request, as the node's [`STICKY_STATUS`] has it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Answer {
-    pub pool: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub address: Option<IpAddr>,
-    pub state: State,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-}
-
-impl Answer {
-    fn refused(pool: &str, message: String) -> Answer {
-        Answer {
-            pool: pool.to_string(),
-            address: None,
-            state: State::Refused,
-            message: Some(message),
-        }
-    }
-}
+pub use crate::ipam::sticky::{
+    Answer, STICKY_OWNERS, STICKY_POOL, STICKY_REQUESTS, STICKY_STATUS, State,
+};
 
 /// What the operator reads of one CiliumPodIPPool.
 #[derive(Debug, Clone, PartialEq)]
