@@ -7,13 +7,16 @@
 //! both nodes); two nodes asking for a new identity at once: exactly one is
 //! assigned; a malformed request is refused naming it while the others are served;
 //! a node asking for the sticky pool in `spec.ipam.pools.requested` gets no block.
-//! The CiliumNodes are written by the test as the agents would.
+//! The CiliumNodes are written by the test as the agents would; the last test
+//! runs two real agents instead.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::crossnode::{ping, pool_pod, start_node};
 use crate::k8s::ControlPlane;
+use crate::k8s_backend::{add_as, create_pod};
 use crate::operator::{Operator, install_operator, operator_error, wait_for};
 
 const POOL: &str = "apiVersion: cilium.io/v2alpha1
@@ -273,5 +276,99 @@ fn a_sticky_address_is_recorded_moves_between_nodes_and_is_never_on_two() {
     assert_eq!(all_blocks(&cp)["sc"].len(), usize::from(winner.0 == "sc"));
     let log = op.log();
     assert!(!log.contains(" WARN ") && !log.contains(" ERROR "), "{log}");
+    op.stop();
+}
+
+/// Two real agents (multi-pool, tunnel routing) with the real operator: a pod
+/// naming the sticky pool gets its address on st-1 and is reached from st-2;
+/// recreated on st-2 while st-1 still holds the address, its ADD waits (the
+/// answer `moving`) until st-1's DEL gives the block back, then gets the same
+/// address, reached from st-1. A pod selecting the sticky pool by
+/// `ipam.cilium.io/ip-pool` is refused with code 107.
+#[test]
+fn agents_move_a_sticky_address_with_its_pod_and_routes_follow() {
+    const TEST: &str = "agents_sticky_address";
+    let Some(cp) = ControlPlane::start(TEST) else {
+        return;
+    };
+    let sa = install_operator(&cp);
+    cp.apply(POOL);
+    cp.apply(
+        "apiVersion: cilium.io/v2alpha1\nkind: CiliumPodIPPool\nmetadata: {name: default}\n\
+         spec:\n  ipv4: {cidrs: [10.80.0.0/16], maskSize: 27}\n",
+    );
+    let mut op = Operator::start(&cp, "op-s", &sa, 9993, &["--ipam=multi-pool"]);
+    let args = ["--ipam", "multi-pool", "--routing-mode", "tunnel"];
+    let (n1, _) = start_node(&cp, "st-1", &[], &[], &args);
+    let (n2, _) = start_node(&cp, "st-2", &[], &[], &args);
+    let (pinger2, _) = pool_pod(&cp, &n2, "st-2", "pinger-2", "default");
+    let (pinger1, _) = pool_pod(&cp, &n1, "st-1", "pinger-1", "default");
+
+    let sticky = "ipam.podnet.io/sticky-pool: web";
+    create_pod(&cp, "default", "web-0", "st-1", sticky);
+    let on_n1 = n1.sandbox();
+    let r = add_as(&n1, &on_n1, "default", "web-0");
+    assert!(r.ok, "web-0 on st-1: {}", r.stdout);
+    let address = r.ipv4();
+    assert!(address.starts_with("10.77.0."), "{address}");
+    wait_for(
+        "st-2 reaches web-0 on st-1",
+        Duration::from_secs(20),
+        || ping(&pinger2.ns, &[], &address),
+    );
+
+    // Reaching the sticky pool another way is refused.
+    create_pod(
+        &cp,
+        "default",
+        "intruder",
+        "st-1",
+        "ipam.cilium.io/ip-pool: web",
+    );
+    let r = add_as(&n1, &n1.sandbox(), "default", "intruder");
+    assert_eq!(r.code(), 107, "{}", r.stdout);
+    assert!(r.msg().contains("pool web is sticky"), "{}", r.msg());
+
+    // web-0 rescheduled to st-2 while st-1 still holds its address.
+    cp.kubectl(&["delete", "pod", "web-0", "--grace-period=0", "--force"])
+        .expect_ok("delete web-0");
+    create_pod(&cp, "default", "web-0", "st-2", sticky);
+    let on_n2 = n2.sandbox();
+    let (r, del_to_add, del_to_reachable) = std::thread::scope(|s| {
+        let add = s.spawn(|| add_as(&n2, &on_n2, "default", "web-0"));
+        wait_for("st-2 told moving", Duration::from_secs(20), || {
+            state(&cp, "st-2", "default/web-0").0 == "moving"
+        });
+        let args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0";
+        let deleted = n1.plugin(
+            "DEL",
+            Some(&on_n1),
+            &n1.conf("1.1.0"),
+            &[("CNI_ARGS", args)],
+        );
+        assert!(deleted.ok, "DEL on st-1: {}", deleted.stdout);
+        let t0 = Instant::now();
+        let r = add.join().expect("the ADD on st-2");
+        let del_to_add = t0.elapsed();
+        wait_for(
+            "st-1 reaches web-0 on st-2",
+            Duration::from_secs(20),
+            || ping(&pinger1.ns, &[], &address),
+        );
+        (r, del_to_add, t0.elapsed())
+    });
+    assert!(r.ok, "web-0 on st-2: {}", r.stdout);
+    assert_eq!(r.ipv4(), address, "web-0 keeps its address");
+    assert_eq!(
+        all_blocks(&cp)["st-1"]
+            .iter()
+            .filter(|b| b.starts_with("10.77."))
+            .count(),
+        0
+    );
+    assert!(all_blocks(&cp)["st-2"].contains(&format!("{address}/32")));
+    eprintln!(
+        "{TEST}: web-0's {address} from st-1 to st-2: the ADD answered {del_to_add:?} and st-1 reached it {del_to_reachable:?} after st-1's DEL"
+    );
     op.stop();
 }

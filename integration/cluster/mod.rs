@@ -26,6 +26,7 @@ mod faults;
 mod leaks;
 mod policy;
 mod runtimes;
+mod sticky;
 mod upgrade;
 
 const NODES: usize = 3;

@@ -42,7 +42,8 @@ use options::{DaemonOptions, OptionsError};
 use state::{ApiError, ErrorKind, IpamState, Timer};
 
 /// A state call's result, with the timers it queued and the stale host links.
-type Locked<T> = (Result<T, ApiError>, Vec<Timer>, Vec<state::StaleLink>);
+/// A state call's result and its effects: timers, stale links, flush soon.
+type Locked<T> = (Result<T, ApiError>, Vec<Timer>, Vec<state::StaleLink>, bool);
 
 /// The running daemon, shared by every connection and timer.
 pub struct Daemon {
@@ -55,9 +56,10 @@ pub struct Daemon {
     node_events: tokio::sync::watch::Sender<u64>,
     /// The source check runs (`--enable-source-ip-verification`).
     source_check: bool,
-    /// Raised by an allocation that waits for blocks: the outbox flusher then
-    /// writes the demand (which counts the waiting requests) without waiting out
-    /// the update rate.
+    /// Raised by an allocation that waits for blocks or a sticky address, and
+    /// when a sticky address's block was given back: the outbox flusher then
+    /// writes the demand (which counts the waiting requests), the sticky
+    /// requests and the given-back blocks without waiting out the update rate.
     demand_waiting: tokio::sync::Notify,
     /// Where Events on this node's Pods go (the Kubernetes backend only).
     pod_events: Option<Arc<crate::k8s::node_pods::NodePodsApi>>,
@@ -117,10 +119,16 @@ impl Daemon {
         run_locked(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()), f)
     }
 
-    /// Arms the timers a state call queued and removes, in the background, the host
-    /// links it left stale.
-    fn after<T>(self: &Arc<Self>, (result, timers, stale): Locked<T>) -> Result<T, ApiError> {
+    /// Arms the timers a state call queued, removes, in the background, the host
+    /// links it left stale, and wakes the node sink's writer when asked.
+    fn after<T>(
+        self: &Arc<Self>,
+        (result, timers, stale, flush_soon): Locked<T>,
+    ) -> Result<T, ApiError> {
         self.arm_timers(timers);
+        if flush_soon {
+            self.demand_waiting.notify_one();
+        }
         if !stale.is_empty() {
             tokio::task::spawn_blocking(move || stale.iter().for_each(devices::remove_stale_link));
         }
@@ -293,7 +301,12 @@ where
     F: FnOnce(&mut IpamState) -> Result<T, ApiError>,
 {
     let r = f(st);
-    (r, st.take_timers(), st.take_stale_links())
+    (
+        r,
+        st.take_timers(),
+        st.take_stale_links(),
+        st.take_flush_soon(),
+    )
 }
 
 /// Entry point of `podnet daemon`; returns the process exit code.

@@ -1,7 +1,8 @@
 //! What a state call leaves for the daemon to do outside the state's lock: the
-//! timers to arm (expiration, end of cooldown) and the host links of expired
-//! attachments to remove. The state queues them; the caller takes them after
-//! each call.
+//! timers to arm (expiration, end of cooldown), the host links of expired
+//! attachments to remove, and whether the node sink should write soon rather
+//! than at the next update interval. The state queues them; the caller takes
+//! them after each call.
 
 use std::net::IpAddr;
 
@@ -39,6 +40,8 @@ pub struct StaleLink {
 pub(super) struct Effects {
     timers: Vec<Timer>,
     stale_links: Vec<StaleLink>,
+    /// Another node waits for what the outbox holds (a sticky block given back).
+    flush_soon: bool,
 }
 
 impl Effects {
@@ -50,6 +53,15 @@ impl Effects {
     /// Queues a host link to remove.
     pub(super) fn remove_link(&mut self, link: StaleLink) {
         self.stale_links.push(link);
+    }
+
+    /// Asks for the outbox to be written soon.
+    pub(super) fn flush_soon(&mut self) {
+        self.flush_soon = true;
+    }
+
+    pub(super) fn take_flush_soon(&mut self) -> bool {
+        std::mem::take(&mut self.flush_soon)
     }
 
     pub(super) fn take_timers(&mut self) -> Vec<Timer> {

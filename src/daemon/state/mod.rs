@@ -148,6 +148,12 @@ impl IpamState {
         self.effects.take_timers()
     }
 
+    /// Whether the outbox should be written soon (another node waits for it)
+    /// since the last call; the caller wakes the node sink's writer.
+    pub fn take_flush_soon(&mut self) -> bool {
+        self.effects.take_flush_soon()
+    }
+
     /// The host links of expired attachments queued since the last call; the
     /// caller removes them.
     pub fn take_stale_links(&mut self) -> Vec<StaleLink> {

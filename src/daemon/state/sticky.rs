@@ -276,6 +276,8 @@ impl IpamState {
                 for cidr in self.pools.release_blocks_not_kept(&pool, family, &keep) {
                     tracing::info!(pool = %pool, cidr = %cidr, "gave back a sticky address no pod here uses or asks for");
                     self.sync.give_back_block(&pool, cidr);
+                    // The identity's next node waits for it.
+                    self.effects.flush_soon();
                 }
             }
         }

@@ -150,8 +150,10 @@ fn a_released_sticky_address_skips_the_cooldown_and_its_block_goes_back_at_once(
     s.take_outbox();
     s.take_timers();
 
+    s.take_flush_soon();
     s.release_ip("10.30.0.3", "").unwrap();
     assert_eq!(state_of(&s, addr("10.30.0.3")), None, "no cooldown");
+    assert!(s.take_flush_soon(), "the next node waits: written soon");
     assert!(cooldown_timers(&s.take_timers()).is_empty());
     let out = s.take_outbox().expect("the request and the block go");
     assert_eq!(out.sticky_requests, Some(BTreeMap::new()));
