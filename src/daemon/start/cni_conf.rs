@@ -168,6 +168,7 @@ pub(super) fn uninstall(removals: Vec<Removal>) {
 mod tests {
     use super::*;
     use crate::daemon::config::resolved_options as resolved;
+    use crate::daemon::start::tests::assert_fails_in;
     use crate::daemon::state::ErrorKind;
     use crate::test_dir::TestDir;
 
@@ -202,9 +203,7 @@ mod tests {
         let conf = conf_of(&["--write-cni-conf-when-ready", &dir_arg]).unwrap();
         let err = StartError::from(conf.write().unwrap_err());
         assert!(matches!(err, StartError::CniConfig(_)), "{err:?}");
-        assert_eq!(err.phase(), "CNI config");
-        let text = err.to_string();
-        assert!(text.contains(&dir_arg), "{text}");
+        assert_fails_in(&err, "CNI config", &[&dir_arg]);
     }
 
     #[test]

@@ -139,6 +139,7 @@ mod tests {
 
     use super::*;
     use crate::daemon::start::StartError;
+    use crate::daemon::start::tests::assert_fails_in;
     use crate::store::JournalOp;
     use crate::test_dir::TestDir;
 
@@ -186,11 +187,9 @@ mod tests {
             .collect()
     }
 
-    /// The text of a start failed with `e`, checked to be the journal phase's.
-    fn start_error_text(e: JournalOpenError) -> String {
-        let err = StartError::from(e);
-        assert_eq!(err.phase(), "journal");
-        err.to_string()
+    /// Checks that `e` fails the start in the journal phase, saying `says`.
+    fn assert_journal_fails(e: JournalOpenError, says: &[&str]) {
+        assert_fails_in(&StartError::from(e), "journal", says);
     }
 
     #[test]
@@ -225,10 +224,14 @@ mod tests {
             matches!(err, JournalOpenError::CorruptNode { .. }),
             "{err:?}"
         );
-        let text = start_error_text(err);
-        assert!(text.contains(&path.display().to_string()), "{text}");
-        assert!(text.contains("node resource record is corrupt"), "{text}");
-        assert!(text.contains("--rebuild-from-kernel"), "{text}");
+        assert_journal_fails(
+            err,
+            &[
+                &path.display().to_string(),
+                "node resource record is corrupt",
+                "--rebuild-from-kernel",
+            ],
+        );
         assert_eq!(files(&dir, "journal.redb.corrupt-"), Vec::<String>::new());
     }
 
@@ -239,8 +242,7 @@ mod tests {
         std::fs::write(&path, b"not a journal").unwrap();
         let err = open_journal(&JournalFiles, &path, false).err().unwrap();
         assert!(matches!(err, JournalOpenError::Store(_)), "{err:?}");
-        let text = start_error_text(err);
-        assert!(text.contains("--rebuild-from-kernel"), "{text}");
+        assert_journal_fails(err, &["--rebuild-from-kernel"]);
         assert_eq!(std::fs::read(&path).unwrap(), b"not a journal");
     }
 
@@ -290,8 +292,7 @@ mod tests {
                 "{err:?}"
             );
             assert!(files.moves.borrow().is_empty(), "{rebuild}");
-            let text = start_error_text(err);
-            assert!(text.contains("written by a newer podnet"), "{text}");
+            assert_journal_fails(err, &["written by a newer podnet"]);
         }
     }
 
@@ -310,9 +311,13 @@ mod tests {
         let err = open_journal(&files, &path, true).err().unwrap();
         assert!(matches!(err, JournalOpenError::MoveAside { .. }), "{err:?}");
         assert_eq!(files.moves.borrow().len(), 1);
-        let text = start_error_text(err);
-        assert!(text.contains("invalid header"), "{text}");
-        assert!(text.contains("could not be moved aside"), "{text}");
-        assert!(text.contains("Permission denied"), "{text}");
+        assert_journal_fails(
+            err,
+            &[
+                "invalid header",
+                "could not be moved aside",
+                "Permission denied",
+            ],
+        );
     }
 }

@@ -193,3 +193,18 @@ pub(super) fn start(opts: DaemonOptions) -> Result<(), StartError> {
         sink,
     }))
 }
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::StartError;
+
+    /// Checks that `err` fails the start in `phase`, with a message that says
+    /// each of `says` (what failed, and what to fix).
+    pub(in crate::daemon::start) fn assert_fails_in(err: &StartError, phase: &str, says: &[&str]) {
+        assert_eq!(err.phase(), phase, "{err:?}");
+        let text = err.to_string();
+        for part in says {
+            assert!(text.contains(part), "{text:?} does not say {part:?}");
+        }
+    }
+}

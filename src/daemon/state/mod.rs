@@ -32,7 +32,7 @@ mod pools;
 mod requested;
 mod restore;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod views;
 
 use std::collections::{BTreeMap, VecDeque};

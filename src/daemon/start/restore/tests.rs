@@ -6,14 +6,15 @@ use std::net::IpAddr;
 
 use super::*;
 use crate::api::link_marker::{JournalMark, LinkMarker};
-use crate::api::models::{AddressPair, EndpointBatchDeleteRequest, EndpointChangeRequest};
 use crate::daemon::config::DatapathMode;
 use crate::daemon::config::resolved_options as resolved;
 use crate::daemon::device_error::failed;
 use crate::daemon::start::journal::{JournalFiles, open_journal};
 use crate::daemon::start::node::tests::{FakeSource, started};
 use crate::daemon::start::node::{connect_backend, node_resource};
-use crate::daemon::state::{AllocateRequest, KernelLink};
+use crate::daemon::start::tests::assert_fails_in;
+use crate::daemon::state::KernelLink;
+use crate::daemon::state::tests::{del_with_links, endpoint_for, ips, pod};
 use crate::datapath::{DatapathError, host_ifname};
 use crate::node::NodeView;
 use crate::test_dir::TestDir;
@@ -95,53 +96,12 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-/// A pod `cid`'s address, wired (its endpoint created) with the host link its
+/// A pod `cid`'s addresses, wired (its endpoint created) with the host link its
 /// name gives.
-fn wired_pod(state: &mut IpamState, cid: &str) -> IpAddr {
-    let resp = state
-        .allocate_next(&AllocateRequest {
-            owner: format!("ns/{cid}"),
-            expiration: true,
-            container_id: Some(cid.into()),
-            ifname: Some("eth0".into()),
-            network: Some("podnet".into()),
-            ..AllocateRequest::default()
-        })
-        .unwrap();
-    let uuid = resp
-        .ipv4
-        .as_ref()
-        .map(|a| a.expiration_uuid.clone())
-        .unwrap_or_default();
-    state
-        .create_endpoint(&EndpointChangeRequest {
-            container_id: cid.into(),
-            container_interface_name: "eth0".into(),
-            k8s_pod_name: cid.into(),
-            k8s_namespace: "ns".into(),
-            addressing: AddressPair {
-                ipv4: resp.address.ipv4.clone(),
-                ipv4_expiration_uuid: uuid,
-                ..AddressPair::default()
-            },
-            interface_name: host_ifname(cid, "eth0"),
-            ..EndpointChangeRequest::default()
-        })
-        .unwrap();
-    ip(&resp.address.ipv4)
-}
-
-/// The DEL of pod `cid`, with its host link to tear down.
-fn del(cid: &str) -> EndpointBatchDeleteRequest {
-    EndpointBatchDeleteRequest {
-        container_id: cid.into(),
-        container_interface_name: "eth0".into(),
-        teardown_links: vec![LinkRef {
-            name: host_ifname(cid, "eth0"),
-            index: 42,
-        }],
-        ..EndpointBatchDeleteRequest::default()
-    }
+fn wired_pod(state: &mut IpamState, cid: &str) -> Vec<IpAddr> {
+    let resp = state.allocate_next(&pod(cid)).unwrap();
+    state.create_endpoint(&endpoint_for(cid, &resp)).unwrap();
+    ips(&resp)
 }
 
 fn mtus_of(args: &[&str], default_route: Option<u32>) -> Mtus {
@@ -286,17 +246,18 @@ fn queued_deletes_are_replayed_counted_and_removed() {
     let dir = TestDir::new("start-restore");
     let socket = dir.join("podnet.sock");
     let (mut state, _) = restored(&dir, &[]);
-    let pod = wired_pod(&mut state, "c1");
+    let addresses = wired_pod(&mut state, "c1");
     drop(state);
     let queue = DeleteQueue::open(&socket).unwrap();
     for cid in ["c1", "unknown"] {
-        queue.enqueue(&del(cid)).unwrap();
+        queue.enqueue(&del_with_links(cid)).unwrap();
     }
     let (mut state, _) = restored(&dir, &[]);
     let replayed = replay_delete_queue(&mut state, &socket).unwrap();
     assert_eq!(state.restore_report().queued_deletes, 2);
     assert!(replayed.queue.entries().unwrap().is_empty());
-    assert!(!state.live_addresses().contains(&pod));
+    let live = state.live_addresses();
+    assert!(addresses.iter().all(|a| !live.contains(a)), "{live:?}");
 }
 
 #[test]
@@ -309,9 +270,11 @@ fn a_delete_queue_that_cannot_be_opened_fails_the_start_naming_it() {
         .err()
         .unwrap();
     assert!(matches!(err, StartError::DeleteQueue(_)), "{err:?}");
-    assert_eq!(err.phase(), "DEL queue replay");
-    let text = err.to_string();
-    assert!(text.contains(&not_a_dir.display().to_string()), "{text}");
+    assert_fails_in(
+        &err,
+        "DEL queue replay",
+        &[&not_a_dir.display().to_string()],
+    );
 }
 
 #[test]
@@ -368,9 +331,7 @@ fn an_unreadable_kernel_fails_the_start_saying_what_was_read() {
         .err()
         .unwrap();
     assert!(matches!(err, StartError::KernelView(_)), "{err:?}");
-    assert_eq!(err.phase(), "kernel view");
-    let text = err.to_string();
-    assert!(text.contains("listing the host links"), "{text}");
+    assert_fails_in(&err, "kernel view", &["listing the host links"]);
 }
 
 #[test]
@@ -382,16 +343,14 @@ fn a_router_address_the_node_cannot_take_fails_the_start_naming_the_flag() {
         .err()
         .unwrap();
     assert!(matches!(err, StartError::KernelReconcile(_)), "{err:?}");
-    assert_eq!(err.phase(), "kernel reconcile");
-    let text = err.to_string();
-    assert!(text.contains("--local-router-ipv6"), "{text}");
+    assert_fails_in(&err, "kernel reconcile", &["--local-router-ipv6"]);
 }
 
 /// A state whose last run left pod `c1`'s teardown unfinished.
 fn with_teardown(dir: &TestDir) -> IpamState {
     let mut state = ready(dir, &[]);
     wired_pod(&mut state, "c1");
-    let td = state.delete_endpoints(&del("c1")).unwrap();
+    let td = state.delete_endpoints(&del_with_links("c1")).unwrap();
     assert!(td.is_some());
     drop(state);
     restored(dir, &[]).0
@@ -419,8 +378,6 @@ fn a_teardown_whose_links_cannot_be_deleted_fails_the_start_and_stays_pending() 
         .err()
         .unwrap();
     assert!(matches!(err, StartError::Teardown(_)), "{err:?}");
-    assert_eq!(err.phase(), "teardown");
-    let text = err.to_string();
-    assert!(text.contains("deleting the teardown's links"), "{text}");
+    assert_fails_in(&err, "teardown", &["deleting the teardown's links"]);
     assert_eq!(state.pending_teardowns().len(), 1);
 }
