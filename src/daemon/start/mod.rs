@@ -28,7 +28,7 @@ use super::cniconf::CniConfError;
 use super::config::{ConfigError, DatapathMode};
 use super::crossnode::PrerequisiteError;
 use super::device_error::DeviceError;
-use super::node_backend::{NodeBackend, node_source};
+use super::node_backend::NodeBackend;
 use super::options::DaemonOptions;
 use super::server::{self, SocketError};
 use super::source_check::SourceCheckError;
@@ -150,16 +150,14 @@ pub(super) fn start(opts: DaemonOptions) -> Result<(), StartError> {
     let chosen = NodeBackend::of(&checked.config, &opts);
     let health = chosen.health(&opts);
     node::note_waits_in_lock_file(&health, &lock);
-    let (source, sink) = node_source(
+    let mut backend = node::connect_backend(
+        &checked,
         chosen,
-        &checked.config,
         &opts,
-        &checked.node_name,
         runtime.handle(),
         journal.node.clone(),
         &health,
-    );
-    let mut backend = node::connect_backend(&checked, source, sink)?;
+    )?;
     let router_hints = devices::router_addresses();
     let node = node::node_resource(
         &checked,

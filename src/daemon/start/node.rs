@@ -3,10 +3,11 @@
 //! plays it), and the node resource the daemon starts from ([`node_resource`]: the
 //! embedded operator's answer to what the journal holds, else the backend's, else
 //! the journal's; after a rebuild, the router device's CIDRs). The backend comes
-//! in as a [`NodeSource`] and the operator as a [`NodeOperator`], so each choice
-//! is tested with fakes.
+//! in as a [`NodeSource`] ([`connected`] takes the one [`connect_backend`] builds)
+//! and the operator as a [`NodeOperator`], so each choice is tested with fakes.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
@@ -14,6 +15,8 @@ use super::StartError;
 use super::check::Checked;
 use crate::api::start_note;
 use crate::daemon::config::{BackendKind, DaemonConfig, IpamMode};
+use crate::daemon::node_backend::{NodeBackend, node_source};
+use crate::daemon::options::DaemonOptions;
 use crate::daemon::server::SocketLock;
 use crate::daemon::state::JournalOrigin;
 use crate::ipam::Family;
@@ -43,10 +46,32 @@ pub(super) fn note_waits_in_lock_file(health: &BackendHealth, lock: &SocketLock)
     })));
 }
 
-/// Reads what the node backend's `source` says first; sets up the embedded
+/// Connects the node backend and reads what it says first; sets up the embedded
 /// operator where the daemon plays the operator for this node (an external IPAM
 /// needs none).
 pub(super) fn connect_backend(
+    checked: &Checked,
+    chosen: NodeBackend<'_>,
+    opts: &DaemonOptions,
+    runtime: &tokio::runtime::Handle,
+    journal_node: Option<NodeResource>,
+    health: &Arc<BackendHealth>,
+) -> Result<Backend, StartError> {
+    let (source, sink) = node_source(
+        chosen,
+        &checked.config,
+        opts,
+        &checked.node_name,
+        runtime,
+        journal_node,
+        health,
+    );
+    connected(checked, source, sink)
+}
+
+/// The backend whose `source` was built: what it says first, the default pool,
+/// and the embedded operator where the daemon plays it.
+pub(super) fn connected(
     checked: &Checked,
     mut source: Box<dyn NodeSource>,
     sink: Option<Box<dyn NodeSink>>,
@@ -184,11 +209,10 @@ fn embedded_mode(
 
 #[cfg(test)]
 pub(super) mod tests {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
 
     use super::*;
     use crate::daemon::config::resolved_options as resolved;
-    use crate::daemon::options::DaemonOptions;
     use crate::daemon::start::tests::assert_fails_in;
     use crate::node::{NodeError, NodeEvent, WatchFuture};
     use crate::resources::AllocatedPool;
@@ -224,11 +248,12 @@ pub(super) mod tests {
         }
     }
 
-    fn connected(args: &[&str], view: NodeView) -> Backend {
+    /// The backend of a daemon started with `args`, whose first word is `view`.
+    fn backend_saying(args: &[&str], view: NodeView) -> Backend {
         let source = FakeSource {
             initial: Some(Ok(view)),
         };
-        connect_backend(&checked(args), Box::new(source), None).unwrap()
+        connected(&checked(args), Box::new(source), None).unwrap()
     }
 
     /// An operator that records the node it was given and answers `answer`.
@@ -286,7 +311,7 @@ pub(super) mod tests {
                 expected: "n1".into(),
             })),
         };
-        let err = connect_backend(&checked(&[]), Box::new(source), None)
+        let err = connected(&checked(&[]), Box::new(source), None)
             .err()
             .unwrap();
         assert!(matches!(err, StartError::NodeBackend(_)), "{err:?}");
@@ -308,16 +333,16 @@ pub(super) mod tests {
             ..NodeView::default()
         };
         assert_eq!(
-            connected(&multi, told).default_pool.as_deref(),
+            backend_saying(&multi, told).default_pool.as_deref(),
             Some("blue")
         );
-        let silent = connected(&multi, NodeView::default());
+        let silent = backend_saying(&multi, NodeView::default());
         assert_eq!(silent.default_pool.as_deref(), Some("default"));
         let not_multi = NodeView {
             default_pool: Some("blue".into()),
             ..NodeView::default()
         };
-        assert_eq!(connected(&[], not_multi).default_pool, None);
+        assert_eq!(backend_saying(&[], not_multi).default_pool, None);
     }
 
     #[test]
@@ -330,7 +355,7 @@ pub(super) mod tests {
             (&external, false),
             (&kube, false),
         ] {
-            let backend = connected(args, NodeView::default());
+            let backend = backend_saying(args, NodeView::default());
             assert_eq!(backend.operator.is_some(), plays, "{args:?}");
         }
     }
@@ -422,7 +447,7 @@ pub(super) mod tests {
     #[test]
     fn a_journal_of_another_node_fails_the_start_naming_both_nodes_and_the_fix() {
         let config = checked(&[]);
-        let mut b = connected(&[], NodeView::default());
+        let mut b = backend_saying(&[], NodeView::default());
         let stored = NodeResource::new("n2");
         let err = node_resource(&config, &mut b, JournalOrigin::Existing, Some(&stored), &[])
             .err()
@@ -443,11 +468,9 @@ pub(super) mod tests {
 
     #[test]
     fn the_embedded_operator_carves_the_node_its_cidrs() {
-        let config = checked(&["--cluster-pool-ipv4-cidr", "10.0.0.0/8"]);
-        let mut b = connected(
-            &["--cluster-pool-ipv4-cidr", "10.0.0.0/8"],
-            NodeView::default(),
-        );
+        let args = ["--cluster-pool-ipv4-cidr", "10.0.0.0/8"];
+        let mut b = backend_saying(&args, NodeView::default());
+        let config = checked(&args);
         let node = node_resource(&config, &mut b, JournalOrigin::Created, None, &[]).unwrap();
         assert_eq!(node.metadata.name, "n1");
         assert_eq!(node_cidrs(&node), ["10.0.0.0/24"]);

@@ -11,7 +11,7 @@ use crate::daemon::config::resolved_options as resolved;
 use crate::daemon::device_error::failed;
 use crate::daemon::start::journal::{JournalFiles, open_journal};
 use crate::daemon::start::node::tests::{FakeSource, started};
-use crate::daemon::start::node::{connect_backend, node_resource};
+use crate::daemon::start::node::{connected, node_resource};
 use crate::daemon::start::tests::assert_fails_in;
 use crate::daemon::state::KernelLink;
 use crate::daemon::state::tests::{del_with_links, endpoint_for, ips, pod};
@@ -28,7 +28,7 @@ fn restored(dir: &TestDir, args: &[&str]) -> (IpamState, JournalOrigin) {
     let source = FakeSource {
         initial: Some(Ok(NodeView::default())),
     };
-    let mut backend = connect_backend(&checked, Box::new(source), None).unwrap();
+    let mut backend = connected(&checked, Box::new(source), None).unwrap();
     let origin = journal.origin;
     let node = node_resource(&checked, &mut backend, origin, journal.node.as_ref(), &[]).unwrap();
     let mtus = mtus(&checked.config, 1500, || None);
