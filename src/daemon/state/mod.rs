@@ -33,7 +33,7 @@ mod requested;
 mod restore;
 mod sticky;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod views;
 
 use std::collections::{BTreeMap, VecDeque};

@@ -221,7 +221,7 @@ fn start(dir: &TestDir, setup: &Setup) -> IpamState {
 }
 
 /// An ADD's allocation for the attachment `<cid>:eth0` of pod `ns/<cid>`.
-fn pod(cid: &str) -> AllocateRequest {
+pub(crate) fn pod(cid: &str) -> AllocateRequest {
     AllocateRequest {
         owner: format!("ns/{cid}"),
         expiration: true,
@@ -250,7 +250,7 @@ fn v6(resp: &IpamResponse) -> IpAddr {
 }
 
 /// The addresses of a response, IPv6 first.
-fn ips(resp: &IpamResponse) -> Vec<IpAddr> {
+pub(crate) fn ips(resp: &IpamResponse) -> Vec<IpAddr> {
     [&resp.address.ipv6, &resp.address.ipv4]
         .into_iter()
         .filter(|s| !s.is_empty())
@@ -263,7 +263,7 @@ fn addr(s: &str) -> IpAddr {
 }
 
 /// The endpoint the plugin registers after a successful ADD.
-fn endpoint_for(cid: &str, resp: &IpamResponse) -> EndpointChangeRequest {
+pub(crate) fn endpoint_for(cid: &str, resp: &IpamResponse) -> EndpointChangeRequest {
     let uuid = |el: &Option<crate::api::models::IpamAddressResponse>| {
         el.as_ref()
             .map(|e| e.expiration_uuid.clone())
@@ -904,7 +904,7 @@ fn without_a_cooldown_a_release_frees_the_address_at_once() {
 
 // --- teardown hold --------------------------------------------------------------
 
-fn del_with_links(cid: &str) -> EndpointBatchDeleteRequest {
+pub(crate) fn del_with_links(cid: &str) -> EndpointBatchDeleteRequest {
     EndpointBatchDeleteRequest {
         teardown_links: vec![LinkRef {
             name: host_ifname(cid, "eth0"),
