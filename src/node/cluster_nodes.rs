@@ -22,6 +22,10 @@ use crate::k8s::mirror::{Change, Mirror};
 use crate::k8s::objects::watch_nodes;
 use crate::resources::{IpamPools, NodeIpamSpec, NodeSpec, ObjectMeta};
 
+/// Every CiliumNode's routing part, as one shared list: the watch copies the
+/// nodes out once per batch, and its reader takes the list without a copy.
+pub type ClusterNodeList = Arc<Vec<NodeResource>>;
+
 /// The watch's name in `podnet status`.
 const WATCH: &str = "cluster-ciliumnodes";
 /// At most this many events that have already arrived are applied before the
@@ -78,7 +82,7 @@ fn routing_event(
 pub async fn watch_cluster_nodes(
     kubeconfig: Option<PathBuf>,
     health: Arc<BackendHealth>,
-    tx: watch::Sender<Option<Vec<NodeResource>>>,
+    tx: watch::Sender<Option<ClusterNodeList>>,
 ) {
     let client = loop {
         match connect(kubeconfig.as_ref()).await {
@@ -105,7 +109,11 @@ pub async fn watch_cluster_nodes(
         for item in std::iter::once(first).chain(arrived) {
             matters |= take_event(item, &mut nodes, &health);
         }
-        if matters && tx.send(Some(nodes.objects().cloned().collect())).is_err() {
+        if matters
+            && tx
+                .send(Some(Arc::new(nodes.objects().cloned().collect())))
+                .is_err()
+        {
             return;
         }
     }

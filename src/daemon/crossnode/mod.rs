@@ -21,7 +21,7 @@ use ipnet::IpNet;
 use super::Daemon;
 use crate::api::models::{CrossNodeStatus, RemoteNodeStatus};
 use crate::ipam::Family;
-use crate::resources::NodeResource;
+use crate::node::cluster_nodes::ClusterNodeList;
 use apply::Reconciler;
 use plan::ClusterNode;
 use settings::{CrossNodeConfig, RoutingMode, TunnelProtocol};
@@ -119,7 +119,7 @@ pub fn check_prerequisites(config: &CrossNodeConfig) -> Result<(), PrerequisiteE
 /// Where the cluster's nodes come from.
 pub enum NodeFeed {
     /// Every CiliumNode, from the Kubernetes backend's watch (None until listed).
-    Cluster(tokio::sync::watch::Receiver<Option<Vec<NodeResource>>>),
+    Cluster(tokio::sync::watch::Receiver<Option<ClusterNodeList>>),
     /// The embedded backend: this node alone (masquerade only).
     ThisNode,
 }
@@ -147,13 +147,15 @@ pub async fn run(
 ) {
     let reconciler = Arc::new(Mutex::new(Reconciler::new(config.clone(), device_mtu)));
     loop {
-        let nodes: Option<Vec<NodeResource>> = match &mut feed {
+        // The watch's list is shared, not copied (a copy of every node per
+        // batch was most of an agent's CPU under node churn).
+        let nodes: Option<ClusterNodeList> = match &mut feed {
             NodeFeed::Cluster(rx) => rx.borrow_and_update().clone(),
             NodeFeed::ThisNode => daemon
                 .with_state(|s| Ok(s.node().clone()))
                 .await
                 .ok()
-                .map(|n| vec![n]),
+                .map(|n| Arc::new(vec![n])),
         };
         if let Some(nodes) = nodes {
             let nodes: Vec<ClusterNode> = nodes.iter().map(ClusterNode::from_resource).collect();

@@ -34,7 +34,7 @@ use crate::k8s::mirror::WatchEnded;
 use crate::k8s::objects::{ListError, list_pages, list_valid, node_resource, watch_nodes};
 use crate::operator::FIELD_MANAGER;
 use crate::operator::node_api::{ApiNodes, NodeApply};
-use crate::operator::node_loop::{CONFLICTS_IN_A_ROW, Refusal, WriteError};
+use crate::operator::node_loop::{CONFLICTS_IN_A_ROW, Refusal, WriteError, ignored};
 use crate::operator::retry::next_backoff;
 use crate::resources::{CiliumPodIPPool, NodeResource, POD_IP_POOL_KIND};
 
@@ -85,6 +85,8 @@ struct ReadPool {
 
 /// A node as read.
 struct ReadNode {
+    /// Annotated `ipam.cilium.io/ignore: "true"`.
+    ignored: bool,
     view: NodeView,
     uid: String,
     resource_version: String,
@@ -100,12 +102,19 @@ fn read_pool(pool: &CiliumPodIPPool) -> Result<ReadPool, String> {
     })
 }
 
+/// A node annotated `ipam.cilium.io/ignore: "true"` is left alone: its blocks
+/// still count as held, its requests are not read and its status not written.
 fn read_node(node: &NodeResource) -> ReadNode {
     let annotations = &node.metadata.annotations;
+    let ignored = ignored(annotations);
     ReadNode {
+        ignored,
         view: NodeView {
             name: node.metadata.name.clone(),
-            requests: annotations.get(STICKY_REQUESTS).cloned(),
+            requests: annotations
+                .get(STICKY_REQUESTS)
+                .filter(|_| !ignored)
+                .cloned(),
             allocated: node.spec.ipam.pools.allocated.clone(),
         },
         uid: node.metadata.uid().to_string(),
@@ -185,7 +194,7 @@ async fn pass(
         tracing::info!(node = %name, "sticky blocks added to the node's allocated list");
     }
     for (name, answers) in &plan.status {
-        let Some(node) = by_name.get(name.as_str()) else {
+        let Some(node) = by_name.get(name.as_str()).filter(|n| !n.ignored) else {
             continue;
         };
         let new = (!answers.is_empty()).then(|| serde_json::to_string(answers).unwrap_or_default());
@@ -309,5 +318,27 @@ mod tests {
             &Event::InitApply(node(&[(STICKY_REQUESTS, "{}")])),
             true
         ));
+    }
+
+    #[test]
+    fn an_ignored_node_is_not_answered_but_its_blocks_count() {
+        let asks = r#"{"db/web-0": "web"}"#;
+        let read = read_node(&node(&[(STICKY_REQUESTS, asks)]));
+        assert_eq!(read.view.requests.as_deref(), Some(asks));
+        assert!(!read.ignored);
+        let mut ignored = node(&[(STICKY_REQUESTS, asks), ("ipam.cilium.io/ignore", "true")]);
+        ignored.spec.ipam.pools.allocated = vec![crate::resources::AllocatedPool {
+            pool: "web".into(),
+            cidrs: vec!["10.77.0.1/32".parse().unwrap()],
+            ..Default::default()
+        }];
+        let read = read_node(&ignored);
+        assert!(read.ignored);
+        assert_eq!(read.view.requests, None, "its requests are not read");
+        assert_eq!(
+            read.view.allocated.len(),
+            1,
+            "its block still counts as held"
+        );
     }
 }
