@@ -228,13 +228,12 @@ fn block(a: IpAddr) -> IpNet {
     IpNet::from(a)
 }
 
-/// Decides every node's sticky requests given every pool and every node as
-/// read at one moment. See the module docs.
-pub fn decide(pools: &[PoolView], nodes: &[NodeView]) -> Plan {
-    let pools: BTreeMap<&str, &PoolView> = pools.iter().map(|p| (p.name.as_str(), p)).collect();
-    let mut plan = Plan::default();
-    // (pool, address) -> the node listing its block.
-    let mut holders: BTreeMap<(String, IpAddr), String> = BTreeMap::new();
+/// (pool, address) -> the node listing its block (the first by the list's order).
+type Holders = BTreeMap<(String, IpAddr), String>;
+
+/// Who lists which sticky-sized block now.
+fn holders(nodes: &[NodeView]) -> Holders {
+    let mut holders = Holders::new();
     for node in nodes {
         for entry in &node.allocated {
             for cidr in &entry.cidrs {
@@ -244,12 +243,15 @@ pub fn decide(pools: &[PoolView], nodes: &[NodeView]) -> Plan {
             }
         }
     }
-    let mut records: BTreeMap<String, BTreeMap<String, IpAddr>> = BTreeMap::new();
-    // Requests by pool and identity, nodes in name order.
-    let mut nodes: Vec<&NodeView> = nodes.iter().collect();
-    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    holders
+}
+
+/// The well-formed requests, (pool, identity) -> the nodes asking, in name
+/// order (`nodes` sorted); a node's malformed entries are refused in its status
+/// right away, and every node gets a status (empty: no requests).
+fn wanted(nodes: &[&NodeView], plan: &mut Plan) -> BTreeMap<(String, String), Vec<String>> {
     let mut wanted: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    for node in &nodes {
+    for node in nodes {
         let status = plan.status.entry(node.name.clone()).or_default();
         let Some(raw) = &node.requests else { continue };
         let (requests, malformed) = parse_requests(raw);
@@ -263,69 +265,104 @@ pub fn decide(pools: &[PoolView], nodes: &[NodeView]) -> Plan {
                 .push(node.name.clone());
         }
     }
-    for ((pool_name, identity), askers) in wanted {
-        let answer_all = |plan: &mut Plan, answer: &dyn Fn(&str) -> Answer| {
-            for node in &askers {
-                if let Some(s) = plan.status.get_mut(node) {
-                    s.insert(identity.clone(), answer(node));
-                }
-            }
+    wanted
+}
+
+/// The address of `identity` in `pool_name`: its record, else the pool's lowest
+/// free address, recorded in `records` (the pool's record as this pass writes
+/// it); or why the request is refused.
+fn identity_address(
+    pools: &BTreeMap<&str, &PoolView>,
+    records: &mut BTreeMap<String, BTreeMap<String, IpAddr>>,
+    holders: &Holders,
+    pool_name: &str,
+    identity: &str,
+) -> Result<IpAddr, String> {
+    let view = pools.get(pool_name).ok_or_else(|| {
+        format!("pool {pool_name:?} of {STICKY_REQUESTS}[{identity:?}] does not exist")
+    })?;
+    let family =
+        sticky_family(view).map_err(|why| format!("{STICKY_REQUESTS}[{identity:?}]: {why}"))?;
+    let owners = match &view.owners {
+        Ok(o) => records
+            .entry(pool_name.to_string())
+            .or_insert_with(|| o.clone()),
+        Err(why) => return Err(why.clone()),
+    };
+    if let Some(a) = owners.get(identity) {
+        if in_pool(family, *a) {
+            return Ok(*a);
+        }
+        return Err(format!(
+            "{identity} owns {a} in annotation {STICKY_OWNERS} of pool {pool_name:?}, \
+             outside the pool's CIDRs"
+        ));
+    }
+    let mut taken: BTreeSet<IpAddr> = owners.values().copied().collect();
+    taken.extend(
+        holders
+            .keys()
+            .filter(|(p, _)| p == pool_name)
+            .map(|(_, a)| *a),
+    );
+    let a = lowest_free(family, &taken).ok_or_else(|| {
+        format!(
+            "pool {pool_name:?} of {STICKY_REQUESTS}[{identity:?}] has no free \
+             address (every one is recorded in {STICKY_OWNERS} or allocated)"
+        )
+    })?;
+    owners.insert(identity.to_string(), a);
+    Ok(a)
+}
+
+/// The answer to `node` for `identity`'s `address`, which `holder` lists.
+fn answer_for(node: &str, holder: &str, pool: &str, identity: &str, address: IpAddr) -> Answer {
+    if node == holder {
+        return Answer {
+            pool: pool.to_string(),
+            address: Some(address),
+            state: State::Assigned,
+            message: None,
         };
-        let Some(view) = pools.get(pool_name.as_str()) else {
-            let why =
-                format!("pool {pool_name:?} of {STICKY_REQUESTS}[{identity:?}] does not exist");
-            answer_all(&mut plan, &|_| Answer::refused(&pool_name, why.clone()));
-            continue;
-        };
-        let family = match sticky_family(view) {
-            Ok(f) => f,
+    }
+    Answer {
+        pool: pool.to_string(),
+        address: Some(address),
+        state: State::Moving,
+        message: Some(format!(
+            "{identity}'s address {address} is still in node {holder:?}'s \
+             spec.ipam.pools.allocated; it moves here once that node gives it back"
+        )),
+    }
+}
+
+/// Puts `answer`'s answer for `identity` in the status of each node of `askers`.
+fn answer_all(plan: &mut Plan, askers: &[String], identity: &str, answer: impl Fn(&str) -> Answer) {
+    for node in askers {
+        if let Some(s) = plan.status.get_mut(node) {
+            s.insert(identity.to_string(), answer(node));
+        }
+    }
+}
+
+/// Decides every node's sticky requests given every pool and every node as
+/// read at one moment. See the module docs.
+pub fn decide(pools: &[PoolView], nodes: &[NodeView]) -> Plan {
+    let pools: BTreeMap<&str, &PoolView> = pools.iter().map(|p| (p.name.as_str(), p)).collect();
+    let mut plan = Plan::default();
+    let mut holders = holders(nodes);
+    let mut records: BTreeMap<String, BTreeMap<String, IpAddr>> = BTreeMap::new();
+    let mut nodes: Vec<&NodeView> = nodes.iter().collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    for ((pool_name, identity), askers) in wanted(&nodes, &mut plan) {
+        let address = match identity_address(&pools, &mut records, &holders, &pool_name, &identity)
+        {
+            Ok(a) => a,
             Err(why) => {
-                let why = format!("{STICKY_REQUESTS}[{identity:?}]: {why}");
-                answer_all(&mut plan, &|_| Answer::refused(&pool_name, why.clone()));
+                answer_all(&mut plan, &askers, &identity, |_| {
+                    Answer::refused(&pool_name, why.clone())
+                });
                 continue;
-            }
-        };
-        let owners = match &view.owners {
-            Ok(o) => records
-                .entry(pool_name.clone())
-                .or_insert_with(|| o.clone()),
-            Err(why) => {
-                answer_all(&mut plan, &|_| Answer::refused(&pool_name, why.clone()));
-                continue;
-            }
-        };
-        let address = match owners.get(&identity) {
-            Some(a) if in_pool(family, *a) => *a,
-            Some(a) => {
-                let why = format!(
-                    "{identity} owns {a} in annotation {STICKY_OWNERS} of pool {pool_name:?}, \
-                     outside the pool's CIDRs"
-                );
-                answer_all(&mut plan, &|_| Answer::refused(&pool_name, why.clone()));
-                continue;
-            }
-            None => {
-                let mut taken: BTreeSet<IpAddr> = owners.values().copied().collect();
-                taken.extend(
-                    holders
-                        .keys()
-                        .filter(|(p, _)| *p == pool_name)
-                        .map(|(_, a)| *a),
-                );
-                match lowest_free(family, &taken) {
-                    Some(a) => {
-                        owners.insert(identity.clone(), a);
-                        a
-                    }
-                    None => {
-                        let why = format!(
-                            "pool {pool_name:?} of {STICKY_REQUESTS}[{identity:?}] has no free \
-                             address (every one is recorded in {STICKY_OWNERS} or allocated)"
-                        );
-                        answer_all(&mut plan, &|_| Answer::refused(&pool_name, why.clone()));
-                        continue;
-                    }
-                }
             }
         };
         let key = (pool_name.clone(), address);
@@ -344,25 +381,8 @@ pub fn decide(pools: &[PoolView], nodes: &[NodeView]) -> Plan {
                 first
             }
         };
-        answer_all(&mut plan, &|node| {
-            if node == holder {
-                Answer {
-                    pool: pool_name.clone(),
-                    address: Some(address),
-                    state: State::Assigned,
-                    message: None,
-                }
-            } else {
-                Answer {
-                    pool: pool_name.clone(),
-                    address: Some(address),
-                    state: State::Moving,
-                    message: Some(format!(
-                        "{identity}'s address {address} is still in node {holder:?}'s \
-                         spec.ipam.pools.allocated; it moves here once that node gives it back"
-                    )),
-                }
-            }
+        answer_all(&mut plan, &askers, &identity, |node| {
+            answer_for(node, &holder, &pool_name, &identity, address)
         });
         if askers.iter().any(|n| *n != holder) {
             plan.moving = true;
