@@ -143,7 +143,7 @@ impl Daemon {
                 let wait = t.deadline_ms.saturating_sub(now_ms());
                 tokio::time::sleep(Duration::from_millis(wait)).await;
                 let _ = d
-                    .with_state(move |s| Ok(s.fire(&t, &devices::host_link_marker)))
+                    .with_state(move |s| Ok(s.upkeep().fire(&t, &devices::host_link_marker)))
                     .await;
             });
         }
@@ -227,13 +227,14 @@ impl Daemon {
         let unreadable = self.queue_unreadable().len();
         let drops = self.source_check_listing().await.map(|l| l.drops);
         self.with_state(move |s| {
-            s.refresh_gauges(s.metrics());
+            let views = s.views();
+            views.refresh_gauges(views.metrics());
             if let Some(drops) = &drops {
-                s.metrics().source_check_drops(drops);
+                views.metrics().source_check_drops(drops);
             }
-            s.metrics().queue_depth.set(depth as i64);
-            s.metrics().queue_bad_entries.set(unreadable as i64);
-            Ok(s.metrics().encode())
+            views.metrics().queue_depth.set(depth as i64);
+            views.metrics().queue_bad_entries.set(unreadable as i64);
+            Ok(views.metrics().encode())
         })
         .await
     }
@@ -272,7 +273,10 @@ impl Daemon {
             match deleted {
                 Ok(Ok(())) => {
                     let key = teardown.key.clone();
-                    if let Err(e) = d.with_state(move |s| s.finish_teardown(&key)).await {
+                    if let Err(e) = d
+                        .with_state(move |s| s.upkeep().finish_teardown(&key))
+                        .await
+                    {
                         tracing::error!(error = %e.message, "could not journal the end of a teardown; it is retried once the journal works again");
                     }
                 }
@@ -301,11 +305,12 @@ where
     F: FnOnce(&mut IpamState) -> Result<T, ApiError>,
 {
     let r = f(st);
+    let mut upkeep = st.upkeep();
     (
         r,
-        st.take_timers(),
-        st.take_stale_links(),
-        st.take_flush_soon(),
+        upkeep.take_timers(),
+        upkeep.take_stale_links(),
+        upkeep.take_flush_soon(),
     )
 }
 
@@ -392,7 +397,7 @@ fn apply_queued(
     queued: &[(PathBuf, EndpointBatchDeleteRequest)],
 ) -> Result<usize, ReplayError> {
     for (path, req) in queued {
-        match state.delete_endpoints(req) {
+        match state.requests().delete_endpoints(req) {
             Ok(_) => {}
             Err(e) if e.kind == ErrorKind::NotFound => {}
             Err(source) => {
@@ -432,14 +437,17 @@ async fn keep_journal_working(daemon: Arc<Daemon>) {
     loop {
         tokio::time::sleep(JOURNAL_CHECK_INTERVAL).await;
         let recovered = daemon
-            .with_state(|s| Ok(s.recover_journal()))
+            .with_state(|s| Ok(s.upkeep().recover_journal()))
             .await
             .ok()
             .flatten();
         match recovered {
             Some(false) => continue,
             Some(true) => {
-                if let Ok(teardowns) = daemon.with_state(|s| Ok(s.pending_teardowns())).await {
+                if let Ok(teardowns) = daemon
+                    .with_state(|s| Ok(s.upkeep().pending_teardowns()))
+                    .await
+                {
                     for td in teardowns {
                         daemon.spawn_teardown(td);
                     }
@@ -463,7 +471,7 @@ async fn keep_journal_working(daemon: Arc<Daemon>) {
             .with_state(move |s| {
                 let n = apply_queued(s, &q)
                     .map_err(|e| ApiError::new(ErrorKind::Unavailable, e.to_string()))?;
-                s.note_queued_deletes(n);
+                s.upkeep().note_queued_deletes(n);
                 Ok(n)
             })
             .await
@@ -499,7 +507,7 @@ async fn apply_node_events(
                 "node resource",
                 daemon
                     .with_state(move |s| {
-                        s.set_external_node(*node);
+                        s.node_io().set_external_node(*node);
                         Ok(())
                     })
                     .await,
@@ -508,7 +516,8 @@ async fn apply_node_events(
                 "pool definitions",
                 daemon
                     .with_state(move |s| {
-                        s.set_pool_defs(defs)
+                        s.node_io()
+                            .set_pool_defs(defs)
                             .map_err(|e| ApiError::new(ErrorKind::Conflict, e.to_string()))
                     })
                     .await,
@@ -517,7 +526,7 @@ async fn apply_node_events(
                 "default pool",
                 daemon
                     .with_state(move |s| {
-                        s.set_default_pool(pool);
+                        s.node_io().set_default_pool(pool);
                         Ok(())
                     })
                     .await,
@@ -526,7 +535,7 @@ async fn apply_node_events(
                 "pod and namespace metadata",
                 daemon
                     .with_state(move |s| {
-                        s.set_metadata(meta);
+                        s.node_io().set_metadata(meta);
                         Ok(())
                     })
                     .await,
@@ -547,7 +556,10 @@ async fn apply_node_events(
 /// the log.
 async fn judge_facts(daemon: &Arc<Daemon>, facts: crate::node::NodeFacts) -> Result<(), ApiError> {
     let (verdict, node) = daemon
-        .with_state(move |s| Ok((s.set_node_facts(facts), s.node().metadata.name.clone())))
+        .with_state(move |s| {
+            let verdict = s.node_io().set_node_facts(facts);
+            Ok((verdict, s.views().node().metadata.name.clone()))
+        })
         .await?;
     if let Some(v) = verdict {
         v.log(&node);
@@ -566,7 +578,7 @@ async fn flush_outbox(daemon: Arc<Daemon>, mut sink: Box<dyn NodeSink>, rate: Du
     loop {
         let started = tokio::time::Instant::now();
         if let Ok(outbox) = daemon
-            .with_state(|s| Ok(s.take_outbox().unwrap_or_default()))
+            .with_state(|s| Ok(s.node_io().take_outbox().unwrap_or_default()))
             .await
             && let Err(e) = sink.flush(&outbox).await
         {

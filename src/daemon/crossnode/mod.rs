@@ -152,7 +152,7 @@ pub async fn run(
         let nodes: Option<ClusterNodeList> = match &mut feed {
             NodeFeed::Cluster(rx) => rx.borrow_and_update().clone(),
             NodeFeed::ThisNode => daemon
-                .with_state(|s| Ok(s.node().clone()))
+                .with_state(|s| Ok(s.views().node().clone()))
                 .await
                 .ok()
                 .map(|n| Arc::new(vec![n])),
@@ -167,7 +167,7 @@ pub async fn run(
                 .with_state(move |s| {
                     Ok(pools
                         .into_iter()
-                        .filter(|p| s.skip_masquerade(p))
+                        .filter(|p| s.views().skip_masquerade(p))
                         .collect::<BTreeSet<String>>())
                 })
                 .await

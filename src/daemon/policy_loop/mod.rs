@@ -140,15 +140,16 @@ pub fn compile_node(watched: &Watched, node: &NodeSide, enforcement: Enforcement
 async fn node_side(daemon: &Arc<Daemon>) -> Result<NodeSide, ApiError> {
     daemon
         .with_state(|s| {
+            let views = s.views();
             let mut links = BTreeMap::new();
-            for a in s.leak_candidates(now_ms()) {
+            for a in views.leak_candidates(now_ms()) {
                 if let (Some(pod), Some(link)) = (a.pod, a.host_link) {
                     let uid = a.pod_uid;
                     links.insert(pod.to_string(), LocalLink { uid, link });
                 }
             }
-            let mut addresses: BTreeSet<IpAddr> = s.internal_ips().into_iter().collect();
-            addresses.extend(s.router_ips());
+            let mut addresses: BTreeSet<IpAddr> = views.internal_ips().into_iter().collect();
+            addresses.extend(views.router_ips());
             Ok(NodeSide {
                 links,
                 addresses: addresses.into_iter().collect(),
@@ -354,7 +355,7 @@ async fn report(daemon: &Arc<Daemon>, c: Count, table_written: bool) {
     });
     let _ = daemon
         .with_state(move |s| {
-            let m = s.metrics();
+            let m = s.views().metrics();
             m.policy_problems.set(problems as i64);
             m.policy_pods_enforced.set(c.pods_enforced as i64);
             if let Some(result) = wrote.result() {

@@ -2,8 +2,9 @@
 //! (which binds and releases addresses), and CNI GC. Each builds its journal ops,
 //! commits them, then applies them to memory.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::time::Duration;
 
 use super::super::config::IpamMode;
 use super::ledger::{STICKY_CODE, held};
@@ -30,7 +31,7 @@ impl IpamState {
     /// carries the configuration the plugin then runs the delegated IPAM with.
     /// While the configuration does not fit the node, nothing is allocated
     /// (`fit`).
-    pub fn allocate(
+    pub(super) fn allocate(
         &mut self,
         req: &AllocateRequest,
         may_wait: bool,
@@ -167,7 +168,10 @@ impl IpamState {
 
     /// [`IpamState::allocate`] for a caller that never waits (the unit tests).
     #[cfg(test)]
-    pub fn allocate_next(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
+    pub(super) fn allocate_next(
+        &mut self,
+        req: &AllocateRequest,
+    ) -> Result<IpamResponse, ApiError> {
         self.allocate(req, false)
     }
 
@@ -177,7 +181,7 @@ impl IpamState {
     /// has reported that it cannot meet this node's demand (a pool exhausted or
     /// missing): then the refusal is final until the operator says otherwise.
     /// A sticky address not on this node yet (`sticky`) waits the same way.
-    pub fn waits_for_blocks(&self, e: &ApiError) -> bool {
+    pub(super) fn waits_for_blocks(&self, e: &ApiError) -> bool {
         if e.reason == Some(FailureReason::StickyWaiting) {
             return true;
         }
@@ -323,7 +327,7 @@ impl IpamState {
 
     /// `POST /v1/ipam/{ip}`: reserve one given address (no expiration). The pool
     /// defaults to the default pool (Cilium requires it).
-    pub fn allocate_ip(
+    pub(super) fn allocate_ip(
         &mut self,
         ip: &str,
         owner: &str,
@@ -399,7 +403,7 @@ impl IpamState {
 
     /// `DELETE /v1/ipam/{ip}`: release one address. Refused while an endpoint uses it
     /// or when it is one of the daemon's own; releasing a free address is a no-op.
-    pub fn release_ip(&mut self, ip: &str, pool: &str) -> Result<(), ApiError> {
+    pub(super) fn release_ip(&mut self, ip: &str, pool: &str) -> Result<(), ApiError> {
         let addr: IpAddr = ip
             .parse()
             .map_err(|_| ApiError::new(ErrorKind::Invalid, format!("Invalid IP address {ip}")))?;
@@ -438,7 +442,7 @@ impl IpamState {
 
     /// `PUT /v1/endpoint/{id}`: registers the endpoint, binds its addresses and stops
     /// their expiration timers.
-    pub fn create_endpoint(
+    pub(super) fn create_endpoint(
         &mut self,
         req: &EndpointChangeRequest,
     ) -> Result<EndpointView, ApiError> {
@@ -564,7 +568,7 @@ impl IpamState {
     /// UUIDs the report names. A report for an attachment deleted, re-added or
     /// expired since is refused (`Conflict`) and binds nothing. Reports without UUIDs
     /// pass.
-    pub fn bind_wired(&mut self, report: &CniReport) -> Result<(), ApiError> {
+    pub(super) fn bind_wired(&mut self, report: &CniReport) -> Result<(), ApiError> {
         let uuids = &report.wired_expiration_uuids;
         if uuids.is_empty() {
             return Ok(());
@@ -589,7 +593,7 @@ impl IpamState {
     /// them. `NotFound` when nothing was known. With `teardown-links`, the addresses are
     /// held (cooling without an end) until the caller has deleted the links and
     /// called `finish_teardown` with the returned key; a restart finishes it too.
-    pub fn delete_endpoints(
+    pub(super) fn delete_endpoints(
         &mut self,
         req: &EndpointBatchDeleteRequest,
     ) -> Result<Option<Teardown>, ApiError> {
@@ -639,7 +643,7 @@ impl IpamState {
     }
 
     /// The links of a DEL are gone: the held addresses cool down (or are free).
-    pub fn finish_teardown(&mut self, key: &str) -> Result<(), ApiError> {
+    pub(super) fn finish_teardown(&mut self, key: &str) -> Result<(), ApiError> {
         match self.ledger.finish_teardown_ops(key, now_ms()) {
             Some(ops) => self.commit_apply(ops, "links torn down"),
             None => Ok(()),
@@ -647,14 +651,17 @@ impl IpamState {
     }
 
     /// DELs whose links were not confirmed gone (restart after a crash).
-    pub fn pending_teardowns(&self) -> Vec<Teardown> {
+    pub(super) fn pending_teardowns(&self) -> Vec<Teardown> {
         self.ledger.teardowns().cloned().collect()
     }
 
     /// `POST /v1/cni/gc`: releases every allocation of `network` whose attachment is
     /// not in the valid set. Returns what was released and the attachments whose
     /// host links the caller removes.
-    pub fn gc(&mut self, req: &GcRequest) -> Result<(GcResponse, Vec<(String, String)>), ApiError> {
+    pub(super) fn gc(
+        &mut self,
+        req: &GcRequest,
+    ) -> Result<(GcResponse, Vec<(String, String)>), ApiError> {
         let valid: BTreeSet<(String, String)> = req
             .valid_attachments
             .iter()
@@ -760,5 +767,83 @@ pub(super) fn fill_response(
         resp.address.ipv6 = rec.ip.to_string();
         resp.address.ipv6_pool_name = rec.pool.clone();
         resp.ipv6 = Some(el);
+    }
+}
+
+/// The REST API's and the CNI plugin's requests (`daemon::routes`,
+/// `daemon::block_wait`; the DELs the plugin queued, replayed by the daemon):
+/// addresses, endpoints, CNI GC and the plugin's reports.
+pub struct Requests<'a>(pub(super) &'a mut IpamState);
+
+impl Requests<'_> {
+    /// As `IpamState::allocate`.
+    pub fn allocate(
+        &mut self,
+        req: &AllocateRequest,
+        may_wait: bool,
+    ) -> Result<IpamResponse, ApiError> {
+        self.0.allocate(req, may_wait)
+    }
+
+    /// As `IpamState::waits_for_blocks`.
+    pub fn waits_for_blocks(&self, e: &ApiError) -> bool {
+        self.0.waits_for_blocks(e)
+    }
+
+    /// As `IpamState::allocate_ip`.
+    pub fn allocate_ip(
+        &mut self,
+        ip: &str,
+        owner: &str,
+        pool: &str,
+    ) -> Result<IpamResponse, ApiError> {
+        self.0.allocate_ip(ip, owner, pool)
+    }
+
+    /// As `IpamState::release_ip`.
+    pub fn release_ip(&mut self, ip: &str, pool: &str) -> Result<(), ApiError> {
+        self.0.release_ip(ip, pool)
+    }
+
+    /// As `IpamState::create_endpoint`.
+    pub fn create_endpoint(
+        &mut self,
+        req: &EndpointChangeRequest,
+    ) -> Result<EndpointView, ApiError> {
+        self.0.create_endpoint(req)
+    }
+
+    /// As `IpamState::bind_wired`.
+    pub fn bind_wired(&mut self, report: &CniReport) -> Result<(), ApiError> {
+        self.0.bind_wired(report)
+    }
+
+    /// As `IpamState::delete_endpoints`.
+    pub fn delete_endpoints(
+        &mut self,
+        req: &EndpointBatchDeleteRequest,
+    ) -> Result<Option<Teardown>, ApiError> {
+        self.0.delete_endpoints(req)
+    }
+
+    /// As `IpamState::gc`.
+    pub fn gc(&mut self, req: &GcRequest) -> Result<(GcResponse, Vec<(String, String)>), ApiError> {
+        self.0.gc(req)
+    }
+
+    /// As `IpamState::cni_report`.
+    pub fn cni_report(&mut self, report: &CniReport) {
+        self.0.cni_report(report)
+    }
+
+    /// As `IpamState::plugin_timings`.
+    pub fn plugin_timings(
+        &mut self,
+        verb: &str,
+        phases: &BTreeMap<String, f64>,
+        handled_phase: &str,
+        handled: Duration,
+    ) {
+        self.0.plugin_timings(verb, phases, handled_phase, handled)
     }
 }

@@ -1,15 +1,20 @@
 //! Read-only views of the state: `GET /v1/config`, `GET /v1/healthz` (Cilium's
 //! status shape plus podnet's per-range, cooling and restore figures) and endpoints.
 
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
 use super::super::metrics::{CapacityLabels, FamilyLabels, Metrics, OutcomeLabels};
-use super::{ApiError, ErrorKind, IpamState};
+use super::{ApiError, ErrorKind, IpamState, RestoreReport};
 use crate::api::models::*;
 use crate::ipam::Family;
+use crate::ipam::leaks::NodeAllocation;
+use crate::node::NodeResource;
 use crate::store::{AllocationState, EndpointRecord, now_ms};
 
 impl IpamState {
     /// Sets the gauges that mirror the state (capacity, use, cooling, restore).
-    pub fn refresh_gauges(&self, m: &Metrics) {
+    pub(super) fn refresh_gauges(&self, m: &Metrics) {
         for b in self.pools.blocks() {
             let cap = i64::try_from(b.capacity).unwrap_or(i64::MAX);
             m.capacity
@@ -58,7 +63,7 @@ impl IpamState {
     }
 
     /// Addresses a pod or the node holds (not cooling).
-    pub fn live_addresses(&self) -> std::collections::BTreeSet<std::net::IpAddr> {
+    pub(super) fn live_addresses(&self) -> std::collections::BTreeSet<std::net::IpAddr> {
         self.ledger
             .allocations()
             .iter()
@@ -68,7 +73,7 @@ impl IpamState {
     }
 
     /// The daemon's metrics.
-    pub fn metrics(&self) -> &Metrics {
+    pub(super) fn metrics(&self) -> &Metrics {
         &self.metrics
     }
 
@@ -120,7 +125,7 @@ impl IpamState {
     }
 
     /// `GET /v1/config`.
-    pub fn config(&self) -> DaemonConfiguration {
+    pub(super) fn config(&self) -> DaemonConfiguration {
         DaemonConfiguration {
             status: DaemonConfigurationStatus {
                 addressing: self.node_addressing(),
@@ -156,7 +161,7 @@ impl IpamState {
 
     /// `GET /v1/endpoint/{id}` for `cni-attachment-id:<cid>:<ifname>` or
     /// `container-id:<cid>`.
-    pub fn endpoint(&self, id: &str) -> Result<EndpointView, ApiError> {
+    pub(super) fn endpoint(&self, id: &str) -> Result<EndpointView, ApiError> {
         let found = if let Some(rest) = id.strip_prefix("cni-attachment-id:") {
             match rest.rsplit_once(':') {
                 Some((cid, ifname)) => self
@@ -187,15 +192,17 @@ impl IpamState {
             .ok_or_else(|| ApiError::new(ErrorKind::NotFound, format!("endpoint {id} not found")))
     }
 
-    /// `GET /v1/healthz`: Cilium's status shape with podnet's per-range figures.
-    /// Cooling addresses count as used; they are listed under `cooling`, not
-    /// `allocations` (nobody owns them).
-    pub fn status(&self) -> StatusResponse {
+    /// `status_brief(false)`, for the unit tests.
+    #[cfg(test)]
+    pub(super) fn status(&self) -> StatusResponse {
         self.status_brief(false)
     }
 
-    /// `status`, without the per-address maps and lists when `brief`.
-    pub fn status_brief(&self, brief: bool) -> StatusResponse {
+    /// `GET /v1/healthz`: Cilium's status shape with podnet's per-range figures,
+    /// without the per-address maps and lists when `brief`. Cooling addresses
+    /// count as used; they are listed under `cooling`, not `allocations` (nobody
+    /// owns them).
+    pub(super) fn status_brief(&self, brief: bool) -> StatusResponse {
         let mut ipam = IpamStatus {
             mode: self.cfg.ipam_mode.to_string(),
             node_name: self.cfg.node_name.clone(),
@@ -402,5 +409,90 @@ impl IpamState {
             };
         }
         status.ipam.config_check = Some(check);
+    }
+}
+
+/// Read-only answers: the REST API's GETs (`daemon::routes`), the metrics
+/// (`daemon::mod`, `daemon::leak_check`, `daemon::policy_loop`), what the
+/// cross-node datapath and the policy loop read, the CNI configuration's
+/// writer (`daemon::start::cni_conf`) and start's restore report.
+#[derive(Clone, Copy)]
+pub struct Views<'a>(pub(super) &'a IpamState);
+
+impl<'a> Views<'a> {
+    /// As `IpamState::status_brief`.
+    pub fn status_brief(self, brief: bool) -> StatusResponse {
+        self.0.status_brief(brief)
+    }
+
+    /// As `IpamState::config`.
+    pub fn config(self) -> DaemonConfiguration {
+        self.0.config()
+    }
+
+    /// As `IpamState::node`.
+    pub fn node(self) -> &'a NodeResource {
+        self.0.node()
+    }
+
+    /// As `IpamState::endpoint`.
+    pub fn endpoint(self, id: &str) -> Result<EndpointView, ApiError> {
+        self.0.endpoint(id)
+    }
+
+    /// As `IpamState::explain`.
+    pub fn explain(self, query: &str) -> ExplainResponse {
+        self.0.explain(query)
+    }
+
+    /// As `IpamState::router_ips`.
+    pub fn router_ips(self) -> Vec<IpAddr> {
+        self.0.router_ips()
+    }
+
+    /// As `IpamState::internal_ips`.
+    pub fn internal_ips(self) -> Vec<IpAddr> {
+        self.0.internal_ips()
+    }
+
+    /// As `IpamState::skip_masquerade`.
+    pub fn skip_masquerade(self, pool: &str) -> bool {
+        self.0.skip_masquerade(pool)
+    }
+
+    /// As `IpamState::fits`.
+    pub fn fits(self) -> bool {
+        self.0.fits()
+    }
+
+    /// As `IpamState::metrics`.
+    pub fn metrics(self) -> &'a Metrics {
+        self.0.metrics()
+    }
+
+    /// As `IpamState::refresh_gauges`.
+    pub fn refresh_gauges(self, m: &Metrics) {
+        self.0.refresh_gauges(m)
+    }
+
+    /// As `IpamState::leak_candidates`.
+    pub fn leak_candidates(self, now_ms: u64) -> Vec<NodeAllocation> {
+        self.0.leak_candidates(now_ms)
+    }
+
+    /// As `IpamState::live_addresses`.
+    pub fn live_addresses(self) -> BTreeSet<IpAddr> {
+        self.0.live_addresses()
+    }
+
+    /// As `IpamState::restore_report`.
+    pub fn restore_report(self) -> &'a RestoreReport {
+        self.0.restore_report()
+    }
+
+    /// As `IpamState::journal_mark` (start's tests mark a host link with it).
+    #[cfg(test)]
+    pub fn journal_mark(self) -> crate::api::link_marker::JournalMark {
+        self.0.journal_mark()
     }
 }
