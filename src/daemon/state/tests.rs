@@ -2282,6 +2282,32 @@ impl FakeMetadata {
     }
 }
 
+/// Pods of namespace `ns`, each with its annotations.
+fn pods_in_ns(list: &[(&str, &[(&str, &str)])]) -> Box<FakeMetadata> {
+    let pods = list
+        .iter()
+        .map(|(name, annotations)| {
+            let meta = PodMeta {
+                namespace: "ns".into(),
+                name: name.to_string(),
+                annotations: annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..Default::default()
+            };
+            (("ns".to_string(), name.to_string()), meta)
+        })
+        .collect();
+    Box::new(FakeMetadata {
+        pods,
+        namespaces: [("ns".to_string(), NamespaceMeta::default())]
+            .into_iter()
+            .collect(),
+        not_synced: false,
+    })
+}
+
 impl MetadataSource for FakeMetadata {
     fn pod(&self, namespace: &str, name: &str) -> Option<PodMeta> {
         self.pods

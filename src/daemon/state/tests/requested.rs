@@ -7,29 +7,19 @@ use crate::ipam::address_request::ANNOTATION_IP_ADDRESSES;
 
 /// Metadata of pods in namespace `ns`, each with the annotation's value given.
 fn asking(pods: &[(&str, &str)]) -> Box<FakeMetadata> {
-    let pods = pods
+    let annotations: Vec<Vec<(&str, &str)>> = pods
         .iter()
-        .map(|(name, value)| {
-            let mut annotations = BTreeMap::new();
-            if !value.is_empty() {
-                annotations.insert(ANNOTATION_IP_ADDRESSES.to_string(), value.to_string());
-            }
-            let meta = PodMeta {
-                namespace: "ns".into(),
-                name: name.to_string(),
-                annotations,
-                ..Default::default()
-            };
-            (("ns".to_string(), name.to_string()), meta)
+        .map(|(_, value)| match *value {
+            "" => Vec::new(),
+            v => vec![(ANNOTATION_IP_ADDRESSES, v)],
         })
         .collect();
-    Box::new(FakeMetadata {
-        pods,
-        namespaces: [("ns".to_string(), NamespaceMeta::default())]
-            .into_iter()
-            .collect(),
-        not_synced: false,
-    })
+    let list: Vec<(&str, &[(&str, &str)])> = pods
+        .iter()
+        .zip(&annotations)
+        .map(|((name, _), a)| (*name, a.as_slice()))
+        .collect();
+    pods_in_ns(&list)
 }
 
 /// A dual-stack cluster-pool node (10.0.0.0/28, fd00::/124) with `pods`.

@@ -17,38 +17,12 @@ fn pools_with_web() -> Vec<PoolDef> {
     pools
 }
 
-/// Pods of namespace `ns`, each with its annotations.
-fn pods(list: &[(&str, &[(&str, &str)])]) -> Box<FakeMetadata> {
-    let pods = list
-        .iter()
-        .map(|(name, annotations)| {
-            let meta = PodMeta {
-                namespace: "ns".into(),
-                name: name.to_string(),
-                annotations: annotations
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                ..Default::default()
-            };
-            (("ns".to_string(), name.to_string()), meta)
-        })
-        .collect();
-    Box::new(FakeMetadata {
-        pods,
-        namespaces: [("ns".to_string(), NamespaceMeta::default())]
-            .into_iter()
-            .collect(),
-        not_synced: false,
-    })
-}
-
 /// A multi-pool node with a cluster operator, a 30 s cooldown and `web-0`,
 /// `web-1` asking for sticky addresses of `web`.
 fn node_with_statefulset(dir: &TestDir) -> IpamState {
     let setup = Setup::multi_pool(pools_with_web(), &[]).cooldown(Duration::from_secs(30));
     let mut s = start_with_cluster_operator(dir, &setup, node_with_blocks(&[]));
-    s.set_metadata(pods(&[
+    s.set_metadata(pods_in_ns(&[
         ("web-0", &[(POD_STICKY_POOL, WEB)]),
         ("web-1", &[(POD_STICKY_POOL, WEB)]),
     ]));
@@ -63,6 +37,17 @@ fn answered(blocks: &[&str], answers: &str) -> NodeResource {
         .annotations
         .insert(STICKY_STATUS.to_string(), answers.to_string());
     node
+}
+
+/// [`node_with_statefulset`] with web-0 holding 10.30.0.3, which the operator
+/// assigned to it.
+fn web0_placed(dir: &TestDir) -> IpamState {
+    let mut s = node_with_statefulset(dir);
+    let assigned = r#"{"ns/web-0": {"pool": "web", "address": "10.30.0.3", "state": "assigned"}}"#;
+    s.allocate(&pod("web-0"), true).unwrap_err();
+    s.set_external_node(answered(&["10.30.0.3/32"], assigned));
+    s.allocate(&pod("web-0"), true).unwrap();
+    s
 }
 
 fn asks(s: &mut IpamState) -> Option<BTreeMap<String, String>> {
@@ -142,11 +127,7 @@ fn a_sticky_pod_asks_waits_and_gets_the_address_the_operator_assigned() {
 #[test]
 fn a_released_sticky_address_skips_the_cooldown_and_its_block_goes_back_at_once() {
     let dir = TestDir::new("state");
-    let mut s = node_with_statefulset(&dir);
-    let assigned = r#"{"ns/web-0": {"pool": "web", "address": "10.30.0.3", "state": "assigned"}}"#;
-    s.allocate(&pod("web-0"), true).unwrap_err();
-    s.set_external_node(answered(&["10.30.0.3/32"], assigned));
-    s.allocate(&pod("web-0"), true).unwrap();
+    let mut s = web0_placed(&dir);
     s.take_outbox();
     s.take_timers();
 
@@ -182,7 +163,7 @@ fn a_block_nobody_here_asks_for_goes_back_and_a_waiting_pod_that_left_stops_aski
         "both still asked for: kept while their ADDs wait"
     );
     // web-1 was deleted before its ADD got the address (gone from this node).
-    s.set_metadata(pods(&[("web-0", &[(POD_STICKY_POOL, WEB)])]));
+    s.set_metadata(pods_in_ns(&[("web-0", &[(POD_STICKY_POOL, WEB)])]));
     let out = s.take_outbox().unwrap();
     assert_eq!(
         out.sticky_requests,
@@ -201,7 +182,7 @@ fn a_block_nobody_here_asks_for_goes_back_and_a_waiting_pod_that_left_stops_aski
 fn every_wrong_way_of_asking_is_refused_naming_the_field() {
     let dir = TestDir::new("state");
     let mut s = node_with_statefulset(&dir);
-    s.set_metadata(pods(&[
+    s.set_metadata(pods_in_ns(&[
         ("by-pool", &[(ANNOTATION_IP_POOL, WEB)]),
         ("missing", &[(POD_STICKY_POOL, "nope")]),
         ("ordinary", &[(POD_STICKY_POOL, "blue")]),
@@ -271,7 +252,7 @@ fn every_wrong_way_of_asking_is_refused_naming_the_field() {
         &dir,
         &Setup::multi_pool(pools_with_web(), &[(DEFAULT_POOL, 8)]),
     );
-    s.set_metadata(pods(&[("web-0", &[(POD_STICKY_POOL, WEB)])]));
+    s.set_metadata(pods_in_ns(&[("web-0", &[(POD_STICKY_POOL, WEB)])]));
     let m = refused(&mut s, "web-0");
     assert!(
         m.contains("sticky addresses need ipam mode multi-pool with podnet operator"),
@@ -282,11 +263,7 @@ fn every_wrong_way_of_asking_is_refused_naming_the_field() {
 #[test]
 fn a_restarted_agent_keeps_asking_for_the_sticky_addresses_it_holds() {
     let dir = TestDir::new("state");
-    let mut s = node_with_statefulset(&dir);
-    let assigned = r#"{"ns/web-0": {"pool": "web", "address": "10.30.0.3", "state": "assigned"}}"#;
-    s.allocate(&pod("web-0"), true).unwrap_err();
-    s.set_external_node(answered(&["10.30.0.3/32"], assigned));
-    s.allocate(&pod("web-0"), true).unwrap();
+    let s = web0_placed(&dir);
     let node = s.node().clone();
     drop(s);
     let setup = Setup::multi_pool(pools_with_web(), &[]);
