@@ -3,10 +3,12 @@
 //! and `spec.ipam`'s CIDRs and allocated blocks) in a [`Mirror`] and publishes the
 //! whole list after each change: after each batch of the events that have already
 //! arrived (up to [`EVENT_BATCH`]), so that a burst of node joins and deletions is
-//! copied out and planned a few times, not once per event. A relist (after an API-server restart or an
+//! planned a few times, not once per event. The list holds shared nodes
+//! ([`ClusterNodeList`]): a batch copies out only the nodes it changed. A relist (after an API-server restart or an
 //! expired resourceVersion) is published only once complete, so a half-read list
 //! never looks like deleted nodes.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -18,13 +20,14 @@ use tokio::sync::watch;
 use super::{BackendHealth, NodeResource};
 use crate::k8s::connect::connect;
 use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve_waiting};
-use crate::k8s::mirror::{Change, Mirror};
+use crate::k8s::mirror::{Change, Keyed, Mirror};
 use crate::k8s::objects::watch_nodes;
 use crate::resources::{IpamPools, NodeIpamSpec, NodeSpec, ObjectMeta};
 
-/// Every CiliumNode's routing part, as one shared list: the watch copies the
-/// nodes out once per batch, and its reader takes the list without a copy.
-pub type ClusterNodeList = Arc<Vec<NodeResource>>;
+/// Every CiliumNode's routing part, as one shared list of shared nodes: a
+/// batch copies out only the nodes it changed, and the reader takes the list
+/// without a copy.
+pub type ClusterNodeList = Arc<Vec<Arc<NodeResource>>>;
 
 /// The watch's name in `podnet status`.
 const WATCH: &str = "cluster-ciliumnodes";
@@ -102,16 +105,20 @@ pub async fn watch_cluster_nodes(
     let resource = resolve_waiting(&client, kind, &report).await;
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
     let mut stream = watch_nodes(api, watcher::Config::default());
+    // The published nodes, each shared until it changes.
+    let mut shared: BTreeMap<String, Arc<NodeResource>> = BTreeMap::new();
     while let Some(first) = stream.next().await {
         let arrived =
             std::iter::from_fn(|| stream.next().now_or_never().flatten()).take(EVENT_BATCH);
         let mut matters = false;
         for item in std::iter::once(first).chain(arrived) {
-            matters |= take_event(item, &mut nodes, &health);
+            let change = take_event(item, &mut nodes, &health);
+            matters |= change.matters();
+            share(change, &nodes, &mut shared);
         }
         if matters
             && tx
-                .send(Some(Arc::new(nodes.objects().cloned().collect())))
+                .send(Some(Arc::new(shared.values().cloned().collect())))
                 .is_err()
         {
             return;
@@ -119,12 +126,41 @@ pub async fn watch_cluster_nodes(
     }
 }
 
-/// Applies one item of the watch to `nodes`; whether planning must see the change.
+/// Brings the shared copies in line with `nodes` after `change`: only the
+/// changed node is copied (all of them after a relist).
+fn share(
+    change: Change<NodeResource>,
+    nodes: &Mirror<NodeResource>,
+    shared: &mut BTreeMap<String, Arc<NodeResource>>,
+) {
+    match change {
+        Change::Nothing => {}
+        Change::Applied(key) => match nodes.get(&key) {
+            Some(node) => {
+                shared.insert(key, Arc::new(node.clone()));
+            }
+            None => {
+                shared.remove(&key);
+            }
+        },
+        Change::Deleted(node) => {
+            shared.remove(&node.key());
+        }
+        Change::Relisted => {
+            *shared = nodes
+                .objects()
+                .map(|n| (n.key(), Arc::new(n.clone())))
+                .collect();
+        }
+    }
+}
+
+/// Applies one item of the watch to `nodes`; what it changed.
 fn take_event(
     item: Result<Event<NodeResource>, watcher::Error>,
     nodes: &mut Mirror<NodeResource>,
     health: &BackendHealth,
-) -> bool {
+) -> Change<NodeResource> {
     let change = match item {
         Ok(event) => match routing_event(event, nodes) {
             Some(event) => nodes.apply(event),
@@ -139,5 +175,65 @@ fn take_event(
     if change == Change::Relisted {
         health.set(WATCH, true);
     }
-    change.matters()
+    change
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, cidr: &str) -> NodeResource {
+        let mut n = NodeResource::new(name);
+        n.spec.ipam.pod_cidrs = vec![cidr.parse().unwrap()];
+        n
+    }
+
+    #[test]
+    fn a_batch_copies_only_the_nodes_it_changed() {
+        let health = BackendHealth::new("kubernetes", String::new());
+        let mut nodes = Mirror::<NodeResource>::default();
+        let mut shared = BTreeMap::new();
+        for event in [
+            Event::Init,
+            Event::InitApply(node("a", "10.0.1.0/24")),
+            Event::InitApply(node("b", "10.0.2.0/24")),
+            Event::InitDone,
+        ] {
+            let change = take_event(Ok(event), &mut nodes, &health);
+            share(change, &nodes, &mut shared);
+        }
+        assert_eq!(shared.keys().collect::<Vec<_>>(), ["a", "b"]);
+        let b_before = shared["b"].clone();
+        // a changes, c joins, b stays the very same copy.
+        for event in [
+            Event::Apply(node("a", "10.0.9.0/24")),
+            Event::Apply(node("c", "10.0.3.0/24")),
+        ] {
+            let change = take_event(Ok(event), &mut nodes, &health);
+            assert!(change.matters());
+            share(change, &nodes, &mut shared);
+        }
+        assert!(
+            Arc::ptr_eq(&shared["b"], &b_before),
+            "b was not copied again"
+        );
+        assert_eq!(
+            shared["a"].spec.ipam.pod_cidrs[0].to_string(),
+            "10.0.9.0/24"
+        );
+        // An update that changes nothing routing reads is no change.
+        let same = take_event(
+            Ok(Event::Apply(node("c", "10.0.3.0/24"))),
+            &mut nodes,
+            &health,
+        );
+        assert!(!same.matters());
+        let gone = take_event(
+            Ok(Event::Delete(node("a", "10.0.9.0/24"))),
+            &mut nodes,
+            &health,
+        );
+        share(gone, &nodes, &mut shared);
+        assert_eq!(shared.keys().collect::<Vec<_>>(), ["b", "c"]);
+    }
 }

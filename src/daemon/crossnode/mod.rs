@@ -155,10 +155,13 @@ pub async fn run(
                 .with_state(|s| Ok(s.views().node().clone()))
                 .await
                 .ok()
-                .map(|n| Arc::new(vec![n])),
+                .map(|n| Arc::new(vec![Arc::new(n)])),
         };
         if let Some(nodes) = nodes {
-            let nodes: Vec<ClusterNode> = nodes.iter().map(ClusterNode::from_resource).collect();
+            let nodes: Vec<ClusterNode> = nodes
+                .iter()
+                .map(|n| ClusterNode::from_resource(n))
+                .collect();
             let pools: BTreeSet<String> = nodes
                 .iter()
                 .flat_map(|n| n.cidrs.iter().filter_map(|(p, _)| p.clone()))
