@@ -176,7 +176,7 @@ impl IpamState {
                     self.sync.give_back_block(&pool, cidr);
                 }
             }
-            self.give_back_sticky_blocks();
+            let _ = self.give_back_sticky_blocks();
             self.sync.drop_empty_pools();
         }
         if *self.sync.node() != before {
@@ -258,6 +258,12 @@ impl IpamState {
             .sync
             .take_used_changed()
             .then(|| self.ledger.used_addresses());
+        // Sticky blocks asked for by no one here any more (a waiting pod that
+        // left): given back now, not at the next allocation or release.
+        if self.sync.may_give_back() && self.give_back_sticky_blocks() {
+            self.sync.drop_empty_pools();
+            self.journal_node();
+        }
         let sticky_requests = self.sticky_requests();
         let out = self
             .sync

@@ -259,7 +259,10 @@ impl IpamState {
 
     /// Gives back the blocks of sticky pools that no pod here uses and no
     /// identity this node asks for owns (its pod left, or was never here).
-    pub(super) fn give_back_sticky_blocks(&mut self) {
+    /// Run with the demand and before each outbox: a waiting pod that left
+    /// stops being asked for at the next outbox, and its block goes with it.
+    /// Whether one was given back.
+    pub(super) fn give_back_sticky_blocks(&mut self) -> bool {
         let sticky: Vec<String> = self
             .pools
             .names()
@@ -267,20 +270,25 @@ impl IpamState {
             .filter(|p| self.is_sticky_pool(p))
             .collect();
         if sticky.is_empty() {
-            return;
+            return false;
         }
         let requests = self.sticky_requests();
+        let mut gave = false;
         for pool in sticky {
             let keep = self.sticky_kept(&pool, &requests);
             for family in [Family::V4, Family::V6] {
                 for cidr in self.pools.release_blocks_not_kept(&pool, family, &keep) {
                     tracing::info!(pool = %pool, cidr = %cidr, "gave back a sticky address no pod here uses or asks for");
                     self.sync.give_back_block(&pool, cidr);
-                    // The identity's next node waits for it.
-                    self.effects.flush_soon();
+                    gave = true;
                 }
             }
         }
+        if gave {
+            // The identity's next node waits for it.
+            self.effects.flush_soon();
+        }
+        gave
     }
 
     /// Whether `pool` is a sticky pool.
