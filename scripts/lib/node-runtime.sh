@@ -33,9 +33,17 @@ runtime_of() {
 }
 
 # runtime_socket NODE: the CRI socket, a path in the node's mount namespace.
+# CRI-O's is not its default /run/crio/crio.sock: the kubelet's cAdvisor finds
+# CRI-O there and then asks it about every crio-<id> cgroup it sees, and on this
+# host it sees the whole cgroup tree, other CRI-O nodes' containers (scripts/node's,
+# run beside the cluster tests) among them. CRI-O answers 404 for those and
+# cAdvisor retries each for 3.1 s before the kubelet registers the node (40 such
+# containers kept node-2 unregistered past 90 s). Off the default path cAdvisor
+# leaves CRI-O alone, and the kubelet takes the pods' stats from the CRI instead
+# (its choice for a socket not named crio.sock).
 runtime_socket() {
     case "$(runtime_of "$1")" in
-        crio) printf '/run/crio/crio.sock' ;;
+        crio) printf '/run/crio/cri.sock' ;;
         *) printf '/run/containerd/containerd.sock' ;;
     esac
 }
