@@ -6,7 +6,15 @@
 //! Nothing without podnet's marks (another protocol number, another device,
 //! another nftables table) is ever read for removal. The writes go in batches:
 //! up to [`BATCH`] netlink requests a datagram, each acknowledged by the kernel.
+//!
+//! What a pass compares the plan with is the caller's choice ([`Compare`]): the
+//! kernel's entries, dumped (at start and every resync, which is what puts back
+//! an entry someone removed), or the plan this reconciler last applied without
+//! an error, so a change of a few nodes writes only their entries and dumps
+//! nothing (at 5,000 nodes each dump is 5,000 routes, FDB and neighbour entries
+//! to read and parse).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
@@ -24,14 +32,35 @@ use crate::datapath::{
 /// acknowledges each (capped ACKs: a few KiB for a full batch).
 const BATCH: usize = 128;
 
+/// What [`Reconciler::apply`] compares the plan with to find what to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compare {
+    /// The kernel's entries, dumped: finds what anyone else changed.
+    Kernel,
+    /// The plan last applied without an error (the kernel's entries when there
+    /// is none, or the tunnel device is not the one it was written to).
+    LastApplied,
+}
+
+/// The routes, FDB and neighbour entries of a plan the kernel took without an
+/// error, and the tunnel device they went to.
+struct Applied {
+    tunnel_index: Option<u32>,
+    routes: BTreeSet<PlannedRoute>,
+    fdb: BTreeSet<L2Entry>,
+    neighbours: BTreeSet<L2Entry>,
+}
+
 /// The kernel side of the cross-node datapath; remembers the masquerade rule
-/// sets it last wrote (the kernel's are not read back).
+/// sets it last wrote (the kernel's are not read back) and the last plan the
+/// kernel took whole.
 pub struct Reconciler {
     config: CrossNodeConfig,
     /// The node's device MTU (the tunnel device gets it minus the underlay's
     /// overhead).
     device_mtu: u32,
     masquerade_written: [Option<String>; 2],
+    applied: Option<Applied>,
 }
 
 impl Reconciler {
@@ -40,12 +69,15 @@ impl Reconciler {
             config,
             device_mtu,
             masquerade_written: [None, None],
+            applied: None,
         }
     }
 
-    /// Applies `plan`; returns what could not be done (empty when all is in place).
-    pub fn apply(&mut self, plan: &DatapathPlan) -> Vec<String> {
+    /// Applies `plan`, writing what differs from `compare`; returns what could
+    /// not be done (empty when all is in place).
+    pub fn apply(&mut self, plan: &DatapathPlan, compare: Compare) -> Vec<String> {
         let mut errors = Vec::new();
+        let last = self.applied.take();
         let sock = match NetlinkSocket::new() {
             Ok(s) => s,
             Err(e) => return vec![format!("netlink socket: {e}")],
@@ -58,11 +90,34 @@ impl Reconciler {
             }
         };
         let tunnel_index = tunnel.as_ref().map(|l| l.index);
+        let last =
+            last.filter(|l| compare == Compare::LastApplied && l.tunnel_index == tunnel_index);
         if let Some(index) = tunnel_index {
-            sync_l2(&sock, index, &plan.fdb, true, &mut errors);
-            sync_l2(&sock, index, &plan.neighbours, false, &mut errors);
+            for fdb in [true, false] {
+                let want = if fdb { &plan.fdb } else { &plan.neighbours };
+                let have = match &last {
+                    Some(l) => Ok(Cow::Borrowed(if fdb { &l.fdb } else { &l.neighbours })),
+                    None => listed_l2(&sock, index, fdb).map(Cow::Owned),
+                };
+                match have {
+                    Ok(have) => sync_l2(&sock, index, want, &have, fdb, &mut errors),
+                    Err(e) => errors.push(e.to_string()),
+                }
+            }
         }
-        sync_routes(&sock, &plan.routes, tunnel_index, &mut errors);
+        let have = match &last {
+            Some(l) => routes_of(&l.routes, tunnel_index),
+            None => kernel_routes(&sock, &mut errors),
+        };
+        sync_routes(&sock, &plan.routes, &have, tunnel_index, &mut errors);
+        if errors.is_empty() {
+            self.applied = Some(Applied {
+                tunnel_index,
+                routes: plan.routes.clone(),
+                fdb: plan.fdb.clone(),
+                neighbours: plan.neighbours.clone(),
+            });
+        }
         let families = [
             (false, self.config.masquerade_v4, &plan.masquerade_v4),
             (true, self.config.masquerade_v6, &plan.masquerade_v6),
@@ -152,27 +207,31 @@ impl Reconciler {
     }
 }
 
-/// FDB (`fdb`) or neighbour entries of the tunnel device: add the missing, remove
-/// the others (the device is podnet's, so every entry on it is).
-fn sync_l2(
+/// The FDB (`fdb`) or neighbour entries the kernel holds on the tunnel device.
+fn listed_l2(
     sock: &NetlinkSocket,
     index: u32,
-    want: &BTreeSet<L2Entry>,
     fdb: bool,
-    errors: &mut Vec<String>,
-) {
+) -> Result<BTreeSet<L2Entry>, DatapathError> {
     let listed = match fdb {
         true => sock.list_fdb(index),
         false => sock.list_neighbours(index),
     };
-    let have: BTreeSet<L2Entry> = match listed {
-        Ok(l) => l.into_iter().collect(),
-        Err(e) => {
-            errors.push(e.to_string());
-            return;
-        }
-    };
-    let adds = want.difference(&have).map(|e| match fdb {
+    Ok(listed?.into_iter().collect())
+}
+
+/// FDB (`fdb`) or neighbour entries of the tunnel device: add those of `want`
+/// not in `have`, remove the others (the device is podnet's, so every entry on
+/// it is).
+fn sync_l2(
+    sock: &NetlinkSocket,
+    index: u32,
+    want: &BTreeSet<L2Entry>,
+    have: &BTreeSet<L2Entry>,
+    fdb: bool,
+    errors: &mut Vec<String>,
+) {
+    let adds = want.difference(have).map(|e| match fdb {
         true => sock.append_fdb_request(index, e),
         false => sock.replace_neighbour_request(index, e),
     });
@@ -234,14 +293,8 @@ fn route_matches(have: &RouteInfo, spec: &RouteSpec) -> bool {
         && have.prefsrc == spec.prefsrc
 }
 
-/// podnet's routes in the main table (its protocol number): replace the wrong
-/// or missing ones, delete the ones of CIDRs no remote node has any more.
-fn sync_routes(
-    sock: &NetlinkSocket,
-    want: &BTreeSet<PlannedRoute>,
-    tunnel_index: Option<u32>,
-    errors: &mut Vec<String>,
-) {
+/// podnet's routes (its protocol number) the kernel holds in the main table.
+fn kernel_routes(sock: &NetlinkSocket, errors: &mut Vec<String>) -> Vec<RouteInfo> {
     let mut have: Vec<RouteInfo> = Vec::new();
     for family in [IpFamily::V4, IpFamily::V6] {
         match sock.list_routes(family, Some(TABLE_MAIN)) {
@@ -249,6 +302,38 @@ fn sync_routes(
             Err(e) => errors.push(e.to_string()),
         }
     }
+    have
+}
+
+/// The routes an applied plan put in the kernel, as a dump would list them.
+fn routes_of(routes: &BTreeSet<PlannedRoute>, tunnel_index: Option<u32>) -> Vec<RouteInfo> {
+    routes
+        .iter()
+        .map(|r| RouteInfo {
+            dst: r.dst,
+            gateway: Some(r.gateway),
+            oif: if r.tunnel { tunnel_index } else { None },
+            scope: 0,
+            mtu: None,
+            table: TABLE_MAIN,
+            priority: None,
+            kind: 1,
+            protocol: ROUTE_PROTOCOL,
+            prefsrc: r.prefsrc,
+        })
+        .collect()
+}
+
+/// podnet's routes in the main table: replace those of `want` that `have` does
+/// not hold as wanted, delete those of `have` to CIDRs no remote node has any
+/// more.
+fn sync_routes(
+    sock: &NetlinkSocket,
+    want: &BTreeSet<PlannedRoute>,
+    have: &[RouteInfo],
+    tunnel_index: Option<u32>,
+    errors: &mut Vec<String>,
+) {
     let specs: Vec<RouteSpec> = want
         .iter()
         .filter_map(|r| route_spec(r, tunnel_index))
@@ -273,7 +358,7 @@ fn sync_routes(
     // The listed routes by destination: a pass compares each wanted route with
     // the few of its destination, not with all of them.
     let mut listed: BTreeMap<IpNet, Vec<&RouteInfo>> = BTreeMap::new();
-    for h in &have {
+    for h in have {
         listed.entry(h.dst).or_default().push(h);
     }
     let in_place = |spec: &RouteSpec| {
@@ -425,10 +510,74 @@ mod tests {
                 )
             };
             let n = 3 * BATCH as u32 + 7;
-            assert_eq!(r.apply(&remotes(n)), Vec::<String>::new());
-            assert_eq!(count(&sock), (n as usize, n as usize, n as usize));
-            assert_eq!(r.apply(&remotes(5)), Vec::<String>::new());
-            assert_eq!(count(&sock), (5, 5, 5), "the others removed");
+            for compare in [Compare::Kernel, Compare::LastApplied] {
+                assert_eq!(r.apply(&remotes(n), compare), Vec::<String>::new());
+                assert_eq!(count(&sock), (n as usize, n as usize, n as usize));
+                assert_eq!(r.apply(&remotes(5), compare), Vec::<String>::new());
+                assert_eq!(count(&sock), (5, 5, 5), "the others removed");
+            }
+        });
+    }
+
+    #[test]
+    fn a_change_is_written_from_the_last_plan_and_a_resync_puts_back_what_was_removed() {
+        use crate::datapath::tests::{in_private_netns, root};
+        if !root("a_change_is_written_from_the_last_plan_and_a_resync_puts_back_what_was_removed") {
+            return;
+        }
+        in_private_netns(|| {
+            let sock = NetlinkSocket::new().unwrap();
+            sock.set_link_up(crate::datapath::LOOPBACK_INDEX).unwrap();
+            let mut r = Reconciler::new(tunnel_config(), 1500);
+            let kernel = |sock: &NetlinkSocket| {
+                let index = sock.link_by_name(TUNNEL_DEVICE).unwrap().unwrap().index;
+                let routes: BTreeSet<IpNet> = sock
+                    .list_routes(IpFamily::V4, Some(TABLE_MAIN))
+                    .unwrap()
+                    .into_iter()
+                    .filter(|r| r.protocol == ROUTE_PROTOCOL)
+                    .map(|r| r.dst)
+                    .collect();
+                let fdb: BTreeSet<L2Entry> = sock.list_fdb(index).unwrap().into_iter().collect();
+                (routes, fdb)
+            };
+            let wanted = |plan: &DatapathPlan| {
+                (
+                    plan.routes.iter().map(|r| r.dst).collect::<BTreeSet<_>>(),
+                    plan.fdb.clone(),
+                )
+            };
+            // An empty last plan (a first pass without an error): every entry
+            // of the next plan is written.
+            assert_eq!(r.apply(&remotes(0), Compare::Kernel), Vec::<String>::new());
+            let three = remotes(3);
+            assert_eq!(r.apply(&three, Compare::LastApplied), Vec::<String>::new());
+            assert_eq!(kernel(&sock), wanted(&three));
+
+            // Someone removes a route: a change compares with the last plan, not
+            // the kernel, so it stays missing until a resync.
+            let gone = *three.routes.first().unwrap();
+            sock.delete_route(
+                &route_spec(
+                    &gone,
+                    sock.link_by_name(TUNNEL_DEVICE).unwrap().map(|l| l.index),
+                )
+                .unwrap(),
+            )
+            .unwrap();
+            let five = remotes(5);
+            assert_eq!(r.apply(&five, Compare::LastApplied), Vec::<String>::new());
+            let (routes, fdb) = kernel(&sock);
+            assert_eq!(fdb, five.fdb, "the two new nodes' entries written");
+            assert_eq!(routes.len(), 4, "{routes:?}");
+            assert!(!routes.contains(&gone.dst));
+            assert_eq!(r.apply(&five, Compare::Kernel), Vec::<String>::new());
+            assert_eq!(kernel(&sock), wanted(&five), "put back by the resync");
+
+            // Nodes leave: their entries go without a dump.
+            let two = remotes(2);
+            assert_eq!(r.apply(&two, Compare::LastApplied), Vec::<String>::new());
+            assert_eq!(kernel(&sock), wanted(&two));
         });
     }
 
@@ -441,21 +590,26 @@ mod tests {
         in_private_netns(|| {
             let sock = NetlinkSocket::new().unwrap();
             sock.set_link_up(crate::datapath::LOOPBACK_INDEX).unwrap();
-            let mut r = Reconciler::new(tunnel_config(), 1500);
-            let mut plan = remotes(2);
-            assert_eq!(r.apply(&plan), Vec::<String>::new());
-            let old = plan.neighbours.pop_first().expect("a neighbour");
-            let moved = L2Entry {
-                ip: old.ip,
-                mac: [0x02, 0, 0, 0, 0, 0x42],
-            };
-            plan.neighbours.insert(moved);
-            assert_eq!(r.apply(&plan), Vec::<String>::new());
-            let index = sock.link_by_name(TUNNEL_DEVICE).unwrap().unwrap().index;
-            let have: BTreeSet<L2Entry> =
-                sock.list_neighbours(index).unwrap().into_iter().collect();
-            assert_eq!(have, plan.neighbours, "the new MAC, not a deleted entry");
-            assert!(have.contains(&moved));
+            for compare in [Compare::Kernel, Compare::LastApplied] {
+                let mut r = Reconciler::new(tunnel_config(), 1500);
+                let mut plan = remotes(2);
+                assert_eq!(r.apply(&plan, Compare::Kernel), Vec::<String>::new());
+                let old = plan.neighbours.pop_first().expect("a neighbour");
+                let moved = L2Entry {
+                    ip: old.ip,
+                    mac: [0x02, 0, 0, 0, 0, 0x42],
+                };
+                plan.neighbours.insert(moved);
+                assert_eq!(r.apply(&plan, compare), Vec::<String>::new());
+                let index = sock.link_by_name(TUNNEL_DEVICE).unwrap().unwrap().index;
+                let have: BTreeSet<L2Entry> =
+                    sock.list_neighbours(index).unwrap().into_iter().collect();
+                assert_eq!(
+                    have, plan.neighbours,
+                    "the new MAC, not a deleted entry ({compare:?})"
+                );
+                assert!(have.contains(&moved));
+            }
         });
     }
 
@@ -475,7 +629,7 @@ mod tests {
             let mut config = tunnel_config();
             let v4 = endpoints("192.0.2.1", "192.0.2.2");
             assert_eq!(
-                Reconciler::new(config.clone(), 1500).apply(&v4),
+                Reconciler::new(config.clone(), 1500).apply(&v4, Compare::Kernel),
                 Vec::<String>::new()
             );
             let old = device();
@@ -488,7 +642,7 @@ mod tests {
             config.underlay = Family::V6;
             let v6 = endpoints("2001:db8::1", "2001:db8::2");
             let mut r = Reconciler::new(config, 1500);
-            assert_eq!(r.apply(&v6), Vec::<String>::new());
+            assert_eq!(r.apply(&v6, Compare::Kernel), Vec::<String>::new());
             let new = device();
             assert_ne!(new.index, old.index, "re-created");
             assert_eq!(
@@ -500,7 +654,7 @@ mod tests {
                 Vec::from_iter(v6.fdb.clone())
             );
             assert!(new.up && new.mac == v6.tunnel.map(|t| t.mac));
-            assert_eq!(r.apply(&v6), Vec::<String>::new());
+            assert_eq!(r.apply(&v6, Compare::Kernel), Vec::<String>::new());
             assert_eq!(device().index, new.index, "kept once right");
         });
     }

@@ -4,11 +4,13 @@
 //! (nftables). One task owns it: it turns the cluster's CiliumNodes (the
 //! Kubernetes backend's watch of every node; this node's own resource on the
 //! embedded backend) into a [`plan::DatapathPlan`] and has [`apply::Reconciler`]
-//! write the difference, on every change and every [`RESYNC`] (so an entry someone
-//! removed comes back). `podnet status` shows the remote nodes it knows.
+//! write the difference: on every change, from the plan it wrote before; every
+//! [`RESYNC`], from the kernel's entries (so an entry someone removed comes back).
+//! `podnet status` shows the remote nodes it knows.
 
 mod apply;
 pub mod masquerade;
+mod nodes;
 pub mod plan;
 pub mod settings;
 
@@ -22,8 +24,8 @@ use super::Daemon;
 use crate::api::models::{CrossNodeStatus, RemoteNodeStatus};
 use crate::ipam::Family;
 use crate::node::cluster_nodes::ClusterNodeList;
-use apply::Reconciler;
-use plan::ClusterNode;
+use apply::{Compare, Reconciler};
+use nodes::RoutingNodes;
 use settings::{CrossNodeConfig, RoutingMode, TunnelProtocol};
 
 /// The tunnel device podnet creates (and the only one it removes).
@@ -136,7 +138,9 @@ pub fn new_status(config: &CrossNodeConfig) -> SharedStatus {
 }
 
 /// The cross-node task: plans on every change of the nodes (and every
-/// [`RESYNC`]) and applies on a blocking thread.
+/// [`RESYNC`]) and applies on a blocking thread. A change is written against the
+/// plan applied before it; the first pass and each resync against the kernel's
+/// dumps, which puts back what someone else removed.
 pub async fn run(
     daemon: Arc<Daemon>,
     config: CrossNodeConfig,
@@ -146,10 +150,12 @@ pub async fn run(
     status: SharedStatus,
 ) {
     let reconciler = Arc::new(Mutex::new(Reconciler::new(config.clone(), device_mtu)));
+    let mut routing = RoutingNodes::default();
+    let mut compare = Compare::Kernel;
     loop {
         // The watch's list is shared, not copied (a copy of every node per
         // batch was most of an agent's CPU under node churn).
-        let nodes: Option<ClusterNodeList> = match &mut feed {
+        let list: Option<ClusterNodeList> = match &mut feed {
             NodeFeed::Cluster(rx) => rx.borrow_and_update().clone(),
             NodeFeed::ThisNode => daemon
                 .with_state(|s| Ok(s.views().node().clone()))
@@ -157,11 +163,9 @@ pub async fn run(
                 .ok()
                 .map(|n| Arc::new(vec![Arc::new(n)])),
         };
-        if let Some(nodes) = nodes {
-            let nodes: Vec<ClusterNode> = nodes
-                .iter()
-                .map(|n| ClusterNode::from_resource(n))
-                .collect();
+        if let Some(list) = list {
+            routing.update(&list);
+            let nodes = routing.nodes();
             let pools: BTreeSet<String> = nodes
                 .iter()
                 .flat_map(|n| n.cidrs.iter().filter_map(|(p, _)| p.clone()))
@@ -175,28 +179,45 @@ pub async fn run(
                 })
                 .await
                 .unwrap_or_default();
-            let plan = plan::plan(&config, &node_name, &nodes, &skip);
+            let plan = plan::plan(&config, &node_name, routing.nodes(), &skip);
             let r = reconciler.clone();
-            let p = plan.clone();
-            let errors = tokio::task::spawn_blocking(move || {
-                r.lock().unwrap_or_else(|e| e.into_inner()).apply(&p)
+            let applied = tokio::task::spawn_blocking(move || {
+                let errors = r
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .apply(&plan, compare);
+                (plan, errors)
             })
-            .await
-            .unwrap_or_else(|e| vec![format!("cross-node reconcile task failed: {e}")]);
-            for e in &errors {
-                tracing::warn!(error = %e, "cross-node datapath");
-            }
-            publish(&status, &plan, errors);
-        }
-        match &mut feed {
-            NodeFeed::Cluster(rx) => {
-                tokio::select! {
-                    changed = rx.changed() => if changed.is_err() { return },
-                    _ = tokio::time::sleep(RESYNC) => {}
+            .await;
+            match applied {
+                Ok((plan, errors)) => {
+                    for e in &errors {
+                        tracing::warn!(error = %e, "cross-node datapath");
+                    }
+                    publish(&status, &plan, errors);
+                }
+                Err(e) => {
+                    let error = format!("cross-node reconcile task failed: {e}");
+                    tracing::warn!(error = %error, "cross-node datapath");
+                    status.lock().unwrap_or_else(|e| e.into_inner()).errors = vec![error];
                 }
             }
-            NodeFeed::ThisNode => tokio::time::sleep(THIS_NODE_POLL).await,
         }
+        compare = match &mut feed {
+            NodeFeed::Cluster(rx) => {
+                tokio::select! {
+                    changed = rx.changed() => match changed {
+                        Ok(()) => Compare::LastApplied,
+                        Err(_) => return,
+                    },
+                    _ = tokio::time::sleep(RESYNC) => Compare::Kernel,
+                }
+            }
+            NodeFeed::ThisNode => {
+                tokio::time::sleep(THIS_NODE_POLL).await;
+                Compare::Kernel
+            }
+        };
     }
 }
 
