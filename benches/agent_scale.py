@@ -208,11 +208,27 @@ def rss_mib(pid, field):
 
 
 def received_bytes(netns):
-    """What the agent's TCP connections (the node namespace holds no others) have
-    received: TLS bytes on the wire, from `ss -ti` (bytes_received)."""
+    """What each of the agent's TCP connections (the node namespace holds no
+    others) has received, by its (local, peer) addresses: TLS bytes on the wire,
+    from `ss -ti` (bytes_received)."""
     out = subprocess.run(["ip", "netns", "exec", netns, "ss", "-tinH", "state", "established"],
                          capture_output=True, text=True).stdout
-    return sum(int(m) for m in re.findall(r"bytes_received:(\d+)", out))
+    counts, conn = {}, None
+    for line in out.splitlines():
+        if not line[:1].isspace():
+            fields = line.split()
+            conn = tuple(fields[2:4]) if len(fields) >= 4 else None
+        m = re.search(r"bytes_received:(\d+)", line)
+        if m and conn is not None:
+            counts[conn] = int(m.group(1))
+    return counts
+
+
+def received_between(before, after):
+    """Bytes received from `before` to `after` (received_bytes): a connection
+    opened in between counts from zero; one closed in between counts nothing (its
+    last bytes are not seen), so a re-established watch never makes the sum negative."""
+    return sum(n - before.get(conn, 0) for conn, n in after.items())
 
 
 SAMPLE = re.compile(r'^(?P<name>\w+)\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
@@ -331,7 +347,7 @@ def rest(args, pid):
     d = api_delta(m1, m2)
     return {"rest_s": round(secs, 1), "rest_cpu_s": round(cpu_s(pid) - cpu1, 2),
             "rest_requests_per_min": round(sum(d["requests"].values()) * 60 / secs, 1),
-            "rest_requests": d["requests"], "rest_received_bytes": b2 - b1,
+            "rest_requests": d["requests"], "rest_received_bytes": received_between(b1, b2),
             "rest_watch_events": d["watch_events"], "settled_rss_mib": rss_mib(pid, "VmRSS")}
 
 
@@ -363,7 +379,7 @@ def churn_figures(args, proc):
                            stderr=subprocess.DEVNULL)
     return {"churn_nodes": args.churn, "churn_api_s": round(sent - t1, 2),
             "churn_s": round(done - t1, 2), "churn_cpu_s": round(cpu2 - cpu1, 2),
-            "churn_received_bytes": b2 - b1, "churn_watch_events": d["watch_events"],
+            "churn_received_bytes": received_between(b1, b2), "churn_watch_events": d["watch_events"],
             "churn_send_syscalls": perf_stop(perf, perf_out)}
 
 

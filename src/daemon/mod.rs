@@ -163,7 +163,7 @@ impl Daemon {
     pub fn cross_node_status(&self) -> Option<crate::api::models::CrossNodeStatus> {
         self.cross_node
             .as_ref()
-            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).status())
     }
 
     /// Runs a leak check now (after the one under way, if any).

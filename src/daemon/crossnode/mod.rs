@@ -15,6 +15,7 @@ pub mod plan;
 pub mod settings;
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -43,6 +44,12 @@ pub const TUNNEL_OVERHEAD_IPV6: u32 = 70;
 pub const ROUTE_PROTOCOL: u8 = 77;
 /// How often the kernel is checked against the plan without any change.
 pub const RESYNC: Duration = Duration::from_secs(30);
+/// The shortest time from one pass to the next for a change of the nodes: the
+/// first change after a quiet spell is planned at once, the rest of a burst (a
+/// hundred nodes joining) at most this often, each pass taking all that came
+/// meanwhile. A pass plans every node, so passing on each change of a burst
+/// costs a plan of the whole cluster per node that joined.
+const MIN_PASS_INTERVAL: Duration = Duration::from_millis(100);
 /// How often the embedded backend's node (this node alone: nothing announces its
 /// changes) is read again for the plan.
 const THIS_NODE_POLL: Duration = Duration::from_secs(5);
@@ -126,19 +133,55 @@ pub enum NodeFeed {
     ThisNode,
 }
 
-/// The status shared with `podnet status`.
-pub type SharedStatus = Arc<Mutex<CrossNodeStatus>>;
+/// What the task last did, shared with `podnet status`.
+pub type SharedStatus = Arc<Mutex<CrossNodeState>>;
+
+/// What the last pass planned and could not do, kept as the plan has it: the
+/// text `podnet status` shows is written when it is asked for (writing it for
+/// every remote node on every batch of the watch was a large part of a batch).
+#[derive(Debug, Default)]
+pub struct CrossNodeState {
+    mode: String,
+    synced: bool,
+    tunnel_local: Option<IpAddr>,
+    routes: usize,
+    remotes: Vec<plan::RemoteNode>,
+    errors: Vec<String>,
+}
+
+impl CrossNodeState {
+    /// The status `podnet status` shows.
+    pub fn status(&self) -> CrossNodeStatus {
+        CrossNodeStatus {
+            mode: self.mode.clone(),
+            synced: self.synced,
+            tunnel_local: self.tunnel_local.map(|t| t.to_string()).unwrap_or_default(),
+            routes: self.routes,
+            remote_nodes: self
+                .remotes
+                .iter()
+                .map(|r| RemoteNodeStatus {
+                    name: r.name.clone(),
+                    internal_ip: r.internal_ip.map(|i| i.to_string()).unwrap_or_default(),
+                    cidrs: r.cidrs.iter().map(IpNet::to_string).collect(),
+                    path: r.path.to_string(),
+                })
+                .collect(),
+            errors: self.errors.clone(),
+        }
+    }
+}
 
 /// A new status holder for `config`.
 pub fn new_status(config: &CrossNodeConfig) -> SharedStatus {
-    Arc::new(Mutex::new(CrossNodeStatus {
+    Arc::new(Mutex::new(CrossNodeState {
         mode: describe(config),
-        ..CrossNodeStatus::default()
+        ..CrossNodeState::default()
     }))
 }
 
-/// The cross-node task: plans on every change of the nodes (and every
-/// [`RESYNC`]) and applies on a blocking thread. A change is written against the
+/// The cross-node task: plans on every change of the nodes (at most every
+/// [`MIN_PASS_INTERVAL`]) and every [`RESYNC`], and applies on a blocking thread. A change is written against the
 /// plan applied before it; the first pass and each resync against the kernel's
 /// dumps, which puts back what someone else removed.
 pub async fn run(
@@ -153,6 +196,7 @@ pub async fn run(
     let mut routing = RoutingNodes::default();
     let mut compare = Compare::Kernel;
     loop {
+        let started = tokio::time::Instant::now();
         // The watch's list is shared, not copied (a copy of every node per
         // batch was most of an agent's CPU under node churn).
         let list: Option<ClusterNodeList> = match &mut feed {
@@ -194,7 +238,7 @@ pub async fn run(
                     for e in &errors {
                         tracing::warn!(error = %e, "cross-node datapath");
                     }
-                    publish(&status, &plan, errors);
+                    publish(&status, plan, errors);
                 }
                 Err(e) => {
                     let error = format!("cross-node reconcile task failed: {e}");
@@ -207,7 +251,10 @@ pub async fn run(
             NodeFeed::Cluster(rx) => {
                 tokio::select! {
                     changed = rx.changed() => match changed {
-                        Ok(()) => Compare::LastApplied,
+                        Ok(()) => {
+                            tokio::time::sleep_until(started + MIN_PASS_INTERVAL).await;
+                            Compare::LastApplied
+                        }
                         Err(_) => return,
                     },
                     _ = tokio::time::sleep(RESYNC) => Compare::Kernel,
@@ -221,22 +268,13 @@ pub async fn run(
     }
 }
 
-fn publish(status: &SharedStatus, plan: &plan::DatapathPlan, errors: Vec<String>) {
+fn publish(status: &SharedStatus, plan: plan::DatapathPlan, errors: Vec<String>) {
     let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
     s.synced = true;
     s.errors = errors;
-    s.tunnel_local = plan.tunnel.map(|t| t.local.to_string()).unwrap_or_default();
+    s.tunnel_local = plan.tunnel.map(|t| t.local);
     s.routes = plan.routes.len();
-    s.remote_nodes = plan
-        .remotes
-        .iter()
-        .map(|r| RemoteNodeStatus {
-            name: r.name.clone(),
-            internal_ip: r.internal_ip.map(|i| i.to_string()).unwrap_or_default(),
-            cidrs: r.cidrs.iter().map(IpNet::to_string).collect(),
-            path: r.path.clone(),
-        })
-        .collect();
+    s.remotes = plan.remotes;
 }
 
 #[cfg(test)]

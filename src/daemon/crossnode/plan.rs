@@ -12,7 +12,8 @@
 //! Native mode with auto-direct-node-routes: each remote CIDR `via <its
 //! InternalIP>` (nodes on one L2 segment).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -158,9 +159,91 @@ pub struct RemoteNode {
     pub name: String,
     pub internal_ip: Option<IpAddr>,
     pub cidrs: Vec<IpNet>,
-    /// `tunnel to <ip>`, `route via <ip>`, `routed by the network`, or why
-    /// nothing could be installed.
-    pub path: String,
+    pub path: RemotePath,
+}
+
+/// How this node reaches a remote node's pods, or why it cannot; its text (the
+/// status's `path`) is written only when status is read, not on every batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemotePath {
+    /// Tunnel mode before this node has an InternalIP of the underlay family.
+    WaitingForLocal(Family),
+    /// Through the tunnel to this underlay address; CIDRs of the families named
+    /// in `no_router` are not routed (the node has no router address of theirs).
+    Tunnel {
+        remote: IpAddr,
+        no_router: BTreeSet<&'static str>,
+    },
+    /// No InternalIP of the underlay family: no tunnel.
+    NoUnderlayIp(Family),
+    /// Its tunnel MAC, derived from `remote`, is also that of `others`.
+    MacShared {
+        mac: [u8; 6],
+        remote: IpAddr,
+        others: Vec<String>,
+        underlay: Family,
+    },
+    /// auto-direct-node-routes: its CIDRs via these InternalIPs.
+    Direct(Vec<IpAddr>),
+    /// auto-direct-node-routes, but no InternalIP of this CIDR's family.
+    NoDirectRoute(IpNet),
+    /// Native routing without auto-direct-node-routes.
+    Network,
+}
+
+impl std::fmt::Display for RemotePath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RemotePath::WaitingForLocal(underlay) => write!(
+                f,
+                "waiting for this node's {} InternalIP (the tunnel's local address: underlay-protocol is {}); give this node's Node one, or set underlay-protocol {}",
+                underlay.label(),
+                underlay.as_str(),
+                underlay.other().as_str()
+            ),
+            RemotePath::Tunnel { remote, no_router } if no_router.is_empty() => {
+                write!(f, "tunnel to {remote}")
+            }
+            RemotePath::Tunnel { remote, no_router } => write!(
+                f,
+                "tunnel to {remote}; no {} router address (CiliumInternalIP) yet: those CIDRs are not routed",
+                no_router.iter().copied().collect::<Vec<_>>().join(" or ")
+            ),
+            RemotePath::NoUnderlayIp(underlay) => write!(
+                f,
+                "no {label} InternalIP: underlay-protocol is {value}, so there is no tunnel to it; give it an {label} InternalIP (its Node's status.addresses), or set underlay-protocol {other} on every node",
+                label = underlay.label(),
+                value = underlay.as_str(),
+                other = underlay.other().as_str()
+            ),
+            RemotePath::MacShared {
+                mac,
+                remote,
+                others,
+                underlay,
+            } => write!(
+                f,
+                "no tunnel: its tunnel MAC {} (derived from {remote}) is also that of {}; give one of them another {} InternalIP",
+                format_mac(mac),
+                others.join(", "),
+                underlay.label()
+            ),
+            RemotePath::Direct(via) if via.is_empty() => f.write_str("no CIDRs yet"),
+            RemotePath::Direct(via) => write!(
+                f,
+                "route via {}",
+                via.iter()
+                    .map(IpAddr::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            RemotePath::NoDirectRoute(dst) => write!(
+                f,
+                "no InternalIP of {dst}'s family: not routed (auto-direct-node-routes needs one)"
+            ),
+            RemotePath::Network => f.write_str("routed by the network"),
+        }
+    }
 }
 
 /// Everything the reconciler makes the kernel hold.
@@ -203,17 +286,12 @@ pub fn plan(
         let path = match config.routing {
             RoutingMode::Tunnel => match out.tunnel {
                 Some(_) => add_tunnel_paths(&mut out, node, me, underlay, &owners),
-                None => format!(
-                    "waiting for this node's {} InternalIP (the tunnel's local address: underlay-protocol is {}); give this node's Node one, or set underlay-protocol {}",
-                    underlay.label(),
-                    underlay.as_str(),
-                    underlay.other().as_str()
-                ),
+                None => RemotePath::WaitingForLocal(underlay),
             },
             RoutingMode::Native if config.auto_direct_node_routes => {
                 add_direct_routes(&mut out, node)
             }
-            RoutingMode::Native => "routed by the network".into(),
+            RoutingMode::Native => RemotePath::Network,
         };
         let shown = match tunnel {
             true => node.underlay_ip(underlay),
@@ -269,16 +347,26 @@ pub fn plan(
     out
 }
 
-/// Every tunnel MAC with the names of the nodes it is derived for (this node
-/// included): more than one name is a collision.
+/// The tunnel MACs derived for more than one node (this node included), each
+/// with the names of those nodes: a collision. (Only these get a list: one for
+/// every node, on every pass, cost an allocation per node.)
 fn mac_owners(nodes: &[ClusterNode], underlay: Family) -> BTreeMap<[u8; 6], Vec<&str>> {
-    let mut owners: BTreeMap<[u8; 6], Vec<&str>> = BTreeMap::new();
+    let mut first: HashMap<[u8; 6], &str> = HashMap::with_capacity(nodes.len());
+    let mut shared: BTreeMap<[u8; 6], Vec<&str>> = BTreeMap::new();
     for n in nodes {
         if let Some(ip) = n.underlay_ip(underlay) {
-            owners.entry(tunnel_mac(ip)).or_default().push(&n.name);
+            match first.entry(tunnel_mac(ip)) {
+                Entry::Vacant(e) => {
+                    e.insert(&n.name);
+                }
+                Entry::Occupied(e) => shared
+                    .entry(*e.key())
+                    .or_insert_with(|| vec![*e.get()])
+                    .push(&n.name),
+            }
         }
     }
-    owners
+    shared
 }
 
 /// Tunnel routes, neighbours and the FDB entry for one remote node (none when it
@@ -289,30 +377,25 @@ fn add_tunnel_paths(
     me: Option<&ClusterNode>,
     underlay: Family,
     owners: &BTreeMap<[u8; 6], Vec<&str>>,
-) -> String {
+) -> RemotePath {
     let Some(remote) = node.underlay_ip(underlay) else {
-        return format!(
-            "no {label} InternalIP: underlay-protocol is {value}, so there is no tunnel to it; give it an {label} InternalIP (its Node's status.addresses), or set underlay-protocol {other} on every node",
-            label = underlay.label(),
-            value = underlay.as_str(),
-            other = underlay.other().as_str()
-        );
+        return RemotePath::NoUnderlayIp(underlay);
     };
     let mac = tunnel_mac(remote);
-    let others: Vec<&str> = owners
+    let others: Vec<String> = owners
         .get(&mac)
         .into_iter()
         .flatten()
-        .copied()
-        .filter(|n| *n != node.name)
+        .filter(|n| **n != node.name)
+        .map(|n| n.to_string())
         .collect();
     if !others.is_empty() {
-        return format!(
-            "no tunnel: its tunnel MAC {} (derived from {remote}) is also that of {}; give one of them another {} InternalIP",
-            format_mac(&mac),
-            others.join(", "),
-            underlay.label()
-        );
+        return RemotePath::MacShared {
+            mac,
+            remote,
+            others,
+            underlay,
+        };
     }
     let mut missing = BTreeSet::new();
     for (_, dst) in &node.cidrs {
@@ -329,17 +412,14 @@ fn add_tunnel_paths(
         out.neighbours.insert(L2Entry { ip: gateway, mac });
     }
     out.fdb.insert(L2Entry { ip: remote, mac });
-    match missing.is_empty() {
-        true => format!("tunnel to {remote}"),
-        false => format!(
-            "tunnel to {remote}; no {} router address (CiliumInternalIP) yet: those CIDRs are not routed",
-            missing.into_iter().collect::<Vec<_>>().join(" or ")
-        ),
+    RemotePath::Tunnel {
+        remote,
+        no_router: missing,
     }
 }
 
 /// auto-direct-node-routes: each CIDR via the node's InternalIP of its family.
-fn add_direct_routes(out: &mut DatapathPlan, node: &ClusterNode) -> String {
+fn add_direct_routes(out: &mut DatapathPlan, node: &ClusterNode) -> RemotePath {
     let mut via = BTreeSet::new();
     for (_, dst) in &node.cidrs {
         match node.internal_ip_like(dst) {
@@ -352,17 +432,10 @@ fn add_direct_routes(out: &mut DatapathPlan, node: &ClusterNode) -> String {
                 });
                 via.insert(gateway);
             }
-            None => {
-                return format!(
-                    "no InternalIP of {dst}'s family: not routed (auto-direct-node-routes needs one)"
-                );
-            }
+            None => return RemotePath::NoDirectRoute(*dst),
         }
     }
-    match via.iter().map(IpAddr::to_string).collect::<Vec<_>>() {
-        v if v.is_empty() => "no CIDRs yet".into(),
-        v => format!("route via {}", v.join(", ")),
-    }
+    RemotePath::Direct(via.into_iter().collect())
 }
 
 #[cfg(test)]
@@ -457,7 +530,7 @@ mod tests {
             p.neighbours
         );
         assert_eq!(p.remotes.len(), 2);
-        assert_eq!(p.remotes[0].path, "tunnel to 192.168.0.2");
+        assert_eq!(p.remotes[0].path.to_string(), "tunnel to 192.168.0.2");
     }
 
     #[test]
@@ -467,7 +540,7 @@ mod tests {
         let p = plan(&config(RoutingMode::Tunnel), "a", &nodes, &BTreeSet::new());
         assert!(p.tunnel.is_none() && p.routes.is_empty() && p.fdb.is_empty());
         assert_eq!(
-            p.remotes[0].path,
+            p.remotes[0].path.to_string(),
             "waiting for this node's IPv4 InternalIP (the tunnel's local address: underlay-protocol is ipv4); give this node's Node one, or set underlay-protocol ipv6"
         );
     }
@@ -518,7 +591,7 @@ mod tests {
             );
         }
         assert_eq!(p.routes.len(), 2);
-        assert_eq!(p.remotes[0].path, "tunnel to fd00:250::2");
+        assert_eq!(p.remotes[0].path.to_string(), "tunnel to fd00:250::2");
         assert_eq!(
             p.remotes[0].internal_ip,
             Some("fd00:250::2".parse().unwrap()),
@@ -557,7 +630,7 @@ mod tests {
         nodes[1].internal_ips.retain(IpAddr::is_ipv4);
         let p = plan(&v6_config(), "n1", &nodes, &BTreeSet::new());
         assert_eq!(
-            p.remotes[0].path,
+            p.remotes[0].path.to_string(),
             "no IPv6 InternalIP: underlay-protocol is ipv6, so there is no tunnel to it; give it an IPv6 InternalIP (its Node's status.addresses), or set underlay-protocol ipv4 on every node"
         );
         assert!(!p.routes.iter().any(|r| r.dst == net("fd00:61:2::/120")));
@@ -566,13 +639,14 @@ mod tests {
         nodes[1].internal_ips.retain(IpAddr::is_ipv6);
         let p = plan(&config(RoutingMode::Tunnel), "n1", &nodes, &BTreeSet::new());
         assert!(
-            p.remotes[0].path.starts_with(
+            p.remotes[0].path.to_string().starts_with(
                 "no IPv4 InternalIP: underlay-protocol is ipv4, so there is no tunnel to it"
             ) && p.remotes[0]
                 .path
+                .to_string()
                 .ends_with("or set underlay-protocol ipv6 on every node"),
             "{}",
-            p.remotes[0].path
+            p.remotes[0].path.to_string()
         );
     }
 
@@ -583,7 +657,7 @@ mod tests {
         let p = plan(&v6_config(), "n1", &nodes, &BTreeSet::new());
         assert!(p.tunnel.is_none() && p.routes.is_empty() && p.fdb.is_empty());
         assert_eq!(
-            p.remotes[0].path,
+            p.remotes[0].path.to_string(),
             "waiting for this node's IPv6 InternalIP (the tunnel's local address: underlay-protocol is ipv6); give this node's Node one, or set underlay-protocol ipv4"
         );
     }
@@ -597,12 +671,12 @@ mod tests {
         let p = plan(&v6_config(), "n1", &nodes, &BTreeSet::new());
         let mac = format_mac(&tunnel_mac("fd00:250::2".parse().unwrap()));
         assert_eq!(
-            p.remotes[0].path,
+            p.remotes[0].path.to_string(),
             format!(
                 "no tunnel: its tunnel MAC {mac} (derived from fd00:250::2) is also that of n3; give one of them another IPv6 InternalIP"
             )
         );
-        assert!(p.remotes[1].path.contains("is also that of n2"));
+        assert!(p.remotes[1].path.to_string().contains("is also that of n2"));
         assert!(p.fdb.is_empty() && p.routes.is_empty() && p.neighbours.is_empty());
         assert!(p.tunnel.is_some(), "this node's own device is unaffected");
         // A remote with this node's MAC: the remote is left out, the others stay.
@@ -610,11 +684,11 @@ mod tests {
         nodes[1].internal_ips = nodes[0].internal_ips.clone();
         let p = plan(&v6_config(), "n1", &nodes, &BTreeSet::new());
         assert!(
-            p.remotes[0].path.contains("is also that of n1"),
+            p.remotes[0].path.to_string().contains("is also that of n1"),
             "{:?}",
             p.remotes[0]
         );
-        assert_eq!(p.remotes[1].path, "tunnel to fd00:250::3");
+        assert_eq!(p.remotes[1].path.to_string(), "tunnel to fd00:250::3");
     }
 
     #[test]
@@ -642,9 +716,12 @@ mod tests {
         let p = plan(&config(RoutingMode::Tunnel), "a", &nodes, &BTreeSet::new());
         assert!(!p.routes.iter().any(|r| r.dst == net("10.1.1.0/24")));
         assert!(
-            p.remotes[0].path.contains("no IPv4 router address"),
+            p.remotes[0]
+                .path
+                .to_string()
+                .contains("no IPv4 router address"),
             "{}",
-            p.remotes[0].path
+            p.remotes[0].path.to_string()
         );
     }
 
@@ -670,7 +747,7 @@ mod tests {
                 (net("10.9.0.0/27"), "192.168.0.3".parse().unwrap(), false),
             ]
         );
-        assert_eq!(p.remotes[1].path, "route via 192.168.0.3");
+        assert_eq!(p.remotes[1].path.to_string(), "route via 192.168.0.3");
     }
 
     #[test]
@@ -679,7 +756,7 @@ mod tests {
         c.auto_direct_node_routes = false;
         let p = plan(&c, "a", &cluster(), &BTreeSet::new());
         assert!(p.routes.is_empty());
-        assert_eq!(p.remotes[0].path, "routed by the network");
+        assert_eq!(p.remotes[0].path.to_string(), "routed by the network");
     }
 
     #[test]
