@@ -485,111 +485,114 @@ mod tests {
         plan
     }
 
-    #[test]
-    fn more_entries_than_a_batch_are_all_written_and_removed() {
+    /// Runs `test` as root in a network namespace of its own, with loopback up
+    /// (its addresses make the local table, against which the kernel checks an
+    /// onlink route's gateway); without root it is a skip.
+    fn as_root_in_netns(name: &str, test: impl FnOnce(&NetlinkSocket) + Send + 'static) {
         use crate::datapath::tests::{in_private_netns, root};
-        if !root("more_entries_than_a_batch_are_all_written_and_removed") {
+        if !root(name) {
             return;
         }
         in_private_netns(|| {
             let sock = NetlinkSocket::new().unwrap();
-            // Loopback's addresses make the local table, against which the kernel
-            // checks an onlink route's gateway.
             sock.set_link_up(crate::datapath::LOOPBACK_INDEX).unwrap();
-            let mut r = Reconciler::new(tunnel_config(), 1500);
-            let count = |sock: &NetlinkSocket| {
-                let index = sock.link_by_name(TUNNEL_DEVICE).unwrap().unwrap().index;
-                let routes = sock.list_routes(IpFamily::V4, Some(TABLE_MAIN)).unwrap();
-                (
-                    routes
-                        .iter()
-                        .filter(|r| r.protocol == ROUTE_PROTOCOL)
-                        .count(),
-                    sock.list_fdb(index).unwrap().len(),
-                    sock.list_neighbours(index).unwrap().len(),
-                )
-            };
-            let n = 3 * BATCH as u32 + 7;
-            for compare in [Compare::Kernel, Compare::LastApplied] {
-                assert_eq!(r.apply(&remotes(n), compare), Vec::<String>::new());
-                assert_eq!(count(&sock), (n as usize, n as usize, n as usize));
-                assert_eq!(r.apply(&remotes(5), compare), Vec::<String>::new());
-                assert_eq!(count(&sock), (5, 5, 5), "the others removed");
-            }
+            test(&sock)
         });
+    }
+
+    /// The destinations of podnet's IPv4 routes, and the FDB and neighbour
+    /// entries of the tunnel device, as the kernel lists them.
+    fn tunnel_entries(
+        sock: &NetlinkSocket,
+    ) -> (BTreeSet<IpNet>, BTreeSet<L2Entry>, BTreeSet<L2Entry>) {
+        let index = sock.link_by_name(TUNNEL_DEVICE).unwrap().unwrap().index;
+        let routes = sock
+            .list_routes(IpFamily::V4, Some(TABLE_MAIN))
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.protocol == ROUTE_PROTOCOL)
+            .map(|r| r.dst)
+            .collect();
+        let fdb = sock.list_fdb(index).unwrap().into_iter().collect();
+        let neighbours = sock.list_neighbours(index).unwrap().into_iter().collect();
+        (routes, fdb, neighbours)
+    }
+
+    #[test]
+    fn more_entries_than_a_batch_are_all_written_and_removed() {
+        as_root_in_netns(
+            "more_entries_than_a_batch_are_all_written_and_removed",
+            |sock| {
+                let mut r = Reconciler::new(tunnel_config(), 1500);
+                let count = |sock: &NetlinkSocket| {
+                    let (routes, fdb, neighbours) = tunnel_entries(sock);
+                    (routes.len(), fdb.len(), neighbours.len())
+                };
+                let n = 3 * BATCH as u32 + 7;
+                for compare in [Compare::Kernel, Compare::LastApplied] {
+                    assert_eq!(r.apply(&remotes(n), compare), Vec::<String>::new());
+                    assert_eq!(count(sock), (n as usize, n as usize, n as usize));
+                    assert_eq!(r.apply(&remotes(5), compare), Vec::<String>::new());
+                    assert_eq!(count(sock), (5, 5, 5), "the others removed");
+                }
+            },
+        );
     }
 
     #[test]
     fn a_change_is_written_from_the_last_plan_and_a_resync_puts_back_what_was_removed() {
-        use crate::datapath::tests::{in_private_netns, root};
-        if !root("a_change_is_written_from_the_last_plan_and_a_resync_puts_back_what_was_removed") {
-            return;
-        }
-        in_private_netns(|| {
-            let sock = NetlinkSocket::new().unwrap();
-            sock.set_link_up(crate::datapath::LOOPBACK_INDEX).unwrap();
-            let mut r = Reconciler::new(tunnel_config(), 1500);
-            let kernel = |sock: &NetlinkSocket| {
-                let index = sock.link_by_name(TUNNEL_DEVICE).unwrap().unwrap().index;
-                let routes: BTreeSet<IpNet> = sock
-                    .list_routes(IpFamily::V4, Some(TABLE_MAIN))
-                    .unwrap()
-                    .into_iter()
-                    .filter(|r| r.protocol == ROUTE_PROTOCOL)
-                    .map(|r| r.dst)
-                    .collect();
-                let fdb: BTreeSet<L2Entry> = sock.list_fdb(index).unwrap().into_iter().collect();
-                (routes, fdb)
-            };
-            let wanted = |plan: &DatapathPlan| {
-                (
-                    plan.routes.iter().map(|r| r.dst).collect::<BTreeSet<_>>(),
-                    plan.fdb.clone(),
-                )
-            };
-            // An empty last plan (a first pass without an error): every entry
-            // of the next plan is written.
-            assert_eq!(r.apply(&remotes(0), Compare::Kernel), Vec::<String>::new());
-            let three = remotes(3);
-            assert_eq!(r.apply(&three, Compare::LastApplied), Vec::<String>::new());
-            assert_eq!(kernel(&sock), wanted(&three));
+        as_root_in_netns(
+            "a_change_is_written_from_the_last_plan_and_a_resync_puts_back_what_was_removed",
+            |sock| {
+                let mut r = Reconciler::new(tunnel_config(), 1500);
+                let kernel = |sock: &NetlinkSocket| {
+                    let (routes, fdb, _) = tunnel_entries(sock);
+                    (routes, fdb)
+                };
+                let wanted = |plan: &DatapathPlan| {
+                    (
+                        plan.routes.iter().map(|r| r.dst).collect::<BTreeSet<_>>(),
+                        plan.fdb.clone(),
+                    )
+                };
+                // An empty last plan (a first pass without an error): every entry
+                // of the next plan is written.
+                assert_eq!(r.apply(&remotes(0), Compare::Kernel), Vec::<String>::new());
+                let three = remotes(3);
+                assert_eq!(r.apply(&three, Compare::LastApplied), Vec::<String>::new());
+                assert_eq!(kernel(sock), wanted(&three));
 
-            // Someone removes a route: a change compares with the last plan, not
-            // the kernel, so it stays missing until a resync.
-            let gone = *three.routes.first().unwrap();
-            sock.delete_route(
-                &route_spec(
-                    &gone,
-                    sock.link_by_name(TUNNEL_DEVICE).unwrap().map(|l| l.index),
+                // Someone removes a route: a change compares with the last plan, not
+                // the kernel, so it stays missing until a resync.
+                let gone = *three.routes.first().unwrap();
+                sock.delete_route(
+                    &route_spec(
+                        &gone,
+                        sock.link_by_name(TUNNEL_DEVICE).unwrap().map(|l| l.index),
+                    )
+                    .unwrap(),
                 )
-                .unwrap(),
-            )
-            .unwrap();
-            let five = remotes(5);
-            assert_eq!(r.apply(&five, Compare::LastApplied), Vec::<String>::new());
-            let (routes, fdb) = kernel(&sock);
-            assert_eq!(fdb, five.fdb, "the two new nodes' entries written");
-            assert_eq!(routes.len(), 4, "{routes:?}");
-            assert!(!routes.contains(&gone.dst));
-            assert_eq!(r.apply(&five, Compare::Kernel), Vec::<String>::new());
-            assert_eq!(kernel(&sock), wanted(&five), "put back by the resync");
+                .unwrap();
+                let five = remotes(5);
+                assert_eq!(r.apply(&five, Compare::LastApplied), Vec::<String>::new());
+                let (routes, fdb) = kernel(sock);
+                assert_eq!(fdb, five.fdb, "the two new nodes' entries written");
+                assert_eq!(routes.len(), 4, "{routes:?}");
+                assert!(!routes.contains(&gone.dst));
+                assert_eq!(r.apply(&five, Compare::Kernel), Vec::<String>::new());
+                assert_eq!(kernel(sock), wanted(&five), "put back by the resync");
 
-            // Nodes leave: their entries go without a dump.
-            let two = remotes(2);
-            assert_eq!(r.apply(&two, Compare::LastApplied), Vec::<String>::new());
-            assert_eq!(kernel(&sock), wanted(&two));
-        });
+                // Nodes leave: their entries go without a dump.
+                let two = remotes(2);
+                assert_eq!(r.apply(&two, Compare::LastApplied), Vec::<String>::new());
+                assert_eq!(kernel(sock), wanted(&two));
+            },
+        );
     }
 
     #[test]
     fn a_neighbour_whose_mac_changes_keeps_the_new_mac() {
-        use crate::datapath::tests::{in_private_netns, root};
-        if !root("a_neighbour_whose_mac_changes_keeps_the_new_mac") {
-            return;
-        }
-        in_private_netns(|| {
-            let sock = NetlinkSocket::new().unwrap();
-            sock.set_link_up(crate::datapath::LOOPBACK_INDEX).unwrap();
+        as_root_in_netns("a_neighbour_whose_mac_changes_keeps_the_new_mac", |sock| {
             for compare in [Compare::Kernel, Compare::LastApplied] {
                 let mut r = Reconciler::new(tunnel_config(), 1500);
                 let mut plan = remotes(2);
@@ -615,47 +618,45 @@ mod tests {
 
     #[test]
     fn a_new_underlay_family_re_creates_the_tunnel_device_with_its_mtu_and_fdb() {
-        use crate::datapath::tests::{in_private_netns, root};
-        if !root("a_new_underlay_family_re_creates_the_tunnel_device_with_its_mtu_and_fdb") {
-            return;
-        }
-        in_private_netns(|| {
-            let sock = NetlinkSocket::new().unwrap();
-            let device = || {
-                sock.link_by_name(TUNNEL_DEVICE)
-                    .unwrap()
-                    .expect("the device")
-            };
-            let mut config = tunnel_config();
-            let v4 = endpoints("192.0.2.1", "192.0.2.2");
-            assert_eq!(
-                Reconciler::new(config.clone(), 1500).apply(&v4, Compare::Kernel),
-                Vec::<String>::new()
-            );
-            let old = device();
-            assert_eq!(
-                (old.mtu, old.vxlan),
-                (1450, Some((8472, Some("192.0.2.1".parse().unwrap()))))
-            );
-            assert_eq!(sock.list_fdb(old.index).unwrap(), Vec::from_iter(v4.fdb));
+        as_root_in_netns(
+            "a_new_underlay_family_re_creates_the_tunnel_device_with_its_mtu_and_fdb",
+            |sock| {
+                let device = || {
+                    sock.link_by_name(TUNNEL_DEVICE)
+                        .unwrap()
+                        .expect("the device")
+                };
+                let mut config = tunnel_config();
+                let v4 = endpoints("192.0.2.1", "192.0.2.2");
+                assert_eq!(
+                    Reconciler::new(config.clone(), 1500).apply(&v4, Compare::Kernel),
+                    Vec::<String>::new()
+                );
+                let old = device();
+                assert_eq!(
+                    (old.mtu, old.vxlan),
+                    (1450, Some((8472, Some("192.0.2.1".parse().unwrap()))))
+                );
+                assert_eq!(sock.list_fdb(old.index).unwrap(), Vec::from_iter(v4.fdb));
 
-            config.underlay = Family::V6;
-            let v6 = endpoints("2001:db8::1", "2001:db8::2");
-            let mut r = Reconciler::new(config, 1500);
-            assert_eq!(r.apply(&v6, Compare::Kernel), Vec::<String>::new());
-            let new = device();
-            assert_ne!(new.index, old.index, "re-created");
-            assert_eq!(
-                (new.mtu, new.vxlan),
-                (1430, Some((8472, Some("2001:db8::1".parse().unwrap()))))
-            );
-            assert_eq!(
-                sock.list_fdb(new.index).unwrap(),
-                Vec::from_iter(v6.fdb.clone())
-            );
-            assert!(new.up && new.mac == v6.tunnel.map(|t| t.mac));
-            assert_eq!(r.apply(&v6, Compare::Kernel), Vec::<String>::new());
-            assert_eq!(device().index, new.index, "kept once right");
-        });
+                config.underlay = Family::V6;
+                let v6 = endpoints("2001:db8::1", "2001:db8::2");
+                let mut r = Reconciler::new(config, 1500);
+                assert_eq!(r.apply(&v6, Compare::Kernel), Vec::<String>::new());
+                let new = device();
+                assert_ne!(new.index, old.index, "re-created");
+                assert_eq!(
+                    (new.mtu, new.vxlan),
+                    (1430, Some((8472, Some("2001:db8::1".parse().unwrap()))))
+                );
+                assert_eq!(
+                    sock.list_fdb(new.index).unwrap(),
+                    Vec::from_iter(v6.fdb.clone())
+                );
+                assert!(new.up && new.mac == v6.tunnel.map(|t| t.mac));
+                assert_eq!(r.apply(&v6, Compare::Kernel), Vec::<String>::new());
+                assert_eq!(device().index, new.index, "kept once right");
+            },
+        );
     }
 }
