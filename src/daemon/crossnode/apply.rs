@@ -73,9 +73,10 @@ impl Reconciler {
         }
     }
 
-    /// Applies `plan`, writing what differs from `compare`; returns what could
-    /// not be done (empty when all is in place).
-    pub fn apply(&mut self, plan: &DatapathPlan, compare: Compare) -> Vec<String> {
+    /// Applies `plan`, writing what differs from `compare`, and keeps it for the
+    /// next [`Compare::LastApplied`]; returns what could not be done (empty when
+    /// all is in place).
+    pub fn apply(&mut self, plan: DatapathPlan, compare: Compare) -> Vec<String> {
         let mut errors = Vec::new();
         let last = self.applied.take();
         let sock = match NetlinkSocket::new() {
@@ -110,14 +111,7 @@ impl Reconciler {
             None => kernel_routes(&sock, &mut errors),
         };
         sync_routes(&sock, &plan.routes, &have, tunnel_index, &mut errors);
-        if errors.is_empty() {
-            self.applied = Some(Applied {
-                tunnel_index,
-                routes: plan.routes.clone(),
-                fdb: plan.fdb.clone(),
-                neighbours: plan.neighbours.clone(),
-            });
-        }
+        let entries_written = errors.is_empty();
         let families = [
             (false, self.config.masquerade_v4, &plan.masquerade_v4),
             (true, self.config.masquerade_v6, &plan.masquerade_v6),
@@ -137,6 +131,20 @@ impl Reconciler {
                 Ok(()) => self.masquerade_written[slot] = Some(script),
                 Err(e) => errors.push(e.to_string()),
             }
+        }
+        if entries_written {
+            let DatapathPlan {
+                routes,
+                fdb,
+                neighbours,
+                ..
+            } = plan;
+            self.applied = Some(Applied {
+                tunnel_index,
+                routes,
+                fdb,
+                neighbours,
+            });
         }
         errors
     }
@@ -530,9 +538,9 @@ mod tests {
                 };
                 let n = 3 * BATCH as u32 + 7;
                 for compare in [Compare::Kernel, Compare::LastApplied] {
-                    assert_eq!(r.apply(&remotes(n), compare), Vec::<String>::new());
+                    assert_eq!(r.apply(remotes(n), compare), Vec::<String>::new());
                     assert_eq!(count(sock), (n as usize, n as usize, n as usize));
-                    assert_eq!(r.apply(&remotes(5), compare), Vec::<String>::new());
+                    assert_eq!(r.apply(remotes(5), compare), Vec::<String>::new());
                     assert_eq!(count(sock), (5, 5, 5), "the others removed");
                 }
             },
@@ -557,9 +565,12 @@ mod tests {
                 };
                 // An empty last plan (a first pass without an error): every entry
                 // of the next plan is written.
-                assert_eq!(r.apply(&remotes(0), Compare::Kernel), Vec::<String>::new());
+                assert_eq!(r.apply(remotes(0), Compare::Kernel), Vec::<String>::new());
                 let three = remotes(3);
-                assert_eq!(r.apply(&three, Compare::LastApplied), Vec::<String>::new());
+                assert_eq!(
+                    r.apply(three.clone(), Compare::LastApplied),
+                    Vec::<String>::new()
+                );
                 assert_eq!(kernel(sock), wanted(&three));
 
                 // Someone removes a route: a change compares with the last plan, not
@@ -574,17 +585,23 @@ mod tests {
                 )
                 .unwrap();
                 let five = remotes(5);
-                assert_eq!(r.apply(&five, Compare::LastApplied), Vec::<String>::new());
+                assert_eq!(
+                    r.apply(five.clone(), Compare::LastApplied),
+                    Vec::<String>::new()
+                );
                 let (routes, fdb) = kernel(sock);
                 assert_eq!(fdb, five.fdb, "the two new nodes' entries written");
                 assert_eq!(routes.len(), 4, "{routes:?}");
                 assert!(!routes.contains(&gone.dst));
-                assert_eq!(r.apply(&five, Compare::Kernel), Vec::<String>::new());
+                assert_eq!(r.apply(five.clone(), Compare::Kernel), Vec::<String>::new());
                 assert_eq!(kernel(sock), wanted(&five), "put back by the resync");
 
                 // Nodes leave: their entries go without a dump.
                 let two = remotes(2);
-                assert_eq!(r.apply(&two, Compare::LastApplied), Vec::<String>::new());
+                assert_eq!(
+                    r.apply(two.clone(), Compare::LastApplied),
+                    Vec::<String>::new()
+                );
                 assert_eq!(kernel(sock), wanted(&two));
             },
         );
@@ -596,14 +613,14 @@ mod tests {
             for compare in [Compare::Kernel, Compare::LastApplied] {
                 let mut r = Reconciler::new(tunnel_config(), 1500);
                 let mut plan = remotes(2);
-                assert_eq!(r.apply(&plan, Compare::Kernel), Vec::<String>::new());
+                assert_eq!(r.apply(plan.clone(), Compare::Kernel), Vec::<String>::new());
                 let old = plan.neighbours.pop_first().expect("a neighbour");
                 let moved = L2Entry {
                     ip: old.ip,
                     mac: [0x02, 0, 0, 0, 0, 0x42],
                 };
                 plan.neighbours.insert(moved);
-                assert_eq!(r.apply(&plan, compare), Vec::<String>::new());
+                assert_eq!(r.apply(plan.clone(), compare), Vec::<String>::new());
                 let index = sock.link_by_name(TUNNEL_DEVICE).unwrap().unwrap().index;
                 let have: BTreeSet<L2Entry> =
                     sock.list_neighbours(index).unwrap().into_iter().collect();
@@ -629,7 +646,7 @@ mod tests {
                 let mut config = tunnel_config();
                 let v4 = endpoints("192.0.2.1", "192.0.2.2");
                 assert_eq!(
-                    Reconciler::new(config.clone(), 1500).apply(&v4, Compare::Kernel),
+                    Reconciler::new(config.clone(), 1500).apply(v4.clone(), Compare::Kernel),
                     Vec::<String>::new()
                 );
                 let old = device();
@@ -642,7 +659,7 @@ mod tests {
                 config.underlay = Family::V6;
                 let v6 = endpoints("2001:db8::1", "2001:db8::2");
                 let mut r = Reconciler::new(config, 1500);
-                assert_eq!(r.apply(&v6, Compare::Kernel), Vec::<String>::new());
+                assert_eq!(r.apply(v6.clone(), Compare::Kernel), Vec::<String>::new());
                 let new = device();
                 assert_ne!(new.index, old.index, "re-created");
                 assert_eq!(
@@ -654,7 +671,7 @@ mod tests {
                     Vec::from_iter(v6.fdb.clone())
                 );
                 assert!(new.up && new.mac == v6.tunnel.map(|t| t.mac));
-                assert_eq!(r.apply(&v6, Compare::Kernel), Vec::<String>::new());
+                assert_eq!(r.apply(v6.clone(), Compare::Kernel), Vec::<String>::new());
                 assert_eq!(device().index, new.index, "kept once right");
             },
         );

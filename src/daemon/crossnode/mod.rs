@@ -223,29 +223,24 @@ pub async fn run(
                 })
                 .await
                 .unwrap_or_default();
-            let plan = plan::plan(&config, &node_name, routing.nodes(), &skip);
+            let mut plan = plan::plan(&config, &node_name, nodes, &skip);
+            let shown = Shown {
+                tunnel_local: plan.tunnel.map(|t| t.local),
+                routes: plan.routes.len(),
+                remotes: std::mem::take(&mut plan.remotes),
+            };
             let r = reconciler.clone();
-            let applied = tokio::task::spawn_blocking(move || {
-                let errors = r
-                    .lock()
+            let errors = tokio::task::spawn_blocking(move || {
+                r.lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .apply(&plan, compare);
-                (plan, errors)
+                    .apply(plan, compare)
             })
-            .await;
-            match applied {
-                Ok((plan, errors)) => {
-                    for e in &errors {
-                        tracing::warn!(error = %e, "cross-node datapath");
-                    }
-                    publish(&status, plan, errors);
-                }
-                Err(e) => {
-                    let error = format!("cross-node reconcile task failed: {e}");
-                    tracing::warn!(error = %error, "cross-node datapath");
-                    status.lock().unwrap_or_else(|e| e.into_inner()).errors = vec![error];
-                }
+            .await
+            .unwrap_or_else(|e| vec![format!("cross-node reconcile task failed: {e}")]);
+            for e in &errors {
+                tracing::warn!(error = %e, "cross-node datapath");
             }
+            publish(&status, shown, errors);
         }
         compare = match &mut feed {
             NodeFeed::Cluster(rx) => {
@@ -268,13 +263,20 @@ pub async fn run(
     }
 }
 
-fn publish(status: &SharedStatus, plan: plan::DatapathPlan, errors: Vec<String>) {
+/// What status shows of a plan (the reconciler keeps the rest).
+struct Shown {
+    tunnel_local: Option<IpAddr>,
+    routes: usize,
+    remotes: Vec<plan::RemoteNode>,
+}
+
+fn publish(status: &SharedStatus, shown: Shown, errors: Vec<String>) {
     let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
     s.synced = true;
     s.errors = errors;
-    s.tunnel_local = plan.tunnel.map(|t| t.local);
-    s.routes = plan.routes.len();
-    s.remotes = plan.remotes;
+    s.tunnel_local = shown.tunnel_local;
+    s.routes = shown.routes;
+    s.remotes = shown.remotes;
 }
 
 #[cfg(test)]
