@@ -281,6 +281,15 @@ impl CidrSet {
         Ok(())
     }
 
+    /// The allocated node CIDRs that `prefix` covers.
+    pub fn allocated_within(&self, prefix: &IpNet) -> Result<Vec<IpNet>, CidrSetError> {
+        let (begin, end) = self.index_range(prefix)?;
+        Ok((begin..=end)
+            .filter(|i| self.used.get(*i))
+            .filter_map(|i| self.index_to_cidr(i))
+            .collect())
+    }
+
     /// True only if every index covered by `prefix` is allocated.
     pub fn is_allocated(&self, prefix: &IpNet) -> Result<bool, CidrSetError> {
         let (begin, end) = self.index_range(prefix)?;

@@ -440,13 +440,21 @@ fn node_set(family: Family, cidr: IpNet, mask: u8) -> Result<CidrSet, MaskMisfit
 /// forgotten once the last is released. After a restart the options no longer
 /// name it: a node CIDR in no pool CIDR is then held as it is, outside every
 /// set ([`Self::adopt_after_restart`]), until its node releases it.
+///
+/// A node CIDR inside a pool CIDR but not of its node range size (the mask
+/// size changed before a restart, or someone wrote the node's spec) is held
+/// apart too, whenever it is adopted: every range of the pool CIDR it overlaps
+/// stays taken while it is held, so no range inside it is handed to another
+/// node.
 #[derive(Debug, Clone)]
 pub struct NodeCidrCarver {
     v4: Vec<CidrSet>,
     v6: Vec<CidrSet>,
     /// Pool CIDRs removed from the options while nodes still hold ranges of them.
     draining: Vec<CidrSet>,
-    /// Node CIDRs in no pool CIDR, held by the nodes that had them at start.
+    /// Node CIDRs held apart from the pool CIDRs' ranges: in no pool CIDR
+    /// (held by the nodes that had them at start), or inside one but of
+    /// another size (the ranges they overlap are taken in its set).
     outside: Vec<IpNet>,
 }
 
@@ -502,9 +510,20 @@ impl NodeCidrCarver {
         &self.draining
     }
 
-    /// Node CIDRs held in no pool CIDR (re-adopted after a restart).
+    /// Node CIDRs held apart: in no pool CIDR (re-adopted after a restart),
+    /// or of another size than the pool CIDR they lie in.
     pub fn outside(&self) -> &[IpNet] {
         &self.outside
+    }
+
+    /// The pool CIDR, active or draining, that a held-apart `cidr` lies in
+    /// (None: it is in none).
+    pub fn pool_of(&self, cidr: &IpNet) -> Option<&CidrSet> {
+        let family = Family::of_net(cidr);
+        self.sets(family)
+            .iter()
+            .chain(&self.draining)
+            .find(|s| s.in_range(cidr))
     }
 
     fn sets_mut(&mut self, family: Family) -> &mut Vec<CidrSet> {
@@ -534,11 +553,12 @@ impl NodeCidrCarver {
     ///
     /// For each enabled family: if `existing` holds CIDRs of that family, each
     /// is re-adopted (occupied) when it lies in a pool CIDR (active or
-    /// draining) with exactly the pool CIDR's node mask and is not allocated
-    /// yet; otherwise one new CIDR is allocated round-robin from the first
-    /// active pool CIDR that is not full. Any existing CIDR that cannot be
-    /// re-adopted (already allocated, wrong mask, in no pool, or of a disabled
-    /// family) fails the whole call with [`ClusterPoolError::Conflict`]; all
+    /// draining) and is not allocated yet (one of another size than the pool
+    /// CIDR's node ranges is held apart: the type's rule); otherwise one new
+    /// CIDR is allocated round-robin from the first active pool CIDR that is
+    /// not full. Any existing CIDR that cannot be re-adopted (already
+    /// allocated, overlapping one held, in no pool, or of a disabled family)
+    /// fails the whole call with [`ClusterPoolError::Conflict`]; all
     /// pools full fails with [`ClusterPoolError::Exhausted`]. On error nothing
     /// stays allocated.
     pub fn carve_for_node(&mut self, existing: &[IpNet]) -> Result<Vec<IpNet>, ClusterPoolError> {
@@ -642,6 +662,9 @@ impl NodeCidrCarver {
     fn adopt_one(&mut self, cidr: IpNet, take: Take) -> Result<(), String> {
         let family = Family::of_net(&cidr);
         let pools: Vec<IpNet> = self.sets(family).iter().map(CidrSet::cluster).collect();
+        if let Some(held) = self.outside.iter().find(|o| overlap(o, &cidr)) {
+            return Err(format!("overlaps {held}, which another node holds"));
+        }
         let Some(set) = self.set_of(&cidr) else {
             if take != Take::AdoptAfterRestart {
                 return Err(format!(
@@ -650,23 +673,51 @@ impl NodeCidrCarver {
                     JoinedCidrs(&pools)
                 ));
             }
-            if let Some(held) = self.outside.iter().find(|o| overlap(o, &cidr)) {
-                return Err(format!("overlaps {held}, which another node holds"));
-            }
             self.outside.push(cidr);
             return Ok(());
         };
         if cidr.prefix_len() != set.node_mask() {
-            return Err(format!(
-                "does not have the node mask size /{} of pool {}",
-                set.node_mask(),
-                set.cluster()
-            ));
+            return self.hold_apart(cidr);
         }
         if set.is_allocated(&cidr).map_err(|e| e.to_string())? {
             return Err("is already allocated".to_string());
         }
         set.occupy(&cidr).map_err(|e| e.to_string())
+    }
+
+    /// Holds a node CIDR of another size than the ranges of the pool CIDRs it
+    /// overlaps (the type's rule): each of their ranges it covers is taken,
+    /// unless another node's range is among them.
+    fn hold_apart(&mut self, cidr: IpNet) -> Result<(), String> {
+        let Self {
+            v4,
+            v6,
+            draining,
+            outside,
+        } = self;
+        let sets = || v4.iter().chain(v6.iter()).chain(draining.iter());
+        for set in sets().filter(|s| s.in_range(&cidr)) {
+            let taken = set.allocated_within(&cidr).map_err(|e| e.to_string())?;
+            // A range taken for a node held apart that does not overlap this
+            // one (it shares a larger range of the pool CIDR) is no conflict.
+            if let Some(range) = taken
+                .iter()
+                .find(|r| !outside.iter().any(|o| overlap(o, r)))
+            {
+                return Err(format!("overlaps {range}, which another node holds"));
+            }
+        }
+        for set in v4
+            .iter_mut()
+            .chain(v6.iter_mut())
+            .chain(draining.iter_mut())
+        {
+            if set.in_range(&cidr) {
+                set.occupy(&cidr).map_err(|e| e.to_string())?;
+            }
+        }
+        outside.push(cidr);
+        Ok(())
     }
 
     /// One more CIDR of `family` for a node that has some (an extra CIDR), from
@@ -705,11 +756,36 @@ impl NodeCidrCarver {
     /// forgotten at the next [`Self::finish_drains`].
     pub fn release_node(&mut self, cidrs: &[IpNet]) {
         for cidr in cidrs {
-            match self.set_of(cidr) {
-                Some(set) => {
-                    let _ = set.release(cidr);
+            if let Some(i) = self.outside.iter().position(|o| o == cidr) {
+                self.outside.remove(i);
+                self.release_apart(cidr);
+            } else if let Some(set) = self.set_of(cidr) {
+                let _ = set.release(cidr);
+            }
+        }
+    }
+
+    /// Frees the ranges a node CIDR held apart took, but those another one
+    /// held apart still overlaps.
+    fn release_apart(&mut self, cidr: &IpNet) {
+        let Self {
+            v4,
+            v6,
+            draining,
+            outside,
+        } = self;
+        for set in v4
+            .iter_mut()
+            .chain(v6.iter_mut())
+            .chain(draining.iter_mut())
+        {
+            if !set.in_range(cidr) {
+                continue;
+            }
+            for range in set.allocated_within(cidr).unwrap_or_default() {
+                if !outside.iter().any(|o| overlap(o, &range)) {
+                    let _ = set.release(&range);
                 }
-                None => self.outside.retain(|o| o != cidr),
             }
         }
     }
@@ -1049,6 +1125,68 @@ mod tests {
     }
 
     #[test]
+    fn a_range_of_another_size_is_held_apart_and_nothing_inside_it_is_handed_out() {
+        // The operator carved /24s, then restarted with /26 (issue 53: the
+        // restarted operator gave a new node a /26 inside a live /24).
+        let mut c = NodeCidrCarver::new(&v4_config(&["10.0.0.0/22"], 26)).unwrap();
+        let held = c.adopt_after_restart(&nets(&["10.0.0.0/24"])).unwrap();
+        assert_eq!(held, nets(&["10.0.0.0/24"]));
+        assert_eq!(c.outside(), nets(&["10.0.0.0/24"]).as_slice());
+        assert_eq!(
+            c.pool_of(&net("10.0.0.0/24")).map(CidrSet::cluster),
+            Some(net("10.0.0.0/22"))
+        );
+        let carved: Vec<IpNet> = (0..12)
+            .map(|_| c.carve_one(Family::V4, &[]).unwrap())
+            .collect();
+        assert!(
+            carved.iter().all(|r| !overlap(r, &net("10.0.0.0/24"))),
+            "{carved:?}"
+        );
+        assert!(c.carve_one(Family::V4, &[]).is_err(), "the rest is full");
+        // Released, its four ranges are free again.
+        c.release_node(&nets(&["10.0.0.0/24"]));
+        assert!(c.outside().is_empty());
+        assert_eq!(c.sets(Family::V4)[0].allocated_count(), 12);
+        assert_eq!(c.carve_one(Family::V4, &[]).unwrap(), net("10.0.0.0/26"));
+    }
+
+    #[test]
+    fn smaller_ranges_held_apart_share_their_pool_range_until_both_go() {
+        // /24 ranges, two nodes on /26s of one /24 (the mask size was 26).
+        let mut c = NodeCidrCarver::new(&v4_config(&["10.0.0.0/23"], 24)).unwrap();
+        c.adopt_after_restart(&nets(&["10.0.0.0/26"])).unwrap();
+        c.adopt_after_restart(&nets(&["10.0.0.64/26"])).unwrap();
+        // A third overlapping either is a conflict; a /24 of the pool there too.
+        assert!(c.adopt_after_restart(&nets(&["10.0.0.0/25"])).is_err());
+        assert!(c.adopt_node(&nets(&["10.0.0.0/24"])).is_err());
+        assert_eq!(c.carve_for_node(&[]).unwrap(), nets(&["10.0.1.0/24"]));
+        assert!(c.carve_for_node(&[]).is_err());
+        c.release_node(&nets(&["10.0.0.0/26"]));
+        assert!(
+            c.carve_for_node(&[]).is_err(),
+            "10.0.0.64/26 still holds 10.0.0.0/24"
+        );
+        c.release_node(&nets(&["10.0.0.64/26"]));
+        assert_eq!(c.carve_for_node(&[]).unwrap(), nets(&["10.0.0.0/24"]));
+    }
+
+    #[test]
+    fn a_range_held_apart_over_a_normal_one_is_a_conflict_and_leaves_nothing() {
+        let mut c = NodeCidrCarver::new(&v4_config(&["10.0.0.0/22"], 26)).unwrap();
+        c.adopt_after_restart(&nets(&["10.0.0.64/26"])).unwrap();
+        assert_eq!(
+            c.adopt_after_restart(&nets(&["10.0.0.0/24"]))
+                .unwrap_err()
+                .to_string(),
+            "node has CIDRs allocated (10.0.0.0/24) that conflict with requested CIDRs: \
+             10.0.0.0/24 overlaps 10.0.0.64/26, which another node holds"
+        );
+        assert!(c.outside().is_empty());
+        assert_eq!(c.sets(Family::V4)[0].allocated_count(), 1);
+    }
+
+    #[test]
     fn carve_readopts_one_family_and_allocates_the_other() {
         let mut c = NodeCidrCarver::new(&dual(&["10.0.0.0/16"], 24, &["fd00::/104"], 120)).unwrap();
         assert_eq!(
@@ -1073,13 +1211,20 @@ mod tests {
             "node has CIDRs allocated (10.0.1.0/24) that conflict with requested CIDRs: \
              10.0.1.0/24 is already allocated"
         );
+        // Of another size than the pool CIDR's ranges: held apart, not a
+        // conflict (the type's rule), and overlapping it is one.
         assert_eq!(
-            c.carve_for_node(&nets(&["10.0.2.0/25"]))
+            c.carve_for_node(&nets(&["10.0.2.0/25"])).unwrap(),
+            nets(&["10.0.2.0/25"])
+        );
+        assert_eq!(
+            c.carve_for_node(&nets(&["10.0.2.0/23"]))
                 .unwrap_err()
                 .to_string(),
-            "node has CIDRs allocated (10.0.2.0/25) that conflict with requested CIDRs: \
-             10.0.2.0/25 does not have the node mask size /24 of pool 10.0.0.0/16"
+            "node has CIDRs allocated (10.0.2.0/23) that conflict with requested CIDRs: \
+             10.0.2.0/23 overlaps 10.0.2.0/25, which another node holds"
         );
+        c.release_node(&nets(&["10.0.2.0/25"]));
         assert_eq!(
             c.carve_for_node(&nets(&["10.9.0.0/24"]))
                 .unwrap_err()

@@ -246,7 +246,8 @@ mod tests {
         assert_eq!(c.carve_for_node(&[]).unwrap(), nets(&["10.0.0.0/24"]));
         assert_eq!(c.carve_for_node(&[]).unwrap(), nets(&["10.1.0.0/26"]));
         assert_eq!(c.carve_one(Family::V4, &[]).unwrap(), net("10.1.0.64/26"));
-        // Re-adoption checks each pool CIDR's own mask.
+        // Re-adoption checks each pool CIDR's own mask: a range of another
+        // size is held apart, and takes every range it covers.
         let mut again = carver("10.0.0.0/24 10.1.0.0/24@26");
         assert!(again.adopt_node(&nets(&["10.1.0.128/26"])).is_ok());
         assert_eq!(
@@ -255,8 +256,10 @@ mod tests {
                 .unwrap_err()
                 .to_string(),
             "node has CIDRs allocated (10.1.0.0/24) that conflict with requested CIDRs: \
-             10.1.0.0/24 does not have the node mask size /26 of pool 10.1.0.0/24"
+             10.1.0.0/24 overlaps 10.1.0.128/26, which another node holds"
         );
+        assert!(again.adopt_node(&nets(&["10.0.0.0/25"])).is_ok());
+        assert_eq!(again.outside(), nets(&["10.0.0.0/25"]).as_slice());
     }
 
     #[test]

@@ -153,6 +153,9 @@ pub struct NodeCidrs {
     /// The last cluster pool read, refused, and why (None: it is in force). It
     /// is tried again when a node goes (what it overlapped may be gone).
     refused: Option<(ClusterPoolConfig, String)>,
+    /// A cluster pool read before the first full list: taken once every node
+    /// is re-adopted, so what they hold counts in the change.
+    deferred: Option<ClusterPoolConfig>,
 }
 
 /// Same CIDRs, in any order.
@@ -171,6 +174,7 @@ impl NodeCidrs {
             synced: false,
             next_seq: 0,
             refused: None,
+            deferred: None,
         }
     }
 
@@ -206,6 +210,9 @@ impl NodeCidrs {
                 }
             }
             self.nodes.insert(name.clone(), entry);
+            if self.synced {
+                self.say_held_apart(&name);
+            }
         } else if let Some(entry) = self.nodes.get_mut(&name) {
             entry.uid = node.uid;
             entry.spec = node.pod_cidrs;
@@ -253,9 +260,15 @@ impl NodeCidrs {
             self.forget(&name);
         }
         if !self.synced {
-            self.say_held_outside();
+            let names: Vec<String> = self.nodes.keys().cloned().collect();
+            for name in &names {
+                self.say_held_apart(name);
+            }
         }
         self.synced = true;
+        if let Some(pool) = self.deferred.take() {
+            self.reconfigure(&pool);
+        }
         self.assign_waiting();
         self.nodes.keys().cloned().collect()
     }
@@ -275,6 +288,10 @@ impl NodeCidrs {
     /// logged (once) and leaves the pool as it was. Returns the nodes that may
     /// need writes.
     pub fn reconfigure(&mut self, config: &ClusterPoolConfig) -> Vec<String> {
+        if !self.synced {
+            self.deferred = Some(config.clone());
+            return Vec::new();
+        }
         let change = match self.carver.reconfigure(config) {
             Ok(change) => change,
             Err(e) => {
@@ -330,24 +347,32 @@ impl NodeCidrs {
         touched
     }
 
-    /// At start: an Event on each node holding a range in no pool CIDR.
-    fn say_held_outside(&mut self) {
-        let outside = self.carver.outside().to_vec();
-        for (name, e) in &mut self.nodes {
-            let ranges: Vec<IpNet> = e
-                .held
-                .iter()
-                .copied()
-                .filter(|c| outside.contains(c))
-                .collect();
-            let Some(first) = ranges.first() else {
-                continue;
-            };
-            let option = cidr_option(Family::of_net(first));
-            tracing::warn!(node = %name, cidrs = %joined(&ranges), "the node holds ranges in no pool CIDR (a removed one drains)");
-            e.events
-                .push(drain::held_outside_event(option, name, &ranges));
+    /// An Event on a node holding ranges apart ([`NodeCidrCarver`]'s rule):
+    /// in no pool CIDR (said at start), or of another size than the pool CIDR
+    /// they lie in.
+    fn say_held_apart(&mut self, name: &str) {
+        let Self { carver, nodes, .. } = self;
+        let Some(e) = nodes.get_mut(name) else {
+            return;
+        };
+        let apart = e.held.iter().filter(|c| carver.outside().contains(c));
+        let (inside, outside): (Vec<IpNet>, Vec<IpNet>) =
+            apart.partition(|c| carver.pool_of(c).is_some());
+        for range in inside {
+            if let Some(set) = carver.pool_of(&range) {
+                let (pool, mask) = (set.cluster(), set.node_mask());
+                tracing::warn!(node = %name, cidr = %range, pool = %pool, node_mask = mask, "the node holds a range of another size than its pool CIDR's: held apart, no range inside it is handed out");
+                let event = drain::held_other_size_event(name, &range, &pool, mask);
+                e.events.push(event);
+            }
         }
+        let Some(first) = outside.first() else {
+            return;
+        };
+        let option = cidr_option(Family::of_net(first));
+        tracing::warn!(node = %name, cidrs = %joined(&outside), "the node holds ranges in no pool CIDR (a removed one drains)");
+        e.events
+            .push(drain::held_outside_event(option, name, &outside));
     }
 
     /// Forgets the draining pool CIDRs nobody is on any more.
@@ -1130,6 +1155,63 @@ mod tests {
         assert!(!c.pool_refused());
         c.observe(node("c", &[]));
         assert_eq!(cidrs_write(&c.pending("c")), Some(nets(&["10.90.0.0/25"])));
+    }
+
+    #[test]
+    fn after_a_restart_with_another_mask_size_no_range_inside_a_held_one_is_given() {
+        // Issue 53: /24 ranges handed out, the mask size changed to 26 (refused
+        // while the leader ran), the operator restarted, a new node came.
+        let mut c = live("10.244.0.0/22@26");
+        c.observe(node("node-1", &["10.244.1.0/24"]));
+        c.observe(node("node-2", &["10.244.0.0/24"]));
+        c.list_done(&["node-1".into(), "node-2".into()].into());
+        for n in ["node-1", "node-2"] {
+            let p = c.pending(n).unwrap();
+            assert_eq!((p.pod_cidrs.clone(), p.status_error.clone()), (None, None));
+            assert_eq!(
+                p.events[0].note,
+                format!(
+                    "node {n} holds {}, inside pool CIDR 10.244.0.0/22 whose node ranges \
+                     are /26: the node keeps it until it is deleted, and no range inside it \
+                     goes to another node",
+                    c.held(n).unwrap()[0]
+                )
+            );
+        }
+        c.observe(node("node-3", &[]));
+        assert_eq!(
+            cidrs_write(&c.pending("node-3")),
+            Some(nets(&["10.244.2.0/26"]))
+        );
+        // node-2 goes: its /24 is free again, in /26 ranges.
+        c.remove("node-2");
+        c.observe(node("node-4", &[]));
+        c.observe(node("node-5", &[]));
+        let given: Vec<IpNet> = ["node-4", "node-5"]
+            .iter()
+            .filter_map(|n| cidrs_write(&c.pending(n)))
+            .flatten()
+            .collect();
+        assert_eq!(given, nets(&["10.244.2.64/26", "10.244.2.128/26"]));
+    }
+
+    #[test]
+    fn a_pool_read_before_the_first_list_is_judged_on_what_the_nodes_hold() {
+        // The reload came before the list: taken at once, the /24 pool CIDR
+        // would be forgotten (no range of it held yet) and its /26 ranges
+        // handed out over a's.
+        let mut c = live("10.90.0.0/24");
+        c.reconfigure(&pool("10.90.0.0/24@26"));
+        c.observe(node("a", &["10.90.0.0/24"]));
+        c.list_done(&["a".into()].into());
+        assert!(c.pool_refused(), "the mask change is refused as it is live");
+        c.observe(node("b", &[]));
+        assert!(cidrs_write(&c.pending("b")).is_none());
+        assert!(
+            c.pending("b")
+                .and_then(|p| p.status_error)
+                .is_some_and(|e| e == "allocator full")
+        );
     }
 
     #[test]

@@ -69,6 +69,20 @@ pub fn held_outside_event(option: &str, node: &str, ranges: &[IpNet]) -> CidrEve
     }
 }
 
+/// The Event on a node holding `range` inside pool CIDR `pool`, whose node
+/// ranges are `/mask` (the mask size changed before the operator's restart,
+/// or someone wrote the node's spec).
+pub fn held_other_size_event(node: &str, range: &IpNet, pool: &IpNet, mask: u8) -> CidrEvent {
+    CidrEvent {
+        warning: false,
+        reason: REASON_DRAINING,
+        note: format!(
+            "node {node} holds {range}, inside pool CIDR {pool} whose node ranges are /{mask}: \
+             the node keeps it until it is deleted, and no range inside it goes to another node"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
