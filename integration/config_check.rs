@@ -2,12 +2,13 @@
 //! (`daemon::node_check`): dual stack on a Node that lists no IPv6 InternalIP,
 //! IPv6-only pods (`enable-ipv4=false`) on a Node with IPv4 InternalIPs only, an
 //! IPv4 tunnel underlay (`underlay-protocol`) with IPv4 disabled, and an IPv6
-//! underlay on a Node without an IPv6 InternalIP, and a cluster-pool
-//! `cluster-pool-ipv6-mask-size` that does not fit `cluster-pool-ipv6-cidr` (the
-//! agent starts: the operator carves). Each is named in the agent's log,
-//! in its CiliumNode's `podnet.io/ConfigFitsNode` condition and in `podnet status`;
-//! ADD fails with CNI code 106 and allocates nothing, STATUS answers 50, the CNI
-//! config is not written, and the pods the node has keep CHECK, GC and DEL. The
+//! underlay on a Node without an IPv6 InternalIP. Each is named in the agent's
+//! log, in its CiliumNode's `podnet.io/ConfigFitsNode` condition and in `podnet
+//! status`; ADD fails with CNI code 106 and allocates nothing, STATUS answers 50,
+//! the CNI config is not written, and the pods the node has keep CHECK, GC and
+//! DEL. The operator's cluster-pool options that it refuses (a
+//! `cluster-pool-ipv6-mask-size` that does not fit `cluster-pool-ipv6-cidr`, an
+//! entry that does not parse) are warnings: the node serves. The
 //! test API server's Service range is IPv4 only (10.96.0.0/16): a dual-stack node
 //! that lists both addresses fits, with a warning about the Services.
 
@@ -346,13 +347,15 @@ fn an_ipv6_underlay_on_a_node_without_ipv6_is_refused_naming_underlay_protocol()
 }
 
 #[test]
-fn an_ipv6_mask_size_that_does_not_fit_its_cidr_is_refused_naming_the_mask_size_option() {
+fn operator_pool_options_that_it_refuses_are_warnings_and_the_node_serves() {
     let Some(cp) = ControlPlane::start("config_check_mask_size") else {
         return;
     };
     cp.install_crds();
-    // Dual-stack cluster-pool, the IPv6 mask one bit past what fd00:c::/104 takes;
-    // the node lists both addresses, so the mask is the one error.
+    // Dual-stack cluster-pool, the IPv6 mask one bit past what fd00:c::/104 takes
+    // and an IPv4 entry that does not parse (issue 53: ConfigMap edits the
+    // operator refuses while it runs on the pool in force). The node lists both
+    // addresses; the agent starts and serves from the CIDRs the operator gives.
     let (mut node, conf, _) = prepare_listing(
         &cp,
         "cc-5",
@@ -362,7 +365,7 @@ fn an_ipv6_mask_size_that_does_not_fit_its_cidr_is_refused_naming_the_mask_size_
             "cluster-pool",
             "--enable-ipv6",
             "--cluster-pool-ipv4-cidr",
-            "10.246.0.0/16",
+            "10.246.0.0/16 10.250.0.0/16@x",
             "--cluster-pool-ipv6-cidr",
             "fd00:c::/104",
             "--cluster-pool-ipv6-mask-size",
@@ -370,8 +373,6 @@ fn an_ipv6_mask_size_that_does_not_fit_its_cidr_is_refused_naming_the_mask_size_
         ],
         |ips| ips.to_vec(),
     );
-    // The agent starts (the embedded backend would not): it waits for the
-    // operator's CIDRs, which the test writes as an operator would.
     node.spawn_daemon();
     eventually("the daemon to wait for the operator", || {
         node.log()
@@ -379,42 +380,31 @@ fn an_ipv6_mask_size_that_does_not_fit_its_cidr_is_refused_naming_the_mask_size_
     });
     operator_assigns(&cp, "cc-5", &["10.246.5.0/24", "fd00:c::500/120"]);
     node.wait_ready();
-    let named = "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00:c::/104 with \
-                 cluster-pool-ipv6-mask-size 121: New CIDR set failed; the node CIDR size is \
-                 too big; cluster-pool-ipv6-mask-size must be /104 to /120 for fd00:c::/104";
-    let (message, sb) = assert_refused(
-        &cp,
-        &node,
-        "cc-5",
-        &conf,
-        "cluster-pool-ipv6-mask-size",
-        named,
-    );
-    assert_eq!(
-        condition(&cp, "cc-5", "reason"),
-        "IPv6MaskSizeDoesNotFitCIDR"
-    );
-    // The one error; the IPv4-only Service range is a warning.
-    assert!(
-        message.starts_with(&format!("error (cluster-pool-ipv6-mask-size): {named}"))
-            && message.contains("set cluster-pool-ipv6-mask-size to a size from /104 to /120")
-            && message.contains("; warning (enable-ipv6): "),
-        "{message}"
-    );
-
-    // The fix the message names: a mask size that fits, and a restart.
-    node.stop_daemon(false);
-    let mask = node
-        .args
-        .iter()
-        .position(|a| a == "121")
-        .expect("the mask size argument");
-    node.args[mask] = "120".to_string();
-    node.start_daemon();
+    let mask = "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00:c::/104 with \
+                cluster-pool-ipv6-mask-size 121: New CIDR set failed; the node CIDR size is \
+                too big; cluster-pool-ipv6-mask-size must be /104 to /120 for fd00:c::/104";
+    let entry = "invalid cluster-pool-ipv4-cidr entry \"10.250.0.0/16@x\": the node mask size \
+                 after @ must be a number";
+    let sb = node.sandbox();
     let r = fits_with_warnings(&cp, &node, "cc-5", &conf, &sb);
     assert!(
         r.ipv4().starts_with("10.246.5.") && r.ipv6().starts_with("fd00:c::5"),
         "{}",
         r.stdout
     );
+    let message = condition(&cp, "cc-5", "message");
+    assert!(
+        message.contains(&format!("warning (cluster-pool-ipv6-mask-size): {mask}"))
+            && message.contains("set cluster-pool-ipv6-mask-size to a size from /104 to /120")
+            && message.contains(&format!("warning (cluster-pool-ipv4-cidr): {entry}"))
+            && message.contains("; warning (enable-ipv6): "),
+        "{message}"
+    );
+    let status = node.podnet(&["status"]);
+    assert!(
+        status.contains(&format!("  warning (cluster-pool-ipv6-mask-size): {mask}"))
+            && status.contains(&format!("  warning (cluster-pool-ipv4-cidr): {entry}")),
+        "{status}"
+    );
+    assert!(node.log().contains(entry));
 }

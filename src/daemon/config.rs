@@ -13,10 +13,13 @@ use std::path::PathBuf;
 use ipnet::IpNet;
 
 use super::crossnode::settings::{CrossNodeConfig, RoutingMode, TunnelProtocol};
+use super::node_check::Mismatch;
 use super::options::DaemonOptions;
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::{DepletionRules, ThresholdError};
-use crate::ipam::clusterpool::{ClusterPoolConfig, ClusterPoolError, parse_pool_list};
+use crate::ipam::clusterpool::{
+    ClusterPoolConfig, ClusterPoolError, OPT_IPV4_CIDR, cidr_option, parse_pool_list,
+};
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pool_options::{PoolOptionError, parse_auto_create_pools, parse_pre_allocation};
 use crate::ipam::pooldef::PoolDef;
@@ -324,6 +327,9 @@ pub struct DaemonConfig {
     pub families: Vec<Family>,
     /// cluster-pool: the pool the node CIDR is carved from.
     pub cluster_pool: Option<ClusterPoolConfig>,
+    /// cluster-pool on the Kubernetes backend: why the operator's pool options
+    /// are refused, and the option to fix (None: they are not).
+    pub cluster_pool_refused: Option<(&'static str, ClusterPoolError)>,
     /// kubernetes: the node's pod CIDRs (`--pod-cidrs`, `--ipv4-range`, `--ipv6-range`).
     pub pod_cidrs: Vec<IpNet>,
     pub multi_pool: Option<MultiPoolConfig>,
@@ -381,16 +387,21 @@ impl DaemonConfig {
         .filter(|(on, _)| *on)
         .map(|(_, f)| f)
         .collect();
+        let (cluster_pool, cluster_pool_refused) = match ipam {
+            IpamMode::ClusterPool => {
+                let (pool, refused) = cluster_pool(opts, embedded)?;
+                (Some(pool), refused)
+            }
+            _ => (None, None),
+        };
         Ok(DaemonConfig {
             backend,
             ipam,
             routing,
             datapath,
             families,
-            cluster_pool: match ipam {
-                IpamMode::ClusterPool => Some(cluster_pool(opts, embedded)?),
-                _ => None,
-            },
+            cluster_pool,
+            cluster_pool_refused,
             pod_cidrs: match ipam {
                 IpamMode::Kubernetes => kubernetes_pod_cidrs(opts)?,
                 _ => Vec::new(),
@@ -409,13 +420,21 @@ impl DaemonConfig {
 }
 
 /// The cluster pool, checked as Cilium's operator does at start. The embedded
-/// backend carves the node's CIDRs itself and refuses a mask size that does not
-/// fit its CIDR; with the Kubernetes backend the operator carves them, and the
-/// agent says a misfit mask as a finding of its node check
-/// ([`ClusterPoolConfig::mask_misfits`], `daemon::node_check`): in its log, its
-/// CiliumNode's condition and `podnet status`.
-fn cluster_pool(opts: &DaemonOptions, embedded: bool) -> Result<ClusterPoolConfig, ConfigError> {
-    let list = |value: &Option<String>, enabled: bool, name: &str, default: &str| {
+/// backend carves the node's CIDRs itself and refuses options that do not pass
+/// (the agent does not start). With the Kubernetes backend they are the
+/// operator's, which refuses them and runs on the pool in force, so the agent
+/// starts whatever they say (an edit of the ConfigMap must not cost a
+/// restarting node its CNI): a misfit mask ([`ClusterPoolConfig::mask_misfits`])
+/// and the first refusal (kept beside the pool, which holds the entries that
+/// parse) are warnings of its node check (`daemon::node_check`): in its log,
+/// its CiliumNode's condition and `podnet status`.
+#[allow(clippy::type_complexity)]
+fn cluster_pool(
+    opts: &DaemonOptions,
+    embedded: bool,
+) -> Result<(ClusterPoolConfig, Option<(&'static str, ClusterPoolError)>), ConfigError> {
+    let mut refused = None;
+    let mut list = |value: &Option<String>, enabled: bool, name: &'static str, default: &str| {
         let v = value.clone().unwrap_or_else(|| {
             if enabled {
                 default.to_string()
@@ -423,7 +442,19 @@ fn cluster_pool(opts: &DaemonOptions, embedded: bool) -> Result<ClusterPoolConfi
                 String::new()
             }
         });
-        parse_pool_list(name, &v)
+        if embedded {
+            return parse_pool_list(name, &v);
+        }
+        let mut entries = Vec::new();
+        for entry in v.split(|c: char| c.is_whitespace() || c == ',') {
+            match parse_pool_list(name, entry) {
+                Ok(parsed) => entries.extend(parsed),
+                Err(e) => {
+                    refused.get_or_insert((name, e));
+                }
+            }
+        }
+        Ok(entries)
     };
     let mut cfg = ClusterPoolConfig {
         enable_ipv4: opts.enable_ipv4,
@@ -448,9 +479,47 @@ fn cluster_pool(opts: &DaemonOptions, embedded: bool) -> Result<ClusterPoolConfi
     cfg.set_pool(Family::V6, &v6);
     match embedded {
         true => cfg.validate()?,
-        false => cfg.validate_cidrs()?,
+        false => {
+            if let Err(e) = cfg.validate_cidrs() {
+                let option = refused_option(&e);
+                refused.get_or_insert((option, e));
+            }
+        }
     }
-    Ok(cfg)
+    Ok((cfg, refused))
+}
+
+/// The pool option a refusal of the cluster pool's checks is about.
+fn refused_option(error: &ClusterPoolError) -> &'static str {
+    match error {
+        ClusterPoolError::CidrRequired { family }
+        | ClusterPoolError::CidrSetForDisabledFamily { family }
+        | ClusterPoolError::NotFamily { family, .. }
+        | ClusterPoolError::Collision { family, .. }
+        | ClusterPoolError::Exhausted { family } => cidr_option(*family),
+        ClusterPoolError::WrongFamily { expected, .. } => cidr_option(*expected),
+        ClusterPoolError::AllocatorInit(m) => m.option(),
+        _ => OPT_IPV4_CIDR,
+    }
+}
+
+impl DaemonConfig {
+    /// The node check's findings of the cluster pool options (the Kubernetes
+    /// backend: `cluster_pool`'s rule).
+    pub fn pool_findings(&self) -> Vec<Mismatch> {
+        let misfits = self
+            .cluster_pool
+            .iter()
+            .flat_map(ClusterPoolConfig::mask_misfits);
+        let mut findings: Vec<Mismatch> = misfits.map(Mismatch::MaskSizeMisfit).collect();
+        if let Some((option, error)) = &self.cluster_pool_refused {
+            findings.push(Mismatch::ClusterPoolRefused {
+                option,
+                error: error.clone(),
+            });
+        }
+        findings
+    }
 }
 
 /// kubernetes mode: `--ipv4-range`/`--ipv6-range` (unless `auto`) and `--pod-cidrs`.
@@ -809,11 +878,39 @@ mod tests {
             (misfits[0].option(), misfits[0].mask, misfits[0].fitting()),
             ("cluster-pool-ipv6-mask-size", 121, (104, 120))
         );
-        // Every other pool error still stops it.
+        // Every other pool error too: the operator's options, refused by it,
+        // are a warning of the node check, with the entries that parse.
         let mut args = args.clone();
         args.extend(["--enable-ipv6=false"]);
-        let e = resolve(&args).unwrap_err().to_string();
-        assert!(e.contains("must not be set if IPv6 is disabled"), "{e}");
+        let c = resolve(&args).unwrap();
+        let (option, e) = c.cluster_pool_refused.clone().unwrap();
+        assert_eq!(option, "cluster-pool-ipv6-cidr");
+        assert!(
+            e.to_string()
+                .contains("must not be set if IPv6 is disabled"),
+            "{e}"
+        );
+        let args = [
+            "--k8s-kubeconfig-path",
+            "/nonexistent/kubeconfig",
+            "--cluster-pool-ipv4-cidr",
+            "10.244.0.0/16 10.250.0.0/16@x",
+        ];
+        let c = resolve(&args).unwrap();
+        assert_eq!(
+            c.cluster_pool.as_ref().unwrap().ipv4_cidrs,
+            vec!["10.244.0.0/16".parse::<IpNet>().unwrap()]
+        );
+        let findings = c.pool_findings();
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert_eq!(
+            (findings[0].option(), findings[0].reason()),
+            ("cluster-pool-ipv4-cidr", "ClusterPoolOptionRefused")
+        );
+        assert!(findings[0].to_string().contains("10.250.0.0/16@x"));
+        // The embedded backend carves the CIDRs itself: it refuses to start.
+        let e = resolve(&args[2..]).unwrap_err().to_string();
+        assert!(e.contains("10.250.0.0/16@x"), "{e}");
     }
 
     #[test]

@@ -39,7 +39,7 @@ use ipnet::IpNet;
 use super::config::IpamMode;
 use crate::api::models::{ConfigCheckStatus, ConfigFinding};
 use crate::ipam::Family;
-use crate::ipam::clusterpool::{MaskMisfit, OPT_IPV4_CIDR, OPT_IPV6_CIDR};
+use crate::ipam::clusterpool::{ClusterPoolError, MaskMisfit, OPT_IPV4_CIDR, OPT_IPV6_CIDR};
 use crate::node::{ConfigFit, NodeFacts, ServiceRange};
 
 /// How much a mismatch matters.
@@ -175,11 +175,22 @@ pub enum Mismatch {
     /// it at its start); the embedded backend, which carves them itself, refuses
     /// it at the agent's.
     #[error(
-        "{0}. The nodes' {family} pod CIDRs are carved out of {cidrs} at this size, and none can be: set {option} to a size from /{shortest} to /{longest} in the podnet ConfigMap (the operator reads it too)",
+        "{0}. No {family} pod CIDR can be carved out of {cidrs} at this size: the operator refuses it and carves from the pool in force (this node serves from the CIDRs it has); set {option} to a size from /{shortest} to /{longest} in the podnet ConfigMap (the operator reads it too)",
         family = .0.family.label(), cidrs = .0.cidr_option(), option = .0.option(),
         shortest = .0.fitting().0, longest = .0.fitting().1
     )]
     MaskSizeMisfit(MaskMisfit),
+    /// cluster-pool on the Kubernetes backend: a pool option of the operator's
+    /// does not parse or fails its checks (a ConfigMap edit). The operator
+    /// refuses it and runs on the pool in force; the node serves from what it
+    /// has, with the entries that parse.
+    #[error(
+        "{error}: the operator refuses the cluster pool options and carves from the pool in force (this node serves from the CIDRs it has); fix {option} in the podnet ConfigMap"
+    )]
+    ClusterPoolRefused {
+        option: &'static str,
+        error: ClusterPoolError,
+    },
 }
 
 /// `, ipv4 unless set` for the default underlay, for a message that may be
@@ -198,10 +209,11 @@ impl Mismatch {
             | Mismatch::OtherFamilyNode { .. }
             | Mismatch::NoServiceFamily { .. }
             | Mismatch::UnderlayFamilyDisabled { .. }
-            | Mismatch::UnderlayWithoutNodeAddress { .. }
-            | Mismatch::MaskSizeMisfit(_) => Severity::Error,
+            | Mismatch::UnderlayWithoutNodeAddress { .. } => Severity::Error,
             Mismatch::PodFamilyWithoutServices { .. }
-            | Mismatch::ServicesWithoutPodFamily { .. } => Severity::Warning,
+            | Mismatch::ServicesWithoutPodFamily { .. }
+            | Mismatch::MaskSizeMisfit(_)
+            | Mismatch::ClusterPoolRefused { .. } => Severity::Warning,
         }
     }
 
@@ -216,6 +228,7 @@ impl Mismatch {
             Mismatch::UnderlayFamilyDisabled { .. }
             | Mismatch::UnderlayWithoutNodeAddress { .. } => UNDERLAY_OPTION,
             Mismatch::MaskSizeMisfit(m) => m.option(),
+            Mismatch::ClusterPoolRefused { option, .. } => option,
         }
     }
 
@@ -259,6 +272,7 @@ impl Mismatch {
             Mismatch::MaskSizeMisfit(MaskMisfit {
                 family: Family::V6, ..
             }) => "IPv6MaskSizeDoesNotFitCIDR",
+            Mismatch::ClusterPoolRefused { .. } => "ClusterPoolOptionRefused",
         }
     }
 }
@@ -371,21 +385,18 @@ impl Verdict {
 
 /// Judges `families` (the enabled ones) in IPAM `mode`, with the tunnel's
 /// underlay family `tunnel_underlay` (None: native routing, no underlay) and the
-/// cluster-pool mask sizes that do not fit their CIDRs `mask_misfits`, on node
+/// findings of the cluster-pool options `pool_findings` (mask sizes that do not
+/// fit their CIDRs, options the operator refuses), on node
 /// `node` with `facts`: the mismatches, errors first.
 pub fn judge(
     families: &[Family],
     mode: IpamMode,
     tunnel_underlay: Option<Family>,
-    mask_misfits: &[MaskMisfit],
+    pool_findings: &[Mismatch],
     node: &str,
     facts: &NodeFacts,
 ) -> Verdict {
-    let mut mismatches: Vec<Mismatch> = mask_misfits
-        .iter()
-        .cloned()
-        .map(Mismatch::MaskSizeMisfit)
-        .collect();
+    let mut mismatches: Vec<Mismatch> = pool_findings.to_vec();
     mismatches.extend(address_mismatches(
         families,
         mode,
@@ -521,7 +532,7 @@ mod tests {
     const IPV4_UNDERLAY: Option<Family> = Some(Family::V4);
     const IPV6_UNDERLAY: Option<Family> = Some(Family::V6);
     /// Every mask size fits its pool CIDR.
-    const NO_MISFIT: &[MaskMisfit] = &[];
+    const NO_MISFIT: &[Mismatch] = &[];
 
     fn ips(list: &[&str]) -> Vec<IpAddr> {
         list.iter().map(|s| s.parse().unwrap()).collect()
@@ -976,111 +987,92 @@ mod tests {
     }
 
     /// `cluster-pool-ipv6-mask-size` 121 over `cluster-pool-ipv6-cidr` fd00::/104.
-    fn v6_mask_misfit() -> MaskMisfit {
-        MaskMisfit {
+    fn v6_mask_misfit() -> Mismatch {
+        Mismatch::MaskSizeMisfit(MaskMisfit {
             family: Family::V6,
             cidr: "fd00::/104".parse().unwrap(),
             mask: 121,
             error: CidrSetError::SubNetTooBig,
-        }
+        })
     }
 
     #[test]
-    fn a_mask_size_that_does_not_fit_its_pool_cidr_is_an_error_naming_the_mask_size_option() {
-        // Judged on the options alone, before the node lists an address.
+    fn a_mask_size_that_does_not_fit_its_pool_cidr_is_a_warning_naming_the_mask_size_option() {
+        // Judged on the options alone, before the node lists an address. The
+        // operator refuses the mask and carves from the pool in force, so the
+        // node serves from what it has (issue 53: an operator-only option must
+        // not cost a node its CNI).
         let v = judge(
             DUAL,
             IpamMode::ClusterPool,
             IPV4_UNDERLAY,
             &[v6_mask_misfit()],
             "n1",
-            &facts(&[], None),
+            &facts(&["10.0.0.1", "fd00::1"], None),
         );
         assert_eq!(reasons(&v), ["IPv6MaskSizeDoesNotFitCIDR"]);
-        assert!(!v.fits());
+        assert!(v.fits());
         let m = &v.mismatches[0];
         assert_eq!(
             (m.severity(), m.option()),
-            (Severity::Error, "cluster-pool-ipv6-mask-size")
+            (Severity::Warning, "cluster-pool-ipv6-mask-size")
         );
         assert_eq!(
             m.to_string(),
             "unable to initialize IPv6 allocator: cluster-pool-ipv6-cidr fd00::/104 with \
              cluster-pool-ipv6-mask-size 121: New CIDR set failed; the node CIDR size is too \
-             big; cluster-pool-ipv6-mask-size must be /104 to /120 for fd00::/104. The nodes' \
-             IPv6 pod CIDRs are carved out of cluster-pool-ipv6-cidr at this size, and none \
-             can be: set cluster-pool-ipv6-mask-size to a size from /104 to /120 in the podnet \
+             big; cluster-pool-ipv6-mask-size must be /104 to /120 for fd00::/104. No IPv6 \
+             pod CIDR can be carved out of cluster-pool-ipv6-cidr at this size: the operator \
+             refuses it and carves from the pool in force (this node serves from the CIDRs it \
+             has); set cluster-pool-ipv6-mask-size to a size from /104 to /120 in the podnet \
              ConfigMap (the operator reads it too)"
         );
         let c = v.condition();
-        assert_eq!(
-            (c.fits, c.reason.as_str()),
-            (false, "IPv6MaskSizeDoesNotFitCIDR")
-        );
+        assert_eq!((c.fits, c.reason.as_str()), (true, "FitsWithWarnings"));
         assert!(
             c.message.starts_with(
-                "error (cluster-pool-ipv6-mask-size): unable to initialize IPv6 allocator"
+                "warning (cluster-pool-ipv6-mask-size): unable to initialize IPv6 allocator"
             ),
             "{}",
             c.message
         );
-        let refusal = v.refusal().unwrap();
-        assert!(
-            refusal.contains("hands out no address")
-                && refusal.contains("cluster-pool-ipv6-mask-size must be /104 to /120"),
-            "{refusal}"
-        );
-        let f = facts(&[], None);
-        let s = v.status(&f);
-        assert_eq!(
-            (
-                s.fits,
-                s.findings[0].option.as_str(),
-                s.findings[0].reason.as_str()
-            ),
-            (
-                false,
-                "cluster-pool-ipv6-mask-size",
-                "IPv6MaskSizeDoesNotFitCIDR"
-            )
-        );
+        assert!(v.refusal().is_none());
     }
 
     #[test]
-    fn a_mask_size_shorter_than_its_pool_cidr_names_the_sizes_that_fit_too() {
-        let short = MaskMisfit {
-            family: Family::V4,
-            cidr: "10.0.0.0/16".parse().unwrap(),
-            mask: 8,
-            error: CidrSetError::NodeMaskShorterThanCluster {
-                cluster: "10.0.0.0/16".parse().unwrap(),
-                node_mask: 8,
+    fn a_cluster_pool_option_the_operator_refuses_is_a_warning_naming_it() {
+        let refused = Mismatch::ClusterPoolRefused {
+            option: OPT_IPV4_CIDR,
+            error: ClusterPoolError::InvalidNodeMask {
+                option: OPT_IPV4_CIDR.into(),
+                entry: "10.250.0.0/16@x".into(),
             },
         };
+        let f = facts(&["10.0.0.1"], None);
         let v = judge(
-            V4_ONLY,
+            &[Family::V4],
             IpamMode::ClusterPool,
             NATIVE,
-            &[short],
+            &[refused],
             "n1",
-            &facts(&["10.0.0.1"], V4_SERVICES),
+            &f,
         );
-        assert_eq!(reasons(&v), ["IPv4MaskSizeDoesNotFitCIDR"]);
-        let text = v.mismatches[0].to_string();
-        assert!(
-            text.starts_with(
-                "unable to initialize IPv4 allocator: cluster-pool-ipv4-cidr 10.0.0.0/16 with \
-                 cluster-pool-ipv4-mask-size 8: node mask size /8 is shorter than the prefix \
-                 length of cluster CIDR 10.0.0.0/16; it must be /16 or longer."
-            ) && text.contains("set cluster-pool-ipv4-mask-size to a size from /16 to /32"),
-            "{text}"
+        assert!(v.fits());
+        assert_eq!(reasons(&v), ["ClusterPoolOptionRefused"]);
+        assert_eq!(
+            v.mismatches[0].to_string(),
+            "invalid cluster-pool-ipv4-cidr entry \"10.250.0.0/16@x\": the node mask size after @ \
+             must be a number (e.g. 10.1.0.0/16@26): the operator refuses the cluster pool \
+             options and carves from the pool in force (this node serves from the CIDRs it \
+             has); fix cluster-pool-ipv4-cidr in the podnet ConfigMap"
         );
+        assert_eq!(v.mismatches[0].option(), "cluster-pool-ipv4-cidr");
     }
 
     #[test]
-    fn a_mask_misfit_comes_first_among_the_errors_and_before_the_warnings() {
+    fn a_mask_misfit_comes_after_the_errors_and_first_among_the_warnings() {
         // Dual-stack pods on an IPv4-only node with an IPv4 Service range: the
-        // misfit mask, then the missing IPv6 address, then the Services' warning.
+        // missing IPv6 address, then the misfit mask, then the Services' warning.
         let v = judge(
             DUAL,
             IpamMode::ClusterPool,
@@ -1092,12 +1084,12 @@ mod tests {
         assert_eq!(
             reasons(&v),
             [
-                "IPv6MaskSizeDoesNotFitCIDR",
                 "NodeWithoutIPv6",
+                "IPv6MaskSizeDoesNotFitCIDR",
                 "PodFamilyWithoutServices"
             ]
         );
-        assert_eq!(v.condition().reason, "IPv6MaskSizeDoesNotFitCIDR");
+        assert_eq!(v.condition().reason, "NodeWithoutIPv6");
     }
 
     #[test]

@@ -36,7 +36,9 @@ mod status;
 
 use std::sync::Arc;
 
-use crate::ipam::clusterpool::{ClusterPoolConfig, ClusterPoolError, NodeCidrCarver};
+use crate::ipam::clusterpool::{
+    ClusterPoolConfig, ClusterPoolError, NodeCidrCarver, POOL_IN_FORCE_ANNOTATION,
+};
 use crate::k8s::connect::{ConnectError, connect};
 use crate::k8s::mirror::WatchEnded;
 use crate::process::metrics_server::MetricsBindError;
@@ -78,10 +80,18 @@ pub fn run(args: &[String]) -> i32 {
 
 /// What the leader runs.
 enum Allocator {
-    /// Node CIDRs from the cluster pool (and the pool they start with).
-    ClusterPool(NodeCidrCarver, ClusterPoolConfig),
+    /// Node CIDRs from the cluster pool (and the pool the replica started
+    /// with; None: the options of its ConfigMap did not parse, and it leads
+    /// with the pool in force: `cluster_pool::reload`'s rule).
+    ClusterPool(Option<(NodeCidrCarver, ClusterPoolConfig)>),
     /// Blocks of the CiliumPodIPPools (the pools to create first when
     /// missing, the migration's default pool when enabled).
+    MultiPool(Vec<crate::ipam::pooldef::PoolDef>, Option<String>),
+}
+
+/// What the leader runs, set up.
+enum Leading {
+    ClusterPool(Box<NodeCidrs>, ClusterPoolConfig),
     MultiPool(Vec<crate::ipam::pooldef::PoolDef>, Option<String>),
 }
 
@@ -103,6 +113,9 @@ enum OperatorError {
     Crds(#[from] CrdError),
     #[error("leader election lost: {0}")]
     LeadershipLost(String),
+    /// Leading with no cluster pool to run on.
+    #[error("cannot lead: {0}")]
+    NoClusterPool(String),
     #[error(transparent)]
     WatchEnded(#[from] WatchEnded),
 }
@@ -120,7 +133,18 @@ fn start(args: &[String], opts: &OperatorOptions) -> Result<(), OperatorError> {
     let config = OperatorConfig::resolve(opts)?;
     let allocator = match &config.ipam {
         OperatorIpam::ClusterPool(pool) => {
-            Allocator::ClusterPool(NodeCidrCarver::new(pool)?, pool.clone())
+            let started = pool
+                .clone()
+                .and_then(|pool| NodeCidrCarver::new(&pool).map(|carver| (carver, pool)));
+            match started {
+                Ok(started) => Allocator::ClusterPool(Some(started)),
+                // A pool in the ConfigMap, edited live: lead with the pool in force.
+                Err(e) if cluster_pool::reload::has_config_dir(args) => {
+                    tracing::error!(error = %e, "the cluster pool options do not parse; when leading, the operator runs on the pool in force its Lease records");
+                    Allocator::ClusterPool(None)
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         OperatorIpam::MultiPool {
             auto_create,
@@ -156,15 +180,32 @@ fn start(args: &[String], opts: &OperatorOptions) -> Result<(), OperatorError> {
             _ = shutdown_signal() => return Ok(()),
         }
         metrics.is_leader.set(1);
+        let allocator = match allocator {
+            Allocator::ClusterPool(started) => {
+                let recorded = elector.annotation(POOL_IN_FORCE_ANNOTATION);
+                match cluster_pool::reload::at_leading(args, started, recorded.as_deref()) {
+                    Ok((carver, pool)) => {
+                        let (record, carried) = tokio::sync::watch::channel(None);
+                        elector.carry(POOL_IN_FORCE_ANNOTATION, carried);
+                        let cidrs = NodeCidrs::new(carver, config.extra_cidrs_max).recording(&pool, record);
+                        Leading::ClusterPool(Box::new(cidrs), pool)
+                    }
+                    Err(why) => {
+                        metrics.is_leader.set(0);
+                        elector.release().await;
+                        return Err(OperatorError::NoClusterPool(why));
+                    }
+                }
+            }
+            Allocator::MultiPool(auto_create, migrate_into) => Leading::MultiPool(auto_create, migrate_into),
+        };
         let allocate = async {
             match allocator {
-                Allocator::ClusterPool(carver, pool) => {
-                    let (carver, pool) = cluster_pool::reload::at_leading(args, (carver, pool));
-                    let cidrs = NodeCidrs::new(carver, config.extra_cidrs_max);
+                Leading::ClusterPool(cidrs, pool) => {
                     let reload = (args.to_vec(), pool);
-                    cluster_pool::run(client.clone(), cidrs, reload, &config.identity, &metrics).await
+                    cluster_pool::run(client.clone(), *cidrs, reload, &config.identity, &metrics).await
                 }
-                Allocator::MultiPool(auto_create, migrate_into) => {
+                Leading::MultiPool(auto_create, migrate_into) => {
                     multi_pool::run(client.clone(), auto_create, migrate_into, &metrics).await
                 }
             }

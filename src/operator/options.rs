@@ -195,8 +195,10 @@ impl OperatorOptions {
 /// What the operator allocates.
 #[derive(Debug, Clone)]
 pub enum OperatorIpam {
-    /// One node CIDR per enabled family from the cluster pool.
-    ClusterPool(ClusterPoolConfig),
+    /// One node CIDR per enabled family from the cluster pool, or why its
+    /// options are refused (the operator decides whether it can run without
+    /// them: `cluster_pool::reload`'s rule).
+    ClusterPool(Result<ClusterPoolConfig, ClusterPoolError>),
     /// Blocks of the CiliumPodIPPools on demand; these pools are created at
     /// start when missing. `migrate_into`: the default pool of the
     /// cluster-pool to multi-pool migration, when enabled.
@@ -265,7 +267,7 @@ impl OperatorConfig {
     /// (`cluster-pool-ipv4-cidr must be provided when using ClusterPool`, ...).
     pub fn resolve(opts: &OperatorOptions) -> Result<OperatorConfig, ConfigError> {
         let ipam = match opts.ipam.as_str() {
-            "cluster-pool" => OperatorIpam::ClusterPool(cluster_pool(opts)?),
+            "cluster-pool" => OperatorIpam::ClusterPool(cluster_pool(opts)),
             "multi-pool" => OperatorIpam::MultiPool {
                 auto_create: auto_create::parse(&opts.auto_create_cilium_pod_ip_pools)?,
                 migrate_into: migration(opts)?,
@@ -375,7 +377,8 @@ mod tests {
 
     fn cluster_pool_of(c: &OperatorConfig) -> &ClusterPoolConfig {
         match &c.ipam {
-            OperatorIpam::ClusterPool(p) => p,
+            OperatorIpam::ClusterPool(Ok(p)) => p,
+            OperatorIpam::ClusterPool(Err(e)) => panic!("refused: {e}"),
             OperatorIpam::MultiPool { .. } => panic!("multi-pool: {c:?}"),
         }
     }
@@ -385,7 +388,12 @@ mod tests {
         all.extend_from_slice(args);
         let args: Vec<String> = all.iter().map(|s| s.to_string()).collect();
         let opts = OperatorOptions::parse_with_config_dir(&args)?;
-        Ok(OperatorConfig::resolve(&opts)?)
+        let config = OperatorConfig::resolve(&opts)?;
+        // The cluster pool's own refusal (the operator decides what it means).
+        if let OperatorIpam::ClusterPool(Err(e)) = &config.ipam {
+            return Err(e.clone().into());
+        }
+        Ok(config)
     }
 
     #[test]

@@ -24,7 +24,6 @@ use crate::daemon::state::{
     IpamState, JournalOrigin, KernelView, MultiPoolSettings, PoolingMode, StateConfig,
 };
 use crate::daemon::{ReplayError, apply_queued, devices, metrics, read_queue, remove_queued};
-use crate::ipam::clusterpool::ClusterPoolConfig;
 use crate::node::NodeResource;
 
 /// The pods' MTU and the node device's it derives from.
@@ -100,11 +99,7 @@ fn state_config(
         fixed_routers: config.fixed_routers.clone(),
         families: config.families.clone(),
         tunnel_underlay: config.cross_node.tunnel_underlay(),
-        mask_misfits: config
-            .cluster_pool
-            .as_ref()
-            .map(ClusterPoolConfig::mask_misfits)
-            .unwrap_or_default(),
+        pool_findings: config.pool_findings(),
         pooling: pooling_mode(config, default_pool),
         depletion: config.depletion,
     }

@@ -27,7 +27,7 @@ impl IpamState {
             &self.cfg.families,
             self.cfg.ipam_mode,
             self.cfg.tunnel_underlay,
-            &self.cfg.mask_misfits,
+            &self.cfg.pool_findings,
             &self.cfg.node_name,
             &facts,
         );

@@ -47,11 +47,11 @@ use std::time::{Duration, Instant};
 
 use super::config::{DatapathMode, IpamMode};
 use super::metrics::Metrics;
+use super::node_check::Mismatch;
 use crate::api::link_marker::JournalMark;
 use crate::api::models::{FailureReason, FailureRecord};
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::DepletionRules;
-use crate::ipam::clusterpool::MaskMisfit;
 use crate::ipam::leaks::Finding;
 use crate::ipam::multipool::PoolSet;
 use crate::ipam::selection::MetadataSource;
@@ -101,9 +101,10 @@ pub struct StateConfig {
     /// The tunnel's underlay family (`--underlay-protocol`) in tunnel routing;
     /// None in native routing, which has no underlay.
     pub tunnel_underlay: Option<Family>,
-    /// cluster-pool on the Kubernetes backend: the mask sizes that do not fit
-    /// their pool CIDRs (the embedded backend refuses them at start).
-    pub mask_misfits: Vec<MaskMisfit>,
+    /// cluster-pool on the Kubernetes backend: the findings of the operator's
+    /// pool options, mask sizes that do not fit their pool CIDRs and options
+    /// that do not parse (the embedded backend refuses them at start).
+    pub pool_findings: Vec<Mismatch>,
     pub pooling: PoolingMode,
     /// cluster-pool: when the node asks for another CIDR and gives one back
     /// (`status.ipam.pod-cidrs`).

@@ -68,7 +68,7 @@ fn state_config(ipam_mode: IpamMode, families: Vec<Family>, pooling: PoolingMode
         fixed_routers: BTreeMap::new(),
         families,
         tunnel_underlay: None,
-        mask_misfits: Vec::new(),
+        pool_findings: Vec::new(),
         pooling,
         depletion: None,
     }

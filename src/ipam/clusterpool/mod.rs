@@ -7,6 +7,7 @@
 
 mod entries;
 mod reconfigure;
+mod record;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -15,6 +16,7 @@ use ipnet::IpNet;
 
 pub use entries::{PoolEntry, parse_pool_list};
 pub use reconfigure::{PoolChange, ReconfigureError};
+pub use record::{POOL_IN_FORCE_ANNOTATION, PoolRecordError};
 
 use super::Family;
 use super::cidrset::{CidrSet, CidrSetError, node_mask_range};

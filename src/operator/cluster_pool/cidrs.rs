@@ -25,10 +25,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
+use tokio::sync::watch;
 
 use super::cidr_event::{CidrEvent, joined};
 use super::drain;
 use super::extra::{self, ExtraPlan, parse_status};
+use super::reload::PoolRead;
 use crate::ipam::clusterpool::{
     ClusterPoolConfig, ClusterPoolError, NodeCidrCarver, PoolChange, cidr_option,
 };
@@ -156,6 +158,11 @@ pub struct NodeCidrs {
     /// A cluster pool read before the first full list: taken once every node
     /// is re-adopted, so what they hold counts in the change.
     deferred: Option<ClusterPoolConfig>,
+    /// Why the options last read do not parse (None: they do).
+    malformed: Option<String>,
+    /// Where the pool in force goes, as its record, each time it changes (the
+    /// Lease's annotation: `reload`'s rule).
+    record: Option<watch::Sender<Option<String>>>,
 }
 
 /// Same CIDRs, in any order.
@@ -175,6 +182,33 @@ impl NodeCidrs {
             next_seq: 0,
             refused: None,
             deferred: None,
+            malformed: None,
+            record: None,
+        }
+    }
+
+    /// Says `in_force`, the pool led with, to `record`, and each pool taken
+    /// after it.
+    pub fn recording(
+        mut self,
+        in_force: &ClusterPoolConfig,
+        record: watch::Sender<Option<String>>,
+    ) -> NodeCidrs {
+        record.send_replace(Some(in_force.to_record()));
+        self.record = Some(record);
+        self
+    }
+
+    /// A reading of the cluster pool options ([`PoolRead`]): a pool to take or
+    /// refuse, or options that do not parse (refused; the pool in force
+    /// stays). Returns the nodes that may need writes.
+    pub fn read(&mut self, read: PoolRead) -> Vec<String> {
+        match read {
+            PoolRead::Parsed(pool) => self.reconfigure(&pool),
+            PoolRead::Malformed(why) => {
+                self.malformed = Some(why);
+                Vec::new()
+            }
         }
     }
 
@@ -308,6 +342,15 @@ impl NodeCidrs {
             }
         };
         self.refused = None;
+        self.malformed = None;
+        if let Some(record) = &self.record {
+            let in_force = Some(config.to_record());
+            record.send_if_modified(|r| {
+                let changed = *r != in_force;
+                *r = in_force;
+                changed
+            });
+        }
         if change.is_empty() {
             return Vec::new();
         }
@@ -321,7 +364,7 @@ impl NodeCidrs {
 
     /// Whether the last cluster pool read was refused.
     pub fn pool_refused(&self) -> bool {
-        self.refused.is_some()
+        self.refused.is_some() || self.malformed.is_some()
     }
 
     /// An Event on each node still on a pool CIDR of `draining`. Returns them.
@@ -1211,6 +1254,28 @@ mod tests {
             c.pending("b")
                 .and_then(|p| p.status_error)
                 .is_some_and(|e| e == "allocator full")
+        );
+    }
+
+    #[test]
+    fn options_that_do_not_parse_are_refused_until_a_pool_is_read_and_taken_ones_recorded() {
+        let (tx, rx) = watch::channel(None);
+        let in_force = pool("10.90.0.0/24");
+        let mut c = live("10.90.0.0/24").recording(&in_force, tx);
+        assert_eq!(rx.borrow().clone(), Some(in_force.to_record()));
+        c.observe(node("a", &["10.90.0.0/24"]));
+        c.list_done(&["a".into()].into());
+        c.read(PoolRead::Malformed("invalid entry".into()));
+        assert!(c.pool_refused());
+        // A refused pool is not recorded; a taken one is, and ends the refusal.
+        c.read(PoolRead::Parsed(pool("10.90.0.0/24@26")));
+        assert!(c.pool_refused());
+        assert_eq!(rx.borrow().clone(), Some(in_force.to_record()));
+        c.read(PoolRead::Parsed(pool("10.90.0.0/24 10.91.0.0/24")));
+        assert!(!c.pool_refused());
+        assert_eq!(
+            rx.borrow().clone(),
+            Some(pool("10.90.0.0/24 10.91.0.0/24").to_record())
         );
     }
 

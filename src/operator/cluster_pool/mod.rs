@@ -41,11 +41,12 @@ use crate::k8s::objects::watch_nodes;
 use crate::resources::NodeResource;
 use cidr_event::CidrEvent;
 use cidrs::{Observed, Pending};
+use reload::PoolRead;
 
 impl NodeHandler for NodeCidrs {
     type Node = Observed;
     type Write = Pending;
-    type Input = ClusterPoolConfig;
+    type Input = PoolRead;
 
     fn upsert(&mut self, node: Observed) -> Vec<String> {
         self.observe(node)
@@ -71,8 +72,8 @@ impl NodeHandler for NodeCidrs {
         touched
     }
 
-    fn input(&mut self, pool: ClusterPoolConfig) -> Vec<String> {
-        self.reconfigure(&pool)
+    fn input(&mut self, read: PoolRead) -> Vec<String> {
+        self.read(read)
     }
 
     fn plan(&mut self, name: &str) -> Option<Pending> {

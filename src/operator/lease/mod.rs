@@ -12,6 +12,11 @@
 //! and gives up leading when no renewal succeeded for the renew deadline, which is
 //! shorter than the lease: it stops before anyone else may start. On a graceful stop
 //! it releases the lease so a follower takes over at once.
+//!
+//! The leader can also keep a record on the Lease, where a restarted or newly
+//! elected leader finds it ([`Elector::carry`], [`Elector::annotation`]): an
+//! annotation that rides on the renewals, so it costs no request of its own and
+//! is on the Lease within one renew interval of a change.
 
 pub mod timing;
 
@@ -24,6 +29,7 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
 
 use timing::{LeaderStep, Timing, expiry_wait, follower_wait};
 
@@ -78,6 +84,9 @@ pub struct Elector {
     observed: Option<(Record, Instant)>,
     /// The Lease as this replica last wrote it (the leader renews from it).
     cached: Option<Lease>,
+    /// Annotations the leader keeps on the Lease, as they are now (None: leave
+    /// the Lease's as it is).
+    carried: Vec<(&'static str, watch::Receiver<Option<String>>)>,
 }
 
 fn now() -> k8s_openapi::jiff::Timestamp {
@@ -102,6 +111,33 @@ impl Elector {
             timing,
             observed: None,
             cached: None,
+            carried: Vec::new(),
+        }
+    }
+
+    /// Keeps annotation `key` on the Lease at the value `value` holds, from the
+    /// next write on (the module's rule).
+    pub fn carry(&mut self, key: &'static str, value: watch::Receiver<Option<String>>) {
+        self.carried.push((key, value));
+    }
+
+    /// Annotation `key` of the Lease as this replica last wrote or read it
+    /// while leading (a new leader: as the previous one left it).
+    pub fn annotation(&self, key: &str) -> Option<String> {
+        let lease = self.cached.as_ref()?;
+        lease.metadata.annotations.as_ref()?.get(key).cloned()
+    }
+
+    /// The carried annotations into `lease`.
+    fn stamp(&self, lease: &mut Lease) {
+        for (key, value) in &self.carried {
+            if let Some(v) = value.borrow().clone() {
+                let annotations = lease
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default);
+                annotations.insert((*key).to_string(), v);
+            }
         }
     }
 
@@ -266,6 +302,7 @@ impl Elector {
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(now_micro());
         lease.spec = Some(spec);
+        self.stamp(&mut lease);
         match self
             .api
             .replace(LEASE_NAME, &PostParams::default(), &lease)
@@ -324,6 +361,7 @@ impl Elector {
         next.renew_time = Some(now);
         let mut lease = current;
         lease.spec = Some(next);
+        self.stamp(&mut lease);
         // The object carries the resourceVersion it was read with: a concurrent
         // change makes this a 409, never a second winner.
         match self
