@@ -518,6 +518,7 @@ impl NodeCidrs {
                     e.events.push(CidrEvent {
                         warning: false,
                         reason: REASON_EXTRA_ALLOCATED,
+                        about: cidr.to_string(),
                         note: format!(
                             "extra {} CIDR {cidr} for node {name}: its CIDRs {depleted} are depleted",
                             family.label()
@@ -532,6 +533,7 @@ impl NodeCidrs {
                         e.events.push(CidrEvent {
                             warning: true,
                             reason: REASON_EXTRA_UNAVAILABLE,
+                            about: family.label().into(),
                             note: why.clone(),
                         });
                     }
@@ -545,6 +547,7 @@ impl NodeCidrs {
             e.events.push(CidrEvent {
                 warning: false,
                 reason: REASON_EXTRA_RELEASED,
+                about: cidr.to_string(),
                 note: format!(
                     "extra CIDR {cidr} of node {name} went back to the pool (no pod in it)"
                 ),
