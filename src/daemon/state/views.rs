@@ -209,6 +209,11 @@ impl IpamState {
             restore: self.restore_report.clone(),
             datapath: self.cfg.datapath_mode.to_string(),
             journal: self.ledger.journal().path().display().to_string(),
+            default_pool: if self.is_multi_pool() {
+                self.default_pool().to_string()
+            } else {
+                String::new()
+            },
             ..Default::default()
         };
         let now = now_ms();
