@@ -454,6 +454,14 @@ pub struct IpamStatus {
     /// podnet: the node's name.
     #[serde(rename = "node-name", default)]
     pub node_name: String,
+    /// podnet, multi-pool: the pool of a pod that names none
+    /// (`ipam-default-ip-pool`); empty in the other modes.
+    #[serde(
+        rename = "default-pool",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub default_pool: String,
     /// podnet: released addresses that are not handed out yet (ip → former owner).
     #[serde(default)]
     pub cooling: BTreeMap<String, String>,

@@ -3,7 +3,9 @@
 //! by whom, outside this node's ranges, in no pool), and when a sticky address
 //! (`ipam.podnet.io/sticky-pool`) is refused: the CNI error reaches the
 //! kubelet's log and its FailedCreatePodSandBox Event, this one says it on the
-//! Pod in podnet's words, with reason `RequestedAddressRefused`. Posted in the
+//! Pod in podnet's words, with reason `RequestedAddressRefused` (action
+//! `AllocateIP <address-* reason>`: refusals of different kinds are different
+//! Events, not one series keeping the first one's note). Posted in the
 //! background, never holding the ADD; only on the Kubernetes backend (the
 //! embedded one has no API server: the refusal is in the CNI error, the daemon's
 //! log and `podnet explain`).
@@ -28,9 +30,9 @@ impl Daemon {
         let Some(api) = self.pod_events.clone() else {
             return;
         };
-        if !e.reason.is_some_and(|r| r.is_requested_address()) {
+        let Some(reason) = e.reason.filter(|r| r.is_requested_address()) else {
             return;
-        }
+        };
         let Some((namespace, name)) = req.owner.split_once('/') else {
             return;
         };
@@ -43,6 +45,7 @@ impl Daemon {
             warning: true,
             reason: REASON_REFUSED,
             action: "AllocateIP",
+            about: reason.as_str().into(),
             note: truncated(&e.message),
         };
         tokio::spawn(async move {

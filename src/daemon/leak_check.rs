@@ -362,6 +362,7 @@ impl<P: PodSource> LeakCheck<P> {
             warning: true,
             reason: REASON_LEAK,
             action: "Found",
+            about: f.ip.to_string(),
             note: format!("{f}{release}"),
         })
         .await;
@@ -398,6 +399,7 @@ impl<P: PodSource> LeakCheck<P> {
                 warning: false,
                 reason: REASON_RELEASED,
                 action: "Released",
+                about: f.ip.to_string(),
                 note: format!("{RELEASED_NOTE_PREFIX}{f}"),
             })
             .await;

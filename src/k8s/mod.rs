@@ -7,12 +7,14 @@
 //! a watched kind's local copy, the one relist buffer ([`mirror`]); the pool
 //! definitions and the one watch that says when to read them again
 //! ([`pool_watch`], the agent's and the operator's); this node's
-//! Pods and Events for the agent's leak check ([`node_pods`]); and Pods and
-//! CiliumNodes as the duplicate check sees them ([`address_views`]).
+//! Pods and Events for the agent's leak check ([`node_pods`]); Pods and
+//! CiliumNodes as the duplicate check sees them ([`address_views`]); and what
+//! keeps Events about different values apart ([`event_series`]).
 
 pub mod address_views;
 pub mod connect;
 pub mod discovery;
+pub mod event_series;
 pub mod leak_events;
 pub mod mirror;
 pub mod node_pods;

@@ -14,6 +14,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::OnceCell;
 
 use super::connect::{ConnectError, connect};
+use super::event_series::action_about;
 use crate::ipam::leaks::{NodePod, PodName};
 
 /// The reporting controller of the agent's Events.
@@ -48,6 +49,10 @@ pub struct NodeEvent {
     pub reason: &'static str,
     /// What was done, e.g. `Found`, `Released`.
     pub action: &'static str,
+    /// What it is about (an address, a refusal's reason): the posted action is
+    /// `<action> <about>`, so Events of one reason on one object about
+    /// different things are not folded into one series (`event_series`).
+    pub about: String,
     pub note: String,
 }
 
@@ -155,7 +160,7 @@ impl NodePodsApi {
             },
             reason: event.reason.into(),
             note: Some(event.note.clone()),
-            action: event.action.into(),
+            action: action_about(event.action, &event.about),
             secondary: None,
         };
         recorder

@@ -263,6 +263,9 @@ pub enum AddressRoom {
     Available,
     /// Every range of a family is full: why, in words (`api::exhaustion`).
     Exhausted(String),
+    /// Multi-pool: some pools are exhausted while another has room: why, in
+    /// words (`api::exhaustion::exhausted_pools`); said without the taint.
+    PoolsExhausted(String),
 }
 
 impl NodeOutbox {

@@ -10,6 +10,7 @@
 //! cannot read leaves the gauge as it was and counts in
 //! `podnet_operator_ipam_checks_total{result="failed"}`.
 
+use std::collections::BTreeSet;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use super::FIELD_MANAGER;
 use super::metrics::OperatorMetrics;
 use crate::ipam::duplicates::{Confirmation, Finding, check};
 use crate::k8s::address_views::{Listed, read};
+use crate::k8s::event_series::action_about;
 
 /// How soon a check that found something new checks again to confirm it.
 pub const CONFIRM_AFTER: Duration = Duration::from_secs(30);
@@ -71,16 +73,34 @@ pub async fn run(
 
 /// One Event per object the finding concerns.
 async fn publish(recorder: &Recorder, listed: &Listed, finding: &Finding) {
-    let event = Event {
-        type_: EventType::Warning,
-        reason: finding.kind().event_reason().into(),
-        note: Some(note(finding)),
-        action: "CheckIPAM".into(),
-        secondary: None,
-    };
+    let event = event(finding);
     for object in regarding(listed, finding) {
         if let Err(e) = recorder.publish(&event, &object).await {
             tracing::warn!(error = %e, object = ?object.name, reason = event.reason, "publishing the Event failed");
+        }
+    }
+}
+
+/// The finding's Event: action `CheckIPAM <what it is about>` (the address, or
+/// the ranges), so two findings of one kind on one object are two Events, not
+/// one series naming the first (`k8s::event_series`).
+fn event(finding: &Finding) -> Event {
+    Event {
+        type_: EventType::Warning,
+        reason: finding.kind().event_reason().into(),
+        note: Some(note(finding)),
+        action: action_about("CheckIPAM", &subject(finding)),
+        secondary: None,
+    }
+}
+
+/// What a finding is about: its address, or its ranges.
+fn subject(finding: &Finding) -> String {
+    match finding {
+        Finding::SameIp { ip, .. } | Finding::OutsideNodeRanges { ip, .. } => ip.to_string(),
+        Finding::RangeOnTwoNodes { ranges } => {
+            let cidrs: BTreeSet<String> = ranges.iter().map(|r| r.cidr.to_string()).collect();
+            cidrs.into_iter().collect::<Vec<_>>().join(", ")
         }
     }
 }
@@ -240,5 +260,21 @@ mod tests {
             pods: vec![pod("a"), pod("b")],
         };
         assert_eq!(note(&short), short.to_string());
+    }
+
+    #[test]
+    fn findings_about_two_addresses_on_one_pod_are_two_series() {
+        let first = Finding::SameIp {
+            ip: "10.0.0.5".parse().unwrap(),
+            pods: vec![pod("a"), pod("b")],
+        };
+        let second = Finding::SameIp {
+            ip: "10.0.0.6".parse().unwrap(),
+            pods: vec![pod("a"), pod("c")],
+        };
+        let (first, second) = (event(&first), event(&second));
+        assert_eq!(first.reason, second.reason);
+        assert_eq!(first.action, "CheckIPAM 10.0.0.5");
+        assert_ne!(first.action, second.action);
     }
 }

@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec};
 
 use super::problem::Problem;
 use super::selector::{Labels, Selector};
@@ -73,7 +73,7 @@ pub struct PodView {
     /// `status.podIPs` (empty until the pod has addresses, and for host-network
     /// or finished pods, whose addresses are not theirs).
     pub ips: Vec<IpAddr>,
-    /// The containers' named ports.
+    /// The named ports of its containers and native sidecars.
     pub ports: Vec<NamedPort>,
 }
 
@@ -102,7 +102,7 @@ impl PodView {
         }
         let ports = spec
             .into_iter()
-            .flat_map(|s| &s.containers)
+            .flat_map(serving_containers)
             .flat_map(|c| c.ports.iter().flatten())
             .filter_map(|p| {
                 Some(NamedPort {
@@ -122,6 +122,19 @@ impl PodView {
             ports,
         }
     }
+}
+
+/// The containers whose named ports a policy can name: the Pod's containers
+/// and its native sidecars (init containers with `restartPolicy: Always`, which
+/// run beside them for the Pod's life). Other init containers have exited
+/// before the Pod serves, as Kubernetes' own resolution of named ports has it.
+fn serving_containers(spec: &PodSpec) -> impl Iterator<Item = &Container> {
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    spec.containers.iter().chain(sidecars)
 }
 
 /// A namespace as the enforcer needs it.

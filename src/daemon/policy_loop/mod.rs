@@ -5,8 +5,11 @@
 //! objects are not kept), and one writer. After a change (debounced by
 //! [`DEBOUNCE`]) it compiles the node's state from the views and what the
 //! daemon knows of the node
-//! ([`NodeSide`]: each local pod's host link from the ledger, the node's
-//! InternalIPs and router addresses), and the [`writer`] writes what changed.
+//! ([`NodeSide`]: each local pod's host link from the ledger, or, for a pod a
+//! delegated IPAM plugin addressed (`--ipam delegated-plugin`), from its
+//! endpoint; the node's InternalIPs and router addresses), and the [`writer`]
+//! writes what changed. A pod's addresses are its Pod's `status.podIPs`, in
+//! every IPAM mode.
 //!
 //! The table outlives the agent: it is never removed at stop, and a starting
 //! agent writes its first (whole) state only once all three watches have listed,
@@ -32,7 +35,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::Daemon;
 use super::metrics::ResultLabels;
-use super::state::ApiError;
+use super::state::{ApiError, Views};
 use crate::api::models::PolicyStatus;
 use crate::k8s::connect::connect;
 use crate::k8s::mirror::{Keyed, Mirror, WatchEnded, projected};
@@ -139,23 +142,32 @@ pub fn compile_node(watched: &Watched, node: &NodeSide, enforcement: Enforcement
 /// The node's side, from the daemon's state.
 async fn node_side(daemon: &Arc<Daemon>) -> Result<NodeSide, ApiError> {
     daemon
-        .with_state(|s| {
-            let views = s.views();
-            let mut links = BTreeMap::new();
-            for a in views.leak_candidates(now_ms()) {
-                if let (Some(pod), Some(link)) = (a.pod, a.host_link) {
-                    let uid = a.pod_uid;
-                    links.insert(pod.to_string(), LocalLink { uid, link });
-                }
-            }
-            let mut addresses: BTreeSet<IpAddr> = views.internal_ips().into_iter().collect();
-            addresses.extend(views.router_ips());
-            Ok(NodeSide {
-                links,
-                addresses: addresses.into_iter().collect(),
-            })
-        })
+        .with_state(|s| Ok(node_side_of(s.views(), now_ms())))
         .await
+}
+
+/// The node's side as `views` has it at `now` (ms): the pods of the ledger's
+/// allocations, and those a delegated IPAM plugin addressed (their endpoints).
+pub(crate) fn node_side_of(views: Views<'_>, now: u64) -> NodeSide {
+    let mut links = BTreeMap::new();
+    for a in views.leak_candidates(now) {
+        if let (Some(pod), Some(link)) = (a.pod, a.host_link) {
+            let uid = a.pod_uid;
+            links.insert(pod.to_string(), LocalLink { uid, link });
+        }
+    }
+    for (pod, link) in views.delegated_pods() {
+        let uid = None;
+        links
+            .entry(pod.to_string())
+            .or_insert(LocalLink { uid, link });
+    }
+    let mut addresses: BTreeSet<IpAddr> = views.internal_ips().into_iter().collect();
+    addresses.extend(views.router_ips());
+    NodeSide {
+        links,
+        addresses: addresses.into_iter().collect(),
+    }
 }
 
 /// Which watches are interrupted: the outage is logged once, and its end.

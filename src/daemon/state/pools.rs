@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::{ApiError, ErrorKind, IpamState};
+use crate::api::exhaustion;
 use crate::api::models::FailureReason;
 use crate::daemon::node_check::Verdict;
 use crate::ipam::Family;
@@ -284,9 +285,13 @@ impl IpamState {
     /// them), when that changed since the last call (the first call always: a
     /// previous run's taint may be on the Node).
     fn take_address_room(&mut self) -> Option<AddressRoom> {
-        let room = match crate::api::exhaustion::exhaustion(&self.status_brief(true)) {
-            Some(why) => AddressRoom::Exhausted(why),
-            None => AddressRoom::Available,
+        let status = self.status_brief(true);
+        let room = if let Some(why) = exhaustion::exhaustion(&status) {
+            AddressRoom::Exhausted(why)
+        } else if let Some(why) = exhaustion::exhausted_pools(&status) {
+            AddressRoom::PoolsExhausted(why)
+        } else {
+            AddressRoom::Available
         };
         if self.room_sent.as_ref() == Some(&room) {
             return None;

@@ -636,6 +636,42 @@ fn delegated_plugin_mode_refuses_to_allocate_with_its_configuration() {
 }
 
 #[test]
+fn the_policy_loop_knows_delegated_plugin_pods_by_their_endpoints() {
+    let dir = TestDir::new("state");
+    let mut cfg = state_config(
+        IpamMode::DelegatedPlugin,
+        vec![Family::V4],
+        PoolingMode::HostScope,
+    );
+    cfg.fixed_routers.insert(Family::V4, addr("169.254.0.1"));
+    let setup = Setup {
+        cfg,
+        mode: EmbeddedMode::Delegated,
+        pools: Vec::new(),
+    };
+    let mut s = start(&dir, &setup);
+    let mut req = endpoint_for("c1", &IpamResponse::default());
+    req.addressing.ipv4 = "10.99.0.5".into();
+    req.datapath_configuration.external_ipam = true;
+    s.create_endpoint(&req).unwrap();
+    // An endpoint of no pod (a bare container ID) is not a pod's.
+    let mut bare = endpoint_for("c2", &IpamResponse::default());
+    bare.k8s_namespace.clear();
+    bare.datapath_configuration.external_ipam = true;
+    s.create_endpoint(&bare).unwrap();
+    assert!(s.views().leak_candidates(now_ms()).is_empty());
+    // The policy loop enforces on the pod's link (its addresses come from the
+    // Pod's status.podIPs).
+    let side = crate::daemon::policy_loop::node_side_of(s.views(), now_ms());
+    let links: Vec<(&str, &str)> = side
+        .links
+        .iter()
+        .map(|(pod, l)| (pod.as_str(), l.link.as_str()))
+        .collect();
+    assert_eq!(links, [("ns/c1", host_ifname("c1", "eth0").as_str())]);
+}
+
+#[test]
 fn the_timings_that_come_with_a_registration_or_a_release_are_recorded() {
     let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());

@@ -5,10 +5,11 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use super::super::metrics::{CapacityLabels, FamilyLabels, Metrics, OutcomeLabels};
+use super::leaks::pod_of_owner;
 use super::{ApiError, ErrorKind, IpamState, RestoreReport};
 use crate::api::models::*;
 use crate::ipam::Family;
-use crate::ipam::leaks::NodeAllocation;
+use crate::ipam::leaks::{NodeAllocation, PodName};
 use crate::node::NodeResource;
 use crate::store::{AllocationState, EndpointRecord, now_ms};
 
@@ -209,6 +210,11 @@ impl IpamState {
             restore: self.restore_report.clone(),
             datapath: self.cfg.datapath_mode.to_string(),
             journal: self.ledger.journal().path().display().to_string(),
+            default_pool: if self.is_multi_pool() {
+                self.default_pool().to_string()
+            } else {
+                String::new()
+            },
             ..Default::default()
         };
         let now = now_ms();
@@ -478,6 +484,20 @@ impl<'a> Views<'a> {
     /// As `IpamState::leak_candidates`.
     pub fn leak_candidates(self, now_ms: u64) -> Vec<NodeAllocation> {
         self.0.leak_candidates(now_ms)
+    }
+
+    /// The pods a delegated IPAM plugin addressed (`delegated-plugin`: the
+    /// plugin registers them as `external-ipam` endpoints, and the ledger holds
+    /// no allocation of theirs), each with its host link. The policy loop takes
+    /// their addresses from the Pods' `status.podIPs`, as every pod's.
+    pub fn delegated_pods(self) -> Vec<(PodName, String)> {
+        self.0
+            .ledger
+            .endpoints()
+            .values()
+            .filter(|ep| ep.external_ipam && !ep.host_ifname.is_empty())
+            .filter_map(|ep| Some((pod_of_owner(&ep.owner)?, ep.host_ifname.clone())))
+            .collect()
     }
 
     /// As `IpamState::live_addresses`.

@@ -1,7 +1,9 @@
 //! The agent's word on its own Node when new pods cannot get an address here:
 //! the taint [`EXHAUSTED`] (`NoSchedule`: the scheduler sends no more pods, the
 //! running ones stay) and the annotation of the same name with why
-//! (`api::exhaustion`). Both go when an address is free again. (A failed CNI
+//! (`api::exhaustion`). Both go when an address is free again. In multi-pool,
+//! pools exhausted while another has room are said in the annotation alone
+//! (`api::exhaustion::exhausted_pools`: a taint would keep every pod out). (A failed CNI
 //! STATUS would say it too, but the kubelet turns that into `Ready=False`, the
 //! node lifecycle controller into `not-ready:NoExecute`, and every pod on the
 //! node is evicted 300 s later.) The Node is read, then merge-patched with the
@@ -43,6 +45,7 @@ pub(super) fn room_patch(node: &Node, room: &AddressRoom) -> Option<Value> {
     let (want_taint, want_note) = match room {
         AddressRoom::Available => (false, None),
         AddressRoom::Exhausted(why) => (true, Some(why)),
+        AddressRoom::PoolsExhausted(why) => (false, Some(why)),
     };
     if tainted == want_taint && noted == want_note {
         return None;
@@ -86,6 +89,9 @@ impl KubernetesSink {
                         AddressRoom::Exhausted(why) => {
                             tracing::warn!(taint = EXHAUSTED, reason = %why, "tainted the node: no address for a new pod")
                         }
+                        AddressRoom::PoolsExhausted(why) => {
+                            tracing::warn!(annotation = EXHAUSTED, reason = %why, "a pool is exhausted, another has room: said on the node, not tainted")
+                        }
                         AddressRoom::Available => {
                             tracing::info!(taint = EXHAUSTED, "untainted the node: addresses free")
                         }
@@ -107,6 +113,7 @@ fn describe(room: &AddressRoom) -> &'static str {
     match room {
         AddressRoom::Available => "with addresses free",
         AddressRoom::Exhausted(_) => "exhausted",
+        AddressRoom::PoolsExhausted(_) => "with a pool exhausted",
     }
 }
 
@@ -158,6 +165,19 @@ mod tests {
             patch["spec"]["taints"],
             json!([{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}])
         );
+    }
+
+    #[test]
+    fn an_exhausted_pool_beside_one_with_room_is_said_without_the_taint() {
+        let tainted = node(
+            json!([{"key": EXHAUSTED, "effect": "NoSchedule"}]),
+            json!({EXHAUSTED: "old reason"}),
+        );
+        let why = "pool a is exhausted";
+        let patch =
+            room_patch(&tainted, &AddressRoom::PoolsExhausted(why.into())).expect("a patch");
+        assert_eq!(patch["metadata"]["annotations"], json!({EXHAUSTED: why}));
+        assert_eq!(patch["spec"]["taints"], json!([]));
     }
 
     #[test]

@@ -586,6 +586,7 @@ impl NodeCidrs {
                     e.events.push(CidrEvent {
                         warning: false,
                         reason: REASON_EXTRA_ALLOCATED,
+                        about: cidr.to_string(),
                         note: format!(
                             "extra {} CIDR {cidr} for node {name}: its CIDRs {depleted} are depleted",
                             family.label()
@@ -600,6 +601,7 @@ impl NodeCidrs {
                         e.events.push(CidrEvent {
                             warning: true,
                             reason: REASON_EXTRA_UNAVAILABLE,
+                            about: family.label().into(),
                             note: why.clone(),
                         });
                     }
@@ -613,6 +615,7 @@ impl NodeCidrs {
             e.events.push(CidrEvent {
                 warning: false,
                 reason: REASON_EXTRA_RELEASED,
+                about: cidr.to_string(),
                 note: format!(
                     "extra CIDR {cidr} of node {name} went back to the pool (no pod in it)"
                 ),

@@ -45,6 +45,7 @@ pub fn draining_event(
     CidrEvent {
         warning: false,
         reason: REASON_DRAINING,
+        about: pool.to_string(),
         note: format!(
             "{option} no longer lists {pool}: it drains; node {node} keeps {} until it is \
              deleted, no new node range comes from {pool}, and the removal completes when no \
@@ -61,6 +62,7 @@ pub fn held_outside_event(option: &str, node: &str, ranges: &[IpNet]) -> CidrEve
     CidrEvent {
         warning: false,
         reason: REASON_DRAINING,
+        about: joined(ranges),
         note: format!(
             "node {node} holds {}, in no pool CIDR of {option}: a removed pool CIDR drains; \
              the node keeps it until it is deleted and no new node range comes from it",

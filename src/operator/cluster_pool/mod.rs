@@ -27,7 +27,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::PatchParams;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use serde_json::json;
 
@@ -137,17 +137,7 @@ impl CidrWriter<'_> {
             uid: Some(uid.into()).filter(|u: &String| !u.is_empty()),
             ..Default::default()
         };
-        let posted = Event {
-            type_: if event.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: event.reason.into(),
-            note: Some(event.note.clone()),
-            action: "AllocatePodCIDR".into(),
-            secondary: None,
-        };
+        let posted = event.to_event();
         if let Err(e) = self.events.publish(&posted, &regarding).await {
             tracing::warn!(error = %e, node = %name, reason = event.reason, "publishing the Event failed");
         }

@@ -45,6 +45,30 @@ fn a_pods_view_has_its_addresses_labels_and_named_ports() {
 }
 
 #[test]
+fn named_ports_come_from_containers_and_native_sidecars_only() {
+    let p = pod(json!({
+        "metadata": {"namespace": "a", "name": "web"},
+        "spec": {
+            "containers": [{"name": "app", "ports": [{"name": "http", "containerPort": 8080}]}],
+            "initContainers": [
+                {"name": "proxy", "restartPolicy": "Always",
+                 "ports": [{"name": "metrics", "containerPort": 9090}]},
+                {"name": "setup", "ports": [{"name": "setup", "containerPort": 7070}]},
+            ],
+        },
+    }));
+    let ports: Vec<(String, u16)> = PodView::from_k8s(p)
+        .ports
+        .into_iter()
+        .map(|p| (p.name, p.number))
+        .collect();
+    assert_eq!(
+        ports,
+        [("http".to_string(), 8080), ("metrics".to_string(), 9090)]
+    );
+}
+
+#[test]
 fn only_addresses_that_are_the_pods_own_count() {
     // Only podIP (an older kubelet).
     let v = PodView::from_k8s(pod(
