@@ -53,8 +53,15 @@ pub fn apply(script: &str) -> Result<(), NftError> {
 /// The JSON listing of table `family name` (`nft -j list table`), None when the
 /// table does not exist.
 pub fn list_table(family: &str, name: &str) -> Result<Option<serde_json::Value>, NftError> {
+    list(&["table", family, name])
+}
+
+/// The JSON listing of `nft -j list <what...>` (`chains inet`, `map inet t m`),
+/// None when what it names does not exist.
+pub fn list(what: &[&str]) -> Result<Option<serde_json::Value>, NftError> {
     let out = Command::new("nft")
-        .args(["-j", "list", "table", family, name])
+        .args(["-j", "list"])
+        .args(what)
         .stdin(Stdio::null())
         .output()
         .map_err(NftError::spawn)?;
@@ -68,7 +75,7 @@ pub fn list_table(family: &str, name: &str) -> Result<Option<serde_json::Value>,
     serde_json::from_slice(&out.stdout)
         .map(Some)
         .map_err(|e| NftError::Listing {
-            what: format!("table {family} {name}"),
+            what: what.join(" "),
             detail: e.to_string(),
         })
 }

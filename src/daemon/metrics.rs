@@ -58,6 +58,11 @@ pub struct ResultLabels {
     pub result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FoundLabels {
+    pub found: String,
+}
+
 fn latency_histogram() -> Histogram {
     // 50 µs .. ~1.6 s
     Histogram::new(exponential_buckets(0.00005, 2.0, 16))
@@ -88,6 +93,9 @@ pub struct Metrics {
     pub policy_updates: Family<ResultLabels, Counter>,
     /// Local pods with a policy chain in the table.
     pub policy_pods_enforced: Gauge,
+    /// Policy tables installed again because a resync found the kernel's not
+    /// as written, by what it found (missing, differs).
+    pub policy_table_repairs: Family<FoundLabels, Counter>,
 }
 
 impl Metrics {
@@ -112,6 +120,7 @@ impl Metrics {
             policy_problems: Gauge::default(),
             policy_updates: Family::default(),
             policy_pods_enforced: Gauge::default(),
+            policy_table_repairs: Family::default(),
         };
         registry.register(
             "ipam_capacity",
@@ -193,6 +202,11 @@ impl Metrics {
             "Local pods some NetworkPolicy selects, with a chain in the policy table",
             m.policy_pods_enforced.clone(),
         );
+        registry.register(
+            "policy_table_repairs",
+            "Policy tables installed again because a resync found the kernel's deleted (missing) or changed (differs) by someone else",
+            m.policy_table_repairs.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -272,6 +286,11 @@ mod tests {
         m.phase("ADD", "total", 0.004);
         m.failure("range-full");
         m.queue_bad_entries.set(2);
+        m.policy_table_repairs
+            .get_or_create(&FoundLabels {
+                found: "missing".into(),
+            })
+            .inc();
         m.source_check_drops(&[crate::daemon::source_check::Drops {
             reason: crate::daemon::source_check::Reason::OtherPod,
             family: crate::ipam::Family::V6,
@@ -296,6 +315,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("cilium_delete_queue_bad_entries 2"), "{text}");
+        assert!(
+            text.contains("cilium_policy_table_repairs_total{found=\"missing\"} 1"),
+            "{text}"
+        );
         assert!(
             text.contains(
                 "cilium_drop_count_total{reason=\"spoofed-other-pod-address\",family=\"ipv6\"} 3"

@@ -3,10 +3,12 @@
 //! [`selector`] and each policy's [`problem`]s), [`compile`] makes this node's
 //! [`state`] (named address sets per peer selector, a chain per policy-selected
 //! local pod and direction) and [`state::State::diff`] what changed, [`render`]
-//! writes the table or the update as an `nft` script, and [`table`] applies it;
+//! writes the table or the update as an `nft` script, and [`table`] applies it
+//! and, with [`check`], compares the kernel's table with a state;
 //! [`explain`] keeps, with the state, which policies select each local pod.
 //! Only `table` touches the kernel.
 
+pub mod check;
 pub mod compile;
 pub mod enforcement;
 pub mod explain;

@@ -16,7 +16,10 @@
 //! traffic is looked at: between a pod and its own node (kubelet probes, the
 //! node's DNS) packets go through input and output and are never filtered.
 
+use std::collections::BTreeSet;
 use std::fmt::Write;
+
+use super::check::{self, Part};
 
 use super::state::{
     ChainKey, Diff, Direction, Element, PeerMatch, PortMatch, Rule, Set, SetKind, State,
@@ -27,8 +30,10 @@ use crate::ipam::Family;
 pub const FAMILY: &str = "inet";
 pub const TABLE: &str = "podnet_policy";
 /// The verdict maps from host link to chain.
-const INGRESS_MAP: &str = "ingress_pods";
-const EGRESS_MAP: &str = "egress_pods";
+pub const INGRESS_MAP: &str = "ingress_pods";
+pub const EGRESS_MAP: &str = "egress_pods";
+/// The base chain, on the forward hook.
+pub const FORWARD_CHAIN: &str = "forward";
 const FAMILIES: [Family; 2] = [Family::V4, Family::V6];
 
 /// The script that replaces podnet's policy table with `state`.
@@ -71,15 +76,70 @@ pub fn install(state: &State) -> String {
         };
         let _ = writeln!(s, "\tmap {map} {{ type ifname : verdict;{elements} }}");
     }
-    s.push_str(&format!(
-        "\tchain forward {{\n\
-         \t\ttype filter hook forward priority filter; policy accept;\n\
-         \t\tct state established,related accept\n\
-         \t\tiifname vmap @{EGRESS_MAP}\n\
-         \t\toifname vmap @{INGRESS_MAP}\n\
-         \t}}\n}}\n"
-    ));
+    let _ = writeln!(
+        s,
+        "\tchain {FORWARD_CHAIN} {{\n\t\ttype filter hook forward priority filter; policy accept;"
+    );
+    for rule in forward_rules() {
+        let _ = writeln!(s, "\t\t{rule}");
+    }
+    s.push_str("\t}\n}\n");
     s
+}
+
+/// The parts of the table `install(state)` writes, as a resync compares them.
+pub fn parts(state: &State) -> BTreeSet<Part> {
+    let mut parts = BTreeSet::from([
+        Part::Chain {
+            name: FORWARD_CHAIN.into(),
+            hook: Some(check::base_chain("filter", "forward", "accept")),
+        },
+        Part::Rules {
+            chain: FORWARD_CHAIN.into(),
+            count: forward_rules().len(),
+        },
+        Part::Map {
+            name: INGRESS_MAP.into(),
+        },
+        Part::Map {
+            name: EGRESS_MAP.into(),
+        },
+    ]);
+    for (name, set) in &state.sets {
+        for family in FAMILIES {
+            parts.insert(Part::Elements {
+                set: set_name(name, family),
+                count: element_texts(&set.elements, family).len(),
+            });
+        }
+    }
+    for (key, rules) in &state.chains {
+        let chain = chain_name(key);
+        parts.insert(Part::Rules {
+            chain: chain.clone(),
+            count: chain_rules(key.direction, rules).len(),
+        });
+        parts.insert(Part::Jump {
+            map: map_of(key).into(),
+            link: key.link.clone(),
+            chain: chain.clone(),
+        });
+        parts.insert(Part::Chain {
+            name: chain,
+            hook: None,
+        });
+    }
+    parts
+}
+
+/// The forward chain's rules: replies pass, then each packet goes to the chains
+/// of its links.
+fn forward_rules() -> [String; 3] {
+    [
+        "ct state established,related accept".into(),
+        format!("iifname vmap @{EGRESS_MAP}"),
+        format!("oifname vmap @{INGRESS_MAP}"),
+    ]
 }
 
 /// The script that applies `diff` to the table: new sets and elements first,
@@ -142,12 +202,7 @@ fn rule_lines(s: &mut String, key: &ChainKey, rules: &[Rule]) {
     }
 }
 
-fn element_lines(
-    s: &mut String,
-    verb: &str,
-    name: &str,
-    elements: &std::collections::BTreeSet<Element>,
-) {
+fn element_lines(s: &mut String, verb: &str, name: &str, elements: &BTreeSet<Element>) {
     for family in FAMILIES {
         let texts = element_texts(elements, family);
         if !texts.is_empty() {
@@ -179,7 +234,7 @@ fn set_type(kind: SetKind, family: Family) -> String {
     }
 }
 
-fn element_texts(elements: &std::collections::BTreeSet<Element>, family: Family) -> Vec<String> {
+fn element_texts(elements: &BTreeSet<Element>, family: Family) -> Vec<String> {
     let of_family = elements.iter().filter(|e| e.family() == family);
     of_family
         .map(|e| match e {

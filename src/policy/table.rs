@@ -1,8 +1,10 @@
 //! Writing podnet's policy table to the kernel: each script through `nft -f -`
 //! (`nft`), one transaction, so the table is always either the old
-//! state or the new one, never half of either.
+//! state or the new one, never half of either; and [`check`], reading it back
+//! to compare with the state last written.
 
-use super::render::{self, FAMILY, TABLE};
+use super::check::{self, Depth, Found};
+use super::render::{self, EGRESS_MAP, FAMILY, FORWARD_CHAIN, INGRESS_MAP, TABLE};
 use super::state::{Diff, State};
 use crate::nft::{self, NftError};
 
@@ -45,4 +47,25 @@ pub fn remove() -> Result<(), PolicyTableError> {
     Ok(nft::apply(&format!(
         "table {FAMILY} {TABLE}\ndelete table {FAMILY} {TABLE}\n"
     ))?)
+}
+
+/// Compares the table in the kernel with `written`, the state last written, to
+/// `depth`: [`Depth::Quick`] lists the chains (no rules), both verdict maps and
+/// the forward chain; [`Depth::Full`] the whole table.
+pub fn check(written: &State, depth: Depth) -> Result<Found, PolicyTableError> {
+    let listings: Vec<serde_json::Value> = match depth {
+        Depth::Quick => [
+            ["chains", FAMILY].as_slice(),
+            &["map", FAMILY, TABLE, INGRESS_MAP],
+            &["map", FAMILY, TABLE, EGRESS_MAP],
+            &["chain", FAMILY, TABLE, FORWARD_CHAIN],
+        ]
+        .into_iter()
+        .map(nft::list)
+        .filter_map(Result::transpose)
+        .collect::<Result<_, _>>()?,
+        Depth::Full => nft::list_table(FAMILY, TABLE)?.into_iter().collect(),
+    };
+    let found = check::found(&listings);
+    Ok(check::compare(&render::parts(written), &found, depth))
 }

@@ -42,7 +42,8 @@ pub const TUNNEL_OVERHEAD_IPV6: u32 = 70;
 /// The `proto` of every route podnet installs to another node (`ip route show
 /// proto 77`); routes with another protocol number are never touched.
 pub const ROUTE_PROTOCOL: u8 = 77;
-/// How often the kernel is checked against the plan without any change.
+/// How often the kernel is checked against the plan without any change (the
+/// policy loop checks its table as often: `daemon::policy_loop`).
 pub const RESYNC: Duration = Duration::from_secs(30);
 /// The shortest time from one pass to the next for a change of the nodes: the
 /// first change after a quiet spell is planned at once, the rest of a burst (a

@@ -4,11 +4,21 @@
 //! transaction that replaces whatever table is there, a previous agent's
 //! included). Each problem of the policies, and each local pod whose link cannot
 //! be enforced on, is logged once while it lasts, and so is an install that
-//! keeps failing with the same error. The kernel is behind
-//! [`Table`], so the writer is tested without one.
+//! keeps failing with the same error.
+//!
+//! The writer compares with its own last write, so a table changed under it (an
+//! `nft flush ruleset`, a host firewall's restart, `nft delete table inet
+//! podnet_policy`) would stand until a change of the cluster. So a pass may
+//! first [`Writer::check`] the kernel's table against the state last written
+//! (`policy::check`): when no part of it is there, or a part it reads differs,
+//! the writer forgets its last write, logs what it found once, and the pass
+//! installs the whole state. What is read, and how often, is the loop's choice
+//! (`daemon::policy_loop::Clock`). The kernel is behind [`Table`], so the
+//! writer is tested without one.
 
 use std::collections::BTreeSet;
 
+use crate::policy::check::{Depth, Found};
 use crate::policy::table::{self, PolicyTableError};
 use crate::policy::{Compiled, Diff, Problem, State};
 
@@ -16,6 +26,8 @@ use crate::policy::{Compiled, Diff, Problem, State};
 pub trait Table {
     fn install(&mut self, state: &State) -> Result<(), PolicyTableError>;
     fn update(&mut self, diff: &Diff) -> Result<(), PolicyTableError>;
+    /// Compares the table with `written`, reading what `depth` reads.
+    fn check(&mut self, written: &State, depth: Depth) -> Result<Found, PolicyTableError>;
 }
 
 /// podnet's policy table in the kernel (`table inet podnet_policy`).
@@ -28,6 +40,10 @@ impl Table for Kernel {
 
     fn update(&mut self, diff: &Diff) -> Result<(), PolicyTableError> {
         table::update(diff)
+    }
+
+    fn check(&mut self, written: &State, depth: Depth) -> Result<Found, PolicyTableError> {
+        table::check(written, depth)
     }
 }
 
@@ -56,6 +72,14 @@ impl Wrote {
     }
 }
 
+/// What one pass did: what its check found, when that made it install, and
+/// the write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pass {
+    pub repaired: Option<Found>,
+    pub wrote: Wrote,
+}
+
 /// The state last written, and what has been logged.
 pub struct Writer<T> {
     table: T,
@@ -65,6 +89,8 @@ pub struct Writer<T> {
     unusable_links: BTreeSet<String>,
     /// The error of the failing install, logged once while it repeats.
     failing: Option<String>,
+    /// The error of the failing check, logged once while it repeats.
+    check_failing: Option<String>,
 }
 
 impl<T: Table> Writer<T> {
@@ -75,7 +101,51 @@ impl<T: Table> Writer<T> {
             problems: BTreeSet::new(),
             unusable_links: BTreeSet::new(),
             failing: None,
+            check_failing: None,
         }
+    }
+
+    /// Checks the kernel's table to `depth` against the state last written (none
+    /// written: nothing to check, the next write installs). Returns what it
+    /// found when the table is not as written: the writer then forgets its last
+    /// write, so the next [`Writer::write`] installs the whole state. A check
+    /// that cannot read the table is logged (once while it repeats) and changes
+    /// nothing.
+    pub fn check(&mut self, depth: Depth) -> Option<Found> {
+        let written = self.written.as_ref()?;
+        let found = match self.table.check(written, depth) {
+            Ok(found) => found,
+            Err(e) => {
+                let error = e.to_string();
+                if self.check_failing.as_ref() != Some(&error) {
+                    tracing::warn!(%error, "NetworkPolicy: the table in the kernel cannot be read to check it; it is checked again at the next resync");
+                }
+                self.check_failing = Some(error);
+                return None;
+            }
+        };
+        self.check_failing = None;
+        match &found {
+            Found::Intact => return None,
+            Found::Missing => {
+                tracing::warn!(
+                    "NetworkPolicy: the policy table is missing from the kernel (deleted by someone else); installing it again"
+                )
+            }
+            Found::Differs(difference) => {
+                tracing::warn!(%difference, "NetworkPolicy: the policy table in the kernel is not as written (changed by someone else); installing it again")
+            }
+        }
+        self.written = None;
+        Some(found)
+    }
+
+    /// One pass of the loop: the `check` of the kernel's table it asks for, if
+    /// any, then the write of `compiled`.
+    pub fn pass(&mut self, compiled: &Compiled, check: Option<Depth>) -> Pass {
+        let repaired = check.and_then(|depth| self.check(depth));
+        let wrote = self.write(compiled);
+        Pass { repaired, wrote }
     }
 
     /// Writes `compiled`'s state; logs its new problems.

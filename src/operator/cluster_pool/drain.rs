@@ -78,6 +78,7 @@ pub fn held_other_size_event(node: &str, range: &IpNet, pool: &IpNet, mask: u8) 
     CidrEvent {
         warning: false,
         reason: REASON_DRAINING,
+        about: range.to_string(),
         note: format!(
             "node {node} holds {range}, inside pool CIDR {pool} whose node ranges are /{mask}: \
              the node keeps it until it is deleted, and no range inside it goes to another node"

@@ -1,9 +1,12 @@
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
+use tokio::time::{Duration, Instant};
 
 use super::*;
+use crate::daemon::policy_loop::{Clock, DEBOUNCE, FULL_CHECK_EVERY, RESYNC};
 use crate::nft::NftError;
+use crate::policy::check::Difference;
 use crate::policy::fixtures::{compile_placed, local, pod};
 use crate::policy::{Enforcement, view};
 
@@ -12,14 +15,28 @@ use crate::policy::{Enforcement, view};
 enum Call {
     Install(State),
     Update(Diff),
+    Check(Depth),
 }
 
-/// A table that records its calls and fails the ones it is told to.
-#[derive(Clone, Default)]
+/// A table that records its calls and fails the ones it is told to; a check
+/// finds what `kernel` says (an install makes it intact).
+#[derive(Clone)]
 struct Fake {
     calls: Arc<Mutex<Vec<Call>>>,
     fail_updates: Arc<Mutex<bool>>,
     fail_installs: Arc<Mutex<bool>>,
+    kernel: Arc<Mutex<Found>>,
+}
+
+impl Default for Fake {
+    fn default() -> Fake {
+        Fake {
+            calls: Arc::default(),
+            fail_updates: Arc::default(),
+            fail_installs: Arc::default(),
+            kernel: Arc::new(Mutex::new(Found::Intact)),
+        }
+    }
 }
 
 impl Fake {
@@ -40,8 +57,16 @@ impl Table for Fake {
             .push(Call::Install(state.clone()));
         match *self.fail_installs.lock().unwrap() {
             true => Err(Fake::failure()),
-            false => Ok(()),
+            false => {
+                *self.kernel.lock().unwrap() = Found::Intact;
+                Ok(())
+            }
         }
+    }
+
+    fn check(&mut self, _written: &State, depth: Depth) -> Result<Found, PolicyTableError> {
+        self.calls.lock().unwrap().push(Call::Check(depth));
+        Ok(self.kernel.lock().unwrap().clone())
     }
 
     fn update(&mut self, diff: &Diff) -> Result<(), PolicyTableError> {
@@ -135,4 +160,143 @@ fn a_problem_is_logged_once_while_it_lasts_and_again_when_it_returns() {
     let good = compiled("10.0.0.10", true, json!(80));
     assert_eq!(w.log_new(&good), 0);
     assert_eq!(w.log_new(&bad), 1);
+}
+
+#[test]
+fn a_check_that_finds_the_table_changed_makes_the_next_write_install_it_whole() {
+    let fake = Fake::default();
+    let mut w = Writer::new(fake.clone());
+    assert_eq!(
+        w.check(Depth::Quick),
+        None,
+        "nothing written: nothing checked"
+    );
+    assert_eq!(fake.calls(), []);
+    let c = compiled("10.0.0.10", true, json!(80));
+    w.write(&c);
+    fake.calls();
+    let pass = w.pass(&c, Some(Depth::Quick));
+    assert_eq!(pass.repaired, None);
+    assert_eq!(
+        pass.wrote,
+        Wrote::Unchanged,
+        "an intact table is not rewritten"
+    );
+    assert_eq!(fake.calls(), [Call::Check(Depth::Quick)]);
+    let differs = Found::Differs(Difference {
+        missing: Vec::new(),
+        unexpected: Vec::new(),
+    });
+    for found in [Found::Missing, differs] {
+        *fake.kernel.lock().unwrap() = found.clone();
+        let pass = w.pass(&c, Some(Depth::Full));
+        assert_eq!(pass.repaired, Some(found));
+        assert_eq!(pass.wrote, Wrote::Installed);
+        assert_eq!(
+            fake.calls(),
+            [Call::Check(Depth::Full), Call::Install(c.state.clone())]
+        );
+    }
+}
+
+/// The next pass the loop makes, as `run` makes it: when the clock says, with
+/// the check it says; and when it was made.
+async fn next_pass(clock: &mut Clock, w: &mut Writer<Fake>, c: &Compiled) -> (Instant, Pass) {
+    let check = clock.next_write().await;
+    (Instant::now(), w.pass(c, check))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_table_is_installed_again_at_the_next_resync_not_before_and_an_intact_one_is_left()
+ {
+    let fake = Fake::default();
+    let mut w = Writer::new(fake.clone());
+    let mut clock = Clock::default();
+    let start = Instant::now();
+    let c = compiled("10.0.0.10", true, json!(80));
+    let (at, pass) = next_pass(&mut clock, &mut w, &c).await;
+    assert_eq!((at - start, pass.wrote), (DEBOUNCE, Wrote::Installed));
+    assert_eq!(fake.calls(), [Call::Install(c.state.clone())]);
+
+    // Deleted a second later; a change of the cluster before the resync is
+    // written against the last write, without reading the kernel.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    *fake.kernel.lock().unwrap() = Found::Missing;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    clock.changed();
+    let (at, pass) = next_pass(&mut clock, &mut w, &c).await;
+    assert_eq!(at - start, Duration::from_secs(11) + 2 * DEBOUNCE);
+    assert_eq!(pass.wrote, Wrote::Unchanged);
+    assert_eq!(fake.calls(), [], "not checked before the resync");
+
+    let (at, pass) = next_pass(&mut clock, &mut w, &c).await;
+    assert_eq!(at - start, RESYNC + DEBOUNCE, "at the resync");
+    assert_eq!(pass.repaired, Some(Found::Missing));
+    assert_eq!(pass.wrote, Wrote::Installed);
+    assert_eq!(
+        fake.calls(),
+        [Call::Check(Depth::Quick), Call::Install(c.state.clone())]
+    );
+
+    // Intact from then on: each resync checks, none writes; every
+    // FULL_CHECK_EVERYth check reads the whole table.
+    let mut depths = Vec::new();
+    for resync in 2..=FULL_CHECK_EVERY {
+        let (at, pass) = next_pass(&mut clock, &mut w, &c).await;
+        assert_eq!(at - start, RESYNC * resync + DEBOUNCE);
+        assert_eq!((pass.repaired, pass.wrote), (None, Wrote::Unchanged));
+        match fake.calls().as_slice() {
+            [Call::Check(depth)] => depths.push(*depth),
+            calls => panic!("resync {resync}: {calls:?}"),
+        }
+    }
+    let quick = FULL_CHECK_EVERY as usize - 2;
+    assert_eq!(depths[..quick], vec![Depth::Quick; quick]);
+    assert_eq!(depths[quick], Depth::Full);
+}
+
+#[test]
+fn a_table_deleted_in_the_kernel_is_back_after_the_next_checked_pass() {
+    use crate::datapath::tests::{in_private_netns, root};
+    use crate::policy::render::{FAMILY, TABLE};
+    if !root("a_table_deleted_in_the_kernel_is_back_after_the_next_checked_pass") {
+        return;
+    }
+    in_private_netns(|| {
+        let mut w = Writer::new(Kernel);
+        let c = compiled("10.0.0.10", true, json!(80));
+        assert_eq!(w.write(&c), Wrote::Installed);
+        let listed = || crate::nft::list_table(FAMILY, TABLE).unwrap();
+        let before = listed().expect("installed");
+        let unchecked = w.pass(&c, Some(Depth::Quick));
+        assert_eq!(
+            unchecked,
+            Pass {
+                repaired: None,
+                wrote: Wrote::Unchanged
+            }
+        );
+        let out = std::process::Command::new("nft")
+            .args(["delete", "table", FAMILY, TABLE])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(listed(), None);
+        assert_eq!(
+            w.write(&c),
+            Wrote::Unchanged,
+            "a write alone does not see it"
+        );
+        let pass = w.pass(&c, Some(Depth::Quick));
+        assert_eq!(pass.repaired, Some(Found::Missing));
+        assert_eq!(pass.wrote, Wrote::Installed);
+        let after = listed().expect("installed again");
+        let chains = |l: &serde_json::Value| -> Vec<String> {
+            let chains = crate::nft::objects(l).filter(|(kind, _)| *kind == "chain");
+            chains.map(|(_, c)| c["name"].to_string()).collect()
+        };
+        assert_eq!(chains(&after), chains(&before));
+        assert_eq!(w.check(Depth::Full), None, "intact");
+        table::remove().unwrap();
+    });
 }

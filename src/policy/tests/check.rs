@@ -1,0 +1,148 @@
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::json;
+
+use super::*;
+use crate::policy::fixtures::ip;
+use crate::policy::render::{self, FAMILY};
+use crate::policy::state::{
+    ChainKey, Direction, Element, PeerMatch, PortMatch, Rule, Set, SetKind, State,
+};
+use crate::policy::table;
+
+/// Local pod `lxcweb`, isolated for ingress, taking TCP 80 from the two
+/// clients' addresses.
+fn state() -> State {
+    let clients = [ip("10.0.0.2"), ip("fd00::2"), ip("10.0.0.3")];
+    State {
+        sets: BTreeMap::from([(
+            "clients".to_string(),
+            Set {
+                kind: SetKind::Addresses,
+                elements: clients.into_iter().map(Element::Address).collect(),
+            },
+        )]),
+        chains: BTreeMap::from([(
+            ChainKey {
+                direction: Direction::Ingress,
+                link: "lxcweb".into(),
+            },
+            vec![Rule {
+                peer: PeerMatch::Set("clients".into()),
+                port: PortMatch::Ranges(crate::policy::view::Protocol::Tcp, vec![(80, 80)]),
+            }],
+        )]),
+    }
+}
+
+#[test]
+fn a_listing_of_the_written_parts_is_intact_and_of_nothing_is_missing() {
+    let s = state();
+    let written = render::parts(&s);
+    let rules = written.iter().find_map(|p| match p {
+        Part::Rules { chain, count } if chain == "ingress_lxcweb" => Some(*count),
+        _ => None,
+    });
+    assert_eq!(rules, Some(3), "one rule per family, and the drop");
+    let sets: BTreeSet<String> = written.iter().map(Part::to_string).collect();
+    assert!(sets.contains("2 elements in set clients_v4"), "{sets:?}");
+    assert!(sets.contains("ingress_pods: lxcweb -> ingress_lxcweb"));
+    assert_eq!(
+        compare(&written, &written, Depth::Full),
+        Found::Intact,
+        "equal parts"
+    );
+    let other_table = json!({"nftables": [
+        {"chain": {"family": "inet", "table": "firewalld", "name": "forward", "hook": "forward"}},
+    ]});
+    let found = found([&other_table]);
+    assert!(found.is_empty(), "{found:?}");
+    assert_eq!(compare(&written, &found, Depth::Quick), Found::Missing);
+}
+
+#[test]
+fn a_quick_check_reads_the_forward_chains_rules_and_no_set_elements() {
+    let written = render::parts(&state());
+    let mut found = written.clone();
+    found.retain(|p| !matches!(p, Part::Elements { .. }));
+    found.insert(Part::Elements {
+        set: "clients_v4".into(),
+        count: 0,
+    });
+    assert_eq!(compare(&written, &found, Depth::Quick), Found::Intact);
+    assert!(matches!(
+        compare(&written, &found, Depth::Full),
+        Found::Differs(_)
+    ));
+    let flushed = Part::Rules {
+        chain: FORWARD_CHAIN.into(),
+        count: 3,
+    };
+    assert!(found.remove(&flushed));
+    found.insert(Part::Rules {
+        chain: FORWARD_CHAIN.into(),
+        count: 0,
+    });
+    let Found::Differs(d) = compare(&written, &found, Depth::Quick) else {
+        panic!("the forward chain flushed is a difference")
+    };
+    assert_eq!(d.missing, [flushed]);
+    assert_eq!(
+        d.to_string(),
+        "1 parts written are not there (first: 3 rules in chain forward), 1 there were not written (first: 0 rules in chain forward)"
+    );
+}
+
+/// Runs `script` through `nft -f -` (in the test's namespace).
+fn nft(script: &str) {
+    crate::nft::apply(script).unwrap_or_else(|e| panic!("{script}: {e}"));
+}
+
+fn checked(s: &State) -> [Found; 2] {
+    [Depth::Quick, Depth::Full].map(|depth| table::check(s, depth).unwrap())
+}
+
+fn differs(found: &Found) -> bool {
+    matches!(found, Found::Differs(_))
+}
+
+#[test]
+fn the_kernels_table_is_checked_for_deletion_flushes_and_removed_elements() {
+    use crate::datapath::tests::{in_private_netns, root};
+    let name = "the_kernels_table_is_checked_for_deletion_flushes_and_removed_elements";
+    if !root(name) {
+        return;
+    }
+    in_private_netns(|| {
+        let s = state();
+        let t = format!("{FAMILY} {TABLE}");
+        assert_eq!(checked(&s), [Found::Missing, Found::Missing], "none yet");
+        table::install(&s).unwrap();
+        assert_eq!(checked(&s), [Found::Intact, Found::Intact]);
+        nft(&format!("delete table {t}\n"));
+        assert_eq!(checked(&s), [Found::Missing, Found::Missing]);
+        table::install(&s).unwrap();
+        nft(&format!("flush table {t}\n"));
+        assert!(checked(&s).iter().all(differs), "every chain emptied");
+        table::install(&s).unwrap();
+        nft(&format!("flush map {t} ingress_pods\n"));
+        assert!(checked(&s).iter().all(differs), "no pod enforced");
+        table::install(&s).unwrap();
+        nft(&format!("flush chain {t} ingress_lxcweb\n"));
+        let [quick, full] = checked(&s);
+        assert_eq!(
+            quick,
+            Found::Intact,
+            "a pod's rules wait for the full check"
+        );
+        assert!(differs(&full), "{full:?}");
+        table::install(&s).unwrap();
+        nft(&format!("delete element {t} clients_v6 {{ fd00::2 }}\n"));
+        let [quick, full] = checked(&s);
+        assert_eq!(quick, Found::Intact);
+        assert!(differs(&full), "{full:?}");
+        table::install(&State::default()).unwrap();
+        assert_eq!(checked(&State::default()), [Found::Intact, Found::Intact]);
+        table::remove().unwrap();
+    });
+}
