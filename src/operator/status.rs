@@ -32,7 +32,8 @@ use crate::ipam::CidrSet;
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::is_first;
 use crate::ipam::clusterpool::{
-    ClusterPoolConfig, ClusterPoolError, NodeCidrCarver, OPT_IPV4_CIDR, cidr_option,
+    ClusterPoolConfig, ClusterPoolError, NodeCidrCarver, OPT_IPV4_CIDR, POOL_IN_FORCE_ANNOTATION,
+    cidr_option,
 };
 use crate::ipam::duplicates::{Finding, PodView, check, finding_lines};
 use crate::ipam::pooldef::PoolDef;
@@ -81,6 +82,9 @@ pub struct Leader {
     pub lease_duration_seconds: Option<i32>,
     /// Not renewed within its duration: no replica leads.
     pub expired: bool,
+    /// The cluster pool in force the leader records on the Lease
+    /// (`podnet.io/cluster-pool-in-force`; None: none recorded).
+    pub pool_in_force: Option<String>,
 }
 
 /// One pool's blocks on a node (`spec.ipam.pools.allocated[]`).
@@ -420,6 +424,12 @@ pub fn report(
                 (Some(ago), Some(d)) => ago > i64::from(d),
                 _ => true,
             },
+            pool_in_force: l
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(POOL_IN_FORCE_ANNOTATION))
+                .cloned(),
         }
     });
     Report {
@@ -594,6 +604,9 @@ pub fn text(r: &Report) -> String {
                 "Leader:     {holder} (Lease {}, {renewed}{expired})\n",
                 l.lease
             ));
+            if let Some(pool) = &l.pool_in_force {
+                out.push_str(&format!("In force:   {pool}\n"));
+            }
         }
     }
     out.push_str(&format!("Nodes:      {}\n", r.nodes.len()));
@@ -714,7 +727,8 @@ mod tests {
         .unwrap();
         let now: Timestamp = "2026-01-01T00:00:10Z".parse().unwrap();
         let lease: Lease = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": LEASE_NAME, "namespace": "kube-system"},
+            "metadata": {"name": LEASE_NAME, "namespace": "kube-system",
+                         "annotations": {POOL_IN_FORCE_ANNOTATION: "{\"cluster-pool-ipv4-cidr\":\"10.90.0.0/23\"}"}},
             "spec": {"holderIdentity": "op-a", "leaseDurationSeconds": 15,
                      "renewTime": "2026-01-01T00:00:07.000000Z"},
         }))
@@ -739,7 +753,7 @@ mod tests {
             "10.1.0.0/24 is outside the pool"
         );
         let t = text(&r);
-        assert!(t.contains("Leader:     op-a (Lease kube-system/podnet-operator-resource-lock, renewed 2026-01-01T00:00:07Z, 3s ago)"), "{t}");
+        assert!(t.contains("Leader:     op-a (Lease kube-system/podnet-operator-resource-lock, renewed 2026-01-01T00:00:07Z, 3s ago)\nIn force:   {\"cluster-pool-ipv4-cidr\":\"10.90.0.0/23\"}\n"), "{t}");
         assert!(
             t.contains(
                 "  a: podCIDRs 10.90.0.0/24, 10.1.0.0/24; pool blue: 10.20.0.0/28; router none\n"
