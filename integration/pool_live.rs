@@ -7,7 +7,11 @@
 //! status` line name the node, the node keeps its range, no new one comes from
 //! it); a new entry with its own mask size gives a new node a range of that size;
 //! an entry over the draining CIDR is refused until its node is deleted, and is
-//! then taken (the removal completed and the CIDR was forgotten).
+//! then taken (the removal completed and the CIDR was forgotten). Across
+//! restarts (issue 53): a refused mask-size edit stays refused, a ConfigMap that
+//! does not parse costs no replica its start (both: the pool in force the Lease
+//! records), and with no record a range of another size is held apart, so a new
+//! node never gets a range inside a live one.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -203,5 +207,142 @@ fn the_pool_grows_drains_and_takes_new_mask_sizes_without_an_operator_restart() 
         "{}",
         op.log()
     );
+    drop(op);
+}
+
+fn lease_record(cp: &ControlPlane) -> String {
+    let out = cp
+        .kubectl(&[
+            "-n",
+            "kube-system",
+            "get",
+            "lease",
+            "podnet-operator-resource-lock",
+            "-o",
+            "jsonpath={.metadata.annotations.podnet\\.io/cluster-pool-in-force}",
+        ])
+        .stdout;
+    out.trim().to_string()
+}
+
+#[test]
+fn restarts_after_a_refused_or_malformed_edit_never_hand_out_a_range_twice() {
+    const TEST: &str = "pool_restart";
+    let Some(cp) = ControlPlane::start(TEST) else {
+        return;
+    };
+    let sa = install_operator(&cp);
+    let mut config = ConfigMapDir::new(
+        cp.dir().join("operator-config"),
+        &[(POOL, "10.97.0.0/21"), (MASK, "24")],
+    );
+    let dir = config.path().display().to_string();
+    let args = ["--config-dir", dir.as_str()];
+    let mut op = Operator::start(&cp, "op-r1", &sa, 9985, &args);
+    for (node, cidr) in [("pr-1", "10.97.0.0/24"), ("pr-2", "10.97.1.0/24")] {
+        create_node(&cp, node);
+        wait_for(node, Duration::from_secs(20), || {
+            pod_cidrs(&cp, node) == cidr
+        });
+    }
+    wait_for(
+        "the pool in force on the Lease",
+        Duration::from_secs(20),
+        || lease_record(&cp).contains("\"cluster-pool-ipv4-cidr\":\"10.97.0.0/21\""),
+    );
+
+    // The mask size changed: refused while the leader runs, and after a rollout.
+    config.swap(&[(POOL, "10.97.0.0/21"), (MASK, "26")]);
+    wait_for("the refusal", Duration::from_secs(20), || {
+        op.metric("podnet_operator_pool_definitions_refused") == Some(1.0)
+    });
+    op.stop();
+    let mut op = Operator::start(&cp, "op-r2", &sa, 9985, &args);
+    create_node(&cp, "pr-3");
+    wait_for(
+        "pr-3's /24 of the pool in force",
+        Duration::from_secs(30),
+        || pod_cidrs(&cp, "pr-3") == "10.97.2.0/24",
+    );
+    wait_for(
+        "the refusal after the restart",
+        Duration::from_secs(20),
+        || op.metric("podnet_operator_pool_definitions_refused") == Some(1.0),
+    );
+    assert!(
+        op.log().contains("leading with the cluster pool in force"),
+        "{}",
+        op.log()
+    );
+
+    // A typo: the running leader refuses it, counted; a restarted replica starts,
+    // leads with the pool in force and serves a new node.
+    config.swap(&[(POOL, "10.97.0.0/21 10.250.0.0/16@x"), (MASK, "24")]);
+    wait_for(
+        "the malformed entry refused",
+        Duration::from_secs(20),
+        || {
+            op.log().contains("10.250.0.0/16@x")
+                && op.metric("podnet_operator_pool_definitions_refused") == Some(1.0)
+        },
+    );
+    op.stop();
+    let mut op = Operator::start(&cp, "op-r3", &sa, 9985, &args);
+    create_node(&cp, "pr-4");
+    wait_for(
+        "pr-4's /24 of the pool in force",
+        Duration::from_secs(30),
+        || pod_cidrs(&cp, "pr-4") == "10.97.3.0/24",
+    );
+    assert!(!op.exited(), "{}", op.log());
+    wait_for("the typo counted", Duration::from_secs(20), || {
+        op.metric("podnet_operator_pool_definitions_refused") == Some(1.0)
+    });
+    let (code, out, err) = operator_status(&cp, &sa, &args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("In force:   {\"cluster-pool-ipv4-cidr\":\"10.97.0.0/21\"")
+            && out.contains(
+                "Options:    refused: invalid cluster-pool-ipv4-cidr entry \"10.250.0.0/16@x\""
+            )
+            && out.contains("Pool IPv4:  10.97.0.0/21 in /24s: 8 total, 4 in use, 4 free\n"),
+        "{out}"
+    );
+
+    // No record (an operator before this one wrote none) and a mask size that
+    // changed meanwhile: the /24s are held apart, the new node's /26 is outside
+    // every one of them.
+    op.stop();
+    cp.kubectl(&[
+        "-n",
+        "kube-system",
+        "annotate",
+        "lease",
+        "podnet-operator-resource-lock",
+        "podnet.io/cluster-pool-in-force-",
+    ])
+    .expect_ok("remove the record");
+    config.swap(&[(POOL, "10.97.0.0/21"), (MASK, "26")]);
+    let mut op = Operator::start(&cp, "op-r4", &sa, 9985, &args);
+    create_node(&cp, "pr-5");
+    wait_for("pr-5's /26", Duration::from_secs(30), || {
+        pod_cidrs(&cp, "pr-5") == "10.97.4.0/26"
+    });
+    wait_for("the held-apart Event", Duration::from_secs(20), || {
+        events(&cp, "pr-2", "PodCIDRDraining").contains(
+            "node pr-2 holds 10.97.1.0/24, inside pool CIDR 10.97.0.0/21 whose node ranges \
+             are /26",
+        )
+    });
+    for (node, cidr) in [
+        ("pr-1", "10.97.0.0/24"),
+        ("pr-2", "10.97.1.0/24"),
+        ("pr-3", "10.97.2.0/24"),
+        ("pr-4", "10.97.3.0/24"),
+    ] {
+        assert_eq!(pod_cidrs(&cp, node), cidr);
+        assert_eq!(operator_error(&cp, node), "", "{node}");
+    }
+    assert!(!op.exited(), "{}", op.log());
     drop(op);
 }

@@ -157,6 +157,9 @@ pub struct Report {
     /// Cluster-pool: the nodes holding ranges in no pool CIDR (of a pool CIDR
     /// removed from the options: it drains until they are gone).
     pub draining: Vec<DrainingNode>,
+    /// Why the pool options given do not parse (the pool in force the Lease
+    /// records is counted instead).
+    pub pool_refused: Option<String>,
 }
 
 /// A node on a removed pool CIDR.
@@ -205,8 +208,6 @@ fn parse(args: &[String]) -> Result<StatusOptions, OptionsError> {
 /// Why there is no report.
 #[derive(Debug, thiserror::Error)]
 enum StatusError {
-    #[error(transparent)]
-    ClusterPool(#[from] ClusterPoolError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error(transparent)]
@@ -249,7 +250,10 @@ fn carver(opts: &StatusOptions) -> Result<Option<NodeCidrCarver>, ClusterPoolErr
 }
 
 fn status(opts: &StatusOptions) -> Result<Report, StatusError> {
-    let carver = carver(opts)?;
+    let (carver, pool_refused) = match carver(opts) {
+        Ok(carver) => (carver, None),
+        Err(e) => (None, Some(e.to_string())),
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -257,7 +261,15 @@ fn status(opts: &StatusOptions) -> Result<Report, StatusError> {
     let ns = &opts.cluster.leader_election_namespace;
     let (nodes, lease, defs, pods) =
         runtime.block_on(read(opts.cluster.k8s_kubeconfig_path.as_ref(), ns))?;
+    // Options that do not parse (a ConfigMap edit): count the pool in force.
+    let carver = carver.or_else(|| {
+        pool_refused.as_ref()?;
+        let record = lease.as_ref()?.metadata.annotations.as_ref()?;
+        let pool = ClusterPoolConfig::from_record(record.get(POOL_IN_FORCE_ANNOTATION)?).ok()?;
+        NodeCidrCarver::new(&pool).ok()
+    });
     let mut r = report(&nodes, lease.as_ref(), ns, carver, Timestamp::now());
+    r.pool_refused = pool_refused;
     for n in &mut r.nodes {
         n.extra = extra_note(n, opts.cluster.cluster_pool_extra_cidrs_max);
     }
@@ -440,6 +452,7 @@ pub fn report(
         pod_pool_problems: Vec::new(),
         draining,
         findings: Vec::new(),
+        pool_refused: None,
     }
 }
 
@@ -608,6 +621,11 @@ pub fn text(r: &Report) -> String {
                 out.push_str(&format!("In force:   {pool}\n"));
             }
         }
+    }
+    if let Some(why) = &r.pool_refused {
+        out.push_str(&format!(
+            "Options:    refused: {why} (the operator runs on the pool in force)\n"
+        ));
     }
     out.push_str(&format!("Nodes:      {}\n", r.nodes.len()));
     for n in &r.nodes {
@@ -888,6 +906,7 @@ mod tests {
             pod_pools: pools,
             pod_pool_problems: problems,
             draining: Vec::new(),
+            pool_refused: None,
             findings: vec![Finding::RangeOnTwoNodes {
                 ranges: ["a", "b"]
                     .map(|node| crate::ipam::duplicates::HeldRange {
