@@ -25,6 +25,7 @@ mod extra_cidrs;
 mod faults;
 mod leaks;
 mod policy;
+mod promises;
 mod runtimes;
 mod sticky;
 mod upgrade;

@@ -2,16 +2,25 @@
 random generator seeded by SOAK_SEED, so the same seed gives the same sequence.
 Each runs in a thread of its own, so a long one (a node off, the API server down,
 a partition) overlaps the next. A node already under a fault is not picked for
-another one. Every fault is recorded with its start, its end and its outcome."""
+another one. Every fault is recorded with its start, its end and its outcome; a
+fault that checks a promise itself (the policy table back after it was deleted)
+records a break in `violation`, which the invariants count."""
 
+import json
 import os
 import subprocess
 import threading
 import time
 
 KINDS = ("agent-kill", "reboot", "poweroff", "runtime-restart", "apiserver-down",
-         "etcd-restart", "operator-leader-kill", "partition", "enospc", "rollout-restart")
-NODE_KINDS = {"agent-kill", "reboot", "poweroff", "runtime-restart", "partition", "enospc"}
+         "etcd-restart", "operator-leader-kill", "partition", "enospc", "rollout-restart",
+         "pool-edit", "policy-table-delete")
+NODE_KINDS = {"agent-kill", "reboot", "poweroff", "runtime-restart", "partition", "enospc",
+              "policy-table-delete"}
+CONFIG = "podnet-config"
+# The policy table's repair comes at the agent's next resync (30 s); a busy
+# node gets three times that.
+TABLE_BACK_WITHIN = 90
 LEASE = "podnet-operator-resource-lock"
 FILL = "soak-fill"
 
@@ -24,6 +33,8 @@ class Fault:
         self.end = None
         self.outcome = ""
         self.recovered = None
+        # A broken promise the fault saw itself (None: none).
+        self.violation = None
 
     def describe(self):
         at = f" on {self.target}" if self.target else ""
@@ -66,7 +77,7 @@ class Faults:
                 target = self.rng.choice(free)
             # Every draw made now, so the sequence depends on the seed alone.
             params = {"hold": self.rng.uniform(10, 60), "burst": self.rng.random() < 0.5,
-                      "delay": self.rng.uniform(0.3, 2.5)}
+                      "delay": self.rng.uniform(0.3, 2.5), "malformed": self.rng.random() < 0.5}
             fault = Fault(kind, target, time.time())
             with self.lock:
                 self.active.append(fault)
@@ -199,3 +210,73 @@ class Faults:
             code, _, err = self.cluster.kubectl("-n", "kube-system", "rollout", "restart", what)
             outcomes.append(what if code == 0 else f"{what}: {err.strip()}")
         return "rollout restart of " + ", ".join(outcomes)
+
+    def pool_edit(self, _node, params):
+        """A ConfigMap edit the operator refuses (the mask size changed under ranges
+        in use) or that does not parse (an entry with a bad mask), then the agents
+        and the operator restarted, as an upgrade does, while it stands; put back
+        after the hold. Restarted agents must serve and the operator must lead with
+        the pool in force: the invariants (pods that do not start, addresses twice)
+        and `podnet ipam check` judge it."""
+        cm = self.cluster.kubectl_json("-n", "kube-system", "get", "configmap", CONFIG)
+        data = (cm or {}).get("data") or {}
+        if "cluster-pool-ipv4-cidr" not in data:
+            return "the ConfigMap could not be read (or has no cluster pool): no edit"
+        before = {k: data.get(k) for k in ("cluster-pool-ipv4-cidr", "cluster-pool-ipv4-mask-size")}
+        if params["malformed"]:
+            edit = {"cluster-pool-ipv4-cidr": f"{before['cluster-pool-ipv4-cidr']} 10.250.0.0/16@x"}
+            what = "a malformed entry (10.250.0.0/16@x)"
+        else:
+            mask = int(before["cluster-pool-ipv4-mask-size"] or "24")
+            edit = {"cluster-pool-ipv4-mask-size": str(mask + 2)}
+            what = f"the mask size {mask} -> {mask + 2} (refused: ranges in use)"
+        if not self.patch_config(edit):
+            return f"{what}: the ConfigMap could not be patched"
+        outcomes = []
+        for target in ("daemonset/podnet", "deployment/podnet-operator"):
+            code, _, err = self.cluster.kubectl("-n", "kube-system", "rollout", "restart", target)
+            outcomes.append(target if code == 0 else f"{target}: {err.strip()}")
+        time.sleep(params["hold"])
+        restored = self.patch_config({k: v for k, v in before.items() if v is not None})
+        return (f"{what}, rollout restart of {', '.join(outcomes)}, {params['hold']:.0f} s, "
+                f"{'put back' if restored else 'NOT put back'}")
+
+    def patch_config(self, data):
+        """Merges DATA into the ConfigMap, retried while the API server does not
+        answer (another fault may hold it down); whether it took."""
+        patch = json.dumps({"data": data})
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            code, _, _ = self.cluster.kubectl("-n", "kube-system", "patch", "configmap", CONFIG,
+                                              "--type", "merge", "-p", patch)
+            if code == 0:
+                return True
+            time.sleep(2)
+        return False
+
+    def policy_table_delete(self, node, _params):
+        """`nft delete table inet podnet_policy` on the node, as `nft flush ruleset`
+        or a host firewall's restart does: the agent must put it back by its next
+        resync (a break, counted, when it is not back within TABLE_BACK_WITHIN)."""
+        code, out = self.locked_script("exec", node, "nft", "delete", "table", "inet",
+                                       "podnet_policy")
+        if code != 0:
+            return f"no table to delete: {out.strip()[-160:]}"
+        t0 = time.time()
+        while time.time() - t0 < TABLE_BACK_WITHIN:
+            time.sleep(2)
+            if not self.cluster.node_is_on(node):
+                return "the node went off before the table was back"
+            code, _ = self.cluster.script("exec", node, "nft", "list", "table", "inet",
+                                          "podnet_policy")
+            if code == 0:
+                return f"deleted; back after {time.time() - t0:.0f} s"
+        self.set_violation(node, f"inet podnet_policy deleted on {node} was not back within "
+                                 f"{TABLE_BACK_WITHIN} s")
+        return f"deleted; NOT back within {TABLE_BACK_WITHIN} s"
+
+    def set_violation(self, node, evidence):
+        with self.lock:
+            for f in self.active:
+                if f.kind == "policy-table-delete" and f.target == node:
+                    f.violation = evidence

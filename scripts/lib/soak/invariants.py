@@ -123,6 +123,12 @@ class Invariants:
         self.violations.append(v)
         self.log(f"VIOLATION {kind}: {evidence} (after {fault})")
 
+    def check_faults_own(self):
+        """The breaks a fault saw itself (the policy table not put back)."""
+        for f in self.faults.all_faults():
+            if f.violation:
+                self.record(f"{f.kind} check", f.describe(), f.violation)
+
     def node_settled(self, node, now):
         """A node that is on and had no fault of its own for SETTLE_AFTER_FAULT
         seconds. Faults of the whole cluster do not count: pods that run must stay
@@ -147,6 +153,7 @@ class Invariants:
         if nodes is not None:
             self.check_stuck(pods, ready, now)
         self.check_agent_overlap(allocs)
+        self.check_faults_own()
         if self.ledger.last_listed and now - self.ledger.last_listed < 90:
             self.check_reachability(pods, now)
         if final:
