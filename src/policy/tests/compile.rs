@@ -738,3 +738,67 @@ mod node_traffic {
         );
     }
 }
+
+/// Issue 53, item 4: a pod and itself. Traffic to the pod's own address never
+/// leaves its namespace (the kernel delivers it on `lo`): no table sees it. A
+/// pod that reaches itself through a Service (kube-proxy's DNAT back to it, the
+/// hairpin) leaves through its host link and comes back through it, with its
+/// own address as the source in the forward hook (kube-proxy's masquerade of
+/// hairpin traffic is in postrouting, after it): a peer like any other.
+mod own_address {
+    use super::*;
+    use crate::policy::fixtures::peer_allowed;
+
+    const WEB: [&str; 2] = ["10.0.0.10", "fd00::10"];
+
+    fn allowed(c: &Compiled, direction: Direction) -> Vec<bool> {
+        let own = WEB.map(ip);
+        own.iter()
+            .map(|a| peer_allowed(&c.state, direction, "lxcweb", *a))
+            .collect()
+    }
+
+    #[test]
+    fn hairpin_traffic_is_denied_by_an_ingress_policy_that_does_not_name_the_pod() {
+        let p = policy(
+            "a",
+            "p",
+            json!({"podSelector": {"matchLabels": {"app": "web"}},
+                   "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}]}),
+        );
+        let c = run(&[p], &pods());
+        assert_eq!(allowed(&c, Direction::Ingress), [false, false]);
+        assert!(peer_allowed(
+            &c.state,
+            Direction::Ingress,
+            "lxcweb",
+            ip("10.0.1.1")
+        ));
+        let always = run_always(&[], &pods());
+        assert_eq!(allowed(&always, Direction::Ingress), [false, false]);
+        assert_eq!(allowed(&always, Direction::Egress), [false, false]);
+    }
+
+    #[test]
+    fn hairpin_traffic_passes_where_a_policy_names_the_pod_in_both_directions() {
+        let web = json!([{"podSelector": {"matchLabels": {"app": "web"}}}]);
+        let p = policy(
+            "a",
+            "p",
+            json!({"podSelector": {"matchLabels": {"app": "web"}},
+                   "policyTypes": ["Ingress", "Egress"],
+                   "ingress": [{"from": web}], "egress": [{"to": web}]}),
+        );
+        let c = run(&[p], &pods());
+        assert_eq!(allowed(&c, Direction::Ingress), [true, true]);
+        assert_eq!(allowed(&c, Direction::Egress), [true, true]);
+        let by_block = policy(
+            "a",
+            "p",
+            json!({"podSelector": {"matchLabels": {"app": "web"}},
+                   "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.10/32"}}]}]}),
+        );
+        let c = run(&[by_block], &pods());
+        assert_eq!(allowed(&c, Direction::Ingress), [true, false]);
+    }
+}
