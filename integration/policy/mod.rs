@@ -14,6 +14,8 @@
 //! `enable-policy always` every pod is isolated both ways, policy or not: only
 //! what policies allow on both ends passes, and the node still reaches its pods.
 //! 10,000 policies compile, install in one nft transaction and update in place.
+//! A pod and itself: its own address unfiltered, itself through a Service
+//! (kube-proxy's hairpin) judged by its policy (`self_traffic`).
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -25,6 +27,7 @@ use serde_json::json;
 use crate::harness::*;
 
 mod agent;
+mod self_traffic;
 mod topology;
 use topology::*;
 

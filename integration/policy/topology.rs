@@ -273,6 +273,7 @@ impl Topology {
             local: &local,
             namespaces: &namespaces.iter().collect::<Vec<_>>(),
             node_addresses: &node,
+            nodes: &[],
         });
         assert!(
             c.problems.is_empty() && c.unusable_links.is_empty(),

@@ -1,5 +1,5 @@
 //! Every CiliumNode of the cluster (not only this node's), for the cross-node
-//! datapath: a watch that keeps, per node, only what routing needs (`spec.addresses`
+//! datapath and the policy loop (one watch, its list shared): a watch that keeps, per node, only what routing needs (`spec.addresses`
 //! and `spec.ipam`'s CIDRs and allocated blocks) in a [`Mirror`] and publishes the
 //! whole list after each change: after each batch of the events that have already
 //! arrived (up to [`EVENT_BATCH`]), so that a burst of node joins and deletions is

@@ -4,8 +4,15 @@
 //! in `policyTypes` with no rules denies it all. A peer's `podSelector` alone
 //! means pods of the policy's namespace, a `namespaceSelector` alone every pod of
 //! the namespaces it matches, both the pods it matches there; an `ipBlock` is
-//! judged on the packet's address, pod or not. A named port of an ingress rule is
-//! the selected pod's own; of an egress rule, the destination pod's (an
+//! judged on the packet's address, pod or not, but for a node's router address
+//! (`CiliumInternalIP`), which an ingress `ipBlock` judges as that node's
+//! InternalIP of its family: another node's host traffic carries the router
+//! address in tunnel routing and the InternalIP in native routing, and the two
+//! modes agree ([`ROUTER_SET`], and a set per block of the router addresses it
+//! judges inside). A router address two nodes list stands for neither. A pod's
+//! own address is no exception: a pod that reaches itself through a Service
+//! (kube-proxy's hairpin) is judged as any other peer. A named port of an
+//! ingress rule is the selected pod's own; of an egress rule, the destination pod's (an
 //! address-port set). What allows nothing (a port name no pod has, an invalid
 //! field) opens nothing and breaks nothing else. With [`Enforcement::Always`]
 //! (Cilium's `enable-policy always`) every local pod is isolated in both
@@ -23,9 +30,12 @@ use super::ports::{self, Ports};
 use super::problem::{Problem, Why};
 use super::selector::Labels;
 use super::state::{
-    ChainKey, Direction, Element, NODE_SET, PeerMatch, PortMatch, Rule, Set, SetKind, State,
+    ChainKey, Direction, Element, NODE_SET, PeerMatch, PortMatch, ROUTER_SET, Rule, Set, SetKind,
+    State,
 };
-use super::view::{NamespaceView, Namespaces, PeerView, PodView, PolicyView, Protocol, RuleView};
+use super::view::{
+    NamespaceView, Namespaces, NodeView, PeerView, PodView, PolicyView, Protocol, RuleView,
+};
 use crate::datapath::IFNAME_MAX_LEN;
 
 /// A pod of this node, with its host link.
@@ -48,6 +58,9 @@ pub struct Cluster<'a> {
     pub namespaces: &'a [&'a NamespaceView],
     /// This node's own addresses: traffic from them to its pods is allowed.
     pub node_addresses: &'a [IpAddr],
+    /// Every node of the cluster (its CiliumNode), for the router addresses an
+    /// ingress `ipBlock` judges as their node's InternalIP.
+    pub nodes: &'a [NodeView],
 }
 
 /// The node's state and what stood in the way.
@@ -72,6 +85,7 @@ pub fn compile(cluster: Cluster) -> Compiled {
             .iter()
             .map(|n| (n.name.as_str(), &n.labels))
             .collect(),
+        routers: routers(cluster.nodes),
         sets: BTreeMap::new(),
     };
     let node = cluster
@@ -147,9 +161,31 @@ fn nft_safe_link(link: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
+/// Every node's router address, each with the address an ingress `ipBlock`
+/// judges in its place: its node's first InternalIP of its family (the one
+/// routes to the node go via), None when the node has none or when two nodes
+/// list the router address.
+fn routers(nodes: &[NodeView]) -> BTreeMap<IpAddr, Option<IpAddr>> {
+    let mut judged = BTreeMap::new();
+    for node in nodes {
+        let own: BTreeSet<&IpAddr> = node.router_ips.iter().collect();
+        for router in own {
+            let family = |ip: &&IpAddr| ip.is_ipv4() == router.is_ipv4();
+            let internal = node.internal_ips.iter().find(family).copied();
+            judged
+                .entry(*router)
+                .and_modify(|judged_as| *judged_as = None)
+                .or_insert(internal);
+        }
+    }
+    judged
+}
+
 struct Builder<'a> {
     cluster: Cluster<'a>,
     namespace_labels: BTreeMap<&'a str, &'a Labels>,
+    /// [`routers`] of the cluster's nodes.
+    routers: BTreeMap<IpAddr, Option<IpAddr>>,
     sets: BTreeMap<String, Set>,
 }
 
@@ -188,7 +224,11 @@ impl Builder<'_> {
     fn rule(&mut self, direction: Direction, target: &PodView, rule: &RuleView) -> Vec<Rule> {
         let peers: Vec<PeerMatch> = match rule.peers.is_empty() {
             true => vec![PeerMatch::Any],
-            false => rule.peers.iter().filter_map(|p| self.peer(p)).collect(),
+            false => rule
+                .peers
+                .iter()
+                .flat_map(|p| self.peer(direction, p))
+                .collect(),
         };
         let port_matches = match rule.ports.is_empty() {
             true => vec![PortMatch::Any],
@@ -211,24 +251,31 @@ impl Builder<'_> {
             .collect()
     }
 
-    fn peer(&mut self, peer: &PeerView) -> Option<PeerMatch> {
+    /// What `peer` allows in `direction`'s rules (nothing, or one match).
+    fn peer(&mut self, direction: Direction, peer: &PeerView) -> Vec<PeerMatch> {
         match peer {
-            PeerView::Nothing => None,
+            PeerView::Nothing => Vec::new(),
             PeerView::Block { net, except } => {
                 // Excepts outside the block change nothing; one that covers it
                 // leaves nothing.
                 if except.iter().any(|e| e.contains(net)) {
-                    return None;
+                    return Vec::new();
                 }
                 let inside: Vec<_> = except
                     .iter()
                     .filter(|e| net.contains(*e))
                     .copied()
                     .collect();
-                Some(PeerMatch::Block {
+                let except = ipnet::IpNet::aggregate(&inside);
+                let routers = match direction {
+                    Direction::Ingress => Some(self.block_routers(net, &except)),
+                    Direction::Egress => None,
+                };
+                vec![PeerMatch::Block {
                     net: *net,
-                    except: ipnet::IpNet::aggregate(&inside),
-                })
+                    except,
+                    routers,
+                }]
             }
             PeerView::Pods { namespaces, pods } => {
                 let name = set_name("peer", &(namespaces, pods));
@@ -247,9 +294,36 @@ impl Builder<'_> {
                     };
                     self.sets.insert(name.clone(), set);
                 }
-                Some(PeerMatch::Set(name))
+                vec![PeerMatch::Set(name)]
             }
         }
+    }
+
+    /// The set of the router addresses whose node's InternalIP is in `net`
+    /// and in none of `except` (and [`ROUTER_SET`], every router address,
+    /// which the block's own match leaves out).
+    fn block_routers(&mut self, net: &ipnet::IpNet, except: &[ipnet::IpNet]) -> String {
+        let every = self.routers.keys().map(|ip| Element::Address(*ip));
+        let every = Set {
+            kind: SetKind::Addresses,
+            elements: every.collect(),
+        };
+        self.sets.entry(ROUTER_SET.into()).or_insert(every);
+        let name = set_name("block", &(net, except));
+        if !self.sets.contains_key(&name) {
+            let inside = |ip: &IpAddr| net.contains(ip) && !except.iter().any(|e| e.contains(ip));
+            let judged_inside = self
+                .routers
+                .iter()
+                .filter(|(_, judged_as)| judged_as.as_ref().is_some_and(inside));
+            let elements = judged_inside.map(|(router, _)| Element::Address(*router));
+            let set = Set {
+                kind: SetKind::Addresses,
+                elements: elements.collect(),
+            };
+            self.sets.insert(name.clone(), set);
+        }
+        name
     }
 
     fn labels_of(&self, namespace: &str) -> &Labels {

@@ -29,4 +29,4 @@ pub use enforcement::Enforcement;
 pub use explain::Explanations;
 pub use problem::{Problem, Why};
 pub use state::{Diff, State};
-pub use view::{NamespaceView, PodView, PolicyView};
+pub use view::{NamespaceView, NodeView, PodView, PolicyView};

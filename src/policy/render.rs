@@ -5,7 +5,9 @@
 //!
 //! The table: each named set twice (`<name>_v4`, `<name>_v6`); per
 //! policy-selected pod and direction a chain, `ingress_<link>` ending in drop,
-//! whose rules accept, or `egress_<link>` whose rules return (so the
+//! whose rules accept (an `ipBlock`'s as `ip saddr <cidr> ip saddr != { <except> }
+//! ip saddr != @router_v4`, then `ip saddr @block_<hash>_v4` for the router
+//! addresses it judges inside), or `egress_<link>` whose rules return (so the
 //! destination's ingress chain is still looked at) and which ends in drop; two
 //! verdict maps from host link to chain; and the `forward` base chain, which
 //! accepts established and related packets (replies, ICMP errors), then sends
@@ -22,7 +24,7 @@ use std::fmt::Write;
 use super::check::{self, Part};
 
 use super::state::{
-    ChainKey, Diff, Direction, Element, PeerMatch, PortMatch, Rule, Set, SetKind, State,
+    ChainKey, Diff, Direction, Element, PeerMatch, PortMatch, ROUTER_SET, Rule, Set, SetKind, State,
 };
 use crate::ipam::Family;
 
@@ -278,7 +280,8 @@ fn chain_rules(direction: Direction, rules: &[Rule]) -> Vec<String> {
 }
 
 /// One rule's nftables rules: one per family when it names addresses, else one
-/// for both.
+/// for both; an ingress block two, the second for the router addresses it
+/// judges inside.
 fn rule_texts(direction: Direction, rule: &Rule) -> Vec<String> {
     let verdict = match direction {
         Direction::Ingress => "accept",
@@ -294,11 +297,14 @@ fn rule_texts(direction: Direction, rule: &Rule) -> Vec<String> {
         // No address in the rule: the family only names sets, and none is named.
         (PeerMatch::Any, _) => &[Family::V4],
     };
-    let text = |family: &Family| {
-        let peer = peer_text(&rule.peer, field, *family);
-        format!("{peer}{}{verdict}", port_text(&rule.port, *family))
-    };
-    families.iter().map(text).collect()
+    let mut texts = Vec::new();
+    for family in families {
+        let port = port_text(&rule.port, *family);
+        for peer in peer_texts(&rule.peer, field, *family) {
+            texts.push(format!("{peer}{port}{verdict}"));
+        }
+    }
+    texts
 }
 
 fn ip_keyword(family: Family) -> &'static str {
@@ -308,18 +314,31 @@ fn ip_keyword(family: Family) -> &'static str {
     }
 }
 
-fn peer_text(peer: &PeerMatch, field: &str, family: Family) -> String {
+/// The address matches of a peer: one, or two for a block with `routers`.
+fn peer_texts(peer: &PeerMatch, field: &str, family: Family) -> Vec<String> {
     let ip = ip_keyword(family);
     match peer {
-        PeerMatch::Any => String::new(),
-        PeerMatch::Set(name) => format!("{ip} {field} @{} ", set_name(name, family)),
-        PeerMatch::Block { net, except } if except.is_empty() => format!("{ip} {field} {net} "),
-        PeerMatch::Block { net, except } => {
-            let except: Vec<String> = except.iter().map(|e| e.to_string()).collect();
-            format!(
-                "{ip} {field} {net} {ip} {field} != {{ {} }} ",
-                except.join(", ")
-            )
+        PeerMatch::Any => vec![String::new()],
+        PeerMatch::Set(name) => vec![format!("{ip} {field} @{} ", set_name(name, family))],
+        PeerMatch::Block {
+            net,
+            except,
+            routers,
+        } => {
+            let mut block = format!("{ip} {field} {net} ");
+            if !except.is_empty() {
+                let except: Vec<String> = except.iter().map(|e| e.to_string()).collect();
+                let _ = write!(block, "{ip} {field} != {{ {} }} ", except.join(", "));
+            }
+            let Some(routers) = routers else {
+                return vec![block];
+            };
+            let every = set_name(ROUTER_SET, family);
+            let _ = write!(block, "{ip} {field} != @{every} ");
+            vec![
+                block,
+                format!("{ip} {field} @{} ", set_name(routers, family)),
+            ]
         }
     }
 }

@@ -16,6 +16,9 @@ use crate::ipam::Family;
 
 /// The set of this node's own addresses (traffic from them is allowed).
 pub const NODE_SET: &str = "node";
+/// The set of every node's router address, which an ingress `ipBlock` judges
+/// as its node's InternalIP, not as itself (`compile`).
+pub const ROUTER_SET: &str = "router";
 
 /// A direction of traffic, seen from the pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -72,8 +75,15 @@ pub enum PeerMatch {
     Any,
     /// The addresses of a set.
     Set(String),
-    /// `net` minus the `except` networks (within `net`, merged).
-    Block { net: IpNet, except: Vec<IpNet> },
+    /// `net` minus the `except` networks (within `net`, merged). With
+    /// `routers` (ingress), a node's router address is judged as its node: the
+    /// block matches no address of [`ROUTER_SET`] as itself, and every address
+    /// of the set `routers` (those whose node's InternalIP it holds).
+    Block {
+        net: IpNet,
+        except: Vec<IpNet>,
+        routers: Option<String>,
+    },
 }
 
 /// What a rule allows of the transport: always the destination port.

@@ -1,6 +1,6 @@
-//! What the enforcer reads of Pods, Namespaces and NetworkPolicies: plain
-//! values built from the API objects ([`pod`], [`namespace`], [`policy`]),
-//! with every field parsed once. A policy's view keeps the problems found while
+//! What the enforcer reads of Pods, Namespaces, NetworkPolicies and the
+//! cluster's CiliumNodes: plain values built from the API objects ([`PodView`],
+//! [`NamespaceView`], [`policy`], [`NodeView`]), with every field parsed once. A policy's view keeps the problems found while
 //! parsing it; the part a problem names becomes one that allows nothing.
 
 use std::net::IpAddr;
@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec};
 
 use super::problem::Problem;
 use super::selector::{Labels, Selector};
+use crate::resources::NodeResource;
 
 pub use super::view_policy::policy;
 
@@ -150,6 +151,33 @@ impl NamespaceView {
         NamespaceView {
             name: ns.metadata.name.unwrap_or_default(),
             labels: ns.metadata.labels.unwrap_or_default(),
+        }
+    }
+}
+
+/// A node of the cluster as the enforcer needs it: the addresses its host
+/// traffic carries (its CiliumNode's `spec.addresses`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NodeView {
+    pub name: String,
+    /// Type `InternalIP`, in their order.
+    pub internal_ips: Vec<IpAddr>,
+    /// Type `CiliumInternalIP`: the node's router addresses, the source of its
+    /// host traffic to other nodes' pods in tunnel routing.
+    pub router_ips: Vec<IpAddr>,
+}
+
+impl NodeView {
+    /// The view of `node` (addresses that do not parse are left out).
+    pub fn from_resource(node: &NodeResource) -> NodeView {
+        let addresses = |kind: &str| {
+            let of_kind = node.spec.addresses.iter().filter(|a| a.kind == kind);
+            of_kind.filter_map(|a| a.ip.parse().ok()).collect()
+        };
+        NodeView {
+            name: node.metadata.name.clone(),
+            internal_ips: addresses("InternalIP"),
+            router_ips: addresses("CiliumInternalIP"),
         }
     }
 }

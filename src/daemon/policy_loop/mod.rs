@@ -2,7 +2,9 @@
 //! backend): watches of every Pod (peers live on other nodes), Namespace and
 //! NetworkPolicy of the cluster ([`Watched`], each a `k8s::mirror::Mirror` of
 //! the `policy::view` of its objects, made once as an event arrives: the whole
-//! objects are not kept), and one writer. After a change (debounced by
+//! objects are not kept), every CiliumNode's addresses (the list of the
+//! cross-node datapath's watch, shared: an ingress `ipBlock` judges a node's
+//! router address as its InternalIP), and one writer. After a change (debounced by
 //! [`DEBOUNCE`]) it compiles the node's state from the views and what the
 //! daemon knows of the node
 //! ([`NodeSide`]: each local pod's host link from the ledger, or, for a pod a
@@ -34,7 +36,7 @@
 //! written against it.
 //!
 //! The table outlives the agent: it is never removed at stop, and a starting
-//! agent writes its first (whole) state only once all three watches have listed,
+//! agent writes its first (whole) state only once all four watches have listed,
 //! so the previous agent's table stands until then. While the API server is
 //! gone the last table stands (logged once); the watches' relists reconcile it
 //! when it is back.
@@ -61,10 +63,11 @@ use super::state::{ApiError, Views};
 use crate::api::models::PolicyStatus;
 use crate::k8s::connect::connect;
 use crate::k8s::mirror::{Keyed, Mirror, WatchEnded, projected};
+use crate::node::cluster_nodes::ClusterNodeList;
 use crate::policy::check::{Depth, Found};
 use crate::policy::{
-    Cluster, Compiled, Enforcement, Explanations, Local, NamespaceView, PodView, PolicyView,
-    compile, view,
+    Cluster, Compiled, Enforcement, Explanations, Local, NamespaceView, NodeView, PodView,
+    PolicyView, compile, view,
 };
 use crate::store::now_ms;
 use writer::{Kernel, Pass, Writer, Wrote};
@@ -151,6 +154,8 @@ pub struct Watched {
     pub pods: Mirror<PodView>,
     pub namespaces: Mirror<NamespaceView>,
     pub policies: Mirror<PolicyView>,
+    /// Every CiliumNode's addresses, sorted (None until the watch has listed).
+    pub nodes: Option<Vec<NodeView>>,
 }
 
 /// `namespace/name`, as `k8s::mirror::key_of` keys the Pod.
@@ -175,7 +180,32 @@ impl Keyed for PolicyView {
 impl Watched {
     /// Whether every watch has listed once (until then nothing is written).
     pub fn synced(&self) -> bool {
-        self.pods.listed() && self.namespaces.listed() && self.policies.listed()
+        let listed = self.pods.listed() && self.namespaces.listed() && self.policies.listed();
+        listed && self.nodes.is_some()
+    }
+
+    /// The CiliumNode watch ended (its task stopped): the nodes stay as last
+    /// listed, or none; true when that is news to the compile (never listed).
+    fn nodes_ended(&mut self) -> bool {
+        tracing::warn!(
+            "NetworkPolicy: the CiliumNode watch ended; the nodes' addresses stay as last listed"
+        );
+        let unlisted = self.nodes.is_none();
+        self.nodes.get_or_insert_with(Vec::new);
+        unlisted
+    }
+
+    /// Takes the CiliumNode watch's list (None: not listed yet); true when the
+    /// nodes' addresses changed.
+    pub fn take_nodes(&mut self, list: Option<&ClusterNodeList>) -> bool {
+        let Some(list) = list else {
+            return false;
+        };
+        let mut nodes: Vec<NodeView> = list.iter().map(|n| NodeView::from_resource(n)).collect();
+        nodes.sort();
+        let changed = self.nodes.as_ref() != Some(&nodes);
+        self.nodes = Some(nodes);
+        changed
     }
 }
 
@@ -227,6 +257,7 @@ pub fn compile_node(watched: &Watched, node: &NodeSide, enforcement: Enforcement
         local: &node.local(&watched.pods),
         namespaces: &namespaces,
         node_addresses: &node.addresses,
+        nodes: watched.nodes.as_deref().unwrap_or_default(),
     })
 }
 
@@ -320,8 +351,13 @@ async fn client(kubeconfig: Option<&PathBuf>) -> kube::Client {
 }
 
 /// Runs the loop until a watch ends (it does not while the API server can be
-/// retried).
-pub async fn run(daemon: Arc<Daemon>, kubeconfig: Option<PathBuf>, enforcement: Enforcement) {
+/// retried). `nodes` is the CiliumNode watch's list.
+pub async fn run(
+    daemon: Arc<Daemon>,
+    kubeconfig: Option<PathBuf>,
+    enforcement: Enforcement,
+    mut nodes: tokio::sync::watch::Receiver<Option<ClusterNodeList>>,
+) {
     let client = client(kubeconfig.as_ref()).await;
     let mut pods = projected(watch::<Pod>(&client), PodView::from_k8s).boxed();
     let mut namespaces = projected(watch::<Namespace>(&client), NamespaceView::from_k8s).boxed();
@@ -331,6 +367,8 @@ pub async fn run(daemon: Arc<Daemon>, kubeconfig: Option<PathBuf>, enforcement: 
     let mut outage = Outage::default();
     let mut writer = Some(Writer::new(Kernel));
     let mut clock = Clock::default();
+    let mut nodes_ended = false;
+    watched.take_nodes(nodes.borrow_and_update().as_ref());
     daemon.set_policy_status(PolicyStatus::default());
     let mode = match enforcement {
         Enforcement::Default => "default",
@@ -352,6 +390,13 @@ pub async fn run(daemon: Arc<Daemon>, kubeconfig: Option<PathBuf>, enforcement: 
                 None => Ok(false),
             },
             r = node_events.changed() => Ok(r.is_ok()),
+            r = nodes.changed(), if !nodes_ended => match r {
+                Ok(()) => Ok(watched.take_nodes(nodes.borrow_and_update().as_ref())),
+                Err(_) => {
+                    nodes_ended = true;
+                    Ok(watched.nodes_ended())
+                }
+            },
             check = clock.next_write() => {
                 if watched.synced() {
                     let (back, count) =

@@ -1,7 +1,7 @@
 //! The last phase: open the socket, start the background work (timers, metrics,
 //! the leak check, the policy loop, the backend's events and outbox, the
-//! journal's and the source check's upkeep, the cross-node datapath), write the
-//! CNI config, and serve until a shutdown signal; then undo what
+//! journal's and the source check's upkeep, the cross-node datapath, and the
+//! one watch of every CiliumNode the last two share), write the CNI config, and serve until a shutdown signal; then undo what
 //! `--cni-uninstall` asks. Which loops run on which backend is decided by pure
 //! functions ([`policy_start`], [`leak_settings`]), tested on their own.
 
@@ -22,6 +22,7 @@ use crate::daemon::{
     leak_check, policy_loop,
 };
 use crate::k8s::node_pods::NodePodsApi;
+use crate::node::cluster_nodes::{ClusterNodeList, watch_cluster_nodes};
 use crate::node::{BackendHealth, NodeSink, NodeSource};
 use crate::policy::Enforcement;
 use crate::policy::table::PolicyTableError;
@@ -80,7 +81,11 @@ pub(super) async fn serve(s: Serving) -> Result<(), StartError> {
             leak_check::DaemonFacts(daemon.clone()),
         ));
     }
-    start_policy(&daemon, &s.checked.config);
+    let mut cluster_nodes = ClusterNodes {
+        health: s.health.clone(),
+        list: None,
+    };
+    start_policy(&daemon, &s.checked.config, &mut cluster_nodes);
     if !s.opts.prometheus_serve_addr.is_empty() {
         spawn_metrics(&daemon, &s.opts.prometheus_serve_addr).await?;
     }
@@ -95,7 +100,13 @@ pub(super) async fn serve(s: Serving) -> Result<(), StartError> {
         tokio::spawn(keep_source_check());
     }
     if let Some(status) = cross_node_status {
-        spawn_cross_node(&daemon, &s.checked, s.mtus.device, s.health, status);
+        spawn_cross_node(
+            &daemon,
+            &s.checked,
+            s.mtus.device,
+            &mut cluster_nodes,
+            status,
+        );
     }
     let conf = CniConf::of(&s.opts, &socket);
     if let Some(conf) = &conf {
@@ -211,9 +222,32 @@ fn policy_start(config: &DaemonConfig) -> PolicyStart<'_> {
     }
 }
 
+/// The one watch of every CiliumNode (the Kubernetes backend), started by its
+/// first reader: the policy loop, the cross-node datapath.
+struct ClusterNodes {
+    health: Arc<BackendHealth>,
+    list: Option<tokio::sync::watch::Receiver<Option<ClusterNodeList>>>,
+}
+
+impl ClusterNodes {
+    /// A reader of the watch's list, the watch started if it is not.
+    fn reader(
+        &mut self,
+        kubeconfig: &Option<PathBuf>,
+    ) -> tokio::sync::watch::Receiver<Option<ClusterNodeList>> {
+        let health = &self.health;
+        let list = self.list.get_or_insert_with(|| {
+            let (tx, rx) = tokio::sync::watch::channel(None);
+            tokio::spawn(watch_cluster_nodes(kubeconfig.clone(), health.clone(), tx));
+            rx
+        });
+        list.clone()
+    }
+}
+
 /// Starts what `--enable-policy` asks for ([`policy_start`]). The table is never
 /// removed at stop: it outlives an agent restart.
-fn start_policy(daemon: &Arc<Daemon>, config: &DaemonConfig) {
+fn start_policy(daemon: &Arc<Daemon>, config: &DaemonConfig, nodes: &mut ClusterNodes) {
     match policy_start(config) {
         PolicyStart::Run {
             kubeconfig,
@@ -223,6 +257,7 @@ fn start_policy(daemon: &Arc<Daemon>, config: &DaemonConfig) {
                 daemon.clone(),
                 kubeconfig.clone(),
                 enforcement,
+                nodes.reader(kubeconfig),
             ));
         }
         PolicyStart::NotOnEmbedded => {
@@ -245,16 +280,12 @@ fn spawn_cross_node(
     daemon: &Arc<Daemon>,
     checked: &Checked,
     device_mtu: u32,
-    health: Arc<BackendHealth>,
+    nodes: &mut ClusterNodes,
     status: crossnode::SharedStatus,
 ) {
-    let feed = match checked.config.backend.clone() {
+    let feed = match &checked.config.backend {
         BackendKind::Kubernetes { kubeconfig } => {
-            let (tx, rx) = tokio::sync::watch::channel(None);
-            tokio::spawn(crate::node::cluster_nodes::watch_cluster_nodes(
-                kubeconfig, health, tx,
-            ));
-            crossnode::NodeFeed::Cluster(rx)
+            crossnode::NodeFeed::Cluster(nodes.reader(kubeconfig))
         }
         BackendKind::Embedded => crossnode::NodeFeed::ThisNode,
     };

@@ -203,12 +203,17 @@ fn an_ip_block_keeps_only_the_excepts_inside_it_merged() {
     let c = run(&[p], &pods());
     let rules = chain(&c, Direction::Ingress, "lxcweb");
     let net = |s: &str| s.parse::<ipnet::IpNet>().expect("net");
+    let routers = Some(set_name(
+        "block",
+        &(net("10.0.0.0/8"), [net("10.1.0.0/16"), net("10.2.0.0/15")]),
+    ));
     assert_eq!(
         rules[1..],
         [Rule {
             peer: PeerMatch::Block {
                 net: net("10.0.0.0/8"),
-                except: vec![net("10.1.0.0/16"), net("10.2.0.0/15")]
+                except: vec![net("10.1.0.0/16"), net("10.2.0.0/15")],
+                routers,
             },
             port: PortMatch::Any,
         }],
@@ -530,4 +535,270 @@ fn always_adds_what_policies_allow_and_keeps_unselected_directions_shut() {
             .contains_key(&key(Direction::Egress, "lxcweb"))
     );
     assert_eq!(chain(&c, Direction::Ingress, "lxcdb"), [node_rule()]);
+}
+
+/// Issue 53, item 4: other nodes' host traffic to a local pod carries the
+/// node's router address in tunnel routing (the route to a remote pod CIDR has
+/// `src` = the router address) and its InternalIP in native routing.
+mod node_traffic {
+    use super::*;
+    use crate::policy::fixtures::{compile_with_nodes, node, peer_allowed};
+    use crate::policy::view::NodeView;
+
+    /// This node (n1), n2 on the same node network, n3 on another; each with an
+    /// IPv4 and an IPv6 InternalIP and router address.
+    fn nodes() -> Vec<NodeView> {
+        vec![
+            node("n1", &[NODE, "fd00:192::1"], &["10.61.1.1", "fd61:1::1"]),
+            node(
+                "n2",
+                &["192.168.0.2", "fd00:192::2"],
+                &["10.61.2.1", "fd61:2::1"],
+            ),
+            node(
+                "n3",
+                &["192.168.1.3", "fd00:193::3"],
+                &["10.61.3.1", "fd61:3::1"],
+            ),
+        ]
+    }
+
+    /// The source of `node`'s host traffic to another node's pod, per family.
+    fn source(node: &NodeView, tunnel: bool, v6: bool) -> IpAddr {
+        let of = |list: &[IpAddr]| list.iter().copied().find(|ip| ip.is_ipv6() == v6);
+        let list = match tunnel {
+            true => &node.router_ips,
+            false => &node.internal_ips,
+        };
+        of(list).expect("an address of the family")
+    }
+
+    fn web_from(peers: serde_json::Value, nodes: &[NodeView]) -> Compiled {
+        let p = policy(
+            "a",
+            "p",
+            json!({"podSelector": {"matchLabels": {"app": "web"}}, "ingress": [{"from": peers}]}),
+        );
+        let namespaces = [namespace("a", &[])];
+        compile_with_nodes(
+            Enforcement::Default,
+            &[p],
+            &pods(),
+            &namespaces,
+            &[ip(NODE)],
+            nodes,
+        )
+    }
+
+    /// Whether web takes `node`'s host traffic in tunnel and in native routing.
+    fn takes(c: &Compiled, node: &NodeView, v6: bool) -> (bool, bool) {
+        let from = |tunnel| source(node, tunnel, v6);
+        let allowed = |tunnel| peer_allowed(&c.state, Direction::Ingress, "lxcweb", from(tunnel));
+        (allowed(true), allowed(false))
+    }
+
+    #[test]
+    fn without_the_nodes_addresses_tunnel_routing_misses_what_native_routing_matches() {
+        // What podnet did before it knew the nodes: the router address is
+        // judged as itself, outside the node network's block.
+        let blocks = json!([{"ipBlock": {"cidr": "192.168.0.0/24"}}]);
+        let c = web_from(blocks, &[]);
+        let n2 = &nodes()[1];
+        assert_eq!(takes(&c, n2, false), (false, true), "(tunnel, native)");
+    }
+
+    #[test]
+    fn an_ingress_ip_block_judges_a_nodes_router_address_as_its_internal_ip() {
+        let blocks = json!([
+            {"ipBlock": {"cidr": "192.168.0.0/24"}},
+            {"ipBlock": {"cidr": "fd00:192::/64"}},
+        ]);
+        let c = web_from(blocks, &nodes());
+        let [_, n2, n3] = &nodes()[..] else {
+            panic!("three nodes")
+        };
+        for v6 in [false, true] {
+            assert_eq!(
+                takes(&c, n2, v6),
+                (true, true),
+                "n2 is in the block, v6 {v6}"
+            );
+            assert_eq!(takes(&c, n3, v6), (false, false), "n3 is not, v6 {v6}");
+        }
+        let routers = |c: &Compiled| {
+            members(
+                c,
+                &Rule {
+                    peer: PeerMatch::Set(ROUTER_SET.into()),
+                    port: PortMatch::Any,
+                },
+            )
+        };
+        assert_eq!(
+            routers(&c),
+            addrs(&[
+                "10.61.1.1",
+                "10.61.2.1",
+                "10.61.3.1",
+                "fd61:1::1",
+                "fd61:2::1",
+                "fd61:3::1"
+            ])
+        );
+    }
+
+    #[test]
+    fn an_except_of_the_node_network_and_a_block_of_pod_cidrs_agree_in_both_modes() {
+        let all_but_nodes =
+            json!([{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["192.168.0.0/24"]}}]);
+        let c = web_from(all_but_nodes, &nodes());
+        let [_, n2, n3] = &nodes()[..] else {
+            panic!("three nodes")
+        };
+        assert_eq!(takes(&c, n2, false), (false, false), "n2 is excepted");
+        assert_eq!(takes(&c, n3, false), (true, true), "n3 is not");
+        let pod_cidrs = json!([{"ipBlock": {"cidr": "10.61.0.0/16"}}]);
+        let c = web_from(pod_cidrs, &nodes());
+        assert_eq!(
+            takes(&c, n2, false),
+            (false, false),
+            "a router address is no pod"
+        );
+        let remote_pod = ip("10.61.2.7");
+        assert!(peer_allowed(
+            &c.state,
+            Direction::Ingress,
+            "lxcweb",
+            remote_pod
+        ));
+    }
+
+    #[test]
+    fn a_router_address_two_nodes_list_stands_for_neither_and_egress_judges_as_sent() {
+        let mut both = nodes();
+        both[2].router_ips[0] = ip("10.61.2.1");
+        let blocks = json!([{"ipBlock": {"cidr": "192.168.0.0/23"}}]);
+        let c = web_from(blocks, &both);
+        assert!(!peer_allowed(
+            &c.state,
+            Direction::Ingress,
+            "lxcweb",
+            ip("10.61.2.1")
+        ));
+        assert!(peer_allowed(
+            &c.state,
+            Direction::Ingress,
+            "lxcweb",
+            ip("192.168.0.2")
+        ));
+        // Egress: the destination the pod chose, router address or not.
+        let p = policy(
+            "a",
+            "p",
+            json!({"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Egress"],
+                   "egress": [{"to": [{"ipBlock": {"cidr": "10.61.0.0/16"}}]}]}),
+        );
+        let c = compile_with_nodes(
+            Enforcement::Default,
+            &[p],
+            &pods(),
+            &[],
+            &[ip(NODE)],
+            &nodes(),
+        );
+        assert!(peer_allowed(
+            &c.state,
+            Direction::Egress,
+            "lxcweb",
+            ip("10.61.2.1")
+        ));
+        assert!(!peer_allowed(
+            &c.state,
+            Direction::Egress,
+            "lxcweb",
+            ip("192.168.0.2")
+        ));
+        assert!(!c.state.sets.contains_key(ROUTER_SET));
+    }
+
+    #[test]
+    fn a_node_that_joins_is_set_elements_not_a_chain_replaced() {
+        let blocks = json!([{"ipBlock": {"cidr": "192.168.0.0/24"}}]);
+        let before = web_from(blocks.clone(), &nodes()[..2]);
+        let after = web_from(blocks, &nodes());
+        let diff = before.state.diff(&after.state);
+        assert!(
+            diff.chains_replaced.is_empty() && diff.chains_added.is_empty(),
+            "{diff:?}"
+        );
+        assert_eq!(
+            diff.elements_added.keys().collect::<Vec<_>>(),
+            [ROUTER_SET],
+            "n3 is outside the block: its router address is only excluded"
+        );
+    }
+}
+
+/// Issue 53, item 4: a pod and itself. Traffic to the pod's own address never
+/// leaves its namespace (the kernel delivers it on `lo`): no table sees it. A
+/// pod that reaches itself through a Service (kube-proxy's DNAT back to it, the
+/// hairpin) leaves through its host link and comes back through it, with its
+/// own address as the source in the forward hook (kube-proxy's masquerade of
+/// hairpin traffic is in postrouting, after it): a peer like any other.
+mod own_address {
+    use super::*;
+    use crate::policy::fixtures::peer_allowed;
+
+    const WEB: [&str; 2] = ["10.0.0.10", "fd00::10"];
+
+    fn allowed(c: &Compiled, direction: Direction) -> Vec<bool> {
+        let own = WEB.map(ip);
+        own.iter()
+            .map(|a| peer_allowed(&c.state, direction, "lxcweb", *a))
+            .collect()
+    }
+
+    #[test]
+    fn hairpin_traffic_is_denied_by_an_ingress_policy_that_does_not_name_the_pod() {
+        let p = policy(
+            "a",
+            "p",
+            json!({"podSelector": {"matchLabels": {"app": "web"}},
+                   "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}]}),
+        );
+        let c = run(&[p], &pods());
+        assert_eq!(allowed(&c, Direction::Ingress), [false, false]);
+        assert!(peer_allowed(
+            &c.state,
+            Direction::Ingress,
+            "lxcweb",
+            ip("10.0.1.1")
+        ));
+        let always = run_always(&[], &pods());
+        assert_eq!(allowed(&always, Direction::Ingress), [false, false]);
+        assert_eq!(allowed(&always, Direction::Egress), [false, false]);
+    }
+
+    #[test]
+    fn hairpin_traffic_passes_where_a_policy_names_the_pod_in_both_directions() {
+        let web = json!([{"podSelector": {"matchLabels": {"app": "web"}}}]);
+        let p = policy(
+            "a",
+            "p",
+            json!({"podSelector": {"matchLabels": {"app": "web"}},
+                   "policyTypes": ["Ingress", "Egress"],
+                   "ingress": [{"from": web}], "egress": [{"to": web}]}),
+        );
+        let c = run(&[p], &pods());
+        assert_eq!(allowed(&c, Direction::Ingress), [true, true]);
+        assert_eq!(allowed(&c, Direction::Egress), [true, true]);
+        let by_block = policy(
+            "a",
+            "p",
+            json!({"podSelector": {"matchLabels": {"app": "web"}},
+                   "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.10/32"}}]}]}),
+        );
+        let c = run(&[by_block], &pods());
+        assert_eq!(allowed(&c, Direction::Ingress), [true, false]);
+    }
 }

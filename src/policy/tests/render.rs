@@ -23,9 +23,24 @@ fn set(name: &str) -> PeerMatch {
 }
 
 /// A web pod that takes TCP 80 and 8000-8080 from the clients and anything from
-/// 10/8 but 10.1/16, and may reach the clients' named port and UDP 53.
+/// 10/8 but 10.1/16 (two nodes' router addresses judged as their InternalIPs,
+/// one of them inside), and may reach the clients' named port and UDP 53.
 fn state() -> State {
     let sets = BTreeMap::from([
+        (
+            "block_x".to_string(),
+            Set {
+                kind: SetKind::Addresses,
+                elements: addrs(&["10.61.2.1"]),
+            },
+        ),
+        (
+            "router".to_string(),
+            Set {
+                kind: SetKind::Addresses,
+                elements: addrs(&["10.61.2.1", "10.61.3.1"]),
+            },
+        ),
         (
             "node".to_string(),
             Set {
@@ -61,6 +76,7 @@ fn state() -> State {
             peer: PeerMatch::Block {
                 net: "10.0.0.0/8".parse().expect("net"),
                 except: vec!["10.1.0.0/16".parse().expect("net")],
+                routers: Some("block_x".into()),
             },
             port: PortMatch::Any,
         },
@@ -78,6 +94,7 @@ fn state() -> State {
             peer: PeerMatch::Block {
                 net: "fd00::/8".parse().expect("net"),
                 except: vec![],
+                routers: None,
             },
             port: PortMatch::Protocol(Sctp),
         },
@@ -97,18 +114,23 @@ fn the_whole_table_replaces_the_old_one_in_one_script() {
 table inet podnet_policy
 delete table inet podnet_policy
 table inet podnet_policy {
+\tset block_x_v4 { type ipv4_addr; elements = { 10.61.2.1 } }
+\tset block_x_v6 { type ipv6_addr; }
 \tset node_v4 { type ipv4_addr; elements = { 192.168.0.1 } }
 \tset node_v6 { type ipv6_addr; elements = { fd00::1 } }
 \tset peer_c_v4 { type ipv4_addr; elements = { 10.0.1.1, 10.0.1.2 } }
 \tset peer_c_v6 { type ipv6_addr; }
 \tset port_m_v4 { type ipv4_addr . inet_service; }
 \tset port_m_v6 { type ipv6_addr . inet_service; elements = { fd00::5 . 9100 } }
+\tset router_v4 { type ipv4_addr; elements = { 10.61.2.1, 10.61.3.1 } }
+\tset router_v6 { type ipv6_addr; }
 \tchain ingress_lxcweb {
 \t\tip saddr @node_v4 accept
 \t\tip6 saddr @node_v6 accept
 \t\tip saddr @peer_c_v4 meta l4proto tcp th dport { 80, 8000-8080 } accept
 \t\tip6 saddr @peer_c_v6 meta l4proto tcp th dport { 80, 8000-8080 } accept
-\t\tip saddr 10.0.0.0/8 ip saddr != { 10.1.0.0/16 } accept
+\t\tip saddr 10.0.0.0/8 ip saddr != { 10.1.0.0/16 } ip saddr != @router_v4 accept
+\t\tip saddr @block_x_v4 accept
 \t\tdrop
 \t}
 \tchain egress_lxcweb {

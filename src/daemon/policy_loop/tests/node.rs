@@ -51,13 +51,23 @@ fn a_local_pod_is_enforced_on_its_link_and_a_pod_of_its_name_with_another_uid_is
         ]),
         namespaces: listed(Vec::new()),
         policies: Mirror::default(),
+        nodes: None,
     };
     assert!(
         !watched.synced(),
         "nothing is written before every watch listed"
     );
     watched.policies = listed(vec![deny_all()]);
+    assert!(!watched.synced(), "nor before the CiliumNodes are");
+    assert!(!watched.take_nodes(None));
+    let n1 = crate::resources::NodeResource::new("n1");
+    let list: crate::node::cluster_nodes::ClusterNodeList = Arc::new(vec![Arc::new(n1)]);
+    assert!(watched.take_nodes(Some(&list)), "listed: a change");
     assert!(watched.synced());
+    assert!(
+        !watched.take_nodes(Some(&list)),
+        "the same addresses: no change"
+    );
     let node = NodeSide {
         links: [
             ("a/web".to_string(), link(Some("u-1"), "lxcweb")),
@@ -173,6 +183,7 @@ async fn the_pod_watch_keeps_views_an_update_replaces_one_and_a_relist_drops_the
         pods,
         namespaces: listed(Vec::new()),
         policies: listed(vec![deny_all()]),
+        nodes: Some(Vec::new()),
     };
     let node = NodeSide {
         links: [("a/web".to_string(), link(Some("u-1"), "lxcweb"))].into(),
