@@ -21,7 +21,9 @@
 //! refused because the node is gone or changed ([`Refusal`]) is the handler's to
 //! judge: left to the watch, or the node is read again and planned again (at
 //! most [`CONFLICTS_IN_A_ROW`] times in a row); any other failure is retried per
-//! node with the operator's backoff ([`WriteRetries`]).
+//! node with the operator's backoff ([`WriteRetries`]). A write that went
+//! through may let go of what other nodes wait for ([`NodeHandler::written`]
+//! names them): they are planned in the same pass.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -50,6 +52,15 @@ pub fn ignored(annotations: &BTreeMap<String, String>) -> bool {
     annotations
         .get(IGNORE_ANNOTATION)
         .is_some_and(|v| v == "true")
+}
+
+/// Whether resourceVersion `a` is older than `b` (both numbers, as Kubernetes
+/// guarantees since 1.35; anything else is never older).
+pub fn older(a: &str, b: &str) -> bool {
+    match (a.parse::<u128>(), b.parse::<u128>()) {
+        (Ok(a), Ok(b)) => a < b,
+        _ => false,
+    }
 }
 
 /// Why the API server refused a node's write without it being a failure to retry.
@@ -158,8 +169,9 @@ pub trait NodeHandler {
     fn input(&mut self, input: Self::Input) -> Vec<String>;
     /// What `name` needs written, if anything (what it carves is the node's from now on).
     fn plan(&mut self, name: &str) -> Option<Self::Write>;
-    /// Every write of `write` went through.
-    fn written(&mut self, name: &str, write: &Self::Write);
+    /// Every write of `write` went through; returns the nodes that may need
+    /// writes (what the write let go of may be theirs now).
+    fn written(&mut self, name: &str, write: &Self::Write) -> Vec<String>;
     /// A write of `name` was refused: what the refusal means to the allocator.
     fn refused(&mut self, name: &str, why: Refusal) -> AfterRefusal;
     /// Publishes the allocator's gauges.
@@ -278,7 +290,8 @@ struct Answered<N, W> {
 
 /// Plans and writes what the `dirty` nodes need, [`WRITE_CONCURRENCY`] at a
 /// time; the nodes whose write was refused with a conflict the handler reads
-/// again are planned and written again, in the next round.
+/// again, and those a write that went through may concern (the handler says
+/// which), are planned and written again, in the next round.
 async fn write_all<H, W>(
     handler: &mut H,
     writer: &W,
@@ -312,6 +325,7 @@ async fn write_all<H, W>(
             })
             .buffer_unordered(WRITE_CONCURRENCY);
         let mut read_again = Vec::new();
+        let mut next = BTreeSet::new();
         while let Some(Answered {
             name,
             write,
@@ -324,7 +338,7 @@ async fn write_all<H, W>(
             }
             match outcome {
                 Ok(()) => {
-                    handler.written(&name, &write);
+                    next.extend(handler.written(&name, &write));
                     retry.succeeded(&name);
                 }
                 Err(WriteError::Refused(why)) => match handler.refused(&name, why) {
@@ -345,7 +359,7 @@ async fn write_all<H, W>(
             match writer.read(&name).await {
                 Ok(Some(node)) => {
                     handler.upsert(H::Node::from(&node));
-                    names.push(name);
+                    next.insert(name);
                 }
                 Ok(None) => {
                     handler.refused(&name, Refusal::Gone);
@@ -361,6 +375,7 @@ async fn write_all<H, W>(
                 ),
             }
         }
+        names.extend(next);
     }
 }
 
@@ -411,6 +426,8 @@ mod tests {
         relists: Vec<(usize, bool)>,
         refusals: Vec<(String, Refusal)>,
         written: Vec<String>,
+        /// What `written` of a node says to plan again (once).
+        after_written: BTreeMap<String, Vec<String>>,
     }
 
     impl Toy {
@@ -421,6 +438,7 @@ mod tests {
                 relists: Vec::new(),
                 refusals: Vec::new(),
                 written: Vec::new(),
+                after_written: BTreeMap::new(),
             }
         }
     }
@@ -457,8 +475,9 @@ mod tests {
             (!node.done).then(|| "yes".to_string())
         }
 
-        fn written(&mut self, name: &str, _write: &String) {
+        fn written(&mut self, name: &str, _write: &String) -> Vec<String> {
             self.written.push(name.to_string());
+            self.after_written.remove(name).unwrap_or_default()
         }
 
         fn refused(&mut self, name: &str, why: Refusal) -> AfterRefusal {
@@ -649,6 +668,14 @@ mod tests {
         (toy, memory)
     }
 
+    #[test]
+    fn resource_versions_compare_as_numbers() {
+        assert!(older("9", "10"));
+        assert!(!older("10", "9"));
+        assert!(!older("10", "10"));
+        assert!(!older("x", "10"));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_failed_write_is_retried_after_its_backoff() {
         let leave = AfterRefusal::LeaveToWatch;
@@ -659,6 +686,20 @@ mod tests {
         let (toy, memory) = first_list(2, vec![failed(), failed()], leave, RETRY_FIRST * 4).await;
         assert_eq!(memory.attempts("n00"), 3);
         assert_eq!(toy.written, ["n01", "n00"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_nodes_a_write_concerns_are_planned_again_in_the_same_pass() {
+        let all = names(2);
+        let memory = Memory::with(&all);
+        // n01's first write fails: it waits for its backoff...
+        memory.fail("n01", vec![failed()]);
+        let mut toy = Toy::new(AfterRefusal::LeaveToWatch);
+        // ...unless n00's write concerns it (it let go of what n01 waits for).
+        toy.after_written.insert("n00".into(), vec!["n01".into()]);
+        run_for(&mut toy, &memory, listed(&all), Vec::new(), RETRY_FIRST / 2).await;
+        assert_eq!(memory.attempts("n01"), 2);
+        assert_eq!(toy.written, ["n00", "n01"]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -9,8 +9,14 @@
 //!
 //! Extra CIDRs ([`extra`](super::extra) states the rule): a node whose agent says
 //! a family is depleted gets one more CIDR of it appended to its list, and an
-//! extra CIDR its agent released is taken off and freed. Nodes waiting for their
-//! first CIDRs are served before any extra one. A node the pool has no room for
+//! extra CIDR its agent released is taken off. A CIDR taken off a node is freed
+//! for others only once a write of the node's list without it went through
+//! ([`NodeCidrs::written`]) or the node is gone: until then the carver holds it
+//! (the node's `releasing`), however often the write fails and is retried, so a
+//! CIDR is never on two CiliumNodes at once. After a restart the CiliumNode
+//! still lists it: re-adopted, and released again. Verdicts are acted on at the
+//! end of a list too (said before a restart). Nodes waiting for their first
+//! CIDRs are served before any extra one. A node the pool has no room for
 //! keeps what it has, with the reason in its status and an Event; it gets the
 //! next CIDR that is freed. A spec that shows the list before the operator's last
 //! change is a late event, not someone else's edit.
@@ -36,7 +42,7 @@ use crate::ipam::clusterpool::{
 };
 use crate::ipam::{CidrSet, Family};
 use crate::k8s::mirror::Keyed;
-use crate::operator::node_loop::ignored;
+use crate::operator::node_loop::{ignored, older};
 use crate::resources::{NodeResource, PodCidrState};
 
 /// What the operator reads of one CiliumNode: all the node loop keeps of it.
@@ -44,6 +50,7 @@ use crate::resources::{NodeResource, PodCidrState};
 pub struct Observed {
     pub name: String,
     pub uid: String,
+    pub resource_version: String,
     /// `spec.ipam.podCIDRs`.
     pub pod_cidrs: Vec<IpNet>,
     /// `status.ipam.operator-status.error`.
@@ -59,6 +66,7 @@ impl From<&NodeResource> for Observed {
         Observed {
             name: node.metadata.name.clone(),
             uid: node.metadata.uid().to_string(),
+            resource_version: node.metadata.resource_version.clone().unwrap_or_default(),
             pod_cidrs: node.spec.ipam.pod_cidrs.clone(),
             error: node.status.ipam.operator_status.error.clone(),
             ignored: ignored(&node.metadata.annotations),
@@ -79,6 +87,9 @@ pub struct Pending {
     /// The object's UID: the writes carry it, so a write never re-creates a node
     /// that was deleted meanwhile.
     pub uid: String,
+    /// The newest resourceVersion seen of the node: the podCIDRs apply's
+    /// precondition (none when empty).
+    pub resource_version: String,
     /// Apply `spec.ipam.podCIDRs`.
     pub pod_cidrs: Option<Vec<IpNet>>,
     /// Apply `status.ipam.operator-status.error` ("" clears it).
@@ -115,6 +126,8 @@ pub struct ExtraUnavailable {
 #[derive(Debug, Clone, Default)]
 struct Entry {
     uid: String,
+    /// The newest resourceVersion seen.
+    resource_version: String,
     /// Arrival order: who waited first gets room first.
     seq: u64,
     /// `spec.ipam.podCIDRs` as last seen.
@@ -123,6 +136,10 @@ struct Entry {
     observed_error: String,
     /// What the carver holds for this node.
     held: Vec<IpNet>,
+    /// Extra CIDRs taken off `held` whose removal from the API object is not
+    /// confirmed yet: the carver holds them until a write without them went
+    /// through (or the node is gone).
+    releasing: Vec<IpNet>,
     /// The error the node's status should show (None: none).
     error: Option<String>,
     /// The API object shows `held` (or our apply of it succeeded).
@@ -218,6 +235,7 @@ impl NodeCidrs {
         if !self.nodes.contains_key(&name) {
             let mut entry = Entry {
                 uid: node.uid,
+                resource_version: node.resource_version,
                 seq: self.next_seq,
                 spec: node.pod_cidrs,
                 observed_error: node.error,
@@ -249,6 +267,9 @@ impl NodeCidrs {
             }
         } else if let Some(entry) = self.nodes.get_mut(&name) {
             entry.uid = node.uid;
+            if !older(&node.resource_version, &entry.resource_version) {
+                entry.resource_version = node.resource_version;
+            }
             entry.spec = node.pod_cidrs;
             entry.observed_error = node.error;
             entry.ignored = node.ignored;
@@ -272,17 +293,17 @@ impl NodeCidrs {
                 }
             }
         }
-        let mut touched = vec![name.clone()];
         if self.synced && self.needs_cidrs(&name) {
             self.assign(&name);
         } else if self.synced {
-            touched.extend(self.extend(&name));
+            self.extend(&name);
         }
-        touched
+        vec![name]
     }
 
     /// The first (or a new) full list is complete: nodes it did not list are gone,
-    /// and allocation starts, in arrival order. Returns the nodes that may need writes.
+    /// and allocation starts, in arrival order (first CIDRs, then extra ones).
+    /// Returns the nodes that may need writes.
     pub fn list_done(&mut self, listed: &BTreeSet<String>) -> Vec<String> {
         let gone: Vec<String> = self
             .nodes
@@ -304,7 +325,16 @@ impl NodeCidrs {
             self.reconfigure(&pool);
         }
         self.assign_waiting();
-        self.nodes.keys().cloned().collect()
+        // Then what the agents' verdicts call for: a release or a depletion
+        // said before the list (before a restart) is acted on now, not at the
+        // node's next change.
+        let mut arrived: Vec<(u64, String)> =
+            self.nodes.iter().map(|(n, e)| (e.seq, n.clone())).collect();
+        arrived.sort();
+        for (_, name) in &arrived {
+            self.extend(name);
+        }
+        arrived.into_iter().map(|(_, name)| name).collect()
     }
 
     /// A CiliumNode was deleted: its CIDRs go back to the pool, and waiting nodes
@@ -431,7 +461,7 @@ impl NodeCidrs {
         if e.ignored {
             return None;
         }
-        let pod_cidrs = (!e.applied
+        let pod_cidrs = ((!e.applied || !e.releasing.is_empty())
             && e.error.is_none()
             && !e.held.is_empty()
             && self.carver.covers_every_family(&e.held))
@@ -449,20 +479,40 @@ impl NodeCidrs {
         }
         Some(Pending {
             uid: e.uid.clone(),
+            resource_version: e.resource_version.clone(),
             pod_cidrs,
             status_error,
             events: e.events.clone(),
         })
     }
 
-    /// `write` went through: its status error is the node's, its Events posted.
-    pub fn written(&mut self, name: &str, write: &Pending) {
-        if let Some(e) = self.nodes.get_mut(name) {
-            if let Some(error) = &write.status_error {
-                e.status_sent = Some(error.clone());
-            }
-            e.events.retain(|ev| !write.events.contains(ev));
+    /// `write` went through: its status error is the node's, its Events
+    /// posted, and the CIDRs it took off the node are free (waiting nodes get
+    /// them). Returns the nodes that may need writes.
+    pub fn written(&mut self, name: &str, write: &Pending) -> Vec<String> {
+        let Some(e) = self.nodes.get_mut(name) else {
+            return Vec::new();
+        };
+        if let Some(error) = &write.status_error {
+            e.status_sent = Some(error.clone());
         }
+        e.events.retain(|ev| !write.events.contains(ev));
+        let Some(listed) = &write.pod_cidrs else {
+            return Vec::new();
+        };
+        let (freed, still): (Vec<IpNet>, Vec<IpNet>) = std::mem::take(&mut e.releasing)
+            .into_iter()
+            .partition(|c| !listed.contains(c));
+        e.releasing = still;
+        if freed.is_empty() {
+            return Vec::new();
+        }
+        tracing::info!(node = %name, cidrs = %joined(&freed), "the node's CiliumNode no longer lists its released CIDRs: they are free again");
+        let mut touched = self.free(&freed);
+        if self.synced {
+            touched.extend(self.assign_waiting());
+        }
+        touched
     }
 
     /// The depleted families of `name` at the cap of extra CIDRs.
@@ -497,15 +547,24 @@ impl NodeCidrs {
     }
 
     fn forget(&mut self, name: &str) {
-        if let Some(e) = self.nodes.remove(name)
-            && !e.held.is_empty()
-        {
-            tracing::info!(node = %name, cidrs = %joined(&e.held), "node gone: its CIDRs are free again");
-            self.carver.release_node(&e.held);
-            self.finish_drains();
-            if let Some((pool, _)) = self.refused.clone() {
-                self.reconfigure(&pool);
+        if let Some(e) = self.nodes.remove(name) {
+            let cidrs: Vec<IpNet> = e.held.into_iter().chain(e.releasing).collect();
+            if !cidrs.is_empty() {
+                tracing::info!(node = %name, cidrs = %joined(&cidrs), "node gone: its CIDRs are free again");
+                self.free(&cidrs);
             }
+        }
+    }
+
+    /// Gives `cidrs` back to the pool: a draining pool CIDR nobody is on any
+    /// more is forgotten, and a refused pool is tried again (what it
+    /// overlapped may be gone). Returns the nodes that may need writes.
+    fn free(&mut self, cidrs: &[IpNet]) -> Vec<String> {
+        self.carver.release_node(cidrs);
+        self.finish_drains();
+        match self.refused.clone() {
+            Some((pool, _)) => self.reconfigure(&pool),
+            None => Vec::new(),
         }
     }
 
@@ -534,7 +593,7 @@ impl NodeCidrs {
             .collect();
         growing.sort();
         for (_, name) in growing {
-            touched.extend(self.extend(&name));
+            self.extend(&name);
             touched.push(name);
         }
         touched
@@ -542,29 +601,22 @@ impl NodeCidrs {
 
     /// Extra CIDRs: what the agent's verdicts on `name` call for (nothing until
     /// its spec shows what it holds, or while it waits for its first CIDRs).
-    /// Returns the other nodes that may need writes (a freed CIDR went to them).
-    fn extend(&mut self, name: &str) -> Vec<String> {
+    /// Nothing is freed here: a released CIDR is free once the node's write
+    /// without it went through ([`NodeCidrs::written`]).
+    fn extend(&mut self, name: &str) {
         let Some(e) = self.nodes.get(name) else {
-            return Vec::new();
+            return;
         };
         if e.ignored || e.error.is_some() || !e.applied || e.held.is_empty() {
-            return Vec::new();
+            return;
         }
         let plan = extra::plan(&e.held, &e.cidr_status, self.extra_max);
-        let released = !plan.release.is_empty();
         self.apply_extra(name, plan);
-        if released {
-            self.finish_drains();
-        }
-        if released {
-            self.assign_waiting()
-        } else {
-            Vec::new()
-        }
     }
 
-    /// Carves what `plan` grows (first, so no CIDR freed here comes straight
-    /// back), then frees what it releases.
+    /// Carves what `plan` grows, then takes what it releases off the node: the
+    /// carver keeps holding those until the node's write without them went
+    /// through, so none goes to another node (or comes straight back) before.
     fn apply_extra(&mut self, name: &str, plan: ExtraPlan) {
         let Self { carver, nodes, .. } = self;
         let Some(e) = nodes.get_mut(name) else {
@@ -611,7 +663,7 @@ impl NodeCidrs {
         }
         e.extra_error = unavailable;
         for cidr in plan.release {
-            tracing::info!(node = %name, cidr = %cidr, "the agent released an extra CIDR: it goes back to the pool");
+            tracing::info!(node = %name, cidr = %cidr, "the agent released an extra CIDR: it goes back to the pool once the node's CiliumNode no longer lists it");
             e.events.push(CidrEvent {
                 warning: false,
                 reason: REASON_EXTRA_RELEASED,
@@ -621,7 +673,7 @@ impl NodeCidrs {
                 ),
             });
             e.held.retain(|c| *c != cidr);
-            carver.release_node(&[cidr]);
+            e.releasing.push(cidr);
         }
         e.at_cap = plan.at_cap;
         if e.held != before {
@@ -1085,6 +1137,129 @@ mod tests {
         // The freed CIDR is another node's now.
         c.observe(node("b", &[]));
         assert_eq!(cidrs_write(&c.pending("b")), Some(nets(&["10.0.1.0/24"])));
+    }
+
+    /// A holds both /24s of the pool, B waits; A's agent releases its extra one.
+    fn released_while_b_waits() -> (NodeCidrs, Pending) {
+        let mut c = cidrs(&["10.0.0.0/23"], &[]);
+        let both = ["10.0.0.0/24", "10.0.1.0/24"];
+        c.observe(node("a", &both));
+        c.list_done(&["a".into()].into());
+        c.observe(node("b", &[]));
+        let p = c.pending("b").unwrap();
+        assert_eq!(p.status_error.as_deref(), Some("allocator full"));
+        c.written("b", &p);
+        c.observe(judged(
+            "a",
+            &both,
+            &[("10.0.0.0/24", InUse), ("10.0.1.0/24", Released)],
+        ));
+        let p = c.pending("a").unwrap();
+        assert_eq!(p.pod_cidrs, Some(nets(&["10.0.0.0/24"])));
+        (c, p)
+    }
+
+    #[test]
+    fn a_released_cidr_is_not_given_to_another_node_before_the_write_without_it_is_confirmed() {
+        let (mut c, p) = released_while_b_waits();
+        // A's write is not confirmed (in flight, failed, to be retried): B's
+        // write must not list the CIDR A's CiliumNode may still list.
+        assert_eq!(
+            cidrs_write(&c.pending("b")),
+            None,
+            "10.0.1.0/24 would be on a and b at once"
+        );
+        assert_eq!(
+            c.pending("a"),
+            Some(p.clone()),
+            "a's write is retried as it was"
+        );
+        // Confirmed: the CIDR is free, and B gets it.
+        c.observe(judged(
+            "a",
+            &["10.0.0.0/24"],
+            &[("10.0.0.0/24", InUse), ("10.0.1.0/24", Released)],
+        ));
+        let touched = c.written("a", &p);
+        assert!(touched.contains(&"b".to_string()), "{touched:?}");
+        assert_eq!(cidrs_write(&c.pending("b")), Some(nets(&["10.0.1.0/24"])));
+        assert_eq!(c.pending("a"), None);
+    }
+
+    #[test]
+    fn a_released_cidr_is_free_once_its_node_is_gone() {
+        let (mut c, _) = released_while_b_waits();
+        let touched = c.remove("a");
+        assert!(touched.contains(&"b".to_string()), "{touched:?}");
+        assert_eq!(cidrs_write(&c.pending("b")), Some(nets(&["10.0.0.0/24"])));
+    }
+
+    #[test]
+    fn a_released_cidr_stays_held_until_a_write_listing_the_rest_went_through() {
+        let (mut c, p) = released_while_b_waits();
+        // The podCIDRs apply went through and its answer was seen, but the
+        // status apply after it failed: no write is confirmed yet. The next
+        // write still carries the list, whatever the node showed meanwhile.
+        c.observe(judged(
+            "a",
+            &["10.0.0.0/24"],
+            &[("10.0.0.0/24", InUse), ("10.0.1.0/24", Released)],
+        ));
+        let again = c.pending("a").unwrap();
+        assert_eq!(again.pod_cidrs, p.pod_cidrs);
+        assert_eq!(cidrs_write(&c.pending("b")), None);
+        // A write that does not carry the list frees nothing.
+        let status_only = Pending {
+            pod_cidrs: None,
+            ..again.clone()
+        };
+        assert!(c.written("a", &status_only).is_empty());
+        assert_eq!(cidrs_write(&c.pending("b")), None);
+        c.written("a", &again);
+        assert_eq!(c.pending("a"), None);
+        assert_eq!(cidrs_write(&c.pending("b")), Some(nets(&["10.0.1.0/24"])));
+    }
+
+    #[test]
+    fn the_podcidrs_write_carries_the_newest_resource_version_seen() {
+        let mut c = cidrs(&["10.0.0.0/22"], &[]);
+        c.list_done(&BTreeSet::new());
+        let seen = |rv: &str| Observed {
+            resource_version: rv.into(),
+            ..node("a", &[])
+        };
+        c.observe(seen("7"));
+        assert_eq!(
+            c.pending("a").map(|p| p.resource_version).as_deref(),
+            Some("7")
+        );
+        // A late event (older) does not take the precondition back.
+        c.observe(seen("9"));
+        c.observe(seen("8"));
+        assert_eq!(
+            c.pending("a").map(|p| p.resource_version).as_deref(),
+            Some("9")
+        );
+    }
+
+    #[test]
+    fn verdicts_said_before_the_list_are_acted_on_at_its_end() {
+        let mut c = cidrs(&["10.0.0.0/22"], &[]);
+        let both = ["10.0.0.0/24", "10.0.1.0/24"];
+        c.observe(judged(
+            "a",
+            &both,
+            &[("10.0.0.0/24", InUse), ("10.0.1.0/24", Released)],
+        ));
+        c.observe(judged("b", &["10.0.2.0/24"], &[("10.0.2.0/24", Depleted)]));
+        let touched = c.list_done(&["a".into(), "b".into()].into());
+        assert_eq!(touched, ["a", "b"]);
+        assert_eq!(cidrs_write(&c.pending("a")), Some(nets(&both[..1])));
+        // The released CIDR is still a's until that write went through.
+        assert_eq!(
+            cidrs_write(&c.pending("b")),
+            Some(nets(&["10.0.2.0/24", "10.0.3.0/24"]))
+        );
     }
 
     #[test]

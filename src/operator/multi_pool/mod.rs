@@ -101,7 +101,9 @@ impl NodeHandler for PoolBlocks {
         PoolBlocks::plan(self, name)
     }
 
-    fn written(&mut self, _name: &str, _write: &NodeWrite) {}
+    fn written(&mut self, _name: &str, _write: &NodeWrite) -> Vec<String> {
+        Vec::new()
+    }
 
     fn refused(&mut self, name: &str, why: Refusal) -> AfterRefusal {
         match why {
