@@ -1,14 +1,18 @@
 //! Sticky addresses on the wire, as the agent and the operator both read them:
 //! an address that belongs to a pod's identity (`<namespace>/<name>`, a
 //! StatefulSet's `web-0`) and follows it from node to node.
-//! - A pod opts in with [`POD_STICKY_POOL`] (set in its template) naming a
-//!   sticky pool: a CiliumPodIPPool annotated [`STICKY_POOL`]` = "true"` whose
-//!   blocks are single addresses.
+//! - A StatefulSet's pod (its name `<statefulset>-<ordinal>`,
+//!   [`statefulset_ordinal`]) opts in with [`POD_STICKY_POOL`] (set in its
+//!   template) naming a sticky pool: a CiliumPodIPPool annotated
+//!   [`STICKY_POOL`]` = "true"` whose blocks are single addresses.
 //! - A node's agent asks in its CiliumNode annotation [`STICKY_REQUESTS`]
 //!   (`{"<namespace>/<name>": "<pool>"}`, [`requests_annotation`]).
 //! - The operator records the owner in the pool's [`STICKY_OWNERS`], puts the
 //!   address's block in the node's `spec.ipam.pools.allocated` and answers in
 //!   the node's [`STICKY_STATUS`] ([`Answer`], read back with [`parse_status`]).
+//! - The record is released by the StatefulSet's PVC retention policy; the
+//!   StatefulSets released on delete are noted in the pool's
+//!   [`STICKY_RELEASE_ON_DELETE`].
 //!
 //! The operator's rules are `operator::multi_pool::sticky`; the agent's are
 //! `daemon::state::sticky`.
