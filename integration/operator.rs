@@ -702,7 +702,8 @@ fn the_operator_deployment_matches_what_the_binary_accepts() {
     assert_eq!(config.identity, "$(POD_NAME)", "Kubernetes expands it");
     // Least privilege: the Lease by name, CiliumNodes without create or delete,
     // CiliumPodIPPools created (auto-created pools) and patched (a sticky
-    // pool's record) but never replaced or deleted, Pods listed only.
+    // pool's record) but never replaced or deleted, Pods listed only,
+    // StatefulSets listed and watched only.
     let role = kind("Role");
     let rules = role["rules"].as_array().expect("rules");
     assert!(rules.iter().any(|r| r["resourceNames"][0] == LEASE));
@@ -728,6 +729,10 @@ fn the_operator_deployment_matches_what_the_binary_accepts() {
         );
         if rule["resources"][0] == "pods" {
             assert_eq!(verbs, ["list"], "{rule}");
+        }
+        if rule["resources"][0] == "statefulsets" {
+            // Sticky records live by their StatefulSet's policy: read only.
+            assert_eq!(verbs, ["list", "watch"], "{rule}");
         }
     }
 }

@@ -6,7 +6,9 @@
 //! address once the first gives the block back (a sampler never sees the block on
 //! both nodes); two nodes asking for a new identity at once: exactly one is
 //! assigned; a malformed request is refused naming it while the others are served;
-//! a node asking for the sticky pool in `spec.ipam.pools.requested` gets no block.
+//! a node asking for the sticky pool in `spec.ipam.pools.requested` gets no block;
+//! a record is released by its StatefulSet's PVC retention policy (scaled down,
+//! deleted) once no node holds or asks for it.
 //! The CiliumNodes are written by the test as the agents would; the last test
 //! runs two real agents instead.
 
@@ -75,17 +77,47 @@ fn all_blocks(cp: &ControlPlane) -> BTreeMap<String, Vec<String>> {
 
 /// The pool's record.
 fn owners(cp: &ControlPlane) -> BTreeMap<String, String> {
+    pool_annotation(cp, "sticky-owners")
+}
+
+/// The pool's annotation `ipam.podnet.io/<key>`, a JSON object of strings.
+fn pool_annotation(cp: &ControlPlane, key: &str) -> BTreeMap<String, String> {
+    let path = format!("jsonpath={{.metadata.annotations.ipam\\.podnet\\.io/{key}}}");
     let raw = cp
-        .kubectl(&[
-            "get",
-            "ciliumpodippool",
-            "web",
-            "-o",
-            "jsonpath={.metadata.annotations.ipam\\.podnet\\.io/sticky-owners}",
-        ])
+        .kubectl(&["get", "ciliumpodippool", "web", "-o", &path])
         .stdout;
     serde_json::from_str(&raw).unwrap_or_default()
 }
+
+/// `node` gives its first pool entry, `block` alone, back (as its agent does).
+fn give_back(cp: &ControlPlane, node: &str, block: &str) {
+    cp.kubectl(&[
+        "patch",
+        "ciliumnode",
+        node,
+        "--type=json",
+        "-p",
+        &format!(
+            r#"[{{"op":"test","path":"/spec/ipam/pools/allocated/0/cidrs","value":["{block}"]}},{{"op":"remove","path":"/spec/ipam/pools/allocated/0"}}]"#
+        ),
+    ])
+    .expect_ok("give the block back");
+}
+
+/// The StatefulSet `web` of the identities: 1 replica, its PVCs (and so its
+/// sticky records) deleted on scale-down and on delete.
+const STATEFULSET: &str = "apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 1
+  serviceName: web
+  selector: {matchLabels: {app: web}}
+  persistentVolumeClaimRetentionPolicy: {whenScaled: Delete, whenDeleted: Delete}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: c, image: busybox}]}
+";
 
 fn ask(cp: &ControlPlane, node: &str, requests: &str) {
     let body = serde_json::json!({"metadata": {"annotations": {
@@ -274,6 +306,39 @@ fn a_sticky_address_is_recorded_moves_between_nodes_and_is_never_on_two() {
         || operator_error(&cp, "sc").contains("pool is sticky"),
     );
     assert_eq!(all_blocks(&cp)["sc"].len(), usize::from(winner.0 == "sc"));
+
+    // The records live as the StatefulSet's PVCs: whenDeleted is noted while it
+    // exists; web-1 (ordinal 1 of 1 replica, whenScaled: Delete) is released
+    // once no node holds or asks for it; web-0 once the StatefulSet is deleted
+    // and its block is given back.
+    cp.apply(STATEFULSET);
+    wait_for(
+        "web noted release-on-delete",
+        Duration::from_secs(20),
+        || pool_annotation(&cp, "sticky-release-on-delete").contains_key("default/web"),
+    );
+    assert!(
+        owners(&cp).contains_key("default/web-1"),
+        "still on {}",
+        winner.0
+    );
+    for node in ["sa", "sc"] {
+        ask(&cp, node, "{}");
+    }
+    give_back(&cp, winner.0, "10.77.0.1/32");
+    wait_for("web-1 released", Duration::from_secs(20), || {
+        !owners(&cp).contains_key("default/web-1")
+    });
+    cp.kubectl(&["delete", "statefulset", "web"])
+        .expect_ok("delete the StatefulSet");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(owners(&cp).contains_key("default/web-0"), "still on sb");
+    ask(&cp, "sb", "{}");
+    give_back(&cp, "sb", &block);
+    wait_for("web-0 released", Duration::from_secs(20), || {
+        owners(&cp).is_empty()
+    });
+    assert!(pool_annotation(&cp, "sticky-release-on-delete").is_empty());
     let log = op.log();
     assert!(!log.contains(" WARN ") && !log.contains(" ERROR "), "{log}");
     op.stop();
@@ -284,7 +349,8 @@ fn a_sticky_address_is_recorded_moves_between_nodes_and_is_never_on_two() {
 /// recreated on st-2 while st-1 still holds the address, its ADD waits (the
 /// answer `moving`) until st-1's DEL gives the block back, then gets the same
 /// address, reached from st-1. A pod selecting the sticky pool by
-/// `ipam.cilium.io/ip-pool` is refused with code 107.
+/// `ipam.cilium.io/ip-pool`, and a pod that is not a StatefulSet's naming it,
+/// are refused with code 107.
 #[test]
 fn agents_move_a_sticky_address_with_its_pod_and_routes_follow() {
     const TEST: &str = "agents_sticky_address";
@@ -305,7 +371,15 @@ fn agents_move_a_sticky_address_with_its_pod_and_routes_follow() {
     let (pinger1, _) = pool_pod(&cp, &n1, "st-1", "pinger-1", "default");
 
     let sticky = "ipam.podnet.io/sticky-pool: web";
-    create_pod(&cp, "default", "web-0", "st-1", sticky);
+    let web0 = |node: &str| {
+        cp.apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web-0\n  namespace: default\n  \
+             annotations: {{{sticky}}}\n  ownerReferences: [{{apiVersion: apps/v1, kind: StatefulSet, \
+             name: web, uid: 5ca1ab1e-0000-4000-8000-000000000001, controller: true}}]\n\
+             spec:\n  nodeName: {node}\n  containers: [{{name: c, image: busybox}}]\n"
+        ))
+    };
+    web0("st-1");
     let on_n1 = n1.sandbox();
     let r = add_as(&n1, &on_n1, "default", "web-0");
     assert!(r.ok, "web-0 on st-1: {}", r.stdout);
@@ -328,11 +402,21 @@ fn agents_move_a_sticky_address_with_its_pod_and_routes_follow() {
     let r = add_as(&n1, &n1.sandbox(), "default", "intruder");
     assert_eq!(r.code(), 107, "{}", r.stdout);
     assert!(r.msg().contains("pool web is sticky"), "{}", r.msg());
+    // So is a pod that is not a StatefulSet's.
+    create_pod(&cp, "default", "rover", "st-1", sticky);
+    let r = add_as(&n1, &n1.sandbox(), "default", "rover");
+    assert_eq!(r.code(), 107, "{}", r.stdout);
+    assert!(
+        r.msg()
+            .contains("only a StatefulSet's pods have sticky addresses"),
+        "{}",
+        r.msg()
+    );
 
     // web-0 rescheduled to st-2 while st-1 still holds its address.
     cp.kubectl(&["delete", "pod", "web-0", "--grace-period=0", "--force"])
         .expect_ok("delete web-0");
-    create_pod(&cp, "default", "web-0", "st-2", sticky);
+    web0("st-2");
     let on_n2 = n2.sandbox();
     let (r, del_to_add, del_to_reachable) = std::thread::scope(|s| {
         let add = s.spawn(|| add_as(&n2, &on_n2, "default", "web-0"));

@@ -37,13 +37,38 @@ pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
 /// The label the API server puts on every namespace (added when an object lacks it).
 pub const LABEL_NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
 
-/// What pool selection needs to know about a pod.
+/// What pool selection (and sticky addresses) need to know about a pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodMeta {
     pub namespace: String,
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+    /// The owner reference with `controller: true`, if any.
+    pub controller: Option<PodController>,
+}
+
+/// A pod's controlling owner (`metadata.ownerReferences[]` with `controller: true`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodController {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+}
+
+impl PodController {
+    /// The controller of `refs` as (apiVersion, kind, name, controller) tuples.
+    pub fn of<'a>(
+        refs: impl IntoIterator<Item = (&'a str, &'a str, &'a str, Option<bool>)>,
+    ) -> Option<PodController> {
+        refs.into_iter()
+            .find(|(.., controller)| *controller == Some(true))
+            .map(|(api_version, kind, name, _)| PodController {
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+                name: name.to_string(),
+            })
+    }
 }
 
 /// What pool selection needs to know about a namespace.
@@ -77,6 +102,14 @@ impl TryFrom<&Pod> for PodMeta {
             name: meta.name.clone(),
             labels: meta.labels.clone(),
             annotations: meta.annotations.clone(),
+            controller: PodController::of(meta.owner_references.iter().map(|r| {
+                (
+                    r.api_version.as_str(),
+                    r.kind.as_str(),
+                    r.name.as_str(),
+                    r.controller,
+                )
+            })),
         })
     }
 }
@@ -418,6 +451,7 @@ mod tests {
             name: name.into(),
             labels: map(labels),
             annotations: map(ann),
+            controller: None,
         }
     }
 
@@ -1042,6 +1076,21 @@ mod tests {
                 &[(ANNOTATION_IP_POOL, "blue")]
             )
         );
+        let owned: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-0", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "1"},
+                {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "2", "controller": true}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            PodMeta::try_from(&owned).unwrap().controller,
+            Some(PodController {
+                api_version: "apps/v1".into(),
+                kind: "StatefulSet".into(),
+                name: "web".into()
+            })
+        );
+        assert_eq!(meta.controller, None);
         let mut unnamed = obj.clone();
         unnamed.metadata.name.clear();
         assert_eq!(

@@ -1,14 +1,18 @@
 //! Sticky addresses on the wire, as the agent and the operator both read them:
 //! an address that belongs to a pod's identity (`<namespace>/<name>`, a
 //! StatefulSet's `web-0`) and follows it from node to node.
-//! - A pod opts in with [`POD_STICKY_POOL`] (set in its template) naming a
-//!   sticky pool: a CiliumPodIPPool annotated [`STICKY_POOL`]` = "true"` whose
-//!   blocks are single addresses.
+//! - A StatefulSet's pod (its name `<statefulset>-<ordinal>`,
+//!   [`statefulset_ordinal`]) opts in with [`POD_STICKY_POOL`] (set in its
+//!   template) naming a sticky pool: a CiliumPodIPPool annotated
+//!   [`STICKY_POOL`]` = "true"` whose blocks are single addresses.
 //! - A node's agent asks in its CiliumNode annotation [`STICKY_REQUESTS`]
 //!   (`{"<namespace>/<name>": "<pool>"}`, [`requests_annotation`]).
 //! - The operator records the owner in the pool's [`STICKY_OWNERS`], puts the
 //!   address's block in the node's `spec.ipam.pools.allocated` and answers in
 //!   the node's [`STICKY_STATUS`] ([`Answer`], read back with [`parse_status`]).
+//! - The record is released by the StatefulSet's PVC retention policy; the
+//!   StatefulSets released on delete are noted in the pool's
+//!   [`STICKY_RELEASE_ON_DELETE`].
 //!
 //! The operator's rules are `operator::multi_pool::sticky`; the agent's are
 //! `daemon::state::sticky`.
@@ -24,10 +28,25 @@ pub use super::pooldef::ANNOTATION_STICKY as STICKY_POOL;
 pub const POD_STICKY_POOL: &str = "ipam.podnet.io/sticky-pool";
 /// The CiliumPodIPPool annotation recording `{"<namespace>/<name>": "<address>"}`.
 pub const STICKY_OWNERS: &str = "ipam.podnet.io/sticky-owners";
+/// The CiliumPodIPPool annotation recording the StatefulSets (`{"<namespace>/<name>":
+/// "<uid>"}`) whose `persistentVolumeClaimRetentionPolicy.whenDeleted` is
+/// `Delete` and that have identities in the pool's [`STICKY_OWNERS`]: once such a
+/// StatefulSet is gone, its identities are released (the operator cannot read
+/// the policy of a StatefulSet that no longer exists, so it notes it before).
+pub const STICKY_RELEASE_ON_DELETE: &str = "ipam.podnet.io/sticky-release-on-delete";
 /// The CiliumNode annotation a node's agent asks with: `{"<namespace>/<name>": "<pool>"}`.
 pub const STICKY_REQUESTS: &str = "ipam.podnet.io/sticky-requests";
 /// The CiliumNode annotation the operator answers in (see [`Answer`]).
 pub const STICKY_STATUS: &str = "ipam.podnet.io/sticky-status";
+
+/// The StatefulSet name and ordinal of a pod name `<statefulset>-<ordinal>` (the
+/// ordinal in decimal without leading zeros, as the StatefulSet controller
+/// names its pods); None for any other name.
+pub fn statefulset_ordinal(pod_name: &str) -> Option<(&str, u32)> {
+    let (set, ordinal) = pod_name.rsplit_once('-')?;
+    let n: u32 = ordinal.parse().ok()?;
+    (!set.is_empty() && n.to_string() == ordinal).then_some((set, n))
+}
 
 /// The state of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,6 +141,23 @@ mod tests {
         );
         let e = parse_status(&annotated(r#"{"a/b": {"pool": "p", "state": "lost"}}"#)).unwrap_err();
         assert!(e.contains("unknown variant"), "{e}");
+    }
+
+    #[test]
+    fn only_a_statefulset_pod_name_has_an_ordinal() {
+        assert_eq!(statefulset_ordinal("web-0"), Some(("web", 0)));
+        assert_eq!(statefulset_ordinal("my-db-12"), Some(("my-db", 12)));
+        for name in [
+            "web",
+            "web-",
+            "-3",
+            "web-01",
+            "web-+1",
+            "web-x7k2p",
+            "web-99999999999",
+        ] {
+            assert_eq!(statefulset_ordinal(name), None, "{name}");
+        }
     }
 
     #[test]

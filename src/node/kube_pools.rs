@@ -29,7 +29,9 @@ use tokio::runtime::Handle;
 use super::{BackendHealth, NodeError, NodeEvent};
 use crate::ipam::node_config::{NodeConfigDef, node_default_pool};
 use crate::ipam::pooldef::PoolDef;
-use crate::ipam::selection::{LABEL_NAMESPACE_NAME, MetadataSource, NamespaceMeta, PodMeta};
+use crate::ipam::selection::{
+    LABEL_NAMESPACE_NAME, MetadataSource, NamespaceMeta, PodController, PodMeta,
+};
 use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve, resolve_waiting};
 use crate::k8s::objects::list_valid;
 use crate::k8s::pool_watch::{PoolWatch, Resolver, Watched, list_pools};
@@ -211,6 +213,16 @@ impl MetadataSource for KubeMetadata {
             name: name.to_string(),
             labels: pod.metadata.labels.clone().unwrap_or_default(),
             annotations: pod.metadata.annotations.clone().unwrap_or_default(),
+            controller: PodController::of(pod.metadata.owner_references.iter().flatten().map(
+                |r| {
+                    (
+                        r.api_version.as_str(),
+                        r.kind.as_str(),
+                        r.name.as_str(),
+                        r.controller,
+                    )
+                },
+            )),
         })
     }
 

@@ -1,6 +1,7 @@
 //! When a failed API write is tried again: the operator's one backoff rule (half a
 //! second, doubling up to 30 s, reset by a success, [`next_backoff`]), per node
-//! for the CiliumNode writes ([`WriteRetries`]), and for a whole pass of LB IPAM or
+//! for the CiliumNode writes and per pool for the sticky-address records
+//! ([`WriteRetries`]), and for a whole pass of LB IPAM or
 //! Node IPAM writes ([`Retry`]).
 
 use std::collections::BTreeMap;
@@ -19,7 +20,8 @@ pub fn next_backoff(previous: Option<Duration>) -> Duration {
         .unwrap_or(RETRY_FIRST)
 }
 
-/// The nodes whose write failed, with when to try again and the current backoff.
+/// The objects (nodes, pools) whose write failed, with when to try again and
+/// the current backoff.
 #[derive(Debug, Default)]
 pub struct WriteRetries {
     due: BTreeMap<String, (Instant, Duration)>,
@@ -38,6 +40,16 @@ impl WriteRetries {
             .filter(|(_, (at, _))| *at <= now)
             .map(|(n, _)| n.clone())
             .collect()
+    }
+
+    /// Whether `name` waits for its retry at `now` (failed, not due yet).
+    pub fn waits(&self, name: &str, now: Instant) -> bool {
+        self.due.get(name).is_some_and(|(at, _)| *at > now)
+    }
+
+    /// Forgets the names `keep` says are gone.
+    pub fn keep(&mut self, keep: impl Fn(&str) -> bool) {
+        self.due.retain(|name, _| keep(name));
     }
 
     /// The node's write succeeded (or it is gone).

@@ -65,7 +65,7 @@ pub fn hint_for(reason: &str) -> &'static str {
             "the pod's sticky address (ipam.podnet.io/sticky-pool) is not on this node yet: the agent asked the operator in the CiliumNode annotation ipam.podnet.io/sticky-requests and the answer (ipam.podnet.io/sticky-status) is pending, or names the node that still holds the address until its pod is gone there; the runtime retries the pod by itself. If it lasts, check that podnet operator runs (multi-pool) and the old node's agent (kubectl get ciliumnode <node> -o yaml)"
         }
         "sticky-refused" => {
-            "the pod's sticky address cannot be served (the message says why): the annotation ipam.podnet.io/sticky-pool must name a CiliumPodIPPool annotated ipam.podnet.io/sticky: \"true\" with one family and maskSize 32 (IPv4) or 128 (IPv6), in multi-pool with podnet operator; a full pool needs another CIDR, and an admin frees an identity's address by removing it from the pool's ipam.podnet.io/sticky-owners"
+            "the pod's sticky address cannot be served (the message says why): the annotation ipam.podnet.io/sticky-pool must name a CiliumPodIPPool annotated ipam.podnet.io/sticky: \"true\" with one family and maskSize 32 (IPv4) or 128 (IPv6), in multi-pool with podnet operator, on a StatefulSet's pod (its controller an apps StatefulSet, its name <statefulset>-<ordinal>); a full pool needs another CIDR: identities are released by their StatefulSet's persistentVolumeClaimRetentionPolicy (whenScaled/whenDeleted: Delete), and an admin frees a retained one by removing it from the pool's ipam.podnet.io/sticky-owners"
         }
         "invalid-config" => {
             "fix the CNI network config or the runtime's CNI variables named in the message"

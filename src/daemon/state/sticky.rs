@@ -16,6 +16,12 @@
 //! - A sticky address skips the release cooldown (`ledger`): only its identity
 //!   can have it again. Its block, no longer in use nor asked for, is given back
 //!   at once (`pools::sync_demand`), so the identity's next node gets it.
+//! - Only a StatefulSet's pod (its controlling owner reference an `apps`
+//!   StatefulSet, its name `<statefulset>-<ordinal>`) may name a sticky pool:
+//!   any other is refused ([`FailureReason::StickyRefused`], CNI 107, an Event
+//!   on the Pod naming the annotation), as its name would hold an address for
+//!   ever (the operator releases records by the StatefulSet's PVC retention
+//!   policy, `operator::multi_pool::sticky_lifecycle`).
 //! - A pod that does not name a sticky pool never gets a sticky pool's address.
 //!
 //! Invariant: an address of a sticky pool is taken only for the identity the
@@ -30,7 +36,10 @@ use super::{AllocateRequest, ApiError, ErrorKind, IpamState};
 use crate::api::models::FailureReason;
 use crate::ipam::Family;
 use crate::ipam::address_request::ANNOTATION_IP_ADDRESSES;
-use crate::ipam::sticky::{POD_STICKY_POOL, STICKY_REQUESTS, STICKY_STATUS, State, parse_status};
+use crate::ipam::selection::PodMeta;
+use crate::ipam::sticky::{
+    POD_STICKY_POOL, STICKY_REQUESTS, STICKY_STATUS, State, parse_status, statefulset_ordinal,
+};
 use crate::store::now_ms;
 
 /// The sticky pool a pod names, and the pool's one family.
@@ -40,10 +49,38 @@ pub(super) struct StickyPool {
     pub(super) family: Family,
 }
 
+/// Whether `pod` is a StatefulSet's: its controller is an `apps` StatefulSet
+/// and its name that StatefulSet's name and an ordinal; or why not.
+fn statefulset_pod(pod: &PodMeta) -> Result<(), String> {
+    let remove = "remove the annotation from the pod (template)";
+    let Some(controller) = &pod.controller else {
+        return Err(format!(
+            "only a StatefulSet's pods have sticky addresses, and this pod has no controller \
+             (no ownerReferences entry with controller: true); {remove}"
+        ));
+    };
+    let is_statefulset =
+        controller.kind == "StatefulSet" && controller.api_version.starts_with("apps/");
+    if !is_statefulset {
+        return Err(format!(
+            "only a StatefulSet's pods have sticky addresses, and this pod's controller is {} {} \
+             ({}): an address for every pod name would be held forever; {remove}",
+            controller.kind, controller.name, controller.api_version
+        ));
+    }
+    match statefulset_ordinal(&pod.name) {
+        Some((set, _)) if set == controller.name => Ok(()),
+        _ => Err(format!(
+            "the pod's name is not <statefulset>-<ordinal> of its StatefulSet {}",
+            controller.name
+        )),
+    }
+}
+
 impl IpamState {
     /// The sticky pool `owner`'s annotation names: None for a pod without it (or
-    /// no metadata of the pod); refused when this node cannot serve it or the
-    /// pool is not a sticky pool, naming the field.
+    /// no metadata of the pod); refused when this node cannot serve it, the pod
+    /// is not a StatefulSet's or the pool is not a sticky pool, naming the field.
     pub(super) fn sticky_pool_of(&self, owner: &str) -> Result<Option<StickyPool>, ApiError> {
         let Some(meta) = self.metadata.as_deref() else {
             return Ok(None);
@@ -106,6 +143,9 @@ impl IpamState {
                 family.label(),
                 family.label().to_lowercase()
             )));
+        }
+        if let Err(why) = statefulset_pod(&pod) {
+            return Err(refused(why));
         }
         Ok(Some(StickyPool {
             name: pool.clone(),

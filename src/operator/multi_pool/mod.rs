@@ -26,6 +26,7 @@
 pub mod auto_create;
 pub mod blocks;
 pub mod sticky;
+pub mod sticky_lifecycle;
 mod sticky_loop;
 
 pub use blocks::PoolBlocks;

@@ -9,13 +9,22 @@
 //! address's /32 (/128) block in the requesting node's
 //! `spec.ipam.pools.allocated` and answers in the node's [`STICKY_STATUS`].
 //!
-//! [`decide`] takes every sticky pool and every node as read (one consistent
-//! list) and says which records to write (first) and which blocks to add to
-//! which node (after). A block listed by a node other than the requester is
+//! [`decide`] takes every sticky pool, every node and every StatefulSet as read
+//! (one consistent list) and says which records to write (first) and which
+//! blocks to add to which node (after). A block listed by a node other than the requester is
 //! `moving`: it goes to the requester only once no node lists it (its old
 //! node's agent gave it back); of nodes asking for one identity at once, one
 //! is assigned (the one that lists it, else the first by name), the others
 //! are told `moving` naming it.
+//!
+//! A record is released (removed from [`STICKY_OWNERS`], its address free again)
+//! by its StatefulSet's PVC retention policy ([`sticky_lifecycle`](super::sticky_lifecycle)),
+//! and only once no node lists its block nor asks for it. Without the
+//! StatefulSets (their list failed) nothing is released.
+//!
+//! Each pool's record is written on its own: a pool whose write failed is
+//! `held_back` in the next decisions (its recorded identities are served, new
+//! ones wait unanswered, nothing of it is released) while the other pools go on.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -25,8 +34,10 @@ use ipnet::IpNet;
 use crate::ipam::pooldef::{PoolDef, PoolFamilySpec};
 use crate::resources::AllocatedPool;
 
+use super::sticky_lifecycle::{self, Release, StatefulSets};
 pub use crate::ipam::sticky::{
-    Answer, STICKY_OWNERS, STICKY_POOL, STICKY_REQUESTS, STICKY_STATUS, State,
+    Answer, STICKY_OWNERS, STICKY_POOL, STICKY_RELEASE_ON_DELETE, STICKY_REQUESTS, STICKY_STATUS,
+    State,
 };
 
 /// What the operator reads of one CiliumPodIPPool.
@@ -39,6 +50,11 @@ pub struct PoolView {
     pub def: Result<PoolDef, String>,
     /// The annotation [`STICKY_OWNERS`] (empty when absent).
     pub owners: Result<BTreeMap<String, IpAddr>, String>,
+    /// The annotation [`STICKY_RELEASE_ON_DELETE`] (empty when absent).
+    pub release_on_delete: Result<BTreeMap<String, String>, String>,
+    /// Its record cannot be written now (the last write failed; retried after
+    /// a backoff): only recorded identities are served.
+    pub held_back: bool,
 }
 
 impl PoolView {
@@ -58,11 +74,22 @@ impl PoolView {
                 )
             }),
         };
+        let release_on_delete = match annotations.get(STICKY_RELEASE_ON_DELETE) {
+            None => Ok(BTreeMap::new()),
+            Some(raw) => serde_json::from_str(raw).map_err(|e| {
+                format!(
+                    "annotation {STICKY_RELEASE_ON_DELETE} of CiliumPodIPPool {name:?} is not a \
+                     JSON object of \"<namespace>/<statefulset>\": \"<uid>\": {e}"
+                )
+            }),
+        };
         PoolView {
             name: name.to_string(),
             sticky: annotations.get(STICKY_POOL).map(String::as_str) == Some("true"),
             def,
             owners,
+            release_on_delete,
+            held_back: false,
         }
     }
 }
@@ -129,12 +156,23 @@ fn parse_requests(raw: &str) -> (BTreeMap<String, String>, Vec<Malformed>) {
     (requests, malformed)
 }
 
+/// A pool's record as [`decide`] writes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolRecord {
+    /// The whole new [`STICKY_OWNERS`].
+    pub owners: BTreeMap<String, IpAddr>,
+    /// The whole new [`STICKY_RELEASE_ON_DELETE`]; None: left as it is.
+    pub release_on_delete: Option<BTreeMap<String, String>>,
+}
+
 /// What [`decide`] says to do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
-    /// Pool -> its whole new [`STICKY_OWNERS`] record (only pools whose record
-    /// changed). Written before any block of `assign`.
-    pub records: BTreeMap<String, BTreeMap<String, IpAddr>>,
+    /// Pool -> its new record (only pools whose record changed). Written before
+    /// any block of `assign`.
+    pub records: BTreeMap<String, PoolRecord>,
+    /// Pool -> the identities its record releases, and why.
+    pub released: BTreeMap<String, BTreeMap<String, Release>>,
     /// Node -> its whole new `spec.ipam.pools.allocated` (only nodes that get
     /// a block).
     pub assign: BTreeMap<String, Vec<AllocatedPool>>,
@@ -142,6 +180,9 @@ pub struct Plan {
     pub status: BTreeMap<String, BTreeMap<String, Answer>>,
     /// Whether a request waits for another node to give a block back.
     pub moving: bool,
+    /// Whether a record due for release waits for a node to give its block
+    /// back (or to stop asking for it).
+    pub releasing: bool,
 }
 
 /// The family spec of a sticky pool, or why the pool cannot serve sticky
@@ -270,14 +311,15 @@ fn wanted(nodes: &[&NodeView], plan: &mut Plan) -> BTreeMap<(String, String), Ve
 
 /// The address of `identity` in `pool_name`: its record, else the pool's lowest
 /// free address, recorded in `records` (the pool's record as this pass writes
-/// it); or why the request is refused.
+/// it); None when the pool is held back and has no record of it (no answer
+/// now); or why the request is refused.
 fn identity_address(
     pools: &BTreeMap<&str, &PoolView>,
     records: &mut BTreeMap<String, BTreeMap<String, IpAddr>>,
     holders: &Holders,
     pool_name: &str,
     identity: &str,
-) -> Result<IpAddr, String> {
+) -> Result<Option<IpAddr>, String> {
     let view = pools.get(pool_name).ok_or_else(|| {
         format!("pool {pool_name:?} of {STICKY_REQUESTS}[{identity:?}] does not exist")
     })?;
@@ -291,12 +333,15 @@ fn identity_address(
     };
     if let Some(a) = owners.get(identity) {
         if in_pool(family, *a) {
-            return Ok(*a);
+            return Ok(Some(*a));
         }
         return Err(format!(
             "{identity} owns {a} in annotation {STICKY_OWNERS} of pool {pool_name:?}, \
              outside the pool's CIDRs"
         ));
+    }
+    if view.held_back {
+        return Ok(None);
     }
     let mut taken: BTreeSet<IpAddr> = owners.values().copied().collect();
     taken.extend(
@@ -312,7 +357,7 @@ fn identity_address(
         )
     })?;
     owners.insert(identity.to_string(), a);
-    Ok(a)
+    Ok(Some(a))
 }
 
 /// The answer to `node` for `identity`'s `address`, which `holder` lists.
@@ -345,19 +390,102 @@ fn answer_all(plan: &mut Plan, askers: &[String], identity: &str, answer: impl F
     }
 }
 
-/// Decides every node's sticky requests given every pool and every node as
-/// read at one moment. See the module docs.
-pub fn decide(pools: &[PoolView], nodes: &[NodeView]) -> Plan {
+/// Releases the records due for release (see the module docs) whose block no
+/// node lists and no node asks for, in `records`; the others wait.
+fn release(
+    pools: &BTreeMap<&str, &PoolView>,
+    sets: &StatefulSets,
+    holders: &Holders,
+    wanted: &BTreeMap<(String, String), Vec<String>>,
+    records: &mut BTreeMap<String, BTreeMap<String, IpAddr>>,
+    plan: &mut Plan,
+) {
+    let no_notes = BTreeMap::new();
+    for (name, view) in pools {
+        let Ok(owners) = view.owners.as_ref() else {
+            continue;
+        };
+        if !view.sticky || view.held_back {
+            continue;
+        }
+        let notes = view.release_on_delete.as_ref().unwrap_or(&no_notes);
+        for (identity, address) in owners {
+            let Some(why) = sticky_lifecycle::due(identity, sets, notes) else {
+                continue;
+            };
+            let held = holders.contains_key(&(name.to_string(), *address));
+            if held || wanted.contains_key(&(name.to_string(), identity.clone())) {
+                plan.releasing = true;
+                continue;
+            }
+            records
+                .entry(name.to_string())
+                .or_insert_with(|| owners.clone())
+                .remove(identity);
+            plan.released
+                .entry(name.to_string())
+                .or_default()
+                .insert(identity.clone(), why);
+        }
+    }
+}
+
+/// The records that changed: each sticky pool's owners (as `records` has them,
+/// else as read) and, with the StatefulSets known, its notes of StatefulSets
+/// released on delete. A held-back pool's record is never written.
+fn changed_records(
+    pools: &BTreeMap<&str, &PoolView>,
+    sets: Option<&StatefulSets>,
+    mut records: BTreeMap<String, BTreeMap<String, IpAddr>>,
+) -> BTreeMap<String, PoolRecord> {
+    let mut changed = BTreeMap::new();
+    for (name, view) in pools {
+        let Ok(before) = view.owners.as_ref() else {
+            continue;
+        };
+        if !view.sticky || view.held_back {
+            continue;
+        }
+        let owners = records.remove(*name).unwrap_or_else(|| before.clone());
+        let notes = match (sets, &view.release_on_delete) {
+            (Some(sets), Ok(old)) => {
+                Some(sticky_lifecycle::notes(owners.keys(), sets, old)).filter(|n| n != old)
+            }
+            _ => None,
+        };
+        if owners != *before || notes.is_some() {
+            changed.insert(
+                name.to_string(),
+                PoolRecord {
+                    owners,
+                    release_on_delete: notes,
+                },
+            );
+        }
+    }
+    changed
+}
+
+/// Decides every node's sticky requests given every pool, every node and every
+/// StatefulSet (None: not known, nothing is released) as read at one moment.
+/// See the module docs.
+pub fn decide(pools: &[PoolView], nodes: &[NodeView], sets: Option<&StatefulSets>) -> Plan {
     let pools: BTreeMap<&str, &PoolView> = pools.iter().map(|p| (p.name.as_str(), p)).collect();
     let mut plan = Plan::default();
     let mut holders = holders(nodes);
     let mut records: BTreeMap<String, BTreeMap<String, IpAddr>> = BTreeMap::new();
     let mut nodes: Vec<&NodeView> = nodes.iter().collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    for ((pool_name, identity), askers) in wanted(&nodes, &mut plan) {
+    let wanted = wanted(&nodes, &mut plan);
+    if let Some(sets) = sets {
+        release(&pools, sets, &holders, &wanted, &mut records, &mut plan);
+    }
+    for ((pool_name, identity), askers) in wanted {
         let address = match identity_address(&pools, &mut records, &holders, &pool_name, &identity)
         {
-            Ok(a) => a,
+            Ok(Some(a)) => a,
+            // Held back: no answer until the pool's record can be written.
+            Ok(None) => continue,
             Err(why) => {
                 answer_all(&mut plan, &askers, &identity, |_| {
                     Answer::refused(&pool_name, why.clone())
@@ -388,14 +516,7 @@ pub fn decide(pools: &[PoolView], nodes: &[NodeView]) -> Plan {
             plan.moving = true;
         }
     }
-    for (pool, record) in records {
-        let before = pools
-            .get(pool.as_str())
-            .and_then(|p| p.owners.as_ref().ok());
-        if before != Some(&record) {
-            plan.records.insert(pool, record);
-        }
-    }
+    plan.records = changed_records(&pools, sets, records);
     plan
 }
 
@@ -415,6 +536,7 @@ fn add_block(allocated: &mut Vec<AllocatedPool>, pool: &str, cidr: IpNet) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::sticky_lifecycle::{Retention, StatefulSetView};
     use super::*;
 
     fn family(cidr: &str, mask: u8) -> PoolFamilySpec {
@@ -480,21 +602,26 @@ mod tests {
         a.parse().unwrap()
     }
 
+    /// The plan without StatefulSets (nothing released).
+    fn plan_of(pools: &[PoolView], nodes: &[NodeView]) -> Plan {
+        decide(pools, nodes, None)
+    }
+
     const WEB0: &str = r#"{"default/web-0": "web"}"#;
 
     #[test]
     fn a_new_identity_gets_the_lowest_free_address_recorded_first_then_its_block() {
         let pool = sticky_pool("10.9.0.0/30", &[("default/other", "10.9.0.0")]);
         // 10.9.0.1 is allocated to node b (not recorded): not free either.
-        let plan = decide(
+        let plan = plan_of(
             &[pool],
             &[node("a", WEB0, &[]), node("b", "", &["10.9.0.1/32"])],
         );
         let a = answer(&plan, "a", "default/web-0");
         assert_eq!(a.state, State::Assigned);
         assert_eq!(a.address, Some(ip("10.9.0.2")));
-        assert_eq!(plan.records["web"]["default/web-0"], ip("10.9.0.2"));
-        assert_eq!(plan.records["web"]["default/other"], ip("10.9.0.0"));
+        assert_eq!(plan.records["web"].owners["default/web-0"], ip("10.9.0.2"));
+        assert_eq!(plan.records["web"].owners["default/other"], ip("10.9.0.0"));
         assert_eq!(
             plan.assign["a"][0].cidrs,
             ["10.9.0.2/32".parse::<IpNet>().unwrap()]
@@ -507,7 +634,7 @@ mod tests {
     #[test]
     fn a_recorded_identity_already_on_its_node_changes_nothing() {
         let pool = sticky_pool("10.9.0.0/30", &[("default/web-0", "10.9.0.3")]);
-        let plan = decide(&[pool], &[node("a", WEB0, &["10.9.0.3/32"])]);
+        let plan = plan_of(&[pool], &[node("a", WEB0, &["10.9.0.3/32"])]);
         assert_eq!(answer(&plan, "a", "default/web-0").state, State::Assigned);
         assert_eq!(
             answer(&plan, "a", "default/web-0").address,
@@ -520,7 +647,7 @@ mod tests {
     fn an_identity_moving_waits_for_the_old_node_then_keeps_its_address() {
         let pool = || sticky_pool("10.9.0.0/28", &[("default/web-0", "10.9.0.5")]);
         // Still listed by a (which no longer asks): b is told moving, naming a.
-        let plan = decide(
+        let plan = plan_of(
             &[pool()],
             &[node("a", "", &["10.9.0.5/32"]), node("b", WEB0, &[])],
         );
@@ -531,7 +658,7 @@ mod tests {
         assert!(plan.assign.is_empty() && plan.records.is_empty());
         assert!(plan.moving);
         // a gave it back: b gets the same address, the record is unchanged.
-        let plan = decide(&[pool()], &[node("a", "", &[]), node("b", WEB0, &[])]);
+        let plan = plan_of(&[pool()], &[node("a", "", &[]), node("b", WEB0, &[])]);
         assert_eq!(answer(&plan, "b", "default/web-0").state, State::Assigned);
         assert_eq!(
             answer(&plan, "b", "default/web-0").address,
@@ -548,16 +675,16 @@ mod tests {
     #[test]
     fn two_nodes_asking_for_one_identity_at_once_one_wins() {
         let pool = sticky_pool("10.9.0.0/28", &[]);
-        let plan = decide(&[pool], &[node("b", WEB0, &[]), node("a", WEB0, &[])]);
+        let plan = plan_of(&[pool], &[node("b", WEB0, &[]), node("a", WEB0, &[])]);
         assert_eq!(answer(&plan, "a", "default/web-0").state, State::Assigned);
         let b = answer(&plan, "b", "default/web-0");
         assert_eq!(b.state, State::Moving);
         assert!(b.message.as_deref().unwrap().contains("node \"a\""));
         assert_eq!(plan.assign.keys().collect::<Vec<_>>(), ["a"]);
-        assert_eq!(plan.records["web"].len(), 1);
+        assert_eq!(plan.records["web"].owners.len(), 1);
         // The node that lists it wins over the first by name.
         let pool = sticky_pool("10.9.0.0/28", &[("default/web-0", "10.9.0.0")]);
-        let plan = decide(
+        let plan = plan_of(
             &[pool],
             &[node("a", WEB0, &[]), node("b", WEB0, &["10.9.0.0/32"])],
         );
@@ -571,7 +698,7 @@ mod tests {
         let pool = sticky_pool("10.9.0.0/28", &[]);
         let bad_entries =
             r#"{"web-1": "web", "default/web-2": 5, "default/web-3": "", "default/web-4": "web"}"#;
-        let plan = decide(
+        let plan = plan_of(
             &[pool],
             &[
                 node("a", bad_entries, &[]),
@@ -599,7 +726,7 @@ mod tests {
     #[test]
     fn pools_that_cannot_serve_are_refused_naming_the_field() {
         let refusal = |pools: &[PoolView]| {
-            let plan = decide(pools, &[node("a", WEB0, &[])]);
+            let plan = plan_of(pools, &[node("a", WEB0, &[])]);
             let a = answer(&plan, "a", "default/web-0").clone();
             assert_eq!(a.state, State::Refused);
             assert!(plan.assign.is_empty() && plan.records.is_empty());
@@ -654,7 +781,7 @@ mod tests {
         let pool = sticky_pool("10.9.0.0/31", &[("default/web-0", "10.9.0.0")]);
         let requests =
             r#"{"default/web-0": "web", "default/web-1": "web", "default/web-2": "web"}"#;
-        let plan = decide(&[pool], &[node("a", requests, &[])]);
+        let plan = plan_of(&[pool], &[node("a", requests, &[])]);
         assert_eq!(
             answer(&plan, "a", "default/web-0").address,
             Some(ip("10.9.0.0"))
@@ -667,7 +794,7 @@ mod tests {
         assert_eq!(full.state, State::Refused);
         assert!(full.message.as_deref().unwrap().contains("no free address"));
         assert_eq!(plan.assign["a"][0].cidrs.len(), 2);
-        assert_eq!(plan.records["web"].len(), 2);
+        assert_eq!(plan.records["web"].owners.len(), 2);
     }
 
     #[test]
@@ -676,7 +803,7 @@ mod tests {
         let mut f = family("fd00::/126", 128);
         f.reserved_ranges = vec![(ip("fd00::"), ip("fd00::1"))];
         let pool = PoolView::new("web", Ok(def("web", None, Some(f))), &sticky);
-        let plan = decide(&[pool], &[node("a", WEB0, &[])]);
+        let plan = plan_of(&[pool], &[node("a", WEB0, &[])]);
         assert_eq!(
             answer(&plan, "a", "default/web-0").address,
             Some(ip("fd00::2"))
@@ -686,9 +813,123 @@ mod tests {
     #[test]
     fn a_request_removed_keeps_the_record() {
         let pool = sticky_pool("10.9.0.0/28", &[("default/web-0", "10.9.0.5")]);
-        let plan = decide(&[pool], &[node("a", "{}", &["10.9.0.5/32"])]);
+        let plan = plan_of(&[pool], &[node("a", "{}", &["10.9.0.5/32"])]);
         assert!(plan.status["a"].is_empty());
         assert!(plan.records.is_empty() && plan.assign.is_empty());
+    }
+
+    fn statefulset(
+        key: &str,
+        replicas: u32,
+        deleted: Retention,
+        scaled: Retention,
+    ) -> StatefulSetView {
+        StatefulSetView {
+            key: key.into(),
+            uid: format!("uid-{key}"),
+            replicas,
+            start: 0,
+            when_deleted: deleted,
+            when_scaled: scaled,
+        }
+    }
+
+    #[test]
+    fn a_deployment_pods_record_is_released_once_no_node_holds_or_asks_for_it() {
+        // Issue 53.4: a Deployment's pod names burned one address each, forever.
+        let pool = || sticky_pool("10.9.0.0/30", &[("default/rover-5d8f9-x7k2p", "10.9.0.0")]);
+        let sets = StatefulSets::default();
+        // Still on node a: kept, and every node change is looked at.
+        let plan = decide(&[pool()], &[node("a", "", &["10.9.0.0/32"])], Some(&sets));
+        assert!(plan.records.is_empty() && plan.releasing);
+        // Asked for (an older agent): kept.
+        let asks = r#"{"default/rover-5d8f9-x7k2p": "web"}"#;
+        let plan = decide(&[pool()], &[node("a", asks, &[])], Some(&sets));
+        assert!(plan.releasing && plan.records.is_empty());
+        assert_eq!(
+            answer(&plan, "a", "default/rover-5d8f9-x7k2p").state,
+            State::Assigned
+        );
+        // Gone everywhere: released, and its address serves a new identity.
+        let plan = decide(&[pool()], &[node("b", WEB0, &[])], Some(&sets));
+        assert_eq!(
+            plan.released["web"]["default/rover-5d8f9-x7k2p"],
+            Release::NotStatefulSet
+        );
+        assert_eq!(
+            plan.records["web"].owners,
+            BTreeMap::from([("default/web-0".to_string(), ip("10.9.0.0"))])
+        );
+        assert!(!plan.releasing);
+        // Without the StatefulSets nothing is released.
+        let plan = plan_of(&[pool()], &[]);
+        assert!(plan.records.is_empty() && plan.released.is_empty());
+    }
+
+    #[test]
+    fn a_scaled_down_ordinal_is_released_by_when_scaled_delete_and_kept_by_retain() {
+        use Retention::{Delete, Retain};
+        let pool = || {
+            sticky_pool(
+                "10.9.0.0/28",
+                &[("default/web-0", "10.9.0.1"), ("default/web-1", "10.9.0.2")],
+            )
+        };
+        let scaled = StatefulSets::new([statefulset("default/web", 1, Retain, Delete)]);
+        let plan = decide(&[pool()], &[], Some(&scaled));
+        assert_eq!(plan.released["web"]["default/web-1"], Release::ScaledDown);
+        assert_eq!(
+            plan.records["web"].owners.keys().collect::<Vec<_>>(),
+            ["default/web-0"]
+        );
+        assert_eq!(
+            plan.records["web"].release_on_delete, None,
+            "nothing to note"
+        );
+        let retained = StatefulSets::new([statefulset("default/web", 1, Retain, Retain)]);
+        let plan = decide(&[pool()], &[], Some(&retained));
+        assert!(plan.records.is_empty() && plan.released.is_empty());
+    }
+
+    #[test]
+    fn a_deleted_statefulset_releases_by_its_noted_when_deleted_and_retain_keeps() {
+        use Retention::{Delete, Retain};
+        let owners = [("default/web-0", "10.9.0.1")];
+        // While it exists, its whenDeleted: Delete is noted by UID.
+        let sets = StatefulSets::new([statefulset("default/web", 1, Delete, Retain)]);
+        let plan = decide(&[sticky_pool("10.9.0.0/28", &owners)], &[], Some(&sets));
+        let noted = BTreeMap::from([("default/web".to_string(), "uid-default/web".to_string())]);
+        assert_eq!(plan.records["web"].release_on_delete, Some(noted.clone()));
+        assert_eq!(plan.records["web"].owners.len(), 1);
+        // Gone: released; its note goes with its last identity.
+        let mut pool = sticky_pool("10.9.0.0/28", &owners);
+        pool.release_on_delete = Ok(noted);
+        let gone = StatefulSets::default();
+        let plan = decide(&[pool.clone()], &[], Some(&gone));
+        assert_eq!(plan.released["web"]["default/web-0"], Release::Deleted);
+        assert_eq!(plan.records["web"].owners, BTreeMap::new());
+        assert_eq!(plan.records["web"].release_on_delete, Some(BTreeMap::new()));
+        // Never noted (whenDeleted: Retain, the default): kept.
+        let plan = decide(&[sticky_pool("10.9.0.0/28", &owners)], &[], Some(&gone));
+        assert!(plan.records.is_empty() && plan.released.is_empty());
+        // A held-back pool releases nothing.
+        pool.held_back = true;
+        assert!(decide(&[pool], &[], Some(&gone)).records.is_empty());
+    }
+
+    #[test]
+    fn a_held_back_pool_serves_recorded_identities_and_leaves_new_ones_unanswered() {
+        let mut pool = sticky_pool("10.9.0.0/28", &[("default/web-0", "10.9.0.5")]);
+        pool.held_back = true;
+        let requests = r#"{"default/web-0": "web", "default/web-1": "web"}"#;
+        let plan = plan_of(&[pool], &[node("a", requests, &[])]);
+        assert_eq!(answer(&plan, "a", "default/web-0").state, State::Assigned);
+        assert!(!plan.status["a"].contains_key("default/web-1"));
+        assert_eq!(
+            plan.assign["a"][0].cidrs,
+            ["10.9.0.5/32".parse::<IpNet>().unwrap()]
+        );
+        assert!(plan.records.is_empty());
     }
 
     #[test]

@@ -1,13 +1,20 @@
 //! The leader's sticky-address loop (I/O around the rules of [`sticky`](super::sticky)),
 //! run next to the multi-pool node loop. After a change that may matter (a
 //! CiliumPodIPPool changed; a CiliumNode that asks or is answered changed; any
-//! CiliumNode changed or went away while an address is moving), it lists every
-//! CiliumPodIPPool and CiliumNode afresh (a consistent read, never a cache that
-//! may lag behind its own writes), decides, and writes in this order:
+//! CiliumNode changed or went away while an address is moving or a record
+//! waits for its block to be given back; a StatefulSet was deleted or its
+//! replicas, ordinals or PVC retention policy changed; a pool's retry is due),
+//! it lists every CiliumPodIPPool, CiliumNode and StatefulSet afresh (a
+//! consistent read, never a cache that may lag behind its own writes), decides,
+//! and writes in this order:
 //!
-//! 1. each pool's new `ipam.podnet.io/sticky-owners` record, as a merge patch
-//!    carrying the pool's resourceVersion (409: everything is read again at
-//!    once, up to [`CONFLICTS_IN_A_ROW`] times, then after the backoff);
+//! 1. each pool's new `ipam.podnet.io/sticky-owners` record (with its
+//!    `ipam.podnet.io/sticky-release-on-delete` notes), as a merge patch carrying
+//!    the pool's resourceVersion, each pool on its own ([`decide_and_record`]):
+//!    a pool whose write fails is held back (its new identities wait unanswered)
+//!    and tried again after its own backoff, the other pools go on; a 409 reads
+//!    everything again at once, up to [`CONFLICTS_IN_A_ROW`] times, then after
+//!    the backoff;
 //! 2. each node's `spec.ipam.pools.allocated` with the new /32 (/128) block, as
 //!    the multi-pool operator writes it: a forced server-side apply under the
 //!    operator's field manager with the node's UID and the resourceVersion it
@@ -16,26 +23,33 @@
 //!
 //! A block is added to a node only when the list just read shows no node
 //! listing it: as the operator is the only one that adds blocks, and it writes
-//! one decision at a time, a block is never on two nodes.
+//! one decision at a time, a block is never on two nodes. StatefulSets that
+//! cannot be listed (e.g. RBAC without `statefulsets`) release nothing; the
+//! rest goes on, with a warning.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::sticky::{NodeView, PoolView, STICKY_OWNERS, STICKY_REQUESTS, STICKY_STATUS, decide};
+use super::sticky::{
+    NodeView, Plan, PoolRecord, PoolView, STICKY_OWNERS, STICKY_RELEASE_ON_DELETE, STICKY_REQUESTS,
+    STICKY_STATUS, decide,
+};
+use super::sticky_lifecycle::{StatefulSetView, StatefulSets};
 use crate::ipam::pooldef::PoolDef;
 use crate::k8s::mirror::WatchEnded;
 use crate::k8s::objects::{ListError, list_pages, list_valid, node_resource, watch_nodes};
 use crate::operator::FIELD_MANAGER;
 use crate::operator::node_api::{ApiNodes, NodeApply};
 use crate::operator::node_loop::{CONFLICTS_IN_A_ROW, Refusal, WriteError, ignored};
-use crate::operator::retry::next_backoff;
+use crate::operator::retry::{WriteRetries, next_backoff, sleep_until};
 use crate::resources::{CiliumPodIPPool, NodeResource, POD_IP_POOL_KIND};
 
 /// How one pass did not go through (it is tried again after a backoff).
@@ -43,12 +57,6 @@ use crate::resources::{CiliumPodIPPool, NodeResource, POD_IP_POOL_KIND};
 enum PassError {
     #[error(transparent)]
     List(#[from] ListError),
-    #[error("writing annotation {STICKY_OWNERS} of CiliumPodIPPool {pool:?}: {source}")]
-    Record {
-        pool: String,
-        #[source]
-        source: kube::Error,
-    },
     #[error("adding sticky blocks to CiliumNode {node:?}: {source}")]
     Blocks {
         node: String,
@@ -66,9 +74,7 @@ enum PassError {
 impl PassError {
     /// Whether an object changed since it was read (409): read again at once.
     fn conflict(&self) -> bool {
-        let is_409 = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.is_conflict());
         match self {
-            PassError::Record { source, .. } => is_409(source),
             PassError::Blocks { source, .. } => {
                 matches!(source, WriteError::Refused(Refusal::Conflict))
             }
@@ -77,7 +83,21 @@ impl PassError {
     }
 }
 
+/// One pool's record write that failed (that pool is tried again after its backoff).
+#[derive(Debug, thiserror::Error)]
+#[error("writing annotation {STICKY_OWNERS} of CiliumPodIPPool {pool:?}: {source}")]
+struct RecordError {
+    pool: String,
+    #[source]
+    source: kube::Error,
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.is_conflict())
+}
+
 /// A pool as read: its view and the resourceVersion its record is written at.
+#[derive(Debug, Clone)]
 struct ReadPool {
     view: PoolView,
     resource_version: String,
@@ -96,8 +116,12 @@ struct ReadNode {
 
 fn read_pool(pool: &CiliumPodIPPool) -> Result<ReadPool, String> {
     let def = PoolDef::try_from(pool).map_err(|e| e.to_string());
+    let view = PoolView::new(&pool.metadata.name, def, &pool.metadata.annotations);
+    if let (true, Err(why)) = (view.sticky, &view.release_on_delete) {
+        tracing::warn!(pool = %view.name, "{why}; no StatefulSet of the pool is released on delete");
+    }
     Ok(ReadPool {
-        view: PoolView::new(&pool.metadata.name, def, &pool.metadata.annotations),
+        view,
         resource_version: pool.metadata.resource_version.clone().unwrap_or_default(),
     })
 }
@@ -123,8 +147,9 @@ fn read_node(node: &NodeResource) -> ReadNode {
     }
 }
 
-/// Whether a CiliumNode event may change a sticky answer.
-fn concerns_sticky(event: &Event<NodeResource>, moving: bool) -> bool {
+/// Whether a CiliumNode event may change a sticky answer (`watch_all`: an
+/// address is moving or a record waits for its block: any change may do).
+fn concerns_sticky(event: &Event<NodeResource>, watch_all: bool) -> bool {
     let asks = |n: &NodeResource| {
         let a = &n.metadata.annotations;
         a.contains_key(STICKY_REQUESTS) || a.contains_key(STICKY_STATUS)
@@ -132,18 +157,176 @@ fn concerns_sticky(event: &Event<NodeResource>, moving: bool) -> bool {
     match event {
         Event::Init | Event::InitApply(_) => false,
         Event::InitDone | Event::Delete(_) => true,
-        Event::Apply(n) => moving || asks(n),
+        Event::Apply(n) => watch_all || asks(n),
     }
 }
 
-/// One pass: reads everything, decides, writes. Returns whether an address
-/// is moving (then every node change is looked at).
+/// Whether a StatefulSet event may release a record: it was deleted, or its
+/// replicas, ordinals or retention policy changed since `seen` (what the watch
+/// showed last, kept up to date here).
+fn set_changed(event: Event<StatefulSet>, seen: &mut BTreeMap<String, StatefulSetView>) -> bool {
+    match event {
+        Event::Init => false,
+        Event::InitApply(set) => {
+            let view = StatefulSetView::from(&set);
+            seen.insert(view.key.clone(), view);
+            false
+        }
+        Event::InitDone => true,
+        Event::Apply(set) => {
+            let view = StatefulSetView::from(&set);
+            seen.insert(view.key.clone(), view.clone()) != Some(view)
+        }
+        Event::Delete(set) => {
+            seen.remove(&StatefulSetView::from(&set).key);
+            true
+        }
+    }
+}
+
+/// Writes one pool's record.
+trait RecordWriter {
+    /// A merge patch of `pool`'s record annotations carrying `resource_version`.
+    async fn write(
+        &self,
+        pool: &str,
+        resource_version: &str,
+        record: &PoolRecord,
+    ) -> Result<(), kube::Error>;
+}
+
+/// The merge patch writing `record` at `resource_version` (a note list that
+/// became empty removes its annotation).
+fn record_patch(resource_version: &str, record: &PoolRecord) -> serde_json::Value {
+    // Maps of strings and addresses always serialize.
+    let owners = serde_json::to_string(&record.owners).unwrap_or_default();
+    let mut annotations = json!({ STICKY_OWNERS: owners });
+    if let Some(notes) = &record.release_on_delete {
+        annotations[STICKY_RELEASE_ON_DELETE] = match notes.is_empty() {
+            true => serde_json::Value::Null,
+            false => serde_json::to_string(notes).unwrap_or_default().into(),
+        };
+    }
+    json!({"metadata": {"resourceVersion": resource_version, "annotations": annotations}})
+}
+
+/// The API server as [`RecordWriter`].
+struct KubeRecords {
+    api: Api<DynamicObject>,
+    params: PatchParams,
+}
+
+impl RecordWriter for KubeRecords {
+    async fn write(
+        &self,
+        pool: &str,
+        resource_version: &str,
+        record: &PoolRecord,
+    ) -> Result<(), kube::Error> {
+        let body = record_patch(resource_version, record);
+        self.api
+            .patch(pool, &self.params, &Patch::Merge(&body))
+            .await
+            .map(|_| ())
+    }
+}
+
+/// Decides, then writes each pool's record on its own. A pool waiting for its
+/// retry is held back; a pool whose write fails is held back and waits its own
+/// backoff (in `retries`), and the plan is decided again without its new
+/// identities, so the other pools' blocks and answers go on. Returns the plan
+/// whose blocks and answers are to be written, and whether a record changed
+/// since it was read (409: read again at once).
+async fn decide_and_record(
+    writer: &impl RecordWriter,
+    pools: &mut [ReadPool],
+    nodes: &[NodeView],
+    sets: Option<&StatefulSets>,
+    retries: &mut WriteRetries,
+) -> (Plan, bool) {
+    let now = Instant::now();
+    retries.keep(|name| pools.iter().any(|p| p.view.name == name));
+    for pool in pools.iter_mut() {
+        pool.view.held_back = retries.waits(&pool.view.name, now);
+    }
+    let views = |pools: &[ReadPool]| pools.iter().map(|p| p.view.clone()).collect::<Vec<_>>();
+    let plan = decide(&views(pools), nodes, sets);
+    let (mut failed, mut conflict) = (false, false);
+    for pool in pools.iter_mut() {
+        let name = pool.view.name.clone();
+        let Some(record) = plan.records.get(&name) else {
+            if !pool.view.held_back {
+                // Nothing (more) to write.
+                retries.succeeded(&name);
+            }
+            continue;
+        };
+        match writer.write(&name, &pool.resource_version, record).await {
+            Ok(()) => {
+                retries.succeeded(&name);
+                let released = plan.released.get(&name).map(BTreeMap::len).unwrap_or(0);
+                tracing::info!(pool = %name, owners = record.owners.len(), released, "sticky-address record written");
+                for (identity, why) in plan.released.get(&name).into_iter().flatten() {
+                    tracing::info!(pool = %name, %identity, "sticky address released: {why}");
+                }
+                pool.view.owners = Ok(record.owners.clone());
+                if let Some(notes) = &record.release_on_delete {
+                    pool.view.release_on_delete = Ok(notes.clone());
+                }
+            }
+            Err(source) => {
+                failed = true;
+                pool.view.held_back = true;
+                let e = RecordError { pool: name, source };
+                if is_conflict(&e.source) {
+                    conflict = true;
+                    tracing::debug!(error = %e, "sticky addresses: pool changed meanwhile; reading again");
+                } else {
+                    let wait = retries.failed(&e.pool);
+                    tracing::warn!(error = %e, retry_in = ?wait, "sticky addresses: the pool waits; the other pools go on");
+                }
+            }
+        }
+    }
+    if !failed {
+        return (plan, conflict);
+    }
+    (decide(&views(pools), nodes, sets), conflict)
+}
+
+/// Every StatefulSet, or None (with a warning) when they cannot be listed.
+async fn list_statefulsets(client: &kube::Client) -> Option<StatefulSets> {
+    let api: Api<StatefulSet> = Api::all(client.clone());
+    let listed = list_pages(&api, ListParams::default(), "StatefulSet", "apps/v1", |s| {
+        Some(StatefulSetView::from(s))
+    })
+    .await;
+    match listed {
+        Ok(sets) => Some(StatefulSets::new(sets)),
+        Err(e) => {
+            tracing::warn!(error = %e, "sticky addresses: no record is released this pass");
+            None
+        }
+    }
+}
+
+/// What a pass did.
+struct Passed {
+    /// An address is moving or a record waits for its block: every node
+    /// change is looked at.
+    watch_all: bool,
+    /// A pool's record changed since it was read: read again at once.
+    conflict: bool,
+}
+
+/// One pass: reads everything, decides, writes.
 async fn pass(
     client: &kube::Client,
     pool_resource: &ApiResource,
     nodes: &ApiNodes<'_>,
-) -> Result<bool, PassError> {
-    let pools = list_valid(client, pool_resource, POD_IP_POOL_KIND, read_pool).await?;
+    retries: &mut WriteRetries,
+) -> Result<Passed, PassError> {
+    let mut pools = list_valid(client, pool_resource, POD_IP_POOL_KIND, read_pool).await?;
     let read = list_pages(
         &nodes.api(),
         ListParams::default(),
@@ -152,32 +335,21 @@ async fn pass(
         |obj| node_resource(obj).ok().map(|n| read_node(&n)),
     )
     .await?;
-    let views: Vec<PoolView> = pools.iter().map(|p| p.view.clone()).collect();
+    let sets = match pools.iter().any(|p| p.view.sticky) {
+        true => list_statefulsets(client).await,
+        false => None,
+    };
     let node_views: Vec<NodeView> = read.iter().map(|n| n.view.clone()).collect();
-    let plan = decide(&views, &node_views);
-
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..Default::default()
     };
-    let pool_api: Api<DynamicObject> = Api::all_with(client.clone(), pool_resource);
-    for (name, record) in &plan.records {
-        let Some(pool) = pools.iter().find(|p| p.view.name == *name) else {
-            continue;
-        };
-        let body = json!({"metadata": {
-            "resourceVersion": pool.resource_version,
-            "annotations": {STICKY_OWNERS: serde_json::to_string(record).unwrap_or_default()},
-        }});
-        pool_api
-            .patch(name, &params, &Patch::Merge(&body))
-            .await
-            .map_err(|source| PassError::Record {
-                pool: name.clone(),
-                source,
-            })?;
-        tracing::info!(pool = %name, owners = record.len(), "sticky-address record written");
-    }
+    let writer = KubeRecords {
+        api: Api::all_with(client.clone(), pool_resource),
+        params: params.clone(),
+    };
+    let (plan, conflict) =
+        decide_and_record(&writer, &mut pools, &node_views, sets.as_ref(), retries).await;
     let by_name: BTreeMap<&str, &ReadNode> =
         read.iter().map(|n| (n.view.name.as_str(), n)).collect();
     for (name, allocated) in &plan.assign {
@@ -211,7 +383,55 @@ async fn pass(
                 source,
             })?;
     }
-    Ok(plan.moving)
+    Ok(Passed {
+        watch_all: plan.moving || plan.releasing,
+        conflict,
+    })
+}
+
+/// The pass-level retry: when, the backoff, and the 409s in a row.
+#[derive(Default)]
+struct PassRetry {
+    at: Option<Instant>,
+    backoff: Option<Duration>,
+    conflicts: usize,
+}
+
+impl PassRetry {
+    /// Records a pass's outcome; returns whether every node change is looked at.
+    fn record(&mut self, outcome: Result<Passed, PassError>, watch_all: bool) -> bool {
+        let conflict = match &outcome {
+            Ok(p) => p.conflict,
+            Err(e) => e.conflict(),
+        };
+        if conflict && self.conflicts + 1 < CONFLICTS_IN_A_ROW {
+            tracing::debug!("sticky addresses: changed meanwhile; reading again");
+            self.conflicts += 1;
+            self.at = Some(Instant::now());
+            return outcome.map_or(watch_all, |p| p.watch_all);
+        }
+        self.conflicts = 0;
+        match outcome {
+            Ok(p) if !p.conflict => {
+                *self = PassRetry::default();
+                p.watch_all
+            }
+            outcome => {
+                let wait = next_backoff(self.backoff);
+                match &outcome {
+                    Err(e) => {
+                        tracing::warn!(error = %e, retry_in = ?wait, "sticky addresses: pass not done")
+                    }
+                    Ok(_) => {
+                        tracing::warn!(retry_in = ?wait, "sticky addresses: pools changed meanwhile {CONFLICTS_IN_A_ROW} times in a row")
+                    }
+                }
+                self.backoff = Some(wait);
+                self.at = Some(Instant::now() + wait);
+                outcome.map_or(watch_all, |p| p.watch_all)
+            }
+        }
+    }
 }
 
 /// Runs until a watch ends (they do not while the API server can be retried).
@@ -227,22 +447,25 @@ pub async fn run(
         .default_backoff()
         .boxed()
         .fuse();
-    let mut moving = false;
-    // A failed pass is tried again at this time.
-    let mut retry_at: Option<Instant> = None;
-    let mut backoff: Option<Duration> = None;
-    let mut conflicts = 0;
+    let set_api: Api<StatefulSet> = Api::all(client.clone());
+    let mut set_events = watcher::watcher(set_api, watcher::Config::default())
+        .default_backoff()
+        .boxed()
+        .fuse();
+    let mut seen_sets = BTreeMap::new();
+    let mut watch_all = false;
+    let mut retry = PassRetry::default();
+    // Pools whose record write failed, each with its own backoff.
+    let mut pool_retries = WriteRetries::default();
     loop {
-        let retry = async {
-            match retry_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
+        let due = [retry.at, pool_retries.next_due()]
+            .into_iter()
+            .flatten()
+            .min();
         let mut wanted = tokio::select! {
             event = node_events.next() => match event {
                 None => return WatchEnded { kind: "CiliumNode".into() },
-                Some(Ok(e)) => concerns_sticky(&e, moving),
+                Some(Ok(e)) => concerns_sticky(&e, watch_all),
                 Some(Err(_)) => false,
             },
             event = pool_events.next() => match event {
@@ -250,11 +473,16 @@ pub async fn run(
                 Some(Ok(Event::Init | Event::InitApply(_))) | Some(Err(_)) => false,
                 Some(Ok(_)) => true,
             },
-            _ = retry => true,
+            event = set_events.next() => match event {
+                None => return WatchEnded { kind: "StatefulSet".into() },
+                Some(Ok(e)) => set_changed(e, &mut seen_sets),
+                Some(Err(_)) => false,
+            },
+            _ = sleep_until(due) => true,
         };
         // The events that have already arrived are taken together.
         while let Some(Some(event)) = node_events.next().now_or_never() {
-            wanted |= matches!(event, Ok(e) if concerns_sticky(&e, moving));
+            wanted |= matches!(event, Ok(e) if concerns_sticky(&e, watch_all));
         }
         while let Some(Some(event)) = pool_events.next().now_or_never() {
             wanted |= matches!(
@@ -262,29 +490,16 @@ pub async fn run(
                 Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone)
             );
         }
+        while let Some(Some(event)) = set_events.next().now_or_never() {
+            if let Ok(e) = event {
+                wanted |= set_changed(e, &mut seen_sets);
+            }
+        }
         if !wanted {
             continue;
         }
-        match pass(&client, &pool_resource, nodes).await {
-            Ok(m) => {
-                moving = m;
-                conflicts = 0;
-                retry_at = None;
-                backoff = None;
-            }
-            Err(e) if e.conflict() && conflicts + 1 < CONFLICTS_IN_A_ROW => {
-                tracing::debug!(error = %e, "sticky addresses: changed meanwhile; reading again");
-                conflicts += 1;
-                retry_at = Some(Instant::now());
-            }
-            Err(e) => {
-                conflicts = 0;
-                let wait = next_backoff(backoff);
-                tracing::warn!(error = %e, retry_in = ?wait, "sticky addresses: pass not done");
-                backoff = Some(wait);
-                retry_at = Some(Instant::now() + wait);
-            }
-        }
+        let outcome = pass(&client, &pool_resource, nodes, &mut pool_retries).await;
+        watch_all = retry.record(outcome, watch_all);
     }
 }
 
@@ -298,6 +513,177 @@ mod tests {
             n.metadata.annotations.insert(k.to_string(), v.to_string());
         }
         n
+    }
+
+    /// Writes records, failing with `fail[pool]` (an HTTP code) where given.
+    #[derive(Default)]
+    struct FakeRecords {
+        fail: std::cell::RefCell<BTreeMap<String, u16>>,
+        written: std::cell::RefCell<Vec<(String, PoolRecord)>>,
+    }
+
+    impl RecordWriter for FakeRecords {
+        async fn write(&self, pool: &str, _: &str, record: &PoolRecord) -> Result<(), kube::Error> {
+            if let Some(code) = self.fail.borrow().get(pool) {
+                let reason = if *code == 409 {
+                    "Conflict"
+                } else {
+                    "InternalError"
+                };
+                return Err(kube::Error::Api(
+                    kube::core::Status::failure("refused", reason)
+                        .with_code(*code)
+                        .boxed(),
+                ));
+            }
+            self.written
+                .borrow_mut()
+                .push((pool.to_string(), record.clone()));
+            Ok(())
+        }
+    }
+
+    fn sticky_pool(name: &str, cidr: &str) -> ReadPool {
+        let mut pool = CiliumPodIPPool {
+            api_version: "cilium.io/v2alpha1".into(),
+            ..Default::default()
+        };
+        pool.metadata.name = name.into();
+        pool.metadata
+            .annotations
+            .insert(super::super::sticky::STICKY_POOL.into(), "true".into());
+        pool.spec = Some(
+            serde_json::from_value(json!({"ipv4": {"cidrs": [cidr], "maskSize": 32}})).unwrap(),
+        );
+        read_pool(&pool).unwrap()
+    }
+
+    fn asking(requests: &str) -> Vec<NodeView> {
+        vec![NodeView {
+            name: "n1".into(),
+            requests: Some(requests.into()),
+            allocated: Vec::new(),
+        }]
+    }
+
+    fn assigned(plan: &Plan, identity: &str) -> bool {
+        plan.status["n1"]
+            .get(identity)
+            .is_some_and(|a| a.state == super::super::sticky::State::Assigned)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_pools_failed_record_write_holds_back_only_that_pool_until_its_backoff() {
+        // Issue 53.4: one failed write stopped the pass for every pool.
+        let mut pools = vec![
+            sticky_pool("a", "10.1.0.0/28"),
+            sticky_pool("b", "10.2.0.0/28"),
+        ];
+        let nodes = asking(r#"{"db/a-0": "a", "db/b-0": "b"}"#);
+        let writer = FakeRecords::default();
+        writer.fail.borrow_mut().insert("a".into(), 500);
+        let mut retries = WriteRetries::default();
+        let (plan, conflict) =
+            decide_and_record(&writer, &mut pools, &nodes, None, &mut retries).await;
+        assert!(!conflict);
+        let written: Vec<String> = writer
+            .written
+            .borrow()
+            .iter()
+            .map(|(p, _)| p.clone())
+            .collect();
+        assert_eq!(written, ["b"], "{:?}", plan.status);
+        assert!(assigned(&plan, "db/b-0"), "b goes on: {:?}", plan.status);
+        assert!(
+            !plan.status["n1"].contains_key("db/a-0"),
+            "a's new identity waits unanswered"
+        );
+        let blocks: Vec<&str> = plan.assign["n1"].iter().map(|p| p.pool.as_str()).collect();
+        assert_eq!(blocks, ["b"], "no block of a before its record");
+        let first = retries.next_due().unwrap();
+
+        // Before a's backoff ends, a is not written again; b has nothing to write.
+        writer.fail.borrow_mut().clear();
+        writer.written.borrow_mut().clear();
+        let mut pools = vec![sticky_pool("a", "10.1.0.0/28"), pools[1].clone()];
+        let (plan, _) = decide_and_record(&writer, &mut pools, &nodes, None, &mut retries).await;
+        assert!(writer.written.borrow().is_empty());
+        assert!(!plan.status["n1"].contains_key("db/a-0"));
+        assert!(assigned(&plan, "db/b-0"));
+
+        // Once due, a is written and served.
+        tokio::time::advance(first - Instant::now()).await;
+        let (plan, _) = decide_and_record(&writer, &mut pools, &nodes, None, &mut retries).await;
+        assert_eq!(writer.written.borrow()[0].0, "a");
+        assert!(assigned(&plan, "db/a-0") && assigned(&plan, "db/b-0"));
+        assert_eq!(retries.next_due(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_conflict_reads_again_at_once_without_a_backoff_and_a_gone_pool_is_forgotten() {
+        let mut pools = vec![sticky_pool("a", "10.1.0.0/28")];
+        let nodes = asking(r#"{"db/a-0": "a"}"#);
+        let writer = FakeRecords::default();
+        writer.fail.borrow_mut().insert("a".into(), 409);
+        let mut retries = WriteRetries::default();
+        let (plan, conflict) =
+            decide_and_record(&writer, &mut pools, &nodes, None, &mut retries).await;
+        assert!(conflict && plan.assign.is_empty());
+        assert_eq!(retries.next_due(), None);
+        writer.fail.borrow_mut().insert("a".into(), 500);
+        decide_and_record(&writer, &mut pools, &nodes, None, &mut retries).await;
+        assert!(retries.next_due().is_some());
+        decide_and_record(&writer, &mut [], &nodes, None, &mut retries).await;
+        assert_eq!(retries.next_due(), None, "a gone pool waits for nothing");
+    }
+
+    #[test]
+    fn the_record_patch_carries_the_resource_version_and_removes_empty_notes() {
+        let record = PoolRecord {
+            owners: BTreeMap::from([("db/web-0".to_string(), "10.1.0.1".parse().unwrap())]),
+            release_on_delete: Some(BTreeMap::new()),
+        };
+        assert_eq!(
+            record_patch("7", &record),
+            json!({"metadata": {"resourceVersion": "7", "annotations": {
+                STICKY_OWNERS: r#"{"db/web-0":"10.1.0.1"}"#, STICKY_RELEASE_ON_DELETE: null}}})
+        );
+        let noted = PoolRecord {
+            release_on_delete: Some(BTreeMap::from([("db/web".to_string(), "u".to_string())])),
+            ..record.clone()
+        };
+        assert_eq!(
+            record_patch("7", &noted)["metadata"]["annotations"][STICKY_RELEASE_ON_DELETE],
+            r#"{"db/web":"u"}"#
+        );
+        let untouched = PoolRecord {
+            release_on_delete: None,
+            ..record
+        };
+        assert!(
+            record_patch("7", &untouched)["metadata"]["annotations"]
+                .get(STICKY_RELEASE_ON_DELETE)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn only_statefulset_deletions_and_lifecycle_changes_start_a_pass() {
+        let set = |replicas: i32| -> StatefulSet {
+            serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "db", "uid": "u"},
+                "spec": {"selector": {}, "serviceName": "web", "template": {}, "replicas": replicas},
+                "status": {"replicas": 0}}))
+            .unwrap()
+        };
+        let mut seen = BTreeMap::new();
+        assert!(!set_changed(Event::InitApply(set(2)), &mut seen));
+        assert!(set_changed(Event::InitDone, &mut seen));
+        let mut status_only = set(2);
+        status_only.status = None;
+        assert!(!set_changed(Event::Apply(status_only), &mut seen));
+        assert!(set_changed(Event::Apply(set(1)), &mut seen));
+        assert!(set_changed(Event::Delete(set(1)), &mut seen));
+        assert!(seen.is_empty());
     }
 
     #[test]

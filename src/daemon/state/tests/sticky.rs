@@ -4,6 +4,7 @@
 //! way of asking wrongly is refused naming the field.
 
 use super::*;
+use crate::ipam::selection::PodController;
 use crate::ipam::sticky::{POD_STICKY_POOL, STICKY_STATUS};
 
 const WEB: &str = "web";
@@ -17,12 +18,31 @@ fn pools_with_web() -> Vec<PoolDef> {
     pools
 }
 
+/// [`pods_in_ns`] with the pods named `web-<ordinal>` controlled by the
+/// StatefulSet `web`, and `rover-5d8f9-x7k2p` by the ReplicaSet `rover-5d8f9`.
+fn web_statefulset(list: &[(&str, &[(&str, &str)])]) -> Box<FakeMetadata> {
+    let mut metadata = pods_in_ns(list);
+    for pod in metadata.pods.values_mut() {
+        let (kind, name) = match pod.name.rsplit_once('-') {
+            Some((WEB, _)) => ("StatefulSet", WEB),
+            Some(("rover-5d8f9", _)) => ("ReplicaSet", "rover-5d8f9"),
+            _ => continue,
+        };
+        pod.controller = Some(PodController {
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+        });
+    }
+    metadata
+}
+
 /// A multi-pool node with a cluster operator, a 30 s cooldown and `web-0`,
 /// `web-1` asking for sticky addresses of `web`.
 fn node_with_statefulset(dir: &TestDir) -> IpamState {
     let setup = Setup::multi_pool(pools_with_web(), &[]).cooldown(Duration::from_secs(30));
     let mut s = start_with_cluster_operator(dir, &setup, node_with_blocks(&[]));
-    s.set_metadata(pods_in_ns(&[
+    s.set_metadata(web_statefulset(&[
         ("web-0", &[(POD_STICKY_POOL, WEB)]),
         ("web-1", &[(POD_STICKY_POOL, WEB)]),
     ]));
@@ -165,7 +185,7 @@ fn a_block_nobody_here_asks_for_goes_back_and_a_waiting_pod_that_left_stops_aski
     // web-1 was deleted before its ADD got the address (gone from this node):
     // the next outbox, with nothing else happening on the node, stops asking
     // for it and gives its block back.
-    s.set_metadata(pods_in_ns(&[("web-0", &[(POD_STICKY_POOL, WEB)])]));
+    s.set_metadata(web_statefulset(&[("web-0", &[(POD_STICKY_POOL, WEB)])]));
     s.take_flush_soon();
     let out = s.take_outbox().unwrap();
     assert_eq!(
@@ -184,7 +204,7 @@ fn a_block_nobody_here_asks_for_goes_back_and_a_waiting_pod_that_left_stops_aski
 fn every_wrong_way_of_asking_is_refused_naming_the_field() {
     let dir = TestDir::new("state");
     let mut s = node_with_statefulset(&dir);
-    s.set_metadata(pods_in_ns(&[
+    s.set_metadata(web_statefulset(&[
         ("by-pool", &[(ANNOTATION_IP_POOL, WEB)]),
         ("missing", &[(POD_STICKY_POOL, "nope")]),
         ("ordinary", &[(POD_STICKY_POOL, "blue")]),
@@ -196,6 +216,9 @@ fn every_wrong_way_of_asking_is_refused_naming_the_field() {
             ],
         ),
         ("web-2", &[(POD_STICKY_POOL, WEB)]),
+        ("web-02", &[(POD_STICKY_POOL, WEB)]),
+        ("rover-5d8f9-x7k2p", &[(POD_STICKY_POOL, WEB)]),
+        ("lonely", &[(POD_STICKY_POOL, WEB)]),
     ]));
     let refused = |s: &mut IpamState, cid: &str| {
         let e = s.allocate(&pod(cid), true).unwrap_err();
@@ -231,6 +254,23 @@ fn every_wrong_way_of_asking_is_refused_naming_the_field() {
         m.contains("the pod also has ipam.podnet.io/ip-addresses"),
         "{m}"
     );
+    // Only a StatefulSet's pods (issue 53.4: any pod name held an address for ever).
+    let m = refused(&mut s, "rover-5d8f9-x7k2p");
+    assert!(
+        m.contains("annotation ipam.podnet.io/sticky-pool=\"web\": only a StatefulSet's pods have sticky addresses, and this pod's controller is ReplicaSet rover-5d8f9"),
+        "{m}"
+    );
+    let m = refused(&mut s, "lonely");
+    assert!(m.contains("this pod has no controller"), "{m}");
+    let m = refused(&mut s, "web-02");
+    assert!(
+        m.contains("the pod's name is not <statefulset>-<ordinal> of its StatefulSet web"),
+        "{m}"
+    );
+    assert!(
+        asks(&mut s).is_none_or(|r| r.is_empty()),
+        "none of them is asked for"
+    );
     // The operator's refusal, in its words.
     s.set_external_node(answered(
         &[],
@@ -254,7 +294,7 @@ fn every_wrong_way_of_asking_is_refused_naming_the_field() {
         &dir,
         &Setup::multi_pool(pools_with_web(), &[(DEFAULT_POOL, 8)]),
     );
-    s.set_metadata(pods_in_ns(&[("web-0", &[(POD_STICKY_POOL, WEB)])]));
+    s.set_metadata(web_statefulset(&[("web-0", &[(POD_STICKY_POOL, WEB)])]));
     let m = refused(&mut s, "web-0");
     assert!(
         m.contains("sticky addresses need ipam mode multi-pool with podnet operator"),
