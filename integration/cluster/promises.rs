@@ -60,8 +60,19 @@ fn edit_config(cluster: &Cluster, data: &[(&str, &str)]) {
     ]);
 }
 
-/// `kubectl rollout restart` of the operator, waiting until it is done.
+/// The operator's pods.
+fn operator_pods(cluster: &Cluster) -> Vec<String> {
+    cluster
+        .pods("kube-system", "app.kubernetes.io/name=podnet-operator")
+        .iter()
+        .filter_map(|p| Some(p["metadata"]["name"].as_str()?.to_string()))
+        .collect()
+}
+
+/// `kubectl rollout restart` of the operator, waiting until it is done and a
+/// replica it started leads.
 fn restart_operator(cluster: &Cluster) {
+    let before = operator_pods(cluster);
     let deploy = "deployment/podnet-operator";
     cluster.kubectl(&["-n", "kube-system", "rollout", "restart", deploy]);
     cluster.kubectl(&[
@@ -72,6 +83,15 @@ fn restart_operator(cluster: &Cluster) {
         deploy,
         "--timeout=240s",
     ]);
+    cluster.wait_for(
+        "a restarted operator replica to lead",
+        || {
+            // deploy/operator.yaml's identity is the pod's name.
+            let holder = lease_holder(cluster)?;
+            (!before.contains(&holder)).then_some(())
+        },
+        || cluster.describe("kube-system"),
+    );
 }
 
 /// The pool in force on the operator's Lease.
@@ -92,12 +112,11 @@ fn pool_record(cluster: &Cluster) -> String {
 
 /// The log of the replica that leads now.
 fn leader_log(cluster: &Cluster) -> String {
-    let Some(holder) = lease_holder(cluster) else {
+    // deploy/operator.yaml's identity is the pod's name.
+    let Some(pod) = lease_holder(cluster) else {
         return String::new();
     };
-    // The identity is `<pod name>-<pid>`.
-    let pod = holder.rsplit_once('-').map_or(holder.as_str(), |(p, _)| p);
-    let out = cluster.script(&["kubectl", "-n", "kube-system", "logs", pod]);
+    let out = cluster.script(&["kubectl", "-n", "kube-system", "logs", &pod]);
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
