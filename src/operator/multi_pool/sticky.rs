@@ -536,7 +536,7 @@ fn add_block(allocated: &mut Vec<AllocatedPool>, pool: &str, cidr: IpNet) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::sticky_lifecycle::{Retention, StatefulSetView};
+    use super::super::sticky_lifecycle::Retention;
     use super::*;
 
     fn family(cidr: &str, mask: u8) -> PoolFamilySpec {
@@ -818,21 +818,7 @@ mod tests {
         assert!(plan.records.is_empty() && plan.assign.is_empty());
     }
 
-    fn statefulset(
-        key: &str,
-        replicas: u32,
-        deleted: Retention,
-        scaled: Retention,
-    ) -> StatefulSetView {
-        StatefulSetView {
-            key: key.into(),
-            uid: format!("uid-{key}"),
-            replicas,
-            start: 0,
-            when_deleted: deleted,
-            when_scaled: scaled,
-        }
-    }
+    use crate::operator::multi_pool::sticky_lifecycle::tests::set as statefulset;
 
     #[test]
     fn a_deployment_pods_record_is_released_once_no_node_holds_or_asks_for_it() {

@@ -166,10 +166,16 @@ pub fn notes<'a>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn set(key: &str, replicas: u32, deleted: Retention, scaled: Retention) -> StatefulSetView {
+    /// A StatefulSet `key` (`ns/name`) of `replicas` from ordinal 0, uid `uid-<key>`.
+    pub(crate) fn set(
+        key: &str,
+        replicas: u32,
+        deleted: Retention,
+        scaled: Retention,
+    ) -> StatefulSetView {
         StatefulSetView {
             key: key.into(),
             uid: format!("uid-{key}"),
