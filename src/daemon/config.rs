@@ -19,6 +19,7 @@ use crate::ipam::Family;
 use crate::ipam::cidr_depletion::{DepletionRules, ThresholdError};
 use crate::ipam::clusterpool::{
     ClusterPoolConfig, ClusterPoolError, OPT_IPV4_CIDR, cidr_option, parse_pool_list,
+    parse_pool_list_lenient,
 };
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pool_options::{PoolOptionError, parse_auto_create_pools, parse_pre_allocation};
@@ -445,14 +446,9 @@ fn cluster_pool(
         if embedded {
             return parse_pool_list(name, &v);
         }
-        let mut entries = Vec::new();
-        for entry in v.split(|c: char| c.is_whitespace() || c == ',') {
-            match parse_pool_list(name, entry) {
-                Ok(parsed) => entries.extend(parsed),
-                Err(e) => {
-                    refused.get_or_insert((name, e));
-                }
-            }
+        let (entries, error) = parse_pool_list_lenient(name, &v);
+        if let Some(e) = error {
+            refused.get_or_insert((name, e));
         }
         Ok(entries)
     };

@@ -41,6 +41,23 @@ pub fn parse_pool_list(option: &str, value: &str) -> Result<Vec<PoolEntry>, Clus
         .collect()
 }
 
+/// [`parse_pool_list`] for options another process judges (the operator's, read
+/// by an agent): the entries that parse, and the first error of those that do not.
+pub fn parse_pool_list_lenient(
+    option: &str,
+    value: &str,
+) -> (Vec<PoolEntry>, Option<ClusterPoolError>) {
+    let mut first_error = None;
+    let entries = list_entries(value)
+        .filter_map(|entry| {
+            parse_entry(option, entry)
+                .map_err(|e| first_error.get_or_insert(e).clone())
+                .ok()
+        })
+        .collect();
+    (entries, first_error)
+}
+
 fn parse_entry(option: &str, entry: &str) -> Result<PoolEntry, ClusterPoolError> {
     let Some((cidr, mask)) = entry.split_once('@') else {
         let cidr = parse_cidr_entry(option, entry, entry)?;

@@ -14,7 +14,7 @@ use std::fmt;
 
 use ipnet::IpNet;
 
-pub use entries::{PoolEntry, parse_pool_list};
+pub use entries::{PoolEntry, parse_pool_list, parse_pool_list_lenient};
 pub use reconfigure::{PoolChange, ReconfigureError};
 pub use record::{POOL_IN_FORCE_ANNOTATION, PoolRecordError};
 
