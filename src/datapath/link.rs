@@ -388,13 +388,8 @@ impl NetlinkSocket {
         }
     }
 
-    /// Bring a link up and set its alias in the same request (the kernel ignores
-    /// an alias in the request that creates a link).
-    pub fn set_link_up_with_alias(&self, index: u32, alias: &str) -> Result<()> {
-        self.perform(self.link_up_with_alias_request(index, alias))
-    }
-
-    /// [`set_link_up_with_alias`](Self::set_link_up_with_alias), built for a
+    /// Brings a link up and sets its alias in the same request (the kernel
+    /// ignores an alias in the request that creates a link), built for a
     /// [`batch`](Self::batch).
     pub fn link_up_with_alias_request<'a>(&'a self, index: u32, alias: &'a str) -> Request<'a> {
         let mut msg = LinkMessage::default();

@@ -225,12 +225,8 @@ impl NetlinkSocket {
         self.l2_request(index, entry, L2Table::Neighbour, L2Change::Add)
     }
 
-    /// Deletes a neighbour entry (ENOENT when absent).
-    pub fn delete_neighbour(&self, index: u32, entry: &L2Entry) -> Result<()> {
-        self.perform(self.delete_neighbour_request(index, entry))
-    }
-
-    /// [`delete_neighbour`](Self::delete_neighbour), built for a [`batch`](Self::batch).
+    /// Deletes a neighbour entry (ENOENT when absent), built for a
+    /// [`batch`](Self::batch).
     pub fn delete_neighbour_request(&self, index: u32, entry: &L2Entry) -> Request<'_> {
         self.l2_request(index, entry, L2Table::Neighbour, L2Change::Delete)
     }
