@@ -25,7 +25,7 @@ use ipnet::IpNet;
 
 use super::Family;
 use super::bitmap::Bitmap;
-use super::hostscope::{ip_to_u128, u128_to_ip};
+use super::ip_number::{from_number, to_number};
 
 /// Cilium's `clusterSubnetMaxDiff`: for IPv6, `node_mask − cluster_mask` may
 /// be at most 16.
@@ -152,7 +152,7 @@ impl CidrSet {
         Ok(Self {
             cluster,
             family,
-            cluster_base: ip_to_u128(cluster.network()),
+            cluster_base: to_number(cluster.network()),
             node_mask,
             max_cidrs,
             next_candidate: 0,
@@ -200,7 +200,7 @@ impl CidrSet {
             return None;
         }
         let offset = u128::from(index).checked_shl(self.shift()).unwrap_or(0);
-        let addr = u128_to_ip(self.family, self.cluster_base | offset);
+        let addr = from_number(self.family, self.cluster_base | offset);
         IpNet::new(addr, self.node_mask).ok()
     }
 
@@ -213,7 +213,7 @@ impl CidrSet {
         if Family::of_addr(&addr) != self.family {
             return Err(out);
         }
-        let index = (self.cluster_base ^ ip_to_u128(addr))
+        let index = (self.cluster_base ^ to_number(addr))
             .checked_shr(self.shift())
             .unwrap_or(0);
         if index >= u128::from(self.max_cidrs) {

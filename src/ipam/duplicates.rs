@@ -27,6 +27,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::Serialize;
 
+use super::ip_number;
 use super::leaks::PodName;
 
 /// A Pod as the check needs it.
@@ -352,14 +353,8 @@ fn outside_node_ranges(pods: &[&PodView], nodes: &[NodeRanges]) -> (Vec<Finding>
 
 /// The first and last address of a CIDR as numbers (IPv4 and IPv6 apart).
 fn span(cidr: &IpNet) -> (bool, u128, u128) {
-    match cidr {
-        IpNet::V4(n) => (
-            false,
-            u128::from(u32::from(n.network())),
-            u128::from(u32::from(n.broadcast())),
-        ),
-        IpNet::V6(n) => (true, u128::from(n.network()), u128::from(n.broadcast())),
-    }
+    let (first, last) = ip_number::span(cidr);
+    (matches!(cidr, IpNet::V6(_)), first, last)
 }
 
 fn range_on_two_nodes(nodes: &[NodeRanges]) -> Vec<Finding> {

@@ -29,10 +29,12 @@
 //! `crate::resources`.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use super::Family;
+use super::ip_number::{from_number, to_number};
 use super::sizing::{DEFAULT_ENI_PRE_ALLOCATE, ENI_PREFIX_ADDRESSES, EniOptions, plan_eni};
 use crate::resources::{AllocatedPool, Eni, EniSpec};
 
@@ -431,10 +433,10 @@ pub fn first_host(net: &IpNet) -> Option<IpAddr> {
     if net.prefix_len() >= net.max_prefix_len() {
         return None;
     }
-    Some(match net {
-        IpNet::V4(n) => IpAddr::V4(Ipv4Addr::from(u32::from(n.network()) + 1)),
-        IpNet::V6(n) => IpAddr::V6(Ipv6Addr::from(u128::from(n.network()) + 1)),
-    })
+    Some(from_number(
+        Family::of_net(&net),
+        to_number(net.network()) + 1,
+    ))
 }
 
 /// The ENI an address belongs to (one of its prefixes or IPv6 prefixes

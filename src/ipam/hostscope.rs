@@ -23,11 +23,12 @@
 //! the first usable address; [`HostScopeAllocator::set_cursor_after`] moves
 //! it on restore.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use ipnet::IpNet;
 
 use super::bitmap::Bitmap;
+use super::ip_number::{from_number, to_number};
 use super::{Family, IpamError};
 
 /// Cap on the tracked IPv6 range (Cilium: IPv6 ranges with ≥ 16 host bits are
@@ -60,21 +61,6 @@ pub struct HostScopeAllocator {
     cursor: u64,
 }
 
-pub(crate) fn ip_to_u128(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(a) => u128::from(u32::from(a)),
-        IpAddr::V6(a) => u128::from(a),
-    }
-}
-
-pub(crate) fn u128_to_ip(family: Family, v: u128) -> IpAddr {
-    match family {
-        // Callers only pass values derived from an IPv4 prefix, which fit.
-        Family::V4 => IpAddr::V4(Ipv4Addr::from(v as u32)),
-        Family::V6 => IpAddr::V6(Ipv6Addr::from(v)),
-    }
-}
-
 impl HostScopeAllocator {
     /// An allocator over `cidr` with the default exclusions (first and last
     /// address excluded when the range has more than 2 addresses).
@@ -98,7 +84,7 @@ impl HostScopeAllocator {
             Family::V6 if host_bits >= 16 => IPV6_RANGE_CAP,
             _ => 1u64 << host_bits,
         };
-        let mut first = ip_to_u128(cidr.network());
+        let mut first = to_number(cidr.network());
         let mut usable = size;
         if size > 2 {
             if !opts.allow_first_ip {
@@ -123,12 +109,12 @@ impl HostScopeAllocator {
         if Family::of_addr(&ip) != self.family {
             return None;
         }
-        let off = ip_to_u128(ip).checked_sub(self.first)?;
+        let off = to_number(ip).checked_sub(self.first)?;
         (off < u128::from(self.usable)).then_some(off as u64)
     }
 
     fn ip_at(&self, index: u64) -> IpAddr {
-        u128_to_ip(self.family, self.first + u128::from(index))
+        from_number(self.family, self.first + u128::from(index))
     }
 
     /// Allocates the next free address, next-fit from the rotating cursor

@@ -1,5 +1,6 @@
 //! Owns podnet's pure IPAM logic (no I/O): the IP family type, the node-side
-//! host-scope address allocator ([`hostscope`]), the operator-side node-CIDR
+//! host-scope address allocator ([`hostscope`]), addresses as numbers for range
+//! arithmetic ([`ip_number`]), the operator-side node-CIDR
 //! allocator ([`cidrset`]) and the cluster-pool options and per-node carving
 //! ([`clusterpool`]), and the agent's verdict on its cluster-pool CIDRs
 //! ([`cidr_depletion`]). Semantics follow Cilium 1.20 (`pkg/ipam/hostscope.go`,
@@ -14,6 +15,7 @@ pub mod clusterpool;
 pub mod duplicates;
 pub mod eni;
 pub mod hostscope;
+pub mod ip_number;
 pub mod leaks;
 pub mod multipool;
 pub mod node_config;

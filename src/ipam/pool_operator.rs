@@ -36,7 +36,7 @@ use ipnet::IpNet;
 
 use super::Family;
 use super::cidrset::{CidrSet, CidrSetError};
-use super::hostscope::{ip_to_u128, u128_to_ip};
+use super::ip_number::{from_number, span, to_number};
 use super::pooldef::{PoolDef, PoolFamilySpec};
 use crate::resources::{AllocatedPool, RequestedPool};
 
@@ -69,15 +69,15 @@ fn range_prefixes(family: Family, start: u128, end: u128) -> Vec<IpNet> {
         } else {
             cur.trailing_zeros().min(bits)
         };
-        let span = |k: u32| 1u128.checked_shl(k).map_or(u128::MAX, |n| n - 1);
-        while k > 0 && end - cur < span(k) {
+        let last_offset = |k: u32| 1u128.checked_shl(k).map_or(u128::MAX, |n| n - 1);
+        while k > 0 && end - cur < last_offset(k) {
             k -= 1;
         }
         // `bits - k` is at most 128 and the address is aligned.
-        if let Ok(net) = IpNet::new(u128_to_ip(family, cur), (bits - k) as u8) {
+        if let Ok(net) = IpNet::new(from_number(family, cur), (bits - k) as u8) {
             out.push(net);
         }
-        let last = cur + span(k);
+        let last = cur + last_offset(k);
         if last >= end {
             return out;
         }
@@ -240,7 +240,7 @@ impl FamilyPool {
             if Family::of_addr(&start) != family || Family::of_addr(&end) != family {
                 return Err(range(false));
             }
-            let (s, e) = (ip_to_u128(start), ip_to_u128(end));
+            let (s, e) = (to_number(start), to_number(end));
             if s > e {
                 return Err(range(true));
             }
@@ -261,10 +261,7 @@ impl FamilyPool {
         let family = self.family;
         for set in &mut self.sets {
             let cluster = set.cluster();
-            let (base, last) = (
-                ip_to_u128(cluster.network()),
-                ip_to_u128(cluster.broadcast()),
-            );
+            let (base, last) = span(&cluster);
             for &(s, e) in &self.reserved {
                 let (lo, hi) = (s.max(base), e.min(last));
                 if lo > hi {
@@ -279,7 +276,7 @@ impl FamilyPool {
     }
 
     fn overlaps_reserved(&self, block: &IpNet) -> bool {
-        let (bs, be) = (ip_to_u128(block.network()), ip_to_u128(block.broadcast()));
+        let (bs, be) = span(block);
         self.reserved.iter().any(|&(s, e)| s <= be && bs <= e)
     }
 
@@ -683,7 +680,7 @@ impl PoolOperator {
     /// with whoever took them and are not returned.
     pub fn occupy_range(&mut self, range: &IpNet) -> Vec<(String, IpNet)> {
         let family = Family::of_net(range);
-        let (lo, hi) = (ip_to_u128(range.network()), ip_to_u128(range.broadcast()));
+        let (lo, hi) = span(range);
         let mut taken = Vec::new();
         for (name, pool) in &mut self.pools {
             let Some(fp) = pool.family_mut(family) else {
@@ -692,10 +689,7 @@ impl PoolOperator {
             let mask = fp.mask_size;
             for set in &mut fp.sets {
                 let cluster = set.cluster();
-                let (base, last) = (
-                    ip_to_u128(cluster.network()),
-                    ip_to_u128(cluster.broadcast()),
-                );
+                let (base, last) = span(&cluster);
                 let (s, e) = (lo.max(base), hi.min(last));
                 if s > e {
                     continue;
@@ -707,7 +701,7 @@ impl PoolOperator {
                 };
                 let mut cur = s - (s - base) % size;
                 while cur <= e {
-                    if let Ok(block) = IpNet::new(u128_to_ip(family, cur), mask)
+                    if let Ok(block) = IpNet::new(from_number(family, cur), mask)
                         && set.is_allocated(&block) == Ok(false)
                         && set.occupy(&block).is_ok()
                     {
@@ -1336,7 +1330,7 @@ mod tests {
 
     #[test]
     fn range_prefix_decomposition() {
-        let v4 = |s: &str| ip_to_u128(s.parse().unwrap());
+        let v4 = |s: &str| to_number(s.parse().unwrap());
         let got = range_prefixes(Family::V4, v4("10.0.0.40"), v4("10.0.0.70"));
         let want: Vec<IpNet> = [
             "10.0.0.40/29",

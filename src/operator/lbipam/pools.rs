@@ -7,26 +7,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use crate::ipam::Family;
+use crate::ipam::ip_number::{from_number, span, to_number};
 use crate::ipam::pooldef::check_selector;
 use crate::ipam::selection::selector_matches;
 use crate::resources::{CiliumLoadBalancerIPPool, LB_IP_POOL_KIND, LabelSelector};
-
-fn to_number(ip: &IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(a) => u128::from(u32::from(*a)),
-        IpAddr::V6(a) => u128::from(*a),
-    }
-}
-
-fn from_number(family: Family, n: u128) -> IpAddr {
-    match family {
-        Family::V4 => IpAddr::V4(Ipv4Addr::from(u32::try_from(n).unwrap_or(u32::MAX))),
-        Family::V6 => IpAddr::V6(Ipv6Addr::from(n)),
-    }
-}
 
 /// One block: an inclusive range of one family, and the range it may hand out
 /// (without the first and last address of a `cidr` block of a pool with
@@ -43,12 +30,12 @@ pub struct Block {
 
 impl Block {
     fn contains(&self, ip: &IpAddr) -> bool {
-        let n = to_number(ip);
+        let n = to_number(*ip);
         Family::of_addr(ip) == self.family && self.first <= n && n <= self.last
     }
 
     fn usable(&self, ip: &IpAddr) -> bool {
-        let n = to_number(ip);
+        let n = to_number(*ip);
         Family::of_addr(ip) == self.family && self.usable.is_some_and(|(a, b)| a <= n && n <= b)
     }
 
@@ -115,7 +102,7 @@ impl Pool {
             let block = match (b.cidr, b.start, b.stop) {
                 (Some(cidr), None, None) => {
                     let cidr = cidr.trunc();
-                    let (first, last) = (to_number(&cidr.network()), to_number(&cidr.broadcast()));
+                    let (first, last) = span(&cidr);
                     let usable = if allow_first_last || last - first < 2 {
                         Some((first, last))
                     } else {
@@ -141,7 +128,7 @@ impl Pool {
                             "{at}: start {start} and stop {stop} are of different families"
                         )));
                     }
-                    let (first, last) = (to_number(&start), to_number(&stop));
+                    let (first, last) = (to_number(start), to_number(stop));
                     if last < first {
                         return Err(invalid(format!(
                             "{at}: stop {stop} is below start {start}; swap them"
@@ -223,7 +210,7 @@ impl Pool {
             let lo = from_number(family, a);
             let hi = from_number(family, z);
             for taken in used.range(lo..=hi) {
-                if to_number(taken) != candidate {
+                if to_number(*taken) != candidate {
                     break;
                 }
                 if candidate == z {

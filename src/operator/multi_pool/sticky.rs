@@ -31,6 +31,8 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use crate::ipam::Family;
+use crate::ipam::ip_number::{from_number, span};
 use crate::ipam::pooldef::{PoolDef, PoolFamilySpec};
 use crate::resources::AllocatedPool;
 
@@ -228,10 +230,11 @@ fn lowest_free(family: &PoolFamilySpec, taken: &BTreeSet<IpAddr>) -> Option<IpAd
     cidrs.sort();
     for cidr in cidrs {
         let cidr = cidr.trunc();
-        let (first, last) = (number(cidr.network()), number(cidr.broadcast()));
+        let (first, last) = span(&cidr);
+        let family = Family::of_net(&cidr);
         let mut n = first;
         loop {
-            let a = address(n, cidr.network());
+            let a = from_number(family, n);
             if !taken.contains(&a) && !reserved(&a) {
                 return Some(a);
             }
@@ -242,21 +245,6 @@ fn lowest_free(family: &PoolFamilySpec, taken: &BTreeSet<IpAddr>) -> Option<IpAd
         }
     }
     None
-}
-
-fn number(a: IpAddr) -> u128 {
-    match a {
-        IpAddr::V4(a) => u128::from(u32::from(a)),
-        IpAddr::V6(a) => u128::from(a),
-    }
-}
-
-/// Address number `n` of the family of `like`.
-fn address(n: u128, like: IpAddr) -> IpAddr {
-    match like {
-        IpAddr::V4(_) => IpAddr::V4(u32::try_from(n).unwrap_or(u32::MAX).into()),
-        IpAddr::V6(_) => IpAddr::V6(n.into()),
-    }
 }
 
 /// Whether `a` is inside one of the pool's CIDRs.
