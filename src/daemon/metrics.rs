@@ -14,6 +14,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::process::metrics_text;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CapacityLabels {
     pub family: String,
@@ -261,11 +263,7 @@ impl Metrics {
 
     /// The text exposition.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
-            tracing::warn!(error = %e, "encoding metrics failed");
-        }
-        out
+        metrics_text::encode(&self.registry)
     }
 }
 

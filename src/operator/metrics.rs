@@ -13,6 +13,7 @@ use prometheus_client::registry::Registry;
 
 use super::lbipam::metrics::LbIpamMetrics;
 use crate::ipam::duplicates::{Finding, FindingKind};
+use crate::process::metrics_text::{self, gauge_value};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
@@ -122,7 +123,7 @@ impl OperatorMetrics {
                 .get_or_create(&KindLabels {
                     kind: kind.label().into(),
                 })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
+                .set(gauge_value(n));
         }
     }
 
@@ -149,7 +150,7 @@ impl OperatorMetrics {
                 .get_or_create(&StateLabels {
                     state: state.into(),
                 })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
+                .set(gauge_value(n));
         }
     }
 
@@ -163,18 +164,14 @@ impl OperatorMetrics {
                         pool: pool.clone(),
                         state: state.into(),
                     })
-                    .set(i64::try_from(*n).unwrap_or(i64::MAX));
+                    .set(gauge_value(*n));
             }
         }
     }
 
     /// The text exposition.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
-            tracing::warn!(error = %e, "encoding metrics failed");
-        }
-        out
+        metrics_text::encode(&self.registry)
     }
 }
 

@@ -1,8 +1,9 @@
 //! Process plumbing the daemon and the operator share: option parsing
-//! ([`options`]), the Prometheus listener ([`metrics_server`]) and the shutdown
-//! signal ([`shutdown_signal`]).
+//! ([`options`]), the Prometheus listener ([`metrics_server`]) and text
+//! ([`metrics_text`]), and the shutdown signal ([`shutdown_signal`]).
 
 pub mod metrics_server;
+pub mod metrics_text;
 pub mod options;
 
 /// Resolves on SIGTERM or SIGINT (never, when they cannot be listened for).

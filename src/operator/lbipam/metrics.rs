@@ -8,6 +8,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::services::Plan;
+use crate::process::metrics_text::gauge_value;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
@@ -22,10 +23,6 @@ pub struct LbIpamMetrics {
     ips_used: Family<PoolLabels, Gauge>,
     services_matching: Gauge,
     services_unsatisfied: Gauge,
-}
-
-fn gauge_value(n: impl TryInto<i64>) -> i64 {
-    n.try_into().unwrap_or(i64::MAX)
 }
 
 impl LbIpamMetrics {
@@ -123,8 +120,7 @@ mod tests {
         plan.services
             .insert("default/b".into(), ServicePlan::Release);
         m.update(&plan);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let text = crate::process::metrics_text::encode(&registry);
         for line in [
             "podnet_operator_lbipam_conflicting_pools 1",
             "podnet_operator_lbipam_ips_available{pool=\"blue\"} 2",
@@ -140,8 +136,7 @@ mod tests {
         }
         plan.pools.remove("huge");
         m.update(&plan);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let text = crate::process::metrics_text::encode(&registry);
         assert!(!text.contains("huge"), "{text}");
     }
 }
