@@ -8,13 +8,15 @@
 //! definitions and the one watch that says when to read them again
 //! ([`pool_watch`], the agent's and the operator's); this node's
 //! Pods and Events for the agent's leak check ([`node_pods`]); Pods and
-//! CiliumNodes as the duplicate check sees them ([`address_views`]); and what
-//! keeps Events about different values apart ([`event_series`]).
+//! CiliumNodes as the duplicate check sees them ([`address_views`]); how an
+//! Event is built and posted ([`events`]) and what keeps Events about different
+//! values apart ([`event_series`]).
 
 pub mod address_views;
 pub mod connect;
 pub mod discovery;
 pub mod event_series;
+pub mod events;
 pub mod leak_events;
 pub mod mirror;
 pub mod node_pods;

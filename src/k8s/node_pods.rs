@@ -10,11 +10,11 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{Api, ListParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::Recorder;
 use tokio::sync::OnceCell;
 
 use super::connect::{ConnectError, connect};
-use super::event_series::action_about;
+use super::events::{self, recorder};
 use crate::ipam::leaks::{NodePod, PodName};
 
 /// The reporting controller of the agent's Events.
@@ -142,27 +142,15 @@ impl NodePodsApi {
         let client = self.client().await?.clone();
         let recorder = self
             .recorder
-            .get_or_init(|| async {
-                Recorder::new(
-                    client,
-                    Reporter {
-                        controller: REPORTING_CONTROLLER.into(),
-                        instance: Some(self.node_name.clone()),
-                    },
-                )
-            })
+            .get_or_init(|| async { recorder(client, REPORTING_CONTROLLER, &self.node_name) })
             .await;
-        let ev = Event {
-            type_: if event.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: event.reason.into(),
-            note: Some(event.note.clone()),
-            action: action_about(event.action, &event.about),
-            secondary: None,
-        };
+        let ev = events::event(
+            event.warning,
+            event.reason,
+            &event.note,
+            event.action,
+            &event.about,
+        );
         recorder
             .publish(&ev, target)
             .await

@@ -15,13 +15,13 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, Recorder};
 
 use super::FIELD_MANAGER;
 use super::metrics::OperatorMetrics;
 use crate::ipam::duplicates::{Confirmation, Finding, check};
 use crate::k8s::address_views::{Listed, read};
-use crate::k8s::event_series::action_about;
+use crate::k8s::events;
 
 /// How soon a check that found something new checks again to confirm it.
 pub const CONFIRM_AFTER: Duration = Duration::from_secs(30);
@@ -36,13 +36,7 @@ pub async fn run(
     interval: Duration,
     metrics: &OperatorMetrics,
 ) -> Infallible {
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: FIELD_MANAGER.into(),
-            instance: Some(identity.into()),
-        },
-    );
+    let recorder = events::recorder(client.clone(), FIELD_MANAGER, identity);
     let mut confirmation = Confirmation::default();
     loop {
         let wait = match read(&client).await {
@@ -85,13 +79,13 @@ async fn publish(recorder: &Recorder, listed: &Listed, finding: &Finding) {
 /// the ranges), so two findings of one kind on one object are two Events, not
 /// one series naming the first (`k8s::event_series`).
 fn event(finding: &Finding) -> Event {
-    Event {
-        type_: EventType::Warning,
-        reason: finding.kind().event_reason().into(),
-        note: Some(note(finding)),
-        action: action_about("CheckIPAM", &subject(finding)),
-        secondary: None,
-    }
+    events::event(
+        true,
+        finding.kind().event_reason(),
+        &note(finding),
+        "CheckIPAM",
+        &subject(finding),
+    )
 }
 
 /// What a finding is about: its address, or its ranges.

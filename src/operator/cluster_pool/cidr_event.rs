@@ -6,9 +6,9 @@
 //! ([`joined`]).
 
 use ipnet::IpNet;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::Event;
 
-use crate::k8s::event_series::action_about;
+use crate::k8s::events;
 
 /// The verb of every CIDR Event's action.
 const ACTION: &str = "AllocatePodCIDR";
@@ -27,17 +27,7 @@ pub struct CidrEvent {
 impl CidrEvent {
     /// The Event posted: action `AllocatePodCIDR <about>`.
     pub fn to_event(&self) -> Event {
-        Event {
-            type_: if self.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: self.reason.into(),
-            note: Some(self.note.clone()),
-            action: action_about(ACTION, &self.about),
-            secondary: None,
-        }
+        events::event(self.warning, self.reason, &self.note, ACTION, &self.about)
     }
 }
 
@@ -52,6 +42,8 @@ pub(super) fn joined(cidrs: &[IpNet]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use kube::runtime::events::EventType;
+
     use super::*;
 
     /// The part of kube-rs's series key an Event sets (the rest, the reporter

@@ -38,7 +38,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::PatchParams;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Recorder;
 use kube::runtime::watcher;
 use serde_json::json;
 
@@ -47,6 +47,7 @@ use super::metrics::OperatorMetrics;
 use super::node_api::{ApiNodes, NodeApply};
 use super::node_loop::{self, AfterRefusal, NodeHandler, NodeWriter, Refusal, Written};
 use crate::ipam::clusterpool::ClusterPoolConfig;
+use crate::k8s::events;
 use crate::k8s::mirror::WatchEnded;
 use crate::k8s::objects::watch_nodes;
 use crate::resources::NodeResource;
@@ -173,13 +174,7 @@ pub async fn run(
     let api = nodes.api();
     let writer = CidrWriter {
         nodes,
-        events: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: FIELD_MANAGER.into(),
-                instance: Some(identity.into()),
-            },
-        ),
+        events: events::recorder(client.clone(), FIELD_MANAGER, identity),
     };
     let nodes = watch_nodes(api, watcher::Config::default());
     let pools = reload::pool_changes(args, pool);
