@@ -3,30 +3,21 @@
 //! deprecated `v2alpha1`), cluster-scoped. Types only: what `podnet lint` says
 //! about a group is in `cli::cidr_groups`.
 
-use std::collections::BTreeMap;
-
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use super::ObjectMeta;
-use super::fields::{cidr_list, nullable};
+use super::fields::cidr_list;
+use super::object::object;
 
 pub const CIDR_GROUP_KIND: &str = "CiliumCIDRGroup";
 pub const CIDR_GROUP_V2: &str = "cilium.io/v2";
 pub const CIDR_GROUP_V2ALPHA1: &str = "cilium.io/v2alpha1";
 
-/// A `CiliumCIDRGroup`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CiliumCIDRGroup {
-    #[serde(rename = "apiVersion", default, deserialize_with = "nullable")]
-    pub api_version: String,
-    #[serde(default, deserialize_with = "nullable")]
-    pub kind: String,
-    #[serde(default, deserialize_with = "nullable")]
-    pub metadata: ObjectMeta,
-    pub spec: CidrGroupSpec,
-    #[serde(flatten)]
-    pub extra: BTreeMap<String, serde_json::Value>,
+object! {
+    /// A `CiliumCIDRGroup`.
+    pub struct CiliumCIDRGroup {
+        pub spec: CidrGroupSpec,
+    }
 }
 
 /// `spec`.

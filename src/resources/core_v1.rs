@@ -7,52 +7,27 @@ use std::collections::BTreeMap;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use super::ObjectMeta;
 use super::fields::{cidrs, nullable};
+use super::object::object;
 
-/// A `Pod`: its metadata (`metadata.namespace` absent means `default`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Pod {
-    #[serde(rename = "apiVersion", default, deserialize_with = "nullable")]
-    pub api_version: String,
-    #[serde(default, deserialize_with = "nullable")]
-    pub kind: String,
-    #[serde(default, deserialize_with = "nullable")]
-    pub metadata: ObjectMeta,
-    /// `spec`, `status`, ...
-    #[serde(flatten)]
-    pub extra: BTreeMap<String, serde_json::Value>,
+object! {
+    /// A `Pod`: its metadata (`metadata.namespace` absent means `default`).
+    pub struct Pod {}
 }
 
-/// A `Namespace`: its metadata.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Namespace {
-    #[serde(rename = "apiVersion", default, deserialize_with = "nullable")]
-    pub api_version: String,
-    #[serde(default, deserialize_with = "nullable")]
-    pub kind: String,
-    #[serde(default, deserialize_with = "nullable")]
-    pub metadata: ObjectMeta,
-    /// `spec`, `status`, ...
-    #[serde(flatten)]
-    pub extra: BTreeMap<String, serde_json::Value>,
+object! {
+    /// A `Namespace`: its metadata.
+    pub struct Namespace {}
 }
 
-/// A `Node`: its pod CIDRs (kubernetes mode) and addresses.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Node {
-    #[serde(rename = "apiVersion", default, deserialize_with = "nullable")]
-    pub api_version: String,
-    #[serde(default, deserialize_with = "nullable")]
-    pub kind: String,
-    #[serde(default, deserialize_with = "nullable")]
-    pub metadata: ObjectMeta,
-    #[serde(default, deserialize_with = "nullable")]
-    pub spec: NodeSpec,
-    #[serde(default, deserialize_with = "nullable")]
-    pub status: NodeStatus,
-    #[serde(flatten)]
-    pub extra: BTreeMap<String, serde_json::Value>,
+object! {
+    /// A `Node`: its pod CIDRs (kubernetes mode) and addresses.
+    pub struct Node {
+        #[serde(default, deserialize_with = "nullable")]
+        pub spec: NodeSpec,
+        #[serde(default, deserialize_with = "nullable")]
+        pub status: NodeStatus,
+    }
 }
 
 /// `Node.spec`.

@@ -9,8 +9,9 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use super::LabelSelector;
 use super::fields::{nullable, opt_cidr, opt_ip};
-use super::{LabelSelector, ObjectMeta};
+use super::object::object;
 
 /// The `apiVersion` Cilium 1.20 stores.
 pub const LB_IP_POOL_V2: &str = "cilium.io/v2";
@@ -19,20 +20,12 @@ pub const LB_IP_POOL_V2ALPHA1: &str = "cilium.io/v2alpha1";
 /// The `kind`.
 pub const LB_IP_POOL_KIND: &str = "CiliumLoadBalancerIPPool";
 
-/// A `CiliumLoadBalancerIPPool` (cluster-scoped).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CiliumLoadBalancerIPPool {
-    #[serde(rename = "apiVersion", default, deserialize_with = "nullable")]
-    pub api_version: String,
-    #[serde(default, deserialize_with = "nullable")]
-    pub kind: String,
-    #[serde(default, deserialize_with = "nullable")]
-    pub metadata: ObjectMeta,
-    #[serde(default, deserialize_with = "nullable")]
-    pub spec: LbIpPoolSpec,
-    /// `status` and whatever else the object carries.
-    #[serde(flatten)]
-    pub extra: BTreeMap<String, serde_json::Value>,
+object! {
+    /// A `CiliumLoadBalancerIPPool` (cluster-scoped).
+    pub struct CiliumLoadBalancerIPPool {
+        #[serde(default, deserialize_with = "nullable")]
+        pub spec: LbIpPoolSpec,
+    }
 }
 
 /// `spec`.

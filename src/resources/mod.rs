@@ -30,6 +30,7 @@ mod fields;
 mod lb_ip_pool;
 mod meta;
 mod node_config;
+mod object;
 mod pod_ip_pool;
 
 pub use cidr_group::{

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::LabelSelector;
 use super::fields::nullable;
-use super::{LabelSelector, ObjectMeta};
+use super::object::object;
 
 /// The current `apiVersion`.
 pub const NODE_CONFIG_V2: &str = "cilium.io/v2";
@@ -16,19 +17,12 @@ pub const NODE_CONFIG_V2ALPHA1: &str = "cilium.io/v2alpha1";
 /// The `kind`.
 pub const NODE_CONFIG_KIND: &str = "CiliumNodeConfig";
 
-/// A `CiliumNodeConfig` (namespaced).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CiliumNodeConfig {
-    #[serde(rename = "apiVersion", default, deserialize_with = "nullable")]
-    pub api_version: String,
-    #[serde(default, deserialize_with = "nullable")]
-    pub kind: String,
-    #[serde(default, deserialize_with = "nullable")]
-    pub metadata: ObjectMeta,
-    #[serde(default, deserialize_with = "nullable")]
-    pub spec: NodeConfigSpec,
-    #[serde(flatten)]
-    pub extra: BTreeMap<String, serde_json::Value>,
+object! {
+    /// A `CiliumNodeConfig` (namespaced).
+    pub struct CiliumNodeConfig {
+        #[serde(default, deserialize_with = "nullable")]
+        pub spec: NodeConfigSpec,
+    }
 }
 
 /// `spec`.

@@ -9,8 +9,9 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use super::LabelSelector;
 use super::fields::{cidrs, nullable, opt_cidr, opt_ip};
-use super::{LabelSelector, ObjectMeta};
+use super::object::object;
 
 /// The `apiVersion` Cilium 1.20 serves.
 pub const POD_IP_POOL_V2ALPHA1: &str = "cilium.io/v2alpha1";
@@ -19,20 +20,12 @@ pub const POD_IP_POOL_V2: &str = "cilium.io/v2";
 /// The `kind`.
 pub const POD_IP_POOL_KIND: &str = "CiliumPodIPPool";
 
-/// A `CiliumPodIPPool` (cluster-scoped).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CiliumPodIPPool {
-    #[serde(rename = "apiVersion", default, deserialize_with = "nullable")]
-    pub api_version: String,
-    #[serde(default, deserialize_with = "nullable")]
-    pub kind: String,
-    #[serde(default, deserialize_with = "nullable")]
-    pub metadata: ObjectMeta,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spec: Option<PodIPPoolSpec>,
-    /// `status` and whatever else the object carries.
-    #[serde(flatten)]
-    pub extra: BTreeMap<String, serde_json::Value>,
+object! {
+    /// A `CiliumPodIPPool` (cluster-scoped).
+    pub struct CiliumPodIPPool {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub spec: Option<PodIPPoolSpec>,
+    }
 }
 
 /// `spec`.

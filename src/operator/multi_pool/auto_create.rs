@@ -9,6 +9,8 @@ use serde_json::json;
 use crate::ipam::pool_operator::{PoolOperator, PoolsRefused};
 use crate::ipam::pool_options::{PoolOptionError, parse_auto_create_pools};
 use crate::ipam::pooldef::{PoolDef, PoolFamilySpec};
+use crate::k8s::objects::ApplyBody;
+use crate::resources::POD_IP_POOL_KIND;
 
 pub const OPT_AUTO_CREATE: &str = "auto-create-cilium-pod-ip-pools";
 
@@ -62,12 +64,10 @@ pub fn pool_object(def: &PoolDef, api_version: &str) -> serde_json::Value {
     if def.allow_last_ip {
         spec.insert("allowLastIP".into(), json!(true));
     }
-    json!({
-        "apiVersion": api_version,
-        "kind": "CiliumPodIPPool",
-        "metadata": {"name": def.name},
-        "spec": spec,
-    })
+    ApplyBody::new(api_version, POD_IP_POOL_KIND, &def.name)
+        .with("spec", spec.into())
+        .value()
+        .clone()
 }
 
 #[cfg(test)]
@@ -100,6 +100,13 @@ mod tests {
             assert_eq!(obj["spec"]["ipv4"]["cidrs"][1], "10.11.0.0/16");
             assert_eq!(obj["spec"]["ipv4"]["maskSize"], 24);
             assert_eq!(obj["apiVersion"], version);
+            assert_eq!(
+                obj.to_string(),
+                format!(
+                    r#"{{"apiVersion":"{version}","kind":"CiliumPodIPPool","metadata":{{"name":"{}"}},"spec":{}}}"#,
+                    pools[0].name, obj["spec"]
+                )
+            );
             let read: CiliumPodIPPool = decode(&obj).unwrap();
             assert_eq!(PoolDef::try_from(&read).unwrap(), pools[0]);
         }
