@@ -26,7 +26,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::runtime::Handle;
 
-use super::{BackendHealth, NodeError, NodeEvent};
+use super::{BackendHealth, NodeError, NodeEvent, send_pools};
 use crate::ipam::node_config::{NodeConfigDef, node_default_pool};
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::{
@@ -130,12 +130,7 @@ pub(super) async fn watch_pools(
         match pools_now(watch.client(), watch.watched(), &node_labels).await {
             Ok((pools, default_pool)) => {
                 health.set("pools", true);
-                let sent = events.send(NodeEvent::Pools(pools)).await.is_ok()
-                    && events
-                        .send(NodeEvent::DefaultPool(default_pool))
-                        .await
-                        .is_ok();
-                if !sent {
+                if !send_pools(&events, pools, default_pool).await {
                     return;
                 }
             }

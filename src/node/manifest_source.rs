@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::manifests::ManifestDir;
-use super::{NodeError, NodeEvent, NodeSource, NodeView, WatchFuture};
+use super::{NodeError, NodeEvent, NodeSource, NodeView, WatchFuture, send_pools};
 use crate::ipam::pooldef::PoolDef;
 
 /// How often the directories are checked for changes.
@@ -86,12 +86,7 @@ impl NodeSource for ManifestSource {
                     pools_seen = pools_now;
                     match self.pools() {
                         Ok((defs, default_pool)) => {
-                            let sent = events.send(NodeEvent::Pools(defs)).await.is_ok()
-                                && events
-                                    .send(NodeEvent::DefaultPool(default_pool))
-                                    .await
-                                    .is_ok();
-                            if !sent {
+                            if !send_pools(&events, defs, default_pool).await {
                                 return;
                             }
                         }

@@ -207,6 +207,20 @@ pub enum NodeEvent {
     Facts(NodeFacts),
 }
 
+/// Sends new pool definitions, then the default pool, as a source's watch does
+/// when the pools change; false once the daemon no longer listens.
+async fn send_pools(
+    events: &tokio::sync::mpsc::Sender<NodeEvent>,
+    pools: Vec<PoolDef>,
+    default_pool: Option<String>,
+) -> bool {
+    events.send(NodeEvent::Pools(pools)).await.is_ok()
+        && events
+            .send(NodeEvent::DefaultPool(default_pool))
+            .await
+            .is_ok()
+}
+
 /// A boxed future of a source's watch loop.
 pub type WatchFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
