@@ -28,7 +28,7 @@ macro_rules! object {
             #[serde(default, deserialize_with = "crate::resources::fields::nullable")]
             pub kind: String,
             #[serde(default, deserialize_with = "crate::resources::fields::nullable")]
-            pub metadata: crate::resources::ObjectMeta,
+            pub metadata: crate::resources::meta::ObjectMeta,
             $(
                 $(#[$field_attr])*
                 pub $field: $ty,
@@ -46,7 +46,9 @@ pub(super) use object;
 mod tests {
     use serde_json::json;
 
-    use crate::resources::{CiliumLoadBalancerIPPool, Namespace, Node, decode};
+    use crate::resources::core_v1::{Namespace, Node};
+    use crate::resources::decode::decode;
+    use crate::resources::lb_ip_pool::CiliumLoadBalancerIPPool;
 
     #[test]
     fn the_envelope_is_written_first_and_the_rest_last_byte_for_byte() {
