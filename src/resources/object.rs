@@ -2,6 +2,8 @@
 //! [`object`] writes a resource type with `apiVersion`, `kind` and `metadata`
 //! first (`null` read as absent), then the type's own fields, then `extra`
 //! (every field not modelled, kept so an object written back loses nothing).
+//! `CiliumNode` (`cilium_node`) is not declared with it: its envelope fields are
+//! required, not read as empty when absent or `null`.
 
 /// Declares a top-level resource type: the envelope around the fields given.
 /// Field order on the wire is `apiVersion`, `kind`, `metadata`, the fields in
