@@ -26,7 +26,7 @@ use serde::Serialize;
 use super::Daemon;
 use super::leak_check::LeakCheckError;
 use super::state::{AllocateRequest, ApiError, ErrorKind};
-use crate::api::http::{ascii_json, decode_component, parse_query};
+use crate::api::http::{NotUtf8, ascii_json, decode_component, parse_query};
 use crate::api::models::{
     CONFIG_HEADER, CniReport, DaemonConfigurationStatus, EndpointBatchDeleteRequest,
     EndpointChangeRequest, ExplainResponse, GcRequest, LeakCheckStatus, LeakFinding, REASON_HEADER,
@@ -45,6 +45,20 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 const UNREADABLE_NAMED: usize = 16;
 
 type Reply = Response<Full<Bytes>>;
+
+/// A request the API's rules refuse is invalid.
+impl From<Refusal> for ApiError {
+    fn from(e: Refusal) -> ApiError {
+        ApiError::new(ErrorKind::Invalid, e.to_string())
+    }
+}
+
+/// A path or query that is not UTF-8 once decoded is invalid.
+impl From<NotUtf8> for ApiError {
+    fn from(e: NotUtf8) -> ApiError {
+        ApiError::new(ErrorKind::Invalid, e.to_string())
+    }
+}
 
 /// Serves one request.
 pub async fn handle(
