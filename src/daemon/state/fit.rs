@@ -7,8 +7,9 @@
 use std::net::IpAddr;
 
 use super::{ApiError, ErrorKind, IpamState};
-use crate::api::models::{ConfigCheckStatus, FailureReason};
+use crate::api::models::ConfigCheckStatus;
 use crate::daemon::node_check::{Verdict, judge};
+use crate::ipam::failure_reason::FailureReason;
 use crate::node::{ConfigFit, NodeFacts};
 
 /// The facts, their verdict and what the sink was last handed.

@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 
 use super::{ApiError, ErrorKind, IpamState};
 use crate::api::exhaustion;
-use crate::api::models::FailureReason;
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::CidrUse;
+use crate::ipam::failure_reason::FailureReason;
 use crate::ipam::hostscope::AllocatorOptions;
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pooldef::PoolDef;

@@ -12,7 +12,7 @@
 //! - bound allocation whose host link is gone: the pod's netns is gone (deleting a
 //!   netns destroys the veth pair), so the address is released (into cooldown);
 //! - host link (`lxc…`) no allocation accounts for: removed only when its marker
-//!   (`api::link_marker`) shows it was made under this very journal at a commit the
+//!   (`datapath::link_marker`) shows it was made under this very journal at a commit the
 //!   journal has (so the journal saw the attachment and released it). Otherwise the
 //!   journal never knew the link (it is new, was lost or rebuilt, or is older than
 //!   the link): the link's routed addresses are adopted, and a link with nothing to
@@ -34,8 +34,8 @@ use super::{
     Allocation, ApiError, DEFAULT_POOL, HOLD_UNTIL_TEARDOWN, IpamState, StateConfig, Timer,
     TimerKind,
 };
-use crate::api::link_marker::LinkMarker;
 use crate::datapath::host_ifname;
+use crate::datapath::link_marker::LinkMarker;
 use crate::ipam::Family;
 use crate::ipam::multipool::{PoolError, PoolSet};
 use crate::ipam::pooldef::PoolDef;

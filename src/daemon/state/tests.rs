@@ -16,12 +16,12 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::*;
-use crate::api::link_marker::{JournalMark, LinkMarker};
 use crate::api::models::{
     AddressPair, AttachmentRef, CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest,
     GcRequest, IpamResponse, LinkRef, RangeStatus,
 };
 use crate::daemon::device_error::{DeviceError, failed};
+use crate::datapath::link_marker::{JournalMark, LinkMarker};
 use crate::datapath::{DatapathError, host_ifname};
 use crate::ipam::clusterpool::ClusterPoolConfig;
 use crate::ipam::pooldef::{PoolDef, PoolFamilySpec};

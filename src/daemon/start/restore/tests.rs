@@ -5,7 +5,6 @@ use std::cell::RefCell;
 use std::net::IpAddr;
 
 use super::*;
-use crate::api::link_marker::{JournalMark, LinkMarker};
 use crate::daemon::config::DatapathMode;
 use crate::daemon::config::resolved_options as resolved;
 use crate::daemon::device_error::failed;
@@ -15,6 +14,7 @@ use crate::daemon::start::node::{connected, node_resource};
 use crate::daemon::start::tests::assert_fails_in;
 use crate::daemon::state::KernelLink;
 use crate::daemon::state::tests::{del_with_links, endpoint_for, ips, pod};
+use crate::datapath::link_marker::{JournalMark, LinkMarker};
 use crate::datapath::{DatapathError, host_ifname};
 use crate::node::NodeView;
 use crate::test_dir::TestDir;
