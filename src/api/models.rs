@@ -971,26 +971,6 @@ mod tests {
     }
 
     #[test]
-    fn failure_reasons_round_trip() {
-        for r in [
-            FailureReason::RangeFull,
-            FailureReason::PoolNotAvailable,
-            FailureReason::PoolSelection,
-            FailureReason::MetadataNotSynced,
-            FailureReason::JournalUnavailable,
-            FailureReason::DelegatedPlugin,
-            FailureReason::NodeConfig,
-            FailureReason::AddressAnnotation,
-            FailureReason::AddressTaken,
-            FailureReason::AddressOutsideNode,
-            FailureReason::AddressNotInPool,
-        ] {
-            assert_eq!(FailureReason::parse(r.as_str()), Some(r));
-        }
-        assert_eq!(FailureReason::parse("delegated-plugin-v2"), None);
-    }
-
-    #[test]
     fn range_exhaustion() {
         let r = RangeStatus {
             family: "ipv4".into(),

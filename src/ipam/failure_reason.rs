@@ -79,24 +79,46 @@ impl FailureReason {
         )
     }
 
+    /// Every reason.
+    pub const ALL: [FailureReason; 13] = [
+        FailureReason::RangeFull,
+        FailureReason::PoolNotAvailable,
+        FailureReason::PoolSelection,
+        FailureReason::MetadataNotSynced,
+        FailureReason::JournalUnavailable,
+        FailureReason::DelegatedPlugin,
+        FailureReason::NodeConfig,
+        FailureReason::AddressAnnotation,
+        FailureReason::AddressTaken,
+        FailureReason::AddressOutsideNode,
+        FailureReason::AddressNotInPool,
+        FailureReason::StickyWaiting,
+        FailureReason::StickyRefused,
+    ];
+
     /// Reads a header value; None for a reason this build does not know.
     pub fn parse(s: &str) -> Option<FailureReason> {
-        [
-            FailureReason::RangeFull,
-            FailureReason::PoolNotAvailable,
-            FailureReason::PoolSelection,
-            FailureReason::MetadataNotSynced,
-            FailureReason::JournalUnavailable,
-            FailureReason::DelegatedPlugin,
-            FailureReason::NodeConfig,
-            FailureReason::AddressAnnotation,
-            FailureReason::AddressTaken,
-            FailureReason::AddressOutsideNode,
-            FailureReason::AddressNotInPool,
-            FailureReason::StickyWaiting,
-            FailureReason::StickyRefused,
-        ]
-        .into_iter()
-        .find(|r| r.as_str() == s)
+        FailureReason::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_reasons_round_trip() {
+        for r in FailureReason::ALL {
+            assert_eq!(FailureReason::parse(r.as_str()), Some(r));
+        }
+        assert_eq!(FailureReason::parse("delegated-plugin-v2"), None);
+    }
+
+    #[test]
+    fn serde_spells_each_reason_as_the_header_does() {
+        for r in FailureReason::ALL {
+            let json = serde_json::to_value(r).expect("serialize");
+            assert_eq!(json, serde_json::Value::from(r.as_str()));
+        }
     }
 }
