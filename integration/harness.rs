@@ -563,7 +563,8 @@ impl Node {
     /// The id of the daemon's journal, read from a host link's marker.
     pub fn journal_id_of(&self, link: &str) -> String {
         let alias = self.link_alias(link).expect("the host link has a marker");
-        let marker = podnet::api::link_marker::LinkMarker::parse(&alias).expect("a podnet marker");
+        let marker =
+            podnet::datapath::link_marker::LinkMarker::parse(&alias).expect("a podnet marker");
         marker.journal.journal_id
     }
 

@@ -356,7 +356,7 @@ fn an_expired_address_takes_its_host_link_with_it() {
             })
             .expect("allocate");
         let mut mark =
-            podnet::api::link_marker::JournalMark::parse(&resp.journal_mark).expect("mark");
+            podnet::datapath::link_marker::JournalMark::parse(&resp.journal_mark).expect("mark");
         if newer {
             mark.seq += 1000;
         }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use podnet::api::client::AllocateParams;
 use podnet::api::http::parse_response;
-use podnet::api::link_marker::LinkMarker;
+use podnet::datapath::link_marker::LinkMarker;
 
 use crate::harness::*;
 use crate::round_trips::{Kill, Proxy, eventually};

@@ -288,7 +288,7 @@ fn add_waits_for_one_request_and_its_report_binds_the_addresses() {
     let host = podnet::datapath::host_ifname(&a.container_id, "eth0");
     let alias = node.link_alias(&host).expect("marker");
     assert!(
-        podnet::api::link_marker::LinkMarker::parse(&alias).is_some_and(|m| m.wired),
+        podnet::datapath::link_marker::LinkMarker::parse(&alias).is_some_and(|m| m.wired),
         "{alias}"
     );
     assert!(

@@ -7,7 +7,6 @@ pub mod client;
 pub mod delete_queue;
 pub mod exhaustion;
 pub mod http;
-pub mod link_marker;
 pub mod models;
 pub mod start_note;
 pub mod validate;

@@ -47,12 +47,8 @@ impl Daemon {
             node_events.borrow_and_update();
             let may_wait = Instant::now() < deadline;
             let (result, waits) = self.with_state_in_place(|s| {
-                let mut requests = s.requests();
-                let r = requests.allocate(req, may_wait);
-                let waits = r
-                    .as_ref()
-                    .err()
-                    .is_some_and(|e| requests.waits_for_blocks(e));
+                let r = s.allocate(req, may_wait);
+                let waits = r.as_ref().err().is_some_and(|e| s.waits_for_blocks(e));
                 Ok((r, waits))
             })?;
             match result {

@@ -12,8 +12,8 @@ use ipnet::IpNet;
 
 use super::device_error::{DeviceError, failed};
 use super::state::{KernelLink, KernelView, StaleLink};
-use crate::api::link_marker::LinkMarker;
 use crate::api::models::LinkRef;
+use crate::datapath::link_marker::LinkMarker;
 use crate::datapath::{
     IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname, write_sysctl_in,
 };

@@ -108,7 +108,7 @@ impl NodeFacts for DaemonFacts {
 
     async fn allocations(&self) -> Result<Vec<NodeAllocation>, LeakCheckError> {
         self.0
-            .with_state(|s| Ok(s.views().leak_candidates(now_ms())))
+            .with_state(|s| Ok(s.leak_candidates(now_ms())))
             .await
             .map_err(LeakCheckError::State)
     }
@@ -122,7 +122,7 @@ impl NodeFacts for DaemonFacts {
 
     async fn release(&self, leaks: Vec<Finding>) -> Result<Vec<IpAddr>, LeakCheckError> {
         self.0
-            .with_state(move |s| s.upkeep().release_leaked(&leaks))
+            .with_state(move |s| s.release_leaked(&leaks))
             .await
             .map_err(LeakCheckError::State)
     }
@@ -131,7 +131,7 @@ impl NodeFacts for DaemonFacts {
         let counted = self
             .0
             .with_state(move |s| {
-                let m = s.views().metrics();
+                let m = s.metrics();
                 m.leaks.set(leaks as i64);
                 m.leaks_released.inc_by(released as u64);
                 Ok(())

@@ -143,7 +143,7 @@ impl Daemon {
                 let wait = t.deadline_ms.saturating_sub(now_ms());
                 tokio::time::sleep(Duration::from_millis(wait)).await;
                 let _ = d
-                    .with_state(move |s| Ok(s.upkeep().fire(&t, &devices::host_link_marker)))
+                    .with_state(move |s| Ok(s.fire(&t, &devices::host_link_marker)))
                     .await;
             });
         }
@@ -227,14 +227,13 @@ impl Daemon {
         let unreadable = self.queue_unreadable().len();
         let drops = self.source_check_listing().await.map(|l| l.drops);
         self.with_state(move |s| {
-            let views = s.views();
-            views.refresh_gauges(views.metrics());
+            s.refresh_gauges(s.metrics());
             if let Some(drops) = &drops {
-                views.metrics().source_check_drops(drops);
+                s.metrics().source_check_drops(drops);
             }
-            views.metrics().queue_depth.set(depth as i64);
-            views.metrics().queue_bad_entries.set(unreadable as i64);
-            Ok(views.metrics().encode())
+            s.metrics().queue_depth.set(depth as i64);
+            s.metrics().queue_bad_entries.set(unreadable as i64);
+            Ok(s.metrics().encode())
         })
         .await
     }
@@ -273,10 +272,7 @@ impl Daemon {
             match deleted {
                 Ok(Ok(())) => {
                     let key = teardown.key.clone();
-                    if let Err(e) = d
-                        .with_state(move |s| s.upkeep().finish_teardown(&key))
-                        .await
-                    {
+                    if let Err(e) = d.with_state(move |s| s.finish_teardown(&key)).await {
                         tracing::error!(error = %e.message, "could not journal the end of a teardown; it is retried once the journal works again");
                     }
                 }
@@ -305,12 +301,11 @@ where
     F: FnOnce(&mut IpamState) -> Result<T, ApiError>,
 {
     let r = f(st);
-    let mut upkeep = st.upkeep();
     (
         r,
-        upkeep.take_timers(),
-        upkeep.take_stale_links(),
-        upkeep.take_flush_soon(),
+        st.take_timers(),
+        st.take_stale_links(),
+        st.take_flush_soon(),
     )
 }
 
@@ -397,7 +392,7 @@ fn apply_queued(
     queued: &[(PathBuf, EndpointBatchDeleteRequest)],
 ) -> Result<usize, ReplayError> {
     for (path, req) in queued {
-        match state.requests().delete_endpoints(req) {
+        match state.delete_endpoints(req) {
             Ok(_) => {}
             Err(e) if e.kind == ErrorKind::NotFound => {}
             Err(source) => {
@@ -437,17 +432,14 @@ async fn keep_journal_working(daemon: Arc<Daemon>) {
     loop {
         tokio::time::sleep(JOURNAL_CHECK_INTERVAL).await;
         let recovered = daemon
-            .with_state(|s| Ok(s.upkeep().recover_journal()))
+            .with_state(|s| Ok(s.recover_journal()))
             .await
             .ok()
             .flatten();
         match recovered {
             Some(false) => continue,
             Some(true) => {
-                if let Ok(teardowns) = daemon
-                    .with_state(|s| Ok(s.upkeep().pending_teardowns()))
-                    .await
-                {
+                if let Ok(teardowns) = daemon.with_state(|s| Ok(s.pending_teardowns())).await {
                     for td in teardowns {
                         daemon.spawn_teardown(td);
                     }
@@ -471,7 +463,7 @@ async fn keep_journal_working(daemon: Arc<Daemon>) {
             .with_state(move |s| {
                 let n = apply_queued(s, &q)
                     .map_err(|e| ApiError::new(ErrorKind::Unavailable, e.to_string()))?;
-                s.upkeep().note_queued_deletes(n);
+                s.note_queued_deletes(n);
                 Ok(n)
             })
             .await
@@ -507,7 +499,7 @@ async fn apply_node_events(
                 "node resource",
                 daemon
                     .with_state(move |s| {
-                        s.node_io().set_external_node(*node);
+                        s.set_external_node(*node);
                         Ok(())
                     })
                     .await,
@@ -516,8 +508,7 @@ async fn apply_node_events(
                 "pool definitions",
                 daemon
                     .with_state(move |s| {
-                        s.node_io()
-                            .set_pool_defs(defs)
+                        s.set_pool_defs(defs)
                             .map_err(|e| ApiError::new(ErrorKind::Conflict, e.to_string()))
                     })
                     .await,
@@ -526,7 +517,7 @@ async fn apply_node_events(
                 "default pool",
                 daemon
                     .with_state(move |s| {
-                        s.node_io().set_default_pool(pool);
+                        s.set_default_pool(pool);
                         Ok(())
                     })
                     .await,
@@ -535,7 +526,7 @@ async fn apply_node_events(
                 "pod and namespace metadata",
                 daemon
                     .with_state(move |s| {
-                        s.node_io().set_metadata(meta);
+                        s.set_metadata(meta);
                         Ok(())
                     })
                     .await,
@@ -557,8 +548,8 @@ async fn apply_node_events(
 async fn judge_facts(daemon: &Arc<Daemon>, facts: crate::node::NodeFacts) -> Result<(), ApiError> {
     let (verdict, node) = daemon
         .with_state(move |s| {
-            let verdict = s.node_io().set_node_facts(facts);
-            Ok((verdict, s.views().node().metadata.name.clone()))
+            let verdict = s.set_node_facts(facts);
+            Ok((verdict, s.node().metadata.name.clone()))
         })
         .await?;
     if let Some(v) = verdict {
@@ -578,7 +569,7 @@ async fn flush_outbox(daemon: Arc<Daemon>, mut sink: Box<dyn NodeSink>, rate: Du
     loop {
         let started = tokio::time::Instant::now();
         if let Ok(outbox) = daemon
-            .with_state(|s| Ok(s.node_io().take_outbox().unwrap_or_default()))
+            .with_state(|s| Ok(s.take_outbox().unwrap_or_default()))
             .await
             && let Err(e) = sink.flush(&outbox).await
         {

@@ -26,7 +26,7 @@ use serde::Serialize;
 use super::Daemon;
 use super::leak_check::LeakCheckError;
 use super::state::{AllocateRequest, ApiError, ErrorKind};
-use crate::api::http::{ascii_json, decode_component, parse_query};
+use crate::api::http::{NotUtf8, ascii_json, decode_component, parse_query};
 use crate::api::models::{
     CONFIG_HEADER, CniReport, DaemonConfigurationStatus, EndpointBatchDeleteRequest,
     EndpointChangeRequest, ExplainResponse, GcRequest, LeakCheckStatus, LeakFinding, REASON_HEADER,
@@ -45,6 +45,20 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 const UNREADABLE_NAMED: usize = 16;
 
 type Reply = Response<Full<Bytes>>;
+
+/// A request the API's rules refuse is invalid.
+impl From<Refusal> for ApiError {
+    fn from(e: Refusal) -> ApiError {
+        ApiError::new(ErrorKind::Invalid, e.to_string())
+    }
+}
+
+/// A path or query that is not UTF-8 once decoded is invalid.
+impl From<NotUtf8> for ApiError {
+    fn from(e: NotUtf8) -> ApiError {
+        ApiError::new(ErrorKind::Invalid, e.to_string())
+    }
+}
 
 /// Serves one request.
 pub async fn handle(
@@ -324,7 +338,7 @@ async fn get_healthz(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError>
     // Cilium's `brief` header: the figures without the per-address lists
     // (what CNI STATUS needs; a full /16 lists 65,534 addresses).
     let brief = call.header_is_true("brief");
-    let mut status = daemon.with_state_in_place(move |s| Ok(s.views().status_brief(brief)))?;
+    let mut status = daemon.with_state_in_place(move |s| Ok(s.status_brief(brief)))?;
     let backend = daemon.backend_status();
     if !backend.waiting.is_empty() {
         warn(
@@ -358,13 +372,13 @@ async fn get_healthz(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError>
 
 /// `GET /v1/config`: the daemon's configuration.
 async fn get_config(daemon: Arc<Daemon>, _call: Call) -> Result<Reply, ApiError> {
-    let config = daemon.with_state_in_place(|s| Ok(s.views().config()))?;
+    let config = daemon.with_state_in_place(|s| Ok(s.config()))?;
     Ok(json_reply(200, &config))
 }
 
 /// `GET /v1/node`: the node's ranges as the daemon uses them.
 async fn get_node(daemon: Arc<Daemon>, _call: Call) -> Result<Reply, ApiError> {
-    let node = daemon.with_state_in_place(|s| Ok(s.views().node().clone()))?;
+    let node = daemon.with_state_in_place(|s| Ok(s.node().clone()))?;
     Ok(json_reply(200, &node))
 }
 
@@ -425,8 +439,7 @@ struct IpClaim {
 /// `POST /v1/ipam/{ip}`: allocates that address.
 async fn allocate_ip(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     let IpClaim { ip, owner, pool } = ip_claim(&call)?;
-    let allocated =
-        daemon.with_state_in_place(move |s| s.requests().allocate_ip(&ip, &owner, &pool))?;
+    let allocated = daemon.with_state_in_place(move |s| s.allocate_ip(&ip, &owner, &pool))?;
     Ok(json_reply(200, &allocated))
 }
 
@@ -442,7 +455,7 @@ fn ip_claim(call: &Call) -> Result<IpClaim, ApiError> {
 /// `DELETE /v1/ipam/{ip}`: releases that address.
 async fn release_ip(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     let (ip, pool) = ip_release(&call)?;
-    daemon.with_state_in_place(move |s| s.requests().release_ip(&ip, &pool))?;
+    daemon.with_state_in_place(move |s| s.release_ip(&ip, &pool))?;
     Ok(json_reply(200, &serde_json::Value::Null))
 }
 
@@ -462,9 +475,8 @@ async fn put_endpoint(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError
     // phase is this request as the daemon handles it.
     let received = call.received;
     let view = daemon.with_state_in_place(move |s| {
-        let mut requests = s.requests();
-        let view = requests.create_endpoint(&change)?;
-        requests.plugin_timings(
+        let view = s.create_endpoint(&change)?;
+        s.plugin_timings(
             "ADD",
             &change.podnet_phases,
             "endpoint-registration",
@@ -478,7 +490,7 @@ async fn put_endpoint(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError
 /// `GET /v1/endpoint/{id}`: one endpoint.
 async fn get_endpoint(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     let id = endpoint_id(&call)?;
-    let endpoint = daemon.with_state_in_place(move |s| s.views().endpoint(&id))?;
+    let endpoint = daemon.with_state_in_place(move |s| s.endpoint(&id))?;
     Ok(json_reply(200, &endpoint))
 }
 
@@ -497,9 +509,8 @@ async fn delete_endpoints(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiE
     // is this request as the daemon handles it.
     let received = call.received;
     let teardown = daemon.with_state_in_place(move |s| {
-        let mut requests = s.requests();
-        let deleted = requests.delete_endpoints(&delete);
-        requests.plugin_timings(
+        let deleted = s.delete_endpoints(&delete);
+        s.plugin_timings(
             "DEL",
             &delete.podnet_phases,
             "daemon-release",
@@ -517,9 +528,8 @@ async fn delete_endpoints(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiE
 async fn cni_report(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     let report: CniReport = call.json(validate::report)?;
     daemon.with_state_in_place(move |s| {
-        let mut requests = s.requests();
-        requests.bind_wired(&report)?;
-        requests.cni_report(&report);
+        s.bind_wired(&report)?;
+        s.cni_report(&report);
         Ok(())
     })?;
     Ok(json_reply(200, &serde_json::Value::Null))
@@ -528,7 +538,7 @@ async fn cni_report(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> 
 /// `GET /v1/explain?q=`: what the daemon knows about a pod, address or container.
 async fn explain(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     let subject = explain_subject(&call)?;
-    let mut answer = daemon.with_state_in_place(move |s| Ok(s.views().explain(&subject)))?;
+    let mut answer = daemon.with_state_in_place(move |s| Ok(s.explain(&subject)))?;
     if !answer.addresses.is_empty()
         && let Some(listing) = daemon.source_check_listing().await
     {
@@ -565,7 +575,7 @@ async fn get_metrics(daemon: Arc<Daemon>, _call: Call) -> Result<Reply, ApiError
 /// runtime no longer lists, and deletes their host links.
 async fn cni_gc(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     let gc: GcRequest = call.json(validate::gc)?;
-    let (collected, stale_links) = daemon.with_state_in_place(move |s| s.requests().gc(&gc))?;
+    let (collected, stale_links) = daemon.with_state_in_place(move |s| s.gc(&gc))?;
     daemon.remove_host_links(stale_links).await;
     Ok(json_reply(200, &collected))
 }

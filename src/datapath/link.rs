@@ -42,7 +42,7 @@ pub struct LinkInfo {
     /// IFLA_LINK: for a veth, the peer's ifindex (in the peer's netns).
     pub link: Option<u32>,
     pub txqlen: Option<u32>,
-    /// IFLA_IFALIAS (podnet keeps its marker there, see `api::link_marker`).
+    /// IFLA_IFALIAS (podnet keeps its marker there, see `datapath::link_marker`).
     pub alias: Option<String>,
     /// A VXLAN device's UDP port and local address (`IFLA_VXLAN_LOCAL` or
     /// `IFLA_VXLAN_LOCAL6`).

@@ -20,6 +20,7 @@ mod addr;
 mod eni;
 mod error;
 mod link;
+pub mod link_marker;
 mod names;
 mod neigh;
 mod netkit;

@@ -11,7 +11,39 @@ use std::net::IpAddr;
 use super::enforcement::Enforcement;
 use super::state::Direction;
 use super::view::{Namespaces, PeerView, PodView, PolicyView, PortSpec, PortView, RuleView};
-use crate::api::models::{DirectionPolicy, PodPolicy, PolicyAllows};
+
+/// What the policies mean for one local pod (the REST API answers it as
+/// `api::models::PodPolicy`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodPolicy {
+    /// `namespace/name`.
+    pub pod: String,
+    pub ingress: DirectionPolicy,
+    pub egress: DirectionPolicy,
+    /// False when policies select it but its host link is not podnet's.
+    pub enforced: bool,
+}
+
+/// One direction of a pod's policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectionPolicy {
+    /// Whether what no policy allows is dropped.
+    pub isolated: bool,
+    /// The policies that select the pod for this direction.
+    pub policies: Vec<PolicyAllows>,
+    /// One sentence: open, or isolated and by what.
+    pub summary: String,
+}
+
+/// A policy that selects a pod, and what its rules allow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyAllows {
+    /// `namespace/name`.
+    pub policy: String,
+    /// Each rule as text (`from pods role=client of default on TCP 80`);
+    /// `nothing` when the policy has no rule for the direction.
+    pub allows: Vec<String>,
+}
 
 /// The policies that select each local pod, and what they allow.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

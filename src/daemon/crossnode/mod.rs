@@ -203,7 +203,7 @@ pub async fn run(
         let list: Option<ClusterNodeList> = match &mut feed {
             NodeFeed::Cluster(rx) => rx.borrow_and_update().clone(),
             NodeFeed::ThisNode => daemon
-                .with_state(|s| Ok(s.views().node().clone()))
+                .with_state(|s| Ok(s.node().clone()))
                 .await
                 .ok()
                 .map(|n| Arc::new(vec![Arc::new(n)])),
@@ -219,7 +219,7 @@ pub async fn run(
                 .with_state(move |s| {
                     Ok(pools
                         .into_iter()
-                        .filter(|p| s.views().skip_masquerade(p))
+                        .filter(|p| s.skip_masquerade(p))
                         .collect::<BTreeSet<String>>())
                 })
                 .await

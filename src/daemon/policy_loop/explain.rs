@@ -1,10 +1,12 @@
 //! The NetworkPolicy part of `podnet explain`: for each local pod the answer
 //! names, what the policies in the table last written mean for it in each
 //! direction (read from the loop's published [`Explanations`], not compiled
-//! again), also said in the answer's summary.
+//! again), also said in the answer's summary. The policy's answer becomes the
+//! wire's `PodPolicy` here.
 
-use crate::api::models::{ExplainResponse, PodPolicy};
+use crate::api::models::{DirectionPolicy, ExplainResponse, PodPolicy, PolicyAllows};
 use crate::policy::Explanations;
+use crate::policy::explain as policy;
 
 /// Adds what `explanations` say of the answer's pods (their bound addresses'
 /// owners) to `answer`.
@@ -26,9 +28,10 @@ pub fn add_policy(answer: &mut ExplainResponse, explanations: &Explanations) {
                 .filter(|a| a.owner == owner)
                 .filter_map(|a| a.ip.parse().ok())
                 .collect();
-            explanations
+            let pod = explanations
                 .pod(owner, &ips)
-                .unwrap_or_else(|| explanations.unrecorded(owner))
+                .unwrap_or_else(|| explanations.unrecorded(owner));
+            PodPolicy::from(pod)
         })
         .collect();
     for p in &pods {
@@ -42,6 +45,31 @@ pub fn add_policy(answer: &mut ExplainResponse, explanations: &Explanations) {
         ));
     }
     answer.policy = pods;
+}
+
+impl From<policy::PodPolicy> for PodPolicy {
+    fn from(p: policy::PodPolicy) -> PodPolicy {
+        PodPolicy {
+            pod: p.pod,
+            ingress: p.ingress.into(),
+            egress: p.egress.into(),
+            enforced: p.enforced,
+        }
+    }
+}
+
+impl From<policy::DirectionPolicy> for DirectionPolicy {
+    fn from(d: policy::DirectionPolicy) -> DirectionPolicy {
+        let policies = d.policies.into_iter().map(|a| PolicyAllows {
+            policy: a.policy,
+            allows: a.allows,
+        });
+        DirectionPolicy {
+            isolated: d.isolated,
+            policies: policies.collect(),
+            summary: d.summary,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ use tokio::time::{Instant, Interval, sleep_until};
 
 use super::Daemon;
 use super::metrics::{FoundLabels, ResultLabels};
-use super::state::{ApiError, Views};
+use super::state::{ApiError, IpamState};
 use crate::api::models::PolicyStatus;
 use crate::k8s::connect::connect;
 use crate::k8s::mirror::{Keyed, Mirror, WatchEnded, projected};
@@ -263,29 +263,27 @@ pub fn compile_node(watched: &Watched, node: &NodeSide, enforcement: Enforcement
 
 /// The node's side, from the daemon's state.
 async fn node_side(daemon: &Arc<Daemon>) -> Result<NodeSide, ApiError> {
-    daemon
-        .with_state(|s| Ok(node_side_of(s.views(), now_ms())))
-        .await
+    daemon.with_state(|s| Ok(node_side_of(s, now_ms()))).await
 }
 
-/// The node's side as `views` has it at `now` (ms): the pods of the ledger's
+/// The node's side as `state` has it at `now` (ms): the pods of the ledger's
 /// allocations, and those a delegated IPAM plugin addressed (their endpoints).
-pub(crate) fn node_side_of(views: Views<'_>, now: u64) -> NodeSide {
+pub(crate) fn node_side_of(state: &IpamState, now: u64) -> NodeSide {
     let mut links = BTreeMap::new();
-    for a in views.leak_candidates(now) {
+    for a in state.leak_candidates(now) {
         if let (Some(pod), Some(link)) = (a.pod, a.host_link) {
             let uid = a.pod_uid;
             links.insert(pod.to_string(), LocalLink { uid, link });
         }
     }
-    for (pod, link) in views.delegated_pods() {
+    for (pod, link) in state.delegated_pods() {
         let uid = None;
         links
             .entry(pod.to_string())
             .or_insert(LocalLink { uid, link });
     }
-    let mut addresses: BTreeSet<IpAddr> = views.internal_ips().into_iter().collect();
-    addresses.extend(views.router_ips());
+    let mut addresses: BTreeSet<IpAddr> = state.internal_ips().into_iter().collect();
+    addresses.extend(state.router_ips());
     NodeSide {
         links,
         addresses: addresses.into_iter().collect(),
@@ -503,7 +501,7 @@ async fn report(daemon: &Arc<Daemon>, c: Count, table_written: bool) {
     });
     let _ = daemon
         .with_state(move |s| {
-            let m = s.views().metrics();
+            let m = s.metrics();
             m.policy_problems.set(problems as i64);
             m.policy_pods_enforced.set(c.pods_enforced as i64);
             if let Some(result) = wrote.result() {

@@ -79,7 +79,7 @@ fn when_to_write(fits: Result<bool, ApiError>) -> WriteWhen {
 /// Writes the CNI config now, or, while the configuration does not fit this
 /// node, once it does.
 pub(super) async fn write_when_fit(daemon: &Arc<Daemon>, conf: &CniConf) -> Result<(), StartError> {
-    match when_to_write(daemon.with_state(|s| Ok(s.views().fits())).await) {
+    match when_to_write(daemon.with_state(|s| Ok(s.fits())).await) {
         WriteWhen::OnceFit => {
             tracing::warn!(path = %conf.path().display(), "not writing the CNI config while the configuration does not fit this node (the log says why): the runtime does not report the network ready");
             tokio::spawn(write_cni_conf_once_fit(daemon.clone(), conf.clone()));
@@ -95,7 +95,7 @@ async fn write_cni_conf_once_fit(daemon: Arc<Daemon>, conf: CniConf) {
     // Subscribed before the first look: a change between the two is not missed.
     let mut events = daemon.node_events.subscribe();
     loop {
-        if matches!(daemon.with_state(|s| Ok(s.views().fits())).await, Ok(true)) {
+        if matches!(daemon.with_state(|s| Ok(s.fits())).await, Ok(true)) {
             match conf.write() {
                 Ok(()) => return,
                 Err(e) => {

@@ -172,10 +172,10 @@ pub(super) fn start(opts: DaemonOptions) -> Result<(), StartError> {
     let mut state = restore::restore_state(&checked, &opts, mtus, journal, node, &mut backend)?;
     let queue = restore::replay_delete_queue(&mut state, &opts.socket)?;
     restore::reconcile_with_kernel(&restore::HostKernel, &mut state, origin, &router_hints)?;
-    let routers = state.views().router_ips();
+    let routers = state.router_ips();
     devices::setup_router(&routers, mtus.pod, &opts.procfs).map_err(StartError::RouterDevice)?;
     restore::log_restored(&state, &checked.node_name, &cidrs, &routers);
-    let timers = state.upkeep().take_timers();
+    let timers = state.take_timers();
     heap::trim();
     let node::Backend { source, sink, .. } = backend;
     runtime.block_on(serve::serve(serve::Serving {

@@ -128,10 +128,10 @@ pub(super) fn restore_state(
     )
     .map_err(StartError::Restore)?;
     if let Some(meta) = backend.view.metadata.take() {
-        state.node_io().set_metadata(meta);
+        state.set_metadata(meta);
     }
     if let Some(facts) = backend.view.facts.take()
-        && let Some(verdict) = state.node_io().set_node_facts(facts)
+        && let Some(verdict) = state.set_node_facts(facts)
     {
         verdict.log(&checked.node_name);
     }
@@ -151,7 +151,7 @@ pub(super) fn replay_delete_queue(
     let queued = read_queue(&queue)?;
     let replayed = apply_queued(state, &queued)?;
     remove_queued(&queued)?;
-    state.upkeep().note_queued_deletes(replayed);
+    state.note_queued_deletes(replayed);
     Ok(ReplayedQueue { queue, lock })
 }
 
@@ -201,26 +201,23 @@ pub(super) fn reconcile_with_kernel(
 ) -> Result<(), StartError> {
     let view = kernel.view().map_err(StartError::KernelView)?;
     let reconciled = state
-        .start()
         .reconcile_with_kernel(&view, origin)
         .map_err(StartError::KernelReconcile)?;
     kernel.delete_links(&reconciled.links_to_delete);
     state
-        .start()
         .reserve_infra_addresses(router_hints)
         .map_err(StartError::KernelReconcile)?;
-    for td in state.upkeep().pending_teardowns() {
+    for td in state.pending_teardowns() {
         kernel
             .delete_links_checked(&td.links)
             .map_err(StartError::Teardown)?;
         state
-            .upkeep()
             .finish_teardown(&td.key)
             .map_err(StartError::TeardownJournal)?;
     }
-    let live = state.views().live_addresses();
+    let live = state.live_addresses();
     kernel.prune_pod_rules(&|ip| !live.contains(&ip));
-    state.start().finish_restore();
+    state.finish_restore();
     Ok(())
 }
 
@@ -231,7 +228,7 @@ pub(super) fn log_restored(
     cidrs: &[String],
     routers: &[IpAddr],
 ) {
-    let report = state.views().restore_report();
+    let report = state.restore_report();
     tracing::info!(
         node = %node_name,
         cidrs = ?cidrs,

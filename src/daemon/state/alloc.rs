@@ -2,9 +2,8 @@
 //! (which binds and releases addresses), and CNI GC. Each builds its journal ops,
 //! commits them, then applies them to memory.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::time::Duration;
 
 use super::super::config::IpamMode;
 use super::ledger::{STICKY_CODE, held};
@@ -31,7 +30,7 @@ impl IpamState {
     /// carries the configuration the plugin then runs the delegated IPAM with.
     /// While the configuration does not fit the node, nothing is allocated
     /// (`fit`).
-    pub(super) fn allocate(
+    pub fn allocate(
         &mut self,
         req: &AllocateRequest,
         may_wait: bool,
@@ -181,7 +180,7 @@ impl IpamState {
     /// has reported that it cannot meet this node's demand (a pool exhausted or
     /// missing): then the refusal is final until the operator says otherwise.
     /// A sticky address not on this node yet (`sticky`) waits the same way.
-    pub(super) fn waits_for_blocks(&self, e: &ApiError) -> bool {
+    pub fn waits_for_blocks(&self, e: &ApiError) -> bool {
         if e.reason == Some(FailureReason::StickyWaiting) {
             return true;
         }
@@ -327,7 +326,7 @@ impl IpamState {
 
     /// `POST /v1/ipam/{ip}`: reserve one given address (no expiration). The pool
     /// defaults to the default pool (Cilium requires it).
-    pub(super) fn allocate_ip(
+    pub fn allocate_ip(
         &mut self,
         ip: &str,
         owner: &str,
@@ -403,7 +402,7 @@ impl IpamState {
 
     /// `DELETE /v1/ipam/{ip}`: release one address. Refused while an endpoint uses it
     /// or when it is one of the daemon's own; releasing a free address is a no-op.
-    pub(super) fn release_ip(&mut self, ip: &str, pool: &str) -> Result<(), ApiError> {
+    pub fn release_ip(&mut self, ip: &str, pool: &str) -> Result<(), ApiError> {
         let addr: IpAddr = ip
             .parse()
             .map_err(|_| ApiError::new(ErrorKind::Invalid, format!("Invalid IP address {ip}")))?;
@@ -442,7 +441,7 @@ impl IpamState {
 
     /// `PUT /v1/endpoint/{id}`: registers the endpoint, binds its addresses and stops
     /// their expiration timers.
-    pub(super) fn create_endpoint(
+    pub fn create_endpoint(
         &mut self,
         req: &EndpointChangeRequest,
     ) -> Result<EndpointView, ApiError> {
@@ -482,85 +481,82 @@ impl IpamState {
             if ip.is_empty() {
                 continue;
             }
-            let addr: IpAddr = ip.split('/').next().unwrap_or("").parse().map_err(|_| {
-                ApiError::new(
-                    ErrorKind::Invalid,
-                    format!("invalid {label} address {ip:?}"),
-                )
-            })?;
-            let external = req.datapath_configuration.external_ipam;
-            if external {
-                // A delegated IPAM plugin owns the address: only remember it.
-                if addr.is_ipv4() {
-                    ips.0 = Some(addr);
-                } else {
-                    ips.1 = Some(addr);
-                }
-                continue;
+            let (addr, bound) = self.endpoint_address(req, ifname, label, ip, uuid)?;
+            if let Some(bound) = bound {
+                ep_pool = bound.pool.clone();
+                ops.push(JournalOp::PutAllocation(bound));
             }
-            let rec = self
-                .ledger
-                .allocations()
-                .get(&addr)
-                .filter(|r| r.state() != AllocationState::Cooling)
-                .ok_or_else(|| {
-                    ApiError::new(
-                        ErrorKind::Invalid,
-                        format!("IP {label}:{addr} is not allocated"),
-                    )
-                })?;
-            if rec.container_id().is_some_and(|c| c != req.container_id) {
-                return Err(ApiError::new(
-                    ErrorKind::Invalid,
-                    format!("IP {label}:{addr} is already in use"),
-                ));
-            }
-            if rec.state() == AllocationState::Pending
-                && !uuid.is_empty()
-                && rec.expiration_uuid() != Some(uuid.as_str())
-            {
-                return Err(ApiError::new(
-                    ErrorKind::Internal,
-                    "UUID mismatch, not stopping expiration timer",
-                ));
-            }
-            ep_pool = rec.pool().to_string();
-            let mut bound = rec.record();
-            if bound.state != AllocationState::Infra {
-                bound.state = AllocationState::Bound;
-                bound.expiration_uuid = None;
-                bound.expires_at_ms = None;
-                bound.container_id = Some(req.container_id.clone());
-                bound.ifname = Some(ifname.to_string());
-            }
-            ops.push(JournalOp::PutAllocation(bound));
             if addr.is_ipv4() {
                 ips.0 = Some(addr);
             } else {
                 ips.1 = Some(addr);
             }
         }
-        let owner = if !req.k8s_namespace.is_empty() && !req.k8s_pod_name.is_empty() {
-            format!("{}/{}", req.k8s_namespace, req.k8s_pod_name)
-        } else {
-            req.container_id.clone()
-        };
-        let ep = EndpointRecord {
-            container_id: req.container_id.clone(),
-            ifname: ifname.to_string(),
-            host_ifname: req.interface_name.clone(),
-            owner,
-            ipv4: ips.0,
-            ipv6: ips.1,
-            pool: ep_pool,
-            netns: (!req.container_netns_path.is_empty()).then(|| req.container_netns_path.clone()),
-            created_at_ms: now_ms(),
-            external_ipam: req.datapath_configuration.external_ipam,
-        };
+        let ep = endpoint_record(req, ifname, ips, ep_pool);
         ops.push(JournalOp::PutEndpoint(ep.clone()));
         self.commit_apply(ops, "endpoint created")?;
         tracing::info!(endpoint = ?key, owner = ?ep.owner, "endpoint created");
         Ok(self.view(&ep))
+    }
+
+    /// One address (`label`, `ip`, its expiration `uuid`) of an endpoint being
+    /// created: the address, and, unless a delegated IPAM plugin owns it, its
+    /// allocation bound to the endpoint (an infra address stays as it is). The
+    /// address must be allocated, not cooling down, not another container's, and
+    /// still pending under `uuid` where one is given.
+    fn endpoint_address(
+        &self,
+        req: &EndpointChangeRequest,
+        ifname: &str,
+        label: &str,
+        ip: &str,
+        uuid: &str,
+    ) -> Result<(IpAddr, Option<AllocationRecord>), ApiError> {
+        let addr: IpAddr = ip.split('/').next().unwrap_or("").parse().map_err(|_| {
+            ApiError::new(
+                ErrorKind::Invalid,
+                format!("invalid {label} address {ip:?}"),
+            )
+        })?;
+        if req.datapath_configuration.external_ipam {
+            // A delegated IPAM plugin owns the address: only remember it.
+            return Ok((addr, None));
+        }
+        let rec = self
+            .ledger
+            .allocations()
+            .get(&addr)
+            .filter(|r| r.state() != AllocationState::Cooling)
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorKind::Invalid,
+                    format!("IP {label}:{addr} is not allocated"),
+                )
+            })?;
+        if rec.container_id().is_some_and(|c| c != req.container_id) {
+            return Err(ApiError::new(
+                ErrorKind::Invalid,
+                format!("IP {label}:{addr} is already in use"),
+            ));
+        }
+        if rec.state() == AllocationState::Pending
+            && !uuid.is_empty()
+            && rec.expiration_uuid() != Some(uuid)
+        {
+            return Err(ApiError::new(
+                ErrorKind::Internal,
+                "UUID mismatch, not stopping expiration timer",
+            ));
+        }
+        let mut bound = rec.record();
+        if bound.state != AllocationState::Infra {
+            bound.state = AllocationState::Bound;
+            bound.expiration_uuid = None;
+            bound.expires_at_ms = None;
+            bound.container_id = Some(req.container_id.clone());
+            bound.ifname = Some(ifname.to_string());
+        }
+        Ok((addr, Some(bound)))
     }
 
     /// `POST /v1/cni/report` of an ADD that wired a pending attachment: binds its
@@ -568,7 +564,7 @@ impl IpamState {
     /// UUIDs the report names. A report for an attachment deleted, re-added or
     /// expired since is refused (`Conflict`) and binds nothing. Reports without UUIDs
     /// pass.
-    pub(super) fn bind_wired(&mut self, report: &CniReport) -> Result<(), ApiError> {
+    pub fn bind_wired(&mut self, report: &CniReport) -> Result<(), ApiError> {
         let uuids = &report.wired_expiration_uuids;
         if uuids.is_empty() {
             return Ok(());
@@ -593,7 +589,7 @@ impl IpamState {
     /// them. `NotFound` when nothing was known. With `teardown-links`, the addresses are
     /// held (cooling without an end) until the caller has deleted the links and
     /// called `finish_teardown` with the returned key; a restart finishes it too.
-    pub(super) fn delete_endpoints(
+    pub fn delete_endpoints(
         &mut self,
         req: &EndpointBatchDeleteRequest,
     ) -> Result<Option<Teardown>, ApiError> {
@@ -643,7 +639,7 @@ impl IpamState {
     }
 
     /// The links of a DEL are gone: the held addresses cool down (or are free).
-    pub(super) fn finish_teardown(&mut self, key: &str) -> Result<(), ApiError> {
+    pub fn finish_teardown(&mut self, key: &str) -> Result<(), ApiError> {
         match self.ledger.finish_teardown_ops(key, now_ms()) {
             Some(ops) => self.commit_apply(ops, "links torn down"),
             None => Ok(()),
@@ -651,17 +647,14 @@ impl IpamState {
     }
 
     /// DELs whose links were not confirmed gone (restart after a crash).
-    pub(super) fn pending_teardowns(&self) -> Vec<Teardown> {
+    pub fn pending_teardowns(&self) -> Vec<Teardown> {
         self.ledger.teardowns().cloned().collect()
     }
 
     /// `POST /v1/cni/gc`: releases every allocation of `network` whose attachment is
     /// not in the valid set. Returns what was released and the attachments whose
     /// host links the caller removes.
-    pub(super) fn gc(
-        &mut self,
-        req: &GcRequest,
-    ) -> Result<(GcResponse, Vec<(String, String)>), ApiError> {
+    pub fn gc(&mut self, req: &GcRequest) -> Result<(GcResponse, Vec<(String, String)>), ApiError> {
         let valid: BTreeSet<(String, String)> = req
             .valid_attachments
             .iter()
@@ -770,80 +763,30 @@ pub(super) fn fill_response(
     }
 }
 
-/// The REST API's and the CNI plugin's requests (`daemon::routes`,
-/// `daemon::block_wait`; the DELs the plugin queued, replayed by the daemon):
-/// addresses, endpoints, CNI GC and the plugin's reports.
-pub struct Requests<'a>(pub(super) &'a mut IpamState);
-
-impl Requests<'_> {
-    /// As `IpamState::allocate`.
-    pub fn allocate(
-        &mut self,
-        req: &AllocateRequest,
-        may_wait: bool,
-    ) -> Result<IpamResponse, ApiError> {
-        self.0.allocate(req, may_wait)
-    }
-
-    /// As `IpamState::waits_for_blocks`.
-    pub fn waits_for_blocks(&self, e: &ApiError) -> bool {
-        self.0.waits_for_blocks(e)
-    }
-
-    /// As `IpamState::allocate_ip`.
-    pub fn allocate_ip(
-        &mut self,
-        ip: &str,
-        owner: &str,
-        pool: &str,
-    ) -> Result<IpamResponse, ApiError> {
-        self.0.allocate_ip(ip, owner, pool)
-    }
-
-    /// As `IpamState::release_ip`.
-    pub fn release_ip(&mut self, ip: &str, pool: &str) -> Result<(), ApiError> {
-        self.0.release_ip(ip, pool)
-    }
-
-    /// As `IpamState::create_endpoint`.
-    pub fn create_endpoint(
-        &mut self,
-        req: &EndpointChangeRequest,
-    ) -> Result<EndpointView, ApiError> {
-        self.0.create_endpoint(req)
-    }
-
-    /// As `IpamState::bind_wired`.
-    pub fn bind_wired(&mut self, report: &CniReport) -> Result<(), ApiError> {
-        self.0.bind_wired(report)
-    }
-
-    /// As `IpamState::delete_endpoints`.
-    pub fn delete_endpoints(
-        &mut self,
-        req: &EndpointBatchDeleteRequest,
-    ) -> Result<Option<Teardown>, ApiError> {
-        self.0.delete_endpoints(req)
-    }
-
-    /// As `IpamState::gc`.
-    pub fn gc(&mut self, req: &GcRequest) -> Result<(GcResponse, Vec<(String, String)>), ApiError> {
-        self.0.gc(req)
-    }
-
-    /// As `IpamState::cni_report`.
-    pub fn cni_report(&mut self, report: &CniReport) {
-        self.0.cni_report(report)
-    }
-
-    /// As `IpamState::plugin_timings`.
-    pub fn plugin_timings(
-        &mut self,
-        verb: &str,
-        phases: &BTreeMap<String, f64>,
-        handled_phase: &str,
-        handled: Duration,
-    ) {
-        self.0.plugin_timings(verb, phases, handled_phase, handled)
+/// The endpoint record of `req` on `ifname`, holding `ips` (IPv4, IPv6) from
+/// `pool`: owned by the pod (`namespace/name`) where the request names one, else
+/// by the container.
+fn endpoint_record(
+    req: &EndpointChangeRequest,
+    ifname: &str,
+    ips: (Option<IpAddr>, Option<IpAddr>),
+    pool: String,
+) -> EndpointRecord {
+    let owner = if !req.k8s_namespace.is_empty() && !req.k8s_pod_name.is_empty() {
+        format!("{}/{}", req.k8s_namespace, req.k8s_pod_name)
+    } else {
+        req.container_id.clone()
+    };
+    EndpointRecord {
+        container_id: req.container_id.clone(),
+        ifname: ifname.to_string(),
+        host_ifname: req.interface_name.clone(),
+        owner,
+        ipv4: ips.0,
+        ipv6: ips.1,
+        pool,
+        netns: (!req.container_netns_path.is_empty()).then(|| req.container_netns_path.clone()),
+        created_at_ms: now_ms(),
+        external_ipam: req.datapath_configuration.external_ipam,
     }
 }

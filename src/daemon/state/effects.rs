@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 
-use crate::api::link_marker::JournalMark;
+use crate::datapath::link_marker::JournalMark;
 
 /// What a timer does when it fires.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,9 +2,8 @@
 //! failure it is ([`ErrorKind`]), never how a transport spells it: the HTTP
 //! status is chosen in one place, `daemon::routes`.
 
-use crate::api::http::NotUtf8;
-use crate::api::models::{DaemonConfigurationStatus, FailureReason};
-use crate::api::validate::Refusal;
+use crate::api::models::DaemonConfigurationStatus;
+use crate::ipam::failure_reason::FailureReason;
 
 /// What kind of failure an [`ApiError`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,17 +57,5 @@ impl ApiError {
             reason: Some(reason),
             ..ApiError::new(kind, message)
         }
-    }
-}
-
-impl From<Refusal> for ApiError {
-    fn from(e: Refusal) -> ApiError {
-        ApiError::new(ErrorKind::Invalid, e.to_string())
-    }
-}
-
-impl From<NotUtf8> for ApiError {
-    fn from(e: NotUtf8) -> ApiError {
-        ApiError::new(ErrorKind::Invalid, e.to_string())
     }
 }

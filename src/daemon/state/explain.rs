@@ -103,7 +103,7 @@ impl IpamState {
 
     /// `POST /v1/cni/report`: the plugin's timings, and its failure if any.
     /// Allocation failures were already recorded by the daemon itself.
-    pub(super) fn cni_report(&mut self, report: &CniReport) {
+    pub fn cni_report(&mut self, report: &CniReport) {
         for (phase, secs) in &report.phases {
             self.metrics.phase(&report.verb, phase, *secs);
         }
@@ -129,7 +129,7 @@ impl IpamState {
     /// that request, and `handled_phase`, how long the daemon took with the
     /// request (journal commit included), which also goes into `total`. Nothing
     /// for a client that sends no timings (Cilium's).
-    pub(super) fn plugin_timings(
+    pub fn plugin_timings(
         &mut self,
         verb: &str,
         phases: &BTreeMap<String, f64>,
@@ -152,7 +152,7 @@ impl IpamState {
     }
 
     /// `GET /v1/explain?q=`: matches an address, a container ID or an owner.
-    pub(super) fn explain(&self, query: &str) -> ExplainResponse {
+    pub fn explain(&self, query: &str) -> ExplainResponse {
         let ip: Option<IpAddr> = query.parse().ok();
         let matches = |rec: &Allocation| {
             Some(rec.ip) == ip

@@ -7,8 +7,9 @@
 use std::net::IpAddr;
 
 use super::{ApiError, ErrorKind, IpamState};
-use crate::api::models::{ConfigCheckStatus, FailureReason};
+use crate::api::models::ConfigCheckStatus;
 use crate::daemon::node_check::{Verdict, judge};
+use crate::ipam::failure_reason::FailureReason;
 use crate::node::{ConfigFit, NodeFacts};
 
 /// The facts, their verdict and what the sink was last handed.
@@ -22,7 +23,7 @@ pub(super) struct Fit {
 impl IpamState {
     /// Judges the configuration on the node's `facts`; the new verdict when it
     /// differs from the last one (the caller says it in the log).
-    pub(super) fn set_node_facts(&mut self, facts: NodeFacts) -> Option<Verdict> {
+    pub fn set_node_facts(&mut self, facts: NodeFacts) -> Option<Verdict> {
         let verdict = judge(
             &self.cfg.families,
             self.cfg.ipam_mode,
@@ -41,7 +42,7 @@ impl IpamState {
     }
 
     /// The InternalIPs the node's Node lists (empty until the backend told them).
-    pub(super) fn internal_ips(&self) -> Vec<IpAddr> {
+    pub fn internal_ips(&self) -> Vec<IpAddr> {
         self.fit
             .facts
             .as_ref()
@@ -50,7 +51,7 @@ impl IpamState {
     }
 
     /// The node hands out addresses (no error in the verdict, or no facts).
-    pub(super) fn fits(&self) -> bool {
+    pub fn fits(&self) -> bool {
         self.fit.verdict.fits()
     }
 

@@ -21,7 +21,7 @@ impl IpamState {
     /// have no pod). An allocation's pod is its owner `<namespace>/<name>`; its
     /// host link is the one it was adopted under, or the one podnet names for its
     /// attachment.
-    pub(super) fn leak_candidates(&self, now_ms: u64) -> Vec<NodeAllocation> {
+    pub fn leak_candidates(&self, now_ms: u64) -> Vec<NodeAllocation> {
         self.ledger
             .allocations()
             .iter()
@@ -46,7 +46,7 @@ impl IpamState {
     /// no longer holds the allocation it was found for (released meanwhile, or
     /// handed to another container or pod) is skipped. Returns the addresses
     /// released.
-    pub(super) fn release_leaked(&mut self, leaks: &[Finding]) -> Result<Vec<IpAddr>, ApiError> {
+    pub fn release_leaked(&mut self, leaks: &[Finding]) -> Result<Vec<IpAddr>, ApiError> {
         let now = now_ms();
         let mut ops = Vec::new();
         let mut released: BTreeSet<IpAddr> = BTreeSet::new();

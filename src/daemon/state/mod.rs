@@ -14,13 +14,14 @@
 //! `IpamState` composes them and does what spans parts: an allocation picks from
 //! the pools, records in the ledger, marks the outbox and queues a timer. Its
 //! methods are grouped by request in alloc, pools, restore, views, explain and
-//! leaks. Callers outside the state reach them through five verbs, each a
-//! borrowed handle saying who calls it: `requests` (the REST API and the CNI
-//! plugin), `node_io` (the node backend's loops), `upkeep` (timers, the journal,
-//! teardowns, leaks), `views` (read-only answers) and `start` (once, after
-//! `restore`). All methods are synchronous; the server calls them on blocking threads
-//! under one mutex, and every change is committed to the journal before the
-//! method returns.
+//! leaks; callers outside the state call its public methods directly, with no
+//! handle between: the REST API and the CNI plugin (`daemon::routes`,
+//! `daemon::block_wait`), the node backend's loops, the daemon's upkeep
+//! (timers, the journal, teardowns, leak release), the read-only answers
+//! (metrics, the cross-node datapath, the policy loop) and start (once, after
+//! [`IpamState::restore`]). All methods are synchronous; the server calls them
+//! on blocking threads under one mutex, and every change is committed to the
+//! journal before the method returns.
 
 mod alloc;
 mod allocations;
@@ -48,11 +49,11 @@ use std::time::{Duration, Instant};
 use super::config::{DatapathMode, IpamMode};
 use super::metrics::Metrics;
 use super::node_check::Mismatch;
-use crate::api::link_marker::JournalMark;
-use crate::api::models::{FailureReason, FailureRecord};
+use crate::api::models::FailureRecord;
+use crate::datapath::link_marker::JournalMark;
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::DepletionRules;
-use crate::ipam::leaks::Finding;
+use crate::ipam::failure_reason::FailureReason;
 use crate::ipam::multipool::PoolSet;
 use crate::ipam::selection::MetadataSource;
 use crate::node::NodeResource;
@@ -62,18 +63,16 @@ use effects::Effects;
 use ledger::{Applied, Ledger};
 use node_sync::NodeSync;
 
-pub use alloc::Requests;
 pub use effects::{StaleLink, Timer, TimerKind};
 pub use error::{ApiError, ErrorKind};
 pub use ledger::{
     HOLD_UNTIL_TEARDOWN, HostLinkMarker, JOURNAL_UNAVAILABLE, TEARDOWN_PREFIX, Teardown,
 };
 pub use node_sync::NODE_META_KEY;
-pub use pools::{MultiPoolSettings, NodeIo, PoolingMode};
+pub use pools::{MultiPoolSettings, PoolingMode};
 pub use restore::{
-    JournalOrigin, KernelLink, KernelView, ReconcileReport, RestoreError, RestoreReport, Start,
+    JournalOrigin, KernelLink, KernelView, ReconcileReport, RestoreError, RestoreReport,
 };
-pub use views::Views;
 
 /// The pool of the host-scope modes, and multi-pool's default default pool.
 pub const DEFAULT_POOL: &str = "default";
@@ -150,113 +149,31 @@ pub struct IpamState {
     room_sent: Option<crate::node::AddressRoom>,
 }
 
-/// The few verbs callers reach the state through, one per kind of caller; each
-/// returns a borrowed handle whose methods forward to the parts' owners.
-impl IpamState {
-    /// The REST API's and the CNI plugin's requests.
-    pub fn requests(&mut self) -> Requests<'_> {
-        Requests(self)
-    }
-
-    /// What the node backend's loops hand in and take out.
-    pub fn node_io(&mut self) -> NodeIo<'_> {
-        NodeIo(self)
-    }
-
-    /// The daemon's timers, journal upkeep, teardowns and leak release.
-    pub fn upkeep(&mut self) -> Upkeep<'_> {
-        Upkeep(self)
-    }
-
-    /// Read-only answers.
-    pub fn views(&self) -> Views<'_> {
-        Views(self)
-    }
-
-    /// What start does once, after [`IpamState::restore`] and before serving.
-    pub fn start(&mut self) -> Start<'_> {
-        Start(self)
-    }
-}
-
-/// The daemon's upkeep (`daemon::mod`: the timer loop, `run_locked`'s effects,
-/// the journal keeper, teardowns; start's queued DELs; the leak check's
-/// release): the timers, stale links and flush requests to act on, and what
-/// keeps the journal and the teardowns going.
-pub struct Upkeep<'a>(&'a mut IpamState);
-
-impl Upkeep<'_> {
-    /// As `IpamState::take_timers`.
-    pub fn take_timers(&mut self) -> Vec<Timer> {
-        self.0.take_timers()
-    }
-
-    /// As `IpamState::take_flush_soon`.
-    pub fn take_flush_soon(&mut self) -> bool {
-        self.0.take_flush_soon()
-    }
-
-    /// As `IpamState::take_stale_links`.
-    pub fn take_stale_links(&mut self) -> Vec<StaleLink> {
-        self.0.take_stale_links()
-    }
-
-    /// As `IpamState::fire`.
-    pub fn fire(&mut self, timer: &Timer, host_link: &HostLinkMarker<'_>) -> bool {
-        self.0.fire(timer, host_link)
-    }
-
-    /// As `IpamState::recover_journal`.
-    pub fn recover_journal(&mut self) -> Option<bool> {
-        self.0.recover_journal()
-    }
-
-    /// As `IpamState::pending_teardowns`.
-    pub fn pending_teardowns(&self) -> Vec<Teardown> {
-        self.0.pending_teardowns()
-    }
-
-    /// As `IpamState::finish_teardown`.
-    pub fn finish_teardown(&mut self, key: &str) -> Result<(), ApiError> {
-        self.0.finish_teardown(key)
-    }
-
-    /// As `IpamState::note_queued_deletes`.
-    pub fn note_queued_deletes(&mut self, n: usize) {
-        self.0.note_queued_deletes(n)
-    }
-
-    /// As `IpamState::release_leaked`.
-    pub fn release_leaked(&mut self, leaks: &[Finding]) -> Result<Vec<IpAddr>, ApiError> {
-        self.0.release_leaked(leaks)
-    }
-}
-
 impl IpamState {
     /// The timers queued since the last call; the caller arms them.
-    fn take_timers(&mut self) -> Vec<Timer> {
+    pub fn take_timers(&mut self) -> Vec<Timer> {
         self.effects.take_timers()
     }
 
     /// Whether the outbox should be written soon (another node waits for it)
     /// since the last call; the caller wakes the node sink's writer.
-    fn take_flush_soon(&mut self) -> bool {
+    pub fn take_flush_soon(&mut self) -> bool {
         self.effects.take_flush_soon()
     }
 
     /// The host links of expired attachments queued since the last call; the
     /// caller removes them.
-    fn take_stale_links(&mut self) -> Vec<StaleLink> {
+    pub fn take_stale_links(&mut self) -> Vec<StaleLink> {
         self.effects.take_stale_links()
     }
 
     /// The node resource as it stands.
-    fn node(&self) -> &NodeResource {
+    pub fn node(&self) -> &NodeResource {
         self.sync.node()
     }
 
     /// The router address of each enabled family.
-    fn router_ips(&self) -> Vec<IpAddr> {
+    pub fn router_ips(&self) -> Vec<IpAddr> {
         self.routers.values().copied().collect()
     }
 
@@ -283,14 +200,14 @@ impl IpamState {
     }
 
     /// The journal's identity and last commit (what host links are marked with).
-    fn journal_mark(&self) -> JournalMark {
+    pub fn journal_mark(&self) -> JournalMark {
         self.ledger.journal_mark()
     }
 
     /// Brings a failed journal back: reopens it (at most once a second), checks it
     /// against the state in memory (what clients were told) and writes whatever
     /// differs. None when the journal was not failed; else whether it works now.
-    fn recover_journal(&mut self) -> Option<bool> {
+    pub fn recover_journal(&mut self) -> Option<bool> {
         self.ledger.journal().failure()?;
         let node = self.sync.journal_op().ok();
         self.ledger.recover(node)
@@ -334,7 +251,7 @@ impl IpamState {
     /// address if it is still pending with the same UUID (`expiry_ops`); the end
     /// of a cooldown gives the address back to the pool. Returns true if it
     /// changed something.
-    fn fire(&mut self, timer: &Timer, host_link: &HostLinkMarker<'_>) -> bool {
+    pub fn fire(&mut self, timer: &Timer, host_link: &HostLinkMarker<'_>) -> bool {
         let Some(rec) = self.ledger.allocations().get(&timer.ip).map(|r| r.record()) else {
             return false;
         };

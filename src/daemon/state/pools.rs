@@ -10,15 +10,14 @@ use std::collections::BTreeMap;
 
 use super::{ApiError, ErrorKind, IpamState};
 use crate::api::exhaustion;
-use crate::api::models::FailureReason;
-use crate::daemon::node_check::Verdict;
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::CidrUse;
+use crate::ipam::failure_reason::FailureReason;
 use crate::ipam::hostscope::AllocatorOptions;
 use crate::ipam::multipool::needed_ip_ceil;
 use crate::ipam::pooldef::PoolDef;
 use crate::ipam::selection::{MetadataSource, SelectionError, select_pool};
-use crate::node::{AddressRoom, NodeError, NodeFacts, NodeOutbox};
+use crate::node::{AddressRoom, NodeError, NodeOutbox};
 use crate::resources::{PoolDemand, RequestedPool};
 use crate::store::now_ms;
 
@@ -199,7 +198,7 @@ impl IpamState {
     }
 
     /// Whether addresses of `pool` keep their source address (no masquerade).
-    pub(super) fn skip_masquerade(&self, pool: &str) -> bool {
+    pub fn skip_masquerade(&self, pool: &str) -> bool {
         match &self.cfg.pooling {
             PoolingMode::HostScope | PoolingMode::External { .. } => false,
             PoolingMode::MultiPool(m) => {
@@ -215,19 +214,19 @@ impl IpamState {
 
     /// New pool definitions (the pool directory changed). Refused, with nothing
     /// changed, when the change breaks what the node uses.
-    pub(super) fn set_pool_defs(&mut self, defs: Vec<PoolDef>) -> Result<(), NodeError> {
+    pub fn set_pool_defs(&mut self, defs: Vec<PoolDef>) -> Result<(), NodeError> {
         self.sync.set_pool_defs(defs)?;
         self.sync_demand();
         Ok(())
     }
 
     /// The pod/namespace metadata used for pool selection.
-    pub(super) fn set_metadata(&mut self, meta: Box<dyn MetadataSource + Send>) {
+    pub fn set_metadata(&mut self, meta: Box<dyn MetadataSource + Send>) {
         self.metadata = Some(meta);
     }
 
     /// Marks the end of restore: from now on free blocks may be given back.
-    pub(super) fn finish_restore(&mut self) {
+    pub fn finish_restore(&mut self) {
         self.sync.finish_restore();
         self.sync_demand();
     }
@@ -241,7 +240,7 @@ impl IpamState {
     /// without it arrived, a later listing is a new allocation.
     ///
     /// cluster-pool: the node serves from the CIDRs the operator gives it now.
-    pub(super) fn set_external_node(&mut self, node: crate::resources::NodeResource) {
+    pub fn set_external_node(&mut self, node: crate::resources::NodeResource) {
         if self.cfg.depletion.is_some() {
             self.sync.set_pod_cidrs(node.spec.ipam.pod_cidrs.clone());
         }
@@ -253,7 +252,7 @@ impl IpamState {
     /// What changed for the node sink since the last call: the used addresses
     /// (`status.ipam.used`), the demand (`spec.ipam.pools.requested`), the node's
     /// addresses and whether the configuration fits the node. None when nothing did.
-    pub(super) fn take_outbox(&mut self) -> Option<NodeOutbox> {
+    pub fn take_outbox(&mut self) -> Option<NodeOutbox> {
         self.judge_cidrs();
         let used = self
             .sync
@@ -333,7 +332,7 @@ impl IpamState {
 
     /// Multi-pool: this node's default pool changed (a CiliumNodeConfig); None goes
     /// back to the option's.
-    pub(super) fn set_default_pool(&mut self, pool: Option<String>) {
+    pub fn set_default_pool(&mut self, pool: Option<String>) {
         let PoolingMode::MultiPool(m) = &mut self.cfg.pooling else {
             return;
         };
@@ -368,42 +367,5 @@ pub(super) fn selection_text(code: &str) -> &'static str {
         "selector" => "the only CiliumPodIPPool whose selectors match the pod (precedence step 3)",
         "default" => "the default pool: no annotation or pool selector applies (precedence step 4)",
         _ => "unknown",
-    }
-}
-
-/// What the node backend's loops hand in and take out (`daemon::mod`'s node
-/// events and outbox flush; start's restore): the node resource, pool
-/// definitions, metadata, node facts, and the outbox for the API server.
-pub struct NodeIo<'a>(pub(super) &'a mut IpamState);
-
-impl NodeIo<'_> {
-    /// As `IpamState::set_external_node`.
-    pub fn set_external_node(&mut self, node: crate::resources::NodeResource) {
-        self.0.set_external_node(node)
-    }
-
-    /// As `IpamState::set_pool_defs`.
-    pub fn set_pool_defs(&mut self, defs: Vec<PoolDef>) -> Result<(), NodeError> {
-        self.0.set_pool_defs(defs)
-    }
-
-    /// As `IpamState::set_default_pool`.
-    pub fn set_default_pool(&mut self, pool: Option<String>) {
-        self.0.set_default_pool(pool)
-    }
-
-    /// As `IpamState::set_metadata`.
-    pub fn set_metadata(&mut self, meta: Box<dyn MetadataSource + Send>) {
-        self.0.set_metadata(meta)
-    }
-
-    /// As `IpamState::set_node_facts`.
-    pub fn set_node_facts(&mut self, facts: NodeFacts) -> Option<Verdict> {
-        self.0.set_node_facts(facts)
-    }
-
-    /// As `IpamState::take_outbox`.
-    pub fn take_outbox(&mut self) -> Option<NodeOutbox> {
-        self.0.take_outbox()
     }
 }

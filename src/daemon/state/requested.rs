@@ -14,9 +14,9 @@
 use std::net::IpAddr;
 
 use super::{AllocateRequest, ApiError, ErrorKind, HOLD_UNTIL_TEARDOWN, IpamState, PoolingMode};
-use crate::api::models::FailureReason;
 use crate::ipam::Family;
 use crate::ipam::address_request::{ANNOTATION_IP_ADDRESSES, RequestedAddresses};
+use crate::ipam::failure_reason::FailureReason;
 use crate::ipam::multipool::PoolError;
 use crate::store::{AllocationState, JournalOp, now_ms};
 

@@ -12,7 +12,7 @@
 //! - bound allocation whose host link is gone: the pod's netns is gone (deleting a
 //!   netns destroys the veth pair), so the address is released (into cooldown);
 //! - host link (`lxc…`) no allocation accounts for: removed only when its marker
-//!   (`api::link_marker`) shows it was made under this very journal at a commit the
+//!   (`datapath::link_marker`) shows it was made under this very journal at a commit the
 //!   journal has (so the journal saw the attachment and released it). Otherwise the
 //!   journal never knew the link (it is new, was lost or rebuilt, or is older than
 //!   the link): the link's routed addresses are adopted, and a link with nothing to
@@ -34,8 +34,8 @@ use super::{
     Allocation, ApiError, DEFAULT_POOL, HOLD_UNTIL_TEARDOWN, IpamState, StateConfig, Timer,
     TimerKind,
 };
-use crate::api::link_marker::LinkMarker;
 use crate::datapath::host_ifname;
+use crate::datapath::link_marker::LinkMarker;
 use crate::ipam::Family;
 use crate::ipam::multipool::{PoolError, PoolSet};
 use crate::ipam::pooldef::PoolDef;
@@ -222,10 +222,7 @@ impl IpamState {
 
     /// Reserves the router (and health, ingress) address of each family: the
     /// journal's, else (router) the router device's, else a new one.
-    pub(super) fn reserve_infra_addresses(
-        &mut self,
-        router_hints: &[IpAddr],
-    ) -> Result<(), RestoreError> {
+    pub fn reserve_infra_addresses(&mut self, router_hints: &[IpAddr]) -> Result<(), RestoreError> {
         let mut ops = Vec::new();
         let mut infra = vec!["router"];
         if self.cfg.reserve_health {
@@ -322,7 +319,7 @@ impl IpamState {
 
     /// Reconciles the restored state with the kernel's host links (see the module
     /// comment for who wins).
-    pub(super) fn reconcile_with_kernel(
+    pub fn reconcile_with_kernel(
         &mut self,
         kernel: &KernelView,
         origin: JournalOrigin,
@@ -522,12 +519,12 @@ impl IpamState {
     }
 
     /// Records how many queued DELs were replayed at start.
-    pub(super) fn note_queued_deletes(&mut self, n: usize) {
+    pub fn note_queued_deletes(&mut self, n: usize) {
         self.restore_report.queued_deletes += n;
     }
 
     /// What restore and reconciliation decided.
-    pub(super) fn restore_report(&self) -> &RestoreReport {
+    pub fn restore_report(&self) -> &RestoreReport {
         &self.restore_report
     }
 }
@@ -640,30 +637,5 @@ pub(super) fn infra_record(ip: IpAddr, owner: &str) -> AllocationRecord {
         cooling_until_ms: None,
         selected_by: None,
         pod_uid: None,
-    }
-}
-
-/// What start's restore (`daemon::start::restore`) does once, after
-/// `IpamState::restore` and before the daemon serves.
-pub struct Start<'a>(pub(super) &'a mut IpamState);
-
-impl Start<'_> {
-    /// As `IpamState::reconcile_with_kernel`.
-    pub fn reconcile_with_kernel(
-        &mut self,
-        kernel: &KernelView,
-        origin: JournalOrigin,
-    ) -> Result<ReconcileReport, RestoreError> {
-        self.0.reconcile_with_kernel(kernel, origin)
-    }
-
-    /// As `IpamState::reserve_infra_addresses`.
-    pub fn reserve_infra_addresses(&mut self, router_hints: &[IpAddr]) -> Result<(), RestoreError> {
-        self.0.reserve_infra_addresses(router_hints)
-    }
-
-    /// As `IpamState::finish_restore`.
-    pub fn finish_restore(&mut self) {
-        self.0.finish_restore()
     }
 }

@@ -33,9 +33,9 @@ use std::net::IpAddr;
 use super::ledger::STICKY_CODE;
 use super::requested::Requested;
 use super::{AllocateRequest, ApiError, ErrorKind, IpamState};
-use crate::api::models::FailureReason;
 use crate::ipam::Family;
 use crate::ipam::address_request::ANNOTATION_IP_ADDRESSES;
+use crate::ipam::failure_reason::FailureReason;
 use crate::ipam::selection::PodMeta;
 use crate::ipam::sticky::{
     POD_STICKY_POOL, STICKY_REQUESTS, STICKY_STATUS, State, parse_status, statefulset_ordinal,

@@ -16,12 +16,12 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::*;
-use crate::api::link_marker::{JournalMark, LinkMarker};
 use crate::api::models::{
     AddressPair, AttachmentRef, CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest,
     GcRequest, IpamResponse, LinkRef, RangeStatus,
 };
 use crate::daemon::device_error::{DeviceError, failed};
+use crate::datapath::link_marker::{JournalMark, LinkMarker};
 use crate::datapath::{DatapathError, host_ifname};
 use crate::ipam::clusterpool::ClusterPoolConfig;
 use crate::ipam::pooldef::{PoolDef, PoolFamilySpec};
@@ -659,10 +659,10 @@ fn the_policy_loop_knows_delegated_plugin_pods_by_their_endpoints() {
     bare.k8s_namespace.clear();
     bare.datapath_configuration.external_ipam = true;
     s.create_endpoint(&bare).unwrap();
-    assert!(s.views().leak_candidates(now_ms()).is_empty());
+    assert!(s.leak_candidates(now_ms()).is_empty());
     // The policy loop enforces on the pod's link (its addresses come from the
     // Pod's status.podIPs).
-    let side = crate::daemon::policy_loop::node_side_of(s.views(), now_ms());
+    let side = crate::daemon::policy_loop::node_side_of(&s, now_ms());
     let links: Vec<(&str, &str)> = side
         .links
         .iter()

@@ -1,21 +1,17 @@
 //! Read-only views of the state: `GET /v1/config`, `GET /v1/healthz` (Cilium's
 //! status shape plus podnet's per-range, cooling and restore figures) and endpoints.
 
-use std::collections::BTreeSet;
-use std::net::IpAddr;
-
 use super::super::metrics::{CapacityLabels, FamilyLabels, Metrics, OutcomeLabels};
 use super::leaks::pod_of_owner;
-use super::{ApiError, ErrorKind, IpamState, RestoreReport};
+use super::{ApiError, ErrorKind, IpamState};
 use crate::api::models::*;
 use crate::ipam::Family;
-use crate::ipam::leaks::{NodeAllocation, PodName};
-use crate::node::NodeResource;
+use crate::ipam::leaks::PodName;
 use crate::store::{AllocationState, EndpointRecord, now_ms};
 
 impl IpamState {
     /// Sets the gauges that mirror the state (capacity, use, cooling, restore).
-    pub(super) fn refresh_gauges(&self, m: &Metrics) {
+    pub fn refresh_gauges(&self, m: &Metrics) {
         for b in self.pools.blocks() {
             let cap = i64::try_from(b.capacity).unwrap_or(i64::MAX);
             m.capacity
@@ -64,7 +60,7 @@ impl IpamState {
     }
 
     /// Addresses a pod or the node holds (not cooling).
-    pub(super) fn live_addresses(&self) -> std::collections::BTreeSet<std::net::IpAddr> {
+    pub fn live_addresses(&self) -> std::collections::BTreeSet<std::net::IpAddr> {
         self.ledger
             .allocations()
             .iter()
@@ -74,7 +70,7 @@ impl IpamState {
     }
 
     /// The daemon's metrics.
-    pub(super) fn metrics(&self) -> &Metrics {
+    pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }
 
@@ -126,7 +122,7 @@ impl IpamState {
     }
 
     /// `GET /v1/config`.
-    pub(super) fn config(&self) -> DaemonConfiguration {
+    pub fn config(&self) -> DaemonConfiguration {
         DaemonConfiguration {
             status: DaemonConfigurationStatus {
                 addressing: self.node_addressing(),
@@ -162,7 +158,7 @@ impl IpamState {
 
     /// `GET /v1/endpoint/{id}` for `cni-attachment-id:<cid>:<ifname>` or
     /// `container-id:<cid>`.
-    pub(super) fn endpoint(&self, id: &str) -> Result<EndpointView, ApiError> {
+    pub fn endpoint(&self, id: &str) -> Result<EndpointView, ApiError> {
         let found = if let Some(rest) = id.strip_prefix("cni-attachment-id:") {
             match rest.rsplit_once(':') {
                 Some((cid, ifname)) => self
@@ -203,7 +199,7 @@ impl IpamState {
     /// without the per-address maps and lists when `brief`. Cooling addresses
     /// count as used; they are listed under `cooling`, not `allocations` (nobody
     /// owns them).
-    pub(super) fn status_brief(&self, brief: bool) -> StatusResponse {
+    pub fn status_brief(&self, brief: bool) -> StatusResponse {
         let mut ipam = IpamStatus {
             mode: self.cfg.ipam_mode.to_string(),
             node_name: self.cfg.node_name.clone(),
@@ -418,101 +414,17 @@ impl IpamState {
     }
 }
 
-/// Read-only answers: the REST API's GETs (`daemon::routes`), the metrics
-/// (`daemon::mod`, `daemon::leak_check`, `daemon::policy_loop`), what the
-/// cross-node datapath and the policy loop read, the CNI configuration's
-/// writer (`daemon::start::cni_conf`) and start's restore report.
-#[derive(Clone, Copy)]
-pub struct Views<'a>(pub(super) &'a IpamState);
-
-impl<'a> Views<'a> {
-    /// As `IpamState::status_brief`.
-    pub fn status_brief(self, brief: bool) -> StatusResponse {
-        self.0.status_brief(brief)
-    }
-
-    /// As `IpamState::config`.
-    pub fn config(self) -> DaemonConfiguration {
-        self.0.config()
-    }
-
-    /// As `IpamState::node`.
-    pub fn node(self) -> &'a NodeResource {
-        self.0.node()
-    }
-
-    /// As `IpamState::endpoint`.
-    pub fn endpoint(self, id: &str) -> Result<EndpointView, ApiError> {
-        self.0.endpoint(id)
-    }
-
-    /// As `IpamState::explain`.
-    pub fn explain(self, query: &str) -> ExplainResponse {
-        self.0.explain(query)
-    }
-
-    /// As `IpamState::router_ips`.
-    pub fn router_ips(self) -> Vec<IpAddr> {
-        self.0.router_ips()
-    }
-
-    /// As `IpamState::internal_ips`.
-    pub fn internal_ips(self) -> Vec<IpAddr> {
-        self.0.internal_ips()
-    }
-
-    /// As `IpamState::skip_masquerade`.
-    pub fn skip_masquerade(self, pool: &str) -> bool {
-        self.0.skip_masquerade(pool)
-    }
-
-    /// As `IpamState::fits`.
-    pub fn fits(self) -> bool {
-        self.0.fits()
-    }
-
-    /// As `IpamState::metrics`.
-    pub fn metrics(self) -> &'a Metrics {
-        self.0.metrics()
-    }
-
-    /// As `IpamState::refresh_gauges`.
-    pub fn refresh_gauges(self, m: &Metrics) {
-        self.0.refresh_gauges(m)
-    }
-
-    /// As `IpamState::leak_candidates`.
-    pub fn leak_candidates(self, now_ms: u64) -> Vec<NodeAllocation> {
-        self.0.leak_candidates(now_ms)
-    }
-
+impl IpamState {
     /// The pods a delegated IPAM plugin addressed (`delegated-plugin`: the
     /// plugin registers them as `external-ipam` endpoints, and the ledger holds
     /// no allocation of theirs), each with its host link. The policy loop takes
     /// their addresses from the Pods' `status.podIPs`, as every pod's.
-    pub fn delegated_pods(self) -> Vec<(PodName, String)> {
-        self.0
-            .ledger
+    pub fn delegated_pods(&self) -> Vec<(PodName, String)> {
+        self.ledger
             .endpoints()
             .values()
             .filter(|ep| ep.external_ipam && !ep.host_ifname.is_empty())
             .filter_map(|ep| Some((pod_of_owner(&ep.owner)?, ep.host_ifname.clone())))
             .collect()
-    }
-
-    /// As `IpamState::live_addresses`.
-    pub fn live_addresses(self) -> BTreeSet<IpAddr> {
-        self.0.live_addresses()
-    }
-
-    /// As `IpamState::restore_report`.
-    pub fn restore_report(self) -> &'a RestoreReport {
-        self.0.restore_report()
-    }
-
-    /// As `IpamState::journal_mark` (start's tests mark a host link with it).
-    #[cfg(test)]
-    pub fn journal_mark(self) -> crate::api::link_marker::JournalMark {
-        self.0.journal_mark()
     }
 }

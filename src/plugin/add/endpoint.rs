@@ -4,11 +4,11 @@
 //! endpoint registered (delegated-plugin mode, or a daemon that journals no
 //! pending endpoint).
 
-use crate::api::link_marker::{JournalMark, LinkMarker};
 use crate::api::models::{
     AddressPair, DatapathConfiguration, EndpointChangeRequest, IpamAddressResponse,
 };
 use crate::cni::CniError;
+use crate::datapath::link_marker::{JournalMark, LinkMarker};
 
 use super::super::daemon_errors::to_cni;
 use super::super::report::Timings;

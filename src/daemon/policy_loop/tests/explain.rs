@@ -68,3 +68,26 @@ fn an_answer_without_a_pod_gets_nothing() {
     assert!(a.policy.is_empty());
     assert_eq!(a.summary, "It is there");
 }
+
+#[test]
+fn the_wire_spells_a_pods_policy_as_before() {
+    let mut a = answer(&[("10.0.0.10", "a/web", "c1")]);
+    add_policy(&mut a, &explanations());
+    assert_eq!(
+        serde_json::to_value(&a.policy).expect("json"),
+        json!([{
+            "pod": "a/web",
+            "ingress": {
+                "isolated": true,
+                "policies": [{"policy": "a/deny", "allows": ["nothing"]}],
+                "summary": "isolated: only what a/deny allows; traffic with its own node passes"
+            },
+            "egress": {
+                "isolated": false,
+                "policies": [],
+                "summary": "open: no NetworkPolicy selects it for egress"
+            },
+            "enforced": true
+        }])
+    );
+}

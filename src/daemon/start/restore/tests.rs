@@ -5,7 +5,6 @@ use std::cell::RefCell;
 use std::net::IpAddr;
 
 use super::*;
-use crate::api::link_marker::{JournalMark, LinkMarker};
 use crate::daemon::config::DatapathMode;
 use crate::daemon::config::resolved_options as resolved;
 use crate::daemon::device_error::failed;
@@ -15,6 +14,7 @@ use crate::daemon::start::node::{connected, node_resource};
 use crate::daemon::start::tests::assert_fails_in;
 use crate::daemon::state::KernelLink;
 use crate::daemon::state::tests::{del_with_links, endpoint_for, ips, pod};
+use crate::datapath::link_marker::{JournalMark, LinkMarker};
 use crate::datapath::{DatapathError, host_ifname};
 use crate::node::NodeView;
 use crate::test_dir::TestDir;
@@ -99,11 +99,8 @@ fn ip(s: &str) -> IpAddr {
 /// A pod `cid`'s addresses, wired (its endpoint created) with the host link its
 /// name gives.
 fn wired_pod(state: &mut IpamState, cid: &str) -> Vec<IpAddr> {
-    let resp = state.requests().allocate(&pod(cid), false).unwrap();
-    state
-        .requests()
-        .create_endpoint(&endpoint_for(cid, &resp))
-        .unwrap();
+    let resp = state.allocate(&pod(cid), false).unwrap();
+    state.create_endpoint(&endpoint_for(cid, &resp)).unwrap();
     ips(&resp)
 }
 
@@ -228,9 +225,9 @@ fn the_restored_state_is_this_nodes_on_the_node_resource_given() {
     let dir = TestDir::new("start-restore");
     let (state, origin) = restored(&dir, &["--cluster-pool-ipv4-cidr", "10.0.0.0/8"]);
     assert_eq!(origin, JournalOrigin::Created);
-    assert_eq!(state.views().node().metadata.name, "n1");
+    assert_eq!(state.node().metadata.name, "n1");
     assert_eq!(
-        state.views().node().spec.ipam.pod_cidrs,
+        state.node().spec.ipam.pod_cidrs,
         vec!["10.0.0.0/24".parse::<ipnet::IpNet>().unwrap()]
     );
 }
@@ -240,7 +237,7 @@ fn an_empty_delete_queue_replays_nothing_and_holds_the_queue_lock() {
     let dir = TestDir::new("start-restore");
     let (mut state, _) = restored(&dir, &[]);
     let replayed = replay_delete_queue(&mut state, &dir.join("podnet.sock")).unwrap();
-    assert_eq!(state.views().restore_report().queued_deletes, 0);
+    assert_eq!(state.restore_report().queued_deletes, 0);
     assert!(replayed.queue.entries().unwrap().is_empty());
 }
 
@@ -257,9 +254,9 @@ fn queued_deletes_are_replayed_counted_and_removed() {
     }
     let (mut state, _) = restored(&dir, &[]);
     let replayed = replay_delete_queue(&mut state, &socket).unwrap();
-    assert_eq!(state.views().restore_report().queued_deletes, 2);
+    assert_eq!(state.restore_report().queued_deletes, 2);
     assert!(replayed.queue.entries().unwrap().is_empty());
-    let live = state.views().live_addresses();
+    let live = state.live_addresses();
     assert!(addresses.iter().all(|a| !live.contains(a)), "{live:?}");
 }
 
@@ -289,7 +286,7 @@ fn the_reconcile_reserves_the_router_and_prunes_only_the_rules_of_addresses_not_
         ..FakeKernel::default()
     };
     reconcile_with_kernel(&kernel, &mut state, origin, &[ip("10.0.0.1")]).unwrap();
-    assert_eq!(state.views().router_ips(), [ip("10.0.0.1")]);
+    assert_eq!(state.router_ips(), [ip("10.0.0.1")]);
     assert_eq!(*kernel.stale.borrow(), [ip("10.0.0.9")]);
     assert!(kernel.deleted.borrow().is_empty());
 }
@@ -297,7 +294,7 @@ fn the_reconcile_reserves_the_router_and_prunes_only_the_rules_of_addresses_not_
 #[test]
 fn a_host_link_this_journal_made_and_released_is_deleted() {
     let dir = TestDir::new("start-restore");
-    let mark = ready(&dir, &[]).views().journal_mark();
+    let mark = ready(&dir, &[]).journal_mark();
     let (mut state, origin) = restored(&dir, &[]);
     assert_eq!(origin, JournalOrigin::Existing);
     let kernel = FakeKernel {
@@ -353,10 +350,7 @@ fn a_router_address_the_node_cannot_take_fails_the_start_naming_the_flag() {
 fn with_teardown(dir: &TestDir) -> IpamState {
     let mut state = ready(dir, &[]);
     wired_pod(&mut state, "c1");
-    let td = state
-        .requests()
-        .delete_endpoints(&del_with_links("c1"))
-        .unwrap();
+    let td = state.delete_endpoints(&del_with_links("c1")).unwrap();
     assert!(td.is_some());
     drop(state);
     restored(dir, &[]).0
@@ -369,7 +363,7 @@ fn the_teardowns_the_last_run_left_are_finished() {
     let kernel = FakeKernel::default();
     reconcile_with_kernel(&kernel, &mut state, JournalOrigin::Existing, &[]).unwrap();
     assert_eq!(*kernel.torn_down.borrow(), [host_ifname("c1", "eth0")]);
-    assert!(state.upkeep().pending_teardowns().is_empty());
+    assert!(state.pending_teardowns().is_empty());
 }
 
 #[test]
@@ -385,5 +379,5 @@ fn a_teardown_whose_links_cannot_be_deleted_fails_the_start_and_stays_pending() 
         .unwrap();
     assert!(matches!(err, StartError::Teardown(_)), "{err:?}");
     assert_fails_in(&err, "teardown", &["deleting the teardown's links"]);
-    assert_eq!(state.upkeep().pending_teardowns().len(), 1);
+    assert_eq!(state.pending_teardowns().len(), 1);
 }
