@@ -19,6 +19,7 @@ pub mod arena;
 pub mod atomic_file;
 pub mod cli;
 pub mod cni;
+pub mod controller;
 pub mod daemon;
 pub mod datapath;
 pub mod heap_backing;

@@ -1,5 +1,6 @@
-//! When a failed API write is tried again: the operator's one backoff rule (half a
-//! second, doubling up to 30 s, reset by a success, [`next_backoff`]), per node
+//! When a failed API write is tried again: the controller kit's backoff
+//! ([`Backoff::API`]: half a second, doubling up to 30 s, reset by a success,
+//! [`next_backoff`]), per node
 //! for the CiliumNode writes and per pool for the sticky-address records
 //! ([`WriteRetries`]), and for a whole pass of LB IPAM or
 //! Node IPAM writes ([`Retry`]).
@@ -9,15 +10,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub const RETRY_FIRST: Duration = Duration::from_millis(500);
-pub const RETRY_MAX: Duration = Duration::from_secs(30);
+use crate::controller::Backoff;
+pub use crate::controller::sleep_until;
+
+pub const RETRY_FIRST: Duration = Backoff::API.first;
+pub const RETRY_MAX: Duration = Backoff::API.max;
 
 /// The wait after a failure, given the wait after the previous one (None: the
 /// first failure).
 pub fn next_backoff(previous: Option<Duration>) -> Duration {
-    previous
-        .map(|b| (b * 2).min(RETRY_MAX))
-        .unwrap_or(RETRY_FIRST)
+    Backoff::API.next(previous)
 }
 
 /// The objects (nodes, pools) whose write failed, with when to try again and
@@ -87,14 +89,6 @@ impl Retry {
                 self.0 = Some((Instant::now() + backoff, backoff));
             }
         }
-    }
-}
-
-/// Sleeps until `due`; never wakes without one.
-pub async fn sleep_until(due: Option<Instant>) {
-    match due {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

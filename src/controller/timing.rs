@@ -1,0 +1,151 @@
+//! When a controller's passes run: [`Timing`] (debounce after a change, the
+//! resync, the backoff after a failed pass) and [`Backoff`], podnet's one
+//! exponential backoff rule (the operator's API writes: [`Backoff::API`]).
+
+use std::time::Duration;
+
+use tokio::time::{Instant, Interval};
+
+/// Waits after failures: `first` after the first one, doubling up to `max`,
+/// reset by a success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub first: Duration,
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// The operator's API writes: half a second, doubling up to 30 s.
+    pub const API: Backoff = Backoff {
+        first: Duration::from_millis(500),
+        max: Duration::from_secs(30),
+    };
+
+    /// The wait after a failure, given the wait after the previous one (None:
+    /// the first failure).
+    pub fn next(self, previous: Option<Duration>) -> Duration {
+        previous
+            .map(|b| (b * 2).min(self.max))
+            .unwrap_or(self.first)
+    }
+}
+
+/// How often the world is compared with the plan without a change seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resync {
+    pub every: Duration,
+    /// Whether the first comes at once (else after `every`).
+    pub at_once: bool,
+}
+
+/// A controller's timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// How long after a change the pass waits for more (zero: at once). Later
+    /// changes do not move a pass already due.
+    pub debounce: Duration,
+    /// None: the world is compared with the plan only when a pass fails.
+    pub resync: Option<Resync>,
+    pub backoff: Backoff,
+}
+
+/// Sleeps until `due`; never wakes without one.
+pub async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A controller's clock: when its next pass is due, whether it is a resync
+/// (and which, counting from 0), and the backoff of the failures in a row.
+pub(super) struct Clock {
+    timing: Timing,
+    /// When the next pass is due (None: nothing waits).
+    pub(super) due: Option<Instant>,
+    resync: Option<Interval>,
+    resyncs: u32,
+    /// The resync the next pass is (None: a plain pass).
+    check: Option<u32>,
+    /// The wait after the last failure (None: the last pass went through).
+    backoff: Option<Duration>,
+}
+
+impl Clock {
+    pub(super) fn new(timing: Timing) -> Clock {
+        let resync = timing.resync.map(|r| match r.at_once {
+            true => tokio::time::interval(r.every),
+            false => tokio::time::interval_at(Instant::now() + r.every, r.every),
+        });
+        Clock {
+            timing,
+            due: None,
+            resync,
+            resyncs: 0,
+            check: None,
+            backoff: None,
+        }
+    }
+
+    /// A change was seen: a pass after the debounce, unless one is due sooner.
+    pub(super) fn changed(&mut self) {
+        let at = Instant::now() + self.timing.debounce;
+        self.due = Some(self.due.map_or(at, |due| due.min(at)));
+    }
+
+    /// Waits for the next resync (never, without one).
+    pub(super) async fn resync_tick(&mut self) {
+        match self.resync.as_mut() {
+            Some(interval) => {
+                interval.tick().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// A resync is due: the next pass is one (a resync not yet passed stays).
+    pub(super) fn resynced(&mut self) {
+        self.check.get_or_insert(self.resyncs);
+        self.resyncs = self.resyncs.wrapping_add(1);
+        self.changed();
+    }
+
+    /// The pass begins: returns the resync it is, if it is one.
+    pub(super) fn take_pass(&mut self) -> Option<u32> {
+        self.due = None;
+        self.check.take()
+    }
+
+    pub(super) fn succeeded(&mut self) {
+        self.backoff = None;
+    }
+
+    /// The pass failed: another is due after the backoff; returns the wait.
+    pub(super) fn failed(&mut self) -> Duration {
+        let wait = self.timing.backoff.next(self.backoff);
+        self.backoff = Some(wait);
+        self.due = Some(Instant::now() + wait);
+        wait
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let b = Backoff::API;
+        let mut wait = None;
+        let waits: Vec<Duration> = (0..9)
+            .map(|_| {
+                let w = b.next(wait);
+                wait = Some(w);
+                w
+            })
+            .collect();
+        assert_eq!(waits[0], Duration::from_millis(500));
+        assert_eq!(waits[1], Duration::from_secs(1));
+        assert_eq!(waits[8], Duration::from_secs(30));
+    }
+}
