@@ -14,6 +14,7 @@ pub mod timing;
 use std::future::Future;
 
 use futures::{Stream, StreamExt};
+use kube::runtime::watcher::{self, Event};
 
 use crate::k8s::mirror::WatchEnded;
 use timing::Clock;
@@ -108,6 +109,10 @@ where
         }
     }
 }
+
+/// One item of a watch of `K` as [`ending`] hands it on (None: the watch
+/// ended), what `k8s::mirror::Mirror::feed` takes.
+pub type WatchItem<K> = Option<Result<Event<K>, watcher::Error>>;
 
 /// `watch`'s items, then None when it ends: `k8s::mirror::Mirror::feed`
 /// makes that a [`WatchEnded`].
