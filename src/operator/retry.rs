@@ -2,8 +2,8 @@
 //! ([`Backoff::API`]: half a second, doubling up to 30 s, reset by a success,
 //! [`next_backoff`]), per node
 //! for the CiliumNode writes and per pool for the sticky-address records
-//! ([`WriteRetries`]), and for a whole pass of LB IPAM or
-//! Node IPAM writes ([`Retry`]).
+//! ([`WriteRetries`]). A whole pass of a controller (LB IPAM, Node IPAM) is
+//! retried by the controller kit (`crate::controller::run`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -68,52 +68,9 @@ impl WriteRetries {
     }
 }
 
-/// When to plan again after failed writes: 0.5 s after the first failure,
-/// doubling up to 30 s, until a pass succeeds.
-#[derive(Debug, Default)]
-pub struct Retry(Option<(Instant, Duration)>);
-
-impl Retry {
-    /// When the next attempt is due (None: nothing failed).
-    pub fn due(&self) -> Option<Instant> {
-        self.0.map(|(at, _)| at)
-    }
-
-    /// Records a pass's outcome; returns the wait after a failure.
-    pub fn record<E: std::fmt::Display>(&mut self, outcome: Result<(), E>, what: &str) {
-        match outcome {
-            Ok(()) => self.0 = None,
-            Err(e) => {
-                let backoff = next_backoff(self.0.map(|(_, b)| b));
-                tracing::warn!(error = %e, retry_in = ?backoff, "{what} failed");
-                self.0 = Some((Instant::now() + backoff, backoff));
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn retries_back_off_and_reset() {
-        let mut r = Retry::default();
-        assert!(r.due().is_none());
-        let backoff = |r: &Retry| r.0.map(|(_, b)| b);
-        let before = Instant::now();
-        r.record(Err("boom"), "a write");
-        assert_eq!(backoff(&r), Some(RETRY_FIRST));
-        assert!(r.due().is_some_and(|d| d >= before + RETRY_FIRST));
-        r.record(Err("boom"), "a write");
-        assert_eq!(backoff(&r), Some(RETRY_FIRST * 2));
-        for _ in 0..10 {
-            r.record(Err("boom"), "a write");
-        }
-        assert_eq!(backoff(&r), Some(RETRY_MAX));
-        r.record(Ok::<(), &str>(()), "a write");
-        assert!(r.due().is_none());
-    }
 
     #[test]
     fn backoff_doubles_up_to_the_cap_and_resets() {
