@@ -12,6 +12,7 @@
 pub mod timing;
 
 use std::future::Future;
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use kube::runtime::watcher::{self, Event};
@@ -36,7 +37,7 @@ pub trait Controller {
     /// Whether a pass may run (every watched kind listed once).
     fn ready(&self) -> bool;
     /// Plans from the inputs (None: nothing to do yet, e.g. dormant).
-    fn plan(&mut self) -> Option<Self::Plan>;
+    fn plan(&mut self) -> impl Future<Output = Option<Self::Plan>>;
     /// Makes the world what `plan` says, given the plan applied last (None:
     /// none yet, or the last pass failed).
     fn apply(
@@ -44,8 +45,9 @@ pub trait Controller {
         plan: &Self::Plan,
         last_applied: Option<&Self::Plan>,
     ) -> impl Future<Output = Result<(), Self::Error>>;
-    /// At resync number `resync` (from 0): checks the world against `plan` and
-    /// repairs it. By default an apply with no last plan.
+    /// At resync number `resync` (from 0; a pass stands for every resync since
+    /// the one it last saw): checks the world against `plan` and repairs it. By
+    /// default an apply with no last plan.
     fn check(
         &mut self,
         plan: &Self::Plan,
@@ -53,6 +55,10 @@ pub trait Controller {
     ) -> impl Future<Output = Result<(), Self::Error>> {
         let _ = resync;
         async move { self.apply(plan, None).await }
+    }
+    /// A pass failed; it runs again in `retry_in`. By default logged.
+    fn failed(&self, error: &Self::Error, retry_in: Duration) {
+        tracing::warn!(error = %error, retry_in = ?retry_in, "{} failed", Self::WHAT);
     }
 }
 
@@ -89,7 +95,7 @@ where
         if !controller.ready() {
             continue;
         }
-        let Some(plan) = controller.plan() else {
+        let Some(plan) = controller.plan().await else {
             continue;
         };
         let outcome = match resync {
@@ -102,8 +108,7 @@ where
                 last_applied = Some(plan);
             }
             Err(e) => {
-                let wait = clock.failed();
-                tracing::warn!(error = %e, retry_in = ?wait, "{} failed", C::WHAT);
+                controller.failed(&e, clock.failed());
                 last_applied = None;
             }
         }

@@ -76,7 +76,7 @@ impl Controller for Memory {
         self.listed
     }
 
-    fn plan(&mut self) -> Option<i64> {
+    async fn plan(&mut self) -> Option<i64> {
         Some(self.value)
     }
 
@@ -101,6 +101,7 @@ fn timing(debounce: Duration, resync: Option<Resync>) -> Timing {
         debounce,
         resync,
         backoff: Backoff::API,
+        changes_wait_for_backoff: false,
     }
 }
 
@@ -161,11 +162,15 @@ async fn failures_back_off_doubling_and_a_success_resets() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_change_does_not_wait_for_the_backoff() {
-    let mut m = Memory::new(&[true]);
-    let inputs = vec![(ms(0), In::Listed), (ms(100), In::Add(1))];
-    run_for(&mut m, inputs, timing(ms(0), None), ms(10_000)).await;
-    assert_eq!(m.applied_at(), [ms(0), ms(100)]);
+async fn a_change_does_not_wait_for_the_backoff_unless_told_to() {
+    for (wait, second) in [(false, ms(100)), (true, ms(500))] {
+        let mut m = Memory::new(&[true]);
+        let inputs = vec![(ms(0), In::Listed), (ms(100), In::Add(1))];
+        let mut t = timing(ms(0), None);
+        t.changes_wait_for_backoff = wait;
+        run_for(&mut m, inputs, t, ms(10_000)).await;
+        assert_eq!(m.applied_at(), [ms(0), second]);
+    }
 }
 
 /// A listed controller (listed at once when `listed`) with a resync every

@@ -47,6 +47,9 @@ pub struct Timing {
     /// None: the world is compared with the plan only when a pass fails.
     pub resync: Option<Resync>,
     pub backoff: Backoff,
+    /// Whether a change waits for the backoff of a failed pass (else it
+    /// passes after the debounce, sooner than the backoff).
+    pub changes_wait_for_backoff: bool,
 }
 
 /// Sleeps until `due`; never wakes without one.
@@ -69,6 +72,8 @@ pub(super) struct Clock {
     check: Option<u32>,
     /// The wait after the last failure (None: the last pass went through).
     backoff: Option<Duration>,
+    /// Whether the pass due is the retry of a failed one.
+    retrying: bool,
 }
 
 impl Clock {
@@ -84,11 +89,15 @@ impl Clock {
             resyncs: 0,
             check: None,
             backoff: None,
+            retrying: false,
         }
     }
 
     /// A change was seen: a pass after the debounce, unless one is due sooner.
     pub(super) fn changed(&mut self) {
+        if self.retrying && self.timing.changes_wait_for_backoff {
+            return;
+        }
         let at = Instant::now() + self.timing.debounce;
         self.due = Some(self.due.map_or(at, |due| due.min(at)));
     }
@@ -103,9 +112,10 @@ impl Clock {
         }
     }
 
-    /// A resync is due: the next pass is one (a resync not yet passed stays).
+    /// A resync is due: the next pass is this one (the numbers say which
+    /// resyncs a pass stood for).
     pub(super) fn resynced(&mut self) {
-        self.check.get_or_insert(self.resyncs);
+        self.check = Some(self.resyncs);
         self.resyncs = self.resyncs.wrapping_add(1);
         self.changed();
     }
@@ -113,6 +123,7 @@ impl Clock {
     /// The pass begins: returns the resync it is, if it is one.
     pub(super) fn take_pass(&mut self) -> Option<u32> {
         self.due = None;
+        self.retrying = false;
         self.check.take()
     }
 
@@ -125,6 +136,7 @@ impl Clock {
         let wait = self.timing.backoff.next(self.backoff);
         self.backoff = Some(wait);
         self.due = Some(Instant::now() + wait);
+        self.retrying = true;
         wait
     }
 }

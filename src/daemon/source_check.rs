@@ -313,6 +313,7 @@ const KEEPER_TIMING: Timing = Timing {
         at_once: false,
     }),
     backoff: Backoff::API,
+    changes_wait_for_backoff: false,
 };
 
 /// Puts the table back when someone removed or changed it: a controller with
@@ -334,7 +335,7 @@ impl Controller for Keeper {
         true
     }
 
-    fn plan(&mut self) -> Option<()> {
+    async fn plan(&mut self) -> Option<()> {
         Some(())
     }
 

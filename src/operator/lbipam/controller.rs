@@ -170,6 +170,7 @@ const TIMING: Timing = Timing {
     debounce: Duration::ZERO,
     resync: None,
     backoff: Backoff::API,
+    changes_wait_for_backoff: false,
 };
 
 /// A pass's plan: what every Service and pool should say, and the pools that
@@ -218,7 +219,7 @@ impl Controller for LbIpam {
     }
 
     /// None while dormant (no pool yet).
-    fn plan(&mut self) -> Option<LbPlan> {
+    async fn plan(&mut self) -> Option<LbPlan> {
         if !self.awake {
             if self.pools.is_empty() {
                 return None;

@@ -128,6 +128,7 @@ const TIMING: Timing = Timing {
     debounce: Duration::ZERO,
     resync: None,
     backoff: Backoff::API,
+    changes_wait_for_backoff: false,
 };
 
 struct NodeIpam {
@@ -186,7 +187,7 @@ impl Controller for NodeIpam {
         self.nodes.listed() && self.services.listed() && self.slices.listed()
     }
 
-    fn plan(&mut self) -> Option<Vec<StatusWrite>> {
+    async fn plan(&mut self) -> Option<Vec<StatusWrite>> {
         Some(self.statuses())
     }
 
