@@ -2,10 +2,13 @@
 //! server (or the node) and writes somewhere. A [`Controller`] takes its
 //! inputs (the events of its watches, merged into one stream, which it feeds
 //! into its `k8s::mirror::Mirror`s), says when it is [`Controller::ready`]
-//! (every kind listed), plans from what it has, and applies a plan against
-//! the plan it last applied (or, at a resync, checks the world against the
-//! plan). [`run`] owns the timing ([`Timing`]): a pass [`Timing::debounce`]
-//! after a change, at each resync, and after a failed pass again with
+//! (every kind listed), plans from what it has, and applies the plan (or, at a
+//! resync, checks the world against it and repairs it). What went through
+//! last is the controller's to remember (a pass that failed half way leaves
+//! half of its plan applied: only the writer knows which half), so the kit
+//! keeps no plan. [`run`] owns the timing ([`Timing`]): a pass
+//! [`Timing::debounce`] after a change (and at least [`Timing::min_interval`]
+//! after the one before), at each resync, and after a failed pass again with
 //! podnet's one exponential [`Backoff`]. The kit's timing is tested here once,
 //! on paused time; each controller tests its plan and its writes.
 
@@ -38,24 +41,21 @@ pub trait Controller {
     fn ready(&self) -> bool;
     /// Plans from the inputs (None: nothing to do yet, e.g. dormant).
     fn plan(&mut self) -> impl Future<Output = Option<Self::Plan>>;
-    /// Makes the world what `plan` says, given the plan applied last (None:
-    /// none yet, or the last pass failed).
-    fn apply(
-        &mut self,
-        plan: &Self::Plan,
-        last_applied: Option<&Self::Plan>,
-    ) -> impl Future<Output = Result<(), Self::Error>>;
+    /// Makes the world what `plan` says (against what the controller last
+    /// applied).
+    fn apply(&mut self, plan: Self::Plan) -> impl Future<Output = Result<(), Self::Error>>;
     /// At resync number `resync` (from 0; a pass stands for every resync since
     /// the one it last saw): checks the world against `plan` and repairs it. By
-    /// default an apply with no last plan.
+    /// default an apply.
     fn check(
         &mut self,
-        plan: &Self::Plan,
+        plan: Self::Plan,
         resync: u32,
     ) -> impl Future<Output = Result<(), Self::Error>> {
         let _ = resync;
-        async move { self.apply(plan, None).await }
+        self.apply(plan)
     }
+
     /// A pass failed; it runs again in `retry_in`. By default logged.
     fn failed(&self, error: &Self::Error, retry_in: Duration) {
         tracing::warn!(error = %error, retry_in = ?retry_in, "{} failed", Self::WHAT);
@@ -72,7 +72,6 @@ where
 {
     let mut events = events.fuse();
     let mut clock = Clock::new(timing);
-    let mut last_applied: Option<C::Plan> = None;
     loop {
         let due = clock.due;
         tokio::select! {
@@ -92,27 +91,30 @@ where
             }
         }
         let resync = clock.take_pass();
-        if !controller.ready() {
-            continue;
-        }
-        let Some(plan) = controller.plan().await else {
-            continue;
-        };
-        let outcome = match resync {
-            Some(n) => controller.check(&plan, n).await,
-            None => controller.apply(&plan, last_applied.as_ref()).await,
-        };
+        let outcome = pass(controller, resync).await;
+        clock.passed();
         match outcome {
-            Ok(()) => {
-                clock.succeeded();
-                last_applied = Some(plan);
-            }
-            Err(e) => {
-                controller.failed(&e, clock.failed());
-                last_applied = None;
-            }
+            Some(Ok(())) => clock.succeeded(),
+            Some(Err(e)) => controller.failed(&e, clock.failed()),
+            None => {}
         }
     }
+}
+
+/// One pass (a resync's when `resync` says): None when it did not run (not
+/// ready, nothing planned).
+async fn pass<C: Controller>(
+    controller: &mut C,
+    resync: Option<u32>,
+) -> Option<Result<(), C::Error>> {
+    if !controller.ready() {
+        return None;
+    }
+    let plan = controller.plan().await?;
+    Some(match resync {
+        Some(n) => controller.check(plan, n).await,
+        None => controller.apply(plan).await,
+    })
 }
 
 /// One item of a watch of `K` as [`ending`] hands it on (None: the watch

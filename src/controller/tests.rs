@@ -21,14 +21,14 @@ enum In {
     End,
 }
 
-/// Plans its value; records each apply and check (when, what, against what).
+/// Plans its value; records each apply and check (when, what).
 struct Memory {
     start: Instant,
     listed: bool,
     value: i64,
     /// The outcomes of the next passes (true: it fails); then they succeed.
     failures: VecDeque<bool>,
-    applied: Vec<(Duration, i64, Option<i64>)>,
+    applied: Vec<(Duration, i64)>,
     checked: Vec<(Duration, i64, u32)>,
 }
 
@@ -80,14 +80,13 @@ impl Controller for Memory {
         Some(self.value)
     }
 
-    async fn apply(&mut self, plan: &i64, last: Option<&i64>) -> Result<(), &'static str> {
-        self.applied
-            .push((self.start.elapsed(), *plan, last.copied()));
+    async fn apply(&mut self, plan: i64) -> Result<(), &'static str> {
+        self.applied.push((self.start.elapsed(), plan));
         self.outcome()
     }
 
-    async fn check(&mut self, plan: &i64, resync: u32) -> Result<(), &'static str> {
-        self.checked.push((self.start.elapsed(), *plan, resync));
+    async fn check(&mut self, plan: i64, resync: u32) -> Result<(), &'static str> {
+        self.checked.push((self.start.elapsed(), plan, resync));
         self.outcome()
     }
 }
@@ -99,6 +98,7 @@ fn ms(n: u64) -> Duration {
 fn timing(debounce: Duration, resync: Option<Resync>) -> Timing {
     Timing {
         debounce,
+        min_interval: Duration::ZERO,
         resync,
         backoff: Backoff::API,
         changes_wait_for_backoff: false,
@@ -126,7 +126,7 @@ async fn run_for(
 }
 
 #[tokio::test(start_paused = true)]
-async fn changes_within_the_debounce_are_one_pass_against_the_last() {
+async fn changes_within_the_debounce_are_one_pass() {
     let mut m = Memory::new(&[]);
     let inputs = vec![
         (ms(0), In::Listed),
@@ -136,7 +136,7 @@ async fn changes_within_the_debounce_are_one_pass_against_the_last() {
         (ms(300), In::Add(3)),
     ];
     run_for(&mut m, inputs, timing(ms(200), None), ms(10_000)).await;
-    assert_eq!(m.applied, [(ms(200), 3, None), (ms(560), 6, Some(3))]);
+    assert_eq!(m.applied, [(ms(200), 3), (ms(560), 6)]);
     assert!(m.checked.is_empty());
 }
 
@@ -145,7 +145,7 @@ async fn nothing_passes_before_ready() {
     let mut m = Memory::new(&[]);
     let inputs = vec![(ms(0), In::Add(1)), (ms(1000), In::Listed)];
     run_for(&mut m, inputs, timing(ms(200), None), ms(10_000)).await;
-    assert_eq!(m.applied, [(ms(1200), 1, None)]);
+    assert_eq!(m.applied, [(ms(1200), 1)]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -155,10 +155,6 @@ async fn failures_back_off_doubling_and_a_success_resets() {
     run_for(&mut m, inputs, timing(ms(0), None), ms(60_000)).await;
     let at = [0, 500, 1500, 3500, 10_000, 10_500];
     assert_eq!(m.applied_at(), at.map(ms));
-    // After a failure the last plan is unknown; after a success it is that one.
-    assert_eq!(m.applied[3].2, None);
-    assert_eq!(m.applied[4].2, Some(0));
-    assert_eq!(m.applied[5].2, None);
 }
 
 #[tokio::test(start_paused = true)]
@@ -173,23 +169,27 @@ async fn a_change_does_not_wait_for_the_backoff_unless_told_to() {
     }
 }
 
-/// A listed controller (listed at once when `listed`) with a resync every
-/// 30 s (`at_once`: the first at once), run for `time` after `failures`.
+/// A resync every 30 s (`at_once`: the first at once; `after_each_pass`:
+/// counted from the last pass).
+fn every_30s(at_once: bool, after_each_pass: bool) -> Resync {
+    Resync {
+        every: Duration::from_secs(30),
+        at_once,
+        after_each_pass,
+    }
+}
+
+/// A controller listed at once, with `resync`, run for `time` over `later`
+/// inputs (each after its wait) after `failures`.
 async fn resynced(
     failures: &[bool],
-    listed: bool,
-    at_once: bool,
+    resync: Resync,
+    later: Vec<(Duration, In)>,
     debounce: Duration,
     time: Duration,
 ) -> Memory {
-    let resync = Resync {
-        every: Duration::from_secs(30),
-        at_once,
-    };
-    let inputs = match listed {
-        true => vec![(ms(0), In::Listed)],
-        false => Vec::new(),
-    };
+    let mut inputs = vec![(ms(0), In::Listed)];
+    inputs.extend(later);
     let mut m = Memory::new(failures);
     run_for(&mut m, inputs, timing(debounce, Some(resync)), time).await;
     m
@@ -197,24 +197,45 @@ async fn resynced(
 
 #[tokio::test(start_paused = true)]
 async fn resyncs_check_the_world_after_the_debounce_once_ready() {
-    let m = resynced(&[], true, false, ms(200), ms(65_000)).await;
-    assert_eq!(m.applied, [(ms(200), 0, None)]);
+    let m = resynced(&[], every_30s(false, false), vec![], ms(200), ms(65_000)).await;
+    assert_eq!(m.applied, [(ms(200), 0)]);
     assert_eq!(m.checked, [(ms(30_200), 0, 0), (ms(60_200), 0, 1)]);
 
-    let m = resynced(&[], true, true, ms(200), ms(35_000)).await;
+    let m = resynced(&[], every_30s(true, false), vec![], ms(200), ms(35_000)).await;
     assert!(m.applied.is_empty(), "the first pass is the first resync");
     assert_eq!(m.checked, [(ms(200), 0, 0), (ms(30_200), 0, 1)]);
 
     // Not ready: no resync checks anything.
-    let m = resynced(&[], false, true, ms(200), ms(65_000)).await;
+    let mut m = Memory::new(&[]);
+    let t = timing(ms(200), Some(every_30s(true, false)));
+    run_for(&mut m, Vec::new(), t, ms(65_000)).await;
     assert!(m.checked.is_empty() && m.applied.is_empty());
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_resync_counted_from_the_last_pass_waits_after_a_change() {
+    let change = vec![(ms(20_000), In::Add(1))];
+    let m = resynced(&[], every_30s(false, true), change, ms(0), ms(85_000)).await;
+    assert_eq!(m.applied, [(ms(0), 0), (ms(20_000), 1)]);
+    assert_eq!(m.checked, [(ms(50_000), 1, 0), (ms(80_000), 1, 1)]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_failed_check_is_retried_as_an_apply_after_the_backoff() {
-    let m = resynced(&[true], true, true, ms(100), ms(10_000)).await;
+    let m = resynced(&[true], every_30s(true, false), vec![], ms(100), ms(10_000)).await;
     assert_eq!(m.checked, [(ms(100), 0, 0)]);
-    assert_eq!(m.applied, [(ms(600), 0, None)]);
+    assert_eq!(m.applied, [(ms(600), 0)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn changes_are_paced_from_the_start_of_the_last_pass() {
+    let mut m = Memory::new(&[]);
+    let adds = [10, 400].map(|wait| (ms(wait), In::Add(1)));
+    let inputs = [(ms(0), In::Listed)].into_iter().chain(adds).collect();
+    let mut t = timing(ms(0), None);
+    t.min_interval = ms(100);
+    run_for(&mut m, inputs, t, ms(10_000)).await;
+    assert_eq!(m.applied_at(), [ms(0), ms(100), ms(410)]);
 }
 
 #[tokio::test(start_paused = true)]

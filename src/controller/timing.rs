@@ -36,6 +36,9 @@ pub struct Resync {
     pub every: Duration,
     /// Whether the first comes at once (else after `every`).
     pub at_once: bool,
+    /// Whether `every` counts from the end of the last pass (else the
+    /// resyncs keep their beat whatever passes between them).
+    pub after_each_pass: bool,
 }
 
 /// A controller's timing.
@@ -44,12 +47,27 @@ pub struct Timing {
     /// How long after a change the pass waits for more (zero: at once). Later
     /// changes do not move a pass already due.
     pub debounce: Duration,
+    /// The shortest time from the start of one pass to the next for a change
+    /// (a burst after the first change of a quiet spell is paced).
+    pub min_interval: Duration,
     /// None: the world is compared with the plan only when a pass fails.
     pub resync: Option<Resync>,
     pub backoff: Backoff,
     /// Whether a change waits for the backoff of a failed pass (else it
     /// passes after the debounce, sooner than the backoff).
     pub changes_wait_for_backoff: bool,
+}
+
+impl Timing {
+    /// A pass at once after each change, no resync, the API backoff (LB IPAM,
+    /// Node IPAM).
+    pub const AT_ONCE: Timing = Timing {
+        debounce: Duration::ZERO,
+        min_interval: Duration::ZERO,
+        resync: None,
+        backoff: Backoff::API,
+        changes_wait_for_backoff: false,
+    };
 }
 
 /// Sleeps until `due`; never wakes without one.
@@ -74,6 +92,8 @@ pub(super) struct Clock {
     backoff: Option<Duration>,
     /// Whether the pass due is the retry of a failed one.
     retrying: bool,
+    /// When the last pass began.
+    last_pass: Option<Instant>,
 }
 
 impl Clock {
@@ -90,6 +110,7 @@ impl Clock {
             check: None,
             backoff: None,
             retrying: false,
+            last_pass: None,
         }
     }
 
@@ -98,7 +119,10 @@ impl Clock {
         if self.retrying && self.timing.changes_wait_for_backoff {
             return;
         }
-        let at = Instant::now() + self.timing.debounce;
+        let mut at = Instant::now() + self.timing.debounce;
+        if let Some(last) = self.last_pass {
+            at = at.max(last + self.timing.min_interval);
+        }
         self.due = Some(self.due.map_or(at, |due| due.min(at)));
     }
 
@@ -124,7 +148,16 @@ impl Clock {
     pub(super) fn take_pass(&mut self) -> Option<u32> {
         self.due = None;
         self.retrying = false;
+        self.last_pass = Some(Instant::now());
         self.check.take()
+    }
+
+    /// The pass ended: a resync counted from the last pass starts again.
+    pub(super) fn passed(&mut self) {
+        let restart = self.timing.resync.is_some_and(|r| r.after_each_pass);
+        if let (true, Some(interval)) = (restart, self.resync.as_mut()) {
+            interval.reset();
+        }
     }
 
     pub(super) fn succeeded(&mut self) {

@@ -305,12 +305,14 @@ pub fn remove() -> Result<(), SourceCheckError> {
     }
 }
 
-/// The keeper's timing: a check every [`RESYNC`], the first after one.
+/// The keeper's timing: a check [`RESYNC`] after the last one ended.
 const KEEPER_TIMING: Timing = Timing {
     debounce: Duration::ZERO,
+    min_interval: Duration::ZERO,
     resync: Some(Resync {
         every: RESYNC,
         at_once: false,
+        after_each_pass: true,
     }),
     backoff: Backoff::API,
     changes_wait_for_backoff: false,
@@ -339,11 +341,11 @@ impl Controller for Keeper {
         Some(())
     }
 
-    async fn apply(&mut self, _plan: &(), _last: Option<&()>) -> Result<(), Infallible> {
+    async fn apply(&mut self, _plan: ()) -> Result<(), Infallible> {
         Ok(())
     }
 
-    async fn check(&mut self, _plan: &(), _resync: u32) -> Result<(), Infallible> {
+    async fn check(&mut self, _plan: (), _resync: u32) -> Result<(), Infallible> {
         match tokio::task::spawn_blocking(ensure).await {
             Ok(Ok(Ensured::Kept)) => {}
             Ok(Ok(ensured)) => {

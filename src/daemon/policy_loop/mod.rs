@@ -91,9 +91,11 @@ const FULL_CHECK_EVERY: u32 = 10;
 /// which also checks the kernel's table first ([`check_depth`]).
 const TIMING: Timing = Timing {
     debounce: DEBOUNCE,
+    min_interval: Duration::ZERO,
     resync: Some(Resync {
         every: RESYNC,
         at_once: true,
+        after_each_pass: false,
     }),
     backoff: Backoff {
         first: RETRY,
@@ -453,15 +455,11 @@ impl Controller for PolicyLoop {
         Some(plan(&self.daemon, &self.watched, self.enforcement).await)
     }
 
-    async fn apply(
-        &mut self,
-        plan: &Option<Planned>,
-        _last: Option<&Option<Planned>>,
-    ) -> Result<(), NotWritten> {
+    async fn apply(&mut self, plan: Option<Planned>) -> Result<(), NotWritten> {
         self.pass(plan, None).await
     }
 
-    async fn check(&mut self, plan: &Option<Planned>, resync: u32) -> Result<(), NotWritten> {
+    async fn check(&mut self, plan: Option<Planned>, resync: u32) -> Result<(), NotWritten> {
         let depth = check_depth(self.last_resync, resync);
         self.last_resync = Some(resync);
         self.pass(plan, Some(depth)).await
@@ -476,12 +474,12 @@ impl PolicyLoop {
     /// runtime's threads: nft is a process); reports the pass.
     async fn pass(
         &mut self,
-        plan: &Option<Planned>,
+        plan: Option<Planned>,
         check: Option<Depth>,
     ) -> Result<(), NotWritten> {
         if let Some(planned) = plan {
             let mut writer = self.writer.take().unwrap_or_else(|| Writer::new(Kernel));
-            let compiled = planned.compiled.clone();
+            let compiled = planned.compiled;
             let done = tokio::task::spawn_blocking(move || {
                 let pass = writer.pass(&compiled, check);
                 (writer, pass)
@@ -498,7 +496,7 @@ impl PolicyLoop {
                 }
             };
             let written = !self.pending();
-            report(&self.daemon, planned.count.clone(), pass, written).await;
+            report(&self.daemon, planned.count, pass, written).await;
         }
         match self.pending() {
             true => Err(NotWritten),

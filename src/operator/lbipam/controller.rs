@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::time::Duration;
 
 use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
@@ -25,7 +24,7 @@ use super::pools::{Pool, sort_pools};
 use super::services::{
     self, FamilyPolicy, Orphan, Plan, PoolStatus, ServicePlan, ServiceView, Settings,
 };
-use crate::controller::{self, Backoff, Controller, Timing, WatchItem, ending};
+use crate::controller::{self, Controller, Timing, WatchItem, ending};
 use crate::ipam::Family;
 use crate::k8s::discovery::{CiliumKind, resolve_waiting};
 use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
@@ -165,14 +164,6 @@ enum Watched {
     Service(Box<WatchItem<Service>>),
 }
 
-/// LB IPAM's timing: a pass at once after each change.
-const TIMING: Timing = Timing {
-    debounce: Duration::ZERO,
-    resync: None,
-    backoff: Backoff::API,
-    changes_wait_for_backoff: false,
-};
-
 /// A pass's plan: what every Service and pool should say, and the pools that
 /// cannot be used (name -> what is wrong).
 struct LbPlan {
@@ -198,7 +189,7 @@ pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetric
         sent: BTreeMap::new(),
     };
     let events = c.watches();
-    controller::run(&mut c, events, TIMING).await
+    controller::run(&mut c, events, Timing::AT_ONCE).await
 }
 
 impl Controller for LbIpam {
@@ -230,8 +221,8 @@ impl Controller for LbIpam {
         Some(self.plan_all())
     }
 
-    async fn apply(&mut self, plan: &LbPlan, _last: Option<&LbPlan>) -> Result<(), kube::Error> {
-        self.write_all(plan).await
+    async fn apply(&mut self, plan: LbPlan) -> Result<(), kube::Error> {
+        self.write_all(&plan).await
     }
 }
 

@@ -11,8 +11,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use std::time::Duration;
-
 use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -21,7 +19,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use super::addresses::{self, MATCH_NODE_LABELS_ANNOTATION, NodeIpamNode, NodeIpamService};
-use crate::controller::{self, Backoff, Controller, Timing, WatchItem, ending};
+use crate::controller::{self, Controller, Timing, WatchItem, ending};
 use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
 use crate::k8s::objects::condition_json;
 use crate::operator::lbipam::controller::{
@@ -123,14 +121,6 @@ struct StatusWrite {
     status: Value,
 }
 
-/// Node IPAM's timing: a pass at once after each change.
-const TIMING: Timing = Timing {
-    debounce: Duration::ZERO,
-    resync: None,
-    backoff: Backoff::API,
-    changes_wait_for_backoff: false,
-};
-
 struct NodeIpam {
     client: kube::Client,
     default_ipam: DefaultIpam,
@@ -166,7 +156,7 @@ pub async fn run(client: kube::Client, default_ipam: DefaultIpam) -> WatchEnded 
     };
     let events = watches(client);
     tracing::info!("Node IPAM started");
-    controller::run(&mut c, events, TIMING).await
+    controller::run(&mut c, events, Timing::AT_ONCE).await
 }
 
 impl Controller for NodeIpam {
@@ -191,14 +181,10 @@ impl Controller for NodeIpam {
         Some(self.statuses())
     }
 
-    async fn apply(
-        &mut self,
-        plan: &Vec<StatusWrite>,
-        _last_applied: Option<&Vec<StatusWrite>>,
-    ) -> Result<(), kube::Error> {
+    async fn apply(&mut self, plan: Vec<StatusWrite>) -> Result<(), kube::Error> {
         let mut first_error = None;
         for w in plan {
-            if let Err(e) = self.write(&w.service, w.status.clone()).await {
+            if let Err(e) = self.write(&w.service, w.status).await {
                 first_error.get_or_insert(e);
             }
         }
