@@ -12,13 +12,16 @@
 //! operator) uses `ipam`, `resources`, `k8s` and the Kubernetes connection of `node`, and
 //! shares the option reader and the metrics listener of `daemon`; `policy`
 //! (NetworkPolicy, compiled to nftables) reads `k8s_openapi` objects and writes
-//! through `nft`.
+//! through `nft`; `controller` (the one loop of a controller that watches and
+//! writes, and podnet's one backoff) uses only `k8s`, and `daemon` and
+//! `operator` run their controllers on it.
 
 pub mod api;
 pub mod arena;
 pub mod atomic_file;
 pub mod cli;
 pub mod cni;
+pub mod controller;
 pub mod daemon;
 pub mod datapath;
 pub mod heap_backing;

@@ -330,21 +330,6 @@ pub fn run(args: &[String]) -> i32 {
     }
 }
 
-/// Puts the source check's table back when someone removed or changed it.
-async fn keep_source_check() {
-    loop {
-        tokio::time::sleep(source_check::RESYNC).await;
-        match tokio::task::spawn_blocking(source_check::ensure).await {
-            Ok(Ok(source_check::Ensured::Kept)) => {}
-            Ok(Ok(ensured)) => {
-                tracing::warn!(table = source_check::TABLE, outcome = ?ensured, "the source check table was missing or changed; podnet's is back")
-            }
-            Ok(Err(e)) => tracing::error!(error = %e, "source check: cannot check the table"),
-            Err(e) => tracing::error!(error = %e, "source check task failed"),
-        }
-    }
-}
-
 /// Why queued DELs were not replayed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {

@@ -10,18 +10,22 @@
 //! drop) that `podnet explain` reads. Packets from other links (the uplink, the
 //! tunnel device, the router device) are not looked at.
 //!
-//! The daemon installs the table at start and checks it every [`RESYNC`]; a table
-//! already as podnet would write it is kept, so its counters survive a restart.
+//! The daemon installs the table at start and checks it every [`RESYNC`]
+//! ([`keep`], the controller kit's resync); a table already as podnet would
+//! write it is kept, so its counters survive a restart.
 //! "As podnet would write it" is a fingerprint of the rule set in the comment of
 //! its first rule, and the number of rules.
 
+use std::convert::Infallible;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
 use crate::api::models::SpoofedTraffic;
+use crate::controller::{self, Backoff, Controller, Resync, Timing};
 use crate::datapath::HOST_LINK_PREFIX;
 use crate::ipam::Family;
+use crate::k8s::mirror::WatchEnded;
 use crate::nft::{self, NftError};
 
 /// The table's family and name.
@@ -299,6 +303,64 @@ pub fn remove() -> Result<(), SourceCheckError> {
         Ok(()) | Err(NftError::NotInstalled) => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The keeper's timing: a check [`RESYNC`] after the last one ended.
+const KEEPER_TIMING: Timing = Timing {
+    debounce: Duration::ZERO,
+    min_interval: Duration::ZERO,
+    resync: Some(Resync {
+        every: RESYNC,
+        at_once: false,
+        after_each_pass: true,
+    }),
+    backoff: Backoff::API,
+    changes_wait_for_backoff: false,
+};
+
+/// Puts the table back when someone removed or changed it: a controller with
+/// no inputs and nothing to apply between its resyncs. A failed check is
+/// logged and tried again at the next resync.
+struct Keeper;
+
+impl Controller for Keeper {
+    type Input = Infallible;
+    type Plan = ();
+    type Error = Infallible;
+    const WHAT: &'static str = "the source check";
+
+    fn feed(&mut self, input: Infallible) -> Result<bool, WatchEnded> {
+        match input {}
+    }
+
+    fn ready(&self) -> bool {
+        true
+    }
+
+    async fn plan(&mut self) -> Option<()> {
+        Some(())
+    }
+
+    async fn apply(&mut self, _plan: ()) -> Result<(), Infallible> {
+        Ok(())
+    }
+
+    async fn check(&mut self, _plan: (), _resync: u32) -> Result<(), Infallible> {
+        match tokio::task::spawn_blocking(ensure).await {
+            Ok(Ok(Ensured::Kept)) => {}
+            Ok(Ok(ensured)) => {
+                tracing::warn!(table = TABLE, outcome = ?ensured, "the source check table was missing or changed; podnet's is back")
+            }
+            Ok(Err(e)) => tracing::error!(error = %e, "source check: cannot check the table"),
+            Err(e) => tracing::error!(error = %e, "source check task failed"),
+        }
+        Ok(())
+    }
+}
+
+/// Keeps the table (runs for ever).
+pub async fn keep() {
+    controller::run(&mut Keeper, futures::stream::empty(), KEEPER_TIMING).await;
 }
 
 #[cfg(test)]

@@ -1,23 +1,25 @@
-//! When a failed API write is tried again: the operator's one backoff rule (half a
-//! second, doubling up to 30 s, reset by a success, [`next_backoff`]), per node
+//! When a failed API write is tried again: the controller kit's backoff
+//! ([`Backoff::API`]: half a second, doubling up to 30 s, reset by a success,
+//! [`next_backoff`]), per node
 //! for the CiliumNode writes and per pool for the sticky-address records
-//! ([`WriteRetries`]), and for a whole pass of LB IPAM or
-//! Node IPAM writes ([`Retry`]).
+//! ([`WriteRetries`]). A whole pass of a controller (LB IPAM, Node IPAM) is
+//! retried by the controller kit (`crate::controller::run`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub const RETRY_FIRST: Duration = Duration::from_millis(500);
-pub const RETRY_MAX: Duration = Duration::from_secs(30);
+use crate::controller::Backoff;
+pub use crate::controller::sleep_until;
+
+pub const RETRY_FIRST: Duration = Backoff::API.first;
+pub const RETRY_MAX: Duration = Backoff::API.max;
 
 /// The wait after a failure, given the wait after the previous one (None: the
 /// first failure).
 pub fn next_backoff(previous: Option<Duration>) -> Duration {
-    previous
-        .map(|b| (b * 2).min(RETRY_MAX))
-        .unwrap_or(RETRY_FIRST)
+    Backoff::API.next(previous)
 }
 
 /// The objects (nodes, pools) whose write failed, with when to try again and
@@ -66,60 +68,9 @@ impl WriteRetries {
     }
 }
 
-/// When to plan again after failed writes: 0.5 s after the first failure,
-/// doubling up to 30 s, until a pass succeeds.
-#[derive(Debug, Default)]
-pub struct Retry(Option<(Instant, Duration)>);
-
-impl Retry {
-    /// When the next attempt is due (None: nothing failed).
-    pub fn due(&self) -> Option<Instant> {
-        self.0.map(|(at, _)| at)
-    }
-
-    /// Records a pass's outcome; returns the wait after a failure.
-    pub fn record<E: std::fmt::Display>(&mut self, outcome: Result<(), E>, what: &str) {
-        match outcome {
-            Ok(()) => self.0 = None,
-            Err(e) => {
-                let backoff = next_backoff(self.0.map(|(_, b)| b));
-                tracing::warn!(error = %e, retry_in = ?backoff, "{what} failed");
-                self.0 = Some((Instant::now() + backoff, backoff));
-            }
-        }
-    }
-}
-
-/// Sleeps until `due`; never wakes without one.
-pub async fn sleep_until(due: Option<Instant>) {
-    match due {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn retries_back_off_and_reset() {
-        let mut r = Retry::default();
-        assert!(r.due().is_none());
-        let backoff = |r: &Retry| r.0.map(|(_, b)| b);
-        let before = Instant::now();
-        r.record(Err("boom"), "a write");
-        assert_eq!(backoff(&r), Some(RETRY_FIRST));
-        assert!(r.due().is_some_and(|d| d >= before + RETRY_FIRST));
-        r.record(Err("boom"), "a write");
-        assert_eq!(backoff(&r), Some(RETRY_FIRST * 2));
-        for _ in 0..10 {
-            r.record(Err("boom"), "a write");
-        }
-        assert_eq!(backoff(&r), Some(RETRY_MAX));
-        r.record(Ok::<(), &str>(()), "a write");
-        assert!(r.due().is_none());
-    }
 
     #[test]
     fn backoff_doubles_up_to_the_cap_and_resets() {

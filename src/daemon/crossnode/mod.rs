@@ -6,7 +6,9 @@
 //! embedded backend) into a [`plan::DatapathPlan`] and has [`apply::Reconciler`]
 //! write the difference: on every change, from the plan it wrote before; every
 //! [`RESYNC`], from the kernel's entries (so an entry someone removed comes back).
-//! `podnet status` shows the remote nodes it knows.
+//! The task is a controller of the controller kit ([`crate::controller::run`]):
+//! the resync is its check, counted from the last pass. `podnet status` shows
+//! the remote nodes it knows.
 
 mod apply;
 pub mod masquerade;
@@ -15,15 +17,19 @@ pub mod plan;
 pub mod settings;
 
 use std::collections::BTreeSet;
+use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::{Stream, StreamExt, stream};
 use ipnet::IpNet;
 
 use super::Daemon;
 use crate::api::models::{CrossNodeStatus, RemoteNodeStatus};
+use crate::controller::{self, Backoff, Controller, Resync, Timing};
 use crate::ipam::Family;
+use crate::k8s::mirror::WatchEnded;
 use crate::node::cluster_nodes::ClusterNodeList;
 use apply::{Compare, Reconciler};
 use nodes::RoutingNodes;
@@ -181,6 +187,50 @@ pub fn new_status(config: &CrossNodeConfig) -> SharedStatus {
     }))
 }
 
+/// The task's timing for `feed`: the cluster's nodes are passed on at once
+/// after a quiet spell, a burst at most every [`MIN_PASS_INTERVAL`], and
+/// compared with the kernel first and [`RESYNC`] after the last pass; this
+/// node alone (the embedded backend) is read again and compared with the
+/// kernel every [`THIS_NODE_POLL`].
+fn timing(feed: &NodeFeed) -> Timing {
+    let every = match feed {
+        NodeFeed::Cluster(_) => RESYNC,
+        NodeFeed::ThisNode => THIS_NODE_POLL,
+    };
+    Timing {
+        debounce: Duration::ZERO,
+        min_interval: MIN_PASS_INTERVAL,
+        resync: Some(Resync {
+            every,
+            at_once: true,
+            after_each_pass: true,
+        }),
+        backoff: Backoff::API,
+        changes_wait_for_backoff: false,
+    }
+}
+
+/// A change of the cluster's nodes (None: the watch's task stopped).
+fn changes(feed: &NodeFeed) -> impl Stream<Item = Option<()>> + Unpin + use<> {
+    let NodeFeed::Cluster(rx) = feed else {
+        return stream::empty().left_stream();
+    };
+    let mut rx = rx.clone();
+    rx.borrow_and_update();
+    stream::unfold(Some(rx), |rx| async move {
+        let mut rx = rx?;
+        match rx.changed().await {
+            Ok(()) => {
+                rx.borrow_and_update();
+                Some((Some(()), Some(rx)))
+            }
+            Err(_) => Some((None, None)),
+        }
+    })
+    .boxed()
+    .right_stream()
+}
+
 /// The cross-node task: plans on every change of the nodes (at most every
 /// [`MIN_PASS_INTERVAL`]) and every [`RESYNC`], and applies on a blocking thread. A change is written against the
 /// plan applied before it; the first pass and each resync against the kernel's
@@ -190,77 +240,117 @@ pub async fn run(
     config: CrossNodeConfig,
     device_mtu: u32,
     node_name: String,
-    mut feed: NodeFeed,
+    feed: NodeFeed,
     status: SharedStatus,
 ) {
-    let reconciler = Arc::new(Mutex::new(Reconciler::new(config.clone(), device_mtu)));
-    let mut routing = RoutingNodes::default();
-    let mut compare = Compare::Kernel;
-    loop {
-        let started = tokio::time::Instant::now();
+    let (events, timing) = (changes(&feed), timing(&feed));
+    let mut task = CrossNode {
+        reconciler: Arc::new(Mutex::new(Reconciler::new(config.clone(), device_mtu))),
+        routing: RoutingNodes::default(),
+        daemon,
+        config,
+        node_name,
+        feed,
+        status,
+    };
+    controller::run(&mut task, events, timing).await;
+}
+
+/// The task's state.
+struct CrossNode {
+    daemon: Arc<Daemon>,
+    config: CrossNodeConfig,
+    node_name: String,
+    feed: NodeFeed,
+    reconciler: Arc<Mutex<Reconciler>>,
+    routing: RoutingNodes,
+    status: SharedStatus,
+}
+
+impl Controller for CrossNode {
+    type Input = Option<()>;
+    type Plan = plan::DatapathPlan;
+    /// What could not be done is published, and done at the next pass.
+    type Error = Infallible;
+    const WHAT: &'static str = "the cross-node datapath";
+
+    fn feed(&mut self, change: Option<()>) -> Result<bool, WatchEnded> {
+        match change {
+            Some(()) => Ok(true),
+            None => Err(WatchEnded {
+                kind: "CiliumNode".into(),
+            }),
+        }
+    }
+
+    fn ready(&self) -> bool {
+        true
+    }
+
+    /// None until the nodes are listed.
+    async fn plan(&mut self) -> Option<plan::DatapathPlan> {
         // The watch's list is shared, not copied (a copy of every node per
         // batch was most of an agent's CPU under node churn).
-        let list: Option<ClusterNodeList> = match &mut feed {
-            NodeFeed::Cluster(rx) => rx.borrow_and_update().clone(),
-            NodeFeed::ThisNode => daemon
+        let list: ClusterNodeList = match &self.feed {
+            NodeFeed::Cluster(rx) => rx.borrow().clone()?,
+            NodeFeed::ThisNode => self
+                .daemon
                 .with_state(|s| Ok(s.node().clone()))
                 .await
                 .ok()
-                .map(|n| Arc::new(vec![Arc::new(n)])),
+                .map(|n| Arc::new(vec![Arc::new(n)]))?,
         };
-        if let Some(list) = list {
-            routing.update(&list);
-            let nodes = routing.nodes();
-            let pools: BTreeSet<String> = nodes
-                .iter()
-                .flat_map(|n| n.cidrs.iter().filter_map(|(p, _)| p.clone()))
-                .collect();
-            let skip = daemon
-                .with_state(move |s| {
-                    Ok(pools
-                        .into_iter()
-                        .filter(|p| s.skip_masquerade(p))
-                        .collect::<BTreeSet<String>>())
-                })
-                .await
-                .unwrap_or_default();
-            let mut plan = plan::plan(&config, &node_name, nodes, &skip);
-            let shown = Shown {
-                tunnel_local: plan.tunnel.map(|t| t.local),
-                routes: plan.routes.len(),
-                remotes: std::mem::take(&mut plan.remotes),
-            };
-            let r = reconciler.clone();
-            let errors = tokio::task::spawn_blocking(move || {
-                r.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .apply(plan, compare)
+        self.routing.update(&list);
+        let nodes = self.routing.nodes();
+        let pools: BTreeSet<String> = nodes
+            .iter()
+            .flat_map(|n| n.cidrs.iter().filter_map(|(p, _)| p.clone()))
+            .collect();
+        let skip = self
+            .daemon
+            .with_state(move |s| {
+                Ok(pools
+                    .into_iter()
+                    .filter(|p| s.skip_masquerade(p))
+                    .collect::<BTreeSet<String>>())
             })
             .await
-            .unwrap_or_else(|e| vec![format!("cross-node reconcile task failed: {e}")]);
-            for e in &errors {
-                tracing::warn!(error = %e, "cross-node datapath");
-            }
-            publish(&status, shown, errors);
-        }
-        compare = match &mut feed {
-            NodeFeed::Cluster(rx) => {
-                tokio::select! {
-                    changed = rx.changed() => match changed {
-                        Ok(()) => {
-                            tokio::time::sleep_until(started + MIN_PASS_INTERVAL).await;
-                            Compare::LastApplied
-                        }
-                        Err(_) => return,
-                    },
-                    _ = tokio::time::sleep(RESYNC) => Compare::Kernel,
-                }
-            }
-            NodeFeed::ThisNode => {
-                tokio::time::sleep(THIS_NODE_POLL).await;
-                Compare::Kernel
-            }
+            .unwrap_or_default();
+        Some(plan::plan(&self.config, &self.node_name, nodes, &skip))
+    }
+
+    async fn apply(&mut self, plan: plan::DatapathPlan) -> Result<(), Infallible> {
+        self.pass(plan, Compare::LastApplied).await;
+        Ok(())
+    }
+
+    async fn check(&mut self, plan: plan::DatapathPlan, _resync: u32) -> Result<(), Infallible> {
+        self.pass(plan, Compare::Kernel).await;
+        Ok(())
+    }
+}
+
+impl CrossNode {
+    /// Applies `plan` against `compare` on a blocking thread; publishes what
+    /// it could not do.
+    async fn pass(&mut self, mut plan: plan::DatapathPlan, compare: Compare) {
+        let shown = Shown {
+            tunnel_local: plan.tunnel.map(|t| t.local),
+            routes: plan.routes.len(),
+            remotes: std::mem::take(&mut plan.remotes),
         };
+        let r = self.reconciler.clone();
+        let errors = tokio::task::spawn_blocking(move || {
+            r.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .apply(plan, compare)
+        })
+        .await
+        .unwrap_or_else(|e| vec![format!("cross-node reconcile task failed: {e}")]);
+        for e in &errors {
+            tracing::warn!(error = %e, "cross-node datapath");
+        }
+        publish(&self.status, shown, errors);
     }
 }
 

@@ -4,8 +4,9 @@
 //! the `policy::view` of its objects, made once as an event arrives: the whole
 //! objects are not kept), every CiliumNode's addresses (the list of the
 //! cross-node datapath's watch, shared: an ingress `ipBlock` judges a node's
-//! router address as its InternalIP), and one writer. After a change (debounced by
-//! [`DEBOUNCE`]) it compiles the node's state from the views and what the
+//! router address as its InternalIP), and one writer. The loop is the
+//! controller kit's ([`crate::controller::run`], [`TIMING`]). After a change
+//! (debounced by [`DEBOUNCE`]) it compiles the node's state from the views and what the
 //! daemon knows of the node
 //! ([`NodeSide`]: each local pod's host link from the ledger, or, for a pod a
 //! delegated IPAM plugin addressed (`--ipam delegated-plugin`), from its
@@ -50,17 +51,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use tokio::time::{Instant, Interval, sleep_until};
 
 use super::Daemon;
 use super::metrics::{FoundLabels, ResultLabels};
 use super::state::{ApiError, IpamState};
 use crate::api::models::PolicyStatus;
+use crate::controller::{self, Backoff, Controller, Resync, Timing, WatchItem, ending};
 use crate::k8s::connect::connect;
 use crate::k8s::mirror::{Keyed, Mirror, WatchEnded, projected};
 use crate::node::cluster_nodes::ClusterNodeList;
@@ -74,7 +75,7 @@ use writer::{Kernel, Pass, Writer, Wrote};
 
 /// How long after a change the loop waits for more before it compiles.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
-/// How soon a failed write is tried again.
+/// How soon a failed write is tried again (always: first and last alike).
 const RETRY: Duration = Duration::from_secs(5);
 /// How often the state is compiled without a change seen (a local pod's link
 /// appears when the plugin attaches it, which no watch event says) and the
@@ -86,65 +87,31 @@ const RESYNC: Duration = super::crossnode::RESYNC;
 const FULL_CHECK_EVERY: u32 = 10;
 
 /// When the loop writes: [`DEBOUNCE`] after a change, [`RETRY`] after a failed
-/// write, and at each [`RESYNC`] (the first at once), which also checks the
-/// kernel's table first: quickly, and every [`FULL_CHECK_EVERY`]th in full.
-pub struct Clock {
-    /// When the next write is due (None: no change waits).
-    due: Option<Instant>,
-    resync: Interval,
-    resyncs: u32,
-    /// The check the next write makes.
-    check: Option<Depth>,
-}
+/// write (a change waits for it), and at each [`RESYNC`] (the first at once),
+/// which also checks the kernel's table first ([`check_depth`]).
+const TIMING: Timing = Timing {
+    debounce: DEBOUNCE,
+    min_interval: Duration::ZERO,
+    resync: Some(Resync {
+        every: RESYNC,
+        at_once: true,
+        after_each_pass: false,
+    }),
+    backoff: Backoff {
+        first: RETRY,
+        max: RETRY,
+    },
+    changes_wait_for_backoff: true,
+};
 
-impl Default for Clock {
-    fn default() -> Clock {
-        Clock {
-            due: None,
-            resync: tokio::time::interval(RESYNC),
-            resyncs: 0,
-            check: None,
-        }
-    }
-}
-
-impl Clock {
-    /// A change was seen: a write after [`DEBOUNCE`], unless one is due.
-    pub fn changed(&mut self) {
-        if self.due.is_none() {
-            self.due = Some(Instant::now() + DEBOUNCE);
-        }
-    }
-
-    /// The write failed: again after [`RETRY`].
-    pub fn retry(&mut self) {
-        self.due = Some(Instant::now() + RETRY);
-    }
-
-    /// Waits until a write is due; returns the check to make before it.
-    /// Cancel-safe: what a resync set up stays for the next call.
-    pub async fn next_write(&mut self) -> Option<Depth> {
-        loop {
-            let due = self.due;
-            tokio::select! {
-                _ = self.resync.tick() => {
-                    // The first (at once) has nothing written to check.
-                    let depth = match self.resyncs % FULL_CHECK_EVERY {
-                        0 => Depth::Full,
-                        _ => Depth::Quick,
-                    };
-                    self.resyncs = self.resyncs.wrapping_add(1);
-                    if self.check != Some(Depth::Full) {
-                        self.check = Some(depth);
-                    }
-                    self.changed();
-                }
-                _ = sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
-                    self.due = None;
-                    return self.check.take();
-                }
-            }
-        }
+/// The check of the pass at resync `n`, the last resync checked being `last`:
+/// full when a resync the pass stands for is a [`FULL_CHECK_EVERY`]th (the
+/// first, number 0, included: it has nothing written to check), else quick.
+fn check_depth(last: Option<u32>, n: u32) -> Depth {
+    let first = last.map_or(n, |l| l.wrapping_add(1));
+    match (first..=n).any(|k| k % FULL_CHECK_EVERY == 0) {
+        true => Depth::Full,
+        false => Depth::Quick,
     }
 }
 
@@ -320,7 +287,9 @@ impl Outage {
 }
 
 /// A kind's watch, retried with kube's backoff.
-fn watch<K>(client: &kube::Client) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>
+fn watch<K>(
+    client: &kube::Client,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + use<K>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -348,6 +317,53 @@ async fn client(kubeconfig: Option<&PathBuf>) -> kube::Client {
     }
 }
 
+/// One input of the loop.
+pub enum Input {
+    Pod(Box<WatchItem<PodView>>),
+    Namespace(Box<WatchItem<NamespaceView>>),
+    Policy(Box<WatchItem<PolicyView>>),
+    /// The daemon's node events (a local pod's link may have changed).
+    NodeEvent,
+    /// The CiliumNode watch's list (None: not listed yet).
+    Nodes(Option<ClusterNodeList>),
+    /// The CiliumNode watch's task stopped.
+    NodesEnded,
+}
+
+/// The loop's inputs, merged: the three watches, the daemon's node events and
+/// the CiliumNode watch's list.
+fn inputs(
+    client: &kube::Client,
+    daemon: &Daemon,
+    nodes: tokio::sync::watch::Receiver<Option<ClusterNodeList>>,
+) -> impl Stream<Item = Input> + Unpin + use<> {
+    let pods = projected(watch::<Pod>(client), PodView::from_k8s);
+    let namespaces = projected(watch::<Namespace>(client), NamespaceView::from_k8s);
+    let policies = projected(watch::<NetworkPolicy>(client), |p| view::policy(&p));
+    let node_events = stream::unfold(daemon.node_events.subscribe(), |mut rx| async move {
+        rx.changed().await.ok().map(|()| (Input::NodeEvent, rx))
+    });
+    let node_lists = stream::unfold(Some(nodes), |rx| async move {
+        let mut rx = rx?;
+        match rx.changed().await {
+            Ok(()) => {
+                let list = rx.borrow_and_update().clone();
+                Some((Input::Nodes(list), Some(rx)))
+            }
+            Err(_) => Some((Input::NodesEnded, None)),
+        }
+    });
+    stream::select_all([
+        ending(pods).map(|e| Input::Pod(Box::new(e))).boxed(),
+        ending(namespaces)
+            .map(|e| Input::Namespace(Box::new(e)))
+            .boxed(),
+        ending(policies).map(|e| Input::Policy(Box::new(e))).boxed(),
+        node_events.boxed(),
+        node_lists.boxed(),
+    ])
+}
+
 /// Runs the loop until a watch ends (it does not while the API server can be
 /// retried). `nodes` is the CiliumNode watch's list.
 pub async fn run(
@@ -357,73 +373,144 @@ pub async fn run(
     mut nodes: tokio::sync::watch::Receiver<Option<ClusterNodeList>>,
 ) {
     let client = client(kubeconfig.as_ref()).await;
-    let mut pods = projected(watch::<Pod>(&client), PodView::from_k8s).boxed();
-    let mut namespaces = projected(watch::<Namespace>(&client), NamespaceView::from_k8s).boxed();
-    let mut policies = projected(watch::<NetworkPolicy>(&client), |p| view::policy(&p)).boxed();
-    let mut node_events = daemon.node_events.subscribe();
     let mut watched = Watched::default();
-    let mut outage = Outage::default();
-    let mut writer = Some(Writer::new(Kernel));
-    let mut clock = Clock::default();
-    let mut nodes_ended = false;
     watched.take_nodes(nodes.borrow_and_update().as_ref());
+    let events = inputs(&client, &daemon, nodes);
     daemon.set_policy_status(PolicyStatus::default());
     let mode = match enforcement {
         Enforcement::Default => "default",
         Enforcement::Always => "always",
     };
     tracing::info!("NetworkPolicy enforcement on (--enable-policy {mode})");
-    loop {
-        let fed: Result<bool, WatchEnded> = tokio::select! {
-            e = pods.next() => match outage.take("Pod", e) {
-                Some(e) => watched.pods.feed(e, "Pod"),
+    let mut policy = PolicyLoop {
+        daemon,
+        enforcement,
+        watched,
+        outage: Outage::default(),
+        writer: Some(Writer::new(Kernel)),
+        last_resync: None,
+    };
+    let ended = controller::run(&mut policy, events, TIMING).await;
+    tracing::error!(error = %ended, "NetworkPolicy: the loop stopped; the policy table stays as last written");
+}
+
+/// The loop's state.
+struct PolicyLoop {
+    daemon: Arc<Daemon>,
+    enforcement: Enforcement,
+    watched: Watched,
+    outage: Outage,
+    /// None if its task died: the next write starts a new one, which installs.
+    writer: Option<Writer<Kernel>>,
+    /// The last resync whose pass checked the table.
+    last_resync: Option<u32>,
+}
+
+/// The table is not as the last compile says (the writer tries again).
+#[derive(Debug, thiserror::Error)]
+#[error("the policy table is not written")]
+pub struct NotWritten;
+
+/// A pass's plan: the node's state and what the status counts of it.
+pub struct Planned {
+    compiled: Arc<Compiled>,
+    count: Count,
+}
+
+impl Controller for PolicyLoop {
+    type Input = Input;
+    /// None: the node's side could not be read (nothing is written).
+    type Plan = Option<Planned>;
+    type Error = NotWritten;
+    const WHAT: &'static str = "a NetworkPolicy write";
+
+    fn feed(&mut self, input: Input) -> Result<bool, WatchEnded> {
+        let (w, outage) = (&mut self.watched, &mut self.outage);
+        match input {
+            Input::Pod(e) => match outage.take("Pod", *e) {
+                Some(e) => w.pods.feed(e, "Pod"),
                 None => Ok(false),
             },
-            e = namespaces.next() => match outage.take("Namespace", e) {
-                Some(e) => watched.namespaces.feed(e, "Namespace"),
+            Input::Namespace(e) => match outage.take("Namespace", *e) {
+                Some(e) => w.namespaces.feed(e, "Namespace"),
                 None => Ok(false),
             },
-            e = policies.next() => match outage.take("NetworkPolicy", e) {
-                Some(e) => watched.policies.feed(e, "NetworkPolicy"),
+            Input::Policy(e) => match outage.take("NetworkPolicy", *e) {
+                Some(e) => w.policies.feed(e, "NetworkPolicy"),
                 None => Ok(false),
             },
-            r = node_events.changed() => Ok(r.is_ok()),
-            r = nodes.changed(), if !nodes_ended => match r {
-                Ok(()) => Ok(watched.take_nodes(nodes.borrow_and_update().as_ref())),
-                Err(_) => {
-                    nodes_ended = true;
-                    Ok(watched.nodes_ended())
-                }
-            },
-            check = clock.next_write() => {
-                if watched.synced() {
-                    let (back, count) =
-                        write(&daemon, &watched, writer.take(), enforcement, check).await;
-                    let pending = back.as_ref().is_none_or(Writer::pending);
-                    if pending {
-                        clock.retry();
-                    }
-                    writer = back;
-                    report(&daemon, count, !pending).await;
-                }
-                Ok(false)
-            }
-        };
-        match fed {
-            Err(ended) => {
-                tracing::error!(error = %ended, "NetworkPolicy: the loop stopped; the policy table stays as last written");
-                return;
-            }
-            Ok(true) => clock.changed(),
-            Ok(false) => {}
+            Input::NodeEvent => Ok(true),
+            Input::Nodes(list) => Ok(w.take_nodes(list.as_ref())),
+            Input::NodesEnded => Ok(w.nodes_ended()),
         }
+    }
+
+    fn ready(&self) -> bool {
+        self.watched.synced()
+    }
+
+    async fn plan(&mut self) -> Option<Option<Planned>> {
+        Some(plan(&self.daemon, &self.watched, self.enforcement).await)
+    }
+
+    async fn apply(&mut self, plan: Option<Planned>) -> Result<(), NotWritten> {
+        self.pass(plan, None).await
+    }
+
+    async fn check(&mut self, plan: Option<Planned>, resync: u32) -> Result<(), NotWritten> {
+        let depth = check_depth(self.last_resync, resync);
+        self.last_resync = Some(resync);
+        self.pass(plan, Some(depth)).await
+    }
+
+    /// The writer logs what failed.
+    fn failed(&self, _error: &NotWritten, _retry_in: Duration) {}
+}
+
+impl PolicyLoop {
+    /// Checks the kernel's table when `check` says, and writes (off the
+    /// runtime's threads: nft is a process); reports the pass.
+    async fn pass(
+        &mut self,
+        plan: Option<Planned>,
+        check: Option<Depth>,
+    ) -> Result<(), NotWritten> {
+        if let Some(planned) = plan {
+            let mut writer = self.writer.take().unwrap_or_else(|| Writer::new(Kernel));
+            let compiled = planned.compiled;
+            let done = tokio::task::spawn_blocking(move || {
+                let pass = writer.pass(&compiled, check);
+                (writer, pass)
+            })
+            .await;
+            let pass = match done {
+                Ok((writer, pass)) => {
+                    self.writer = Some(writer);
+                    Some(pass)
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "NetworkPolicy: the write did not finish");
+                    None
+                }
+            };
+            let written = !self.pending();
+            report(&self.daemon, planned.count, pass, written).await;
+        }
+        match self.pending() {
+            true => Err(NotWritten),
+            false => Ok(()),
+        }
+    }
+
+    /// Whether the table waits for a write.
+    fn pending(&self) -> bool {
+        self.writer.as_ref().is_none_or(Writer::pending)
     }
 }
 
-/// What one write did, for the metrics and the status.
+/// What one write reports, for the metrics and the status.
+#[derive(Clone)]
 struct Count {
-    /// None when nothing was written (the node's side could not be read).
-    pass: Option<Pass>,
     policies: usize,
     problems: Vec<String>,
     pods_enforced: usize,
@@ -431,61 +518,42 @@ struct Count {
     explanations: Arc<Explanations>,
 }
 
-/// Compiles, checks the kernel's table when `check` says, and writes (off the
-/// runtime's threads: nft is a process); hands the writer back (None if its task died: the next write starts a new one, which
-/// installs).
-async fn write(
+/// Compiles the node's state (None: the node's side cannot be read).
+async fn plan(
     daemon: &Arc<Daemon>,
     watched: &Watched,
-    writer: Option<Writer<Kernel>>,
     enforcement: Enforcement,
-    check: Option<Depth>,
-) -> (Option<Writer<Kernel>>, Count) {
-    let mut count = Count {
-        pass: None,
-        policies: watched.policies.objects().count(),
-        problems: Vec::new(),
-        pods_enforced: 0,
-        explanations: Arc::default(),
-    };
+) -> Option<Planned> {
     let node = match node_side(daemon).await {
         Ok(n) => n,
         Err(e) => {
             tracing::warn!(error = %e.message, "NetworkPolicy: the node's links cannot be read; not written");
-            return (writer, count);
+            return None;
         }
     };
     let mut compiled = compile_node(watched, &node, enforcement);
-    count.explanations = Arc::new(std::mem::take(&mut compiled.explanations));
-    count.problems = compiled.problems.iter().map(|p| p.to_string()).collect();
     let links: BTreeSet<&str> = compiled
         .state
         .chains
         .keys()
         .map(|k| k.link.as_str())
         .collect();
-    count.pods_enforced = links.len();
-    let mut writer = writer.unwrap_or_else(|| Writer::new(Kernel));
-    let done = tokio::task::spawn_blocking(move || {
-        let pass = writer.pass(&compiled, check);
-        (writer, pass)
+    let pods_enforced = links.len();
+    let count = Count {
+        policies: watched.policies.objects().count(),
+        problems: compiled.problems.iter().map(|p| p.to_string()).collect(),
+        pods_enforced,
+        explanations: Arc::new(std::mem::take(&mut compiled.explanations)),
+    };
+    Some(Planned {
+        compiled: Arc::new(compiled),
+        count,
     })
-    .await;
-    match done {
-        Ok((writer, pass)) => {
-            count.pass = Some(pass);
-            (Some(writer), count)
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "NetworkPolicy: the write did not finish");
-            (None, count)
-        }
-    }
 }
 
 /// Puts one write into the status and the metrics.
-async fn report(daemon: &Arc<Daemon>, c: Count, table_written: bool) {
-    let Some(Pass { repaired, wrote }) = c.pass else {
+async fn report(daemon: &Arc<Daemon>, c: Count, pass: Option<Pass>, table_written: bool) {
+    let Some(Pass { repaired, wrote }) = pass else {
         return;
     };
     let problems = c.problems.len();

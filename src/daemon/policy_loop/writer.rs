@@ -13,8 +13,8 @@
 //! (`policy::check`): when no part of it is there, or a part it reads differs,
 //! the writer forgets its last write, logs what it found once, and the pass
 //! installs the whole state. What is read, and how often, is the loop's choice
-//! (`daemon::policy_loop::Clock`). The kernel is behind [`Table`], so the
-//! writer is tested without one.
+//! (`daemon::policy_loop::check_depth`, at the controller kit's resyncs). The
+//! kernel is behind [`Table`], so the writer is tested without one.
 
 use std::collections::BTreeSet;
 

@@ -18,8 +18,8 @@ use crate::daemon::options::DaemonOptions;
 use crate::daemon::server::{self, SocketLock};
 use crate::daemon::state::{IpamState, Timer};
 use crate::daemon::{
-    Daemon, apply_node_events, crossnode, flush_outbox, keep_journal_working, keep_source_check,
-    leak_check, policy_loop,
+    Daemon, apply_node_events, crossnode, flush_outbox, keep_journal_working, leak_check,
+    policy_loop, source_check,
 };
 use crate::k8s::node_pods::NodePodsApi;
 use crate::node::cluster_nodes::{ClusterNodeList, watch_cluster_nodes};
@@ -97,7 +97,7 @@ pub(super) async fn serve(s: Serving) -> Result<(), StartError> {
     }
     tokio::spawn(keep_journal_working(daemon.clone()));
     if source_check {
-        tokio::spawn(keep_source_check());
+        tokio::spawn(source_check::keep());
     }
     if let Some(status) = cross_node_status {
         spawn_cross_node(

@@ -6,12 +6,13 @@
 //! condition, each pool's conditions. Writes are server-side applies of the
 //! status subresource under the field manager `podnet-operator-lb-ipam`, so a
 //! Service or pool LB IPAM no longer serves loses exactly the fields it wrote. A
-//! failed write is retried with a backoff by planning again.
+//! failed write is retried with a backoff by planning again. The loop is the
+//! controller kit's ([`crate::controller::run`]): no debounce, no resync.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -23,11 +24,11 @@ use super::pools::{Pool, sort_pools};
 use super::services::{
     self, FamilyPolicy, Orphan, Plan, PoolStatus, ServicePlan, ServiceView, Settings,
 };
+use crate::controller::{self, Controller, Timing, WatchItem, ending};
 use crate::ipam::Family;
 use crate::k8s::discovery::{CiliumKind, resolve_waiting};
 use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
 use crate::k8s::objects::{ApplyBody, condition_json, typed};
-use crate::operator::retry::{Retry, sleep_until};
 use crate::resources::{CiliumLoadBalancerIPPool, LB_IP_POOL_KIND};
 
 /// The field manager of LB IPAM's applies.
@@ -128,7 +129,7 @@ fn same_conditions(have: &[Value], wanted: &[Value]) -> bool {
 }
 
 /// The loop's state.
-struct Controller {
+struct LbIpam {
     services_api: Api<Service>,
     pools_api: Api<DynamicObject>,
     /// The pools' apiVersion (API discovery: the newest served one podnet reads).
@@ -157,11 +158,24 @@ enum Written {
     PoolConditions(Vec<[Value; 4]>),
 }
 
+/// One item of one of the loop's watches (None: that watch ended).
+enum Watched {
+    Pool(Box<WatchItem<DynamicObject>>),
+    Service(Box<WatchItem<Service>>),
+}
+
+/// A pass's plan: what every Service and pool should say, and the pools that
+/// cannot be used (name -> what is wrong).
+struct LbPlan {
+    plan: Plan,
+    invalid: BTreeMap<String, String>,
+}
+
 /// Runs until a watch ends (they do not while the API server can be retried);
 /// returns why.
 pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetrics) -> WatchEnded {
     let pools = resolve_waiting(&client, CiliumKind::LbIpPool, &|_| {}).await;
-    let mut c = Controller {
+    let mut c = LbIpam {
         services_api: Api::all(client.clone()),
         pools_api: Api::all_with(client, &pools),
         pools_version: pools.api_version,
@@ -174,34 +188,41 @@ pub async fn run(client: kube::Client, settings: Settings, metrics: LbIpamMetric
         orphans: BTreeMap::new(),
         sent: BTreeMap::new(),
     };
-    let mut pool_events = watcher(c.pools_api.clone(), watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut service_events = watcher(c.services_api.clone(), watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut retry = Retry::default();
-    loop {
-        let fed = tokio::select! {
-            e = pool_events.next() => c.pools.feed(e, LB_IP_POOL_KIND),
-            e = service_events.next() => c.services.feed(e, "Service"),
-            _ = sleep_until(retry.due()) => Ok(true),
-        };
-        match fed {
-            Err(ended) => return ended,
-            Ok(false) => continue,
-            Ok(true) if !c.pools.listed() || !c.services.listed() => continue,
-            Ok(true) => {}
+    let events = c.watches();
+    controller::run(&mut c, events, Timing::AT_ONCE).await
+}
+
+impl Controller for LbIpam {
+    type Input = Watched;
+    type Plan = LbPlan;
+    type Error = kube::Error;
+    const WHAT: &'static str = "an LB IPAM write";
+
+    fn feed(&mut self, input: Watched) -> Result<bool, WatchEnded> {
+        match input {
+            Watched::Pool(e) => self.pools.feed(*e, LB_IP_POOL_KIND),
+            Watched::Service(e) => self.services.feed(*e, "Service"),
         }
-        if !c.awake {
-            if c.pools.is_empty() {
-                continue;
+    }
+
+    fn ready(&self) -> bool {
+        self.pools.listed() && self.services.listed()
+    }
+
+    /// None while dormant (no pool yet).
+    async fn plan(&mut self) -> Option<LbPlan> {
+        if !self.awake {
+            if self.pools.is_empty() {
+                return None;
             }
             tracing::info!("the first CiliumLoadBalancerIPPool exists: LB IPAM is awake");
-            c.awake = true;
+            self.awake = true;
         }
-        let outcome = c.reconcile().await;
-        retry.record(outcome, "an LB IPAM write");
+        Some(self.plan_all())
+    }
+
+    async fn apply(&mut self, plan: LbPlan) -> Result<(), kube::Error> {
+        self.write_all(&plan).await
     }
 }
 
@@ -247,9 +268,22 @@ pub async fn apply_service_status(
     }
 }
 
-impl Controller {
-    /// Plans everything and writes what differs.
-    async fn reconcile(&mut self) -> Result<(), kube::Error> {
+impl LbIpam {
+    /// The watches of the pools and the Services, merged.
+    fn watches(&self) -> impl Stream<Item = Watched> + Unpin + use<> {
+        let config = watcher::Config::default;
+        let pools = watcher(self.pools_api.clone(), config()).default_backoff();
+        let services = watcher(self.services_api.clone(), config()).default_backoff();
+        stream::select(
+            ending(pools).map(|e| Watched::Pool(Box::new(e))),
+            ending(services).map(|e| Watched::Service(Box::new(e))),
+        )
+        .boxed()
+    }
+
+    /// Plans everything (and keeps what the next plan starts from: each
+    /// address's pool, each pool edit's orphans); updates the metrics.
+    fn plan_all(&mut self) -> LbPlan {
         let mut pools = Vec::new();
         let mut invalid = BTreeMap::new();
         for obj in self.pools.objects() {
@@ -267,7 +301,11 @@ impl Controller {
         self.origin = plan.origin.clone();
         self.note_orphans(&plan);
         self.metrics.update(&plan);
+        LbPlan { plan, invalid }
+    }
 
+    /// Writes what differs from `plan` (and was not written already).
+    async fn write_all(&mut self, LbPlan { plan, invalid }: &LbPlan) -> Result<(), kube::Error> {
         let mut first_error = None;
         let current: BTreeMap<String, &Service> =
             self.services.objects().map(|s| (key_of(s), s)).collect();

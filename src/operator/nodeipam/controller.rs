@@ -5,11 +5,13 @@
 //! Service it no longer serves (type or class changed) loses exactly what it
 //! wrote: which Services those are is read from the status' managed fields, so
 //! it survives a restart. A bad `io.cilium.nodeipam/match-node-labels` is
-//! reported in the condition `podnet.io/NodeIPAMRequestValid`.
+//! reported in the condition `podnet.io/NodeIPAMRequestValid`. The loop is
+//! the controller kit's ([`crate::controller::run`]): no debounce, no resync, a
+//! failed pass planned again after the kit's backoff.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
@@ -17,13 +19,13 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use super::addresses::{self, MATCH_NODE_LABELS_ANNOTATION, NodeIpamNode, NodeIpamService};
+use crate::controller::{self, Controller, Timing, WatchItem, ending};
 use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
 use crate::k8s::objects::condition_json;
 use crate::operator::lbipam::controller::{
     apply_service_status, condition, ingress_ips, ip_families,
 };
 use crate::operator::lbipam::services::{DefaultIpam, NODE_IPAM_CLASS};
-use crate::operator::retry::{Retry, sleep_until};
 
 pub const FIELD_MANAGER: &str = "podnet-operator-node-ipam";
 pub const VALID_CONDITION: &str = "podnet.io/NodeIPAMRequestValid";
@@ -106,7 +108,20 @@ fn endpoint_nodes(slices: &Mirror<EndpointSlice>) -> BTreeMap<String, BTreeSet<S
     out
 }
 
-struct Controller {
+/// One item of one of the loop's watches (None: that watch ended).
+enum Watched {
+    Node(Box<WatchItem<Node>>),
+    Service(Box<WatchItem<Service>>),
+    Slice(Box<WatchItem<EndpointSlice>>),
+}
+
+/// One Service's status to apply.
+struct StatusWrite {
+    service: Service,
+    status: Value,
+}
+
+struct NodeIpam {
     client: kube::Client,
     default_ipam: DefaultIpam,
     nodes: Mirror<Node>,
@@ -114,51 +129,77 @@ struct Controller {
     slices: Mirror<EndpointSlice>,
 }
 
+/// The watches of Nodes, Services and EndpointSlices, merged.
+fn watches(client: kube::Client) -> impl Stream<Item = Watched> + Unpin {
+    let config = watcher::Config::default;
+    let nodes = watcher(Api::<Node>::all(client.clone()), config()).default_backoff();
+    let services = watcher(Api::<Service>::all(client.clone()), config()).default_backoff();
+    let slices = watcher(Api::<EndpointSlice>::all(client), config()).default_backoff();
+    stream::select(
+        ending(nodes).map(|e| Watched::Node(Box::new(e))),
+        stream::select(
+            ending(services).map(|e| Watched::Service(Box::new(e))),
+            ending(slices).map(|e| Watched::Slice(Box::new(e))),
+        ),
+    )
+    .boxed()
+}
+
 /// Runs until a watch ends; returns why.
 pub async fn run(client: kube::Client, default_ipam: DefaultIpam) -> WatchEnded {
-    let mut c = Controller {
+    let mut c = NodeIpam {
         client: client.clone(),
         default_ipam,
         nodes: Mirror::default(),
         services: Mirror::default(),
         slices: Mirror::default(),
     };
-    let config = watcher::Config::default;
-    let mut node_events = watcher(Api::<Node>::all(client.clone()), config())
-        .default_backoff()
-        .boxed();
-    let mut service_events = watcher(Api::<Service>::all(client.clone()), config())
-        .default_backoff()
-        .boxed();
-    let mut slice_events = watcher(Api::<EndpointSlice>::all(client), config())
-        .default_backoff()
-        .boxed();
+    let events = watches(client);
     tracing::info!("Node IPAM started");
-    let mut retry = Retry::default();
-    loop {
-        let fed = tokio::select! {
-            e = node_events.next() => c.nodes.feed(e, "Node"),
-            e = service_events.next() => c.services.feed(e, "Service"),
-            e = slice_events.next() => c.slices.feed(e, "EndpointSlice"),
-            _ = sleep_until(retry.due()) => Ok(true),
-        };
-        match fed {
-            Err(ended) => return ended,
-            Ok(true) if c.nodes.listed() && c.services.listed() && c.slices.listed() => {
-                let outcome = c.reconcile().await;
-                retry.record(outcome, "a Node IPAM write");
-            }
-            Ok(_) => {}
+    controller::run(&mut c, events, Timing::AT_ONCE).await
+}
+
+impl Controller for NodeIpam {
+    type Input = Watched;
+    type Plan = Vec<StatusWrite>;
+    type Error = kube::Error;
+    const WHAT: &'static str = "a Node IPAM write";
+
+    fn feed(&mut self, input: Watched) -> Result<bool, WatchEnded> {
+        match input {
+            Watched::Node(e) => self.nodes.feed(*e, "Node"),
+            Watched::Service(e) => self.services.feed(*e, "Service"),
+            Watched::Slice(e) => self.slices.feed(*e, "EndpointSlice"),
         }
+    }
+
+    fn ready(&self) -> bool {
+        self.nodes.listed() && self.services.listed() && self.slices.listed()
+    }
+
+    async fn plan(&mut self) -> Option<Vec<StatusWrite>> {
+        Some(self.statuses())
+    }
+
+    async fn apply(&mut self, plan: Vec<StatusWrite>) -> Result<(), kube::Error> {
+        let mut first_error = None;
+        for w in plan {
+            if let Err(e) = self.write(&w.service, w.status).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 }
 
-impl Controller {
-    async fn reconcile(&self) -> Result<(), kube::Error> {
+impl NodeIpam {
+    /// The status each Service whose status differs from what it should be
+    /// must be given.
+    fn statuses(&self) -> Vec<StatusWrite> {
         let nodes: Vec<NodeIpamNode> = self.nodes.objects().map(ipam_node).collect();
         let endpoints = endpoint_nodes(&self.slices);
         let none = BTreeSet::new();
-        let mut first_error = None;
+        let mut writes = Vec::new();
         for svc in self.services.objects() {
             let status = if serves(svc, self.default_ipam) {
                 let key = key_of(svc);
@@ -193,11 +234,12 @@ impl Controller {
             } else {
                 continue;
             };
-            if let Err(e) = self.write(svc, status).await {
-                first_error.get_or_insert(e);
-            }
+            writes.push(StatusWrite {
+                service: svc.clone(),
+                status,
+            });
         }
-        first_error.map_or(Ok(()), Err)
+        writes
     }
 
     async fn write(&self, svc: &Service, status: Value) -> Result<(), kube::Error> {

@@ -1,10 +1,9 @@
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
-use tokio::time::{Duration, Instant};
 
 use super::*;
-use crate::daemon::policy_loop::{Clock, DEBOUNCE, FULL_CHECK_EVERY, RESYNC};
+use crate::daemon::policy_loop::{FULL_CHECK_EVERY, check_depth};
 use crate::nft::NftError;
 use crate::policy::check::Difference;
 use crate::policy::fixtures::{compile_placed, local, pod};
@@ -199,38 +198,34 @@ fn a_check_that_finds_the_table_changed_makes_the_next_write_install_it_whole() 
     }
 }
 
-/// The next pass the loop makes, as `run` makes it: when the clock says, with
-/// the check it says; and when it was made.
-async fn next_pass(clock: &mut Clock, w: &mut Writer<Fake>, c: &Compiled) -> (Instant, Pass) {
-    let check = clock.next_write().await;
-    (Instant::now(), w.pass(c, check))
+#[test]
+fn each_pass_checks_quickly_and_every_tenth_resync_in_full() {
+    assert_eq!(check_depth(None, 0), Depth::Full, "the first resync");
+    assert_eq!(check_depth(None, 1), Depth::Quick);
+    assert_eq!(check_depth(Some(0), 1), Depth::Quick);
+    assert_eq!(check_depth(Some(9), 10), Depth::Full);
+    // A pass standing for resyncs 9 to 11 (they came while it waited).
+    assert_eq!(check_depth(Some(8), 11), Depth::Full);
+    assert_eq!(check_depth(Some(11), 12), Depth::Quick);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_deleted_table_is_installed_again_at_the_next_resync_not_before_and_an_intact_one_is_left()
- {
+#[test]
+fn a_deleted_table_is_installed_again_at_the_next_resync_not_before_and_an_intact_one_is_left() {
     let fake = Fake::default();
     let mut w = Writer::new(fake.clone());
-    let mut clock = Clock::default();
-    let start = Instant::now();
     let c = compiled("10.0.0.10", true, json!(80));
-    let (at, pass) = next_pass(&mut clock, &mut w, &c).await;
-    assert_eq!((at - start, pass.wrote), (DEBOUNCE, Wrote::Installed));
+    let pass = w.pass(&c, None);
+    assert_eq!(pass.wrote, Wrote::Installed);
     assert_eq!(fake.calls(), [Call::Install(c.state.clone())]);
 
-    // Deleted a second later; a change of the cluster before the resync is
-    // written against the last write, without reading the kernel.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Deleted; a change of the cluster before the resync is written against
+    // the last write, without reading the kernel.
     *fake.kernel.lock().unwrap() = Found::Missing;
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    clock.changed();
-    let (at, pass) = next_pass(&mut clock, &mut w, &c).await;
-    assert_eq!(at - start, Duration::from_secs(11) + 2 * DEBOUNCE);
+    let pass = w.pass(&c, None);
     assert_eq!(pass.wrote, Wrote::Unchanged);
     assert_eq!(fake.calls(), [], "not checked before the resync");
 
-    let (at, pass) = next_pass(&mut clock, &mut w, &c).await;
-    assert_eq!(at - start, RESYNC + DEBOUNCE, "at the resync");
+    let pass = w.pass(&c, Some(check_depth(Some(0), 1)));
     assert_eq!(pass.repaired, Some(Found::Missing));
     assert_eq!(pass.wrote, Wrote::Installed);
     assert_eq!(
@@ -242,8 +237,7 @@ async fn a_deleted_table_is_installed_again_at_the_next_resync_not_before_and_an
     // FULL_CHECK_EVERYth check reads the whole table.
     let mut depths = Vec::new();
     for resync in 2..=FULL_CHECK_EVERY {
-        let (at, pass) = next_pass(&mut clock, &mut w, &c).await;
-        assert_eq!(at - start, RESYNC * resync + DEBOUNCE);
+        let pass = w.pass(&c, Some(check_depth(Some(resync - 1), resync)));
         assert_eq!((pass.repaired, pass.wrote), (None, Wrote::Unchanged));
         match fake.calls().as_slice() {
             [Call::Check(depth)] => depths.push(*depth),
