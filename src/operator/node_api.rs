@@ -1,5 +1,6 @@
 //! The node loop's writer on the API server: applies to CiliumNodes (spec, or
-//! status through the status subresource) under the operator's field manager,
+//! status through the status subresource; an annotation as a merge patch)
+//! under the operator's field manager,
 //! counted in the operator's metrics, with what the API server answers read back
 //! as typed node resources, at the CiliumNode version API discovery finds.
 //! Cluster-pool and multi-pool implement
@@ -14,10 +15,20 @@ use crate::k8s::discovery::{CiliumKind, resolve_waiting};
 use crate::k8s::objects::{ApplyBody, node_resource};
 use crate::resources::NodeResource;
 
+/// Which part of a CiliumNode an apply writes, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// `spec`, a server-side apply.
+    Spec,
+    /// `status` through the status subresource, a server-side apply.
+    Status,
+    /// `metadata.annotations`, a merge patch (null removes an annotation).
+    Annotations,
+}
+
 /// One apply of a node's write.
 pub struct NodeApply<'a> {
-    /// `status` goes through the status subresource; anything else is `spec`.
-    status: bool,
+    part: Part,
     fields: serde_json::Value,
     /// The resourceVersion the write is computed from (its precondition), if any.
     resource_version: Option<&'a str>,
@@ -29,7 +40,7 @@ impl<'a> NodeApply<'a> {
     /// Sets `spec` to `fields`.
     pub fn spec(fields: serde_json::Value, what: &'static str) -> NodeApply<'a> {
         NodeApply {
-            status: false,
+            part: Part::Spec,
             fields,
             resource_version: None,
             what,
@@ -42,10 +53,21 @@ impl<'a> NodeApply<'a> {
     /// operator writes its status: the UID is its only precondition.
     pub fn operator_error(error: &str) -> NodeApply<'a> {
         NodeApply {
-            status: true,
+            part: Part::Status,
             fields: json!({"ipam": {"operator-status": {"error": error}}}),
             resource_version: None,
             what: "status",
+        }
+    }
+
+    /// Sets annotation `key` to `value` (None removes it) with a merge patch,
+    /// without a precondition.
+    pub fn annotation(key: &str, value: Option<&str>, what: &'static str) -> NodeApply<'a> {
+        NodeApply {
+            part: Part::Annotations,
+            fields: json!({"metadata": {"annotations": {key: value}}}),
+            resource_version: None,
+            what,
         }
     }
 
@@ -61,7 +83,10 @@ impl<'a> NodeApply<'a> {
         if let Some(rv) = self.resource_version {
             body = body.resource_version(rv);
         }
-        let part = if self.status { "status" } else { "spec" };
+        let part = match self.part {
+            Part::Status => "status",
+            Part::Spec | Part::Annotations => "spec",
+        };
         body.with(part, self.fields.clone())
     }
 }
@@ -129,12 +154,26 @@ impl<'a> ApiNodes<'a> {
         uid: &str,
         apply: NodeApply<'_>,
     ) -> Result<Option<NodeResource>, WriteError> {
-        let body = apply.body(&self.api_version, name, uid);
-        let patch = Patch::Apply(&body);
-        let answer = if apply.status {
-            self.api.patch_status(name, &self.params, &patch).await
-        } else {
-            self.api.patch(name, &self.params, &patch).await
+        let answer = match apply.part {
+            Part::Annotations => {
+                // A merge patch takes the field manager but cannot be forced.
+                let params = PatchParams {
+                    field_manager: self.params.field_manager.clone(),
+                    ..Default::default()
+                };
+                let patch = Patch::Merge(&apply.fields);
+                self.api.patch(name, &params, &patch).await
+            }
+            Part::Spec | Part::Status => {
+                let body = apply.body(&self.api_version, name, uid);
+                let patch = Patch::Apply(&body);
+                match apply.part {
+                    Part::Status => self.api.patch_status(name, &self.params, &patch).await,
+                    Part::Spec | Part::Annotations => {
+                        self.api.patch(name, &self.params, &patch).await
+                    }
+                }
+            }
         };
         let obj = answer.map_err(|e| WriteError::of(name, e))?;
         self.metrics.wrote(apply.what);

@@ -174,6 +174,9 @@ pub trait NodeHandler {
     fn written(&mut self, name: &str, write: &Self::Write) -> Vec<String>;
     /// A write of `name` was refused: what the refusal means to the allocator.
     fn refused(&mut self, name: &str, why: Refusal) -> AfterRefusal;
+    /// A write of `name` failed (it is tried again after its backoff, planned
+    /// anew). Nothing to do for an allocator that plans from what it holds.
+    fn failed(&mut self, _name: &str) {}
     /// Publishes the allocator's gauges.
     fn report(&self, metrics: &OperatorMetrics);
 }
@@ -345,14 +348,15 @@ async fn write_all<H, W>(
                     AfterRefusal::LeaveToWatch => retry.succeeded(&name),
                     AfterRefusal::ReadAgain => read_again.push(name),
                 },
-                Err(e) => failed(retry, &name, &e),
+                Err(e) => failed(handler, retry, &name, &e),
             }
         }
         for name in read_again {
             let in_a_row = conflicts.entry(name.clone()).or_default();
             *in_a_row += 1;
             if *in_a_row >= CONFLICTS_IN_A_ROW {
-                failed(retry, &name, &WriteError::Conflicts { node: name.clone() });
+                let e = WriteError::Conflicts { node: name.clone() };
+                failed(handler, retry, &name, &e);
                 continue;
             }
             tracing::debug!(node = %name, "the node changed since it was read; reading it again");
@@ -366,6 +370,7 @@ async fn write_all<H, W>(
                     retry.succeeded(&name);
                 }
                 Err(source) => failed(
+                    handler,
                     retry,
                     &name,
                     &WriteError::Failed {
@@ -380,7 +385,8 @@ async fn write_all<H, W>(
 }
 
 /// A node's write failed: it is tried again after its backoff.
-fn failed(retry: &mut WriteRetries, name: &str, e: &WriteError) {
+fn failed<H: NodeHandler>(handler: &mut H, retry: &mut WriteRetries, name: &str, e: &WriteError) {
+    handler.failed(name);
     let backoff = retry.failed(name);
     tracing::warn!(node = %name, error = %e, retry_in = ?backoff, "writing the node's CiliumNode failed");
 }

@@ -396,6 +396,20 @@ impl PoolBlocks {
         Ok(())
     }
 
+    /// What is known of `name`: a write that changes nothing (its UID and the
+    /// resourceVersion last observed), and its blocks (observed, plus those
+    /// carved since).
+    pub fn known(&self, name: &str) -> Option<(NodeWrite, &[AllocatedPool])> {
+        let node = self.nodes.get(name)?;
+        let write = NodeWrite {
+            uid: node.uid.clone(),
+            resource_version: node.resource_version.clone(),
+            allocated: None,
+            error: None,
+        };
+        Some((write, &node.allocated))
+    }
+
     /// Whether the latest pool definitions were refused.
     pub fn pools_refused(&self) -> bool {
         self.refused.is_some()

@@ -5,7 +5,10 @@
 //! loop, [`node_loop`](super::node_loop)) and every CiliumPodIPPool, and keeps
 //! [`PoolBlocks`] (the bookkeeping, no I/O) up to date. The CiliumNode watch's
 //! first list is the re-read of every node: their blocks are re-adopted before
-//! anything is carved.
+//! anything is carved. The sticky loop ([`sticky_loop`]) decides sticky
+//! addresses and writes the pools' records; the nodes' part of each decision
+//! goes to the node loop as an input ([`handler`]): the node loop's writer is
+//! the one writer of each CiliumNode.
 //!
 //! # The write protocol (no lost write, no block on two nodes)
 //!
@@ -25,139 +28,32 @@
 
 pub mod auto_create;
 pub mod blocks;
+mod handler;
 pub mod sticky;
 pub mod sticky_lifecycle;
 mod sticky_loop;
+mod sticky_writes;
 
 pub use blocks::PoolBlocks;
 
-use std::collections::BTreeSet;
-
+use futures::channel::mpsc;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use kube::api::{Api, ApiResource, DynamicObject, PatchParams, PostParams};
 use kube::runtime::watcher;
-use serde_json::json;
 
 use super::FIELD_MANAGER;
 use super::metrics::OperatorMetrics;
-use super::node_api::{ApiNodes, NodeApply};
-use super::node_loop::{self, AfterRefusal, NodeHandler, NodeWriter, Refusal, Written};
+use super::node_api::ApiNodes;
+use super::node_loop;
 use super::retry::next_backoff;
 use crate::ipam::pooldef::PoolDef;
 use crate::k8s::discovery::{CiliumKind, resolve_waiting};
 use crate::k8s::mirror::WatchEnded;
 use crate::k8s::objects::watch_nodes;
 use crate::k8s::pool_watch::{PoolWatch, Resolver, list_pools};
-use crate::resources::NodeResource;
 use auto_create::pool_object;
-use blocks::{NodeWrite, ObservedNode};
-
-impl NodeHandler for PoolBlocks {
-    type Node = ObservedNode;
-    type Write = NodeWrite;
-    /// The CiliumPodIPPools, read again after a change.
-    type Input = Vec<PoolDef>;
-
-    /// Logs what is wrong with its blocks. Nodes waiting for room may get the
-    /// blocks it gave back.
-    fn upsert(&mut self, node: ObservedNode) -> Vec<String> {
-        let name = node.name.clone();
-        for problem in self.observe(node) {
-            tracing::error!(node = %name, "{problem}");
-        }
-        let mut dirty = self.waiting();
-        dirty.push(name);
-        dirty
-    }
-
-    fn delete(&mut self, name: &str) -> Vec<String> {
-        self.remove(name);
-        self.waiting()
-    }
-
-    fn relisted(&mut self, listed: &BTreeSet<String>, first: bool) -> Vec<String> {
-        for gone in self
-            .node_names()
-            .into_iter()
-            .filter(|n| !listed.contains(n))
-        {
-            self.remove(&gone);
-        }
-        if first {
-            tracing::info!(
-                nodes = listed.len(),
-                "read every CiliumNode and re-adopted their blocks; allocating"
-            );
-        }
-        self.node_names()
-    }
-
-    fn input(&mut self, pools: Vec<PoolDef>) -> Vec<String> {
-        set_pools(self, &pools);
-        self.node_names()
-    }
-
-    fn plan(&mut self, name: &str) -> Option<NodeWrite> {
-        PoolBlocks::plan(self, name)
-    }
-
-    fn written(&mut self, _name: &str, _write: &NodeWrite) -> Vec<String> {
-        Vec::new()
-    }
-
-    fn refused(&mut self, name: &str, why: Refusal) -> AfterRefusal {
-        match why {
-            Refusal::Gone => {
-                tracing::info!(node = %name, "node gone before its blocks were written");
-                self.remove(name);
-                AfterRefusal::LeaveToWatch
-            }
-            Refusal::Conflict => AfterRefusal::ReadAgain,
-        }
-    }
-
-    fn report(&self, metrics: &OperatorMetrics) {
-        metrics.pools_refused.set(i64::from(self.pools_refused()));
-        metrics.set_pool_blocks(&self.pool_space());
-        let waiting = self.waiting().len();
-        metrics.set_nodes(self.node_names().len() - waiting, waiting);
-    }
-}
-
-impl NodeWriter<NodeWrite> for ApiNodes<'_> {
-    /// The blocks (as of the resourceVersion they were planned from), then
-    /// the error.
-    async fn write(&self, name: &str, write: &NodeWrite) -> Written {
-        let mut applies = Vec::new();
-        if let Some(allocated) = &write.allocated {
-            let fields = json!({"ipam": {"pools": {"allocated": allocated}}});
-            applies.push(
-                NodeApply::spec(fields, "pools-allocated").checked_at(&write.resource_version),
-            );
-        }
-        if let Some(error) = &write.error {
-            applies.push(NodeApply::operator_error(error));
-        }
-        self.apply_all(name, &write.uid, applies).await
-    }
-
-    async fn read(&self, name: &str) -> Result<Option<NodeResource>, kube::Error> {
-        self.get(name).await
-    }
-}
-
-/// Puts `pools` in force unless they break blocks in use.
-fn set_pools(blocks: &mut PoolBlocks, pools: &[PoolDef]) {
-    let names: Vec<&str> = pools.iter().map(|d| d.name.as_str()).collect();
-    match blocks.set_pools(pools) {
-        Ok(()) => tracing::info!(pools = ?names, "pool definitions in force"),
-        Err(why) => tracing::error!(
-            pools = ?names,
-            "pool definitions refused, the previous ones stay in force: {why}"
-        ),
-    }
-}
+use handler::{Input, MultiPool, set_pools};
 
 /// Creates the pools of `--auto-create-cilium-pod-ip-pools` that do not exist
 /// (an existing one is never changed) at `resource` (the version the CRD serves),
@@ -257,9 +153,15 @@ pub async fn run(
     let writer =
         ApiNodes::resolve(&client, PatchParams::apply(FIELD_MANAGER).force(), metrics).await;
     let nodes = watch_nodes(writer.api(), watcher::Config::default());
-    let pools = pool_changes(client.clone(), pool_resource.clone());
-    let allocator = node_loop::run(&mut blocks, &writer, nodes, pools, metrics);
-    let sticky = sticky_loop::run(client, pool_resource, &writer);
+    // The sticky loop's decisions, one at a time (it waits for each to settle).
+    let (decisions, decided) = mpsc::channel(1);
+    let inputs = futures::stream::select(
+        pool_changes(client.clone(), pool_resource.clone()).map(|p| p.map(Input::Pools)),
+        decided.map(|d| Ok(Input::Sticky(d))),
+    );
+    let mut handler = MultiPool::new(blocks);
+    let allocator = node_loop::run(&mut handler, &writer, nodes, inputs, metrics);
+    let sticky = sticky_loop::run(client, pool_resource, &writer, decisions);
     tokio::select! {
         ended = allocator => ended,
         ended = sticky => ended,

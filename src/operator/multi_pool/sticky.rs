@@ -508,7 +508,8 @@ pub fn decide(pools: &[PoolView], nodes: &[NodeView], sets: Option<&StatefulSets
     plan
 }
 
-fn add_block(allocated: &mut Vec<AllocatedPool>, pool: &str, cidr: IpNet) {
+/// Adds block `cidr` of `pool` to `allocated` (to the pool's entry, sorted).
+pub fn add_block(allocated: &mut Vec<AllocatedPool>, pool: &str, cidr: IpNet) {
     match allocated.iter_mut().find(|a| a.pool == pool) {
         Some(entry) => {
             entry.cidrs.push(cidr);

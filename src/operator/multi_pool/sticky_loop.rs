@@ -15,22 +15,27 @@
 //!    and tried again after its own backoff, the other pools go on; a 409 reads
 //!    everything again at once, up to [`CONFLICTS_IN_A_ROW`] times, then after
 //!    the backoff;
-//! 2. each node's `spec.ipam.pools.allocated` with the new /32 (/128) block, as
-//!    the multi-pool operator writes it: a forced server-side apply under the
+//! 2. each node's `spec.ipam.pools.allocated` with the new /32 (/128) block,
+//!    and then its `ipam.podnet.io/sticky-status` whose answer changed: handed
+//!    to the one node loop as a [`Decision`], written by its writer in the
+//!    node's one write (a forced server-side apply of `allocated` under the
 //!    operator's field manager with the node's UID and the resourceVersion it
-//!    was read at (409: everything is read again);
-//! 3. each node's `ipam.podnet.io/sticky-status` whose answer changed.
+//!    was read at, then the status), after which the node loop says how it went
+//!    ([`Settled`]; a node changed since it was read: everything is read again).
 //!
 //! A block is added to a node only when the list just read shows no node
 //! listing it: as the operator is the only one that adds blocks, and it writes
-//! one decision at a time, a block is never on two nodes. StatefulSets that
+//! one decision at a time (the next pass reads only once the node loop settled
+//! the last one), a block is never on two nodes. StatefulSets that
 //! cannot be listed (e.g. RBAC without `statefulsets`) release nothing; the
 //! rest goes on, with a warning.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::channel::{mpsc, oneshot};
+use futures::{FutureExt, SinkExt, StreamExt};
+use ipnet::IpNet;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
@@ -43,12 +48,13 @@ use super::sticky::{
     STICKY_STATUS, decide,
 };
 use super::sticky_lifecycle::{StatefulSetView, StatefulSets};
+use super::sticky_writes::{Decision, NodePart, Settled};
 use crate::ipam::pooldef::PoolDef;
 use crate::k8s::mirror::WatchEnded;
 use crate::k8s::objects::{ListError, list_pages, list_valid, node_resource, watch_nodes};
 use crate::operator::FIELD_MANAGER;
-use crate::operator::node_api::{ApiNodes, NodeApply};
-use crate::operator::node_loop::{CONFLICTS_IN_A_ROW, Refusal, WriteError, ignored};
+use crate::operator::node_api::ApiNodes;
+use crate::operator::node_loop::{CONFLICTS_IN_A_ROW, ignored};
 use crate::operator::retry::{WriteRetries, next_backoff, sleep_until};
 use crate::resources::{CiliumPodIPPool, NodeResource, POD_IP_POOL_KIND};
 
@@ -57,30 +63,10 @@ use crate::resources::{CiliumPodIPPool, NodeResource, POD_IP_POOL_KIND};
 enum PassError {
     #[error(transparent)]
     List(#[from] ListError),
-    #[error("adding sticky blocks to CiliumNode {node:?}: {source}")]
-    Blocks {
-        node: String,
-        #[source]
-        source: WriteError,
-    },
-    #[error("writing annotation {STICKY_STATUS} of CiliumNode {node:?}: {source}")]
-    Status {
-        node: String,
-        #[source]
-        source: kube::Error,
-    },
-}
-
-impl PassError {
-    /// Whether an object changed since it was read (409): read again at once.
-    fn conflict(&self) -> bool {
-        match self {
-            PassError::Blocks { source, .. } => {
-                matches!(source, WriteError::Refused(Refusal::Conflict))
-            }
-            PassError::List(_) | PassError::Status { .. } => false,
-        }
-    }
+    #[error("adding sticky blocks or answers to CiliumNodes {0:?} failed")]
+    Nodes(Vec<String>),
+    #[error("the node loop ended")]
+    NodeLoopEnded,
 }
 
 /// One pool's record write that failed (that pool is tried again after its backoff).
@@ -108,7 +94,6 @@ struct ReadNode {
     /// Annotated `ipam.cilium.io/ignore: "true"`.
     ignored: bool,
     view: NodeView,
-    uid: String,
     resource_version: String,
     /// Its `ipam.podnet.io/sticky-status` as the API server has it.
     status: Option<String>,
@@ -141,7 +126,6 @@ fn read_node(node: &NodeResource) -> ReadNode {
                 .cloned(),
             allocated: node.spec.ipam.pools.allocated.clone(),
         },
-        uid: node.metadata.uid().to_string(),
         resource_version: node.metadata.resource_version.clone().unwrap_or_default(),
         status: annotations.get(STICKY_STATUS).cloned(),
     }
@@ -315,16 +299,74 @@ struct Passed {
     /// An address is moving or a record waits for its block: every node
     /// change is looked at.
     watch_all: bool,
-    /// A pool's record changed since it was read: read again at once.
+    /// A pool's record or a node changed since it was read: read again at once.
     conflict: bool,
 }
 
-/// One pass: reads everything, decides, writes.
+/// The nodes' part of `plan` (`read`: the nodes as listed): the blocks each
+/// node gets, at the resourceVersion it was read at, and each answer that
+/// changed (an ignored node is not answered).
+fn node_parts(plan: &Plan, read: &[ReadNode]) -> BTreeMap<String, NodePart> {
+    let mut parts = BTreeMap::new();
+    for node in read {
+        let name = &node.view.name;
+        let listed: Vec<(&str, &IpNet)> = node
+            .view
+            .allocated
+            .iter()
+            .flat_map(|a| a.cidrs.iter().map(move |c| (a.pool.as_str(), c)))
+            .collect();
+        let added: Vec<(String, IpNet)> = plan
+            .assign
+            .get(name)
+            .into_iter()
+            .flatten()
+            .flat_map(|a| a.cidrs.iter().map(move |c| (a.pool.clone(), *c)))
+            .filter(|(pool, c)| !listed.contains(&(pool.as_str(), c)))
+            .collect();
+        let status = plan
+            .status
+            .get(name)
+            .filter(|_| !node.ignored)
+            // Maps of strings always serialize.
+            .map(|a| (!a.is_empty()).then(|| serde_json::to_string(a).unwrap_or_default()))
+            .filter(|new| *new != node.status);
+        if added.is_empty() && status.is_none() {
+            continue;
+        }
+        let part = NodePart {
+            resource_version: node.resource_version.clone(),
+            added,
+            status,
+        };
+        parts.insert(name.clone(), part);
+    }
+    parts
+}
+
+/// Hands the nodes' part of a decision to the node loop and waits until it is
+/// written (or refused, or failed).
+async fn write_nodes(
+    decisions: &mut mpsc::Sender<Decision>,
+    nodes: BTreeMap<String, NodePart>,
+) -> Result<Settled, PassError> {
+    let (settled, outcome) = oneshot::channel();
+    let decision = Decision { nodes, settled };
+    decisions
+        .send(decision)
+        .await
+        .map_err(|_| PassError::NodeLoopEnded)?;
+    outcome.await.map_err(|_| PassError::NodeLoopEnded)
+}
+
+/// One pass: reads everything, decides, writes the records, then has the node
+/// loop write the nodes.
 async fn pass(
     client: &kube::Client,
     pool_resource: &ApiResource,
     nodes: &ApiNodes<'_>,
     retries: &mut WriteRetries,
+    decisions: &mut mpsc::Sender<Decision>,
 ) -> Result<Passed, PassError> {
     let mut pools = list_valid(client, pool_resource, POD_IP_POOL_KIND, read_pool).await?;
     let read = list_pages(
@@ -346,46 +388,17 @@ async fn pass(
     };
     let writer = KubeRecords {
         api: Api::all_with(client.clone(), pool_resource),
-        params: params.clone(),
+        params,
     };
     let (plan, conflict) =
         decide_and_record(&writer, &mut pools, &node_views, sets.as_ref(), retries).await;
-    let by_name: BTreeMap<&str, &ReadNode> =
-        read.iter().map(|n| (n.view.name.as_str(), n)).collect();
-    for (name, allocated) in &plan.assign {
-        let Some(node) = by_name.get(name.as_str()) else {
-            continue;
-        };
-        let fields = json!({"ipam": {"pools": {"allocated": allocated}}});
-        let apply = NodeApply::spec(fields, "sticky-allocated").checked_at(&node.resource_version);
-        let written = nodes.apply_all(name, &node.uid, vec![apply]).await;
-        written.outcome.map_err(|source| PassError::Blocks {
-            node: name.clone(),
-            source,
-        })?;
-        tracing::info!(node = %name, "sticky blocks added to the node's allocated list");
-    }
-    for (name, answers) in &plan.status {
-        let Some(node) = by_name.get(name.as_str()).filter(|n| !n.ignored) else {
-            continue;
-        };
-        let new = (!answers.is_empty()).then(|| serde_json::to_string(answers).unwrap_or_default());
-        if new == node.status {
-            continue;
-        }
-        let body = json!({"metadata": {"annotations": {STICKY_STATUS: new}}});
-        nodes
-            .api()
-            .patch(name, &params, &Patch::Merge(&body))
-            .await
-            .map_err(|source| PassError::Status {
-                node: name.clone(),
-                source,
-            })?;
+    let settled = write_nodes(decisions, node_parts(&plan, &read)).await?;
+    if !settled.failed.is_empty() {
+        return Err(PassError::Nodes(settled.failed));
     }
     Ok(Passed {
         watch_all: plan.moving || plan.releasing,
-        conflict,
+        conflict: conflict || settled.conflict,
     })
 }
 
@@ -400,10 +413,7 @@ struct PassRetry {
 impl PassRetry {
     /// Records a pass's outcome; returns whether every node change is looked at.
     fn record(&mut self, outcome: Result<Passed, PassError>, watch_all: bool) -> bool {
-        let conflict = match &outcome {
-            Ok(p) => p.conflict,
-            Err(e) => e.conflict(),
-        };
+        let conflict = matches!(&outcome, Ok(p) if p.conflict);
         if conflict && self.conflicts + 1 < CONFLICTS_IN_A_ROW {
             tracing::debug!("sticky addresses: changed meanwhile; reading again");
             self.conflicts += 1;
@@ -423,7 +433,7 @@ impl PassRetry {
                         tracing::warn!(error = %e, retry_in = ?wait, "sticky addresses: pass not done")
                     }
                     Ok(_) => {
-                        tracing::warn!(retry_in = ?wait, "sticky addresses: pools changed meanwhile {CONFLICTS_IN_A_ROW} times in a row")
+                        tracing::warn!(retry_in = ?wait, "sticky addresses: pools or nodes changed meanwhile {CONFLICTS_IN_A_ROW} times in a row")
                     }
                 }
                 self.backoff = Some(wait);
@@ -439,6 +449,7 @@ pub async fn run(
     client: kube::Client,
     pool_resource: ApiResource,
     nodes: &ApiNodes<'_>,
+    mut decisions: mpsc::Sender<Decision>,
 ) -> WatchEnded {
     // Fused: a watch that ended says so again instead of being polled after its end.
     let mut node_events = watch_nodes(nodes.api(), watcher::Config::default()).fuse();
@@ -498,7 +509,14 @@ pub async fn run(
         if !wanted {
             continue;
         }
-        let outcome = pass(&client, &pool_resource, nodes, &mut pool_retries).await;
+        let outcome = pass(
+            &client,
+            &pool_resource,
+            nodes,
+            &mut pool_retries,
+            &mut decisions,
+        )
+        .await;
         watch_all = retry.record(outcome, watch_all);
     }
 }
