@@ -124,6 +124,13 @@ impl Metrics {
             policy_pods_enforced: Gauge::default(),
             policy_table_repairs: Family::default(),
         };
+        m.register_all(&mut registry);
+        Metrics { registry, ..m }
+    }
+
+    /// Registers every metric of `self` in `registry`, with its help text.
+    fn register_all(&self, registry: &mut Registry) {
+        let m = self;
         registry.register(
             "ipam_capacity",
             "Addresses the node's range can hold, per family and CIDR",
@@ -209,7 +216,6 @@ impl Metrics {
             "Policy tables installed again because a resync found the kernel's deleted (missing) or changed (differs) by someone else",
             m.policy_table_repairs.clone(),
         );
-        Metrics { registry, ..m }
     }
 
     /// Counts an allocation or release.
