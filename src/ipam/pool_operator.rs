@@ -650,17 +650,7 @@ impl PoolOperator {
                     continue;
                 }
                 changed = true;
-                let idx = match allocated.iter().position(|e| e.pool == req.pool) {
-                    Some(i) => i,
-                    None => {
-                        allocated.push(AllocatedPool {
-                            pool: req.pool.clone(),
-                            ..Default::default()
-                        });
-                        allocated.len() - 1
-                    }
-                };
-                let entry = &mut allocated[idx];
+                let entry = allocated_entry(allocated, &req.pool);
                 entry.allow_first_ip = allow_first_ip;
                 entry.allow_last_ip = allow_last_ip;
                 entry.cidrs.extend(carved);
@@ -943,6 +933,21 @@ pub fn migrated_allocation(default_pool: &PoolDef, node_pod_cidrs: &[IpNet]) -> 
         allow_last_ip: default_pool.allow_last_ip,
         cidrs,
     }
+}
+
+/// The node's entry for `pool` in `allocated`, appended empty if it has none.
+fn allocated_entry<'a>(allocated: &'a mut Vec<AllocatedPool>, pool: &str) -> &'a mut AllocatedPool {
+    let idx = match allocated.iter().position(|e| e.pool == pool) {
+        Some(i) => i,
+        None => {
+            allocated.push(AllocatedPool {
+                pool: pool.to_string(),
+                ..Default::default()
+            });
+            allocated.len() - 1
+        }
+    };
+    &mut allocated[idx]
 }
 
 #[cfg(test)]
