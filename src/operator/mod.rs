@@ -131,26 +131,7 @@ enum Stop {
 /// again from it while the leader runs.
 fn start(args: &[String], opts: &OperatorOptions) -> Result<(), OperatorError> {
     let config = OperatorConfig::resolve(opts)?;
-    let allocator = match &config.ipam {
-        OperatorIpam::ClusterPool(pool) => {
-            let started = pool
-                .clone()
-                .and_then(|pool| NodeCidrCarver::new(&pool).map(|carver| (carver, pool)));
-            match started {
-                Ok(started) => Allocator::ClusterPool(Some(started)),
-                // A pool in the ConfigMap, edited live: lead with the pool in force.
-                Err(e) if cluster_pool::reload::has_config_dir(args) => {
-                    tracing::error!(error = %e, "the cluster pool options do not parse; when leading, the operator runs on the pool in force its Lease records");
-                    Allocator::ClusterPool(None)
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        OperatorIpam::MultiPool {
-            auto_create,
-            migrate_into,
-        } => Allocator::MultiPool(auto_create.clone(), migrate_into.clone()),
-    };
+    let allocator = starting_allocator(args, &config)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -158,13 +139,7 @@ fn start(args: &[String], opts: &OperatorOptions) -> Result<(), OperatorError> {
     runtime.block_on(async move {
         let metrics = Arc::new(OperatorMetrics::new());
         if !opts.prometheus_serve_addr.is_empty() {
-            let tcp = metrics_server::bind_metrics(&opts.prometheus_serve_addr)
-                .await?;
-            let m = metrics.clone();
-            tokio::spawn(metrics_server::serve_metrics(tcp, move || {
-                let m = m.clone();
-                async move { m.encode() }
-            }));
+            spawn_metrics_server(&opts.prometheus_serve_addr, &metrics).await?;
         }
         let client = connect(config.kubeconfig.as_ref()).await?;
         if !opts.skip_crd_creation {
@@ -250,6 +225,51 @@ fn start(args: &[String], opts: &OperatorOptions) -> Result<(), OperatorError> {
             }
         }
     })
+}
+
+/// The allocator the operator starts with, from the resolved config: for a
+/// cluster pool, the carver of the pool the options give (none when they do not
+/// parse but the pool is a live-edited ConfigMap: the leader then runs on the
+/// pool in force).
+fn starting_allocator(
+    args: &[String],
+    config: &OperatorConfig,
+) -> Result<Allocator, OperatorError> {
+    let allocator = match &config.ipam {
+        OperatorIpam::ClusterPool(pool) => {
+            let started = pool
+                .clone()
+                .and_then(|pool| NodeCidrCarver::new(&pool).map(|carver| (carver, pool)));
+            match started {
+                Ok(started) => Allocator::ClusterPool(Some(started)),
+                // A pool in the ConfigMap, edited live: lead with the pool in force.
+                Err(e) if cluster_pool::reload::has_config_dir(args) => {
+                    tracing::error!(error = %e, "the cluster pool options do not parse; when leading, the operator runs on the pool in force its Lease records");
+                    Allocator::ClusterPool(None)
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        OperatorIpam::MultiPool {
+            auto_create,
+            migrate_into,
+        } => Allocator::MultiPool(auto_create.clone(), migrate_into.clone()),
+    };
+    Ok(allocator)
+}
+
+/// Binds the metrics endpoint at `addr` and serves `metrics` on it in a task.
+async fn spawn_metrics_server(
+    addr: &str,
+    metrics: &Arc<OperatorMetrics>,
+) -> Result<(), OperatorError> {
+    let tcp = metrics_server::bind_metrics(addr).await?;
+    let m = metrics.clone();
+    tokio::spawn(metrics_server::serve_metrics(tcp, move || {
+        let m = m.clone();
+        async move { m.encode() }
+    }));
+    Ok(())
 }
 
 #[cfg(test)]
