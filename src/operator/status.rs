@@ -351,50 +351,7 @@ pub fn report(
     mut carver: Option<NodeCidrCarver>,
     now: Timestamp,
 ) -> Report {
-    let mut nodes: Vec<NodeLine> = objects
-        .iter()
-        .map(|obj| {
-            let name = obj.metadata.name.clone().unwrap_or_default();
-            match node_resource(obj) {
-                Ok(n) => NodeLine {
-                    name,
-                    pod_cidrs: n.spec.ipam.pod_cidrs,
-                    pools: n
-                        .spec
-                        .ipam
-                        .pools
-                        .allocated
-                        .into_iter()
-                        .map(|p| PoolBlocks {
-                            pool: p.pool,
-                            cidrs: p.cidrs,
-                        })
-                        .collect(),
-                    router: n
-                        .spec
-                        .addresses
-                        .into_iter()
-                        .filter(|a| a.kind == "CiliumInternalIP")
-                        .map(|a| a.ip)
-                        .collect(),
-                    error: n.status.ipam.operator_status.error,
-                    cidr_status: parse_status(&n.status.ipam.pod_cidrs),
-                    extra: String::new(),
-                    unreadable: String::new(),
-                },
-                Err(e) => NodeLine {
-                    name,
-                    pod_cidrs: Vec::new(),
-                    pools: Vec::new(),
-                    router: Vec::new(),
-                    error: String::new(),
-                    cidr_status: BTreeMap::new(),
-                    extra: String::new(),
-                    unreadable: e.to_string(),
-                },
-            }
-        })
-        .collect();
+    let mut nodes: Vec<NodeLine> = objects.iter().map(node_line).collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
     let mut pool = Vec::new();
     let mut draining = Vec::new();
@@ -421,29 +378,7 @@ pub fn report(
             pool.extend(pool_space(carver.sets(family), family));
         }
     }
-    let leader = lease.map(|l| {
-        let spec = l.spec.clone().unwrap_or_default();
-        let renewed = spec.renew_time.as_ref().map(|t| t.0);
-        let ago = renewed.map(|t| now.duration_since(t).as_secs());
-        let duration = spec.lease_duration_seconds;
-        Leader {
-            lease: format!("{namespace}/{LEASE_NAME}"),
-            holder: spec.holder_identity.unwrap_or_default(),
-            renew_time: renewed.map(|t| t.to_string()),
-            renewed_seconds_ago: ago,
-            lease_duration_seconds: duration,
-            expired: match (ago, duration) {
-                (Some(ago), Some(d)) => ago > i64::from(d),
-                _ => true,
-            },
-            pool_in_force: l
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(POOL_IN_FORCE_ANNOTATION))
-                .cloned(),
-        }
-    });
+    let leader = lease.map(|l| leader(l, namespace, now));
     Report {
         leader,
         nodes,
@@ -453,6 +388,74 @@ pub fn report(
         draining,
         findings: Vec::new(),
         pool_refused: None,
+    }
+}
+
+/// A node's line as its CiliumNode says it (or why the object is not understood).
+fn node_line(obj: &DynamicObject) -> NodeLine {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    match node_resource(obj) {
+        Ok(n) => NodeLine {
+            name,
+            pod_cidrs: n.spec.ipam.pod_cidrs,
+            pools: n
+                .spec
+                .ipam
+                .pools
+                .allocated
+                .into_iter()
+                .map(|p| PoolBlocks {
+                    pool: p.pool,
+                    cidrs: p.cidrs,
+                })
+                .collect(),
+            router: n
+                .spec
+                .addresses
+                .into_iter()
+                .filter(|a| a.kind == "CiliumInternalIP")
+                .map(|a| a.ip)
+                .collect(),
+            error: n.status.ipam.operator_status.error,
+            cidr_status: parse_status(&n.status.ipam.pod_cidrs),
+            extra: String::new(),
+            unreadable: String::new(),
+        },
+        Err(e) => NodeLine {
+            name,
+            pod_cidrs: Vec::new(),
+            pools: Vec::new(),
+            router: Vec::new(),
+            error: String::new(),
+            cidr_status: BTreeMap::new(),
+            extra: String::new(),
+            unreadable: e.to_string(),
+        },
+    }
+}
+
+/// The leader as the Lease records it, judged against `now`.
+fn leader(l: &Lease, namespace: &str, now: Timestamp) -> Leader {
+    let spec = l.spec.clone().unwrap_or_default();
+    let renewed = spec.renew_time.as_ref().map(|t| t.0);
+    let ago = renewed.map(|t| now.duration_since(t).as_secs());
+    let duration = spec.lease_duration_seconds;
+    Leader {
+        lease: format!("{namespace}/{LEASE_NAME}"),
+        holder: spec.holder_identity.unwrap_or_default(),
+        renew_time: renewed.map(|t| t.to_string()),
+        renewed_seconds_ago: ago,
+        lease_duration_seconds: duration,
+        expired: match (ago, duration) {
+            (Some(ago), Some(d)) => ago > i64::from(d),
+            _ => true,
+        },
+        pool_in_force: l
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(POOL_IN_FORCE_ANNOTATION))
+            .cloned(),
     }
 }
 
@@ -591,10 +594,10 @@ fn cidr_list(cidrs: &[IpNet]) -> String {
     }
 }
 
-/// The text form.
-pub fn text(r: &Report) -> String {
+/// The text form's Leader line (and In force line, when the Lease records a pool).
+fn leader_lines(leader: Option<&Leader>) -> String {
     let mut out = String::new();
-    match &r.leader {
+    match leader {
         None => out.push_str(&format!(
             "Leader:     none (no Lease {LEASE_NAME}: no operator has run)\n"
         )),
@@ -622,6 +625,36 @@ pub fn text(r: &Report) -> String {
             }
         }
     }
+    out
+}
+
+/// The text form's line of one node, newline included.
+fn node_text(n: &NodeLine) -> String {
+    if !n.unreadable.is_empty() {
+        return format!("  {}: not understood: {}\n", n.name, n.unreadable);
+    }
+    let mut line = format!("  {}: podCIDRs {}", n.name, judged_cidrs(n));
+    if !n.extra.is_empty() {
+        line.push_str(&format!("; {}", n.extra));
+    }
+    for p in &n.pools {
+        line.push_str(&format!("; pool {}: {}", p.pool, cidr_list(&p.cidrs)));
+    }
+    match n.router.as_slice() {
+        [] => line.push_str("; router none"),
+        ips => line.push_str(&format!("; router {}", ips.join(", "))),
+    }
+    if !n.error.is_empty() {
+        line.push_str(&format!("; error: {}", n.error));
+    }
+    line.push('\n');
+    line
+}
+
+/// The text form.
+pub fn text(r: &Report) -> String {
+    let mut out = String::new();
+    out.push_str(&leader_lines(r.leader.as_ref()));
     if let Some(why) = &r.pool_refused {
         out.push_str(&format!(
             "Options:    refused: {why} (the operator runs on the pool in force)\n"
@@ -629,26 +662,7 @@ pub fn text(r: &Report) -> String {
     }
     out.push_str(&format!("Nodes:      {}\n", r.nodes.len()));
     for n in &r.nodes {
-        if !n.unreadable.is_empty() {
-            out.push_str(&format!("  {}: not understood: {}\n", n.name, n.unreadable));
-            continue;
-        }
-        let mut line = format!("  {}: podCIDRs {}", n.name, judged_cidrs(n));
-        if !n.extra.is_empty() {
-            line.push_str(&format!("; {}", n.extra));
-        }
-        for p in &n.pools {
-            line.push_str(&format!("; pool {}: {}", p.pool, cidr_list(&p.cidrs)));
-        }
-        match n.router.as_slice() {
-            [] => line.push_str("; router none"),
-            ips => line.push_str(&format!("; router {}", ips.join(", "))),
-        }
-        if !n.error.is_empty() {
-            line.push_str(&format!("; error: {}", n.error));
-        }
-        out.push_str(&line);
-        out.push('\n');
+        out.push_str(&node_text(n));
     }
     for p in &r.pod_pools {
         out.push_str(&format!(
