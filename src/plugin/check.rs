@@ -3,9 +3,10 @@
 //! and its route to the pod must exist. The first difference is reported (103).
 
 use std::net::IpAddr;
+use std::path::Path;
 
 use crate::api::client::Client;
-use crate::cni::{CniEnv, CniError, NetConf};
+use crate::cni::{CniEnv, CniError, CniResult, IpConfig, NetConf};
 use crate::datapath::{IpFamily, NetlinkSocket, TABLE_MAIN, host_ifname};
 
 use super::attachment;
@@ -18,17 +19,33 @@ pub fn check(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<(), CniErr
         .prev_result
         .as_ref()
         .ok_or_else(|| CniError::invalid_network_config("CHECK needs the prevResult of the ADD"))?;
+    let recorded = daemon_addresses(client, cid, ifname)?;
+    let expected = expected_addresses(prev, cid, ifname, &recorded)?;
+    check_pod_side(prev, netns_path, ifname, &expected)?;
+    check_host_side(cid, ifname, &recorded)
+}
+
+/// The addresses the daemon records for the attachment; a mismatch if it has none.
+fn daemon_addresses(client: &Client, cid: &str, ifname: &str) -> Result<Vec<IpAddr>, CniError> {
     let ep = client.endpoint(cid, ifname).map_err(|e| match e.status() {
         Some(404) => {
             CniError::check_mismatch(format!("podnet daemon has no endpoint for {cid}/{ifname}"))
         }
         _ => to_cni(e, "asking the daemon about the endpoint"),
     })?;
-    let recorded: Vec<IpAddr> = [&ep.addressing.ipv4, &ep.addressing.ipv6]
+    Ok([&ep.addressing.ipv4, &ep.addressing.ipv6]
         .into_iter()
         .filter_map(|s| s.parse().ok())
-        .collect();
+        .collect())
+}
 
+/// The pod interface's addresses in prevResult, each of which the daemon must record.
+fn expected_addresses<'a>(
+    prev: &'a CniResult,
+    cid: &str,
+    ifname: &str,
+    recorded: &[IpAddr],
+) -> Result<Vec<&'a IpConfig>, CniError> {
     // Which interface index of prevResult is the pod's.
     let pod_idx = prev
         .interfaces
@@ -47,7 +64,16 @@ pub fn check(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<(), CniErr
             )));
         }
     }
+    Ok(expected)
+}
 
+/// In the pod's namespace: the interface is up with the expected addresses and prevResult's routes.
+fn check_pod_side(
+    prev: &CniResult,
+    netns_path: &Path,
+    ifname: &str,
+    expected: &[&IpConfig],
+) -> Result<(), CniError> {
     let netns = attachment::open_netns(netns_path)?;
     let pod_sock =
         NetlinkSocket::new_in(&netns).map_err(dp("opening netlink in the pod's namespace"))?;
@@ -68,7 +94,7 @@ pub fn check(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<(), CniErr
     let addrs = pod_sock
         .list_addresses(link.index)
         .map_err(dp("listing pod addresses"))?;
-    for ip in &expected {
+    for ip in expected {
         if !addrs.contains(&ip.address) {
             return Err(CniError::check_mismatch(format!(
                 "expected ip {} on interface {ifname}",
@@ -92,7 +118,11 @@ pub fn check(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<(), CniErr
             )));
         }
     }
+    Ok(())
+}
 
+/// In the runtime's namespace: the host side link exists and routes each recorded address to it.
+fn check_host_side(cid: &str, ifname: &str, recorded: &[IpAddr]) -> Result<(), CniError> {
     let host_sock =
         NetlinkSocket::new().map_err(dp("opening netlink in the runtime's namespace"))?;
     let host_name = host_ifname(cid, ifname);
@@ -104,7 +134,7 @@ pub fn check(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<(), CniErr
                 "host side {host_name} of {cid}/{ifname} is missing"
             ))
         })?;
-    for ip in &recorded {
+    for ip in recorded {
         let routed = host_sock
             .list_routes(IpFamily::of(ip), Some(TABLE_MAIN))
             .map_err(dp("listing host routes"))?
