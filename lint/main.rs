@@ -11,8 +11,6 @@ use std::path::Path;
 use fn_length::MAX_FN_LINES;
 
 #[test]
-#[ignore = "seven functions are over the limit today (issue 54): run with --ignored to list them; \
-            the ignore goes when they are split"]
 fn no_function_outside_tests_is_over_the_limit() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let (findings, files_read) =
