@@ -65,12 +65,14 @@ demo:
 
 # ... and scripts/doc-paths: the docs and comments name only modules and items
 # that exist; and the unit tests of the soak's driver (scripts/lib/soak/test_*.py);
+# and shellcheck on the shell scripts (scripts/, scripts/lib/*.sh, .ci/run);
 # and the source's limits (lint/: the checker of function length and its tests, and
 # the crate-wide check that no function outside tests is over 100 lines).
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	python3 scripts/doc-paths
+	shellcheck $$(bash scripts/shell-scripts)
 	cd scripts/lib/soak && python3 -m unittest -q test_cluster
 	$(CARGO) test --test lint_limits
 

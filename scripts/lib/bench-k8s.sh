@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by scripts/bench-operator and scripts/bench-cluster (sourced, not run):
 # a network namespace $NS with a bridge (10.250.0.1/24) for node namespaces,
 # certificates and an admin kubeconfig in $T, a fresh etcd + kube-apiserver per
@@ -44,7 +45,9 @@ EOF
     sed 's|https://127.0.0.1:6443|https://10.250.0.1:6443|' "$K" > "$T/node.kubeconfig"
     CURL=(curl -fsS --cacert "$T/ca.crt" --cert "$T/admin.crt" --key "$T/admin.key")
     # The drivers' API arguments, from the control plane's namespace and from a node's.
+    # shellcheck disable=SC2034  # read by the scripts that source this file
     API_ARGS=(--server https://127.0.0.1:6443 --ca "$T/ca.crt" --cert "$T/admin.crt" --key "$T/admin.key")
+    # shellcheck disable=SC2034  # read by the scripts that source this file
     NODE_API_ARGS=(--server https://10.250.0.1:6443 --ca "$T/ca.crt" --cert "$T/admin.crt" --key "$T/admin.key")
 }
 leaf() {
@@ -56,7 +59,7 @@ leaf() {
 }
 kc() { in_ns "$K8S_BIN/kubectl" --kubeconfig "$K" --cache-dir "$T/kube-cache" "$@"; }
 
-ETCD_PID= API_PID=
+ETCD_PID='' API_PID=''
 start_control_plane() {
     rm -rf "$T/etcd"
     ip netns exec "$NS" "$K8S_BIN/etcd" --name bench --data-dir "$T/etcd" \

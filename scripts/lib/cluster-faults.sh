@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Faults a soak (scripts/soak) or a person injects into the cluster of
 # scripts/cluster, beside reboot, poweroff and restart-runtime. Sourced by
 # scripts/cluster, which defines DIR, BIN, CP_NS, FABRIC_NS, spawn, stop_pid,

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # install_podnet tunnel|native [ipv4|dual|ipv6]: `kubectl apply -f deploy/` on the
 # cluster of scripts/cluster, with the ConfigMap changes docs/kubernetes.md
 # documents for the routing mode and the cluster's IP family (default: the

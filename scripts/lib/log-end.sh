@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # log_end LOG: the end of a component's log with repeats folded, as scripts/node's
 # and scripts/cluster's failed waits show it: the last 30 distinct lines, each
 # where it last came, with how often (a kubelet waiting for something repeats one

@@ -148,8 +148,9 @@ cmd_import() {
 
 cmd_tag() {
     local node
-    [ -n "$1" ] && [ -n "$2" ] || die "usage: scripts/cluster tag SRC DST"
+    { [ -n "$1" ] && [ -n "$2" ]; } || die "usage: scripts/cluster tag SRC DST"
     [ -f "$MARKER" ] || die "no cluster is running (scripts/cluster start)"
+    # shellcheck disable=SC2034  # read by running_nodes in scripts/cluster
     NODES=$(cat "$DIR/nodes-count")
     for node in $(running_nodes); do tag_image "$node" "$1" "$2"; done
 }

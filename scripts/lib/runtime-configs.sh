@@ -332,6 +332,7 @@ runtime_configs() {
 
 runtime_argv() {
     local conf=$2
+    # shellcheck disable=SC2034  # RUNTIME_ARGV is read by the scripts that source this file
     case "$1" in
         containerd1) RUNTIME_ARGV=(/usr/bin/containerd --config "$conf/containerd.toml") ;;
         containerd2) RUNTIME_ARGV=("$BIN/containerd2/containerd" --config "$conf/containerd.toml") ;;
@@ -353,6 +354,7 @@ crio_store() {
 
 runtime_import_argv() {
     local word=$1 conf=$2 socket=$3 store=$4 archive=$5 name
+    # shellcheck disable=SC2034  # IMPORT_ARGV is read by the scripts that source this file
     case "$word" in
         containerd1) IMPORT_ARGV=(ctr --address "$socket" -n k8s.io images import "$archive") ;;
         containerd2) IMPORT_ARGV=("$BIN/containerd2/ctr" --address "$socket" -n k8s.io images import "$archive") ;;
