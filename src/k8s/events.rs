@@ -1,12 +1,22 @@
 //! How podnet builds the Events it posts (events.k8s.io/v1, through kube-rs's
 //! `Recorder`): the recorder of one reporting controller and instance
 //! ([`recorder`]), and an Event of a type, reason and note whose action names
-//! what it is about ([`event`], so Events about different values stay apart:
-//! [`super::event_series`]).
+//! what it is about ([`event`], so Events about different values stay apart).
+//!
+//! What makes two Events one series: kube-rs's `Recorder` (kube-runtime 5.0,
+//! `events.rs`, `EventKey`) folds every Event with the same type, `action`,
+//! `reason`, reporting controller and instance, `regarding` object and
+//! `related` object, posted within its cache's TTL, into one series: it patches
+//! the first Event's series count and keeps the first Event's note. The note is
+//! not in the key, so two Events of one reason on one object about different
+//! values (two CIDRs, two leaked addresses) became one, naming the first value
+//! only. Every Event podnet posts about a value puts that value in its action
+//! ([`action_about`]): the action is in the key, and neither `kubectl get
+//! events` nor `kubectl describe` shows it, so what they list (reason, object,
+//! note) reads as before, one line per value. Repeats about the same value
+//! still fold into a series.
 
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-
-use super::event_series::action_about;
 
 /// A recorder posting as `controller` (`podnet-agent`, `podnet-operator`), from
 /// `instance` (the node, or the operator replica).
@@ -36,9 +46,49 @@ pub fn event(warning: bool, reason: &str, note: &str, verb: &str, about: &str) -
     }
 }
 
+/// The most the API server takes in an Event's action (events.k8s.io/v1).
+const ACTION_MAX: usize = 128;
+
+/// The action of an Event that `verb`s `subject`: `Verb subject`, cut to
+/// [`ACTION_MAX`] bytes on a character boundary (a subject that long still
+/// differs from others in its first hundred bytes in practice: CIDRs and
+/// addresses are short).
+fn action_about(verb: &str, subject: &str) -> String {
+    let mut action = if subject.is_empty() {
+        verb.to_string()
+    } else {
+        format!("{verb} {subject}")
+    };
+    if action.len() > ACTION_MAX {
+        let mut end = ACTION_MAX;
+        while !action.is_char_boundary(end) {
+            end -= 1;
+        }
+        action.truncate(end);
+    }
+    action
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_action_names_the_subject_so_different_subjects_are_different_series() {
+        let a = action_about("AllocatePodCIDR", "10.0.1.0/24");
+        let b = action_about("AllocatePodCIDR", "10.0.2.0/24");
+        assert_eq!(a, "AllocatePodCIDR 10.0.1.0/24");
+        assert_ne!(a, b);
+        assert_eq!(action_about("Found", ""), "Found");
+    }
+
+    #[test]
+    fn a_long_action_is_cut_to_what_the_api_server_takes() {
+        let long = "é".repeat(100);
+        let action = action_about("Found", &long);
+        assert!(action.len() <= ACTION_MAX, "{}", action.len());
+        assert!(action.starts_with("Found é"));
+    }
 
     #[test]
     fn an_event_has_its_type_reason_note_and_the_action_about_its_subject() {

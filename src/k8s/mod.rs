@@ -9,13 +9,12 @@
 //! ([`pool_watch`], the agent's and the operator's); this node's
 //! Pods and Events for the agent's leak check ([`node_pods`]); Pods and
 //! CiliumNodes as the duplicate check sees them ([`address_views`]); how an
-//! Event is built and posted ([`events`]) and what keeps Events about different
-//! values apart ([`event_series`]).
+//! Event is built and posted, and what keeps Events about different values
+//! apart ([`events`]).
 
 pub mod address_views;
 pub mod connect;
 pub mod discovery;
-pub mod event_series;
 pub mod events;
 pub mod leak_events;
 pub mod mirror;

@@ -51,7 +51,7 @@ pub struct NodeEvent {
     pub action: &'static str,
     /// What it is about (an address, a refusal's reason): the posted action is
     /// `<action> <about>`, so Events of one reason on one object about
-    /// different things are not folded into one series (`event_series`).
+    /// different things are not folded into one series (`k8s::events`).
     pub about: String,
     pub note: String,
 }

@@ -77,7 +77,7 @@ async fn publish(recorder: &Recorder, listed: &Listed, finding: &Finding) {
 
 /// The finding's Event: action `CheckIPAM <what it is about>` (the address, or
 /// the ranges), so two findings of one kind on one object are two Events, not
-/// one series naming the first (`k8s::event_series`).
+/// one series naming the first (`k8s::events`).
 fn event(finding: &Finding) -> Event {
     events::event(
         true,
