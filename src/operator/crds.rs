@@ -12,6 +12,7 @@ use std::time::Duration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 
+use crate::controller::Backoff;
 use crate::resources::CRD_MANIFESTS;
 
 /// Why a CRD was not registered.
@@ -27,9 +28,11 @@ pub enum CrdError {
     },
 }
 
-/// The first wait of [`register_missing_waiting`]; it doubles up to [`RETRY_MAX`].
-const RETRY_FIRST: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(8);
+/// The waits of [`register_missing_waiting`]: half a second, doubling up to 8 s.
+const REGISTER_BACKOFF: Backoff = Backoff {
+    first: Duration::from_millis(500),
+    max: Duration::from_secs(8),
+};
 
 /// True for a failure that goes away by itself: the API server unreachable,
 /// timing out, overloaded (429) or failing (5xx); not a refusal such as 403.
@@ -48,7 +51,7 @@ pub fn transient(e: &kube::Error) -> bool {
 /// [`transient`] reason (each new reason is logged once); a refusal or a CRD
 /// that does not parse ends it with the error.
 pub async fn register_missing_waiting(client: &kube::Client) -> Result<Vec<String>, CrdError> {
-    let mut wait = RETRY_FIRST;
+    let mut wait = None;
     let mut logged = String::new();
     loop {
         match register_missing(client).await {
@@ -61,8 +64,9 @@ pub async fn register_missing_waiting(client: &kube::Client) -> Result<Vec<Strin
             }
             done => return done,
         }
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(RETRY_MAX);
+        let next = REGISTER_BACKOFF.next(wait);
+        tokio::time::sleep(next).await;
+        wait = Some(next);
     }
 }
 

@@ -33,7 +33,8 @@ use kube::runtime::watcher::{self, Event};
 use tokio::time::Instant;
 
 use super::metrics::OperatorMetrics;
-use super::retry::{WriteRetries, sleep_until};
+use super::retry::WriteRetries;
+use crate::controller::sleep_until;
 use crate::k8s::mirror::{Keyed, Relist, Step, WatchEnded};
 use crate::resources::NodeResource;
 
@@ -400,7 +401,7 @@ mod tests {
 
     use futures::stream;
 
-    use crate::operator::retry::RETRY_FIRST;
+    use crate::controller::Backoff;
 
     /// What [`Toy`] reads of a node: whether it carries `written: yes`.
     #[derive(Debug, Clone)]
@@ -686,10 +687,12 @@ mod tests {
     async fn a_failed_write_is_retried_after_its_backoff() {
         let leave = AfterRefusal::LeaveToWatch;
         // Not due yet: one attempt.
-        let (toy, memory) = first_list(2, vec![failed(), failed()], leave, RETRY_FIRST / 2).await;
+        let (toy, memory) =
+            first_list(2, vec![failed(), failed()], leave, Backoff::API.first / 2).await;
         assert_eq!(memory.attempts("n00"), 1);
         assert_eq!(toy.written, ["n01"]);
-        let (toy, memory) = first_list(2, vec![failed(), failed()], leave, RETRY_FIRST * 4).await;
+        let (toy, memory) =
+            first_list(2, vec![failed(), failed()], leave, Backoff::API.first * 4).await;
         assert_eq!(memory.attempts("n00"), 3);
         assert_eq!(toy.written, ["n01", "n00"]);
     }
@@ -703,7 +706,14 @@ mod tests {
         let mut toy = Toy::new(AfterRefusal::LeaveToWatch);
         // ...unless n00's write concerns it (it let go of what n01 waits for).
         toy.after_written.insert("n00".into(), vec!["n01".into()]);
-        run_for(&mut toy, &memory, listed(&all), Vec::new(), RETRY_FIRST / 2).await;
+        run_for(
+            &mut toy,
+            &memory,
+            listed(&all),
+            Vec::new(),
+            Backoff::API.first / 2,
+        )
+        .await;
         assert_eq!(memory.attempts("n01"), 2);
         assert_eq!(toy.written, ["n00", "n01"]);
     }
@@ -728,11 +738,13 @@ mod tests {
 
         // Conflicts in a row: the node waits for its retry, then goes through.
         let in_a_row = conflicts(CONFLICTS_IN_A_ROW);
-        let (toy, memory) = first_list(1, in_a_row, AfterRefusal::ReadAgain, RETRY_FIRST / 2).await;
+        let (toy, memory) =
+            first_list(1, in_a_row, AfterRefusal::ReadAgain, Backoff::API.first / 2).await;
         assert_eq!(memory.attempts("n00"), CONFLICTS_IN_A_ROW);
         assert!(toy.written.is_empty());
         let in_a_row = conflicts(CONFLICTS_IN_A_ROW);
-        let (toy, memory) = first_list(1, in_a_row, AfterRefusal::ReadAgain, RETRY_FIRST * 2).await;
+        let (toy, memory) =
+            first_list(1, in_a_row, AfterRefusal::ReadAgain, Backoff::API.first * 2).await;
         assert_eq!(memory.attempts("n00"), CONFLICTS_IN_A_ROW + 1);
         assert_eq!(toy.written, ["n00"]);
     }

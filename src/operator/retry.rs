@@ -1,6 +1,5 @@
 //! When a failed API write is tried again: the controller kit's backoff
-//! ([`Backoff::API`]: half a second, doubling up to 30 s, reset by a success,
-//! [`next_backoff`]), per node
+//! ([`Backoff::API`]: half a second, doubling up to 30 s, reset by a success), per node
 //! for the CiliumNode writes and per pool for the sticky-address records
 //! ([`WriteRetries`]). A whole pass of a controller (LB IPAM, Node IPAM) is
 //! retried by the controller kit (`crate::controller::run`).
@@ -11,16 +10,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::controller::Backoff;
-pub use crate::controller::sleep_until;
-
-pub const RETRY_FIRST: Duration = Backoff::API.first;
-pub const RETRY_MAX: Duration = Backoff::API.max;
-
-/// The wait after a failure, given the wait after the previous one (None: the
-/// first failure).
-pub fn next_backoff(previous: Option<Duration>) -> Duration {
-    Backoff::API.next(previous)
-}
 
 /// The objects (nodes, pools) whose write failed, with when to try again and
 /// the current backoff.
@@ -61,7 +50,7 @@ impl WriteRetries {
 
     /// The node's write failed: returns how long it waits.
     pub fn failed(&mut self, name: &str) -> Duration {
-        let backoff = next_backoff(self.due.get(name).map(|(_, b)| *b));
+        let backoff = Backoff::API.next(self.due.get(name).map(|(_, b)| *b));
         self.due
             .insert(name.to_string(), (Instant::now() + backoff, backoff));
         backoff
@@ -77,13 +66,13 @@ mod tests {
         let mut r = WriteRetries::default();
         assert_eq!(r.next_due(), None);
         let waits: Vec<Duration> = (0..9).map(|_| r.failed("n1")).collect();
-        assert_eq!(waits[0], RETRY_FIRST);
+        assert_eq!(waits[0], Backoff::API.first);
         assert_eq!(waits[1], Duration::from_secs(1));
-        assert_eq!(waits[8], RETRY_MAX);
+        assert_eq!(waits[8], Backoff::API.max);
         assert!(r.due_at(Instant::now()).is_empty());
-        assert_eq!(r.due_at(Instant::now() + RETRY_MAX), ["n1"]);
+        assert_eq!(r.due_at(Instant::now() + Backoff::API.max), ["n1"]);
         r.succeeded("n1");
         assert_eq!(r.next_due(), None);
-        assert_eq!(r.failed("n1"), RETRY_FIRST);
+        assert_eq!(r.failed("n1"), Backoff::API.first);
     }
 }

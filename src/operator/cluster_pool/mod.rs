@@ -192,10 +192,10 @@ mod tests {
     use kube::runtime::watcher::Event;
 
     use super::*;
+    use crate::controller::Backoff;
     use crate::ipam::Family;
     use crate::ipam::clusterpool::{NodeCidrCarver, parse_pool_list};
     use crate::operator::node_loop::WriteError;
-    use crate::operator::retry::RETRY_FIRST;
     use crate::resources::{PodCidrState, PodCidrStatus};
 
     /// The API server in memory: the CiliumNodes, the failures to answer next
@@ -363,7 +363,7 @@ mod tests {
             &memory,
             listed(&[a.clone(), b.clone()]),
             None,
-            RETRY_FIRST / 2,
+            Backoff::API.first / 2,
         )
         .await;
         assert_eq!(memory.cidrs("a"), nets(&both), "its write failed");
@@ -374,7 +374,14 @@ mod tests {
         memory.put(a.clone());
         memory.put(b.clone());
         memory.fail_once("a");
-        run_for(&mut cidrs, &memory, listed(&[a, b]), None, RETRY_FIRST * 4).await;
+        run_for(
+            &mut cidrs,
+            &memory,
+            listed(&[a, b]),
+            None,
+            Backoff::API.first * 4,
+        )
+        .await;
         assert_eq!(memory.cidrs("a"), nets(&both[..1]));
         assert_eq!(
             memory.cidrs("b"),

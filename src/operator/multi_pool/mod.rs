@@ -46,7 +46,7 @@ use super::FIELD_MANAGER;
 use super::metrics::OperatorMetrics;
 use super::node_api::ApiNodes;
 use super::node_loop;
-use super::retry::next_backoff;
+use crate::controller::Backoff;
 use crate::ipam::pooldef::PoolDef;
 use crate::k8s::discovery::{CiliumKind, resolve_waiting};
 use crate::k8s::mirror::WatchEnded;
@@ -69,7 +69,7 @@ async fn create_missing_pools(client: &kube::Client, resource: &ApiResource, poo
                     continue;
                 }
             };
-        let mut wait = next_backoff(None);
+        let mut wait = Backoff::API.next(None);
         loop {
             match api.create(&PostParams::default(), &body).await {
                 Ok(_) => tracing::info!(pool = %def.name, "created the CiliumPodIPPool"),
@@ -83,7 +83,7 @@ async fn create_missing_pools(client: &kube::Client, resource: &ApiResource, poo
                 Err(e) => {
                     tracing::warn!(pool = %def.name, error = %e, retry_in = ?wait, "creating the CiliumPodIPPool failed");
                     tokio::time::sleep(wait).await;
-                    wait = next_backoff(Some(wait));
+                    wait = Backoff::API.next(Some(wait));
                     continue;
                 }
             }

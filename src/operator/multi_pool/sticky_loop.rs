@@ -49,13 +49,14 @@ use super::sticky::{
 };
 use super::sticky_lifecycle::{StatefulSetView, StatefulSets};
 use super::sticky_writes::{Decision, NodePart, Settled};
+use crate::controller::{Backoff, sleep_until};
 use crate::ipam::pooldef::PoolDef;
 use crate::k8s::mirror::WatchEnded;
 use crate::k8s::objects::{ListError, list_pages, list_valid, node_resource, watch_nodes};
 use crate::operator::FIELD_MANAGER;
 use crate::operator::node_api::ApiNodes;
 use crate::operator::node_loop::{CONFLICTS_IN_A_ROW, ignored};
-use crate::operator::retry::{WriteRetries, next_backoff, sleep_until};
+use crate::operator::retry::WriteRetries;
 use crate::resources::{CiliumPodIPPool, NodeResource, POD_IP_POOL_KIND};
 
 /// How one pass did not go through (it is tried again after a backoff).
@@ -427,7 +428,7 @@ impl PassRetry {
                 p.watch_all
             }
             outcome => {
-                let wait = next_backoff(self.backoff);
+                let wait = Backoff::API.next(self.backoff);
                 match &outcome {
                     Err(e) => {
                         tracing::warn!(error = %e, retry_in = ?wait, "sticky addresses: pass not done")
