@@ -8,7 +8,8 @@
 //! half of its plan applied: only the writer knows which half), so the kit
 //! keeps no plan. [`run`] owns the timing ([`Timing`]): a pass
 //! [`Timing::debounce`] after a change (and at least [`Timing::min_interval`]
-//! after the one before), at each resync, and after a failed pass again with
+//! after the one before), at each resync, when the controller's own state
+//! asks ([`Controller::wake_at`]), and after a failed pass again with
 //! podnet's one exponential [`Backoff`]. The kit's timing is tested here once,
 //! on paused time; each controller tests its plan and its writes.
 
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use kube::runtime::watcher::{self, Event};
+use tokio::time::Instant;
 
 use crate::k8s::mirror::WatchEnded;
 use timing::Clock;
@@ -56,6 +58,14 @@ pub trait Controller {
         self.apply(plan)
     }
 
+    /// When the controller's own state wants a pass without a change seen (a
+    /// write it held back whose own retry is due); None: never. Each instant
+    /// wakes the loop once: one later than the last pass's start, or than the
+    /// last wake.
+    fn wake_at(&self) -> Option<Instant> {
+        None
+    }
+
     /// A pass failed; it runs again in `retry_in`. By default logged.
     fn failed(&self, error: &Self::Error, retry_in: Duration) {
         tracing::warn!(error = %error, retry_in = ?retry_in, "{} failed", Self::WHAT);
@@ -74,11 +84,16 @@ where
     let mut clock = Clock::new(timing);
     loop {
         let due = clock.due;
+        let wake = clock.wake(controller.wake_at());
         tokio::select! {
             biased;
             _ = sleep_until(due) => {}
             _ = clock.resync_tick() => {
                 clock.resynced();
+                continue;
+            }
+            _ = sleep_until(wake) => {
+                clock.woken(wake);
                 continue;
             }
             Some(input) = events.next() => {

@@ -30,6 +30,8 @@ struct Memory {
     failures: VecDeque<bool>,
     applied: Vec<(Duration, i64)>,
     checked: Vec<(Duration, i64, u32)>,
+    /// What `wake_at` answers (it never changes by itself).
+    wake: Option<Instant>,
 }
 
 impl Memory {
@@ -41,6 +43,7 @@ impl Memory {
             failures: failures.iter().copied().collect(),
             applied: Vec::new(),
             checked: Vec::new(),
+            wake: None,
         }
     }
 
@@ -88,6 +91,10 @@ impl Controller for Memory {
     async fn check(&mut self, plan: i64, resync: u32) -> Result<(), &'static str> {
         self.checked.push((self.start.elapsed(), plan, resync));
         self.outcome()
+    }
+
+    fn wake_at(&self) -> Option<Instant> {
+        self.wake
     }
 }
 
@@ -247,4 +254,22 @@ async fn a_watch_that_ends_ends_the_loop_and_ending_says_so() {
 
     let items: Vec<Option<u8>> = ending(stream::iter([1, 2])).collect().await;
     assert_eq!(items, [Some(1), Some(2), None]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wake_the_controller_asks_for_passes_once_and_one_before_the_last_pass_never() {
+    let mut m = Memory::new(&[]);
+    m.wake = Some(m.start + ms(5000));
+    let inputs = vec![(ms(0), In::Listed), (ms(100), In::Add(1))];
+    run_for(&mut m, inputs, timing(ms(0), None), ms(20_000)).await;
+    // The changes, then the wake once, though wake_at still names it.
+    assert_eq!(m.applied_at(), [ms(0), ms(100), ms(5000)]);
+
+    // A wake already taken, or not later than a pass's start, wakes nothing
+    // again (here the first, before the controller was ready).
+    let mut m = Memory::new(&[]);
+    m.wake = Some(m.start);
+    let inputs = vec![(ms(0), In::Listed), (ms(100), In::Add(1))];
+    run_for(&mut m, inputs, timing(ms(0), None), ms(1000)).await;
+    assert_eq!(m.applied_at(), [ms(0), ms(100)]);
 }

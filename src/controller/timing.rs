@@ -94,6 +94,8 @@ pub(super) struct Clock {
     retrying: bool,
     /// When the last pass began.
     last_pass: Option<Instant>,
+    /// The last wake the controller asked for that was taken.
+    last_wake: Option<Instant>,
 }
 
 impl Clock {
@@ -111,6 +113,7 @@ impl Clock {
             backoff: None,
             retrying: false,
             last_pass: None,
+            last_wake: None,
         }
     }
 
@@ -134,6 +137,19 @@ impl Clock {
             }
             None => std::future::pending().await,
         }
+    }
+
+    /// The wake to wait for of those the controller asks for: one later than
+    /// the last pass's start and the last wake taken (each wakes once).
+    pub(super) fn wake(&self, asked: Option<Instant>) -> Option<Instant> {
+        let after = self.last_pass.max(self.last_wake);
+        asked.filter(|at| after.is_none_or(|after| *at > after))
+    }
+
+    /// A wake the controller asked for came: a pass as for a change.
+    pub(super) fn woken(&mut self, at: Option<Instant>) {
+        self.last_wake = at;
+        self.changed();
     }
 
     /// A resync is due: the next pass is this one (the numbers say which

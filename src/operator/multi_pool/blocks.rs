@@ -40,6 +40,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 
+use super::sticky_writes::sticky_annotated;
 use crate::ipam::pool_operator::{
     MIGRATION_FAILED_PREFIX, PoolOperator, PoolsRefused, check_migration, migrated_allocation,
 };
@@ -63,6 +64,9 @@ pub struct ObservedNode {
     /// Annotated `ipam.cilium.io/ignore: "true"`: its blocks stay taken, nothing
     /// is carved or written for it.
     pub ignored: bool,
+    /// Annotated with a sticky-address request or answer (what the sticky
+    /// loop hears of it: [`NodeSeen`](super::sticky_writes::NodeSeen)).
+    pub sticky: bool,
 }
 
 impl From<&NodeResource> for ObservedNode {
@@ -76,6 +80,7 @@ impl From<&NodeResource> for ObservedNode {
             pod_cidrs: node.spec.ipam.pod_cidrs.clone(),
             error: node.status.ipam.operator_status.error.clone(),
             ignored: ignored(&node.metadata.annotations),
+            sticky: sticky_annotated(&node.metadata.annotations),
         }
     }
 }
@@ -483,6 +488,7 @@ mod tests {
             pod_cidrs: Vec::new(),
             error: String::new(),
             ignored: false,
+            sticky: false,
         }
     }
 

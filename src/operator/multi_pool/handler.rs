@@ -3,15 +3,17 @@
 //! as one [`NodeHandler`], so that each CiliumNode has one writer and each node
 //! one write: its `spec.ipam.pools.allocated` (carved blocks and sticky blocks
 //! together, at the resourceVersion they were planned from), its operator-status
-//! error, then its `ipam.podnet.io/sticky-status`.
+//! error, then its `ipam.podnet.io/sticky-status`. What it sees of the nodes
+//! it tells the sticky loop ([`NodeSeen`]), which has no node watch of its own.
 
 use std::collections::BTreeSet;
 
+use futures::channel::mpsc::UnboundedSender;
 use serde_json::json;
 
 use super::blocks::{NodeWrite, ObservedNode, PoolBlocks};
 use super::sticky::STICKY_STATUS;
-use super::sticky_writes::{Decision, StickyWrites, Take, with_blocks};
+use super::sticky_writes::{Decision, NodeSeen, StickyWrites, Take, with_blocks};
 use crate::ipam::pooldef::PoolDef;
 use crate::operator::metrics::OperatorMetrics;
 use crate::operator::node_api::{ApiNodes, NodeApply};
@@ -43,14 +45,26 @@ pub struct MultiPoolWrite {
 pub struct MultiPool {
     blocks: PoolBlocks,
     sticky: StickyWrites,
+    /// Where what the node loop sees of the nodes goes: the sticky loop.
+    sticky_hears: Option<UnboundedSender<NodeSeen>>,
 }
 
 impl MultiPool {
-    /// Starts from the blocks' bookkeeping as it is, with no sticky decision.
-    pub fn new(blocks: PoolBlocks) -> MultiPool {
+    /// Starts from the blocks' bookkeeping as it is, with no sticky decision,
+    /// telling the sticky loop what it sees of the nodes on `sticky_hears`.
+    pub fn new(blocks: PoolBlocks, sticky_hears: UnboundedSender<NodeSeen>) -> MultiPool {
         MultiPool {
             blocks,
             sticky: StickyWrites::default(),
+            sticky_hears: Some(sticky_hears),
+        }
+    }
+
+    /// Tells the sticky loop (once it has ended, nobody listens: the operator
+    /// ends with it).
+    fn tell_sticky(&self, seen: NodeSeen) {
+        if let Some(hears) = &self.sticky_hears {
+            let _ = hears.unbounded_send(seen);
         }
     }
 }
@@ -63,6 +77,9 @@ impl NodeHandler for MultiPool {
     /// Logs what is wrong with its blocks. Nodes waiting for room may get the
     /// blocks it gave back.
     fn upsert(&mut self, node: ObservedNode) -> Vec<String> {
+        self.tell_sticky(NodeSeen::Upserted {
+            sticky: node.sticky,
+        });
         let name = node.name.clone();
         for problem in self.blocks.observe(node) {
             tracing::error!(node = %name, "{problem}");
@@ -73,12 +90,14 @@ impl NodeHandler for MultiPool {
     }
 
     fn delete(&mut self, name: &str) -> Vec<String> {
+        self.tell_sticky(NodeSeen::Deleted);
         self.blocks.remove(name);
         self.sticky.forget(name);
         self.blocks.waiting()
     }
 
     fn relisted(&mut self, listed: &BTreeSet<String>, first: bool) -> Vec<String> {
+        self.tell_sticky(NodeSeen::Relisted);
         for gone in self
             .blocks
             .node_names()
@@ -270,6 +289,28 @@ mod tests {
         assert_eq!(rx.try_recv().unwrap(), None);
         handler.written("a", &write);
         assert_eq!(rx.try_recv().unwrap(), Some(Default::default()));
+    }
+
+    #[test]
+    fn the_sticky_loop_hears_every_node_change_and_which_are_sticky() {
+        let (hears, mut heard) = futures::channel::mpsc::unbounded();
+        let mut handler = MultiPool::new(PoolBlocks::default(), hears);
+        handler.upsert(observed("a", "5"));
+        let mut asking = observed("b", "6");
+        asking.sticky = true;
+        handler.upsert(asking);
+        handler.delete("a");
+        handler.relisted(&BTreeSet::from(["b".to_string()]), false);
+        let told: Vec<NodeSeen> = std::iter::from_fn(|| heard.try_recv().ok()).collect();
+        assert_eq!(
+            told,
+            [
+                NodeSeen::Upserted { sticky: false },
+                NodeSeen::Upserted { sticky: true },
+                NodeSeen::Deleted,
+                NodeSeen::Relisted,
+            ]
+        );
     }
 
     #[test]

@@ -159,9 +159,11 @@ pub async fn run(
         pool_changes(client.clone(), pool_resource.clone()).map(|p| p.map(Input::Pools)),
         decided.map(|d| Ok(Input::Sticky(d))),
     );
-    let mut handler = MultiPool::new(blocks);
+    // What the node loop sees of the nodes, told to the sticky loop.
+    let (sticky_hears, node_seen) = mpsc::unbounded();
+    let mut handler = MultiPool::new(blocks, sticky_hears);
     let allocator = node_loop::run(&mut handler, &writer, nodes, inputs, metrics);
-    let sticky = sticky_loop::run(client, pool_resource, &writer, decisions);
+    let sticky = sticky_loop::run(client, pool_resource, &writer, node_seen, decisions);
     tokio::select! {
         ended = allocator => ended,
         ended = sticky => ended,

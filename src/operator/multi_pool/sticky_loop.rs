@@ -1,12 +1,14 @@
 //! The leader's sticky-address loop (I/O around the rules of [`sticky`](super::sticky)),
-//! run next to the multi-pool node loop. After a change that may matter (a
+//! a controller of the kit (`controller::run`) next to the multi-pool node
+//! loop. It has no CiliumNode watch of its own: the node loop tells it what
+//! it sees of the nodes ([`NodeSeen`]). After a change that may matter (a
 //! CiliumPodIPPool changed; a CiliumNode that asks or is answered changed; any
 //! CiliumNode changed or went away while an address is moving or a record
 //! waits for its block to be given back; a StatefulSet was deleted or its
-//! replicas, ordinals or PVC retention policy changed; a pool's retry is due),
-//! it lists every CiliumPodIPPool, CiliumNode and StatefulSet afresh (a
-//! consistent read, never a cache that may lag behind its own writes), decides,
-//! and writes in this order:
+//! replicas, ordinals or PVC retention policy changed; a pool's retry is due:
+//! [`Controller::wake_at`]), it lists every CiliumPodIPPool, CiliumNode and
+//! StatefulSet afresh (a consistent read, never a cache that may lag behind
+//! its own writes), decides, and writes in this order:
 //!
 //! 1. each pool's new `ipam.podnet.io/sticky-owners` record (with its
 //!    `ipam.podnet.io/sticky-release-on-delete` notes), as a merge patch carrying
@@ -34,7 +36,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::channel::{mpsc, oneshot};
-use futures::{FutureExt, SinkExt, StreamExt};
+use futures::{SinkExt, StreamExt};
 use ipnet::IpNet;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
@@ -48,11 +50,11 @@ use super::sticky::{
     STICKY_STATUS, decide,
 };
 use super::sticky_lifecycle::{StatefulSetView, StatefulSets};
-use super::sticky_writes::{Decision, NodePart, Settled};
-use crate::controller::{Backoff, sleep_until};
+use super::sticky_writes::{Decision, NodePart, NodeSeen, Settled};
+use crate::controller::{self, Backoff, Controller, Timing, WatchItem, ending};
 use crate::ipam::pooldef::PoolDef;
 use crate::k8s::mirror::WatchEnded;
-use crate::k8s::objects::{ListError, list_pages, list_valid, node_resource, watch_nodes};
+use crate::k8s::objects::{ListError, list_pages, list_valid, node_resource};
 use crate::operator::FIELD_MANAGER;
 use crate::operator::node_api::ApiNodes;
 use crate::operator::node_loop::{CONFLICTS_IN_A_ROW, ignored};
@@ -68,6 +70,8 @@ enum PassError {
     Nodes(Vec<String>),
     #[error("the node loop ended")]
     NodeLoopEnded,
+    #[error("pools or nodes changed meanwhile {CONFLICTS_IN_A_ROW} times in a row")]
+    Conflicts,
 }
 
 /// One pool's record write that failed (that pool is tried again after its backoff).
@@ -132,38 +136,54 @@ fn read_node(node: &NodeResource) -> ReadNode {
     }
 }
 
-/// Whether a CiliumNode event may change a sticky answer (`watch_all`: an
-/// address is moving or a record waits for its block: any change may do).
-fn concerns_sticky(event: &Event<NodeResource>, watch_all: bool) -> bool {
-    let asks = |n: &NodeResource| {
-        let a = &n.metadata.annotations;
-        a.contains_key(STICKY_REQUESTS) || a.contains_key(STICKY_STATUS)
-    };
+/// Whether what the node loop saw of a node may change a sticky answer
+/// (`watch_all`: an address is moving or a record waits for its block: any
+/// change may do).
+fn concerns_sticky(seen: NodeSeen, watch_all: bool) -> bool {
+    match seen {
+        NodeSeen::Upserted { sticky } => watch_all || sticky,
+        NodeSeen::Deleted | NodeSeen::Relisted => true,
+    }
+}
+
+/// Whether a CiliumPodIPPool watch item may change a sticky answer: a pool
+/// changed or went away, or all were listed.
+fn pool_changed(item: &Result<Event<DynamicObject>, watcher::Error>) -> bool {
+    matches!(
+        item,
+        Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone)
+    )
+}
+
+/// A StatefulSet watch's event as the sticky loop keeps it.
+fn set_viewed(event: Event<StatefulSet>) -> Event<StatefulSetView> {
+    let view = |set: StatefulSet| StatefulSetView::from(&set);
     match event {
-        Event::Init | Event::InitApply(_) => false,
-        Event::InitDone | Event::Delete(_) => true,
-        Event::Apply(n) => watch_all || asks(n),
+        Event::Init => Event::Init,
+        Event::InitApply(set) => Event::InitApply(view(set)),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(set) => Event::Apply(view(set)),
+        Event::Delete(set) => Event::Delete(view(set)),
     }
 }
 
 /// Whether a StatefulSet event may release a record: it was deleted, or its
 /// replicas, ordinals or retention policy changed since `seen` (what the watch
 /// showed last, kept up to date here).
-fn set_changed(event: Event<StatefulSet>, seen: &mut BTreeMap<String, StatefulSetView>) -> bool {
+fn set_changed(
+    event: Event<StatefulSetView>,
+    seen: &mut BTreeMap<String, StatefulSetView>,
+) -> bool {
     match event {
         Event::Init => false,
-        Event::InitApply(set) => {
-            let view = StatefulSetView::from(&set);
+        Event::InitApply(view) => {
             seen.insert(view.key.clone(), view);
             false
         }
         Event::InitDone => true,
-        Event::Apply(set) => {
-            let view = StatefulSetView::from(&set);
-            seen.insert(view.key.clone(), view.clone()) != Some(view)
-        }
-        Event::Delete(set) => {
-            seen.remove(&StatefulSetView::from(&set).key);
+        Event::Apply(view) => seen.insert(view.key.clone(), view.clone()) != Some(view),
+        Event::Delete(view) => {
+            seen.remove(&view.key);
             true
         }
     }
@@ -403,123 +423,135 @@ async fn pass(
     })
 }
 
-/// The pass-level retry: when, the backoff, and the 409s in a row.
-#[derive(Default)]
-struct PassRetry {
-    at: Option<Instant>,
-    backoff: Option<Duration>,
-    conflicts: usize,
+/// What the sticky loop takes in: what the node loop saw of the nodes, and its
+/// own watches of the pools and the StatefulSets (None: it ended).
+enum StickyInput {
+    Node(Option<NodeSeen>),
+    /// Whether a pool changed ([`pool_changed`]).
+    Pool(Option<bool>),
+    Set(WatchItem<StatefulSetView>),
 }
 
-impl PassRetry {
-    /// Records a pass's outcome; returns whether every node change is looked at.
-    fn record(&mut self, outcome: Result<Passed, PassError>, watch_all: bool) -> bool {
-        let conflict = matches!(&outcome, Ok(p) if p.conflict);
-        if conflict && self.conflicts + 1 < CONFLICTS_IN_A_ROW {
+/// The plan of a pass: read everything afresh, decide, write. It is decided
+/// in the apply from that read, not from what the watches showed: a cache
+/// may lag behind the operator's own writes, and a block must never go to
+/// two nodes.
+struct ReadAfresh;
+
+/// The sticky loop as a controller of the kit.
+struct StickyAddresses<'a> {
+    client: kube::Client,
+    pool_resource: ApiResource,
+    nodes: &'a ApiNodes<'a>,
+    decisions: mpsc::Sender<Decision>,
+    /// The StatefulSets as their watch showed them last.
+    seen_sets: BTreeMap<String, StatefulSetView>,
+    /// An address is moving or a record waits for its block: every node
+    /// change is looked at.
+    watch_all: bool,
+    /// Pools whose record write failed, each with its own backoff.
+    pool_retries: WriteRetries,
+}
+
+/// A change starts a pass a tenth of a second later: what arrives together (a
+/// relist of every node) is one pass. A failed pass is tried again after the
+/// operator's backoff; a pool's failed record write after its own.
+const TIMING: Timing = Timing {
+    debounce: Duration::from_millis(100),
+    min_interval: Duration::ZERO,
+    resync: None,
+    backoff: Backoff::API,
+    changes_wait_for_backoff: false,
+};
+
+impl Controller for StickyAddresses<'_> {
+    type Input = StickyInput;
+    type Plan = ReadAfresh;
+    type Error = PassError;
+    const WHAT: &'static str = "a sticky-address pass";
+
+    fn feed(&mut self, input: StickyInput) -> Result<bool, WatchEnded> {
+        let ended = |kind: &str| WatchEnded { kind: kind.into() };
+        Ok(match input {
+            StickyInput::Node(None) => return Err(ended("CiliumNode")),
+            StickyInput::Node(Some(seen)) => concerns_sticky(seen, self.watch_all),
+            StickyInput::Pool(None) => return Err(ended(POD_IP_POOL_KIND)),
+            StickyInput::Pool(Some(changed)) => changed,
+            StickyInput::Set(None) => return Err(ended("StatefulSet")),
+            StickyInput::Set(Some(event)) => {
+                event.is_ok_and(|e| set_changed(e, &mut self.seen_sets))
+            }
+        })
+    }
+
+    /// Each pass reads everything afresh: it needs no watch listed.
+    fn ready(&self) -> bool {
+        true
+    }
+
+    async fn plan(&mut self) -> Option<ReadAfresh> {
+        Some(ReadAfresh)
+    }
+
+    /// A pass; one that finds a pool or a node changed since it was read
+    /// reads again at once, up to [`CONFLICTS_IN_A_ROW`] times in a row.
+    async fn apply(&mut self, _: ReadAfresh) -> Result<(), PassError> {
+        for _ in 0..CONFLICTS_IN_A_ROW {
+            let passed = pass(
+                &self.client,
+                &self.pool_resource,
+                self.nodes,
+                &mut self.pool_retries,
+                &mut self.decisions,
+            )
+            .await?;
+            self.watch_all = passed.watch_all;
+            if !passed.conflict {
+                return Ok(());
+            }
             tracing::debug!("sticky addresses: changed meanwhile; reading again");
-            self.conflicts += 1;
-            self.at = Some(Instant::now());
-            return outcome.map_or(watch_all, |p| p.watch_all);
         }
-        self.conflicts = 0;
-        match outcome {
-            Ok(p) if !p.conflict => {
-                *self = PassRetry::default();
-                p.watch_all
-            }
-            outcome => {
-                let wait = Backoff::API.next(self.backoff);
-                match &outcome {
-                    Err(e) => {
-                        tracing::warn!(error = %e, retry_in = ?wait, "sticky addresses: pass not done")
-                    }
-                    Ok(_) => {
-                        tracing::warn!(retry_in = ?wait, "sticky addresses: pools or nodes changed meanwhile {CONFLICTS_IN_A_ROW} times in a row")
-                    }
-                }
-                self.backoff = Some(wait);
-                self.at = Some(Instant::now() + wait);
-                outcome.map_or(watch_all, |p| p.watch_all)
-            }
-        }
+        Err(PassError::Conflicts)
+    }
+
+    /// A pool whose record write failed is tried again when its backoff ends.
+    fn wake_at(&self) -> Option<Instant> {
+        self.pool_retries.next_due()
     }
 }
 
-/// Runs until a watch ends (they do not while the API server can be retried).
+/// Runs until a watch ends (they do not while the API server can be retried)
+/// or the node loop does (`node_seen` closes).
 pub async fn run(
     client: kube::Client,
     pool_resource: ApiResource,
     nodes: &ApiNodes<'_>,
-    mut decisions: mpsc::Sender<Decision>,
+    node_seen: mpsc::UnboundedReceiver<NodeSeen>,
+    decisions: mpsc::Sender<Decision>,
 ) -> WatchEnded {
-    // Fused: a watch that ended says so again instead of being polled after its end.
-    let mut node_events = watch_nodes(nodes.api(), watcher::Config::default()).fuse();
     let pool_api: Api<DynamicObject> = Api::all_with(client.clone(), &pool_resource);
-    let mut pool_events = watcher::watcher(pool_api, watcher::Config::default())
-        .default_backoff()
-        .boxed()
-        .fuse();
+    let pools = watcher::watcher(pool_api, watcher::Config::default()).default_backoff();
     let set_api: Api<StatefulSet> = Api::all(client.clone());
-    let mut set_events = watcher::watcher(set_api, watcher::Config::default())
-        .default_backoff()
-        .boxed()
-        .fuse();
-    let mut seen_sets = BTreeMap::new();
-    let mut watch_all = false;
-    let mut retry = PassRetry::default();
-    // Pools whose record write failed, each with its own backoff.
-    let mut pool_retries = WriteRetries::default();
-    loop {
-        let due = [retry.at, pool_retries.next_due()]
-            .into_iter()
-            .flatten()
-            .min();
-        let mut wanted = tokio::select! {
-            event = node_events.next() => match event {
-                None => return WatchEnded { kind: "CiliumNode".into() },
-                Some(Ok(e)) => concerns_sticky(&e, watch_all),
-                Some(Err(_)) => false,
-            },
-            event = pool_events.next() => match event {
-                None => return WatchEnded { kind: POD_IP_POOL_KIND.into() },
-                Some(Ok(Event::Init | Event::InitApply(_))) | Some(Err(_)) => false,
-                Some(Ok(_)) => true,
-            },
-            event = set_events.next() => match event {
-                None => return WatchEnded { kind: "StatefulSet".into() },
-                Some(Ok(e)) => set_changed(e, &mut seen_sets),
-                Some(Err(_)) => false,
-            },
-            _ = sleep_until(due) => true,
-        };
-        // The events that have already arrived are taken together.
-        while let Some(Some(event)) = node_events.next().now_or_never() {
-            wanted |= matches!(event, Ok(e) if concerns_sticky(&e, watch_all));
-        }
-        while let Some(Some(event)) = pool_events.next().now_or_never() {
-            wanted |= matches!(
-                event,
-                Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone)
-            );
-        }
-        while let Some(Some(event)) = set_events.next().now_or_never() {
-            if let Ok(e) = event {
-                wanted |= set_changed(e, &mut seen_sets);
-            }
-        }
-        if !wanted {
-            continue;
-        }
-        let outcome = pass(
-            &client,
-            &pool_resource,
-            nodes,
-            &mut pool_retries,
-            &mut decisions,
-        )
-        .await;
-        watch_all = retry.record(outcome, watch_all);
-    }
+    let sets = watcher::watcher(set_api, watcher::Config::default()).default_backoff();
+    let inputs = futures::stream::select_all([
+        ending(node_seen).map(StickyInput::Node).boxed(),
+        ending(pools.map(|item| pool_changed(&item)))
+            .map(StickyInput::Pool)
+            .boxed(),
+        ending(sets.map(|item| item.map(set_viewed)))
+            .map(StickyInput::Set)
+            .boxed(),
+    ]);
+    let mut sticky = StickyAddresses {
+        client,
+        pool_resource,
+        nodes,
+        decisions,
+        seen_sets: BTreeMap::new(),
+        watch_all: false,
+        pool_retries: WriteRetries::default(),
+    };
+    controller::run(&mut sticky, inputs, TIMING).await
 }
 
 #[cfg(test)]
@@ -695,34 +727,34 @@ mod tests {
             .unwrap()
         };
         let mut seen = BTreeMap::new();
-        assert!(!set_changed(Event::InitApply(set(2)), &mut seen));
+        assert!(!set_changed(
+            set_viewed(Event::InitApply(set(2))),
+            &mut seen
+        ));
         assert!(set_changed(Event::InitDone, &mut seen));
         let mut status_only = set(2);
         status_only.status = None;
-        assert!(!set_changed(Event::Apply(status_only), &mut seen));
-        assert!(set_changed(Event::Apply(set(1)), &mut seen));
-        assert!(set_changed(Event::Delete(set(1)), &mut seen));
+        assert!(!set_changed(
+            set_viewed(Event::Apply(status_only)),
+            &mut seen
+        ));
+        assert!(set_changed(set_viewed(Event::Apply(set(1))), &mut seen));
+        assert!(set_changed(set_viewed(Event::Delete(set(1))), &mut seen));
         assert!(seen.is_empty());
     }
 
     #[test]
     fn only_node_changes_that_may_change_an_answer_start_a_pass() {
-        let plain = || Event::Apply(node(&[]));
-        let asks = || Event::Apply(node(&[(STICKY_REQUESTS, "{}")]));
-        let answered = || Event::Apply(node(&[(STICKY_STATUS, "{}")]));
-        assert!(!concerns_sticky(&plain(), false));
+        let plain = NodeSeen::Upserted { sticky: false };
+        let sticky = NodeSeen::Upserted { sticky: true };
+        assert!(!concerns_sticky(plain, false));
         assert!(
-            concerns_sticky(&plain(), true),
+            concerns_sticky(plain, true),
             "a block may have been given back"
         );
-        assert!(concerns_sticky(&asks(), false));
-        assert!(concerns_sticky(&answered(), false));
-        assert!(concerns_sticky(&Event::Delete(node(&[])), false));
-        assert!(concerns_sticky(&Event::InitDone, false));
-        assert!(!concerns_sticky(
-            &Event::InitApply(node(&[(STICKY_REQUESTS, "{}")])),
-            true
-        ));
+        assert!(concerns_sticky(sticky, false));
+        assert!(concerns_sticky(NodeSeen::Deleted, false));
+        assert!(concerns_sticky(NodeSeen::Relisted, false));
     }
 
     #[test]

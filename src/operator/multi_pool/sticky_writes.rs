@@ -7,17 +7,37 @@
 //! each node's part into that node's one write; once every node of the decision
 //! is written, refused, failed or gone, the [`Settled`] outcome goes back to
 //! the sticky loop, which waits for it before it reads again: one decision at a
-//! time, so a block is never on two nodes.
+//! time, so a block is never on two nodes. The other way, the handler tells the
+//! sticky loop what it saw of the CiliumNodes ([`NodeSeen`]): the one node
+//! watch serves both.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::channel::oneshot;
 use ipnet::IpNet;
 
-use super::sticky::add_block;
+use super::sticky::{STICKY_REQUESTS, STICKY_STATUS, add_block};
 
 use crate::operator::node_loop::{Refusal, older};
 use crate::resources::AllocatedPool;
+
+/// What the node loop saw of a CiliumNode, told to the sticky loop (which
+/// reads everything afresh when it may change an answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeSeen {
+    /// A node was added or changed; `sticky`: it is annotated with a
+    /// sticky-address request or answer.
+    Upserted { sticky: bool },
+    /// A node went away.
+    Deleted,
+    /// Every node was listed again (any may have gone).
+    Relisted,
+}
+
+/// Whether a CiliumNode's annotations hold a sticky-address request or answer.
+pub fn sticky_annotated(annotations: &BTreeMap<String, String>) -> bool {
+    annotations.contains_key(STICKY_REQUESTS) || annotations.contains_key(STICKY_STATUS)
+}
 
 /// One node's part of a decision.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
