@@ -13,6 +13,10 @@
 #   partition node-I                node-I cut off from the fabric (the fabric's
 #                                   port of its link set down: no carrier on its eth0)
 #   heal node-I                     ... and joined to it again
+#   kill node-I daemon|operator     SIGKILL to node-I's podnet agent (`podnet daemon`)
+#                                   or operator processes, found in its cgroups
+#   fill-run node-I                 node-I's /run/podnet filled up (ENOSPC)
+#   free-run node-I                 ... and what fill-run wrote removed
 #
 # /run/podnet of every node is a tmpfs of RUN_PODNET_SIZE (a node's /run is one),
 # so that filling it ends in ENOSPC as on a real node, and a power cut wipes it.
@@ -111,4 +115,65 @@ run_podnet_tmpfs() {
 drop_run_podnet_tmpfs() {
     local at="$DIR/nodes/$1/fs/run/podnet"
     ! mountpoint -q "$at" || umount "$at" || umount -l "$at" || die "cannot unmount $at"
+}
+
+# running_node COMMAND NODE: NODE's index in the running cluster (no lock:
+# kill, fill-run and free-run change no process or namespace of the cluster's).
+running_node() {
+    [ "$(id -u)" = 0 ] || die "needs root"
+    [ -f "$MARKER" ] || die "no cluster is running (scripts/cluster start)"
+    # shellcheck disable=SC2034 # node_index (scripts/cluster) reads it
+    NODES=$(cat "$DIR/nodes-count")
+    node_index "$1" "$2"
+}
+
+# node_podnet_pids NODE ROLE: the PIDs of NODE's processes (its cgroups) whose
+# argv begins `/usr/local/bin/podnet ROLE`.
+node_podnet_pids() {
+    local pid argv
+    while read -r pid; do
+        mapfile -d '' -t argv 2> /dev/null < "/proc/$pid/cmdline" || continue
+        [ "${argv[0]:-}" != /usr/local/bin/podnet ] || [ "${argv[1]:-}" != "$2" ] || printf '%s\n' "$pid"
+    done < <(find "/sys/fs/cgroup/pids/$CGROUP/$1" -name cgroup.procs -exec cat {} + 2> /dev/null)
+}
+
+cmd_kill() {
+    local node=${1:-} role=${2:-} pids pid
+    running_node kill "$node" > /dev/null
+    case "$role" in
+        daemon | operator) ;;
+        *) die "usage: scripts/cluster kill node-I daemon|operator" ;;
+    esac
+    pids="$(node_podnet_pids "$node" "$role" | tr '\n' ' ')"
+    [ -n "$pids" ] || { say "$node: no podnet $role runs"; return 0; }
+    for pid in $pids; do kill -KILL "$pid" 2> /dev/null || true; done
+    say "$node: SIGKILL to podnet $role (PID ${pids% })"
+}
+
+# run_fill NODE: the file fill-run writes into NODE's /run/podnet (which must be
+# mounted: on a node that is off, the path is the bare directory on the host's disk).
+run_fill() {
+    local at="$DIR/nodes/$1/fs/run/podnet"
+    mountpoint -q "$at" || die "$1 is off: its /run/podnet is not mounted (scripts/cluster boot $1)"
+    printf '%s' "$at/filled-by-scripts-cluster"
+}
+
+cmd_fill_run() {
+    local node=${1:-} file err
+    running_node fill-run "$node" > /dev/null
+    file="$(run_fill "$node")"
+    if err="$(dd if=/dev/zero of="$file" bs=1M 2>&1)"; then
+        die "$node: /run/podnet took $(du -h "$file" | cut -f1) without filling up"
+    fi
+    case "$err" in
+        *"No space left"*) say "$node: /run/podnet full (ENOSPC; scripts/cluster free-run $node frees it)" ;;
+        *) die "$node: filling /run/podnet failed: ${err##*$'\n'}" ;;
+    esac
+}
+
+cmd_free_run() {
+    local node=${1:-}
+    running_node free-run "$node" > /dev/null
+    rm -f "$(run_fill "$node")"
+    say "$node: /run/podnet freed"
 }

@@ -7,8 +7,6 @@ fault that checks a promise itself (the policy table back after it was deleted)
 records a break in `violation`, which the invariants count."""
 
 import json
-import os
-import subprocess
 import threading
 import time
 
@@ -22,7 +20,6 @@ CONFIG = "podnet-config"
 # node gets three times that.
 TABLE_BACK_WITHIN = 90
 LEASE = "podnet-operator-resource-lock"
-FILL = "soak-fill"
 
 
 class Fault:
@@ -138,19 +135,21 @@ class Faults:
         self.expect(*up)
 
     def expect(self, *args):
+        """scripts/cluster ARGS, which must succeed; returns its last line (what
+        it did), without the `==> `."""
         code, out = self.locked_script(*args)
         if code != 0:
             raise RuntimeError(f"scripts/cluster {' '.join(args)}: exit {code}: {out.strip()[-300:]}")
+        lines = out.strip().splitlines()
+        return lines[-1].removeprefix("==> ") if lines else ""
 
     # --- the kinds ------------------------------------------------------------
     def agent_kill(self, node, params):
         if params["burst"]:
             self.churn.burst()
             time.sleep(params["delay"])
-        pids = self.cluster.node_process(node, "/usr/local/bin/podnet", "daemon")
-        for pid in pids:
-            os.kill(pid, 9)
-        return f"SIGKILL to the agent (PID {pids})" + (" during an ADD burst" if params["burst"] else "")
+        did = self.expect("kill", node, "daemon")
+        return did + (" during an ADD burst" if params["burst"] else "")
 
     def reboot(self, node, _params):
         self.expect("reboot", node)
@@ -182,27 +181,16 @@ class Faults:
         node = ((pod or {}).get("spec") or {}).get("nodeName")
         if not node:
             return f"the leader {holder} has no node"
-        pids = self.cluster.node_process(node, "/usr/local/bin/podnet", "operator")
-        for pid in pids:
-            os.kill(pid, 9)
-        return f"SIGKILL to the leader {holder} on {node} (PID {pids})"
+        return f"the leader {holder}: " + self.expect("kill", node, "operator")
 
     def partition(self, node, params):
         self.held(("partition", node), ("heal", node), params["hold"])
         return f"cut off from the fabric for {params['hold']:.0f} s"
 
     def enospc(self, node, params):
-        path = os.path.join(self.cluster.run_podnet_dir(node), FILL)
-        out = subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M"], capture_output=True,
-                             text=True, check=False)
-        full = "No space left" in out.stderr
         hold = params["hold"] / 2
-        time.sleep(hold)
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
-        return f"/run/podnet filled ({'ENOSPC' if full else out.stderr.strip()[-120:]}) for {hold:.0f} s, then freed"
+        self.held(("fill-run", node), ("free-run", node), hold)
+        return f"/run/podnet filled (ENOSPC) for {hold:.0f} s, then freed"
 
     def rollout_restart(self, _node, _params):
         outcomes = []
