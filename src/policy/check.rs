@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use super::render::{FORWARD_CHAIN, TABLE};
+use super::state::{FORWARD_CHAIN, TABLE};
 use crate::nft;
 
 /// One thing of the table the check compares.

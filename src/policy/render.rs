@@ -24,18 +24,11 @@ use std::fmt::Write;
 use super::check::{self, Part};
 
 use super::state::{
-    ChainKey, Diff, Direction, Element, PeerMatch, PortMatch, ROUTER_SET, Rule, Set, SetKind, State,
+    ChainKey, Diff, Direction, EGRESS_MAP, Element, FAMILY, FORWARD_CHAIN, INGRESS_MAP, PeerMatch,
+    PortMatch, ROUTER_SET, Rule, Set, SetKind, State, TABLE,
 };
 use crate::ipam::Family;
 
-/// The table's family and name.
-pub const FAMILY: &str = "inet";
-pub const TABLE: &str = "podnet_policy";
-/// The verdict maps from host link to chain.
-pub const INGRESS_MAP: &str = "ingress_pods";
-pub const EGRESS_MAP: &str = "egress_pods";
-/// The base chain, on the forward hook.
-pub const FORWARD_CHAIN: &str = "forward";
 const FAMILIES: [Family; 2] = [Family::V4, Family::V6];
 
 /// The script that replaces podnet's policy table with `state`.

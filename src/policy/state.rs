@@ -14,6 +14,15 @@ use ipnet::IpNet;
 use super::view::Protocol;
 use crate::ipam::Family;
 
+/// The table's family and name.
+pub const FAMILY: &str = "inet";
+pub const TABLE: &str = "podnet_policy";
+/// The verdict maps from host link to chain.
+pub const INGRESS_MAP: &str = "ingress_pods";
+pub const EGRESS_MAP: &str = "egress_pods";
+/// The base chain, on the forward hook.
+pub const FORWARD_CHAIN: &str = "forward";
+
 /// The set of this node's own addresses (traffic from them is allowed).
 pub const NODE_SET: &str = "node";
 /// The set of every node's router address, which an ingress `ipBlock` judges

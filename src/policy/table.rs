@@ -4,8 +4,9 @@
 //! to compare with the state last written.
 
 use super::check::{self, Depth, Found};
-use super::render::{self, EGRESS_MAP, FAMILY, FORWARD_CHAIN, INGRESS_MAP, TABLE};
+use super::render;
 use super::state::{Diff, State};
+use super::state::{EGRESS_MAP, FAMILY, FORWARD_CHAIN, INGRESS_MAP, TABLE};
 use crate::nft::{self, NftError};
 
 /// A script nft did not apply (the table is as it was).

@@ -4,7 +4,8 @@ use serde_json::json;
 
 use super::*;
 use crate::policy::fixtures::ip;
-use crate::policy::render::{self, FAMILY};
+use crate::policy::render;
+use crate::policy::state::FAMILY;
 use crate::policy::state::{
     ChainKey, Direction, Element, PeerMatch, PortMatch, Rule, Set, SetKind, State,
 };

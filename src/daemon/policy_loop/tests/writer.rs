@@ -252,7 +252,7 @@ fn a_deleted_table_is_installed_again_at_the_next_resync_not_before_and_an_intac
 #[test]
 fn a_table_deleted_in_the_kernel_is_back_after_the_next_checked_pass() {
     use crate::datapath::tests::{in_private_netns, root};
-    use crate::policy::render::{FAMILY, TABLE};
+    use crate::policy::state::{FAMILY, TABLE};
     if !root("a_table_deleted_in_the_kernel_is_back_after_the_next_checked_pass") {
         return;
     }
