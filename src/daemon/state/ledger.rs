@@ -818,6 +818,41 @@ mod tests {
         assert_eq!(l.finish_teardown_ops(&td.key, 100), None);
     }
 
+    /// A teardown as the journal holds it (meta `teardown/…`), written by
+    /// earlier daemons: a restart reads it back, and a new one is written alike.
+    const JOURNALED_TEARDOWN: &str = r#"{"key":"teardown/c-ns/a:eth0","links":[{"name":"lxc1a2b3c4d5e6","index":7}],"ips":["10.0.0.2"]}"#;
+
+    #[test]
+    fn a_journaled_teardown_restores_and_is_written_in_the_same_shape() {
+        let dir = TestDir::new("ledger");
+        let mut l = ledger(&dir, 0);
+        let key = "teardown/c-ns/a:eth0".to_string();
+        run(
+            &mut l,
+            vec![JournalOp::PutMeta {
+                key: key.clone(),
+                value: serde_json::from_str(JOURNALED_TEARDOWN).unwrap(),
+            }],
+        );
+        drop(l);
+        let (journal, snapshot) = Journal::open(&journal_in(&dir)).unwrap();
+        let mut l = Ledger::new(journal, Duration::ZERO);
+        l.load(Allocations::loader().finish(), snapshot);
+        let td = l
+            .teardowns()
+            .next()
+            .expect("the teardown is restored")
+            .clone();
+        assert_eq!(td.key, key);
+        assert_eq!(td.ips, [ip("10.0.0.2")]);
+        assert_eq!(td.links.len(), 1);
+        assert_eq!(
+            (td.links[0].name.as_str(), td.links[0].index),
+            ("lxc1a2b3c4d5e6", 7)
+        );
+        assert_eq!(serde_json::to_string(&td).unwrap(), JOURNALED_TEARDOWN);
+    }
+
     #[test]
     fn an_attachment_is_released_with_its_endpoint() {
         let dir = TestDir::new("ledger");
