@@ -44,12 +44,21 @@ pub const JOURNAL_UNAVAILABLE: &str = "cannot record the change durably";
 /// an error: the kernel could not be asked).
 pub type HostLinkMarker<'a> = dyn Fn(&str) -> Result<Option<LinkMarker>, DeviceError> + 'a;
 
-/// A DEL's host links the daemon deletes before it releases the addresses.
+/// A DEL's host links the daemon deletes before it releases the addresses
+/// (journaled as meta `teardown/…`: the field names are the journal's).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Teardown {
     pub key: String,
-    pub links: Vec<crate::api::models::LinkRef>,
+    pub links: Vec<TeardownLink>,
     pub ips: Vec<IpAddr>,
+}
+
+/// A host link a teardown deletes: its index, and the name it must still have
+/// (an index a newer link reused is left alone).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TeardownLink {
+    pub name: String,
+    pub index: u32,
 }
 
 /// What applying committed ops changed outside the ledger's own maps.
@@ -845,10 +854,12 @@ mod tests {
             .clone();
         assert_eq!(td.key, key);
         assert_eq!(td.ips, [ip("10.0.0.2")]);
-        assert_eq!(td.links.len(), 1);
         assert_eq!(
-            (td.links[0].name.as_str(), td.links[0].index),
-            ("lxc1a2b3c4d5e6", 7)
+            td.links,
+            [TeardownLink {
+                name: "lxc1a2b3c4d5e6".into(),
+                index: 7
+            }]
         );
         assert_eq!(serde_json::to_string(&td).unwrap(), JOURNALED_TEARDOWN);
     }

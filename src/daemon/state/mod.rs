@@ -67,6 +67,7 @@ pub use effects::{StaleLink, Timer, TimerKind};
 pub use error::{ApiError, ErrorKind};
 pub use ledger::{
     HOLD_UNTIL_TEARDOWN, HostLinkMarker, JOURNAL_UNAVAILABLE, TEARDOWN_PREFIX, Teardown,
+    TeardownLink,
 };
 pub use node_sync::NODE_META_KEY;
 pub use pools::{MultiPoolSettings, PoolingMode};
