@@ -63,6 +63,7 @@ use effects::Effects;
 use ledger::{Applied, Ledger};
 use node_sync::NodeSync;
 
+pub use cidr_view::NodeCidr;
 pub use effects::{StaleLink, Timer, TimerKind};
 pub use error::{ApiError, ErrorKind};
 pub use ledger::{

@@ -1,6 +1,7 @@
 //! Read-only views of the state: `GET /v1/config`, `GET /v1/healthz` (Cilium's
 //! status shape plus podnet's per-range, cooling and restore figures) and endpoints.
 
+use super::super::answers;
 use super::super::metrics::{CapacityLabels, FamilyLabels, Metrics, OutcomeLabels};
 use super::leaks::pod_of_owner;
 use super::{ApiError, ErrorKind, IpamState};
@@ -222,7 +223,7 @@ impl IpamState {
             .filter_map(|family| self.family_status(*family, brief, &operator_error, &mut ipam))
             .collect();
         ipam.status = lines.join(", ");
-        ipam.pod_cidrs = self.pod_cidr_lines();
+        ipam.pod_cidrs = answers::cidrs::pod_cidr_lines(&self.node_cidrs());
         if !brief {
             self.add_address_owners(now, &mut ipam);
         }
