@@ -3,3 +3,4 @@
 //! (the routes call the state, then these). The state itself knows no wire type.
 
 pub mod cidrs;
+pub mod config_check;

@@ -378,9 +378,10 @@ impl IpamState {
     /// out), a warning an `Ok` state a `Warning`; the message names each by option
     /// and reason.
     fn add_config_check(&self, status: &mut StatusResponse) {
-        let Some(check) = self.config_check_status() else {
+        let Some((verdict, facts)) = self.config_check() else {
             return;
         };
+        let check = answers::config_check::config_check_status(verdict, facts);
         let named = |severity: &str| {
             check
                 .findings
