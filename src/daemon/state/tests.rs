@@ -133,6 +133,21 @@ impl Setup {
         }
     }
 
+    /// delegated-plugin, IPv4 only, the router 169.254.0.1.
+    fn delegated_plugin() -> Setup {
+        let mut cfg = state_config(
+            IpamMode::DelegatedPlugin,
+            vec![Family::V4],
+            PoolingMode::HostScope,
+        );
+        cfg.fixed_routers.insert(Family::V4, addr("169.254.0.1"));
+        Setup {
+            cfg,
+            mode: EmbeddedMode::Delegated,
+            pools: Vec::new(),
+        }
+    }
+
     fn cooldown(mut self, d: Duration) -> Setup {
         self.cfg.cooldown = d;
         self
@@ -602,18 +617,7 @@ fn the_allocation_answer_carries_the_configuration() {
 #[test]
 fn delegated_plugin_mode_refuses_to_allocate_with_its_configuration() {
     let dir = TestDir::new("state");
-    let mut cfg = state_config(
-        IpamMode::DelegatedPlugin,
-        vec![Family::V4],
-        PoolingMode::HostScope,
-    );
-    cfg.fixed_routers.insert(Family::V4, addr("169.254.0.1"));
-    let setup = Setup {
-        cfg,
-        mode: EmbeddedMode::Delegated,
-        pools: Vec::new(),
-    };
-    let mut s = start(&dir, &setup);
+    let mut s = start(&dir, &Setup::delegated_plugin());
     let e = s.allocate_next(&pod("c1")).unwrap_err();
     assert_eq!(
         (e.kind, e.reason),
@@ -639,18 +643,7 @@ fn delegated_plugin_mode_refuses_to_allocate_with_its_configuration() {
 #[test]
 fn the_policy_loop_knows_delegated_plugin_pods_by_their_endpoints() {
     let dir = TestDir::new("state");
-    let mut cfg = state_config(
-        IpamMode::DelegatedPlugin,
-        vec![Family::V4],
-        PoolingMode::HostScope,
-    );
-    cfg.fixed_routers.insert(Family::V4, addr("169.254.0.1"));
-    let setup = Setup {
-        cfg,
-        mode: EmbeddedMode::Delegated,
-        pools: Vec::new(),
-    };
-    let mut s = start(&dir, &setup);
+    let mut s = start(&dir, &Setup::delegated_plugin());
     let mut req = endpoint_for("c1", &IpamResponse::default());
     req.addressing.ipv4 = "10.99.0.5".into();
     req.datapath_configuration.external_ipam = true;

@@ -110,18 +110,7 @@ fn golden_the_explain_answer() {
 #[test]
 fn golden_the_configuration_of_a_delegated_plugin_refusal() {
     let dir = TestDir::new("state");
-    let mut cfg = state_config(
-        IpamMode::DelegatedPlugin,
-        vec![Family::V4],
-        PoolingMode::HostScope,
-    );
-    cfg.fixed_routers.insert(Family::V4, addr("169.254.0.1"));
-    let setup = Setup {
-        cfg,
-        mode: EmbeddedMode::Delegated,
-        pools: Vec::new(),
-    };
-    let mut s = start(&dir, &setup);
+    let mut s = start(&dir, &Setup::delegated_plugin());
     let e = s.allocate_next(&pod("c1")).unwrap_err();
     let config = e.config.expect("the configuration comes along");
     assert_eq!(
