@@ -4,3 +4,4 @@
 
 pub mod cidrs;
 pub mod config_check;
+pub mod restore;

@@ -204,7 +204,7 @@ impl IpamState {
         let mut ipam = IpamStatus {
             mode: self.cfg.ipam_mode.to_string(),
             node_name: self.cfg.node_name.clone(),
-            restore: self.restore_report.clone(),
+            restore: answers::restore::restore_status(&self.restore_report),
             datapath: self.cfg.datapath_mode.to_string(),
             journal: self.ledger.journal().path().display().to_string(),
             default_pool: if self.is_multi_pool() {
