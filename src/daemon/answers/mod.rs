@@ -4,4 +4,5 @@
 
 pub mod cidrs;
 pub mod config_check;
+pub mod explain;
 pub mod restore;

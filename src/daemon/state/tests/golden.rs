@@ -4,6 +4,7 @@
 //! zeroed where the answer carries the clock.
 
 use super::*;
+use crate::daemon::answers;
 use crate::ipam::cidr_depletion::DepletionRules;
 
 /// `GET /v1/healthz`'s `ipam.pod-cidrs` of a cluster-pool node with a second CIDR.
@@ -83,16 +84,16 @@ fn golden_the_explain_answer() {
     let mut s = start(&dir, &Setup::dual());
     let resp = s.allocate_next(&pod("c1")).unwrap();
     s.create_endpoint(&endpoint_for("c1", &resp)).unwrap();
-    s.cni_report(&CniReport {
-        verb: "ADD".into(),
-        container_id: "c1".into(),
-        ifname: "eth0".into(),
-        owner: "ns/c1".into(),
-        reason: "datapath".into(),
-        error: "creating lxc1: File exists".into(),
-        ..Default::default()
+    s.cni_report(PluginReport {
+        verb: "ADD",
+        container_id: "c1",
+        ifname: "eth0",
+        owner: "ns/c1",
+        phases: &BTreeMap::new(),
+        reason: "datapath",
+        error: "creating lxc1: File exists",
     });
-    let mut answer = s.explain("ns/c1");
+    let mut answer = answers::explain::explain_response("ns/c1", s.explain("ns/c1"));
     for a in &mut answer.addresses {
         a.allocated_at_ms = 0;
     }
