@@ -1,6 +1,6 @@
-//! cluster-pool: each of the node's CIDRs as `podnet status` shows it, with the
-//! agent's verdict (`status.ipam.pod-cidrs`, `ipam::cidr_depletion`) and why,
-//! in words.
+//! cluster-pool: each of the node's CIDRs with its use, the agent's verdict
+//! (`ipam::cidr_depletion`) and why, in words: what `podnet status` shows
+//! (`status.ipam.pod-cidrs`, built by `daemon::answers::cidrs`).
 
 use ipnet::IpNet;
 
