@@ -11,8 +11,7 @@ use std::path::Path;
 use ipnet::IpNet;
 
 use super::device_error::{DeviceError, failed};
-use super::state::{KernelLink, KernelView, StaleLink};
-use crate::api::models::LinkRef;
+use super::state::{KernelLink, KernelView, StaleLink, TeardownLink};
 use crate::datapath::link_marker::LinkMarker;
 use crate::datapath::{
     IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname, write_sysctl_in,
@@ -200,7 +199,7 @@ pub fn prune_pod_rules(stale: impl Fn(IpAddr) -> bool) {
 
 /// Deletes links by index, each only if it still has its recorded name (an index
 /// reused by a newer link is left alone). Missing links count as deleted.
-pub fn delete_links_checked(links: &[LinkRef]) -> Result<(), DeviceError> {
+pub fn delete_links_checked(links: &[TeardownLink]) -> Result<(), DeviceError> {
     let sock = NetlinkSocket::new().map_err(failed("link teardown"))?;
     for l in links {
         match sock.link_by_index(l.index) {

@@ -37,7 +37,6 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use super::config::IpamMode;
-use crate::api::models::{ConfigCheckStatus, ConfigFinding};
 use crate::ipam::Family;
 use crate::ipam::clusterpool::{ClusterPoolError, MaskMisfit, OPT_IPV4_CIDR, OPT_IPV6_CIDR};
 use crate::node::{ConfigFit, NodeFacts, ServiceRange};
@@ -328,32 +327,6 @@ impl Verdict {
             fits,
             reason: reason.into(),
             message,
-        }
-    }
-
-    /// The verdict and the facts it was made on, for `podnet status`.
-    pub fn status(&self, facts: &NodeFacts) -> ConfigCheckStatus {
-        ConfigCheckStatus {
-            fits: self.fits(),
-            internal_ips: facts.internal_ips.iter().map(IpAddr::to_string).collect(),
-            service_cidrs: match &facts.service_range {
-                ServiceRange::Known(cidrs) => cidrs.iter().map(IpNet::to_string).collect(),
-                ServiceRange::Unknown(_) => Vec::new(),
-            },
-            service_range_unknown: match &facts.service_range {
-                ServiceRange::Known(_) => String::new(),
-                ServiceRange::Unknown(why) => why.clone(),
-            },
-            findings: self
-                .mismatches
-                .iter()
-                .map(|m| ConfigFinding {
-                    severity: m.severity().as_str().into(),
-                    option: m.option().into(),
-                    reason: m.reason().into(),
-                    message: m.to_string(),
-                })
-                .collect(),
         }
     }
 
@@ -1090,23 +1063,5 @@ mod tests {
             ]
         );
         assert_eq!(v.condition().reason, "NodeWithoutIPv6");
-    }
-
-    #[test]
-    fn the_status_lists_the_facts_and_every_finding() {
-        let f = facts(&["10.0.0.1"], None);
-        let s = judge(DUAL, IpamMode::ClusterPool, NATIVE, NO_MISFIT, "n1", &f).status(&f);
-        assert!(!s.fits);
-        assert_eq!(s.internal_ips, ["10.0.0.1"]);
-        assert!(s.service_cidrs.is_empty());
-        assert_eq!(s.service_range_unknown, "not served");
-        assert_eq!(s.findings.len(), 1);
-        assert_eq!(
-            (
-                s.findings[0].severity.as_str(),
-                s.findings[0].option.as_str()
-            ),
-            ("error", "enable-ipv6")
-        );
     }
 }

@@ -24,8 +24,9 @@ use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use serde::Serialize;
 
 use super::Daemon;
+use super::answers;
 use super::leak_check::LeakCheckError;
-use super::state::{AllocateRequest, ApiError, ErrorKind};
+use super::state::{AllocateRequest, ApiError, ErrorKind, PluginReport};
 use crate::api::http::{NotUtf8, ascii_json, decode_component, parse_query};
 use crate::api::models::{
     CONFIG_HEADER, CniReport, DaemonConfigurationStatus, EndpointBatchDeleteRequest,
@@ -529,16 +530,30 @@ async fn cni_report(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> 
     let report: CniReport = call.json(validate::report)?;
     daemon.with_state_in_place(move |s| {
         s.bind_wired(&report)?;
-        s.cni_report(&report);
+        s.cni_report(plugin_report(&report));
         Ok(())
     })?;
     Ok(json_reply(200, &serde_json::Value::Null))
 }
 
+/// The plugin's report as the state takes it.
+fn plugin_report(report: &CniReport) -> PluginReport<'_> {
+    PluginReport {
+        verb: &report.verb,
+        container_id: &report.container_id,
+        ifname: &report.ifname,
+        owner: &report.owner,
+        phases: &report.phases,
+        reason: &report.reason,
+        error: &report.error,
+    }
+}
+
 /// `GET /v1/explain?q=`: what the daemon knows about a pod, address or container.
 async fn explain(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     let subject = explain_subject(&call)?;
-    let mut answer = daemon.with_state_in_place(move |s| Ok(s.explain(&subject)))?;
+    let explanation = daemon.with_state_in_place(|s| Ok(s.explain(&subject)))?;
+    let mut answer = answers::explain::explain_response(&subject, explanation);
     if !answer.addresses.is_empty()
         && let Some(listing) = daemon.source_check_listing().await
     {

@@ -15,13 +15,12 @@ use super::check::Checked;
 use super::journal::OpenedJournal;
 use super::node::Backend;
 use crate::api::delete_queue::{DeleteQueue, QueueLock};
-use crate::api::models::LinkRef;
 use crate::daemon::config::{DaemonConfig, IpamMode};
 use crate::daemon::crossnode::settings::RoutingMode;
 use crate::daemon::device_error::DeviceError;
 use crate::daemon::options::DaemonOptions;
 use crate::daemon::state::{
-    IpamState, JournalOrigin, KernelView, MultiPoolSettings, PoolingMode, StateConfig,
+    IpamState, JournalOrigin, KernelView, MultiPoolSettings, PoolingMode, StateConfig, TeardownLink,
 };
 use crate::daemon::{ReplayError, apply_queued, devices, metrics, read_queue, remove_queued};
 use crate::node::NodeResource;
@@ -163,7 +162,7 @@ pub(super) trait Kernel {
     /// Deletes the orphan host links `names` (a failure is only logged).
     fn delete_links(&self, names: &[String]);
     /// Deletes a teardown's links, each only if it still has its recorded name.
-    fn delete_links_checked(&self, links: &[LinkRef]) -> Result<(), DeviceError>;
+    fn delete_links_checked(&self, links: &[TeardownLink]) -> Result<(), DeviceError>;
     /// Removes the ENI-class rules of the addresses `stale` says are not in use.
     fn prune_pod_rules(&self, stale: &dyn Fn(IpAddr) -> bool);
 }
@@ -180,7 +179,7 @@ impl Kernel for HostKernel {
         devices::delete_links(names)
     }
 
-    fn delete_links_checked(&self, links: &[LinkRef]) -> Result<(), DeviceError> {
+    fn delete_links_checked(&self, links: &[TeardownLink]) -> Result<(), DeviceError> {
         devices::delete_links_checked(links)
     }
 

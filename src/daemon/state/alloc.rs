@@ -9,7 +9,8 @@ use super::super::config::IpamMode;
 use super::ledger::{STICKY_CODE, held};
 use super::requested::{Requested, requested_code};
 use super::{
-    AllocateRequest, ApiError, ErrorKind, HOLD_UNTIL_TEARDOWN, IpamState, TEARDOWN_PREFIX, Teardown,
+    AllocateRequest, ApiError, ErrorKind, HOLD_UNTIL_TEARDOWN, IpamState, TEARDOWN_PREFIX,
+    Teardown, TeardownLink,
 };
 use crate::api::models::*;
 use crate::datapath::host_ifname;
@@ -625,7 +626,14 @@ impl IpamState {
                 "{TEARDOWN_PREFIX}{}:{}",
                 req.container_id, req.container_interface_name
             ),
-            links: req.teardown_links.clone(),
+            links: req
+                .teardown_links
+                .iter()
+                .map(|l| TeardownLink {
+                    name: l.name.clone(),
+                    index: l.index,
+                })
+                .collect(),
             ips,
         };
         let value = serde_json::to_value(&teardown)

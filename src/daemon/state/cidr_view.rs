@@ -1,11 +1,10 @@
-//! cluster-pool: each of the node's CIDRs as `podnet status` shows it, with the
-//! agent's verdict (`status.ipam.pod-cidrs`, `ipam::cidr_depletion`) and why,
-//! in words.
+//! cluster-pool: each of the node's CIDRs with its use, the agent's verdict
+//! (`ipam::cidr_depletion`) and why, in words: what `podnet status` shows
+//! (`status.ipam.pod-cidrs`, built by `daemon::answers::cidrs`).
 
 use ipnet::IpNet;
 
 use super::IpamState;
-use crate::api::models::PodCidrLine;
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::{DepletionRules, is_first};
 use crate::resources::PodCidrState;
@@ -21,9 +20,22 @@ fn minutes(ms: u64) -> String {
     }
 }
 
+/// One of the node's CIDRs: the agent's verdict on it (none: not judged yet),
+/// its use and why it has that verdict, in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCidr {
+    pub cidr: IpNet,
+    pub status: Option<PodCidrState>,
+    /// The node's first CIDR of its family (never given back).
+    pub first: bool,
+    pub used: u64,
+    pub usable: u64,
+    pub why: String,
+}
+
 impl IpamState {
     /// The node's CIDRs in `spec.ipam.podCIDRs` order (none outside cluster-pool).
-    pub(super) fn pod_cidr_lines(&self) -> Vec<PodCidrLine> {
+    pub fn node_cidrs(&self) -> Vec<NodeCidr> {
         let Some(rules) = self.cfg.depletion else {
             return Vec::new();
         };
@@ -42,9 +54,9 @@ impl IpamState {
                     .get(&cidr.to_string())
                     .map(|s| s.status);
                 let first = is_first(&spec, cidr);
-                PodCidrLine {
-                    cidr: cidr.to_string(),
-                    status: state.map(|s| s.as_str().to_string()).unwrap_or_default(),
+                NodeCidr {
+                    cidr: *cidr,
+                    status: state,
                     first,
                     used,
                     usable,

@@ -10,11 +10,74 @@ use std::time::Duration;
 
 use super::requested::ADDRESS_CODE;
 use super::{Allocation, IpamState, MAX_FAILURES};
-use crate::api::models::{AddressExplanation, CniReport, ExplainResponse, FailureRecord};
 use crate::datapath::host_ifname;
 use crate::ipam::Family;
 use crate::ipam::address_request::ANNOTATION_IP_ADDRESSES;
 use crate::store::{AllocationState, now_ms};
+
+/// A failure the daemon refused with or the plugin reported, remembered for
+/// `explain`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub at_ms: u64,
+    pub verb: String,
+    pub owner: String,
+    pub container_id: String,
+    pub ifname: String,
+    pub reason: String,
+    pub message: String,
+    /// What to do about it ([`hint_for`]).
+    pub hint: &'static str,
+}
+
+/// What the plugin reported of one ADD or DEL (`POST /v1/cni/report`): its
+/// phase timings and, for a failure, its reason and error.
+#[derive(Debug, Clone, Copy)]
+pub struct PluginReport<'a> {
+    pub verb: &'a str,
+    pub container_id: &'a str,
+    pub ifname: &'a str,
+    pub owner: &'a str,
+    /// Phase name → seconds.
+    pub phases: &'a BTreeMap<String, f64>,
+    /// Short machine reason of a failure (empty: none given).
+    pub reason: &'a str,
+    /// The failure's message (empty: no failure).
+    pub error: &'a str,
+}
+
+/// One allocation that matches a query, and why it is where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExplainedAddress {
+    pub ip: IpAddr,
+    pub pool: String,
+    pub owner: String,
+    pub state: AllocationState,
+    pub container_id: String,
+    pub ifname: String,
+    pub network: String,
+    /// The rule that chose the pool and the address, in words.
+    pub rule: String,
+    /// The node range the address comes from, in words.
+    pub range: String,
+    pub allocated_at_ms: u64,
+    /// Pending: when it expires; cooling: when it is free again; else 0.
+    pub until_ms: u64,
+    /// Restored from the journal at start.
+    pub restored: bool,
+    /// The host-side link of its attachment (empty: none).
+    pub host_link: String,
+}
+
+/// What the state knows of a query (an address, a container ID or an owner):
+/// the matching allocations, the recent failures that match, newest first, and
+/// the answer in one paragraph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explanation {
+    pub addresses: Vec<ExplainedAddress>,
+    pub failures: Vec<Failure>,
+    pub summary: String,
+}
 
 /// What to do about a failure of `reason` (the chapter's troubleshooting table).
 pub fn hint_for(reason: &str) -> &'static str {
@@ -89,7 +152,7 @@ impl IpamState {
         if self.failures.len() >= MAX_FAILURES {
             self.failures.pop_front();
         }
-        self.failures.push_back(FailureRecord {
+        self.failures.push_back(Failure {
             at_ms: now_ms(),
             verb: verb.into(),
             owner: owner.into(),
@@ -97,29 +160,29 @@ impl IpamState {
             ifname: ifname.unwrap_or_default().into(),
             reason: reason.into(),
             message: message.into(),
-            hint: hint_for(reason).into(),
+            hint: hint_for(reason),
         });
     }
 
     /// `POST /v1/cni/report`: the plugin's timings, and its failure if any.
     /// Allocation failures were already recorded by the daemon itself.
-    pub fn cni_report(&mut self, report: &CniReport) {
-        for (phase, secs) in &report.phases {
-            self.metrics.phase(&report.verb, phase, *secs);
+    pub fn cni_report(&mut self, report: PluginReport) {
+        for (phase, secs) in report.phases {
+            self.metrics.phase(report.verb, phase, *secs);
         }
         if !report.error.is_empty() && report.reason != "allocation" {
             let reason = if report.reason.is_empty() {
                 "other"
             } else {
-                report.reason.as_str()
+                report.reason
             };
             self.record_failure(
-                &report.verb,
+                report.verb,
                 reason,
-                &report.error,
-                &report.owner,
-                Some(&report.container_id),
-                Some(&report.ifname),
+                report.error,
+                report.owner,
+                Some(report.container_id),
+                Some(report.ifname),
             );
         }
     }
@@ -152,7 +215,7 @@ impl IpamState {
     }
 
     /// `GET /v1/explain?q=`: matches an address, a container ID or an owner.
-    pub fn explain(&self, query: &str) -> ExplainResponse {
+    pub fn explain(&self, query: &str) -> Explanation {
         let ip: Option<IpAddr> = query.parse().ok();
         let matches = |rec: &Allocation| {
             Some(rec.ip) == ip
@@ -160,14 +223,14 @@ impl IpamState {
                 || rec.owner() == query
                 || rec.owner().strip_suffix(" [from kernel]") == Some(query)
         };
-        let addresses: Vec<AddressExplanation> = self
+        let addresses: Vec<ExplainedAddress> = self
             .ledger
             .allocations()
             .iter()
             .filter(|r| matches(r))
             .map(|r| self.explain_record(&r))
             .collect();
-        let failures: Vec<FailureRecord> = self
+        let failures: Vec<Failure> = self
             .failures
             .iter()
             .rev()
@@ -180,18 +243,14 @@ impl IpamState {
             .cloned()
             .collect();
         let summary = summarize(query, &addresses, &failures);
-        ExplainResponse {
-            query: query.into(),
+        Explanation {
             addresses,
             failures,
             summary,
-            spoofed_traffic: Vec::new(),
-            leaks: Vec::new(),
-            policy: Vec::new(),
         }
     }
 
-    fn explain_record(&self, rec: &Allocation) -> AddressExplanation {
+    fn explain_record(&self, rec: &Allocation) -> ExplainedAddress {
         let family = Family::of_addr(&rec.ip);
         let range = self
             .pools
@@ -200,11 +259,10 @@ impl IpamState {
             .unwrap_or_else(|| {
                 "outside the node's current ranges (kept until its pod is deleted)".into()
             });
-        let (state, until) = match rec.state() {
-            AllocationState::Pending => ("pending", rec.expires_at_ms().unwrap_or(0)),
-            AllocationState::Bound => ("bound", 0),
-            AllocationState::Infra => ("infra", 0),
-            AllocationState::Cooling => ("cooling", rec.cooling_until_ms().unwrap_or(0)),
+        let until = match rec.state() {
+            AllocationState::Pending => rec.expires_at_ms().unwrap_or(0),
+            AllocationState::Bound | AllocationState::Infra => 0,
+            AllocationState::Cooling => rec.cooling_until_ms().unwrap_or(0),
         };
         let restored = match (rec.container_id(), rec.ifname()) {
             (Some(c), Some(i)) => self.ledger.is_restored(c, i),
@@ -215,11 +273,11 @@ impl IpamState {
             (None, Some(c), Some(i)) => host_ifname(c, i),
             _ => String::new(),
         };
-        AddressExplanation {
-            ip: rec.ip.to_string(),
+        ExplainedAddress {
+            ip: rec.ip,
             pool: rec.pool().to_string(),
             owner: rec.owner().to_string(),
-            state: state.into(),
+            state: rec.state(),
             container_id: rec.container_id().unwrap_or_default().to_string(),
             ifname: rec.ifname().unwrap_or_default().to_string(),
             network: rec.network().unwrap_or_default().to_string(),
@@ -284,25 +342,25 @@ fn split_code(code: Option<&str>) -> (Option<&str>, bool) {
     }
 }
 
-fn summarize(query: &str, addresses: &[AddressExplanation], failures: &[FailureRecord]) -> String {
+fn summarize(query: &str, addresses: &[ExplainedAddress], failures: &[Failure]) -> String {
     let now = now_ms();
     let mut parts = Vec::new();
     for a in addresses {
-        let what = match a.state.as_str() {
-            "pending" => format!(
+        let what = match a.state {
+            AllocationState::Pending => format!(
                 "{} is handed out to {} but its endpoint is not created yet; it is released in {} s unless ADD completes",
                 a.ip,
                 a.owner,
                 a.until_ms.saturating_sub(now) / 1000
             ),
-            "cooling" => format!(
+            AllocationState::Cooling => format!(
                 "{} was released from {} and is not handed out again for {} s",
                 a.ip,
                 a.owner,
                 a.until_ms.saturating_sub(now) / 1000
             ),
-            "infra" => format!("{} is the node's {} address", a.ip, a.owner),
-            _ => format!(
+            AllocationState::Infra => format!("{} is the node's {} address", a.ip, a.owner),
+            AllocationState::Bound => format!(
                 "{} belongs to {} (container {}, {}), from {}{}",
                 a.ip,
                 a.owner,

@@ -7,7 +7,6 @@
 use std::net::IpAddr;
 
 use super::{ApiError, ErrorKind, IpamState};
-use crate::api::models::ConfigCheckStatus;
 use crate::daemon::node_check::{Verdict, judge};
 use crate::ipam::failure_reason::FailureReason;
 use crate::node::{ConfigFit, NodeFacts};
@@ -76,9 +75,8 @@ impl IpamState {
         Some(condition)
     }
 
-    /// The verdict and its facts, for status (None: not judged).
-    pub(super) fn config_check_status(&self) -> Option<ConfigCheckStatus> {
-        let facts = self.fit.facts.as_ref()?;
-        Some(self.fit.verdict.status(facts))
+    /// The verdict and the facts it was made on, for status (None: not judged).
+    pub fn config_check(&self) -> Option<(&Verdict, &NodeFacts)> {
+        Some((&self.fit.verdict, self.fit.facts.as_ref()?))
     }
 }

@@ -44,12 +44,21 @@ pub const JOURNAL_UNAVAILABLE: &str = "cannot record the change durably";
 /// an error: the kernel could not be asked).
 pub type HostLinkMarker<'a> = dyn Fn(&str) -> Result<Option<LinkMarker>, DeviceError> + 'a;
 
-/// A DEL's host links the daemon deletes before it releases the addresses.
+/// A DEL's host links the daemon deletes before it releases the addresses
+/// (journaled as meta `teardown/…`: the field names are the journal's).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Teardown {
     pub key: String,
-    pub links: Vec<crate::api::models::LinkRef>,
+    pub links: Vec<TeardownLink>,
     pub ips: Vec<IpAddr>,
+}
+
+/// A host link a teardown deletes: its index, and the name it must still have
+/// (an index a newer link reused is left alone).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TeardownLink {
+    pub name: String,
+    pub index: u32,
 }
 
 /// What applying committed ops changed outside the ledger's own maps.
@@ -816,6 +825,43 @@ mod tests {
         assert_eq!(run(&mut l, ops), [Applied::Freed(a.ip)]);
         assert_eq!(l.teardowns().count(), 0);
         assert_eq!(l.finish_teardown_ops(&td.key, 100), None);
+    }
+
+    /// A teardown as the journal holds it (meta `teardown/…`), written by
+    /// earlier daemons: a restart reads it back, and a new one is written alike.
+    const JOURNALED_TEARDOWN: &str = r#"{"key":"teardown/c-ns/a:eth0","links":[{"name":"lxc1a2b3c4d5e6","index":7}],"ips":["10.0.0.2"]}"#;
+
+    #[test]
+    fn a_journaled_teardown_restores_and_is_written_in_the_same_shape() {
+        let dir = TestDir::new("ledger");
+        let mut l = ledger(&dir, 0);
+        let key = "teardown/c-ns/a:eth0".to_string();
+        run(
+            &mut l,
+            vec![JournalOp::PutMeta {
+                key: key.clone(),
+                value: serde_json::from_str(JOURNALED_TEARDOWN).unwrap(),
+            }],
+        );
+        drop(l);
+        let (journal, snapshot) = Journal::open(&journal_in(&dir)).unwrap();
+        let mut l = Ledger::new(journal, Duration::ZERO);
+        l.load(Allocations::loader().finish(), snapshot);
+        let td = l
+            .teardowns()
+            .next()
+            .expect("the teardown is restored")
+            .clone();
+        assert_eq!(td.key, key);
+        assert_eq!(td.ips, [ip("10.0.0.2")]);
+        assert_eq!(
+            td.links,
+            [TeardownLink {
+                name: "lxc1a2b3c4d5e6".into(),
+                index: 7
+            }]
+        );
+        assert_eq!(serde_json::to_string(&td).unwrap(), JOURNALED_TEARDOWN);
     }
 
     #[test]

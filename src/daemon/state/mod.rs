@@ -49,7 +49,6 @@ use std::time::{Duration, Instant};
 use super::config::{DatapathMode, IpamMode};
 use super::metrics::Metrics;
 use super::node_check::Mismatch;
-use crate::api::models::FailureRecord;
 use crate::datapath::link_marker::JournalMark;
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::DepletionRules;
@@ -63,10 +62,13 @@ use effects::Effects;
 use ledger::{Applied, Ledger};
 use node_sync::NodeSync;
 
+pub use cidr_view::NodeCidr;
 pub use effects::{StaleLink, Timer, TimerKind};
 pub use error::{ApiError, ErrorKind};
+pub use explain::{ExplainedAddress, Explanation, Failure, PluginReport};
 pub use ledger::{
     HOLD_UNTIL_TEARDOWN, HostLinkMarker, JOURNAL_UNAVAILABLE, TEARDOWN_PREFIX, Teardown,
+    TeardownLink,
 };
 pub use node_sync::NODE_META_KEY;
 pub use pools::{MultiPoolSettings, PoolingMode};
@@ -142,7 +144,7 @@ pub struct IpamState {
     effects: Effects,
     restore_report: RestoreReport,
     metrics: Arc<Metrics>,
-    failures: VecDeque<FailureRecord>,
+    failures: VecDeque<Failure>,
     /// Whether the configuration fits the node.
     fit: fit::Fit,
     /// The last [`AddressRoom`](crate::node::AddressRoom) put in the outbox.

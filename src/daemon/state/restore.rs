@@ -45,8 +45,31 @@ use crate::store::{
     now_ms,
 };
 
-/// What restore and reconciliation decided (podnet's status shows it).
-pub type RestoreReport = crate::api::models::RestoreStatus;
+/// What restore and reconciliation decided, each address or link named with
+/// its owner (podnet's status shows it, the restore gauges count it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// Allocations the journal brought back.
+    pub restored: usize,
+    /// Pending allocations that expired while the daemon was down.
+    pub expired: usize,
+    /// Cooling addresses whose cooldown ended while the daemon was down.
+    pub cooled_down: usize,
+    /// DELs replayed from the on-disk queue.
+    pub queued_deletes: usize,
+    /// Allocations kept outside the node's current ranges.
+    pub outside_ranges: Vec<String>,
+    /// Bound allocations released: their host link was gone.
+    pub released_link_gone: Vec<String>,
+    /// Host links removed: no allocation accounted for them.
+    pub orphan_links_removed: Vec<String>,
+    /// Addresses adopted from host links the journal did not know.
+    pub adopted_from_kernel: Vec<String>,
+    /// Why the kernel's addresses were adopted (empty: none were).
+    pub adopted_because: String,
+    /// Host links left alone: not provably this journal's, nothing to adopt.
+    pub unaccounted_links_kept: Vec<String>,
+}
 
 /// What the kernel shows of the node's pods: host-side links and the host routes
 /// (/32, /128) through each.

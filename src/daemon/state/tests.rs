@@ -35,6 +35,7 @@ use crate::store::Snapshot;
 use crate::store::{AllocationRecord, EndpointRecord, Journal};
 use crate::test_dir::TestDir;
 
+mod golden;
 mod requested;
 mod sticky;
 
@@ -129,6 +130,21 @@ impl Setup {
                 migrate_cluster_pool: false,
             },
             pools,
+        }
+    }
+
+    /// delegated-plugin, IPv4 only, the router 169.254.0.1.
+    fn delegated_plugin() -> Setup {
+        let mut cfg = state_config(
+            IpamMode::DelegatedPlugin,
+            vec![Family::V4],
+            PoolingMode::HostScope,
+        );
+        cfg.fixed_routers.insert(Family::V4, addr("169.254.0.1"));
+        Setup {
+            cfg,
+            mode: EmbeddedMode::Delegated,
+            pools: Vec::new(),
         }
     }
 
@@ -601,18 +617,7 @@ fn the_allocation_answer_carries_the_configuration() {
 #[test]
 fn delegated_plugin_mode_refuses_to_allocate_with_its_configuration() {
     let dir = TestDir::new("state");
-    let mut cfg = state_config(
-        IpamMode::DelegatedPlugin,
-        vec![Family::V4],
-        PoolingMode::HostScope,
-    );
-    cfg.fixed_routers.insert(Family::V4, addr("169.254.0.1"));
-    let setup = Setup {
-        cfg,
-        mode: EmbeddedMode::Delegated,
-        pools: Vec::new(),
-    };
-    let mut s = start(&dir, &setup);
+    let mut s = start(&dir, &Setup::delegated_plugin());
     let e = s.allocate_next(&pod("c1")).unwrap_err();
     assert_eq!(
         (e.kind, e.reason),
@@ -638,18 +643,7 @@ fn delegated_plugin_mode_refuses_to_allocate_with_its_configuration() {
 #[test]
 fn the_policy_loop_knows_delegated_plugin_pods_by_their_endpoints() {
     let dir = TestDir::new("state");
-    let mut cfg = state_config(
-        IpamMode::DelegatedPlugin,
-        vec![Family::V4],
-        PoolingMode::HostScope,
-    );
-    cfg.fixed_routers.insert(Family::V4, addr("169.254.0.1"));
-    let setup = Setup {
-        cfg,
-        mode: EmbeddedMode::Delegated,
-        pools: Vec::new(),
-    };
-    let mut s = start(&dir, &setup);
+    let mut s = start(&dir, &Setup::delegated_plugin());
     let mut req = endpoint_for("c1", &IpamResponse::default());
     req.addressing.ipv4 = "10.99.0.5".into();
     req.datapath_configuration.external_ipam = true;
@@ -959,7 +953,13 @@ fn a_teardown_holds_the_addresses_until_it_finishes() {
     s.take_timers();
     let td = s.delete_endpoints(&del_with_links("c1")).unwrap().unwrap();
     assert_eq!(td.key, "teardown/c1:eth0");
-    assert_eq!(td.links, del_with_links("c1").teardown_links);
+    assert_eq!(
+        td.links,
+        [TeardownLink {
+            name: host_ifname("c1", "eth0"),
+            index: 42
+        }]
+    );
     assert_eq!(
         td.ips.iter().copied().collect::<BTreeSet<_>>(),
         ips(&resp).into_iter().collect::<BTreeSet<_>>()

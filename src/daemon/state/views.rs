@@ -1,6 +1,7 @@
 //! Read-only views of the state: `GET /v1/config`, `GET /v1/healthz` (Cilium's
 //! status shape plus podnet's per-range, cooling and restore figures) and endpoints.
 
+use super::super::answers;
 use super::super::metrics::{CapacityLabels, FamilyLabels, Metrics, OutcomeLabels};
 use super::leaks::pod_of_owner;
 use super::{ApiError, ErrorKind, IpamState};
@@ -203,7 +204,7 @@ impl IpamState {
         let mut ipam = IpamStatus {
             mode: self.cfg.ipam_mode.to_string(),
             node_name: self.cfg.node_name.clone(),
-            restore: self.restore_report.clone(),
+            restore: answers::restore::restore_status(&self.restore_report),
             datapath: self.cfg.datapath_mode.to_string(),
             journal: self.ledger.journal().path().display().to_string(),
             default_pool: if self.is_multi_pool() {
@@ -222,7 +223,7 @@ impl IpamState {
             .filter_map(|family| self.family_status(*family, brief, &operator_error, &mut ipam))
             .collect();
         ipam.status = lines.join(", ");
-        ipam.pod_cidrs = self.pod_cidr_lines();
+        ipam.pod_cidrs = answers::cidrs::pod_cidr_lines(&self.node_cidrs());
         if !brief {
             self.add_address_owners(now, &mut ipam);
         }
@@ -377,9 +378,10 @@ impl IpamState {
     /// out), a warning an `Ok` state a `Warning`; the message names each by option
     /// and reason.
     fn add_config_check(&self, status: &mut StatusResponse) {
-        let Some(check) = self.config_check_status() else {
+        let Some((verdict, facts)) = self.config_check() else {
             return;
         };
+        let check = answers::config_check::config_check_status(verdict, facts);
         let named = |severity: &str| {
             check
                 .findings

@@ -77,7 +77,7 @@ impl Kernel for FakeKernel {
         self.deleted.borrow_mut().extend(names.iter().cloned());
     }
 
-    fn delete_links_checked(&self, links: &[LinkRef]) -> Result<(), DeviceError> {
+    fn delete_links_checked(&self, links: &[TeardownLink]) -> Result<(), DeviceError> {
         if self.refuse_teardown {
             return Err(eperm("deleting the teardown's links"));
         }
