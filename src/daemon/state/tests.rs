@@ -35,6 +35,7 @@ use crate::store::Snapshot;
 use crate::store::{AllocationRecord, EndpointRecord, Journal};
 use crate::test_dir::TestDir;
 
+mod answers;
 mod requested;
 mod sticky;
 

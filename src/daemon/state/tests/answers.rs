@@ -1,0 +1,148 @@
+//! The exact JSON of the daemon's answers built from a fixed state: status
+//! (full and brief, host-scope and multi-pool), configuration, endpoints,
+//! allocations and GC. What changes from run to run (the journal's path and
+//! mark, expiration UUIDs, the cooldown left) is replaced by a placeholder
+//! before the comparison; every other byte is pinned.
+
+use super::*;
+
+/// `json` with each of `dynamic` (value, placeholder) replaced, and each
+/// `(<n> ms left)` as `(<ms> ms left)`.
+fn pinned(json: String, dynamic: &[(&str, &str)]) -> String {
+    let mut out = json;
+    for (value, placeholder) in dynamic {
+        if !value.is_empty() {
+            out = out.replace(value, placeholder);
+        }
+    }
+    let mut masked = String::new();
+    let mut rest = out.as_str();
+    while let Some(at) = rest.find(" ms left)") {
+        let digits = rest[..at].trim_end_matches(|c: char| c.is_ascii_digit());
+        masked.push_str(digits);
+        masked.push_str("<ms>");
+        masked.push_str(" ms left)");
+        rest = &rest[at + " ms left)".len()..];
+    }
+    masked.push_str(rest);
+    masked
+}
+
+/// Compares an answer with its pinned JSON.
+#[track_caller]
+fn same(actual: String, expected: &str) {
+    assert_eq!(actual, expected);
+}
+
+fn json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap()
+}
+
+/// The UUIDs of an allocation answer, as placeholders.
+fn uuids(resp: &IpamResponse) -> Vec<(String, &'static str)> {
+    let mut out = Vec::new();
+    if let Some(el) = &resp.ipv4 {
+        out.push((el.expiration_uuid.clone(), "<uuid4>"));
+    }
+    if let Some(el) = &resp.ipv6 {
+        out.push((el.expiration_uuid.clone(), "<uuid6>"));
+    }
+    out
+}
+
+fn pin_answer(resp: &IpamResponse) -> String {
+    let dynamic = uuids(resp);
+    let mut dynamic: Vec<(&str, &str)> = dynamic.iter().map(|(v, p)| (v.as_str(), *p)).collect();
+    dynamic.push((resp.journal_mark.as_str(), "<mark>"));
+    pinned(json(resp), &dynamic)
+}
+
+#[test]
+fn the_answers_of_a_host_scope_node_are_pinned() {
+    let dir = TestDir::new("state");
+    let mut s = start(&dir, &Setup::dual());
+    let journal = journal_in(&dir).display().to_string();
+
+    let c1 = s.allocate_next(&pod("c1")).unwrap();
+    same(
+        pin_answer(&c1),
+        r#"{"address":{"ipv4":"10.0.0.2","ipv4-pool-name":"default","ipv6":"fd00::2","ipv6-pool-name":"default"},"ipv4":{"ip":"10.0.0.2","cidrs":null,"expiration-uuid":"<uuid4>","pool":"default"},"ipv6":{"ip":"fd00::2","cidrs":null,"expiration-uuid":"<uuid6>","pool":"default"},"host-addressing":{"ipv4":{"enabled":true,"ip":"10.0.0.1","alloc-range":"10.0.0.0/28"},"ipv6":{"enabled":true,"ip":"fd00::1","alloc-range":"fd00::/124"}},"journal-mark":"<mark>","podnet-config":{"addressing":{"ipv4":{"enabled":true,"ip":"10.0.0.1","alloc-range":"10.0.0.0/28"},"ipv6":{"enabled":true,"ip":"fd00::1","alloc-range":"fd00::/124"}},"ipam-mode":"cluster-pool","deviceMTU":1500,"routeMTU":1500,"datapathMode":"veth","configuredDatapathMode":"veth","node-name":"node-a"}}"#,
+    );
+    let created = s.create_endpoint(&endpoint_for("c1", &c1)).unwrap();
+    same(
+        json(&created),
+        r#"{"container-id":"c1","container-interface-name":"eth0","interface-name":"lxc18b8fe0ca3d6","owner":"ns/c1","addressing":{"ipv4":"10.0.0.2","ipv4-pool-name":"default","ipv6":"fd00::2","ipv6-pool-name":"default"},"restored":false}"#,
+    );
+    let found = s.endpoint("cni-attachment-id:c1:eth0").unwrap();
+    assert_eq!(json(&found), json(&created));
+
+    let c2 = s.allocate_next(&pod("c2")).unwrap();
+    let given = s.allocate_ip("10.0.0.9", "ns/static", "").unwrap();
+    same(
+        json(&given),
+        r#"{"address":{"ipv4":"10.0.0.9","ipv4-pool-name":"default"},"ipv4":{"ip":"10.0.0.9","cidrs":null,"pool":"default"},"host-addressing":{"ipv4":{"enabled":true,"ip":"10.0.0.1","alloc-range":"10.0.0.0/28"},"ipv6":{"enabled":true,"ip":"fd00::1","alloc-range":"fd00::/124"}}}"#,
+    );
+
+    let c3 = s.allocate_next(&pod("c3")).unwrap();
+    s.create_endpoint(&endpoint_for("c3", &c3)).unwrap();
+    s.delete_endpoints(&del("c3")).unwrap();
+    let c4 = s.allocate_next(&pod("c4")).unwrap();
+    s.create_endpoint(&endpoint_for("c4", &c4)).unwrap();
+    s.delete_endpoints(&del_with_links("c4")).unwrap();
+
+    same(
+        json(&s.config()),
+        r#"{"status":{"addressing":{"ipv4":{"enabled":true,"ip":"10.0.0.1","alloc-range":"10.0.0.0/28"},"ipv6":{"enabled":true,"ip":"fd00::1","alloc-range":"fd00::/124"}},"ipam-mode":"cluster-pool","deviceMTU":1500,"routeMTU":1500,"datapathMode":"veth","configuredDatapathMode":"veth","node-name":"node-a"}}"#,
+    );
+    let c2_uuids = uuids(&c2);
+    let dynamic: Vec<(&str, &str)> = c2_uuids
+        .iter()
+        .map(|(v, p)| (v.as_str(), *p))
+        .chain([(journal.as_str(), "<journal>")])
+        .collect();
+    same(
+        pinned(json(&s.status_brief(false)), &dynamic),
+        r#"{"cilium":{"state":"Ok"},"ipam":{"allocations":{"10.0.0.1":"router","10.0.0.2":"ns/c1","10.0.0.3":"ns/c2 [expiring]","10.0.0.9":"ns/static","fd00::1":"router","fd00::2":"ns/c1","fd00::3":"ns/c2 [expiring]"},"ipv4":["10.0.0.1","10.0.0.2","10.0.0.3","10.0.0.4","10.0.0.5","10.0.0.9"],"ipv6":["fd00::1","fd00::2","fd00::3","fd00::4","fd00::5"],"status":"IPv6: 5/14 allocated from fd00::/124, IPv4: 6/14 allocated from 10.0.0.0/28","ranges":[{"family":"ipv6","cidr":"fd00::/124","used":5,"usable":14,"cooling":2,"pool":"default","can-grow":false},{"family":"ipv4","cidr":"10.0.0.0/28","used":6,"usable":14,"cooling":2,"pool":"default","can-grow":false}],"mode":"cluster-pool","node-name":"node-a","cooling":{"10.0.0.4":"ns/c3 (<ms> ms left)","10.0.0.5":"ns/c4 (held until its links are gone)","fd00::4":"ns/c3 (<ms> ms left)","fd00::5":"ns/c4 (held until its links are gone)"},"restore":{"restored":0,"expired":0,"cooled-down":0,"queued-deletes":0,"outside-ranges":[],"released-link-gone":[],"orphan-links-removed":[],"adopted-from-kernel":[],"unaccounted-links-kept":[]},"datapath":"veth","journal":"<journal>","journal-bytes":0,"queue-depth":0,"queue-unreadable":0,"queue-unreadable-files":[]}}"#,
+    );
+    same(
+        pinned(json(&s.status_brief(true)), &dynamic),
+        r#"{"cilium":{"state":"Ok"},"ipam":{"allocations":{},"status":"IPv6: 5/14 allocated from fd00::/124, IPv4: 6/14 allocated from 10.0.0.0/28","ranges":[{"family":"ipv6","cidr":"fd00::/124","used":5,"usable":14,"cooling":2,"pool":"default","can-grow":false},{"family":"ipv4","cidr":"10.0.0.0/28","used":6,"usable":14,"cooling":2,"pool":"default","can-grow":false}],"mode":"cluster-pool","node-name":"node-a","cooling":{},"restore":{"restored":0,"expired":0,"cooled-down":0,"queued-deletes":0,"outside-ranges":[],"released-link-gone":[],"orphan-links-removed":[],"adopted-from-kernel":[],"unaccounted-links-kept":[]},"datapath":"veth","journal":"<journal>","journal-bytes":0,"queue-depth":0,"queue-unreadable":0,"queue-unreadable-files":[]}}"#,
+    );
+
+    let gc = GcRequest {
+        network: "podnet".into(),
+        valid_attachments: vec![AttachmentRef {
+            container_id: "c1".into(),
+            ifname: "eth0".into(),
+        }],
+    };
+    let (collected, stale) = s.gc(&gc).unwrap();
+    same(
+        json(&collected),
+        r#"{"released":["10.0.0.3 (ns/c2)","fd00::3 (ns/c2)"]}"#,
+    );
+    assert_eq!(stale, vec![("c2".to_string(), "eth0".to_string())]);
+}
+
+#[test]
+fn the_status_of_a_full_multi_pool_node_is_pinned() {
+    let dir = TestDir::new("state");
+    let pools = vec![
+        pool_def(DEFAULT_POOL, "10.10.0.0/30", 30),
+        pool_def("blue", "10.20.0.0/24", 29),
+    ];
+    let mut s = start(
+        &dir,
+        &Setup::multi_pool(pools, &[(DEFAULT_POOL, 1), ("blue", 1)]),
+    );
+    let journal = journal_in(&dir).display().to_string();
+    for i in 0..2 {
+        let _ = s.allocate_next(&plain(&format!("ns/d{i}"), ""));
+    }
+    s.allocate_next(&plain("ns/b0", "blue")).unwrap();
+    let dynamic = [(journal.as_str(), "<journal>")];
+    same(
+        pinned(json(&s.status_brief(false)), &dynamic),
+        r#"{"cilium":{"state":"Warning","msg":"ipv4 range 10.10.0.0/30 of node node-a is full (2/2 in use, 0 cooling)"},"ipam":{"allocations":{"10.10.0.1":"router","10.10.0.2":"ns/d0","blue/10.20.0.1":"ns/b0"},"ipv4":["10.10.0.1","10.10.0.2","10.20.0.1"],"status":"IPv4: 2 IPAM pool(s) available","ranges":[{"family":"ipv4","cidr":"10.20.0.0/29","used":1,"usable":6,"cooling":0,"pool":"blue","can-grow":true},{"family":"ipv4","cidr":"10.10.0.0/30","used":2,"usable":2,"cooling":0,"pool":"default","can-grow":false}],"mode":"multi-pool","node-name":"node-a","default-pool":"default","cooling":{},"restore":{"restored":0,"expired":0,"cooled-down":0,"queued-deletes":0,"outside-ranges":[],"released-link-gone":[],"orphan-links-removed":[],"adopted-from-kernel":[],"unaccounted-links-kept":[]},"datapath":"veth","journal":"<journal>","journal-bytes":0,"queue-depth":0,"queue-unreadable":0,"queue-unreadable-files":[]}}"#,
+    );
+}
