@@ -10,6 +10,7 @@
 //! and the CNI config is not written.
 
 mod address_events;
+mod answers;
 mod block_wait;
 pub mod capabilities;
 mod cniconf;

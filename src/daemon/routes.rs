@@ -24,6 +24,7 @@ use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use serde::Serialize;
 
 use super::Daemon;
+use super::answers::status::{endpoint_view, status_response};
 use super::leak_check::LeakCheckError;
 use super::state::{AllocateRequest, ApiError, ErrorKind};
 use crate::api::http::{NotUtf8, ascii_json, decode_component, parse_query};
@@ -338,7 +339,7 @@ async fn get_healthz(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError>
     // Cilium's `brief` header: the figures without the per-address lists
     // (what CNI STATUS needs; a full /16 lists 65,534 addresses).
     let brief = call.header_is_true("brief");
-    let mut status = daemon.with_state_in_place(move |s| Ok(s.status_brief(brief)))?;
+    let mut status = status_response(daemon.with_state_in_place(move |s| Ok(s.status(brief)))?);
     let backend = daemon.backend_status();
     if !backend.waiting.is_empty() {
         warn(
@@ -484,14 +485,14 @@ async fn put_endpoint(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError
         );
         Ok(view)
     })?;
-    Ok(json_reply(201, &view))
+    Ok(json_reply(201, &endpoint_view(view)))
 }
 
 /// `GET /v1/endpoint/{id}`: one endpoint.
 async fn get_endpoint(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     let id = endpoint_id(&call)?;
     let endpoint = daemon.with_state_in_place(move |s| s.endpoint(&id))?;
-    Ok(json_reply(200, &endpoint))
+    Ok(json_reply(200, &endpoint_view(endpoint)))
 }
 
 /// The checked `{id}` of `GET /v1/endpoint/{id}`.

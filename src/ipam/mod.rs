@@ -24,6 +24,7 @@ pub mod pool_cidr;
 pub mod pool_operator;
 pub mod pool_options;
 pub mod pooldef;
+pub mod range_fill;
 pub mod selection;
 pub mod sizing;
 pub mod sticky;

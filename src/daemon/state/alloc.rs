@@ -9,7 +9,8 @@ use super::super::config::IpamMode;
 use super::ledger::{STICKY_CODE, held};
 use super::requested::{Requested, requested_code};
 use super::{
-    AllocateRequest, ApiError, ErrorKind, HOLD_UNTIL_TEARDOWN, IpamState, TEARDOWN_PREFIX, Teardown,
+    AllocateRequest, ApiError, ErrorKind, HOLD_UNTIL_TEARDOWN, IpamState, RegisteredEndpoint,
+    TEARDOWN_PREFIX, Teardown,
 };
 use crate::api::models::*;
 use crate::datapath::host_ifname;
@@ -444,7 +445,7 @@ impl IpamState {
     pub fn create_endpoint(
         &mut self,
         req: &EndpointChangeRequest,
-    ) -> Result<EndpointView, ApiError> {
+    ) -> Result<RegisteredEndpoint, ApiError> {
         if req.container_id.is_empty() {
             return Err(ApiError::new(ErrorKind::Invalid, "invalid container id"));
         }
@@ -496,7 +497,7 @@ impl IpamState {
         ops.push(JournalOp::PutEndpoint(ep.clone()));
         self.commit_apply(ops, "endpoint created")?;
         tracing::info!(endpoint = ?key, owner = ?ep.owner, "endpoint created");
-        Ok(self.view(&ep))
+        Ok(self.registered(&ep))
     }
 
     /// One address (`label`, `ip`, its expiration `uuid`) of an endpoint being

@@ -73,6 +73,9 @@ pub use pools::{MultiPoolSettings, PoolingMode};
 pub use restore::{
     JournalOrigin, KernelLink, KernelView, ReconcileReport, RestoreError, RestoreReport,
 };
+pub use views::{
+    AddressBook, AddressHolder, Health, HealthLevel, Hold, NodeStatus, RegisteredEndpoint,
+};
 
 /// The pool of the host-scope modes, and multi-pool's default default pool.
 pub const DEFAULT_POOL: &str = "default";

@@ -18,13 +18,14 @@ use ipnet::IpNet;
 use super::*;
 use crate::api::models::{
     AddressPair, AttachmentRef, CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest,
-    GcRequest, IpamResponse, LinkRef, RangeStatus,
+    GcRequest, IpamResponse, LinkRef,
 };
 use crate::daemon::device_error::{DeviceError, failed};
 use crate::datapath::link_marker::{JournalMark, LinkMarker};
 use crate::datapath::{DatapathError, host_ifname};
 use crate::ipam::clusterpool::ClusterPoolConfig;
 use crate::ipam::pooldef::{PoolDef, PoolFamilySpec};
+use crate::ipam::range_fill::RangeFill;
 use crate::ipam::selection::{
     ANNOTATION_IP_POOL, ANNOTATION_REQUIRE_POOL_MATCH, NamespaceMeta, PodMeta,
 };
@@ -313,13 +314,21 @@ fn state_of(s: &IpamState, ip: IpAddr) -> Option<AllocationState> {
     s.ledger.allocations().get(&ip).map(|r| r.state())
 }
 
-fn range(s: &IpamState, family: &str) -> RangeStatus {
-    s.status()
-        .ipam
+fn range(s: &IpamState, family: &str) -> RangeFill {
+    s.status(true)
         .ranges
         .into_iter()
-        .find(|r| r.family == family)
+        .find(|r| r.family.as_str() == family)
         .unwrap()
+}
+
+/// Who holds `ip` and how, as the full status lists it.
+fn holder_of(s: &IpamState, ip: IpAddr) -> Option<AddressHolder> {
+    s.status(false)
+        .addresses?
+        .holders
+        .into_iter()
+        .find(|h| h.ip == ip)
 }
 
 fn expire_timers(timers: &[Timer]) -> Vec<Timer> {
@@ -463,8 +472,8 @@ fn addresses_are_unique_until_the_range_is_full_then_502_names_the_ipv6_range_fi
         s.failures.back().map(|f| f.reason.as_str()),
         Some("range-full")
     );
-    let st = s.status();
-    assert_eq!(st.cilium.state, "Warning", "{:?}", st.cilium);
+    let st = s.status(false);
+    assert_eq!(st.health.level, HealthLevel::Warning, "{:?}", st.health);
 }
 
 #[test]
@@ -764,12 +773,7 @@ fn a_pending_allocation_is_released_when_its_expiration_timer_fires() {
         assert_eq!(state_of(&s, t.ip), None, "released and free (no cooldown)");
         assert!(!s.fire(t, &no_links), "a second firing changes nothing");
     }
-    let listed = s.status().ipam.allocations;
-    assert!(
-        ips(&resp)
-            .iter()
-            .all(|ip| !listed.contains_key(&ip.to_string()))
-    );
+    assert!(ips(&resp).iter().all(|ip| holder_of(&s, *ip).is_none()));
 }
 
 #[test]
@@ -780,8 +784,8 @@ fn creating_the_endpoint_stops_the_expiration() {
     let resp = s.allocate_next(&pod("c1")).unwrap();
     let timers = expire_timers(&s.take_timers());
     let view = s.create_endpoint(&endpoint_for("c1", &resp)).unwrap();
-    assert_eq!(view.owner, "ns/c1");
-    assert_eq!(view.addressing.ipv4, resp.address.ipv4);
+    assert_eq!(view.record.owner, "ns/c1");
+    assert_eq!(view.record.ipv4, Some(v4(&resp)));
     for t in &timers {
         assert!(!s.fire(t, &no_links));
         assert_eq!(state_of(&s, t.ip), Some(AllocationState::Bound));
@@ -896,7 +900,10 @@ fn a_released_address_cools_down_counts_as_used_and_its_timer_frees_it() {
     assert!(!s.live_addresses().contains(&taken[0]));
     let r = range(&s, "ipv4");
     assert_eq!((r.used, r.usable, r.cooling), (6, 6, 1));
-    assert!(s.status().ipam.cooling.contains_key(&taken[0].to_string()));
+    assert!(matches!(
+        holder_of(&s, taken[0]).map(|h| h.hold),
+        Some(Hold::Cooling { .. })
+    ));
     let e = s.allocate_next(&plain("ns/q", "")).unwrap_err();
     assert!(e.message.starts_with("range is full"), "{}", e.message);
     let e = s
@@ -934,7 +941,15 @@ fn without_a_cooldown_a_release_frees_the_address_at_once() {
     s.release_ip(&resp.address.ipv4, "").unwrap();
     assert_eq!(state_of(&s, v4(&resp)), None);
     assert!(s.take_timers().is_empty());
-    assert!(s.status().ipam.cooling.is_empty());
+    let cooling = |h: &AddressHolder| !matches!(h.hold, Hold::InUse { .. });
+    assert!(
+        !s.status(false)
+            .addresses
+            .unwrap()
+            .holders
+            .iter()
+            .any(cooling)
+    );
     s.allocate_ip(&resp.address.ipv4, "ns/q", "").unwrap();
     assert_eq!(state_of(&s, v4(&resp)), Some(AllocationState::Bound));
 }
@@ -971,14 +986,13 @@ fn a_teardown_holds_the_addresses_until_it_finishes() {
         ErrorKind::NotFound
     );
     assert!(s.take_timers().is_empty(), "a hold has no end to wait for");
-    let cooling = s.status().ipam.cooling;
     for ip in ips(&resp) {
         let rec = &record(&s, ip);
         assert_eq!(rec.state, AllocationState::Cooling);
         assert_eq!(rec.cooling_until_ms, Some(HOLD_UNTIL_TEARDOWN));
         assert_eq!(
-            cooling.get(&ip.to_string()).map(String::as_str),
-            Some("ns/c1 (held until its links are gone)")
+            holder_of(&s, ip).map(|h| (h.owner, h.hold)),
+            Some(("ns/c1".to_string(), Hold::UntilTeardown))
         );
         let early = Timer {
             ip,
@@ -1065,29 +1079,34 @@ fn restore_brings_back_allocations_endpoints_cooling_and_pending_timers() {
     let mut s = ready(s);
     assert_eq!(s.router_ips(), routers);
     assert!(s.endpoint("cni-attachment-id:bound:eth0").unwrap().restored);
-    let st = s.status();
+    let hold = |ip: IpAddr| holder_of(&s, ip).map(|h| (h.owner, h.hold));
     assert_eq!(
-        st.ipam
-            .allocations
-            .get(&bound.address.ipv4)
-            .map(String::as_str),
-        Some("ns/bound [restored]")
+        hold(v4(&bound)),
+        Some((
+            "ns/bound".to_string(),
+            Hold::InUse {
+                restored: true,
+                expiring: false
+            }
+        ))
     );
     assert_eq!(
-        st.ipam
-            .allocations
-            .get(&pending.address.ipv4)
-            .map(String::as_str),
-        Some("ns/pending [expiring]")
+        hold(v4(&pending)),
+        Some((
+            "ns/pending".to_string(),
+            Hold::InUse {
+                restored: false,
+                expiring: true
+            }
+        ))
     );
-    let left = st.ipam.cooling[&released.address.ipv4].clone();
-    let ms: u64 = left
-        .strip_prefix("ns/released (")
-        .and_then(|l| l.strip_suffix(" ms left)"))
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(ms > 0 && ms <= 30_000, "{left}");
+    match hold(v4(&released)) {
+        Some((owner, Hold::Cooling { left_ms })) => {
+            assert_eq!(owner, "ns/released");
+            assert!(left_ms > 0 && left_ms <= 30_000, "{left_ms}");
+        }
+        other => panic!("not cooling: {other:?}"),
+    }
     // The plugin that got the pending addresses before the restart can still
     // register its endpoint with their expiration UUIDs.
     s.create_endpoint(&endpoint_for("pending", &pending))
@@ -1361,12 +1380,12 @@ fn reconcile_adopts_links_the_journal_cannot_vouch_for_and_keeps_those_with_noth
     assert_eq!(state_of(&s, nothing[0]), None);
 
     // The endpoint comes back from the marker's container ID and interface.
-    let ep = s.endpoint("cni-attachment-id:newer:eth0").unwrap();
-    assert_eq!(ep.interface_name, host_ifname("newer", "eth0"));
+    let ep = s.endpoint("cni-attachment-id:newer:eth0").unwrap().record;
+    assert_eq!(ep.host_ifname, host_ifname("newer", "eth0"));
     assert_eq!(ep.owner, "ns/newer");
     assert_eq!(
-        (ep.addressing.ipv6.as_str(), ep.addressing.ipv4.as_str()),
-        ("fd00::9", "10.0.0.9")
+        (ep.ipv6, ep.ipv4),
+        (Some(addr("fd00::9")), Some(addr("10.0.0.9")))
     );
     assert!(s.endpoint("cni-attachment-id:legacy:eth0").is_err());
 
@@ -2028,13 +2047,10 @@ fn a_full_disk_refuses_changes_with_503_and_recovery_makes_the_journal_match_mem
         s.failures.back().map(|f| f.reason.as_str()),
         Some("journal-unavailable")
     );
-    let st = s.status();
-    assert_eq!(st.cilium.state, "Failure", "{:?}", st.cilium);
-    assert!(
-        st.ipam.journal_error.contains("No space left"),
-        "{}",
-        st.ipam.journal_error
-    );
+    let st = s.status(false);
+    assert_eq!(st.health.level, HealthLevel::Failure, "{:?}", st.health);
+    let journal_error = st.journal_error.unwrap_or_default();
+    assert!(journal_error.contains("No space left"), "{journal_error}");
     s.take_timers();
     let before = memory_of(&s);
     assert_eq!(
@@ -2061,7 +2077,7 @@ fn a_full_disk_refuses_changes_with_503_and_recovery_makes_the_journal_match_mem
     std::fs::remove_file(filler).unwrap();
     recover(&mut s);
     assert_eq!(s.recover_journal(), None, "nothing left to recover");
-    assert_eq!(s.status().cilium.state, "Ok");
+    assert_eq!(s.status(false).health.level, HealthLevel::Ok);
     assert!(s.fire(&retry[0], &no_links));
     assert_eq!(state_of(&s, v4(&pending)), None);
     s.allocate_next(&pod("after")).unwrap();
@@ -2173,14 +2189,14 @@ fn a_configuration_that_does_not_fit_the_node_hands_out_nothing_while_releases_g
         "{:?}",
         failures[0]
     );
-    let st = s.status_brief(true);
-    assert_eq!(st.cilium.state, "Failure");
+    let st = s.status(true);
+    assert_eq!(st.health.level, HealthLevel::Failure);
     assert!(
-        st.cilium.msg.contains("(enable-ipv6: NodeWithoutIPv6)"),
+        st.health.message.contains("(enable-ipv6: NodeWithoutIPv6)"),
         "{}",
-        st.cilium.msg
+        st.health.message
     );
-    assert!(st.ipam.config_check.is_some_and(|c| !c.fits));
+    assert!(st.config_check.is_some_and(|c| !c.fits));
     // The node sink gets the verdict once.
     let fit = s
         .take_outbox()
@@ -2202,7 +2218,7 @@ fn a_configuration_that_does_not_fit_the_node_hands_out_nothing_while_releases_g
         .and_then(|o| o.config_fit)
         .expect("the condition");
     assert_eq!((fit.fits, fit.reason.as_str()), (true, "Fits"));
-    assert_eq!(s.status_brief(true).cilium.state, "Ok");
+    assert_eq!(s.status(true).health.level, HealthLevel::Ok);
 }
 
 // --- fakes ----------------------------------------------------------------------
@@ -2738,7 +2754,7 @@ fn a_cluster_pool_node_asks_for_a_cidr_serves_from_it_and_gives_it_back_empty() 
         "{more:?}"
     );
     assert_eq!(range(&s, "ipv4").usable, 28);
-    assert!(s.status().ipam.status.contains("10.0.0.0/28, 10.0.0.16/28"));
+    assert!(s.status(true).summary.contains("10.0.0.0/28, 10.0.0.16/28"));
     assert_eq!(
         verdict(&mut s),
         BTreeMap::from([
@@ -2766,7 +2782,7 @@ fn a_cluster_pool_node_asks_for_a_cidr_serves_from_it_and_gives_it_back_empty() 
             ("10.0.0.16/28".into(), "released".into())
         ])
     );
-    let lines = s.status().ipam.pod_cidrs;
+    let lines = s.status(true).pod_cidrs;
     assert!(
         lines[0].first && lines[0].why.contains("never given back"),
         "{lines:?}"

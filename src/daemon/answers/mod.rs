@@ -1,0 +1,5 @@
+//! The daemon's REST answers: each builds a wire shape of `api::models` from
+//! what the state returns, so the state holds no wire type. The routes
+//! (`daemon::routes`) call the state, then these.
+
+pub mod status;

@@ -1,0 +1,120 @@
+//! `GET /v1/healthz` and `GET /v1/endpoint/{id}` as Cilium's clients read them:
+//! the state's [`NodeStatus`] as a `StatusResponse` (the per-address maps keyed
+//! by the address, or `pool/ip` outside the default pool) and a
+//! [`RegisteredEndpoint`] as an `EndpointView`.
+
+use std::collections::BTreeMap;
+
+use crate::api::models::{
+    AddressPair, EndpointView, IpamStatus, RangeStatus, StatusElement, StatusResponse,
+};
+use crate::daemon::state::{
+    AddressBook, Health, HealthLevel, Hold, NodeStatus, RegisteredEndpoint,
+};
+use crate::ipam::Family;
+
+/// The status answer of `status` (the backend, cross-node, leak-check, policy
+/// and queue parts are the caller's to add).
+pub fn status_response(status: NodeStatus) -> StatusResponse {
+    let mut ipam = IpamStatus {
+        mode: status.ipam_mode.to_string(),
+        node_name: status.node_name,
+        restore: status.restore,
+        datapath: status.datapath_mode.to_string(),
+        journal: status.journal.display().to_string(),
+        journal_error: status.journal_error.unwrap_or_default(),
+        default_pool: if status.multi_pool {
+            status.default_pool.clone()
+        } else {
+            String::new()
+        },
+        status: status.summary,
+        ranges: status.ranges.iter().map(RangeStatus::from).collect(),
+        pod_cidrs: status.pod_cidrs,
+        config_check: status.config_check,
+        ..Default::default()
+    };
+    if let Some(book) = &status.addresses {
+        add_addresses(&mut ipam, book, &status.default_pool);
+    }
+    StatusResponse {
+        cilium: status_element(status.health),
+        ipam,
+    }
+}
+
+/// Cilium's status of `health`.
+fn status_element(health: Health) -> StatusElement {
+    let state = match health.level {
+        HealthLevel::Ok => "Ok",
+        HealthLevel::Warning => "Warning",
+        HealthLevel::Failure => "Failure",
+    };
+    StatusElement {
+        state: state.into(),
+        msg: health.message,
+    }
+}
+
+/// Each family's address list, and who holds each address: cooling ones
+/// (with the time left) under `cooling`, the others under `allocations`,
+/// marked `[restored]` and `[expiring]` where they are.
+fn add_addresses(ipam: &mut IpamStatus, book: &AddressBook, default_pool: &str) {
+    for (family, ips) in &book.by_family {
+        let list = Some(ips.iter().map(|ip| ip.to_string()).collect());
+        match family {
+            Family::V4 => ipam.ipv4 = list,
+            Family::V6 => ipam.ipv6 = list,
+        }
+    }
+    for holder in &book.holders {
+        let key = if holder.pool == default_pool {
+            holder.ip.to_string()
+        } else {
+            format!("{}/{}", holder.pool, holder.ip)
+        };
+        let owner = &holder.owner;
+        let (map, value): (&mut BTreeMap<String, String>, String) = match holder.hold {
+            Hold::Cooling { left_ms } => {
+                (&mut ipam.cooling, format!("{owner} ({left_ms} ms left)"))
+            }
+            Hold::UntilTeardown => (
+                &mut ipam.cooling,
+                format!("{owner} (held until its links are gone)"),
+            ),
+            Hold::InUse { restored, expiring } => {
+                let mut value = owner.clone();
+                if restored {
+                    value.push_str(" [restored]");
+                }
+                if expiring {
+                    value.push_str(" [expiring]");
+                }
+                (&mut ipam.allocations, value)
+            }
+        };
+        map.insert(key, value);
+    }
+}
+
+/// The endpoint answer of `endpoint`.
+pub fn endpoint_view(endpoint: RegisteredEndpoint) -> EndpointView {
+    let ep = endpoint.record;
+    let mut addressing = AddressPair::default();
+    if let Some(ip) = ep.ipv4 {
+        addressing.ipv4 = ip.to_string();
+        addressing.ipv4_pool_name = ep.pool.clone();
+    }
+    if let Some(ip) = ep.ipv6 {
+        addressing.ipv6 = ip.to_string();
+        addressing.ipv6_pool_name = ep.pool;
+    }
+    EndpointView {
+        container_id: ep.container_id,
+        container_interface_name: ep.ifname,
+        interface_name: ep.host_ifname,
+        owner: ep.owner,
+        addressing,
+        restored: endpoint.restored,
+    }
+}
