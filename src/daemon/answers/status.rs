@@ -1,15 +1,18 @@
-//! `GET /v1/healthz` and `GET /v1/endpoint/{id}` as Cilium's clients read them:
-//! the state's [`NodeStatus`] as a `StatusResponse` (the per-address maps keyed
-//! by the address, or `pool/ip` outside the default pool) and a
+//! `GET /v1/healthz`, `GET /v1/config` and `GET /v1/endpoint/{id}` as Cilium's
+//! clients read them: the state's [`NodeStatus`] as a `StatusResponse` (the
+//! per-address maps keyed by the address, or `pool/ip` outside the default
+//! pool), its [`NodeConfig`] as a `DaemonConfiguration` and a
 //! [`RegisteredEndpoint`] as an `EndpointView`.
 
 use std::collections::BTreeMap;
 
 use crate::api::models::{
-    AddressPair, EndpointView, IpamStatus, RangeStatus, StatusElement, StatusResponse,
+    AddressPair, DaemonConfiguration, DaemonConfigurationStatus, EndpointView, IpamStatus,
+    NodeAddressing, NodeAddressingElement, RangeStatus, StatusElement, StatusResponse,
 };
 use crate::daemon::state::{
-    AddressBook, Health, HealthLevel, Hold, NodeStatus, RegisteredEndpoint,
+    AddressBook, FamilyAddressing, Health, HealthLevel, Hold, NodeConfig, NodeStatus,
+    RegisteredEndpoint,
 };
 use crate::ipam::Family;
 
@@ -117,4 +120,42 @@ pub fn endpoint_view(endpoint: RegisteredEndpoint) -> EndpointView {
         addressing,
         restored: endpoint.restored,
     }
+}
+
+/// `GET /v1/config`: the configuration of `config`.
+pub fn daemon_configuration(config: NodeConfig) -> DaemonConfiguration {
+    DaemonConfiguration {
+        status: configuration_status(config),
+    }
+}
+
+/// The configuration's status part (also the `podnet-config` of an allocation
+/// answer and header).
+pub fn configuration_status(config: NodeConfig) -> DaemonConfigurationStatus {
+    DaemonConfigurationStatus {
+        addressing: node_addressing(&config.addressing),
+        ipam_mode: config.ipam_mode.to_string(),
+        device_mtu: config.mtu,
+        route_mtu: config.mtu,
+        datapath_mode: config.datapath_mode.to_string(),
+        configured_datapath_mode: config.configured_datapath_mode.to_string(),
+        node_name: config.node_name,
+    }
+}
+
+/// Cilium's node addressing: each enabled family's router and alloc range.
+pub fn node_addressing(families: &[FamilyAddressing]) -> NodeAddressing {
+    let mut addressing = NodeAddressing::default();
+    for family in families {
+        let element = NodeAddressingElement {
+            enabled: true,
+            ip: family.router.map(|ip| ip.to_string()).unwrap_or_default(),
+            alloc_range: family.alloc_range.clone().unwrap_or_default(),
+        };
+        match family.family {
+            Family::V4 => addressing.ipv4 = Some(element),
+            Family::V6 => addressing.ipv6 = Some(element),
+        }
+    }
+    addressing
 }

@@ -32,6 +32,7 @@ mod explain;
 mod fit;
 mod leaks;
 mod ledger;
+mod node_config;
 mod node_sync;
 mod pools;
 mod requested;
@@ -63,11 +64,16 @@ use effects::Effects;
 use ledger::{Applied, Ledger};
 use node_sync::NodeSync;
 
+pub use alloc::{
+    Allocated, AllocatedAddress, AllocationCommit, Collected, EndpointRegistration,
+    EndpointRelease, GcScope, WiredAttachment,
+};
 pub use effects::{StaleLink, Timer, TimerKind};
 pub use error::{ApiError, ErrorKind};
 pub use ledger::{
     HOLD_UNTIL_TEARDOWN, HostLinkMarker, JOURNAL_UNAVAILABLE, TEARDOWN_PREFIX, Teardown,
 };
+pub use node_config::{FamilyAddressing, NodeConfig};
 pub use node_sync::NODE_META_KEY;
 pub use pools::{MultiPoolSettings, PoolingMode};
 pub use restore::{

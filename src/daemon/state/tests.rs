@@ -16,10 +16,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::*;
-use crate::api::models::{
-    AddressPair, AttachmentRef, CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest,
-    GcRequest, IpamResponse, LinkRef,
-};
+use crate::api::models::LinkRef;
 use crate::daemon::device_error::{DeviceError, failed};
 use crate::datapath::link_marker::{JournalMark, LinkMarker};
 use crate::datapath::{DatapathError, host_ifname};
@@ -243,55 +240,77 @@ fn plain(owner: &str, pool: &str) -> AllocateRequest {
     }
 }
 
-fn v4(resp: &IpamResponse) -> IpAddr {
-    resp.address.ipv4.parse().unwrap()
+/// An allocation's address of IPv4 (`v4`) or IPv6.
+fn address(resp: &Allocated, v4: bool) -> Option<&AllocatedAddress> {
+    resp.addresses.iter().find(|a| a.ip.is_ipv4() == v4)
 }
 
-fn v6(resp: &IpamResponse) -> IpAddr {
-    resp.address.ipv6.parse().unwrap()
+fn v4(resp: &Allocated) -> IpAddr {
+    address(resp, true).expect("an IPv4 address").ip
 }
 
-/// The addresses of a response, IPv6 first.
-pub(crate) fn ips(resp: &IpamResponse) -> Vec<IpAddr> {
-    [&resp.address.ipv6, &resp.address.ipv4]
+fn v6(resp: &Allocated) -> IpAddr {
+    address(resp, false).expect("an IPv6 address").ip
+}
+
+/// The addresses of an allocation, IPv6 first.
+pub(crate) fn ips(resp: &Allocated) -> Vec<IpAddr> {
+    [address(resp, false), address(resp, true)]
         .into_iter()
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().unwrap())
+        .flatten()
+        .map(|a| a.ip)
         .collect()
+}
+
+/// The expiration UUID of an allocation's IPv4 (`v4`) or IPv6 address.
+fn uuid_of(resp: &Allocated, v4: bool) -> String {
+    address(resp, v4)
+        .and_then(|a| a.expiration_uuid.clone())
+        .unwrap_or_default()
+}
+
+/// The journal mark of the plugin's allocation.
+fn mark(resp: &Allocated) -> JournalMark {
+    resp.commit.as_ref().expect("a commit").journal_mark.clone()
 }
 
 fn addr(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-/// The endpoint the plugin registers after a successful ADD.
-pub(crate) fn endpoint_for(cid: &str, resp: &IpamResponse) -> EndpointChangeRequest {
-    let uuid = |el: &Option<crate::api::models::IpamAddressResponse>| {
-        el.as_ref()
-            .map(|e| e.expiration_uuid.clone())
-            .unwrap_or_default()
-    };
-    EndpointChangeRequest {
+/// The endpoint the plugin registers for `<cid>:eth0` of pod `ns/<cid>`,
+/// without addresses.
+fn registration(cid: &str) -> EndpointRegistration {
+    EndpointRegistration {
         container_id: cid.into(),
-        container_interface_name: "eth0".into(),
-        k8s_pod_name: cid.into(),
-        k8s_namespace: "ns".into(),
-        addressing: AddressPair {
-            ipv4: resp.address.ipv4.clone(),
-            ipv4_expiration_uuid: uuid(&resp.ipv4),
-            ipv6: resp.address.ipv6.clone(),
-            ipv6_expiration_uuid: uuid(&resp.ipv6),
-            ..Default::default()
-        },
-        interface_name: host_ifname(cid, "eth0"),
+        ifname: "eth0".into(),
+        pod_name: cid.into(),
+        pod_namespace: "ns".into(),
+        host_ifname: host_ifname(cid, "eth0"),
         ..Default::default()
     }
 }
 
-fn del(cid: &str) -> EndpointBatchDeleteRequest {
-    EndpointBatchDeleteRequest {
+/// The endpoint the plugin registers after a successful ADD.
+pub(crate) fn endpoint_for(cid: &str, resp: &Allocated) -> EndpointRegistration {
+    let ip = |v4: bool| {
+        address(resp, v4)
+            .map(|a| a.ip.to_string())
+            .unwrap_or_default()
+    };
+    EndpointRegistration {
+        ipv4: ip(true),
+        ipv4_expiration_uuid: uuid_of(resp, true),
+        ipv6: ip(false),
+        ipv6_expiration_uuid: uuid_of(resp, false),
+        ..registration(cid)
+    }
+}
+
+fn del(cid: &str) -> EndpointRelease {
+    EndpointRelease {
         container_id: cid.into(),
-        container_interface_name: "eth0".into(),
+        ifname: "eth0".into(),
         ..Default::default()
     }
 }
@@ -455,7 +474,7 @@ fn addresses_are_unique_until_the_range_is_full_then_502_names_the_ipv6_range_fi
     let mut seen = BTreeSet::new();
     for i in 0..13 {
         let resp = s.allocate_next(&pod(&format!("c{i}"))).unwrap();
-        assert!(resp.ipv6.is_some() && resp.ipv4.is_some(), "{resp:?}");
+        assert_eq!(resp.addresses.len(), 2, "{resp:?}");
         assert!(in_block(v4(&resp), "10.0.0.0/28") && in_block(v6(&resp), "fd00::/124"));
         for ip in ips(&resp) {
             assert!(seen.insert(ip), "{ip} handed out twice");
@@ -562,21 +581,24 @@ fn gc_releases_only_the_networks_attachments_missing_from_the_valid_set() {
             ..pod("other")
         })
         .unwrap();
-    let (resp, stale) = s
-        .gc(&GcRequest {
+    let collected = s
+        .gc(&GcScope {
             network: "podnet".into(),
-            valid_attachments: vec![AttachmentRef {
-                container_id: "kept".into(),
-                ifname: "eth0".into(),
-            }],
+            valid_attachments: BTreeSet::from([("kept".into(), "eth0".into())]),
         })
         .unwrap();
-    assert_eq!(stale, vec![("gone".to_string(), "eth0".to_string())]);
-    let expected: BTreeSet<String> = ips(&gone)
-        .iter()
-        .map(|ip| format!("{ip} (ns/gone)"))
+    assert_eq!(
+        collected.stale_attachments,
+        vec![("gone".to_string(), "eth0".to_string())]
+    );
+    let expected: BTreeSet<(IpAddr, String)> = ips(&gone)
+        .into_iter()
+        .map(|ip| (ip, "ns/gone".to_string()))
         .collect();
-    assert_eq!(resp.released.into_iter().collect::<BTreeSet<_>>(), expected);
+    assert_eq!(
+        collected.released.into_iter().collect::<BTreeSet<_>>(),
+        expected
+    );
     for ip in ips(&gone) {
         assert_eq!(state_of(&s, ip), None);
     }
@@ -592,20 +614,17 @@ fn the_allocation_answer_carries_the_configuration() {
     let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let resp = s.allocate_next(&pod("c1")).unwrap();
-    let cfg = resp.podnet_config.clone().expect("podnet-config");
-    assert_eq!(cfg, s.config().status);
+    assert!(resp.commit.is_some(), "the plugin's allocation");
+    let cfg = resp.config;
+    assert_eq!(cfg, s.config());
     assert_eq!(
-        (
-            cfg.ipam_mode.as_str(),
-            cfg.device_mtu,
-            cfg.datapath_mode.as_str()
-        ),
-        ("cluster-pool", 1500, "veth")
+        (cfg.ipam_mode, cfg.mtu, cfg.datapath_mode),
+        (IpamMode::ClusterPool, 1500, DatapathMode::Veth)
     );
-    assert!(cfg.addressing.ipv6.is_some_and(|a| a.enabled));
+    assert!(cfg.addressing.iter().any(|a| a.family == Family::V6));
     // Only the plugin's call needs it: a reservation of a given address has none.
     let given = s.allocate_ip("10.0.0.9", "ns/static", "").unwrap();
-    assert_eq!(given.podnet_config, None);
+    assert_eq!(given.commit, None);
 }
 
 #[test]
@@ -630,10 +649,10 @@ fn delegated_plugin_mode_refuses_to_allocate_with_its_configuration() {
     );
     assert!(e.message.contains("delegated-plugin"), "{}", e.message);
     let cfg = e.config.expect("the configuration comes along");
-    assert_eq!(cfg.ipam_mode, "delegated-plugin");
+    assert_eq!(cfg.ipam_mode, IpamMode::DelegatedPlugin);
     assert_eq!(
-        cfg.addressing.ipv4.map(|a| a.ip),
-        Some("169.254.0.1".to_string())
+        cfg.addressing.iter().map(|a| a.router).collect::<Vec<_>>(),
+        vec![Some(addr("169.254.0.1"))]
     );
     // It is the mode, not a failure: explain and the failure metrics stay quiet.
     assert!(s.explain("c1").failures.is_empty());
@@ -660,14 +679,14 @@ fn the_policy_loop_knows_delegated_plugin_pods_by_their_endpoints() {
         pools: Vec::new(),
     };
     let mut s = start(&dir, &setup);
-    let mut req = endpoint_for("c1", &IpamResponse::default());
-    req.addressing.ipv4 = "10.99.0.5".into();
-    req.datapath_configuration.external_ipam = true;
+    let mut req = registration("c1");
+    req.ipv4 = "10.99.0.5".into();
+    req.external_ipam = true;
     s.create_endpoint(&req).unwrap();
     // An endpoint of no pod (a bare container ID) is not a pod's.
-    let mut bare = endpoint_for("c2", &IpamResponse::default());
-    bare.k8s_namespace.clear();
-    bare.datapath_configuration.external_ipam = true;
+    let mut bare = registration("c2");
+    bare.pod_namespace.clear();
+    bare.external_ipam = true;
     s.create_endpoint(&bare).unwrap();
     assert!(s.leak_candidates(now_ms()).is_empty());
     // The policy loop enforces on the pod's link (its addresses come from the
@@ -686,20 +705,14 @@ fn the_timings_that_come_with_a_registration_or_a_release_are_recorded() {
     let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let resp = s.allocate_next(&pod("c1")).unwrap();
-    let mut req = endpoint_for("c1", &resp);
-    req.podnet_phases = [
+    let phases: BTreeMap<String, f64> = [
         ("netlink-pod".to_string(), 0.25),
         ("total".to_string(), 1.0),
     ]
     .into();
-    s.create_endpoint(&req).unwrap();
+    s.create_endpoint(&endpoint_for("c1", &resp)).unwrap();
     let registration = Duration::from_millis(500);
-    s.plugin_timings(
-        "ADD",
-        &req.podnet_phases,
-        "endpoint-registration",
-        registration,
-    );
+    s.plugin_timings("ADD", &phases, "endpoint-registration", registration);
     let verb_line = |s: &IpamState, verb: &str, phase: &str, kind: &str| {
         let key = format!("cni_phase_duration_seconds_{kind}{{verb=\"{verb}\",phase=\"{phase}\"}}");
         s.metrics
@@ -720,29 +733,22 @@ fn the_timings_that_come_with_a_registration_or_a_release_are_recorded() {
     assert_eq!(line(&s, "total", "count"), Some(1.0));
     // A Cilium client sends no timings: nothing is recorded for it.
     let resp = s.allocate_next(&pod("c2")).unwrap();
-    let req = endpoint_for("c2", &resp);
-    s.create_endpoint(&req).unwrap();
+    s.create_endpoint(&endpoint_for("c2", &resp)).unwrap();
     s.plugin_timings(
         "ADD",
-        &req.podnet_phases,
+        &BTreeMap::new(),
         "endpoint-registration",
         registration,
     );
     assert_eq!(line(&s, "endpoint-registration", "count"), Some(1.0));
     // A DEL's come with its release.
-    let mut del_req = del("c1");
-    del_req.podnet_phases = [
+    let phases: BTreeMap<String, f64> = [
         ("netlink-lookup".to_string(), 0.125),
         ("total".to_string(), 0.25),
     ]
     .into();
-    s.delete_endpoints(&del_req).unwrap();
-    s.plugin_timings(
-        "DEL",
-        &del_req.podnet_phases,
-        "daemon-release",
-        Duration::from_millis(250),
-    );
+    s.delete_endpoints(&del("c1")).unwrap();
+    s.plugin_timings("DEL", &phases, "daemon-release", Duration::from_millis(250));
     assert_eq!(verb_line(&s, "DEL", "netlink-lookup", "sum"), Some(0.125));
     assert_eq!(verb_line(&s, "DEL", "daemon-release", "sum"), Some(0.25));
     assert_eq!(verb_line(&s, "DEL", "total", "sum"), Some(0.5));
@@ -758,12 +764,7 @@ fn a_pending_allocation_is_released_when_its_expiration_timer_fires() {
     let timers = expire_timers(&s.take_timers());
     assert_eq!(timers.len(), 2);
     for t in &timers {
-        let el = if t.ip.is_ipv4() {
-            &resp.ipv4
-        } else {
-            &resp.ipv6
-        };
-        let uuid = el.as_ref().unwrap().expiration_uuid.clone();
+        let uuid = uuid_of(&resp, t.ip.is_ipv4());
         assert!(!uuid.is_empty());
         assert_eq!(t.kind, TimerKind::Expire { uuid });
         assert!(t.deadline_ms >= before + 600_000 && t.deadline_ms <= now_ms() + 600_000);
@@ -800,7 +801,7 @@ fn an_endpoint_with_the_wrong_expiration_uuid_is_refused_and_the_timer_still_rel
     let resp = s.allocate_next(&pod("c1")).unwrap();
     let timers = expire_timers(&s.take_timers());
     let mut req = endpoint_for("c1", &resp);
-    req.addressing.ipv4_expiration_uuid = "not-the-uuid".into();
+    req.ipv4_expiration_uuid = "not-the-uuid".into();
     let e = s.create_endpoint(&req).unwrap_err();
     assert_eq!(
         e,
@@ -836,7 +837,7 @@ fn expiry_queues_the_host_link_only_when_nothing_else_of_the_attachment_lives() 
     let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
     s.take_timers();
     let resp = s.allocate_next(&pod("c1")).unwrap();
-    let made = JournalMark::parse(&resp.journal_mark).unwrap();
+    let made = mark(&resp);
     let timers = expire_timers(&s.take_timers());
     let t6 = timers.iter().find(|t| t.ip.is_ipv6()).unwrap();
     let t4 = timers.iter().find(|t| t.ip.is_ipv4()).unwrap();
@@ -855,7 +856,7 @@ fn expiry_queues_the_host_link_only_when_nothing_else_of_the_attachment_lives() 
         "the link of the expired ADD is covered"
     );
     let retried = s.allocate_next(&pod("c1")).unwrap();
-    let retried = JournalMark::parse(&retried.journal_mark).unwrap();
+    let retried = mark(&retried);
     assert!(
         retried.seq > stale[0].made_by.seq,
         "a retried ADD's new link is not covered"
@@ -867,7 +868,7 @@ fn expiry_queues_the_host_link_only_when_nothing_else_of_the_attachment_lives() 
     let resp = s.allocate_next(&pod("c2")).unwrap();
     let timers = expire_timers(&s.take_timers());
     let mut req = endpoint_for("c2", &resp);
-    req.addressing.ipv4.clear();
+    req.ipv4.clear();
     s.create_endpoint(&req).unwrap();
     let t4 = timers.iter().find(|t| t.ip.is_ipv4()).unwrap();
     assert!(s.fire(t4, &no_links));
@@ -938,7 +939,7 @@ fn without_a_cooldown_a_release_frees_the_address_at_once() {
     let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
     let resp = s.allocate_next(&plain("ns/p", "")).unwrap();
     s.take_timers();
-    s.release_ip(&resp.address.ipv4, "").unwrap();
+    s.release_ip(&v4(&resp).to_string(), "").unwrap();
     assert_eq!(state_of(&s, v4(&resp)), None);
     assert!(s.take_timers().is_empty());
     let cooling = |h: &AddressHolder| !matches!(h.hold, Hold::InUse { .. });
@@ -950,14 +951,14 @@ fn without_a_cooldown_a_release_frees_the_address_at_once() {
             .iter()
             .any(cooling)
     );
-    s.allocate_ip(&resp.address.ipv4, "ns/q", "").unwrap();
+    s.allocate_ip(&v4(&resp).to_string(), "ns/q", "").unwrap();
     assert_eq!(state_of(&s, v4(&resp)), Some(AllocationState::Bound));
 }
 
 // --- teardown hold --------------------------------------------------------------
 
-pub(crate) fn del_with_links(cid: &str) -> EndpointBatchDeleteRequest {
-    EndpointBatchDeleteRequest {
+pub(crate) fn del_with_links(cid: &str) -> EndpointRelease {
+    EndpointRelease {
         teardown_links: vec![LinkRef {
             name: host_ifname(cid, "eth0"),
             index: 42,
@@ -1291,7 +1292,7 @@ fn reconcile_removes_a_link_this_journal_saw_and_released() {
     let setup = Setup::dual();
     let mut s = start(&dir, &setup);
     let resp = s.allocate_next(&pod("old")).unwrap();
-    let made = JournalMark::parse(&resp.journal_mark).unwrap();
+    let made = mark(&resp);
     s.create_endpoint(&endpoint_for("old", &resp)).unwrap();
     s.delete_endpoints(&del("old")).unwrap();
     drop(s);
@@ -1467,7 +1468,7 @@ fn demand_follows_needed_ip_ceil_and_the_operator_carves_blocks() {
     let mut taken = Vec::new();
     for (n, want) in [(1, 6), (2, 6), (3, 6), (4, 9)] {
         let resp = s.allocate_next(&plain("ns/p", "blue")).unwrap();
-        assert_eq!(resp.address.ipv4_pool_name, "blue");
+        assert_eq!(address(&resp, true).unwrap().pool, "blue");
         taken.push(v4(&resp));
         assert_eq!(requested(&s, "blue"), Some(want), "{n} in use");
     }
@@ -1560,13 +1561,13 @@ fn pool_selection_follows_the_pod_and_namespace_metadata() {
     let mut s = start(&dir, &setup);
     s.set_metadata(Box::new(FakeMetadata::new()));
     let resp = s.allocate_next(&plain("apps/annotated", "")).unwrap();
-    assert_eq!(resp.address.ipv4_pool_name, "blue");
+    assert_eq!(address(&resp, true).unwrap().pool, "blue");
     assert_eq!(
         record(&s, v4(&resp)).selected_by.as_deref(),
         Some("pod-annotation")
     );
     let resp = s.allocate_next(&plain("apps/plain", "")).unwrap();
-    assert_eq!(resp.address.ipv4_pool_name, DEFAULT_POOL);
+    assert_eq!(address(&resp, true).unwrap().pool, DEFAULT_POOL);
     assert_eq!(
         record(&s, v4(&resp)).selected_by.as_deref(),
         Some("default")
@@ -2054,7 +2055,9 @@ fn a_full_disk_refuses_changes_with_503_and_recovery_makes_the_journal_match_mem
     s.take_timers();
     let before = memory_of(&s);
     assert_eq!(
-        s.release_ip(&pending.address.ipv4, "").unwrap_err().kind,
+        s.release_ip(&v4(&pending).to_string(), "")
+            .unwrap_err()
+            .kind,
         ErrorKind::Unavailable
     );
     assert_eq!(
@@ -2130,7 +2133,7 @@ fn an_allocation_marks_the_used_addresses_changed_for_the_node_sink() {
         .take_outbox()
         .and_then(|o| o.used)
         .expect("the used addresses changed");
-    assert!(used.ipv4.contains_key(&resp.address.ipv4));
+    assert!(used.ipv4.contains_key(&v4(&resp).to_string()));
     s.allocate_ip("10.0.0.9", "ns/fixed", "").unwrap();
     let used = s
         .take_outbox()
@@ -2389,23 +2392,21 @@ fn wired_pod(cid: &str) -> AllocateRequest {
 }
 
 /// The expiration UUIDs of an answer.
-fn uuids(resp: &IpamResponse) -> Vec<String> {
-    [&resp.ipv4, &resp.ipv6]
+fn uuids(resp: &Allocated) -> Vec<String> {
+    [address(resp, true), address(resp, false)]
         .into_iter()
         .flatten()
-        .map(|e| e.expiration_uuid.clone())
+        .map(|a| a.expiration_uuid.clone().unwrap_or_default())
         .collect()
 }
 
 /// The report of a successful ADD that wired `<cid>:eth0`.
-fn wired_report(cid: &str, uuids: Vec<String>) -> CniReport {
-    CniReport {
-        verb: "ADD".into(),
+fn wired_report(cid: &str, uuids: Vec<String>) -> WiredAttachment {
+    WiredAttachment {
         container_id: cid.into(),
         ifname: "eth0".into(),
         owner: format!("ns/{cid}"),
-        wired_expiration_uuids: uuids,
-        ..Default::default()
+        expiration_uuids: uuids,
     }
 }
 
@@ -2414,7 +2415,7 @@ fn an_allocation_naming_the_netns_journals_its_endpoint_pending_in_the_same_comm
     let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let resp = s.allocate_next(&wired_pod("c1")).unwrap();
-    assert!(resp.endpoint_pending);
+    assert!(resp.commit.as_ref().unwrap().endpoint_pending);
     for ip in ips(&resp) {
         assert_eq!(state_of(&s, ip), Some(AllocationState::Pending));
     }
@@ -2435,7 +2436,7 @@ fn an_allocation_naming_the_netns_journals_its_endpoint_pending_in_the_same_comm
     // Without the netns (Cilium's client, older plugins) no endpoint is journaled.
     let mut s = ready(s);
     let plain = s.allocate_next(&pod("c2")).unwrap();
-    assert!(!plain.endpoint_pending);
+    assert!(!plain.commit.as_ref().unwrap().endpoint_pending);
     assert!(!s.ledger.endpoints().contains_key("c2:eth0"));
 }
 
@@ -2471,7 +2472,7 @@ fn expiry_binds_an_attachment_whose_link_is_marked_wired_by_this_journal_only() 
     let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
     s.take_timers();
     let resp = s.allocate_next(&wired_pod("c1")).unwrap();
-    let made = JournalMark::parse(&resp.journal_mark).unwrap();
+    let made = mark(&resp);
     let timers = expire_timers(&s.take_timers());
     let wired = LinkMarker {
         wired: true,
@@ -2562,7 +2563,7 @@ fn restore_leaves_an_expired_attachment_with_its_endpoint_to_its_timer() {
     let due = expire_timers(&s.take_timers());
     assert_eq!(due.len(), 2);
     assert!(due.iter().all(|t| t.deadline_ms <= now_ms()));
-    let made = JournalMark::parse(&wired.journal_mark).unwrap();
+    let made = mark(&wired);
     let found = LinkMarker {
         wired: true,
         ..marker(&made.journal_id, made.seq, "wired")

@@ -1,6 +1,7 @@
-//! Read-only views of the state: `GET /v1/config`, the node's status (its
-//! health, each range's fill, who holds each address, the restore's figures;
-//! `GET /v1/healthz` is built from it) and endpoints.
+//! Read-only views of the state, in its own types (`daemon::answers` builds
+//! the wire answers from them): the configuration (`GET /v1/config`), the
+//! node's status (its health, each range's fill, who holds each address, the
+//! restore's figures: `GET /v1/healthz`) and endpoints.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -9,11 +10,8 @@ use std::path::PathBuf;
 use super::super::config::{DatapathMode, IpamMode};
 use super::super::metrics::{CapacityLabels, FamilyLabels, Metrics, OutcomeLabels};
 use super::leaks::pod_of_owner;
-use super::{ApiError, ErrorKind, IpamState, RestoreReport};
-use crate::api::models::{
-    ConfigCheckStatus, DaemonConfiguration, DaemonConfigurationStatus, NodeAddressing,
-    NodeAddressingElement, PodCidrLine,
-};
+use super::{ApiError, ErrorKind, FamilyAddressing, IpamState, NodeConfig, RestoreReport};
+use crate::api::models::{ConfigCheckStatus, PodCidrLine};
 use crate::ipam::Family;
 use crate::ipam::leaks::PodName;
 use crate::ipam::range_fill::RangeFill;
@@ -184,38 +182,25 @@ impl IpamState {
             .collect()
     }
 
-    pub(super) fn node_addressing(&self) -> NodeAddressing {
-        let mut na = NodeAddressing::default();
-        for family in &self.cfg.families {
-            let el = NodeAddressingElement {
-                enabled: true,
-                ip: self
-                    .routers
-                    .get(family)
-                    .map(|ip| ip.to_string())
-                    .unwrap_or_default(),
-                alloc_range: self.node_addressing_cidr(*family).unwrap_or_default(),
-            };
-            match family {
-                Family::V4 => na.ipv4 = Some(el),
-                Family::V6 => na.ipv6 = Some(el),
-            }
-        }
-        na
-    }
-
-    /// `GET /v1/config`.
-    pub fn config(&self) -> DaemonConfiguration {
-        DaemonConfiguration {
-            status: DaemonConfigurationStatus {
-                addressing: self.node_addressing(),
-                ipam_mode: self.cfg.ipam_mode.to_string(),
-                device_mtu: self.cfg.mtu,
-                route_mtu: self.cfg.mtu,
-                datapath_mode: self.cfg.datapath_mode.to_string(),
-                configured_datapath_mode: self.cfg.configured_datapath_mode.to_string(),
-                node_name: self.cfg.node_name.clone(),
-            },
+    /// `GET /v1/config`: the daemon's configuration, with each enabled
+    /// family's router address and alloc range.
+    pub fn config(&self) -> NodeConfig {
+        NodeConfig {
+            addressing: self
+                .cfg
+                .families
+                .iter()
+                .map(|family| FamilyAddressing {
+                    family: *family,
+                    router: self.routers.get(family).copied(),
+                    alloc_range: self.node_addressing_cidr(*family),
+                })
+                .collect(),
+            ipam_mode: self.cfg.ipam_mode,
+            mtu: self.cfg.mtu,
+            datapath_mode: self.cfg.datapath_mode,
+            configured_datapath_mode: self.cfg.configured_datapath_mode,
+            node_name: self.cfg.node_name.clone(),
         }
     }
 

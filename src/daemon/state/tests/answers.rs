@@ -5,7 +5,9 @@
 //! before the comparison; every other byte is pinned.
 
 use super::*;
-use crate::daemon::answers::status::{endpoint_view, status_response};
+use crate::api::models::{AttachmentRef, GcRequest, IpamResponse};
+use crate::daemon::answers::ipam::{gc_response, gc_scope, ipam_response};
+use crate::daemon::answers::status::{daemon_configuration, endpoint_view, status_response};
 
 /// `json` with each of `dynamic` (value, placeholder) replaced, and each
 /// `(<n> ms left)` as `(<ms> ms left)`.
@@ -66,7 +68,7 @@ fn the_answers_of_a_host_scope_node_are_pinned() {
 
     let c1 = s.allocate_next(&pod("c1")).unwrap();
     same(
-        pin_answer(&c1),
+        pin_answer(&ipam_response(c1.clone())),
         r#"{"address":{"ipv4":"10.0.0.2","ipv4-pool-name":"default","ipv6":"fd00::2","ipv6-pool-name":"default"},"ipv4":{"ip":"10.0.0.2","cidrs":null,"expiration-uuid":"<uuid4>","pool":"default"},"ipv6":{"ip":"fd00::2","cidrs":null,"expiration-uuid":"<uuid6>","pool":"default"},"host-addressing":{"ipv4":{"enabled":true,"ip":"10.0.0.1","alloc-range":"10.0.0.0/28"},"ipv6":{"enabled":true,"ip":"fd00::1","alloc-range":"fd00::/124"}},"journal-mark":"<mark>","podnet-config":{"addressing":{"ipv4":{"enabled":true,"ip":"10.0.0.1","alloc-range":"10.0.0.0/28"},"ipv6":{"enabled":true,"ip":"fd00::1","alloc-range":"fd00::/124"}},"ipam-mode":"cluster-pool","deviceMTU":1500,"routeMTU":1500,"datapathMode":"veth","configuredDatapathMode":"veth","node-name":"node-a"}}"#,
     );
     let created = s.create_endpoint(&endpoint_for("c1", &c1)).unwrap();
@@ -80,7 +82,7 @@ fn the_answers_of_a_host_scope_node_are_pinned() {
     let c2 = s.allocate_next(&pod("c2")).unwrap();
     let given = s.allocate_ip("10.0.0.9", "ns/static", "").unwrap();
     same(
-        json(&given),
+        json(&ipam_response(given)),
         r#"{"address":{"ipv4":"10.0.0.9","ipv4-pool-name":"default"},"ipv4":{"ip":"10.0.0.9","cidrs":null,"pool":"default"},"host-addressing":{"ipv4":{"enabled":true,"ip":"10.0.0.1","alloc-range":"10.0.0.0/28"},"ipv6":{"enabled":true,"ip":"fd00::1","alloc-range":"fd00::/124"}}}"#,
     );
 
@@ -92,10 +94,10 @@ fn the_answers_of_a_host_scope_node_are_pinned() {
     s.delete_endpoints(&del_with_links("c4")).unwrap();
 
     same(
-        json(&s.config()),
+        json(&daemon_configuration(s.config())),
         r#"{"status":{"addressing":{"ipv4":{"enabled":true,"ip":"10.0.0.1","alloc-range":"10.0.0.0/28"},"ipv6":{"enabled":true,"ip":"fd00::1","alloc-range":"fd00::/124"}},"ipam-mode":"cluster-pool","deviceMTU":1500,"routeMTU":1500,"datapathMode":"veth","configuredDatapathMode":"veth","node-name":"node-a"}}"#,
     );
-    let c2_uuids = uuids(&c2);
+    let c2_uuids = uuids(&ipam_response(c2));
     let dynamic: Vec<(&str, &str)> = c2_uuids
         .iter()
         .map(|(v, p)| (v.as_str(), *p))
@@ -117,12 +119,15 @@ fn the_answers_of_a_host_scope_node_are_pinned() {
             ifname: "eth0".into(),
         }],
     };
-    let (collected, stale) = s.gc(&gc).unwrap();
+    let collected = s.gc(&gc_scope(&gc)).unwrap();
     same(
-        json(&collected),
+        json(&gc_response(&collected)),
         r#"{"released":["10.0.0.3 (ns/c2)","fd00::3 (ns/c2)"]}"#,
     );
-    assert_eq!(stale, vec![("c2".to_string(), "eth0".to_string())]);
+    assert_eq!(
+        collected.stale_attachments,
+        vec![("c2".to_string(), "eth0".to_string())]
+    );
 }
 
 #[test]
