@@ -5,3 +5,5 @@
 
 pub mod ipam;
 pub mod status;
+#[cfg(test)]
+mod tests;

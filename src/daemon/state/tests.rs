@@ -33,21 +33,20 @@ use crate::store::Snapshot;
 use crate::store::{AllocationRecord, EndpointRecord, Journal};
 use crate::test_dir::TestDir;
 
-mod answers;
 mod requested;
 mod sticky;
 
 const NODE: &str = "node-a";
 
 /// The journal's file in a test's state directory.
-pub(super) fn journal_in(dir: &Path) -> PathBuf {
+pub(crate) fn journal_in(dir: &Path) -> PathBuf {
     dir.join("journal.redb")
 }
 
 /// What a test node runs with: the state's config, and the embedded operator's
 /// mode and pools.
 #[derive(Clone)]
-struct Setup {
+pub(crate) struct Setup {
     cfg: StateConfig,
     mode: EmbeddedMode,
     pools: Vec<PoolDef>,
@@ -101,12 +100,12 @@ impl Setup {
     }
 
     /// The usual dual-stack node: 10.0.0.0/28 and fd00::/124 (14 usable each).
-    fn dual() -> Setup {
+    pub(crate) fn dual() -> Setup {
         Setup::cluster_pool(Some("10.0.0.0/28"), Some("fd00::/124"))
     }
 
     /// multi-pool, IPv4 only, default pool `default`.
-    fn multi_pool(pools: Vec<PoolDef>, pre_allocation: &[(&str, u64)]) -> Setup {
+    pub(crate) fn multi_pool(pools: Vec<PoolDef>, pre_allocation: &[(&str, u64)]) -> Setup {
         let settings = MultiPoolSettings {
             default_pool: DEFAULT_POOL.into(),
             configured_default_pool: DEFAULT_POOL.into(),
@@ -147,7 +146,7 @@ impl Setup {
     }
 }
 
-fn pool_def(name: &str, cidr: &str, mask: u8) -> PoolDef {
+pub(crate) fn pool_def(name: &str, cidr: &str, mask: u8) -> PoolDef {
     PoolDef {
         name: name.into(),
         ipv4: Some(PoolFamilySpec {
@@ -215,7 +214,7 @@ fn ready(mut state: IpamState) -> IpamState {
 }
 
 /// A whole start without a kernel (nothing to reconcile).
-fn start(dir: &TestDir, setup: &Setup) -> IpamState {
+pub(crate) fn start(dir: &TestDir, setup: &Setup) -> IpamState {
     ready(restore(dir, setup).0)
 }
 
@@ -232,7 +231,7 @@ pub(crate) fn pod(cid: &str) -> AllocateRequest {
 }
 
 /// An allocation without expiration and without an attachment.
-fn plain(owner: &str, pool: &str) -> AllocateRequest {
+pub(crate) fn plain(owner: &str, pool: &str) -> AllocateRequest {
     AllocateRequest {
         owner: owner.into(),
         pool: pool.into(),
@@ -307,7 +306,7 @@ pub(crate) fn endpoint_for(cid: &str, resp: &Allocated) -> EndpointRegistration 
     }
 }
 
-fn del(cid: &str) -> EndpointRelease {
+pub(crate) fn del(cid: &str) -> EndpointRelease {
     EndpointRelease {
         container_id: cid.into(),
         ifname: "eth0".into(),

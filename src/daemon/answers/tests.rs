@@ -4,10 +4,14 @@
 //! mark, expiration UUIDs, the cooldown left) is replaced by a placeholder
 //! before the comparison; every other byte is pinned.
 
-use super::*;
+use super::ipam::{gc_response, gc_scope, ipam_response};
+use super::status::{daemon_configuration, endpoint_view, status_response};
 use crate::api::models::{AttachmentRef, GcRequest, IpamResponse};
-use crate::daemon::answers::ipam::{gc_response, gc_scope, ipam_response};
-use crate::daemon::answers::status::{daemon_configuration, endpoint_view, status_response};
+use crate::daemon::state::DEFAULT_POOL;
+use crate::daemon::state::tests::{
+    Setup, del, del_with_links, endpoint_for, journal_in, plain, pod, pool_def, start,
+};
+use crate::test_dir::TestDir;
 
 /// `json` with each of `dynamic` (value, placeholder) replaced, and each
 /// `(<n> ms left)` as `(<ms> ms left)`.
@@ -66,7 +70,7 @@ fn the_answers_of_a_host_scope_node_are_pinned() {
     let mut s = start(&dir, &Setup::dual());
     let journal = journal_in(&dir).display().to_string();
 
-    let c1 = s.allocate_next(&pod("c1")).unwrap();
+    let c1 = s.allocate(&pod("c1"), false).unwrap();
     same(
         pin_answer(&ipam_response(c1.clone())),
         r#"{"address":{"ipv4":"10.0.0.2","ipv4-pool-name":"default","ipv6":"fd00::2","ipv6-pool-name":"default"},"ipv4":{"ip":"10.0.0.2","cidrs":null,"expiration-uuid":"<uuid4>","pool":"default"},"ipv6":{"ip":"fd00::2","cidrs":null,"expiration-uuid":"<uuid6>","pool":"default"},"host-addressing":{"ipv4":{"enabled":true,"ip":"10.0.0.1","alloc-range":"10.0.0.0/28"},"ipv6":{"enabled":true,"ip":"fd00::1","alloc-range":"fd00::/124"}},"journal-mark":"<mark>","podnet-config":{"addressing":{"ipv4":{"enabled":true,"ip":"10.0.0.1","alloc-range":"10.0.0.0/28"},"ipv6":{"enabled":true,"ip":"fd00::1","alloc-range":"fd00::/124"}},"ipam-mode":"cluster-pool","deviceMTU":1500,"routeMTU":1500,"datapathMode":"veth","configuredDatapathMode":"veth","node-name":"node-a"}}"#,
@@ -79,17 +83,17 @@ fn the_answers_of_a_host_scope_node_are_pinned() {
     let found = s.endpoint("cni-attachment-id:c1:eth0").unwrap();
     assert_eq!(found, created);
 
-    let c2 = s.allocate_next(&pod("c2")).unwrap();
+    let c2 = s.allocate(&pod("c2"), false).unwrap();
     let given = s.allocate_ip("10.0.0.9", "ns/static", "").unwrap();
     same(
         json(&ipam_response(given)),
         r#"{"address":{"ipv4":"10.0.0.9","ipv4-pool-name":"default"},"ipv4":{"ip":"10.0.0.9","cidrs":null,"pool":"default"},"host-addressing":{"ipv4":{"enabled":true,"ip":"10.0.0.1","alloc-range":"10.0.0.0/28"},"ipv6":{"enabled":true,"ip":"fd00::1","alloc-range":"fd00::/124"}}}"#,
     );
 
-    let c3 = s.allocate_next(&pod("c3")).unwrap();
+    let c3 = s.allocate(&pod("c3"), false).unwrap();
     s.create_endpoint(&endpoint_for("c3", &c3)).unwrap();
     s.delete_endpoints(&del("c3")).unwrap();
-    let c4 = s.allocate_next(&pod("c4")).unwrap();
+    let c4 = s.allocate(&pod("c4"), false).unwrap();
     s.create_endpoint(&endpoint_for("c4", &c4)).unwrap();
     s.delete_endpoints(&del_with_links("c4")).unwrap();
 
@@ -143,9 +147,9 @@ fn the_status_of_a_full_multi_pool_node_is_pinned() {
     );
     let journal = journal_in(&dir).display().to_string();
     for i in 0..2 {
-        let _ = s.allocate_next(&plain(&format!("ns/d{i}"), ""));
+        let _ = s.allocate(&plain(&format!("ns/d{i}"), ""), false);
     }
-    s.allocate_next(&plain("ns/b0", "blue")).unwrap();
+    s.allocate(&plain("ns/b0", "blue"), false).unwrap();
     let dynamic = [(journal.as_str(), "<journal>")];
     same(
         pinned(json(&status_response(s.status(false))), &dynamic),
