@@ -1,16 +1,24 @@
 //! The exact JSON of the daemon's answers built from a fixed state: status
 //! (full and brief, host-scope and multi-pool), configuration, endpoints,
-//! allocations and GC. What changes from run to run (the journal's path and
+//! allocations and GC; and from the state's types alone where a state is hard
+//! to bring about here (an ENI allocation, a failing journal). What changes from run to run (the journal's path and
 //! mark, expiration UUIDs, the cooldown left) is replaced by a placeholder
 //! before the comparison; every other byte is pinned.
 
 use super::ipam::{gc_response, gc_scope, ipam_response};
 use super::status::{daemon_configuration, endpoint_view, status_response};
 use crate::api::models::{AttachmentRef, GcRequest, IpamResponse};
-use crate::daemon::state::DEFAULT_POOL;
+use crate::daemon::config::{DatapathMode, IpamMode};
 use crate::daemon::state::tests::{
     Setup, del, del_with_links, endpoint_for, journal_in, plain, pod, pool_def, start,
 };
+use crate::daemon::state::{
+    AddressBook, AddressHolder, Allocated, AllocatedAddress, AllocationCommit, DEFAULT_POOL,
+    FamilyAddressing, Health, HealthLevel, Hold, NodeConfig, NodeStatus, RestoreReport,
+};
+use crate::datapath::link_marker::JournalMark;
+use crate::ipam::Family;
+use crate::ipam::eni::EniRouting;
 use crate::test_dir::TestDir;
 
 /// `json` with each of `dynamic` (value, placeholder) replaced, and each
@@ -154,5 +162,106 @@ fn the_status_of_a_full_multi_pool_node_is_pinned() {
     same(
         pinned(json(&status_response(s.status(false))), &dynamic),
         r#"{"cilium":{"state":"Warning","msg":"ipv4 range 10.10.0.0/30 of node node-a is full (2/2 in use, 0 cooling)"},"ipam":{"allocations":{"10.10.0.1":"router","10.10.0.2":"ns/d0","blue/10.20.0.1":"ns/b0"},"ipv4":["10.10.0.1","10.10.0.2","10.20.0.1"],"status":"IPv4: 2 IPAM pool(s) available","ranges":[{"family":"ipv4","cidr":"10.20.0.0/29","used":1,"usable":6,"cooling":0,"pool":"blue","can-grow":true},{"family":"ipv4","cidr":"10.10.0.0/30","used":2,"usable":2,"cooling":0,"pool":"default","can-grow":false}],"mode":"multi-pool","node-name":"node-a","default-pool":"default","cooling":{},"restore":{"restored":0,"expired":0,"cooled-down":0,"queued-deletes":0,"outside-ranges":[],"released-link-gone":[],"orphan-links-removed":[],"adopted-from-kernel":[],"unaccounted-links-kept":[]},"datapath":"veth","journal":"<journal>","journal-bytes":0,"queue-depth":0,"queue-unreadable":0,"queue-unreadable-files":[]}}"#,
+    );
+}
+
+/// An IPv4 eni node's configuration, without a router address yet.
+fn config() -> NodeConfig {
+    NodeConfig {
+        addressing: vec![FamilyAddressing {
+            family: Family::V4,
+            router: None,
+            alloc_range: Some("10.0.0.0/28".into()),
+        }],
+        ipam_mode: IpamMode::Eni,
+        mtu: 9001,
+        datapath_mode: DatapathMode::Veth,
+        configured_datapath_mode: DatapathMode::Auto,
+        node_name: "node-a".into(),
+    }
+}
+
+#[test]
+fn an_eni_allocation_carries_its_routing_in_its_family_element() {
+    let allocated = Allocated {
+        addresses: vec![AllocatedAddress {
+            ip: "10.0.0.5".parse().unwrap(),
+            pool: DEFAULT_POOL.into(),
+            expiration_uuid: Some("u4".into()),
+            skip_masquerade: true,
+            eni: Some(EniRouting {
+                eni_id: "eni-1".into(),
+                mac: "0a:00:00:00:00:01".into(),
+                interface_number: 2,
+                gateway: Some("10.0.0.1".parse().unwrap()),
+                vpc_cidrs: vec!["10.0.0.0/16".parse().unwrap()],
+                subnet_cidr: None,
+            }),
+        }],
+        config: config(),
+        commit: Some(AllocationCommit {
+            journal_mark: JournalMark {
+                journal_id: "j".into(),
+                seq: 7,
+            },
+            endpoint_pending: true,
+        }),
+    };
+    same(
+        json(&ipam_response(allocated)),
+        r#"{"address":{"ipv4":"10.0.0.5","ipv4-pool-name":"default"},"ipv4":{"ip":"10.0.0.5","gateway":"10.0.0.1","cidrs":["10.0.0.0/16"],"master-mac":"0a:00:00:00:00:01","expiration-uuid":"u4","interface-number":"2","skip-masquerade":true,"pool":"default"},"host-addressing":{"ipv4":{"enabled":true,"alloc-range":"10.0.0.0/28"}},"journal-mark":"j.7","podnet-config":{"addressing":{"ipv4":{"enabled":true,"alloc-range":"10.0.0.0/28"}},"ipam-mode":"eni","deviceMTU":9001,"routeMTU":9001,"datapathMode":"veth","configuredDatapathMode":"auto","node-name":"node-a"},"podnet-endpoint-pending":true}"#,
+    );
+}
+
+#[test]
+fn a_failing_journal_and_restored_addresses_show_in_the_status() {
+    let holder = |ip: &str, pool: &str, hold| AddressHolder {
+        ip: ip.parse().unwrap(),
+        pool: pool.into(),
+        owner: "ns/p".into(),
+        hold,
+    };
+    let status = NodeStatus {
+        health: Health {
+            level: HealthLevel::Failure,
+            message: "journal unavailable".into(),
+        },
+        ipam_mode: IpamMode::ClusterPool,
+        node_name: "node-a".into(),
+        datapath_mode: DatapathMode::Veth,
+        journal: "/var/lib/podnet/journal.redb".into(),
+        journal_error: Some("No space left on device".into()),
+        default_pool: DEFAULT_POOL.into(),
+        multi_pool: false,
+        summary: String::new(),
+        ranges: Vec::new(),
+        pod_cidrs: Vec::new(),
+        restore: RestoreReport::default(),
+        config_check: None,
+        addresses: Some(AddressBook {
+            by_family: vec![(Family::V4, vec!["10.0.0.2".parse().unwrap()])],
+            holders: vec![
+                holder(
+                    "10.0.0.2",
+                    DEFAULT_POOL,
+                    Hold::InUse {
+                        restored: true,
+                        expiring: true,
+                    },
+                ),
+                holder(
+                    "10.0.0.3",
+                    "blue",
+                    Hold::InUse {
+                        restored: true,
+                        expiring: false,
+                    },
+                ),
+            ],
+        }),
+    };
+    same(
+        json(&status_response(status)),
+        r#"{"cilium":{"state":"Failure","msg":"journal unavailable"},"ipam":{"allocations":{"10.0.0.2":"ns/p [restored] [expiring]","blue/10.0.0.3":"ns/p [restored]"},"ipv4":["10.0.0.2"],"status":"","ranges":[],"mode":"cluster-pool","node-name":"node-a","cooling":{},"restore":{"restored":0,"expired":0,"cooled-down":0,"queued-deletes":0,"outside-ranges":[],"released-link-gone":[],"orphan-links-removed":[],"adopted-from-kernel":[],"unaccounted-links-kept":[]},"datapath":"veth","journal":"/var/lib/podnet/journal.redb","journal-bytes":0,"journal-error":"No space left on device","queue-depth":0,"queue-unreadable":0,"queue-unreadable-files":[]}}"#,
     );
 }
