@@ -6,10 +6,11 @@
 //! (`read_body`: the one place with the size and time limits) and hands the handler
 //! a `Call`. A handler checks what it takes first: the query and path through a pure
 //! function of the `Call` (`allocate_next_request`, `ip_claim`, ...), the body
-//! through `Call::json` and `api::validate`. Each state call runs under the state
-//! mutex on the request's own worker thread, which hands its other tasks to another
-//! thread first (`Daemon::with_state_in_place`), because it commits to the journal
-//! before answering.
+//! through `Call::json` and `api::validate`, then `daemon::answers` turns a body
+//! into the state's request. Each state call runs under the state mutex on the
+//! request's own worker thread, which hands its other tasks to another thread first
+//! (`Daemon::with_state_in_place`), because it commits to the journal before
+//! answering; `daemon::answers` builds the wire answer from what it returns.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
