@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ipam::range_fill::RangeFill;
+
 /// podnet: the HTTP header that carries why the daemon refused a request. The body
 /// stays Cilium's error (a JSON string), so Cilium's clients are unaffected.
 pub const REASON_HEADER: &str = "podnet-reason";
@@ -586,6 +588,21 @@ impl RangeStatus {
     /// True when no address can be handed out and no more can come.
     pub fn is_exhausted(&self) -> bool {
         self.used >= self.usable && !self.can_grow
+    }
+}
+
+/// A range's fill as the status spells it.
+impl From<&RangeFill> for RangeStatus {
+    fn from(r: &RangeFill) -> RangeStatus {
+        RangeStatus {
+            family: r.family.as_str().into(),
+            cidr: r.cidr.clone(),
+            used: r.used,
+            usable: r.usable,
+            cooling: r.cooling,
+            pool: r.pool.clone(),
+            can_grow: r.can_grow,
+        }
     }
 }
 

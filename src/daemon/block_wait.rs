@@ -12,8 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Daemon;
-use super::state::{AllocateRequest, ApiError};
-use crate::api::models::IpamResponse;
+use super::state::{AllocateRequest, Allocated, ApiError};
 
 /// How long an allocation waits for blocks: below the plugin's 30 s limit on a
 /// daemon call, so a pool that stays without room fails with the daemon's reason
@@ -29,7 +28,7 @@ impl Daemon {
     pub async fn allocate_waiting_for_blocks(
         self: &Arc<Self>,
         req: AllocateRequest,
-    ) -> Result<IpamResponse, ApiError> {
+    ) -> Result<Allocated, ApiError> {
         let result = self.allocate_waiting(&req).await;
         if let Err(e) = &result {
             self.report_refused_address(&req, e);
@@ -40,7 +39,7 @@ impl Daemon {
     async fn allocate_waiting(
         self: &Arc<Self>,
         req: &AllocateRequest,
-    ) -> Result<IpamResponse, ApiError> {
+    ) -> Result<Allocated, ApiError> {
         let deadline = Instant::now() + BLOCK_WAIT;
         let mut node_events = self.node_events.subscribe();
         loop {

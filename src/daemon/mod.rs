@@ -378,7 +378,7 @@ fn apply_queued(
     queued: &[(PathBuf, EndpointBatchDeleteRequest)],
 ) -> Result<usize, ReplayError> {
     for (path, req) in queued {
-        match state.delete_endpoints(req) {
+        match state.delete_endpoints(&answers::ipam::endpoint_release(req)) {
             Ok(_) => {}
             Err(e) if e.kind == ErrorKind::NotFound => {}
             Err(source) => {

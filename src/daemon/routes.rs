@@ -6,10 +6,11 @@
 //! (`read_body`: the one place with the size and time limits) and hands the handler
 //! a `Call`. A handler checks what it takes first: the query and path through a pure
 //! function of the `Call` (`allocate_next_request`, `ip_claim`, ...), the body
-//! through `Call::json` and `api::validate`. Each state call runs under the state
-//! mutex on the request's own worker thread, which hands its other tasks to another
-//! thread first (`Daemon::with_state_in_place`), because it commits to the journal
-//! before answering.
+//! through `Call::json` and `api::validate`, then `daemon::answers` turns a body
+//! into the state's request. Each state call runs under the state mutex on the
+//! request's own worker thread, which hands its other tasks to another thread first
+//! (`Daemon::with_state_in_place`), because it commits to the journal before
+//! answering; `daemon::answers` builds the wire answer from what it returns.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -25,6 +26,12 @@ use serde::Serialize;
 
 use super::Daemon;
 use super::answers;
+use super::answers::ipam::{
+    endpoint_registration, endpoint_release, gc_response, gc_scope, ipam_response, wired_attachment,
+};
+use super::answers::status::{
+    configuration_status, daemon_configuration, endpoint_view, status_response,
+};
 use super::leak_check::LeakCheckError;
 use super::state::{AllocateRequest, ApiError, ErrorKind, PluginReport};
 use crate::api::http::{NotUtf8, ascii_json, decode_component, parse_query};
@@ -86,8 +93,8 @@ pub async fn handle(
                     hyper::header::HeaderValue::from_static(reason.as_str()),
                 );
             }
-            if let Some(config) = &e.config {
-                insert_config_header(&mut reply, config);
+            if let Some(config) = e.config {
+                insert_config_header(&mut reply, &configuration_status(*config));
             }
             reply
         }
@@ -339,7 +346,7 @@ async fn get_healthz(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError>
     // Cilium's `brief` header: the figures without the per-address lists
     // (what CNI STATUS needs; a full /16 lists 65,534 addresses).
     let brief = call.header_is_true("brief");
-    let mut status = daemon.with_state_in_place(move |s| Ok(s.status_brief(brief)))?;
+    let mut status = status_response(daemon.with_state_in_place(move |s| Ok(s.status(brief)))?);
     let backend = daemon.backend_status();
     if !backend.waiting.is_empty() {
         warn(
@@ -374,7 +381,7 @@ async fn get_healthz(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError>
 /// `GET /v1/config`: the daemon's configuration.
 async fn get_config(daemon: Arc<Daemon>, _call: Call) -> Result<Reply, ApiError> {
     let config = daemon.with_state_in_place(|s| Ok(s.config()))?;
-    Ok(json_reply(200, &config))
+    Ok(json_reply(200, &daemon_configuration(config)))
 }
 
 /// `GET /v1/node`: the node's ranges as the daemon uses them.
@@ -387,7 +394,7 @@ async fn get_node(daemon: Arc<Daemon>, _call: Call) -> Result<Reply, ApiError> {
 async fn allocate_next(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     let request = allocate_next_request(&call)?;
     let allocated = daemon.allocate_waiting_for_blocks(request).await?;
-    Ok(json_reply(201, &allocated))
+    Ok(json_reply(201, &ipam_response(allocated)))
 }
 
 /// The checked query (and `expiration` header) of `POST /v1/ipam`.
@@ -441,7 +448,7 @@ struct IpClaim {
 async fn allocate_ip(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     let IpClaim { ip, owner, pool } = ip_claim(&call)?;
     let allocated = daemon.with_state_in_place(move |s| s.allocate_ip(&ip, &owner, &pool))?;
-    Ok(json_reply(200, &allocated))
+    Ok(json_reply(200, &ipam_response(allocated)))
 }
 
 /// The checked path and query of `POST /v1/ipam/{ip}`.
@@ -476,7 +483,7 @@ async fn put_endpoint(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError
     // phase is this request as the daemon handles it.
     let received = call.received;
     let view = daemon.with_state_in_place(move |s| {
-        let view = s.create_endpoint(&change)?;
+        let view = s.create_endpoint(&endpoint_registration(&change))?;
         s.plugin_timings(
             "ADD",
             &change.podnet_phases,
@@ -485,14 +492,14 @@ async fn put_endpoint(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError
         );
         Ok(view)
     })?;
-    Ok(json_reply(201, &view))
+    Ok(json_reply(201, &endpoint_view(view)))
 }
 
 /// `GET /v1/endpoint/{id}`: one endpoint.
 async fn get_endpoint(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     let id = endpoint_id(&call)?;
     let endpoint = daemon.with_state_in_place(move |s| s.endpoint(&id))?;
-    Ok(json_reply(200, &endpoint))
+    Ok(json_reply(200, &endpoint_view(endpoint)))
 }
 
 /// The checked `{id}` of `GET /v1/endpoint/{id}`.
@@ -510,7 +517,7 @@ async fn delete_endpoints(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiE
     // is this request as the daemon handles it.
     let received = call.received;
     let teardown = daemon.with_state_in_place(move |s| {
-        let deleted = s.delete_endpoints(&delete);
+        let deleted = s.delete_endpoints(&endpoint_release(&delete));
         s.plugin_timings(
             "DEL",
             &delete.podnet_phases,
@@ -529,7 +536,7 @@ async fn delete_endpoints(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiE
 async fn cni_report(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     let report: CniReport = call.json(validate::report)?;
     daemon.with_state_in_place(move |s| {
-        s.bind_wired(&report)?;
+        s.bind_wired(&wired_attachment(&report))?;
         s.cni_report(plugin_report(&report));
         Ok(())
     })?;
@@ -590,9 +597,11 @@ async fn get_metrics(daemon: Arc<Daemon>, _call: Call) -> Result<Reply, ApiError
 /// runtime no longer lists, and deletes their host links.
 async fn cni_gc(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     let gc: GcRequest = call.json(validate::gc)?;
-    let (collected, stale_links) = daemon.with_state_in_place(move |s| s.gc(&gc))?;
-    daemon.remove_host_links(stale_links).await;
-    Ok(json_reply(200, &collected))
+    let collected = daemon.with_state_in_place(move |s| s.gc(&gc_scope(&gc)))?;
+    daemon
+        .remove_host_links(collected.stale_attachments.clone())
+        .await;
+    Ok(json_reply(200, &gc_response(&collected)))
 }
 
 /// Adds the `podnet-config` header: the configuration as JSON, ASCII only (a

@@ -2,8 +2,8 @@
 //! host-scope address allocator ([`hostscope`]), addresses as numbers for range
 //! arithmetic ([`ip_number`]), the operator-side node-CIDR
 //! allocator ([`cidrset`]) and the cluster-pool options and per-node carving
-//! ([`clusterpool`]), and the agent's verdict on its cluster-pool CIDRs
-//! ([`cidr_depletion`]). Semantics follow Cilium 1.20 (`pkg/ipam/hostscope.go`,
+//! ([`clusterpool`]), the agent's verdict on its cluster-pool CIDRs
+//! ([`cidr_depletion`]) and the fill of a node range ([`range_fill`]). Semantics follow Cilium 1.20 (`pkg/ipam/hostscope.go`,
 //! `pkg/ipam/service/ipallocator`, `pkg/ipam/cidrset`,
 //! `operator/pkg/ipam/allocator/clusterpool`).
 
@@ -24,6 +24,7 @@ pub mod pool_cidr;
 pub mod pool_operator;
 pub mod pool_options;
 pub mod pooldef;
+pub mod range_fill;
 pub mod selection;
 pub mod sizing;
 pub mod sticky;

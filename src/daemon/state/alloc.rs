@@ -9,14 +9,112 @@ use super::super::config::IpamMode;
 use super::ledger::{STICKY_CODE, held};
 use super::requested::{Requested, requested_code};
 use super::{
-    AllocateRequest, ApiError, ErrorKind, HOLD_UNTIL_TEARDOWN, IpamState, TEARDOWN_PREFIX,
-    Teardown, TeardownLink,
+    AllocateRequest, ApiError, ErrorKind, HOLD_UNTIL_TEARDOWN, IpamState, NodeConfig,
+    RegisteredEndpoint, TEARDOWN_PREFIX, Teardown, TeardownLink,
 };
-use crate::api::models::*;
 use crate::datapath::host_ifname;
+use crate::datapath::link_marker::JournalMark;
 use crate::ipam::Family;
+use crate::ipam::eni::EniRouting;
+use crate::ipam::failure_reason::FailureReason;
 use crate::ipam::multipool::PoolError;
 use crate::store::{AllocationRecord, AllocationState, EndpointRecord, JournalOp, now_ms};
+
+/// Addresses taken, and the node's configuration their answer carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Allocated {
+    /// In the order they were taken (IPv6 first).
+    pub addresses: Vec<AllocatedAddress>,
+    pub config: NodeConfig,
+    /// `POST /v1/ipam` (not a reservation of a given address): the commit that
+    /// recorded it; its answer carries the configuration too.
+    pub commit: Option<AllocationCommit>,
+}
+
+/// One address taken.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocatedAddress {
+    pub ip: IpAddr,
+    pub pool: String,
+    /// While the ADD has not finished: the UUID that stops its expiration.
+    pub expiration_uuid: Option<String>,
+    /// Traffic from it leaves the node unmasqueraded (multi-pool).
+    pub skip_masquerade: bool,
+    /// eni: the routing of the address's ENI.
+    pub eni: Option<EniRouting>,
+}
+
+/// The commit of an allocation for the plugin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocationCommit {
+    /// What the plugin marks the pod's host link with.
+    pub journal_mark: JournalMark,
+    /// The attachment's endpoint was journaled, pending, in the same commit
+    /// (the request named the pod's netns).
+    pub endpoint_pending: bool,
+}
+
+/// `PUT /v1/endpoint/{id}`: an attachment to register, with the addresses its
+/// ADD got.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EndpointRegistration {
+    pub container_id: String,
+    /// The pod's interface (`eth0` when empty).
+    pub ifname: String,
+    /// The pod, where the plugin names it.
+    pub pod_namespace: String,
+    pub pod_name: String,
+    /// Each family's address as sent (`ip` or `ip/prefix`, empty for none)
+    /// and the expiration UUID it was allocated under (empty: not checked).
+    pub ipv4: String,
+    pub ipv4_expiration_uuid: String,
+    pub ipv6: String,
+    pub ipv6_expiration_uuid: String,
+    /// The host side of the pod's link.
+    pub host_ifname: String,
+    /// The pod's netns (empty: not known).
+    pub netns: String,
+    /// A delegated IPAM plugin owns the addresses.
+    pub external_ipam: bool,
+}
+
+/// `DELETE /v1/endpoint`: a container's attachments (or the one named) to
+/// delete, with the host links the daemon removes before the addresses go.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EndpointRelease {
+    pub container_id: String,
+    /// The one attachment's interface; empty: every attachment.
+    pub ifname: String,
+    pub teardown_links: Vec<TeardownLink>,
+}
+
+/// `POST /v1/cni/report` of an ADD that wired a pending attachment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WiredAttachment {
+    pub container_id: String,
+    pub ifname: String,
+    pub owner: String,
+    /// The addresses' expiration UUIDs (none: nothing to bind).
+    pub expiration_uuids: Vec<String>,
+}
+
+/// `POST /v1/cni/gc`: the network whose allocations are collected, and the
+/// attachments (container ID, interface) that stay.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GcScope {
+    pub network: String,
+    pub valid_attachments: BTreeSet<(String, String)>,
+}
+
+/// What CNI GC released.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Collected {
+    /// Each address released, with its former owner.
+    pub released: Vec<(IpAddr, String)>,
+    /// The attachments (container ID, interface) whose host links the caller
+    /// removes.
+    pub stale_attachments: Vec<(String, String)>,
+}
 
 impl IpamState {
     /// `POST /v1/ipam`, one attempt: the next address of each requested family
@@ -35,13 +133,13 @@ impl IpamState {
         &mut self,
         req: &AllocateRequest,
         may_wait: bool,
-    ) -> Result<IpamResponse, ApiError> {
+    ) -> Result<Allocated, ApiError> {
         // A configuration that does not fit the node refuses first: in
         // delegated-plugin mode too, where the plugin would allocate by itself.
         let refused = self.fit_refusal();
         if refused.is_none() && self.cfg.ipam_mode == IpamMode::DelegatedPlugin {
             return Err(ApiError {
-                config: Some(Box::new(self.config().status)),
+                config: Some(Box::new(self.config())),
                 ..ApiError::because(
                     FailureReason::DelegatedPlugin,
                     ErrorKind::NoAddress,
@@ -75,7 +173,7 @@ impl IpamState {
     /// The allocation itself: each family's address from its pool, claimed in
     /// the ledger, journaled (with the pending endpoint) in one commit, then
     /// applied and answered; on any failure the addresses taken so far go back.
-    fn allocate_and_journal(&mut self, req: &AllocateRequest) -> Result<IpamResponse, ApiError> {
+    fn allocate_and_journal(&mut self, req: &AllocateRequest) -> Result<Allocated, ApiError> {
         let now = now_ms();
         let mut ops = Vec::new();
         // A runtime that re-adds an attachment without DEL supersedes the old one.
@@ -147,31 +245,31 @@ impl IpamState {
             return Err(e);
         }
         self.apply(ops, "attachment added again");
-        let mut resp = IpamResponse {
-            host_addressing: self.node_addressing(),
-            journal_mark: self.journal_mark().encode(),
-            podnet_config: Some(self.config().status),
-            endpoint_pending,
-            ..Default::default()
+        let mut allocated = Allocated {
+            addresses: Vec::new(),
+            config: self.config(),
+            commit: Some(AllocationCommit {
+                journal_mark: self.journal_mark(),
+                endpoint_pending,
+            }),
         };
         for rec in &taken {
             self.metrics.event("allocate", rec.family.as_str());
             self.sync
                 .clear_pending(&rec.pool, Family::of_addr(&rec.ip), &rec.owner);
-            fill_response(&mut resp, rec, self.skip_masquerade(&rec.pool));
-            self.add_eni_details(&mut resp, rec.ip);
+            allocated.addresses.push(AllocatedAddress {
+                eni: self.eni_details(rec.ip),
+                ..self.allocated_address(rec)
+            });
             tracing::info!(ip = %rec.ip, pool = ?rec.pool, owner = ?rec.owner, container = rec.container_id.as_deref().unwrap_or(""), "allocated");
         }
         self.sync_demand();
-        Ok(resp)
+        Ok(allocated)
     }
 
     /// [`IpamState::allocate`] for a caller that never waits (the unit tests).
     #[cfg(test)]
-    pub(super) fn allocate_next(
-        &mut self,
-        req: &AllocateRequest,
-    ) -> Result<IpamResponse, ApiError> {
+    pub(super) fn allocate_next(&mut self, req: &AllocateRequest) -> Result<Allocated, ApiError> {
         self.allocate(req, false)
     }
 
@@ -263,22 +361,15 @@ impl IpamState {
         })
     }
 
-    /// eni: the gateway, VPC CIDRs, master MAC and interface number of the address's
-    /// ENI, which the plugin turns into the pod's routing rules.
-    fn add_eni_details(&self, resp: &mut IpamResponse, ip: IpAddr) {
-        let Some(eni) = self.eni_details(ip) else {
-            return;
-        };
-        let el = if ip.is_ipv4() {
-            resp.ipv4.as_mut()
-        } else {
-            resp.ipv6.as_mut()
-        };
-        if let Some(el) = el {
-            el.gateway = eni.gateway.map(|g| g.to_string()).unwrap_or_default();
-            el.cidrs = Some(eni.vpc_cidrs.iter().map(|c| c.to_string()).collect());
-            el.master_mac = eni.mac.clone();
-            el.interface_number = eni.interface_number.to_string();
+    /// The answer's part of one address taken: its pool, expiration UUID and
+    /// masquerade (an allocation for the plugin adds its ENI's routing).
+    fn allocated_address(&self, rec: &AllocationRecord) -> AllocatedAddress {
+        AllocatedAddress {
+            ip: rec.ip,
+            pool: rec.pool.clone(),
+            expiration_uuid: rec.expiration_uuid.clone(),
+            skip_masquerade: self.skip_masquerade(&rec.pool),
+            eni: None,
         }
     }
 
@@ -332,7 +423,7 @@ impl IpamState {
         ip: &str,
         owner: &str,
         pool: &str,
-    ) -> Result<IpamResponse, ApiError> {
+    ) -> Result<Allocated, ApiError> {
         let addr: IpAddr = ip
             .parse()
             .map_err(|_| ApiError::new(ErrorKind::Invalid, format!("Invalid IP address: {ip}")))?;
@@ -384,11 +475,11 @@ impl IpamState {
         };
         let mut rec = self.new_record(addr, family, &req, now_ms());
         rec.pool = pool;
-        let mut resp = IpamResponse {
-            host_addressing: self.node_addressing(),
-            ..Default::default()
+        let allocated = Allocated {
+            addresses: vec![self.allocated_address(&rec)],
+            config: self.config(),
+            commit: None,
         };
-        fill_response(&mut resp, &rec, self.skip_masquerade(&rec.pool));
         let family = rec.family;
         let ops = vec![JournalOp::PutAllocation(rec)];
         if let Err(e) = self.commit(&ops) {
@@ -398,7 +489,7 @@ impl IpamState {
         self.metrics.event("allocate", family.as_str());
         self.apply(ops, "reserved through the API");
         self.sync_demand();
-        Ok(resp)
+        Ok(allocated)
     }
 
     /// `DELETE /v1/ipam/{ip}`: release one address. Refused while an endpoint uses it
@@ -444,15 +535,15 @@ impl IpamState {
     /// their expiration timers.
     pub fn create_endpoint(
         &mut self,
-        req: &EndpointChangeRequest,
-    ) -> Result<EndpointView, ApiError> {
+        req: &EndpointRegistration,
+    ) -> Result<RegisteredEndpoint, ApiError> {
         if req.container_id.is_empty() {
             return Err(ApiError::new(ErrorKind::Invalid, "invalid container id"));
         }
-        let ifname = if req.container_interface_name.is_empty() {
+        let ifname = if req.ifname.is_empty() {
             "eth0"
         } else {
-            &req.container_interface_name
+            &req.ifname
         };
         let key = EndpointRecord::key_of(&req.container_id, ifname);
         if self.ledger.endpoints().contains_key(&key) {
@@ -468,16 +559,8 @@ impl IpamState {
         let mut ep_pool = self.default_pool().to_string();
         let mut ips = (None, None);
         for (label, ip, uuid) in [
-            (
-                "ipv4",
-                &req.addressing.ipv4,
-                &req.addressing.ipv4_expiration_uuid,
-            ),
-            (
-                "ipv6",
-                &req.addressing.ipv6,
-                &req.addressing.ipv6_expiration_uuid,
-            ),
+            ("ipv4", &req.ipv4, &req.ipv4_expiration_uuid),
+            ("ipv6", &req.ipv6, &req.ipv6_expiration_uuid),
         ] {
             if ip.is_empty() {
                 continue;
@@ -497,7 +580,7 @@ impl IpamState {
         ops.push(JournalOp::PutEndpoint(ep.clone()));
         self.commit_apply(ops, "endpoint created")?;
         tracing::info!(endpoint = ?key, owner = ?ep.owner, "endpoint created");
-        Ok(self.view(&ep))
+        Ok(self.registered(&ep))
     }
 
     /// One address (`label`, `ip`, its expiration `uuid`) of an endpoint being
@@ -507,7 +590,7 @@ impl IpamState {
     /// still pending under `uuid` where one is given.
     fn endpoint_address(
         &self,
-        req: &EndpointChangeRequest,
+        req: &EndpointRegistration,
         ifname: &str,
         label: &str,
         ip: &str,
@@ -519,7 +602,7 @@ impl IpamState {
                 format!("invalid {label} address {ip:?}"),
             )
         })?;
-        if req.datapath_configuration.external_ipam {
+        if req.external_ipam {
             // A delegated IPAM plugin owns the address: only remember it.
             return Ok((addr, None));
         }
@@ -565,8 +648,8 @@ impl IpamState {
     /// UUIDs the report names. A report for an attachment deleted, re-added or
     /// expired since is refused (`Conflict`) and binds nothing. Reports without UUIDs
     /// pass.
-    pub fn bind_wired(&mut self, report: &CniReport) -> Result<(), ApiError> {
-        let uuids = &report.wired_expiration_uuids;
+    pub fn bind_wired(&mut self, report: &WiredAttachment) -> Result<(), ApiError> {
+        let uuids = &report.expiration_uuids;
         if uuids.is_empty() {
             return Ok(());
         }
@@ -592,13 +675,12 @@ impl IpamState {
     /// called `finish_teardown` with the returned key; a restart finishes it too.
     pub fn delete_endpoints(
         &mut self,
-        req: &EndpointBatchDeleteRequest,
+        req: &EndpointRelease,
     ) -> Result<Option<Teardown>, ApiError> {
         if req.container_id.is_empty() {
             return Err(ApiError::new(ErrorKind::Invalid, "invalid container id"));
         }
-        let ifname = (!req.container_interface_name.is_empty())
-            .then_some(req.container_interface_name.as_str());
+        let ifname = (!req.ifname.is_empty()).then_some(req.ifname.as_str());
         let mut ops = Vec::new();
         let ips = self
             .ledger
@@ -622,18 +704,8 @@ impl IpamState {
             }
         }
         let teardown = Teardown {
-            key: format!(
-                "{TEARDOWN_PREFIX}{}:{}",
-                req.container_id, req.container_interface_name
-            ),
-            links: req
-                .teardown_links
-                .iter()
-                .map(|l| TeardownLink {
-                    name: l.name.clone(),
-                    index: l.index,
-                })
-                .collect(),
+            key: format!("{TEARDOWN_PREFIX}{}:{}", req.container_id, req.ifname),
+            links: req.teardown_links.clone(),
             ips,
         };
         let value = serde_json::to_value(&teardown)
@@ -662,12 +734,8 @@ impl IpamState {
     /// `POST /v1/cni/gc`: releases every allocation of `network` whose attachment is
     /// not in the valid set. Returns what was released and the attachments whose
     /// host links the caller removes.
-    pub fn gc(&mut self, req: &GcRequest) -> Result<(GcResponse, Vec<(String, String)>), ApiError> {
-        let valid: BTreeSet<(String, String)> = req
-            .valid_attachments
-            .iter()
-            .map(|a| (a.container_id.clone(), a.ifname.clone()))
-            .collect();
+    pub fn gc(&mut self, req: &GcScope) -> Result<Collected, ApiError> {
+        let valid = &req.valid_attachments;
         let mut stale: BTreeSet<(String, String)> = BTreeSet::new();
         for rec in self.ledger.allocations().iter() {
             if !matches!(
@@ -704,11 +772,14 @@ impl IpamState {
                     .get(&ip)
                     .map(|r| r.owner().to_string())
                     .unwrap_or_default();
-                format!("{ip} ({owner})")
+                (ip, owner)
             })
             .collect();
         self.commit_apply(ops, "garbage collected")?;
-        Ok((GcResponse { released }, stale.into_iter().collect()))
+        Ok(Collected {
+            released,
+            stale_attachments: stale.into_iter().collect(),
+        })
     }
 }
 
@@ -748,53 +819,30 @@ fn pending_endpoint(
     })
 }
 
-pub(super) fn fill_response(
-    resp: &mut IpamResponse,
-    rec: &AllocationRecord,
-    skip_masquerade: bool,
-) {
-    let el = IpamAddressResponse {
-        ip: rec.ip.to_string(),
-        expiration_uuid: rec.expiration_uuid.clone().unwrap_or_default(),
-        pool: rec.pool.clone(),
-        skip_masquerade,
-        ..Default::default()
-    };
-    if rec.ip.is_ipv4() {
-        resp.address.ipv4 = rec.ip.to_string();
-        resp.address.ipv4_pool_name = rec.pool.clone();
-        resp.ipv4 = Some(el);
-    } else {
-        resp.address.ipv6 = rec.ip.to_string();
-        resp.address.ipv6_pool_name = rec.pool.clone();
-        resp.ipv6 = Some(el);
-    }
-}
-
 /// The endpoint record of `req` on `ifname`, holding `ips` (IPv4, IPv6) from
 /// `pool`: owned by the pod (`namespace/name`) where the request names one, else
 /// by the container.
 fn endpoint_record(
-    req: &EndpointChangeRequest,
+    req: &EndpointRegistration,
     ifname: &str,
     ips: (Option<IpAddr>, Option<IpAddr>),
     pool: String,
 ) -> EndpointRecord {
-    let owner = if !req.k8s_namespace.is_empty() && !req.k8s_pod_name.is_empty() {
-        format!("{}/{}", req.k8s_namespace, req.k8s_pod_name)
+    let owner = if !req.pod_namespace.is_empty() && !req.pod_name.is_empty() {
+        format!("{}/{}", req.pod_namespace, req.pod_name)
     } else {
         req.container_id.clone()
     };
     EndpointRecord {
         container_id: req.container_id.clone(),
         ifname: ifname.to_string(),
-        host_ifname: req.interface_name.clone(),
+        host_ifname: req.host_ifname.clone(),
         owner,
         ipv4: ips.0,
         ipv6: ips.1,
         pool,
-        netns: (!req.container_netns_path.is_empty()).then(|| req.container_netns_path.clone()),
+        netns: (!req.netns.is_empty()).then(|| req.netns.clone()),
         created_at_ms: now_ms(),
-        external_ipam: req.datapath_configuration.external_ipam,
+        external_ipam: req.external_ipam,
     }
 }

@@ -2,7 +2,7 @@
 //! failure it is ([`ErrorKind`]), never how a transport spells it: the HTTP
 //! status is chosen in one place, `daemon::routes`.
 
-use crate::api::models::DaemonConfigurationStatus;
+use super::node_config::NodeConfig;
 use crate::ipam::failure_reason::FailureReason;
 
 /// What kind of failure an [`ApiError`] is.
@@ -38,7 +38,7 @@ pub struct ApiError {
     pub kind: ErrorKind,
     pub message: String,
     pub reason: Option<FailureReason>,
-    pub config: Option<Box<DaemonConfigurationStatus>>,
+    pub config: Option<Box<NodeConfig>>,
 }
 
 impl ApiError {

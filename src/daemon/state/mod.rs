@@ -32,6 +32,7 @@ mod explain;
 mod fit;
 mod leaks;
 mod ledger;
+mod node_config;
 mod node_sync;
 mod pools;
 mod requested;
@@ -62,6 +63,10 @@ use effects::Effects;
 use ledger::{Applied, Ledger};
 use node_sync::NodeSync;
 
+pub use alloc::{
+    Allocated, AllocatedAddress, AllocationCommit, Collected, EndpointRegistration,
+    EndpointRelease, GcScope, WiredAttachment,
+};
 pub use cidr_view::NodeCidr;
 pub use effects::{StaleLink, Timer, TimerKind};
 pub use error::{ApiError, ErrorKind};
@@ -70,10 +75,14 @@ pub use ledger::{
     HOLD_UNTIL_TEARDOWN, HostLinkMarker, JOURNAL_UNAVAILABLE, TEARDOWN_PREFIX, Teardown,
     TeardownLink,
 };
+pub use node_config::{FamilyAddressing, NodeConfig};
 pub use node_sync::NODE_META_KEY;
 pub use pools::{MultiPoolSettings, PoolingMode};
 pub use restore::{
     JournalOrigin, KernelLink, KernelView, ReconcileReport, RestoreError, RestoreReport,
+};
+pub use views::{
+    AddressBook, AddressHolder, Health, HealthLevel, Hold, NodeStatus, RegisteredEndpoint,
 };
 
 /// The pool of the host-scope modes, and multi-pool's default default pool.

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use super::{ApiError, ErrorKind, IpamState};
 use crate::api::exhaustion;
+use crate::api::models::{RangeStatus, StatusResponse};
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::CidrUse;
 use crate::ipam::failure_reason::FailureReason;
@@ -284,7 +285,15 @@ impl IpamState {
     /// them), when that changed since the last call (the first call always: a
     /// previous run's taint may be on the Node).
     fn take_address_room(&mut self) -> Option<AddressRoom> {
-        let status = self.status_brief(true);
+        // The exhaustion rule reads the status's wire shape: only what it reads.
+        let fill = self.status(true);
+        let mut status = StatusResponse::default();
+        status.ipam.mode = fill.ipam_mode.to_string();
+        status.ipam.node_name = fill.node_name;
+        if fill.multi_pool {
+            status.ipam.default_pool = fill.default_pool;
+        }
+        status.ipam.ranges = fill.ranges.iter().map(RangeStatus::from).collect();
         let room = if let Some(why) = exhaustion::exhaustion(&status) {
             AddressRoom::Exhausted(why)
         } else if let Some(why) = exhaustion::exhausted_pools(&status) {

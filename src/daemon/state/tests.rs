@@ -16,15 +16,12 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::*;
-use crate::api::models::{
-    AddressPair, AttachmentRef, CniReport, EndpointBatchDeleteRequest, EndpointChangeRequest,
-    GcRequest, IpamResponse, LinkRef, RangeStatus,
-};
 use crate::daemon::device_error::{DeviceError, failed};
 use crate::datapath::link_marker::{JournalMark, LinkMarker};
 use crate::datapath::{DatapathError, host_ifname};
 use crate::ipam::clusterpool::ClusterPoolConfig;
 use crate::ipam::pooldef::{PoolDef, PoolFamilySpec};
+use crate::ipam::range_fill::RangeFill;
 use crate::ipam::selection::{
     ANNOTATION_IP_POOL, ANNOTATION_REQUIRE_POOL_MATCH, NamespaceMeta, PodMeta,
 };
@@ -42,14 +39,14 @@ mod sticky;
 const NODE: &str = "node-a";
 
 /// The journal's file in a test's state directory.
-pub(super) fn journal_in(dir: &Path) -> PathBuf {
+pub(crate) fn journal_in(dir: &Path) -> PathBuf {
     dir.join("journal.redb")
 }
 
 /// What a test node runs with: the state's config, and the embedded operator's
 /// mode and pools.
 #[derive(Clone)]
-struct Setup {
+pub(crate) struct Setup {
     cfg: StateConfig,
     mode: EmbeddedMode,
     pools: Vec<PoolDef>,
@@ -103,12 +100,12 @@ impl Setup {
     }
 
     /// The usual dual-stack node: 10.0.0.0/28 and fd00::/124 (14 usable each).
-    fn dual() -> Setup {
+    pub(crate) fn dual() -> Setup {
         Setup::cluster_pool(Some("10.0.0.0/28"), Some("fd00::/124"))
     }
 
     /// multi-pool, IPv4 only, default pool `default`.
-    fn multi_pool(pools: Vec<PoolDef>, pre_allocation: &[(&str, u64)]) -> Setup {
+    pub(crate) fn multi_pool(pools: Vec<PoolDef>, pre_allocation: &[(&str, u64)]) -> Setup {
         let settings = MultiPoolSettings {
             default_pool: DEFAULT_POOL.into(),
             configured_default_pool: DEFAULT_POOL.into(),
@@ -164,7 +161,7 @@ impl Setup {
     }
 }
 
-fn pool_def(name: &str, cidr: &str, mask: u8) -> PoolDef {
+pub(crate) fn pool_def(name: &str, cidr: &str, mask: u8) -> PoolDef {
     PoolDef {
         name: name.into(),
         ipv4: Some(PoolFamilySpec {
@@ -232,7 +229,7 @@ fn ready(mut state: IpamState) -> IpamState {
 }
 
 /// A whole start without a kernel (nothing to reconcile).
-fn start(dir: &TestDir, setup: &Setup) -> IpamState {
+pub(crate) fn start(dir: &TestDir, setup: &Setup) -> IpamState {
     ready(restore(dir, setup).0)
 }
 
@@ -249,7 +246,7 @@ pub(crate) fn pod(cid: &str) -> AllocateRequest {
 }
 
 /// An allocation without expiration and without an attachment.
-fn plain(owner: &str, pool: &str) -> AllocateRequest {
+pub(crate) fn plain(owner: &str, pool: &str) -> AllocateRequest {
     AllocateRequest {
         owner: owner.into(),
         pool: pool.into(),
@@ -257,55 +254,77 @@ fn plain(owner: &str, pool: &str) -> AllocateRequest {
     }
 }
 
-fn v4(resp: &IpamResponse) -> IpAddr {
-    resp.address.ipv4.parse().unwrap()
+/// An allocation's address of IPv4 (`v4`) or IPv6.
+fn address(resp: &Allocated, v4: bool) -> Option<&AllocatedAddress> {
+    resp.addresses.iter().find(|a| a.ip.is_ipv4() == v4)
 }
 
-fn v6(resp: &IpamResponse) -> IpAddr {
-    resp.address.ipv6.parse().unwrap()
+fn v4(resp: &Allocated) -> IpAddr {
+    address(resp, true).expect("an IPv4 address").ip
 }
 
-/// The addresses of a response, IPv6 first.
-pub(crate) fn ips(resp: &IpamResponse) -> Vec<IpAddr> {
-    [&resp.address.ipv6, &resp.address.ipv4]
+fn v6(resp: &Allocated) -> IpAddr {
+    address(resp, false).expect("an IPv6 address").ip
+}
+
+/// The addresses of an allocation, IPv6 first.
+pub(crate) fn ips(resp: &Allocated) -> Vec<IpAddr> {
+    [address(resp, false), address(resp, true)]
         .into_iter()
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().unwrap())
+        .flatten()
+        .map(|a| a.ip)
         .collect()
+}
+
+/// The expiration UUID of an allocation's IPv4 (`v4`) or IPv6 address.
+fn uuid_of(resp: &Allocated, v4: bool) -> String {
+    address(resp, v4)
+        .and_then(|a| a.expiration_uuid.clone())
+        .unwrap_or_default()
+}
+
+/// The journal mark of the plugin's allocation.
+fn mark(resp: &Allocated) -> JournalMark {
+    resp.commit.as_ref().expect("a commit").journal_mark.clone()
 }
 
 fn addr(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-/// The endpoint the plugin registers after a successful ADD.
-pub(crate) fn endpoint_for(cid: &str, resp: &IpamResponse) -> EndpointChangeRequest {
-    let uuid = |el: &Option<crate::api::models::IpamAddressResponse>| {
-        el.as_ref()
-            .map(|e| e.expiration_uuid.clone())
-            .unwrap_or_default()
-    };
-    EndpointChangeRequest {
+/// The endpoint the plugin registers for `<cid>:eth0` of pod `ns/<cid>`,
+/// without addresses.
+fn registration(cid: &str) -> EndpointRegistration {
+    EndpointRegistration {
         container_id: cid.into(),
-        container_interface_name: "eth0".into(),
-        k8s_pod_name: cid.into(),
-        k8s_namespace: "ns".into(),
-        addressing: AddressPair {
-            ipv4: resp.address.ipv4.clone(),
-            ipv4_expiration_uuid: uuid(&resp.ipv4),
-            ipv6: resp.address.ipv6.clone(),
-            ipv6_expiration_uuid: uuid(&resp.ipv6),
-            ..Default::default()
-        },
-        interface_name: host_ifname(cid, "eth0"),
+        ifname: "eth0".into(),
+        pod_name: cid.into(),
+        pod_namespace: "ns".into(),
+        host_ifname: host_ifname(cid, "eth0"),
         ..Default::default()
     }
 }
 
-fn del(cid: &str) -> EndpointBatchDeleteRequest {
-    EndpointBatchDeleteRequest {
+/// The endpoint the plugin registers after a successful ADD.
+pub(crate) fn endpoint_for(cid: &str, resp: &Allocated) -> EndpointRegistration {
+    let ip = |v4: bool| {
+        address(resp, v4)
+            .map(|a| a.ip.to_string())
+            .unwrap_or_default()
+    };
+    EndpointRegistration {
+        ipv4: ip(true),
+        ipv4_expiration_uuid: uuid_of(resp, true),
+        ipv6: ip(false),
+        ipv6_expiration_uuid: uuid_of(resp, false),
+        ..registration(cid)
+    }
+}
+
+pub(crate) fn del(cid: &str) -> EndpointRelease {
+    EndpointRelease {
         container_id: cid.into(),
-        container_interface_name: "eth0".into(),
+        ifname: "eth0".into(),
         ..Default::default()
     }
 }
@@ -328,13 +347,21 @@ fn state_of(s: &IpamState, ip: IpAddr) -> Option<AllocationState> {
     s.ledger.allocations().get(&ip).map(|r| r.state())
 }
 
-fn range(s: &IpamState, family: &str) -> RangeStatus {
-    s.status()
-        .ipam
+fn range(s: &IpamState, family: &str) -> RangeFill {
+    s.status(true)
         .ranges
         .into_iter()
-        .find(|r| r.family == family)
+        .find(|r| r.family.as_str() == family)
         .unwrap()
+}
+
+/// Who holds `ip` and how, as the full status lists it.
+fn holder_of(s: &IpamState, ip: IpAddr) -> Option<AddressHolder> {
+    s.status(false)
+        .addresses?
+        .holders
+        .into_iter()
+        .find(|h| h.ip == ip)
 }
 
 fn expire_timers(timers: &[Timer]) -> Vec<Timer> {
@@ -461,7 +488,7 @@ fn addresses_are_unique_until_the_range_is_full_then_502_names_the_ipv6_range_fi
     let mut seen = BTreeSet::new();
     for i in 0..13 {
         let resp = s.allocate_next(&pod(&format!("c{i}"))).unwrap();
-        assert!(resp.ipv6.is_some() && resp.ipv4.is_some(), "{resp:?}");
+        assert_eq!(resp.addresses.len(), 2, "{resp:?}");
         assert!(in_block(v4(&resp), "10.0.0.0/28") && in_block(v6(&resp), "fd00::/124"));
         for ip in ips(&resp) {
             assert!(seen.insert(ip), "{ip} handed out twice");
@@ -478,8 +505,8 @@ fn addresses_are_unique_until_the_range_is_full_then_502_names_the_ipv6_range_fi
         s.failures.back().map(|f| f.reason.as_str()),
         Some("range-full")
     );
-    let st = s.status();
-    assert_eq!(st.cilium.state, "Warning", "{:?}", st.cilium);
+    let st = s.status(false);
+    assert_eq!(st.health.level, HealthLevel::Warning, "{:?}", st.health);
 }
 
 #[test]
@@ -568,21 +595,24 @@ fn gc_releases_only_the_networks_attachments_missing_from_the_valid_set() {
             ..pod("other")
         })
         .unwrap();
-    let (resp, stale) = s
-        .gc(&GcRequest {
+    let collected = s
+        .gc(&GcScope {
             network: "podnet".into(),
-            valid_attachments: vec![AttachmentRef {
-                container_id: "kept".into(),
-                ifname: "eth0".into(),
-            }],
+            valid_attachments: BTreeSet::from([("kept".into(), "eth0".into())]),
         })
         .unwrap();
-    assert_eq!(stale, vec![("gone".to_string(), "eth0".to_string())]);
-    let expected: BTreeSet<String> = ips(&gone)
-        .iter()
-        .map(|ip| format!("{ip} (ns/gone)"))
+    assert_eq!(
+        collected.stale_attachments,
+        vec![("gone".to_string(), "eth0".to_string())]
+    );
+    let expected: BTreeSet<(IpAddr, String)> = ips(&gone)
+        .into_iter()
+        .map(|ip| (ip, "ns/gone".to_string()))
         .collect();
-    assert_eq!(resp.released.into_iter().collect::<BTreeSet<_>>(), expected);
+    assert_eq!(
+        collected.released.into_iter().collect::<BTreeSet<_>>(),
+        expected
+    );
     for ip in ips(&gone) {
         assert_eq!(state_of(&s, ip), None);
     }
@@ -598,20 +628,17 @@ fn the_allocation_answer_carries_the_configuration() {
     let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let resp = s.allocate_next(&pod("c1")).unwrap();
-    let cfg = resp.podnet_config.clone().expect("podnet-config");
-    assert_eq!(cfg, s.config().status);
+    assert!(resp.commit.is_some(), "the plugin's allocation");
+    let cfg = resp.config;
+    assert_eq!(cfg, s.config());
     assert_eq!(
-        (
-            cfg.ipam_mode.as_str(),
-            cfg.device_mtu,
-            cfg.datapath_mode.as_str()
-        ),
-        ("cluster-pool", 1500, "veth")
+        (cfg.ipam_mode, cfg.mtu, cfg.datapath_mode),
+        (IpamMode::ClusterPool, 1500, DatapathMode::Veth)
     );
-    assert!(cfg.addressing.ipv6.is_some_and(|a| a.enabled));
+    assert!(cfg.addressing.iter().any(|a| a.family == Family::V6));
     // Only the plugin's call needs it: a reservation of a given address has none.
     let given = s.allocate_ip("10.0.0.9", "ns/static", "").unwrap();
-    assert_eq!(given.podnet_config, None);
+    assert_eq!(given.commit, None);
 }
 
 #[test]
@@ -625,10 +652,10 @@ fn delegated_plugin_mode_refuses_to_allocate_with_its_configuration() {
     );
     assert!(e.message.contains("delegated-plugin"), "{}", e.message);
     let cfg = e.config.expect("the configuration comes along");
-    assert_eq!(cfg.ipam_mode, "delegated-plugin");
+    assert_eq!(cfg.ipam_mode, IpamMode::DelegatedPlugin);
     assert_eq!(
-        cfg.addressing.ipv4.map(|a| a.ip),
-        Some("169.254.0.1".to_string())
+        cfg.addressing.iter().map(|a| a.router).collect::<Vec<_>>(),
+        vec![Some(addr("169.254.0.1"))]
     );
     // It is the mode, not a failure: explain and the failure metrics stay quiet.
     assert!(s.explain("c1").failures.is_empty());
@@ -644,14 +671,14 @@ fn delegated_plugin_mode_refuses_to_allocate_with_its_configuration() {
 fn the_policy_loop_knows_delegated_plugin_pods_by_their_endpoints() {
     let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::delegated_plugin());
-    let mut req = endpoint_for("c1", &IpamResponse::default());
-    req.addressing.ipv4 = "10.99.0.5".into();
-    req.datapath_configuration.external_ipam = true;
+    let mut req = registration("c1");
+    req.ipv4 = "10.99.0.5".into();
+    req.external_ipam = true;
     s.create_endpoint(&req).unwrap();
     // An endpoint of no pod (a bare container ID) is not a pod's.
-    let mut bare = endpoint_for("c2", &IpamResponse::default());
-    bare.k8s_namespace.clear();
-    bare.datapath_configuration.external_ipam = true;
+    let mut bare = registration("c2");
+    bare.pod_namespace.clear();
+    bare.external_ipam = true;
     s.create_endpoint(&bare).unwrap();
     assert!(s.leak_candidates(now_ms()).is_empty());
     // The policy loop enforces on the pod's link (its addresses come from the
@@ -670,20 +697,14 @@ fn the_timings_that_come_with_a_registration_or_a_release_are_recorded() {
     let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let resp = s.allocate_next(&pod("c1")).unwrap();
-    let mut req = endpoint_for("c1", &resp);
-    req.podnet_phases = [
+    let phases: BTreeMap<String, f64> = [
         ("netlink-pod".to_string(), 0.25),
         ("total".to_string(), 1.0),
     ]
     .into();
-    s.create_endpoint(&req).unwrap();
+    s.create_endpoint(&endpoint_for("c1", &resp)).unwrap();
     let registration = Duration::from_millis(500);
-    s.plugin_timings(
-        "ADD",
-        &req.podnet_phases,
-        "endpoint-registration",
-        registration,
-    );
+    s.plugin_timings("ADD", &phases, "endpoint-registration", registration);
     let verb_line = |s: &IpamState, verb: &str, phase: &str, kind: &str| {
         let key = format!("cni_phase_duration_seconds_{kind}{{verb=\"{verb}\",phase=\"{phase}\"}}");
         s.metrics
@@ -704,29 +725,22 @@ fn the_timings_that_come_with_a_registration_or_a_release_are_recorded() {
     assert_eq!(line(&s, "total", "count"), Some(1.0));
     // A Cilium client sends no timings: nothing is recorded for it.
     let resp = s.allocate_next(&pod("c2")).unwrap();
-    let req = endpoint_for("c2", &resp);
-    s.create_endpoint(&req).unwrap();
+    s.create_endpoint(&endpoint_for("c2", &resp)).unwrap();
     s.plugin_timings(
         "ADD",
-        &req.podnet_phases,
+        &BTreeMap::new(),
         "endpoint-registration",
         registration,
     );
     assert_eq!(line(&s, "endpoint-registration", "count"), Some(1.0));
     // A DEL's come with its release.
-    let mut del_req = del("c1");
-    del_req.podnet_phases = [
+    let phases: BTreeMap<String, f64> = [
         ("netlink-lookup".to_string(), 0.125),
         ("total".to_string(), 0.25),
     ]
     .into();
-    s.delete_endpoints(&del_req).unwrap();
-    s.plugin_timings(
-        "DEL",
-        &del_req.podnet_phases,
-        "daemon-release",
-        Duration::from_millis(250),
-    );
+    s.delete_endpoints(&del("c1")).unwrap();
+    s.plugin_timings("DEL", &phases, "daemon-release", Duration::from_millis(250));
     assert_eq!(verb_line(&s, "DEL", "netlink-lookup", "sum"), Some(0.125));
     assert_eq!(verb_line(&s, "DEL", "daemon-release", "sum"), Some(0.25));
     assert_eq!(verb_line(&s, "DEL", "total", "sum"), Some(0.5));
@@ -742,12 +756,7 @@ fn a_pending_allocation_is_released_when_its_expiration_timer_fires() {
     let timers = expire_timers(&s.take_timers());
     assert_eq!(timers.len(), 2);
     for t in &timers {
-        let el = if t.ip.is_ipv4() {
-            &resp.ipv4
-        } else {
-            &resp.ipv6
-        };
-        let uuid = el.as_ref().unwrap().expiration_uuid.clone();
+        let uuid = uuid_of(&resp, t.ip.is_ipv4());
         assert!(!uuid.is_empty());
         assert_eq!(t.kind, TimerKind::Expire { uuid });
         assert!(t.deadline_ms >= before + 600_000 && t.deadline_ms <= now_ms() + 600_000);
@@ -757,12 +766,7 @@ fn a_pending_allocation_is_released_when_its_expiration_timer_fires() {
         assert_eq!(state_of(&s, t.ip), None, "released and free (no cooldown)");
         assert!(!s.fire(t, &no_links), "a second firing changes nothing");
     }
-    let listed = s.status().ipam.allocations;
-    assert!(
-        ips(&resp)
-            .iter()
-            .all(|ip| !listed.contains_key(&ip.to_string()))
-    );
+    assert!(ips(&resp).iter().all(|ip| holder_of(&s, *ip).is_none()));
 }
 
 #[test]
@@ -773,8 +777,8 @@ fn creating_the_endpoint_stops_the_expiration() {
     let resp = s.allocate_next(&pod("c1")).unwrap();
     let timers = expire_timers(&s.take_timers());
     let view = s.create_endpoint(&endpoint_for("c1", &resp)).unwrap();
-    assert_eq!(view.owner, "ns/c1");
-    assert_eq!(view.addressing.ipv4, resp.address.ipv4);
+    assert_eq!(view.record.owner, "ns/c1");
+    assert_eq!(view.record.ipv4, Some(v4(&resp)));
     for t in &timers {
         assert!(!s.fire(t, &no_links));
         assert_eq!(state_of(&s, t.ip), Some(AllocationState::Bound));
@@ -789,7 +793,7 @@ fn an_endpoint_with_the_wrong_expiration_uuid_is_refused_and_the_timer_still_rel
     let resp = s.allocate_next(&pod("c1")).unwrap();
     let timers = expire_timers(&s.take_timers());
     let mut req = endpoint_for("c1", &resp);
-    req.addressing.ipv4_expiration_uuid = "not-the-uuid".into();
+    req.ipv4_expiration_uuid = "not-the-uuid".into();
     let e = s.create_endpoint(&req).unwrap_err();
     assert_eq!(
         e,
@@ -825,7 +829,7 @@ fn expiry_queues_the_host_link_only_when_nothing_else_of_the_attachment_lives() 
     let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
     s.take_timers();
     let resp = s.allocate_next(&pod("c1")).unwrap();
-    let made = JournalMark::parse(&resp.journal_mark).unwrap();
+    let made = mark(&resp);
     let timers = expire_timers(&s.take_timers());
     let t6 = timers.iter().find(|t| t.ip.is_ipv6()).unwrap();
     let t4 = timers.iter().find(|t| t.ip.is_ipv4()).unwrap();
@@ -844,7 +848,7 @@ fn expiry_queues_the_host_link_only_when_nothing_else_of_the_attachment_lives() 
         "the link of the expired ADD is covered"
     );
     let retried = s.allocate_next(&pod("c1")).unwrap();
-    let retried = JournalMark::parse(&retried.journal_mark).unwrap();
+    let retried = mark(&retried);
     assert!(
         retried.seq > stale[0].made_by.seq,
         "a retried ADD's new link is not covered"
@@ -856,7 +860,7 @@ fn expiry_queues_the_host_link_only_when_nothing_else_of_the_attachment_lives() 
     let resp = s.allocate_next(&pod("c2")).unwrap();
     let timers = expire_timers(&s.take_timers());
     let mut req = endpoint_for("c2", &resp);
-    req.addressing.ipv4.clear();
+    req.ipv4.clear();
     s.create_endpoint(&req).unwrap();
     let t4 = timers.iter().find(|t| t.ip.is_ipv4()).unwrap();
     assert!(s.fire(t4, &no_links));
@@ -889,7 +893,10 @@ fn a_released_address_cools_down_counts_as_used_and_its_timer_frees_it() {
     assert!(!s.live_addresses().contains(&taken[0]));
     let r = range(&s, "ipv4");
     assert_eq!((r.used, r.usable, r.cooling), (6, 6, 1));
-    assert!(s.status().ipam.cooling.contains_key(&taken[0].to_string()));
+    assert!(matches!(
+        holder_of(&s, taken[0]).map(|h| h.hold),
+        Some(Hold::Cooling { .. })
+    ));
     let e = s.allocate_next(&plain("ns/q", "")).unwrap_err();
     assert!(e.message.starts_with("range is full"), "{}", e.message);
     let e = s
@@ -924,19 +931,27 @@ fn without_a_cooldown_a_release_frees_the_address_at_once() {
     let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
     let resp = s.allocate_next(&plain("ns/p", "")).unwrap();
     s.take_timers();
-    s.release_ip(&resp.address.ipv4, "").unwrap();
+    s.release_ip(&v4(&resp).to_string(), "").unwrap();
     assert_eq!(state_of(&s, v4(&resp)), None);
     assert!(s.take_timers().is_empty());
-    assert!(s.status().ipam.cooling.is_empty());
-    s.allocate_ip(&resp.address.ipv4, "ns/q", "").unwrap();
+    let cooling = |h: &AddressHolder| !matches!(h.hold, Hold::InUse { .. });
+    assert!(
+        !s.status(false)
+            .addresses
+            .unwrap()
+            .holders
+            .iter()
+            .any(cooling)
+    );
+    s.allocate_ip(&v4(&resp).to_string(), "ns/q", "").unwrap();
     assert_eq!(state_of(&s, v4(&resp)), Some(AllocationState::Bound));
 }
 
 // --- teardown hold --------------------------------------------------------------
 
-pub(crate) fn del_with_links(cid: &str) -> EndpointBatchDeleteRequest {
-    EndpointBatchDeleteRequest {
-        teardown_links: vec![LinkRef {
+pub(crate) fn del_with_links(cid: &str) -> EndpointRelease {
+    EndpointRelease {
+        teardown_links: vec![TeardownLink {
             name: host_ifname(cid, "eth0"),
             index: 42,
         }],
@@ -970,14 +985,13 @@ fn a_teardown_holds_the_addresses_until_it_finishes() {
         ErrorKind::NotFound
     );
     assert!(s.take_timers().is_empty(), "a hold has no end to wait for");
-    let cooling = s.status().ipam.cooling;
     for ip in ips(&resp) {
         let rec = &record(&s, ip);
         assert_eq!(rec.state, AllocationState::Cooling);
         assert_eq!(rec.cooling_until_ms, Some(HOLD_UNTIL_TEARDOWN));
         assert_eq!(
-            cooling.get(&ip.to_string()).map(String::as_str),
-            Some("ns/c1 (held until its links are gone)")
+            holder_of(&s, ip).map(|h| (h.owner, h.hold)),
+            Some(("ns/c1".to_string(), Hold::UntilTeardown))
         );
         let early = Timer {
             ip,
@@ -1064,29 +1078,34 @@ fn restore_brings_back_allocations_endpoints_cooling_and_pending_timers() {
     let mut s = ready(s);
     assert_eq!(s.router_ips(), routers);
     assert!(s.endpoint("cni-attachment-id:bound:eth0").unwrap().restored);
-    let st = s.status();
+    let hold = |ip: IpAddr| holder_of(&s, ip).map(|h| (h.owner, h.hold));
     assert_eq!(
-        st.ipam
-            .allocations
-            .get(&bound.address.ipv4)
-            .map(String::as_str),
-        Some("ns/bound [restored]")
+        hold(v4(&bound)),
+        Some((
+            "ns/bound".to_string(),
+            Hold::InUse {
+                restored: true,
+                expiring: false
+            }
+        ))
     );
     assert_eq!(
-        st.ipam
-            .allocations
-            .get(&pending.address.ipv4)
-            .map(String::as_str),
-        Some("ns/pending [expiring]")
+        hold(v4(&pending)),
+        Some((
+            "ns/pending".to_string(),
+            Hold::InUse {
+                restored: false,
+                expiring: true
+            }
+        ))
     );
-    let left = st.ipam.cooling[&released.address.ipv4].clone();
-    let ms: u64 = left
-        .strip_prefix("ns/released (")
-        .and_then(|l| l.strip_suffix(" ms left)"))
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(ms > 0 && ms <= 30_000, "{left}");
+    match hold(v4(&released)) {
+        Some((owner, Hold::Cooling { left_ms })) => {
+            assert_eq!(owner, "ns/released");
+            assert!(left_ms > 0 && left_ms <= 30_000, "{left_ms}");
+        }
+        other => panic!("not cooling: {other:?}"),
+    }
     // The plugin that got the pending addresses before the restart can still
     // register its endpoint with their expiration UUIDs.
     s.create_endpoint(&endpoint_for("pending", &pending))
@@ -1271,7 +1290,7 @@ fn reconcile_removes_a_link_this_journal_saw_and_released() {
     let setup = Setup::dual();
     let mut s = start(&dir, &setup);
     let resp = s.allocate_next(&pod("old")).unwrap();
-    let made = JournalMark::parse(&resp.journal_mark).unwrap();
+    let made = mark(&resp);
     s.create_endpoint(&endpoint_for("old", &resp)).unwrap();
     s.delete_endpoints(&del("old")).unwrap();
     drop(s);
@@ -1360,12 +1379,12 @@ fn reconcile_adopts_links_the_journal_cannot_vouch_for_and_keeps_those_with_noth
     assert_eq!(state_of(&s, nothing[0]), None);
 
     // The endpoint comes back from the marker's container ID and interface.
-    let ep = s.endpoint("cni-attachment-id:newer:eth0").unwrap();
-    assert_eq!(ep.interface_name, host_ifname("newer", "eth0"));
+    let ep = s.endpoint("cni-attachment-id:newer:eth0").unwrap().record;
+    assert_eq!(ep.host_ifname, host_ifname("newer", "eth0"));
     assert_eq!(ep.owner, "ns/newer");
     assert_eq!(
-        (ep.addressing.ipv6.as_str(), ep.addressing.ipv4.as_str()),
-        ("fd00::9", "10.0.0.9")
+        (ep.ipv6, ep.ipv4),
+        (Some(addr("fd00::9")), Some(addr("10.0.0.9")))
     );
     assert!(s.endpoint("cni-attachment-id:legacy:eth0").is_err());
 
@@ -1447,7 +1466,7 @@ fn demand_follows_needed_ip_ceil_and_the_operator_carves_blocks() {
     let mut taken = Vec::new();
     for (n, want) in [(1, 6), (2, 6), (3, 6), (4, 9)] {
         let resp = s.allocate_next(&plain("ns/p", "blue")).unwrap();
-        assert_eq!(resp.address.ipv4_pool_name, "blue");
+        assert_eq!(address(&resp, true).unwrap().pool, "blue");
         taken.push(v4(&resp));
         assert_eq!(requested(&s, "blue"), Some(want), "{n} in use");
     }
@@ -1540,13 +1559,13 @@ fn pool_selection_follows_the_pod_and_namespace_metadata() {
     let mut s = start(&dir, &setup);
     s.set_metadata(Box::new(FakeMetadata::new()));
     let resp = s.allocate_next(&plain("apps/annotated", "")).unwrap();
-    assert_eq!(resp.address.ipv4_pool_name, "blue");
+    assert_eq!(address(&resp, true).unwrap().pool, "blue");
     assert_eq!(
         record(&s, v4(&resp)).selected_by.as_deref(),
         Some("pod-annotation")
     );
     let resp = s.allocate_next(&plain("apps/plain", "")).unwrap();
-    assert_eq!(resp.address.ipv4_pool_name, DEFAULT_POOL);
+    assert_eq!(address(&resp, true).unwrap().pool, DEFAULT_POOL);
     assert_eq!(
         record(&s, v4(&resp)).selected_by.as_deref(),
         Some("default")
@@ -2027,17 +2046,16 @@ fn a_full_disk_refuses_changes_with_503_and_recovery_makes_the_journal_match_mem
         s.failures.back().map(|f| f.reason.as_str()),
         Some("journal-unavailable")
     );
-    let st = s.status();
-    assert_eq!(st.cilium.state, "Failure", "{:?}", st.cilium);
-    assert!(
-        st.ipam.journal_error.contains("No space left"),
-        "{}",
-        st.ipam.journal_error
-    );
+    let st = s.status(false);
+    assert_eq!(st.health.level, HealthLevel::Failure, "{:?}", st.health);
+    let journal_error = st.journal_error.unwrap_or_default();
+    assert!(journal_error.contains("No space left"), "{journal_error}");
     s.take_timers();
     let before = memory_of(&s);
     assert_eq!(
-        s.release_ip(&pending.address.ipv4, "").unwrap_err().kind,
+        s.release_ip(&v4(&pending).to_string(), "")
+            .unwrap_err()
+            .kind,
         ErrorKind::Unavailable
     );
     assert_eq!(
@@ -2060,7 +2078,7 @@ fn a_full_disk_refuses_changes_with_503_and_recovery_makes_the_journal_match_mem
     std::fs::remove_file(filler).unwrap();
     recover(&mut s);
     assert_eq!(s.recover_journal(), None, "nothing left to recover");
-    assert_eq!(s.status().cilium.state, "Ok");
+    assert_eq!(s.status(false).health.level, HealthLevel::Ok);
     assert!(s.fire(&retry[0], &no_links));
     assert_eq!(state_of(&s, v4(&pending)), None);
     s.allocate_next(&pod("after")).unwrap();
@@ -2113,7 +2131,7 @@ fn an_allocation_marks_the_used_addresses_changed_for_the_node_sink() {
         .take_outbox()
         .and_then(|o| o.used)
         .expect("the used addresses changed");
-    assert!(used.ipv4.contains_key(&resp.address.ipv4));
+    assert!(used.ipv4.contains_key(&v4(&resp).to_string()));
     s.allocate_ip("10.0.0.9", "ns/fixed", "").unwrap();
     let used = s
         .take_outbox()
@@ -2172,14 +2190,14 @@ fn a_configuration_that_does_not_fit_the_node_hands_out_nothing_while_releases_g
         "{:?}",
         failures[0]
     );
-    let st = s.status_brief(true);
-    assert_eq!(st.cilium.state, "Failure");
+    let st = s.status(true);
+    assert_eq!(st.health.level, HealthLevel::Failure);
     assert!(
-        st.cilium.msg.contains("(enable-ipv6: NodeWithoutIPv6)"),
+        st.health.message.contains("(enable-ipv6: NodeWithoutIPv6)"),
         "{}",
-        st.cilium.msg
+        st.health.message
     );
-    assert!(st.ipam.config_check.is_some_and(|c| !c.fits));
+    assert!(st.config_check.is_some_and(|(verdict, _)| !verdict.fits()));
     // The node sink gets the verdict once.
     let fit = s
         .take_outbox()
@@ -2201,7 +2219,7 @@ fn a_configuration_that_does_not_fit_the_node_hands_out_nothing_while_releases_g
         .and_then(|o| o.config_fit)
         .expect("the condition");
     assert_eq!((fit.fits, fit.reason.as_str()), (true, "Fits"));
-    assert_eq!(s.status_brief(true).cilium.state, "Ok");
+    assert_eq!(s.status(true).health.level, HealthLevel::Ok);
 }
 
 // --- fakes ----------------------------------------------------------------------
@@ -2372,23 +2390,21 @@ fn wired_pod(cid: &str) -> AllocateRequest {
 }
 
 /// The expiration UUIDs of an answer.
-fn uuids(resp: &IpamResponse) -> Vec<String> {
-    [&resp.ipv4, &resp.ipv6]
+fn uuids(resp: &Allocated) -> Vec<String> {
+    [address(resp, true), address(resp, false)]
         .into_iter()
         .flatten()
-        .map(|e| e.expiration_uuid.clone())
+        .map(|a| a.expiration_uuid.clone().unwrap_or_default())
         .collect()
 }
 
 /// The report of a successful ADD that wired `<cid>:eth0`.
-fn wired_report(cid: &str, uuids: Vec<String>) -> CniReport {
-    CniReport {
-        verb: "ADD".into(),
+fn wired_report(cid: &str, uuids: Vec<String>) -> WiredAttachment {
+    WiredAttachment {
         container_id: cid.into(),
         ifname: "eth0".into(),
         owner: format!("ns/{cid}"),
-        wired_expiration_uuids: uuids,
-        ..Default::default()
+        expiration_uuids: uuids,
     }
 }
 
@@ -2397,7 +2413,7 @@ fn an_allocation_naming_the_netns_journals_its_endpoint_pending_in_the_same_comm
     let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     let resp = s.allocate_next(&wired_pod("c1")).unwrap();
-    assert!(resp.endpoint_pending);
+    assert!(resp.commit.as_ref().unwrap().endpoint_pending);
     for ip in ips(&resp) {
         assert_eq!(state_of(&s, ip), Some(AllocationState::Pending));
     }
@@ -2418,7 +2434,7 @@ fn an_allocation_naming_the_netns_journals_its_endpoint_pending_in_the_same_comm
     // Without the netns (Cilium's client, older plugins) no endpoint is journaled.
     let mut s = ready(s);
     let plain = s.allocate_next(&pod("c2")).unwrap();
-    assert!(!plain.endpoint_pending);
+    assert!(!plain.commit.as_ref().unwrap().endpoint_pending);
     assert!(!s.ledger.endpoints().contains_key("c2:eth0"));
 }
 
@@ -2454,7 +2470,7 @@ fn expiry_binds_an_attachment_whose_link_is_marked_wired_by_this_journal_only() 
     let mut s = start(&dir, &Setup::dual().cooldown(Duration::ZERO));
     s.take_timers();
     let resp = s.allocate_next(&wired_pod("c1")).unwrap();
-    let made = JournalMark::parse(&resp.journal_mark).unwrap();
+    let made = mark(&resp);
     let timers = expire_timers(&s.take_timers());
     let wired = LinkMarker {
         wired: true,
@@ -2545,7 +2561,7 @@ fn restore_leaves_an_expired_attachment_with_its_endpoint_to_its_timer() {
     let due = expire_timers(&s.take_timers());
     assert_eq!(due.len(), 2);
     assert!(due.iter().all(|t| t.deadline_ms <= now_ms()));
-    let made = JournalMark::parse(&wired.journal_mark).unwrap();
+    let made = mark(&wired);
     let found = LinkMarker {
         wired: true,
         ..marker(&made.journal_id, made.seq, "wired")
@@ -2737,7 +2753,7 @@ fn a_cluster_pool_node_asks_for_a_cidr_serves_from_it_and_gives_it_back_empty() 
         "{more:?}"
     );
     assert_eq!(range(&s, "ipv4").usable, 28);
-    assert!(s.status().ipam.status.contains("10.0.0.0/28, 10.0.0.16/28"));
+    assert!(s.status(true).summary.contains("10.0.0.0/28, 10.0.0.16/28"));
     assert_eq!(
         verdict(&mut s),
         BTreeMap::from([
@@ -2765,7 +2781,7 @@ fn a_cluster_pool_node_asks_for_a_cidr_serves_from_it_and_gives_it_back_empty() 
             ("10.0.0.16/28".into(), "released".into())
         ])
     );
-    let lines = s.status().ipam.pod_cidrs;
+    let lines = s.status(true).pod_cidrs;
     assert!(
         lines[0].first && lines[0].why.contains("never given back"),
         "{lines:?}"

@@ -1,14 +1,106 @@
-//! Read-only views of the state: `GET /v1/config`, `GET /v1/healthz` (Cilium's
-//! status shape plus podnet's per-range, cooling and restore figures) and endpoints.
+//! Read-only views of the state, in its own types (`daemon::answers` builds
+//! the wire answers from them): the configuration (`GET /v1/config`), the
+//! node's status (its health, each range's fill, who holds each address, the
+//! restore's figures: `GET /v1/healthz`) and endpoints.
 
-use super::super::answers;
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use super::super::config::{DatapathMode, IpamMode};
 use super::super::metrics::{CapacityLabels, FamilyLabels, Metrics, OutcomeLabels};
+use super::super::node_check::{Severity, Verdict};
+use super::NodeCidr;
 use super::leaks::pod_of_owner;
-use super::{ApiError, ErrorKind, IpamState};
-use crate::api::models::*;
+use super::{ApiError, ErrorKind, FamilyAddressing, IpamState, NodeConfig, RestoreReport};
 use crate::ipam::Family;
 use crate::ipam::leaks::PodName;
+use crate::ipam::range_fill::RangeFill;
+use crate::node::NodeFacts;
 use crate::store::{AllocationState, EndpointRecord, now_ms};
+
+/// The node's IPAM as its status reports it.
+#[derive(Debug, Clone)]
+pub struct NodeStatus {
+    pub health: Health,
+    pub ipam_mode: IpamMode,
+    pub node_name: String,
+    /// The pod device type in use.
+    pub datapath_mode: DatapathMode,
+    /// The journal's file.
+    pub journal: PathBuf,
+    /// Why the journal cannot commit, while it cannot.
+    pub journal_error: Option<String>,
+    /// The pool of a pod that names none (`default` outside multi-pool).
+    pub default_pool: String,
+    pub multi_pool: bool,
+    /// One line: each family's fill (its pools in multi-pool).
+    pub summary: String,
+    /// One per pool and family.
+    pub ranges: Vec<RangeFill>,
+    /// cluster-pool: the verdict on each of the node's CIDRs.
+    pub pod_cidrs: Vec<NodeCidr>,
+    /// What the last start restored and reconciled.
+    pub restore: RestoreReport,
+    /// Whether the configuration fits the node (the verdict and the facts it
+    /// was made on), once the node's facts are known.
+    pub config_check: Option<(Verdict, NodeFacts)>,
+    /// Each address and who holds it; `None` for a brief status.
+    pub addresses: Option<AddressBook>,
+}
+
+/// How the node is: whether it hands out addresses, and why not or what to
+/// look at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    pub level: HealthLevel,
+    /// Empty when all is well.
+    pub message: String,
+}
+
+/// Cilium's status levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthLevel {
+    Ok,
+    Warning,
+    Failure,
+}
+
+/// Each family's addresses, and who holds each address.
+#[derive(Debug, Clone, Default)]
+pub struct AddressBook {
+    /// Each enabled family, with its allocated addresses (cooling ones too).
+    pub by_family: Vec<(Family, Vec<IpAddr>)>,
+    pub holders: Vec<AddressHolder>,
+}
+
+/// One allocated address, its pool, its owner and how it is held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressHolder {
+    pub ip: IpAddr,
+    pub pool: String,
+    pub owner: String,
+    pub hold: Hold,
+}
+
+/// How an address is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// By its owner; `restored` from the journal at start, `expiring` while
+    /// the ADD that took it has not finished.
+    InUse { restored: bool, expiring: bool },
+    /// Released, cooling down for `left_ms` more.
+    Cooling { left_ms: u64 },
+    /// Released, held until its attachment's host links are gone.
+    UntilTeardown,
+}
+
+/// An endpoint the state holds, and whether it was restored at start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegisteredEndpoint {
+    pub record: EndpointRecord,
+    pub restored: bool,
+}
 
 impl IpamState {
     /// Sets the gauges that mirror the state (capacity, use, cooling, restore).
@@ -61,7 +153,7 @@ impl IpamState {
     }
 
     /// Addresses a pod or the node holds (not cooling).
-    pub fn live_addresses(&self) -> std::collections::BTreeSet<std::net::IpAddr> {
+    pub fn live_addresses(&self) -> BTreeSet<IpAddr> {
         self.ledger
             .allocations()
             .iter()
@@ -93,73 +185,39 @@ impl IpamState {
             .collect()
     }
 
-    pub(super) fn node_addressing(&self) -> NodeAddressing {
-        let mut na = NodeAddressing::default();
-        for family in &self.cfg.families {
-            let el = NodeAddressingElement {
-                enabled: true,
-                ip: self
-                    .routers
-                    .get(family)
-                    .map(|ip| ip.to_string())
-                    .unwrap_or_default(),
-                alloc_range: self.node_addressing_cidr(*family).unwrap_or_default(),
-            };
-            match family {
-                Family::V4 => na.ipv4 = Some(el),
-                Family::V6 => na.ipv6 = Some(el),
-            }
-        }
-        na
-    }
-
-    /// The allocation map key: the address, or `pool/ip` outside the default pool.
-    fn status_key(&self, ip: std::net::IpAddr, pool: &str) -> String {
-        if pool == self.default_pool() {
-            ip.to_string()
-        } else {
-            format!("{pool}/{ip}")
+    /// `GET /v1/config`: the daemon's configuration, with each enabled
+    /// family's router address and alloc range.
+    pub fn config(&self) -> NodeConfig {
+        NodeConfig {
+            addressing: self
+                .cfg
+                .families
+                .iter()
+                .map(|family| FamilyAddressing {
+                    family: *family,
+                    router: self.routers.get(family).copied(),
+                    alloc_range: self.node_addressing_cidr(*family),
+                })
+                .collect(),
+            ipam_mode: self.cfg.ipam_mode,
+            mtu: self.cfg.mtu,
+            datapath_mode: self.cfg.datapath_mode,
+            configured_datapath_mode: self.cfg.configured_datapath_mode,
+            node_name: self.cfg.node_name.clone(),
         }
     }
 
-    /// `GET /v1/config`.
-    pub fn config(&self) -> DaemonConfiguration {
-        DaemonConfiguration {
-            status: DaemonConfigurationStatus {
-                addressing: self.node_addressing(),
-                ipam_mode: self.cfg.ipam_mode.to_string(),
-                device_mtu: self.cfg.mtu,
-                route_mtu: self.cfg.mtu,
-                datapath_mode: self.cfg.datapath_mode.to_string(),
-                configured_datapath_mode: self.cfg.configured_datapath_mode.to_string(),
-                node_name: self.cfg.node_name.clone(),
-            },
-        }
-    }
-
-    pub(super) fn view(&self, ep: &EndpointRecord) -> EndpointView {
-        let mut addressing = AddressPair::default();
-        if let Some(ip) = ep.ipv4 {
-            addressing.ipv4 = ip.to_string();
-            addressing.ipv4_pool_name = ep.pool.clone();
-        }
-        if let Some(ip) = ep.ipv6 {
-            addressing.ipv6 = ip.to_string();
-            addressing.ipv6_pool_name = ep.pool.clone();
-        }
-        EndpointView {
-            container_id: ep.container_id.clone(),
-            container_interface_name: ep.ifname.clone(),
-            interface_name: ep.host_ifname.clone(),
-            owner: ep.owner.clone(),
-            addressing,
+    /// The endpoint `ep` as the state knows it.
+    pub(super) fn registered(&self, ep: &EndpointRecord) -> RegisteredEndpoint {
+        RegisteredEndpoint {
             restored: self.ledger.is_restored(&ep.container_id, &ep.ifname),
+            record: ep.clone(),
         }
     }
 
     /// `GET /v1/endpoint/{id}` for `cni-attachment-id:<cid>:<ifname>` or
     /// `container-id:<cid>`.
-    pub fn endpoint(&self, id: &str) -> Result<EndpointView, ApiError> {
+    pub fn endpoint(&self, id: &str) -> Result<RegisteredEndpoint, ApiError> {
         let found = if let Some(rest) = id.strip_prefix("cni-attachment-id:") {
             match rest.rsplit_once(':') {
                 Some((cid, ifname)) => self
@@ -186,76 +244,53 @@ impl IpamState {
             ));
         };
         found
-            .map(|e| self.view(e))
+            .map(|e| self.registered(e))
             .ok_or_else(|| ApiError::new(ErrorKind::NotFound, format!("endpoint {id} not found")))
     }
 
-    /// `status_brief(false)`, for the unit tests.
-    #[cfg(test)]
-    pub(super) fn status(&self) -> StatusResponse {
-        self.status_brief(false)
-    }
-
-    /// `GET /v1/healthz`: Cilium's status shape with podnet's per-range figures,
-    /// without the per-address maps and lists when `brief`. Cooling addresses
-    /// count as used; they are listed under `cooling`, not `allocations` (nobody
-    /// owns them).
-    pub fn status_brief(&self, brief: bool) -> StatusResponse {
-        let mut ipam = IpamStatus {
-            mode: self.cfg.ipam_mode.to_string(),
-            node_name: self.cfg.node_name.clone(),
-            restore: answers::restore::restore_status(&self.restore_report),
-            datapath: self.cfg.datapath_mode.to_string(),
-            journal: self.ledger.journal().path().display().to_string(),
-            default_pool: if self.is_multi_pool() {
-                self.default_pool().to_string()
-            } else {
-                String::new()
-            },
-            ..Default::default()
-        };
-        let now = now_ms();
+    /// `GET /v1/healthz`: the node's health, each range's fill and, unless
+    /// `brief`, each family's addresses and who holds them. Cooling addresses
+    /// count as used.
+    pub fn status(&self, brief: bool) -> NodeStatus {
         let operator_error = self.sync.operator_error().to_string();
+        let mut ranges = Vec::new();
         let lines: Vec<String> = self
             .cfg
             .families
             .iter()
-            .filter_map(|family| self.family_status(*family, brief, &operator_error, &mut ipam))
+            .filter_map(|family| self.family_status(*family, &operator_error, &mut ranges))
             .collect();
-        ipam.status = lines.join(", ");
-        ipam.pod_cidrs = answers::cidrs::pod_cidr_lines(&self.node_cidrs());
-        if !brief {
-            self.add_address_owners(now, &mut ipam);
+        let now = now_ms();
+        let config_check = self
+            .config_check()
+            .map(|(verdict, facts)| (verdict.clone(), facts.clone()));
+        let health = self.health(now, &ranges, config_check.as_ref().map(|c| &c.0));
+        NodeStatus {
+            health,
+            ipam_mode: self.cfg.ipam_mode,
+            node_name: self.cfg.node_name.clone(),
+            datapath_mode: self.cfg.datapath_mode,
+            journal: self.ledger.journal().path().to_path_buf(),
+            journal_error: self.ledger.journal().failure().map(|f| f.message.clone()),
+            default_pool: self.default_pool().to_string(),
+            multi_pool: self.is_multi_pool(),
+            summary: lines.join(", "),
+            ranges,
+            pod_cidrs: self.node_cidrs(),
+            restore: self.restore_report.clone(),
+            config_check,
+            addresses: (!brief).then(|| self.address_book(now)),
         }
-        let cilium = self.overall_status(now, &mut ipam);
-        let mut status = StatusResponse { cilium, ipam };
-        self.add_config_check(&mut status);
-        status
     }
 
-    /// Fills `family`'s ranges (one per pool) into `ipam`, and its address list
-    /// unless `brief`; returns the family's part of the one-line status, if it
-    /// has one.
+    /// Fills `family`'s ranges (one per pool) into `ranges`; returns the
+    /// family's part of the one-line status, if it has one.
     fn family_status(
         &self,
         family: Family,
-        brief: bool,
         operator_error: &str,
-        ipam: &mut IpamStatus,
+        ranges: &mut Vec<RangeFill>,
     ) -> Option<String> {
-        let in_family = || {
-            self.ledger
-                .allocations()
-                .iter()
-                .filter(move |rec| Family::of_addr(&rec.ip) == family)
-        };
-        if !brief {
-            let list: Vec<String> = in_family().map(|rec| rec.ip.to_string()).collect();
-            match family {
-                Family::V4 => ipam.ipv4 = Some(list),
-                Family::V6 => ipam.ipv6 = Some(list),
-            }
-        }
         let pools: Vec<String> = self
             .pools
             .names()
@@ -264,11 +299,15 @@ impl IpamState {
             .collect();
         for pool in &pools {
             let blocks = self.pool_cidrs(pool, family);
-            let cooling = in_family()
+            let cooling = self
+                .ledger
+                .allocations()
+                .iter()
+                .filter(|r| Family::of_addr(&r.ip) == family)
                 .filter(|r| r.pool() == pool && r.state() == AllocationState::Cooling)
                 .count();
-            ipam.ranges.push(RangeStatus {
-                family: family.as_str().into(),
+            ranges.push(RangeFill {
+                family,
                 cidr: blocks.join(" "),
                 used: self.pools.used(pool, family),
                 usable: self.pools.usable(pool, family),
@@ -303,116 +342,135 @@ impl IpamState {
         ))
     }
 
-    /// Fills who holds each address into `ipam`: cooling addresses (with the
-    /// time left) under `cooling`, the others under `allocations`, marked
-    /// `[restored]` and `[expiring]` where they are.
-    fn add_address_owners(&self, now: u64, ipam: &mut IpamStatus) {
-        for rec in self.ledger.allocations().iter() {
-            if rec.state() == AllocationState::Cooling {
-                let until = rec.cooling_until_ms().unwrap_or(now);
-                ipam.cooling.insert(
-                    self.status_key(rec.ip, rec.pool()),
-                    if until == super::HOLD_UNTIL_TEARDOWN {
-                        format!("{} (held until its links are gone)", rec.owner())
-                    } else {
-                        format!("{} ({} ms left)", rec.owner(), until.saturating_sub(now))
-                    },
-                );
-                continue;
-            }
-            let restored = match (rec.container_id(), rec.ifname()) {
-                (Some(c), Some(i)) => self.ledger.is_restored(c, i),
-                _ => false,
-            };
-            let mut owner = rec.owner().to_string();
-            if restored {
-                owner.push_str(" [restored]");
-            }
-            if rec.state() == AllocationState::Pending {
-                owner.push_str(" [expiring]");
-            }
-            ipam.allocations
-                .insert(self.status_key(rec.ip, rec.pool()), owner);
-        }
+    /// Each enabled family's addresses, and who holds each address: cooling
+    /// addresses with the time left, the others marked where they are restored
+    /// or expiring.
+    fn address_book(&self, now: u64) -> AddressBook {
+        let by_family = self
+            .cfg
+            .families
+            .iter()
+            .map(|family| {
+                let ips = self
+                    .ledger
+                    .allocations()
+                    .iter()
+                    .filter(|rec| Family::of_addr(&rec.ip) == *family)
+                    .map(|rec| rec.ip)
+                    .collect();
+                (*family, ips)
+            })
+            .collect();
+        let holders = self
+            .ledger
+            .allocations()
+            .iter()
+            .map(|rec| {
+                let hold = if rec.state() == AllocationState::Cooling {
+                    match rec.cooling_until_ms().unwrap_or(now) {
+                        super::HOLD_UNTIL_TEARDOWN => Hold::UntilTeardown,
+                        until => Hold::Cooling {
+                            left_ms: until.saturating_sub(now),
+                        },
+                    }
+                } else {
+                    Hold::InUse {
+                        restored: match (rec.container_id(), rec.ifname()) {
+                            (Some(c), Some(i)) => self.ledger.is_restored(c, i),
+                            _ => false,
+                        },
+                        expiring: rec.state() == AllocationState::Pending,
+                    }
+                };
+                AddressHolder {
+                    ip: rec.ip,
+                    pool: rec.pool().to_string(),
+                    owner: rec.owner().to_string(),
+                    hold,
+                }
+            })
+            .collect();
+        AddressBook { by_family, holders }
     }
 
-    /// The overall state: `Failure` while the journal fails (its error also goes
-    /// into `ipam`), `Warning` naming each full range, else `Ok`.
-    fn overall_status(&self, now: u64, ipam: &mut IpamStatus) -> StatusElement {
+    /// The node's health: `Failure` while the journal fails, `Warning` naming
+    /// each full range, else `Ok`; then the configuration check (with the whole
+    /// text of each finding): an error makes it a `Failure` (no address is
+    /// handed out), a warning an `Ok` a `Warning`; the message names each by
+    /// option and reason.
+    fn health(&self, now: u64, ranges: &[RangeFill], verdict: Option<&Verdict>) -> Health {
+        let mut health = self.range_health(now, ranges);
+        let Some(verdict) = verdict else {
+            return health;
+        };
+        let named = |severity: Severity| {
+            verdict
+                .mismatches
+                .iter()
+                .filter(|m| m.severity() == severity)
+                .map(|m| format!("{}: {}", m.option(), m.reason()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (errors, warnings) = (named(Severity::Error), named(Severity::Warning));
+        let mut lines = Vec::new();
+        if !errors.is_empty() {
+            health.level = HealthLevel::Failure;
+            lines.push(format!(
+                "the configuration does not fit this node, no pod gets an address ({errors})"
+            ));
+        }
+        if !warnings.is_empty() {
+            if health.level == HealthLevel::Ok {
+                health.level = HealthLevel::Warning;
+            }
+            lines.push(format!("configuration warning ({warnings})"));
+        }
+        for line in lines {
+            health.message = match health.message.is_empty() {
+                true => line,
+                false => format!("{}; {line}", health.message),
+            };
+        }
+        health
+    }
+
+    /// The health of the journal and the ranges: `Failure` while the journal
+    /// fails, `Warning` naming each full range, else `Ok`.
+    fn range_health(&self, now: u64, ranges: &[RangeFill]) -> Health {
         if let Some(f) = self.ledger.journal().failure() {
-            ipam.journal_error = f.message.clone();
-            return StatusElement {
-                state: "Failure".into(),
-                msg: self.ledger.unavailable(&format!(
+            return Health {
+                level: HealthLevel::Failure,
+                message: self.ledger.unavailable(&format!(
                     "{} (for {} s)",
                     f.message,
                     now.saturating_sub(f.since_ms) / 1000
                 )),
             };
         }
-        let exhausted: Vec<&RangeStatus> =
-            ipam.ranges.iter().filter(|r| r.is_exhausted()).collect();
-        if exhausted.is_empty() {
-            return StatusElement {
-                state: "Ok".into(),
-                msg: String::new(),
-            };
-        }
-        StatusElement {
-            state: "Warning".into(),
-            msg: exhausted
+        let exhausted: Vec<&RangeFill> = ranges.iter().filter(|r| r.is_exhausted()).collect();
+        Health {
+            level: if exhausted.is_empty() {
+                HealthLevel::Ok
+            } else {
+                HealthLevel::Warning
+            },
+            message: exhausted
                 .iter()
                 .map(|r| {
                     format!(
                         "{} range {} of node {} is full ({}/{} in use, {} cooling)",
-                        r.family, r.cidr, self.cfg.node_name, r.used, r.usable, r.cooling
+                        r.family.as_str(),
+                        r.cidr,
+                        self.cfg.node_name,
+                        r.used,
+                        r.usable,
+                        r.cooling
                     )
                 })
                 .collect::<Vec<_>>()
                 .join("; "),
         }
-    }
-
-    /// Adds the configuration check (`ipam.config-check`, with the whole text of
-    /// each finding): an error makes the state a `Failure` (no address is handed
-    /// out), a warning an `Ok` state a `Warning`; the message names each by option
-    /// and reason.
-    fn add_config_check(&self, status: &mut StatusResponse) {
-        let Some((verdict, facts)) = self.config_check() else {
-            return;
-        };
-        let check = answers::config_check::config_check_status(verdict, facts);
-        let named = |severity: &str| {
-            check
-                .findings
-                .iter()
-                .filter(|f| f.severity == severity)
-                .map(|f| format!("{}: {}", f.option, f.reason))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let (errors, warnings) = (named("error"), named("warning"));
-        let cilium = &mut status.cilium;
-        let mut lines = Vec::new();
-        if !errors.is_empty() {
-            cilium.state = "Failure".into();
-            lines.push(format!(
-                "the configuration does not fit this node, no pod gets an address ({errors})"
-            ));
-        }
-        if !warnings.is_empty() {
-            if cilium.state == "Ok" {
-                cilium.state = "Warning".into();
-            }
-            lines.push(format!("configuration warning ({warnings})"));
-        }
-        for line in lines {
-            cilium.msg = match cilium.msg.is_empty() {
-                true => line,
-                false => format!("{}; {line}", cilium.msg),
-            };
-        }
-        status.ipam.config_check = Some(check);
     }
 }
 

@@ -241,6 +241,19 @@ fn an_empty_delete_queue_replays_nothing_and_holds_the_queue_lock() {
     assert!(replayed.queue.entries().unwrap().is_empty());
 }
 
+/// A DEL of `<cid>:eth0` with its host link, as the plugin queues it.
+fn queued_del(cid: &str) -> crate::api::models::EndpointBatchDeleteRequest {
+    crate::api::models::EndpointBatchDeleteRequest {
+        container_id: cid.into(),
+        container_interface_name: "eth0".into(),
+        teardown_links: vec![crate::api::models::LinkRef {
+            name: host_ifname(cid, "eth0"),
+            index: 42,
+        }],
+        ..Default::default()
+    }
+}
+
 #[test]
 fn queued_deletes_are_replayed_counted_and_removed() {
     let dir = TestDir::new("start-restore");
@@ -250,7 +263,7 @@ fn queued_deletes_are_replayed_counted_and_removed() {
     drop(state);
     let queue = DeleteQueue::open(&socket).unwrap();
     for cid in ["c1", "unknown"] {
-        queue.enqueue(&del_with_links(cid)).unwrap();
+        queue.enqueue(&queued_del(cid)).unwrap();
     }
     let (mut state, _) = restored(&dir, &[]);
     let replayed = replay_delete_queue(&mut state, &socket).unwrap();

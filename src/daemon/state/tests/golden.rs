@@ -31,7 +31,8 @@ fn golden_the_pod_cidr_lines() {
         next_v4(&mut s).unwrap();
     }
     s.take_outbox();
-    let lines = serde_json::to_string(&s.status().ipam.pod_cidrs).unwrap();
+    let status = answers::status::status_response(s.status(false));
+    let lines = serde_json::to_string(&status.ipam.pod_cidrs).unwrap();
     assert_eq!(
         lines,
         r#"[{"cidr":"10.0.0.0/28","status":"in-use","first":true,"used":14,"usable":14,"why":"the node's first CIDR (never given back); in use"},{"cidr":"10.0.0.16/28","status":"in-use","first":false,"used":2,"usable":14,"why":"an extra CIDR from the operator; in use"}]"#
@@ -44,7 +45,7 @@ fn golden_the_configuration_check() {
     let dir = TestDir::new("state");
     let mut s = start(&dir, &Setup::dual());
     s.set_node_facts(node_with(&["10.250.0.2"]));
-    let st = s.status_brief(true);
+    let st = answers::status::status_response(s.status(true));
     let check = serde_json::to_string(&st.ipam.config_check).unwrap();
     assert_eq!(
         check,
@@ -70,7 +71,8 @@ fn golden_the_restore_report() {
     s.reconcile_with_kernel(&KernelView::default(), origin)
         .unwrap();
     s.note_queued_deletes(2);
-    let report = serde_json::to_string(&s.status().ipam.restore).unwrap();
+    let status = answers::status::status_response(s.status(false));
+    let report = serde_json::to_string(&status.ipam.restore).unwrap();
     assert_eq!(
         report,
         r#"{"restored":6,"expired":0,"cooled-down":0,"queued-deletes":2,"outside-ranges":[],"released-link-gone":["10.0.0.2 (ns/gone)","fd00::2 (ns/gone)"],"orphan-links-removed":[],"adopted-from-kernel":[],"unaccounted-links-kept":[]}"#
@@ -115,7 +117,7 @@ fn golden_the_configuration_of_a_delegated_plugin_refusal() {
     let e = s.allocate_next(&pod("c1")).unwrap_err();
     let config = e.config.expect("the configuration comes along");
     assert_eq!(
-        serde_json::to_string(&config).unwrap(),
+        serde_json::to_string(&answers::status::configuration_status(*config)).unwrap(),
         r#"{"addressing":{"ipv4":{"enabled":true,"ip":"169.254.0.1"}},"ipam-mode":"delegated-plugin","deviceMTU":1500,"routeMTU":1500,"datapathMode":"veth","configuredDatapathMode":"veth","node-name":"node-a"}"#
     );
 }

@@ -208,7 +208,7 @@ fn an_attachment_added_again_keeps_its_requested_address() {
     );
     assert_eq!(
         rec.expiration_uuid,
-        again.ipv4.unwrap().expiration_uuid.into()
+        address(&again, true).and_then(|a| a.expiration_uuid.clone())
     );
 }
 

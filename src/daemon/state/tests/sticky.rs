@@ -129,7 +129,7 @@ fn a_sticky_pod_asks_waits_and_gets_the_address_the_operator_assigned() {
     s.set_external_node(answered(&["10.30.0.3/32"], assigned));
     let got = s.allocate(&pod("web-0"), true).unwrap();
     assert_eq!(v4(&got), addr("10.30.0.3"));
-    assert_eq!(got.address.ipv4_pool_name, WEB);
+    assert_eq!(address(&got, true).unwrap().pool, WEB);
     assert_eq!(
         record(&s, addr("10.30.0.3")).selected_by.as_deref(),
         Some("sticky-pool")
