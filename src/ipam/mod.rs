@@ -14,6 +14,7 @@ pub mod cidrset;
 pub mod clusterpool;
 pub mod duplicates;
 pub mod eni;
+pub mod exhaustion;
 pub mod failure_reason;
 pub mod hostscope;
 pub mod ip_number;

@@ -275,10 +275,10 @@ pub struct NodeOutbox {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AddressRoom {
     Available,
-    /// Every range of a family is full: why, in words (`api::exhaustion`).
+    /// Every range of a family is full: why, in words (`ipam::exhaustion`).
     Exhausted(String),
     /// Multi-pool: some pools are exhausted while another has room: why, in
-    /// words (`api::exhaustion::exhausted_pools`); said without the taint.
+    /// words (`ipam::exhaustion::exhausted_pools`); said without the taint.
     PoolsExhausted(String),
 }
 

@@ -9,10 +9,9 @@
 use std::collections::BTreeMap;
 
 use super::{ApiError, ErrorKind, IpamState};
-use crate::api::exhaustion;
-use crate::api::models::{RangeStatus, StatusResponse};
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::CidrUse;
+use crate::ipam::exhaustion::{self, NodeRanges};
 use crate::ipam::failure_reason::FailureReason;
 use crate::ipam::hostscope::AllocatorOptions;
 use crate::ipam::multipool::needed_ip_ceil;
@@ -285,18 +284,21 @@ impl IpamState {
     /// them), when that changed since the last call (the first call always: a
     /// previous run's taint may be on the Node).
     fn take_address_room(&mut self) -> Option<AddressRoom> {
-        // The exhaustion rule reads the status's wire shape: only what it reads.
-        let fill = self.status(true);
-        let mut status = StatusResponse::default();
-        status.ipam.mode = fill.ipam_mode.to_string();
-        status.ipam.node_name = fill.node_name;
-        if fill.multi_pool {
-            status.ipam.default_pool = fill.default_pool;
-        }
-        status.ipam.ranges = fill.ranges.iter().map(RangeStatus::from).collect();
-        let room = if let Some(why) = exhaustion::exhaustion(&status) {
+        let status = self.status(true);
+        let mode = status.ipam_mode.to_string();
+        let node = NodeRanges {
+            mode: &mode,
+            node_name: &status.node_name,
+            default_pool: if status.multi_pool {
+                &status.default_pool
+            } else {
+                ""
+            },
+            ranges: &status.ranges,
+        };
+        let room = if let Some(why) = exhaustion::exhaustion(&node) {
             AddressRoom::Exhausted(why)
-        } else if let Some(why) = exhaustion::exhausted_pools(&status) {
+        } else if let Some(why) = exhaustion::exhausted_pools(&node) {
             AddressRoom::PoolsExhausted(why)
         } else {
             AddressRoom::Available

@@ -1,9 +1,9 @@
 //! The agent's word on its own Node when new pods cannot get an address here:
 //! the taint [`EXHAUSTED`] (`NoSchedule`: the scheduler sends no more pods, the
 //! running ones stay) and the annotation of the same name with why
-//! (`api::exhaustion`). Both go when an address is free again. In multi-pool,
+//! (`ipam::exhaustion`). Both go when an address is free again. In multi-pool,
 //! pools exhausted while another has room are said in the annotation alone
-//! (`api::exhaustion::exhausted_pools`: a taint would keep every pod out). (A failed CNI
+//! (`ipam::exhaustion::exhausted_pools`: a taint would keep every pod out). (A failed CNI
 //! STATUS would say it too, but the kubelet turns that into `Ready=False`, the
 //! node lifecycle controller into `not-ready:NoExecute`, and every pod on the
 //! node is evicted 300 s later.) The Node is read, then merge-patched with the
