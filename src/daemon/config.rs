@@ -13,7 +13,6 @@ use std::path::PathBuf;
 use ipnet::IpNet;
 
 use super::crossnode::settings::{CrossNodeConfig, RoutingMode, TunnelProtocol};
-use super::node_check::Mismatch;
 use super::options::DaemonOptions;
 use crate::ipam::Family;
 use crate::ipam::cidr_depletion::{DepletionRules, ThresholdError};
@@ -499,25 +498,6 @@ fn refused_option(error: &ClusterPoolError) -> &'static str {
     }
 }
 
-impl DaemonConfig {
-    /// The node check's findings of the cluster pool options (the Kubernetes
-    /// backend: `cluster_pool`'s rule).
-    pub fn pool_findings(&self) -> Vec<Mismatch> {
-        let misfits = self
-            .cluster_pool
-            .iter()
-            .flat_map(ClusterPoolConfig::mask_misfits);
-        let mut findings: Vec<Mismatch> = misfits.map(Mismatch::MaskSizeMisfit).collect();
-        if let Some((option, error)) = &self.cluster_pool_refused {
-            findings.push(Mismatch::ClusterPoolRefused {
-                option,
-                error: error.clone(),
-            });
-        }
-        findings
-    }
-}
-
 /// kubernetes mode: `--ipv4-range`/`--ipv6-range` (unless `auto`) and `--pod-cidrs`.
 fn kubernetes_pod_cidrs(opts: &DaemonOptions) -> Result<Vec<IpNet>, ConfigError> {
     let mut cidrs: Vec<IpNet> = Vec::new();
@@ -897,7 +877,7 @@ mod tests {
             c.cluster_pool.as_ref().unwrap().ipv4_cidrs,
             vec!["10.244.0.0/16".parse::<IpNet>().unwrap()]
         );
-        let findings = c.pool_findings();
+        let findings = crate::daemon::node_check::pool_findings(&c);
         assert_eq!(findings.len(), 1, "{findings:?}");
         assert_eq!(
             (findings[0].option(), findings[0].reason()),

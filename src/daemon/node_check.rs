@@ -36,9 +36,11 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::config::IpamMode;
+use super::config::{DaemonConfig, IpamMode};
 use crate::ipam::Family;
-use crate::ipam::clusterpool::{ClusterPoolError, MaskMisfit, OPT_IPV4_CIDR, OPT_IPV6_CIDR};
+use crate::ipam::clusterpool::{
+    ClusterPoolConfig, ClusterPoolError, MaskMisfit, OPT_IPV4_CIDR, OPT_IPV6_CIDR,
+};
 use crate::node::{ConfigFit, NodeFacts, ServiceRange};
 
 /// How much a mismatch matters.
@@ -354,6 +356,23 @@ impl Verdict {
             }
         }
     }
+}
+
+/// The findings of the cluster pool options (the Kubernetes backend:
+/// `cluster_pool`'s rule): mask sizes that do not fit, a refused option.
+pub fn pool_findings(config: &DaemonConfig) -> Vec<Mismatch> {
+    let misfits = config
+        .cluster_pool
+        .iter()
+        .flat_map(ClusterPoolConfig::mask_misfits);
+    let mut findings: Vec<Mismatch> = misfits.map(Mismatch::MaskSizeMisfit).collect();
+    if let Some((option, error)) = &config.cluster_pool_refused {
+        findings.push(Mismatch::ClusterPoolRefused {
+            option,
+            error: error.clone(),
+        });
+    }
+    findings
 }
 
 /// Judges `families` (the enabled ones) in IPAM `mode`, with the tunnel's

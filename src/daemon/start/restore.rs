@@ -18,6 +18,7 @@ use crate::api::delete_queue::{DeleteQueue, QueueLock};
 use crate::daemon::config::{DaemonConfig, IpamMode};
 use crate::daemon::crossnode::settings::RoutingMode;
 use crate::daemon::device_error::DeviceError;
+use crate::daemon::node_check;
 use crate::daemon::options::DaemonOptions;
 use crate::daemon::state::{
     IpamState, JournalOrigin, KernelView, MultiPoolSettings, PoolingMode, StateConfig, TeardownLink,
@@ -98,7 +99,7 @@ fn state_config(
         fixed_routers: config.fixed_routers.clone(),
         families: config.families.clone(),
         tunnel_underlay: config.cross_node.tunnel_underlay(),
-        pool_findings: config.pool_findings(),
+        pool_findings: node_check::pool_findings(config),
         pooling: pooling_mode(config, default_pool),
         depletion: config.depletion,
     }
