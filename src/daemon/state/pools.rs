@@ -284,17 +284,17 @@ impl IpamState {
     /// them), when that changed since the last call (the first call always: a
     /// previous run's taint may be on the Node).
     fn take_address_room(&mut self) -> Option<AddressRoom> {
-        let status = self.status(true);
-        let mode = status.ipam_mode.to_string();
+        let ranges = self.range_fills();
+        let mode = self.cfg.ipam_mode.to_string();
         let node = NodeRanges {
             mode: &mode,
-            node_name: &status.node_name,
-            default_pool: if status.multi_pool {
-                &status.default_pool
+            node_name: &self.cfg.node_name,
+            default_pool: if self.is_multi_pool() {
+                self.default_pool()
             } else {
                 ""
             },
-            ranges: &status.ranges,
+            ranges: &ranges,
         };
         let room = if let Some(why) = exhaustion::exhaustion(&node) {
             AddressRoom::Exhausted(why)

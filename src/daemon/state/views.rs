@@ -252,13 +252,12 @@ impl IpamState {
     /// `brief`, each family's addresses and who holds them. Cooling addresses
     /// count as used.
     pub fn status(&self, brief: bool) -> NodeStatus {
-        let operator_error = self.sync.operator_error().to_string();
-        let mut ranges = Vec::new();
+        let ranges = self.range_fills();
         let lines: Vec<String> = self
             .cfg
             .families
             .iter()
-            .filter_map(|family| self.family_status(*family, &operator_error, &mut ranges))
+            .filter_map(|family| self.family_summary(*family))
             .collect();
         let now = now_ms();
         let config_check = self
@@ -283,44 +282,51 @@ impl IpamState {
         }
     }
 
-    /// Fills `family`'s ranges (one per pool) into `ranges`; returns the
-    /// family's part of the one-line status, if it has one.
-    fn family_status(
-        &self,
-        family: Family,
-        operator_error: &str,
-        ranges: &mut Vec<RangeFill>,
-    ) -> Option<String> {
-        let pools: Vec<String> = self
-            .pools
+    /// Each enabled family's ranges, one per pool: what status reports and the
+    /// exhaustion rule reads (`pools`).
+    pub(super) fn range_fills(&self) -> Vec<RangeFill> {
+        let operator_error = self.sync.operator_error();
+        let mut ranges = Vec::new();
+        for &family in &self.cfg.families {
+            for pool in self.pool_names(family) {
+                let cooling = self
+                    .ledger
+                    .allocations()
+                    .iter()
+                    .filter(|r| Family::of_addr(&r.ip) == family)
+                    .filter(|r| r.pool() == pool && r.state() == AllocationState::Cooling)
+                    .count();
+                ranges.push(RangeFill {
+                    family,
+                    cidr: self.pool_cidrs(&pool, family).join(" "),
+                    used: self.pools.used(&pool, family),
+                    usable: self.pools.usable(&pool, family),
+                    cooling: cooling as u64,
+                    can_grow: self.is_multi_pool()
+                        && !operator_error.contains(&format!("\"{pool}\"")),
+                    pool,
+                });
+            }
+        }
+        ranges
+    }
+
+    /// The pools that hold `family`.
+    fn pool_names(&self, family: Family) -> Vec<String> {
+        self.pools
             .names()
             .into_iter()
             .filter(|p| self.pools.has(p, family))
-            .collect();
-        for pool in &pools {
-            let blocks = self.pool_cidrs(pool, family);
-            let cooling = self
-                .ledger
-                .allocations()
-                .iter()
-                .filter(|r| Family::of_addr(&r.ip) == family)
-                .filter(|r| r.pool() == pool && r.state() == AllocationState::Cooling)
-                .count();
-            ranges.push(RangeFill {
-                family,
-                cidr: blocks.join(" "),
-                used: self.pools.used(pool, family),
-                usable: self.pools.usable(pool, family),
-                cooling: cooling as u64,
-                pool: pool.clone(),
-                can_grow: self.is_multi_pool() && !operator_error.contains(&format!("\"{pool}\"")),
-            });
-        }
+            .collect()
+    }
+
+    /// `family`'s part of the one-line status, if it has one.
+    fn family_summary(&self, family: Family) -> Option<String> {
         if self.is_multi_pool() {
             return Some(format!(
                 "{}: {} IPAM pool(s) available",
                 family.label(),
-                pools.len()
+                self.pool_names(family).len()
             ));
         }
         let blocks: Vec<_> = self
