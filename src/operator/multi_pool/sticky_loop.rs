@@ -53,7 +53,7 @@ use super::sticky_lifecycle::{StatefulSetView, StatefulSets};
 use super::sticky_writes::{Decision, NodePart, NodeSeen, Settled};
 use crate::controller::{self, Backoff, Controller, Timing, WatchItem, ending};
 use crate::ipam::pooldef::PoolDef;
-use crate::k8s::mirror::WatchEnded;
+use crate::k8s::mirror::{WatchEnded, projected};
 use crate::k8s::objects::{ListError, list_pages, list_valid, node_resource};
 use crate::operator::FIELD_MANAGER;
 use crate::operator::node_api::ApiNodes;
@@ -153,18 +153,6 @@ fn pool_changed(item: &Result<Event<DynamicObject>, watcher::Error>) -> bool {
         item,
         Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone)
     )
-}
-
-/// A StatefulSet watch's event as the sticky loop keeps it.
-fn set_viewed(event: Event<StatefulSet>) -> Event<StatefulSetView> {
-    let view = |set: StatefulSet| StatefulSetView::from(&set);
-    match event {
-        Event::Init => Event::Init,
-        Event::InitApply(set) => Event::InitApply(view(set)),
-        Event::InitDone => Event::InitDone,
-        Event::Apply(set) => Event::Apply(view(set)),
-        Event::Delete(set) => Event::Delete(view(set)),
-    }
 }
 
 /// Whether a StatefulSet event may release a record: it was deleted, or its
@@ -538,7 +526,7 @@ pub async fn run(
         ending(pools.map(|item| pool_changed(&item)))
             .map(StickyInput::Pool)
             .boxed(),
-        ending(sets.map(|item| item.map(set_viewed)))
+        ending(projected(sets, |set| StatefulSetView::from(&set)))
             .map(StickyInput::Set)
             .boxed(),
     ]);
@@ -718,6 +706,13 @@ mod tests {
         );
     }
 
+    /// `event` as the loop's StatefulSet watch hands it on.
+    fn view(event: Event<StatefulSet>) -> Event<StatefulSetView> {
+        let one = futures::stream::iter([Ok(event)]);
+        let mut viewed = Box::pin(projected(one, |set| StatefulSetView::from(&set)));
+        futures::executor::block_on(viewed.next()).unwrap().unwrap()
+    }
+
     #[test]
     fn only_statefulset_deletions_and_lifecycle_changes_start_a_pass() {
         let set = |replicas: i32| -> StatefulSet {
@@ -727,19 +722,13 @@ mod tests {
             .unwrap()
         };
         let mut seen = BTreeMap::new();
-        assert!(!set_changed(
-            set_viewed(Event::InitApply(set(2))),
-            &mut seen
-        ));
+        assert!(!set_changed(view(Event::InitApply(set(2))), &mut seen));
         assert!(set_changed(Event::InitDone, &mut seen));
         let mut status_only = set(2);
         status_only.status = None;
-        assert!(!set_changed(
-            set_viewed(Event::Apply(status_only)),
-            &mut seen
-        ));
-        assert!(set_changed(set_viewed(Event::Apply(set(1))), &mut seen));
-        assert!(set_changed(set_viewed(Event::Delete(set(1))), &mut seen));
+        assert!(!set_changed(view(Event::Apply(status_only)), &mut seen));
+        assert!(set_changed(view(Event::Apply(set(1))), &mut seen));
+        assert!(set_changed(view(Event::Delete(set(1))), &mut seen));
         assert!(seen.is_empty());
     }
 
