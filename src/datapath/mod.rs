@@ -19,6 +19,7 @@
 mod addr;
 mod eni;
 mod error;
+pub mod l2_responder;
 mod link;
 pub mod link_marker;
 mod names;
