@@ -4,6 +4,7 @@
 //! kept alive only by an open fd. The machine's own netns is never modified.
 
 mod addr_route;
+mod l2_responder;
 mod link;
 mod misc;
 mod neigh_rule;
