@@ -28,6 +28,8 @@ const ANNOUNCE_INTERVAL: Duration = Duration::from_millis(500);
 const LINK_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// Receive buffer: ARP requests and neighbour solicitations are far smaller.
 const FRAME_BUF: usize = 2048;
+/// Frames read from one socket per wake-up.
+const DRAIN_BATCH: usize = 64;
 
 /// What an interface has answered since it was first served.
 #[derive(Debug, Default)]
@@ -340,9 +342,11 @@ enum Family {
 }
 
 impl Thread {
-    /// Reads and answers every frame queued on one socket.
+    /// Reads and answers the frames queued on one socket, [`DRAIN_BATCH`] at
+    /// the most (poll comes back at once for the rest), so that a flood of
+    /// questions does not hold up announcements or a stop.
     fn drain(&mut self, family: Family) -> Next {
-        loop {
+        for _ in 0..DRAIN_BATCH {
             let socket = match family {
                 Family::Arp => &self.shared.arp,
                 Family::Ndp => &self.shared.ndp,
@@ -365,6 +369,7 @@ impl Thread {
                 }
             }
         }
+        Next::Continue
     }
 
     fn answer_arp(&mut self, len: usize) {
