@@ -367,3 +367,184 @@ fn l2_responder_missing_and_deleted_links() {
         );
     });
 }
+
+/// Drops CAP_NET_RAW from the calling thread's effective set (capabilities are
+/// per thread: the rest of the test process keeps it).
+fn drop_net_raw() {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    const CAP_NET_RAW: u32 = 13;
+    let mut header = Header {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget/capset with a valid header and two data structs (version 3).
+    unsafe {
+        assert_eq!(
+            libc::syscall(libc::SYS_capget, &raw mut header, data.as_mut_ptr()),
+            0
+        );
+        data[0].effective &= !(1 << CAP_NET_RAW);
+        assert_eq!(
+            libc::syscall(libc::SYS_capset, &raw mut header, data.as_ptr()),
+            0
+        );
+    }
+}
+
+#[test]
+fn l2_responder_without_cap_net_raw() {
+    if !root("l2_responder_without_cap_net_raw") {
+        return;
+    }
+    in_private_netns(|| {
+        pair("r7a", "r7b");
+        drop_net_raw();
+        let errors = Responder::new().set(&wanted("r7a", &["10.9.0.100"]));
+        assert!(
+            matches!(&errors[..], [ResponderError::NeedsCapNetRaw { .. }]),
+            "{errors:?}"
+        );
+        let message = errors[0].to_string();
+        assert!(
+            message.starts_with("interface r7a: opening a packet socket: EPERM")
+                && message.ends_with("(answering ARP/NDP needs CAP_NET_RAW)"),
+            "{message}"
+        );
+    });
+}
+
+#[test]
+fn l2_responder_announces_again_after_link_down_up() {
+    if !root("l2_responder_announces_again_after_link_down_up") {
+        return;
+    }
+    in_private_netns(|| {
+        let p = pair("r8a", "r8b");
+        let responder = Responder::new();
+        assert!(
+            responder
+                .set(&wanted("r8a", &["10.9.0.100", "fd00:9::100"]))
+                .is_empty()
+        );
+        let gratuitous = || responder.report().interfaces["r8a"].gratuitous;
+        assert!(eventually(|| gratuitous() == 6), "{}", gratuitous());
+        p.s.set_link_down(p.va.0).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        p.s.set_link_up(p.va.0).unwrap();
+        assert!(eventually(|| gratuitous() == 12), "{}", gratuitous());
+        let report = &responder.report().interfaces["r8a"];
+        assert!(report.error.is_none(), "{report:?}");
+        assert_eq!(report.addresses.len(), 2);
+    });
+}
+
+/// The context switches and CPU ticks (user + system) so far of this process's
+/// thread called `name`.
+fn thread_usage(name: &str) -> (u64, u64) {
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let dir = task.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let status = std::fs::read_to_string(dir.join("status")).unwrap();
+        let switches: u64 = status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+            .sum();
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap();
+        // After the parenthesised name: state is field 3, utime 14, stime 15.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        let ticks = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        return (switches, ticks);
+    }
+    panic!("no thread {name}");
+}
+
+/// Sends `count` IPv6 frames to `dst_mac` out of link `index`, each with
+/// next header `next_header` and, after the IPv6 header, first byte `first`.
+fn flood(index: u32, dst_mac: [u8; 6], next_header: u8, first: u8, count: usize) {
+    // SAFETY: a packet socket, closed below; `addr` and `frame` are valid.
+    unsafe {
+        let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+        assert!(fd >= 0);
+        let mut addr: libc::sockaddr_ll = std::mem::zeroed();
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_ifindex = index as i32;
+        addr.sll_protocol = 0x86ddu16.to_be();
+        let len = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        assert_eq!(libc::bind(fd, (&raw const addr).cast(), len), 0);
+        let mut frame = dst_mac.to_vec();
+        frame.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x77, 0x86, 0xdd, 0x60, 0, 0, 0, 0, 8]);
+        frame.extend_from_slice(&[next_header, 255]);
+        frame.extend_from_slice(&"fd00:9::2".parse::<Ipv6Addr>().unwrap().octets());
+        frame.extend_from_slice(&"fd00:9::100".parse::<Ipv6Addr>().unwrap().octets());
+        frame.extend_from_slice(&[first, 0, 0, 0, 0, 0, 0, 0]);
+        for _ in 0..count {
+            let sent = libc::send(fd, frame.as_ptr().cast(), frame.len(), 0);
+            assert_eq!(sent, frame.len() as isize);
+        }
+        libc::close(fd);
+    }
+}
+
+/// The thread sleeps while nothing is asked, and the NDP socket's filter keeps
+/// it asleep through 10,000 IPv6 packets that are not neighbour solicitations
+/// (to the joined solicited-node group: a real NIC would pass them too).
+#[test]
+fn l2_responder_sleeps_through_other_traffic() {
+    if !root("l2_responder_sleeps_through_other_traffic") {
+        return;
+    }
+    in_private_netns(|| {
+        let p = pair("r9a", "r9b");
+        let responder = Responder::new();
+        assert!(responder.set(&wanted("r9a", &["fd00:9::100"])).is_empty());
+        assert!(eventually(|| responder.report().interfaces["r9a"]
+            .gratuitous
+            == 3));
+        std::thread::sleep(Duration::from_millis(100));
+
+        let before = thread_usage("l2-r9a");
+        std::thread::sleep(Duration::from_secs(1));
+        let idle = thread_usage("l2-r9a");
+        let group = [0x33, 0x33, 0xff, 0x00, 0x01, 0x00];
+        // UDP, and ICMPv6 echo requests (next header 58, type 128).
+        flood(p.vb, group, 17, 0, 5000);
+        flood(p.vb, group, 58, 128, 5000);
+        std::thread::sleep(Duration::from_millis(200));
+        let flooded = thread_usage("l2-r9a");
+        eprintln!(
+            "l2 responder thread: idle 1 s: {} wake-ups, {} ticks; 10,000 other IPv6 packets: {} wake-ups, {} ticks",
+            idle.0 - before.0,
+            idle.1 - before.1,
+            flooded.0 - idle.0,
+            flooded.1 - idle.1,
+        );
+        assert_eq!(idle.0 - before.0, 0, "woke up while idle");
+        assert!(flooded.0 - idle.0 <= 2, "woke up for other packets");
+        assert_eq!(
+            responder.report().interfaces["r9a"].neighbour_advertisements,
+            0
+        );
+    });
+}
