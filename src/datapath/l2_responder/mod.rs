@@ -155,3 +155,14 @@ fn serve(
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// One responder per agent, shared by its tasks.
+    #[test]
+    fn responder_is_send_and_sync() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<super::Responder>();
+        shareable::<super::ResponderReport>();
+    }
+}

@@ -540,7 +540,9 @@ fn l2_responder_sleeps_through_other_traffic() {
             flooded.0 - idle.0,
             flooded.1 - idle.1,
         );
-        assert_eq!(idle.0 - before.0, 0, "woke up while idle");
+        // At most the peer's duplicate address detection of its link-local
+        // address (a real solicitation, within a second of the link coming up).
+        assert!(idle.0 - before.0 <= 1, "woke up while idle");
         assert!(flooded.0 - idle.0 <= 2, "woke up for other packets");
         assert_eq!(
             responder.report().interfaces["r9a"].neighbour_advertisements,
