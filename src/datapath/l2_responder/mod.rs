@@ -81,6 +81,8 @@ impl Responder {
     /// once and twice more 0.5 s apart. An interface whose link changed (new
     /// ifindex or MAC) or whose worker failed is started anew. Returns one
     /// error per interface that cannot be served; the others keep working.
+    /// Blocks briefly (netlink requests, joining the threads it stops): call it
+    /// from a std thread or `spawn_blocking`, in the netns of the interfaces.
     pub fn set(&self, wanted: &Wanted) -> Vec<ResponderError> {
         let mut interfaces = self.interfaces.lock().unwrap_or_else(|e| e.into_inner());
         interfaces.retain(|name, _| wanted.get(name).is_some_and(|a| !a.is_empty()));
