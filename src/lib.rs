@@ -27,6 +27,7 @@ pub mod datapath;
 pub mod heap_backing;
 pub mod ipam;
 pub mod k8s;
+pub mod l2announce;
 pub mod logging;
 pub mod nft;
 pub mod node;
