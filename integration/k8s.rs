@@ -50,11 +50,12 @@ const FABRIC_PREFIX_LEN: u8 = 24;
 /// The first node address is 10.250.0.11.
 const FIRST_NODE_HOST: u8 = 11;
 /// The CRDs `install_crds` applies (files in `deploy/crds/`).
-pub const CRDS: [&str; 4] = [
+pub const CRDS: [&str; 5] = [
     "ciliumnodes.cilium.io",
     "ciliumpodippools.cilium.io",
     "ciliumnodeconfigs.cilium.io",
     "ciliumloadbalancerippools.cilium.io",
+    "ciliuml2announcementpolicies.cilium.io",
 ];
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const KUBECTL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -819,6 +820,9 @@ fn k8s_control_plane_harness() {
             "ciliumpodippools.cilium.io" => assert_eq!(names, r#"["cpip"]"#),
             "ciliumloadbalancerippools.cilium.io" => {
                 assert_eq!(names, r#"["ippools","ippool","lbippool","lbippools"]"#)
+            }
+            "ciliuml2announcementpolicies.cilium.io" => {
+                assert_eq!(names, r#"["l2announcement"]"#)
             }
             _ => assert_eq!(names, ""),
         }

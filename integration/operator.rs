@@ -764,6 +764,7 @@ fn the_operator_registers_missing_crds_unless_told_to_skip() {
         "ciliumpodippools.cilium.io",
         "ciliumnodeconfigs.cilium.io",
         "ciliumloadbalancerippools.cilium.io",
+        "ciliuml2announcementpolicies.cilium.io",
     ] {
         assert!(cp.kubectl(&["get", "crd", crd]).ok, "{crd} not registered");
     }

@@ -18,7 +18,7 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
-use crate::resources::{LB_IP_POOL_KIND, NODE_CONFIG_KIND, POD_IP_POOL_KIND};
+use crate::resources::{L2_POLICY_KIND, LB_IP_POOL_KIND, NODE_CONFIG_KIND, POD_IP_POOL_KIND};
 
 /// Cilium's API group.
 pub const GROUP: &str = "cilium.io";
@@ -37,6 +37,8 @@ pub enum CiliumKind {
     NodeConfig,
     /// `CiliumLoadBalancerIPPool`: LB IPAM's pools (operator).
     LbIpPool,
+    /// `CiliumL2AnnouncementPolicy`: which nodes announce which Services (agent).
+    L2Policy,
 }
 
 impl CiliumKind {
@@ -46,6 +48,7 @@ impl CiliumKind {
             CiliumKind::PodIpPool => POD_IP_POOL_KIND,
             CiliumKind::NodeConfig => NODE_CONFIG_KIND,
             CiliumKind::LbIpPool => LB_IP_POOL_KIND,
+            CiliumKind::L2Policy => L2_POLICY_KIND,
         }
     }
 
@@ -55,6 +58,7 @@ impl CiliumKind {
             CiliumKind::PodIpPool => "ciliumpodippools",
             CiliumKind::NodeConfig => "ciliumnodeconfigs",
             CiliumKind::LbIpPool => "ciliumloadbalancerippools",
+            CiliumKind::L2Policy => "ciliuml2announcementpolicies",
         }
     }
 
@@ -71,6 +75,7 @@ impl CiliumKind {
             CiliumKind::PodIpPool | CiliumKind::NodeConfig | CiliumKind::LbIpPool => {
                 &["v2", "v2alpha1"]
             }
+            CiliumKind::L2Policy => &["v2alpha1"],
         }
     }
 

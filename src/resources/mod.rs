@@ -15,11 +15,12 @@
 
 /// The CRDs, as installed by `kubectl apply -f deploy/crds/` (and printed by
 /// `podnet crds`): Cilium 1.20's group, names, versions and schemas.
-pub const CRD_MANIFESTS: [&str; 4] = [
+pub const CRD_MANIFESTS: [&str; 5] = [
     include_str!("../../deploy/crds/ciliumnodes.yaml"),
     include_str!("../../deploy/crds/ciliumpodippools.yaml"),
     include_str!("../../deploy/crds/ciliumnodeconfigs.yaml"),
     include_str!("../../deploy/crds/ciliumloadbalancerippools.yaml"),
+    include_str!("../../deploy/crds/ciliuml2announcementpolicies.yaml"),
 ];
 
 mod cidr_group;
@@ -27,6 +28,7 @@ mod cilium_node;
 pub mod core_v1;
 mod decode;
 mod fields;
+mod l2_policy;
 mod lb_ip_pool;
 mod meta;
 mod node_config;
@@ -43,6 +45,7 @@ pub use cilium_node::{
 };
 pub use core_v1::{Namespace, Node, Pod};
 pub use decode::{InvalidObject, decode};
+pub use l2_policy::{CiliumL2AnnouncementPolicy, L2_POLICY_KIND, L2_POLICY_V2ALPHA1, L2PolicySpec};
 pub use lb_ip_pool::{
     CiliumLoadBalancerIPPool, LB_IP_POOL_KIND, LB_IP_POOL_V2, LB_IP_POOL_V2ALPHA1, LbIpPoolBlock,
     LbIpPoolSpec,
@@ -80,7 +83,8 @@ mod crd_tests {
                 "ciliumnodes.cilium.io",
                 "ciliumpodippools.cilium.io",
                 "ciliumnodeconfigs.cilium.io",
-                "ciliumloadbalancerippools.cilium.io"
+                "ciliumloadbalancerippools.cilium.io",
+                "ciliuml2announcementpolicies.cilium.io"
             ]
         );
         // Every manifest ends with a newline, so `podnet crds` separates them.
