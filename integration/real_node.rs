@@ -519,7 +519,10 @@ fn agent_without_net_admin_fails_at_start_naming_it() {
     let Some(node) = RealNode::start(test, "containerd1") else {
         return;
     };
-    node.apply(&deploy_manifest(&[("add: [NET_ADMIN]", "add: []")]));
+    node.apply(&deploy_manifest(&[(
+        "add: [NET_ADMIN, NET_RAW]",
+        "add: [NET_RAW]",
+    )]));
     let wanted = "missing capability CAP_NET_ADMIN (needed to create the router device";
     let message = node.wait_for(
         "the agent's container terminated naming CAP_NET_ADMIN",

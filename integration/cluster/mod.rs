@@ -23,6 +23,7 @@ use crate::scripted::*;
 mod dual_stack;
 mod extra_cidrs;
 mod faults;
+mod l2;
 mod leaks;
 mod policy;
 mod promises;

@@ -426,6 +426,9 @@ pub struct IpamStatus {
     /// Kubernetes backend).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyStatus>,
+    /// podnet: L2 announcements (None: they do not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2: Option<L2Status>,
     /// podnet: DELs waiting in the on-disk queue.
     #[serde(rename = "queue-depth", default)]
     pub queue_depth: u64,
@@ -702,6 +705,38 @@ pub struct ExplainResponse {
     /// the policy loop does not run or has written no table yet).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policy: Vec<PodPolicy>,
+    /// Which node answers ARP or NDP for the address asked about, and why the
+    /// others do not (when L2 announcements run and it is announced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2: Option<L2Explanation>,
+}
+
+/// podnet: one announced address in `podnet explain`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct L2Explanation {
+    pub address: String,
+    /// `load-balancer` or `external`.
+    pub kind: String,
+    /// `namespace/name` of each Service it belongs to.
+    pub services: Vec<String>,
+    /// The node that answers (None: none may).
+    #[serde(default)]
+    pub answerer: Option<String>,
+    /// Every node in the address's order, with why it does or does not answer.
+    pub candidates: Vec<L2Candidate>,
+}
+
+/// podnet: one node's standing for an announced address.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct L2Candidate {
+    pub node: String,
+    /// `answers`, `standby`, `not-selected`, `not-live`, `no-ready-endpoint`.
+    pub standing: String,
+    /// The standing as a sentence.
+    pub why: String,
+    /// The policy that selects it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
 }
 
 /// podnet: what NetworkPolicy means for one local pod (`podnet explain`).
@@ -761,6 +796,45 @@ pub struct PolicyStatus {
     /// Each problem of the policies: the policy, the field and why.
     #[serde(default)]
     pub problems: Vec<String>,
+}
+
+/// podnet: L2 announcements on this node (`podnet status`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct L2Status {
+    /// Whether every watch has listed and the start grace of the heartbeats
+    /// is over (nothing is answered before).
+    #[serde(default)]
+    pub settled: bool,
+    /// What it still waits for, when not settled.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub waiting: String,
+    /// The nodes heard from lately (this one included), and every node.
+    #[serde(rename = "live-nodes", default)]
+    pub live_nodes: Vec<String>,
+    #[serde(default)]
+    pub nodes: u64,
+    /// The UDP port of the heartbeats.
+    #[serde(rename = "heartbeat-port", default)]
+    pub heartbeat_port: u16,
+    /// The addresses this node answers for.
+    #[serde(default)]
+    pub announced: Vec<L2Announcement>,
+    /// Addresses announced in the cluster (by any node).
+    #[serde(rename = "cluster-addresses", default)]
+    pub cluster_addresses: u64,
+    /// What is wrong: a policy's field, a shared address, an address outside
+    /// the interface's subnets.
+    #[serde(default)]
+    pub problems: Vec<String>,
+}
+
+/// podnet: one address this node answers for.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct L2Announcement {
+    pub address: String,
+    pub services: Vec<String>,
+    pub interfaces: Vec<String>,
+    pub policy: String,
 }
 
 /// podnet: the leak check's settings and its last result (`podnet status`).

@@ -36,7 +36,7 @@ pub fn run(args: &ExplainArgs) -> i32 {
             return 1;
         }
     };
-    let found = !ex.addresses.is_empty() || !ex.failures.is_empty();
+    let found = !ex.addresses.is_empty() || !ex.failures.is_empty() || ex.l2.is_some();
     if args.output == "json" {
         println!("{}", serde_json::to_string_pretty(&ex).unwrap_or_default());
         return if found { 0 } else { 1 };
@@ -98,6 +98,9 @@ pub fn run(args: &ExplainArgs) -> i32 {
         println!();
         println!("Leak check: {}", l.sentence());
     }
+    if let Some(l2) = &ex.l2 {
+        print_l2(l2);
+    }
     for f in &ex.failures {
         println!();
         println!(
@@ -110,4 +113,25 @@ pub fn run(args: &ExplainArgs) -> i32 {
         println!("Hint: {}", f.hint);
     }
     if found { 0 } else { 1 }
+}
+
+/// The L2 announcement of the address asked about: who answers, then every
+/// node with why it does or does not.
+fn print_l2(l2: &crate::api::models::L2Explanation) {
+    println!();
+    let answerer = l2.answerer.as_deref().unwrap_or("no node");
+    println!(
+        "L2:         {} ({} address of {}): {answerer} answers ARP/NDP",
+        l2.address,
+        l2.kind,
+        l2.services.join(", ")
+    );
+    for c in &l2.candidates {
+        let policy = c
+            .policy
+            .as_deref()
+            .map(|p| format!(" [policy {p}]"))
+            .unwrap_or_default();
+        println!("  {:<12} {}{policy}", c.node, c.why);
+    }
 }

@@ -13,8 +13,8 @@ use clap::Args;
 
 use crate::api::client::Client;
 use crate::api::models::{
-    BackendStatus, ConfigCheckStatus, CrossNodeStatus, IpamStatus, LeakCheckStatus, PodCidrLine,
-    PolicyStatus, RestoreStatus, StatusResponse, time_of,
+    BackendStatus, ConfigCheckStatus, CrossNodeStatus, IpamStatus, L2Status, LeakCheckStatus,
+    PodCidrLine, PolicyStatus, RestoreStatus, StatusResponse, time_of,
 };
 use crate::api::start_note;
 
@@ -95,6 +95,9 @@ fn print_text(status: &StatusResponse, all_addresses: bool) {
     lines.push(format!("DEL queue:  {}", queue_line(ipam)));
     if let Some(leaks) = &ipam.leak_check {
         lines.extend(leak_lines(leaks));
+    }
+    if let Some(l2) = &ipam.l2 {
+        lines.extend(l2_lines(l2));
     }
     if let Some(policy) = &ipam.policy {
         lines.extend(policy_lines(policy));
@@ -301,6 +304,37 @@ fn policy_lines(policy: &PolicyStatus) -> Vec<String> {
         policy.problems.len()
     )];
     lines.extend(policy.problems.iter().map(|p| format!("  {p}")));
+    lines
+}
+
+/// L2 announcements: what this node answers for, then one line per address
+/// and per problem.
+fn l2_lines(l2: &L2Status) -> Vec<String> {
+    if !l2.settled {
+        return vec![format!(
+            "L2:         answering nothing yet: waiting for {}",
+            l2.waiting
+        )];
+    }
+    let mut lines = vec![format!(
+        "L2:         answering for {} of the cluster's {} announced addresses; {} of {} nodes live (heartbeats on UDP {}); {} problems",
+        l2.announced.len(),
+        l2.cluster_addresses,
+        l2.live_nodes.len(),
+        l2.nodes,
+        l2.heartbeat_port,
+        l2.problems.len()
+    )];
+    for a in &l2.announced {
+        lines.push(format!(
+            "  {} on {} for {} (policy {})",
+            a.address,
+            a.interfaces.join(", "),
+            a.services.join(", "),
+            a.policy
+        ));
+    }
+    lines.extend(l2.problems.iter().map(|p| format!("  problem: {p}")));
     lines
 }
 

@@ -15,6 +15,8 @@ pub enum Capability {
     NetAdmin,
     /// `unshare(CLONE_NEWNET)`: the netkit probe's private namespace.
     SysAdmin,
+    /// AF_PACKET sockets: answering ARP and NDP (L2 announcements).
+    NetRaw,
 }
 
 impl Capability {
@@ -23,6 +25,7 @@ impl Capability {
         match self {
             Capability::NetAdmin => 12,
             Capability::SysAdmin => 21,
+            Capability::NetRaw => 13,
         }
     }
 
@@ -31,6 +34,7 @@ impl Capability {
         match self {
             Capability::NetAdmin => "CAP_NET_ADMIN",
             Capability::SysAdmin => "CAP_SYS_ADMIN",
+            Capability::NetRaw => "CAP_NET_RAW",
         }
     }
 }
@@ -76,7 +80,8 @@ fn missing_message(missing: &[Need]) -> String {
 /// What the daemon needs with `config`: CAP_NET_ADMIN always (the router device,
 /// pod and cross-node routes, the tunnel, nftables, the forwarding sysctls), and
 /// CAP_SYS_ADMIN when netkit is asked for explicitly (its probe makes a private
-/// network namespace; `auto` falls back to veth without it).
+/// network namespace; `auto` falls back to veth without it), CAP_NET_RAW with
+/// L2 announcements (the ARP and NDP answers go out on packet sockets).
 pub fn needed(config: &DaemonConfig) -> Vec<Need> {
     let mut needs = vec![Need {
         capability: Capability::NetAdmin,
@@ -89,6 +94,12 @@ pub fn needed(config: &DaemonConfig) -> Vec<Need> {
         needs.push(Need {
             capability: Capability::SysAdmin,
             why: "check at start, in a private network namespace, that the kernel has netkit (--datapath-mode=netkit); use veth or auto to run without it",
+        });
+    }
+    if config.l2_announcements.is_some() {
+        needs.push(Need {
+            capability: Capability::NetRaw,
+            why: "answer ARP and NDP for announced Service addresses (--enable-l2-announcements; packet sockets)",
         });
     }
     needs
@@ -207,5 +218,18 @@ mod tests {
         assert_eq!(caps("auto"), vec![NetAdmin]);
         assert_eq!(caps("netkit"), vec![NetAdmin, SysAdmin]);
         assert_eq!(caps("netkit-l2"), vec![NetAdmin, SysAdmin]);
+    }
+
+    #[test]
+    fn net_raw_is_needed_only_with_l2_announcements() {
+        let caps = |args: &[&str]| -> Vec<Capability> {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            let opts = DaemonOptions::parse_with_config_dir(&args).unwrap();
+            let config = DaemonConfig::resolve(&opts).unwrap();
+            needed(&config).iter().map(|n| n.capability).collect()
+        };
+        use Capability::*;
+        assert_eq!(caps(&["--enable-l2-announcements"]), vec![NetAdmin, NetRaw]);
+        assert_eq!(caps(&["--enable-l2-announcements=false"]), vec![NetAdmin]);
     }
 }

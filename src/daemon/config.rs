@@ -95,6 +95,10 @@ pub enum ConfigError {
     },
     #[error("--node-labels: {0:?} is not key=value")]
     NodeLabel(String),
+    #[error(
+        "--l2-announcements-heartbeat-port 0: the agents' heartbeats need a port (default 4247)"
+    )]
+    HeartbeatPortZero,
     #[error("--enable-policy {0:?} is not one of default, always, never")]
     UnknownPolicyMode(String),
 }
@@ -233,6 +237,18 @@ fn parse_underlay(s: &str) -> Result<Family, ConfigError> {
     }
 }
 
+/// `--enable-l2-announcements`: the heartbeats' port, when on.
+fn l2_announcements(opts: &DaemonOptions) -> Result<Option<u16>, ConfigError> {
+    match (
+        opts.enable_l2_announcements,
+        opts.l2_announcements_heartbeat_port,
+    ) {
+        (false, _) => Ok(None),
+        (true, 0) => Err(ConfigError::HeartbeatPortZero),
+        (true, port) => Ok(Some(port)),
+    }
+}
+
 /// `--enable-policy`: whether the agent enforces NetworkPolicy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PolicyMode {
@@ -341,6 +357,8 @@ pub struct DaemonConfig {
     pub cross_node: CrossNodeConfig,
     /// `--enable-policy`.
     pub policy: PolicyMode,
+    /// `--enable-l2-announcements`: the heartbeats' UDP port (None: off).
+    pub l2_announcements: Option<u16>,
     /// cluster-pool: when the node asks for another CIDR and gives one back.
     pub depletion: Option<DepletionRules>,
 }
@@ -414,6 +432,7 @@ impl DaemonConfig {
             node_labels: parse_node_labels(&opts.node_labels)?,
             cross_node: cross_node(opts, routing, embedded)?,
             policy,
+            l2_announcements: l2_announcements(opts)?,
             depletion: (ipam == IpamMode::ClusterPool).then_some(depletion),
         })
     }
@@ -759,6 +778,27 @@ mod tests {
         let cp = c.cluster_pool.unwrap();
         assert_eq!(cp.ipv4_cidrs, vec!["10.0.0.0/8".parse::<IpNet>().unwrap()]);
         assert!(c.multi_pool.is_none());
+    }
+
+    #[test]
+    fn l2_announcements_are_off_by_default_and_need_a_heartbeat_port() {
+        assert_eq!(resolve(&[]).unwrap().l2_announcements, None);
+        let on = resolve(&["--enable-l2-announcements"]).unwrap();
+        assert_eq!(on.l2_announcements, Some(4247));
+        let port = [
+            "--enable-l2-announcements",
+            "true",
+            "--l2-announcements-heartbeat-port",
+            "5000",
+        ];
+        assert_eq!(resolve(&port).unwrap().l2_announcements, Some(5000));
+        let zero = [
+            "--enable-l2-announcements",
+            "--l2-announcements-heartbeat-port",
+            "0",
+        ];
+        let e = resolve(&zero).unwrap_err().to_string();
+        assert!(e.contains("heartbeats need a port"), "{e}");
     }
 
     #[test]

@@ -98,6 +98,42 @@ pub struct Metrics {
     /// Policy tables installed again because a resync found the kernel's not
     /// as written, by what it found (missing, differs).
     pub policy_table_repairs: Family<FoundLabels, Counter>,
+    /// L2 announcements: addresses this node answers for.
+    pub l2_answered: Gauge,
+    /// L2 announcements: addresses this node began to answer for.
+    pub l2_takeovers: Counter,
+    /// L2 announcements: nodes heard from lately (this one included).
+    pub l2_nodes_live: Gauge,
+    /// L2 announcements: problems (policies' fields, addresses not placed).
+    pub l2_problems: Gauge,
+    /// L2 announcements: ARP replies, neighbour advertisements and gratuitous
+    /// announcements sent, by kind.
+    pub l2_sent: Family<KindLabels, Counter>,
+    /// L2 announcements: heartbeats by event (sent, received, refused, send-error).
+    pub l2_heartbeats: Family<HeartbeatLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeartbeatLabels {
+    pub event: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+/// The L2 announcement figures of one scrape.
+#[derive(Debug, Clone, Default)]
+pub struct L2Figures {
+    pub answered: u64,
+    pub takeovers: u64,
+    pub nodes_live: u64,
+    pub problems: u64,
+    /// (kind, count) of what the responder sent.
+    pub sent: Vec<(&'static str, u64)>,
+    /// (event, count) of the heartbeats.
+    pub heartbeats: Vec<(&'static str, u64)>,
 }
 
 impl Metrics {
@@ -123,6 +159,12 @@ impl Metrics {
             policy_updates: Family::default(),
             policy_pods_enforced: Gauge::default(),
             policy_table_repairs: Family::default(),
+            l2_answered: Gauge::default(),
+            l2_takeovers: Counter::default(),
+            l2_nodes_live: Gauge::default(),
+            l2_problems: Gauge::default(),
+            l2_sent: Family::default(),
+            l2_heartbeats: Family::default(),
         };
         m.register_all(&mut registry);
         Metrics { registry, ..m }
@@ -216,6 +258,7 @@ impl Metrics {
             "Policy tables installed again because a resync found the kernel's deleted (missing) or changed (differs) by someone else",
             m.policy_table_repairs.clone(),
         );
+        m.register_l2(registry);
     }
 
     /// Counts an allocation or release.
@@ -264,6 +307,70 @@ impl Metrics {
                 .get_or_create(&labels)
                 .inner()
                 .store(d.bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Registers the L2 announcement metrics in `registry`.
+    fn register_l2(&self, registry: &mut Registry) {
+        let m = self;
+        registry.register(
+            "l2_announced_addresses",
+            "L2 announcements: addresses this node answers ARP or NDP for",
+            m.l2_answered.clone(),
+        );
+        registry.register(
+            "l2_takeovers",
+            "L2 announcements: addresses this node began to answer for (at start or from another node)",
+            m.l2_takeovers.clone(),
+        );
+        registry.register(
+            "l2_nodes_live",
+            "L2 announcements: nodes whose heartbeats arrive (this one included)",
+            m.l2_nodes_live.clone(),
+        );
+        registry.register(
+            "l2_problems",
+            "L2 announcements: problems (a policy's field, an address no interface of this node can announce)",
+            m.l2_problems.clone(),
+        );
+        registry.register(
+            "l2_sent",
+            "L2 announcements: ARP replies, neighbour advertisements and gratuitous announcements sent, by kind",
+            m.l2_sent.clone(),
+        );
+        registry.register(
+            "l2_heartbeats",
+            "L2 announcements: heartbeats, by event (sent, received, refused, send-error)",
+            m.l2_heartbeats.clone(),
+        );
+    }
+
+    /// Sets the L2 announcement metrics from one scrape's figures.
+    pub fn l2(&self, f: &L2Figures) {
+        use std::sync::atomic::Ordering;
+        self.l2_answered.set(f.answered as i64);
+        self.l2_takeovers
+            .inner()
+            .store(f.takeovers, Ordering::Relaxed);
+        self.l2_nodes_live.set(f.nodes_live as i64);
+        self.l2_problems.set(f.problems as i64);
+        for (kind, n) in &f.sent {
+            let labels = KindLabels {
+                kind: kind.to_string(),
+            };
+            self.l2_sent
+                .get_or_create(&labels)
+                .inner()
+                .store(*n, Ordering::Relaxed);
+        }
+        for (event, n) in &f.heartbeats {
+            let labels = HeartbeatLabels {
+                event: event.to_string(),
+            };
+            self.l2_heartbeats
+                .get_or_create(&labels)
+                .inner()
+                .store(*n, Ordering::Relaxed);
         }
     }
 

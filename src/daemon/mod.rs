@@ -19,6 +19,7 @@ pub mod crossnode;
 mod device_error;
 mod devices;
 mod heap;
+pub mod l2_loop;
 pub mod leak_check;
 pub mod metrics;
 mod node_backend;
@@ -71,6 +72,8 @@ pub struct Daemon {
     /// What the policies in the table last written mean for each local pod,
     /// published by the policy loop after each write (None: none yet).
     policy_explanations: std::sync::RwLock<Option<Arc<crate::policy::Explanations>>>,
+    /// The L2 announcement loop's shared part (unset: it does not run).
+    l2: std::sync::OnceLock<Arc<l2_loop::Shared>>,
 }
 
 impl Daemon {
@@ -211,6 +214,18 @@ impl Daemon {
         }
     }
 
+    /// The L2 announcement loop's shared part (None: it does not run).
+    pub fn l2(&self) -> Option<&Arc<l2_loop::Shared>> {
+        self.l2.get()
+    }
+
+    /// Records the L2 announcement loop's shared part (once).
+    fn set_l2(&self, shared: Arc<l2_loop::Shared>) {
+        if self.l2.set(shared).is_err() {
+            tracing::warn!("a second L2 announcement loop was started; its status is not shown");
+        }
+    }
+
     /// DELs waiting in the on-disk queue (normally none while the daemon runs).
     pub fn queue_depth(&self) -> usize {
         self.queue.entries().map(|e| e.len()).unwrap_or(0)
@@ -227,12 +242,16 @@ impl Daemon {
         let depth = self.queue_depth();
         let unreadable = self.queue_unreadable().len();
         let drops = self.source_check_listing().await.map(|l| l.drops);
+        let l2 = self.l2().map(|l| l.metrics());
         self.with_state(move |s| {
             s.refresh_gauges(s.metrics());
             if let Some(drops) = &drops {
                 s.metrics().source_check_drops(drops);
             }
             s.metrics().queue_depth.set(depth as i64);
+            if let Some(l2) = &l2 {
+                s.metrics().l2(l2);
+            }
             s.metrics().queue_bad_entries.set(unreadable as i64);
             Ok(s.metrics().encode())
         })

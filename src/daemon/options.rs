@@ -197,6 +197,19 @@ pub struct DaemonOptions {
     #[arg(long = "enable-policy", default_value = "default")]
     pub enable_policy: String,
 
+    /// L2 announcements (Cilium's option): answer ARP and NDP for the
+    /// LoadBalancer and external addresses of the Services a
+    /// CiliumL2AnnouncementPolicy selects, one node per address, failing over
+    /// by the agents' heartbeats (docs/l2-announcements.md). The Kubernetes
+    /// backend only; needs CAP_NET_RAW.
+    #[arg(long = "enable-l2-announcements", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_l2_announcements: bool,
+
+    /// The UDP port the agents' L2 announcement heartbeats go to (on every
+    /// node's InternalIPs).
+    #[arg(long = "l2-announcements-heartbeat-port", default_value_t = 4247)]
+    pub l2_announcements_heartbeat_port: u16,
+
     /// Pod device type: veth, netkit (L3), netkit-l2, or auto (netkit where the
     /// kernel has it, else veth).
     #[arg(long = "datapath-mode", default_value = "veth")]

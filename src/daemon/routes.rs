@@ -360,6 +360,7 @@ async fn get_healthz(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError>
     }
     status.ipam.cross_node = daemon.cross_node_status();
     status.ipam.policy = daemon.policy_status();
+    status.ipam.l2 = daemon.l2().and_then(|l| l.status());
     // File I/O stays outside the state's lock.
     status.ipam.journal_bytes = std::fs::metadata(&status.ipam.journal)
         .map(|m| m.len())
@@ -571,6 +572,9 @@ async fn explain(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError> {
     }
     if let Some(explanations) = daemon.policy_explanations() {
         super::policy_loop::explain::add_policy(&mut answer, &explanations);
+    }
+    if let (Some(l2), Ok(address)) = (daemon.l2(), subject.parse()) {
+        super::l2_loop::add_explanation(&mut answer, l2, address);
     }
     Ok(json_reply(200, &answer))
 }

@@ -16,6 +16,7 @@ pub fn explain_response(query: &str, explanation: Explanation) -> ExplainRespons
         spoofed_traffic: Vec::new(),
         leaks: Vec::new(),
         policy: Vec::new(),
+        l2: None,
     }
 }
 

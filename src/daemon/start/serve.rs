@@ -18,7 +18,7 @@ use crate::daemon::options::DaemonOptions;
 use crate::daemon::server::{self, SocketLock};
 use crate::daemon::state::{IpamState, Timer};
 use crate::daemon::{
-    Daemon, apply_node_events, crossnode, flush_outbox, keep_journal_working, leak_check,
+    Daemon, apply_node_events, crossnode, flush_outbox, keep_journal_working, l2_loop, leak_check,
     policy_loop, source_check,
 };
 use crate::k8s::node_pods::NodePodsApi;
@@ -73,6 +73,7 @@ pub(super) async fn serve(s: Serving) -> Result<(), StartError> {
         pod_events: pod_events_of(&s.checked),
         policy: Mutex::new(None),
         policy_explanations: std::sync::RwLock::new(None),
+        l2: std::sync::OnceLock::new(),
     });
     daemon.arm_timers(s.timers);
     if let Some(check) = leak_check {
@@ -86,6 +87,7 @@ pub(super) async fn serve(s: Serving) -> Result<(), StartError> {
         list: None,
     };
     start_policy(&daemon, &s.checked.config, &mut cluster_nodes);
+    start_l2_announcements(&daemon, &s.checked);
     if !s.opts.prometheus_serve_addr.is_empty() {
         spawn_metrics(&daemon, &s.opts.prometheus_serve_addr).await?;
     }
@@ -271,6 +273,25 @@ fn start_policy(daemon: &Arc<Daemon>, config: &DaemonConfig, nodes: &mut Cluster
                 tracing::warn!(error = %e, "--enable-policy never: could not remove the policy table")
             }
         },
+    }
+}
+
+/// Starts the L2 announcement loop when `--enable-l2-announcements` asks
+/// (the Kubernetes backend: the embedded one has no Services).
+fn start_l2_announcements(daemon: &Arc<Daemon>, checked: &Checked) {
+    let Some(port) = checked.config.l2_announcements else {
+        return;
+    };
+    match &checked.config.backend {
+        BackendKind::Kubernetes { kubeconfig } => {
+            let node = checked.node_name.clone();
+            tokio::spawn(l2_loop::run(daemon.clone(), kubeconfig.clone(), node, port));
+        }
+        BackendKind::Embedded => {
+            tracing::warn!(
+                "--enable-l2-announcements: not on the embedded backend (no API server, no Services)"
+            )
+        }
     }
 }
 
