@@ -21,6 +21,23 @@ const POLICY: &str = r#"{"apiVersion": "cilium.io/v2alpha1", "kind": "CiliumL2An
     "nodeSelector": {"matchExpressions": [
       {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["node-3"]}]}}}"#;
 
+/// A policy with an interface pattern that is not a regular expression.
+const BROKEN_POLICY: &str = r#"{"apiVersion": "cilium.io/v2alpha1", "kind": "CiliumL2AnnouncementPolicy",
+  "metadata": {"name": "broken"},
+  "spec": {"loadBalancerIPs": true, "interfaces": ["eth["]}}"#;
+
+/// A pool of addresses outside every subnet of the nodes, and a Service asking
+/// for one of them (LB IPAM's `lbipam.cilium.io/ips`).
+const OUTSIDE: &str = r#"{"apiVersion": "v1", "kind": "List", "items": [
+  {"apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
+   "metadata": {"name": "outside"},
+   "spec": {"blocks": [{"start": "203.0.113.10", "stop": "203.0.113.20"}]}},
+  {"apiVersion": "v1", "kind": "Service",
+   "metadata": {"name": "outside", "namespace": "default",
+     "annotations": {"lbipam.cilium.io/ips": "203.0.113.10"}},
+   "spec": {"type": "LoadBalancer", "selector": {"app": "lbweb"},
+     "ports": [{"port": 80, "targetPort": 8080}]}}]}"#;
+
 /// A busybox web server `name` on `node` (its page says its name) behind the
 /// dual-stack LoadBalancer Service `name` (port 80 to 8080), with
 /// `externalTrafficPolicy` `etp`.
@@ -115,6 +132,29 @@ fn answerer(cluster: &Cluster, address: IpAddr, down: Option<&str>) -> Option<St
         1 => said.into_iter().next().flatten(),
         _ => None,
     }
+}
+
+/// Waits for an Event of `reason` on Service `default/<service>` whose
+/// message holds `text`.
+fn wait_for_event(cluster: &Cluster, reason: &str, service: &str, text: &str) {
+    cluster.wait_for(
+        &format!("a {reason} Event of Service {service} saying {text:?}"),
+        || {
+            let selector = format!("reason={reason},involvedObject.name={service}");
+            let messages = cluster.kubectl(&[
+                "get",
+                "events",
+                "-n",
+                "default",
+                "--field-selector",
+                &selector,
+                "-o",
+                "jsonpath={.items[*].message}",
+            ]);
+            messages.contains(text).then_some(())
+        },
+        || cluster.kubectl(&["get", "events", "-n", "default"]),
+    );
 }
 
 /// The MAC of node `node`'s eth0.
@@ -227,7 +267,10 @@ fn unix_now() -> f64 {
 /// node is powered off, the other allowed node answers (the outage the world
 /// saw is printed), and the Service has an `L2Announced` Event naming the node;
 /// an `externalTrafficPolicy: Local` Service is answered by the node of its
-/// pod, and moves when the pod does.
+/// pod, and moves when the pod does. Bad input: a policy whose interface
+/// pattern is no regular expression is a problem in `podnet status` naming it
+/// and the field, and the other policy's addresses still answer; an address
+/// outside every subnet of the nodes gets a Warning Event saying so.
 #[test]
 fn lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies() {
     let test = "lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies";
@@ -279,24 +322,7 @@ fn lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies() {
         );
     }
     let announced = format!("node {first} answers ARP/NDP for {v4}");
-    cluster.wait_for(
-        "the Service's L2Announced Event naming the node",
-        || {
-            let selector = "reason=L2Announced,involvedObject.name=lbweb";
-            let args = [
-                "get",
-                "events",
-                "-n",
-                "default",
-                "--field-selector",
-                selector,
-            ];
-            let jsonpath = ["-o", "jsonpath={.items[*].message}"];
-            let messages = cluster.kubectl(&[&args[..], &jsonpath[..]].concat());
-            messages.contains(&announced).then_some(())
-        },
-        || cluster.kubectl(&["get", "events", "-n", "default"]),
-    );
+    wait_for_event(&cluster, "L2Announced", "lbweb", &announced);
 
     // Failover: the answering node powered off under a client in the world.
     let other = if first == "node-1" {
@@ -370,4 +396,36 @@ fn lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies() {
             assert_eq!(page, "lblocal");
         }
     }
+
+    // Bad input: nothing else stops being announced.
+    cluster.apply(BROKEN_POLICY);
+    let agent = cluster.agents()["node-1"].clone();
+    let wanted = r#"CiliumL2AnnouncementPolicy broken, spec.interfaces[0]: "eth[" is not a regular expression"#;
+    cluster.wait_for(
+        "podnet status naming the broken policy's field",
+        || {
+            cluster
+                .podnet_status(&agent, &[])
+                .contains(wanted)
+                .then_some(())
+        },
+        || cluster.podnet_status(&agent, &[]),
+    );
+    assert_eq!(
+        from_world(&cluster, v4).as_deref(),
+        Some("lbweb"),
+        "{v4} after the broken policy"
+    );
+    cluster.apply(OUTSIDE);
+    wait_for_event(
+        &cluster,
+        "L2NotAnnounced",
+        "outside",
+        "203.0.113.10 is in no subnet",
+    );
+    assert_eq!(
+        from_world(&cluster, v4).as_deref(),
+        Some("lbweb"),
+        "{v4} after the outside address"
+    );
 }

@@ -457,6 +457,38 @@ mod tests {
     }
 
     #[test]
+    fn the_l2_lines_say_what_waits_or_what_this_node_answers_for_and_the_problems() {
+        let mut l2 = L2Status {
+            waiting: "the CiliumL2AnnouncementPolicy CRD".into(),
+            heartbeat_port: 4247,
+            ..L2Status::default()
+        };
+        assert_eq!(
+            l2_lines(&l2),
+            ["L2:         answering nothing yet: waiting for the CiliumL2AnnouncementPolicy CRD"]
+        );
+        l2.settled = true;
+        l2.live_nodes = vec!["node-1".into(), "node-2".into()];
+        l2.nodes = 3;
+        l2.cluster_addresses = 4;
+        l2.announced = vec![crate::api::models::L2Announcement {
+            address: "10.251.0.200".into(),
+            services: vec!["default/web".into()],
+            interfaces: vec!["eth0".into()],
+            policy: "lan".into(),
+        }];
+        l2.problems = vec!["CiliumL2AnnouncementPolicy b, spec: neither ...".into()];
+        assert_eq!(
+            l2_lines(&l2),
+            [
+                "L2:         answering for 1 of the cluster's 4 announced addresses; 2 of 3 nodes live (heartbeats on UDP 4247); 1 problems",
+                "  10.251.0.200 on eth0 for default/web (policy lan)",
+                "  problem: CiliumL2AnnouncementPolicy b, spec: neither ...",
+            ]
+        );
+    }
+
+    #[test]
     fn the_policy_line_says_whether_the_table_is_written_and_lists_the_problems() {
         let mut p = PolicyStatus::default();
         assert!(policy_lines(&p)[0].starts_with("Policy:     waiting for the Pod"));

@@ -71,3 +71,24 @@ pub fn unreachable_kubeconfig(dir: &std::path::Path) -> (PathBuf, u16) {
     .expect("writing the kubeconfig");
     (kubeconfig, port)
 }
+
+/// Connects, trying again every `every` until the API server answers; the
+/// first failure is logged once, as `who` (a loop's name) cannot reach it yet.
+pub async fn connect_retrying(
+    kubeconfig: Option<&PathBuf>,
+    who: &str,
+    every: std::time::Duration,
+) -> kube::Client {
+    let mut logged = false;
+    loop {
+        match connect(kubeconfig).await {
+            Ok(c) => return c,
+            Err(e) if !logged => {
+                tracing::warn!(error = %e, "{who}: cannot reach the API server yet; retrying");
+                logged = true;
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(every).await;
+    }
+}

@@ -167,6 +167,17 @@ pub fn node_event(event: Event<DynamicObject>) -> Option<Event<NodeResource>> {
 
 /// Every CiliumNode `api` and `config` select, watched as typed events
 /// (relists and API-server restarts survived with kube's default backoff).
+/// Every object of kind `K` in the cluster, watched and retried with kube's
+/// backoff.
+pub fn watch_all<K>(
+    client: &kube::Client,
+) -> impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + use<K>
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + DeserializeOwned + Send + 'static,
+{
+    watch(Api::<K>::all(client.clone()), watcher::Config::default()).default_backoff()
+}
+
 pub fn watch_nodes(
     api: Api<DynamicObject>,
     config: watcher::Config,

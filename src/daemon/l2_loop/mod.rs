@@ -32,10 +32,11 @@ use tokio::sync::watch;
 
 use super::Daemon;
 use crate::controller::{self, Backoff, Controller, Resync, Timing, WatchItem, ending};
-use crate::k8s::connect::connect;
+use crate::k8s::connect::connect_retrying;
 use crate::k8s::discovery::{CiliumKind, resolve_waiting};
 use crate::k8s::mirror::{Keyed, Mirror, WatchEnded, key_of, projected};
 use crate::k8s::objects::typed;
+use crate::k8s::objects::watch_all;
 use crate::l2announce::heartbeat::{self, Peers};
 use crate::l2announce::liveness::{Beat, LiveSet};
 use crate::l2announce::plan::{Inputs, Plan, plan};
@@ -96,21 +97,6 @@ pub enum Input {
     Live(LiveSet),
 }
 
-/// A kind's watch, retried with kube's backoff.
-fn watch_all<K>(
-    client: &kube::Client,
-) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + use<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + 'static,
-{
-    watcher(Api::<K>::all(client.clone()), watcher::Config::default()).default_backoff()
-}
-
 /// A policy object's view (one that does not decode selects nothing).
 fn policy_view(obj: DynamicObject) -> PolicyView {
     match typed::<CiliumL2AnnouncementPolicy, _>(&obj, L2_POLICY_KIND) {
@@ -162,28 +148,17 @@ fn unsettled() -> LiveSet {
     }
 }
 
-/// Connects, retrying until the API server answers (logged once).
-async fn client(kubeconfig: Option<&PathBuf>) -> kube::Client {
-    let mut logged = false;
-    loop {
-        match connect(kubeconfig).await {
-            Ok(c) => return c,
-            Err(e) if !logged => {
-                tracing::warn!(error = %e, "L2 announcements: cannot reach the API server yet; retrying");
-                logged = true;
-            }
-            Err(_) => {}
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
-}
-
 /// Runs the loop (and the heartbeats) until a watch ends (they do not while
 /// the API server can be retried).
 pub async fn run(daemon: Arc<Daemon>, kubeconfig: Option<PathBuf>, node: String, port: u16) {
     let shared = Arc::new(Shared::new(port));
     daemon.set_l2(shared.clone());
-    let client = client(kubeconfig.as_ref()).await;
+    let client = connect_retrying(
+        kubeconfig.as_ref(),
+        "L2 announcements",
+        Duration::from_secs(2),
+    )
+    .await;
     shared.waiting("the CiliumL2AnnouncementPolicy CRD");
     let resource = resolve_waiting(&client, CiliumKind::L2Policy, &|_| {}).await;
     let (peers_tx, peers_rx) = watch::channel(Peers::new());

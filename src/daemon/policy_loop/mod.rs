@@ -54,16 +54,16 @@ use std::time::Duration;
 use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 
 use super::Daemon;
 use super::metrics::{FoundLabels, ResultLabels};
 use super::state::{ApiError, IpamState};
 use crate::api::models::PolicyStatus;
 use crate::controller::{self, Backoff, Controller, Resync, Timing, WatchItem, ending};
-use crate::k8s::connect::connect;
+use crate::k8s::connect::connect_retrying;
 use crate::k8s::mirror::{Keyed, Mirror, WatchEnded, projected};
+use crate::k8s::objects::watch_all;
 use crate::node::cluster_nodes::ClusterNodeList;
 use crate::policy::check::{Depth, Found};
 use crate::policy::{
@@ -286,37 +286,6 @@ impl Outage {
     }
 }
 
-/// A kind's watch, retried with kube's backoff.
-fn watch<K>(
-    client: &kube::Client,
-) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + use<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + 'static,
-{
-    watcher(Api::<K>::all(client.clone()), watcher::Config::default()).default_backoff()
-}
-
-/// Connects, retrying until the API server answers (logged once).
-async fn client(kubeconfig: Option<&PathBuf>) -> kube::Client {
-    let mut logged = false;
-    loop {
-        match connect(kubeconfig).await {
-            Ok(c) => return c,
-            Err(e) if !logged => {
-                tracing::warn!(error = %e, "NetworkPolicy: cannot reach the API server yet; retrying");
-                logged = true;
-            }
-            Err(_) => {}
-        }
-        tokio::time::sleep(RETRY).await;
-    }
-}
-
 /// One input of the loop.
 pub enum Input {
     Pod(Box<WatchItem<PodView>>),
@@ -337,9 +306,9 @@ fn inputs(
     daemon: &Daemon,
     nodes: tokio::sync::watch::Receiver<Option<ClusterNodeList>>,
 ) -> impl Stream<Item = Input> + Unpin + use<> {
-    let pods = projected(watch::<Pod>(client), PodView::from_k8s);
-    let namespaces = projected(watch::<Namespace>(client), NamespaceView::from_k8s);
-    let policies = projected(watch::<NetworkPolicy>(client), |p| view::policy(&p));
+    let pods = projected(watch_all::<Pod>(client), PodView::from_k8s);
+    let namespaces = projected(watch_all::<Namespace>(client), NamespaceView::from_k8s);
+    let policies = projected(watch_all::<NetworkPolicy>(client), |p| view::policy(&p));
     let node_events = stream::unfold(daemon.node_events.subscribe(), |mut rx| async move {
         rx.changed().await.ok().map(|()| (Input::NodeEvent, rx))
     });
@@ -372,7 +341,7 @@ pub async fn run(
     enforcement: Enforcement,
     mut nodes: tokio::sync::watch::Receiver<Option<ClusterNodeList>>,
 ) {
-    let client = client(kubeconfig.as_ref()).await;
+    let client = connect_retrying(kubeconfig.as_ref(), "NetworkPolicy", RETRY).await;
     let mut watched = Watched::default();
     watched.take_nodes(nodes.borrow_and_update().as_ref());
     let events = inputs(&client, &daemon, nodes);
