@@ -1,7 +1,7 @@
 //! `CiliumL2AnnouncementPolicy` (`cilium.io/v2alpha1`, the only version Cilium
 //! 1.20 serves): which nodes answer ARP and NDP for which Services' addresses,
 //! on which interfaces. Types only: selectors and interface patterns are
-//! checked where a policy is read (`l2announce::policy`).
+//! checked where a policy is read (`l2announce::views`).
 
 use std::collections::BTreeMap;
 
