@@ -172,14 +172,14 @@ fn the_daemonset_manifest_matches_what_the_binary_accepts() {
     let spec = &ds["spec"]["template"]["spec"];
     assert_eq!(spec["hostNetwork"], true);
     let agent = &spec["containers"][0];
-    // Least privilege (docs/least-privilege.md): CAP_NET_ADMIN only, for the agent;
+    // Least privilege (docs/least-privilege.md): CAP_NET_ADMIN and CAP_NET_RAW only, for the agent;
     // none for the init container; read-only roots, the runtime's seccomp profile.
     assert_eq!(
         spec["securityContext"]["seccompProfile"]["type"],
         "RuntimeDefault"
     );
     for (c, add) in [
-        (agent, vec!["NET_ADMIN"]),
+        (agent, vec!["NET_ADMIN", "NET_RAW"]),
         (&spec["initContainers"][0], vec![]),
     ] {
         let sc = &c["securityContext"];

@@ -299,15 +299,15 @@ fn deploy_runs_pods_through_podnet(runtime: &'static str) {
         "the agent is Ready but {CNI_CONF} is missing"
     );
     // Least privilege (docs/least-privilege.md): the agent runs as root with
-    // CAP_NET_ADMIN alone, the operator as an unprivileged user with none, both
+    // CAP_NET_ADMIN and CAP_NET_RAW (L2 announcements' packet sockets) alone, the operator as an unprivileged user with none, both
     // under the runtime's seccomp profile and no_new_privs. The agent's CiliumNode
     // writes pass the admission policy with the token the kubelet mounted.
     let agents = node_processes(&["/usr/local/bin/podnet", "daemon"]);
     assert_eq!(agents.len(), 1, "the agent's processes: {agents:?}");
     let a = &agents[0];
     assert!(
-        a.uid == 0 && a.cap_eff == 1 << 12 && a.no_new_privs && a.seccomp == 2,
-        "the agent (PID {}) should run as root with CAP_NET_ADMIN (CapEff 0x1000) alone, no_new_privs, seccomp: {a:?}",
+        a.uid == 0 && a.cap_eff == (1 << 12 | 1 << 13) && a.no_new_privs && a.seccomp == 2,
+        "the agent (PID {}) should run as root with CAP_NET_ADMIN and CAP_NET_RAW (CapEff 0x3000) alone, no_new_privs, seccomp: {a:?}",
         a.pid
     );
     let operators = node_processes(&["/usr/local/bin/podnet", "operator"]);
