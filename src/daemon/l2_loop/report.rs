@@ -402,3 +402,131 @@ fn reports(problem: &Problem, node: &str, live: &BTreeSet<String>) -> bool {
         .min_by_key(|n| rank(n, problem))
         .is_some_and(|n| n == node)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::models::ExplainResponse;
+    use crate::l2announce::plan::{Inputs, plan};
+    use crate::l2announce::views::{NodeView, PolicyView};
+    use crate::resources::CiliumL2AnnouncementPolicy;
+
+    /// The plan of one LoadBalancer address, 10.251.0.200 of `default/web`,
+    /// over node-1 and node-2, the policy selecting node-1 only.
+    fn one_address() -> Plan {
+        let p: CiliumL2AnnouncementPolicy = serde_json::from_value(json!({
+            "metadata": {"name": "lan"},
+            "spec": {"loadBalancerIPs": true,
+                     "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": "node-1"}}}
+        }))
+        .unwrap();
+        let policy = PolicyView::from_resource(&p);
+        let service = ServiceView {
+            namespace: "default".into(),
+            name: "web".into(),
+            uid: None,
+            labels: Default::default(),
+            load_balancer: vec!["10.251.0.200".parse().unwrap()],
+            external: Vec::new(),
+            local_traffic: false,
+        };
+        let node = |n: &str| NodeView {
+            name: n.into(),
+            labels: [("kubernetes.io/hostname".to_string(), n.to_string())].into(),
+            internal_ips: Vec::new(),
+        };
+        let (n1, n2) = (node("node-1"), node("node-2"));
+        plan(&Inputs {
+            policies: &[&policy],
+            services: &[&service],
+            nodes: &[&n1, &n2],
+            ready: &BTreeMap::new(),
+            live: &["node-1".to_string(), "node-2".to_string()].into(),
+        })
+    }
+
+    #[test]
+    fn explain_names_the_node_that_answers_and_why_each_other_does_not() {
+        let shared = Shared::new(4247);
+        let planned = Arc::new(one_address());
+        let live = LiveSet {
+            live: ["node-1".to_string(), "node-2".to_string()].into(),
+            settled: true,
+        };
+        let address: IpAddr = "10.251.0.200".parse().unwrap();
+        let placed = BTreeMap::from([(address, Placed::On(vec!["eth0".into()]))]);
+        shared.publish(&planned, "node-1", &placed, &live, &BTreeMap::new(), 2);
+        let mut answer = ExplainResponse::default();
+        add_explanation(&mut answer, &shared, address);
+        let e = answer.l2.clone().expect("an explanation");
+        assert_eq!(e.answerer.as_deref(), Some("node-1"));
+        assert_eq!(e.services, ["default/web"]);
+        let node2 = e.candidates.iter().find(|c| c.node == "node-2").unwrap();
+        assert_eq!(node2.standing, "not-selected");
+        assert!(
+            answer.summary.contains("node-1 answers ARP/NDP for it"),
+            "{}",
+            answer.summary
+        );
+        assert!(
+            answer
+                .summary
+                .contains("node-2: no CiliumL2AnnouncementPolicy"),
+            "{}",
+            answer.summary
+        );
+        let status = shared.status().unwrap();
+        assert!(status.settled && status.waiting.is_empty());
+        assert_eq!(status.announced.len(), 1);
+        assert_eq!(status.announced[0].interfaces, ["eth0"]);
+        // An address not announced: nothing added.
+        let mut other = ExplainResponse::default();
+        add_explanation(&mut other, &shared, "10.251.0.9".parse().unwrap());
+        assert!(other.l2.is_none() && other.summary.is_empty());
+    }
+
+    #[test]
+    fn an_address_this_node_cannot_place_is_a_problem_naming_its_service_and_the_links() {
+        let planned = one_address();
+        let address: IpAddr = "10.251.0.200".parse().unwrap();
+        let placed = BTreeMap::from([(
+            address,
+            Placed::OutsideSubnets(vec!["eth0 (192.168.1.0/24)".into()]),
+        )]);
+        let problems = placement_problems(&planned, &placed, "node-1");
+        let p = &problems[&address];
+        assert_eq!(p.object, "Service default/web");
+        assert!(
+            p.why.contains(
+                "10.251.0.200 is in no subnet of node node-1's interfaces eth0 (192.168.1.0/24)"
+            ),
+            "{}",
+            p.why
+        );
+        let none = BTreeMap::from([(address, Placed::NoLink)]);
+        assert!(
+            placement_problems(&planned, &none, "node-1")[&address]
+                .why
+                .contains("no interface of node node-1 matches")
+        );
+        let fine = BTreeMap::from([(address, Placed::On(vec!["eth0".into()]))]);
+        assert!(placement_problems(&planned, &fine, "node-1").is_empty());
+    }
+
+    #[test]
+    fn one_live_node_reports_a_policy_problem_the_same_on_every_node() {
+        let problem = Problem {
+            object: "CiliumL2AnnouncementPolicy p".into(),
+            field: "spec".into(),
+            why: "x".into(),
+        };
+        let live: BTreeSet<String> = ["node-1", "node-2", "node-3"].map(String::from).into();
+        let reporters: Vec<&String> = live
+            .iter()
+            .filter(|n| reports(&problem, n, &live))
+            .collect();
+        assert_eq!(reporters.len(), 1);
+    }
+}
