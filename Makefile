@@ -171,6 +171,15 @@ bench-peers: image
 	$(CARGO) build
 	bash scripts/bench-peers
 
+# L2 announcements on the three-node dual-stack cluster (root), tunnel and native:
+# failover measured from the world (10 power-offs of the answering node) and the
+# agents' API requests at rest with 1, 100 and 1,000 LoadBalancer Services
+# (scripts/bench-l2, BENCHMARKS.md; report in target/bench-l2/report.md).
+.PHONY: bench-l2
+bench-l2: image
+	bash scripts/k8s-binaries >/dev/null
+	bash scripts/bench-l2
+
 # A real multi-node cluster (root): a control plane and PODNET_CLUSTER_NODES
 # (default 3) nodes, each a kubelet + a runtime (PODNET_CLUSTER_RUNTIMES; default
 # containerd 2, CRI-O, containerd 1.6) + kube-proxy in network and mount namespaces

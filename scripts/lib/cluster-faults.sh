@@ -33,7 +33,10 @@ start_etcd() {
 }
 
 start_apiserver() {
-    local p="$DIR/pki"
+    local p="$DIR/pki" audit=()
+    # PODNET_CLUSTER_AUDIT=1 at start wrote the policy (write_audit_policy).
+    [ ! -f "$DIR/audit-policy.yaml" ] ||
+        audit=(--audit-policy-file="$DIR/audit-policy.yaml" --audit-log-path="$DIR/logs/cp/audit.log")
     spawn cp kube-apiserver "$BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 \
         --bind-address="$(if has_v4 && ! has_v6; then echo 0.0.0.0; else echo ::; fi)" --advertise-address="$(cp_addr)" --secure-port=6443 \
         --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
@@ -44,7 +47,7 @@ start_apiserver() {
         --enable-admission-plugins=NodeRestriction \
         --kubelet-client-certificate="$p/admin.crt" --kubelet-client-key="$p/admin.key" \
         --kubelet-preferred-address-types=InternalIP \
-        --cert-dir="$DIR/kube-apiserver"
+        --cert-dir="$DIR/kube-apiserver" "${audit[@]}"
 }
 
 # cp_component COMMAND NAME: NAME if it is a component cp-stop and cp-start take.
