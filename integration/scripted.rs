@@ -221,10 +221,11 @@ pub trait Scripted {
         );
     }
 
-    /// `podnet status` with `args` in the agent's container of `agent` (a pod of
-    /// kube-system, or `ds/podnet`); panics if it fails.
-    fn podnet_status(&self, agent: &str, args: &[&str]) -> String {
+    /// `podnet <verb> --socket ... <args>` in the agent's container of `agent` (a
+    /// pod of kube-system, or `ds/podnet`), through `kubectl exec`.
+    fn podnet_in_agent(&self, agent: &str, verb: &str, args: &[&str]) -> Output {
         let mut all = vec![
+            "kubectl",
             "exec",
             "-n",
             "kube-system",
@@ -233,12 +234,24 @@ pub trait Scripted {
             "agent",
             "--",
             "/usr/local/bin/podnet",
-            "status",
+            verb,
             "--socket",
             "/run/podnet/podnet.sock",
         ];
         all.extend_from_slice(args);
-        self.kubectl(&all)
+        self.script(&all)
+    }
+
+    /// `podnet status` with `args` in the agent's container of `agent` (a pod of
+    /// kube-system, or `ds/podnet`); panics if it fails.
+    fn podnet_status(&self, agent: &str, args: &[&str]) -> String {
+        let out = self.podnet_in_agent(agent, "status", args);
+        assert!(
+            out.status.success(),
+            "podnet status {args:?} in {agent}:\n{}",
+            text(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
     }
 
     /// `podnet status --all-addresses` in the agent's container of `agent` (a pod

@@ -93,23 +93,7 @@ fn from_world(cluster: &Cluster, address: IpAddr) -> Option<String> {
 /// announcement (null when the agent cannot be asked: it is being replaced).
 fn l2_explain(cluster: &Cluster, agent: &str, address: IpAddr) -> Value {
     let a = address.to_string();
-    let out = cluster.script(&[
-        "kubectl",
-        "exec",
-        "-n",
-        "kube-system",
-        agent,
-        "-c",
-        "agent",
-        "--",
-        "/usr/local/bin/podnet",
-        "explain",
-        "--socket",
-        "/run/podnet/podnet.sock",
-        "-o",
-        "json",
-        &a,
-    ]);
+    let out = cluster.podnet_in_agent(agent, "explain", &["-o", "json", &a]);
     let answer: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     answer["l2"].clone()
 }
