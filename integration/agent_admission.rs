@@ -89,19 +89,21 @@ fn refused(out: KubectlOutput, what: &str, msg: &str) {
     );
 }
 
-/// The policies load asynchronously: repeats `dry_run` (a `--dry-run=server`
-/// write: admission runs, nothing is stored) until the API server refuses it.
-fn wait_until_refused(mut dry_run: impl FnMut() -> KubectlOutput) {
+/// The policies load asynchronously, and the agent's RBAC grant too: repeats
+/// `dry_run` (a `--dry-run=server` write: admission runs, nothing is stored) until
+/// the API server refuses it with the policy's message `msg`. Until then it may
+/// pass (the policy not loaded yet) or be refused by RBAC (the ClusterRoleBinding
+/// not yet in the authorizer's cache), and either is retried.
+fn wait_until_refused(msg: &str, mut dry_run: impl FnMut() -> KubectlOutput) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let out = dry_run();
-        if out.forbidden() {
+        if out.forbidden() && out.stderr.contains(msg) {
             return;
         }
-        assert!(out.ok, "dry-run patch: {out:?}");
         assert!(
             Instant::now() < deadline,
-            "the admission policy refused nothing within 30 s"
+            "the admission policy did not refuse with {msg:?} within 30 s; last answer: {out:?}"
         );
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -167,12 +169,12 @@ fn agent_token_writes_only_its_own_nodes_ciliumnode() {
 
     // The policy is loaded asynchronously: wait with a dry run (admission runs,
     // nothing is stored) until it refuses.
+    let b_msg = not_yours(a, b);
     let mut probe = writes(b, "dry-run").swap_remove(0);
     probe.args.push("--dry-run=server".into());
-    wait_until_refused(|| write(&agent, &probe));
+    wait_until_refused(&b_msg, || write(&agent, &probe));
 
     // Node B's CiliumNode: every write refused, nothing changed.
-    let b_msg = not_yours(a, b);
     for w in writes(b, "agent-a") {
         refused(write(&agent, &w), w.what, &b_msg);
     }
@@ -307,15 +309,12 @@ fn agent_token_marks_only_its_own_node_and_only_as_exhausted() {
 
     // The policy loads asynchronously: a dry run (admission runs, nothing is
     // stored) until it refuses the write to B.
+    let not_b = format!("podnet-agent on node {a} may change only Node {a}, not {b}");
     let mut probe = exhausted(b);
     probe.push("--dry-run=server".into());
-    wait_until_refused(|| as_agent(&agent, &probe));
+    wait_until_refused(&not_b, || as_agent(&agent, &probe));
 
-    refused(
-        as_agent(&agent, &exhausted(b)),
-        "tainting B",
-        &format!("podnet-agent on node {a} may change only Node {a}, not {b}"),
-    );
+    refused(as_agent(&agent, &exhausted(b)), "tainting B", &not_b);
     let only = "only the taint and annotation podnet.io/addresses-exhausted";
     let no_annotation = serde_json::json!({});
     let not_allowed = [
