@@ -204,6 +204,7 @@ impl IpamState {
             datapath_mode: self.cfg.datapath_mode,
             configured_datapath_mode: self.cfg.configured_datapath_mode,
             node_name: self.cfg.node_name.clone(),
+            bandwidth_manager: self.cfg.bandwidth_manager,
         }
     }
 
