@@ -262,3 +262,98 @@ fn without_the_bandwidth_manager_nothing_is_shaped() {
     );
     assert!(!link_exists(&node, &ifb_ifname(&sb.container_id, "eth0")));
 }
+
+/// The container ID cnitool (and the driver) derive from the netns path.
+fn libcni_container_id(netns: &str) -> String {
+    use sha2::{Digest, Sha512};
+    let sum = Sha512::digest(netns.as_bytes());
+    let hex: String = sum[..10].iter().map(|b| format!("{b:02x}")).collect();
+    format!("cnitool-{hex}")
+}
+
+/// libcni's cache file of the test's attachment (cnitool always caches in
+/// /var/lib/cni), removed on drop, with /var/lib/cni when the test made it and
+/// left it empty.
+struct CacheFile {
+    file: std::path::PathBuf,
+    made_root: bool,
+}
+
+impl Drop for CacheFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+        if self.made_root {
+            // remove_dir removes only empty directories.
+            let _ = std::fs::remove_dir("/var/lib/cni/results");
+            let _ = std::fs::remove_dir("/var/lib/cni");
+        }
+    }
+}
+
+#[test]
+fn through_libcni_the_written_conflist_carries_the_limits_to_the_plugin() {
+    let test = "bandwidth_through_libcni";
+    if !root_or_skip(test) || !have_tc(test) {
+        return;
+    }
+    let client = match std::env::var_os("PODNET_CNI_CLIENT") {
+        Some(p) if std::path::Path::new(&p).is_file() => std::path::PathBuf::from(p),
+        _ => {
+            skip(
+                test,
+                "PODNET_CNI_CLIENT does not name cnitool (make test sets it; run scripts/setup)",
+            );
+            return;
+        }
+    };
+    let mut args: Vec<&str> = DUAL_STACK.to_vec();
+    args.push("--enable-bandwidth-manager");
+    let mut node = Node::new(&args);
+    let (net_d, bin) = (node.dir.join("net.d"), node.dir.join("bin"));
+    node.args.push("--write-cni-conf-when-ready".into());
+    node.args.push(net_d.display().to_string());
+    node.start_daemon();
+    let conflist = net_d.join("05-podnet.conflist");
+    assert!(
+        wait_until(|| conflist.exists()),
+        "the daemon wrote no CNI config"
+    );
+    let written: Value = serde_json::from_slice(&std::fs::read(&conflist).unwrap()).unwrap();
+    assert_eq!(
+        written["plugins"][0]["capabilities"],
+        json!({"bandwidth": true})
+    );
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(podnet_bin(), bin.join("podnet")).unwrap();
+
+    let sb = node.sandbox();
+    let cid = libcni_container_id(&sb.ns.path());
+    let _cache = CacheFile {
+        file: format!("/var/lib/cni/results/podnet-{cid}-eth0").into(),
+        made_root: !std::path::Path::new("/var/lib/cni").exists(),
+    };
+    let run = |verb: &str| {
+        let mut cmd = std::process::Command::new("ip");
+        cmd.args(["netns", "exec", &node.ns.name])
+            .arg(&client)
+            .args([verb, "podnet", &sb.ns.path()])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("NETCONFPATH", &net_d)
+            .env("CNI_PATH", &bin)
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_CACHE_DIR", node.dir.join("cache"))
+            .env("CAP_ARGS", json!({"bandwidth": limits()}).to_string());
+        let out = plugin_run(cmd, "");
+        assert!(out.ok, "{verb}: {out:?}\n{}", node.log());
+        out
+    };
+    run("add");
+    let (host, ifb) = (host_ifname(&cid, "eth0"), ifb_ifname(&cid, "eth0"));
+    assert_eq!(tbf_rate(&node, &host), Some(1_250_000));
+    assert_eq!(tbf_rate(&node, &ifb), Some(125_000));
+    run("check");
+    run("del");
+    assert!(node.host_links_gone());
+    assert!(wait_until(|| !link_exists(&node, &ifb)), "DEL left {ifb}");
+}
