@@ -86,6 +86,11 @@ fn add_shapes_both_directions_check_notices_del_removes() {
         "{filters}"
     );
     assert_eq!(node.link_alias(&ifb).as_deref(), Some("podnet-bandwidth"));
+    let status = node.podnet(&["status"]);
+    assert!(
+        status.contains("Bandwidth:  pods' bandwidth annotations are shaped"),
+        "{status}"
+    );
     assert!(
         sb.ping(&node.ipv4_addressing().ip),
         "the shaped pod still reaches its router"
@@ -256,6 +261,7 @@ fn without_the_bandwidth_manager_nothing_is_shaped() {
     let add = node.plugin("ADD", Some(&sb), &conf(&node, limits()), &[]);
     assert!(add.ok, "{add:?}");
     assert!(add.stderr.contains("--enable-bandwidth-manager"), "{add:?}");
+    assert!(!node.podnet(&["status"]).contains("Bandwidth:"));
     assert_eq!(
         tbf_rate(&node, &host_ifname(&sb.container_id, "eth0")),
         None

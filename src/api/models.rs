@@ -355,6 +355,13 @@ pub struct GcResponse {
 pub struct StatusResponse {
     pub cilium: StatusElement,
     pub ipam: IpamStatus,
+    /// Cilium's `bandwidth-manager` part: there when the option is on.
+    #[serde(
+        rename = "bandwidth-manager",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub bandwidth_manager: Option<BandwidthManager>,
 }
 
 /// Cilium's `Status`: `state` is `Ok`, `Warning`, `Failure` or `Disabled`.

@@ -49,6 +49,9 @@ pub fn status_response(status: NodeStatus) -> StatusResponse {
     StatusResponse {
         cilium: status_element(status.health),
         ipam,
+        bandwidth_manager: status
+            .bandwidth_manager
+            .then_some(BandwidthManager { enabled: true }),
     }
 }
 

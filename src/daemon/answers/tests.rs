@@ -260,6 +260,7 @@ fn a_failing_journal_and_restored_addresses_show_in_the_status() {
                 ),
             ],
         }),
+        bandwidth_manager: false,
     };
     same(
         json(&status_response(status)),
