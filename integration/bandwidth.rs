@@ -182,14 +182,22 @@ fn del_after_the_netns_is_gone_and_gc_remove_the_ifb() {
     let b = node.sandbox();
     assert!(node.plugin("ADD", Some(&b), &conf(&node, limits()), &[]).ok);
     let ifb_b = ifb_ifname(&b.container_id, "eth0");
+    let live = node.sandbox();
+    assert!(
+        node.plugin("ADD", Some(&live), &conf(&node, limits()), &[])
+            .ok
+    );
+    let ifb_live = ifb_ifname(&live.container_id, "eth0");
     let orphan = "ifb0123456789ab";
     let foreign = "ifbaaaaaaaaaaaa";
     node.ns.exec(&["ip", "link", "add", orphan, "type", "ifb"]);
     node.ns
         .exec(&["ip", "link", "set", orphan, "alias", "podnet-bandwidth"]);
     node.ns.exec(&["ip", "link", "add", foreign, "type", "ifb"]);
+    assert_eq!(node.link_alias(orphan).as_deref(), Some("podnet-bandwidth"));
+    assert!(link_exists(&node, foreign));
     let mut gc: Value = serde_json::from_str(&node.conf("1.1.0")).unwrap();
-    gc["cni.dev/valid-attachments"] = json!([]);
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": live.container_id, "ifname": "eth0"}]);
     let g = node.plugin("GC", None, &gc.to_string(), &[]);
     assert!(g.ok, "{g:?}");
     assert!(!link_exists(&node, &ifb_b), "GC left {ifb_b}");
@@ -197,6 +205,34 @@ fn del_after_the_netns_is_gone_and_gc_remove_the_ifb() {
     assert!(
         link_exists(&node, foreign),
         "GC removed an IFB that is not podnet's"
+    );
+    assert!(link_exists(&node, &ifb_live), "GC removed a live pod's IFB");
+    assert_eq!(tbf_rate(&node, &ifb_live), Some(125_000));
+}
+
+#[test]
+fn an_add_the_kernel_fails_midway_leaves_nothing_of_its_own() {
+    let test = "bandwidth_add_fails_midway";
+    if !root_or_skip(test) || !have_tc(test) {
+        return;
+    }
+    let node = bw_node(true);
+    let sb = node.sandbox();
+    let base = node.allocations().len();
+    // A link that is no IFB holds the pod's IFB name: the IFB cannot be made
+    // after the allocation, the pair and the TBF to the pod.
+    let ifb = ifb_ifname(&sb.container_id, "eth0");
+    let made = node.ns.exec(&["ip", "link", "add", &ifb, "type", "bridge"]);
+    assert!(made.status.success(), "{made:?}");
+    let r = node.plugin("ADD", Some(&sb), &conf(&node, limits()), &[]);
+    assert_eq!(r.code(), 102, "{r:?}");
+    assert!(r.msg().contains("creating the pod's IFB device"), "{r:?}");
+    assert_eq!(node.allocations().len(), base, "an allocation was left");
+    assert!(node.host_links_gone(), "a host link was left");
+    assert!(sb.interface_gone(), "the pod's interface was left");
+    assert!(
+        link_exists(&node, &ifb),
+        "the rollback removed a link that is not podnet's IFB"
     );
 }
 

@@ -15,7 +15,7 @@ use super::state::{KernelLink, KernelView, StaleLink, TeardownLink};
 use crate::datapath::link_marker::LinkMarker;
 use crate::datapath::{
     IFB_ALIAS, IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname, host_link_of_ifb,
-    ifb_ifname, write_sysctl_in,
+    ifb_ifname, ifb_of_host_link, write_sysctl_in,
 };
 use crate::datapath::{RULE_PRIORITY_EGRESS, RULE_PRIORITY_INGRESS, is_pod_rule};
 
@@ -251,7 +251,13 @@ pub fn remove_stale_link(stale: &StaleLink) {
     }
     match sock.delete_link(link.index) {
         Ok(()) => {
-            tracing::info!(link = %stale.name, "removed the host link of an expired address (its ADD never finished)")
+            tracing::info!(link = %stale.name, "removed the host link of an expired address (its ADD never finished)");
+            // Its IFB device (a bandwidth limit), which the link does not take along.
+            if let Some(ifb) = ifb_of_host_link(&stale.name)
+                && let Err(e) = sock.delete_link_by_name(&ifb)
+            {
+                tracing::warn!(link = %ifb, error = %e, "could not remove the IFB device of an expired address");
+            }
         }
         Err(e) if e.is_not_found() => {}
         Err(e) => {

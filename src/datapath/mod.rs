@@ -43,7 +43,7 @@ pub use error::{DatapathError, Result};
 pub use link::{LOOPBACK_INDEX, LinkInfo, VethSpec};
 pub use names::{
     HOST_LINK_PREFIX, IFB_ALIAS, IFB_LINK_PREFIX, IFNAME_MAX_LEN, format_mac, host_ifname,
-    host_link_of_ifb, ifb_ifname, random_mac, validate_ifname,
+    host_link_of_ifb, ifb_ifname, ifb_of_host_link, random_mac, validate_ifname,
 };
 pub use netkit::{NetkitMode, NetkitSpec, NetkitSupport, build_netkit_request, probe_netkit};
 pub use netns::{NetNs, NetnsGuard, THREAD_SELF_NETNS, enter_netns, in_netns};

@@ -40,6 +40,14 @@ pub fn host_link_of_ifb(ifb_name: &str) -> Option<String> {
     (hash.len() == 12 && hash.chars().all(hex)).then(|| format!("{HOST_LINK_PREFIX}{hash}"))
 }
 
+/// The IFB device of the pod whose host link is `host_name` (`lxc…` → `ifb…`),
+/// when the name is one [`host_ifname`] makes.
+pub fn ifb_of_host_link(host_name: &str) -> Option<String> {
+    let hash = host_name.strip_prefix(HOST_LINK_PREFIX)?;
+    host_link_of_ifb(&format!("{IFB_LINK_PREFIX}{hash}"))
+        .map(|_| format!("{IFB_LINK_PREFIX}{hash}"))
+}
+
 /// `prefix` + the first 12 hex characters of SHA-256(`<containerID>:<ifname>`).
 fn hashed_name(prefix: &str, container_id: &str, ifname: &str) -> String {
     let digest = Sha256::digest(format!("{container_id}:{ifname}").as_bytes());

@@ -33,6 +33,13 @@ fn ifb_ifname_shares_the_host_links_hash() {
         host_link_of_ifb(&ifb_ifname(cid, "eth0")),
         Some(host_ifname(cid, "eth0"))
     );
+    assert_eq!(
+        ifb_of_host_link(&host_ifname(cid, "eth0")),
+        Some(ifb_ifname(cid, "eth0"))
+    );
+    for not_ours in ["lxc0", "lxcbf46857248e3x", "ifbbf46857248e3", "podnet_host"] {
+        assert_eq!(ifb_of_host_link(not_ours), None, "{not_ours}");
+    }
     for not_ours in [
         "ifb0",
         "ifbbf46857248e",
