@@ -11,6 +11,7 @@ mod harness;
 mod agent_admission;
 mod api_faults;
 mod bad_input;
+mod bandwidth;
 mod cluster;
 mod cnitool;
 mod config_check;

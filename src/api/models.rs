@@ -178,6 +178,28 @@ pub struct DaemonConfigurationStatus {
         skip_serializing_if = "String::is_empty"
     )]
     pub node_name: String,
+    /// podnet: whether the plugin shapes `runtimeConfig.bandwidth`
+    /// (`--enable-bandwidth-manager`; Cilium's status names it the same way).
+    /// Left out when off, so the answer of a daemon without it reads as before.
+    #[serde(
+        rename = "bandwidth-manager",
+        default,
+        skip_serializing_if = "BandwidthManager::is_off"
+    )]
+    pub bandwidth_manager: BandwidthManager,
+}
+
+/// `bandwidth-manager` of the daemon's configuration.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BandwidthManager {
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+impl BandwidthManager {
+    fn is_off(&self) -> bool {
+        !self.enabled
+    }
 }
 
 /// `PUT /v1/endpoint/{id}` body: the subset of Cilium's `EndpointChangeRequest` the
@@ -333,6 +355,13 @@ pub struct GcResponse {
 pub struct StatusResponse {
     pub cilium: StatusElement,
     pub ipam: IpamStatus,
+    /// Cilium's `bandwidth-manager` part: there when the option is on.
+    #[serde(
+        rename = "bandwidth-manager",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub bandwidth_manager: Option<BandwidthManager>,
 }
 
 /// Cilium's `Status`: `state` is `Ok`, `Warning`, `Failure` or `Disabled`.

@@ -62,7 +62,8 @@ pub fn run(args: &StatusArgs) -> i32 {
     0
 }
 
-/// The text form, top to bottom: the node and its state, the configuration
+/// The text form, top to bottom: the node (its datapath, and whether pods'
+/// bandwidth limits are shaped) and its state, the configuration
 /// check, the cross-node datapath, IPAM and its ranges, journal, DEL queue,
 /// leak check, policy, restore, and with `all_addresses` every address.
 fn print_text(status: &StatusResponse, all_addresses: bool) {
@@ -75,6 +76,11 @@ fn print_text(status: &StatusResponse, all_addresses: bool) {
     println!("Node:       {}", ipam.node_name);
     println!("Mode:       {}", ipam.mode);
     println!("Datapath:   {}", ipam.datapath);
+    if status.bandwidth_manager.as_ref().is_some_and(|b| b.enabled) {
+        println!(
+            "Bandwidth:  pods' bandwidth annotations are shaped (tbf qdiscs, docs/bandwidth.md)"
+        );
+    }
     if let Some(b) = &ipam.backend {
         println!("{}", backend_line(b));
     }

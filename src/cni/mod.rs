@@ -1,12 +1,13 @@
 //! The CNI protocol (spec 1.1.0, with 1.0.0 and 0.4.0 rendering): verbs,
 //! `CNI_*` environment, `CNI_ARGS`, the stdin request config, results, errors
-//! and version negotiation.
+//! and version negotiation; the `bandwidth` capability's `runtimeConfig`.
 //!
 //! Pure: nothing here reads the process environment, stdin or files. The
 //! caller passes an env lookup closure and the stdin bytes, and prints what it
 //! gets back (results and error JSON go to stdout, exit status 1 on error).
 
 mod args;
+pub mod bandwidth;
 mod command;
 mod config;
 mod env;

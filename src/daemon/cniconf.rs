@@ -6,6 +6,8 @@
 //! With `--cni-uninstall`, the daemon removes its config when it stops.
 //! With `--cni-bin-dir`, the reference `portmap` plugin found there is chained
 //! after podnet (hostPorts), and the config offers only the CNI versions both speak.
+//! With `--enable-bandwidth-manager`, podnet declares the `bandwidth` capability,
+//! so the runtime passes each pod's bandwidth annotations as `runtimeConfig`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -33,9 +35,15 @@ pub struct ChainedPlugin {
 }
 
 /// The conflist for a daemon on `socket`, with the plugin logging to `log_file`,
-/// and `chained` after podnet. `cniVersions` lists the versions every plugin of
-/// the list speaks (a runtime picks one for the whole list).
-pub fn conflist(socket: &Path, log_file: &Path, chained: &[ChainedPlugin]) -> serde_json::Value {
+/// and `chained` after podnet; podnet declares the `bandwidth` capability when
+/// `bandwidth`. `cniVersions` lists the versions every plugin of the list speaks
+/// (a runtime picks one for the whole list).
+pub fn conflist(
+    socket: &Path,
+    log_file: &Path,
+    chained: &[ChainedPlugin],
+    bandwidth: bool,
+) -> serde_json::Value {
     let versions: Vec<&str> = PODNET_VERSIONS
         .into_iter()
         .filter(|v| {
@@ -44,11 +52,15 @@ pub fn conflist(socket: &Path, log_file: &Path, chained: &[ChainedPlugin]) -> se
                 .all(|c| c.supported_versions.iter().any(|s| s == v))
         })
         .collect();
-    let mut plugins = vec![serde_json::json!({
+    let mut podnet = serde_json::json!({
         "type": "podnet",
         "socket-path": socket,
         "log-file": log_file,
-    })];
+    });
+    if bandwidth {
+        podnet["capabilities"] = serde_json::json!({"bandwidth": true});
+    }
+    let mut plugins = vec![podnet];
     plugins.extend(
         chained
             .iter()
@@ -162,14 +174,16 @@ fn failed(action: impl Into<String>) -> impl FnOnce(std::io::Error) -> CniConfEr
     move |source| CniConfError { action, source }
 }
 
-/// Writes the conflist, with `chained` after podnet, into `dir`; with
-/// `exclusive`, moves other configs aside.
+/// Writes the conflist, with `chained` after podnet (and the `bandwidth`
+/// capability when `bandwidth`), into `dir`; with `exclusive`, moves other
+/// configs aside.
 pub fn write(
     dir: &Path,
     socket: &Path,
     log_file: &Path,
     exclusive: bool,
     chained: &[ChainedPlugin],
+    bandwidth: bool,
 ) -> Result<PathBuf, CniConfError> {
     std::fs::create_dir_all(dir).map_err(failed(format!("cannot create {}", dir.display())))?;
     if exclusive {
@@ -188,7 +202,7 @@ pub fn write(
             }
         }
     }
-    let body = serde_json::to_vec_pretty(&conflist(socket, log_file, chained))
+    let body = serde_json::to_vec_pretty(&conflist(socket, log_file, chained, bandwidth))
         .map_err(|e| failed("cannot encode the CNI config")(e.into()))?;
     let dest = dir.join(CONF_NAME);
     let tmp = dir.join(format!(".{CONF_NAME}.tmp"));
@@ -220,8 +234,14 @@ mod tests {
 
     #[test]
     fn alone_podnet_offers_both_versions() {
-        let c = conflist(Path::new("/run/p.sock"), Path::new("/run/p.log"), &[]);
+        let c = conflist(
+            Path::new("/run/p.sock"),
+            Path::new("/run/p.log"),
+            &[],
+            false,
+        );
         assert_eq!(c["cniVersion"], "1.0.0");
+        assert_eq!(c["plugins"][0].get("capabilities"), None);
         assert_eq!(c["cniVersions"], serde_json::json!(["1.0.0", "1.1.0"]));
         assert_eq!(c["plugins"].as_array().unwrap().len(), 1);
         assert_eq!(c["plugins"][0]["type"], "podnet");
@@ -234,6 +254,7 @@ mod tests {
             Path::new("/s"),
             Path::new("/l"),
             &[portmap(&["0.4.0", "1.0.0"])],
+            false,
         );
         assert_eq!(old["cniVersions"], serde_json::json!(["1.0.0"]));
         assert_eq!(
@@ -244,8 +265,27 @@ mod tests {
             Path::new("/s"),
             Path::new("/l"),
             &[portmap(&["1.0.0", "1.1.0"])],
+            false,
         );
         assert_eq!(new["cniVersions"], serde_json::json!(["1.0.0", "1.1.0"]));
+    }
+
+    #[test]
+    fn the_bandwidth_manager_declares_the_bandwidth_capability() {
+        let c = conflist(
+            Path::new("/s"),
+            Path::new("/l"),
+            &[portmap(&["1.0.0"])],
+            true,
+        );
+        assert_eq!(
+            c["plugins"][0]["capabilities"],
+            serde_json::json!({"bandwidth": true})
+        );
+        assert_eq!(
+            c["plugins"][1]["capabilities"],
+            serde_json::json!({"portMappings": true})
+        );
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The daemon's own devices in the node namespace: the router device pair
 //! (`podnet_host`, the analog of `cilium_host`, carrying the router IPs, with its
 //! twin `podnet_net`), the forwarding and NDP-proxy sysctls pods need, removal
-//! of garbage-collected attachments' host links, and the link names the leak
-//! check weighs.
+//! of garbage-collected attachments' host links and of the IFB devices of pods
+//! that are gone (their bandwidth limits), and the link names the leak check weighs.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -14,7 +14,8 @@ use super::device_error::{DeviceError, failed};
 use super::state::{KernelLink, KernelView, StaleLink, TeardownLink};
 use crate::datapath::link_marker::LinkMarker;
 use crate::datapath::{
-    IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname, write_sysctl_in,
+    IFB_ALIAS, IpFamily, NetNs, NetlinkSocket, TABLE_MAIN, VethSpec, host_ifname, host_link_of_ifb,
+    ifb_ifname, ifb_of_host_link, write_sysctl_in,
 };
 use crate::datapath::{RULE_PRIORITY_EGRESS, RULE_PRIORITY_INGRESS, is_pod_rule};
 
@@ -250,7 +251,13 @@ pub fn remove_stale_link(stale: &StaleLink) {
     }
     match sock.delete_link(link.index) {
         Ok(()) => {
-            tracing::info!(link = %stale.name, "removed the host link of an expired address (its ADD never finished)")
+            tracing::info!(link = %stale.name, "removed the host link of an expired address (its ADD never finished)");
+            // Its IFB device (a bandwidth limit), which the link does not take along.
+            if let Some(ifb) = ifb_of_host_link(&stale.name)
+                && let Err(e) = sock.delete_link_by_name(&ifb)
+            {
+                tracing::warn!(link = %ifb, error = %e, "could not remove the IFB device of an expired address");
+            }
         }
         Err(e) if e.is_not_found() => {}
         Err(e) => {
@@ -259,7 +266,9 @@ pub fn remove_stale_link(stale: &StaleLink) {
     }
 }
 
-/// Deletes the host-side links of the given attachments where they still exist.
+/// Deletes the host-side links and IFB devices of the given attachments where
+/// they still exist, then every podnet IFB device whose pod's host link is gone
+/// ([`remove_orphan_ifbs`]).
 pub fn remove_host_links(attachments: &[(String, String)]) {
     let sock = match NetlinkSocket::new() {
         Ok(s) => s,
@@ -269,13 +278,47 @@ pub fn remove_host_links(attachments: &[(String, String)]) {
         }
     };
     for (cid, ifname) in attachments {
-        let name = host_ifname(cid, ifname);
-        match sock.delete_link_by_name(&name) {
-            Ok(true) => {
-                tracing::info!(link = %name, container = ?cid, "removed host link of a collected attachment")
+        for name in [host_ifname(cid, ifname), ifb_ifname(cid, ifname)] {
+            match sock.delete_link_by_name(&name) {
+                Ok(true) => {
+                    tracing::info!(link = %name, container = ?cid, "removed a link of a collected attachment")
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(link = %name, error = %e, "could not remove a link"),
             }
-            Ok(false) => {}
-            Err(e) => tracing::warn!(link = %name, error = %e, "could not remove host link"),
+        }
+    }
+    remove_orphan_ifbs(&sock);
+}
+
+/// Deletes podnet's IFB devices (kind `ifb`, named `ifb` + a host link's hash,
+/// with podnet's alias) whose pod's host link `lxc…` is gone: the pod's netns
+/// went without a DEL, or a DEL's teardown was lost. An ADD creates the host
+/// link before the IFB, so a live ADD's IFB always has its twin.
+pub fn remove_orphan_ifbs(sock: &NetlinkSocket) {
+    let links = match sock.list_links() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list links to remove orphan IFB devices");
+            return;
+        }
+    };
+    let names: BTreeSet<&str> = links.iter().map(|l| l.name.as_str()).collect();
+    for l in &links {
+        let orphan = l.kind.as_deref() == Some("ifb")
+            && l.alias.as_deref() == Some(IFB_ALIAS)
+            && host_link_of_ifb(&l.name).is_some_and(|host| !names.contains(host.as_str()));
+        if !orphan {
+            continue;
+        }
+        match sock.delete_link(l.index) {
+            Ok(()) => {
+                tracing::info!(link = %l.name, "removed the IFB device of a pod that is gone")
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                tracing::warn!(link = %l.name, error = %e, "could not remove an orphan IFB device")
+            }
         }
     }
 }

@@ -253,6 +253,14 @@ pub struct DaemonOptions {
     #[arg(long = "enable-ingress-controller", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
     pub enable_ingress_controller: bool,
 
+    /// Shape each pod's traffic as its `kubernetes.io/ingress-bandwidth` and
+    /// `egress-bandwidth` annotations ask (the runtime's
+    /// `runtimeConfig.bandwidth`): the written CNI config declares the
+    /// `bandwidth` capability and the plugin sets TBF qdiscs (docs/bandwidth.md).
+    /// Cilium's option.
+    #[arg(long = "enable-bandwidth-manager", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_bandwidth_manager: bool,
+
     /// The proc filesystem under which the daemon sets its sysctls (forwarding,
     /// proxy NDP: `<procfs>/sys/net/...`). In a container, whose own /proc/sys is
     /// read-only unless privileged, mount the host's /proc/sys/net at

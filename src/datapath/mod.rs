@@ -4,7 +4,8 @@
 //! * [`NetlinkSocket`] — a blocking NETLINK_ROUTE socket, bound to the netns it
 //!   was created in; per-object operations are methods on it (links, addresses,
 //!   routes, proxy neighbours, rules, the VXLAN device and its FDB and
-//!   neighbour entries).
+//!   neighbour entries, and the qdiscs, filters and IFB device of a pod's
+//!   bandwidth limit: `tc`, with the TBF's attributes in `tbf`).
 //! * [`NetNs`] / [`in_netns`] — namespace handles and "run this on a
 //!   short-lived thread inside that netns" (the caller's thread never switches).
 //! * [`write_sysctl`] / [`set_sysctl`] / [`read_sysctl`] — act on the calling
@@ -30,6 +31,8 @@ mod route;
 mod rule;
 mod socket;
 mod sysctl;
+mod tbf;
+mod tc;
 mod vxlan;
 
 #[cfg(test)]
@@ -39,7 +42,8 @@ pub use eni::{RULE_PRIORITY_EGRESS, RULE_PRIORITY_INGRESS, eni_rules, eni_table,
 pub use error::{DatapathError, Result};
 pub use link::{LOOPBACK_INDEX, LinkInfo, VethSpec};
 pub use names::{
-    HOST_LINK_PREFIX, IFNAME_MAX_LEN, format_mac, host_ifname, random_mac, validate_ifname,
+    HOST_LINK_PREFIX, IFB_ALIAS, IFB_LINK_PREFIX, IFNAME_MAX_LEN, format_mac, host_ifname,
+    host_link_of_ifb, ifb_ifname, ifb_of_host_link, random_mac, validate_ifname,
 };
 pub use netkit::{NetkitMode, NetkitSpec, NetkitSupport, build_netkit_request, probe_netkit};
 pub use netns::{NetNs, NetnsGuard, THREAD_SELF_NETNS, enter_netns, in_netns};
@@ -49,6 +53,8 @@ pub use route::{
 pub use rule::RuleSpec;
 pub use socket::{NetlinkSocket, Request};
 pub use sysctl::{read_sysctl, set_sysctl, write_sysctl, write_sysctl_in};
+pub use tbf::{LATENCY_MS, TbfParams, TbfReading};
+pub use tc::{QdiscInfo, TBF_HANDLE};
 pub use vxlan::{L2Entry, VxlanSpec};
 
 /// Whether the kernel knows links of `kind` (see [`NetlinkSocket::has_link_kind`]),

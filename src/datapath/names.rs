@@ -11,13 +11,48 @@ pub const IFNAME_MAX_LEN: usize = 15;
 /// The prefix of every host-side pod link's name.
 pub const HOST_LINK_PREFIX: &str = "lxc";
 
+/// The prefix of the IFB device that shapes a pod's egress (its bandwidth limit).
+pub const IFB_LINK_PREFIX: &str = "ifb";
+
+/// The alias podnet gives its IFB devices: what GC's sweep requires besides
+/// the name.
+pub const IFB_ALIAS: &str = "podnet-bandwidth";
+
 /// Host-side interface name of an endpoint, exactly as Cilium derives it:
 /// `lxc` + the first 12 hex characters of SHA-256(`<containerID>:<ifname>`).
 /// Always 15 characters.
 pub fn host_ifname(container_id: &str, ifname: &str) -> String {
+    hashed_name(HOST_LINK_PREFIX, container_id, ifname)
+}
+
+/// The IFB device that shapes the traffic the pod of (`container_id`,
+/// `ifname`) sends: `ifb` + the same 12 hex characters as its host link
+/// ([`host_ifname`]), so DEL and GC find it from the attachment alone.
+pub fn ifb_ifname(container_id: &str, ifname: &str) -> String {
+    hashed_name(IFB_LINK_PREFIX, container_id, ifname)
+}
+
+/// The host link (`lxc…`) whose pod an IFB device named `ifb_name` shapes, when
+/// the name is one [`ifb_ifname`] makes (`ifb` + 12 lowercase hex characters).
+pub fn host_link_of_ifb(ifb_name: &str) -> Option<String> {
+    let hash = ifb_name.strip_prefix(IFB_LINK_PREFIX)?;
+    let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
+    (hash.len() == 12 && hash.chars().all(hex)).then(|| format!("{HOST_LINK_PREFIX}{hash}"))
+}
+
+/// The IFB device of the pod whose host link is `host_name` (`lxc…` → `ifb…`),
+/// when the name is one [`host_ifname`] makes.
+pub fn ifb_of_host_link(host_name: &str) -> Option<String> {
+    let hash = host_name.strip_prefix(HOST_LINK_PREFIX)?;
+    host_link_of_ifb(&format!("{IFB_LINK_PREFIX}{hash}"))
+        .map(|_| format!("{IFB_LINK_PREFIX}{hash}"))
+}
+
+/// `prefix` + the first 12 hex characters of SHA-256(`<containerID>:<ifname>`).
+fn hashed_name(prefix: &str, container_id: &str, ifname: &str) -> String {
     let digest = Sha256::digest(format!("{container_id}:{ifname}").as_bytes());
     let mut name = String::with_capacity(IFNAME_MAX_LEN);
-    name.push_str(HOST_LINK_PREFIX);
+    name.push_str(prefix);
     for byte in digest.iter().take(6) {
         name.push_str(&format!("{byte:02x}"));
     }

@@ -1,17 +1,20 @@
 //! CHECK: the pod interface, its addresses and routes must match `prevResult`; the
 //! daemon must know the attachment and agree on its addresses; the host side link
-//! and its route to the pod must exist. The first difference is reported (103).
+//! and its route to the pod must exist; with `runtimeConfig.bandwidth` and the
+//! daemon's bandwidth manager, the pod's qdiscs, redirect and IFB device must
+//! shape it as asked (`shaping::check`). The first difference is reported (103).
 
 use std::net::IpAddr;
 use std::path::Path;
 
 use crate::api::client::Client;
-use crate::cni::{CniEnv, CniError, CniResult, IpConfig, NetConf};
-use crate::datapath::{IpFamily, NetlinkSocket, TABLE_MAIN, host_ifname};
+use crate::cni::{CniEnv, CniError, CniResult, IpConfig, NetConf, bandwidth};
+use crate::datapath::{IpFamily, NetlinkSocket, TABLE_MAIN, host_ifname, ifb_ifname};
 
 use super::attachment;
 use super::daemon_errors::to_cni;
 use super::datapath_errors::dp;
+use super::shaping;
 
 pub fn check(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<(), CniError> {
     let (cid, ifname, netns_path) = attachment::ids(env)?;
@@ -21,8 +24,26 @@ pub fn check(env: &CniEnv, conf: &NetConf, client: &Client) -> Result<(), CniErr
         .ok_or_else(|| CniError::invalid_network_config("CHECK needs the prevResult of the ADD"))?;
     let recorded = daemon_addresses(client, cid, ifname)?;
     let expected = expected_addresses(prev, cid, ifname, &recorded)?;
+    let limits = bandwidth::parse(&conf.raw)?;
     check_pod_side(prev, netns_path, ifname, &expected)?;
-    check_host_side(cid, ifname, &recorded)
+    let (host_sock, host_index) = check_host_side(cid, ifname, &recorded)?;
+    match limits {
+        Some(l) if bandwidth_manager(client)? => {
+            let host_name = host_ifname(cid, ifname);
+            let ifb = ifb_ifname(cid, ifname);
+            shaping::check(&host_sock, host_index, &host_name, &ifb, &l)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether the daemon shapes `runtimeConfig.bandwidth` (asked only when a
+/// limit is).
+fn bandwidth_manager(client: &Client) -> Result<bool, CniError> {
+    client
+        .config()
+        .map(|c| c.status.bandwidth_manager.enabled)
+        .map_err(|e| to_cni(e, "reading the daemon's configuration"))
 }
 
 /// The addresses the daemon records for the attachment; a mismatch if it has none.
@@ -121,8 +142,13 @@ fn check_pod_side(
     Ok(())
 }
 
-/// In the runtime's namespace: the host side link exists and routes each recorded address to it.
-fn check_host_side(cid: &str, ifname: &str, recorded: &[IpAddr]) -> Result<(), CniError> {
+/// In the runtime's namespace: the host side link exists and routes each recorded
+/// address to it. Returns the socket and the link's index.
+fn check_host_side(
+    cid: &str,
+    ifname: &str,
+    recorded: &[IpAddr],
+) -> Result<(NetlinkSocket, u32), CniError> {
     let host_sock =
         NetlinkSocket::new().map_err(dp("opening netlink in the runtime's namespace"))?;
     let host_name = host_ifname(cid, ifname);
@@ -150,5 +176,5 @@ fn check_host_side(cid: &str, ifname: &str, recorded: &[IpAddr]) -> Result<(), C
             )));
         }
     }
-    Ok(())
+    Ok((host_sock, host.index))
 }

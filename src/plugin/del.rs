@@ -1,5 +1,6 @@
-//! DEL: idempotent teardown. The plugin finds the attachment's host link and hands
-//! it to the daemon with the release: the daemon journals both, answers at once,
+//! DEL: idempotent teardown. The plugin finds the attachment's host link (and the
+//! IFB device of its bandwidth limit, which outlives the pod's netns) and hands
+//! them to the daemon with the release: the daemon journals both, answers at once,
 //! deletes the pair in the background and releases the addresses only after the
 //! link is gone (a restart finishes what a crash interrupted). Missing netns, link,
 //! allocation or endpoint all count as already done. DEL never deletes anything
@@ -11,12 +12,13 @@ use crate::api::client::Client;
 use crate::api::delete_queue::DeleteQueue;
 use crate::api::models::{EndpointBatchDeleteRequest, LinkRef};
 use crate::cni::{CniEnv, CniError, Command, NetConf};
-use crate::datapath::{DatapathError, NetlinkSocket, host_ifname};
+use crate::datapath::{DatapathError, NetlinkSocket, host_ifname, ifb_ifname};
 
 use super::daemon_errors::to_cni;
 use super::datapath_errors::dp;
 use super::delegate;
 use super::report::Timings;
+use super::shaping;
 
 pub fn del(env: &CniEnv, conf: &NetConf, client: &Client, t: &mut Timings) -> Result<(), CniError> {
     let (Some(cid), Some(ifname)) = (&env.container_id, &env.ifname) else {
@@ -37,6 +39,10 @@ pub fn del(env: &CniEnv, conf: &NetConf, client: &Client, t: &mut Timings) -> Re
     let host_index = host_sock
         .link_index(&host_name)
         .map_err(dp("looking up the host side"))?;
+    let ifb_name = ifb_ifname(cid, ifname);
+    let ifb_index = host_sock
+        .link_index(&ifb_name)
+        .map_err(dp("looking up the pod's IFB device"))?;
     t.mark("netlink-lookup");
     // The daemon deletes the pair (the kernel's teardown takes tens of ms) and only
     // then releases the addresses, so DEL does not wait for it. The timings so far
@@ -44,12 +50,14 @@ pub fn del(env: &CniEnv, conf: &NetConf, client: &Client, t: &mut Timings) -> Re
     let req = EndpointBatchDeleteRequest {
         container_id: cid.clone(),
         container_interface_name: ifname.clone(),
-        teardown_links: host_index
-            .map(|index| LinkRef {
-                name: host_name.clone(),
-                index,
-            })
+        teardown_links: [(&host_name, host_index), (&ifb_name, ifb_index)]
             .into_iter()
+            .filter_map(|(name, index)| {
+                index.map(|index| LinkRef {
+                    name: name.clone(),
+                    index,
+                })
+            })
             .collect(),
         podnet_phases: t.so_far(),
     };
@@ -69,6 +77,9 @@ pub fn del(env: &CniEnv, conf: &NetConf, client: &Client, t: &mut Timings) -> Re
                     .delete_link(index)
                     .or_else(ignore_missing)
                     .map_err(dp("deleting the host side"))?;
+            }
+            if ifb_index.is_some() {
+                shaping::remove_ifb(&host_sock, &ifb_name)?;
             }
             t.mark("netlink-host");
             let queued = EndpointBatchDeleteRequest {

@@ -10,8 +10,8 @@ use super::cidrs::pod_cidr_lines;
 use super::config_check::config_check_status;
 use super::restore::restore_status;
 use crate::api::models::{
-    AddressPair, DaemonConfiguration, DaemonConfigurationStatus, EndpointView, IpamStatus,
-    NodeAddressing, NodeAddressingElement, RangeStatus, StatusElement, StatusResponse,
+    AddressPair, BandwidthManager, DaemonConfiguration, DaemonConfigurationStatus, EndpointView,
+    IpamStatus, NodeAddressing, NodeAddressingElement, RangeStatus, StatusElement, StatusResponse,
 };
 use crate::daemon::state::{
     AddressBook, FamilyAddressing, Health, HealthLevel, Hold, NodeConfig, NodeStatus,
@@ -49,6 +49,9 @@ pub fn status_response(status: NodeStatus) -> StatusResponse {
     StatusResponse {
         cilium: status_element(status.health),
         ipam,
+        bandwidth_manager: status
+            .bandwidth_manager
+            .then_some(BandwidthManager { enabled: true }),
     }
 }
 
@@ -146,6 +149,9 @@ pub fn configuration_status(config: NodeConfig) -> DaemonConfigurationStatus {
         datapath_mode: config.datapath_mode.to_string(),
         configured_datapath_mode: config.configured_datapath_mode.to_string(),
         node_name: config.node_name,
+        bandwidth_manager: BandwidthManager {
+            enabled: config.bandwidth_manager,
+        },
     }
 }
 

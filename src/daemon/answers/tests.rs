@@ -178,6 +178,7 @@ fn config() -> NodeConfig {
         datapath_mode: DatapathMode::Veth,
         configured_datapath_mode: DatapathMode::Auto,
         node_name: "node-a".into(),
+        bandwidth_manager: true,
     }
 }
 
@@ -209,7 +210,7 @@ fn an_eni_allocation_carries_its_routing_in_its_family_element() {
     };
     same(
         json(&ipam_response(allocated)),
-        r#"{"address":{"ipv4":"10.0.0.5","ipv4-pool-name":"default"},"ipv4":{"ip":"10.0.0.5","gateway":"10.0.0.1","cidrs":["10.0.0.0/16"],"master-mac":"0a:00:00:00:00:01","expiration-uuid":"u4","interface-number":"2","skip-masquerade":true,"pool":"default"},"host-addressing":{"ipv4":{"enabled":true,"alloc-range":"10.0.0.0/28"}},"journal-mark":"j.7","podnet-config":{"addressing":{"ipv4":{"enabled":true,"alloc-range":"10.0.0.0/28"}},"ipam-mode":"eni","deviceMTU":9001,"routeMTU":9001,"datapathMode":"veth","configuredDatapathMode":"auto","node-name":"node-a"},"podnet-endpoint-pending":true}"#,
+        r#"{"address":{"ipv4":"10.0.0.5","ipv4-pool-name":"default"},"ipv4":{"ip":"10.0.0.5","gateway":"10.0.0.1","cidrs":["10.0.0.0/16"],"master-mac":"0a:00:00:00:00:01","expiration-uuid":"u4","interface-number":"2","skip-masquerade":true,"pool":"default"},"host-addressing":{"ipv4":{"enabled":true,"alloc-range":"10.0.0.0/28"}},"journal-mark":"j.7","podnet-config":{"addressing":{"ipv4":{"enabled":true,"alloc-range":"10.0.0.0/28"}},"ipam-mode":"eni","deviceMTU":9001,"routeMTU":9001,"datapathMode":"veth","configuredDatapathMode":"auto","node-name":"node-a","bandwidth-manager":{"enabled":true}},"podnet-endpoint-pending":true}"#,
     );
 }
 
@@ -259,6 +260,7 @@ fn a_failing_journal_and_restored_addresses_show_in_the_status() {
                 ),
             ],
         }),
+        bandwidth_manager: false,
     };
     same(
         json(&status_response(status)),

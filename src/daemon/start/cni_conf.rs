@@ -20,6 +20,8 @@ pub(super) struct CniConf {
     log_file: PathBuf,
     exclusive: bool,
     chained: Vec<cniconf::ChainedPlugin>,
+    /// `--enable-bandwidth-manager`: the `bandwidth` capability.
+    bandwidth: bool,
 }
 
 impl CniConf {
@@ -39,6 +41,7 @@ impl CniConf {
             log_file: opts.cni_log_file.clone(),
             exclusive: opts.cni_exclusive,
             chained,
+            bandwidth: opts.enable_bandwidth_manager,
         })
     }
 
@@ -53,6 +56,7 @@ impl CniConf {
             &self.log_file,
             self.exclusive,
             &self.chained,
+            self.bandwidth,
         )?;
         tracing::info!(path = %path.display(), "wrote the CNI config");
         Ok(())

@@ -96,6 +96,7 @@ fn state_config(
         reserve_ingress: opts.enable_ingress_controller,
         datapath_mode: checked.datapath_mode,
         configured_datapath_mode: config.datapath,
+        bandwidth_manager: opts.enable_bandwidth_manager,
         fixed_routers: config.fixed_routers.clone(),
         families: config.families.clone(),
         tunnel_underlay: config.cross_node.tunnel_underlay(),

@@ -103,6 +103,8 @@ pub struct StateConfig {
     /// The pod device type in use (never `Auto`) and as configured.
     pub datapath_mode: DatapathMode,
     pub configured_datapath_mode: DatapathMode,
+    /// `--enable-bandwidth-manager`: the plugin shapes `runtimeConfig.bandwidth`.
+    pub bandwidth_manager: bool,
     /// Router addresses given by the operator (`local-router-ipv4/6`), not taken
     /// from IPAM.
     pub fixed_routers: BTreeMap<Family, IpAddr>,

@@ -19,6 +19,8 @@ pub struct NodeConfig {
     pub datapath_mode: DatapathMode,
     pub configured_datapath_mode: DatapathMode,
     pub node_name: String,
+    /// Whether the plugin shapes `runtimeConfig.bandwidth`.
+    pub bandwidth_manager: bool,
 }
 
 /// One family's router address and the node's alloc range of it: the node

@@ -63,6 +63,7 @@ fn state_config(ipam_mode: IpamMode, families: Vec<Family>, pooling: PoolingMode
         reserve_ingress: false,
         datapath_mode: DatapathMode::Veth,
         configured_datapath_mode: DatapathMode::Veth,
+        bandwidth_manager: false,
         fixed_routers: BTreeMap::new(),
         families,
         tunnel_underlay: None,

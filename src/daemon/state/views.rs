@@ -47,6 +47,8 @@ pub struct NodeStatus {
     pub config_check: Option<(Verdict, NodeFacts)>,
     /// Each address and who holds it; `None` for a brief status.
     pub addresses: Option<AddressBook>,
+    /// Whether the plugin shapes `runtimeConfig.bandwidth`.
+    pub bandwidth_manager: bool,
 }
 
 /// How the node is: whether it hands out addresses, and why not or what to
@@ -204,6 +206,7 @@ impl IpamState {
             datapath_mode: self.cfg.datapath_mode,
             configured_datapath_mode: self.cfg.configured_datapath_mode,
             node_name: self.cfg.node_name.clone(),
+            bandwidth_manager: self.cfg.bandwidth_manager,
         }
     }
 
@@ -279,6 +282,7 @@ impl IpamState {
             restore: self.restore_report.clone(),
             config_check,
             addresses: (!brief).then(|| self.address_book(now)),
+            bandwidth_manager: self.cfg.bandwidth_manager,
         }
     }
 

@@ -23,6 +23,36 @@ fn host_ifname_golden() {
 }
 
 #[test]
+fn ifb_ifname_shares_the_host_links_hash() {
+    assert_eq!(ifb_ifname("abc", "eth0"), "ifbb133159de544");
+    let cid = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    assert_eq!(ifb_ifname(cid, "eth0"), "ifbbf46857248e3");
+    assert_eq!(ifb_ifname(cid, "eth0").len(), IFNAME_MAX_LEN);
+    assert_ne!(ifb_ifname(cid, "eth0"), ifb_ifname(cid, "net1"));
+    assert_eq!(
+        host_link_of_ifb(&ifb_ifname(cid, "eth0")),
+        Some(host_ifname(cid, "eth0"))
+    );
+    assert_eq!(
+        ifb_of_host_link(&host_ifname(cid, "eth0")),
+        Some(ifb_ifname(cid, "eth0"))
+    );
+    for not_ours in ["lxc0", "lxcbf46857248e3x", "ifbbf46857248e3", "podnet_host"] {
+        assert_eq!(ifb_of_host_link(not_ours), None, "{not_ours}");
+    }
+    for not_ours in [
+        "ifb0",
+        "ifbbf46857248e",
+        "ifbbf46857248e3x",
+        "ifbBF46857248E3",
+        "lxcbf46857248e3",
+        "ifbbf46857248g3",
+    ] {
+        assert_eq!(host_link_of_ifb(not_ours), None, "{not_ours}");
+    }
+}
+
+#[test]
 fn ifname_validation() {
     validate_ifname("eth0").unwrap();
     validate_ifname("eth0.100").unwrap();

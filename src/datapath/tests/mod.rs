@@ -9,6 +9,7 @@ mod link;
 mod misc;
 mod neigh_rule;
 mod pod;
+mod tc;
 
 use std::fs::File;
 use std::os::fd::OwnedFd;

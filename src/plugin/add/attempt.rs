@@ -3,6 +3,7 @@
 
 use crate::api::client::Client;
 use crate::api::models::{DaemonConfigurationStatus, IpamResponse};
+use crate::cni::bandwidth::BandwidthLimits;
 use crate::cni::{CniEnv, NetConf};
 
 use super::sides::Sides;
@@ -18,6 +19,8 @@ pub(super) struct Attempt<'a> {
     pub delegated: bool,
     pub sides: &'a Sides<'a>,
     pub container_id: &'a str,
+    /// `runtimeConfig.bandwidth`, checked.
+    pub limits: Option<BandwidthLimits>,
 }
 
 impl Attempt<'_> {

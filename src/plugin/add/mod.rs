@@ -6,8 +6,11 @@
 //! timing report that follows is not waited for (docs/crash-safety.md). In
 //! delegated-plugin mode, and with a daemon that journals no pending endpoint,
 //! the endpoint is registered after the wiring, waiting for the commit.
-//! Any failure after the allocation deletes the link pair, removes the ENI rules
-//! the attempt added and releases the addresses.
+//! With `runtimeConfig.bandwidth` (checked before the allocation) and a daemon
+//! that enables the bandwidth manager, the host side is shaped right after the
+//! pair is made (`super::shaping`).
+//! Any failure after the allocation deletes the link pair (and the pod's IFB
+//! device), removes the ENI rules the attempt added and releases the addresses.
 //!
 //! An interface named `CNI_IFNAME` that already exists in the pod is replaced when
 //! it is podnet's own (its host-side twin `lxc…` for this attachment exists: a
@@ -38,14 +41,15 @@ mod rollback;
 mod sides;
 
 use crate::api::client::Client;
-use crate::cni::{CniEnv, CniError, Command, NetConf};
-use crate::datapath::RuleSpec;
+use crate::cni::{CniEnv, CniError, Command, NetConf, bandwidth};
+use crate::datapath::{RuleSpec, ifb_ifname};
 
 use super::add_turn::AddTurn;
 use super::attachment;
 use super::datapath_errors::dp;
 use super::delegate;
 use super::report::Timings;
+use super::shaping;
 use allocation::{allocate, daemon_config};
 use attempt::Attempt;
 use plan::plan_families;
@@ -68,6 +72,7 @@ pub fn add(
             "podnet creates the pod's interface and must be the first plugin in the chain, but it was given a prevResult",
         ));
     }
+    let limits = bandwidth::parse(&conf.raw)?;
     let sides = Sides::open(netns_path, cid, ifname)?;
     if sides.pod_has_ifname()? {
         link_pair::clear_previous_attempt(&sides)?;
@@ -88,6 +93,7 @@ pub fn add(
             delegated,
             sides: &sides,
             container_id: cid,
+            limits,
         }
         .configure(&mut added_rules, t)
     });
@@ -127,6 +133,7 @@ impl Attempt<'_> {
         let ipv4_only = !plans.iter().any(|p| p.ip.is_ipv6());
         let turn = ipv4_only.then(|| AddTurn::take(self.client.socket()));
         let pair = link_pair::create_pair(sides, &daemon_cfg.datapath_mode, daemon_cfg.device_mtu)?;
+        self.shape(pair.host_index)?;
         let marker = self.link_marker(false).map(|m| m.encode());
         host_side::set_up(sides, pair.host_index, &plans, ipv4_only, marker)?;
         for p in &plans {
@@ -154,5 +161,29 @@ impl Attempt<'_> {
             }
         }
         self.result(&pair, &plans)
+    }
+
+    /// The pod's bandwidth limit on its host link, when it asks for one and the
+    /// daemon enables the bandwidth manager; asked for without it, the limit is
+    /// not set and stderr says so (Cilium ignores the annotations then too).
+    fn shape(&self, host_index: u32) -> Result<(), CniError> {
+        let Some(limits) = &self.limits else {
+            return Ok(());
+        };
+        if !self.daemon_cfg.bandwidth_manager.enabled {
+            eprintln!(
+                "podnet ADD: runtimeConfig.bandwidth is not applied: the daemon runs without --enable-bandwidth-manager"
+            );
+            return Ok(());
+        }
+        let sides = self.sides;
+        let ifb = ifb_ifname(self.container_id, sides.ifname);
+        shaping::apply(
+            &sides.host_sock,
+            host_index,
+            &ifb,
+            limits,
+            self.daemon_cfg.device_mtu,
+        )
     }
 }

@@ -2,12 +2,13 @@
 
 use crate::api::client::Client;
 use crate::api::models::EndpointBatchDeleteRequest;
-use crate::datapath::RuleSpec;
+use crate::datapath::{RuleSpec, ifb_ifname};
 
+use super::super::shaping;
 use super::sides::Sides;
 
-/// Rolls an ADD back: the link pair goes with its host side, the ENI rules this
-/// attempt added are removed, and the addresses are released through the daemon.
+/// Rolls an ADD back: the link pair goes with its host side, the pod's IFB
+/// device (its bandwidth limit) with it, the ENI rules this attempt added are removed, and the addresses are released through the daemon.
 /// Failures are logged; the expiration timer is the last resort for an address
 /// that could not be released, and the daemon's next start removes rules of
 /// addresses no pod holds.
@@ -15,6 +16,9 @@ pub(super) fn undo(client: &Client, sides: &Sides<'_>, added_rules: &[RuleSpec],
     let (host_sock, host_name) = (&sides.host_sock, sides.host_name.as_str());
     if let Err(e) = host_sock.delete_link_by_name(host_name) {
         tracing::warn!(error = %e, "rollback: could not delete {host_name}");
+    }
+    if let Err(e) = shaping::remove_ifb(host_sock, &ifb_ifname(cid, sides.ifname)) {
+        tracing::warn!(error = %e.msg, "rollback: could not delete the pod's IFB device");
     }
     for rule in added_rules {
         match host_sock.delete_rule(rule) {
