@@ -2,8 +2,9 @@
 //! passes for a Pod's `kubernetes.io/ingress-bandwidth` and
 //! `kubernetes.io/egress-bandwidth` annotations (`ingressRate`/`egressRate` in
 //! bits/s, `ingressBurst`/`egressBurst` in bits; containerd and CRI-O send a
-//! burst of `u32::MAX` bits with every rate). Parsed and checked here, pure:
-//! a bad value is code 7 naming the field and the value.
+//! burst of `u32::MAX` bits with every rate: the annotations have no burst, so
+//! that value means none was asked, and the bucket is podnet's default). Parsed
+//! and checked here, pure: a bad value is code 7 naming the field and the value.
 
 use serde_json::Value;
 
@@ -15,6 +16,14 @@ pub const MIN_RATE_BITS: u64 = 1_000;
 pub const MAX_RATE_BITS: u64 = 1_000_000_000_000_000;
 /// The largest bucket: `u32::MAX` bytes (the kernel's TBF bucket is a `u32`).
 pub const MAX_BURST_BITS: u64 = u32::MAX as u64 * 8;
+/// The burst containerd and CRI-O send with every rate, the annotations having
+/// none: taken as "no burst asked". Honoured, it would be a 512 MiB bucket: a pod
+/// limited to 10 Mbit/s would send 512 MiB at full speed after each idle spell.
+pub const RUNTIME_UNSET_BURST_BITS: u64 = u32::MAX as u64;
+/// The default bucket's time at the rate (the queue's, as the reference plugin's).
+const DEFAULT_BUCKET_MILLIS: u64 = 25;
+/// The default bucket's floor: 128 KiB holds one packet of any MTU.
+const DEFAULT_BUCKET_MIN_BYTES: u32 = 128 * 1024;
 /// Where the request's fields live, for error messages.
 const FIELD: &str = "runtimeConfig.bandwidth";
 
@@ -38,8 +47,16 @@ impl Shape {
         self.rate_bits / 8
     }
 
-    /// The bucket in bytes (fits: the burst is at most [`MAX_BURST_BITS`]).
+    /// The bucket in bytes: the asked burst (it fits: at most
+    /// [`MAX_BURST_BITS`]), or, for [`RUNTIME_UNSET_BURST_BITS`], 25 ms at the
+    /// rate and at least 128 KiB.
     pub fn burst_bytes(&self) -> u32 {
+        if self.burst_bits == RUNTIME_UNSET_BURST_BITS {
+            let at_rate = self.rate_bytes().saturating_mul(DEFAULT_BUCKET_MILLIS) / 1000;
+            return u32::try_from(at_rate)
+                .unwrap_or(u32::MAX)
+                .max(DEFAULT_BUCKET_MIN_BYTES);
+        }
         u32::try_from(self.burst_bits / 8).unwrap_or(u32::MAX)
     }
 }
@@ -168,7 +185,30 @@ mod tests {
         assert_eq!(l.ingress, Some(s(10_000_000)));
         assert_eq!(l.egress, Some(s(1_000_000)));
         assert_eq!(l.ingress.unwrap().rate_bytes(), 1_250_000);
-        assert_eq!(l.ingress.unwrap().burst_bytes(), 536_870_911);
+        // No burst asked: the default bucket, never the runtime's 512 MiB.
+        assert_eq!(l.ingress.unwrap().burst_bytes(), 131_072);
+    }
+
+    #[test]
+    fn the_default_bucket_is_25_ms_at_the_rate_and_at_least_128_kib() {
+        let bucket = |rate_bits| {
+            Shape {
+                rate_bits,
+                burst_bits: CONTAINERD_BURST,
+            }
+            .burst_bytes()
+        };
+        assert_eq!(bucket(MIN_RATE_BITS), 131_072);
+        assert_eq!(bucket(10_000_000), 131_072);
+        assert_eq!(bucket(100_000_000), 312_500);
+        assert_eq!(bucket(1_000_000_000), 3_125_000);
+        assert_eq!(bucket(MAX_RATE_BITS), u32::MAX);
+        // Any other burst is honoured as asked, one bit below the runtimes' too.
+        let asked = Shape {
+            rate_bits: 10_000_000,
+            burst_bits: CONTAINERD_BURST - 1,
+        };
+        assert_eq!(asked.burst_bytes(), 536_870_911);
     }
 
     #[test]
