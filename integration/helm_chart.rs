@@ -123,6 +123,8 @@ fn a_cilium_values_file_sets_podnets_options() {
         ("log-level", "debug"),
         ("prometheus-serve-addr", "127.0.0.1:9962"),
         ("cni-exclusive", "true"),
+        // Cilium's `auto`: the pods have IPv4.
+        ("underlay-protocol", "ipv4"),
     ];
     for (key, want) in expected {
         assert_eq!(
@@ -161,6 +163,64 @@ fn a_cilium_values_file_sets_podnets_options() {
         agent["containers"][0]["image"].as_str(),
         Some("ghcr.io/podnet/podnet:0.1.0")
     );
+}
+
+/// The other types Cilium's chart takes for a value render as their usual form.
+#[test]
+fn ciliums_other_spellings_render() {
+    let Some(helm) = helm_or_skip("ciliums_other_spellings_render") else {
+        return;
+    };
+    // (the --set arguments, a ConfigMap key, its value: None = absent)
+    let cases: [(&[&str], &str, Option<&str>); 6] = [
+        (
+            &["--set-string", "autoDirectNodeRoutes=true"],
+            "auto-direct-node-routes",
+            Some("true"),
+        ),
+        (
+            &["--set-string", "autoDirectNodeRoutes=false"],
+            "auto-direct-node-routes",
+            None,
+        ),
+        (
+            &[
+                "--set-string",
+                "ipam.operator.clusterPoolIPv4PodCIDRList=10.1.0.0/16 10.2.0.0/16",
+            ],
+            "cluster-pool-ipv4-cidr",
+            Some("10.1.0.0/16 10.2.0.0/16"),
+        ),
+        (
+            &[
+                "--set",
+                "ipv4.enabled=false,ipv6.enabled=true,underlayProtocol=auto",
+            ],
+            "underlay-protocol",
+            Some("ipv6"),
+        ),
+        (
+            &["--set", "enableIPv4Masquerade=false"],
+            "enable-ipv4-masquerade",
+            Some("false"),
+        ),
+        (
+            &["--set", "enableLBIPAM=false"],
+            "enable-lb-ipam",
+            Some("false"),
+        ),
+    ];
+    for (args, key, want) in cases {
+        let out = template(&helm, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+        let docs = documents(&String::from_utf8_lossy(&out.stdout));
+        let data = &find(&docs, "ConfigMap", "podnet-config")["data"];
+        assert_eq!(
+            data.get(key).and_then(Value::as_str),
+            want,
+            "{args:?}: {data:?}"
+        );
+    }
 }
 
 #[test]
@@ -269,6 +329,7 @@ fn each_kind_of_bad_value_fails_naming_it() {
         "encryption.enabled=false",
         "kubeProxyReplacement=false",
         "cni.chainingMode=none",
+        "cni.chainingMode=portmap",
     ] {
         let out = template(&helm, &["--set", set]);
         assert!(out.status.success(), "--set {set}: {}", text(&out));

@@ -18,6 +18,23 @@ docs/helm.md, "Cilium values podnet does not implement".
 {{- end }}
 
 {{/*
+A cluster pool's CIDRs, space-separated: Cilium's chart takes a list or a
+string (written as it is).
+*/}}
+{{- define "podnet.cidrList" -}}
+{{- if kindIs "string" . }}{{ . }}{{ else }}{{ join " " . }}{{ end }}
+{{- end }}
+
+{{/*
+underlay-protocol: ipv4 or ipv6 as set; Cilium's "" and "auto" (its default)
+become the family the pods use, IPv4 when they use both.
+*/}}
+{{- define "podnet.underlay" -}}
+{{- if has .Values.underlayProtocol (list "ipv4" "ipv6") }}{{ .Values.underlayProtocol }}
+{{- else if .Values.ipv4.enabled }}ipv4{{ else }}ipv6{{ end }}
+{{- end }}
+
+{{/*
 auto-create-cilium-pod-ip-pools in Cilium's grammar, one pool a word:
 `<pool>=ipv4-cidrs:<cidr>,<cidr>;ipv4-mask-size:<n>;ipv6-cidrs:...;ipv6-mask-size:<n>`.
 */}}
@@ -59,11 +76,11 @@ policy, a chained CNI replaced). Each fails with what to do.
   "encryption.enabled" "podnet does not encrypt pod traffic between nodes (no WireGuard or IPsec): with it left out, traffic you asked to encrypt would cross the network in clear"
   "kubeProxyReplacement" "podnet does not implement Services: keep kube-proxy running and leave this unset or false"
   "hostFirewall.enabled" "podnet enforces no host policies: the host firewall you asked for would not exist"
-  "cni.chainingMode" "podnet is the primary CNI, not a chained plugin: it would replace the CNI config of the plugin you chain after (cni-exclusive)"
+  "cni.chainingMode" "podnet is the primary CNI, not a chained plugin (it chains portmap itself): it would replace the CNI config of the plugin you chain after (cni-exclusive)"
 }}
 {{- range $path := keys $refused | sortAlpha }}
 {{- $v := (include "podnet.lookupValue" (dict "values" $values "path" $path) | fromJson).v }}
-{{- if not (has (toString $v) (list "" "false" "<nil>" "none" "disabled")) }}
+{{- if not (has (toString $v) (list "" "false" "<nil>" "none" "disabled" "portmap")) }}
 {{- fail (printf "%s=%v is refused: %s (docs/helm.md)" $path $v (get $refused $path)) }}
 {{- end }}
 {{- end }}
@@ -82,7 +99,7 @@ set to something other than off (NOTES.txt lists them).
 {{- define "podnet.ignored" -}}
 {{- $values := .Values | toJson | fromJson }}
 {{- $found := list }}
-{{- range $path := list "bandwidthManager.enabled" "bandwidthManager.bbr" "hubble.enabled" "hubble.relay.enabled" "hubble.ui.enabled" "l7Proxy" "envoy.enabled" "ipMasqAgent.enabled" "bpf.masquerade" "bpf.datapathMode" "egressGateway.enabled" "bgpControlPlane.enabled" "gatewayAPI.enabled" "l2podAnnouncements.enabled" "localRedirectPolicy" "clustermesh.useAPIServer" "nodePort.enabled" "socketLB.enabled" "externalIPs.enabled" "hostPort.enabled" "image.useDigest" "k8sServiceHost" "prometheus.serviceMonitor.enabled" "operator.prometheus.serviceMonitor.enabled" }}
+{{- range $path := list "bandwidthManager.enabled" "bandwidthManager.bbr" "hubble.enabled" "hubble.relay.enabled" "hubble.ui.enabled" "l7Proxy" "envoy.enabled" "ipMasqAgent.enabled" "bpf.masquerade" "bpf.datapathMode" "egressGateway.enabled" "bgpControlPlane.enabled" "gatewayAPI.enabled" "l2podAnnouncements.enabled" "localRedirectPolicy" "localRedirectPolicies.enabled" "clustermesh.useAPIServer" "authentication.mutual.spire.enabled" "nodePort.enabled" "socketLB.enabled" "externalIPs.enabled" "hostPort.enabled" "image.useDigest" "k8sServiceHost" "prometheus.serviceMonitor.enabled" "operator.prometheus.serviceMonitor.enabled" }}
 {{- $v := (include "podnet.lookupValue" (dict "values" $values "path" $path) | fromJson).v }}
 {{- if not (has (toString $v) (list "" "false" "<nil>" "veth" "disabled" "0")) }}
 {{- $found = append $found (printf "%s=%v" $path $v) }}
