@@ -67,7 +67,10 @@ demo:
 # that exist; and the unit tests of the soak's driver (scripts/lib/soak/test_*.py);
 # and shellcheck on the shell scripts (scripts/, scripts/lib/*.sh, .ci/run);
 # and the source's limits (lint/: the checker of function length and its tests, and
-# the crate-wide check that no function outside tests is over 100 lines).
+# the crate-wide check that no function outside tests is over 100 lines);
+# and the Helm chart: helm lint, and deploy/ equal to the chart rendered with its
+# defaults (scripts/render-deploy --check; helm from scripts/k8s-binaries).
+HELM ?= $(or $(PODNET_K8S_DIR),$(or $(HOME),/root)/.cache/podnet-k8s)/bin/helm
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
@@ -75,6 +78,8 @@ lint:
 	shellcheck $$(bash scripts/shell-scripts)
 	cd scripts/lib/soak && python3 -m unittest -q test_cluster
 	$(CARGO) test --test lint_limits
+	$(HELM) lint --strict charts/podnet
+	PODNET_HELM=$(HELM) bash scripts/render-deploy --check
 
 clean:
 	$(CARGO) clean

@@ -26,6 +26,7 @@ mod delegated;
 mod duplicates;
 mod external_modes;
 mod extra_cidrs;
+mod helm_chart;
 mod install;
 mod journal_faults;
 mod journal_formats;
