@@ -248,11 +248,11 @@ fn pod_bandwidth_limits_across_nodes() {
     let neighbour = limited_10.expect("the 10 Mbit/s pod");
     let rounds = env_or("BENCH_ROUNDS", 3usize);
     let seconds = env_or("BENCH_SECONDS", 5u32);
+    // The neighbour sends for longer than the measured rounds take.
+    let span = (seconds + 2) * rounds as u32 + 2;
+    let (neighbour_ns, ip) = (&neighbour.ns, server_ip.as_str());
     let busy = std::thread::scope(|s| {
-        // The neighbour sends for longer than the measured rounds take.
-        let span = (seconds + 2) * rounds as u32 + 2;
-        let ip = server_ip.as_str();
-        let background = s.spawn(|| iperf_for(&neighbour.ns, ip, NEIGHBOUR_PORT, false, span));
+        let background = s.spawn(move || iperf_for(neighbour_ns, ip, NEIGHBOUR_PORT, false, span));
         std::thread::sleep(Duration::from_secs(1));
         let v = median(
             (0..rounds)

@@ -118,6 +118,7 @@ fn a_cilium_values_file_sets_podnets_options() {
         ("enable-ipv6-masquerade", "false"),
         ("enable-policy", "default"),
         ("enable-l2-announcements", "true"),
+        ("enable-bandwidth-manager", "true"),
         ("enable-node-ipam", "true"),
         ("mtu", "1450"),
         ("log-level", "debug"),
@@ -133,10 +134,11 @@ fn a_cilium_values_file_sets_podnets_options() {
             "ConfigMap key {key}: {data:?}"
         );
     }
-    // Not implemented: nothing written (the agent has no such option).
-    for key in ["enable-bandwidth-manager", "enable-ipv4-masquerade"] {
-        assert!(data.get(key).is_none(), "ConfigMap has {key}: {data:?}");
-    }
+    // On, the agent's default: nothing written.
+    assert!(
+        data.get("enable-ipv4-masquerade").is_none(),
+        "ConfigMap has enable-ipv4-masquerade: {data:?}"
+    );
 
     let operator = &find(&docs, "Deployment", "podnet-operator")["spec"];
     assert_eq!(operator["replicas"].as_u64(), Some(3), "{operator:?}");
@@ -248,7 +250,6 @@ fn the_notes_list_the_cilium_values_podnet_ignores() {
         .map(|(_, n)| n)
         .unwrap_or_else(|| panic!("no NOTES in:\n{stdout}"));
     for set in [
-        "bandwidthManager.enabled=true",
         "hubble.enabled=true",
         "hubble.relay.enabled=true",
         "bpf.masquerade=true",
@@ -259,6 +260,7 @@ fn the_notes_list_the_cilium_values_podnet_ignores() {
     }
     // Off, or podnet's own setting: not listed.
     for unset in [
+        "bandwidthManager.enabled",
         "hubble.ui.enabled",
         "bpf.datapathMode",
         "kubeProxyReplacement",

@@ -99,7 +99,7 @@ set to something other than off (NOTES.txt lists them).
 {{- define "podnet.ignored" -}}
 {{- $values := .Values | toJson | fromJson }}
 {{- $found := list }}
-{{- range $path := list "bandwidthManager.enabled" "bandwidthManager.bbr" "hubble.enabled" "hubble.relay.enabled" "hubble.ui.enabled" "l7Proxy" "envoy.enabled" "ipMasqAgent.enabled" "bpf.masquerade" "bpf.datapathMode" "egressGateway.enabled" "bgpControlPlane.enabled" "gatewayAPI.enabled" "l2podAnnouncements.enabled" "localRedirectPolicy" "localRedirectPolicies.enabled" "clustermesh.useAPIServer" "authentication.mutual.spire.enabled" "nodePort.enabled" "socketLB.enabled" "externalIPs.enabled" "hostPort.enabled" "image.useDigest" "k8sServiceHost" "prometheus.serviceMonitor.enabled" "operator.prometheus.serviceMonitor.enabled" }}
+{{- range $path := list "bandwidthManager.bbr" "hubble.enabled" "hubble.relay.enabled" "hubble.ui.enabled" "l7Proxy" "envoy.enabled" "ipMasqAgent.enabled" "bpf.masquerade" "bpf.datapathMode" "egressGateway.enabled" "bgpControlPlane.enabled" "gatewayAPI.enabled" "l2podAnnouncements.enabled" "localRedirectPolicy" "localRedirectPolicies.enabled" "clustermesh.useAPIServer" "authentication.mutual.spire.enabled" "nodePort.enabled" "socketLB.enabled" "externalIPs.enabled" "hostPort.enabled" "image.useDigest" "k8sServiceHost" "prometheus.serviceMonitor.enabled" "operator.prometheus.serviceMonitor.enabled" }}
 {{- $v := (include "podnet.lookupValue" (dict "values" $values "path" $path) | fromJson).v }}
 {{- if not (has (toString $v) (list "" "false" "<nil>" "veth" "disabled" "0")) }}
 {{- $found = append $found (printf "%s=%v" $path $v) }}
