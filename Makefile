@@ -185,6 +185,13 @@ bench-l2: image
 	bash scripts/k8s-binaries >/dev/null
 	bash scripts/bench-l2
 
+# Pod bandwidth limits (root): 10 and 100 Mbit/s pods across two nodes, podnet's
+# shaping against the reference bandwidth plugin chained after podnet, with iperf3;
+# ADD latency with the option off and on (scripts/bench-bandwidth, BENCHMARKS.md).
+.PHONY: bench-bandwidth
+bench-bandwidth:
+	bash scripts/bench-bandwidth
+
 # A real multi-node cluster (root): a control plane and PODNET_CLUSTER_NODES
 # (default 3) nodes, each a kubelet + a runtime (PODNET_CLUSTER_RUNTIMES; default
 # containerd 2, CRI-O, containerd 1.6) + kube-proxy in network and mount namespaces
