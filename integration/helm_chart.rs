@@ -16,7 +16,7 @@ use crate::k8s::bin_dir;
 
 /// The helm binary: `PODNET_HELM`, else scripts/k8s-binaries' bin/helm. None (the
 /// test failed, or skipped under PODNET_ALLOW_SKIPS) when it is missing.
-fn helm_or_skip(test: &str) -> Option<PathBuf> {
+pub fn helm_or_skip(test: &str) -> Option<PathBuf> {
     let helm = match std::env::var_os("PODNET_HELM") {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => bin_dir().join("helm"),

@@ -23,6 +23,7 @@ use crate::scripted::*;
 mod dual_stack;
 mod extra_cidrs;
 mod faults;
+mod helm;
 mod l2;
 mod leaks;
 mod policy;
@@ -694,4 +695,65 @@ fn busybox_on(name: &str, node: &str) -> String {
     "containers": [{{"name": "busybox", "image": "localhost/busybox:1.35",
       "imagePullPolicy": "Never", "command": ["/bin/busybox", "sleep", "86400"]}}]}}}}"#
     )
+}
+
+/// The pingers' interval, seconds.
+const PING_INTERVAL: &str = "0.2";
+
+/// Each pod of `placed` pings the first pod of another node every 0.2 s, in the
+/// background inside the pod (it outlives the exec), its statistics to /ping.log
+/// on SIGINT: (pod, the address it pings).
+fn start_pingers(cluster: &Cluster, placed: &[(String, String, String)]) -> Vec<(String, String)> {
+    let mut pingers = Vec::new();
+    for (pod, node, _) in placed {
+        let (_, _, to) = placed
+            .iter()
+            .find(|(_, n, _)| n != node)
+            .expect("a pod on another node");
+        let start = format!(
+            "/bin/busybox ping -i {PING_INTERVAL} {to} > /ping.log 2>&1 & echo $! > /ping.pid"
+        );
+        cluster
+            .exec(pod, &["/bin/busybox", "sh", "-c", &start])
+            .unwrap_or_else(|e| panic!("starting {pod}'s pinger: {e}"));
+        let alive = "/bin/busybox sleep 1; kill -0 $(/bin/busybox cat /ping.pid)";
+        cluster
+            .exec(pod, &["/bin/busybox", "sh", "-c", alive])
+            .unwrap_or_else(|e| panic!("{pod}'s pinger did not outlive its exec: {e}"));
+        pingers.push((pod.clone(), to.clone()));
+    }
+    pingers
+}
+
+/// Stops the pingers of [`start_pingers`]: (pod, address, sent, received), each
+/// having sent at least 10 (it spanned what it watched).
+fn stop_pingers(
+    cluster: &Cluster,
+    pingers: &[(String, String)],
+) -> Vec<(String, String, u64, u64)> {
+    let mut counts = Vec::new();
+    for (pod, to) in pingers {
+        let stop = "kill -INT $(/bin/busybox cat /ping.pid); /bin/busybox sleep 1; /bin/busybox cat /ping.log";
+        let log = cluster
+            .exec(pod, &["/bin/busybox", "sh", "-c", stop])
+            .unwrap_or_else(|e| panic!("stopping {pod}'s pinger: {e}"));
+        let (sent, received) = ping_counts(&log)
+            .unwrap_or_else(|| panic!("{pod}'s ping to {to}: no statistics in {log}"));
+        eprintln!("{pod} -> {to}: {sent} sent, {received} received");
+        assert!(
+            sent >= 10,
+            "{pod}'s pinger ran only {sent} pings: it did not span what it watched"
+        );
+        counts.push((pod.clone(), to.clone(), sent, received));
+    }
+    counts
+}
+
+/// Transmitted and received of a busybox ping's statistics line.
+fn ping_counts(log: &str) -> Option<(u64, u64)> {
+    let line = log.lines().find(|l| l.contains("packets transmitted"))?;
+    let mut numbers = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|n| !n.is_empty());
+    Some((numbers.next()?.parse().ok()?, numbers.next()?.parse().ok()?))
 }

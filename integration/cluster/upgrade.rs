@@ -10,8 +10,6 @@ use super::*;
 const IMAGE: &str = "ghcr.io/podnet/podnet:0.1.0";
 /// The rolling update's image: the same build under a second tag, on every node.
 const NEXT_IMAGE: &str = "ghcr.io/podnet/podnet:0.1.0-next";
-/// The pingers' interval, seconds.
-const PING_INTERVAL: &str = "0.2";
 
 /// The containers' images of the pods `selector` picks in kube-system, by pod.
 fn images(cluster: &Cluster, selector: &str) -> BTreeMap<String, Vec<String>> {
@@ -28,15 +26,6 @@ fn images(cluster: &Cluster, selector: &str) -> BTreeMap<String, Vec<String>> {
             Some((p["metadata"]["name"].as_str()?.to_string(), images))
         })
         .collect()
-}
-
-/// Transmitted and received of a busybox ping's statistics line.
-fn ping_counts(log: &str) -> Option<(u64, u64)> {
-    let line = log.lines().find(|l| l.contains("packets transmitted"))?;
-    let mut numbers = line
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|n| !n.is_empty());
-    Some((numbers.next()?.parse().ok()?, numbers.next()?.parse().ok()?))
 }
 
 /// `kubectl set image` of every container (the init container too) of podnet's
@@ -67,26 +56,7 @@ fn a_rolling_update_of_podnet_changes_no_address_and_loses_no_ping() {
         .map(|n| (n.clone(), node_cidrs(&cluster, &n)))
         .collect();
 
-    // Each pod pings the first pod of another node, in the background inside
-    // the pod (it outlives the exec), its statistics to /ping.log on SIGINT.
-    let mut pingers = Vec::new();
-    for (pod, node, _) in &before {
-        let (_, _, to) = before
-            .iter()
-            .find(|(_, n, _)| n != node)
-            .expect("a pod on another node");
-        let start = format!(
-            "/bin/busybox ping -i {PING_INTERVAL} {to} > /ping.log 2>&1 & echo $! > /ping.pid"
-        );
-        cluster
-            .exec(pod, &["/bin/busybox", "sh", "-c", &start])
-            .unwrap_or_else(|e| panic!("starting {pod}'s pinger: {e}"));
-        let alive = "/bin/busybox sleep 1; kill -0 $(/bin/busybox cat /ping.pid)";
-        cluster
-            .exec(pod, &["/bin/busybox", "sh", "-c", alive])
-            .unwrap_or_else(|e| panic!("{pod}'s pinger did not outlive its exec: {e}"));
-        pingers.push((pod.clone(), to.clone()));
-    }
+    let pingers = start_pingers(&cluster, &before);
 
     // Every node's runtime (containerd: ctr images tag; CRI-O: skopeo copy).
     cluster.script_ok(&["tag", IMAGE, NEXT_IMAGE]);
@@ -135,18 +105,7 @@ fn a_rolling_update_of_podnet_changes_no_address_and_loses_no_ping() {
     );
     eprintln!("the Lease passed from {old_leader} to {new_leader}");
 
-    for (pod, to) in &pingers {
-        let stop = "kill -INT $(/bin/busybox cat /ping.pid); /bin/busybox sleep 1; /bin/busybox cat /ping.log";
-        let log = cluster
-            .exec(pod, &["/bin/busybox", "sh", "-c", stop])
-            .unwrap_or_else(|e| panic!("stopping {pod}'s pinger: {e}"));
-        let (sent, received) = ping_counts(&log)
-            .unwrap_or_else(|| panic!("{pod}'s ping to {to}: no statistics in {log}"));
-        eprintln!("{pod} -> {to}: {sent} sent, {received} received during the update");
-        assert!(
-            sent >= 10,
-            "{pod}'s pinger ran only {sent} pings: it did not span the update"
-        );
+    for (pod, to, sent, received) in stop_pingers(&cluster, &pingers) {
         assert!(
             sent - received <= NODES as u64,
             "{pod} -> {to}: {} pings lost during the update ({sent} sent), more than one per node",

@@ -1,0 +1,192 @@
+//! podnet installed, upgraded and removed with the real `helm` (v4, built by
+//! scripts/k8s-binaries) instead of `kubectl apply -f deploy/`: the chart in
+//! charts/podnet on the cluster, a routing mode changed by `helm upgrade` under
+//! cross-node pings, and `helm uninstall` taking podnet off every node.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Output;
+
+use super::*;
+use crate::helm_chart::helm_or_skip;
+
+/// `helm ARGS` in the control plane's namespace as the cluster's admin.
+fn helm(cluster: &Cluster, bin: &Path, args: &[&str]) -> Output {
+    let kubeconfig = cluster.dir().join("pki/admin.kubeconfig");
+    let mut all = vec![
+        "exec",
+        "cp",
+        bin.to_str().expect("the helm path is UTF-8"),
+        "--kubeconfig",
+        kubeconfig.to_str().expect("the cluster's path is UTF-8"),
+    ];
+    all.extend_from_slice(args);
+    cluster.script_ok(&all)
+}
+
+/// What podnet leaves on `node` that `helm uninstall` must take away: its CNI
+/// config and its masquerade and source check tables (the policy table stays
+/// by design: docs/helm.md).
+fn podnet_on_node(cluster: &Cluster, node: &str) -> Vec<String> {
+    let mut left = Vec::new();
+    let conf = cluster.script(&["exec", node, "ls", "/etc/cni/net.d"]);
+    let listing = String::from_utf8_lossy(&conf.stdout).to_string();
+    left.extend(
+        listing
+            .lines()
+            .filter(|f| f.contains("podnet"))
+            .map(|f| format!("/etc/cni/net.d/{f}")),
+    );
+    let tables = cluster.script(&["exec", node, "nft", "list", "tables"]);
+    let tables = String::from_utf8_lossy(&tables.stdout).to_string();
+    for wanted in ["ip podnet", "ip6 podnet", "inet podnet_source"] {
+        if tables
+            .lines()
+            .any(|l| l.trim() == format!("table {wanted}"))
+        {
+            left.push(format!("nft table {wanted}"));
+        }
+    }
+    left
+}
+
+/// `helm install` of charts/podnet with its defaults (as `deploy/` is: tunnel
+/// mode), pods on every node; `helm upgrade --set routingMode=native --set
+/// autoDirectNodeRoutes=true --set ipv4NativeRoutingCIDR=... --set
+/// rollOutCiliumPods=true` while each pod pings a pod on another node: the agents
+/// roll one node at a time and come back in native routing (no tunnel device),
+/// no pod changes address or restarts, no ping is lost beyond one per agent
+/// restarted; then `helm uninstall`: every node's CNI config and masquerade and
+/// source check tables gone, the CRDs kept.
+#[test]
+fn helm_installs_upgrades_to_native_routing_and_uninstalls() {
+    let test = "helm_installs_upgrades_to_native_routing_and_uninstalls";
+    let Some(bin) = helm_or_skip(test) else {
+        return;
+    };
+    let Some(cluster) = Cluster::start(test) else {
+        return;
+    };
+    let chart = repo().join("charts/podnet");
+    let chart = chart.to_str().expect("the repo path is UTF-8");
+    helm(
+        &cluster,
+        &bin,
+        &["install", "podnet", chart, "--namespace", "kube-system"],
+    );
+    cluster.wait_nodes_ready();
+    cluster.apply(&spread_deployment("spread", REPLICAS));
+    let before = cluster.wait_for(
+        "every spread pod Ready",
+        || {
+            let pods = cluster.pods("default", "app=spread");
+            let all = pods.len() == REPLICAS && pods.iter().all(ready);
+            all.then(|| placed(&cluster, "spread"))
+        },
+        || cluster.describe("default"),
+    );
+    for node in node_names() {
+        let links = cluster.script_ok(&["exec", &node, "ip", "-o", "link", "show"]);
+        assert!(
+            String::from_utf8_lossy(&links.stdout).contains("podnet_vxlan"),
+            "{node}: no tunnel device in tunnel mode"
+        );
+    }
+    let agents_before: BTreeMap<String, String> = cluster.agents();
+
+    let pingers = start_pingers(&cluster, &before);
+    helm(
+        &cluster,
+        &bin,
+        &[
+            "upgrade",
+            "podnet",
+            chart,
+            "--namespace",
+            "kube-system",
+            "--reuse-values",
+            "--set",
+            "routingMode=native",
+            "--set",
+            "autoDirectNodeRoutes=true",
+            "--set",
+            "ipv4NativeRoutingCIDR=10.244.0.0/16",
+            "--set",
+            "rollOutCiliumPods=true",
+        ],
+    );
+    cluster.kubectl(&[
+        "rollout",
+        "status",
+        "-n",
+        "kube-system",
+        "ds/podnet",
+        "--timeout=300s",
+    ]);
+    let agents_after = cluster.agents();
+    for (node, agent) in &agents_before {
+        assert_ne!(
+            agents_after.get(node),
+            Some(agent),
+            "{node}'s agent was not replaced by the upgrade"
+        );
+    }
+    for node in node_names() {
+        cluster.wait_for(
+            &format!("{node} in native routing (its tunnel device gone)"),
+            || {
+                let links = cluster.script_ok(&["exec", &node, "ip", "-o", "link", "show"]);
+                (!String::from_utf8_lossy(&links.stdout).contains("podnet_vxlan")).then_some(())
+            },
+            || cluster.podnet_status(&agents_after[&node], &[]),
+        );
+    }
+    for (pod, to, sent, received) in stop_pingers(&cluster, &pingers) {
+        assert!(
+            sent - received <= NODES as u64,
+            "{pod} -> {to}: {} pings lost during the upgrade ({sent} sent), more than one per node",
+            sent - received
+        );
+    }
+    let after = placed(&cluster, "spread");
+    assert_eq!(after, before, "pods and their addresses after the upgrade");
+    for p in cluster.pods("default", "app=spread") {
+        let restarts = p["status"]["containerStatuses"][0]["restartCount"].as_u64();
+        assert_eq!(restarts, Some(0), "{} restarted", p["metadata"]["name"]);
+    }
+    cluster.kubectl(&["delete", "deployment", "spread", "--wait=true"]);
+
+    helm(
+        &cluster,
+        &bin,
+        &[
+            "uninstall",
+            "podnet",
+            "--namespace",
+            "kube-system",
+            "--wait",
+        ],
+    );
+    cluster.wait_for(
+        "every podnet pod gone",
+        || {
+            let left = cluster
+                .pods("kube-system", "app.kubernetes.io/name=podnet")
+                .len()
+                + cluster
+                    .pods("kube-system", "app.kubernetes.io/name=podnet-operator")
+                    .len();
+            (left == 0).then_some(())
+        },
+        || cluster.describe("kube-system"),
+    );
+    for node in node_names() {
+        let left = podnet_on_node(&cluster, &node);
+        assert!(left.is_empty(), "{node} after helm uninstall: {left:?}");
+    }
+    let crds = cluster.kubectl(&["get", "crd", "-o", "name"]);
+    assert!(
+        crds.contains("ciliumnodes.cilium.io"),
+        "helm uninstall removed the CRDs (they are kept): {crds}"
+    );
+}
