@@ -11,6 +11,7 @@
 
 mod address_events;
 mod answers;
+pub mod bandwidth_loop;
 mod block_wait;
 pub mod capabilities;
 mod cniconf;
