@@ -3,6 +3,7 @@
 //! one removes it; links whose ADD has not finished, other UIDs and failures.
 
 pub(super) mod fake;
+mod kernel;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
