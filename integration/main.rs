@@ -12,6 +12,7 @@ mod agent_admission;
 mod api_faults;
 mod bad_input;
 mod bandwidth;
+mod bandwidth_k8s;
 mod cluster;
 mod cnitool;
 mod config_check;
