@@ -2,8 +2,9 @@
 //! annotations read as the runtime reads them for ADD, so the loop sets what
 //! ADD set and never fights it: kubelet's `ExtractPodBandwidthResources`
 //! (a `resource.Quantity`, its value rounded up, from 1k to 1P bits/s, else
-//! refused) and containerd's and CRI-O's burst of `u32::MAX` bits with every
-//! rate (`RUNTIME_BURST_BITS`). Pure.
+//! refused), with containerd's burst of `u32::MAX` bits (`RUNTIME_BURST_BITS`;
+//! CRI-O passes `u32::MAX × 8 − 1`, which `plan` leaves alone: it compares
+//! rates). Pure.
 
 use std::fmt;
 
@@ -14,7 +15,7 @@ use crate::k8s::quantity::{self, QuantityError, Value};
 pub const INGRESS: &str = "kubernetes.io/ingress-bandwidth";
 /// The annotation of the traffic from the pod.
 pub const EGRESS: &str = "kubernetes.io/egress-bandwidth";
-/// The burst containerd and CRI-O pass with every rate, in bits.
+/// The burst containerd passes with every rate, in bits (`math.MaxUint32`).
 pub const RUNTIME_BURST_BITS: u64 = u32::MAX as u64;
 
 /// What one annotation asks for.

@@ -55,10 +55,12 @@ pub fn tbf(s: &Shape) -> TbfParams {
     TbfParams::new(s.rate_bytes(), s.burst_bytes())
 }
 
-/// Whether a reading is the TBF of `want` (rate and queue: the bucket is read
-/// back only as time).
+/// Whether a reading shapes at `want`'s rate. The rate only: the annotation
+/// names no burst, and the runtimes pass different ones (containerd
+/// `u32::MAX` bits, CRI-O `u32::MAX × 8 − 1`), so a TBF of the asked rate
+/// that ADD set with either is left alone; a new rate gets containerd's.
 fn same(reading: Option<TbfReading>, want: &TbfParams) -> bool {
-    reading.is_some_and(|r| r.rate_bytes == want.rate_bytes && r.limit_bytes == want.limit_bytes)
+    reading.is_some_and(|r| r.rate_bytes == want.rate_bytes)
 }
 
 /// The steps that make `seen` what `ingress` (to the pod) and `egress` (from

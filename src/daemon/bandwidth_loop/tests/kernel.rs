@@ -69,6 +69,25 @@ fn set_change_and_remove_on_the_kernel() {
         let seen = k.observe(HOST).unwrap().unwrap();
         assert_eq!(plan(&i10, &e1, &seen), vec![], "{seen:?}");
 
+        // CRI-O's burst (u32::MAX × 8 − 1 bits) at the same rates: left alone too.
+        let crio = |w: &Wanted| match w {
+            Wanted::Limit(s) => Some(crate::cni::bandwidth::Shape {
+                burst_bits: u64::from(u32::MAX) * 8 - 1,
+                ..*s
+            }),
+            _ => None,
+        };
+        let crio_limits = BandwidthLimits {
+            ingress: crio(&i10),
+            egress: crio(&e1),
+        };
+        assert_eq!(converge(&mut k, &Wanted::Unlimited, &Wanted::Unlimited), 3);
+        shaping::apply(&k.0, host, IFB, &crio_limits, 1500).unwrap();
+        let seen = k.observe(HOST).unwrap().unwrap();
+        // Its queue is the kernel's most (4 GiB), not containerd's 512 MiB + 25 ms.
+        assert_eq!(seen.to_pod.map(|t| t.limit_bytes), Some(u32::MAX));
+        assert_eq!(plan(&i10, &e1, &seen), vec![], "{seen:?}");
+
         // Changed: both TBFs replaced, ADD's CHECK agrees.
         let (i20, e5) = (wanted(INGRESS, Some("20M")), wanted(EGRESS, Some("500k")));
         assert_eq!(converge(&mut k, &i20, &e5), 2);

@@ -135,6 +135,28 @@ fn what_agrees_is_left_alone() {
 }
 
 #[test]
+fn another_runtimes_burst_at_the_asked_rate_is_left_alone() {
+    let crio = |rate_bits| {
+        reading(rate_bits).map(|r| TbfReading {
+            limit_bytes: u32::MAX,
+            ..r
+        })
+    };
+    let seen = Observed {
+        to_pod: crio(1_000_000),
+        ingress_qdisc: true,
+        redirect: true,
+        ifb: Some(IfbSeen {
+            ready: true,
+            tbf: crio(2_000_000),
+        }),
+    };
+    assert_eq!(plan(&limit(1_000_000), &limit(2_000_000), &seen), vec![]);
+    let steps = plan(&limit(3_000_000), &limit(2_000_000), &seen);
+    assert_eq!(steps.len(), 1, "{steps:?}");
+}
+
+#[test]
 fn the_steps_and_their_order() {
     let p = |r| {
         tbf(&Shape {
