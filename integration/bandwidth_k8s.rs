@@ -115,6 +115,20 @@ fn the_agent_follows_a_pods_bandwidth_annotations() {
     assert!(add.ok, "{add:?}");
     assert_eq!(tbf_rate(&node, &host), Some(1_250_000));
     assert_eq!(tbf_rate(&node, &ifb), Some(125_000));
+    // What kubelet does once the sandbox is up: the Pod's IPs (no kubelet here).
+    let ip = add.ipv4();
+    cp.kubectl(&[
+        "patch",
+        "pod",
+        "web",
+        "-n",
+        "default",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &format!("{{\"status\":{{\"podIP\":\"{ip}\",\"podIPs\":[{{\"ip\":\"{ip}\"}}]}}}}"),
+    ])
+    .expect_ok("patch the Pod's status");
     let shaped = |n: u32| {
         let m = node.metrics();
         m.contains(&format!("podnet_bandwidth_pods_shaped {n}"))
@@ -122,6 +136,11 @@ fn the_agent_follows_a_pods_bandwidth_annotations() {
     if !wait_for(|| shaped(1)) {
         panic!("the loop counts no pod shaped; log:\n{}", node.log());
     }
+    let status = node.podnet(&["status"]);
+    assert!(
+        status.contains("shaped (tbf qdiscs, docs/bandwidth.md); 1 local pod(s) shaped"),
+        "{status}"
+    );
 
     // Changed: both TBFs follow.
     annotate(&cp, "web", Some("20M"), Some("500k"));
@@ -155,6 +174,8 @@ fn the_agent_follows_a_pods_bandwidth_annotations() {
         tbf_rate(&node, &host).is_none() && !link_exists(&node, &ifb)
     });
     eventually("the loop counts no pod shaped", || shaped(0));
+    let status = node.podnet(&["status"]);
+    assert!(status.contains("; 0 local pod(s) shaped"), "{status}");
     assert_eq!(
         pod_events(&cp, "web")
             .lines()

@@ -4,7 +4,8 @@
 //! CNI ADD only (`plugin::shaping` shapes then), so this loop follows a
 //! change on a running pod. It watches this node's Pods (field selector
 //! `spec.nodeName`, each a `k8s::mirror::Mirror` of its [`PodView`]: the two
-//! annotations), and the daemon's node events (a pod's link appears). A pass
+//! annotations, and the pod's IPs, whose arrival says its ADD finished), the
+//! daemon's node events, and a resync every 30 s. A pass
 //! takes each local pod's host link from the daemon's ledger (as the policy
 //! loop does: `policy_loop::node_side_of`, same UID), reads the annotations as
 //! kubelet and containerd do ([`annotations`]), reads the link's qdiscs and
@@ -75,10 +76,20 @@ pub struct PodView {
     pub ingress: Option<String>,
     /// `kubernetes.io/egress-bandwidth`, when there.
     pub egress: Option<String>,
+    /// `status.podIPs`: kubelet writes them once the pod's ADD has finished,
+    /// so their change wakes a pass that finds the new pod's link wired.
+    pub ips: Vec<String>,
 }
 
 impl PodView {
     pub fn from_k8s(pod: Pod) -> PodView {
+        let ips = pod
+            .status
+            .and_then(|s| s.pod_ips)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|ip| ip.ip)
+            .collect();
         let meta = pod.metadata;
         let mut annotations = meta.annotations.unwrap_or_default();
         PodView {
@@ -87,6 +98,7 @@ impl PodView {
             uid: meta.uid,
             ingress: annotations.remove(INGRESS),
             egress: annotations.remove(EGRESS),
+            ips,
         }
     }
 }
@@ -320,6 +332,7 @@ impl Node for DaemonNode {
     }
 
     async fn report(&self, shaped: usize, invalid: usize) {
+        self.0.set_bandwidth_shaped(shaped as u64);
         let _ = self
             .0
             .with_state(move |s| {

@@ -74,6 +74,7 @@ pub(super) async fn serve(s: Serving) -> Result<(), StartError> {
         policy: Mutex::new(None),
         policy_explanations: std::sync::RwLock::new(None),
         l2: std::sync::OnceLock::new(),
+        bandwidth_shaped: Mutex::new(None),
     });
     daemon.arm_timers(s.timers);
     if let Some(check) = leak_check {

@@ -73,6 +73,7 @@ fn pod(name: &str, uid: &str, ingress: Option<&str>, egress: Option<&str>) -> Po
         uid: Some(uid.into()),
         ingress: ingress.map(str::to_string),
         egress: egress.map(str::to_string),
+        ips: Vec::new(),
     }
 }
 
@@ -310,8 +311,16 @@ fn the_view_reads_the_two_annotations() {
         ]
         .into(),
     );
+    p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+        pod_ips: Some(vec![k8s_openapi::api::core::v1::PodIP {
+            ip: "10.0.0.5".into(),
+        }]),
+        ..Default::default()
+    });
     let v = PodView::from_k8s(p);
-    assert_eq!(v, pod("n", "u", Some("10M"), None).with_namespace("ns"));
+    let mut want = pod("n", "u", Some("10M"), None).with_namespace("ns");
+    want.ips = vec!["10.0.0.5".into()];
+    assert_eq!(v, want);
     assert_eq!(v.key(), "ns/n");
 }
 
