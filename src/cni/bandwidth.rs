@@ -1,8 +1,9 @@
 //! `runtimeConfig.bandwidth`, the CNI `bandwidth` capability: what a runtime
 //! passes for a Pod's `kubernetes.io/ingress-bandwidth` and
 //! `kubernetes.io/egress-bandwidth` annotations (`ingressRate`/`egressRate` in
-//! bits/s, `ingressBurst`/`egressBurst` in bits; containerd and CRI-O send a
-//! burst of `u32::MAX` bits with every rate). Parsed and checked here, pure:
+//! bits/s, `ingressBurst`/`egressBurst` in bits; containerd sends a burst of
+//! `u32::MAX` bits with every rate, CRI-O `u32::MAX × 8 − 1`). Parsed and
+//! checked here, pure:
 //! a bad value is code 7 naming the field and the value.
 
 use serde_json::Value;

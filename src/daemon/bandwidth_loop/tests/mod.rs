@@ -37,13 +37,16 @@ impl Node for Recorded {
     }
 }
 
+/// One write: the link and its steps.
+type Write = (String, Vec<Step>);
+
 /// Host links in memory (absent: no link or its ADD not finished); a link in
 /// `failing` fails its writes.
 #[derive(Default, Clone)]
 struct Links {
     seen: Arc<Mutex<BTreeMap<String, Observed>>>,
     failing: Arc<Mutex<Vec<String>>>,
-    writes: Arc<Mutex<Vec<(String, Vec<Step>)>>>,
+    writes: Arc<Mutex<Vec<Write>>>,
 }
 
 impl Shaper for Links {
