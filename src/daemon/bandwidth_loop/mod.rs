@@ -222,11 +222,11 @@ impl<N: Node, S: Shaper + Send + 'static> Controller for BandwidthLoop<N, S> {
                 NotShaped(plans.len())
             })?,
         };
-        let links: Vec<_> = plans
+        let wishes: Vec<_> = plans
             .iter()
             .map(|p| (p.link.clone(), p.ingress.clone(), p.egress.clone()))
             .collect();
-        let done = tokio::task::spawn_blocking(move || shape_all(shaper, links)).await;
+        let done = tokio::task::spawn_blocking(move || shape_all(shaper, wishes)).await;
         let (shaped, failed) = match done {
             Ok((shaper, shaped, failed)) => {
                 self.shaper = Some(shaper);
