@@ -11,12 +11,12 @@ use crate::harness::*;
 use podnet::datapath::{host_ifname, ifb_ifname};
 
 /// 10 Mbit/s to the pod, 1 Mbit/s from it, with containerd's burst.
-fn limits() -> Value {
+pub(crate) fn limits() -> Value {
     json!({"ingressRate": 10_000_000, "ingressBurst": 4_294_967_295u64,
            "egressRate": 1_000_000, "egressBurst": 4_294_967_295u64})
 }
 
-fn conf(node: &Node, bw: Value) -> String {
+pub(crate) fn conf(node: &Node, bw: Value) -> String {
     let mut c: Value = serde_json::from_str(&node.conf("1.1.0")).expect("conf");
     c["runtimeConfig"] = json!({"bandwidth": bw});
     c.to_string()
@@ -31,7 +31,7 @@ fn bw_node(enabled: bool) -> Node {
 }
 
 /// `tc -j <what> show dev <dev> [ingress]` in the node namespace.
-fn tc(node: &Node, what: &str, dev: &str, extra: &[&str]) -> Value {
+pub(crate) fn tc(node: &Node, what: &str, dev: &str, extra: &[&str]) -> Value {
     let mut args = vec!["tc", "-j", what, "show", "dev", dev];
     args.extend_from_slice(extra);
     let out = node.ns.exec(&args);
@@ -40,7 +40,7 @@ fn tc(node: &Node, what: &str, dev: &str, extra: &[&str]) -> Value {
 }
 
 /// The root TBF's rate (bytes/s) on `dev`, if it has one.
-fn tbf_rate(node: &Node, dev: &str) -> Option<u64> {
+pub(crate) fn tbf_rate(node: &Node, dev: &str) -> Option<u64> {
     let q = tc(node, "qdisc", dev, &[]);
     q.as_array()?
         .iter()
@@ -48,14 +48,14 @@ fn tbf_rate(node: &Node, dev: &str) -> Option<u64> {
         .and_then(|q| q["options"]["rate"].as_u64())
 }
 
-fn link_exists(node: &Node, name: &str) -> bool {
+pub(crate) fn link_exists(node: &Node, name: &str) -> bool {
     node.ns
         .exec(&["ip", "link", "show", "dev", name])
         .status
         .success()
 }
 
-fn have_tc(test: &str) -> bool {
+pub(crate) fn have_tc(test: &str) -> bool {
     if std::process::Command::new("tc").arg("-V").output().is_ok() {
         return true;
     }

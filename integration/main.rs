@@ -13,6 +13,7 @@ mod api_faults;
 mod bad_input;
 mod bandwidth;
 mod bandwidth_bench;
+mod bandwidth_k8s;
 mod cluster;
 mod cnitool;
 mod config_check;

@@ -20,6 +20,7 @@ use serde_json::Value;
 use crate::harness::*;
 use crate::scripted::*;
 
+mod bandwidth;
 mod dual_stack;
 mod extra_cidrs;
 mod faults;

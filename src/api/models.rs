@@ -194,6 +194,14 @@ pub struct DaemonConfigurationStatus {
 pub struct BandwidthManager {
     #[serde(default)]
     pub enabled: bool,
+    /// podnet: local pods shaped, as the bandwidth loop's last pass found
+    /// them (the status only, on the Kubernetes backend, once it ran).
+    #[serde(
+        rename = "pods-shaped",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pods_shaped: Option<u64>,
 }
 
 impl BandwidthManager {

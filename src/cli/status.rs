@@ -13,8 +13,8 @@ use clap::Args;
 
 use crate::api::client::Client;
 use crate::api::models::{
-    BackendStatus, ConfigCheckStatus, CrossNodeStatus, IpamStatus, L2Status, LeakCheckStatus,
-    PodCidrLine, PolicyStatus, RestoreStatus, StatusResponse, time_of,
+    BackendStatus, BandwidthManager, ConfigCheckStatus, CrossNodeStatus, IpamStatus, L2Status,
+    LeakCheckStatus, PodCidrLine, PolicyStatus, RestoreStatus, StatusResponse, time_of,
 };
 use crate::api::start_note;
 
@@ -76,10 +76,8 @@ fn print_text(status: &StatusResponse, all_addresses: bool) {
     println!("Node:       {}", ipam.node_name);
     println!("Mode:       {}", ipam.mode);
     println!("Datapath:   {}", ipam.datapath);
-    if status.bandwidth_manager.as_ref().is_some_and(|b| b.enabled) {
-        println!(
-            "Bandwidth:  pods' bandwidth annotations are shaped (tbf qdiscs, docs/bandwidth.md)"
-        );
+    if let Some(b) = status.bandwidth_manager.as_ref().filter(|b| b.enabled) {
+        println!("{}", bandwidth_line(b));
     }
     if let Some(b) = &ipam.backend {
         println!("{}", backend_line(b));
@@ -118,6 +116,16 @@ fn print_text(status: &StatusResponse, all_addresses: bool) {
 fn print_lines(lines: &[String]) {
     for line in lines {
         println!("{line}");
+    }
+}
+
+/// `Bandwidth:`, with how many local pods are shaped once the agent's
+/// bandwidth loop has counted them.
+fn bandwidth_line(b: &BandwidthManager) -> String {
+    let line = "Bandwidth:  pods' bandwidth annotations are shaped (tbf qdiscs, docs/bandwidth.md)";
+    match b.pods_shaped {
+        Some(n) => format!("{line}; {n} local pod(s) shaped"),
+        None => line.to_string(),
     }
 }
 
@@ -564,5 +572,16 @@ mod tests {
             lines[2]
         );
         assert_eq!(lines.len(), 3);
+    }
+
+    #[test]
+    fn the_bandwidth_line_counts_the_shaped_pods_once_known() {
+        let mut b = BandwidthManager {
+            enabled: true,
+            pods_shaped: None,
+        };
+        assert!(bandwidth_line(&b).ends_with("(tbf qdiscs, docs/bandwidth.md)"));
+        b.pods_shaped = Some(3);
+        assert!(bandwidth_line(&b).ends_with("docs/bandwidth.md); 3 local pod(s) shaped"));
     }
 }

@@ -1,10 +1,11 @@
 //! `runtimeConfig.bandwidth`, the CNI `bandwidth` capability: what a runtime
 //! passes for a Pod's `kubernetes.io/ingress-bandwidth` and
 //! `kubernetes.io/egress-bandwidth` annotations (`ingressRate`/`egressRate` in
-//! bits/s, `ingressBurst`/`egressBurst` in bits; containerd and CRI-O send a
-//! burst of `u32::MAX` bits with every rate: the annotations have no burst, so
-//! that value means none was asked, and the bucket is podnet's default). Parsed
-//! and checked here, pure: a bad value is code 7 naming the field and the value.
+//! bits/s, `ingressBurst`/`egressBurst` in bits; the annotations have no
+//! burst, and containerd sends `u32::MAX` bits with every rate, CRI-O
+//! `u32::MAX × 8 − 1`: either means none was asked, and the bucket is podnet's
+//! default). Parsed and checked here, pure: a bad value is code 7 naming the
+//! field and the value.
 
 use serde_json::Value;
 
@@ -16,10 +17,11 @@ pub const MIN_RATE_BITS: u64 = 1_000;
 pub const MAX_RATE_BITS: u64 = 1_000_000_000_000_000;
 /// The largest bucket: `u32::MAX` bytes (the kernel's TBF bucket is a `u32`).
 pub const MAX_BURST_BITS: u64 = u32::MAX as u64 * 8;
-/// The burst containerd and CRI-O send with every rate, the annotations having
-/// none: taken as "no burst asked". Honoured, it would be a 512 MiB bucket: a pod
-/// limited to 10 Mbit/s would send 512 MiB at full speed after each idle spell.
-pub const RUNTIME_UNSET_BURST_BITS: u64 = u32::MAX as u64;
+/// The bursts containerd (`u32::MAX` bits) and CRI-O (`u32::MAX × 8 − 1`) send
+/// with every rate, the annotations having none: taken as "no burst asked".
+/// Honoured, they would be buckets of 512 MiB and 4 GiB: a pod limited to
+/// 10 Mbit/s would send that at full speed after each idle spell.
+pub const RUNTIME_UNSET_BURSTS_BITS: [u64; 2] = [u32::MAX as u64, u32::MAX as u64 * 8 - 1];
 /// The default bucket's time at the rate (the queue's, as the reference plugin's).
 const DEFAULT_BUCKET_MILLIS: u64 = 25;
 /// The default bucket's floor: 128 KiB holds one packet of any MTU.
@@ -48,10 +50,10 @@ impl Shape {
     }
 
     /// The bucket in bytes: the asked burst (it fits: at most
-    /// [`MAX_BURST_BITS`]), or, for [`RUNTIME_UNSET_BURST_BITS`], 25 ms at the
-    /// rate and at least 128 KiB.
+    /// [`MAX_BURST_BITS`]), or, for a runtime's [`RUNTIME_UNSET_BURSTS_BITS`],
+    /// 25 ms at the rate and at least 128 KiB.
     pub fn burst_bytes(&self) -> u32 {
-        if self.burst_bits == RUNTIME_UNSET_BURST_BITS {
+        if RUNTIME_UNSET_BURSTS_BITS.contains(&self.burst_bits) {
             let at_rate = self.rate_bytes().saturating_mul(DEFAULT_BUCKET_MILLIS) / 1000;
             return u32::try_from(at_rate)
                 .unwrap_or(u32::MAX)
@@ -203,7 +205,13 @@ mod tests {
         assert_eq!(bucket(100_000_000), 312_500);
         assert_eq!(bucket(1_000_000_000), 3_125_000);
         assert_eq!(bucket(MAX_RATE_BITS), u32::MAX);
-        // Any other burst is honoured as asked, one bit below the runtimes' too.
+        // CRI-O's burst is none asked too.
+        let crio = Shape {
+            rate_bits: 10_000_000,
+            burst_bits: u32::MAX as u64 * 8 - 1,
+        };
+        assert_eq!(crio.burst_bytes(), 131_072);
+        // Any other burst is honoured as asked, one bit below containerd's too.
         let asked = Shape {
             rate_bits: 10_000_000,
             burst_bits: CONTAINERD_BURST - 1,

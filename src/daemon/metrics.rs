@@ -111,6 +111,10 @@ pub struct Metrics {
     pub l2_sent: Family<KindLabels, Counter>,
     /// L2 announcements: heartbeats by event (sent, received, refused, send-error).
     pub l2_heartbeats: Family<HeartbeatLabels, Counter>,
+    /// Pod bandwidth: local pods with a limit set (the last pass).
+    pub bandwidth_pods_shaped: Gauge,
+    /// Pod bandwidth: annotation values refused (each posted as an Event).
+    pub bandwidth_invalid_annotations: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -165,6 +169,8 @@ impl Metrics {
             l2_problems: Gauge::default(),
             l2_sent: Family::default(),
             l2_heartbeats: Family::default(),
+            bandwidth_pods_shaped: Gauge::default(),
+            bandwidth_invalid_annotations: Counter::default(),
         };
         m.register_all(&mut registry);
         Metrics { registry, ..m }
@@ -259,6 +265,16 @@ impl Metrics {
             m.policy_table_repairs.clone(),
         );
         m.register_l2(registry);
+        registry.register(
+            "bandwidth_pods_shaped",
+            "Local pods whose bandwidth annotations are shaped (tbf qdiscs), as the last pass of the bandwidth loop found them",
+            m.bandwidth_pods_shaped.clone(),
+        );
+        registry.register(
+            "bandwidth_invalid_annotations",
+            "Pod bandwidth annotation values refused (not a quantity, or outside 1k to 1P), each posted as a BandwidthInvalid Event",
+            m.bandwidth_invalid_annotations.clone(),
+        );
     }
 
     /// Counts an allocation or release.

@@ -11,6 +11,7 @@
 
 mod address_events;
 mod answers;
+pub mod bandwidth_loop;
 mod block_wait;
 pub mod capabilities;
 mod cniconf;
@@ -74,6 +75,9 @@ pub struct Daemon {
     policy_explanations: std::sync::RwLock<Option<Arc<crate::policy::Explanations>>>,
     /// The L2 announcement loop's shared part (unset: it does not run).
     l2: std::sync::OnceLock<Arc<l2_loop::Shared>>,
+    /// Local pods the bandwidth loop's last pass found shaped (None: it has
+    /// not run).
+    bandwidth_shaped: std::sync::Mutex<Option<u64>>,
 }
 
 impl Daemon {
@@ -190,6 +194,16 @@ impl Daemon {
 
     /// The NetworkPolicy loop's status, for `podnet status` (None when it does
     /// not run).
+    pub fn bandwidth_shaped(&self) -> Option<u64> {
+        *self.bandwidth_shaped.lock().ok()?
+    }
+
+    fn set_bandwidth_shaped(&self, shaped: u64) {
+        if let Ok(mut b) = self.bandwidth_shaped.lock() {
+            *b = Some(shaped);
+        }
+    }
+
     pub fn policy_status(&self) -> Option<crate::api::models::PolicyStatus> {
         self.policy.lock().ok()?.clone()
     }

@@ -360,6 +360,9 @@ async fn get_healthz(daemon: Arc<Daemon>, call: Call) -> Result<Reply, ApiError>
     }
     status.ipam.cross_node = daemon.cross_node_status();
     status.ipam.policy = daemon.policy_status();
+    if let Some(b) = status.bandwidth_manager.as_mut() {
+        b.pods_shaped = daemon.bandwidth_shaped();
+    }
     status.ipam.l2 = daemon.l2().and_then(|l| l.status());
     // File I/O stays outside the state's lock.
     status.ipam.journal_bytes = std::fs::metadata(&status.ipam.journal)

@@ -1,7 +1,8 @@
 //! Traffic control on a link, as a pod's bandwidth limit needs it: a root TBF
 //! (`tbf`), the ingress qdisc with a `u32` match-all filter whose `mirred`
 //! action redirects to an IFB device, the IFB itself, and the dumps that read
-//! them back (qdiscs, and the redirect filters' targets).
+//! them back (qdiscs, and the redirect filters' targets), and the deletes of a limit
+//! removed.
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
 use netlink_packet_route::RouteNetlinkMessage;
@@ -168,6 +169,29 @@ impl NetlinkSocket {
             ctx: Box::new(move || {
                 format!(
                     "redirecting link #{index}'s ingress to link #{target}{}",
+                    self.where_()
+                )
+            }),
+        }
+    }
+
+    /// Deletes link `index`'s root qdisc (`ingress`: its ingress qdisc, and
+    /// the filters under it), built for a [`batch`](Self::batch): a limit the
+    /// pod's annotation no longer asks for.
+    pub fn delete_qdisc_request(&self, index: u32, ingress: bool) -> Request<'_> {
+        let mut msg = TcMessage::with_index(index as i32);
+        msg.header.parent = if ingress {
+            TcHandle::INGRESS
+        } else {
+            TcHandle::ROOT
+        };
+        let which = if ingress { "ingress" } else { "root" };
+        Request {
+            msg: RouteNetlinkMessage::DelQueueDiscipline(msg),
+            flags: 0,
+            ctx: Box::new(move || {
+                format!(
+                    "deleting the {which} qdisc of link #{index}{}",
                     self.where_()
                 )
             }),

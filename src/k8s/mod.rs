@@ -10,7 +10,7 @@
 //! Pods and Events for the agent's leak check ([`node_pods`]); Pods and
 //! CiliumNodes as the duplicate check sees them ([`address_views`]); how an
 //! Event is built and posted, and what keeps Events about different values
-//! apart ([`events`]).
+//! apart ([`events`]); a `resource.Quantity` string's value ([`quantity`]).
 
 pub mod address_views;
 pub mod connect;
@@ -21,5 +21,6 @@ pub mod mirror;
 pub mod node_pods;
 pub mod objects;
 pub mod pool_watch;
+pub mod quantity;
 
 pub use discovery::{CiliumKind, DiscoveryError, resolve, resolve_waiting};

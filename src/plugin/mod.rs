@@ -13,7 +13,7 @@ mod del;
 mod delegate;
 mod gc;
 mod report;
-mod shaping;
+pub(crate) mod shaping;
 mod status;
 
 use std::io::{Read, Write};

@@ -49,9 +49,10 @@ pub fn status_response(status: NodeStatus) -> StatusResponse {
     StatusResponse {
         cilium: status_element(status.health),
         ipam,
-        bandwidth_manager: status
-            .bandwidth_manager
-            .then_some(BandwidthManager { enabled: true }),
+        bandwidth_manager: status.bandwidth_manager.then_some(BandwidthManager {
+            enabled: true,
+            pods_shaped: None,
+        }),
     }
 }
 
@@ -150,6 +151,7 @@ pub fn configuration_status(config: NodeConfig) -> DaemonConfigurationStatus {
         configured_datapath_mode: config.configured_datapath_mode.to_string(),
         node_name: config.node_name,
         bandwidth_manager: BandwidthManager {
+            pods_shaped: None,
             enabled: config.bandwidth_manager,
         },
     }

@@ -18,8 +18,8 @@ use crate::daemon::options::DaemonOptions;
 use crate::daemon::server::{self, SocketLock};
 use crate::daemon::state::{IpamState, Timer};
 use crate::daemon::{
-    Daemon, apply_node_events, crossnode, flush_outbox, keep_journal_working, l2_loop, leak_check,
-    policy_loop, source_check,
+    Daemon, apply_node_events, bandwidth_loop, crossnode, flush_outbox, keep_journal_working,
+    l2_loop, leak_check, policy_loop, source_check,
 };
 use crate::k8s::node_pods::NodePodsApi;
 use crate::node::cluster_nodes::{ClusterNodeList, watch_cluster_nodes};
@@ -74,6 +74,7 @@ pub(super) async fn serve(s: Serving) -> Result<(), StartError> {
         policy: Mutex::new(None),
         policy_explanations: std::sync::RwLock::new(None),
         l2: std::sync::OnceLock::new(),
+        bandwidth_shaped: Mutex::new(None),
     });
     daemon.arm_timers(s.timers);
     if let Some(check) = leak_check {
@@ -88,6 +89,7 @@ pub(super) async fn serve(s: Serving) -> Result<(), StartError> {
     };
     start_policy(&daemon, &s.checked.config, &mut cluster_nodes);
     start_l2_announcements(&daemon, &s.checked);
+    start_bandwidth_loop(&daemon, &s.checked, s.opts.enable_bandwidth_manager);
     if !s.opts.prometheus_serve_addr.is_empty() {
         spawn_metrics(&daemon, &s.opts.prometheus_serve_addr).await?;
     }
@@ -292,6 +294,22 @@ fn start_l2_announcements(daemon: &Arc<Daemon>, checked: &Checked) {
                 "--enable-l2-announcements: not on the embedded backend (no API server, no Services)"
             )
         }
+    }
+}
+
+/// Starts the pod bandwidth loop when `--enable-bandwidth-manager` asks (the
+/// Kubernetes backend: on the embedded one a limit is set at ADD only).
+fn start_bandwidth_loop(daemon: &Arc<Daemon>, checked: &Checked, enabled: bool) {
+    if !enabled {
+        return;
+    }
+    if let BackendKind::Kubernetes { kubeconfig } = &checked.config.backend {
+        let node = checked.node_name.clone();
+        tokio::spawn(bandwidth_loop::run(
+            daemon.clone(),
+            kubeconfig.clone(),
+            node,
+        ));
     }
 }
 

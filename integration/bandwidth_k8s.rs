@@ -1,0 +1,194 @@
+//! The agent's bandwidth loop against a real kube-apiserver with the real
+//! daemon (running with the agent's own service account token, so
+//! deploy/agent-rbac.yaml is what it may do): ADD shapes a pod from its
+//! `runtimeConfig.bandwidth` as containerd passes it; changing the Pod's
+//! annotations changes its TBFs; a bad value is a `BandwidthInvalid` Event on
+//! the Pod and keeps the shaping; removing the annotations removes it (and
+//! the IFB). The qdiscs are read with `tc` in the node namespace.
+
+use crate::bandwidth::{conf, have_tc, limits, link_exists, tbf_rate};
+use crate::harness::*;
+use crate::k8s::ControlPlane;
+use crate::k8s_backend::{create_node, eventually, jsonpath, k8s_node};
+use podnet::datapath::{host_ifname, ifb_ifname};
+
+const INGRESS: &str = "kubernetes.io/ingress-bandwidth";
+const EGRESS: &str = "kubernetes.io/egress-bandwidth";
+
+/// The Events on Pod `default/<pod>`: `reason|message` each.
+fn pod_events(cp: &ControlPlane, pod: &str) -> String {
+    cp.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        &format!("involvedObject.kind=Pod,involvedObject.name={pod}"),
+        "-o",
+        "jsonpath={range .items[*]}{.reason}|{.message}{\"\\n\"}{end}",
+    ])
+    .expect_ok("get events")
+}
+
+/// Sets (or, with `None`, removes) the Pod's two annotations.
+fn annotate(cp: &ControlPlane, pod: &str, ingress: Option<&str>, egress: Option<&str>) {
+    let arg = |key: &str, v: Option<&str>| match v {
+        Some(v) => format!("{key}={v}"),
+        None => format!("{key}-"),
+    };
+    cp.kubectl(&[
+        "annotate",
+        "--overwrite",
+        "-n",
+        "default",
+        "pod",
+        pod,
+        &arg(INGRESS, ingress),
+        &arg(EGRESS, egress),
+    ])
+    .expect_ok("annotate");
+}
+
+/// Waits up to 30 s for `f`.
+fn wait_for(f: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    false
+}
+
+#[test]
+fn the_agent_follows_a_pods_bandwidth_annotations() {
+    let test = "k8s_bandwidth_annotations";
+    if !have_tc(test) {
+        return;
+    }
+    let Some(cp) = ControlPlane::start(test) else {
+        return;
+    };
+    cp.install_crds();
+    cp.kubectl(&[
+        "apply",
+        "-f",
+        &repo_path("deploy/agent-rbac.yaml").to_string_lossy(),
+    ])
+    .expect_ok("apply deploy/agent-rbac.yaml");
+    let ns = cp.add_node_ns("kbw-1");
+    create_node(&cp, &ns, &["10.244.11.0/24"]);
+    let name = ns.name.clone();
+    cp.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: podnet-agent, namespace: kube-system}}\n\
+         spec:\n  nodeName: {name}\n  serviceAccountName: podnet-agent\n\
+         \x20 containers: [{{name: agent, image: ghcr.io/podnet/podnet:0.1.0}}]\n"
+    ));
+    let agent = cp.pod_token_kubeconfig("kube-system", "podnet-agent", "podnet-agent");
+    cp.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: default\n  annotations: {{{INGRESS}: 10M, {EGRESS}: 1M}}\n\
+         spec:\n  nodeName: {name}\n  containers: [{{name: c, image: busybox}}]\n"
+    ));
+    let mut node = k8s_node(
+        ns,
+        &agent,
+        &["--ipam", "kubernetes", "--enable-bandwidth-manager"],
+    );
+    node.start_daemon();
+
+    // ADD as containerd runs it for the Pod: its annotations as runtimeConfig.
+    let sb = node.sandbox();
+    let (host, ifb) = (
+        host_ifname(&sb.container_id, "eth0"),
+        ifb_ifname(&sb.container_id, "eth0"),
+    );
+    let uid = jsonpath(&cp, "pod", "web", "{.metadata.uid}");
+    let args =
+        format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web;K8S_POD_UID={uid}");
+    let add = node.plugin(
+        "ADD",
+        Some(&sb),
+        &conf(&node, limits()),
+        &[("CNI_ARGS", &args)],
+    );
+    assert!(add.ok, "{add:?}");
+    assert_eq!(tbf_rate(&node, &host), Some(1_250_000));
+    assert_eq!(tbf_rate(&node, &ifb), Some(125_000));
+    // What kubelet does once the sandbox is up: the Pod's IPs (no kubelet here).
+    let ip = add.ipv4();
+    cp.kubectl(&[
+        "patch",
+        "pod",
+        "web",
+        "-n",
+        "default",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &format!("{{\"status\":{{\"podIP\":\"{ip}\",\"podIPs\":[{{\"ip\":\"{ip}\"}}]}}}}"),
+    ])
+    .expect_ok("patch the Pod's status");
+    let shaped = |n: u32| {
+        let m = node.metrics();
+        m.contains(&format!("podnet_bandwidth_pods_shaped {n}"))
+    };
+    if !wait_for(|| shaped(1)) {
+        panic!("the loop counts no pod shaped; log:\n{}", node.log());
+    }
+    let status = node.podnet(&["status"]);
+    assert!(
+        status.contains("shaped (tbf qdiscs, docs/bandwidth.md); 1 local pod(s) shaped"),
+        "{status}"
+    );
+
+    // Changed: both TBFs follow.
+    annotate(&cp, "web", Some("20M"), Some("500k"));
+    eventually("the changed TBFs", || {
+        tbf_rate(&node, &host) == Some(2_500_000) && tbf_rate(&node, &ifb) == Some(62_500)
+    });
+
+    // A bad egress value: an Event naming it, the egress shaping kept, the
+    // ingress one still following.
+    annotate(&cp, "web", Some("30M"), Some("0"));
+    eventually("the BandwidthInvalid Event", || {
+        pod_events(&cp, "web").lines().any(|l| {
+            l.starts_with("BandwidthInvalid|")
+                && l.contains(&format!("{EGRESS}: \"0\""))
+                && l.contains("from 1k")
+        })
+    });
+    eventually("the ingress TBF at 30M", || {
+        tbf_rate(&node, &host) == Some(3_750_000)
+    });
+    assert_eq!(tbf_rate(&node, &ifb), Some(62_500));
+    let m = node.metrics();
+    assert!(
+        m.contains("podnet_bandwidth_invalid_annotations_total 1"),
+        "{m}"
+    );
+
+    // Removed: nothing shaped, the IFB gone.
+    annotate(&cp, "web", None, None);
+    eventually("the shaping removed", || {
+        tbf_rate(&node, &host).is_none() && !link_exists(&node, &ifb)
+    });
+    eventually("the loop counts no pod shaped", || shaped(0));
+    let status = node.podnet(&["status"]);
+    assert!(status.contains("; 0 local pod(s) shaped"), "{status}");
+    assert_eq!(
+        pod_events(&cp, "web")
+            .lines()
+            .filter(|l| l.starts_with("BandwidthInvalid|"))
+            .count(),
+        1,
+        "one Event for the one bad value"
+    );
+    let del = node.plugin(
+        "DEL",
+        Some(&sb),
+        &conf(&node, limits()),
+        &[("CNI_ARGS", &args)],
+    );
+    assert!(del.ok, "{del:?}");
+}

@@ -1,0 +1,113 @@
+//! Pod bandwidth limits on the cluster: the `kubernetes.io/ingress-bandwidth` and
+//! `kubernetes.io/egress-bandwidth` annotations reach podnet through each real
+//! runtime (containerd 2, CRI-O, containerd 1.6: the conflist's `bandwidth`
+//! capability) and become TBF qdiscs on the host side (docs/bandwidth.md).
+
+use serde_json::Value;
+
+use super::*;
+
+/// 10 Mbit/s to each pod and 20 Mbit/s from it, in the TBFs' bytes/s.
+const INGRESS_BYTES: u64 = 1_250_000;
+const EGRESS_BYTES: u64 = 2_500_000;
+
+/// `replicas` busybox pods spread over the nodes, each limited by annotations.
+fn limited_deployment(replicas: usize) -> String {
+    let plain: Value = serde_json::from_str(&spread_deployment("limited", replicas))
+        .expect("the spread deployment is JSON");
+    let mut d = plain;
+    d["spec"]["template"]["metadata"]["annotations"] = serde_json::json!({
+        "kubernetes.io/ingress-bandwidth": "10M",
+        "kubernetes.io/egress-bandwidth": "20M",
+    });
+    d.to_string()
+}
+
+/// The root TBFs on `node`: (device, rate in bytes/s).
+fn tbfs(cluster: &Cluster, node: &str) -> Vec<(String, u64)> {
+    let out = cluster.script_ok(&["exec", node, "tc", "-j", "qdisc", "show"]);
+    let qdiscs: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    qdiscs
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|q| q["kind"] == "tbf" && q["root"] == true)
+        .filter_map(|q| {
+            Some((
+                q["dev"].as_str()?.to_string(),
+                q["options"]["rate"].as_u64()?,
+            ))
+        })
+        .collect()
+}
+
+/// The IFB devices on `node`.
+fn ifbs(cluster: &Cluster, node: &str) -> Vec<String> {
+    let out = cluster.script_ok(&["exec", node, "ip", "-o", "link", "show", "type", "ifb"]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| Some(l.split(": ").nth(1)?.split('@').next()?.to_string()))
+        .collect()
+}
+
+/// With `enable-bandwidth-manager: "true"`, a pod on each node (each runtime)
+/// with both annotations gets the TBF of 10 Mbit/s on its host link and the
+/// TBF of 20 Mbit/s on its IFB device, and still reaches the pods on the other
+/// nodes; deleting the pods leaves no TBF and no IFB device on any node.
+#[test]
+fn pod_bandwidth_annotations_are_shaped_on_every_runtime() {
+    let test = "pod_bandwidth_annotations_are_shaped_on_every_runtime";
+    let Some(cluster) = Cluster::start(test) else {
+        return;
+    };
+    cluster.apply(&podnet_manifests_with(
+        "tunnel",
+        "ipv4",
+        &["enable-bandwidth-manager=true"],
+    ));
+    cluster.wait_nodes_ready();
+    cluster.apply(&limited_deployment(NODES));
+    let placed = cluster.wait_for(
+        "every limited pod Ready",
+        || {
+            let pods = cluster.pods("default", "app=limited");
+            let all = pods.len() == NODES && pods.iter().all(ready);
+            all.then(|| placed(&cluster, "limited"))
+        },
+        || cluster.describe("default"),
+    );
+    for node in node_names() {
+        let found = tbfs(&cluster, &node);
+        let host: Vec<_> = found
+            .iter()
+            .filter(|(dev, rate)| dev.starts_with("lxc") && *rate == INGRESS_BYTES)
+            .collect();
+        let ifb: Vec<_> = found
+            .iter()
+            .filter(|(dev, rate)| dev.starts_with("ifb") && *rate == EGRESS_BYTES)
+            .collect();
+        assert!(
+            host.len() == 1 && ifb.len() == 1,
+            "{node}: want one TBF of {INGRESS_BYTES} B/s on a host link and one of \
+             {EGRESS_BYTES} B/s on an IFB device, found {found:?}"
+        );
+    }
+    for (pod, node, _) in &placed {
+        let (_, _, to) = placed
+            .iter()
+            .find(|(_, n, _)| n != node)
+            .expect("a pod on another node");
+        cluster
+            .exec(pod, &["/bin/busybox", "ping", "-c", "3", "-W", "2", to])
+            .unwrap_or_else(|e| panic!("{pod} (limited) cannot reach {to}: {e}"));
+    }
+
+    cluster.kubectl(&["delete", "deployment", "limited", "--wait=true"]);
+    for node in node_names() {
+        cluster.wait_for(
+            &format!("{node} without the pods' TBFs and IFB devices"),
+            || (tbfs(&cluster, &node).is_empty() && ifbs(&cluster, &node).is_empty()).then_some(()),
+            || format!("{:?} {:?}", tbfs(&cluster, &node), ifbs(&cluster, &node)),
+        );
+    }
+}
