@@ -51,9 +51,12 @@ fn ifbs(cluster: &Cluster, node: &str) -> Vec<String> {
 }
 
 /// With `enable-bandwidth-manager: "true"`, a pod on each node (each runtime)
-/// with both annotations gets the TBF of 10 Mbit/s on its host link and the
-/// TBF of 20 Mbit/s on its IFB device, and still reaches the pods on the other
-/// nodes; deleting the pods leaves no TBF and no IFB device on any node.
+/// with both annotations gets, from its ADD (the agent's loop changes nothing),
+/// the TBF of 10 Mbit/s on its host link and the TBF of 20 Mbit/s on its IFB
+/// device, and still reaches the pods on the other nodes. The annotation changed
+/// on a running pod changes its TBF; a bad value gets a `BandwidthInvalid` Event
+/// on the Pod naming it and keeps the shaping; deleting the pods leaves no TBF
+/// and no IFB device on any node.
 #[test]
 fn pod_bandwidth_annotations_are_shaped_on_every_runtime() {
     let test = "pod_bandwidth_annotations_are_shaped_on_every_runtime";
@@ -101,6 +104,56 @@ fn pod_bandwidth_annotations_are_shaped_on_every_runtime() {
             .exec(pod, &["/bin/busybox", "ping", "-c", "3", "-W", "2", to])
             .unwrap_or_else(|e| panic!("{pod} (limited) cannot reach {to}: {e}"));
     }
+
+    // ADD shaped every pod, through each runtime: the loop found nothing to do.
+    for (node, agent) in cluster.agents() {
+        let log = cluster.kubectl(&["logs", "-n", "kube-system", &agent, "-c", "agent"]);
+        assert!(
+            !log.contains("shaping changed to match the annotations"),
+            "{node}: the agent's loop shaped a pod its ADD should have:\n{log}"
+        );
+    }
+
+    // A running pod's annotation changed: its TBF follows (the agent's loop).
+    let (changed, changed_node, _) = &placed[0];
+    cluster.kubectl(&[
+        "annotate",
+        "pod",
+        changed,
+        "kubernetes.io/ingress-bandwidth=5M",
+        "--overwrite",
+    ]);
+    cluster.wait_for(
+        &format!("{changed}'s host link at 5 Mbit/s"),
+        || {
+            tbfs(&cluster, changed_node)
+                .iter()
+                .any(|(dev, rate)| dev.starts_with("lxc") && *rate == INGRESS_BYTES / 2)
+                .then_some(())
+        },
+        || format!("{:?}", tbfs(&cluster, changed_node)),
+    );
+    // A bad value: an Event on the Pod naming it, the shaping kept.
+    let (bad, bad_node, _) = &placed[1];
+    cluster.kubectl(&[
+        "annotate",
+        "pod",
+        bad,
+        "kubernetes.io/egress-bandwidth=0",
+        "--overwrite",
+    ]);
+    wait_for_event(
+        &cluster,
+        "BandwidthInvalid",
+        bad,
+        "kubernetes.io/egress-bandwidth",
+    );
+    let kept = tbfs(&cluster, bad_node);
+    assert!(
+        kept.iter()
+            .any(|(dev, rate)| dev.starts_with("ifb") && *rate == EGRESS_BYTES),
+        "{bad}'s IFB TBF after a bad value: {kept:?}"
+    );
 
     cluster.kubectl(&["delete", "deployment", "limited", "--wait=true"]);
     for node in node_names() {

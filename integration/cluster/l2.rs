@@ -118,29 +118,6 @@ fn answerer(cluster: &Cluster, address: IpAddr, down: Option<&str>) -> Option<St
     }
 }
 
-/// Waits for an Event of `reason` on Service `default/<service>` whose
-/// message holds `text`.
-fn wait_for_event(cluster: &Cluster, reason: &str, service: &str, text: &str) {
-    cluster.wait_for(
-        &format!("a {reason} Event of Service {service} saying {text:?}"),
-        || {
-            let selector = format!("reason={reason},involvedObject.name={service}");
-            let messages = cluster.kubectl(&[
-                "get",
-                "events",
-                "-n",
-                "default",
-                "--field-selector",
-                &selector,
-                "-o",
-                "jsonpath={.items[*].message}",
-            ]);
-            messages.contains(text).then_some(())
-        },
-        || cluster.kubectl(&["get", "events", "-n", "default"]),
-    );
-}
-
 /// The MAC of node `node`'s eth0.
 fn node_mac(cluster: &Cluster, node: &str) -> String {
     let out = cluster.script_ok(&["exec", node, "ip", "-j", "link", "show", "eth0"]);

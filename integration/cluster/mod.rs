@@ -758,3 +758,26 @@ fn ping_counts(log: &str) -> Option<(u64, u64)> {
         .filter(|n| !n.is_empty());
     Some((numbers.next()?.parse().ok()?, numbers.next()?.parse().ok()?))
 }
+
+/// Waits for an Event of `reason` on the object `default/<name>` (a Service, a
+/// Pod) whose message holds `text`.
+fn wait_for_event(cluster: &Cluster, reason: &str, name: &str, text: &str) {
+    cluster.wait_for(
+        &format!("a {reason} Event of {name} saying {text:?}"),
+        || {
+            let selector = format!("reason={reason},involvedObject.name={name}");
+            let messages = cluster.kubectl(&[
+                "get",
+                "events",
+                "-n",
+                "default",
+                "--field-selector",
+                &selector,
+                "-o",
+                "jsonpath={.items[*].message}",
+            ]);
+            messages.contains(text).then_some(())
+        },
+        || cluster.kubectl(&["get", "events", "-n", "default"]),
+    );
+}

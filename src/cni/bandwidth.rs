@@ -97,11 +97,24 @@ pub fn parse(raw: &Value) -> Result<Option<BandwidthLimits>, CniError> {
             )));
         }
     };
+    let field = |name: &str| field(bw, name);
     let limits = BandwidthLimits {
-        ingress: direction(bw.get("ingressRate"), bw.get("ingressBurst"), "ingress")?,
-        egress: direction(bw.get("egressRate"), bw.get("egressBurst"), "egress")?,
+        ingress: direction(field("ingressRate"), field("ingressBurst"), "ingress")?,
+        egress: direction(field("egressRate"), field("egressBurst"), "egress")?,
     };
     Ok((limits.ingress.is_some() || limits.egress.is_some()).then_some(limits))
+}
+
+/// The field `name` of `m` as Go's encoding/json finds it, which the runtimes
+/// and the reference plugins use: the exact name, else one equal to it but for
+/// case. containerd sends `IngressRate`, `IngressBurst`... (go-cni's struct has
+/// no JSON tags), CRI-O `ingressRate`.
+fn field<'a>(m: &'a serde_json::Map<String, Value>, name: &str) -> Option<&'a Value> {
+    m.get(name).or_else(|| {
+        m.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    })
 }
 
 fn direction(
@@ -173,7 +186,7 @@ mod tests {
     const CONTAINERD_BURST: u64 = u32::MAX as u64;
 
     #[test]
-    fn what_containerd_sends_parses() {
+    fn the_conventions_names_parse() {
         let l = parse(&conf(json!({
             "ingressRate": 10_000_000, "ingressBurst": CONTAINERD_BURST,
             "egressRate": 1_000_000, "egressBurst": CONTAINERD_BURST
@@ -217,6 +230,29 @@ mod tests {
             burst_bits: CONTAINERD_BURST - 1,
         };
         assert_eq!(asked.burst_bytes(), 536_870_911);
+    }
+
+    #[test]
+    fn containerds_capitalised_fields_parse() {
+        // What containerd 1.6 and 2 pass (go-cni's BandWidth has no JSON tags).
+        let l = parse(&conf(json!({
+            "IngressRate": 10_000_000, "IngressBurst": CONTAINERD_BURST,
+            "EgressRate": 20_000_000, "EgressBurst": CONTAINERD_BURST
+        })))
+        .unwrap()
+        .unwrap();
+        assert_eq!(l.ingress.map(|s| s.rate_bits), Some(10_000_000));
+        assert_eq!(l.egress.map(|s| s.rate_bits), Some(20_000_000));
+        // The exact name wins over another case, as in Go.
+        let l = parse(&conf(
+            json!({"ingressRate": 2000, "INGRESSRATE": 3000, "ingressBurst": 12_112}),
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(l.ingress.map(|s| s.rate_bits), Some(2000));
+        // Bad values under another case are named as the field is.
+        let e = err(json!({"IngressRate": "fast", "IngressBurst": 1}));
+        assert!(e.msg.contains("ingressRate"), "{e:?}");
     }
 
     #[test]
