@@ -7,28 +7,12 @@
 //! the IFB). The qdiscs are read with `tc` in the node namespace.
 
 use crate::bandwidth::{conf, have_tc, limits, link_exists, tbf_rate};
-use crate::harness::*;
 use crate::k8s::ControlPlane;
 use crate::k8s_backend::{create_node, eventually, jsonpath, k8s_node};
 use podnet::datapath::{host_ifname, ifb_ifname};
 
 const INGRESS: &str = "kubernetes.io/ingress-bandwidth";
 const EGRESS: &str = "kubernetes.io/egress-bandwidth";
-
-/// The Events on Pod `default/<pod>`: `reason|message` each.
-fn pod_events(cp: &ControlPlane, pod: &str) -> String {
-    cp.kubectl(&[
-        "get",
-        "events",
-        "-n",
-        "default",
-        "--field-selector",
-        &format!("involvedObject.kind=Pod,involvedObject.name={pod}"),
-        "-o",
-        "jsonpath={range .items[*]}{.reason}|{.message}{\"\\n\"}{end}",
-    ])
-    .expect_ok("get events")
-}
 
 /// Sets (or, with `None`, removes) the Pod's two annotations.
 fn annotate(cp: &ControlPlane, pod: &str, ingress: Option<&str>, egress: Option<&str>) {
@@ -71,21 +55,11 @@ fn the_agent_follows_a_pods_bandwidth_annotations() {
         return;
     };
     cp.install_crds();
-    cp.kubectl(&[
-        "apply",
-        "-f",
-        &repo_path("deploy/agent-rbac.yaml").to_string_lossy(),
-    ])
-    .expect_ok("apply deploy/agent-rbac.yaml");
     let ns = cp.add_node_ns("kbw-1");
     create_node(&cp, &ns, &["10.244.11.0/24"]);
     let name = ns.name.clone();
-    cp.apply(&format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: podnet-agent, namespace: kube-system}}\n\
-         spec:\n  nodeName: {name}\n  serviceAccountName: podnet-agent\n\
-         \x20 containers: [{{name: agent, image: ghcr.io/podnet/podnet:0.1.0}}]\n"
-    ));
-    let agent = cp.pod_token_kubeconfig("kube-system", "podnet-agent", "podnet-agent");
+    // The token the kubelet would mount in the agent's pod on this node.
+    let agent = cp.agent_kubeconfig_on(&name);
     cp.apply(&format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: default\n  annotations: {{{INGRESS}: 10M, {EGRESS}: 1M}}\n\
          spec:\n  nodeName: {name}\n  containers: [{{name: c, image: busybox}}]\n"
@@ -152,7 +126,7 @@ fn the_agent_follows_a_pods_bandwidth_annotations() {
     // ingress one still following.
     annotate(&cp, "web", Some("30M"), Some("0"));
     eventually("the BandwidthInvalid Event", || {
-        pod_events(&cp, "web").lines().any(|l| {
+        cp.pod_events("web").lines().any(|l| {
             l.starts_with("BandwidthInvalid|")
                 && l.contains(&format!("{EGRESS}: \"0\""))
                 && l.contains("from 1k")
@@ -177,7 +151,7 @@ fn the_agent_follows_a_pods_bandwidth_annotations() {
     let status = node.podnet(&["status"]);
     assert!(status.contains("; 0 local pod(s) shaped"), "{status}");
     assert_eq!(
-        pod_events(&cp, "web")
+        cp.pod_events("web")
             .lines()
             .filter(|l| l.starts_with("BandwidthInvalid|"))
             .count(),

@@ -318,6 +318,39 @@ impl ControlPlane {
         self.token_kubeconfig_bound(namespace, serviceaccount, None)
     }
 
+    /// The Events on Pod `default/<pod>`: `reason|message|involvedObject.uid` each.
+    pub fn pod_events(&self, pod: &str) -> String {
+        self.kubectl(&[
+            "get",
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            &format!("involvedObject.kind=Pod,involvedObject.name={pod}"),
+            "-o",
+            "jsonpath={range .items[*]}{.reason}|{.message}|{.involvedObject.uid}{\"\\n\"}{end}",
+        ])
+        .expect_ok("get events")
+    }
+
+    /// deploy/agent-rbac.yaml applied, and the kubeconfig of the token the
+    /// kubelet would mount in the agent's pod on `node` (a Pod object bound to
+    /// it: the admission policy takes the node's name from the token).
+    pub fn agent_kubeconfig_on(&self, node: &str) -> PathBuf {
+        self.kubectl(&[
+            "apply",
+            "-f",
+            &repo_path("deploy/agent-rbac.yaml").to_string_lossy(),
+        ])
+        .expect_ok("apply deploy/agent-rbac.yaml");
+        self.apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: podnet-agent, namespace: kube-system}}\n\
+             spec:\n  nodeName: {node}\n  serviceAccountName: podnet-agent\n\
+             \x20 containers: [{{name: agent, image: ghcr.io/podnet/podnet:0.1.0}}]\n"
+        ));
+        self.pod_token_kubeconfig("kube-system", "podnet-agent", "podnet-agent")
+    }
+
     /// Like [`token_kubeconfig`](Self::token_kubeconfig), with the token bound to
     /// the Pod `namespace/pod` (`--bound-object-kind Pod`), as the one the kubelet
     /// mounts: valid while the pod exists, and naming the pod's node

@@ -457,24 +457,12 @@ fn the_agents_service_account_is_enough_and_no_more() {
         return;
     };
     cp.install_crds();
-    cp.kubectl(&[
-        "apply",
-        "-f",
-        &repo_path("deploy/agent-rbac.yaml").to_string_lossy(),
-    ])
-    .expect_ok("apply deploy/agent-rbac.yaml");
     let ns = cp.add_node_ns("rbac-1");
     // A /29: the router and the health endpoint leave 4 addresses for pods.
     create_node(&cp, &ns, &["10.244.9.0/29"]);
     let name = ns.name.clone();
-    // The token the kubelet would mount: bound to the agent's pod on this node
-    // (deploy/agent-rbac.yaml's admission policy takes the node name from it).
-    cp.apply(&format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: podnet-agent, namespace: kube-system}}\n\
-         spec:\n  nodeName: {name}\n  serviceAccountName: podnet-agent\n\
-         \x20 containers: [{{name: agent, image: ghcr.io/podnet/podnet:0.1.0}}]\n"
-    ));
-    let agent = cp.pod_token_kubeconfig("kube-system", "podnet-agent", "podnet-agent");
+    // The token the kubelet would mount in the agent's pod on this node.
+    let agent = cp.agent_kubeconfig_on(&name);
     let mut node = k8s_node(
         ns,
         &agent,

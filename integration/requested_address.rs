@@ -216,21 +216,6 @@ fn of_eight_pods_asking_for_one_address_at_once_exactly_one_wins() {
     let _ = std::fs::remove_dir_all(scratch);
 }
 
-/// The Events on Pod `default/<pod>`: `reason|message|involvedObject.uid` each.
-fn pod_events(cp: &ControlPlane, pod: &str) -> String {
-    cp.kubectl(&[
-        "get",
-        "events",
-        "-n",
-        "default",
-        "--field-selector",
-        &format!("involvedObject.kind=Pod,involvedObject.name={pod}"),
-        "-o",
-        "jsonpath={range .items[*]}{.reason}|{.message}|{.involvedObject.uid}{\"\\n\"}{end}",
-    ])
-    .expect_ok("get events")
-}
-
 #[test]
 fn on_a_real_api_server_a_refused_address_is_an_event_on_the_pod() {
     let Some(cp) = ControlPlane::start("k8s_requested_address") else {
@@ -281,7 +266,7 @@ fn on_a_real_api_server_a_refused_address_is_an_event_on_the_pod() {
     assert!(r.msg().contains(&holder), "{}", r.msg());
     let uid = jsonpath(&cp, "pod", "web-1", "{.metadata.uid}");
     eventually("the Event on web-1", || {
-        pod_events(&cp, "web-1").lines().any(|l| {
+        cp.pod_events("web-1").lines().any(|l| {
             l.starts_with("RequestedAddressRefused|") && l.contains(&holder) && l.ends_with(&uid)
         })
     });
@@ -289,11 +274,11 @@ fn on_a_real_api_server_a_refused_address_is_an_event_on_the_pod() {
     let r = add_as_pod(&cp, &node, &sbf, "far");
     assert_eq!(r.code(), 107, "{}", r.stdout);
     eventually("the Event on far", || {
-        pod_events(&cp, "far").contains("outside node")
-            && pod_events(&cp, "far").contains("IPv4 ranges (10.244.7.0/24)")
+        cp.pod_events("far").contains("outside node")
+            && cp.pod_events("far").contains("IPv4 ranges (10.244.7.0/24)")
     });
     assert!(
-        pod_events(&cp, "web-0").is_empty(),
+        cp.pod_events("web-0").is_empty(),
         "no Event on the pod that got its address"
     );
 }

@@ -75,16 +75,7 @@ fn helm_installs_upgrades_to_native_routing_and_uninstalls() {
         &["install", "podnet", chart, "--namespace", "kube-system"],
     );
     cluster.wait_nodes_ready();
-    cluster.apply(&spread_deployment("spread", REPLICAS));
-    let before = cluster.wait_for(
-        "every spread pod Ready",
-        || {
-            let pods = cluster.pods("default", "app=spread");
-            let all = pods.len() == REPLICAS && pods.iter().all(ready);
-            all.then(|| placed(&cluster, "spread"))
-        },
-        || cluster.describe("default"),
-    );
+    let before = spread_ready(&cluster);
     for node in node_names() {
         let links = cluster.script_ok(&["exec", &node, "ip", "-o", "link", "show"]);
         assert!(
@@ -141,19 +132,7 @@ fn helm_installs_upgrades_to_native_routing_and_uninstalls() {
             || cluster.podnet_status(&agents_after[&node], &[]),
         );
     }
-    for (pod, to, sent, received) in stop_pingers(&cluster, &pingers) {
-        assert!(
-            sent - received <= NODES as u64,
-            "{pod} -> {to}: {} pings lost during the upgrade ({sent} sent), more than one per node",
-            sent - received
-        );
-    }
-    let after = placed(&cluster, "spread");
-    assert_eq!(after, before, "pods and their addresses after the upgrade");
-    for p in cluster.pods("default", "app=spread") {
-        let restarts = p["status"]["containerStatuses"][0]["restartCount"].as_u64();
-        assert_eq!(restarts, Some(0), "{} restarted", p["metadata"]["name"]);
-    }
+    assert_undisturbed(&cluster, &pingers, &before, "upgrade");
     cluster.kubectl(&["delete", "deployment", "spread", "--wait=true"]);
 
     helm(

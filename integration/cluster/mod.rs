@@ -781,3 +781,48 @@ fn wait_for_event(cluster: &Cluster, reason: &str, name: &str, text: &str) {
         || cluster.kubectl(&["get", "events", "-n", "default"]),
     );
 }
+
+/// After `what` (an update, an upgrade): stops the pingers of [`start_pingers`]
+/// and checks that each lost at most one ping per node (one agent restart
+/// each), that the spread pods kept their nodes and addresses (`before`), and
+/// that none restarted.
+fn assert_undisturbed(
+    cluster: &Cluster,
+    pingers: &[(String, String)],
+    before: &[(String, String, String)],
+    what: &str,
+) {
+    for (pod, to, sent, received) in stop_pingers(cluster, pingers) {
+        assert!(
+            sent - received <= NODES as u64,
+            "{pod} -> {to}: {} pings lost during the {what} ({sent} sent), more than one per node",
+            sent - received
+        );
+    }
+    let after = placed(cluster, "spread");
+    assert_eq!(after, before, "pods and their addresses after the {what}");
+    for p in cluster.pods("default", "app=spread") {
+        let restarts = p["status"]["containerStatuses"][0]["restartCount"].as_u64();
+        assert_eq!(
+            restarts,
+            Some(0),
+            "{} restarted during the {what}",
+            p["metadata"]["name"]
+        );
+    }
+}
+
+/// The `spread` Deployment of [`spread_deployment`] applied, once every pod is
+/// Ready: (pod, node, IPv4 address) of each.
+fn spread_ready(cluster: &Cluster) -> Vec<(String, String, String)> {
+    cluster.apply(&spread_deployment("spread", REPLICAS));
+    cluster.wait_for(
+        "every spread pod Ready",
+        || {
+            let pods = cluster.pods("default", "app=spread");
+            let all = pods.len() == REPLICAS && pods.iter().all(ready);
+            all.then(|| placed(cluster, "spread"))
+        },
+        || cluster.describe("default"),
+    )
+}

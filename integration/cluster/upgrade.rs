@@ -41,16 +41,7 @@ fn a_rolling_update_of_podnet_changes_no_address_and_loses_no_ping() {
     let Some(cluster) = Cluster::start_with_podnet(test) else {
         return;
     };
-    cluster.apply(&spread_deployment("spread", REPLICAS));
-    let before = cluster.wait_for(
-        "every spread pod Ready",
-        || {
-            let pods = cluster.pods("default", "app=spread");
-            let all = pods.len() == REPLICAS && pods.iter().all(ready);
-            all.then(|| placed(&cluster, "spread"))
-        },
-        || cluster.describe("default"),
-    );
+    let before = spread_ready(&cluster);
     let cidrs_before: BTreeMap<String, Vec<Ipv4Net>> = node_names()
         .into_iter()
         .map(|n| (n.clone(), node_cidrs(&cluster, &n)))
@@ -105,25 +96,8 @@ fn a_rolling_update_of_podnet_changes_no_address_and_loses_no_ping() {
     );
     eprintln!("the Lease passed from {old_leader} to {new_leader}");
 
-    for (pod, to, sent, received) in stop_pingers(&cluster, &pingers) {
-        assert!(
-            sent - received <= NODES as u64,
-            "{pod} -> {to}: {} pings lost during the update ({sent} sent), more than one per node",
-            sent - received
-        );
-    }
-
+    assert_undisturbed(&cluster, &pingers, &before, "update");
     let after = placed(&cluster, "spread");
-    assert_eq!(after, before, "pods and their addresses after the update");
-    for p in cluster.pods("default", "app=spread") {
-        let restarts = p["status"]["containerStatuses"][0]["restartCount"].as_u64();
-        assert_eq!(
-            restarts,
-            Some(0),
-            "{} restarted during the update",
-            p["metadata"]["name"]
-        );
-    }
     for (node, cidrs) in &cidrs_before {
         assert_eq!(
             &node_cidrs(&cluster, node),
