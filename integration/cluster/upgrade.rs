@@ -96,7 +96,8 @@ fn a_rolling_update_of_podnet_changes_no_address_and_loses_no_ping() {
     );
     eprintln!("the Lease passed from {old_leader} to {new_leader}");
 
-    assert_undisturbed(&cluster, &pingers, &before, "update");
+    // At most one ping lost per agent restarted.
+    assert_undisturbed(&cluster, &pingers, &before, "update", NODES as u64);
     let after = placed(&cluster, "spread");
     for (node, cidrs) in &cidrs_before {
         assert_eq!(
