@@ -95,15 +95,7 @@ fn pod_bandwidth_annotations_are_shaped_on_every_runtime() {
              {EGRESS_BYTES} B/s on an IFB device, found {found:?}"
         );
     }
-    for (pod, node, _) in &placed {
-        let (_, _, to) = placed
-            .iter()
-            .find(|(_, n, _)| n != node)
-            .expect("a pod on another node");
-        cluster
-            .exec(pod, &["/bin/busybox", "ping", "-c", "3", "-W", "2", to])
-            .unwrap_or_else(|e| panic!("{pod} (limited) cannot reach {to}: {e}"));
-    }
+    assert_each_reaches_a_peer(&cluster, &placed, "with its limit");
 
     // ADD shaped every pod, through each runtime: the loop found nothing to do.
     for (node, agent) in cluster.agents() {

@@ -164,15 +164,7 @@ fn helm_installs_upgrades_to_native_routing_and_uninstalls() {
         "switch to native routing",
         u64::MAX,
     );
-    for (pod, node, _) in &before {
-        let (_, _, to) = before
-            .iter()
-            .find(|(_, n, _)| n != node)
-            .expect("a pod on another node");
-        cluster
-            .exec(pod, &["/bin/busybox", "ping", "-c", "3", "-W", "2", to])
-            .unwrap_or_else(|e| panic!("{pod} cannot reach {to} in native routing: {e}"));
-    }
+    assert_each_reaches_a_peer(&cluster, &before, "in native routing");
     cluster.kubectl(&["delete", "deployment", "spread", "--wait=true"]);
 
     helm(

@@ -707,10 +707,7 @@ const PING_INTERVAL: &str = "0.2";
 fn start_pingers(cluster: &Cluster, placed: &[(String, String, String)]) -> Vec<(String, String)> {
     let mut pingers = Vec::new();
     for (pod, node, _) in placed {
-        let (_, _, to) = placed
-            .iter()
-            .find(|(_, n, _)| n != node)
-            .expect("a pod on another node");
+        let to = peer_of(placed, node);
         let start = format!(
             "/bin/busybox ping -i {PING_INTERVAL} {to} > /ping.log 2>&1 & echo $! > /ping.pid"
         );
@@ -721,7 +718,7 @@ fn start_pingers(cluster: &Cluster, placed: &[(String, String, String)]) -> Vec<
         cluster
             .exec(pod, &["/bin/busybox", "sh", "-c", alive])
             .unwrap_or_else(|e| panic!("{pod}'s pinger did not outlive its exec: {e}"));
-        pingers.push((pod.clone(), to.clone()));
+        pingers.push((pod.clone(), to.to_string()));
     }
     pingers
 }
@@ -825,4 +822,25 @@ fn spread_ready(cluster: &Cluster) -> Vec<(String, String, String)> {
         },
         || cluster.describe("default"),
     )
+}
+
+/// The address of the first pod of `placed` (pod, node, address) on a node
+/// other than `node`.
+fn peer_of<'a>(placed: &'a [(String, String, String)], node: &str) -> &'a str {
+    placed
+        .iter()
+        .find(|(_, n, _)| n != node)
+        .map(|(_, _, ip)| ip.as_str())
+        .expect("a pod on another node")
+}
+
+/// Each pod of `placed` pings (3 tries) the pod [`peer_of`] names; `what` says
+/// what the pods went through, for the failure.
+fn assert_each_reaches_a_peer(cluster: &Cluster, placed: &[(String, String, String)], what: &str) {
+    for (pod, node, _) in placed {
+        let to = peer_of(placed, node);
+        cluster
+            .exec(pod, &["/bin/busybox", "ping", "-c", "3", "-W", "2", to])
+            .unwrap_or_else(|e| panic!("{pod} cannot reach {to} {what}: {e}"));
+    }
 }
