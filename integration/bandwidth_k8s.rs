@@ -116,6 +116,20 @@ fn the_agent_follows_a_pods_bandwidth_annotations() {
         "{status}"
     );
 
+    // Removed behind the agent's back: the loop's next pass (its 30 s resync
+    // at the latest) reads the kernel and puts it back.
+    let del = node.ns.exec(&["tc", "qdisc", "del", "dev", &host, "root"]);
+    assert!(del.status.success(), "tc qdisc del: {del:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(75);
+    while tbf_rate(&node, &host) != Some(1_250_000) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the TBF removed by hand is not back after 75 s; log:\n{}",
+            node.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+
     // Changed: both TBFs follow.
     annotate(&cp, "web", Some("20M"), Some("500k"));
     eventually("the changed TBFs", || {
