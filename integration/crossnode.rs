@@ -630,6 +630,56 @@ fn native_mode_routes_pods_via_the_nodes_internal_ips() {
     );
     assert_eq!(tcp_exchange(&p2.ns, &p1.ns, p1_v6).to_string(), *p2_v6);
     assert!(ping(&n2.ns, &[], p1_v6), "node to remote pod over IPv6");
+
+    // A node still in tunnel routing (the routing mode changing node by node):
+    // the native nodes make a tunnel device for it and tunnel to it, both ways,
+    // and still reach each other directly.
+    let tunnel = ["--ipam", "kubernetes", "--enable-ipv6"];
+    let (n3, n3_ip) = start_node(
+        &cp,
+        "xn-3",
+        &["10.62.3.0/24", "fd00:62:3::/120"],
+        &[],
+        &tunnel,
+    );
+    let (p3, p3_ips) = dual_stack_pod(&n3);
+    for native in [&n1, &n2] {
+        wait_for(
+            "a native node's tunnel to the tunnel node",
+            Duration::from_secs(10),
+            || {
+                cross_node(native)
+                    .remote_nodes
+                    .iter()
+                    .any(|r| r.path == format!("tunnel to {n3_ip}"))
+            },
+        );
+    }
+    let routes = podnet_routes(&n1);
+    assert!(
+        routes.contains(&format!("10.62.2.0/24 via {n2_ip} dev eth0"))
+            && routes
+                .lines()
+                .any(|l| l.starts_with("10.62.3.0/24 via") && l.contains("dev podnet_vxlan")),
+        "{routes}"
+    );
+    for (pod, ip) in [(&p1, &p1_ip), (&p2, &p2_ip)] {
+        wait_for(
+            "a native node's pod and the tunnel node's",
+            Duration::from_secs(10),
+            || ping(&pod.ns, &[], &p3_ips[0]),
+        );
+        assert!(ping(&p3.ns, &[], ip), "{} -> {ip}\n{}", p3_ips[0], n3.log());
+        assert!(
+            ping(&pod.ns, &[], &p3_ips[1]),
+            "{ip} -> {} over IPv6",
+            p3_ips[1]
+        );
+    }
+    assert!(
+        ping(&p1.ns, &[], &p2_ip),
+        "the native nodes still reach each other"
+    );
 }
 
 /// A pod `name` in namespace default on `node` (its Pod object first, so the

@@ -210,11 +210,7 @@ impl fmt::Display for DatapathMode {
 
 /// Parses `--routing-mode`.
 fn parse_routing_mode(s: &str) -> Result<RoutingMode, ConfigError> {
-    match s {
-        "native" => Ok(RoutingMode::Native),
-        "tunnel" => Ok(RoutingMode::Tunnel),
-        other => Err(ConfigError::UnknownRoutingMode(other.to_string())),
-    }
+    RoutingMode::parse(s).ok_or_else(|| ConfigError::UnknownRoutingMode(s.to_string()))
 }
 
 /// Parses `--tunnel-protocol`.

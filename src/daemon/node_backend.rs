@@ -111,6 +111,7 @@ pub fn node_source(
                         .as_ref()
                         .map(|m| m.initial_demand(&config.families, opts.enable_health_checking))
                         .unwrap_or_default(),
+                    routing_mode: config.cross_node.routing.as_str(),
                 },
                 runtime.clone(),
                 journal_node,

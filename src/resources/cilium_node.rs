@@ -10,6 +10,13 @@ use serde::{Deserialize, Serialize};
 use super::ObjectMeta;
 use super::fields::cidr_list;
 
+/// The annotation in which each agent says how it routes to the other nodes
+/// (`tunnel` or `native`, its `--routing-mode`): podnet's own, as CiliumNode
+/// has no field for it. While a cluster changes mode, a native node still
+/// tunnels to the nodes that say `tunnel`, so no pair of nodes is left with a
+/// path one end does not take.
+pub const ROUTING_MODE_ANNOTATION: &str = "podnet.io/routing-mode";
+
 /// The node resource (`CiliumNode`). Fields podnet does not model are kept in the
 /// `extra` maps (top level, `metadata`, `spec`, `spec.ipam`, `status`) and written
 /// back as read; `status.ipam` is the daemon's own and keeps only what it models.

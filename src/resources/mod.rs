@@ -41,7 +41,8 @@ pub use cidr_group::{
 pub use cilium_node::{
     AllocatedPool, AllocationIp, AwsSubnet, AwsVpc, Eni, EniSpec, EniStatus, HealthAddresses,
     IpamPools, NodeAddress, NodeIpamSpec, NodeIpamStatus, NodeResource, NodeSpec, NodeStatus,
-    OperatorStatus, PodCidrState, PodCidrStatus, PoolDemand, RequestedPool,
+    OperatorStatus, PodCidrState, PodCidrStatus, PoolDemand, ROUTING_MODE_ANNOTATION,
+    RequestedPool,
 };
 pub use core_v1::{Namespace, Node, Pod};
 pub use decode::{InvalidObject, decode};

@@ -16,13 +16,14 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 
 use super::masquerade;
 use super::plan::{DatapathPlan, PlannedRoute, TunnelEndpoint};
 use super::settings::{CrossNodeConfig, RoutingMode};
-use super::{ROUTE_PROTOCOL, TUNNEL_DEVICE, TUNNEL_VNI};
+use super::{RESYNC, ROUTE_PROTOCOL, TUNNEL_DEVICE, TUNNEL_VNI};
 use crate::datapath::{
     DatapathError, IpFamily, L2Entry, LinkInfo, NetlinkSocket, Request, RouteInfo, RouteSpec,
     TABLE_MAIN, VxlanSpec, format_mac,
@@ -61,6 +62,12 @@ pub struct Reconciler {
     device_mtu: u32,
     masquerade_written: [Option<String>; 2],
     applied: Option<Applied>,
+    /// Native routing: since when the plan has not wanted the tunnel device
+    /// that is still there.
+    tunnel_unwanted_since: Option<Instant>,
+    /// How long such a device is kept at most ([`RESYNC`]; passes keep
+    /// postponing the resync while the nodes keep changing).
+    tunnel_linger: Duration,
 }
 
 impl Reconciler {
@@ -70,6 +77,8 @@ impl Reconciler {
             device_mtu,
             masquerade_written: [None, None],
             applied: None,
+            tunnel_unwanted_since: None,
+            tunnel_linger: RESYNC,
         }
     }
 
@@ -83,7 +92,7 @@ impl Reconciler {
             Ok(s) => s,
             Err(e) => return vec![format!("netlink socket: {e}")],
         };
-        let tunnel = match self.tunnel_device(&sock, plan.tunnel.as_ref()) {
+        let tunnel = match self.tunnel_device(&sock, plan.tunnel.as_ref(), compare) {
             Ok(t) => t,
             Err(e) => {
                 errors.push(e.to_string());
@@ -151,27 +160,35 @@ impl Reconciler {
 
     /// The tunnel device as the plan wants it: created (or re-created when its
     /// MAC, port or local address differ, so also when `--underlay-protocol`
-    /// changed its family), MTU set, up. In native mode, a device left
-    /// from an earlier tunnel-mode run is removed.
+    /// changed its family), MTU set, up. In native mode the plan wants one
+    /// only while another node still tunnels (`plan`). A device no longer
+    /// wanted is removed at a resync ([`Compare::Kernel`]) or once unwanted
+    /// for [`RESYNC`], not at once: the node that stopped tunnelling may not
+    /// have replaced its own tunnel routes yet, and its packets still arrive
+    /// here meanwhile.
     fn tunnel_device(
-        &self,
+        &mut self,
         sock: &NetlinkSocket,
         want: Option<&TunnelEndpoint>,
+        compare: Compare,
     ) -> Result<Option<LinkInfo>, DatapathError> {
         let existing = sock.link_by_name(TUNNEL_DEVICE)?;
-        if self.config.routing == RoutingMode::Native {
-            if existing.is_some() {
-                sock.delete_link_by_name(TUNNEL_DEVICE)?;
-                tracing::info!(
-                    device = TUNNEL_DEVICE,
-                    "removed the tunnel device (native routing)"
-                );
-            }
-            return Ok(None);
-        }
         let Some(want) = want else {
+            if self.config.routing == RoutingMode::Native && existing.is_some() {
+                let since = *self.tunnel_unwanted_since.get_or_insert_with(Instant::now);
+                if compare == Compare::Kernel || since.elapsed() >= self.tunnel_linger {
+                    self.tunnel_unwanted_since = None;
+                    sock.delete_link_by_name(TUNNEL_DEVICE)?;
+                    tracing::info!(
+                        device = TUNNEL_DEVICE,
+                        "removed the tunnel device (native routing, and no node tunnels any more)"
+                    );
+                    return Ok(None);
+                }
+            }
             return Ok(existing);
         };
+        self.tunnel_unwanted_since = None;
         let mtu = self
             .device_mtu
             .saturating_sub(super::tunnel_overhead(self.config.underlay));
@@ -603,6 +620,52 @@ mod tests {
                     Vec::<String>::new()
                 );
                 assert_eq!(kernel(sock), wanted(&two));
+            },
+        );
+    }
+
+    #[test]
+    fn a_native_node_keeps_its_tunnel_while_needed_and_removes_it_at_a_resync() {
+        as_root_in_netns(
+            "a_native_node_keeps_its_tunnel_while_needed_and_removes_it_at_a_resync",
+            |sock| {
+                let config = CrossNodeConfig {
+                    routing: RoutingMode::Native,
+                    auto_direct_node_routes: true,
+                    ..tunnel_config()
+                };
+                let mut r = Reconciler::new(config, 1500);
+                // Two nodes still tunnel: the device and their entries.
+                let two = remotes(2);
+                assert_eq!(r.apply(two.clone(), Compare::Kernel), Vec::<String>::new());
+                let (routes, fdb, _) = tunnel_entries(sock);
+                assert_eq!((routes.len(), fdb), (2, two.fdb.clone()));
+                let index = sock.link_by_name(TUNNEL_DEVICE).unwrap().unwrap().index;
+
+                // None does any more: a change takes the routes and entries away
+                // but keeps the device, which may still receive...
+                let none = DatapathPlan::default();
+                assert_eq!(
+                    r.apply(none.clone(), Compare::LastApplied),
+                    Vec::<String>::new()
+                );
+                let (routes, fdb, neighbours) = tunnel_entries(sock);
+                assert!(routes.is_empty() && fdb.is_empty() && neighbours.is_empty());
+                assert_eq!(
+                    sock.link_by_name(TUNNEL_DEVICE).unwrap().map(|l| l.index),
+                    Some(index),
+                    "kept until the resync"
+                );
+                // ... until the resync removes it.
+                assert_eq!(r.apply(none.clone(), Compare::Kernel), Vec::<String>::new());
+                assert!(sock.link_by_name(TUNNEL_DEVICE).unwrap().is_none());
+
+                // Or a change once it has been unwanted long enough (changes
+                // that keep coming postpone the resync).
+                assert_eq!(r.apply(two, Compare::LastApplied), Vec::<String>::new());
+                r.tunnel_linger = Duration::ZERO;
+                assert_eq!(r.apply(none, Compare::LastApplied), Vec::<String>::new());
+                assert!(sock.link_by_name(TUNNEL_DEVICE).unwrap().is_none());
             },
         );
     }

@@ -11,6 +11,14 @@
 //! derived MACs are the same get no tunnel path, and say why.
 //! Native mode with auto-direct-node-routes: each remote CIDR `via <its
 //! InternalIP>` (nodes on one L2 segment).
+//!
+//! A change of routing mode (a rolling update of the agents) leaves tunnel and
+//! native nodes side by side for a while. A tunnel node tunnels to every node,
+//! so a native node keeps its tunnel device and tunnels, in both directions,
+//! to each node whose CiliumNode says `tunnel`
+//! ([`ROUTING_MODE_ANNOTATION`]): every pair of nodes takes one path both
+//! ends have. A node that says nothing (an agent from before the annotation)
+//! is taken to route as this node does.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -22,7 +30,7 @@ use sha2::{Digest, Sha256};
 use super::settings::{CrossNodeConfig, RoutingMode};
 use crate::datapath::{L2Entry, format_mac};
 use crate::ipam::Family;
-use crate::resources::NodeResource;
+use crate::resources::{NodeResource, ROUTING_MODE_ANNOTATION};
 
 /// What a CiliumNode says about a node, for routing to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +44,9 @@ pub struct ClusterNode {
     /// `spec.ipam.podCIDRs`); a pod CIDR also listed as a block (a node migrated
     /// from cluster-pool) is there once, as the block.
     pub cidrs: Vec<(Option<String>, IpNet)>,
+    /// How its agent says it routes ([`ROUTING_MODE_ANNOTATION`]; None: it
+    /// does not say).
+    pub routing: Option<RoutingMode>,
 }
 
 impl ClusterNode {
@@ -73,7 +84,18 @@ impl ClusterNode {
             internal_ips: addresses("InternalIP"),
             router_ips: addresses("CiliumInternalIP"),
             cidrs,
+            routing: node
+                .metadata
+                .annotations
+                .get(ROUTING_MODE_ANNOTATION)
+                .and_then(|m| RoutingMode::parse(m)),
         }
+    }
+
+    /// Whether this node's path to it goes through the tunnel: in tunnel mode
+    /// always, in native mode when it says it tunnels.
+    fn tunnelled_from(&self, config: &CrossNodeConfig) -> bool {
+        config.routing == RoutingMode::Tunnel || self.routing == Some(RoutingMode::Tunnel)
     }
 
     /// The first InternalIP of the underlay family: the node's tunnel endpoint.
@@ -269,7 +291,10 @@ pub fn plan(
     let mut out = DatapathPlan::default();
     let me = nodes.iter().find(|n| n.name == self_name);
     let underlay = config.underlay;
-    let tunnel = config.routing == RoutingMode::Tunnel;
+    let tunnel = nodes
+        .iter()
+        .any(|n| n.name != self_name && n.tunnelled_from(config))
+        || config.routing == RoutingMode::Tunnel;
     if tunnel {
         out.tunnel = me
             .and_then(|m| m.underlay_ip(underlay))
@@ -283,17 +308,18 @@ pub fn plan(
         false => BTreeMap::new(),
     };
     for node in nodes.iter().filter(|n| n.name != self_name) {
-        let path = match config.routing {
-            RoutingMode::Tunnel => match out.tunnel {
+        let tunnelled = node.tunnelled_from(config);
+        let path = if tunnelled {
+            match out.tunnel {
                 Some(_) => add_tunnel_paths(&mut out, node, me, underlay, &owners),
                 None => RemotePath::WaitingForLocal(underlay),
-            },
-            RoutingMode::Native if config.auto_direct_node_routes => {
-                add_direct_routes(&mut out, node)
             }
-            RoutingMode::Native => RemotePath::Network,
+        } else if config.auto_direct_node_routes {
+            add_direct_routes(&mut out, node)
+        } else {
+            RemotePath::Network
         };
-        let shown = match tunnel {
+        let shown = match tunnelled {
             true => node.underlay_ip(underlay),
             false => None,
         };
@@ -469,6 +495,7 @@ mod tests {
                     )
                 })
                 .collect(),
+            routing: None,
         }
     }
 
@@ -563,6 +590,7 @@ mod tests {
                 ],
                 router_ips: vec![format!("fd00:61:{i}::1").parse().unwrap()],
                 cidrs: vec![(None, net(&format!("fd00:61:{i}::/120")))],
+                routing: None,
             })
             .collect()
     }
@@ -748,6 +776,101 @@ mod tests {
             ]
         );
         assert_eq!(p.remotes[1].path.to_string(), "route via 192.168.0.3");
+    }
+
+    /// `cluster()` with each node saying the mode of `modes` (a, b, c).
+    fn saying(modes: [Option<RoutingMode>; 3]) -> Vec<ClusterNode> {
+        let mut nodes = cluster();
+        for (n, m) in nodes.iter_mut().zip(modes) {
+            n.routing = m;
+        }
+        nodes
+    }
+
+    #[test]
+    fn a_native_node_tunnels_both_ways_to_the_nodes_that_still_tunnel() {
+        use RoutingMode::{Native, Tunnel};
+        let nodes = saying([Some(Tunnel), Some(Native), Some(Native)]);
+        let p = plan(&config(Native), "b", &nodes, &BTreeSet::new());
+        let local: IpAddr = "192.168.0.2".parse().unwrap();
+        assert_eq!(
+            p.tunnel,
+            Some(TunnelEndpoint {
+                local,
+                mac: tunnel_mac(local)
+            }),
+            "the device a's packets arrive on"
+        );
+        let routes: Vec<(IpNet, IpAddr, bool)> = p
+            .routes
+            .iter()
+            .map(|r| (r.dst, r.gateway, r.tunnel))
+            .collect();
+        assert_eq!(
+            routes,
+            vec![
+                (net("10.1.0.0/24"), "10.1.0.1".parse().unwrap(), true),
+                (net("10.1.2.0/24"), "192.168.0.3".parse().unwrap(), false),
+                (net("10.9.0.0/27"), "192.168.0.3".parse().unwrap(), false),
+            ]
+        );
+        let a: IpAddr = "192.168.0.1".parse().unwrap();
+        let fdb: Vec<IpAddr> = p.fdb.iter().map(|e| e.ip).collect();
+        assert_eq!(fdb, vec![a]);
+        assert_eq!(p.remotes[0].path.to_string(), "tunnel to 192.168.0.1");
+        assert_eq!(p.remotes[1].path.to_string(), "route via 192.168.0.3");
+
+        // Without auto-direct-node-routes the native peer is the network's.
+        let mut c = config(Native);
+        c.auto_direct_node_routes = false;
+        let p = plan(&c, "b", &nodes, &BTreeSet::new());
+        assert!(p.tunnel.is_some());
+        assert_eq!(p.routes.len(), 1);
+        assert_eq!(p.remotes[1].path.to_string(), "routed by the network");
+    }
+
+    #[test]
+    fn once_no_node_tunnels_a_native_node_has_no_tunnel() {
+        use RoutingMode::{Native, Tunnel};
+        // This node's own old annotation does not count, nor does silence.
+        for modes in [
+            [Some(Native), Some(Tunnel), Some(Native)],
+            [None, Some(Native), None],
+        ] {
+            let p = plan(&config(Native), "b", &saying(modes), &BTreeSet::new());
+            assert!(
+                p.tunnel.is_none() && p.fdb.is_empty() && p.neighbours.is_empty(),
+                "{modes:?}"
+            );
+            assert!(p.routes.iter().all(|r| !r.tunnel), "{modes:?}");
+        }
+    }
+
+    #[test]
+    fn a_tunnel_node_tunnels_to_native_nodes_too() {
+        use RoutingMode::{Native, Tunnel};
+        let nodes = saying([Some(Tunnel), Some(Native), Some(Native)]);
+        let tunnel = plan(&config(Tunnel), "a", &nodes, &BTreeSet::new());
+        assert_eq!(
+            tunnel,
+            plan(&config(Tunnel), "a", &cluster(), &BTreeSet::new())
+        );
+    }
+
+    #[test]
+    fn the_routing_mode_comes_from_the_cilium_nodes_annotation() {
+        let mut r = NodeResource::new("a");
+        assert_eq!(ClusterNode::from_resource(&r).routing, None);
+        for (value, mode) in [
+            ("tunnel", Some(RoutingMode::Tunnel)),
+            ("native", Some(RoutingMode::Native)),
+            ("geneve", None),
+        ] {
+            r.metadata
+                .annotations
+                .insert(ROUTING_MODE_ANNOTATION.into(), value.into());
+            assert_eq!(ClusterNode::from_resource(&r).routing, mode, "{value}");
+        }
     }
 
     #[test]

@@ -14,6 +14,26 @@ pub enum RoutingMode {
     Tunnel,
 }
 
+impl RoutingMode {
+    /// The option's value, as the CiliumNode annotation
+    /// `resources::cilium_node::ROUTING_MODE_ANNOTATION` also says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoutingMode::Native => "native",
+            RoutingMode::Tunnel => "tunnel",
+        }
+    }
+
+    /// The mode a value names (None: neither).
+    pub fn parse(value: &str) -> Option<RoutingMode> {
+        match value {
+            "native" => Some(RoutingMode::Native),
+            "tunnel" => Some(RoutingMode::Tunnel),
+            _ => None,
+        }
+    }
+}
+
 /// `--tunnel-protocol`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TunnelProtocol {

@@ -14,7 +14,7 @@ use crate::k8s::objects::{ApplyBody, condition_json};
 use crate::node::{
     ConfigFit, HealthAddresses, NodeAddress, NodeResource, RequestedPool, UsedAddresses,
 };
-use crate::resources::PodCidrStatus;
+use crate::resources::{PodCidrStatus, ROUTING_MODE_ANNOTATION};
 
 /// The fields the agent owns in its CiliumNode (one apply always sends them all:
 /// what an apply leaves out, the manager gives up).
@@ -29,6 +29,9 @@ pub(super) struct AgentFields {
     /// Multi-pool: the sticky addresses asked for (identity -> pool); written
     /// as the annotation [`STICKY_REQUESTS`] while not empty.
     pub(super) sticky_requests: BTreeMap<String, String>,
+    /// `--routing-mode` (`tunnel`, `native`), written as the annotation
+    /// [`ROUTING_MODE_ANNOTATION`]; empty: not written.
+    pub(super) routing_mode: &'static str,
 }
 
 impl AgentFields {
@@ -78,11 +81,18 @@ impl AgentFields {
             spec["health"] = json!(self.health);
         }
         let mut body = ApplyBody::new(api_version, "CiliumNode", node_name);
+        let mut annotations = serde_json::Map::new();
         if !self.sticky_requests.is_empty() {
-            body = body.meta(
-                "annotations",
-                json!({STICKY_REQUESTS: requests_annotation(&self.sticky_requests)}),
+            annotations.insert(
+                STICKY_REQUESTS.into(),
+                json!(requests_annotation(&self.sticky_requests)),
             );
+        }
+        if !self.routing_mode.is_empty() {
+            annotations.insert(ROUTING_MODE_ANNOTATION.into(), json!(self.routing_mode));
+        }
+        if !annotations.is_empty() {
+            body = body.meta("annotations", serde_json::Value::Object(annotations));
         }
         let body = if self.node_uid.is_empty() {
             body
@@ -180,6 +190,7 @@ mod tests {
             pod_cidrs: Some(vec!["10.244.1.0/24".parse().unwrap()]),
             requested: Some(vec![requested("default", 16)]),
             sticky_requests: BTreeMap::from([("db/web-0".into(), "web".into())]),
+            routing_mode: "tunnel",
         };
         assert_eq!(
             wire(&full.apply_body("n1", "cilium.io/v2")),
@@ -191,7 +202,10 @@ mod tests {
                     "ownerReferences": [
                         {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u-1"}
                     ],
-                    "annotations": {"ipam.podnet.io/sticky-requests": "{\"db/web-0\":\"web\"}"},
+                    "annotations": {
+                        "ipam.podnet.io/sticky-requests": "{\"db/web-0\":\"web\"}",
+                        "podnet.io/routing-mode": "tunnel",
+                    },
                 },
                 "spec": {
                     "addresses": [
@@ -334,10 +348,14 @@ mod tests {
             pod_cidrs: None,
             requested: Some(Vec::new()),
             sticky_requests: BTreeMap::new(),
+            routing_mode: "native",
         };
         let body = wire(&f.apply_body("n1", "cilium.io/v2"));
-        // No sticky request: no annotation (the apply gives it up).
-        assert!(body["metadata"].get("annotations").is_none());
+        // No sticky request: no such annotation (the apply gives it up).
+        assert_eq!(
+            body["metadata"]["annotations"],
+            json!({"podnet.io/routing-mode": "native"})
+        );
         assert_eq!(body["spec"]["health"]["ipv4"], "10.244.1.2");
         assert!(body["spec"]["health"].get("ipv6").is_none());
         assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "u-1");

@@ -111,6 +111,9 @@ pub struct KubernetesConfig {
     /// default pool's router and health addresses); the source waits until each of
     /// these pools has a block, as Cilium's agent does.
     pub initial_demand: Vec<RequestedPool>,
+    /// `--routing-mode` (`tunnel`, `native`), which the agent says in its
+    /// CiliumNode (`resources::ROUTING_MODE_ANNOTATION`); empty: not said.
+    pub routing_mode: &'static str,
 }
 
 /// Both halves of the backend, sharing the agent's fields and the used addresses
@@ -121,7 +124,10 @@ pub fn kubernetes_backend(
     journal_node: Option<NodeResource>,
     health: Arc<BackendHealth>,
 ) -> (KubernetesSource, KubernetesSink) {
-    let fields = Arc::new(Mutex::new(AgentFields::from_journal(journal_node.as_ref())));
+    let fields = Arc::new(Mutex::new(AgentFields {
+        routing_mode: config.routing_mode,
+        ..AgentFields::from_journal(journal_node.as_ref())
+    }));
     let seen = SharedSeen::default();
     let nodes = NodesResource::default();
     (
