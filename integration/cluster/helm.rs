@@ -92,11 +92,13 @@ fn upgrade(cluster: &Cluster, bin: &Path, chart: &str, sets: &[&str]) -> BTreeMa
 /// upgrades (`--reuse-values --set rollOutCiliumPods=true`): turning the
 /// bandwidth manager on (the agents roll one node at a time, every node's
 /// conflist gains the `bandwidth` capability, no ping lost beyond one per agent
-/// restarted), then switching to native routing (`routingMode=native`,
-/// `autoDirectNodeRoutes=true`, `ipv4NativeRoutingCIDR`): every node ends
-/// without its tunnel device and every pod reaches its peer again. Through both,
-/// no pod changes address or restarts. Pings lost while nodes of both modes
-/// coexist are printed, not bounded: docs/helm.md says why. Then `helm
+/// restarted; then annotated pods are shaped on every runtime:
+/// cluster::bandwidth), then switching to native routing (`routingMode=native`,
+/// `autoDirectNodeRoutes=true`, `ipv4NativeRoutingCIDR`): while nodes of both
+/// modes coexist a native node still tunnels to the tunnel nodes, so again no
+/// ping is lost beyond one per agent restarted, and every node ends without
+/// its tunnel device (removed at the resync after the last node switched).
+/// Through both, no pod changes address or restarts. Then `helm
 /// uninstall`: every node's CNI config and masquerade and source check tables
 /// gone, the CRDs kept.
 #[test]
@@ -138,6 +140,7 @@ fn helm_installs_upgrades_to_native_routing_and_uninstalls() {
         );
     }
     assert_undisturbed(&cluster, &pingers, &before, "upgrade", NODES as u64);
+    super::bandwidth::annotated_pods_are_shaped_on_every_runtime(&cluster);
 
     let pingers = start_pingers(&cluster, &before);
     let agents = upgrade(
@@ -162,7 +165,7 @@ fn helm_installs_upgrades_to_native_routing_and_uninstalls() {
         &pingers,
         &before,
         "switch to native routing",
-        u64::MAX,
+        NODES as u64,
     );
     assert_each_reaches_a_peer(&cluster, &before, "in native routing");
     cluster.kubectl(&["delete", "deployment", "spread", "--wait=true"]);
