@@ -7,8 +7,9 @@
 //! the IFB). The qdiscs are read with `tc` in the node namespace.
 
 use crate::bandwidth::{conf, have_tc, limits, link_exists, tbf_rate};
+use crate::harness::Node;
 use crate::k8s::ControlPlane;
-use crate::k8s_backend::{create_node, eventually, jsonpath, k8s_node};
+use crate::k8s_backend::{create_node, jsonpath, k8s_node};
 use podnet::datapath::{host_ifname, ifb_ifname};
 
 const INGRESS: &str = "kubernetes.io/ingress-bandwidth";
@@ -33,16 +34,24 @@ fn annotate(cp: &ControlPlane, pod: &str, ingress: Option<&str>, egress: Option<
     .expect_ok("annotate");
 }
 
-/// Waits up to 30 s for `f`.
-fn wait_for(f: impl Fn() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while std::time::Instant::now() < deadline {
-        if f() {
-            return true;
+/// Waits up to `secs` for `f`; else fails naming `what`, with the node's
+/// qdiscs and the end of its daemon's log (what a failure on a busy CI
+/// machine needs to be understood).
+fn eventually(node: &Node, what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !f() {
+        if std::time::Instant::now() >= deadline {
+            let qdiscs = node.ns.exec(&["tc", "qdisc", "show"]);
+            let log = node.log();
+            let tail: Vec<&str> = log.lines().rev().take(80).collect();
+            panic!(
+                "timed out after {secs} s waiting for {what}; qdiscs:\n{}\nthe daemon's log, last lines:\n{}",
+                String::from_utf8_lossy(&qdiscs.stdout),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    false
 }
 
 #[test]
@@ -107,9 +116,7 @@ fn the_agent_follows_a_pods_bandwidth_annotations() {
         let m = node.metrics();
         m.contains(&format!("podnet_bandwidth_pods_shaped {n}"))
     };
-    if !wait_for(|| shaped(1)) {
-        panic!("the loop counts no pod shaped; log:\n{}", node.log());
-    }
+    eventually(&node, "the loop to count the pod shaped", 30, || shaped(1));
     let status = node.podnet(&["status"]);
     assert!(
         status.contains("shaped (tbf qdiscs, docs/bandwidth.md); 1 local pod(s) shaped"),
@@ -120,33 +127,27 @@ fn the_agent_follows_a_pods_bandwidth_annotations() {
     // at the latest) reads the kernel and puts it back.
     let del = node.ns.exec(&["tc", "qdisc", "del", "dev", &host, "root"]);
     assert!(del.status.success(), "tc qdisc del: {del:?}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(75);
-    while tbf_rate(&node, &host) != Some(1_250_000) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the TBF removed by hand is not back after 75 s; log:\n{}",
-            node.log()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    eventually(&node, "the TBF removed by hand to be back", 75, || {
+        tbf_rate(&node, &host) == Some(1_250_000)
+    });
 
     // Changed: both TBFs follow.
     annotate(&cp, "web", Some("20M"), Some("500k"));
-    eventually("the changed TBFs", || {
+    eventually(&node, "the changed TBFs", 30, || {
         tbf_rate(&node, &host) == Some(2_500_000) && tbf_rate(&node, &ifb) == Some(62_500)
     });
 
     // A bad egress value: an Event naming it, the egress shaping kept, the
     // ingress one still following.
     annotate(&cp, "web", Some("30M"), Some("0"));
-    eventually("the BandwidthInvalid Event", || {
+    eventually(&node, "the BandwidthInvalid Event", 30, || {
         cp.pod_events("web").lines().any(|l| {
             l.starts_with("BandwidthInvalid|")
                 && l.contains(&format!("{EGRESS}: \"0\""))
                 && l.contains("from 1k")
         })
     });
-    eventually("the ingress TBF at 30M", || {
+    eventually(&node, "the ingress TBF at 30M", 30, || {
         tbf_rate(&node, &host) == Some(3_750_000)
     });
     assert_eq!(tbf_rate(&node, &ifb), Some(62_500));
@@ -158,19 +159,20 @@ fn the_agent_follows_a_pods_bandwidth_annotations() {
 
     // Removed: nothing shaped, the IFB gone.
     annotate(&cp, "web", None, None);
-    eventually("the shaping removed", || {
+    eventually(&node, "the shaping removed", 30, || {
         tbf_rate(&node, &host).is_none() && !link_exists(&node, &ifb)
     });
-    eventually("the loop counts no pod shaped", || shaped(0));
+    eventually(&node, "the loop to count no pod shaped", 30, || shaped(0));
     let status = node.podnet(&["status"]);
     assert!(status.contains("; 0 local pod(s) shaped"), "{status}");
+    let events = cp.pod_events("web");
     assert_eq!(
-        cp.pod_events("web")
+        events
             .lines()
             .filter(|l| l.starts_with("BandwidthInvalid|"))
             .count(),
         1,
-        "one Event for the one bad value"
+        "one Event for the one bad value:\n{events}"
     );
     let del = node.plugin(
         "DEL",
