@@ -1,7 +1,9 @@
 //! Pod bandwidth limits on the cluster: the `kubernetes.io/ingress-bandwidth` and
 //! `kubernetes.io/egress-bandwidth` annotations reach podnet through each real
 //! runtime (containerd 2, CRI-O, containerd 1.6: the conflist's `bandwidth`
-//! capability) and become TBF qdiscs on the host side (docs/bandwidth.md).
+//! capability) and become TBF qdiscs on the host side (docs/bandwidth.md). Run
+//! by cluster::helm once its upgrade has turned the bandwidth manager on (one
+//! cluster for both).
 
 use serde_json::Value;
 
@@ -50,37 +52,27 @@ fn ifbs(cluster: &Cluster, node: &str) -> Vec<String> {
         .collect()
 }
 
-/// With `enable-bandwidth-manager: "true"`, a pod on each node (each runtime)
-/// with both annotations gets, from its ADD (the agent's loop changes nothing),
-/// the TBF of 10 Mbit/s on its host link and the TBF of 20 Mbit/s on its IFB
-/// device, and still reaches the pods on the other nodes. The annotation changed
-/// on a running pod changes its TBF; a bad value gets a `BandwidthInvalid` Event
-/// on the Pod naming it and keeps the shaping; deleting the pods leaves no TBF
-/// and no IFB device on any node.
-#[test]
-fn pod_bandwidth_annotations_are_shaped_on_every_runtime() {
-    let test = "pod_bandwidth_annotations_are_shaped_on_every_runtime";
-    let Some(cluster) = Cluster::start(test) else {
-        return;
-    };
-    cluster.apply(&podnet_manifests_with(
-        "tunnel",
-        "ipv4",
-        &["enable-bandwidth-manager=true"],
-    ));
-    cluster.wait_nodes_ready();
+/// On a cluster whose agents run with `enable-bandwidth-manager: "true"`
+/// (cluster::helm turns it on with `helm upgrade`): a pod on each node (each
+/// runtime) with both annotations gets, from its ADD (the agent's loop changes
+/// nothing), the TBF of 10 Mbit/s on its host link and the TBF of 20 Mbit/s on
+/// its IFB device, and still reaches the pods on the other nodes. The
+/// annotation changed on a running pod changes its TBF; a bad value gets a
+/// `BandwidthInvalid` Event on the Pod naming it and keeps the shaping;
+/// deleting the pods leaves no TBF and no IFB device on any node.
+pub(super) fn annotated_pods_are_shaped_on_every_runtime(cluster: &Cluster) {
     cluster.apply(&limited_deployment(NODES));
     let placed = cluster.wait_for(
         "every limited pod Ready",
         || {
             let pods = cluster.pods("default", "app=limited");
             let all = pods.len() == NODES && pods.iter().all(ready);
-            all.then(|| placed(&cluster, "limited"))
+            all.then(|| placed(cluster, "limited"))
         },
         || cluster.describe("default"),
     );
     for node in node_names() {
-        let found = tbfs(&cluster, &node);
+        let found = tbfs(cluster, &node);
         let host: Vec<_> = found
             .iter()
             .filter(|(dev, rate)| dev.starts_with("lxc") && *rate == INGRESS_BYTES)
@@ -95,7 +87,7 @@ fn pod_bandwidth_annotations_are_shaped_on_every_runtime() {
              {EGRESS_BYTES} B/s on an IFB device, found {found:?}"
         );
     }
-    assert_each_reaches_a_peer(&cluster, &placed, "with its limit");
+    assert_each_reaches_a_peer(cluster, &placed, "with its limit");
 
     // ADD shaped every pod, through each runtime: the loop found nothing to do.
     for (node, agent) in cluster.agents() {
@@ -118,12 +110,12 @@ fn pod_bandwidth_annotations_are_shaped_on_every_runtime() {
     cluster.wait_for(
         &format!("{changed}'s host link at 5 Mbit/s"),
         || {
-            tbfs(&cluster, changed_node)
+            tbfs(cluster, changed_node)
                 .iter()
                 .any(|(dev, rate)| dev.starts_with("lxc") && *rate == INGRESS_BYTES / 2)
                 .then_some(())
         },
-        || format!("{:?}", tbfs(&cluster, changed_node)),
+        || format!("{:?}", tbfs(cluster, changed_node)),
     );
     // A bad value: an Event on the Pod naming it, the shaping kept.
     let (bad, bad_node, _) = &placed[1];
@@ -135,12 +127,12 @@ fn pod_bandwidth_annotations_are_shaped_on_every_runtime() {
         "--overwrite",
     ]);
     wait_for_event(
-        &cluster,
+        cluster,
         "BandwidthInvalid",
         bad,
         "kubernetes.io/egress-bandwidth",
     );
-    let kept = tbfs(&cluster, bad_node);
+    let kept = tbfs(cluster, bad_node);
     assert!(
         kept.iter()
             .any(|(dev, rate)| dev.starts_with("ifb") && *rate == EGRESS_BYTES),
@@ -151,8 +143,8 @@ fn pod_bandwidth_annotations_are_shaped_on_every_runtime() {
     for node in node_names() {
         cluster.wait_for(
             &format!("{node} without the pods' TBFs and IFB devices"),
-            || (tbfs(&cluster, &node).is_empty() && ifbs(&cluster, &node).is_empty()).then_some(()),
-            || format!("{:?} {:?}", tbfs(&cluster, &node), ifbs(&cluster, &node)),
+            || (tbfs(cluster, &node).is_empty() && ifbs(cluster, &node).is_empty()).then_some(()),
+            || format!("{:?} {:?}", tbfs(cluster, &node), ifbs(cluster, &node)),
         );
     }
 }
