@@ -762,13 +762,8 @@ mod tests {
             &BTreeSet::new(),
         );
         assert!(p.tunnel.is_none() && p.fdb.is_empty() && p.neighbours.is_empty());
-        let routes: Vec<(IpNet, IpAddr, bool)> = p
-            .routes
-            .iter()
-            .map(|r| (r.dst, r.gateway, r.tunnel))
-            .collect();
         assert_eq!(
-            routes,
+            routes_of(&p),
             vec![
                 (net("10.1.0.0/24"), "192.168.0.1".parse().unwrap(), false),
                 (net("10.1.2.0/24"), "192.168.0.3".parse().unwrap(), false),
@@ -776,6 +771,14 @@ mod tests {
             ]
         );
         assert_eq!(p.remotes[1].path.to_string(), "route via 192.168.0.3");
+    }
+
+    /// Each planned route: destination, gateway, whether through the tunnel.
+    fn routes_of(p: &DatapathPlan) -> Vec<(IpNet, IpAddr, bool)> {
+        p.routes
+            .iter()
+            .map(|r| (r.dst, r.gateway, r.tunnel))
+            .collect()
     }
 
     /// `cluster()` with each node saying the mode of `modes` (a, b, c).
@@ -801,13 +804,8 @@ mod tests {
             }),
             "the device a's packets arrive on"
         );
-        let routes: Vec<(IpNet, IpAddr, bool)> = p
-            .routes
-            .iter()
-            .map(|r| (r.dst, r.gateway, r.tunnel))
-            .collect();
         assert_eq!(
-            routes,
+            routes_of(&p),
             vec![
                 (net("10.1.0.0/24"), "10.1.0.1".parse().unwrap(), true),
                 (net("10.1.2.0/24"), "192.168.0.3".parse().unwrap(), false),
