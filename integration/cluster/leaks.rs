@@ -118,16 +118,14 @@ fn verdicts(check: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Two pods on node-2 lose their Pod objects while node-2's kubelet is down (so
-/// no CNI DEL comes): one's sandbox network is gone too (its host link deleted
-/// behind the runtime's back), the other's still runs. The agent's check (on
-/// demand, grace 0, release after 5 s, set in podnet's ConfigMap) reports the
-/// first as a leak with an `IPAMLeak` Event on the Node and releases it once it
-/// has been one for 5 s; the second is reported as `host-link-present` and keeps
-/// its address in every check.
+/// One cluster for the two day-two checks: podnet installed with the leak
+/// check on demand (grace 0, release after 5 s) and the operator's duplicate
+/// check every 10 s, set in podnet's ConfigMap; then
+/// [`a_leaked_address_is_released_and_one_whose_sandbox_runs_is_kept`] on
+/// node-2 and [`two_pods_with_one_ip_are_reported`] on node-3.
 #[test]
-fn a_leaked_address_is_released_and_one_whose_sandbox_runs_is_kept() {
-    let test = "a_leaked_address_is_released_and_one_whose_sandbox_runs_is_kept";
+fn leaks_are_released_or_kept_and_two_pods_with_one_ip_are_reported() {
+    let test = "leaks_are_released_or_kept_and_two_pods_with_one_ip_are_reported";
     let Some(cluster) = Cluster::start(test) else {
         return;
     };
@@ -136,14 +134,26 @@ fn a_leaked_address_is_released_and_one_whose_sandbox_runs_is_kept() {
         ("ipam-leak-check-interval", "0"),
         ("ipam-leak-grace", "0s"),
         ("ipam-release-leaked-after", &release_after),
+        ("ipam-duplicate-check-interval", "10s"),
     ]);
+    a_leaked_address_is_released_and_one_whose_sandbox_runs_is_kept(&cluster);
+    two_pods_with_one_ip_are_reported(&cluster);
+}
+
+/// Two pods on node-2 lose their Pod objects while node-2's kubelet is down (so
+/// no CNI DEL comes): one's sandbox network is gone too (its host link deleted
+/// behind the runtime's back), the other's still runs. The agent's check
+/// reports the first as a leak with an `IPAMLeak` Event on the Node and
+/// releases it once it has been one for 5 s; the second is reported as
+/// `host-link-present` and keeps its address in every check.
+fn a_leaked_address_is_released_and_one_whose_sandbox_runs_is_kept(cluster: &Cluster) {
     cluster.apply(&busybox_on("leaked", NODE));
     cluster.apply(&busybox_on("kept", NODE));
     let pods = cluster.wait_for(
         "the two pods Ready",
         || {
             let all = cluster.pods("default", "app=pinned");
-            (all.len() == 2 && all.iter().all(ready)).then(|| placed(&cluster, "pinned"))
+            (all.len() == 2 && all.iter().all(ready)).then(|| placed(cluster, "pinned"))
         },
         || cluster.describe("default"),
     );
@@ -250,18 +260,12 @@ fn a_leaked_address_is_released_and_one_whose_sandbox_runs_is_kept() {
 }
 
 /// Two Pods with one IP, planted by hand on a node that is off (so no kubelet
-/// rewrites their status): the operator's leader (its duplicate check every 10 s,
-/// set in podnet's ConfigMap) posts a `DuplicatePodIP` Event on each, and
-/// `podnet ipam check`, run as the cluster admin, exits 1 naming both.
-#[test]
-fn two_pods_with_one_ip_are_reported_by_the_operator_and_ipam_check() {
-    let test = "two_pods_with_one_ip_are_reported_by_the_operator_and_ipam_check";
-    let Some(cluster) = Cluster::start(test) else {
-        return;
-    };
-    cluster.install_podnet_with(&[("ipam-duplicate-check-interval", "10s")]);
+/// rewrites their status): the operator's leader posts a `DuplicatePodIP`
+/// Event on each, and `podnet ipam check`, run as the cluster admin, exits 1
+/// naming both.
+fn two_pods_with_one_ip_are_reported(cluster: &Cluster) {
     let off = "node-3";
-    let ip = node_cidrs(&cluster, off)
+    let ip = node_cidrs(cluster, off)
         .first()
         .map(|c| c.hosts().nth(199).expect("a /24 has 200 hosts").to_string())
         .unwrap_or_else(|| panic!("{off} has no pod CIDR"));
