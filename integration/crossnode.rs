@@ -644,7 +644,7 @@ fn native_mode_routes_pods_via_the_nodes_internal_ips() {
     );
     let (p3, p3_ips) = dual_stack_pod(&n3);
     for native in [&n1, &n2] {
-        wait_for(
+        wait_showing(
             "a native node's tunnel to the tunnel node",
             Duration::from_secs(10),
             || {
@@ -653,6 +653,7 @@ fn native_mode_routes_pods_via_the_nodes_internal_ips() {
                     .iter()
                     .any(|r| r.path == format!("tunnel to {n3_ip}"))
             },
+            || format!("{:?}\n{}", cross_node(native), native.log()),
         );
     }
     let routes = podnet_routes(&n1);

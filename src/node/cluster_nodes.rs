@@ -1,6 +1,6 @@
 //! Every CiliumNode of the cluster (not only this node's), for the cross-node
-//! datapath and the policy loop (one watch, its list shared): a watch that keeps, per node, only what routing needs (`spec.addresses`
-//! and `spec.ipam`'s CIDRs and allocated blocks) in a [`Mirror`] and publishes the
+//! datapath and the policy loop (one watch, its list shared): a watch that keeps, per node, only what routing needs (`spec.addresses`,
+//! `spec.ipam`'s CIDRs and allocated blocks, and the routing-mode annotation) in a [`Mirror`] and publishes the
 //! whole list after each change: after each batch of the events that have already
 //! arrived (up to [`EVENT_BATCH`]), so that a burst of node joins and deletions is
 //! planned a few times, not once per event. The list holds shared nodes
@@ -22,7 +22,7 @@ use crate::k8s::connect::connect;
 use crate::k8s::discovery::{CiliumKind, DiscoveryError, resolve_waiting};
 use crate::k8s::mirror::{Change, Keyed, Mirror};
 use crate::k8s::objects::watch_nodes;
-use crate::resources::{IpamPools, NodeIpamSpec, NodeSpec, ObjectMeta};
+use crate::resources::{IpamPools, NodeIpamSpec, NodeSpec, ObjectMeta, ROUTING_MODE_ANNOTATION};
 
 /// Every CiliumNode's routing part, as one shared list of shared nodes: a
 /// batch copies out only the nodes it changed, and the reader takes the list
@@ -35,13 +35,20 @@ const WATCH: &str = "cluster-ciliumnodes";
 /// list is published.
 const EVENT_BATCH: usize = 1024;
 
-/// The routing-relevant part of a CiliumNode (everything else is dropped).
+/// The routing-relevant part of a CiliumNode (everything else is dropped, so
+/// the status writes and other annotations make no event).
 fn routing_part(n: NodeResource) -> NodeResource {
     NodeResource {
         api_version: n.api_version,
         kind: n.kind,
         metadata: ObjectMeta {
             name: n.metadata.name,
+            annotations: n
+                .metadata
+                .annotations
+                .into_iter()
+                .filter(|(k, _)| k == ROUTING_MODE_ANNOTATION)
+                .collect(),
             ..Default::default()
         },
         spec: NodeSpec {
@@ -228,6 +235,24 @@ mod tests {
             &health,
         );
         assert!(!same.matters());
+        // Nor does another annotation; the routing mode's is one, and is kept.
+        let mut noted = node("c", "10.0.3.0/24");
+        noted
+            .metadata
+            .annotations
+            .insert("other".into(), "x".into());
+        assert!(!take_event(Ok(Event::Apply(noted.clone())), &mut nodes, &health).matters());
+        noted
+            .metadata
+            .annotations
+            .insert(ROUTING_MODE_ANNOTATION.into(), "tunnel".into());
+        let said = take_event(Ok(Event::Apply(noted)), &mut nodes, &health);
+        assert!(said.matters());
+        share(said, &nodes, &mut shared);
+        assert_eq!(
+            shared["c"].metadata.annotations,
+            BTreeMap::from([(ROUTING_MODE_ANNOTATION.to_string(), "tunnel".to_string())])
+        );
         let gone = take_event(
             Ok(Event::Delete(node("a", "10.0.9.0/24"))),
             &mut nodes,
