@@ -19,6 +19,7 @@ pub mod selector;
 pub mod state;
 pub mod table;
 pub mod view;
+mod view_cluster;
 mod view_policy;
 
 #[cfg(test)]
@@ -29,4 +30,4 @@ pub use enforcement::Enforcement;
 pub use explain::Explanations;
 pub use problem::{Problem, Why};
 pub use state::{Diff, State};
-pub use view::{NamespaceView, NodeView, PodView, PolicyView};
+pub use view::{ClusterPolicyView, NamespaceView, NodeView, PodView, PolicyView};

@@ -52,6 +52,7 @@ fn a_local_pod_is_enforced_on_its_link_and_a_pod_of_its_name_with_another_uid_is
         namespaces: listed(Vec::new()),
         policies: Mirror::default(),
         nodes: None,
+        ..Watched::default()
     };
     assert!(
         !watched.synced(),
@@ -184,6 +185,7 @@ async fn the_pod_watch_keeps_views_an_update_replaces_one_and_a_relist_drops_the
         namespaces: listed(Vec::new()),
         policies: listed(vec![deny_all()]),
         nodes: Some(Vec::new()),
+        ..Watched::default()
     };
     let node = NodeSide {
         links: [("a/web".to_string(), link(Some("u-1"), "lxcweb"))].into(),
