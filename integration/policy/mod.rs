@@ -27,6 +27,7 @@ use serde_json::json;
 use crate::harness::*;
 
 mod agent;
+mod cluster_policy;
 mod self_traffic;
 mod topology;
 use topology::*;

@@ -201,7 +201,7 @@ pub struct DaemonOptions {
     /// network-policy-api's Admin and Baseline tiers around NetworkPolicy), with
     /// `--enable-policy` default or always on the Kubernetes backend: the
     /// newest version the API server serves, v1beta1 or v1alpha2, watched
-    /// once its CRD is installed (docs/kubernetes.md).
+    /// once its CRD is installed (docs/security.md).
     #[arg(long = "enable-cluster-network-policy", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
     pub enable_cluster_network_policy: bool,
 
