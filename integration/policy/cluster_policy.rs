@@ -1,6 +1,7 @@
 //! ClusterNetworkPolicy (`--enable-cluster-network-policy`) against a real
 //! kube-apiserver with the CRD of deploy/crds (v1beta1): two pods attached by
-//! the plugin on a node whose daemon watches the API, real ICMP between them.
+//! the plugin on a node whose daemon watches the API with the agent's own
+//! service-account token (deploy/agent-rbac.yaml), real ICMP between them.
 //! A NetworkPolicy lets the client reach web; an Admin Deny of the client
 //! beats it; made a Pass, it hands over to the NetworkPolicy, which allows; a
 //! Baseline Deny of everyone loses to the NetworkPolicy and decides once the
@@ -10,7 +11,7 @@
 
 use crate::harness::*;
 use crate::k8s::ControlPlane;
-use crate::k8s_backend::{add_with_uid, create_sandbox_pods, eventually, policy_agent};
+use crate::k8s_backend::{add_with_uid, create_node, create_sandbox_pods, eventually, k8s_node};
 
 /// A ClusterNetworkPolicy of web (`app=web` in any namespace).
 fn cnp(name: &str, tier: &str, rules: &str) -> String {
@@ -35,9 +36,21 @@ fn admin_deny_beats_networkpolicy_pass_hands_over_and_baseline_deny_loses() {
     let Some(cp) = ControlPlane::start("k8s_cluster_policy") else {
         return;
     };
-    let (mut node, node_name) = policy_agent(&cp, "cnp-1", "10.244.19.0/24");
-    node.stop_daemon(false);
-    node.args.push("--enable-cluster-network-policy".into());
+    cp.install_crds();
+    let ns = cp.add_node_ns("cnp-1");
+    create_node(&cp, &ns, &["10.244.19.0/24"]);
+    let node_name = ns.name.clone();
+    // The agent's own service-account token: its RBAC (deploy/agent-rbac.yaml)
+    // lists and watches the ClusterNetworkPolicies and posts the Events.
+    let agent = cp.agent_kubeconfig_on(&node_name);
+    let args = [
+        "--ipam",
+        "kubernetes",
+        "--enable-policy",
+        "default",
+        "--enable-cluster-network-policy",
+    ];
+    let mut node = k8s_node(ns, &agent, &args);
     node.start_daemon();
 
     let sandboxes = [node.sandbox(), node.sandbox()];

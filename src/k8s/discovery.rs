@@ -77,6 +77,16 @@ impl CiliumKind {
         }
     }
 
+    /// How to install the CRD.
+    pub fn install(self) -> &'static str {
+        match self {
+            CiliumKind::ClusterNetworkPolicy => {
+                "install network-policy-api's (`kubectl apply -f deploy/crds/clusternetworkpolicies.yaml`)"
+            }
+            _ => "install Cilium's CRDs or podnet's (`podnet crds | kubectl apply -f -`)",
+        }
+    }
+
     /// The CRD's name, `<plural>.<group>`.
     pub fn crd(self) -> String {
         format!("{}.{}", self.plural(), self.group())
@@ -114,13 +124,13 @@ impl CiliumKind {
 pub enum DiscoveryError {
     /// No version of the group serves the kind: its CRD is not installed (or
     /// not established yet).
-    #[error(
-        "CRD {crd} is not installed (podnet reads {kind} at {understood}): install Cilium's CRDs or podnet's (`podnet crds | kubectl apply -f -`)"
-    )]
+    #[error("CRD {crd} is not installed (podnet reads {kind} at {understood}): {install}")]
     NotInstalled {
         crd: String,
         kind: &'static str,
         understood: String,
+        /// How to install it ([`CiliumKind::install`]).
+        install: &'static str,
     },
     /// The CRD serves only versions podnet does not understand.
     #[error(
@@ -184,6 +194,7 @@ pub fn choose(kind: CiliumKind, served: &[String]) -> Result<ApiResource, Discov
             crd: kind.crd(),
             kind: kind.kind(),
             understood: either(understood),
+            install: kind.install(),
         });
     }
     Err(DiscoveryError::VersionNotServed {
@@ -307,6 +318,25 @@ mod tests {
 
     fn served(versions: &[&str]) -> Vec<String> {
         versions.iter().map(|v| v.to_string()).collect()
+    }
+
+    #[test]
+    fn cluster_network_policy_is_v1beta1_else_v1alpha2_of_its_own_group() {
+        let kind = CiliumKind::ClusterNetworkPolicy;
+        let r = choose(kind, &served(&["v1alpha2", "v1beta1"])).unwrap();
+        assert_eq!(r.api_version, "policy.networking.k8s.io/v1beta1");
+        assert_eq!(r.plural, "clusternetworkpolicies");
+        let r = choose(kind, &served(&["v1alpha2"])).unwrap();
+        assert_eq!(r.api_version, "policy.networking.k8s.io/v1alpha2");
+        let e = choose(kind, &served(&[])).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "CRD clusternetworkpolicies.policy.networking.k8s.io is not installed (podnet reads ClusterNetworkPolicy at v1beta1 or v1alpha2): install network-policy-api's (`kubectl apply -f deploy/crds/clusternetworkpolicies.yaml`)"
+        );
+        let e = choose(kind, &served(&["v1alpha1"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("serves ClusterNetworkPolicy at v1alpha1"), "{e}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! NetworkPolicy, enforced on this node in nftables. Pure from the API objects to
-//! the kernel's text: [`view`] reads Pods, Namespaces and NetworkPolicies (with
+//! the kernel's text: [`view`] reads Pods, Namespaces, NetworkPolicies and
+//! ClusterNetworkPolicies (with
 //! [`selector`] and each policy's [`problem`]s), [`compile`] makes this node's
 //! [`state`] (named address sets per peer selector, a chain per policy-selected
 //! local pod and direction) and [`state::State::diff`] what changed, [`render`]

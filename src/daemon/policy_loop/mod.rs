@@ -12,7 +12,9 @@
 //! delegated IPAM plugin addressed (`--ipam delegated-plugin`), from its
 //! endpoint; the node's InternalIPs and router addresses), and the [`writer`]
 //! writes what changed. A pod's addresses are its Pod's `status.podIPs`, in
-//! every IPAM mode.
+//! every IPAM mode. With `--enable-cluster-network-policy` the loop also
+//! watches the ClusterNetworkPolicies (`cluster`: discovery, the watch once the
+//! CRD is served, the status line and the problems' Events).
 //!
 //! Every [`RESYNC`] the state is compiled again and, before it is written, the
 //! kernel's table is checked against the state last written

@@ -195,3 +195,40 @@ async fn the_pod_watch_keeps_views_an_update_replaces_one_and_a_relist_drops_the
     assert_eq!(c.state.chains.len(), 1);
     assert!(c.explanations.pod("a/web", &[]).is_some());
 }
+
+#[test]
+fn cluster_policies_are_waited_for_only_while_discovery_has_not_answered_or_the_list_is_not_read() {
+    let mut watched = Watched {
+        pods: listed(Vec::new()),
+        namespaces: listed(Vec::new()),
+        policies: listed(Vec::new()),
+        nodes: Some(Vec::new()),
+        ..Watched::default()
+    };
+    assert!(watched.synced(), "off: NetworkPolicy alone");
+    assert_eq!(cluster::status_line(&watched), None);
+    watched.cluster_kind = ClusterKind::Unresolved;
+    assert!(!watched.synced(), "not asked yet: nothing written");
+    watched.cluster_kind = ClusterKind::NotInstalled;
+    assert!(
+        watched.synced(),
+        "no CRD: NetworkPolicy is enforced meanwhile"
+    );
+    let line = cluster::status_line(&watched).unwrap();
+    assert!(
+        line.contains("clusternetworkpolicies.policy.networking.k8s.io not installed"),
+        "{line}"
+    );
+    watched.cluster_kind = ClusterKind::Served("v1beta1".into());
+    assert!(!watched.synced(), "served: its list first");
+    let policy = crate::policy::view::cluster_policy(
+        "p",
+        &json!({"tier": "Admin", "priority": 1, "subject": {"namespaces": {}}}),
+    );
+    watched.cluster_policies = listed(vec![policy]);
+    assert!(watched.synced());
+    assert_eq!(
+        cluster::status_line(&watched).as_deref(),
+        Some("1 ClusterNetworkPolicies (policy.networking.k8s.io/v1beta1)")
+    );
+}
