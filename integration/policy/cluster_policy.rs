@@ -7,7 +7,9 @@
 //! Baseline Deny of everyone loses to the NetworkPolicy and decides once the
 //! NetworkPolicy is gone. An object podnet cannot enforce (a `domainNames`
 //! peer: no DNS-based peers yet) is reported in `podnet status`, the metric
-//! and an Event, and opens nothing.
+//! and an Event, and opens nothing. An agent started before the CRD enforces
+//! NetworkPolicy alone, says it waits for the CRD, and enforces the
+//! ClusterNetworkPolicies once it is installed.
 
 use crate::harness::*;
 use crate::k8s::ControlPlane;
@@ -155,4 +157,90 @@ fn admin_deny_beats_networkpolicy_pass_hands_over_and_baseline_deny_loses() {
             .expect_ok("get events");
         events.contains("dns-web") || events.contains("domainNames")
     });
+}
+
+#[test]
+fn the_crd_installed_after_the_agent_started_is_waited_for_and_then_enforced() {
+    let Some(cp) = ControlPlane::start("k8s_cluster_policy_late_crd") else {
+        return;
+    };
+    cp.install_crds();
+    cp.kubectl(&[
+        "delete",
+        "crd",
+        "clusternetworkpolicies.policy.networking.k8s.io",
+    ])
+    .expect_ok("delete the ClusterNetworkPolicy CRD");
+    let ns = cp.add_node_ns("cnp-2");
+    create_node(&cp, &ns, &["10.244.20.0/24"]);
+    let node_name = ns.name.clone();
+    let agent = cp.agent_kubeconfig_on(&node_name);
+    let args = [
+        "--ipam",
+        "kubernetes",
+        "--enable-policy",
+        "default",
+        "--enable-cluster-network-policy",
+    ];
+    let mut node = k8s_node(ns, &agent, &args);
+    node.start_daemon();
+    let sandboxes = [node.sandbox(), node.sandbox()];
+    create_sandbox_pods(&cp, &node_name, &sandboxes);
+    let ips: Vec<String> = sandboxes
+        .iter()
+        .map(|sb| add_with_uid(&cp, &node, sb).ipv4())
+        .collect();
+    let [web, client] = sandboxes;
+    let web_ip = &ips[0];
+    cp.kubectl(&["label", "pod", &web.ns.name, "app=web"])
+        .expect_ok("label web");
+    cp.kubectl(&["label", "pod", &client.ns.name, "role=client"])
+        .expect_ok("label client");
+    for (sb, ip) in [(&web, &ips[0]), (&client, &ips[1])] {
+        let status = format!(
+            r#"{{"status":{{"phase":"Running","podIP":"{ip}","podIPs":[{{"ip":"{ip}"}}]}}}}"#
+        );
+        let patch = [
+            "patch",
+            "pod",
+            &sb.ns.name,
+            "-n",
+            "default",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status,
+        ];
+        cp.kubectl(&patch).expect_ok("patch the Pod's status");
+    }
+    let status_has = |node: &Node, what: &str| node.podnet(&["status"]).contains(what);
+    // No CRD: NetworkPolicy is enforced alone, and the status says what is awaited.
+    eventually("the CRD awaited", || {
+        status_has(
+            &node,
+            "ClusterNetworkPolicy: CRD clusternetworkpolicies.policy.networking.k8s.io not installed",
+        )
+    });
+    assert!(status_has(&node, "Policy:     table written"));
+    cp.apply(NP_ALLOW_CLIENT);
+    eventually("the NetworkPolicy written without the CRD", || {
+        status_has(&node, "1 NetworkPolicies, 1 local pods enforced")
+    });
+    assert!(client.ping(web_ip));
+
+    cp.install_crd_files(
+        &repo_path("deploy/crds/clusternetworkpolicies.yaml"),
+        &["clusternetworkpolicies.policy.networking.k8s.io"],
+    );
+    eventually(
+        "the ClusterNetworkPolicy watch once the CRD is served",
+        || {
+            status_has(
+                &node,
+                "ClusterNetworkPolicy: 0 ClusterNetworkPolicies (policy.networking.k8s.io/v1beta1)",
+            )
+        },
+    );
+    cp.apply(&cnp("admin-web", "Admin", &from_client("Deny")));
+    eventually("the Admin Deny enforced", || !client.ping(web_ip));
 }
