@@ -27,6 +27,7 @@ use serde_json::json;
 use crate::harness::*;
 
 mod agent;
+mod cluster_policy;
 mod self_traffic;
 mod topology;
 use topology::*;
@@ -415,7 +416,11 @@ fn ten_thousand_policies_compile_install_and_hold() {
         "10,000 policies: compile {compiled:?}, render {rendered:?} ({} bytes, {} sets, {} rules), nft install {installed:?}",
         script.len(),
         state.sets.len(),
-        state.chains.values().map(Vec::len).sum::<usize>()
+        state
+            .chains
+            .values()
+            .map(|c| c.policy.as_ref().map_or(0, Vec::len))
+            .sum::<usize>()
     );
     assert!(t.tcp(client, t.pods[web].v4, 80, ALLOWED), "r7 -> web:80");
     assert!(

@@ -269,6 +269,7 @@ impl Topology {
         let c = compile(Cluster {
             enforcement,
             policies: &policies.iter().collect::<Vec<_>>(),
+            cluster_policies: &[],
             pods: &pods.iter().collect::<Vec<_>>(),
             local: &local,
             namespaces: &namespaces.iter().collect::<Vec<_>>(),

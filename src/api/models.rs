@@ -830,9 +830,18 @@ pub struct PolicyStatus {
     /// Local pods with a chain in the table.
     #[serde(rename = "pods-enforced", default)]
     pub pods_enforced: u64,
-    /// Each problem of the policies: the policy, the field and why.
+    /// Each problem of the policies (NetworkPolicies and
+    /// ClusterNetworkPolicies): the policy, the field and why.
     #[serde(default)]
     pub problems: Vec<String>,
+    /// ClusterNetworkPolicy: the version watched and how many, or what is
+    /// awaited (None: `--enable-cluster-network-policy` is off).
+    #[serde(
+        rename = "cluster-policies",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cluster_policies: Option<String>,
 }
 
 /// podnet: L2 announcements on this node (`podnet status`).

@@ -317,6 +317,9 @@ fn policy_lines(policy: &PolicyStatus) -> Vec<String> {
         policy.pods_enforced,
         policy.problems.len()
     )];
+    if let Some(cluster) = &policy.cluster_policies {
+        lines.push(format!("  ClusterNetworkPolicy: {cluster}"));
+    }
     lines.extend(policy.problems.iter().map(|p| format!("  {p}")));
     lines
 }

@@ -353,6 +353,8 @@ pub struct DaemonConfig {
     pub cross_node: CrossNodeConfig,
     /// `--enable-policy`.
     pub policy: PolicyMode,
+    /// `--enable-cluster-network-policy`.
+    pub cluster_network_policy: bool,
     /// `--enable-l2-announcements`: the heartbeats' UDP port (None: off).
     pub l2_announcements: Option<u16>,
     /// cluster-pool: when the node asks for another CIDR and gives one back.
@@ -428,6 +430,7 @@ impl DaemonConfig {
             node_labels: parse_node_labels(&opts.node_labels)?,
             cross_node: cross_node(opts, routing, embedded)?,
             policy,
+            cluster_network_policy: opts.enable_cluster_network_policy,
             l2_announcements: l2_announcements(opts)?,
             depletion: (ipam == IpamMode::ClusterPool).then_some(depletion),
         })
@@ -795,6 +798,15 @@ mod tests {
         ];
         let e = resolve(&zero).unwrap_err().to_string();
         assert!(e.contains("heartbeats need a port"), "{e}");
+    }
+
+    #[test]
+    fn cluster_network_policy_is_off_unless_asked() {
+        assert!(!resolve(&[]).unwrap().cluster_network_policy);
+        let on = resolve(&["--enable-cluster-network-policy"]).unwrap();
+        assert!(on.cluster_network_policy);
+        let off = resolve(&["--enable-cluster-network-policy", "false"]).unwrap();
+        assert!(!off.cluster_network_policy);
     }
 
     #[test]

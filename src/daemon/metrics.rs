@@ -89,7 +89,7 @@ pub struct Metrics {
     pub leaks: Gauge,
     /// Leaked allocations the leak check released.
     pub leaks_released: Counter,
-    /// NetworkPolicy problems in the last compile (each logged once).
+    /// NetworkPolicy and ClusterNetworkPolicy problems in the last compile.
     pub policy_problems: Gauge,
     /// Writes of the policy table, by result (installed, updated, failed).
     pub policy_updates: Family<ResultLabels, Counter>,
@@ -246,7 +246,7 @@ impl Metrics {
         );
         registry.register(
             "policy_problems",
-            "NetworkPolicy fields that allow nothing (invalid, or naming a port no pod has) in the last compile",
+            "NetworkPolicy and ClusterNetworkPolicy fields that are invalid (allowing nothing, or failing closed) or name a port no pod has, in the last compile",
             m.policy_problems.clone(),
         );
         registry.register(

@@ -197,6 +197,14 @@ pub struct DaemonOptions {
     #[arg(long = "enable-policy", default_value = "default")]
     pub enable_policy: String,
 
+    /// ClusterNetworkPolicy enforcement (`policy.networking.k8s.io`, the
+    /// network-policy-api's Admin and Baseline tiers around NetworkPolicy), with
+    /// `--enable-policy` default or always on the Kubernetes backend: the
+    /// newest version the API server serves, v1beta1 or v1alpha2, watched
+    /// once its CRD is installed (docs/security.md).
+    #[arg(long = "enable-cluster-network-policy", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_cluster_network_policy: bool,
+
     /// L2 announcements (Cilium's option): answer ARP and NDP for the
     /// LoadBalancer and external addresses of the Services a
     /// CiliumL2AnnouncementPolicy selects, one node per address, failing over

@@ -22,11 +22,14 @@ use crate::resources::{L2_POLICY_KIND, LB_IP_POOL_KIND, NODE_CONFIG_KIND, POD_IP
 
 /// Cilium's API group.
 pub const GROUP: &str = "cilium.io";
+/// network-policy-api's API group (ClusterNetworkPolicy).
+pub const POLICY_GROUP: &str = "policy.networking.k8s.io";
 /// The first wait of [`resolve_waiting`]; it doubles up to [`RECHECK_MAX`].
 const RECHECK_FIRST: Duration = Duration::from_secs(1);
 const RECHECK_MAX: Duration = Duration::from_secs(8);
 
-/// A Cilium kind podnet reads or writes through the API server.
+/// A Cilium kind podnet reads or writes through the API server (and the one
+/// kind of another group: network-policy-api's ClusterNetworkPolicy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CiliumKind {
     /// `CiliumNode`: the node resource (agent and operator).
@@ -39,6 +42,8 @@ pub enum CiliumKind {
     LbIpPool,
     /// `CiliumL2AnnouncementPolicy`: which nodes announce which Services (agent).
     L2Policy,
+    /// `ClusterNetworkPolicy` of `policy.networking.k8s.io` (agent).
+    ClusterNetworkPolicy,
 }
 
 impl CiliumKind {
@@ -49,6 +54,15 @@ impl CiliumKind {
             CiliumKind::NodeConfig => NODE_CONFIG_KIND,
             CiliumKind::LbIpPool => LB_IP_POOL_KIND,
             CiliumKind::L2Policy => L2_POLICY_KIND,
+            CiliumKind::ClusterNetworkPolicy => "ClusterNetworkPolicy",
+        }
+    }
+
+    /// The kind's API group: [`GROUP`], but for ClusterNetworkPolicy's.
+    pub fn group(self) -> &'static str {
+        match self {
+            CiliumKind::ClusterNetworkPolicy => POLICY_GROUP,
+            _ => GROUP,
         }
     }
 
@@ -59,12 +73,23 @@ impl CiliumKind {
             CiliumKind::NodeConfig => "ciliumnodeconfigs",
             CiliumKind::LbIpPool => "ciliumloadbalancerippools",
             CiliumKind::L2Policy => "ciliuml2announcementpolicies",
+            CiliumKind::ClusterNetworkPolicy => "clusternetworkpolicies",
         }
     }
 
-    /// The CRD's name, `<plural>.cilium.io`.
+    /// How to install the CRD.
+    pub fn install(self) -> &'static str {
+        match self {
+            CiliumKind::ClusterNetworkPolicy => {
+                "install network-policy-api's (`kubectl apply -f deploy/crds/clusternetworkpolicies.yaml`)"
+            }
+            _ => "install Cilium's CRDs or podnet's (`podnet crds | kubectl apply -f -`)",
+        }
+    }
+
+    /// The CRD's name, `<plural>.<group>`.
     pub fn crd(self) -> String {
-        format!("{}.{GROUP}", self.plural())
+        format!("{}.{}", self.plural(), self.group())
     }
 
     /// The versions podnet decodes (`resources`, `ipam::pooldef`,
@@ -76,15 +101,18 @@ impl CiliumKind {
                 &["v2", "v2alpha1"]
             }
             CiliumKind::L2Policy => &["v2alpha1"],
+            // network-policy-api v0.3.0: the two versions have the same fields.
+            CiliumKind::ClusterNetworkPolicy => &["v1beta1", "v1alpha2"],
         }
     }
 
     /// The resource at `version`.
     pub fn at(self, version: &str) -> ApiResource {
+        let group = self.group();
         ApiResource {
-            group: GROUP.into(),
+            group: group.into(),
             version: version.into(),
-            api_version: format!("{GROUP}/{version}"),
+            api_version: format!("{group}/{version}"),
             kind: self.kind().into(),
             plural: self.plural().into(),
         }
@@ -96,13 +124,13 @@ impl CiliumKind {
 pub enum DiscoveryError {
     /// No version of the group serves the kind: its CRD is not installed (or
     /// not established yet).
-    #[error(
-        "CRD {crd} is not installed (podnet reads {kind} at {understood}): install Cilium's CRDs or podnet's (`podnet crds | kubectl apply -f -`)"
-    )]
+    #[error("CRD {crd} is not installed (podnet reads {kind} at {understood}): {install}")]
     NotInstalled {
         crd: String,
         kind: &'static str,
         understood: String,
+        /// How to install it ([`CiliumKind::install`]).
+        install: &'static str,
     },
     /// The CRD serves only versions podnet does not understand.
     #[error(
@@ -166,6 +194,7 @@ pub fn choose(kind: CiliumKind, served: &[String]) -> Result<ApiResource, Discov
             crd: kind.crd(),
             kind: kind.kind(),
             understood: either(understood),
+            install: kind.install(),
         });
     }
     Err(DiscoveryError::VersionNotServed {
@@ -176,7 +205,7 @@ pub fn choose(kind: CiliumKind, served: &[String]) -> Result<ApiResource, Discov
     })
 }
 
-/// The versions of cilium.io that serve `kind`, as the API server says now.
+/// The versions of the kind's group that serve `kind`, as the API server says now.
 pub async fn served_versions(
     client: &kube::Client,
     kind: CiliumKind,
@@ -188,7 +217,7 @@ pub async fn served_versions(
             path: "/apis".into(),
             source,
         })?;
-    let Some(group) = groups.groups.into_iter().find(|g| g.name == GROUP) else {
+    let Some(group) = groups.groups.into_iter().find(|g| g.name == kind.group()) else {
         return Ok(Vec::new());
     };
     let mut served = Vec::new();
@@ -289,6 +318,25 @@ mod tests {
 
     fn served(versions: &[&str]) -> Vec<String> {
         versions.iter().map(|v| v.to_string()).collect()
+    }
+
+    #[test]
+    fn cluster_network_policy_is_v1beta1_else_v1alpha2_of_its_own_group() {
+        let kind = CiliumKind::ClusterNetworkPolicy;
+        let r = choose(kind, &served(&["v1alpha2", "v1beta1"])).unwrap();
+        assert_eq!(r.api_version, "policy.networking.k8s.io/v1beta1");
+        assert_eq!(r.plural, "clusternetworkpolicies");
+        let r = choose(kind, &served(&["v1alpha2"])).unwrap();
+        assert_eq!(r.api_version, "policy.networking.k8s.io/v1alpha2");
+        let e = choose(kind, &served(&[])).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "CRD clusternetworkpolicies.policy.networking.k8s.io is not installed (podnet reads ClusterNetworkPolicy at v1beta1 or v1alpha2): install network-policy-api's (`kubectl apply -f deploy/crds/clusternetworkpolicies.yaml`)"
+        );
+        let e = choose(kind, &served(&["v1alpha1"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("serves ClusterNetworkPolicy at v1alpha1"), "{e}");
     }
 
     #[test]

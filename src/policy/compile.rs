@@ -18,6 +18,15 @@
 //! (Cilium's `enable-policy always`) every local pod is isolated in both
 //! directions, selected or not: only what policies allow passes (and, as ever,
 //! what is between a pod and its own node).
+//!
+//! ClusterNetworkPolicies (`policy.networking.k8s.io`) add two tiers around
+//! NetworkPolicy, per local pod and direction ([`Chain`]): the Admin tier's
+//! rules of the policies whose subject the pod is, by priority (lower first;
+//! equal priorities by name), each policy's rules in the order written, the
+//! first match deciding (Accept allows, Deny drops, Pass goes on to the
+//! NetworkPolicy tier); then NetworkPolicy as above (an isolated pod drops what
+//! it does not allow); then the Baseline tier's rules in the same order (a
+//! Pass there allows: the default is all that follows); then allow.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -27,14 +36,15 @@ use sha2::{Digest, Sha256};
 use super::enforcement::Enforcement;
 use super::explain::Explanations;
 use super::ports::{self, Ports};
-use super::problem::{Problem, Why};
-use super::selector::Labels;
+use super::problem::{Kind, Problem, Why};
+use super::selector::{Labels, Selector};
 use super::state::{
-    ChainKey, Direction, Element, NODE_SET, PeerMatch, PortMatch, ROUTER_SET, Rule, Set, SetKind,
-    State,
+    Chain, ChainKey, Direction, Element, NODE_SET, PeerMatch, PortMatch, ROUTER_SET, Rule, Set,
+    SetKind, State, TierRule, Verdict,
 };
 use super::view::{
-    NamespaceView, Namespaces, NodeView, PeerView, PodView, PolicyView, Protocol, RuleView,
+    Action, ClusterPolicyView, ClusterRuleView, NamespaceView, Namespaces, NodeView, PeerView,
+    PodView, PolicyView, PortView, Protocol, RuleView, Tier,
 };
 use crate::datapath::IFNAME_MAX_LEN;
 
@@ -51,6 +61,8 @@ pub struct Local<'a> {
 pub struct Cluster<'a> {
     pub enforcement: Enforcement,
     pub policies: &'a [&'a PolicyView],
+    /// The ClusterNetworkPolicies (none when their enforcement is off).
+    pub cluster_policies: &'a [&'a ClusterPolicyView],
     /// Every pod of the cluster, this node's among them.
     pub pods: &'a [&'a PodView],
     /// This node's pods (of `pods`), each with its host link.
@@ -110,7 +122,8 @@ pub fn compile(cluster: Cluster) -> Compiled {
             .filter(|p| p.namespace == pod.namespace && p.pod_selector.matches(&pod.labels))
             .copied()
             .collect();
-        if selecting.is_empty() && !always {
+        let subject_of = b.subject_of(pod);
+        if selecting.is_empty() && subject_of.is_empty() && !always {
             continue;
         }
         let usable = nft_safe_link(link);
@@ -120,12 +133,12 @@ pub fn compile(cluster: Cluster) -> Compiled {
             continue;
         }
         for direction in [Direction::Ingress, Direction::Egress] {
-            if let Some(rules) = b.chain(direction, pod, &selecting) {
+            if let Some(chain) = b.tiers(direction, pod, &selecting, &subject_of) {
                 let key = ChainKey {
                     direction,
                     link: link.to_string(),
                 };
-                chains.insert(key, rules);
+                chains.insert(key, chain);
             }
         }
     }
@@ -134,6 +147,8 @@ pub fn compile(cluster: Cluster) -> Compiled {
         .iter()
         .flat_map(|p| p.problems.iter().cloned())
         .collect();
+    let cluster_problems = cluster.cluster_policies.iter().flat_map(|p| &p.problems);
+    problems.extend(cluster_problems.cloned());
     problems.extend(unknown_port_names(cluster.policies, cluster.pods));
     Compiled {
         state: State {
@@ -189,7 +204,93 @@ struct Builder<'a> {
     sets: BTreeMap<String, Set>,
 }
 
-impl Builder<'_> {
+impl<'a> Builder<'a> {
+    /// The ClusterNetworkPolicies whose subject `pod` is, in order of
+    /// precedence: by tier, then priority (lower first), then name (the API
+    /// leaves equal priorities to the implementation).
+    fn subject_of(&self, pod: &PodView) -> Vec<&'a ClusterPolicyView> {
+        let namespace_labels = self.labels_of(&pod.namespace);
+        let mut placed: Vec<(Tier, u16, &'a ClusterPolicyView)> = self
+            .cluster
+            .cluster_policies
+            .iter()
+            .filter(|p| p.subject.matches(namespace_labels, &pod.labels))
+            .filter_map(|p| p.place.map(|(tier, priority)| (tier, priority, *p)))
+            .collect();
+        placed.sort_by(|a, b| (a.0, a.1, &a.2.name).cmp(&(b.0, b.1, &b.2.name)));
+        placed.into_iter().map(|(.., p)| p).collect()
+    }
+
+    /// `pod`'s judgement of `direction`: the Admin tier of `subject_of`, the
+    /// NetworkPolicy tier of `selecting` ([`Self::chain`]), the Baseline tier;
+    /// None when no tier has a say (the pod is open). Ingress from the node's
+    /// own addresses is allowed before any tier.
+    fn tiers(
+        &mut self,
+        direction: Direction,
+        pod: &PodView,
+        selecting: &[&PolicyView],
+        subject_of: &[&ClusterPolicyView],
+    ) -> Option<Chain> {
+        let mut admin = self.tier(direction, pod, subject_of, Tier::Admin);
+        let policy = self.chain(direction, pod, selecting);
+        let baseline = self.tier(direction, pod, subject_of, Tier::Baseline);
+        if admin.is_empty() && baseline.is_empty() {
+            return policy.map(Chain::isolated);
+        }
+        if direction == Direction::Ingress {
+            let node = Rule {
+                peer: PeerMatch::Set(NODE_SET.into()),
+                port: PortMatch::Any,
+            };
+            let node = TierRule {
+                rule: node,
+                verdict: Verdict::Allow,
+            };
+            admin.insert(0, node);
+        }
+        Some(Chain {
+            admin,
+            policy,
+            baseline,
+        })
+    }
+
+    /// The rules of `tier` of `policies` (in order) for `pod`'s `direction`;
+    /// a Baseline `Pass` allows (the default is all that follows it).
+    fn tier(
+        &mut self,
+        direction: Direction,
+        pod: &PodView,
+        policies: &[&ClusterPolicyView],
+        tier: Tier,
+    ) -> Vec<TierRule> {
+        let of_tier = policies
+            .iter()
+            .filter(|p| p.place.is_some_and(|(t, _)| t == tier));
+        let rules: Vec<&ClusterRuleView> = of_tier
+            .flat_map(|p| match direction {
+                Direction::Ingress => &p.ingress,
+                Direction::Egress => &p.egress,
+            })
+            .collect();
+        let mut out = Vec::new();
+        for r in rules {
+            let verdict = match (r.action, tier) {
+                (Action::Accept, _) | (Action::Pass, Tier::Baseline) => Verdict::Allow,
+                (Action::Deny, _) => Verdict::Deny,
+                (Action::Pass, Tier::Admin) => Verdict::Pass,
+            };
+            let peers = match &r.peers {
+                None => vec![PeerMatch::Any],
+                Some(peers) => peers.iter().flat_map(|p| self.peer(direction, p)).collect(),
+            };
+            let matches = self.matches(direction, pod, peers, &r.ports);
+            out.extend(matches.into_iter().map(|rule| TierRule { rule, verdict }));
+        }
+        out
+    }
+
     /// The rules of `pod`'s chain of `direction`: the union of the rules of
     /// every policy in `selecting` that has the direction (ingress: and its
     /// node's addresses first), or None when none has it (the pod is open;
@@ -230,10 +331,22 @@ impl Builder<'_> {
                 .flat_map(|p| self.peer(direction, p))
                 .collect(),
         };
-        let port_matches = match rule.ports.is_empty() {
+        self.matches(direction, target, peers, &rule.ports)
+    }
+
+    /// The rules matching any of `peers` on any of `ports` (empty: any port)
+    /// for `target`'s chain of `direction`.
+    fn matches(
+        &mut self,
+        direction: Direction,
+        target: &PodView,
+        peers: Vec<PeerMatch>,
+        ports: &[PortView],
+    ) -> Vec<Rule> {
+        let port_matches = match ports.is_empty() {
             true => vec![PortMatch::Any],
             false => {
-                let resolved = Ports::resolve(&rule.ports, |protocol, name| match direction {
+                let resolved = Ports::resolve(ports, |protocol, name| match direction {
                     Direction::Ingress => ports::own(target, protocol, name),
                     Direction::Egress => ports::Named::Set(self.named_port_set(protocol, name)),
                 });
@@ -255,6 +368,7 @@ impl Builder<'_> {
     fn peer(&mut self, direction: Direction, peer: &PeerView) -> Vec<PeerMatch> {
         match peer {
             PeerView::Nothing => Vec::new(),
+            PeerView::Nodes(selector) => vec![PeerMatch::Set(self.nodes_set(selector))],
             PeerView::Block { net, except } => {
                 // Excepts outside the block change nothing; one that covers it
                 // leaves nothing.
@@ -326,7 +440,23 @@ impl Builder<'_> {
         name
     }
 
-    fn labels_of(&self, namespace: &str) -> &Labels {
+    /// The set of the InternalIPs of the nodes `selector` matches.
+    fn nodes_set(&mut self, selector: &Selector) -> String {
+        let name = set_name("nodes", selector);
+        if !self.sets.contains_key(&name) {
+            let nodes = self.cluster.nodes.iter();
+            let matching = nodes.filter(|n| selector.matches(&n.labels));
+            let elements = matching.flat_map(|n| &n.internal_ips);
+            let set = Set {
+                kind: SetKind::Addresses,
+                elements: elements.map(|ip| Element::Address(*ip)).collect(),
+            };
+            self.sets.insert(name.clone(), set);
+        }
+        name
+    }
+
+    fn labels_of(&self, namespace: &str) -> &'a Labels {
         static NONE: Labels = Labels::new();
         self.namespace_labels
             .get(namespace)
@@ -383,6 +513,7 @@ fn unknown_port_names(policies: &[&PolicyView], pods: &[&PodView]) -> Vec<Proble
                 for (k, protocol, name) in ports::names(&rule.ports) {
                     if !known.contains(&(protocol, name)) {
                         found.push(Problem {
+                            kind: Kind::NetworkPolicy,
                             namespace: p.namespace.clone(),
                             name: p.name.clone(),
                             field: format!("spec.{}[{i}].ports[{k}].port", direction.as_str()),
@@ -402,3 +533,7 @@ fn unknown_port_names(policies: &[&PolicyView], pods: &[&PodView]) -> Vec<Proble
 #[cfg(test)]
 #[path = "tests/compile.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "tests/compile_cluster.rs"]
+mod cluster_tests;

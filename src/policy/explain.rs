@@ -223,6 +223,7 @@ fn rule_text(d: Direction, rule: &RuleView) -> String {
 fn peer_text(peer: &PeerView) -> String {
     match peer {
         PeerView::Nothing => "nobody (an invalid peer)".into(),
+        PeerView::Nodes(s) => format!("nodes {}", s.text()),
         PeerView::Block { net, except } if except.is_empty() => format!("ipBlock {net}"),
         PeerView::Block { net, except } => {
             let except: Vec<String> = except.iter().map(|e| e.to_string()).collect();

@@ -1,7 +1,7 @@
 //! Test fixtures: views of pods, namespaces, policies and nodes written
 //! briefly, a compile of pods given with where they run ([`Placed`],
 //! [`compile_placed`], [`compile_with_nodes`]), and what a compiled chain lets
-//! through, read as the kernel reads its rules ([`peer_allowed`]).
+//! through, read as the kernel reads its rules ([`peer_allowed`], [`judge`]).
 
 use std::net::IpAddr;
 use std::ops::{Deref, DerefMut};
@@ -11,8 +11,12 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use super::compile::{Cluster, Compiled, Local, compile};
 use super::enforcement::Enforcement;
 use super::selector::Labels;
-use super::state::{ChainKey, Direction, Element, PeerMatch, ROUTER_SET, State};
-use super::view::{self, NamedPort, NamespaceView, NodeView, PodView, PolicyView, Protocol};
+use super::state::{
+    ChainKey, Direction, Element, PeerMatch, PortMatch, ROUTER_SET, Rule, State, TierRule, Verdict,
+};
+use super::view::{
+    self, ClusterPolicyView, NamedPort, NamespaceView, NodeView, PodView, PolicyView, Protocol,
+};
 
 /// A test pod: its view, and its host link when it runs on this node.
 #[derive(Debug, Clone)]
@@ -93,10 +97,16 @@ pub fn policy(namespace: &str, name: &str, spec: serde_json::Value) -> PolicyVie
     })))
 }
 
+/// The view of ClusterNetworkPolicy `name` with `spec`.
+pub fn cnp(name: &str, spec: serde_json::Value) -> ClusterPolicyView {
+    view::cluster_policy(name, &spec)
+}
+
 /// A node with its InternalIPs and router addresses.
 pub fn node(name: &str, internal_ips: &[&str], router_ips: &[&str]) -> NodeView {
     NodeView {
         name: name.into(),
+        labels: Labels::new(),
         internal_ips: internal_ips.iter().map(|s| ip(s)).collect(),
         router_ips: router_ips.iter().map(|s| ip(s)).collect(),
     }
@@ -123,6 +133,27 @@ pub fn compile_with_nodes(
     node_addresses: &[IpAddr],
     nodes: &[NodeView],
 ) -> Compiled {
+    compile_all(
+        enforcement,
+        policies,
+        &[],
+        pods,
+        namespaces,
+        node_addresses,
+        nodes,
+    )
+}
+
+/// [`compile_with_nodes`] with ClusterNetworkPolicies.
+pub fn compile_all(
+    enforcement: Enforcement,
+    policies: &[PolicyView],
+    cluster_policies: &[ClusterPolicyView],
+    pods: &[Placed],
+    namespaces: &[NamespaceView],
+    node_addresses: &[IpAddr],
+    nodes: &[NodeView],
+) -> Compiled {
     let local: Vec<Local> = pods
         .iter()
         .filter_map(|p| {
@@ -135,6 +166,7 @@ pub fn compile_with_nodes(
     compile(Cluster {
         enforcement,
         policies: &policies.iter().collect::<Vec<_>>(),
+        cluster_policies: &cluster_policies.iter().collect::<Vec<_>>(),
         pods: &pods.iter().map(|p| &p.view).collect::<Vec<_>>(),
         local: &local,
         namespaces: &namespaces.iter().collect::<Vec<_>>(),
@@ -144,21 +176,35 @@ pub fn compile_with_nodes(
 }
 
 /// Whether `link`'s chain of `direction` in `state` lets a packet from (ingress)
-/// or to (egress) `peer` through on some port, as the kernel reads the rules
-/// `render` writes of it; true when the pod has no such chain (open).
+/// or to (egress) `peer` through on some port of NetworkPolicy's tier, as the
+/// kernel reads the rules `render` writes of it; true when the pod has no such
+/// chain or NetworkPolicy does not isolate it.
 pub fn peer_allowed(state: &State, direction: Direction, link: &str, peer: IpAddr) -> bool {
-    let key = ChainKey {
-        direction,
-        link: link.into(),
-    };
-    let Some(rules) = state.chains.get(&key) else {
+    let Some(chain) = state.chains.get(&chain_key(direction, link)) else {
         return true;
     };
+    let Some(rules) = &chain.policy else {
+        return true;
+    };
+    rules
+        .iter()
+        .any(|rule| peer_matches(state, &rule.peer, peer))
+}
+
+fn chain_key(direction: Direction, link: &str) -> ChainKey {
+    ChainKey {
+        direction,
+        link: link.into(),
+    }
+}
+
+/// Whether `peer` is an address `m` matches.
+fn peer_matches(state: &State, m: &PeerMatch, peer: IpAddr) -> bool {
     let in_set = |name: &str| {
         let set = state.sets.get(name);
         set.is_some_and(|s| s.elements.contains(&Element::Address(peer)))
     };
-    rules.iter().any(|rule| match &rule.peer {
+    match m {
         PeerMatch::Any => true,
         PeerMatch::Set(name) => in_set(name),
         PeerMatch::Block {
@@ -172,5 +218,57 @@ pub fn peer_allowed(state: &State, direction: Direction, link: &str, peer: IpAdd
                 Some(judged) => (in_block && !in_set(ROUTER_SET)) || in_set(judged),
             }
         }
-    })
+    }
+}
+
+/// Whether a rule matches a packet from (ingress) or to (egress) `peer` on
+/// `port` (its protocol and destination port).
+fn rule_matches(state: &State, rule: &Rule, peer: IpAddr, port: (Protocol, u16)) -> bool {
+    let (protocol, number) = port;
+    let port_matches = match &rule.port {
+        PortMatch::Any => true,
+        PortMatch::Protocol(p) => *p == protocol,
+        PortMatch::Ranges(p, ranges) => {
+            *p == protocol && ranges.iter().any(|(a, b)| (*a..=*b).contains(&number))
+        }
+        PortMatch::Named(p, set) => {
+            let pair = Element::AddressPort(peer, number);
+            *p == protocol
+                && state
+                    .sets
+                    .get(set)
+                    .is_some_and(|s| s.elements.contains(&pair))
+        }
+    };
+    port_matches && peer_matches(state, &rule.peer, peer)
+}
+
+/// Whether `link`'s chain of `direction` lets a packet from (ingress) or to
+/// (egress) `peer` on `port` through, tier by tier as the rendered chains
+/// judge it (true when the pod has no chain).
+pub fn judge(
+    state: &State,
+    direction: Direction,
+    link: &str,
+    peer: IpAddr,
+    port: (Protocol, u16),
+) -> bool {
+    let Some(chain) = state.chains.get(&chain_key(direction, link)) else {
+        return true;
+    };
+    let first = |rules: &[TierRule]| {
+        let matching = rules
+            .iter()
+            .find(|r| rule_matches(state, &r.rule, peer, port));
+        matching.map(|r| r.verdict)
+    };
+    match first(&chain.admin) {
+        Some(Verdict::Allow) => return true,
+        Some(Verdict::Deny) => return false,
+        Some(Verdict::Pass) | None => {}
+    }
+    if let Some(rules) = &chain.policy {
+        return rules.iter().any(|r| rule_matches(state, r, peer, port));
+    }
+    !matches!(first(&chain.baseline), Some(Verdict::Deny))
 }

@@ -1,5 +1,6 @@
 //! NetworkPolicy, enforced on this node in nftables. Pure from the API objects to
-//! the kernel's text: [`view`] reads Pods, Namespaces and NetworkPolicies (with
+//! the kernel's text: [`view`] reads Pods, Namespaces, NetworkPolicies and
+//! ClusterNetworkPolicies (with
 //! [`selector`] and each policy's [`problem`]s), [`compile`] makes this node's
 //! [`state`] (named address sets per peer selector, a chain per policy-selected
 //! local pod and direction) and [`state::State::diff`] what changed, [`render`]
@@ -19,6 +20,7 @@ pub mod selector;
 pub mod state;
 pub mod table;
 pub mod view;
+mod view_cluster;
 mod view_policy;
 
 #[cfg(test)]
@@ -29,4 +31,4 @@ pub use enforcement::Enforcement;
 pub use explain::Explanations;
 pub use problem::{Problem, Why};
 pub use state::{Diff, State};
-pub use view::{NamespaceView, NodeView, PodView, PolicyView};
+pub use view::{ClusterPolicyView, NamespaceView, NodeView, PodView, PolicyView};

@@ -24,8 +24,8 @@ use std::fmt::Write;
 use super::check::{self, Part};
 
 use super::state::{
-    ChainKey, Diff, Direction, EGRESS_MAP, Element, FAMILY, FORWARD_CHAIN, INGRESS_MAP, PeerMatch,
-    PortMatch, ROUTER_SET, Rule, Set, SetKind, State, TABLE,
+    Chain, ChainKey, Diff, Direction, EGRESS_MAP, Element, FAMILY, FORWARD_CHAIN, INGRESS_MAP,
+    PeerMatch, PortMatch, ROUTER_SET, Rule, Set, SetKind, State, TABLE, TierRule, Verdict,
 };
 use crate::ipam::Family;
 
@@ -48,12 +48,17 @@ pub fn install(state: &State) -> String {
             );
         }
     }
-    for (key, rules) in &state.chains {
-        let _ = writeln!(s, "\tchain {} {{", chain_name(key));
-        for line in chain_rules(key.direction, rules) {
-            let _ = writeln!(s, "\t\t{line}");
+    for (key, chain) in &state.chains {
+        let (head, pass) = chain_lines(key, chain);
+        // The pass chain first: the head's `goto` names it.
+        let named = pass.map(|lines| (pass_chain_name(key), lines));
+        for (name, lines) in named.into_iter().chain([(chain_name(key), head)]) {
+            let _ = writeln!(s, "\tchain {name} {{");
+            for line in lines {
+                let _ = writeln!(s, "\t\t{line}");
+            }
+            s.push_str("\t}\n");
         }
-        s.push_str("\t}\n");
     }
     for (map, direction) in [
         (INGRESS_MAP, Direction::Ingress),
@@ -108,11 +113,20 @@ pub fn parts(state: &State) -> BTreeSet<Part> {
             });
         }
     }
-    for (key, rules) in &state.chains {
+    for (key, c) in &state.chains {
         let chain = chain_name(key);
+        let (head, pass) = chain_lines(key, c);
+        if let Some(pass) = pass {
+            let name = pass_chain_name(key);
+            parts.insert(Part::Rules {
+                chain: name.clone(),
+                count: pass.len(),
+            });
+            parts.insert(Part::Chain { name, hook: None });
+        }
         parts.insert(Part::Rules {
             chain: chain.clone(),
-            count: chain_rules(key.direction, rules).len(),
+            count: head.len(),
         });
         parts.insert(Part::Jump {
             map: map_of(key).into(),
@@ -156,9 +170,14 @@ pub fn update(diff: &Diff) -> String {
     for (name, elements) in &diff.elements_added {
         element_lines(&mut s, "add", name, elements);
     }
-    for (key, rules) in &diff.chains_added {
+    for (key, chain) in &diff.chains_added {
+        let (head, pass) = chain_lines(key, chain);
+        if let Some(pass) = pass {
+            let _ = writeln!(s, "add chain {t} {}", pass_chain_name(key));
+            rule_lines(&mut s, &pass_chain_name(key), &pass);
+        }
         let _ = writeln!(s, "add chain {t} {}", chain_name(key));
-        rule_lines(&mut s, key, rules);
+        rule_lines(&mut s, &chain_name(key), &head);
         let _ = writeln!(
             s,
             "add element {t} {} {{ {} }}",
@@ -166,9 +185,16 @@ pub fn update(diff: &Diff) -> String {
             map_element(key)
         );
     }
-    for (key, rules) in &diff.chains_replaced {
+    for (key, chain) in &diff.chains_replaced {
+        let (head, pass) = chain_lines(key, chain);
+        if let Some(pass) = pass {
+            // `add` keeps a pass chain that is there (and its rules, flushed next).
+            let name = pass_chain_name(key);
+            let _ = writeln!(s, "add chain {t} {name}\nflush chain {t} {name}");
+            rule_lines(&mut s, &name, &pass);
+        }
         let _ = writeln!(s, "flush chain {t} {}", chain_name(key));
-        rule_lines(&mut s, key, rules);
+        rule_lines(&mut s, &chain_name(key), &head);
     }
     for key in &diff.chains_removed {
         let _ = writeln!(
@@ -179,6 +205,11 @@ pub fn update(diff: &Diff) -> String {
         );
         let _ = writeln!(s, "flush chain {t} {}", chain_name(key));
         let _ = writeln!(s, "delete chain {t} {}", chain_name(key));
+    }
+    // After the heads that named them went or changed.
+    for key in &diff.pass_chains_removed {
+        let name = pass_chain_name(key);
+        let _ = writeln!(s, "flush chain {t} {name}\ndelete chain {t} {name}");
     }
     for (name, elements) in &diff.elements_removed {
         element_lines(&mut s, "delete", name, elements);
@@ -191,9 +222,9 @@ pub fn update(diff: &Diff) -> String {
     s
 }
 
-fn rule_lines(s: &mut String, key: &ChainKey, rules: &[Rule]) {
-    for line in chain_rules(key.direction, rules) {
-        let _ = writeln!(s, "add rule {FAMILY} {TABLE} {} {line}", chain_name(key));
+fn rule_lines(s: &mut String, chain: &str, lines: &[String]) {
+    for line in lines {
+        let _ = writeln!(s, "add rule {FAMILY} {TABLE} {chain} {line}");
     }
 }
 
@@ -251,6 +282,11 @@ fn chain_name(key: &ChainKey) -> String {
     format!("{}_{}", key.direction.as_str(), key.link)
 }
 
+/// The chain an Admin `Pass` goes to (no pod chain's name starts with `pass_`).
+fn pass_chain_name(key: &ChainKey) -> String {
+    format!("pass_{}", chain_name(key))
+}
+
 fn map_of(key: &ChainKey) -> &'static str {
     match key.direction {
         Direction::Ingress => INGRESS_MAP,
@@ -262,24 +298,62 @@ fn map_element(key: &ChainKey) -> String {
     format!("\"{}\" : jump {}", key.link, chain_name(key))
 }
 
-/// The rules of a pod's chain, the final drop included.
-fn chain_rules(direction: Direction, rules: &[Rule]) -> Vec<String> {
-    let mut lines: Vec<String> = rules
-        .iter()
-        .flat_map(|r| rule_texts(direction, r))
-        .collect();
-    lines.push("drop".into());
-    lines
+/// The rules of a pod's chain, and of its pass chain when an Admin rule
+/// passes: the Admin tier's, then (in the pass chain when there is one) the
+/// NetworkPolicy tier's ending in drop, or else the Baseline tier's and allow.
+fn chain_lines(key: &ChainKey, chain: &Chain) -> (Vec<String>, Option<Vec<String>>) {
+    let direction = key.direction;
+    let goto_pass = format!("goto {}", pass_chain_name(key));
+    let tier = |rules: &[TierRule]| -> Vec<String> {
+        let verdict = |v: Verdict| match v {
+            Verdict::Allow => allow(direction).to_string(),
+            Verdict::Deny => "drop".to_string(),
+            Verdict::Pass => goto_pass.clone(),
+        };
+        let texts = rules
+            .iter()
+            .map(|r| rule_texts(direction, &r.rule, &verdict(r.verdict)));
+        texts.flatten().collect()
+    };
+    let rest = match &chain.policy {
+        Some(rules) => {
+            let allows = rules
+                .iter()
+                .map(|r| rule_texts(direction, r, allow(direction)));
+            allows.flatten().chain(["drop".to_string()]).collect()
+        }
+        None => {
+            let mut lines = tier(&chain.baseline);
+            lines.push(allow(direction).to_string());
+            lines
+        }
+    };
+    let mut head = tier(&chain.admin);
+    match chain.passes() {
+        true => {
+            head.push(goto_pass.clone());
+            (head, Some(rest))
+        }
+        false => {
+            head.extend(rest);
+            (head, None)
+        }
+    }
 }
 
-/// One rule's nftables rules: one per family when it names addresses, else one
-/// for both; an ingress block two, the second for the router addresses it
-/// judges inside.
-fn rule_texts(direction: Direction, rule: &Rule) -> Vec<String> {
-    let verdict = match direction {
+/// What an allowed packet gets: accepted (ingress), or back to the forward
+/// chain for its destination's ingress judgement (egress).
+fn allow(direction: Direction) -> &'static str {
+    match direction {
         Direction::Ingress => "accept",
         Direction::Egress => "return",
-    };
+    }
+}
+
+/// One rule's nftables rules, each ending in `verdict`: one per family when it
+/// names addresses, else one for both; an ingress block two, the second for
+/// the router addresses it judges inside.
+fn rule_texts(direction: Direction, rule: &Rule, verdict: &str) -> Vec<String> {
     let field = match direction {
         Direction::Ingress => "saddr",
         Direction::Egress => "daddr",

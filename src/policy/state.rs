@@ -108,6 +108,54 @@ pub enum PortMatch {
     Named(Protocol, String),
 }
 
+/// What a ClusterNetworkPolicy rule does with what it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Verdict {
+    /// Accepted (ingress) or on to the destination's ingress judgement (egress).
+    Allow,
+    /// Dropped.
+    Deny,
+    /// On to the NetworkPolicy tier (from the Admin tier: the pod's pass chain).
+    Pass,
+}
+
+/// One rule of a ClusterNetworkPolicy tier.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TierRule {
+    pub rule: Rule,
+    pub verdict: Verdict,
+}
+
+/// One pod's judgement of one direction, tier by tier: the Admin tier's rules
+/// in order of precedence (the first that matches decides), then the
+/// NetworkPolicy tier (when NetworkPolicy isolates the pod: its allow rules,
+/// then drop), then the Baseline tier's rules in order (never `Pass`), then
+/// allow. An Admin `Pass` skips the rest of the Admin tier: it goes to the
+/// pod's pass chain, which holds the tiers after it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Chain {
+    pub admin: Vec<TierRule>,
+    /// The NetworkPolicy tier's allow rules; None when it does not isolate
+    /// the pod (the Baseline tier and the default decide).
+    pub policy: Option<Vec<Rule>>,
+    pub baseline: Vec<TierRule>,
+}
+
+impl Chain {
+    /// A chain of NetworkPolicy's allow rules only.
+    pub fn isolated(rules: Vec<Rule>) -> Chain {
+        Chain {
+            policy: Some(rules),
+            ..Chain::default()
+        }
+    }
+
+    /// Whether an Admin rule passes (the pod has a pass chain).
+    pub fn passes(&self) -> bool {
+        self.admin.iter().any(|r| r.verdict == Verdict::Pass)
+    }
+}
+
 /// One allow rule of a pod's chain.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Rule {
@@ -126,9 +174,8 @@ pub struct ChainKey {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct State {
     pub sets: BTreeMap<String, Set>,
-    /// Each policy-selected local pod's allow rules per direction; what no rule
-    /// allows is dropped.
-    pub chains: BTreeMap<ChainKey, Vec<Rule>>,
+    /// Each policy-selected local pod's judgement per direction.
+    pub chains: BTreeMap<ChainKey, Chain>,
 }
 
 /// What changes from one state to the next.
@@ -140,9 +187,11 @@ pub struct Diff {
     /// Elements of sets in both states.
     pub elements_added: BTreeMap<String, BTreeSet<Element>>,
     pub elements_removed: BTreeMap<String, BTreeSet<Element>>,
-    pub chains_added: BTreeMap<ChainKey, Vec<Rule>>,
-    pub chains_replaced: BTreeMap<ChainKey, Vec<Rule>>,
+    pub chains_added: BTreeMap<ChainKey, Chain>,
+    pub chains_replaced: BTreeMap<ChainKey, Chain>,
     pub chains_removed: BTreeSet<ChainKey>,
+    /// Pods whose pass chain goes (removed or replaced by one without).
+    pub pass_chains_removed: BTreeSet<ChainKey>,
 }
 
 impl Diff {
@@ -185,6 +234,15 @@ impl State {
         }
         let gone = self.chains.keys().filter(|k| !next.chains.contains_key(*k));
         d.chains_removed.extend(gone.cloned());
+        let passing = |chains: &BTreeMap<ChainKey, Chain>, key: &ChainKey| {
+            chains.get(key).is_some_and(Chain::passes)
+        };
+        let pass_gone = self
+            .chains
+            .iter()
+            .filter(|(k, c)| c.passes() && !passing(&next.chains, k));
+        d.pass_chains_removed
+            .extend(pass_gone.map(|(k, _)| k.clone()));
         d
     }
 }

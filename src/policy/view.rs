@@ -12,6 +12,9 @@ use super::problem::Problem;
 use super::selector::{Labels, Selector};
 use crate::resources::NodeResource;
 
+pub use super::view_cluster::{
+    Action, ClusterPolicyView, ClusterRuleView, Subject, Tier, cluster_policy,
+};
 pub use super::view_policy::policy;
 
 /// A transport protocol NetworkPolicy names.
@@ -160,6 +163,8 @@ impl NamespaceView {
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct NodeView {
     pub name: String,
+    /// The CiliumNode's labels (a ClusterNetworkPolicy's `nodes` peer).
+    pub labels: Labels,
     /// Type `InternalIP`, in their order.
     pub internal_ips: Vec<IpAddr>,
     /// Type `CiliumInternalIP`: the node's router addresses, the source of its
@@ -176,6 +181,7 @@ impl NodeView {
         };
         NodeView {
             name: node.metadata.name.clone(),
+            labels: node.metadata.labels.clone(),
             internal_ips: addresses("InternalIP"),
             router_ips: addresses("CiliumInternalIP"),
         }
@@ -198,8 +204,12 @@ pub enum PeerView {
         namespaces: Namespaces,
         pods: Selector,
     },
-    /// `ipBlock`: `net` minus every `except`.
+    /// `ipBlock`: `net` minus every `except` (a ClusterNetworkPolicy's
+    /// `networks`: one per CIDR, no except).
     Block { net: IpNet, except: Vec<IpNet> },
+    /// A ClusterNetworkPolicy's `nodes`: the InternalIPs of the nodes (their
+    /// CiliumNodes) whose labels the selector matches.
+    Nodes(Selector),
     /// An invalid peer: allows nothing.
     Nothing,
 }

@@ -10,7 +10,7 @@ use k8s_openapi::api::networking::v1::{
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::problem::{Problem, Why};
+use super::problem::{Kind, Problem, Why};
 use super::selector::Selector;
 use super::view::{Namespaces, PeerView, PolicyView, PortSpec, PortView, Protocol, RuleView};
 
@@ -23,6 +23,7 @@ struct Problems<'a> {
 impl Problems<'_> {
     fn add(&mut self, field: String, why: Why) {
         self.found.push(Problem {
+            kind: Kind::NetworkPolicy,
             namespace: self.policy.metadata.namespace.clone().unwrap_or_default(),
             name: self.policy.metadata.name.clone().unwrap_or_default(),
             field,

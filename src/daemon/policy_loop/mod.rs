@@ -12,7 +12,9 @@
 //! delegated IPAM plugin addressed (`--ipam delegated-plugin`), from its
 //! endpoint; the node's InternalIPs and router addresses), and the [`writer`]
 //! writes what changed. A pod's addresses are its Pod's `status.podIPs`, in
-//! every IPAM mode.
+//! every IPAM mode. With `--enable-cluster-network-policy` the loop also
+//! watches the ClusterNetworkPolicies (`cluster`: discovery, the watch once the
+//! CRD is served, the status line and the problems' Events).
 //!
 //! Every [`RESYNC`] the state is compiled again and, before it is written, the
 //! kernel's table is checked against the state last written
@@ -42,6 +44,7 @@
 //! gone the last table stands (logged once); the watches' relists reconcile it
 //! when it is back.
 
+mod cluster;
 pub mod explain;
 pub mod writer;
 
@@ -66,11 +69,13 @@ use crate::k8s::mirror::{Keyed, Mirror, WatchEnded, projected};
 use crate::k8s::objects::watch_all;
 use crate::node::cluster_nodes::ClusterNodeList;
 use crate::policy::check::{Depth, Found};
+use crate::policy::problem::Kind;
 use crate::policy::{
-    Cluster, Compiled, Enforcement, Explanations, Local, NamespaceView, NodeView, PodView,
-    PolicyView, compile, view,
+    Cluster, ClusterPolicyView, Compiled, Enforcement, Explanations, Local, NamespaceView,
+    NodeView, PodView, PolicyView, Problem, compile, view,
 };
 use crate::store::now_ms;
+pub use cluster::ClusterKind;
 use writer::{Kernel, Pass, Writer, Wrote};
 
 /// How long after a change the loop waits for more before it compiles.
@@ -121,6 +126,9 @@ pub struct Watched {
     pub pods: Mirror<PodView>,
     pub namespaces: Mirror<NamespaceView>,
     pub policies: Mirror<PolicyView>,
+    /// Empty while ClusterNetworkPolicy is off or its CRD is not served.
+    pub cluster_policies: Mirror<ClusterPolicyView>,
+    pub cluster_kind: ClusterKind,
     /// Every CiliumNode's addresses, sorted (None until the watch has listed).
     pub nodes: Option<Vec<NodeView>>,
 }
@@ -148,7 +156,12 @@ impl Watched {
     /// Whether every watch has listed once (until then nothing is written).
     pub fn synced(&self) -> bool {
         let listed = self.pods.listed() && self.namespaces.listed() && self.policies.listed();
-        listed && self.nodes.is_some()
+        let cluster = match self.cluster_kind {
+            ClusterKind::Off | ClusterKind::NotInstalled => true,
+            ClusterKind::Unresolved => false,
+            ClusterKind::Served(_) => self.cluster_policies.listed(),
+        };
+        listed && cluster && self.nodes.is_some()
     }
 
     /// The CiliumNode watch ended (its task stopped): the nodes stay as last
@@ -215,11 +228,13 @@ impl NodeSide {
 /// The node's state from the watched views and the node's side.
 pub fn compile_node(watched: &Watched, node: &NodeSide, enforcement: Enforcement) -> Compiled {
     let policies: Vec<&PolicyView> = watched.policies.objects().collect();
+    let cluster_policies: Vec<&ClusterPolicyView> = watched.cluster_policies.objects().collect();
     let namespaces: Vec<&NamespaceView> = watched.namespaces.objects().collect();
     let pods: Vec<&PodView> = watched.pods.objects().collect();
     compile(Cluster {
         enforcement,
         policies: &policies,
+        cluster_policies: &cluster_policies,
         pods: &pods,
         local: &node.local(&watched.pods),
         namespaces: &namespaces,
@@ -291,6 +306,9 @@ pub enum Input {
     Pod(Box<WatchItem<PodView>>),
     Namespace(Box<WatchItem<NamespaceView>>),
     Policy(Box<WatchItem<PolicyView>>),
+    ClusterPolicy(Box<WatchItem<ClusterPolicyView>>),
+    /// What discovery found of the ClusterNetworkPolicy CRD.
+    ClusterKind(ClusterKind),
     /// The daemon's node events (a local pod's link may have changed).
     NodeEvent,
     /// The CiliumNode watch's list (None: not listed yet).
@@ -304,6 +322,7 @@ pub enum Input {
 fn inputs(
     client: &kube::Client,
     daemon: &Daemon,
+    cluster_policies: bool,
     nodes: tokio::sync::watch::Receiver<Option<ClusterNodeList>>,
 ) -> impl Stream<Item = Input> + Unpin + use<> {
     let pods = projected(watch_all::<Pod>(client), PodView::from_k8s);
@@ -330,6 +349,10 @@ fn inputs(
         ending(policies).map(|e| Input::Policy(Box::new(e))).boxed(),
         node_events.boxed(),
         node_lists.boxed(),
+        match cluster_policies {
+            true => cluster::inputs(client.clone()),
+            false => stream::empty().boxed(),
+        },
     ])
 }
 
@@ -339,12 +362,17 @@ pub async fn run(
     daemon: Arc<Daemon>,
     kubeconfig: Option<PathBuf>,
     enforcement: Enforcement,
+    cluster_policies: Option<String>,
     mut nodes: tokio::sync::watch::Receiver<Option<ClusterNodeList>>,
 ) {
     let client = connect_retrying(kubeconfig.as_ref(), "NetworkPolicy", RETRY).await;
     let mut watched = Watched::default();
     watched.take_nodes(nodes.borrow_and_update().as_ref());
-    let events = inputs(&client, &daemon, nodes);
+    if cluster_policies.is_some() {
+        watched.cluster_kind = ClusterKind::Unresolved;
+    }
+    let events = inputs(&client, &daemon, cluster_policies.is_some(), nodes);
+    let events_to = cluster_policies.map(|node| cluster::Problems::new(client.clone(), &node));
     daemon.set_policy_status(PolicyStatus::default());
     let mode = match enforcement {
         Enforcement::Default => "default",
@@ -353,6 +381,7 @@ pub async fn run(
     tracing::info!("NetworkPolicy enforcement on (--enable-policy {mode})");
     let mut policy = PolicyLoop {
         daemon,
+        events_to,
         enforcement,
         watched,
         outage: Outage::default(),
@@ -366,6 +395,8 @@ pub async fn run(
 /// The loop's state.
 struct PolicyLoop {
     daemon: Arc<Daemon>,
+    /// Where ClusterNetworkPolicy problems are posted as Events (None: off).
+    events_to: Option<cluster::Problems>,
     enforcement: Enforcement,
     watched: Watched,
     outage: Outage,
@@ -408,6 +439,14 @@ impl Controller for PolicyLoop {
                 Some(e) => w.policies.feed(e, "NetworkPolicy"),
                 None => Ok(false),
             },
+            Input::ClusterPolicy(e) => match outage.take("ClusterNetworkPolicy", *e) {
+                Some(e) => w.cluster_policies.feed(e, "ClusterNetworkPolicy"),
+                None => Ok(false),
+            },
+            Input::ClusterKind(kind) => {
+                w.cluster_kind = kind;
+                Ok(true)
+            }
             Input::NodeEvent => Ok(true),
             Input::Nodes(list) => Ok(w.take_nodes(list.as_ref())),
             Input::NodesEnded => Ok(w.nodes_ended()),
@@ -463,6 +502,11 @@ impl PolicyLoop {
                 }
             };
             let written = !self.pending();
+            if let (Some(to), ClusterKind::Served(version)) =
+                (self.events_to.as_mut(), &self.watched.cluster_kind)
+            {
+                to.post(version, &planned.count.cluster_problems).await;
+            }
             report(&self.daemon, planned.count, pass, written).await;
         }
         match self.pending() {
@@ -482,6 +526,10 @@ impl PolicyLoop {
 struct Count {
     policies: usize,
     problems: Vec<String>,
+    /// The ClusterNetworkPolicies' problems (also in `problems`), for Events.
+    cluster_problems: Vec<Problem>,
+    /// The ClusterNetworkPolicy line of the status (None: off).
+    cluster: Option<String>,
     pods_enforced: usize,
     /// Which policies select each local pod, for explain once written.
     explanations: Arc<Explanations>,
@@ -511,6 +559,13 @@ async fn plan(
     let count = Count {
         policies: watched.policies.objects().count(),
         problems: compiled.problems.iter().map(|p| p.to_string()).collect(),
+        cluster_problems: compiled
+            .problems
+            .iter()
+            .filter(|p| p.kind == Kind::ClusterNetworkPolicy)
+            .cloned()
+            .collect(),
+        cluster: cluster::status_line(watched),
         pods_enforced,
         explanations: Arc::new(std::mem::take(&mut compiled.explanations)),
     };
@@ -535,6 +590,7 @@ async fn report(daemon: &Arc<Daemon>, c: Count, pass: Option<Pass>, table_writte
         policies: c.policies as u64,
         pods_enforced: c.pods_enforced as u64,
         problems: c.problems,
+        cluster_policies: c.cluster,
     });
     let _ = daemon
         .with_state(move |s| {

@@ -87,7 +87,7 @@ pub(super) async fn serve(s: Serving) -> Result<(), StartError> {
         health: s.health.clone(),
         list: None,
     };
-    start_policy(&daemon, &s.checked.config, &mut cluster_nodes);
+    start_policy(&daemon, &s.checked, &mut cluster_nodes);
     start_l2_announcements(&daemon, &s.checked);
     start_bandwidth_loop(&daemon, &s.checked, s.opts.enable_bandwidth_manager);
     if !s.opts.prometheus_serve_addr.is_empty() {
@@ -251,16 +251,21 @@ impl ClusterNodes {
 
 /// Starts what `--enable-policy` asks for ([`policy_start`]). The table is never
 /// removed at stop: it outlives an agent restart.
-fn start_policy(daemon: &Arc<Daemon>, config: &DaemonConfig, nodes: &mut ClusterNodes) {
+fn start_policy(daemon: &Arc<Daemon>, checked: &Checked, nodes: &mut ClusterNodes) {
+    let config = &checked.config;
     match policy_start(config) {
         PolicyStart::Run {
             kubeconfig,
             enforcement,
         } => {
+            let cluster_policies = config
+                .cluster_network_policy
+                .then(|| checked.node_name.clone());
             tokio::spawn(policy_loop::run(
                 daemon.clone(),
                 kubeconfig.clone(),
                 enforcement,
+                cluster_policies,
                 nodes.reader(kubeconfig),
             ));
         }

@@ -7,7 +7,7 @@ use crate::policy::fixtures::ip;
 use crate::policy::render;
 use crate::policy::state::FAMILY;
 use crate::policy::state::{
-    ChainKey, Direction, Element, PeerMatch, PortMatch, Rule, Set, SetKind, State,
+    Chain, ChainKey, Direction, Element, PeerMatch, PortMatch, Rule, Set, SetKind, State,
 };
 use crate::policy::table;
 
@@ -28,10 +28,10 @@ fn state() -> State {
                 direction: Direction::Ingress,
                 link: "lxcweb".into(),
             },
-            vec![Rule {
+            Chain::isolated(vec![Rule {
                 peer: PeerMatch::Set("clients".into()),
                 port: PortMatch::Ranges(crate::policy::view::Protocol::Tcp, vec![(80, 80)]),
-            }],
+            }]),
         )]),
     }
 }
@@ -143,6 +143,67 @@ fn the_kernels_table_is_checked_for_deletion_flushes_and_removed_elements() {
         assert_eq!(quick, Found::Intact);
         assert!(differs(&full), "{full:?}");
         table::install(&State::default()).unwrap();
+        assert_eq!(checked(&State::default()), [Found::Intact, Found::Intact]);
+        table::remove().unwrap();
+    });
+}
+
+/// web's ingress in the two ClusterNetworkPolicy tiers: an Admin Deny of
+/// `denied`, Pass of `passed` (when `pass`), then NetworkPolicy's allow of
+/// `clients`, then a Baseline Deny of everyone.
+fn tiered(pass: bool) -> State {
+    use crate::policy::state::{TierRule, Verdict};
+    let mut s = state();
+    let rule = |peer: &str, verdict| TierRule {
+        rule: Rule {
+            peer: PeerMatch::Set(peer.into()),
+            port: PortMatch::Any,
+        },
+        verdict,
+    };
+    for name in ["denied", "passed"] {
+        let elements = [Element::Address(ip("10.0.9.9"))].into();
+        let set = Set {
+            kind: SetKind::Addresses,
+            elements,
+        };
+        s.sets.insert(name.into(), set);
+    }
+    for chain in s.chains.values_mut() {
+        chain.admin.push(rule("denied", Verdict::Deny));
+        if pass {
+            chain.admin.push(rule("passed", Verdict::Pass));
+        }
+        chain.baseline.push(TierRule {
+            rule: Rule {
+                peer: PeerMatch::Any,
+                port: PortMatch::Any,
+            },
+            verdict: Verdict::Deny,
+        });
+    }
+    s
+}
+
+#[test]
+fn the_kernel_takes_the_tiers_and_their_pass_chains_and_updates_between_them() {
+    use crate::datapath::tests::{in_private_netns, root};
+    let name = "the_kernel_takes_the_tiers_and_their_pass_chains_and_updates_between_them";
+    if !root(name) {
+        return;
+    }
+    in_private_netns(|| {
+        let (with, without) = (tiered(true), tiered(false));
+        table::install(&with).unwrap();
+        assert_eq!(checked(&with), [Found::Intact, Found::Intact]);
+        table::update(&with.diff(&without)).unwrap();
+        assert_eq!(checked(&without), [Found::Intact, Found::Intact]);
+        table::update(&without.diff(&with)).unwrap();
+        assert_eq!(checked(&with), [Found::Intact, Found::Intact]);
+        table::update(&with.diff(&state())).unwrap();
+        assert_eq!(checked(&state()), [Found::Intact, Found::Intact]);
+        table::update(&state().diff(&with)).unwrap();
+        table::update(&with.diff(&State::default())).unwrap();
         assert_eq!(checked(&State::default()), [Found::Intact, Found::Intact]);
         table::remove().unwrap();
     });

@@ -61,11 +61,12 @@ fn node_rule() -> Rule {
     }
 }
 
+/// The NetworkPolicy tier's rules of a chain (which must isolate).
 fn chain(c: &Compiled, direction: Direction, link: &str) -> Vec<Rule> {
     c.state
         .chains
         .get(&key(direction, link))
-        .cloned()
+        .and_then(|chain| chain.policy.clone())
         .unwrap_or_else(|| panic!("no chain {direction:?} {link}: {c:#?}"))
 }
 

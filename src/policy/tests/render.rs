@@ -102,8 +102,8 @@ fn state() -> State {
     State {
         sets,
         chains: BTreeMap::from([
-            (key(Direction::Ingress, "lxcweb"), ingress),
-            (key(Direction::Egress, "lxcweb"), egress),
+            (key(Direction::Ingress, "lxcweb"), Chain::isolated(ingress)),
+            (key(Direction::Egress, "lxcweb"), Chain::isolated(egress)),
         ]),
     }
 }
@@ -190,14 +190,15 @@ fn a_diff_is_element_updates_and_chain_replacements() {
         .into(),
         chains_added: [(
             key(Direction::Ingress, "lxcnew"),
-            vec![Rule {
+            Chain::isolated(vec![Rule {
                 peer: set("peer_n"),
                 port: PortMatch::Any,
-            }],
+            }]),
         )]
         .into(),
-        chains_replaced: [(key(Direction::Egress, "lxcweb"), vec![])].into(),
+        chains_replaced: [(key(Direction::Egress, "lxcweb"), Chain::isolated(vec![]))].into(),
         chains_removed: [key(Direction::Ingress, "lxcgone")].into(),
+        pass_chains_removed: Default::default(),
     };
     let want = "\
 add set inet podnet_policy peer_n_v4 { type ipv4_addr; }
@@ -221,4 +222,139 @@ delete set inet podnet_policy peer_old_v6
 ";
     assert_eq!(update(&diff), want);
     assert_eq!(update(&Diff::default()), "");
+}
+
+/// A chain of the two ClusterNetworkPolicy tiers: an Admin Deny of `peer_d`,
+/// Pass of `peer_p` (when `pass`), Accept of `peer_a`; NetworkPolicy allowing
+/// `peer_n` (when `isolated`); a Baseline Deny of everyone.
+fn tiered(pass: bool, isolated: bool) -> Chain {
+    let rule = |peer: &str, verdict| TierRule {
+        rule: Rule {
+            peer: set(peer),
+            port: PortMatch::Any,
+        },
+        verdict,
+    };
+    let mut admin = vec![rule("peer_d", Verdict::Deny)];
+    if pass {
+        admin.push(rule("peer_p", Verdict::Pass));
+    }
+    admin.push(rule("peer_a", Verdict::Allow));
+    let allows = vec![Rule {
+        peer: set("peer_n"),
+        port: PortMatch::Any,
+    }];
+    Chain {
+        admin,
+        policy: isolated.then_some(allows),
+        baseline: vec![TierRule {
+            rule: Rule {
+                peer: PeerMatch::Any,
+                port: PortMatch::Any,
+            },
+            verdict: Verdict::Deny,
+        }],
+    }
+}
+
+fn one_chain(key: ChainKey, chain: Chain) -> State {
+    State {
+        sets: BTreeMap::new(),
+        chains: [(key, chain)].into(),
+    }
+}
+
+#[test]
+fn the_tiers_render_in_order_and_a_pass_goes_to_the_pass_chain() {
+    let s = install(&one_chain(
+        key(Direction::Ingress, "lxcweb"),
+        tiered(true, true),
+    ));
+    let want = "\
+\tchain pass_ingress_lxcweb {
+\t\tip saddr @peer_n_v4 accept
+\t\tip6 saddr @peer_n_v6 accept
+\t\tdrop
+\t}
+\tchain ingress_lxcweb {
+\t\tip saddr @peer_d_v4 drop
+\t\tip6 saddr @peer_d_v6 drop
+\t\tip saddr @peer_p_v4 goto pass_ingress_lxcweb
+\t\tip6 saddr @peer_p_v6 goto pass_ingress_lxcweb
+\t\tip saddr @peer_a_v4 accept
+\t\tip6 saddr @peer_a_v6 accept
+\t\tgoto pass_ingress_lxcweb
+\t}
+";
+    assert!(s.contains(want), "{s}");
+    // No NetworkPolicy, no Pass, egress: one chain, the Baseline then the default.
+    let s = install(&one_chain(
+        key(Direction::Egress, "lxcweb"),
+        tiered(false, false),
+    ));
+    let want = "\
+\tchain egress_lxcweb {
+\t\tip daddr @peer_d_v4 drop
+\t\tip6 daddr @peer_d_v6 drop
+\t\tip daddr @peer_a_v4 return
+\t\tip6 daddr @peer_a_v6 return
+\t\tdrop
+\t\treturn
+\t}
+";
+    assert!(s.contains(want), "{s}");
+    assert!(!s.contains("pass_"), "{s}");
+}
+
+#[test]
+fn a_pass_chain_is_in_the_parts_and_goes_after_its_head() {
+    let k = key(Direction::Ingress, "lxcweb");
+    let with = one_chain(k.clone(), tiered(true, true));
+    let parts = parts(&with);
+    assert!(parts.contains(&Part::Chain {
+        name: "pass_ingress_lxcweb".into(),
+        hook: None
+    }));
+    assert!(parts.contains(&Part::Rules {
+        chain: "pass_ingress_lxcweb".into(),
+        count: 3
+    }));
+    assert!(parts.contains(&Part::Rules {
+        chain: "ingress_lxcweb".into(),
+        count: 7
+    }));
+    // Replaced by a chain without Pass: the head first, then the pass chain goes.
+    let without = one_chain(k.clone(), tiered(false, true));
+    let d = with.diff(&without);
+    assert_eq!(d.pass_chains_removed, [k.clone()].into());
+    let script = update(&d);
+    let head = script
+        .find("flush chain inet podnet_policy ingress_lxcweb")
+        .unwrap();
+    let gone = script
+        .find("delete chain inet podnet_policy pass_ingress_lxcweb")
+        .unwrap();
+    assert!(head < gone, "{script}");
+    // Gaining a Pass: the pass chain is made before the head names it.
+    let d = without.diff(&with);
+    assert!(d.pass_chains_removed.is_empty());
+    let script = update(&d);
+    let made = script
+        .find("add chain inet podnet_policy pass_ingress_lxcweb")
+        .unwrap();
+    let head = script
+        .find("flush chain inet podnet_policy ingress_lxcweb")
+        .unwrap();
+    assert!(made < head, "{script}");
+    // Removed with its pod: the head's map element and chain, then the pass chain.
+    let d = with.diff(&State::default());
+    assert_eq!(d.pass_chains_removed, [k].into());
+    let script = update(&d);
+    let head = script
+        .find("delete chain inet podnet_policy ingress_lxcweb")
+        .unwrap();
+    let gone = script
+        .find("delete chain inet podnet_policy pass_ingress_lxcweb")
+        .unwrap();
+    assert!(head < gone, "{script}");
 }

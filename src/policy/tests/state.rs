@@ -24,7 +24,10 @@ fn state(sets: &[(&str, Set)], chains: &[(&str, Vec<Rule>)]) -> State {
             .iter()
             .map(|(n, s)| (n.to_string(), s.clone()))
             .collect(),
-        chains: chains.iter().map(|(l, r)| (key(l), r.clone())).collect(),
+        chains: chains
+            .iter()
+            .map(|(l, r)| (key(l), Chain::isolated(r.clone())))
+            .collect(),
     }
 }
 
@@ -72,10 +75,13 @@ fn the_diff_names_only_what_changed() {
     );
     assert_eq!(d.sets_added, [("new".to_string(), set(&[]))].into());
     assert_eq!(d.sets_removed, ["gone".to_string()].into());
-    assert_eq!(d.chains_added, [(key("lxc4"), vec![])].into());
+    assert_eq!(
+        d.chains_added,
+        [(key("lxc4"), Chain::isolated(vec![]))].into()
+    );
     assert_eq!(
         d.chains_replaced,
-        [(key("lxc2"), vec![allow("new")])].into()
+        [(key("lxc2"), Chain::isolated(vec![allow("new")]))].into()
     );
     assert_eq!(d.chains_removed, [key("lxc3")].into());
     assert!(!d.is_empty());

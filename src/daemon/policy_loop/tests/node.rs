@@ -52,6 +52,7 @@ fn a_local_pod_is_enforced_on_its_link_and_a_pod_of_its_name_with_another_uid_is
         namespaces: listed(Vec::new()),
         policies: Mirror::default(),
         nodes: None,
+        ..Watched::default()
     };
     assert!(
         !watched.synced(),
@@ -184,6 +185,7 @@ async fn the_pod_watch_keeps_views_an_update_replaces_one_and_a_relist_drops_the
         namespaces: listed(Vec::new()),
         policies: listed(vec![deny_all()]),
         nodes: Some(Vec::new()),
+        ..Watched::default()
     };
     let node = NodeSide {
         links: [("a/web".to_string(), link(Some("u-1"), "lxcweb"))].into(),
@@ -192,4 +194,41 @@ async fn the_pod_watch_keeps_views_an_update_replaces_one_and_a_relist_drops_the
     let c = compile_node(&watched, &node, Enforcement::Default);
     assert_eq!(c.state.chains.len(), 1);
     assert!(c.explanations.pod("a/web", &[]).is_some());
+}
+
+#[test]
+fn cluster_policies_are_waited_for_only_while_discovery_has_not_answered_or_the_list_is_not_read() {
+    let mut watched = Watched {
+        pods: listed(Vec::new()),
+        namespaces: listed(Vec::new()),
+        policies: listed(Vec::new()),
+        nodes: Some(Vec::new()),
+        ..Watched::default()
+    };
+    assert!(watched.synced(), "off: NetworkPolicy alone");
+    assert_eq!(cluster::status_line(&watched), None);
+    watched.cluster_kind = ClusterKind::Unresolved;
+    assert!(!watched.synced(), "not asked yet: nothing written");
+    watched.cluster_kind = ClusterKind::NotInstalled;
+    assert!(
+        watched.synced(),
+        "no CRD: NetworkPolicy is enforced meanwhile"
+    );
+    let line = cluster::status_line(&watched).unwrap();
+    assert!(
+        line.contains("clusternetworkpolicies.policy.networking.k8s.io not installed"),
+        "{line}"
+    );
+    watched.cluster_kind = ClusterKind::Served("v1beta1".into());
+    assert!(!watched.synced(), "served: its list first");
+    let policy = crate::policy::view::cluster_policy(
+        "p",
+        &json!({"tier": "Admin", "priority": 1, "subject": {"namespaces": {}}}),
+    );
+    watched.cluster_policies = listed(vec![policy]);
+    assert!(watched.synced());
+    assert_eq!(
+        cluster::status_line(&watched).as_deref(),
+        Some("1 ClusterNetworkPolicies (policy.networking.k8s.io/v1beta1)")
+    );
 }

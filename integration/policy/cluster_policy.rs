@@ -1,0 +1,246 @@
+//! ClusterNetworkPolicy (`--enable-cluster-network-policy`) against a real
+//! kube-apiserver with the CRD of deploy/crds (v1beta1): two pods attached by
+//! the plugin on a node whose daemon watches the API with the agent's own
+//! service-account token (deploy/agent-rbac.yaml), real ICMP between them.
+//! A NetworkPolicy lets the client reach web; an Admin Deny of the client
+//! beats it; made a Pass, it hands over to the NetworkPolicy, which allows; a
+//! Baseline Deny of everyone loses to the NetworkPolicy and decides once the
+//! NetworkPolicy is gone. An object podnet cannot enforce (a `domainNames`
+//! peer: no DNS-based peers yet) is reported in `podnet status`, the metric
+//! and an Event, and opens nothing. An agent started before the CRD enforces
+//! NetworkPolicy alone, says it waits for the CRD, and enforces the
+//! ClusterNetworkPolicies once it is installed.
+
+use crate::harness::*;
+use crate::k8s::ControlPlane;
+use crate::k8s_backend::{add_with_uid, create_node, create_sandbox_pods, eventually, k8s_node};
+
+/// A ClusterNetworkPolicy of web (`app=web` in any namespace).
+fn cnp(name: &str, tier: &str, rules: &str) -> String {
+    format!(
+        "apiVersion: policy.networking.k8s.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata:\n  name: {name}\nspec:\n  tier: {tier}\n  priority: 10\n  subject:\n    pods:\n      namespaceSelector: {{}}\n      podSelector:\n        matchLabels:\n          app: web\n{rules}"
+    )
+}
+
+/// One ingress rule of `action` from the client (`role=client`).
+fn from_client(action: &str) -> String {
+    format!(
+        "  ingress:\n  - action: {action}\n    from:\n    - pods:\n        namespaceSelector: {{}}\n        podSelector:\n          matchLabels:\n            role: client\n"
+    )
+}
+
+const NP_ALLOW_CLIENT: &str = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: web-from-client\n  namespace: default\nspec:\n  podSelector:\n    matchLabels:\n      app: web\n  ingress:\n  - from:\n    - podSelector:\n        matchLabels:\n          role: client\n";
+
+const NP_DENY_WEB_EGRESS: &str = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: web-no-egress\n  namespace: default\nspec:\n  podSelector:\n    matchLabels:\n      app: web\n  policyTypes: [Egress]\n";
+
+#[test]
+fn admin_deny_beats_networkpolicy_pass_hands_over_and_baseline_deny_loses() {
+    let Some(cp) = ControlPlane::start("k8s_cluster_policy") else {
+        return;
+    };
+    cp.install_crds();
+    let ns = cp.add_node_ns("cnp-1");
+    create_node(&cp, &ns, &["10.244.19.0/24"]);
+    let node_name = ns.name.clone();
+    // The agent's own service-account token: its RBAC (deploy/agent-rbac.yaml)
+    // lists and watches the ClusterNetworkPolicies and posts the Events.
+    let agent = cp.agent_kubeconfig_on(&node_name);
+    let args = [
+        "--ipam",
+        "kubernetes",
+        "--enable-policy",
+        "default",
+        "--enable-cluster-network-policy",
+    ];
+    let mut node = k8s_node(ns, &agent, &args);
+    node.start_daemon();
+
+    let sandboxes = [node.sandbox(), node.sandbox()];
+    create_sandbox_pods(&cp, &node_name, &sandboxes);
+    let ips: Vec<String> = sandboxes
+        .iter()
+        .map(|sb| add_with_uid(&cp, &node, sb).ipv4())
+        .collect();
+    let [web, client] = sandboxes;
+    let (web_ip, client_ip) = (&ips[0], &ips[1]);
+    cp.kubectl(&["label", "pod", &web.ns.name, "app=web"])
+        .expect_ok("label web");
+    cp.kubectl(&["label", "pod", &client.ns.name, "role=client"])
+        .expect_ok("label client");
+    // No kubelet runs: the Pods' addresses are patched into their status.
+    for (sb, ip) in [(&web, web_ip), (&client, client_ip)] {
+        let status = format!(
+            r#"{{"status":{{"phase":"Running","podIP":"{ip}","podIPs":[{{"ip":"{ip}"}}]}}}}"#
+        );
+        let patch = [
+            "patch",
+            "pod",
+            &sb.ns.name,
+            "-n",
+            "default",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status,
+        ];
+        cp.kubectl(&patch).expect_ok("patch the Pod's status");
+    }
+    let status_has = |node: &Node, what: &str| node.podnet(&["status"]).contains(what);
+    eventually("the ClusterNetworkPolicy watch", || {
+        status_has(
+            &node,
+            "ClusterNetworkPolicy: 0 ClusterNetworkPolicies (policy.networking.k8s.io/v1beta1)",
+        )
+    });
+
+    cp.apply(NP_ALLOW_CLIENT);
+    eventually("the NetworkPolicy written", || {
+        status_has(&node, "1 NetworkPolicies, 1 local pods enforced")
+    });
+    assert!(client.ping(web_ip), "the NetworkPolicy allows the client");
+
+    // Admin Deny beats the NetworkPolicy's allow.
+    cp.apply(&cnp("admin-web", "Admin", &from_client("Deny")));
+    eventually("the Admin Deny enforced", || !client.ping(web_ip));
+
+    // Pass hands over to the NetworkPolicy, which allows.
+    cp.apply(&cnp("admin-web", "Admin", &from_client("Pass")));
+    eventually("the Pass enforced", || client.ping(web_ip));
+    let m = node.metrics();
+    assert!(m.contains("podnet_policy_problems 0"), "{m}");
+
+    // A Baseline Deny of everyone loses to the NetworkPolicy's allow ...
+    cp.kubectl(&["delete", "clusternetworkpolicy", "admin-web"])
+        .expect_ok("delete the Admin policy");
+    let deny_all = "  ingress:\n  - action: Deny\n    from:\n    - namespaces: {}\n";
+    cp.apply(&cnp("baseline-web", "Baseline", deny_all));
+    eventually("the Baseline policy seen", || {
+        status_has(
+            &node,
+            "ClusterNetworkPolicy: 1 ClusterNetworkPolicies (policy.networking.k8s.io/v1beta1)",
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(
+        client.ping(web_ip),
+        "the NetworkPolicy decides before the Baseline"
+    );
+    // ... and decides without it.
+    cp.kubectl(&["delete", "networkpolicy", "web-from-client"])
+        .expect_ok("delete the NetworkPolicy");
+    eventually("the Baseline Deny enforced", || !client.ping(web_ip));
+    cp.kubectl(&["delete", "clusternetworkpolicy", "baseline-web"])
+        .expect_ok("delete the Baseline policy");
+    eventually("open again", || client.ping(web_ip));
+
+    // An object podnet cannot enforce: reported, and it opens nothing.
+    cp.apply(NP_DENY_WEB_EGRESS);
+    eventually("web's egress denied", || !web.ping(client_ip));
+    let dns = "  egress:\n  - action: Accept\n    to:\n    - domainNames: [example.com]\n";
+    cp.apply(&cnp("dns-web", "Admin", dns));
+    let problem = "ClusterNetworkPolicy dns-web, spec.egress[0].to[0].domainNames: domainNames is not enforced by podnet";
+    eventually("the problem in podnet status", || {
+        status_has(&node, problem)
+    });
+    let m = node.metrics();
+    assert!(m.contains("podnet_policy_problems 1"), "{m}");
+    assert!(!web.ping(client_ip), "the problem rule opens nothing");
+    eventually("the problem's Event", || {
+        let events = cp
+            .kubectl(&[
+                "get",
+                "events",
+                "-A",
+                "--field-selector",
+                "reason=PolicyProblem",
+            ])
+            .expect_ok("get events");
+        events.contains("dns-web") || events.contains("domainNames")
+    });
+}
+
+#[test]
+fn the_crd_installed_after_the_agent_started_is_waited_for_and_then_enforced() {
+    let Some(cp) = ControlPlane::start("k8s_cluster_policy_late_crd") else {
+        return;
+    };
+    cp.install_crds();
+    cp.kubectl(&[
+        "delete",
+        "crd",
+        "clusternetworkpolicies.policy.networking.k8s.io",
+    ])
+    .expect_ok("delete the ClusterNetworkPolicy CRD");
+    let ns = cp.add_node_ns("cnp-2");
+    create_node(&cp, &ns, &["10.244.20.0/24"]);
+    let node_name = ns.name.clone();
+    let agent = cp.agent_kubeconfig_on(&node_name);
+    let args = [
+        "--ipam",
+        "kubernetes",
+        "--enable-policy",
+        "default",
+        "--enable-cluster-network-policy",
+    ];
+    let mut node = k8s_node(ns, &agent, &args);
+    node.start_daemon();
+    let sandboxes = [node.sandbox(), node.sandbox()];
+    create_sandbox_pods(&cp, &node_name, &sandboxes);
+    let ips: Vec<String> = sandboxes
+        .iter()
+        .map(|sb| add_with_uid(&cp, &node, sb).ipv4())
+        .collect();
+    let [web, client] = sandboxes;
+    let web_ip = &ips[0];
+    cp.kubectl(&["label", "pod", &web.ns.name, "app=web"])
+        .expect_ok("label web");
+    cp.kubectl(&["label", "pod", &client.ns.name, "role=client"])
+        .expect_ok("label client");
+    for (sb, ip) in [(&web, &ips[0]), (&client, &ips[1])] {
+        let status = format!(
+            r#"{{"status":{{"phase":"Running","podIP":"{ip}","podIPs":[{{"ip":"{ip}"}}]}}}}"#
+        );
+        let patch = [
+            "patch",
+            "pod",
+            &sb.ns.name,
+            "-n",
+            "default",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status,
+        ];
+        cp.kubectl(&patch).expect_ok("patch the Pod's status");
+    }
+    let status_has = |node: &Node, what: &str| node.podnet(&["status"]).contains(what);
+    // No CRD: NetworkPolicy is enforced alone, and the status says what is awaited.
+    eventually("the CRD awaited", || {
+        status_has(
+            &node,
+            "ClusterNetworkPolicy: CRD clusternetworkpolicies.policy.networking.k8s.io not installed",
+        )
+    });
+    assert!(status_has(&node, "Policy:     table written"));
+    cp.apply(NP_ALLOW_CLIENT);
+    eventually("the NetworkPolicy written without the CRD", || {
+        status_has(&node, "1 NetworkPolicies, 1 local pods enforced")
+    });
+    assert!(client.ping(web_ip));
+
+    cp.install_crd_files(
+        &repo_path("deploy/crds/clusternetworkpolicies.yaml"),
+        &["clusternetworkpolicies.policy.networking.k8s.io"],
+    );
+    eventually(
+        "the ClusterNetworkPolicy watch once the CRD is served",
+        || {
+            status_has(
+                &node,
+                "ClusterNetworkPolicy: 0 ClusterNetworkPolicies (policy.networking.k8s.io/v1beta1)",
+            )
+        },
+    );
+    cp.apply(&cnp("admin-web", "Admin", &from_client("Deny")));
+    eventually("the Admin Deny enforced", || !client.ping(web_ip));
+}
