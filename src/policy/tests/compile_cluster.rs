@@ -1,5 +1,5 @@
 //! ClusterNetworkPolicy's tiers around NetworkPolicy, judged as the rendered
-//! chains judge packets (`fixtures::judge`).
+//! chains judge packets (`policy::fixtures::judge`).
 
 use serde_json::{Value, json};
 
