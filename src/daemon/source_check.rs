@@ -12,11 +12,14 @@
 //!
 //! The daemon installs the table at start and checks it every [`RESYNC`]
 //! ([`keep`], the controller kit's resync); a table already as podnet would
-//! write it is kept, so its counters survive a restart.
+//! write it is kept, so its counters survive a restart. Removed at stop
+//! ([`remove_at_stop`]), it stays removed: the keeper runs until the process
+//! exits.
 //! "As podnet would write it" is a fingerprint of the rule set in the comment of
 //! its first rule, and the number of rules.
 
 use std::convert::Infallible;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -296,6 +299,35 @@ pub fn ensure() -> Result<Ensured, SourceCheckError> {
     })
 }
 
+/// Whether the table was removed at the daemon's stop (`--cni-uninstall`):
+/// held while the keeper checks, so that a check in flight ends before the
+/// removal and no later one puts the table back.
+static REMOVED_AT_STOP: Mutex<bool> = Mutex::new(false);
+
+/// The keeper's check: [`ensure`] unless `removed` says the table went for good
+/// (None then).
+fn ensure_unless_removed(removed: &Mutex<bool>) -> Result<Option<Ensured>, SourceCheckError> {
+    let removed = removed.lock().unwrap_or_else(|p| p.into_inner());
+    match *removed {
+        true => Ok(None),
+        false => ensure().map(Some),
+    }
+}
+
+/// Removes the table for good: after a keeper's check in flight, and no later
+/// check puts it back.
+fn remove_for_good(removed: &Mutex<bool>) -> Result<(), SourceCheckError> {
+    let mut removed = removed.lock().unwrap_or_else(|p| p.into_inner());
+    *removed = true;
+    remove()
+}
+
+/// Removes the table at the daemon's stop (`--cni-uninstall`), so that the
+/// keeper, still running until the process exits, does not put it back.
+pub fn remove_at_stop() -> Result<(), SourceCheckError> {
+    remove_for_good(&REMOVED_AT_STOP)
+}
+
 /// Removes the table (turning the check off, uninstalling); a missing table is
 /// not an error, and neither is a missing nft (then there is no table either).
 pub fn remove() -> Result<(), SourceCheckError> {
@@ -346,9 +378,9 @@ impl Controller for Keeper {
     }
 
     async fn check(&mut self, _plan: (), _resync: u32) -> Result<(), Infallible> {
-        match tokio::task::spawn_blocking(ensure).await {
-            Ok(Ok(Ensured::Kept)) => {}
-            Ok(Ok(ensured)) => {
+        match tokio::task::spawn_blocking(|| ensure_unless_removed(&REMOVED_AT_STOP)).await {
+            Ok(Ok(None | Some(Ensured::Kept))) => {}
+            Ok(Ok(Some(ensured))) => {
                 tracing::warn!(table = TABLE, outcome = ?ensured, "the source check table was missing or changed; podnet's is back")
             }
             Ok(Err(e)) => tracing::error!(error = %e, "source check: cannot check the table"),
@@ -388,6 +420,25 @@ mod tests {
         ));
         assert!(s.contains("meta nfproto ipv6 counter name foreign_ipv6 drop"));
         assert_eq!(rule_count(), 11);
+    }
+
+    #[test]
+    fn a_table_removed_for_good_is_not_put_back_by_the_keeper() {
+        use crate::datapath::tests::{in_private_netns, root};
+        let test = "a_table_removed_for_good_is_not_put_back_by_the_keeper";
+        if !root(test) {
+            return;
+        }
+        in_private_netns(|| {
+            let removed = Mutex::new(false);
+            assert!(matches!(
+                ensure_unless_removed(&removed),
+                Ok(Some(Ensured::Installed))
+            ));
+            remove_for_good(&removed).expect("removed");
+            assert!(matches!(ensure_unless_removed(&removed), Ok(None)));
+            assert!(read().expect("read").is_none(), "put back after the stop");
+        });
     }
 
     #[test]

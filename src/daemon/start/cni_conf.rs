@@ -157,7 +157,7 @@ pub(super) fn uninstall(removals: Vec<Removal>) {
                 ),
                 Err(e) => tracing::warn!(error = %e, "cni-uninstall: the masquerade tables"),
             },
-            Removal::SourceCheckTable => match source_check::remove() {
+            Removal::SourceCheckTable => match source_check::remove_at_stop() {
                 Ok(()) => tracing::info!(
                     table = source_check::TABLE,
                     "removed the source check table (cni-uninstall)"
