@@ -100,18 +100,7 @@ fn the_agent_follows_a_pods_bandwidth_annotations() {
     assert_eq!(tbf_rate(&node, &ifb), Some(125_000));
     // What kubelet does once the sandbox is up: the Pod's IPs (no kubelet here).
     let ip = add.ipv4();
-    cp.kubectl(&[
-        "patch",
-        "pod",
-        "web",
-        "-n",
-        "default",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &format!("{{\"status\":{{\"podIP\":\"{ip}\",\"podIPs\":[{{\"ip\":\"{ip}\"}}]}}}}"),
-    ])
-    .expect_ok("patch the Pod's status");
+    cp.set_pod_ip("web", &ip);
     let shaped = |n: u32| {
         let m = node.metrics();
         m.contains(&format!("podnet_bandwidth_pods_shaped {n}"))

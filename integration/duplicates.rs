@@ -39,16 +39,7 @@ fn plant_pod(cp: &ControlPlane, name: &str, node: &str, ip: &str, host_network: 
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
          spec: {{nodeName: {node}, hostNetwork: {host_network}, containers: [{{name: c, image: busybox}}]}}\n"
     ));
-    cp.kubectl(&[
-        "patch",
-        "pod",
-        name,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &format!(r#"{{"status":{{"phase":"Running","podIP":"{ip}","podIPs":[{{"ip":"{ip}"}}]}}}}"#),
-    ])
-    .expect_ok("patch the Pod's status");
+    cp.set_pod_ip(name, ip);
 }
 
 /// `podnet ipam check` as the admin: (exit code, stdout, stderr).

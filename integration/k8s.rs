@@ -318,6 +318,25 @@ impl ControlPlane {
         self.token_kubeconfig_bound(namespace, serviceaccount, None)
     }
 
+    /// Pod `default/<pod>` Running with `ip`, in its status as a kubelet
+    /// writes it once the sandbox is up (no kubelet runs here).
+    pub fn set_pod_ip(&self, pod: &str, ip: &str) {
+        self.kubectl(&[
+            "patch",
+            "pod",
+            pod,
+            "-n",
+            "default",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &format!(
+                r#"{{"status":{{"phase":"Running","podIP":"{ip}","podIPs":[{{"ip":"{ip}"}}]}}}}"#
+            ),
+        ])
+        .expect_ok("patch the Pod's status");
+    }
+
     /// The Events on Pod `default/<pod>`: `reason|message|involvedObject.uid` each.
     pub fn pod_events(&self, pod: &str) -> String {
         self.kubectl(&[

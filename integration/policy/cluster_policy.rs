@@ -33,17 +33,20 @@ const NP_ALLOW_CLIENT: &str = "apiVersion: networking.k8s.io/v1\nkind: NetworkPo
 
 const NP_DENY_WEB_EGRESS: &str = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: web-no-egress\n  namespace: default\nspec:\n  podSelector:\n    matchLabels:\n      app: web\n  policyTypes: [Egress]\n";
 
-#[test]
-fn admin_deny_beats_networkpolicy_pass_hands_over_and_baseline_deny_loses() {
-    let Some(cp) = ControlPlane::start("k8s_cluster_policy") else {
-        return;
-    };
-    cp.install_crds();
-    let ns = cp.add_node_ns("cnp-1");
-    create_node(&cp, &ns, &["10.244.19.0/24"]);
+/// Node `name` (pod CIDR `cidr`) whose daemon enforces NetworkPolicy and
+/// ClusterNetworkPolicy with the agent's own service-account token (its RBAC,
+/// deploy/agent-rbac.yaml, lists and watches the ClusterNetworkPolicies and
+/// posts the Events), and two pods attached by the plugin: web (`app=web`)
+/// and client (`role=client`), Running with their addresses. The node, web,
+/// client and their addresses.
+fn web_and_client(
+    cp: &ControlPlane,
+    name: &str,
+    cidr: &str,
+) -> (Node, Sandbox, Sandbox, Vec<String>) {
+    let ns = cp.add_node_ns(name);
+    create_node(cp, &ns, &[cidr]);
     let node_name = ns.name.clone();
-    // The agent's own service-account token: its RBAC (deploy/agent-rbac.yaml)
-    // lists and watches the ClusterNetworkPolicies and posts the Events.
     let agent = cp.agent_kubeconfig_on(&node_name);
     let args = [
         "--ipam",
@@ -54,37 +57,32 @@ fn admin_deny_beats_networkpolicy_pass_hands_over_and_baseline_deny_loses() {
     ];
     let mut node = k8s_node(ns, &agent, &args);
     node.start_daemon();
-
     let sandboxes = [node.sandbox(), node.sandbox()];
-    create_sandbox_pods(&cp, &node_name, &sandboxes);
+    create_sandbox_pods(cp, &node_name, &sandboxes);
     let ips: Vec<String> = sandboxes
         .iter()
-        .map(|sb| add_with_uid(&cp, &node, sb).ipv4())
+        .map(|sb| add_with_uid(cp, &node, sb).ipv4())
         .collect();
     let [web, client] = sandboxes;
-    let (web_ip, client_ip) = (&ips[0], &ips[1]);
-    cp.kubectl(&["label", "pod", &web.ns.name, "app=web"])
-        .expect_ok("label web");
-    cp.kubectl(&["label", "pod", &client.ns.name, "role=client"])
-        .expect_ok("label client");
-    // No kubelet runs: the Pods' addresses are patched into their status.
-    for (sb, ip) in [(&web, web_ip), (&client, client_ip)] {
-        let status = format!(
-            r#"{{"status":{{"phase":"Running","podIP":"{ip}","podIPs":[{{"ip":"{ip}"}}]}}}}"#
-        );
-        let patch = [
-            "patch",
-            "pod",
-            &sb.ns.name,
-            "-n",
-            "default",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &status,
-        ];
-        cp.kubectl(&patch).expect_ok("patch the Pod's status");
+    for (sb, label, ip) in [
+        (&web, "app=web", &ips[0]),
+        (&client, "role=client", &ips[1]),
+    ] {
+        cp.kubectl(&["label", "pod", &sb.ns.name, label])
+            .expect_ok("label the pod");
+        cp.set_pod_ip(&sb.ns.name, ip);
     }
+    (node, web, client, ips)
+}
+
+#[test]
+fn admin_deny_beats_networkpolicy_pass_hands_over_and_baseline_deny_loses() {
+    let Some(cp) = ControlPlane::start("k8s_cluster_policy") else {
+        return;
+    };
+    cp.install_crds();
+    let (node, web, client, ips) = web_and_client(&cp, "cnp-1", "10.244.19.0/24");
+    let (web_ip, client_ip) = (&ips[0], &ips[1]);
     let status_has = |node: &Node, what: &str| node.podnet(&["status"]).contains(what);
     eventually("the ClusterNetworkPolicy watch", || {
         status_has(
@@ -171,48 +169,8 @@ fn the_crd_installed_after_the_agent_started_is_waited_for_and_then_enforced() {
         "clusternetworkpolicies.policy.networking.k8s.io",
     ])
     .expect_ok("delete the ClusterNetworkPolicy CRD");
-    let ns = cp.add_node_ns("cnp-2");
-    create_node(&cp, &ns, &["10.244.20.0/24"]);
-    let node_name = ns.name.clone();
-    let agent = cp.agent_kubeconfig_on(&node_name);
-    let args = [
-        "--ipam",
-        "kubernetes",
-        "--enable-policy",
-        "default",
-        "--enable-cluster-network-policy",
-    ];
-    let mut node = k8s_node(ns, &agent, &args);
-    node.start_daemon();
-    let sandboxes = [node.sandbox(), node.sandbox()];
-    create_sandbox_pods(&cp, &node_name, &sandboxes);
-    let ips: Vec<String> = sandboxes
-        .iter()
-        .map(|sb| add_with_uid(&cp, &node, sb).ipv4())
-        .collect();
-    let [web, client] = sandboxes;
+    let (node, _web, client, ips) = web_and_client(&cp, "cnp-2", "10.244.20.0/24");
     let web_ip = &ips[0];
-    cp.kubectl(&["label", "pod", &web.ns.name, "app=web"])
-        .expect_ok("label web");
-    cp.kubectl(&["label", "pod", &client.ns.name, "role=client"])
-        .expect_ok("label client");
-    for (sb, ip) in [(&web, &ips[0]), (&client, &ips[1])] {
-        let status = format!(
-            r#"{{"status":{{"phase":"Running","podIP":"{ip}","podIPs":[{{"ip":"{ip}"}}]}}}}"#
-        );
-        let patch = [
-            "patch",
-            "pod",
-            &sb.ns.name,
-            "-n",
-            "default",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &status,
-        ];
-        cp.kubectl(&patch).expect_ok("patch the Pod's status");
-    }
     let status_has = |node: &Node, what: &str| node.podnet(&["status"]).contains(what);
     // No CRD: NetworkPolicy is enforced alone, and the status says what is awaited.
     eventually("the CRD awaited", || {
