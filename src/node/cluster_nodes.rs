@@ -1,6 +1,7 @@
 //! Every CiliumNode of the cluster (not only this node's), for the cross-node
-//! datapath and the policy loop (one watch, its list shared): a watch that keeps, per node, only what routing needs (`spec.addresses`,
-//! `spec.ipam`'s CIDRs and allocated blocks, and the routing-mode annotation) in a [`Mirror`] and publishes the
+//! datapath and the policy loop (one watch, its list shared): a watch that keeps, per node, only what routing and policy need (`spec.addresses`,
+//! `spec.ipam`'s CIDRs and allocated blocks, the routing-mode annotation, and the
+//! labels a ClusterNetworkPolicy's `nodes` peer selects by) in a [`Mirror`] and publishes the
 //! whole list after each change: after each batch of the events that have already
 //! arrived (up to [`EVENT_BATCH`]), so that a burst of node joins and deletions is
 //! planned a few times, not once per event. The list holds shared nodes
@@ -35,14 +36,15 @@ const WATCH: &str = "cluster-ciliumnodes";
 /// list is published.
 const EVENT_BATCH: usize = 1024;
 
-/// The routing-relevant part of a CiliumNode (everything else is dropped, so
-/// the status writes and other annotations make no event).
+/// The routing- and policy-relevant part of a CiliumNode (everything else is
+/// dropped, so the status writes and other annotations make no event).
 fn routing_part(n: NodeResource) -> NodeResource {
     NodeResource {
         api_version: n.api_version,
         kind: n.kind,
         metadata: ObjectMeta {
             name: n.metadata.name,
+            labels: n.metadata.labels,
             annotations: n
                 .metadata
                 .annotations
@@ -253,6 +255,18 @@ mod tests {
             shared["c"].metadata.annotations,
             BTreeMap::from([(ROUTING_MODE_ANNOTATION.to_string(), "tunnel".to_string())])
         );
+        // A label change is one (a ClusterNetworkPolicy's `nodes` peer), and is kept.
+        let mut labelled = node("c", "10.0.3.0/24");
+        labelled.metadata.annotations =
+            BTreeMap::from([(ROUTING_MODE_ANNOTATION.to_string(), "tunnel".to_string())]);
+        labelled
+            .metadata
+            .labels
+            .insert("kubernetes.io/os".into(), "linux".into());
+        let relabelled = take_event(Ok(Event::Apply(labelled)), &mut nodes, &health);
+        assert!(relabelled.matters());
+        share(relabelled, &nodes, &mut shared);
+        assert_eq!(shared["c"].metadata.labels["kubernetes.io/os"], "linux");
         let gone = take_event(
             Ok(Event::Delete(node("a", "10.0.9.0/24"))),
             &mut nodes,

@@ -32,6 +32,13 @@ pub(super) struct AgentFields {
     /// `--routing-mode` (`tunnel`, `native`), written as the annotation
     /// [`ROUTING_MODE_ANNOTATION`]; empty: not written.
     pub(super) routing_mode: &'static str,
+    /// The Node's labels, copied to the CiliumNode's as Cilium's agent copies
+    /// them: a ClusterNetworkPolicy's `nodes` peer selects Nodes by them, and
+    /// every agent reads the CiliumNodes.
+    pub(super) labels: BTreeMap<String, String>,
+    /// The Node's labels changed since the last apply (the Node watch sets it,
+    /// the sink's next flush applies).
+    pub(super) labels_changed: bool,
 }
 
 impl AgentFields {
@@ -93,6 +100,9 @@ impl AgentFields {
         }
         if !annotations.is_empty() {
             body = body.meta("annotations", serde_json::Value::Object(annotations));
+        }
+        if !self.labels.is_empty() {
+            body = body.meta("labels", json!(self.labels));
         }
         let body = if self.node_uid.is_empty() {
             body
@@ -191,6 +201,8 @@ mod tests {
             requested: Some(vec![requested("default", 16)]),
             sticky_requests: BTreeMap::from([("db/web-0".into(), "web".into())]),
             routing_mode: "tunnel",
+            labels: BTreeMap::from([("kubernetes.io/os".into(), "linux".into())]),
+            labels_changed: false,
         };
         assert_eq!(
             wire(&full.apply_body("n1", "cilium.io/v2")),
@@ -199,6 +211,7 @@ mod tests {
                 "kind": "CiliumNode",
                 "metadata": {
                     "name": "n1",
+                    "labels": {"kubernetes.io/os": "linux"},
                     "ownerReferences": [
                         {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u-1"}
                     ],
@@ -349,6 +362,7 @@ mod tests {
             requested: Some(Vec::new()),
             sticky_requests: BTreeMap::new(),
             routing_mode: "native",
+            ..AgentFields::default()
         };
         let body = wire(&f.apply_body("n1", "cilium.io/v2"));
         // No sticky request: no such annotation (the apply gives it up).

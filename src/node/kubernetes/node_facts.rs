@@ -1,8 +1,11 @@
 //! What the node is, for the daemon's configuration check: its Node's
 //! InternalIPs (read at start, then followed with a watch of the Node) and the
-//! cluster's Service range (the ServiceCIDRs).
+//! cluster's Service range (the ServiceCIDRs). The same watch carries the Node's
+//! label changes to the CiliumNode's copy of them.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use ipnet::IpNet;
@@ -11,6 +14,7 @@ use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
 
+use super::bodies::AgentFields;
 use crate::node::{NodeEvent, NodeFacts, ServiceRange};
 
 /// The addresses of `listed` (a Node's InternalIPs as it lists them; one that is
@@ -58,13 +62,26 @@ pub(super) async fn service_range(client: &kube::Client) -> ServiceRange {
     }
 }
 
+/// Takes the Node's `labels` into the agent's fields, marked for the sink's next
+/// apply when they differ from the copy the CiliumNode has.
+fn note_labels(fields: &Mutex<AgentFields>, labels: BTreeMap<String, String>) {
+    let mut f = fields.lock().unwrap_or_else(|p| p.into_inner());
+    if f.labels != labels {
+        tracing::info!("the Node's labels changed; the CiliumNode's copy follows");
+        f.labels = labels;
+        f.labels_changed = true;
+    }
+}
+
 /// Follows this node's Node and tells the daemon when its InternalIPs differ
 /// from `facts` (what the start read; None: it read nothing, and the Service
-/// range is read with the first Node seen).
+/// range is read with the first Node seen); marks the agent's `fields` for an
+/// apply when the Node's labels differ from their copy.
 pub(super) async fn watch_node_facts(
     client: kube::Client,
     name: String,
     mut facts: Option<NodeFacts>,
+    fields: Arc<Mutex<AgentFields>>,
     events: tokio::sync::mpsc::Sender<NodeEvent>,
 ) {
     let api: Api<KubeNode> = Api::all(client.clone());
@@ -81,6 +98,7 @@ pub(super) async fn watch_node_facts(
                 continue;
             }
         };
+        note_labels(&fields, node.metadata.labels.clone().unwrap_or_default());
         let internal_ips = node_internal_ips(&node);
         let now = match facts.take() {
             Some(f) if f.internal_ips == internal_ips => {

@@ -73,6 +73,7 @@ impl KubernetesSource {
             client.clone(),
             self.config.node_name.clone(),
             self.facts.clone(),
+            self.fields.clone(),
             events.clone(),
         ));
         if self.config.mode == KubernetesMode::MultiPool {

@@ -206,6 +206,7 @@ impl KubernetesSource {
             let mut f = self.fields.lock().unwrap_or_else(|p| p.into_inner());
             f.node_uid = uid;
             f.internal_ips = internal_ips;
+            f.labels = node.metadata.labels.clone();
             f.pod_cidrs = pod_cidrs;
             if self.config.mode == KubernetesMode::MultiPool && f.requested.is_none() {
                 f.requested = Some(self.config.initial_demand.clone());
