@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# install_podnet tunnel|native [ipv4|dual|ipv6]: `kubectl apply -f deploy/` on the
+# install_podnet tunnel|native [ipv4|dual|ipv6 [KEY=VALUE...]]: `kubectl apply -f deploy/` on the
 # cluster of scripts/cluster, with the ConfigMap changes docs/kubernetes.md
 # documents for the routing mode and the cluster's IP family (default: the
 # running cluster's, `scripts/cluster ip-family`):
@@ -9,6 +9,8 @@
 #   ipv6    ... and enable-ipv4 "false" without the IPv4 cluster pool (its CIDR
 #           and mask size removed: Cilium refuses an IPv4 pool with IPv4 off),
 #           the IPv6 underlay (underlay-protocol).
+# Each KEY=VALUE after the family is one more ConfigMap change (an empty family
+# is the running cluster's).
 # The edited manifests are applied as a user who changed the ConfigMap's values
 # would apply them. Sourced by scripts/conformance, scripts/soak and
 # scripts/bench-peers; the caller defines REPO, POD_CIDR, die and kubectl.
@@ -16,9 +18,12 @@ POD_CIDR6=fd00:10:244::/104
 
 install_podnet() {
     local routing=$1 family=${2:-} lines set=()
+    shift
+    [ "$#" = 0 ] || shift
     [ -n "$family" ] || family=$(bash "$REPO/scripts/cluster" ip-family)
     lines=$(podnet_settings "$routing" "$family") || die "install_podnet: no settings for $routing $family"
     [ -z "$lines" ] || mapfile -t set <<< "$lines"
+    set+=("$@")
     podnet_manifests "${set[@]}" | kubectl apply -f - > /dev/null ||
         die "kubectl apply -f deploy/ (with ${set[*]:-no change}) failed"
 }
