@@ -244,6 +244,17 @@ fn kubernetes_mode_mirrors_the_nodes_pod_cidrs_into_its_cilium_node() {
     });
     assert!(sb.ping(&router));
     assert!(node.del(&sb).ok);
+    // The Node's labels are copied to the CiliumNode (a ClusterNetworkPolicy's
+    // `nodes` peer selects by them) and follow a label added and one removed.
+    let labels = |n: &str| jsonpath(&cp, "ciliumnode", n, "{.metadata.labels}");
+    cp.kubectl(&["label", "node", &name, "zone=a"]);
+    eventually("the CiliumNode labelled zone=a", || {
+        labels(&name).contains(r#""zone":"a""#)
+    });
+    cp.kubectl(&["label", "node", &name, "zone-"]);
+    eventually("the zone label gone from the CiliumNode", || {
+        !labels(&name).contains("zone")
+    });
 }
 
 #[test]
