@@ -407,7 +407,7 @@ fn ten_thousand_policies_compile_install_and_hold() {
     let started = std::time::Instant::now();
     let state = t.compile(&policies, &pods);
     let compiled = started.elapsed();
-    let script = podnet::policy::render::install(&state);
+    let script = podnet::policy::render::install(&state, None);
     let rendered = started.elapsed() - compiled;
     let before = std::time::Instant::now();
     t.install(&state);

@@ -19,6 +19,7 @@ pub mod render;
 pub mod selector;
 pub mod state;
 pub mod table;
+pub mod verdict;
 pub mod view;
 mod view_cluster;
 mod view_policy;
