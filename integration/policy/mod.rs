@@ -28,6 +28,7 @@ use crate::harness::*;
 
 mod agent;
 mod cluster_policy;
+mod observe;
 mod self_traffic;
 mod topology;
 use topology::*;
