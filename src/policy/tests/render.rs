@@ -415,6 +415,11 @@ fn audit_mode_lets_the_final_drop_through_and_logs_it_as_audit() {
         assert!(s.contains(line), "{line} in {s}");
     }
     assert!(!s.contains("drop"), "{s}");
+    // A ClusterNetworkPolicy Deny still drops.
+    let tiers = one_chain(key(Direction::Ingress, "lxcweb"), tiered(true, true));
+    let s = install(&tiers, Some(&audit));
+    assert!(s.contains("\t\tip saddr @peer_d_v4 drop\n"), "{s}");
+    assert!(s.contains("\tchain pass_ingress_lxcweb {\n\t\tip saddr @peer_n_v4 accept\n\t\tip6 saddr @peer_n_v6 accept\n\t\tlimit name \"verdict_log\" log prefix \"podnet audit ingress\" group 5730 accept\n"), "{s}");
     // An update writes the replaced chain the same way.
     let mut next = state();
     next.chains
