@@ -198,10 +198,14 @@ fn read_forever(socket: &NflogSocket, verdicts: &Verdicts) {
                     }
                 }
             }
-            // Records lost to a full receive buffer, or an interrupted wait.
-            Err(e) => {
-                tracing::debug!(error = %e, "NFLOG receive");
+            Err(e) if e.records_lost() => {
                 verdicts.unreadable.inc();
+            }
+            // Not expected of a bound socket: logged, and read again after a
+            // pause so a socket that keeps failing costs nothing.
+            Err(e) => {
+                tracing::warn!(error = %e, "policy verdicts: NFLOG receive failed");
+                std::thread::sleep(std::time::Duration::from_secs(1));
             }
         }
     }

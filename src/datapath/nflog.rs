@@ -15,6 +15,10 @@ use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
 /// header fit.
 pub const COPY_RANGE: u32 = 128;
 
+/// The socket's receive buffer: a burst of a second's records at the node's
+/// rate fits many times over.
+const RECEIVE_BUFFER: libc::c_int = 1 << 20;
+
 const NFNL_SUBSYS_ULOG: u16 = 4;
 const NFULNL_MSG_PACKET: u16 = 0;
 const NFULNL_MSG_CONFIG: u16 = 1;
@@ -47,6 +51,17 @@ pub enum NflogError {
         #[source]
         source: io::Error,
     },
+}
+
+impl NflogError {
+    /// Whether records were lost to a full receive buffer (ENOBUFS): the
+    /// socket reads on.
+    pub fn records_lost(&self) -> bool {
+        match self {
+            NflogError::Socket { source, .. } => source.raw_os_error() == Some(libc::ENOBUFS),
+            NflogError::Refused { .. } => false,
+        }
+    }
 }
 
 /// An NFLOG message that cannot be read.
@@ -353,6 +368,9 @@ impl NflogSocket {
         };
         let mut socket = Socket::new(NETLINK_NETFILTER).map_err(io("socket"))?;
         socket.bind_auto().map_err(io("bind"))?;
+        socket
+            .set_rx_buf_sz(RECEIVE_BUFFER)
+            .map_err(io("set the receive buffer"))?;
         socket
             .connect(&SocketAddr::new(0, 0))
             .map_err(io("connect"))?;

@@ -38,6 +38,10 @@
 //! local pod) is restored too: it filters nothing, but podnet's updates are
 //! written against it.
 //!
+//! With a `policy::verdict::DropLog` the table logs its final drops; after
+//! each write the loop hands the verdicts' reader (`daemon::observe`) every
+//! pod's addresses and the policies selecting each local pod, so it names them.
+//!
 //! The table outlives the agent: it is never removed at stop, and a starting
 //! agent writes its first (whole) state only once all four watches have listed,
 //! so the previous agent's table stands until then. While the API server is
