@@ -28,6 +28,7 @@ use crate::harness::*;
 
 mod agent;
 mod cluster_policy;
+mod observe;
 mod self_traffic;
 mod topology;
 use topology::*;
@@ -407,7 +408,7 @@ fn ten_thousand_policies_compile_install_and_hold() {
     let started = std::time::Instant::now();
     let state = t.compile(&policies, &pods);
     let compiled = started.elapsed();
-    let script = podnet::policy::render::install(&state);
+    let script = podnet::policy::render::install(&state, None);
     let rendered = started.elapsed() - compiled;
     let before = std::time::Instant::now();
     t.install(&state);

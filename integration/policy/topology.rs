@@ -284,15 +284,17 @@ impl Topology {
     }
 
     pub fn install(&self, state: &State) {
-        in_netns(&open(&self.node), || Ok(table::install(state)))
+        in_netns(&open(&self.node), || Ok(table::install(state, None)))
             .expect("enter the node's netns")
             .unwrap_or_else(|e| panic!("installing the table: {e}"));
     }
 
     pub fn update(&self, before: &State, after: &State) {
-        in_netns(&open(&self.node), || Ok(table::update(&before.diff(after))))
-            .expect("enter the node's netns")
-            .unwrap_or_else(|e| panic!("updating the table: {e}"));
+        in_netns(&open(&self.node), || {
+            Ok(table::update(&before.diff(after), None))
+        })
+        .expect("enter the node's netns")
+        .unwrap_or_else(|e| panic!("updating the table: {e}"));
     }
 
     /// Removes the table (absent is fine) and checks it is gone.

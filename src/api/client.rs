@@ -2,7 +2,7 @@
 //! CLI. It speaks a minimal HTTP/1.1 over a unix stream (one request per connection,
 //! `Connection: close`), which needs no async runtime and starts in microseconds.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{BufRead, ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -73,6 +73,23 @@ impl ClientError {
         match self {
             ClientError::Status { status, .. } => Some(*status),
             _ => None,
+        }
+    }
+}
+
+/// Reads an answer's head; its status (0: a status line that is not HTTP's).
+fn read_head(reader: &mut impl BufRead) -> std::io::Result<u16> {
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let status = line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 || line.trim_end().is_empty() {
+            return Ok(status);
         }
     }
 }
@@ -228,6 +245,52 @@ impl Client {
                 socket: sock,
                 detail: e.to_string(),
             })
+    }
+
+    /// `GET /v1/observe?namespace=&pod=&verdict=`: each verdict line as the
+    /// daemon sends it, to `each`, until the daemon closes the stream. Asked
+    /// in HTTP/1.0, so the body ends when the connection does; no time limit
+    /// once the answer's head is in.
+    pub fn observe(
+        &self,
+        filter: &[(&str, &str)],
+        mut each: impl FnMut(&str),
+    ) -> Result<(), ClientError> {
+        let sock = self.socket.display().to_string();
+        let stream =
+            UnixStream::connect(&self.socket).map_err(|source| ClientError::Unreachable {
+                socket: sock.clone(),
+                source,
+            })?;
+        let io_err = |e: std::io::Error| io_error(&sock, self.timeout, e);
+        stream
+            .set_read_timeout(Some(self.timeout))
+            .map_err(io_err)?;
+        let req = format!(
+            "GET /v1/observe?{} HTTP/1.0\r\nHost: localhost\r\n\r\n",
+            build_query(filter)
+        );
+        (&stream).write_all(req.as_bytes()).map_err(io_err)?;
+        let mut reader = std::io::BufReader::new(&stream);
+        let status = read_head(&mut reader).map_err(io_err)?;
+        if status != 200 {
+            let mut body = String::new();
+            let _ = reader.read_to_string(&mut body);
+            let message = serde_json::from_str::<String>(&body).unwrap_or(body);
+            return Err(ClientError::Status {
+                status,
+                message,
+                reason: None,
+                config: None,
+            });
+        }
+        stream.set_read_timeout(None).map_err(io_err)?;
+        let mut line = String::new();
+        while reader.read_line(&mut line).map_err(io_err)? > 0 {
+            each(line.trim_end());
+            line.clear();
+        }
+        Ok(())
     }
 
     /// `GET /v1/explain?q=`.

@@ -842,6 +842,31 @@ pub struct PolicyStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub cluster_policies: Option<String>,
+    /// `--policy-audit-mode`: what no policy allows passes, reported as `audit`.
+    #[serde(rename = "audit-mode", default)]
+    pub audit_mode: bool,
+}
+
+/// podnet: one packet a policy verdict was logged for, a line of
+/// `GET /v1/observe` (`podnet observe`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ObservedVerdict {
+    /// When the packet was logged, RFC 3339.
+    pub time: String,
+    /// The source pod's `namespace/name`, or its address when not a known pod.
+    pub source: String,
+    pub destination: String,
+    /// `TCP`, `UDP`, `SCTP`, `ICMP` or `IP protocol N`.
+    pub protocol: String,
+    /// The destination port (TCP, UDP, SCTP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// `ingress` or `egress`, seen from the pod whose chain decided.
+    pub direction: String,
+    /// `denied` or `audit` (would be denied; `--policy-audit-mode`).
+    pub verdict: String,
+    /// What decided: the NetworkPolicies whose default deny it is.
+    pub policy: String,
 }
 
 /// podnet: L2 announcements on this node (`podnet status`).

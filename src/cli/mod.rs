@@ -1,4 +1,4 @@
-//! The subcommands: `podnet status`, `explain`, `plan`, `lint`, `install`,
+//! The subcommands: `podnet status`, `explain`, `observe`, `plan`, `lint`, `install`,
 //! `ipam check` and `version` live here; `daemon` and `operator` dispatch to their own modules (as
 //! does the plugin). They reach the daemon only through the API client.
 
@@ -8,6 +8,7 @@ pub mod install;
 pub mod ipam_check;
 pub mod lint;
 pub mod lint_finding;
+pub mod observe;
 pub mod plan;
 mod plan_extra;
 pub mod status;
@@ -41,6 +42,9 @@ enum Command {
     Status(status::StatusArgs),
     /// Explain why a pod, address or container has its address, or none.
     Explain(explain::ExplainArgs),
+    /// Stream the packets NetworkPolicy denies on this node (or, in audit
+    /// mode, would deny): both pods, port, direction, verdict and policy.
+    Observe(observe::ObserveArgs),
     /// Copy this binary into the CNI bin dir atomically (DaemonSet init step).
     Install(install::InstallArgs),
     /// Check daemon options, pools, metadata and conflists before an install.
@@ -76,6 +80,7 @@ pub fn run(args: Vec<String>) -> i32 {
         Command::Operator { args } => crate::operator::run(&args),
         Command::Status(a) => status::run(&a),
         Command::Explain(a) => explain::run(&a),
+        Command::Observe(a) => observe::run(&a),
         Command::Install(a) => install::run(&a),
         Command::Ipam { command } => ipam_check::run(&command),
         Command::Plan(a) => plan::run(&a),

@@ -320,6 +320,12 @@ fn policy_lines(policy: &PolicyStatus) -> Vec<String> {
     if let Some(cluster) = &policy.cluster_policies {
         lines.push(format!("  ClusterNetworkPolicy: {cluster}"));
     }
+    if policy.audit_mode {
+        lines.push(
+            "  AUDIT MODE: nothing is denied; what would be is reported as audit (podnet observe)"
+                .into(),
+        );
+    }
     lines.extend(policy.problems.iter().map(|p| format!("  {p}")));
     lines
 }
@@ -523,6 +529,11 @@ mod tests {
                 "Policy:     table written; 2 NetworkPolicies, 1 local pods enforced, 1 problems",
                 "  NetworkPolicy a/p, spec.ingress[0].ports[0].port: no pod has a TCP port named \"x\""
             ]
+        );
+        p.audit_mode = true;
+        assert_eq!(
+            policy_lines(&p)[1],
+            "  AUDIT MODE: nothing is denied; what would be is reported as audit (podnet observe)"
         );
         p.table_written = false;
         assert!(policy_lines(&p)[0].contains("TABLE NOT WRITTEN"));

@@ -355,6 +355,8 @@ pub struct DaemonConfig {
     pub policy: PolicyMode,
     /// `--enable-cluster-network-policy`.
     pub cluster_network_policy: bool,
+    /// `--policy-audit-mode`.
+    pub policy_audit_mode: bool,
     /// `--enable-l2-announcements`: the heartbeats' UDP port (None: off).
     pub l2_announcements: Option<u16>,
     /// cluster-pool: when the node asks for another CIDR and gives one back.
@@ -431,6 +433,7 @@ impl DaemonConfig {
             cross_node: cross_node(opts, routing, embedded)?,
             policy,
             cluster_network_policy: opts.enable_cluster_network_policy,
+            policy_audit_mode: opts.policy_audit_mode,
             l2_announcements: l2_announcements(opts)?,
             depletion: (ipam == IpamMode::ClusterPool).then_some(depletion),
         })
@@ -798,6 +801,14 @@ mod tests {
         ];
         let e = resolve(&zero).unwrap_err().to_string();
         assert!(e.contains("heartbeats need a port"), "{e}");
+    }
+
+    #[test]
+    fn policy_audit_mode_is_off_unless_asked() {
+        assert!(!resolve(&[]).unwrap().policy_audit_mode);
+        assert!(resolve(&["--policy-audit-mode"]).unwrap().policy_audit_mode);
+        let off = resolve(&["--policy-audit-mode", "false"]).unwrap();
+        assert!(!off.policy_audit_mode);
     }
 
     #[test]

@@ -65,6 +65,15 @@ pub struct FoundLabels {
     pub found: String,
 }
 
+/// A policy verdict the kernel logged: `ingress`/`egress`, `denied`/`audit`,
+/// and what decided it (`default deny of NetworkPolicy ns/name`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    pub direction: String,
+    pub verdict: String,
+    pub policy: String,
+}
+
 fn latency_histogram() -> Histogram {
     // 50 µs .. ~1.6 s
     Histogram::new(exponential_buckets(0.00005, 2.0, 16))
@@ -98,6 +107,16 @@ pub struct Metrics {
     /// Policy tables installed again because a resync found the kernel's not
     /// as written, by what it found (missing, differs).
     pub policy_table_repairs: Family<FoundLabels, Counter>,
+    /// Policy verdicts logged by the kernel and read, by direction, verdict
+    /// and policy.
+    pub policy_verdicts: Family<VerdictLabels, Counter>,
+    /// Verdict log records the node-wide limit suppressed (the kernel's counter).
+    pub policy_verdicts_suppressed: Counter,
+    /// Verdict lines slow `podnet observe` clients lost.
+    pub policy_observe_lines_lost: Counter,
+    /// Verdict log records that could not be read (or were lost to a full
+    /// receive buffer).
+    pub policy_verdict_records_unreadable: Counter,
     /// L2 announcements: addresses this node answers for.
     pub l2_answered: Gauge,
     /// L2 announcements: addresses this node began to answer for.
@@ -163,6 +182,10 @@ impl Metrics {
             policy_updates: Family::default(),
             policy_pods_enforced: Gauge::default(),
             policy_table_repairs: Family::default(),
+            policy_verdicts: Family::default(),
+            policy_verdicts_suppressed: Counter::default(),
+            policy_observe_lines_lost: Counter::default(),
+            policy_verdict_records_unreadable: Counter::default(),
             l2_answered: Gauge::default(),
             l2_takeovers: Counter::default(),
             l2_nodes_live: Gauge::default(),
@@ -264,6 +287,7 @@ impl Metrics {
             "Policy tables installed again because a resync found the kernel's deleted (missing) or changed (differs) by someone else",
             m.policy_table_repairs.clone(),
         );
+        m.register_verdicts(registry);
         m.register_l2(registry);
         registry.register(
             "bandwidth_pods_shaped",
@@ -324,6 +348,31 @@ impl Metrics {
                 .inner()
                 .store(d.bytes, Ordering::Relaxed);
         }
+    }
+
+    /// Registers the policy verdict metrics in `registry`.
+    fn register_verdicts(&self, registry: &mut Registry) {
+        let m = self;
+        registry.register(
+            "policy_verdicts",
+            "Policy verdicts the kernel logged (a pod chain's final drop, under the node-wide limit) and the agent read, by direction, verdict (denied, audit) and policy",
+            m.policy_verdicts.clone(),
+        );
+        registry.register(
+            "policy_verdicts_suppressed",
+            "Policy verdict log records the node-wide limit kept from the log (the packets were still judged), read from the kernel's counter at each scrape",
+            m.policy_verdicts_suppressed.clone(),
+        );
+        registry.register(
+            "policy_observe_lines_lost",
+            "Policy verdict lines that podnet observe clients too slow to read them lost",
+            m.policy_observe_lines_lost.clone(),
+        );
+        registry.register(
+            "policy_verdict_records_unreadable",
+            "Policy verdict log records that could not be read, or were lost to a full receive buffer",
+            m.policy_verdict_records_unreadable.clone(),
+        );
     }
 
     /// Registers the L2 announcement metrics in `registry`.

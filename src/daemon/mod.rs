@@ -25,6 +25,7 @@ pub mod leak_check;
 pub mod metrics;
 mod node_backend;
 pub mod node_check;
+pub mod observe;
 pub mod options;
 pub mod policy_loop;
 mod routes;
@@ -75,6 +76,9 @@ pub struct Daemon {
     policy_explanations: std::sync::RwLock<Option<Arc<crate::policy::Explanations>>>,
     /// The L2 announcement loop's shared part (unset: it does not run).
     l2: std::sync::OnceLock<Arc<l2_loop::Shared>>,
+    /// The policy verdicts' reader and observers (unset: the policy loop does
+    /// not run).
+    verdicts: std::sync::OnceLock<Arc<observe::Verdicts>>,
     /// Local pods the bandwidth loop's last pass found shaped (None: it has
     /// not run).
     bandwidth_shaped: std::sync::Mutex<Option<u64>>,
@@ -240,6 +244,18 @@ impl Daemon {
         }
     }
 
+    /// The policy verdicts (None: the policy loop does not run).
+    pub fn verdicts(&self) -> Option<&Arc<observe::Verdicts>> {
+        self.verdicts.get()
+    }
+
+    /// Records the policy verdicts' shared part (once).
+    fn set_verdicts(&self, verdicts: Arc<observe::Verdicts>) {
+        if self.verdicts.set(verdicts).is_err() {
+            tracing::warn!("a second policy verdict reader was started; it is not observed");
+        }
+    }
+
     /// DELs waiting in the on-disk queue (normally none while the daemon runs).
     pub fn queue_depth(&self) -> usize {
         self.queue.entries().map(|e| e.len()).unwrap_or(0)
@@ -257,7 +273,15 @@ impl Daemon {
         let unreadable = self.queue_unreadable().len();
         let drops = self.source_check_listing().await.map(|l| l.drops);
         let l2 = self.l2().map(|l| l.metrics());
+        let suppressed = match self.verdicts() {
+            Some(_) => policy_loop::suppressed().await,
+            None => None,
+        };
         self.with_state(move |s| {
+            if let Some(n) = suppressed {
+                let counter = s.metrics().policy_verdicts_suppressed.inner();
+                counter.store(n, std::sync::atomic::Ordering::Relaxed);
+            }
             s.refresh_gauges(s.metrics());
             if let Some(drops) = &drops {
                 s.metrics().source_check_drops(drops);

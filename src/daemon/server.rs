@@ -4,13 +4,21 @@
 //! socket whose mode was loosened by hand still serves root only), one task per
 //! connection so a slow client never blocks the others, and time limits on the
 //! request head and body so a stalled client does not hold its task forever.
+//! `GET /v1/observe` is the one answer that streams (`daemon::observe`).
 
+use std::convert::Infallible;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Either, Full, StreamBody};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response};
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -21,7 +29,9 @@ use tokio::net::UnixListener;
 pub(crate) use crate::process::metrics_server::{bind_metrics, serve_metrics};
 
 use super::Daemon;
-use super::routes::handle;
+use super::observe::{self, OBSERVE_PATH};
+use super::routes::{error_reply, handle};
+use crate::api::http::parse_query;
 
 /// How long a connection may take to send its request head (its body's limit is
 /// `routes::BODY_TIMEOUT`).
@@ -240,7 +250,7 @@ pub async fn serve(
                 }
                 let d = daemon.clone();
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req| handle(d.clone(), req));
+                    let svc = service_fn(move |req| serve_request(d.clone(), req));
                     // half_close: a plugin that sends its timing report and exits
                     // still has the report processed.
                     let conn = http1::Builder::new()
@@ -255,6 +265,52 @@ pub async fn serve(
             }
         }
     }
+}
+
+/// A reply: whole, or the lines of `GET /v1/observe` while the client stays.
+type Body = Either<Full<Bytes>, BoxBody<Bytes, Infallible>>;
+
+/// Serves one request: `GET /v1/observe` streams, every other route answers
+/// once (`routes::handle`).
+async fn serve_request(
+    daemon: Arc<Daemon>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    if req.method() == Method::GET && req.uri().path() == OBSERVE_PATH {
+        return Ok(observe_reply(
+            &daemon,
+            req.uri().query().unwrap_or_default(),
+        ));
+    }
+    let reply = handle(daemon, req).await?;
+    Ok(reply.map(Either::Left))
+}
+
+/// `GET /v1/observe?namespace=&pod=&verdict=`: the policy verdicts logged
+/// from now on, JSON lines (`daemon::observe`); ends when the client goes.
+fn observe_reply(daemon: &Daemon, query: &str) -> Response<Body> {
+    let refuse = |status: u16, message: &str| error_reply(status, message).map(Either::Left);
+    let Some(verdicts) = daemon.verdicts() else {
+        return refuse(
+            404,
+            "observe: NetworkPolicy is not enforced here (--enable-policy on the Kubernetes backend), so no verdicts are logged",
+        );
+    };
+    let filter = match parse_query(query) {
+        Ok(q) => observe::Filter::from_query(&q),
+        Err(e) => return refuse(400, &e.to_string()),
+    };
+    let filter = match filter {
+        Ok(f) => f,
+        Err(e) => return refuse(400, &e.to_string()),
+    };
+    let body = StreamBody::new(observe::lines(verdicts, filter));
+    let mut reply = Response::new(Either::Right(BodyExt::boxed(body)));
+    reply.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/x-ndjson"),
+    );
+    reply
 }
 
 /// Why a client may not use the API.

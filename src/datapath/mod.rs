@@ -27,6 +27,7 @@ mod names;
 mod neigh;
 mod netkit;
 mod netns;
+pub mod nflog;
 mod route;
 mod rule;
 mod socket;

@@ -106,6 +106,17 @@ impl Explanations {
             .insert(format!("{}/{}", pod.namespace, pod.name), selected);
     }
 
+    /// The recorded local pod with address `ip` (`namespace/name`), and the
+    /// policies that select it for `direction` (`namespace/name` each).
+    pub fn selecting(&self, ip: IpAddr, direction: Direction) -> Option<(&str, &[String])> {
+        let (name, s) = self.pods.iter().find(|(_, s)| s.ips.contains(&ip))?;
+        let keys = match direction {
+            Direction::Ingress => &s.ingress,
+            Direction::Egress => &s.egress,
+        };
+        Some((name.as_str(), keys.as_slice()))
+    }
+
     /// What the policies mean for the local pod `pod` (`namespace/name`) or the
     /// one with one of `ips`; None when no recorded pod matches.
     pub fn pod(&self, pod: &str, ips: &[IpAddr]) -> Option<PodPolicy> {

@@ -6,7 +6,8 @@
 //! local pod and direction) and [`state::State::diff`] what changed, [`render`]
 //! writes the table or the update as an `nft` script, and [`table`] applies it
 //! and, with [`check`], compares the kernel's table with a state;
-//! [`explain`] keeps, with the state, which policies select each local pod.
+//! [`explain`] keeps, with the state, which policies select each local pod;
+//! [`verdict`] says how the final drops are logged for `podnet observe`.
 //! Only `table` touches the kernel.
 
 pub mod check;
@@ -19,6 +20,7 @@ pub mod render;
 pub mod selector;
 pub mod state;
 pub mod table;
+pub mod verdict;
 pub mod view;
 mod view_cluster;
 mod view_policy;

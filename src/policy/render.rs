@@ -17,11 +17,14 @@
 //! lost track of passes whenever its direction is allowed. Only forwarded
 //! traffic is looked at: between a pod and its own node (kubelet probes, the
 //! node's DNS) packets go through input and output and are never filtered.
+//! With a [`DropLog`], the final drops are logged and the table holds the
+//! limit and the counter they share (`policy::verdict`).
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
 use super::check::{self, Part};
+use super::verdict::{self, DropLog};
 
 use super::state::{
     Chain, ChainKey, Diff, Direction, EGRESS_MAP, Element, FAMILY, FORWARD_CHAIN, INGRESS_MAP,
@@ -32,11 +35,15 @@ use crate::ipam::Family;
 const FAMILIES: [Family; 2] = [Family::V4, Family::V6];
 
 /// The script that replaces podnet's policy table with `state`.
-pub fn install(state: &State) -> String {
+/// With `log`, each chain's final drop is logged (`verdict`).
+pub fn install(state: &State, log: Option<&DropLog>) -> String {
     // `table` adds the table when absent, so the delete always finds one.
     let mut s = format!(
         "table {FAMILY} {TABLE}\ndelete table {FAMILY} {TABLE}\ntable {FAMILY} {TABLE} {{\n"
     );
+    for object in log.map(verdict::objects).into_iter().flatten() {
+        let _ = writeln!(s, "\t{object}");
+    }
     for (name, set) in &state.sets {
         for family in FAMILIES {
             let _ = writeln!(
@@ -49,7 +56,7 @@ pub fn install(state: &State) -> String {
         }
     }
     for (key, chain) in &state.chains {
-        let (head, pass) = chain_lines(key, chain);
+        let (head, pass) = chain_lines(key, chain, log);
         // The pass chain first: the head's `goto` names it.
         let named = pass.map(|lines| (pass_chain_name(key), lines));
         for (name, lines) in named.into_iter().chain([(chain_name(key), head)]) {
@@ -88,7 +95,7 @@ pub fn install(state: &State) -> String {
 }
 
 /// The parts of the table `install(state)` writes, as a resync compares them.
-pub fn parts(state: &State) -> BTreeSet<Part> {
+pub fn parts(state: &State, log: Option<&DropLog>) -> BTreeSet<Part> {
     let mut parts = BTreeSet::from([
         Part::Chain {
             name: FORWARD_CHAIN.into(),
@@ -115,7 +122,7 @@ pub fn parts(state: &State) -> BTreeSet<Part> {
     }
     for (key, c) in &state.chains {
         let chain = chain_name(key);
-        let (head, pass) = chain_lines(key, c);
+        let (head, pass) = chain_lines(key, c, log);
         if let Some(pass) = pass {
             let name = pass_chain_name(key);
             parts.insert(Part::Rules {
@@ -153,7 +160,7 @@ fn forward_rules() -> [String; 3] {
 
 /// The script that applies `diff` to the table: new sets and elements first,
 /// then chains and their map elements, then what went away.
-pub fn update(diff: &Diff) -> String {
+pub fn update(diff: &Diff, log: Option<&DropLog>) -> String {
     let mut s = String::new();
     let t = format!("{FAMILY} {TABLE}");
     for (name, set) in &diff.sets_added {
@@ -171,7 +178,7 @@ pub fn update(diff: &Diff) -> String {
         element_lines(&mut s, "add", name, elements);
     }
     for (key, chain) in &diff.chains_added {
-        let (head, pass) = chain_lines(key, chain);
+        let (head, pass) = chain_lines(key, chain, log);
         if let Some(pass) = pass {
             let _ = writeln!(s, "add chain {t} {}", pass_chain_name(key));
             rule_lines(&mut s, &pass_chain_name(key), &pass);
@@ -186,7 +193,7 @@ pub fn update(diff: &Diff) -> String {
         );
     }
     for (key, chain) in &diff.chains_replaced {
-        let (head, pass) = chain_lines(key, chain);
+        let (head, pass) = chain_lines(key, chain, log);
         if let Some(pass) = pass {
             // `add` keeps a pass chain that is there (and its rules, flushed next).
             let name = pass_chain_name(key);
@@ -301,7 +308,11 @@ fn map_element(key: &ChainKey) -> String {
 /// The rules of a pod's chain, and of its pass chain when an Admin rule
 /// passes: the Admin tier's, then (in the pass chain when there is one) the
 /// NetworkPolicy tier's ending in drop, or else the Baseline tier's and allow.
-fn chain_lines(key: &ChainKey, chain: &Chain) -> (Vec<String>, Option<Vec<String>>) {
+fn chain_lines(
+    key: &ChainKey,
+    chain: &Chain,
+    log: Option<&DropLog>,
+) -> (Vec<String>, Option<Vec<String>>) {
     let direction = key.direction;
     let goto_pass = format!("goto {}", pass_chain_name(key));
     let tier = |rules: &[TierRule]| -> Vec<String> {
@@ -320,7 +331,8 @@ fn chain_lines(key: &ChainKey, chain: &Chain) -> (Vec<String>, Option<Vec<String
             let allows = rules
                 .iter()
                 .map(|r| rule_texts(direction, r, allow(direction)));
-            allows.flatten().chain(["drop".to_string()]).collect()
+            let last = verdict::final_rules(direction, log, allow(direction));
+            allows.flatten().chain(last).collect()
         }
         None => {
             let mut lines = tier(&chain.baseline);

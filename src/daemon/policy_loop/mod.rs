@@ -38,6 +38,10 @@
 //! local pod) is restored too: it filters nothing, but podnet's updates are
 //! written against it.
 //!
+//! With a `policy::verdict::DropLog` the table logs its final drops; after
+//! each write the loop hands the verdicts' reader (`daemon::observe`) every
+//! pod's addresses and the policies selecting each local pod, so it names them.
+//!
 //! The table outlives the agent: it is never removed at stop, and a starting
 //! agent writes its first (whole) state only once all four watches have listed,
 //! so the previous agent's table stands until then. While the API server is
@@ -48,7 +52,7 @@ mod cluster;
 pub mod explain;
 pub mod writer;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -61,6 +65,7 @@ use kube::runtime::watcher;
 
 use super::Daemon;
 use super::metrics::{FoundLabels, ResultLabels};
+use super::observe::Names;
 use super::state::{ApiError, IpamState};
 use crate::api::models::PolicyStatus;
 use crate::controller::{self, Backoff, Controller, Resync, Timing, WatchItem, ending};
@@ -70,6 +75,7 @@ use crate::k8s::objects::watch_all;
 use crate::node::cluster_nodes::ClusterNodeList;
 use crate::policy::check::{Depth, Found};
 use crate::policy::problem::Kind;
+use crate::policy::verdict::DropLog;
 use crate::policy::{
     Cluster, ClusterPolicyView, Compiled, Enforcement, Explanations, Local, NamespaceView,
     NodeView, PodView, PolicyView, Problem, compile, view,
@@ -362,6 +368,7 @@ pub async fn run(
     daemon: Arc<Daemon>,
     kubeconfig: Option<PathBuf>,
     enforcement: Enforcement,
+    log: Option<DropLog>,
     cluster_policies: Option<String>,
     mut nodes: tokio::sync::watch::Receiver<Option<ClusterNodeList>>,
 ) {
@@ -385,8 +392,9 @@ pub async fn run(
         enforcement,
         watched,
         outage: Outage::default(),
-        writer: Some(Writer::new(Kernel)),
+        writer: Some(Writer::new(Kernel { log })),
         last_resync: None,
+        log,
     };
     let ended = controller::run(&mut policy, events, TIMING).await;
     tracing::error!(error = %ended, "NetworkPolicy: the loop stopped; the policy table stays as last written");
@@ -404,6 +412,8 @@ struct PolicyLoop {
     writer: Option<Writer<Kernel>>,
     /// The last resync whose pass checked the table.
     last_resync: Option<u32>,
+    /// How the final drops are logged (None: silent).
+    log: Option<DropLog>,
 }
 
 /// The table is not as the last compile says (the writer tries again).
@@ -484,7 +494,11 @@ impl PolicyLoop {
         check: Option<Depth>,
     ) -> Result<(), NotWritten> {
         if let Some(planned) = plan {
-            let mut writer = self.writer.take().unwrap_or_else(|| Writer::new(Kernel));
+            let log = self.log;
+            let mut writer = self
+                .writer
+                .take()
+                .unwrap_or_else(|| Writer::new(Kernel { log }));
             let compiled = planned.compiled;
             let done = tokio::task::spawn_blocking(move || {
                 let pass = writer.pass(&compiled, check);
@@ -507,7 +521,8 @@ impl PolicyLoop {
             {
                 to.post(version, &planned.count.cluster_problems).await;
             }
-            report(&self.daemon, planned.count, pass, written).await;
+            let audit = self.log.is_some_and(|l| l.audit);
+            report(&self.daemon, planned.count, pass, written, audit).await;
         }
         match self.pending() {
             true => Err(NotWritten),
@@ -533,6 +548,8 @@ struct Count {
     pods_enforced: usize,
     /// Which policies select each local pod, for explain once written.
     explanations: Arc<Explanations>,
+    /// Every pod's `namespace/name` by address, for the verdicts once written.
+    pods_by_ip: HashMap<IpAddr, String>,
 }
 
 /// Compiles the node's state (None: the node's side cannot be read).
@@ -568,6 +585,7 @@ async fn plan(
         cluster: cluster::status_line(watched),
         pods_enforced,
         explanations: Arc::new(std::mem::take(&mut compiled.explanations)),
+        pods_by_ip: pods_by_ip(&watched.pods),
     };
     Some(Planned {
         compiled: Arc::new(compiled),
@@ -575,13 +593,46 @@ async fn plan(
     })
 }
 
-/// Puts one write into the status and the metrics.
-async fn report(daemon: &Arc<Daemon>, c: Count, pass: Option<Pass>, table_written: bool) {
+/// Every pod's `namespace/name` by each of its addresses.
+fn pods_by_ip(pods: &Mirror<PodView>) -> HashMap<IpAddr, String> {
+    let named = pods
+        .objects()
+        .flat_map(|p| p.ips.iter().map(move |ip| (*ip, p.key())));
+    named.collect()
+}
+
+/// The packets the verdict log's limit suppressed, from the kernel's counter
+/// (None: it cannot be read, which is logged at debug level).
+pub async fn suppressed() -> Option<u64> {
+    match tokio::task::spawn_blocking(crate::policy::table::suppressed).await {
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "the verdict log's counter cannot be read");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// Puts one write into the status, the metrics and the verdicts' names.
+async fn report(
+    daemon: &Arc<Daemon>,
+    c: Count,
+    pass: Option<Pass>,
+    table_written: bool,
+    audit_mode: bool,
+) {
     let Some(Pass { repaired, wrote }) = pass else {
         return;
     };
     let problems = c.problems.len();
     if wrote != Wrote::Failed {
+        if let Some(verdicts) = daemon.verdicts() {
+            verdicts.set_names(Names {
+                pods: c.pods_by_ip,
+                explanations: c.explanations.clone(),
+            });
+        }
         daemon.set_policy_explanations(c.explanations);
     }
     daemon.set_policy_status(PolicyStatus {
@@ -591,6 +642,7 @@ async fn report(daemon: &Arc<Daemon>, c: Count, pass: Option<Pass>, table_writte
         pods_enforced: c.pods_enforced as u64,
         problems: c.problems,
         cluster_policies: c.cluster,
+        audit_mode,
     });
     let _ = daemon
         .with_state(move |s| {

@@ -20,6 +20,7 @@ use std::collections::BTreeSet;
 
 use crate::policy::check::{Depth, Found};
 use crate::policy::table::{self, PolicyTableError};
+use crate::policy::verdict::DropLog;
 use crate::policy::{Compiled, Diff, Problem, State};
 
 /// Where the state is written: the kernel ([`Kernel`]), or a test's fake.
@@ -30,20 +31,23 @@ pub trait Table {
     fn check(&mut self, written: &State, depth: Depth) -> Result<Found, PolicyTableError>;
 }
 
-/// podnet's policy table in the kernel (`table inet podnet_policy`).
-pub struct Kernel;
+/// podnet's policy table in the kernel (`table inet podnet_policy`), its
+/// final drops logged with `log` (None: silent).
+pub struct Kernel {
+    pub log: Option<DropLog>,
+}
 
 impl Table for Kernel {
     fn install(&mut self, state: &State) -> Result<(), PolicyTableError> {
-        table::install(state)
+        table::install(state, self.log.as_ref())
     }
 
     fn update(&mut self, diff: &Diff) -> Result<(), PolicyTableError> {
-        table::update(diff)
+        table::update(diff, self.log.as_ref())
     }
 
     fn check(&mut self, written: &State, depth: Depth) -> Result<Found, PolicyTableError> {
-        table::check(written, depth)
+        table::check(written, self.log.as_ref(), depth)
     }
 }
 

@@ -19,13 +19,14 @@ use crate::daemon::server::{self, SocketLock};
 use crate::daemon::state::{IpamState, Timer};
 use crate::daemon::{
     Daemon, apply_node_events, bandwidth_loop, crossnode, flush_outbox, keep_journal_working,
-    l2_loop, leak_check, policy_loop, source_check,
+    l2_loop, leak_check, observe, policy_loop, source_check,
 };
 use crate::k8s::node_pods::NodePodsApi;
 use crate::node::cluster_nodes::{ClusterNodeList, watch_cluster_nodes};
 use crate::node::{BackendHealth, NodeSink, NodeSource};
 use crate::policy::Enforcement;
 use crate::policy::table::PolicyTableError;
+use crate::policy::verdict::DropLog;
 use crate::process::shutdown_signal;
 
 /// What the serving daemon is made of, once the start's phases are done.
@@ -74,6 +75,7 @@ pub(super) async fn serve(s: Serving) -> Result<(), StartError> {
         policy: Mutex::new(None),
         policy_explanations: std::sync::RwLock::new(None),
         l2: std::sync::OnceLock::new(),
+        verdicts: std::sync::OnceLock::new(),
         bandwidth_shaped: Mutex::new(None),
     });
     daemon.arm_timers(s.timers);
@@ -261,10 +263,12 @@ fn start_policy(daemon: &Arc<Daemon>, checked: &Checked, nodes: &mut ClusterNode
             let cluster_policies = config
                 .cluster_network_policy
                 .then(|| checked.node_name.clone());
+            let log = start_verdicts(daemon, config.policy_audit_mode);
             tokio::spawn(policy_loop::run(
                 daemon.clone(),
                 kubeconfig.clone(),
                 enforcement,
+                Some(log),
                 cluster_policies,
                 nodes.reader(kubeconfig),
             ));
@@ -280,6 +284,34 @@ fn start_policy(daemon: &Arc<Daemon>, checked: &Checked, nodes: &mut ClusterNode
                 tracing::warn!(error = %e, "--enable-policy never: could not remove the policy table")
             }
         },
+    }
+}
+
+/// Starts the reader of the policy verdicts the table logs; the table's log
+/// settings (`--policy-audit-mode`).
+fn start_verdicts(daemon: &Arc<Daemon>, audit: bool) -> DropLog {
+    let verdicts = daemon.with_state_in_place(|s| {
+        let m = s.metrics();
+        Ok(observe::Verdicts::new(
+            m.policy_verdicts.clone(),
+            m.policy_observe_lines_lost.clone(),
+            m.policy_verdict_records_unreadable.clone(),
+        ))
+    });
+    if let Ok(v) = verdicts {
+        let v = Arc::new(v);
+        daemon.set_verdicts(v.clone());
+        observe::spawn_reader(v);
+    }
+    if audit {
+        tracing::warn!(
+            "--policy-audit-mode: what no NetworkPolicy allows passes, reported as audit"
+        );
+    }
+    DropLog {
+        group: observe::GROUP,
+        per_second: observe::PER_SECOND,
+        audit,
     }
 }
 

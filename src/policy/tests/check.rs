@@ -39,7 +39,7 @@ fn state() -> State {
 #[test]
 fn a_listing_of_the_written_parts_is_intact_and_of_nothing_is_missing() {
     let s = state();
-    let written = render::parts(&s);
+    let written = render::parts(&s, None);
     let rules = written.iter().find_map(|p| match p {
         Part::Rules { chain, count } if chain == "ingress_lxcweb" => Some(*count),
         _ => None,
@@ -63,7 +63,7 @@ fn a_listing_of_the_written_parts_is_intact_and_of_nothing_is_missing() {
 
 #[test]
 fn a_quick_check_reads_the_forward_chains_rules_and_no_set_elements() {
-    let written = render::parts(&state());
+    let written = render::parts(&state(), None);
     let mut found = written.clone();
     found.retain(|p| !matches!(p, Part::Elements { .. }));
     found.insert(Part::Elements {
@@ -100,7 +100,7 @@ fn nft(script: &str) {
 }
 
 fn checked(s: &State) -> [Found; 2] {
-    [Depth::Quick, Depth::Full].map(|depth| table::check(s, depth).unwrap())
+    [Depth::Quick, Depth::Full].map(|depth| table::check(s, None, depth).unwrap())
 }
 
 fn differs(found: &Found) -> bool {
@@ -118,17 +118,17 @@ fn the_kernels_table_is_checked_for_deletion_flushes_and_removed_elements() {
         let s = state();
         let t = format!("{FAMILY} {TABLE}");
         assert_eq!(checked(&s), [Found::Missing, Found::Missing], "none yet");
-        table::install(&s).unwrap();
+        table::install(&s, None).unwrap();
         assert_eq!(checked(&s), [Found::Intact, Found::Intact]);
         nft(&format!("delete table {t}\n"));
         assert_eq!(checked(&s), [Found::Missing, Found::Missing]);
-        table::install(&s).unwrap();
+        table::install(&s, None).unwrap();
         nft(&format!("flush table {t}\n"));
         assert!(checked(&s).iter().all(differs), "every chain emptied");
-        table::install(&s).unwrap();
+        table::install(&s, None).unwrap();
         nft(&format!("flush map {t} ingress_pods\n"));
         assert!(checked(&s).iter().all(differs), "no pod enforced");
-        table::install(&s).unwrap();
+        table::install(&s, None).unwrap();
         nft(&format!("flush chain {t} ingress_lxcweb\n"));
         let [quick, full] = checked(&s);
         assert_eq!(
@@ -137,12 +137,12 @@ fn the_kernels_table_is_checked_for_deletion_flushes_and_removed_elements() {
             "a pod's rules wait for the full check"
         );
         assert!(differs(&full), "{full:?}");
-        table::install(&s).unwrap();
+        table::install(&s, None).unwrap();
         nft(&format!("delete element {t} clients_v6 {{ fd00::2 }}\n"));
         let [quick, full] = checked(&s);
         assert_eq!(quick, Found::Intact);
         assert!(differs(&full), "{full:?}");
-        table::install(&State::default()).unwrap();
+        table::install(&State::default(), None).unwrap();
         assert_eq!(checked(&State::default()), [Found::Intact, Found::Intact]);
         table::remove().unwrap();
     });
@@ -194,17 +194,48 @@ fn the_kernel_takes_the_tiers_and_their_pass_chains_and_updates_between_them() {
     }
     in_private_netns(|| {
         let (with, without) = (tiered(true), tiered(false));
-        table::install(&with).unwrap();
+        table::install(&with, None).unwrap();
         assert_eq!(checked(&with), [Found::Intact, Found::Intact]);
-        table::update(&with.diff(&without)).unwrap();
+        table::update(&with.diff(&without), None).unwrap();
         assert_eq!(checked(&without), [Found::Intact, Found::Intact]);
-        table::update(&without.diff(&with)).unwrap();
+        table::update(&without.diff(&with), None).unwrap();
         assert_eq!(checked(&with), [Found::Intact, Found::Intact]);
-        table::update(&with.diff(&state())).unwrap();
+        table::update(&with.diff(&state()), None).unwrap();
         assert_eq!(checked(&state()), [Found::Intact, Found::Intact]);
-        table::update(&state().diff(&with)).unwrap();
-        table::update(&with.diff(&State::default())).unwrap();
+        table::update(&state().diff(&with), None).unwrap();
+        table::update(&with.diff(&State::default()), None).unwrap();
         assert_eq!(checked(&State::default()), [Found::Intact, Found::Intact]);
         table::remove().unwrap();
+    });
+}
+
+#[test]
+fn the_kernel_takes_logged_final_drops_and_counts_what_the_limit_suppressed() {
+    use crate::datapath::tests::{in_private_netns, root};
+    use crate::policy::verdict::DropLog;
+    let name = "the_kernel_takes_logged_final_drops_and_counts_what_the_limit_suppressed";
+    if !root(name) {
+        return;
+    }
+    in_private_netns(|| {
+        for audit in [false, true] {
+            let log = DropLog {
+                group: 5730,
+                per_second: 100,
+                audit,
+            };
+            let (s, log) = (state(), Some(&log));
+            assert_eq!(table::suppressed().unwrap(), None, "no table yet");
+            table::install(&s, log).unwrap();
+            let both = [Depth::Quick, Depth::Full];
+            let found = both.map(|depth| table::check(&s, log, depth).unwrap());
+            assert_eq!(found, [Found::Intact, Found::Intact]);
+            assert_eq!(table::suppressed().unwrap(), Some(0));
+            let next = tiered(true);
+            table::update(&s.diff(&next), log).unwrap();
+            let found = both.map(|depth| table::check(&next, log, depth).unwrap());
+            assert_eq!(found, [Found::Intact, Found::Intact]);
+            table::remove().unwrap();
+        }
     });
 }

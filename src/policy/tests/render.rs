@@ -1,10 +1,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
+use crate::policy::check::Part;
 use crate::policy::fixtures::ip;
+use crate::policy::state::FORWARD_CHAIN;
 use crate::policy::state::{
     ChainKey, Diff, Direction, Element, PeerMatch, PortMatch, Rule, Set, SetKind, State,
 };
+use crate::policy::verdict::DropLog;
 use crate::policy::view::Protocol::{Sctp, Tcp, Udp};
 
 fn addrs(list: &[&str]) -> BTreeSet<Element> {
@@ -150,12 +153,12 @@ table inet podnet_policy {
 \t}
 }
 ";
-    assert_eq!(install(&state()), want);
+    assert_eq!(install(&state(), None), want);
 }
 
 #[test]
 fn an_empty_state_is_a_table_that_filters_nothing() {
-    let s = install(&State::default());
+    let s = install(&State::default(), None);
     assert!(
         s.contains("\tmap ingress_pods { type ifname : verdict; }\n"),
         "{s}"
@@ -220,8 +223,8 @@ delete element inet podnet_policy port_m_v4 { 10.0.1.1 . 9100 }
 delete set inet podnet_policy peer_old_v4
 delete set inet podnet_policy peer_old_v6
 ";
-    assert_eq!(update(&diff), want);
-    assert_eq!(update(&Diff::default()), "");
+    assert_eq!(update(&diff, None), want);
+    assert_eq!(update(&Diff::default(), None), "");
 }
 
 /// A chain of the two ClusterNetworkPolicy tiers: an Admin Deny of `peer_d`,
@@ -266,10 +269,10 @@ fn one_chain(key: ChainKey, chain: Chain) -> State {
 
 #[test]
 fn the_tiers_render_in_order_and_a_pass_goes_to_the_pass_chain() {
-    let s = install(&one_chain(
-        key(Direction::Ingress, "lxcweb"),
-        tiered(true, true),
-    ));
+    let s = install(
+        &one_chain(key(Direction::Ingress, "lxcweb"), tiered(true, true)),
+        None,
+    );
     let want = "\
 \tchain pass_ingress_lxcweb {
 \t\tip saddr @peer_n_v4 accept
@@ -288,10 +291,10 @@ fn the_tiers_render_in_order_and_a_pass_goes_to_the_pass_chain() {
 ";
     assert!(s.contains(want), "{s}");
     // No NetworkPolicy, no Pass, egress: one chain, the Baseline then the default.
-    let s = install(&one_chain(
-        key(Direction::Egress, "lxcweb"),
-        tiered(false, false),
-    ));
+    let s = install(
+        &one_chain(key(Direction::Egress, "lxcweb"), tiered(false, false)),
+        None,
+    );
     let want = "\
 \tchain egress_lxcweb {
 \t\tip daddr @peer_d_v4 drop
@@ -310,7 +313,7 @@ fn the_tiers_render_in_order_and_a_pass_goes_to_the_pass_chain() {
 fn a_pass_chain_is_in_the_parts_and_goes_after_its_head() {
     let k = key(Direction::Ingress, "lxcweb");
     let with = one_chain(k.clone(), tiered(true, true));
-    let parts = parts(&with);
+    let parts = parts(&with, None);
     assert!(parts.contains(&Part::Chain {
         name: "pass_ingress_lxcweb".into(),
         hook: None
@@ -327,7 +330,7 @@ fn a_pass_chain_is_in_the_parts_and_goes_after_its_head() {
     let without = one_chain(k.clone(), tiered(false, true));
     let d = with.diff(&without);
     assert_eq!(d.pass_chains_removed, [k.clone()].into());
-    let script = update(&d);
+    let script = update(&d, None);
     let head = script
         .find("flush chain inet podnet_policy ingress_lxcweb")
         .unwrap();
@@ -338,7 +341,7 @@ fn a_pass_chain_is_in_the_parts_and_goes_after_its_head() {
     // Gaining a Pass: the pass chain is made before the head names it.
     let d = without.diff(&with);
     assert!(d.pass_chains_removed.is_empty());
-    let script = update(&d);
+    let script = update(&d, None);
     let made = script
         .find("add chain inet podnet_policy pass_ingress_lxcweb")
         .unwrap();
@@ -349,7 +352,7 @@ fn a_pass_chain_is_in_the_parts_and_goes_after_its_head() {
     // Removed with its pod: the head's map element and chain, then the pass chain.
     let d = with.diff(&State::default());
     assert_eq!(d.pass_chains_removed, [k].into());
-    let script = update(&d);
+    let script = update(&d, None);
     let head = script
         .find("delete chain inet podnet_policy ingress_lxcweb")
         .unwrap();
@@ -357,4 +360,73 @@ fn a_pass_chain_is_in_the_parts_and_goes_after_its_head() {
         .find("delete chain inet podnet_policy pass_ingress_lxcweb")
         .unwrap();
     assert!(head < gone, "{script}");
+}
+
+const LOG: DropLog = DropLog {
+    group: 5730,
+    per_second: 100,
+    audit: false,
+};
+
+#[test]
+fn logged_final_drops_share_the_limit_and_the_counter() {
+    let s = install(&state(), Some(&LOG));
+    let objects = "\
+table inet podnet_policy {
+\tlimit verdict_log { rate 100/second burst 100 packets }
+\tcounter verdict_log_suppressed { }
+\tset block_x_v4";
+    assert!(s.contains(objects), "{s}");
+    let ingress_end = "\
+\t\tip saddr @block_x_v4 accept
+\t\tlimit name \"verdict_log\" log prefix \"podnet denied ingress\" group 5730 drop
+\t\tcounter name \"verdict_log_suppressed\" drop
+\t}";
+    assert!(s.contains(ingress_end), "{s}");
+    let egress_end = "\
+\t\tip6 daddr fd00::/8 meta l4proto sctp return
+\t\tlimit name \"verdict_log\" log prefix \"podnet denied egress\" group 5730 drop
+\t\tcounter name \"verdict_log_suppressed\" drop
+\t}";
+    assert!(s.contains(egress_end), "{s}");
+    // Without the log, today's table.
+    assert_eq!(install(&state(), None).matches("\t\tdrop\n").count(), 2);
+    // Each chain has one rule more.
+    let rules = |log| -> usize {
+        parts(&state(), log)
+            .iter()
+            .map(|p| match p {
+                Part::Rules { chain, count } if chain != FORWARD_CHAIN => *count,
+                _ => 0,
+            })
+            .sum()
+    };
+    assert_eq!(rules(Some(&LOG)), rules(None) + 2);
+}
+
+#[test]
+fn audit_mode_lets_the_final_drop_through_and_logs_it_as_audit() {
+    let audit = DropLog { audit: true, ..LOG };
+    let s = install(&state(), Some(&audit));
+    for line in [
+        "\t\tlimit name \"verdict_log\" log prefix \"podnet audit ingress\" group 5730 accept\n\t\tcounter name \"verdict_log_suppressed\" accept\n",
+        "\t\tlimit name \"verdict_log\" log prefix \"podnet audit egress\" group 5730 return\n\t\tcounter name \"verdict_log_suppressed\" return\n",
+    ] {
+        assert!(s.contains(line), "{line} in {s}");
+    }
+    assert!(!s.contains("drop"), "{s}");
+    // A ClusterNetworkPolicy Deny still drops.
+    let tiers = one_chain(key(Direction::Ingress, "lxcweb"), tiered(true, true));
+    let s = install(&tiers, Some(&audit));
+    assert!(s.contains("\t\tip saddr @peer_d_v4 drop\n"), "{s}");
+    assert!(s.contains("\tchain pass_ingress_lxcweb {\n\t\tip saddr @peer_n_v4 accept\n\t\tip6 saddr @peer_n_v6 accept\n\t\tlimit name \"verdict_log\" log prefix \"podnet audit ingress\" group 5730 accept\n"), "{s}");
+    // An update writes the replaced chain the same way.
+    let mut next = state();
+    next.chains
+        .insert(key(Direction::Ingress, "lxcnew"), Chain::isolated(vec![]));
+    let script = update(&state().diff(&next), Some(&audit));
+    assert!(
+        script.contains("add rule inet podnet_policy ingress_lxcnew limit name \"verdict_log\" log prefix \"podnet audit ingress\" group 5730 accept\n"),
+        "{script}"
+    );
 }

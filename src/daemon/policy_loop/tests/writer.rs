@@ -257,7 +257,7 @@ fn a_table_deleted_in_the_kernel_is_back_after_the_next_checked_pass() {
         return;
     }
     in_private_netns(|| {
-        let mut w = Writer::new(Kernel);
+        let mut w = Writer::new(Kernel { log: None });
         let c = compiled("10.0.0.10", true, json!(80));
         assert_eq!(w.write(&c), Wrote::Installed);
         let listed = || crate::nft::list_table(FAMILY, TABLE).unwrap();

@@ -1,0 +1,317 @@
+//! `GET /v1/observe` (`podnet observe`): the policy verdicts the kernel logged.
+//! The policy table logs each pod chain's final drop to NFLOG group
+//! [`GROUP`] under a node-wide limit (`policy::verdict`). One thread
+//! ([`spawn_reader`]) reads the group, names both ends of each packet (a pod's
+//! `namespace/name` from the policy loop's last [`Names`], else the address)
+//! and the NetworkPolicies whose default deny it is, counts it
+//! (`policy_verdicts_total{direction,verdict,policy}`) and hands it to the
+//! observers: a broadcast channel of [`BUFFERED`] lines, so a slow client loses
+//! lines (counted: `policy_observe_lines_lost_total`) and never holds the
+//! reader. A client's lines are filtered ([`Filter`]) and written as JSON, one
+//! per line, until it goes. Nothing here runs per packet the limit suppressed:
+//! the kernel counts those (`policy::table::suppressed`).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt, stream};
+use hyper::body::Frame;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use tokio::sync::broadcast;
+
+use super::metrics::VerdictLabels;
+use crate::api::models::ObservedVerdict;
+use crate::datapath::nflog::{self, NflogSocket, Packet};
+use crate::policy::Explanations;
+use crate::policy::state::Direction;
+use crate::policy::verdict::{self, Outcome};
+
+/// The streaming route.
+pub const OBSERVE_PATH: &str = "/v1/observe";
+/// The NFLOG group of the policy table's verdicts.
+pub const GROUP: u16 = 5730;
+/// The records a second the whole node logs at most (and the burst).
+pub const PER_SECOND: u32 = 100;
+/// Lines buffered for each observer before the slowest loses the oldest.
+const BUFFERED: usize = 1024;
+
+/// Who is who, as the policy loop's last write knew it.
+#[derive(Debug, Default)]
+pub struct Names {
+    /// Every pod's `namespace/name` by each of its addresses.
+    pub pods: HashMap<IpAddr, String>,
+    /// The policies selecting each local pod.
+    pub explanations: Arc<Explanations>,
+}
+
+/// The verdicts' shared part: the names, the counters and the observers.
+pub struct Verdicts {
+    lines: broadcast::Sender<Arc<ObservedVerdict>>,
+    names: RwLock<Arc<Names>>,
+    counts: Family<VerdictLabels, Counter>,
+    /// Lines slow observers lost.
+    lost: Counter,
+    /// Records that could not be read, and receive buffer overflows.
+    unreadable: Counter,
+}
+
+impl Verdicts {
+    /// `counts`, `lost` and `unreadable` are the metrics' (shared) handles.
+    pub fn new(
+        counts: Family<VerdictLabels, Counter>,
+        lost: Counter,
+        unreadable: Counter,
+    ) -> Verdicts {
+        Verdicts {
+            lines: broadcast::channel(BUFFERED).0,
+            names: RwLock::default(),
+            counts,
+            lost,
+            unreadable,
+        }
+    }
+
+    /// The names the next records are read with.
+    pub fn set_names(&self, names: Names) {
+        if let Ok(mut n) = self.names.write() {
+            *n = Arc::new(names);
+        }
+    }
+
+    fn names(&self) -> Arc<Names> {
+        self.names.read().map(|n| n.clone()).unwrap_or_default()
+    }
+
+    /// Names, counts and hands out one record.
+    fn take(&self, record: &nflog::Record) {
+        let read = verdict::parse_prefix(&record.prefix)
+            .map_err(|e| e.to_string())
+            .and_then(|p| {
+                Ok((
+                    p,
+                    nflog::parse_packet(&record.payload).map_err(|e| e.to_string())?,
+                ))
+            });
+        let ((outcome, direction), packet) = match read {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::debug!(error = %e, "NFLOG record not read");
+                self.unreadable.inc();
+                return;
+            }
+        };
+        let time = record.time.unwrap_or_else(SystemTime::now);
+        let line = describe(time, outcome, direction, &packet, &self.names());
+        let labels = VerdictLabels {
+            direction: line.direction.clone(),
+            verdict: line.verdict.clone(),
+            policy: line.policy.clone(),
+        };
+        self.counts.get_or_create(&labels).inc();
+        // No observer: nobody to give it to.
+        let _ = self.lines.send(Arc::new(line));
+    }
+}
+
+/// The line of one logged packet.
+pub fn describe(
+    time: SystemTime,
+    outcome: Outcome,
+    direction: Direction,
+    packet: &Packet,
+    names: &Names,
+) -> ObservedVerdict {
+    let name = |ip: IpAddr| {
+        names
+            .pods
+            .get(&ip)
+            .cloned()
+            .unwrap_or_else(|| ip.to_string())
+    };
+    let local = match direction {
+        Direction::Ingress => packet.destination,
+        Direction::Egress => packet.source,
+    };
+    let policy = match names.explanations.selecting(local, direction) {
+        Some((_, [])) | None => format!("default deny of {}", enforcement_reason(names)),
+        Some((_, [one])) => format!("default deny of NetworkPolicy {one}"),
+        Some((_, many)) => format!("default deny of NetworkPolicies {}", many.join(", ")),
+    };
+    ObservedVerdict {
+        time: k8s_openapi::jiff::Timestamp::try_from(time)
+            .map(|t| t.to_string())
+            .unwrap_or_default(),
+        source: name(packet.source),
+        destination: name(packet.destination),
+        protocol: packet.transport.name(),
+        port: packet.port,
+        direction: direction.as_str().into(),
+        verdict: outcome.as_str().into(),
+        policy,
+    }
+}
+
+/// Why a pod no policy selects is isolated.
+fn enforcement_reason(names: &Names) -> &'static str {
+    match names.explanations.enforcement {
+        crate::policy::Enforcement::Always => "--enable-policy always",
+        crate::policy::Enforcement::Default => "a pod chain (its policies not known yet)",
+    }
+}
+
+/// Starts the thread that reads the verdicts' NFLOG group in this network
+/// namespace. A group another process holds is logged: there are no verdicts
+/// to observe then, and the table still drops.
+pub fn spawn_reader(verdicts: Arc<Verdicts>) {
+    let socket = match NflogSocket::bind(GROUP) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "policy verdicts cannot be read: podnet observe shows none");
+            return;
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("policy-verdicts".into())
+        .spawn(move || read_forever(&socket, &verdicts));
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "policy verdicts: no reader thread");
+    }
+}
+
+fn read_forever(socket: &NflogSocket, verdicts: &Verdicts) {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    loop {
+        match socket.receive(&mut buf) {
+            Ok(records) => {
+                for record in records {
+                    match record {
+                        Ok(r) => verdicts.take(&r),
+                        Err(e) => {
+                            tracing::debug!(error = %e, "NFLOG message not read");
+                            verdicts.unreadable.inc();
+                        }
+                    }
+                }
+            }
+            Err(e) if e.records_lost() => {
+                verdicts.unreadable.inc();
+            }
+            // Not expected of a bound socket: logged, and read again after a
+            // pause so a socket that keeps failing costs nothing.
+            Err(e) => {
+                tracing::warn!(error = %e, "policy verdicts: NFLOG receive failed");
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// Which lines an observer wants.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Either end in this namespace.
+    pub namespace: Option<String>,
+    /// Either end a pod of this name.
+    pub pod: Option<String>,
+    /// `denied` or `audit`.
+    pub verdict: Option<String>,
+}
+
+/// A filter the observe endpoint refuses: the field and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FilterError {
+    #[error("observe: verdict {0:?} is not one of denied, audit (allowed packets are not logged)")]
+    Verdict(String),
+    #[error("observe: {field} {value:?} is not a Kubernetes name")]
+    Name { field: &'static str, value: String },
+}
+
+impl Filter {
+    /// The filter of the query's `namespace`, `pod` and `verdict`.
+    pub fn from_query(query: &HashMap<String, String>) -> Result<Filter, FilterError> {
+        let get = |k: &str| query.get(k).filter(|v| !v.is_empty()).cloned();
+        let name = |field: &'static str| -> Result<Option<String>, FilterError> {
+            match get(field) {
+                Some(v) if !is_name(&v) => Err(FilterError::Name { field, value: v }),
+                v => Ok(v),
+            }
+        };
+        let verdict = get("verdict");
+        if let Some(v) = verdict
+            .as_deref()
+            .filter(|v| !["denied", "audit"].contains(v))
+        {
+            return Err(FilterError::Verdict(v.to_string()));
+        }
+        Ok(Filter {
+            namespace: name("namespace")?,
+            pod: name("pod")?,
+            verdict,
+        })
+    }
+
+    pub fn admits(&self, line: &ObservedVerdict) -> bool {
+        let ends = [line.source.as_str(), line.destination.as_str()];
+        let split = |end: &'_ str| {
+            end.split_once('/')
+                .map(|(ns, n)| (ns.to_string(), n.to_string()))
+        };
+        let pods: Vec<(String, String)> = ends.into_iter().filter_map(split).collect();
+        let namespace = self.namespace.as_ref();
+        let pod_ok = |(ns, n): &(String, String)| {
+            namespace.is_none_or(|want| want == ns)
+                && self.pod.as_ref().is_none_or(|want| want == n)
+        };
+        let by_pod = match (namespace, &self.pod) {
+            (None, None) => true,
+            _ => pods.iter().any(pod_ok),
+        };
+        by_pod && self.verdict.as_ref().is_none_or(|v| *v == line.verdict)
+    }
+}
+
+/// A DNS-1123 name as Kubernetes namespaces and pods have (lower case,
+/// digits, `-` and `.`, at most 253).
+fn is_name(s: &str) -> bool {
+    s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+}
+
+/// The body of one observer: its lines as JSON, one per line, while it stays.
+pub fn lines(
+    verdicts: &Verdicts,
+    filter: Filter,
+) -> impl Stream<Item = Result<Frame<Bytes>, Infallible>> + Send + use<> {
+    let rx = verdicts.lines.subscribe();
+    let lost = verdicts.lost.clone();
+    stream::unfold(rx, move |mut rx| {
+        let lost = lost.clone();
+        async move {
+            loop {
+                match rx.recv().await {
+                    Ok(line) => return Some((line, rx)),
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        lost.inc_by(n);
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        }
+    })
+    .filter(move |line| std::future::ready(filter.admits(line)))
+    .map(|line| {
+        let mut text = serde_json::to_vec(&*line).unwrap_or_default();
+        text.push(b'\n');
+        Ok(Frame::data(Bytes::from(text)))
+    })
+}
+
+#[cfg(test)]
+#[path = "tests/observe.rs"]
+mod tests;
