@@ -210,7 +210,8 @@ cluster-down:
 # cluster per routing mode (tunnel, then native): JUnit and summaries in
 # target/conformance/ (docs/conformance.md). PODNET_CONFORMANCE_MODES picks the
 # modes, PODNET_CONFORMANCE_FOCUS/_SKIP the specs (FOCUS=sig-network-broad: every
-# [sig-network] spec that can run here). The cluster must not be running.
+# [sig-network] spec that can run here; FOCUS=cnp: sig-network's
+# ClusterNetworkPolicy suite instead). The cluster must not be running.
 .PHONY: conformance
 conformance: image
 	bash scripts/setup

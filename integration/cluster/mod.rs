@@ -55,8 +55,16 @@ struct Cluster {
     dir: PathBuf,
     /// PODNET_CLUSTER_IP_FAMILY: ipv4, dual or ipv6.
     family: &'static str,
+    /// The test's name and when its cluster started: on drop, the test's time is
+    /// appended to [`TIMES`].
+    test: String,
+    started: Instant,
     _turn: MutexGuard<'static, ()>,
 }
+
+/// Each cluster test's time from cluster start to stop, one line per test
+/// (scripts/test-all prints it after the tests: where CI's time goes).
+const TIMES: &str = "target/test-cluster-times.txt";
 
 impl Cluster {
     /// Starts the cluster, or reports a skip (a failure unless skips are
@@ -83,12 +91,14 @@ impl Cluster {
         }
         // A test that failed while it held the turn left nothing to protect.
         let turn = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+        let t0 = Instant::now();
         let cluster = Cluster {
             dir: std::env::temp_dir().join(unique("podnet-cluster-")),
             family,
+            test: test.to_string(),
+            started: t0,
             _turn: turn,
         };
-        let t0 = Instant::now();
         cluster.script_ok(&["start"]);
         eprintln!(
             "scripts/cluster start: {NODES} nodes ({family}) registered in {:.1} s",
@@ -320,6 +330,22 @@ impl Scripted for Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.tear_down();
+        let verdict = match std::thread::panicking() {
+            true => "failed",
+            false => "passed",
+        };
+        let line = format!(
+            "{:>5} s  {verdict}  {}\n",
+            self.started.elapsed().as_secs(),
+            self.test
+        );
+        let times = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(repo().join(TIMES));
+        if let Err(e) = times.and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes())) {
+            eprintln!("could not note the test's time in {TIMES}: {e}");
+        }
     }
 }
 
