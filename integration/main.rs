@@ -47,6 +47,7 @@ mod operator_pools;
 mod pending_attachment;
 mod policy;
 mod policy_bench;
+mod policy_scale_bench;
 mod pool_live;
 mod real_node;
 mod requested_address;

@@ -29,14 +29,14 @@ use crate::harness::*;
 use crate::k8s::ControlPlane;
 use crate::k8s_backend::{add_with_uid, create_sandbox_pods, policy_agent, policy_agent_of};
 
-const NAMESPACES: usize = 10;
-const SIM_NODES: usize = 20;
+pub const NAMESPACES: usize = 10;
+pub const SIM_NODES: usize = 20;
 /// Linux reports /proc/<pid>/stat times in USER_HZ, 100 on every architecture
 /// podnet builds for.
 const TICKS_PER_SECOND: f64 = 100.0;
 
 /// The namespace of pod `i`: `default` (the real pods') or `bench-<n>`.
-fn namespace(i: usize) -> String {
+pub fn namespace(i: usize) -> String {
     match i % NAMESPACES {
         0 => "default".into(),
         n => format!("bench-{n}"),
@@ -44,7 +44,7 @@ fn namespace(i: usize) -> String {
 }
 
 /// The labelled namespaces (`default` is labelled, the others created).
-fn namespaces() -> Value {
+pub fn namespaces() -> Value {
     let items: Vec<Value> = (0..NAMESPACES)
         .map(|n| {
             json!({"apiVersion": "v1", "kind": "Namespace",
@@ -72,12 +72,12 @@ fn sim_pod(i: usize) -> Value {
            "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}})
 }
 
-fn list(items: Vec<Value>) -> String {
+pub fn list(items: Vec<Value>) -> String {
     json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
 }
 
 /// Creates simulated pods `range`, then writes their status, 250 a request.
-fn create_sim_pods(cp: &ControlPlane, range: std::ops::Range<usize>) {
+pub fn create_sim_pods(cp: &ControlPlane, range: std::ops::Range<usize>) {
     let sims: Vec<Value> = range.map(sim_pod).collect();
     for chunk in sims.chunks(250) {
         let text = list(chunk.to_vec());
@@ -93,7 +93,7 @@ fn create_sim_pods(cp: &ControlPlane, range: std::ops::Range<usize>) {
 /// range 1024-65535: the benchmark's ports are ephemeral); the others add
 /// namespace, named-port and ipBlock peers; every third one also limits egress
 /// (to the server, DNS anywhere in the cluster and an ipBlock).
-fn policy(i: usize) -> Value {
+pub fn policy(i: usize) -> Value {
     let selector = match i % 5 {
         0 => json!({"matchLabels": {"role": "server"}}),
         1 => json!({"matchLabels": {"app": "a0"}}),
@@ -141,7 +141,7 @@ fn policy(i: usize) -> Value {
 }
 
 /// New policy `k` of the latency part: lets `198.18.<k>.0/24` into the server.
-fn new_policy(k: usize) -> String {
+pub fn new_policy(k: usize) -> String {
     json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
            "metadata": {"name": format!("new-{k}"), "namespace": "default",
                         "labels": {"bench": "new"}},
@@ -153,22 +153,22 @@ fn new_policy(k: usize) -> String {
 /// Creates `policy` (JSON) in `default` with one POST from the control plane's
 /// namespace (curl: a process far quicker to start than kubectl, so the time
 /// around it brackets the API server's write closely).
-fn post_policy(cp: &ControlPlane, policy: &str) {
+pub fn post_policy(cp: &ControlPlane, policy: &str) {
+    let path = "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies";
+    api_write(cp, "POST", path, "application/json", policy);
+}
+
+/// One `method` request of `body` (of `content_type`) to the API server's
+/// `path`, with curl from the control plane's namespace (see [`post_policy`]).
+pub fn api_write(cp: &ControlPlane, method: &str, path: &str, content_type: &str, body: &str) {
     let ns = NetNs::open(format!("/run/netns/{}", cp.netns())).expect("open the API's netns");
-    let url = format!(
-        "{}/apis/networking.k8s.io/v1/namespaces/default/networkpolicies",
-        cp.server()
-    );
+    let url = format!("{}{path}", cp.server());
     let dir = cp.dir();
-    let post = || -> std::io::Result<std::process::Output> {
+    let request = || -> std::io::Result<std::process::Output> {
         let mut child = std::process::Command::new("curl")
-            .args(["-sS", "--fail", "-o", "/dev/null", "-X", "POST"])
-            .args([
-                "-H",
-                "Content-Type: application/json",
-                "--data-binary",
-                "@-",
-            ])
+            .args(["-sS", "--fail", "-o", "/dev/null", "-X", method])
+            .args(["-H", &format!("Content-Type: {content_type}")])
+            .args(["--data-binary", "@-"])
             .arg("--cacert")
             .arg(dir.join("ca.crt"))
             .arg("--cert")
@@ -180,18 +180,18 @@ fn post_policy(cp: &ControlPlane, policy: &str) {
             .stderr(std::process::Stdio::piped())
             .spawn()?;
         if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(policy.as_bytes())?;
+            stdin.write_all(body.as_bytes())?;
         }
         child.wait_with_output()
     };
-    let out = in_netns(&ns, || Ok(post()))
+    let out = in_netns(&ns, || Ok(request()))
         .expect("enter the API's netns")
         .expect("curl");
-    assert!(out.status.success(), "POST {policy}: {out:?}");
+    assert!(out.status.success(), "{method} {path} {body}: {out:?}");
 }
 
 /// The listing of `chain` in the node's policy table ("" if absent).
-fn chain(node: &Node, chain: &str) -> String {
+pub fn chain(node: &Node, chain: &str) -> String {
     let ns = NetNs::open(node.ns.path()).expect("open the node's netns");
     let out = in_netns(&ns, || {
         Ok(std::process::Command::new("nft")
@@ -205,7 +205,7 @@ fn chain(node: &Node, chain: &str) -> String {
 
 /// Waits (2 min at most) until the agent has written a state with `n`
 /// policies; returns how long that took.
-fn wait_policies(node: &Node, n: usize) -> Duration {
+pub fn wait_policies(node: &Node, n: usize) -> Duration {
     let t = Instant::now();
     let want = format!("table written; {n} NetworkPolicies,");
     while !node.podnet(&["status"]).contains(&want) {
@@ -221,7 +221,7 @@ fn wait_policies(node: &Node, n: usize) -> Duration {
 }
 
 /// The agent's (RSS, peak RSS) in KiB and CPU ticks (user + system) so far.
-fn usage(pid: i32) -> (u64, u64, u64) {
+pub fn usage(pid: i32) -> (u64, u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     let kib = |key: &str| {
         status
@@ -242,15 +242,15 @@ fn usage(pid: i32) -> (u64, u64, u64) {
     (kib("VmRSS:"), kib("VmHWM:"), ticks)
 }
 
-fn cpu_seconds(from: u64, to: u64) -> f64 {
+pub fn cpu_seconds(from: u64, to: u64) -> f64 {
     to.saturating_sub(from) as f64 / TICKS_PER_SECOND
 }
 
-fn percentile(sorted: &[f64], q: f64) -> f64 {
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
-fn load() -> String {
+pub fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .unwrap_or_default()
         .split_whitespace()

@@ -38,13 +38,14 @@ use super::explain::Explanations;
 use super::ports::{self, Ports};
 use super::problem::{Kind, Problem, Why};
 use super::selector::{Labels, Selector};
+use super::sets::{SetCache, Source};
 use super::state::{
     Chain, ChainKey, Direction, Element, NODE_SET, PeerMatch, PortMatch, ROUTER_SET, Rule, Set,
     SetKind, State, TierRule, Verdict,
 };
 use super::view::{
-    Action, ClusterPolicyView, ClusterRuleView, NamespaceView, Namespaces, NodeView, PeerView,
-    PodView, PolicyView, PortView, Protocol, RuleView, Tier,
+    Action, ClusterPolicyView, ClusterRuleView, NamespaceView, NodeView, PeerView, PodView,
+    PolicyView, PortView, Protocol, RuleView, Tier,
 };
 use crate::datapath::IFNAME_MAX_LEN;
 
@@ -88,10 +89,17 @@ pub struct Compiled {
     pub explanations: Explanations,
 }
 
-/// Compiles the node's state.
+/// Compiles the node's state, every set made from every pod.
 pub fn compile(cluster: Cluster) -> Compiled {
+    compile_with(cluster, &mut SetCache::default())
+}
+
+/// Compiles the node's state, the pods' sets taken from `cache` (which must be
+/// up to date with `cluster`: [`SetCache::refresh`]) and kept there.
+pub fn compile_with(cluster: Cluster, cache: &mut SetCache) -> Compiled {
     let mut b = Builder {
         cluster,
+        cache,
         namespace_labels: cluster
             .namespaces
             .iter()
@@ -150,6 +158,7 @@ pub fn compile(cluster: Cluster) -> Compiled {
     let cluster_problems = cluster.cluster_policies.iter().flat_map(|p| &p.problems);
     problems.extend(cluster_problems.cloned());
     problems.extend(unknown_port_names(cluster.policies, cluster.pods));
+    b.cache.end_compile();
     Compiled {
         state: State {
             sets: b.sets,
@@ -196,15 +205,16 @@ fn routers(nodes: &[NodeView]) -> BTreeMap<IpAddr, Option<IpAddr>> {
     judged
 }
 
-struct Builder<'a> {
+struct Builder<'a, 'c> {
     cluster: Cluster<'a>,
+    cache: &'c mut SetCache,
     namespace_labels: BTreeMap<&'a str, &'a Labels>,
     /// [`routers`] of the cluster's nodes.
     routers: BTreeMap<IpAddr, Option<IpAddr>>,
     sets: BTreeMap<String, Set>,
 }
 
-impl<'a> Builder<'a> {
+impl<'a> Builder<'a, '_> {
     /// The ClusterNetworkPolicies whose subject `pod` is, in order of
     /// precedence: by tier, then priority (lower first), then name (the API
     /// leaves equal priorities to the implementation).
@@ -394,18 +404,8 @@ impl<'a> Builder<'a> {
             PeerView::Pods { namespaces, pods } => {
                 let name = set_name("peer", &(namespaces, pods));
                 if !self.sets.contains_key(&name) {
-                    let members = self.cluster.pods.iter().filter(|p| {
-                        let in_namespace = match namespaces {
-                            Namespaces::Own(ns) => p.namespace == *ns,
-                            Namespaces::Matching(s) => s.matches(self.labels_of(&p.namespace)),
-                        };
-                        in_namespace && pods.matches(&p.labels)
-                    });
-                    let elements = members.flat_map(|p| &p.ips).map(|ip| Element::Address(*ip));
-                    let set = Set {
-                        kind: SetKind::Addresses,
-                        elements: elements.collect(),
-                    };
+                    let source = Source::Peer { namespaces, pods };
+                    let set = self.kept_set(&name, source);
                     self.sets.insert(name.clone(), set);
                 }
                 vec![PeerMatch::Set(name)]
@@ -457,38 +457,31 @@ impl<'a> Builder<'a> {
     }
 
     fn labels_of(&self, namespace: &str) -> &'a Labels {
-        static NONE: Labels = Labels::new();
-        self.namespace_labels
-            .get(namespace)
-            .copied()
-            .unwrap_or(&NONE)
+        labels_in(&self.namespace_labels, namespace)
+    }
+
+    /// The set `name` of `source`, from the cache (made from every pod once).
+    fn kept_set(&mut self, name: &str, source: Source) -> Set {
+        let namespace_labels = &self.namespace_labels;
+        let labels_of = |ns: &str| labels_in(namespace_labels, ns);
+        self.cache.get(name, source, self.cluster.pods, labels_of)
     }
 
     /// The set of every pod's address and number for the named port.
     fn named_port_set(&mut self, protocol: Protocol, name: &str) -> String {
         let set_name = set_name("port", &(protocol, name));
         if !self.sets.contains_key(&set_name) {
-            let elements = self.cluster.pods.iter().flat_map(|p| {
-                let numbers = p
-                    .ports
-                    .iter()
-                    .filter(|np| np.name == name && np.protocol == protocol);
-                let numbers: Vec<u16> = numbers.map(|np| np.number).collect();
-                p.ips.iter().flat_map(move |ip| {
-                    numbers
-                        .clone()
-                        .into_iter()
-                        .map(|n| Element::AddressPort(*ip, n))
-                })
-            });
-            let set = Set {
-                kind: SetKind::AddressPorts,
-                elements: elements.collect(),
-            };
+            let set = self.kept_set(&set_name, Source::Port { protocol, name });
             self.sets.insert(set_name.clone(), set);
         }
         set_name
     }
+}
+
+/// The labels of `namespace` in `labels` (none when it is not there).
+pub fn labels_in<'a>(labels: &BTreeMap<&str, &'a Labels>, namespace: &str) -> &'a Labels {
+    static NONE: Labels = Labels::new();
+    labels.get(namespace).copied().unwrap_or(&NONE)
 }
 
 /// A set's name: `prefix_` and 12 hex digits of a hash of what it stands for, so

@@ -3,7 +3,8 @@
 //! ClusterNetworkPolicies (with
 //! [`selector`] and each policy's [`problem`]s), [`compile`] makes this node's
 //! [`state`] (named address sets per peer selector, a chain per policy-selected
-//! local pod and direction) and [`state::State::diff`] what changed, [`render`]
+//! local pod and direction; [`sets`] keeps the pods' sets between compiles,
+//! brought up to date pod by pod) and [`state::State::diff`] what changed, [`render`]
 //! writes the table or the update as an `nft` script, and [`table`] applies it
 //! and, with [`check`], compares the kernel's table with a state;
 //! [`explain`] keeps, with the state, which policies select each local pod;
@@ -18,6 +19,7 @@ mod ports;
 pub mod problem;
 pub mod render;
 pub mod selector;
+pub mod sets;
 pub mod state;
 pub mod table;
 pub mod verdict;
@@ -28,7 +30,7 @@ mod view_policy;
 #[cfg(test)]
 pub(crate) mod fixtures;
 
-pub use compile::{Cluster, Compiled, Local, compile};
+pub use compile::{Cluster, Compiled, Local, compile, compile_with};
 pub use enforcement::Enforcement;
 pub use explain::Explanations;
 pub use problem::{Problem, Why};

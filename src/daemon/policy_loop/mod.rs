@@ -7,7 +7,10 @@
 //! router address as its InternalIP), and one writer. The loop is the
 //! controller kit's ([`crate::controller::run`], [`TIMING`]). After a change
 //! (debounced by [`DEBOUNCE`]) it compiles the node's state from the views and what the
-//! daemon knows of the node
+//! daemon knows of the node, on a blocking thread (the runtime's two threads
+//! answer the plugin), the pods' sets kept from one compile to the next and
+//! brought up to date for the Pods whose events arrived ([`crate::policy::sets`]:
+//! a Pod event costs a look at that pod per set, not every pod per selector)
 //! ([`NodeSide`]: each local pod's host link from the ledger, or, for a pod a
 //! delegated IPAM plugin addressed (`--ipam delegated-plugin`), from its
 //! endpoint; the node's InternalIPs and router addresses), and the [`writer`]
@@ -74,11 +77,14 @@ use crate::k8s::mirror::{Keyed, Mirror, WatchEnded, projected};
 use crate::k8s::objects::watch_all;
 use crate::node::cluster_nodes::ClusterNodeList;
 use crate::policy::check::{Depth, Found};
+use crate::policy::compile::labels_in;
 use crate::policy::problem::Kind;
 use crate::policy::verdict::DropLog;
+use crate::policy::selector::Labels;
+use crate::policy::sets::{Changes, SetCache};
 use crate::policy::{
     Cluster, ClusterPolicyView, Compiled, Enforcement, Explanations, Local, NamespaceView,
-    NodeView, PodView, PolicyView, Problem, compile, view,
+    NodeView, PodView, PolicyView, Problem, compile_with, view,
 };
 use crate::store::now_ms;
 pub use cluster::ClusterKind;
@@ -137,6 +143,8 @@ pub struct Watched {
     pub cluster_kind: ClusterKind,
     /// Every CiliumNode's addresses, sorted (None until the watch has listed).
     pub nodes: Option<Vec<NodeView>>,
+    /// What changed for the kept sets since the last compile took it.
+    pub changes: Changes,
 }
 
 /// `namespace/name`, as `k8s::mirror::key_of` keys the Pod.
@@ -179,6 +187,18 @@ impl Watched {
         let unlisted = self.nodes.is_none();
         self.nodes.get_or_insert_with(Vec::new);
         unlisted
+    }
+
+    /// Notes what a Pod watch item changes for the kept sets: its Pod, or
+    /// every set once a (re)list is complete.
+    fn note_pod(&mut self, item: &WatchItem<PodView>) {
+        match item {
+            Some(Ok(watcher::Event::Apply(p) | watcher::Event::Delete(p))) => {
+                self.changes.pod(p.key())
+            }
+            Some(Ok(watcher::Event::InitDone)) => self.changes.all(),
+            _ => {}
+        }
     }
 
     /// Takes the CiliumNode watch's list (None: not listed yet); true when the
@@ -231,22 +251,58 @@ impl NodeSide {
     }
 }
 
-/// The node's state from the watched views and the node's side.
+/// The node's state from the watched views and the node's side, every set
+/// made from every pod.
 pub fn compile_node(watched: &Watched, node: &NodeSide, enforcement: Enforcement) -> Compiled {
+    compile_node_with(
+        watched,
+        node,
+        enforcement,
+        &mut SetCache::default(),
+        Changes::All,
+    )
+}
+
+/// [`compile_node`] with the sets of `cache`, brought up to `changes` first.
+pub fn compile_node_with(
+    watched: &Watched,
+    node: &NodeSide,
+    enforcement: Enforcement,
+    cache: &mut SetCache,
+    changes: Changes,
+) -> Compiled {
+    let labels: BTreeMap<&str, &Labels> = watched
+        .namespaces
+        .objects()
+        .map(|n| (n.name.as_str(), &n.labels))
+        .collect();
+    let refreshed = cache.refresh(
+        changes,
+        |key| watched.pods.get(key),
+        |ns| labels_in(&labels, ns),
+    );
+    tracing::debug!(
+        pods = refreshed.pods,
+        sets_changed = refreshed.sets_changed,
+        "NetworkPolicy: kept sets brought up to date"
+    );
     let policies: Vec<&PolicyView> = watched.policies.objects().collect();
     let cluster_policies: Vec<&ClusterPolicyView> = watched.cluster_policies.objects().collect();
     let namespaces: Vec<&NamespaceView> = watched.namespaces.objects().collect();
     let pods: Vec<&PodView> = watched.pods.objects().collect();
-    compile(Cluster {
-        enforcement,
-        policies: &policies,
-        cluster_policies: &cluster_policies,
-        pods: &pods,
-        local: &node.local(&watched.pods),
-        namespaces: &namespaces,
-        node_addresses: &node.addresses,
-        nodes: watched.nodes.as_deref().unwrap_or_default(),
-    })
+    compile_with(
+        Cluster {
+            enforcement,
+            policies: &policies,
+            cluster_policies: &cluster_policies,
+            pods: &pods,
+            local: &node.local(&watched.pods),
+            namespaces: &namespaces,
+            node_addresses: &node.addresses,
+            nodes: watched.nodes.as_deref().unwrap_or_default(),
+        },
+        cache,
+    )
 }
 
 /// The node's side, from the daemon's state.
@@ -395,6 +451,7 @@ pub async fn run(
         writer: Some(Writer::new(Kernel { log })),
         last_resync: None,
         log,
+        sets: SetCache::default(),
     };
     let ended = controller::run(&mut policy, events, TIMING).await;
     tracing::error!(error = %ended, "NetworkPolicy: the loop stopped; the policy table stays as last written");
@@ -414,6 +471,8 @@ struct PolicyLoop {
     last_resync: Option<u32>,
     /// How the final drops are logged (None: silent).
     log: Option<DropLog>,
+    /// The pods' sets of the last compile.
+    sets: SetCache,
 }
 
 /// The table is not as the last compile says (the writer tries again).
@@ -438,11 +497,18 @@ impl Controller for PolicyLoop {
         let (w, outage) = (&mut self.watched, &mut self.outage);
         match input {
             Input::Pod(e) => match outage.take("Pod", *e) {
-                Some(e) => w.pods.feed(e, "Pod"),
+                Some(e) => {
+                    w.note_pod(&e);
+                    w.pods.feed(e, "Pod")
+                }
                 None => Ok(false),
             },
             Input::Namespace(e) => match outage.take("Namespace", *e) {
-                Some(e) => w.namespaces.feed(e, "Namespace"),
+                Some(e) => {
+                    // A peer's namespaceSelector reads its labels.
+                    w.changes.all();
+                    w.namespaces.feed(e, "Namespace")
+                }
                 None => Ok(false),
             },
             Input::Policy(e) => match outage.take("NetworkPolicy", *e) {
@@ -468,7 +534,7 @@ impl Controller for PolicyLoop {
     }
 
     async fn plan(&mut self) -> Option<Option<Planned>> {
-        Some(plan(&self.daemon, &self.watched, self.enforcement).await)
+        Some(self.compile().await)
     }
 
     async fn apply(&mut self, plan: Option<Planned>) -> Result<(), NotWritten> {
@@ -552,20 +618,46 @@ struct Count {
     pods_by_ip: HashMap<IpAddr, String>,
 }
 
-/// Compiles the node's state (None: the node's side cannot be read).
-async fn plan(
-    daemon: &Arc<Daemon>,
-    watched: &Watched,
-    enforcement: Enforcement,
-) -> Option<Planned> {
-    let node = match node_side(daemon).await {
-        Ok(n) => n,
-        Err(e) => {
-            tracing::warn!(error = %e.message, "NetworkPolicy: the node's links cannot be read; not written");
-            return None;
-        }
-    };
-    let mut compiled = compile_node(watched, &node, enforcement);
+impl PolicyLoop {
+    /// Compiles the node's state (None: the node's side cannot be read), off
+    /// the runtime's threads, which answer the plugin: the views and the kept
+    /// sets go to a blocking thread and come back with the state. The events
+    /// that arrive meanwhile wait in the watches' streams; the next pass takes
+    /// them all at once.
+    async fn compile(&mut self) -> Option<Planned> {
+        let node = match node_side(&self.daemon).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e.message, "NetworkPolicy: the node's links cannot be read; not written");
+                return None;
+            }
+        };
+        let mut watched = std::mem::take(&mut self.watched);
+        let mut sets = std::mem::take(&mut self.sets);
+        let enforcement = self.enforcement;
+        let compiled = tokio::task::spawn_blocking(move || {
+            let changes = std::mem::take(&mut watched.changes);
+            let compiled = compile_node_with(&watched, &node, enforcement, &mut sets, changes);
+            (watched, sets, compiled)
+        })
+        .await;
+        let (watched, sets, compiled) = match compiled.map_err(|e| e.try_into_panic()) {
+            Ok(done) => done,
+            // The compile panicked: as it would have on this thread.
+            Err(Ok(panic)) => std::panic::resume_unwind(panic),
+            Err(Err(e)) => {
+                tracing::warn!(error = %e, "NetworkPolicy: the compile did not run (the runtime stops)");
+                return None;
+            }
+        };
+        self.watched = watched;
+        self.sets = sets;
+        Some(planned(&self.watched, compiled))
+    }
+}
+
+/// The plan of `compiled`, with what the status counts of it.
+fn planned(watched: &Watched, mut compiled: Compiled) -> Planned {
     let links: BTreeSet<&str> = compiled
         .state
         .chains
@@ -587,10 +679,10 @@ async fn plan(
         explanations: Arc::new(std::mem::take(&mut compiled.explanations)),
         pods_by_ip: pods_by_ip(&watched.pods),
     };
-    Some(Planned {
+    Planned {
         compiled: Arc::new(compiled),
         count,
-    })
+    }
 }
 
 /// Every pod's `namespace/name` by each of its addresses.
@@ -669,3 +761,7 @@ async fn report(
 #[cfg(test)]
 #[path = "tests/node.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "tests/incremental.rs"]
+mod incremental_tests;
