@@ -1,6 +1,8 @@
-//! NetworkPolicy on the three-node cluster, enforced by podnet's agents
-//! (`enable-policy: default`, deploy/'s setting) in tunnel mode: a web pod on one
-//! node and clients in two labelled namespaces, on its node and on the others.
+//! NetworkPolicy and ClusterNetworkPolicy on the three-node cluster, enforced by
+//! podnet's agents (`enable-policy: default`, deploy/'s setting, and
+//! `enable-cluster-network-policy` turned on with the CRD of deploy/crds/) in
+//! tunnel mode: a web pod on one node and clients in two labelled namespaces, on
+//! its node and on the others.
 
 use super::*;
 
@@ -20,6 +22,8 @@ const CLIENTS: [(&str, &str, usize); 3] = [
 ///   kubelet's readiness probe still passes (the node reaches its own pods);
 /// - a policy allowing a namespaceSelector (team=blue) on the web port lets the
 ///   blue clients in, on the web pod's node and on another, and not the red one;
+///   `podnet observe` in the web node's agent names the red client, the web pod
+///   and the policies that dropped its connection;
 /// - an egress policy in the blue namespace allowing only an ipBlock of the world
 ///   blocks a blue client's requests to the web pod and lets its pings to the
 ///   world through; deleting it restores the first;
@@ -27,14 +31,24 @@ const CLIENTS: [(&str, &str, usize); 3] = [
 ///   client stays blocked and the blue one allowed at every probe, and after the
 ///   restart too;
 /// - relabelling the red namespace team=blue lets its client in;
-/// - deleting the policies opens everything again; the agent's `podnet status`
-///   says what it enforced.
+/// - the agent's `podnet status` says what it enforced;
+/// - a ClusterNetworkPolicy of the Admin tier denying team=blue beats the
+///   NetworkPolicy allowing it; one of the Baseline tier loses to it, and decides
+///   once the NetworkPolicies are deleted; deleting it opens everything again.
 #[test]
 fn network_policies_hold_across_nodes_and_through_an_agent_restart() {
     let test = "network_policies_hold_across_nodes_and_through_an_agent_restart";
-    let Some(cluster) = Cluster::start_with_podnet(test) else {
+    let Some(cluster) = Cluster::start(test) else {
         return;
     };
+    let crd = repo().join("deploy/crds/clusternetworkpolicies.yaml");
+    cluster.kubectl(&["apply", "-f", crd.to_str().expect("repo path is UTF-8")]);
+    cluster.apply(&podnet_manifests_with(
+        "tunnel",
+        cluster.family,
+        &["enable-cluster-network-policy=true"],
+    ));
+    cluster.wait_nodes_ready();
     let nodes = node_names();
     let web_node = nodes[1].clone();
     cluster.apply(&namespace("pol-blue", "blue"));
@@ -78,6 +92,23 @@ fn network_policies_hold_across_nodes_and_through_an_agent_restart() {
 
     cluster.apply(ALLOW_BLUE);
     probe.settle("default deny + allow team=blue", &[true, true, false]);
+    // `podnet observe` in the web node's agent names both pods and the
+    // policies whose default deny dropped the red client's connection.
+    let observer = Observer::start(&cluster, &cluster.agents()[&web_node], "pol-red");
+    let line = observer.first(|| {
+        probe.reached();
+    });
+    assert_eq!(line["source"], "pol-red/red-far", "{line}");
+    assert_eq!(line["destination"], "default/web", "{line}");
+    assert_eq!(line["protocol"], "TCP", "{line}");
+    assert_eq!(line["port"], WEB_PORT, "{line}");
+    assert_eq!(line["direction"], "ingress", "{line}");
+    assert_eq!(line["verdict"], "denied", "{line}");
+    assert_eq!(
+        line["policy"], "default deny of NetworkPolicies default/allow-blue, default/deny-ingress",
+        "{line}"
+    );
+    drop(observer);
 
     cluster.apply(BLUE_EGRESS_TO_WORLD);
     probe.settle("blue egress to the world only", &[false, false, false]);
@@ -123,8 +154,108 @@ fn network_policies_hold_across_nodes_and_through_an_agent_restart() {
         "podnet status on {web_node} enforces nothing: {line}"
     );
 
+    cluster.apply(&deny_blue("admin-deny-blue", "Admin"));
+    probe.settle(
+        "an Admin tier Deny of team=blue above the NetworkPolicy allowing it",
+        &[false, false, false],
+    );
+    cluster.kubectl(&["delete", "clusternetworkpolicy", "admin-deny-blue"]);
+    cluster.apply(&deny_blue("baseline-deny-blue", "Baseline"));
+    probe.settle(
+        "a Baseline tier Deny of team=blue below the NetworkPolicy allowing it",
+        &[true, true, false],
+    );
     cluster.kubectl(&["delete", "networkpolicy", "-n", "default", "--all"]);
+    probe.settle(
+        "every NetworkPolicy deleted: the Baseline Deny decides",
+        &[false, false, true],
+    );
+    cluster.kubectl(&["delete", "clusternetworkpolicy", "baseline-deny-blue"]);
     probe.settle("every policy deleted", &[true, true, true]);
+}
+
+/// A ClusterNetworkPolicy of `tier` (Admin or Baseline) denying the web pod's
+/// ingress from the namespaces labelled team=blue.
+fn deny_blue(name: &str, tier: &str) -> String {
+    format!(
+        r#"{{"apiVersion": "policy.networking.k8s.io/v1beta1", "kind": "ClusterNetworkPolicy",
+  "metadata": {{"name": "{name}"}},
+  "spec": {{"tier": "{tier}", "priority": 10,
+    "subject": {{"pods": {{"namespaceSelector": {{"matchLabels": {{"kubernetes.io/metadata.name": "default"}}}},
+      "podSelector": {{"matchLabels": {{"app": "web"}}}}}}}},
+    "ingress": [{{"name": "deny-blue", "action": "Deny",
+      "from": [{{"namespaces": {{"matchLabels": {{"team": "blue"}}}}}}]}}]}}}}"#
+    )
+}
+
+/// `podnet observe -o json --namespace NS` in an agent's container (kubectl
+/// exec), its lines on a channel; the kubectl process is killed on drop (the
+/// command in the container ends at its next line, or with the cluster).
+struct Observer {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<Value>,
+}
+
+impl Observer {
+    fn start(cluster: &Cluster, agent: &str, namespace: &str) -> Observer {
+        let mut child = cluster
+            .command()
+            .args([
+                "kubectl",
+                "exec",
+                "-n",
+                "kube-system",
+                agent,
+                "-c",
+                "agent",
+                "--",
+            ])
+            .args([
+                "/usr/local/bin/podnet",
+                "observe",
+                "--socket",
+                "/run/podnet/podnet.sock",
+            ])
+            .args(["-o", "json", "--namespace", namespace])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("kubectl exec podnet observe");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("podnet observe printed {line:?}: {e}"));
+                if tx.send(value).is_err() {
+                    return;
+                }
+            }
+        });
+        Observer { child, lines }
+    }
+
+    /// The first line `send` makes appear (sent again every 3 s: the stream may
+    /// not be subscribed yet), within 60 s.
+    fn first(&self, mut send: impl FnMut()) -> Value {
+        for _ in 0..20 {
+            send();
+            if let Ok(line) = self.lines.recv_timeout(Duration::from_secs(3)) {
+                return line;
+            }
+        }
+        panic!("podnet observe printed nothing in 60 s");
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Fetches of the web page by each client of [`CLIENTS`].
