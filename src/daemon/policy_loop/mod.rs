@@ -79,9 +79,9 @@ use crate::node::cluster_nodes::ClusterNodeList;
 use crate::policy::check::{Depth, Found};
 use crate::policy::compile::labels_in;
 use crate::policy::problem::Kind;
-use crate::policy::verdict::DropLog;
 use crate::policy::selector::Labels;
 use crate::policy::sets::{Changes, SetCache};
+use crate::policy::verdict::DropLog;
 use crate::policy::{
     Cluster, ClusterPolicyView, Compiled, Enforcement, Explanations, Local, NamespaceView,
     NodeView, PodView, PolicyView, Problem, compile_with, view,
