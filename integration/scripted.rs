@@ -224,22 +224,20 @@ pub trait Scripted {
     /// `podnet <verb> --socket ... <args>` in the agent's container of `agent` (a
     /// pod of kube-system, or `ds/podnet`), through `kubectl exec`.
     fn podnet_in_agent(&self, agent: &str, verb: &str, args: &[&str]) -> Output {
-        let mut all = vec![
-            "kubectl",
-            "exec",
-            "-n",
-            "kube-system",
-            agent,
-            "-c",
-            "agent",
-            "--",
-            "/usr/local/bin/podnet",
-            verb,
-            "--socket",
-            "/run/podnet/podnet.sock",
-        ];
-        all.extend_from_slice(args);
-        self.script(&all)
+        self.podnet_in_agent_command(agent, verb, args)
+            .output()
+            .unwrap_or_else(|e| panic!("kubectl exec podnet {verb} in {agent}: {e}"))
+    }
+
+    /// The command [`Self::podnet_in_agent`] runs, to spawn (a stream).
+    fn podnet_in_agent_command(&self, agent: &str, verb: &str, args: &[&str]) -> Command {
+        let mut command = self.command();
+        command
+            .args(["kubectl", "exec", "-n", "kube-system", agent, "-c", "agent"])
+            .args(["--", "/usr/local/bin/podnet", verb])
+            .args(["--socket", "/run/podnet/podnet.sock"])
+            .args(args);
+        command
     }
 
     /// `podnet status` with `args` in the agent's container of `agent` (a pod of

@@ -199,24 +199,7 @@ struct Observer {
 impl Observer {
     fn start(cluster: &Cluster, agent: &str, namespace: &str) -> Observer {
         let mut child = cluster
-            .command()
-            .args([
-                "kubectl",
-                "exec",
-                "-n",
-                "kube-system",
-                agent,
-                "-c",
-                "agent",
-                "--",
-            ])
-            .args([
-                "/usr/local/bin/podnet",
-                "observe",
-                "--socket",
-                "/run/podnet/podnet.sock",
-            ])
-            .args(["-o", "json", "--namespace", namespace])
+            .podnet_in_agent_command(agent, "observe", &["-o", "json", "--namespace", namespace])
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("kubectl exec podnet observe");
