@@ -9,8 +9,11 @@
 //! peer: no DNS-based peers yet) is reported in `podnet status`, the metric
 //! and an Event, and opens nothing. An agent started before the CRD enforces
 //! NetworkPolicy alone, says it waits for the CRD, and enforces the
-//! ClusterNetworkPolicies once it is installed.
+//! ClusterNetworkPolicies once it is installed. An Admin Deny's drop is seen
+//! by `podnet observe` naming the policy, tier and rule; in audit mode it
+//! passes, reported as `audit`.
 
+use super::observe::{Observer, metric, udp};
 use crate::harness::*;
 use crate::k8s::ControlPlane;
 use crate::k8s_backend::{add_with_uid, create_node, create_sandbox_pods, eventually, k8s_node};
@@ -201,4 +204,51 @@ fn the_crd_installed_after_the_agent_started_is_waited_for_and_then_enforced() {
     );
     cp.apply(&cnp("admin-web", "Admin", &from_client("Deny")));
     eventually("the Admin Deny enforced", || !client.ping(web_ip));
+}
+
+#[test]
+fn an_admin_deny_is_observed_naming_its_policy_tier_and_rule_and_audit_mode_reports_it() {
+    let Some(cp) = ControlPlane::start("k8s_cluster_policy_observe") else {
+        return;
+    };
+    cp.install_crds();
+    let (mut node, web, client, ips) = web_and_client(&cp, "cnp-3", "10.244.21.0/24");
+    let web_ip = &ips[0];
+    let named = from_client("Deny").replacen("  - action", "  - name: deny-client\n    action", 1);
+    cp.apply(&cnp("admin-deny-client", "Admin", &named));
+    eventually("the Admin Deny enforced", || !client.ping(web_ip));
+
+    let policy =
+        "ClusterNetworkPolicy admin-deny-client (Admin tier, ingress rule 0 \"deny-client\")";
+    let observer = Observer::start(&node);
+    let line = observer.first(|| udp(&client, web_ip, 8080, 1));
+    let client_pod = format!("default/{}", client.ns.name);
+    let web_pod = format!("default/{}", web.ns.name);
+    assert_eq!(line["source"], client_pod.as_str(), "{line}");
+    assert_eq!(line["destination"], web_pod.as_str(), "{line}");
+    assert_eq!(line["direction"], "ingress", "{line}");
+    assert_eq!(line["verdict"], "denied", "{line}");
+    assert_eq!(line["policy"], policy, "{line}");
+    // The label's quotes are escaped in the exposition.
+    let counted = "podnet_policy_verdicts_total{direction=\"ingress\",verdict=\"denied\",policy=\"ClusterNetworkPolicy admin-deny-client (Admin tier, ingress rule 0 ";
+    assert!(metric(&node.metrics(), counted) >= 1, "{}", node.metrics());
+    drop(observer);
+
+    // Audit mode: the Deny lets the ping through, reported as audit.
+    node.stop_daemon(false);
+    node.args.push("--policy-audit-mode".into());
+    node.start_daemon();
+    eventually("audit mode in podnet status", || {
+        node.podnet(&["status"]).contains("AUDIT MODE")
+    });
+    let observer = Observer::start(&node);
+    let mut answered = false;
+    let line = observer.first(|| answered |= client.ping(web_ip));
+    assert!(
+        answered || client.ping(web_ip),
+        "audit mode lets it through"
+    );
+    assert_eq!(line["verdict"], "audit", "{line}");
+    assert_eq!(line["protocol"], "ICMP", "{line}");
+    assert_eq!(line["policy"], policy, "{line}");
 }

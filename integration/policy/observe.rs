@@ -18,13 +18,13 @@ use crate::k8s::ControlPlane;
 use crate::k8s_backend::{add_with_uid, create_sandbox_pods, eventually, policy_agent};
 
 /// A running `podnet observe -o json`; its lines come through `lines`.
-struct Observer {
+pub(super) struct Observer {
     child: Child,
     lines: mpsc::Receiver<Value>,
 }
 
 impl Observer {
-    fn start(node: &Node) -> Observer {
+    pub(super) fn start(node: &Node) -> Observer {
         let mut child = Command::new(podnet_bin())
             .args(["observe", "-o", "json", "--socket"])
             .arg(node.socket())
@@ -46,7 +46,7 @@ impl Observer {
 
     /// The first line `send` makes appear (sent again each second: the stream
     /// may not be subscribed yet), within 30 s.
-    fn first(&self, mut send: impl FnMut()) -> Value {
+    pub(super) fn first(&self, mut send: impl FnMut()) -> Value {
         for _ in 0..30 {
             send();
             if let Ok(line) = self.lines.recv_timeout(Duration::from_secs(1)) {
@@ -65,14 +65,14 @@ impl Drop for Observer {
 }
 
 /// One UDP datagram from `sb` to `ip:port`, a new socket each time.
-fn udp(sb: &Sandbox, ip: &str, port: u16, count: u32) {
+pub(super) fn udp(sb: &Sandbox, ip: &str, port: u16, count: u32) {
     let script = format!("for i in $(seq {count}); do echo x > /dev/udp/{ip}/{port}; done");
     let out = sb.ns.exec(&["bash", "-c", &script]);
     assert!(out.status.success(), "{out:?}");
 }
 
 /// The value of the metric line that starts with `name`, 0 when absent.
-fn metric(metrics: &str, name: &str) -> u64 {
+pub(super) fn metric(metrics: &str, name: &str) -> u64 {
     let line = metrics.lines().find(|l| l.starts_with(name));
     line.and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or(0)

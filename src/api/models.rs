@@ -842,7 +842,7 @@ pub struct PolicyStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub cluster_policies: Option<String>,
-    /// `--policy-audit-mode`: what no policy allows passes, reported as `audit`.
+    /// `--policy-audit-mode`: what a policy would drop passes, reported as `audit`.
     #[serde(rename = "audit-mode", default)]
     pub audit_mode: bool,
 }
@@ -865,7 +865,9 @@ pub struct ObservedVerdict {
     pub direction: String,
     /// `denied` or `audit` (would be denied; `--policy-audit-mode`).
     pub verdict: String,
-    /// What decided: the NetworkPolicies whose default deny it is.
+    /// What decided: the NetworkPolicies whose default deny it is, or a
+    /// ClusterNetworkPolicy Deny: `ClusterNetworkPolicy <name> (<tier> tier,
+    /// <direction> rule <index> "<rule name>")`.
     pub policy: String,
 }
 

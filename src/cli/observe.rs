@@ -1,8 +1,9 @@
-//! `podnet observe`: the packets NetworkPolicy denied on this node (or, with
+//! `podnet observe`: the packets a policy denied on this node (or, with
 //! `--policy-audit-mode`, would have), as the kernel logs them, one line each
 //! while it runs: time, source and destination (a pod's `namespace/name`, or
-//! the address), protocol and port, direction, verdict and the policies whose
-//! default deny it is. The node logs at most `daemon::observe::PER_SECOND`
+//! the address), protocol and port, direction, verdict and what decided: the
+//! NetworkPolicies whose default deny it is, or the ClusterNetworkPolicy, tier
+//! and rule of a Deny. The node logs at most `daemon::observe::PER_SECOND`
 //! records a second; `podnet_policy_verdicts_suppressed_total` counts the rest.
 
 use std::path::PathBuf;

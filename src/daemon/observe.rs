@@ -3,7 +3,8 @@
 //! [`GROUP`] under a node-wide limit (`policy::verdict`). One thread
 //! ([`spawn_reader`]) reads the group, names both ends of each packet (a pod's
 //! `namespace/name` from the policy loop's last [`Names`], else the address)
-//! and the NetworkPolicies whose default deny it is, counts it
+//! and what dropped it: the ClusterNetworkPolicy rule its prefix names
+//! ([`tier_rule`]), else the NetworkPolicies whose default deny it is; counts it
 //! (`policy_verdicts_total{direction,verdict,policy}`) and hands it to the
 //! observers: a broadcast channel of [`BUFFERED`] lines, so a slow client loses
 //! lines (counted: `policy_observe_lines_lost_total`) and never holds the
@@ -29,7 +30,9 @@ use crate::api::models::ObservedVerdict;
 use crate::datapath::nflog::{self, NflogSocket, Packet};
 use crate::policy::Explanations;
 use crate::policy::state::Direction;
-use crate::policy::verdict::{self, Outcome};
+use crate::policy::state::Origin;
+use crate::policy::verdict::{self, Logged};
+use crate::policy::view::Tier;
 
 /// The streaming route.
 pub const OBSERVE_PATH: &str = "/v1/observe";
@@ -97,7 +100,7 @@ impl Verdicts {
                     nflog::parse_packet(&record.payload).map_err(|e| e.to_string())?,
                 ))
             });
-        let ((outcome, direction), packet) = match read {
+        let (logged, packet) = match read {
             Ok(read) => read,
             Err(e) => {
                 tracing::debug!(error = %e, "NFLOG record not read");
@@ -106,7 +109,7 @@ impl Verdicts {
             }
         };
         let time = record.time.unwrap_or_else(SystemTime::now);
-        let line = describe(time, outcome, direction, &packet, &self.names());
+        let line = describe(time, &logged, &packet, &self.names());
         let labels = VerdictLabels {
             direction: line.direction.clone(),
             verdict: line.verdict.clone(),
@@ -121,8 +124,7 @@ impl Verdicts {
 /// The line of one logged packet.
 pub fn describe(
     time: SystemTime,
-    outcome: Outcome,
-    direction: Direction,
+    logged: &Logged,
     packet: &Packet,
     names: &Names,
 ) -> ObservedVerdict {
@@ -133,14 +135,19 @@ pub fn describe(
             .cloned()
             .unwrap_or_else(|| ip.to_string())
     };
+    let direction = logged.direction;
     let local = match direction {
         Direction::Ingress => packet.destination,
         Direction::Egress => packet.source,
     };
-    let policy = match names.explanations.selecting(local, direction) {
-        Some((_, [])) | None => format!("default deny of {}", enforcement_reason(names)),
-        Some((_, [one])) => format!("default deny of NetworkPolicy {one}"),
-        Some((_, many)) => format!("default deny of NetworkPolicies {}", many.join(", ")),
+    let policy = match (
+        &logged.origin,
+        names.explanations.selecting(local, direction),
+    ) {
+        (Some(origin), _) => tier_rule(origin, direction),
+        (None, Some((_, [])) | None) => format!("default deny of {}", enforcement_reason(names)),
+        (None, Some((_, [one]))) => format!("default deny of NetworkPolicy {one}"),
+        (None, Some((_, many))) => format!("default deny of NetworkPolicies {}", many.join(", ")),
     };
     ObservedVerdict {
         time: k8s_openapi::jiff::Timestamp::try_from(time)
@@ -151,9 +158,30 @@ pub fn describe(
         protocol: packet.transport.name(),
         port: packet.port,
         direction: direction.as_str().into(),
-        verdict: outcome.as_str().into(),
+        verdict: logged.outcome.as_str().into(),
         policy,
     }
+}
+
+/// A ClusterNetworkPolicy rule as a line names it:
+/// `ClusterNetworkPolicy admin-deny-blue (Admin tier, ingress rule 0 "deny-blue")`
+/// (no quoted name when the rule has none; a name the log prefix had to cut
+/// ends in `~`).
+fn tier_rule(origin: &Origin, direction: Direction) -> String {
+    let tier = match origin.tier {
+        Tier::Admin => "Admin",
+        Tier::Baseline => "Baseline",
+    };
+    let name = match &origin.name {
+        Some(n) => format!(" {n:?}"),
+        None => String::new(),
+    };
+    format!(
+        "ClusterNetworkPolicy {} ({tier} tier, {} rule {}{name})",
+        origin.policy,
+        direction.as_str(),
+        origin.index
+    )
 }
 
 /// Why a pod no policy selects is isolated.

@@ -197,9 +197,10 @@ pub struct DaemonOptions {
     #[arg(long = "enable-policy", default_value = "default")]
     pub enable_policy: String,
 
-    /// Policy audit mode (Cilium's option): what no NetworkPolicy allows is
-    /// let through and reported as `audit` by `podnet observe` and the
-    /// metrics, instead of dropped, so a policy can be rolled out safely.
+    /// Policy audit mode (Cilium's option): what a policy would drop (what no
+    /// NetworkPolicy allows, a ClusterNetworkPolicy Deny) is let through and
+    /// reported as `audit` by `podnet observe` and the metrics, instead of
+    /// dropped, so a policy can be rolled out safely.
     #[arg(long = "policy-audit-mode", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
     pub policy_audit_mode: bool,
 

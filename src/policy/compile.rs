@@ -256,6 +256,7 @@ impl<'a> Builder<'a, '_> {
             let node = TierRule {
                 rule: node,
                 verdict: Verdict::Allow,
+                origin: None,
             };
             admin.insert(0, node);
         }
@@ -278,14 +279,17 @@ impl<'a> Builder<'a, '_> {
         let of_tier = policies
             .iter()
             .filter(|p| p.place.is_some_and(|(t, _)| t == tier));
-        let rules: Vec<&ClusterRuleView> = of_tier
-            .flat_map(|p| match direction {
-                Direction::Ingress => &p.ingress,
-                Direction::Egress => &p.egress,
+        let rules: Vec<(&ClusterPolicyView, &ClusterRuleView)> = of_tier
+            .flat_map(|p| {
+                let list = match direction {
+                    Direction::Ingress => &p.ingress,
+                    Direction::Egress => &p.egress,
+                };
+                list.iter().map(move |r| (*p, r))
             })
             .collect();
         let mut out = Vec::new();
-        for r in rules {
+        for (p, r) in rules {
             let verdict = match (r.action, tier) {
                 (Action::Accept, _) | (Action::Pass, Tier::Baseline) => Verdict::Allow,
                 (Action::Deny, _) => Verdict::Deny,
@@ -295,8 +299,18 @@ impl<'a> Builder<'a, '_> {
                 None => vec![PeerMatch::Any],
                 Some(peers) => peers.iter().flat_map(|p| self.peer(direction, p)).collect(),
             };
+            let origin = super::state::Origin {
+                tier,
+                policy: p.name.clone(),
+                index: r.index,
+                name: r.name.clone(),
+            };
             let matches = self.matches(direction, pod, peers, &r.ports);
-            out.extend(matches.into_iter().map(|rule| TierRule { rule, verdict }));
+            out.extend(matches.into_iter().map(|rule| TierRule {
+                rule,
+                verdict,
+                origin: Some(origin.clone()),
+            }));
         }
         out
     }

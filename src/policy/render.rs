@@ -17,8 +17,9 @@
 //! lost track of passes whenever its direction is allowed. Only forwarded
 //! traffic is looked at: between a pod and its own node (kubelet probes, the
 //! node's DNS) packets go through input and output and are never filtered.
-//! With a [`DropLog`], the final drops are logged and the table holds the
-//! limit and the counter they share (`policy::verdict`).
+//! With a [`DropLog`], the final drops and the ClusterNetworkPolicy tiers'
+//! Deny rules are logged and the table holds the limit and the counter they
+//! share (`policy::verdict`).
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -316,14 +317,9 @@ fn chain_lines(
     let direction = key.direction;
     let goto_pass = format!("goto {}", pass_chain_name(key));
     let tier = |rules: &[TierRule]| -> Vec<String> {
-        let verdict = |v: Verdict| match v {
-            Verdict::Allow => allow(direction).to_string(),
-            Verdict::Deny => "drop".to_string(),
-            Verdict::Pass => goto_pass.clone(),
-        };
         let texts = rules
             .iter()
-            .map(|r| rule_texts(direction, &r.rule, &verdict(r.verdict)));
+            .map(|r| tier_rule_texts(direction, r, &goto_pass, log));
         texts.flatten().collect()
     };
     let rest = match &chain.policy {
@@ -351,6 +347,29 @@ fn chain_lines(
             (head, None)
         }
     }
+}
+
+/// One tier rule's nftables rules. A Deny with a [`DropLog`] is two for each
+/// match, as a chain's final drop: logged under the limit, then counted.
+fn tier_rule_texts(
+    direction: Direction,
+    r: &TierRule,
+    goto_pass: &str,
+    log: Option<&DropLog>,
+) -> Vec<String> {
+    let verdict = match (r.verdict, log, &r.origin) {
+        (Verdict::Allow, ..) => allow(direction),
+        (Verdict::Pass, ..) => goto_pass,
+        (Verdict::Deny, Some(log), Some(origin)) => {
+            let [logged, counted] = verdict::deny_rules(direction, origin, log, allow(direction));
+            let logged = rule_texts(direction, &r.rule, &logged);
+            let counted = rule_texts(direction, &r.rule, &counted);
+            let pairs = logged.into_iter().zip(counted);
+            return pairs.flat_map(|(l, c)| [l, c]).collect();
+        }
+        (Verdict::Deny, ..) => "drop",
+    };
+    rule_texts(direction, &r.rule, verdict)
 }
 
 /// What an allowed packet gets: accepted (ingress), or back to the forward

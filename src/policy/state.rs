@@ -11,7 +11,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::view::Protocol;
+use super::view::{Protocol, Tier};
 use crate::ipam::Family;
 
 /// The table's family and name.
@@ -124,6 +124,21 @@ pub enum Verdict {
 pub struct TierRule {
     pub rule: Rule,
     pub verdict: Verdict,
+    /// The ClusterNetworkPolicy rule it is; None for podnet's own (the
+    /// node's addresses allowed before the tiers).
+    pub origin: Option<Origin>,
+}
+
+/// Where a tier rule comes from: what a logged Deny names (`policy::verdict`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Origin {
+    pub tier: Tier,
+    /// The ClusterNetworkPolicy's name.
+    pub policy: String,
+    /// The rule's index in the policy's `ingress` or `egress` list.
+    pub index: usize,
+    /// The rule's `name`, when set.
+    pub name: Option<String>,
 }
 
 /// One pod's judgement of one direction, tier by tier: the Admin tier's rules

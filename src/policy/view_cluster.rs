@@ -76,6 +76,10 @@ pub struct ClusterRuleView {
     pub peers: Option<Vec<PeerView>>,
     /// Empty: every port and protocol.
     pub ports: Vec<PortView>,
+    /// Its index in the policy's `ingress` or `egress` list.
+    pub index: usize,
+    /// Its `name`, when set (not empty).
+    pub name: Option<String>,
 }
 
 /// A ClusterNetworkPolicy as the enforcer needs it.
@@ -120,6 +124,7 @@ struct NamespacedPod {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 struct RuleSpec {
+    name: Option<String>,
     action: String,
     /// `from` (ingress) or `to` (egress).
     #[serde(alias = "to")]
@@ -344,17 +349,22 @@ fn rules(
         for (k, p) in r.protocols.iter().enumerate() {
             ports.extend(protocol(problems, &format!("{field}.protocols[{k}]"), p));
         }
+        let name = r.name.clone().filter(|n| !n.is_empty());
         match (action, problems.found.len() == before) {
             (Some(action), true) => out.push(ClusterRuleView {
                 action,
                 peers: Some(peers),
                 ports,
+                index: i,
+                name,
             }),
             (Some(Action::Accept), false) => {}
             _ => out.push(ClusterRuleView {
                 action: Action::Deny,
                 peers: None,
                 ports: Vec::new(),
+                index: i,
+                name,
             }),
         }
     }

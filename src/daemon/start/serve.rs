@@ -304,9 +304,7 @@ fn start_verdicts(daemon: &Arc<Daemon>, audit: bool) -> DropLog {
         observe::spawn_reader(v);
     }
     if audit {
-        tracing::warn!(
-            "--policy-audit-mode: what no NetworkPolicy allows passes, reported as audit"
-        );
+        tracing::warn!("--policy-audit-mode: what a policy would drop passes, reported as audit");
     }
     DropLog {
         group: observe::GROUP,

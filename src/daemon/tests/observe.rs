@@ -6,6 +6,7 @@ use super::*;
 use crate::datapath::nflog::Transport;
 use crate::policy::Enforcement;
 use crate::policy::fixtures::{ip, pod, policy};
+use crate::policy::verdict::Outcome;
 
 /// web (10.0.0.2, local) is selected for ingress by deny-a and deny-b, for
 /// egress by egress-only; client (10.0.0.1) is a pod elsewhere.
@@ -41,6 +42,15 @@ fn packet(source: &str, destination: &str) -> Packet {
     }
 }
 
+/// What a final drop's prefix says.
+fn final_drop(outcome: Outcome, direction: Direction) -> Logged {
+    Logged {
+        outcome,
+        direction,
+        origin: None,
+    }
+}
+
 const T: Duration = Duration::from_millis(1_796_623_200_500);
 
 #[test]
@@ -48,8 +58,7 @@ fn a_denied_packet_names_both_pods_and_the_policies_that_isolate_the_local_one()
     let names = names(Enforcement::Default);
     let line = describe(
         UNIX_EPOCH + T,
-        Outcome::Denied,
-        Direction::Ingress,
+        &final_drop(Outcome::Denied, Direction::Ingress),
         &packet("10.0.0.1", "10.0.0.2"),
         &names,
     );
@@ -69,8 +78,7 @@ fn a_denied_packet_names_both_pods_and_the_policies_that_isolate_the_local_one()
     // Egress: the local pod is the source; an address no pod has stays one.
     let line = describe(
         UNIX_EPOCH + T,
-        Outcome::Audit,
-        Direction::Egress,
+        &final_drop(Outcome::Audit, Direction::Egress),
         &packet("10.0.0.2", "192.0.2.9"),
         &names,
     );
@@ -88,7 +96,14 @@ fn a_denied_packet_names_both_pods_and_the_policies_that_isolate_the_local_one()
 #[test]
 fn a_pod_no_policy_selects_is_isolated_by_the_enforcement_or_not_known_yet() {
     let p = packet("10.0.0.1", "10.0.0.3");
-    let d = |names: &Names| describe(UNIX_EPOCH, Outcome::Denied, Direction::Ingress, &p, names);
+    let d = |names: &Names| {
+        describe(
+            UNIX_EPOCH,
+            &final_drop(Outcome::Denied, Direction::Ingress),
+            &p,
+            names,
+        )
+    };
     assert_eq!(
         d(&names(Enforcement::Always)).policy,
         "default deny of --enable-policy always"
@@ -111,8 +126,7 @@ fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 fn the_filter_admits_lines_by_namespace_pod_and_verdict() {
     let line = describe(
         UNIX_EPOCH,
-        Outcome::Denied,
-        Direction::Ingress,
+        &final_drop(Outcome::Denied, Direction::Ingress),
         &packet("10.0.0.1", "10.0.0.2"),
         &names(Enforcement::Default),
     );
@@ -221,4 +235,24 @@ async fn a_slow_observer_loses_the_oldest_lines_counted_and_never_holds_the_read
     }
     assert!(slow.next().await.is_some());
     assert_eq!(v.lost.get(), 10);
+}
+
+#[test]
+fn a_tier_deny_names_the_cluster_network_policy_its_tier_and_rule() {
+    let names = names(Enforcement::Default);
+    let logged =
+        verdict::parse_prefix("podnet denied ingress admin 0 admin-deny-blue deny-blue").unwrap();
+    let line = describe(UNIX_EPOCH, &logged, &packet("10.0.0.1", "10.0.0.2"), &names);
+    assert_eq!(
+        line.policy,
+        "ClusterNetworkPolicy admin-deny-blue (Admin tier, ingress rule 0 \"deny-blue\")"
+    );
+    assert_eq!(line.verdict, "denied");
+    let logged = verdict::parse_prefix("podnet audit egress baseline 3 baseline-deny").unwrap();
+    let line = describe(UNIX_EPOCH, &logged, &packet("10.0.0.2", "10.0.0.1"), &names);
+    assert_eq!(
+        line.policy,
+        "ClusterNetworkPolicy baseline-deny (Baseline tier, egress rule 3)"
+    );
+    assert_eq!(line.verdict, "audit");
 }

@@ -150,16 +150,27 @@ fn the_kernels_table_is_checked_for_deletion_flushes_and_removed_elements() {
 
 /// web's ingress in the two ClusterNetworkPolicy tiers: an Admin Deny of
 /// `denied`, Pass of `passed` (when `pass`), then NetworkPolicy's allow of
-/// `clients`, then a Baseline Deny of everyone.
+/// `clients`, then a Baseline Deny of everyone. Each names its policy, the
+/// Admin tier's too long for a log prefix (logged, it is cut).
 fn tiered(pass: bool) -> State {
-    use crate::policy::state::{TierRule, Verdict};
+    use crate::policy::state::{Origin, TierRule, Verdict};
+    use crate::policy::view::Tier;
     let mut s = state();
+    let origin = |tier, policy: String| {
+        Some(Origin {
+            tier,
+            policy,
+            index: 0,
+            name: Some("deny".into()),
+        })
+    };
     let rule = |peer: &str, verdict| TierRule {
         rule: Rule {
             peer: PeerMatch::Set(peer.into()),
             port: PortMatch::Any,
         },
         verdict,
+        origin: origin(Tier::Admin, "a".repeat(253)),
     };
     for name in ["denied", "passed"] {
         let elements = [Element::Address(ip("10.0.9.9"))].into();
@@ -180,6 +191,7 @@ fn tiered(pass: bool) -> State {
                 port: PortMatch::Any,
             },
             verdict: Verdict::Deny,
+            origin: origin(Tier::Baseline, "baseline-deny".into()),
         });
     }
     s
@@ -210,10 +222,11 @@ fn the_kernel_takes_the_tiers_and_their_pass_chains_and_updates_between_them() {
 }
 
 #[test]
-fn the_kernel_takes_logged_final_drops_and_counts_what_the_limit_suppressed() {
+fn the_kernel_takes_logged_final_drops_and_tier_denies_and_counts_what_the_limit_suppressed() {
     use crate::datapath::tests::{in_private_netns, root};
     use crate::policy::verdict::DropLog;
-    let name = "the_kernel_takes_logged_final_drops_and_counts_what_the_limit_suppressed";
+    let name =
+        "the_kernel_takes_logged_final_drops_and_tier_denies_and_counts_what_the_limit_suppressed";
     if !root(name) {
         return;
     }
@@ -235,6 +248,18 @@ fn the_kernel_takes_logged_final_drops_and_counts_what_the_limit_suppressed() {
             table::update(&s.diff(&next), log).unwrap();
             let found = both.map(|depth| table::check(&next, log, depth).unwrap());
             assert_eq!(found, [Found::Intact, Found::Intact]);
+            // The kernel keeps the Admin Deny's whole prefix, its long name cut.
+            let listed = std::process::Command::new("nft")
+                .args(["list", "table", "inet", "podnet_policy"])
+                .output()
+                .unwrap();
+            let listed = String::from_utf8_lossy(&listed.stdout);
+            let outcome = if audit { "audit" } else { "denied" };
+            let cut = format!(
+                "log prefix \"podnet {outcome} ingress admin 0 {}~\"",
+                "a".repeat(127 - format!("podnet {outcome} ingress admin 0 ").len() - 1)
+            );
+            assert!(listed.contains(&cut), "{cut} in {listed}");
             table::remove().unwrap();
         }
     });

@@ -406,3 +406,50 @@ fn only_networkpolicy_renders_as_before() {
     assert!(chain.admin.is_empty() && chain.baseline.is_empty());
     assert!(chain.policy.is_some());
 }
+
+#[test]
+fn each_tier_rule_names_its_policy_tier_index_and_name() {
+    use crate::policy::state::{ChainKey, Origin};
+    // An Accept with a problem (no `networks` in ingress) is left out: the
+    // Deny after it keeps index 1.
+    let bad_accept = json!({"action": "Accept", "from": [{"networks": ["10.0.0.0/8"]}]});
+    let mut deny = from_team("Deny", "y");
+    deny["name"] = json!("deny-b");
+    let c = compile_all(
+        Enforcement::Default,
+        &[],
+        &[
+            admin("admin-deny", 10, json!([bad_accept, deny])),
+            baseline("base", 10, json!([from_team("Deny", "z")])),
+        ],
+        &pods(),
+        &namespaces(),
+        &[ip("192.168.0.1")],
+        &[],
+    );
+    let key = ChainKey {
+        direction: Direction::Ingress,
+        link: WEB.into(),
+    };
+    let chain = &c.state.chains[&key];
+    // The node's addresses first: podnet's own rule, no origin.
+    assert_eq!(chain.admin[0].origin, None);
+    assert_eq!(
+        chain.admin[1].origin,
+        Some(Origin {
+            tier: Tier::Admin,
+            policy: "admin-deny".into(),
+            index: 1,
+            name: Some("deny-b".into()),
+        })
+    );
+    assert_eq!(
+        chain.baseline[0].origin,
+        Some(Origin {
+            tier: Tier::Baseline,
+            policy: "base".into(),
+            index: 0,
+            name: None,
+        })
+    );
+}

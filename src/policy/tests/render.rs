@@ -5,10 +5,11 @@ use crate::policy::check::Part;
 use crate::policy::fixtures::ip;
 use crate::policy::state::FORWARD_CHAIN;
 use crate::policy::state::{
-    ChainKey, Diff, Direction, Element, PeerMatch, PortMatch, Rule, Set, SetKind, State,
+    ChainKey, Diff, Direction, Element, Origin, PeerMatch, PortMatch, Rule, Set, SetKind, State,
 };
 use crate::policy::verdict::DropLog;
 use crate::policy::view::Protocol::{Sctp, Tcp, Udp};
+use crate::policy::view::Tier;
 
 fn addrs(list: &[&str]) -> BTreeSet<Element> {
     list.iter().map(|s| Element::Address(ip(s))).collect()
@@ -231,12 +232,21 @@ delete set inet podnet_policy peer_old_v6
 /// Pass of `peer_p` (when `pass`), Accept of `peer_a`; NetworkPolicy allowing
 /// `peer_n` (when `isolated`); a Baseline Deny of everyone.
 fn tiered(pass: bool, isolated: bool) -> Chain {
+    let origin = |tier, policy: &str, index, name: Option<&str>| {
+        Some(Origin {
+            tier,
+            policy: policy.into(),
+            index,
+            name: name.map(str::to_string),
+        })
+    };
     let rule = |peer: &str, verdict| TierRule {
         rule: Rule {
             peer: set(peer),
             port: PortMatch::Any,
         },
         verdict,
+        origin: origin(Tier::Admin, "admin-deny-blue", 2, Some("deny-blue")),
     };
     let mut admin = vec![rule("peer_d", Verdict::Deny)];
     if pass {
@@ -256,6 +266,7 @@ fn tiered(pass: bool, isolated: bool) -> Chain {
                 port: PortMatch::Any,
             },
             verdict: Verdict::Deny,
+            origin: origin(Tier::Baseline, "baseline-deny", 0, None),
         }],
     }
 }
@@ -415,10 +426,15 @@ fn audit_mode_lets_the_final_drop_through_and_logs_it_as_audit() {
         assert!(s.contains(line), "{line} in {s}");
     }
     assert!(!s.contains("drop"), "{s}");
-    // A ClusterNetworkPolicy Deny still drops.
+    // A ClusterNetworkPolicy Deny lets it through too, logged as audit.
     let tiers = one_chain(key(Direction::Ingress, "lxcweb"), tiered(true, true));
     let s = install(&tiers, Some(&audit));
-    assert!(s.contains("\t\tip saddr @peer_d_v4 drop\n"), "{s}");
+    let admin = "\
+\t\tip saddr @peer_d_v4 limit name \"verdict_log\" log prefix \"podnet audit ingress admin 2 admin-deny-blue deny-blue\" group 5730 accept
+\t\tip saddr @peer_d_v4 counter name \"verdict_log_suppressed\" accept
+";
+    assert!(s.contains(admin), "{s}");
+    assert!(!s.contains("drop"), "{s}");
     assert!(s.contains("\tchain pass_ingress_lxcweb {\n\t\tip saddr @peer_n_v4 accept\n\t\tip6 saddr @peer_n_v6 accept\n\t\tlimit name \"verdict_log\" log prefix \"podnet audit ingress\" group 5730 accept\n"), "{s}");
     // An update writes the replaced chain the same way.
     let mut next = state();
@@ -428,5 +444,64 @@ fn audit_mode_lets_the_final_drop_through_and_logs_it_as_audit() {
     assert!(
         script.contains("add rule inet podnet_policy ingress_lxcnew limit name \"verdict_log\" log prefix \"podnet audit ingress\" group 5730 accept\n"),
         "{script}"
+    );
+}
+
+#[test]
+fn a_logged_admin_deny_logs_under_the_limit_naming_its_rule_then_counts_and_drops() {
+    let s = install(
+        &one_chain(key(Direction::Ingress, "lxcweb"), tiered(true, true)),
+        Some(&LOG),
+    );
+    let want = "\
+\tchain ingress_lxcweb {
+\t\tip saddr @peer_d_v4 limit name \"verdict_log\" log prefix \"podnet denied ingress admin 2 admin-deny-blue deny-blue\" group 5730 drop
+\t\tip saddr @peer_d_v4 counter name \"verdict_log_suppressed\" drop
+\t\tip6 saddr @peer_d_v6 limit name \"verdict_log\" log prefix \"podnet denied ingress admin 2 admin-deny-blue deny-blue\" group 5730 drop
+\t\tip6 saddr @peer_d_v6 counter name \"verdict_log_suppressed\" drop
+\t\tip saddr @peer_p_v4 goto pass_ingress_lxcweb
+\t\tip6 saddr @peer_p_v6 goto pass_ingress_lxcweb
+\t\tip saddr @peer_a_v4 accept
+\t\tip6 saddr @peer_a_v6 accept
+\t\tgoto pass_ingress_lxcweb
+\t}
+";
+    assert!(s.contains(want), "{s}");
+    // The parts count the two rules of each match.
+    let k = key(Direction::Ingress, "lxcweb");
+    let parts = parts(&one_chain(k, tiered(true, true)), Some(&LOG));
+    assert!(parts.contains(&Part::Rules {
+        chain: "ingress_lxcweb".into(),
+        count: 9
+    }));
+}
+
+#[test]
+fn a_logged_baseline_deny_names_its_policy_and_rule_index() {
+    let s = install(
+        &one_chain(key(Direction::Egress, "lxcweb"), tiered(false, false)),
+        Some(&LOG),
+    );
+    let want = "\
+\t\tip6 daddr @peer_a_v6 return
+\t\tlimit name \"verdict_log\" log prefix \"podnet denied egress baseline 0 baseline-deny\" group 5730 drop
+\t\tcounter name \"verdict_log_suppressed\" drop
+\t\treturn
+\t}
+";
+    assert!(s.contains(want), "{s}");
+}
+
+#[test]
+fn a_deny_podnet_wrote_without_an_origin_drops_unlogged() {
+    let mut chain = tiered(false, false);
+    chain.baseline[0].origin = None;
+    let s = install(
+        &one_chain(key(Direction::Egress, "lxcweb"), chain),
+        Some(&LOG),
+    );
+    assert!(
+        s.contains("\t\tip6 daddr @peer_a_v6 return\n\t\tdrop\n"),
+        "{s}"
     );
 }

@@ -42,6 +42,8 @@ fn deny_all() -> ClusterRuleView {
         action: Action::Deny,
         peers: None,
         ports: vec![],
+        index: 0,
+        name: None,
     }
 }
 
