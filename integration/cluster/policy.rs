@@ -33,7 +33,8 @@ const CLIENTS: [(&str, &str, usize); 3] = [
 /// - relabelling the red namespace team=blue lets its client in;
 /// - the agent's `podnet status` says what it enforced;
 /// - a ClusterNetworkPolicy of the Admin tier denying team=blue beats the
-///   NetworkPolicy allowing it; one of the Baseline tier loses to it, and decides
+///   NetworkPolicy allowing it, and `podnet observe` names it, its tier and rule
+///   for the dropped connection; one of the Baseline tier loses to it, and decides
 ///   once the NetworkPolicies are deleted; deleting it opens everything again.
 #[test]
 fn network_policies_hold_across_nodes_and_through_an_agent_restart() {
@@ -159,6 +160,24 @@ fn network_policies_hold_across_nodes_and_through_an_agent_restart() {
         "an Admin tier Deny of team=blue above the NetworkPolicy allowing it",
         &[false, false, false],
     );
+    // The drop is seen naming the ClusterNetworkPolicy, its tier and rule.
+    let observer = Observer::start(&cluster, &cluster.agents()[&web_node], "pol-blue");
+    let line = observer.first(|| {
+        probe.reached();
+    });
+    assert!(
+        line["source"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("pol-blue/")),
+        "{line}"
+    );
+    assert_eq!(line["verdict"], "denied", "{line}");
+    assert_eq!(
+        line["policy"],
+        r#"ClusterNetworkPolicy admin-deny-blue (Admin tier, ingress rule 0 "deny-blue")"#,
+        "{line}"
+    );
+    drop(observer);
     cluster.kubectl(&["delete", "clusternetworkpolicy", "admin-deny-blue"]);
     cluster.apply(&deny_blue("baseline-deny-blue", "Baseline"));
     probe.settle(
