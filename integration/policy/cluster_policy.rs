@@ -13,7 +13,7 @@
 //! by `podnet observe` naming the policy, tier and rule; in audit mode it
 //! passes, reported as `audit`.
 
-use super::observe::{Observer, metric, udp};
+use super::observe::{Observer, audited_ping, metric, udp};
 use crate::harness::*;
 use crate::k8s::ControlPlane;
 use crate::k8s_backend::{add_with_uid, create_node, create_sandbox_pods, eventually, k8s_node};
@@ -235,20 +235,6 @@ fn an_admin_deny_is_observed_naming_its_policy_tier_and_rule_and_audit_mode_repo
     drop(observer);
 
     // Audit mode: the Deny lets the ping through, reported as audit.
-    node.stop_daemon(false);
-    node.args.push("--policy-audit-mode".into());
-    node.start_daemon();
-    eventually("audit mode in podnet status", || {
-        node.podnet(&["status"]).contains("AUDIT MODE")
-    });
-    let observer = Observer::start(&node);
-    let mut answered = false;
-    let line = observer.first(|| answered |= client.ping(web_ip));
-    assert!(
-        answered || client.ping(web_ip),
-        "audit mode lets it through"
-    );
-    assert_eq!(line["verdict"], "audit", "{line}");
-    assert_eq!(line["protocol"], "ICMP", "{line}");
+    let line = audited_ping(&mut node, &client, web_ip);
     assert_eq!(line["policy"], policy, "{line}");
 }

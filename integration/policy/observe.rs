@@ -155,13 +155,25 @@ fn observe_names_the_policy_that_dropped_a_connection_and_audit_mode_reports_ins
 
     // Audit mode: the ping passes, reported as audit.
     assert!(!client.ping(web_ip), "denied before audit mode");
+    let line = audited_ping(&mut node, &client, web_ip);
+    assert_eq!(line["destination"], web_pod.as_str(), "{line}");
+    assert_eq!(
+        line["policy"], "default deny of NetworkPolicy default/web-deny",
+        "{line}"
+    );
+}
+
+/// `node`'s agent restarted with `--policy-audit-mode`: `client`'s ping to
+/// `web_ip`, which policy denies, gets through, and observe's line for it
+/// (asserted `audit` and ICMP) is returned.
+pub(super) fn audited_ping(node: &mut Node, client: &Sandbox, web_ip: &str) -> Value {
     node.stop_daemon(false);
     node.args.push("--policy-audit-mode".into());
     node.start_daemon();
     eventually("audit mode in podnet status", || {
         node.podnet(&["status"]).contains("AUDIT MODE")
     });
-    let observer = Observer::start(&node);
+    let observer = Observer::start(node);
     let mut answered = false;
     let line = observer.first(|| answered |= client.ping(web_ip));
     assert!(
@@ -170,11 +182,7 @@ fn observe_names_the_policy_that_dropped_a_connection_and_audit_mode_reports_ins
     );
     assert_eq!(line["verdict"], "audit", "{line}");
     assert_eq!(line["protocol"], "ICMP", "{line}");
-    assert_eq!(line["destination"], web_pod.as_str(), "{line}");
-    assert_eq!(
-        line["policy"], "default deny of NetworkPolicy default/web-deny",
-        "{line}"
-    );
+    line
 }
 
 /// `podnet observe <args>` run to its end: its exit status and stderr.
