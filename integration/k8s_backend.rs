@@ -251,6 +251,11 @@ fn kubernetes_mode_mirrors_the_nodes_pod_cidrs_into_its_cilium_node() {
     eventually("the CiliumNode labelled zone=a", || {
         labels(&name).contains(r#""zone":"a""#)
     });
+    // Removed from the CiliumNode by hand, the agent writes it again.
+    cp.kubectl(&["label", "ciliumnode", &name, "zone-"]);
+    eventually("the zone label back on the CiliumNode", || {
+        labels(&name).contains(r#""zone":"a""#)
+    });
     cp.kubectl(&["label", "node", &name, "zone-"]);
     eventually("the zone label gone from the CiliumNode", || {
         !labels(&name).contains("zone")

@@ -36,9 +36,10 @@ pub(super) struct AgentFields {
     /// them: a ClusterNetworkPolicy's `nodes` peer selects Nodes by them, and
     /// every agent reads the CiliumNodes.
     pub(super) labels: BTreeMap<String, String>,
-    /// The Node's labels changed since the last apply (the Node watch sets it,
-    /// the sink's next flush applies).
-    pub(super) labels_changed: bool,
+    /// Apply again at the sink's next flush: the Node's labels changed (the
+    /// Node watch), or the CiliumNode lost a label or the routing-mode
+    /// annotation the agent wrote (its own watch: [`AgentFields::lost_from`]).
+    pub(super) reapply: bool,
 }
 
 impl AgentFields {
@@ -61,6 +62,18 @@ impl AgentFields {
             health: node.spec.health.clone(),
             ..AgentFields::default()
         }
+    }
+
+    /// Whether `node` (the CiliumNode as the watch sees it) lacks a label or the
+    /// routing-mode annotation these fields write: removed or changed behind the
+    /// agent's back. Labels others added are not the agent's and do not count.
+    pub(super) fn lost_from(&self, node: &NodeResource) -> bool {
+        let labels = &node.metadata.labels;
+        let label_lost = self.labels.iter().any(|(k, v)| labels.get(k) != Some(v));
+        let said = node.metadata.annotations.get(ROUTING_MODE_ANNOTATION);
+        let mode_lost =
+            !self.routing_mode.is_empty() && said.map(String::as_str) != Some(self.routing_mode);
+        label_lost || mode_lost
     }
 
     /// The apply of every field the agent owns, to CiliumNode `node_name` at
@@ -202,7 +215,7 @@ mod tests {
             sticky_requests: BTreeMap::from([("db/web-0".into(), "web".into())]),
             routing_mode: "tunnel",
             labels: BTreeMap::from([("kubernetes.io/os".into(), "linux".into())]),
-            labels_changed: false,
+            reapply: false,
         };
         assert_eq!(
             wire(&full.apply_body("n1", "cilium.io/v2")),
@@ -343,6 +356,42 @@ mod tests {
         let next = fit_condition(&fit(false, "IPv6PodsOnIPv4Node"), Some(&seen)).unwrap();
         assert_eq!(next["lastTransitionTime"], seen["lastTransitionTime"]);
         assert!(fit_condition(&fit(true, "Fits"), Some(&seen)).is_some());
+    }
+
+    #[test]
+    fn a_label_or_the_routing_mode_edited_behind_the_agents_back_is_lost() {
+        let f = AgentFields {
+            labels: BTreeMap::from([("kubernetes.io/os".into(), "linux".into())]),
+            routing_mode: "native",
+            ..AgentFields::default()
+        };
+        let mut node = NodeResource::new("n1");
+        node.metadata.labels = f.labels.clone();
+        node.metadata
+            .annotations
+            .insert(ROUTING_MODE_ANNOTATION.into(), "native".into());
+        assert!(!f.lost_from(&node));
+        // A label someone else added is not the agent's.
+        node.metadata.labels.insert("team".into(), "a".into());
+        assert!(!f.lost_from(&node));
+        let mut edited = node.clone();
+        edited.metadata.labels.remove("kubernetes.io/os");
+        assert!(f.lost_from(&edited));
+        let mut edited = node.clone();
+        edited
+            .metadata
+            .labels
+            .insert("kubernetes.io/os".into(), "windows".into());
+        assert!(f.lost_from(&edited));
+        let mut edited = node.clone();
+        edited.metadata.annotations.remove(ROUTING_MODE_ANNOTATION);
+        assert!(f.lost_from(&edited));
+        // No mode to say: its annotation is not the agent's to keep.
+        let quiet = AgentFields {
+            routing_mode: "",
+            ..f.clone()
+        };
+        assert!(!quiet.lost_from(&edited));
     }
 
     #[test]

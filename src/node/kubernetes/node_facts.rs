@@ -69,7 +69,7 @@ fn note_labels(fields: &Mutex<AgentFields>, labels: BTreeMap<String, String>) {
     if f.labels != labels {
         tracing::info!("the Node's labels changed; the CiliumNode's copy follows");
         f.labels = labels;
-        f.labels_changed = true;
+        f.reapply = true;
     }
 }
 

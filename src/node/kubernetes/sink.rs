@@ -139,8 +139,8 @@ impl KubernetesSink {
     async fn apply_fields(&mut self, outbox: &NodeOutbox) -> Result<(), NodeError> {
         {
             let mut f = self.fields.lock().unwrap_or_else(|p| p.into_inner());
-            let mut changed = self.pending || f.labels_changed;
-            f.labels_changed = false;
+            let mut changed = self.pending || f.reapply;
+            f.reapply = false;
             if let Some(addresses) = &outbox.addresses {
                 f.router_addresses = addresses.clone();
                 changed = true;

@@ -98,6 +98,7 @@ impl KubernetesSource {
                     let Some(node) = self.applied(&obj) else {
                         continue;
                     };
+                    self.note_lost(&node);
                     if events.send(NodeEvent::Node(Box::new(node))).await.is_err() {
                         return;
                     }
@@ -121,6 +122,18 @@ impl KubernetesSource {
         let waited = || async { Ok::<_, Infallible>(resolve_waiting(client, kind, &report).await) };
         let Ok(resource) = self.nodes.or_resolve(waited).await;
         resource
+    }
+
+    /// Marks the agent's fields for the sink's next apply when `node` lost what
+    /// they write (a label or the routing-mode annotation edited by hand).
+    fn note_lost(&self, node: &NodeResource) {
+        let mut f = self.fields.lock().unwrap_or_else(|p| p.into_inner());
+        if !f.reapply && f.lost_from(node) {
+            tracing::warn!(
+                "the CiliumNode lost a label or annotation this agent writes; applying them again"
+            );
+            f.reapply = true;
+        }
     }
 
     /// The node resource of a version of the CiliumNode the watch saw, noted as
