@@ -383,12 +383,16 @@ fn multi_pool_reports_a_missing_pool_and_refuses_an_edit_that_breaks_blocks() {
     cp.kubectl(&["delete", "ciliumpodippool", "mars"])
         .expect_ok("delete mars");
     cp.apply(&pool_yaml("mars", "10.63.0.0/24", 27));
-    wait_for("the refusal", Duration::from_secs(10), || {
-        op.metric("podnet_operator_pool_definitions_refused") == Some(1.0)
-    });
+    // The delete alone may be seen first, and refused too (ghost-1 holds mars'
+    // blocks): wait for the refusal of the new definition itself.
     let why = "cannot change IPv4 mask size in existing pool \"mars\" from 28 to 27: maskSize is \
                immutable once the pool has blocks (node \"ghost-1\" holds 10.63.0.0/28)";
-    assert!(op.log().contains(why), "{}", op.log());
+    wait_for("the refusal", Duration::from_secs(10), || {
+        op.log().contains(why)
+    });
+    wait_for("the refusal's gauge", Duration::from_secs(10), || {
+        op.metric("podnet_operator_pool_definitions_refused") == Some(1.0)
+    });
     request(&cp, "ghost-1", &[("mars", 20)]);
     wait_for(
         "a second /28 from the old definition",

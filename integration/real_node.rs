@@ -548,10 +548,12 @@ fn agent_without_net_admin_fails_at_start_naming_it() {
     );
 }
 
-/// The chapter's Lab 1 on the real node: with a /28 node mask (`podnet plan`: 12
-/// usable pod addresses per node), a Deployment of 20 replicas has exactly that
-/// many pods Running; the rest stay ContainerCreating, their events carrying the
-/// plugin's range-full error.
+/// The chapter's Lab 1 on the real node: with a /28 node mask and no extra CIDRs
+/// for a full node (`cluster-pool-extra-cidrs-max: "0"`; `podnet plan`: 12 usable
+/// pod addresses per node, and at most as many), a Deployment of 20 replicas has
+/// exactly that many pods Running; the rest stay ContainerCreating, their events
+/// carrying the plugin's range-full error. (With deploy/'s 2 extra CIDRs the node
+/// would grow to 40 and run all 20: the cluster test `extra_cidrs` covers that.)
 fn lab1_a_28_node_mask_runs_what_podnet_plan_says(runtime: &'static str) {
     let test = "lab1_a_28_node_mask_runs_what_podnet_plan_says";
     let Some(node) = RealNode::start(test, runtime) else {
@@ -564,6 +566,8 @@ fn lab1_a_28_node_mask_runs_what_podnet_plan_says(runtime: &'static str) {
             "10.244.0.0/16",
             "--mask-size",
             "28",
+            "--extra-cidrs-max",
+            "0",
             "-o",
             "json",
         ])
@@ -572,16 +576,27 @@ fn lab1_a_28_node_mask_runs_what_podnet_plan_says(runtime: &'static str) {
     assert!(plan.status.success(), "podnet plan: {}", text(&plan));
     let plan: Value = serde_json::from_slice(&plan.stdout).expect("plan JSON");
     let usable = plan["usablePerNode"].as_u64().expect("usablePerNode") as usize;
+    assert_eq!(
+        plan["extraCidrs"]["maxUsablePerNode"].as_u64(),
+        Some(usable as u64),
+        "no extra CIDRs: the node's own range is all it gets"
+    );
     assert!(
         usable < REPLICAS,
         "the lab needs fewer addresses than replicas"
     );
 
-    // deploy/ with the node mask of the lab.
-    node.apply(&deploy_manifest(&[(
-        r#"cluster-pool-ipv4-mask-size: "24""#,
-        r#"cluster-pool-ipv4-mask-size: "28""#,
-    )]));
+    // deploy/ with the node mask of the lab, and no extra CIDRs.
+    node.apply(&deploy_manifest(&[
+        (
+            r#"cluster-pool-ipv4-mask-size: "24""#,
+            r#"cluster-pool-ipv4-mask-size: "28""#,
+        ),
+        (
+            r#"cluster-pool-extra-cidrs-max: "2""#,
+            r#"cluster-pool-extra-cidrs-max: "0""#,
+        ),
+    ]));
     node.podnet_up();
 
     node.apply(&deployment(REPLICAS));
