@@ -3,8 +3,11 @@
 //! the client's UDP, and `podnet observe -o json` prints a line naming both
 //! pods, the port, the direction, `denied` and the policy; the metric counts
 //! it; a flood is logged at most at the node's limit and the rest counted as
-//! suppressed. An agent restarted with `--policy-audit-mode` lets the client's
-//! ping through, and observe reports it as `audit`, as `podnet status` says.
+//! suppressed. A second policy allowing the client's UDP to another port:
+//! `podnet observe --verdict allowed` prints the datagram as `allowed`, naming
+//! the policies whose rules let it in. An agent restarted with
+//! `--policy-audit-mode` lets the client's ping through, and observe reports it
+//! as `audit`, as `podnet status` says.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -25,8 +28,15 @@ pub(super) struct Observer {
 
 impl Observer {
     pub(super) fn start(node: &Node) -> Observer {
+        Observer::start_with(node, &[])
+    }
+
+    /// `podnet observe -o json` with `args` too.
+    pub(super) fn start_with(node: &Node, args: &[&str]) -> Observer {
         let mut child = Command::new(podnet_bin())
-            .args(["observe", "-o", "json", "--socket"])
+            .args(["observe", "-o", "json"])
+            .args(args)
+            .arg("--socket")
             .arg(node.socket())
             .stdout(Stdio::piped())
             .spawn()
@@ -111,8 +121,8 @@ fn observe_names_the_policy_that_dropped_a_connection_and_audit_mode_reports_ins
 
     for (args, refusal) in [
         (
-            ["--verdict", "allowed"],
-            "observe: verdict \"allowed\" is not one of denied, audit",
+            ["--verdict", "accepted"],
+            "observe: verdict \"accepted\" is not one of denied, audit, allowed",
         ),
         (
             ["--namespace", "Bad"],
@@ -152,6 +162,28 @@ fn observe_names_the_policy_that_dropped_a_connection_and_audit_mode_reports_ins
     );
     eprintln!("flood of 1000: {logged} logged, {suppressed} suppressed");
     drop(observer);
+
+    // Allowed: the client's UDP to 9090, once the rule is in the table.
+    cp.kubectl(&["label", "pod", &client.ns.name, "app=client"])
+        .expect_ok("label client");
+    cp.apply(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: web-allow-udp\n  namespace: default\nspec:\n  podSelector:\n    matchLabels:\n      app: web\n  ingress:\n  - from:\n    - podSelector:\n        matchLabels:\n          app: client\n    ports:\n    - {protocol: UDP, port: 9090}\n",
+    );
+    let observer = Observer::start_with(&node, &["--verdict", "allowed"]);
+    let line = observer.first(|| udp(&client, web_ip, 9090, 1));
+    assert_eq!(line["verdict"], "allowed", "{line}");
+    assert_eq!(line["source"], client_pod.as_str(), "{line}");
+    assert_eq!(line["destination"], web_pod.as_str(), "{line}");
+    assert_eq!(line["port"], 9090, "{line}");
+    assert_eq!(
+        line["policy"], "one of NetworkPolicies default/web-allow-udp, default/web-deny",
+        "{line}"
+    );
+    let allowed = "podnet_policy_verdicts_total{direction=\"ingress\",verdict=\"allowed\",policy=\"one of NetworkPolicies default/web-allow-udp, default/web-deny\"}";
+    assert!(metric(&node.metrics(), allowed) >= 1, "{}", node.metrics());
+    drop(observer);
+    cp.kubectl(&["delete", "networkpolicy", "web-allow-udp"])
+        .expect_ok("delete web-allow-udp");
 
     // Audit mode: the ping passes, reported as audit.
     assert!(!client.ping(web_ip), "denied before audit mode");

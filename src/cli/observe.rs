@@ -1,10 +1,12 @@
 //! `podnet observe`: the packets a policy denied on this node (or, with
-//! `--policy-audit-mode`, would have), as the kernel logs them, one line each
-//! while it runs: time, source and destination (a pod's `namespace/name`, or
-//! the address), protocol and port, direction, verdict and what decided: the
-//! NetworkPolicies whose default deny it is, or the ClusterNetworkPolicy, tier
-//! and rule of a Deny. The node logs at most `daemon::observe::PER_SECOND`
-//! records a second; `podnet_policy_verdicts_suppressed_total` counts the rest.
+//! `--policy-audit-mode`, would have), and with `--allowed` the connections a
+//! policy rule allowed, as the kernel logs them, one line each while it runs:
+//! time, source and destination (a pod's `namespace/name`, or the address),
+//! protocol and port, direction, verdict and what decided: the NetworkPolicies
+//! whose default deny it is or whose rules allowed it, or the
+//! ClusterNetworkPolicy, tier and rule. The node logs at most
+//! `daemon::observe::PER_SECOND` records a second of each kind (denied,
+//! allowed); `podnet_policy_verdicts_suppressed_total` counts the rest.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,9 +25,12 @@ pub struct ObserveArgs {
     /// Only packets to or from pods of this name.
     #[arg(long)]
     pub pod: Option<String>,
-    /// Only this verdict: denied or audit.
+    /// Only this verdict: denied, audit or allowed.
     #[arg(long)]
     pub verdict: Option<String>,
+    /// The connections a policy rule allowed too (each one's first packet).
+    #[arg(long)]
+    pub allowed: bool,
     /// The daemon's socket.
     #[arg(long, default_value = crate::api::DEFAULT_SOCKET)]
     pub socket: PathBuf,
@@ -52,6 +57,7 @@ pub fn run(args: &ObserveArgs) -> i32 {
     ]
     .into_iter()
     .filter_map(|(k, v)| Some((k, v.as_deref()?)))
+    .chain(args.allowed.then_some(("allowed", "true")))
     .collect();
     let json = args.output == "json";
     let printed = client.observe(&filter, |line| match json {

@@ -110,7 +110,7 @@ pub struct Metrics {
     /// Policy verdicts logged by the kernel and read, by direction, verdict
     /// and policy.
     pub policy_verdicts: Family<VerdictLabels, Counter>,
-    /// Verdict log records the node-wide limit suppressed (the kernel's counter).
+    /// Verdict log records the node-wide limits suppressed (the kernel's counter).
     pub policy_verdicts_suppressed: Counter,
     /// Verdict lines slow `podnet observe` clients lost.
     pub policy_observe_lines_lost: Counter,
@@ -355,12 +355,12 @@ impl Metrics {
         let m = self;
         registry.register(
             "policy_verdicts",
-            "Policy verdicts the kernel logged (a pod chain's final drop, under the node-wide limit) and the agent read, by direction, verdict (denied, audit) and policy",
+            "Policy verdicts the kernel logged (a pod chain's final drop or a tier's Deny, and each connection a policy rule allowed, under the node-wide limits) and the agent read, by direction, verdict (denied, audit, allowed) and policy",
             m.policy_verdicts.clone(),
         );
         registry.register(
             "policy_verdicts_suppressed",
-            "Policy verdict log records the node-wide limit kept from the log (the packets were still judged), read from the kernel's counter at each scrape",
+            "Policy verdict log records the node-wide limits kept from the log (the packets were still judged), read from the kernel's counter at each scrape",
             m.policy_verdicts_suppressed.clone(),
         );
         registry.register(

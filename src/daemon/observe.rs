@@ -1,15 +1,17 @@
 //! `GET /v1/observe` (`podnet observe`): the policy verdicts the kernel logged.
-//! The policy table logs each pod chain's final drop to NFLOG group
-//! [`GROUP`] under a node-wide limit (`policy::verdict`). One thread
-//! ([`spawn_reader`]) reads the group, names both ends of each packet (a pod's
-//! `namespace/name` from the policy loop's last [`Names`], else the address)
-//! and what dropped it: the ClusterNetworkPolicy rule its prefix names
-//! ([`tier_rule`]), else the NetworkPolicies whose default deny it is; counts it
+//! The policy table logs each pod chain's final drop, and each connection a
+//! policy rule allowed, to NFLOG group [`GROUP`] under node-wide limits
+//! (`policy::verdict`). One thread ([`spawn_reader`]) reads the group, names
+//! both ends of each packet (a pod's `namespace/name` from the policy loop's
+//! last [`Names`], else the address) and what decided: the
+//! ClusterNetworkPolicy rule its prefix names ([`tier_rule`]), else the
+//! NetworkPolicies whose default deny it is, or whose allow rules let it in
+//! (one of those selecting the pod; podnet merges their rules); counts it
 //! (`policy_verdicts_total{direction,verdict,policy}`) and hands it to the
 //! observers: a broadcast channel of [`BUFFERED`] lines, so a slow client loses
 //! lines (counted: `policy_observe_lines_lost_total`) and never holds the
-//! reader. A client's lines are filtered ([`Filter`]) and written as JSON, one
-//! per line, until it goes. Nothing here runs per packet the limit suppressed:
+//! reader. A client's lines are filtered ([`Filter`]: allowed ones only when
+//! asked for) and written as JSON, one per line, until it goes. Nothing here runs per packet the limit suppressed:
 //! the kernel counts those (`policy::table::suppressed`).
 
 use std::collections::HashMap;
@@ -31,7 +33,7 @@ use crate::datapath::nflog::{self, NflogSocket, Packet};
 use crate::policy::Explanations;
 use crate::policy::state::Direction;
 use crate::policy::state::Origin;
-use crate::policy::verdict::{self, Logged};
+use crate::policy::verdict::{self, Logged, Outcome};
 use crate::policy::view::Tier;
 
 /// The streaming route.
@@ -140,14 +142,19 @@ pub fn describe(
         Direction::Ingress => packet.destination,
         Direction::Egress => packet.source,
     };
-    let policy = match (
-        &logged.origin,
-        names.explanations.selecting(local, direction),
-    ) {
+    let selecting = names.explanations.selecting(local, direction);
+    let policy = match (&logged.origin, logged.outcome) {
         (Some(origin), _) => tier_rule(origin, direction),
-        (None, Some((_, [])) | None) => format!("default deny of {}", enforcement_reason(names)),
-        (None, Some((_, [one]))) => format!("default deny of NetworkPolicy {one}"),
-        (None, Some((_, many))) => format!("default deny of NetworkPolicies {}", many.join(", ")),
+        (None, Outcome::Allowed) => match selecting {
+            Some((_, [])) | None => "a NetworkPolicy (its name not known yet)".into(),
+            Some((_, [one])) => format!("NetworkPolicy {one}"),
+            Some((_, many)) => format!("one of NetworkPolicies {}", many.join(", ")),
+        },
+        (None, _) => match selecting {
+            Some((_, [])) | None => format!("default deny of {}", enforcement_reason(names)),
+            Some((_, [one])) => format!("default deny of NetworkPolicy {one}"),
+            Some((_, many)) => format!("default deny of NetworkPolicies {}", many.join(", ")),
+        },
     };
     ObservedVerdict {
         time: k8s_openapi::jiff::Timestamp::try_from(time)
@@ -246,21 +253,25 @@ pub struct Filter {
     pub namespace: Option<String>,
     /// Either end a pod of this name.
     pub pod: Option<String>,
-    /// `denied` or `audit`.
+    /// `denied`, `audit` or `allowed`.
     pub verdict: Option<String>,
+    /// Allowed packets too (without it, or `verdict` `allowed`, none).
+    pub allowed: bool,
 }
 
 /// A filter the observe endpoint refuses: the field and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FilterError {
-    #[error("observe: verdict {0:?} is not one of denied, audit (allowed packets are not logged)")]
+    #[error("observe: verdict {0:?} is not one of denied, audit, allowed")]
     Verdict(String),
+    #[error("observe: allowed {0:?} is not one of true, false")]
+    Allowed(String),
     #[error("observe: {field} {value:?} is not a Kubernetes name")]
     Name { field: &'static str, value: String },
 }
 
 impl Filter {
-    /// The filter of the query's `namespace`, `pod` and `verdict`.
+    /// The filter of the query's `namespace`, `pod`, `verdict` and `allowed`.
     pub fn from_query(query: &HashMap<String, String>) -> Result<Filter, FilterError> {
         let get = |k: &str| query.get(k).filter(|v| !v.is_empty()).cloned();
         let name = |field: &'static str| -> Result<Option<String>, FilterError> {
@@ -272,13 +283,19 @@ impl Filter {
         let verdict = get("verdict");
         if let Some(v) = verdict
             .as_deref()
-            .filter(|v| !["denied", "audit"].contains(v))
+            .filter(|v| !["denied", "audit", "allowed"].contains(v))
         {
             return Err(FilterError::Verdict(v.to_string()));
         }
+        let allowed = match get("allowed").as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => return Err(FilterError::Allowed(other.to_string())),
+        };
         Ok(Filter {
             namespace: name("namespace")?,
             pod: name("pod")?,
+            allowed: allowed || verdict.as_deref() == Some("allowed"),
             verdict,
         })
     }
@@ -299,7 +316,8 @@ impl Filter {
             (None, None) => true,
             _ => pods.iter().any(pod_ok),
         };
-        by_pod && self.verdict.as_ref().is_none_or(|v| *v == line.verdict)
+        let wanted = self.allowed || line.verdict != Outcome::Allowed.as_str();
+        wanted && by_pod && self.verdict.as_ref().is_none_or(|v| *v == line.verdict)
     }
 }
 

@@ -18,8 +18,10 @@
 //! traffic is looked at: between a pod and its own node (kubelet probes, the
 //! node's DNS) packets go through input and output and are never filtered.
 //! With a [`DropLog`], the final drops and the ClusterNetworkPolicy tiers'
-//! Deny rules are logged and the table holds the limit and the counter they
-//! share (`policy::verdict`).
+//! Deny rules are logged, and so are the tiers' Allow rules and (through the
+//! two `allowed_<direction>` chains their rules `goto`) NetworkPolicy's allow
+//! rules; the table holds the limits and the counter they share
+//! (`policy::verdict`).
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -44,6 +46,13 @@ pub fn install(state: &State, log: Option<&DropLog>) -> String {
     );
     for object in log.map(verdict::objects).into_iter().flatten() {
         let _ = writeln!(s, "\t{object}");
+    }
+    for (name, lines) in allowed_chains(log) {
+        let _ = writeln!(s, "\tchain {name} {{");
+        for line in lines {
+            let _ = writeln!(s, "\t\t{line}");
+        }
+        s.push_str("\t}\n");
     }
     for (name, set) in &state.sets {
         for family in FAMILIES {
@@ -113,6 +122,13 @@ pub fn parts(state: &State, log: Option<&DropLog>) -> BTreeSet<Part> {
             name: EGRESS_MAP.into(),
         },
     ]);
+    for (name, lines) in allowed_chains(log) {
+        parts.insert(Part::Rules {
+            chain: name.clone(),
+            count: lines.len(),
+        });
+        parts.insert(Part::Chain { name, hook: None });
+    }
     for (name, set) in &state.sets {
         for family in FAMILIES {
             parts.insert(Part::Elements {
@@ -147,6 +163,21 @@ pub fn parts(state: &State, log: Option<&DropLog>) -> BTreeSet<Part> {
         });
     }
     parts
+}
+
+/// With `log`, the chain of each direction a NetworkPolicy allow rule goes
+/// to, and its rules ([`verdict::allowed_chain`]).
+fn allowed_chains(log: Option<&DropLog>) -> Vec<(String, [String; 2])> {
+    let Some(log) = log else {
+        return Vec::new();
+    };
+    [Direction::Ingress, Direction::Egress]
+        .into_iter()
+        .map(|d| {
+            let rules = verdict::allowed_chain_rules(d, log, allow(d));
+            (verdict::allowed_chain(d), rules)
+        })
+        .collect()
 }
 
 /// The forward chain's rules: replies pass, then each packet goes to the chains
@@ -322,11 +353,14 @@ fn chain_lines(
             .map(|r| tier_rule_texts(direction, r, &goto_pass, log));
         texts.flatten().collect()
     };
+    // A NetworkPolicy allow: logged in the direction's allowed chain.
+    let allowed = match log {
+        Some(_) => format!("goto {}", verdict::allowed_chain(direction)),
+        None => allow(direction).to_string(),
+    };
     let rest = match &chain.policy {
         Some(rules) => {
-            let allows = rules
-                .iter()
-                .map(|r| rule_texts(direction, r, allow(direction)));
+            let allows = rules.iter().map(|r| rule_texts(direction, r, &allowed));
             let last = verdict::final_rules(direction, log, allow(direction));
             allows.flatten().chain(last).collect()
         }
@@ -349,25 +383,40 @@ fn chain_lines(
     }
 }
 
-/// One tier rule's nftables rules. A Deny with a [`DropLog`] is two for each
-/// match, as a chain's final drop: logged under the limit, then counted.
+/// One tier rule's nftables rules. A Deny or an Allow with a [`DropLog`] is
+/// two for each match, as a chain's final drop: logged under its limit, then
+/// counted.
 fn tier_rule_texts(
     direction: Direction,
     r: &TierRule,
     goto_pass: &str,
     log: Option<&DropLog>,
 ) -> Vec<String> {
-    let verdict = match (r.verdict, log, &r.origin) {
-        (Verdict::Allow, ..) => allow(direction),
-        (Verdict::Pass, ..) => goto_pass,
-        (Verdict::Deny, Some(log), Some(origin)) => {
-            let [logged, counted] = verdict::deny_rules(direction, origin, log, allow(direction));
-            let logged = rule_texts(direction, &r.rule, &logged);
-            let counted = rule_texts(direction, &r.rule, &counted);
-            let pairs = logged.into_iter().zip(counted);
-            return pairs.flat_map(|(l, c)| [l, c]).collect();
-        }
-        (Verdict::Deny, ..) => "drop",
+    let logged_pair = match (r.verdict, log, &r.origin) {
+        (Verdict::Deny, Some(log), Some(origin)) => Some(verdict::deny_rules(
+            direction,
+            origin,
+            log,
+            allow(direction),
+        )),
+        (Verdict::Allow, Some(log), Some(origin)) => Some(verdict::allow_rules(
+            direction,
+            origin,
+            log,
+            allow(direction),
+        )),
+        _ => None,
+    };
+    if let Some([logged, counted]) = logged_pair {
+        let logged = rule_texts(direction, &r.rule, &logged);
+        let counted = rule_texts(direction, &r.rule, &counted);
+        let pairs = logged.into_iter().zip(counted);
+        return pairs.flat_map(|(l, c)| [l, c]).collect();
+    }
+    let verdict = match r.verdict {
+        Verdict::Allow => allow(direction),
+        Verdict::Pass => goto_pass,
+        Verdict::Deny => "drop",
     };
     rule_texts(direction, &r.rule, verdict)
 }

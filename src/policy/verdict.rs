@@ -2,19 +2,27 @@
 //! NetworkPolicy allows) and each ClusterNetworkPolicy Deny (Admin or Baseline
 //! tier) logged to an NFLOG group, under one node-wide `limit` object so a
 //! flood costs the node at most [`DropLog::per_second`] log records, with a
-//! named counter of what the limit suppressed. Each record's prefix ([`prefix`],
-//! [`tier_prefix`], read back by [`parse_prefix`]) says the verdict and the
-//! direction, and for a Deny the tier, policy and rule; the agent names the
-//! pods (and a final drop's NetworkPolicies) from the packet's addresses
-//! (`daemon::observe`). With [`DropLog::audit`] every logged drop lets the
-//! packet through and reports it as `audit` (Cilium's `policy-audit-mode`).
+//! named counter of what the limit suppressed. What a policy allowed is logged
+//! too, under a limit of its own ([`LIMIT_ALLOWED`], so allowed traffic never
+//! uses up the budget of drops): each ClusterNetworkPolicy Allow rule, and a
+//! NetworkPolicy allow rule through the direction's [`allowed_chain`]. Only a
+//! connection's first packet reaches a pod chain (the forward chain accepts the
+//! rest), so that is one record per connection. Each record's prefix
+//! ([`prefix`], [`tier_prefix`], read back by [`parse_prefix`]) says the
+//! verdict and the direction, and for a tier's rule the tier, policy and rule;
+//! the agent names the pods (and the NetworkPolicies of a final drop or an
+//! allow) from the packet's addresses (`daemon::observe`). With
+//! [`DropLog::audit`] every logged drop lets the packet through and reports it
+//! as `audit` (Cilium's `policy-audit-mode`).
 
 use super::state::{Direction, Origin};
 use super::view::Tier;
 
 /// The node-wide limit object every logged drop shares.
 pub const LIMIT: &str = "verdict_log";
-/// The counter of the packets the limit kept from the log.
+/// The node-wide limit object every logged allow shares.
+pub const LIMIT_ALLOWED: &str = "verdict_log_allowed";
+/// The counter of the packets the limits kept from the log.
 pub const SUPPRESSED: &str = "verdict_log_suppressed";
 /// What every prefix starts with (other NFLOG users of the group are not ours).
 const PREFIX_HEAD: &str = "podnet";
@@ -38,6 +46,8 @@ pub enum Outcome {
     Denied,
     /// Let through by audit mode, which would have dropped it.
     Audit,
+    /// Allowed by a policy's rule.
+    Allowed,
 }
 
 impl Outcome {
@@ -45,6 +55,7 @@ impl Outcome {
         match self {
             Outcome::Denied => "denied",
             Outcome::Audit => "audit",
+            Outcome::Allowed => "allowed",
         }
     }
 }
@@ -109,7 +120,7 @@ fn fit(name: &str, room: usize) -> String {
 /// A log prefix that is not one [`prefix`] or [`tier_prefix`] writes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "NFLOG prefix {0:?} is not podnet's (podnet <denied|audit> <ingress|egress> [<admin|baseline> <rule index> <policy> [<rule name>]])"
+    "NFLOG prefix {0:?} is not podnet's (podnet <denied|audit|allowed> <ingress|egress> [<admin|baseline> <rule index> <policy> [<rule name>]])"
 )]
 pub struct ForeignPrefix(pub String);
 
@@ -118,8 +129,8 @@ pub struct ForeignPrefix(pub String);
 pub struct Logged {
     pub outcome: Outcome,
     pub direction: Direction,
-    /// The ClusterNetworkPolicy rule that denied it (its names as the prefix
-    /// kept them); None: a NetworkPolicy chain's default deny.
+    /// The ClusterNetworkPolicy rule that decided (its names as the prefix
+    /// kept them); None: a NetworkPolicy chain's default deny, or its allow.
     pub origin: Option<Origin>,
 }
 
@@ -133,6 +144,7 @@ pub fn parse_prefix(text: &str) -> Result<Logged, ForeignPrefix> {
     let outcome = match words.next() {
         Some("denied") => Outcome::Denied,
         Some("audit") => Outcome::Audit,
+        Some("allowed") => Outcome::Allowed,
         _ => return Err(foreign()),
     };
     let direction = match words.next() {
@@ -178,12 +190,48 @@ fn parse_origin<'a>(tier: &str, words: &mut impl Iterator<Item = &'a str>) -> Op
     })
 }
 
-/// The table's objects the logged drops use: the limit and the counter.
-pub fn objects(log: &DropLog) -> [String; 2] {
+/// The table's objects the logged verdicts use: the two limits and the counter.
+pub fn objects(log: &DropLog) -> [String; 3] {
     let n = log.per_second;
     [
         format!("limit {LIMIT} {{ rate {n}/second burst {n} packets }}"),
+        format!("limit {LIMIT_ALLOWED} {{ rate {n}/second burst {n} packets }}"),
         format!("counter {SUPPRESSED} {{ }}"),
+    ]
+}
+
+/// The chain a NetworkPolicy allow rule of `direction` goes to (`goto`) when
+/// verdicts are logged: it logs the packet under [`LIMIT_ALLOWED`] and gives
+/// it `allow` (no pod chain's name starts with `allowed_`).
+pub fn allowed_chain(direction: Direction) -> String {
+    format!("allowed_{}", direction.as_str())
+}
+
+/// The rules of [`allowed_chain`].
+pub fn allowed_chain_rules(direction: Direction, log: &DropLog, allow: &str) -> [String; 2] {
+    allowed_rules(&prefix(Outcome::Allowed, direction), log, allow)
+}
+
+/// The ends of a ClusterNetworkPolicy Allow's two rules (each after the
+/// rule's match): logged under [`LIMIT_ALLOWED`] with [`tier_prefix`], the
+/// rest counted; both give `allow`.
+pub fn allow_rules(
+    direction: Direction,
+    origin: &Origin,
+    log: &DropLog,
+    allow: &str,
+) -> [String; 2] {
+    let prefix = tier_prefix(Outcome::Allowed, direction, origin);
+    allowed_rules(&prefix, log, allow)
+}
+
+fn allowed_rules(prefix: &str, log: &DropLog, allow: &str) -> [String; 2] {
+    [
+        format!(
+            "limit name \"{LIMIT_ALLOWED}\" log prefix \"{prefix}\" group {} {allow}",
+            log.group
+        ),
+        format!("counter name \"{SUPPRESSED}\" {allow}"),
     ]
 }
 

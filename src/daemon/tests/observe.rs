@@ -115,6 +115,69 @@ fn a_pod_no_policy_selects_is_isolated_by_the_enforcement_or_not_known_yet() {
     assert_eq!(d(&Names::default()).destination, "10.0.0.3");
 }
 
+#[test]
+fn an_allowed_packet_names_the_policies_whose_rules_let_it_in_or_the_tier_rule() {
+    let names = names(Enforcement::Default);
+    let allowed = |direction, origin, packet: &Packet| {
+        let logged = Logged {
+            outcome: Outcome::Allowed,
+            direction,
+            origin,
+        };
+        describe(UNIX_EPOCH, &logged, packet, &names)
+    };
+    let to_web = packet("10.0.0.1", "10.0.0.2");
+    let line = allowed(Direction::Ingress, None, &to_web);
+    assert_eq!(line.verdict, "allowed");
+    assert_eq!(
+        line.policy,
+        "one of NetworkPolicies default/deny-a, default/deny-b"
+    );
+    let from_web = packet("10.0.0.2", "10.0.0.1");
+    assert_eq!(
+        allowed(Direction::Egress, None, &from_web).policy,
+        "NetworkPolicy default/egress-only"
+    );
+    assert_eq!(
+        allowed(Direction::Ingress, None, &packet("10.0.0.1", "10.0.0.9")).policy,
+        "a NetworkPolicy (its name not known yet)"
+    );
+    let rule = Origin {
+        tier: Tier::Baseline,
+        policy: "dns".into(),
+        index: 1,
+        name: Some("to-dns".into()),
+    };
+    assert_eq!(
+        allowed(Direction::Egress, Some(rule), &from_web).policy,
+        "ClusterNetworkPolicy dns (Baseline tier, egress rule 1 \"to-dns\")"
+    );
+}
+
+#[test]
+fn allowed_lines_pass_the_filter_only_when_asked_for() {
+    let denied = describe(
+        UNIX_EPOCH,
+        &final_drop(Outcome::Denied, Direction::Ingress),
+        &packet("10.0.0.1", "10.0.0.2"),
+        &names(Enforcement::Default),
+    );
+    let allowed = ObservedVerdict {
+        verdict: "allowed".into(),
+        ..denied.clone()
+    };
+    let filter = |pairs: &[(&str, &str)]| Filter::from_query(&query(pairs)).unwrap();
+    let admitted = |f: &Filter| [f.admits(&denied), f.admits(&allowed)];
+    assert_eq!(admitted(&filter(&[])), [true, false]);
+    assert_eq!(admitted(&filter(&[("allowed", "false")])), [true, false]);
+    assert_eq!(admitted(&filter(&[("allowed", "true")])), [true, true]);
+    assert_eq!(admitted(&filter(&[("verdict", "allowed")])), [false, true]);
+    assert_eq!(
+        admitted(&filter(&[("verdict", "denied"), ("allowed", "true")])),
+        [true, false]
+    );
+}
+
 fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs
         .iter()
@@ -158,8 +221,12 @@ fn a_filter_that_cannot_match_is_refused_naming_its_field() {
     let refused =
         |pairs: &[(&str, &str)]| Filter::from_query(&query(pairs)).unwrap_err().to_string();
     assert_eq!(
-        refused(&[("verdict", "allowed")]),
-        "observe: verdict \"allowed\" is not one of denied, audit (allowed packets are not logged)"
+        refused(&[("verdict", "accepted")]),
+        "observe: verdict \"accepted\" is not one of denied, audit, allowed"
+    );
+    assert_eq!(
+        refused(&[("allowed", "yes")]),
+        "observe: allowed \"yes\" is not one of true, false"
     );
     assert_eq!(
         refused(&[("namespace", "Default")]),

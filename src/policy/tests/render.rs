@@ -385,24 +385,34 @@ fn logged_final_drops_share_the_limit_and_the_counter() {
     let objects = "\
 table inet podnet_policy {
 \tlimit verdict_log { rate 100/second burst 100 packets }
+\tlimit verdict_log_allowed { rate 100/second burst 100 packets }
 \tcounter verdict_log_suppressed { }
+\tchain allowed_ingress {
+\t\tlimit name \"verdict_log_allowed\" log prefix \"podnet allowed ingress\" group 5730 accept
+\t\tcounter name \"verdict_log_suppressed\" accept
+\t}
+\tchain allowed_egress {
+\t\tlimit name \"verdict_log_allowed\" log prefix \"podnet allowed egress\" group 5730 return
+\t\tcounter name \"verdict_log_suppressed\" return
+\t}
 \tset block_x_v4";
     assert!(s.contains(objects), "{s}");
+    // A NetworkPolicy allow goes to the direction's allowed chain.
     let ingress_end = "\
-\t\tip saddr @block_x_v4 accept
+\t\tip saddr @block_x_v4 goto allowed_ingress
 \t\tlimit name \"verdict_log\" log prefix \"podnet denied ingress\" group 5730 drop
 \t\tcounter name \"verdict_log_suppressed\" drop
 \t}";
     assert!(s.contains(ingress_end), "{s}");
     let egress_end = "\
-\t\tip6 daddr fd00::/8 meta l4proto sctp return
+\t\tip6 daddr fd00::/8 meta l4proto sctp goto allowed_egress
 \t\tlimit name \"verdict_log\" log prefix \"podnet denied egress\" group 5730 drop
 \t\tcounter name \"verdict_log_suppressed\" drop
 \t}";
     assert!(s.contains(egress_end), "{s}");
     // Without the log, today's table.
     assert_eq!(install(&state(), None).matches("\t\tdrop\n").count(), 2);
-    // Each chain has one rule more.
+    // Each chain has one rule more, and the two allowed chains two each.
     let rules = |log| -> usize {
         parts(&state(), log)
             .iter()
@@ -412,7 +422,18 @@ table inet podnet_policy {
             })
             .sum()
     };
-    assert_eq!(rules(Some(&LOG)), rules(None) + 2);
+    assert_eq!(rules(Some(&LOG)), rules(None) + 2 + 4);
+    let allowed_chains = |log| {
+        let parts = parts(&state(), log);
+        ["allowed_ingress", "allowed_egress"].map(|name| {
+            parts.contains(&Part::Chain {
+                name: name.into(),
+                hook: None,
+            })
+        })
+    };
+    assert_eq!(allowed_chains(Some(&LOG)), [true, true]);
+    assert_eq!(allowed_chains(None), [false, false]);
 }
 
 #[test]
@@ -435,7 +456,7 @@ fn audit_mode_lets_the_final_drop_through_and_logs_it_as_audit() {
 ";
     assert!(s.contains(admin), "{s}");
     assert!(!s.contains("drop"), "{s}");
-    assert!(s.contains("\tchain pass_ingress_lxcweb {\n\t\tip saddr @peer_n_v4 accept\n\t\tip6 saddr @peer_n_v6 accept\n\t\tlimit name \"verdict_log\" log prefix \"podnet audit ingress\" group 5730 accept\n"), "{s}");
+    assert!(s.contains("\tchain pass_ingress_lxcweb {\n\t\tip saddr @peer_n_v4 goto allowed_ingress\n\t\tip6 saddr @peer_n_v6 goto allowed_ingress\n\t\tlimit name \"verdict_log\" log prefix \"podnet audit ingress\" group 5730 accept\n"), "{s}");
     // An update writes the replaced chain the same way.
     let mut next = state();
     next.chains
@@ -461,18 +482,20 @@ fn a_logged_admin_deny_logs_under_the_limit_naming_its_rule_then_counts_and_drop
 \t\tip6 saddr @peer_d_v6 counter name \"verdict_log_suppressed\" drop
 \t\tip saddr @peer_p_v4 goto pass_ingress_lxcweb
 \t\tip6 saddr @peer_p_v6 goto pass_ingress_lxcweb
-\t\tip saddr @peer_a_v4 accept
-\t\tip6 saddr @peer_a_v6 accept
+\t\tip saddr @peer_a_v4 limit name \"verdict_log_allowed\" log prefix \"podnet allowed ingress admin 2 admin-deny-blue deny-blue\" group 5730 accept
+\t\tip saddr @peer_a_v4 counter name \"verdict_log_suppressed\" accept
+\t\tip6 saddr @peer_a_v6 limit name \"verdict_log_allowed\" log prefix \"podnet allowed ingress admin 2 admin-deny-blue deny-blue\" group 5730 accept
+\t\tip6 saddr @peer_a_v6 counter name \"verdict_log_suppressed\" accept
 \t\tgoto pass_ingress_lxcweb
 \t}
 ";
     assert!(s.contains(want), "{s}");
-    // The parts count the two rules of each match.
+    // The parts count the two rules of each match (a Deny's and an Allow's).
     let k = key(Direction::Ingress, "lxcweb");
     let parts = parts(&one_chain(k, tiered(true, true)), Some(&LOG));
     assert!(parts.contains(&Part::Rules {
         chain: "ingress_lxcweb".into(),
-        count: 9
+        count: 11
     }));
 }
 
@@ -483,7 +506,7 @@ fn a_logged_baseline_deny_names_its_policy_and_rule_index() {
         Some(&LOG),
     );
     let want = "\
-\t\tip6 daddr @peer_a_v6 return
+\t\tip6 daddr @peer_a_v6 counter name \"verdict_log_suppressed\" return
 \t\tlimit name \"verdict_log\" log prefix \"podnet denied egress baseline 0 baseline-deny\" group 5730 drop
 \t\tcounter name \"verdict_log_suppressed\" drop
 \t\treturn
@@ -501,7 +524,9 @@ fn a_deny_podnet_wrote_without_an_origin_drops_unlogged() {
         Some(&LOG),
     );
     assert!(
-        s.contains("\t\tip6 daddr @peer_a_v6 return\n\t\tdrop\n"),
+        s.contains(
+            "\t\tip6 daddr @peer_a_v6 counter name \"verdict_log_suppressed\" return\n\t\tdrop\n"
+        ),
         "{s}"
     );
 }

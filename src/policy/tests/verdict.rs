@@ -3,7 +3,7 @@ use crate::policy::state::Origin;
 
 #[test]
 fn each_prefix_reads_back_as_its_outcome_and_direction() {
-    for outcome in [Outcome::Denied, Outcome::Audit] {
+    for outcome in [Outcome::Denied, Outcome::Audit, Outcome::Allowed] {
         for direction in [Direction::Ingress, Direction::Egress] {
             let p = prefix(outcome, direction);
             assert!(p.len() <= PREFIX_MAX, "nft's prefix limit: {p}");
@@ -27,7 +27,8 @@ fn a_prefix_podnet_did_not_write_is_foreign() {
         "",
         "podnet",
         "podnet denied",
-        "podnet allowed ingress",
+        "podnet allow ingress",
+        "podnet allowed",
         "podnet denied sideways",
         "podnet denied ingress extra",
         "podnet denied ingress admin",
@@ -78,8 +79,50 @@ fn the_final_rules_log_under_the_limit_and_count_the_rest() {
         objects(&log),
         [
             "limit verdict_log { rate 100/second burst 100 packets }",
+            "limit verdict_log_allowed { rate 100/second burst 100 packets }",
             "counter verdict_log_suppressed { }",
         ]
+    );
+}
+
+#[test]
+fn allowed_packets_log_under_their_own_limit_and_audit_mode_changes_nothing() {
+    let log = DropLog {
+        group: 5730,
+        per_second: 100,
+        audit: false,
+    };
+    let audit = DropLog { audit: true, ..log };
+    for log in [log, audit] {
+        assert_eq!(allowed_chain(Direction::Ingress), "allowed_ingress");
+        assert_eq!(
+            allowed_chain_rules(Direction::Ingress, &log, "accept"),
+            [
+                "limit name \"verdict_log_allowed\" log prefix \"podnet allowed ingress\" group 5730 accept",
+                "counter name \"verdict_log_suppressed\" accept",
+            ]
+        );
+        let rule = origin(Tier::Baseline, "dns", 1, Some("to-dns"));
+        assert_eq!(
+            allow_rules(Direction::Egress, &rule, &log, "return"),
+            [
+                "limit name \"verdict_log_allowed\" log prefix \"podnet allowed egress baseline 1 dns to-dns\" group 5730 return",
+                "counter name \"verdict_log_suppressed\" return",
+            ]
+        );
+    }
+    let p = tier_prefix(
+        Outcome::Allowed,
+        Direction::Egress,
+        &origin(Tier::Admin, "dns", 3, None),
+    );
+    assert_eq!(
+        parse_prefix(&p),
+        Ok(Logged {
+            outcome: Outcome::Allowed,
+            direction: Direction::Egress,
+            origin: Some(origin(Tier::Admin, "dns", 3, None)),
+        })
     );
 }
 
