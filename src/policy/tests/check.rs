@@ -149,8 +149,8 @@ fn the_kernels_table_is_checked_for_deletion_flushes_and_removed_elements() {
 }
 
 /// web's ingress in the two ClusterNetworkPolicy tiers: an Admin Deny of
-/// `denied`, Pass of `passed` (when `pass`), then NetworkPolicy's allow of
-/// `clients`, then a Baseline Deny of everyone. Each names its policy, the
+/// `denied`, Pass of `passed` (when `pass`), Allow of `allowed`, then
+/// NetworkPolicy's allow of `clients`, then a Baseline Deny of everyone. Each names its policy, the
 /// Admin tier's too long for a log prefix (logged, it is cut).
 fn tiered(pass: bool) -> State {
     use crate::policy::state::{Origin, TierRule, Verdict};
@@ -172,7 +172,7 @@ fn tiered(pass: bool) -> State {
         verdict,
         origin: origin(Tier::Admin, "a".repeat(253)),
     };
-    for name in ["denied", "passed"] {
+    for name in ["denied", "passed", "allowed"] {
         let elements = [Element::Address(ip("10.0.9.9"))].into();
         let set = Set {
             kind: SetKind::Addresses,
@@ -185,6 +185,7 @@ fn tiered(pass: bool) -> State {
         if pass {
             chain.admin.push(rule("passed", Verdict::Pass));
         }
+        chain.admin.push(rule("allowed", Verdict::Allow));
         chain.baseline.push(TierRule {
             rule: Rule {
                 peer: PeerMatch::Any,
@@ -260,6 +261,11 @@ fn the_kernel_takes_logged_final_drops_and_tier_denies_and_counts_what_the_limit
                 "a".repeat(127 - format!("podnet {outcome} ingress admin 0 ").len() - 1)
             );
             assert!(listed.contains(&cut), "{cut} in {listed}");
+            // The Admin Allow is logged under its own limit, and a
+            // NetworkPolicy allow through the allowed chain.
+            let allow = "limit name \"verdict_log_allowed\" log prefix \"podnet allowed ingress admin 0 ";
+            assert!(listed.contains(allow), "{allow} in {listed}");
+            assert!(listed.contains("goto allowed_ingress"), "{listed}");
             table::remove().unwrap();
         }
     });
