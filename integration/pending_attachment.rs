@@ -18,13 +18,15 @@ use podnet::datapath::link_marker::LinkMarker;
 use crate::harness::*;
 use crate::round_trips::{Kill, Proxy, eventually};
 
-/// A single-stack node whose pending addresses expire after 2 s.
-fn node(cidr: &str) -> Node {
+/// A single-stack node whose pending addresses expire after `expiration`
+/// (long enough for an ADD on a busy machine: one that takes longer has its
+/// addresses expire before the link is marked wired, as it should).
+fn node(cidr: &str, expiration: &str) -> Node {
     Node::start(&[
         "--cluster-pool-ipv4-cidr",
         cidr,
         "--ipam-expiration",
-        "2s",
+        expiration,
         "--k8s-node-name",
         "pending-node",
     ])
@@ -42,7 +44,7 @@ fn a_daemon_killed_right_after_add_keeps_the_address_through_restart_and_expiry(
     if !root_or_skip("daemon_killed_after_add") {
         return;
     }
-    let mut node = node("10.56.0.0/16");
+    let mut node = node("10.56.0.0/16", "5s");
     let proxy = Proxy::start(&node.dir, node.socket(), Kill::Hold("POST /v1/cni/report"));
     let a = node.sandbox();
     let r = node.plugin("ADD", Some(&a), &proxy.conf(), &[]);
@@ -59,7 +61,7 @@ fn a_daemon_killed_right_after_add_keeps_the_address_through_restart_and_expiry(
     );
     // SIGKILL, and stay down past the expiration.
     node.stop_daemon(true);
-    std::thread::sleep(Duration::from_millis(2500));
+    std::thread::sleep(Duration::from_millis(5500));
     node.start_daemon();
     assert!(
         eventually(5, || bound(&node, &ip)),
@@ -69,7 +71,7 @@ fn a_daemon_killed_right_after_add_keeps_the_address_through_restart_and_expiry(
     );
     assert!(node.log().contains("marked wired"), "{}", node.log());
     // And it stays: nothing else expires it, the pod keeps its link.
-    std::thread::sleep(Duration::from_millis(2500));
+    std::thread::sleep(Duration::from_millis(5500));
     assert!(bound(&node, &ip), "{:?}", node.allocations());
     assert_eq!(node.host_links(), std::slice::from_ref(&host));
     assert!(a.ping(&node.ipv4_addressing().ip));
@@ -83,7 +85,7 @@ fn an_add_stopped_before_the_wired_marker_expires_with_its_link() {
     if !root_or_skip("stopped_before_wired") {
         return;
     }
-    let node = node("10.57.0.0/16");
+    let node = node("10.57.0.0/16", "5s");
     let a = node.sandbox();
     // What a plugin killed after the host side and before the marker leaves: the
     // allocation (with its pending endpoint), and the pair with the host side up
@@ -117,7 +119,7 @@ fn an_add_stopped_before_the_wired_marker_expires_with_its_link() {
     }
     // The expiry finds no wired marker: address, endpoint and link go.
     assert!(
-        eventually(6, || !node.allocations().contains_key(&ip)
+        eventually(10, || !node.allocations().contains_key(&ip)
             && node.host_links().is_empty()),
         "left: {:?} {:?}",
         node.allocations(),
@@ -133,7 +135,8 @@ fn check_and_del_right_after_add_work_and_a_report_after_del_is_refused() {
     if !root_or_skip("del_right_after_add") {
         return;
     }
-    let node = node("10.58.0.0/16");
+    // No expiry in this test's time: CHECK and DEL meet the pending endpoint.
+    let node = node("10.58.0.0/16", "60s");
     let proxy = Proxy::start(&node.dir, node.socket(), Kill::Hold("POST /v1/cni/report"));
     let a = node.sandbox();
     let r = node.plugin("ADD", Some(&a), &proxy.conf(), &[]);

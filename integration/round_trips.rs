@@ -335,8 +335,10 @@ fn a_plugin_killed_right_after_the_allocation_has_its_address_expire() {
     let node = Node::start(&[
         "--cluster-pool-ipv4-cidr",
         "10.52.0.0/16",
+        // Longer than an ADD on a busy machine: one that takes longer has its
+        // addresses expire before the link is marked wired.
         "--ipam-expiration",
-        "2s",
+        "5s",
         "--k8s-node-name",
         "rt-node",
     ]);
@@ -361,7 +363,7 @@ fn a_plugin_killed_right_after_the_allocation_has_its_address_expire() {
         "killed before wiring anything"
     );
     assert!(
-        eventually(6, || !node.allocations().contains_key(&pending[0])),
+        eventually(10, || !node.allocations().contains_key(&pending[0])),
         "the address outlived its expiration"
     );
     assert!(node.log().contains("Released IP after expiration"));
@@ -378,8 +380,10 @@ fn a_wired_add_whose_report_never_arrives_is_bound_at_expiry() {
     let node = Node::start(&[
         "--cluster-pool-ipv4-cidr",
         "10.53.0.0/16",
+        // Longer than an ADD on a busy machine: one that takes longer has its
+        // addresses expire before the link is marked wired.
         "--ipam-expiration",
-        "2s",
+        "5s",
         "--k8s-node-name",
         "rt-node",
     ]);
@@ -393,7 +397,7 @@ fn a_wired_add_whose_report_never_arrives_is_bound_at_expiry() {
     // The expiry finds the host link marked wired: it binds the address instead
     // of releasing it.
     assert!(
-        eventually(6, || node
+        eventually(10, || node
             .allocations()
             .get(&ip)
             .is_some_and(|o| !o.contains("[expiring]"))),

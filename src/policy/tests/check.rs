@@ -263,7 +263,8 @@ fn the_kernel_takes_logged_final_drops_and_tier_denies_and_counts_what_the_limit
             assert!(listed.contains(&cut), "{cut} in {listed}");
             // The Admin Allow is logged under its own limit, and a
             // NetworkPolicy allow through the allowed chain.
-            let allow = "limit name \"verdict_log_allowed\" log prefix \"podnet allowed ingress admin 0 ";
+            let allow =
+                "limit name \"verdict_log_allowed\" log prefix \"podnet allowed ingress admin 0 ";
             assert!(listed.contains(allow), "{allow} in {listed}");
             assert!(listed.contains("goto allowed_ingress"), "{listed}");
             table::remove().unwrap();
