@@ -11,8 +11,9 @@
 //! observers: a broadcast channel of [`BUFFERED`] lines, so a slow client loses
 //! lines (counted: `policy_observe_lines_lost_total`) and never holds the
 //! reader. A client's lines are filtered ([`Filter`]: allowed ones only when
-//! asked for) and written as JSON, one per line, until it goes. Nothing here runs per packet the limit suppressed:
-//! the kernel counts those (`policy::table::suppressed`).
+//! asked for) and written as JSON, one per line, until it goes. Nothing here
+//! runs per packet the limits suppressed: the kernel counts those
+//! (`policy::table::suppressed`).
 
 use std::collections::HashMap;
 use std::convert::Infallible;

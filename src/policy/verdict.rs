@@ -209,7 +209,12 @@ pub fn allowed_chain(direction: Direction) -> String {
 
 /// The rules of [`allowed_chain`].
 pub fn allowed_chain_rules(direction: Direction, log: &DropLog, allow: &str) -> [String; 2] {
-    allowed_rules(&prefix(Outcome::Allowed, direction), log, allow)
+    limited_rules(
+        LIMIT_ALLOWED,
+        &prefix(Outcome::Allowed, direction),
+        log,
+        allow,
+    )
 }
 
 /// The ends of a ClusterNetworkPolicy Allow's two rules (each after the
@@ -222,17 +227,7 @@ pub fn allow_rules(
     allow: &str,
 ) -> [String; 2] {
     let prefix = tier_prefix(Outcome::Allowed, direction, origin);
-    allowed_rules(&prefix, log, allow)
-}
-
-fn allowed_rules(prefix: &str, log: &DropLog, allow: &str) -> [String; 2] {
-    [
-        format!(
-            "limit name \"{LIMIT_ALLOWED}\" log prefix \"{prefix}\" group {} {allow}",
-            log.group
-        ),
-        format!("counter name \"{SUPPRESSED}\" {allow}"),
-    ]
+    limited_rules(LIMIT_ALLOWED, &prefix, log, allow)
 }
 
 /// A chain's final rules: `drop`, or, logged, the packets under the limit
@@ -264,16 +259,21 @@ fn outcome_of(log: &DropLog) -> Outcome {
     }
 }
 
-/// Under the limit: logged with `prefix` and given the verdict; the rest
-/// counted and given it too. Audit mode's verdict is `allow`.
+/// A drop's two rules under [`LIMIT`]; audit mode's verdict is `allow`.
 fn logged_rules(prefix: &str, log: &DropLog, allow: &str) -> [String; 2] {
     let verdict = match log.audit {
         true => allow,
         false => "drop",
     };
+    limited_rules(LIMIT, prefix, log, verdict)
+}
+
+/// Under `limit`: logged with `prefix` and given `verdict`; the rest counted
+/// and given it too.
+fn limited_rules(limit: &str, prefix: &str, log: &DropLog, verdict: &str) -> [String; 2] {
     [
         format!(
-            "limit name \"{LIMIT}\" log prefix \"{prefix}\" group {} {verdict}",
+            "limit name \"{limit}\" log prefix \"{prefix}\" group {} {verdict}",
             log.group
         ),
         format!("counter name \"{SUPPRESSED}\" {verdict}"),
