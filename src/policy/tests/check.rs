@@ -199,6 +199,33 @@ fn tiered(pass: bool) -> State {
 }
 
 #[test]
+fn an_allowed_chain_flushed_behind_the_agents_back_is_found() {
+    use crate::datapath::tests::{in_private_netns, root};
+    use crate::policy::verdict::DropLog;
+    let name = "an_allowed_chain_flushed_behind_the_agents_back_is_found";
+    if !root(name) {
+        return;
+    }
+    in_private_netns(|| {
+        let log = DropLog {
+            group: 5730,
+            per_second: 100,
+            audit: false,
+        };
+        let (s, log) = (state(), Some(&log));
+        let t = format!("{FAMILY} {TABLE}");
+        table::install(&s, log).unwrap();
+        let full = || table::check(&s, log, Depth::Full).unwrap();
+        assert_eq!(full(), Found::Intact);
+        nft(&format!("flush chain {t} allowed_ingress\n"));
+        assert!(differs(&full()), "{:?}", full());
+        table::install(&s, log).unwrap();
+        assert_eq!(full(), Found::Intact);
+        table::remove().unwrap();
+    });
+}
+
+#[test]
 fn the_kernel_takes_the_tiers_and_their_pass_chains_and_updates_between_them() {
     use crate::datapath::tests::{in_private_netns, root};
     let name = "the_kernel_takes_the_tiers_and_their_pass_chains_and_updates_between_them";
