@@ -5,11 +5,12 @@
 //! A NetworkPolicy lets the client reach web; an Admin Deny of the client
 //! beats it; made a Pass, it hands over to the NetworkPolicy, which allows; a
 //! Baseline Deny of everyone loses to the NetworkPolicy and decides once the
-//! NetworkPolicy is gone. An object podnet cannot enforce (a `domainNames`
-//! peer: no DNS-based peers yet) is reported in `podnet status`, the metric
-//! and an Event, and opens nothing. An agent started before the CRD enforces
+//! NetworkPolicy is gone; `podnet explain` lists the tiers in that order. An
+//! object podnet cannot enforce (a `domainNames` peer: no DNS-based peers yet)
+//! is reported in `podnet status`, the metric and an Event, and opens nothing;
+//! so is a named port no pod has. An agent started before the CRD enforces
 //! NetworkPolicy alone, says it waits for the CRD, and enforces the
-//! ClusterNetworkPolicies once it is installed. An Admin Deny's drop is seen
+//! ClusterNetworkPolicies once it is installed from `podnet crds`. An Admin Deny's drop is seen
 //! by `podnet observe` naming the policy, tier and rule; in audit mode it
 //! passes, reported as `audit`.
 
@@ -100,9 +101,17 @@ fn admin_deny_beats_networkpolicy_pass_hands_over_and_baseline_deny_loses() {
     });
     assert!(client.ping(web_ip), "the NetworkPolicy allows the client");
 
-    // Admin Deny beats the NetworkPolicy's allow.
+    // Admin Deny beats the NetworkPolicy's allow, and explain says so.
     cp.apply(&cnp("admin-web", "Admin", &from_client("Deny")));
     eventually("the Admin Deny enforced", || !client.ping(web_ip));
+    let explained = node.podnet(&["explain", web_ip]);
+    for line in [
+        "Ingress:  first the Admin tier (admin-web); then isolated: only what default/web-from-client allows",
+        "    Admin admin-web (priority 10): rule 0: Deny from pods role=client of every namespace on any port",
+        "    default/web-from-client: from pods role=client of default on any port",
+    ] {
+        assert!(explained.contains(line), "{line:?} in:\n{explained}");
+    }
 
     // Pass hands over to the NetworkPolicy, which allows.
     cp.apply(&cnp("admin-web", "Admin", &from_client("Pass")));
@@ -126,6 +135,10 @@ fn admin_deny_beats_networkpolicy_pass_hands_over_and_baseline_deny_loses() {
         client.ping(web_ip),
         "the NetworkPolicy decides before the Baseline"
     );
+    let explained = node.podnet(&["explain", web_ip]);
+    let not_reached =
+        "the Baseline tier (baseline-web) is not reached: NetworkPolicy isolates the pod";
+    assert!(explained.contains(not_reached), "{explained}");
     // ... and decides without it.
     cp.kubectl(&["delete", "networkpolicy", "web-from-client"])
         .expect_ok("delete the NetworkPolicy");
@@ -146,6 +159,13 @@ fn admin_deny_beats_networkpolicy_pass_hands_over_and_baseline_deny_loses() {
     let m = node.metrics();
     assert!(m.contains("podnet_policy_problems 1"), "{m}");
     assert!(!web.ping(client_ip), "the problem rule opens nothing");
+    // A named port no pod has: reported, naming the field.
+    let misspelled = "  ingress:\n  - action: Deny\n    from:\n    - namespaces: {}\n    protocols:\n    - destinationNamedPort: htp\n";
+    cp.apply(&cnp("named-web", "Admin", misspelled));
+    let problem = "ClusterNetworkPolicy named-web, spec.ingress[0].protocols[0].destinationNamedPort: no pod has a container port named \"htp\"";
+    eventually("the named port's problem in podnet status", || {
+        status_has(&node, problem)
+    });
     eventually("the problem's Event", || {
         let events = cp
             .kubectl(&[
@@ -189,10 +209,16 @@ fn the_crd_installed_after_the_agent_started_is_waited_for_and_then_enforced() {
     });
     assert!(client.ping(web_ip));
 
-    cp.install_crd_files(
-        &repo_path("deploy/crds/clusternetworkpolicies.yaml"),
-        &["clusternetworkpolicies.policy.networking.k8s.io"],
-    );
+    // Installed as `podnet crds | kubectl apply -f -` does (the Cilium CRDs
+    // it prints too are there already: unchanged).
+    let printed = std::process::Command::new(podnet_bin())
+        .arg("crds")
+        .output()
+        .expect("podnet crds");
+    assert!(printed.status.success(), "podnet crds: {printed:?}");
+    let crds = node.dir.join("crds.yaml");
+    std::fs::write(&crds, &printed.stdout).expect("write the printed CRDs");
+    cp.install_crd_files(&crds, &["clusternetworkpolicies.policy.networking.k8s.io"]);
     eventually(
         "the ClusterNetworkPolicy watch once the CRD is served",
         || {

@@ -776,7 +776,8 @@ pub struct L2Candidate {
     pub policy: Option<String>,
 }
 
-/// podnet: what NetworkPolicy means for one local pod (`podnet explain`).
+/// podnet: what NetworkPolicy and ClusterNetworkPolicy mean for one local pod
+/// (`podnet explain`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct PodPolicy {
     /// `namespace/name`.
@@ -794,12 +795,33 @@ pub struct DirectionPolicy {
     /// Whether what no policy allows is dropped.
     #[serde(default)]
     pub isolated: bool,
+    /// The Admin tier's ClusterNetworkPolicies with rules for this direction
+    /// whose subject the pod is, in the order they decide.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admin: Vec<ClusterPolicyRules>,
     /// The policies that select the pod for this direction.
     #[serde(default)]
     pub policies: Vec<PolicyAllows>,
-    /// One sentence: open, or isolated and by what.
+    /// The Baseline tier's, as `admin` (they decide only where no
+    /// NetworkPolicy isolates the pod).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baseline: Vec<ClusterPolicyRules>,
+    /// One sentence: the tiers in order, open or isolated and by what.
     #[serde(default)]
     pub summary: String,
+}
+
+/// podnet: a ClusterNetworkPolicy whose subject a pod is, and its rules of a
+/// direction.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ClusterPolicyRules {
+    pub policy: String,
+    #[serde(default)]
+    pub priority: u16,
+    /// Each rule as text, in the order written: `rule 0 (name): Deny from
+    /// pods app=db of every namespace on TCP 5432`.
+    #[serde(default)]
+    pub rules: Vec<String>,
 }
 
 /// podnet: a policy that selects a pod, and what its rules allow.

@@ -2,8 +2,9 @@
 //! has none (the matching allocations with their rule, range, times and state, and
 //! the recent failures with the troubleshooting hint, and the packets the source
 //! check dropped because the pod sent with an address it does not own, what
-//! the last leak check found for the addresses, and which NetworkPolicies select
-//! the pod per direction and what they allow).
+//! the last leak check found for the addresses, and per direction which
+//! ClusterNetworkPolicies of the Admin tier, NetworkPolicies and Baseline
+//! ClusterNetworkPolicies apply to the pod, in order, and what they do).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -82,9 +83,17 @@ pub fn run(args: &ExplainArgs) -> i32 {
         println!("Policy:     {}{enforced}", p.pod);
         for (direction, d) in [("Ingress:", &p.ingress), ("Egress:", &p.egress)] {
             println!("  {direction:<9} {}", d.summary);
+            let tier = |name: &str, tier: &[crate::api::models::ClusterPolicyRules]| {
+                for c in tier {
+                    let rules = c.rules.join("; ");
+                    println!("    {name} {} (priority {}): {rules}", c.policy, c.priority);
+                }
+            };
+            tier("Admin", &d.admin);
             for allows in &d.policies {
                 println!("    {}: {}", allows.policy, allows.allows.join("; "));
             }
+            tier("Baseline", &d.baseline);
         }
     }
     for t in &ex.spoofed_traffic {

@@ -61,8 +61,9 @@ enum Command {
     /// Size a cluster: nodes, addresses and pod IPs per node (offline).
     Plan(plan::PlanArgs),
     /// Print the CustomResourceDefinitions podnet works with (Cilium 1.20's
-    /// CiliumNode, CiliumPodIPPool, CiliumNodeConfig, CiliumLoadBalancerIPPool), for `kubectl apply -f -`
-    /// where Cilium has not installed them.
+    /// CiliumNode, CiliumPodIPPool, CiliumNodeConfig, CiliumLoadBalancerIPPool,
+    /// CiliumL2AnnouncementPolicy, and sig-network's ClusterNetworkPolicy), for
+    /// `kubectl apply -f -` where they are not installed.
     Crds,
     /// Print podnet's version, the CNI versions it speaks and the on-disk formats
     /// it reads.
@@ -86,7 +87,11 @@ pub fn run(args: Vec<String>) -> i32 {
         Command::Plan(a) => plan::run(&a),
         Command::Lint { args } => lint::run(&args),
         Command::Crds => {
-            print!("{}", crate::resources::CRD_MANIFESTS.join("---\n"));
+            let crds = crate::resources::CRD_MANIFESTS.join("---\n");
+            print!(
+                "{crds}---\n{}",
+                crate::resources::CLUSTER_NETWORK_POLICY_CRD
+            );
             0
         }
         Command::Version => {

@@ -135,7 +135,7 @@ pub fn compile_with(cluster: Cluster, cache: &mut SetCache) -> Compiled {
             continue;
         }
         let usable = nft_safe_link(link);
-        explanations.record(pod, &selecting, usable);
+        explanations.record(pod, &selecting, &subject_of, usable);
         if !usable {
             unusable_links.push(format!("{}/{}", pod.namespace, pod.name));
             continue;
@@ -158,6 +158,7 @@ pub fn compile_with(cluster: Cluster, cache: &mut SetCache) -> Compiled {
     let cluster_problems = cluster.cluster_policies.iter().flat_map(|p| &p.problems);
     problems.extend(cluster_problems.cloned());
     problems.extend(unknown_port_names(cluster.policies, cluster.pods));
+    problems.extend(unknown_named_ports(cluster.cluster_policies, cluster.pods));
     b.cache.end_compile();
     Compiled {
         state: State {
@@ -535,6 +536,28 @@ fn unknown_port_names(policies: &[&PolicyView], pods: &[&PodView]) -> Vec<Proble
         }
     }
     found
+}
+
+/// A problem for each `destinationNamedPort` of `policies` that no container
+/// port of `pods` has, of any protocol (a rule of it matches nothing then).
+fn unknown_named_ports(policies: &[&ClusterPolicyView], pods: &[&PodView]) -> Vec<Problem> {
+    let known: BTreeSet<&str> = pods
+        .iter()
+        .flat_map(|p| &p.ports)
+        .map(|np| np.name.as_str())
+        .collect();
+    let uses = policies
+        .iter()
+        .flat_map(|p| p.named_ports.iter().map(move |u| (*p, u)));
+    uses.filter(|(_, u)| !known.contains(u.name.as_str()))
+        .map(|(p, u)| Problem {
+            kind: Kind::ClusterNetworkPolicy,
+            namespace: String::new(),
+            name: p.name.clone(),
+            field: u.field.clone(),
+            why: Why::UnknownNamedPort(u.name.clone()),
+        })
+        .collect()
 }
 
 #[cfg(test)]

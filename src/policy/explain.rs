@@ -1,7 +1,9 @@
-//! What the node's policies mean for each local pod, for `podnet explain`: the
-//! policies that select it for ingress and for egress, and what each allows
-//! (peers as selectors and ipBlocks, ports) as short text. [`compile`] records
-//! it with the state it makes, so explain reads it instead of compiling again.
+//! What the node's policies mean for each local pod, for `podnet explain`: per
+//! direction, the ClusterNetworkPolicies of the Admin tier whose subject it is
+//! (in the order they decide), the NetworkPolicies that select it, and those of
+//! the Baseline tier, each with what its rules do (peers as selectors, ipBlocks
+//! and networks, ports) as short text. [`compile`] records it with the state it
+//! makes, so explain reads it instead of compiling again.
 //!
 //! [`compile`]: super::compile()
 
@@ -10,7 +12,10 @@ use std::net::IpAddr;
 
 use super::enforcement::Enforcement;
 use super::state::Direction;
-use super::view::{Namespaces, PeerView, PodView, PolicyView, PortSpec, PortView, RuleView};
+use super::view::{
+    Action, ClusterPolicyView, ClusterRuleView, Namespaces, PeerView, PodView, PolicyView,
+    PortSpec, PortView, RuleView, Tier,
+};
 
 /// What the policies mean for one local pod (the REST API answers it as
 /// `api::models::PodPolicy`).
@@ -27,12 +32,27 @@ pub struct PodPolicy {
 /// One direction of a pod's policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirectionPolicy {
-    /// Whether what no policy allows is dropped.
+    /// Whether what no policy allows is dropped (NetworkPolicy's isolation).
     pub isolated: bool,
+    /// The Admin tier's ClusterNetworkPolicies with rules for this direction
+    /// whose subject the pod is, in the order they decide.
+    pub admin: Vec<ClusterPolicyRules>,
     /// The policies that select the pod for this direction.
     pub policies: Vec<PolicyAllows>,
-    /// One sentence: open, or isolated and by what.
+    /// The Baseline tier's, as `admin`.
+    pub baseline: Vec<ClusterPolicyRules>,
+    /// One sentence: the tiers in order, open or isolated and by what.
     pub summary: String,
+}
+
+/// A ClusterNetworkPolicy whose subject a pod is, and its rules of a direction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterPolicyRules {
+    pub policy: String,
+    pub priority: u16,
+    /// Each rule as text, in the order written (the first that matches
+    /// decides): `rule 0 (name): Deny from pods app=db of every namespace on TCP 5432`.
+    pub rules: Vec<String>,
 }
 
 /// A policy that selects a pod, and what its rules allow.
@@ -54,6 +74,9 @@ pub struct Explanations {
     pods: BTreeMap<String, Selected>,
     /// What each policy that selects a local pod allows, by `namespace/name`.
     allows: BTreeMap<String, Allows>,
+    /// The rules of each ClusterNetworkPolicy whose subject a local pod is,
+    /// by name.
+    cluster_rules: BTreeMap<String, ClusterRules>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +84,17 @@ struct Selected {
     ips: Vec<IpAddr>,
     /// False when its host link cannot be named in nftables: not enforced.
     enforced: bool,
+    ingress: Vec<String>,
+    egress: Vec<String>,
+    /// The ClusterNetworkPolicies whose subject it is, in the order they decide.
+    subject_of: Vec<String>,
+}
+
+/// A ClusterNetworkPolicy's place and its rules as text per direction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ClusterRules {
+    tier: Tier,
+    priority: u16,
     ingress: Vec<String>,
     egress: Vec<String>,
 }
@@ -81,14 +115,36 @@ impl Explanations {
         }
     }
 
-    /// Records local `pod` and the policies that select it.
-    pub fn record(&mut self, pod: &PodView, selecting: &[&PolicyView], enforced: bool) {
+    /// Records local `pod`, the policies that select it and the
+    /// ClusterNetworkPolicies whose subject it is (in the order they decide).
+    pub fn record(
+        &mut self,
+        pod: &PodView,
+        selecting: &[&PolicyView],
+        subject_of: &[&ClusterPolicyView],
+        enforced: bool,
+    ) {
         let mut selected = Selected {
             ips: pod.ips.clone(),
             enforced,
             ingress: Vec::new(),
             egress: Vec::new(),
+            subject_of: Vec::new(),
         };
+        for p in subject_of {
+            let Some((tier, priority)) = p.place else {
+                continue;
+            };
+            self.cluster_rules
+                .entry(p.name.clone())
+                .or_insert_with(|| ClusterRules {
+                    tier,
+                    priority,
+                    ingress: cluster_texts(Direction::Ingress, &p.ingress),
+                    egress: cluster_texts(Direction::Egress, &p.egress),
+                });
+            selected.subject_of.push(p.name.clone());
+        }
         for p in selecting {
             let key = format!("{}/{}", p.namespace, p.name);
             let allows = self.allows.entry(key.clone()).or_insert_with(|| Allows {
@@ -145,10 +201,14 @@ impl Explanations {
                     if keys.len() == 1 { "s" } else { "" },
                 ),
             };
+            let admin = self.tier_of(&s.subject_of, Tier::Admin, d);
+            let baseline = self.tier_of(&s.subject_of, Tier::Baseline, d);
             DirectionPolicy {
                 isolated,
+                summary: tiers_summary(&admin, summary, &baseline, isolated),
+                admin,
                 policies,
-                summary,
+                baseline,
             }
         };
         Some(PodPolicy {
@@ -165,7 +225,9 @@ impl Explanations {
     pub fn unrecorded(&self, pod: &str) -> PodPolicy {
         let direction = |d: Direction| DirectionPolicy {
             isolated: false,
+            admin: Vec::new(),
             policies: Vec::new(),
+            baseline: Vec::new(),
             summary: match self.enforcement {
                 Enforcement::Default => {
                     format!("open: no NetworkPolicy selects it for {}", d.as_str())
@@ -192,6 +254,60 @@ impl Explanations {
         };
         texts.cloned().unwrap_or_default()
     }
+
+    /// The policies of `tier` among `subject_of` with rules for `d`, in order.
+    fn tier_of(&self, subject_of: &[String], tier: Tier, d: Direction) -> Vec<ClusterPolicyRules> {
+        let placed = subject_of
+            .iter()
+            .filter_map(|name| Some((name, self.cluster_rules.get(name)?)));
+        let of_tier = placed.filter(|(_, r)| r.tier == tier);
+        of_tier
+            .filter_map(|(name, r)| {
+                let rules = match d {
+                    Direction::Ingress => &r.ingress,
+                    Direction::Egress => &r.egress,
+                };
+                (!rules.is_empty()).then(|| ClusterPolicyRules {
+                    policy: name.clone(),
+                    priority: r.priority,
+                    rules: rules.clone(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// The summary of a direction: the Admin tier's policies first, then
+/// NetworkPolicy's `policy` sentence, then the Baseline tier's, which decide
+/// only where NetworkPolicy does not isolate. `policy` alone when no
+/// ClusterNetworkPolicy has a say.
+fn tiers_summary(
+    admin: &[ClusterPolicyRules],
+    policy: String,
+    baseline: &[ClusterPolicyRules],
+    isolated: bool,
+) -> String {
+    let names = |tier: &[ClusterPolicyRules]| {
+        let names: Vec<&str> = tier.iter().map(|p| p.policy.as_str()).collect();
+        names.join(", ")
+    };
+    let mut summary = String::new();
+    if !admin.is_empty() {
+        summary = format!("first the Admin tier ({}); then ", names(admin));
+    }
+    summary.push_str(&policy);
+    match (baseline.is_empty(), isolated) {
+        (true, _) => {}
+        (false, true) => summary.push_str(&format!(
+            "; the Baseline tier ({}) is not reached: NetworkPolicy isolates the pod",
+            names(baseline)
+        )),
+        (false, false) => summary.push_str(&format!(
+            "; then the Baseline tier ({}); what no tier decides passes",
+            names(baseline)
+        )),
+    }
+    summary
 }
 
 /// What passes besides the policies: traffic between a pod and its own node
@@ -208,27 +324,69 @@ fn texts(d: Direction, rules: &[RuleView]) -> Vec<String> {
 
 /// `from <peers> on <ports>` (ingress) or `to <peers> on <ports>` (egress).
 fn rule_text(d: Direction, rule: &RuleView) -> String {
-    let peers = match rule.peers.is_empty() {
-        true => "anywhere".to_string(),
+    let ports: Vec<String> = rule.ports.iter().map(port_text).collect();
+    rule_body(d, &rule.peers, "anywhere", ports)
+}
+
+/// `<from|to> <peers> on <ports>`; `no_peer` says what no peer means.
+fn rule_body(d: Direction, peers: &[PeerView], no_peer: &str, ports: Vec<String>) -> String {
+    let peers = match peers.is_empty() {
+        true => no_peer.to_string(),
         false => {
-            let peers: Vec<String> = rule.peers.iter().map(peer_text).collect();
+            let peers: Vec<String> = peers.iter().map(peer_text).collect();
             peers.join(", ")
         }
     };
-    let ports = match rule.ports.is_empty() {
+    let ports = match ports.is_empty() {
         true => "any port".to_string(),
-        false => rule
-            .ports
-            .iter()
-            .map(port_text)
-            .collect::<Vec<_>>()
-            .join(", "),
+        false => ports.join(", "),
     };
     let way = match d {
         Direction::Ingress => "from",
         Direction::Egress => "to",
     };
     format!("{way} {peers} on {ports}")
+}
+
+/// Each ClusterNetworkPolicy rule of a direction as one line.
+fn cluster_texts(d: Direction, rules: &[ClusterRuleView]) -> Vec<String> {
+    rules.iter().map(|r| cluster_rule_text(d, r)).collect()
+}
+
+/// `rule <index> (<name>): <Action> <from|to> <peers> on <ports>`; a rule that
+/// failed closed says so. Its peers list nobody when empty (the API's peers
+/// match what they select, none selects nothing); a named port, which names no
+/// protocol, is said once.
+fn cluster_rule_text(d: Direction, rule: &ClusterRuleView) -> String {
+    let label = match &rule.name {
+        Some(name) => format!("rule {} ({name})", rule.index),
+        None => format!("rule {}", rule.index),
+    };
+    let action = match rule.action {
+        Action::Accept => "Accept",
+        Action::Deny => "Deny",
+        Action::Pass => "Pass",
+    };
+    let Some(peers) = &rule.peers else {
+        let body = rule_body(d, &[], "anywhere", Vec::new());
+        return format!(
+            "{label}: {action} {body} (the rule has a problem: podnet status names it)"
+        );
+    };
+    let mut ports: Vec<String> = Vec::new();
+    for port in &rule.ports {
+        let text = match port {
+            PortView::Port {
+                spec: PortSpec::Named(name),
+                ..
+            } => format!("port named {name}"),
+            other => port_text(other),
+        };
+        if !ports.contains(&text) {
+            ports.push(text);
+        }
+    }
+    format!("{label}: {action} {}", rule_body(d, peers, "nobody", ports))
 }
 
 fn peer_text(peer: &PeerView) -> String {

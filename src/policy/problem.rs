@@ -25,6 +25,8 @@ pub enum Why {
     EndPortWithoutNumber(String),
     #[error("no pod has a {protocol} port named {name:?}")]
     UnknownPortName { name: String, protocol: String },
+    #[error("no pod has a container port named {0:?}")]
+    UnknownNamedPort(String),
     #[error("unknown policy type {0:?} (Ingress, Egress)")]
     UnknownPolicyType(String),
     #[error("unknown tier {0:?} (Admin, Baseline): the policy applies nothing")]

@@ -92,7 +92,18 @@ pub struct ClusterPolicyView {
     /// In the order written (the first takes precedence).
     pub ingress: Vec<ClusterRuleView>,
     pub egress: Vec<ClusterRuleView>,
+    /// Each `destinationNamedPort` of a rule it enforces, with its field (the
+    /// compile reports a name no pod's container port has).
+    pub named_ports: Vec<NamedPortUse>,
     pub problems: Vec<Problem>,
+}
+
+/// A `destinationNamedPort` and where it is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedPortUse {
+    /// `spec.ingress[0].protocols[1].destinationNamedPort`.
+    pub field: String,
+    pub name: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -216,6 +227,7 @@ pub fn cluster_policy(name: &str, spec: &serde_json::Value) -> ClusterPolicyView
         subject: Subject::Nothing,
         ingress: Vec::new(),
         egress: Vec::new(),
+        named_ports: Vec::new(),
         problems: problems.found,
     };
     let spec: Spec = match Spec::deserialize(spec) {
@@ -227,8 +239,24 @@ pub fn cluster_policy(name: &str, spec: &serde_json::Value) -> ClusterPolicyView
     };
     let place = place(&mut problems, &spec);
     let subject = subject(&mut problems, &spec.subject);
-    let ingress = rules(&mut problems, "spec.ingress", "from", false, &spec.ingress);
-    let egress = rules(&mut problems, "spec.egress", "to", true, &spec.egress);
+    let mut named_ports = Vec::new();
+    let (ingress, egress) = (&spec.ingress, &spec.egress);
+    let ingress = rules(
+        &mut problems,
+        &mut named_ports,
+        "spec.ingress",
+        "from",
+        false,
+        ingress,
+    );
+    let egress = rules(
+        &mut problems,
+        &mut named_ports,
+        "spec.egress",
+        "to",
+        true,
+        egress,
+    );
     if place.is_none() {
         return nothing(problems);
     }
@@ -238,6 +266,7 @@ pub fn cluster_policy(name: &str, spec: &serde_json::Value) -> ClusterPolicyView
         subject,
         ingress,
         egress,
+        named_ports,
         problems: problems.found,
     }
 }
@@ -319,9 +348,11 @@ fn namespaced(
     Some((namespaces?, pods?))
 }
 
-/// The rules of one direction, each failed closed when it has a problem.
+/// The rules of one direction, each failed closed when it has a problem; the
+/// named ports of those without one are added to `named_ports`.
 fn rules(
     problems: &mut Problems,
+    named_ports: &mut Vec<NamedPortUse>,
     field: &str,
     peers_field: &str,
     egress: bool,
@@ -351,13 +382,22 @@ fn rules(
         }
         let name = r.name.clone().filter(|n| !n.is_empty());
         match (action, problems.found.len() == before) {
-            (Some(action), true) => out.push(ClusterRuleView {
-                action,
-                peers: Some(peers),
-                ports,
-                index: i,
-                name,
-            }),
+            (Some(action), true) => {
+                let named = r.protocols.iter().enumerate().filter_map(|(k, p)| {
+                    Some(NamedPortUse {
+                        field: format!("{field}.protocols[{k}].destinationNamedPort"),
+                        name: p.destination_named_port.clone()?,
+                    })
+                });
+                named_ports.extend(named);
+                out.push(ClusterRuleView {
+                    action,
+                    peers: Some(peers),
+                    ports,
+                    index: i,
+                    name,
+                });
+            }
             (Some(Action::Accept), false) => {}
             _ => out.push(ClusterRuleView {
                 action: Action::Deny,

@@ -23,6 +23,13 @@ pub const CRD_MANIFESTS: [&str; 5] = [
     include_str!("../../deploy/crds/ciliuml2announcementpolicies.yaml"),
 ];
 
+/// sig-network's ClusterNetworkPolicy CRD (network-policy-api v0.3.0, the
+/// experimental channel), as `kubectl apply -f deploy/crds/` installs it and
+/// `podnet crds` prints it. The operator never registers it: the CRD is not
+/// Cilium's, and another implementation's of the same group would be changed.
+pub const CLUSTER_NETWORK_POLICY_CRD: &str =
+    include_str!("../../deploy/crds/clusternetworkpolicies.yaml");
+
 mod cidr_group;
 mod cilium_node;
 pub mod core_v1;
@@ -90,5 +97,23 @@ mod crd_tests {
         );
         // Every manifest ends with a newline, so `podnet crds` separates them.
         assert!(CRD_MANIFESTS.iter().all(|m| m.ends_with('\n')));
+    }
+
+    #[test]
+    fn the_cluster_network_policy_crd_is_sig_networks_in_both_versions() {
+        let crd = super::CLUSTER_NETWORK_POLICY_CRD;
+        assert!(crd.ends_with('\n') && !crd.contains("\n---"));
+        let v: serde_json::Value = serde_yaml_ng::from_str(crd).expect("a CRD");
+        assert_eq!(
+            v["metadata"]["name"],
+            "clusternetworkpolicies.policy.networking.k8s.io"
+        );
+        let versions: Vec<&str> = v["spec"]["versions"]
+            .as_array()
+            .expect("versions")
+            .iter()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        assert!(versions.contains(&"v1beta1") && versions.contains(&"v1alpha2"));
     }
 }

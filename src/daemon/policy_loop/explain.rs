@@ -1,10 +1,12 @@
-//! The NetworkPolicy part of `podnet explain`: for each local pod the answer
+//! The policy part of `podnet explain`: for each local pod the answer
 //! names, what the policies in the table last written mean for it in each
 //! direction (read from the loop's published [`Explanations`], not compiled
 //! again), also said in the answer's summary. The policy's answer becomes the
 //! wire's `PodPolicy` here.
 
-use crate::api::models::{DirectionPolicy, ExplainResponse, PodPolicy, PolicyAllows};
+use crate::api::models::{
+    ClusterPolicyRules, DirectionPolicy, ExplainResponse, PodPolicy, PolicyAllows,
+};
 use crate::policy::Explanations;
 use crate::policy::explain as policy;
 
@@ -64,9 +66,19 @@ impl From<policy::DirectionPolicy> for DirectionPolicy {
             policy: a.policy,
             allows: a.allows,
         });
+        let tier = |tier: Vec<policy::ClusterPolicyRules>| {
+            let rules = tier.into_iter().map(|p| ClusterPolicyRules {
+                policy: p.policy,
+                priority: p.priority,
+                rules: p.rules,
+            });
+            rules.collect()
+        };
         DirectionPolicy {
             isolated: d.isolated,
+            admin: tier(d.admin),
             policies: policies.collect(),
+            baseline: tier(d.baseline),
             summary: d.summary,
         }
     }

@@ -20,9 +20,9 @@ fn names(enforcement: Enforcement) -> Names {
     );
     let e = policy("default", "egress-only", egress);
     let web = pod("default", "web", &[], &["10.0.0.2"]);
-    explanations.record(&web, &[&a, &b, &e], true);
+    explanations.record(&web, &[&a, &b, &e], &[], true);
     let lonely = pod("default", "lonely", &[], &["10.0.0.3"]);
-    explanations.record(&lonely, &[], true);
+    explanations.record(&lonely, &[], &[], true);
     Names {
         pods: HashMap::from([
             (ip("10.0.0.1"), "default/client".to_string()),

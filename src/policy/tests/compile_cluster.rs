@@ -39,13 +39,20 @@ fn namespaces() -> [NamespaceView; 3] {
 }
 
 fn run(policies: &[PolicyView], cluster: &[ClusterPolicyView]) -> Compiled {
+    let c = run_with_problems(policies, cluster);
+    assert_eq!(c.problems, vec![], "{c:#?}");
+    c
+}
+
+/// [`run`] of policies that may have problems.
+fn run_with_problems(policies: &[PolicyView], cluster: &[ClusterPolicyView]) -> Compiled {
     let namespaces = namespaces();
     let nodes = [{
         let mut n = node("db-node", &["192.168.0.9"], &[]);
         n.labels = [("role".to_string(), "db".to_string())].into();
         n
     }];
-    let c = compile_all(
+    compile_all(
         Enforcement::Default,
         policies,
         cluster,
@@ -53,9 +60,7 @@ fn run(policies: &[PolicyView], cluster: &[ClusterPolicyView]) -> Compiled {
         &namespaces,
         &[ip("192.168.0.1")],
         &nodes,
-    );
-    assert_eq!(c.problems, vec![], "{c:#?}");
-    c
+    )
 }
 
 /// A policy of `tier` and `priority` whose subject is namespace a.
@@ -321,6 +326,40 @@ fn named_ports_are_the_destination_pods() {
     assert!(!egress(&c, CLIENT, (Tcp, 9090)));
     assert!(egress(&c, CLIENT, (Tcp, 8080)));
     assert!(egress(&c, OTHER, (Tcp, 9090)), "other has no http port");
+    assert_eq!(c.problems, vec![], "http is a port of web and client");
+}
+
+#[test]
+fn a_named_port_no_pod_has_is_a_problem_naming_its_field() {
+    let rule = |port: &str| {
+        json!({"action": "Accept", "from": [{"namespaces": {}}],
+               "protocols": [{"tcp": {"destinationPort": {"number": 80}}},
+                             {"destinationNamedPort": port}]})
+    };
+    let misspelled = admin("named", 1, json!([rule("http"), rule("htp")]));
+    let c = run_with_problems(&[], &[misspelled]);
+    let problems: Vec<(&str, &str, String)> = c
+        .problems
+        .iter()
+        .map(|p| (p.name.as_str(), p.field.as_str(), p.why.to_string()))
+        .collect();
+    assert_eq!(
+        problems,
+        [(
+            "named",
+            "spec.ingress[1].protocols[1].destinationNamedPort",
+            "no pod has a container port named \"htp\"".to_string()
+        )]
+    );
+    // A rule that failed closed already is not reported twice.
+    let broken = json!({"action": "Deny", "from": [{"namespaces": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}],
+                        "protocols": [{"destinationNamedPort": "htp"}]});
+    let c = run_with_problems(&[], &[admin("broken", 1, json!([broken]))]);
+    let fields: Vec<&str> = c.problems.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        ["spec.ingress[0].from[0].namespaces.matchExpressions[0].operator"]
+    );
 }
 
 #[test]

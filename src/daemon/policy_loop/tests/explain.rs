@@ -3,7 +3,7 @@ use serde_json::json;
 use super::*;
 use crate::api::models::AddressExplanation;
 use crate::policy::Enforcement;
-use crate::policy::fixtures::{compile_placed, local, pod, policy};
+use crate::policy::fixtures::{cnp, compile_all, compile_placed, local, pod, policy};
 
 fn answer(addresses: &[(&str, &str, &str)]) -> ExplainResponse {
     ExplainResponse {
@@ -89,5 +89,38 @@ fn the_wire_spells_a_pods_policy_as_before() {
             },
             "enforced": true
         }])
+    );
+}
+
+#[test]
+fn the_wire_spells_the_tiers_only_when_a_cluster_policy_applies() {
+    let pods = [local(
+        pod("a", "web", &[("app", "web")], &["10.0.0.10"]),
+        "lxcweb",
+    )];
+    let deny = cnp(
+        "admin-deny",
+        json!({"tier": "Admin", "priority": 3, "subject": {"namespaces": {}},
+               "egress": [{"name": "no-dns", "action": "Deny", "to": [{"networks": ["10.96.0.10/32"]}],
+                           "protocols": [{"udp": {"destinationPort": {"number": 53}}}]}]}),
+    );
+    let explanations =
+        compile_all(Enforcement::Default, &[], &[deny], &pods, &[], &[], &[]).explanations;
+    let mut a = answer(&[("10.0.0.10", "a/web", "c1")]);
+    add_policy(&mut a, &explanations);
+    let wire = serde_json::to_value(&a.policy).expect("json");
+    assert_eq!(
+        wire[0]["egress"]["admin"],
+        json!([{"policy": "admin-deny", "priority": 3,
+                "rules": ["rule 0 (no-dns): Deny to ipBlock 10.96.0.10/32 on UDP 53"]}])
+    );
+    assert_eq!(wire[0]["ingress"].get("admin"), None, "no rule for ingress");
+    assert_eq!(wire[0]["egress"].get("baseline"), None);
+    assert!(
+        a.summary.contains(
+            "egress first the Admin tier (admin-deny); then open: no NetworkPolicy selects it for egress"
+        ),
+        "{}",
+        a.summary
     );
 }
