@@ -7,8 +7,9 @@
 //! router address as its InternalIP), and one writer. The loop is the
 //! controller kit's ([`crate::controller::run`], [`TIMING`]). After a change
 //! (debounced by [`DEBOUNCE`]) it compiles the node's state from the views and what the
-//! daemon knows of the node, on a blocking thread (the runtime's two threads
-//! answer the plugin), the pods' sets kept from one compile to the next and
+//! daemon knows of the node, on the loop's own thread at a lower CPU priority
+//! ([`worker`]: the runtime's two threads answer the plugin, and come first),
+//! the pods' sets kept from one compile to the next and
 //! brought up to date for the Pods whose events arrived ([`crate::policy::sets`]:
 //! a Pod event costs a look at that pod per set, not every pod per selector)
 //! ([`NodeSide`]: each local pod's host link from the ledger, or, for a pod a
@@ -53,6 +54,7 @@
 
 mod cluster;
 pub mod explain;
+mod worker;
 pub mod writer;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -88,6 +90,7 @@ use crate::policy::{
 };
 use crate::store::now_ms;
 pub use cluster::ClusterKind;
+use worker::Worker;
 use writer::{Kernel, Pass, Writer, Wrote};
 
 /// How long after a change the loop waits for more before it compiles.
@@ -442,8 +445,16 @@ pub async fn run(
         Enforcement::Always => "always",
     };
     tracing::info!("NetworkPolicy enforcement on (--enable-policy {mode})");
+    let worker = match Worker::start() {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::error!(error = %e, "NetworkPolicy: the policy thread did not start; the policy table stays as last written");
+            return;
+        }
+    };
     let mut policy = PolicyLoop {
         daemon,
+        worker,
         events_to,
         enforcement,
         watched,
@@ -460,6 +471,8 @@ pub async fn run(
 /// The loop's state.
 struct PolicyLoop {
     daemon: Arc<Daemon>,
+    /// Where the compile and the writes run ([`worker`]: a nicer thread).
+    worker: Worker,
     /// Where ClusterNetworkPolicy problems are posted as Events (None: off).
     events_to: Option<cluster::Problems>,
     enforcement: Enforcement,
@@ -552,8 +565,8 @@ impl Controller for PolicyLoop {
 }
 
 impl PolicyLoop {
-    /// Checks the kernel's table when `check` says, and writes (off the
-    /// runtime's threads: nft is a process); reports the pass.
+    /// Checks the kernel's table when `check` says, and writes (on the policy
+    /// thread, off the runtime's: nft is a process); reports the pass.
     async fn pass(
         &mut self,
         plan: Option<Planned>,
@@ -566,11 +579,13 @@ impl PolicyLoop {
                 .take()
                 .unwrap_or_else(|| Writer::new(Kernel { log }));
             let compiled = planned.compiled;
-            let done = tokio::task::spawn_blocking(move || {
-                let pass = writer.pass(&compiled, check);
-                (writer, pass)
-            })
-            .await;
+            let done = self
+                .worker
+                .run(move || {
+                    let pass = writer.pass(&compiled, check);
+                    (writer, pass)
+                })
+                .await;
             let pass = match done {
                 Ok((writer, pass)) => {
                     self.writer = Some(writer);
@@ -621,7 +636,7 @@ struct Count {
 impl PolicyLoop {
     /// Compiles the node's state (None: the node's side cannot be read), off
     /// the runtime's threads, which answer the plugin: the views and the kept
-    /// sets go to a blocking thread and come back with the state. The events
+    /// sets go to the policy thread and come back with the state. The events
     /// that arrive meanwhile wait in the watches' streams; the next pass takes
     /// them all at once.
     async fn compile(&mut self) -> Option<Planned> {
@@ -635,18 +650,15 @@ impl PolicyLoop {
         let mut watched = std::mem::take(&mut self.watched);
         let mut sets = std::mem::take(&mut self.sets);
         let enforcement = self.enforcement;
-        let compiled = tokio::task::spawn_blocking(move || {
+        let compiled = self.worker.run(move || {
             let changes = std::mem::take(&mut watched.changes);
             let compiled = compile_node_with(&watched, &node, enforcement, &mut sets, changes);
             (watched, sets, compiled)
-        })
-        .await;
-        let (watched, sets, compiled) = match compiled.map_err(|e| e.try_into_panic()) {
+        });
+        let (watched, sets, compiled) = match compiled.await {
             Ok(done) => done,
-            // The compile panicked: as it would have on this thread.
-            Err(Ok(panic)) => std::panic::resume_unwind(panic),
-            Err(Err(e)) => {
-                tracing::warn!(error = %e, "NetworkPolicy: the compile did not run (the runtime stops)");
+            Err(e) => {
+                tracing::warn!(error = %e, "NetworkPolicy: the compile did not run");
                 return None;
             }
         };
