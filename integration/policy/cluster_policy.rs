@@ -7,17 +7,23 @@
 //! Baseline Deny of everyone loses to the NetworkPolicy and decides once the
 //! NetworkPolicy is gone; `podnet explain` lists the tiers in that order. An
 //! object podnet cannot enforce (a `domainNames` peer: no DNS-based peers yet)
-//! is reported in `podnet status`, the metric and an Event, and opens nothing;
-//! so is a named port no pod has. An agent started before the CRD enforces
-//! NetworkPolicy alone, says it waits for the CRD, and enforces the
-//! ClusterNetworkPolicies once it is installed from `podnet crds`. An Admin Deny's drop is seen
-//! by `podnet observe` naming the policy, tier and rule; in audit mode it
-//! passes, reported as `audit`.
+//! is reported in `podnet status` and the metric, and opens nothing; so is a
+//! named port no pod has, with an Event. An agent started before the CRD
+//! enforces NetworkPolicy alone, says it waits for the CRD, and enforces the
+//! ClusterNetworkPolicies once it is installed from `podnet crds`. An Admin
+//! Deny's drop is seen by `podnet observe` naming the policy, tier and rule; in
+//! audit mode it passes, reported as `audit`. The operator (with its own
+//! service-account token, deploy/operator.yaml) writes each policy's
+//! `podnet.io/Enforced` condition and posts each problem once for the cluster,
+//! not again after a new leader takes over.
+
+use std::time::Duration;
 
 use super::observe::{Observer, audited_ping, metric, udp};
 use crate::harness::*;
 use crate::k8s::ControlPlane;
 use crate::k8s_backend::{add_with_uid, create_node, create_sandbox_pods, eventually, k8s_node};
+use crate::operator::{Operator, install_operator, wait_for};
 
 /// A ClusterNetworkPolicy of web (`app=web` in any namespace).
 fn cnp(name: &str, tier: &str, rules: &str) -> String {
@@ -166,7 +172,9 @@ fn admin_deny_beats_networkpolicy_pass_hands_over_and_baseline_deny_loses() {
     eventually("the named port's problem in podnet status", || {
         status_has(&node, problem)
     });
-    eventually("the problem's Event", || {
+    // The agent posts the named port's Event (it depends on the pods); the
+    // operator posts the object's own problems (the test below).
+    eventually("the named port's Event", || {
         let events = cp
             .kubectl(&[
                 "get",
@@ -176,7 +184,7 @@ fn admin_deny_beats_networkpolicy_pass_hands_over_and_baseline_deny_loses() {
                 "reason=PolicyProblem",
             ])
             .expect_ok("get events");
-        events.contains("dns-web") || events.contains("domainNames")
+        events.contains("named-web") && !events.contains("dns-web")
     });
 }
 
@@ -263,4 +271,81 @@ fn an_admin_deny_is_observed_naming_its_policy_tier_and_rule_and_audit_mode_repo
     // Audit mode: the Deny lets the ping through, reported as audit.
     let line = audited_ping(&mut node, &client, web_ip);
     assert_eq!(line["policy"], policy, "{line}");
+}
+
+/// The `podnet.io/Enforced` condition of ClusterNetworkPolicy `name`:
+/// `status/reason/message/observedGeneration`.
+fn enforced(cp: &ControlPlane, name: &str) -> String {
+    let field = |f: &str| format!("{{.status.conditions[?(@.type==\"podnet.io/Enforced\")].{f}}}");
+    let path = ["status", "reason", "message", "observedGeneration"].map(field);
+    let out = cp.kubectl(&[
+        "get",
+        "clusternetworkpolicy",
+        name,
+        "-o",
+        &format!("jsonpath={}", path.join("/")),
+    ]);
+    out.stdout.trim().to_string()
+}
+
+/// The PolicyProblem Events on ClusterNetworkPolicy `name`.
+fn problem_events(cp: &ControlPlane, name: &str) -> usize {
+    let selector = format!("reason=PolicyProblem,involvedObject.name={name}");
+    let out = cp
+        .kubectl(&[
+            "get",
+            "events",
+            "-A",
+            "--field-selector",
+            &selector,
+            "-o",
+            "name",
+        ])
+        .expect_ok("get events");
+    out.lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+#[test]
+fn the_operator_writes_each_policys_condition_and_posts_each_problem_once_for_the_cluster() {
+    let Some(cp) = ControlPlane::start("k8s_cluster_policy_status") else {
+        return;
+    };
+    let kubeconfig = install_operator(&cp);
+    cp.apply(&cnp("admin-web", "Admin", &from_client("Deny")));
+    let dns = "  egress:\n  - action: Accept\n    to:\n    - domainNames: [example.com]\n";
+    cp.apply(&cnp("dns-web", "Admin", dns));
+    let args = [
+        "--cluster-pool-ipv4-cidr",
+        "10.93.0.0/16",
+        "--enable-cluster-network-policy",
+    ];
+    let mut leader = Operator::start(&cp, "cnp-status", &kubeconfig, 19611, &args);
+    let limit = Duration::from_secs(30);
+    wait_for("admin-web's condition", limit, || {
+        enforced(&cp, "admin-web") == "True/Enforced/podnet enforces every rule as written/1"
+    });
+    let problem = "False/Problems/1 problem: spec.egress[0].to[0].domainNames: domainNames is not enforced by podnet; a rule with a problem fails closed (podnet status, Events)/1";
+    wait_for("dns-web's condition", limit, || {
+        enforced(&cp, "dns-web") == problem
+    });
+    wait_for("the problem's Event", limit, || {
+        problem_events(&cp, "dns-web") == 1
+    });
+    assert_eq!(problem_events(&cp, "admin-web"), 0);
+
+    // The next leader finds the condition written: no Event again.
+    leader.stop();
+    let next = Operator::start(&cp, "cnp-status-2", &kubeconfig, 19612, &args);
+    wait_for("the next leader's watch", limit, || {
+        next.log().contains("ClusterNetworkPolicy status on")
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(problem_events(&cp, "dns-web"), 1, "{}", next.log());
+
+    // Fixed: enforced as written, at its new generation.
+    let networks = "  egress:\n  - action: Accept\n    to:\n    - networks: [10.0.0.0/8]\n";
+    cp.apply(&cnp("dns-web", "Admin", networks));
+    wait_for("dns-web enforced", limit, || {
+        enforced(&cp, "dns-web") == "True/Enforced/podnet enforces every rule as written/2"
+    });
 }

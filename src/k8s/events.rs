@@ -16,6 +16,7 @@
 //! note) reads as before, one line per value. Repeats about the same value
 //! still fold into a series.
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 /// A recorder posting as `controller` (`podnet-agent`, `podnet-operator`), from
@@ -43,6 +44,29 @@ pub fn event(warning: bool, reason: &str, note: &str, verb: &str, about: &str) -
         note: Some(note.into()),
         action: action_about(verb, about),
         secondary: None,
+    }
+}
+
+/// A policy's problem (the object is cluster-scoped: `name` of `api_version`
+/// and `kind`): a Warning `PolicyProblem` Event, `<field>: <why>` its note,
+/// `Enforce <field>` its action. Best effort: a failed post is logged at debug.
+pub async fn post_policy_problem(
+    recorder: &Recorder,
+    (api_version, kind): (&str, &str),
+    name: &str,
+    field: &str,
+    why: &str,
+) {
+    let target = ObjectReference {
+        api_version: Some(api_version.into()),
+        kind: Some(kind.into()),
+        name: Some(name.into()),
+        ..ObjectReference::default()
+    };
+    let note = format!("{field}: {why}");
+    let event = event(true, "PolicyProblem", &note, "Enforce", field);
+    if let Err(e) = recorder.publish(&event, &target).await {
+        tracing::debug!(error = %e, kind, name, "a policy problem's Event was not posted");
     }
 }
 

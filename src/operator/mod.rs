@@ -16,10 +16,12 @@
 //! each replica registers the CRDs the API server lacks ([`crds`]), unless told to
 //! skip it. `podnet operator status` ([`status`]) shows the leader and every
 //! node's CIDRs as the API server has them. Next to the node allocator, the leader
-//! runs LB IPAM ([`lbipam`]), when enabled Node IPAM ([`nodeipam`]), and the
+//! runs LB IPAM ([`lbipam`]), when enabled Node IPAM ([`nodeipam`]) and the
+//! ClusterNetworkPolicies' status and Events ([`cluster_policy_status`]), and the
 //! periodic duplicate check ([`duplicate_check`]: two Pods with one IP, a Pod IP
 //! outside its node's ranges, a range on two CiliumNodes).
 
+pub mod cluster_policy_status;
 pub mod cluster_pool;
 mod crds;
 pub mod duplicate_check;
@@ -197,6 +199,12 @@ fn start(args: &[String], opts: &OperatorOptions) -> Result<(), OperatorError> {
                 None => std::future::pending().await,
             }
         };
+        let cluster_policies = async {
+            match config.cluster_network_policy {
+                true => cluster_policy_status::run(client.clone(), &config.identity).await,
+                false => std::future::pending().await,
+            }
+        };
         let duplicates = async {
             match config.duplicate_check {
                 Some(interval) => duplicate_check::run(client.clone(), &config.identity, interval, &metrics).await,
@@ -208,6 +216,7 @@ fn start(args: &[String], opts: &OperatorOptions) -> Result<(), OperatorError> {
             ended = allocate => Stop::WatchEnded(ended),
             why = lb_ipam => Stop::WatchEnded(why),
             why = node_ipam => Stop::WatchEnded(why),
+            why = cluster_policies => Stop::WatchEnded(why),
             never = duplicates => match never {},
             _ = shutdown_signal() => Stop::Signal,
         };

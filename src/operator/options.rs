@@ -169,6 +169,12 @@ pub struct OperatorOptions {
     #[arg(long = "enable-node-ipam", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
     pub enable_node_ipam: bool,
 
+    /// ClusterNetworkPolicy (the agents' option of the same name): the leader
+    /// writes each policy's podnet.io/Enforced condition and posts each
+    /// problem once as an Event.
+    #[arg(long = "enable-cluster-network-policy", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_cluster_network_policy: bool,
+
     /// How often the leader checks the cluster for two Pods with the same IP, a
     /// Pod IP outside its node's ranges and a range on two CiliumNodes (also at
     /// start); 0 = never.
@@ -222,6 +228,8 @@ pub struct OperatorConfig {
     pub lb_ipam: Option<Settings>,
     /// None: Node IPAM is off; else who serves Services without a class.
     pub node_ipam: Option<DefaultIpam>,
+    /// Whether the leader writes the ClusterNetworkPolicies' status.
+    pub cluster_network_policy: bool,
     /// None: the duplicate check is off; else its interval.
     pub duplicate_check: Option<Duration>,
     /// Cluster-pool: extra CIDRs a node may get per family.
@@ -310,6 +318,7 @@ impl OperatorConfig {
             node_ipam: opts
                 .enable_node_ipam
                 .then_some(opts.default_lb_service_ipam),
+            cluster_network_policy: opts.enable_cluster_network_policy,
             duplicate_check: Some(opts.ipam_duplicate_check_interval).filter(|i| !i.is_zero()),
             extra_cidrs_max: opts.cluster.cluster_pool_extra_cidrs_max,
         })

@@ -4,23 +4,23 @@
 //! version once served ([`inputs`]: a CRD installed after the agent started is
 //! waited for, as the pool CRDs are, and the loop enforces NetworkPolicy
 //! meanwhile), the status line, and an Event on the object for each problem
-//! ([`Problems`]). A CRD removed after it was served leaves the last
+//! that depends on the pods ([`Problems`]; the operator posts the others). A CRD removed after it was served leaves the last
 //! ClusterNetworkPolicies enforced (the watch retries) until it is back.
 
 use std::collections::BTreeSet;
 
 use futures::StreamExt;
 use futures::stream::{self, BoxStream};
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::DynamicObject;
 use kube::runtime::events::Recorder;
 
 use super::{Input, Watched};
 use crate::controller::ending;
 use crate::k8s::discovery::{self, CiliumKind};
+use crate::k8s::events::post_policy_problem;
 use crate::k8s::mirror::{Keyed, projected};
 use crate::policy::view::cluster_policy;
-use crate::policy::{ClusterPolicyView, Problem};
+use crate::policy::{ClusterPolicyView, Problem, Why};
 
 const KIND: CiliumKind = CiliumKind::ClusterNetworkPolicy;
 
@@ -104,7 +104,10 @@ pub fn status_line(watched: &Watched) -> Option<String> {
     }
 }
 
-/// The Events of the problems: each posted once while it lasts.
+/// The Events of the problems that depend on the pods (a named port no pod
+/// has): each posted once while it lasts. The problems of the object itself
+/// are the operator's to post, once for the cluster, with the policy's status
+/// (`operator::cluster_policy_status`).
 pub struct Problems {
     recorder: Recorder,
     posted: BTreeSet<Problem>,
@@ -119,27 +122,22 @@ impl Problems {
         }
     }
 
-    /// Posts a Warning on its object for each of `problems` not posted before
+    /// Posts a Warning on its object for each of `problems` of the pods not posted before
     /// (the kind read at `version`; the writer logs them). Best effort: a failed
     /// post is logged at debug and not retried.
     pub async fn post(&mut self, version: &str, problems: &[Problem]) {
         self.posted.retain(|p| problems.contains(p));
-        for problem in problems {
+        let of_pods = problems
+            .iter()
+            .filter(|p| matches!(p.why, Why::UnknownNamedPort(_)));
+        for problem in of_pods {
             if !self.posted.insert(problem.clone()) {
                 continue;
             }
-            let target = ObjectReference {
-                api_version: Some(format!("{}/{version}", KIND.group())),
-                kind: Some(KIND.kind().into()),
-                name: Some(problem.name.clone()),
-                ..ObjectReference::default()
-            };
-            let note = format!("{}: {}", problem.field, problem.why);
-            let event =
-                crate::k8s::events::event(true, "PolicyProblem", &note, "Enforce", &problem.field);
-            if let Err(e) = self.recorder.publish(&event, &target).await {
-                tracing::debug!(error = %e, "ClusterNetworkPolicy: an Event was not posted");
-            }
+            let api_version = format!("{}/{version}", KIND.group());
+            let why = problem.why.to_string();
+            let kind = (api_version.as_str(), KIND.kind());
+            post_policy_problem(&self.recorder, kind, &problem.name, &problem.field, &why).await;
         }
     }
 }
