@@ -3,7 +3,8 @@
 //! the client's UDP, and `podnet observe -o json` prints a line naming both
 //! pods, the port, the direction, `denied` and the policy; the metric counts
 //! it; a flood is logged at most at the node's limit and the rest counted as
-//! suppressed. A second policy allowing the client's UDP to another port:
+//! suppressed, a count that does not go back when the table is deleted and
+//! installed again. A second policy allowing the client's UDP to another port:
 //! `podnet observe --verdict allowed` prints the datagram as `allowed`, naming
 //! the policies whose rules let it in. An agent restarted with
 //! `--policy-audit-mode` lets the client's ping through, and observe reports it
@@ -162,6 +163,33 @@ fn observe_names_the_policy_that_dropped_a_connection_and_audit_mode_reports_ins
     );
     eprintln!("flood of 1000: {logged} logged, {suppressed} suppressed");
     drop(observer);
+
+    // The table deleted behind the agent's back: its next check installs it
+    // again, with the kernel's counter from 0. The metric does not go back,
+    // and what the new table suppresses adds to it.
+    let deleted = node
+        .ns
+        .exec(&["nft", "delete", "table", "inet", "podnet_policy"]);
+    assert!(deleted.status.success(), "{deleted:?}");
+    let repaired = "podnet_policy_table_repairs_total{found=\"missing\"}";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(70);
+    while metric(&node.metrics(), repaired) < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no repair: {}",
+            node.metrics()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let total = "podnet_policy_verdicts_suppressed_total";
+    let after_repair = metric(&node.metrics(), total);
+    assert!(
+        after_repair >= suppressed,
+        "{after_repair} after {suppressed}"
+    );
+    udp(&client, web_ip, 8080, 1000);
+    let again = metric(&node.metrics(), total);
+    assert!(again > after_repair, "{again} after {after_repair}");
 
     // Allowed: the client's UDP to 9090, once the rule is in the table.
     cp.kubectl(&["label", "pod", &client.ns.name, "app=client"])

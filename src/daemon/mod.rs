@@ -274,7 +274,7 @@ impl Daemon {
         let drops = self.source_check_listing().await.map(|l| l.drops);
         let l2 = self.l2().map(|l| l.metrics());
         let suppressed = match self.verdicts() {
-            Some(_) => policy_loop::suppressed().await,
+            Some(v) => v.suppressed().await,
             None => None,
         };
         self.with_state(move |s| {

@@ -13,7 +13,8 @@
 //! reader. A client's lines are filtered ([`Filter`]: allowed ones only when
 //! asked for) and written as JSON, one per line, until it goes. Nothing here
 //! runs per packet the limits suppressed: the kernel counts those
-//! (`policy::table::suppressed`).
+//! (`policy::table::suppressed`), summed here across the table's reinstalls
+//! ([`SuppressedCount`]).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -64,6 +65,29 @@ pub struct Verdicts {
     lost: Counter,
     /// Records that could not be read, and receive buffer overflows.
     unreadable: Counter,
+    /// What the limits suppressed, kept across the kernel counter's restarts.
+    suppressed: tokio::sync::Mutex<SuppressedCount>,
+}
+
+/// The kernel's suppressed counter, summed across its restarts: a table
+/// installed again (repaired, or after `nft flush ruleset`) starts its counter
+/// at 0, and the metric must not go back.
+#[derive(Debug, Default)]
+pub struct SuppressedCount {
+    /// The kernel's value last read.
+    seen: u64,
+    total: u64,
+}
+
+impl SuppressedCount {
+    /// The total once the kernel says `kernel`: what it grew by, or, below the
+    /// value last read, all of it (the counter started again since).
+    pub fn take(&mut self, kernel: u64) -> u64 {
+        let grown = kernel.checked_sub(self.seen).unwrap_or(kernel);
+        self.total = self.total.saturating_add(grown);
+        self.seen = kernel;
+        self.total
+    }
 }
 
 impl Verdicts {
@@ -79,7 +103,17 @@ impl Verdicts {
             counts,
             lost,
             unreadable,
+            suppressed: tokio::sync::Mutex::default(),
         }
+    }
+
+    /// What the limits suppressed since the agent started reading, the
+    /// kernel's counter read now (None: it cannot be read). One read at a time,
+    /// so two scrapes cannot take each other's reads for a restart.
+    pub async fn suppressed(&self) -> Option<u64> {
+        let mut count = self.suppressed.lock().await;
+        let kernel = super::policy_loop::suppressed().await?;
+        Some(count.take(kernel))
     }
 
     /// The names the next records are read with.

@@ -323,3 +323,17 @@ fn a_tier_deny_names_the_cluster_network_policy_its_tier_and_rule() {
     );
     assert_eq!(line.verdict, "audit");
 }
+
+#[test]
+fn the_suppressed_total_never_goes_back_when_the_kernel_counter_starts_again() {
+    let mut count = SuppressedCount::default();
+    assert_eq!(count.take(0), 0);
+    assert_eq!(count.take(40), 40);
+    assert_eq!(count.take(40), 40, "nothing new");
+    assert_eq!(count.take(55), 55);
+    // The table was installed again: its counter restarted, then counted 5.
+    assert_eq!(count.take(5), 60);
+    assert_eq!(count.take(7), 62);
+    assert_eq!(count.take(u64::MAX), u64::MAX, "saturates, never wraps");
+    assert_eq!(count.take(1), u64::MAX);
+}
