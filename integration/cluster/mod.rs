@@ -7,6 +7,8 @@
 //! node, the operator's two replicas on two nodes, tunnel mode). One such cluster
 //! runs per machine (`scripts/cluster start` refuses a second); it is stopped when
 //! the test ends, also on failure, and the test checks nothing of it is left.
+//! Checks that need the same configuration share a cluster: a test runs them as
+//! parts in turn ([`part`]), each removing its own pods.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -240,6 +242,19 @@ impl Cluster {
             .collect()
     }
 
+    /// `scripts/cluster stop`, then checks that no namespace, mount, cgroup or
+    /// process of the cluster is left.
+    fn stop_clean(&self) {
+        let t0 = Instant::now();
+        self.script_ok(&["stop"]);
+        eprintln!("scripts/cluster stop: {:.1} s", t0.elapsed().as_secs_f64());
+        let left = self.leftovers();
+        assert!(
+            left.is_empty(),
+            "left after scripts/cluster stop: {left:#?}"
+        );
+    }
+
     /// What is left of the cluster on the host: its network namespaces, the
     /// mounts under its state dir, its cgroup tree, its recorded processes still
     /// running.
@@ -281,6 +296,28 @@ impl Cluster {
         }
         left
     }
+}
+
+/// Runs `check`, one part of a test whose parts share one cluster in turn:
+/// prints when the part starts and how long it took, and names it if it fails.
+fn part(test: &str, name: &str, check: impl FnOnce()) {
+    /// On drop during a panic: which part failed.
+    struct Failed<'a>(&'a str, &'a str);
+    impl Drop for Failed<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                eprintln!("{}: the part {} failed", self.0, self.1);
+            }
+        }
+    }
+    eprintln!("{test}: the part {name}");
+    let t0 = Instant::now();
+    let _failed = Failed(test, name);
+    check();
+    eprintln!(
+        "{test}: the part {name} passed in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 /// True when process `pid` exists and is not a zombie (a component killed by
@@ -445,6 +482,39 @@ fn container_id(pod: &Value) -> String {
         .to_string()
 }
 
+/// One cluster with `deploy/` applied as it is, three parts in turn, each
+/// removing its own pods: [`deploy_runs_pods_across_a_three_node_cluster`], then
+/// [`upgrade::a_rolling_update_of_podnet_changes_no_address_and_loses_no_ping`],
+/// then [`runtimes::runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing`]
+/// (last: it fills a node's ranges, and the rolling update checks that no
+/// node's ranges change). Stopping the cluster then leaves no namespace, mount,
+/// cgroup or process behind.
+#[test]
+fn deploy_runs_pods_rolls_podnet_and_serves_each_runtime() {
+    let test = "deploy_runs_pods_rolls_podnet_and_serves_each_runtime";
+    let Some(cluster) = Cluster::start_with_podnet(test) else {
+        return;
+    };
+    part(test, "deploy_runs_pods_across_a_three_node_cluster", || {
+        deploy_runs_pods_across_a_three_node_cluster(&cluster)
+    });
+    part(
+        test,
+        "a_rolling_update_of_podnet_changes_no_address_and_loses_no_ping",
+        || upgrade::a_rolling_update_of_podnet_changes_no_address_and_loses_no_ping(&cluster),
+    );
+    part(
+        test,
+        "runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing",
+        || {
+            runtimes::runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing(
+                &cluster, test,
+            )
+        },
+    );
+    cluster.stop_clean();
+}
+
 /// The cluster of `scripts/cluster` with `deploy/` applied as it is: three nodes
 /// turn Ready, the operator's two replicas run on two different nodes, every node
 /// gets its own pod CIDR; busybox pods spread over the nodes each have an address
@@ -455,15 +525,8 @@ fn container_id(pod: &Value) -> String {
 /// NodePort on another node; pods resolve `kubernetes.default.svc.cluster.local`
 /// through CoreDNS; no node carries the `kubernetes` Service address (kube-proxy
 /// serves it to the host-network agents). Deleting the pods frees their addresses
-/// on every node. Stopping the cluster leaves no namespace, mount, cgroup or
-/// process behind.
-#[test]
-fn deploy_runs_pods_across_a_three_node_cluster() {
-    let test = "deploy_runs_pods_across_a_three_node_cluster";
-    let Some(cluster) = Cluster::start_with_podnet(test) else {
-        return;
-    };
-
+/// on every node.
+fn deploy_runs_pods_across_a_three_node_cluster(cluster: &Cluster) {
     // The operator's replicas: on two different nodes (required anti-affinity).
     let operators = cluster.wait_for(
         "both operator replicas Running",
@@ -493,7 +556,7 @@ fn deploy_runs_pods_across_a_three_node_cluster() {
     let cidrs: BTreeMap<String, Vec<Ipv4Net>> = node_names()
         .into_iter()
         .map(|n| {
-            let c = node_cidrs(&cluster, &n);
+            let c = node_cidrs(cluster, &n);
             (n, c)
         })
         .collect();
@@ -513,7 +576,7 @@ fn deploy_runs_pods_across_a_three_node_cluster() {
         || cluster.describe("default"),
     );
     // (pod, node, IPv4 address)
-    let placed = placed(&cluster, "spread");
+    let placed = placed(cluster, "spread");
     assert_eq!(
         placed.len(),
         pods.len(),
@@ -670,16 +733,8 @@ fn deploy_runs_pods_across_a_three_node_cluster() {
     // Deleting the pods frees their addresses on every node.
     cluster.kubectl(&["delete", "deployment", "spread", "--wait=true"]);
     cluster.kubectl(&["delete", "pod", "web", "--wait=true"]);
+    cluster.kubectl(&["delete", "service", "web"]);
     cluster.assert_freed("app in (spread, web)", &agents);
-
-    let t0 = Instant::now();
-    cluster.script_ok(&["stop"]);
-    eprintln!("scripts/cluster stop: {:.1} s", t0.elapsed().as_secs_f64());
-    let left = cluster.leftovers();
-    assert!(
-        left.is_empty(),
-        "left after scripts/cluster stop: {left:#?}"
-    );
 }
 
 /// The pods of `app`: (name, node, IPv4 address) of each that has an address.

@@ -97,15 +97,17 @@ fn assert_pods_kept(cluster: &Cluster, placed: &[(String, String, String)], afte
     cluster.assert_agents_hold(&now);
 }
 
-#[test]
-fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing() {
-    let test = "cluster::runtimes::runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing";
-    let Some(cluster) = Cluster::start_with_podnet(test) else {
-        return;
-    };
+/// The checks of this module's comment on a cluster with `deploy/` as it is, run
+/// by cluster::deploy_runs_pods_rolls_podnet_and_serves_each_runtime as its last
+/// part (`test` names it): the node whose ranges it fills keeps the ranges the
+/// operator appended, which the parts before it would see.
+pub(super) fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing(
+    cluster: &Cluster,
+    test: &str,
+) {
     let (Some(containerd2), Some(crio)) = (
-        node_running(&cluster, "containerd2"),
-        node_running(&cluster, "crio"),
+        node_running(cluster, "containerd2"),
+        node_running(cluster, "crio"),
     ) else {
         eprintln!("{test}: skipped: PODNET_CLUSTER_RUNTIMES has no containerd2 or no crio node");
         return;
@@ -118,7 +120,7 @@ fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing() {
     let placed = cluster.wait_for(
         "a Running pod with an address on every node",
         || {
-            let placed = placed(&cluster, "pinned");
+            let placed = placed(cluster, "pinned");
             let running = cluster
                 .pods("default", "app=pinned")
                 .iter()
@@ -146,7 +148,7 @@ fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing() {
         match client.allocate(&params) {
             Ok(r) => taken.push(r.address.ipv4),
             Err(e) => {
-                let ranges = node_pod_cidrs(&cluster, &containerd2).len();
+                let ranges = node_pod_cidrs(cluster, &containerd2).len();
                 if ranges >= RANGES_AT_CAP {
                     break e;
                 }
@@ -154,7 +156,7 @@ fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing() {
                 let next = cluster.wait_for(
                     &format!("an address from {containerd2}'s range {}", ranges + 1),
                     || client.allocate(&params).ok(),
-                    || format!("{:?}", node_pod_cidrs(&cluster, &containerd2)),
+                    || format!("{:?}", node_pod_cidrs(cluster, &containerd2)),
                 );
                 taken.push(next.address.ipv4);
             }
@@ -167,20 +169,20 @@ fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing() {
     );
     // The node may have been tainted already while it waited for a range: the
     // reason to wait for names all three.
-    let cidrs: Vec<String> = node_pod_cidrs(&cluster, &containerd2)
+    let cidrs: Vec<String> = node_pod_cidrs(cluster, &containerd2)
         .iter()
         .map(|c| c.to_string())
         .collect();
     let reason = cluster.wait_for(
         &format!("{containerd2} tainted {EXHAUSTED} with a reason naming {cidrs:?}"),
         || {
-            let (tainted, reason) = exhaustion_mark(&cluster, &containerd2);
+            let (tainted, reason) = exhaustion_mark(cluster, &containerd2);
             (tainted
                 && reason.contains("is exhausted")
                 && cidrs.iter().all(|c| reason.contains(c.as_str())))
             .then_some(reason)
         },
-        || format!("{:?}", exhaustion_mark(&cluster, &containerd2)),
+        || format!("{:?}", exhaustion_mark(cluster, &containerd2)),
     );
     eprintln!("{containerd2}: tainted {EXHAUSTED}: {reason}");
     // containerd 2 asks STATUS every 5 s: the node stays Ready through several
@@ -188,7 +190,7 @@ fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing() {
     // scheduler would send there waits for the taint.
     cluster.apply(&scheduled_to("waiting-for-room", &containerd2));
     std::thread::sleep(Duration::from_secs(20));
-    let (status, message) = ready_condition(&cluster, &containerd2);
+    let (status, message) = ready_condition(cluster, &containerd2);
     assert_eq!(
         status, "True",
         "{containerd2} stays Ready when exhausted: {message}"
@@ -214,7 +216,7 @@ fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing() {
         .filter_map(|t| t["key"].as_str())
         .collect();
     assert_eq!(keys, [EXHAUSTED], "{containerd2}'s taints");
-    let (status, _) = ready_condition(&cluster, &crio);
+    let (status, _) = ready_condition(cluster, &crio);
     assert_eq!(status, "True", "{crio} (CRI-O) is not affected");
     let freed = taken.pop().expect("at least one address taken");
     client.release_ip(&freed, "").expect("release one address");
@@ -229,7 +231,7 @@ fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing() {
                     .to_string()
             })
         },
-        || format!("{:?}", exhaustion_mark(&cluster, &containerd2)),
+        || format!("{:?}", exhaustion_mark(cluster, &containerd2)),
     );
     assert_eq!(ran_on, containerd2);
     cluster.kubectl(&["delete", "pod", "waiting-for-room", "--wait=true"]);
@@ -257,16 +259,16 @@ fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_nothing() {
         || (!cluster.node_allocations(&crio).contains_key(&stray)).then_some(()),
         || format!("{:?}", cluster.node_allocations(&crio)),
     );
-    assert_pods_kept(&cluster, &placed, "CRI-O's restart and GC");
+    assert_pods_kept(cluster, &placed, "CRI-O's restart and GC");
 
     // containerd 2 restarted under its running pod.
     cluster.script_ok(&["restart-runtime", &containerd2]);
     cluster.wait_for(
         &format!("{containerd2} Ready after its runtime's restart"),
-        || (ready_condition(&cluster, &containerd2).0 == "True").then_some(()),
-        || format!("{:?}", ready_condition(&cluster, &containerd2)),
+        || (ready_condition(cluster, &containerd2).0 == "True").then_some(()),
+        || format!("{:?}", ready_condition(cluster, &containerd2)),
     );
-    assert_pods_kept(&cluster, &placed, "containerd 2's restart");
+    assert_pods_kept(cluster, &placed, "containerd 2's restart");
     for (from, _, _) in &placed {
         for (_, _, to) in &placed {
             cluster.ping("default", from, to);

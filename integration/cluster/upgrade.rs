@@ -34,26 +34,22 @@ fn images(cluster: &Cluster, selector: &str) -> BTreeMap<String, Vec<String>> {
 /// the operator's Lease passes to a replica of the new image, no pod changes
 /// address or restarts, no node's CIDR changes, each pinger loses at most one ping
 /// per agent restarted, and each node's new agent holds exactly its pods'
-/// addresses.
-#[test]
-fn a_rolling_update_of_podnet_changes_no_address_and_loses_no_ping() {
-    let test = "a_rolling_update_of_podnet_changes_no_address_and_loses_no_ping";
-    let Some(cluster) = Cluster::start_with_podnet(test) else {
-        return;
-    };
-    let before = spread_ready(&cluster);
+/// addresses. Run by cluster::deploy_runs_pods_rolls_podnet_and_serves_each_runtime
+/// on its cluster, after the pods of its first part are gone.
+pub(super) fn a_rolling_update_of_podnet_changes_no_address_and_loses_no_ping(cluster: &Cluster) {
+    let before = spread_ready(cluster);
     let cidrs_before: BTreeMap<String, Vec<Ipv4Net>> = node_names()
         .into_iter()
-        .map(|n| (n.clone(), node_cidrs(&cluster, &n)))
+        .map(|n| (n.clone(), node_cidrs(cluster, &n)))
         .collect();
 
-    let pingers = start_pingers(&cluster, &before);
+    let pingers = start_pingers(cluster, &before);
 
     // Every node's runtime (containerd: ctr images tag; CRI-O: skopeo copy).
     cluster.script_ok(&["tag", IMAGE, NEXT_IMAGE]);
     let old_leader = cluster.wait_for(
         "a leader holding the operator's Lease",
-        || lease_holder(&cluster),
+        || lease_holder(cluster),
         || cluster.describe("kube-system"),
     );
 
@@ -81,27 +77,27 @@ fn a_rolling_update_of_podnet_changes_no_address_and_loses_no_ping() {
         "app.kubernetes.io/name=podnet",
         "app.kubernetes.io/name=podnet-operator",
     ] {
-        for (pod, images) in images(&cluster, selector) {
+        for (pod, images) in images(cluster, selector) {
             assert!(
                 images.iter().all(|i| i == NEXT_IMAGE),
                 "{pod} still runs {images:?} after the rollout"
             );
         }
     }
-    let new_operators = images(&cluster, "app.kubernetes.io/name=podnet-operator");
+    let new_operators = images(cluster, "app.kubernetes.io/name=podnet-operator");
     let new_leader = cluster.wait_for(
         "a replica of the new image holding the Lease",
-        || lease_holder(&cluster).filter(|h| new_operators.contains_key(h)),
+        || lease_holder(cluster).filter(|h| new_operators.contains_key(h)),
         || cluster.describe("kube-system"),
     );
     eprintln!("the Lease passed from {old_leader} to {new_leader}");
 
     // At most one ping lost per agent restarted.
-    assert_undisturbed(&cluster, &pingers, &before, "update", NODES as u64);
-    let after = placed(&cluster, "spread");
+    assert_undisturbed(cluster, &pingers, &before, "update", NODES as u64);
+    let after = placed(cluster, "spread");
     for (node, cidrs) in &cidrs_before {
         assert_eq!(
-            &node_cidrs(&cluster, node),
+            &node_cidrs(cluster, node),
             cidrs,
             "{node}'s pod CIDRs after the update"
         );
