@@ -148,13 +148,17 @@ pub(super) fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_no
         match client.allocate(&params) {
             Ok(r) => taken.push(r.address.ipv4),
             Err(e) => {
-                let ranges = node_pod_cidrs(cluster, &containerd2).len();
-                if ranges >= RANGES_AT_CAP {
+                // Full when the refusal names every range the operator gave:
+                // one it has just appended may not have reached the agent yet.
+                let ranges = node_pod_cidrs(cluster, &containerd2);
+                let refused = e.to_string();
+                let all_full = ranges.iter().all(|r| refused.contains(&r.to_string()));
+                if ranges.len() >= RANGES_AT_CAP && all_full {
                     break e;
                 }
-                eprintln!("{containerd2}: {ranges} range(s) full ({e}); waiting for another");
+                eprintln!("{containerd2}: ranges {ranges:?}, refused ({e}); waiting for another");
                 let next = cluster.wait_for(
-                    &format!("an address from {containerd2}'s range {}", ranges + 1),
+                    &format!("{containerd2}'s agent serving an address from another range"),
                     || client.allocate(&params).ok(),
                     || format!("{:?}", node_pod_cidrs(cluster, &containerd2)),
                 );
