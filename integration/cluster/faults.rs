@@ -1,5 +1,6 @@
 //! Faults on the cluster: an agent killed in the middle of a burst, a node
-//! rebooted, the operator leader's node powered off while a node joins.
+//! rebooted, the operator leader's node powered off while a node joins; one
+//! cluster with `deploy/` as it is takes the three in turn.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -9,18 +10,39 @@ use serde_json::Value;
 
 use super::*;
 
+/// The three faults of this module in turn on one cluster with `deploy/` as it
+/// is, each part removing its own pods: [`an_agent_killed_during_a_scale_up_loses_and_doubles_nothing`],
+/// [`a_rebooted_node_comes_back_with_working_pods`], then
+/// [`a_node_joining_after_the_operator_leaders_node_died_gets_its_cidr`] (last:
+/// its node stays powered off).
+#[test]
+fn an_agent_killed_a_node_rebooted_and_the_operator_leaders_node_lost_break_nothing() {
+    let test = "an_agent_killed_a_node_rebooted_and_the_operator_leaders_node_lost_break_nothing";
+    let Some(cluster) = Cluster::start_with_podnet(test) else {
+        return;
+    };
+    part(
+        test,
+        "an_agent_killed_during_a_scale_up_loses_and_doubles_nothing",
+        || an_agent_killed_during_a_scale_up_loses_and_doubles_nothing(&cluster),
+    );
+    part(test, "a_rebooted_node_comes_back_with_working_pods", || {
+        a_rebooted_node_comes_back_with_working_pods(&cluster)
+    });
+    part(
+        test,
+        "a_node_joining_after_the_operator_leaders_node_died_gets_its_cidr",
+        || a_node_joining_after_the_operator_leaders_node_died_gets_its_cidr(&cluster),
+    );
+}
+
 /// The agent pod of one node is force-deleted (SIGKILL, its API object gone at
 /// once) while a 60-pod Deployment scales up across the three nodes: every pod
 /// turns Ready, no address is held twice in the cluster, each node's agent holds
 /// exactly the addresses of the pods on its node, and once the Deployment is
 /// deleted no address is left allocated on any node.
-#[test]
-fn an_agent_killed_during_a_scale_up_loses_and_doubles_nothing() {
+fn an_agent_killed_during_a_scale_up_loses_and_doubles_nothing(cluster: &Cluster) {
     const BURST: usize = 60;
-    let test = "an_agent_killed_during_a_scale_up_loses_and_doubles_nothing";
-    let Some(cluster) = Cluster::start_with_podnet(test) else {
-        return;
-    };
     let victim_node = "node-2";
     let victim = cluster
         .agents()
@@ -33,7 +55,7 @@ fn an_agent_killed_during_a_scale_up_loses_and_doubles_nothing() {
     cluster.wait_for(
         &format!("a burst pod scheduled on {victim_node}"),
         || {
-            placed(&cluster, "burst")
+            placed(cluster, "burst")
                 .iter()
                 .any(|(_, n, _)| n == victim_node)
                 .then_some(())
@@ -68,7 +90,7 @@ fn an_agent_killed_during_a_scale_up_loses_and_doubles_nothing() {
     assert_eq!(pods.len(), BURST);
 
     // No address twice, and each node's agent holds exactly its pods' addresses.
-    let placed = placed(&cluster, "burst");
+    let placed = placed(cluster, "burst");
     let mut seen = BTreeMap::new();
     for (pod, _, ip) in &placed {
         if let Some(other) = seen.insert(ip.clone(), pod.clone()) {
@@ -86,13 +108,9 @@ fn an_agent_killed_during_a_scale_up_loses_and_doubles_nothing() {
 /// Ready again, its kubelet recreates its pods with addresses of its CIDR that
 /// pods on the other nodes reach, nothing of the old sandboxes is left in its
 /// kernel (one host link per running pod), and its agent holds exactly the
-/// addresses of the pods running on it.
-#[test]
-fn a_rebooted_node_comes_back_with_working_pods() {
-    let test = "a_rebooted_node_comes_back_with_working_pods";
-    let Some(cluster) = Cluster::start_with_podnet(test) else {
-        return;
-    };
+/// addresses of the pods running on it. Deleting the pods then frees their
+/// addresses on every node.
+fn a_rebooted_node_comes_back_with_working_pods(cluster: &Cluster) {
     cluster.apply(&spread_deployment("spread", REPLICAS));
     let all_ready = || {
         let pods = cluster.pods("default", "app=spread");
@@ -141,8 +159,8 @@ fn a_rebooted_node_comes_back_with_working_pods() {
         t0.elapsed().as_secs_f64()
     );
 
-    let cidrs = node_cidrs(&cluster, node);
-    let after = placed(&cluster, "spread");
+    let cidrs = node_cidrs(cluster, node);
+    let after = placed(cluster, "spread");
     let (from, _, _) = after
         .iter()
         .find(|(_, n, _)| n != node)
@@ -210,6 +228,10 @@ fn a_rebooted_node_comes_back_with_working_pods() {
         "{node}: host links against running pods {running:?}:\n{}",
         text(&links)
     );
+
+    let agents = cluster.agents();
+    cluster.kubectl(&["delete", "deployment", "spread", "--wait=true"]);
+    cluster.assert_freed("app=spread", &agents);
 }
 
 /// The operator leader's node loses its power: the other replica takes the Lease
@@ -217,12 +239,7 @@ fn a_rebooted_node_comes_back_with_working_pods() {
 /// and a node that joins afterwards gets a pod CIDR of its own from the new
 /// leader, turns Ready with podnet, and its pod and a pod on a node still up
 /// reach each other.
-#[test]
-fn a_node_joining_after_the_operator_leaders_node_died_gets_its_cidr() {
-    let test = "a_node_joining_after_the_operator_leaders_node_died_gets_its_cidr";
-    let Some(cluster) = Cluster::start_with_podnet(test) else {
-        return;
-    };
+fn a_node_joining_after_the_operator_leaders_node_died_gets_its_cidr(cluster: &Cluster) {
     let (leader_node, follower) = cluster.wait_for(
         "the operator's two replicas Ready, one of them holding the Lease",
         || {
@@ -230,7 +247,7 @@ fn a_node_joining_after_the_operator_leaders_node_died_gets_its_cidr() {
             if pods.len() != 2 || !pods.iter().all(ready) {
                 return None;
             }
-            let holder = lease_holder(&cluster)?;
+            let holder = lease_holder(cluster)?;
             let name = |p: &&Value| p["metadata"]["name"].as_str() == Some(holder.as_str());
             let leader = pods.iter().find(name)?;
             let follower = pods.iter().find(|p| !name(p))?;
@@ -250,7 +267,7 @@ fn a_node_joining_after_the_operator_leaders_node_died_gets_its_cidr() {
     cluster.script_ok(&["poweroff", &leader_node]);
     cluster.wait_for(
         &format!("{follower} holding the Lease after {leader_node}'s power cut"),
-        || (lease_holder(&cluster)? == follower).then_some(()),
+        || (lease_holder(cluster)? == follower).then_some(()),
         || cluster.describe("kube-system"),
     );
     eprintln!(
@@ -281,7 +298,7 @@ fn a_node_joining_after_the_operator_leaders_node_died_gets_its_cidr() {
         t1.elapsed().as_secs_f64()
     );
     for other in node_names() {
-        for theirs in node_cidrs(&cluster, &other) {
+        for theirs in node_cidrs(cluster, &other) {
             assert!(
                 cidrs
                     .iter()
@@ -296,7 +313,7 @@ fn a_node_joining_after_the_operator_leaders_node_died_gets_its_cidr() {
     let ips = cluster.wait_for(
         &format!("the pods on {joined} and {up} Ready"),
         || {
-            let pods = placed(&cluster, "pinned");
+            let pods = placed(cluster, "pinned");
             let all = cluster.pods("default", "app=pinned");
             (pods.len() == 2 && all.iter().all(ready)).then_some(pods)
         },
