@@ -1,7 +1,8 @@
 //! podnet on a dual-stack cluster (`PODNET_CLUSTER_IP_FAMILY=dual`: every node,
 //! the control plane, the router and the world have an IPv6 address beside their
 //! IPv4 one, the Services have two ranges), installed with docs/kubernetes.md's
-//! dual-stack ConfigMap change, in tunnel mode.
+//! dual-stack ConfigMap change, in tunnel mode; the same cluster then carries
+//! cluster::l2's checks.
 
 use std::net::IpAddr;
 
@@ -12,6 +13,34 @@ const WORLD_IP6: &str = "2001:db8:2::2";
 /// The port of the world's echo-the-peer server.
 const PEER_ECHO_PORT: u16 = 18081;
 
+/// One dual-stack cluster, podnet installed in tunnel mode, two parts in turn:
+/// [`a_dual_stack_cluster_carries_both_families`] (its pods and Service removed
+/// after it), then
+/// [`super::l2::lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies`].
+/// Stopping the cluster then leaves no namespace, mount, cgroup or process
+/// behind.
+#[test]
+fn a_dual_stack_cluster_carries_both_families_and_announces_lb_addresses() {
+    let test = "a_dual_stack_cluster_carries_both_families_and_announces_lb_addresses";
+    let Some(cluster) = Cluster::start_family(test, "dual") else {
+        return;
+    };
+    cluster.install_podnet();
+    part(test, "a_dual_stack_cluster_carries_both_families", || {
+        a_dual_stack_cluster_carries_both_families(&cluster)
+    });
+    part(
+        test,
+        "lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies",
+        || {
+            super::l2::lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies(
+                &cluster,
+            )
+        },
+    );
+    cluster.stop_clean();
+}
+
 /// Each pod gets one address of each family, of its node's CIDRs; pods on every
 /// node reach each other over both families (VXLAN over the IPv4 underlay); a
 /// `RequireDualStack` Service answers on both ClusterIPs from another node; the
@@ -19,14 +48,7 @@ const PEER_ECHO_PORT: u16 = 18081;
 /// pod's IPv6 egress as coming from the pod's node's IPv6 address (masquerade);
 /// a rebooted node's new pods have both families again and are reached over
 /// both. Deleting the pods frees every address of both families.
-#[test]
-fn a_dual_stack_cluster_carries_both_families() {
-    let test = "a_dual_stack_cluster_carries_both_families";
-    let Some(cluster) = Cluster::start_family(test, "dual") else {
-        return;
-    };
-    cluster.install_podnet();
-
+fn a_dual_stack_cluster_carries_both_families(cluster: &Cluster) {
     cluster.apply(&spread_deployment("spread", REPLICAS));
     cluster.wait_for(
         "every spread pod Ready",
@@ -36,11 +58,11 @@ fn a_dual_stack_cluster_carries_both_families() {
         },
         || cluster.describe("default"),
     );
-    let placed = placed_dual(&cluster, "spread");
+    let placed = placed_dual(cluster, "spread");
     eprintln!("pods: {placed:?}");
     assert_eq!(placed.len(), REPLICAS, "every pod has both families");
     for pod in &placed {
-        let cidrs = node_pod_cidrs(&cluster, &pod.node);
+        let cidrs = node_pod_cidrs(cluster, &pod.node);
         for ip in [pod.v4, pod.v6] {
             assert!(
                 cidrs.iter().any(|c| c.contains(&ip)),
@@ -110,8 +132,8 @@ fn a_dual_stack_cluster_carries_both_families() {
         .as_u64()
         .unwrap_or_else(|| panic!("the web Service has no nodePort: {}", service["spec"]));
     for url in [
-        format!("http://[{}]:{HOST_PORT}/", node_ip6(&cluster, &web_node)),
-        format!("http://[{}]:{node_port}/", node_ip6(&cluster, &first.node)),
+        format!("http://[{}]:{HOST_PORT}/", node_ip6(cluster, &web_node)),
+        format!("http://[{}]:{node_port}/", node_ip6(cluster, &first.node)),
     ] {
         let page = cluster.wait_for(
             &format!("the world fetching {url} (web on {web_node})"),
@@ -127,7 +149,7 @@ fn a_dual_stack_cluster_carries_both_families() {
 
     // Egress over IPv6: the world has no route to the pods; its server answers
     // with the address it saw, which must be the pod's node's.
-    let echo = PeerEcho::start(&cluster);
+    let echo = PeerEcho::start(cluster);
     let seen = cluster.wait_for(
         &format!(
             "{} connecting to [{WORLD_IP6}]:{PEER_ECHO_PORT}",
@@ -147,7 +169,7 @@ fn a_dual_stack_cluster_carries_both_families() {
     drop(echo);
     assert_eq!(
         seen,
-        node_ip6(&cluster, &first.node),
+        node_ip6(cluster, &first.node),
         "the world saw {}'s IPv6 egress from {seen}, not from its node {}",
         first.name,
         first.node
@@ -166,7 +188,7 @@ fn a_dual_stack_cluster_carries_both_families() {
         || {
             let pods = cluster.pods("default", "app=spread");
             let all_ready = pods.len() == REPLICAS && pods.iter().all(ready);
-            let now = placed_dual(&cluster, "spread");
+            let now = placed_dual(cluster, "spread");
             let renewed = now
                 .iter()
                 .filter(|p| p.node == rebooted)
@@ -192,13 +214,8 @@ fn a_dual_stack_cluster_carries_both_families() {
     let agents = cluster.agents();
     cluster.kubectl(&["delete", "deployment", "spread", "--wait=true"]);
     cluster.kubectl(&["delete", "pod", "web", "--wait=true"]);
+    cluster.kubectl(&["delete", "service", "web"]);
     cluster.assert_freed("app in (spread, web)", &agents);
-    cluster.script_ok(&["stop"]);
-    let left = cluster.leftovers();
-    assert!(
-        left.is_empty(),
-        "left after scripts/cluster stop: {left:#?}"
-    );
 }
 
 /// A pod with one address of each family.

@@ -2,6 +2,7 @@
 //! `enable-l2-announcements: "true"`): LoadBalancer Services get addresses of
 //! the fabric's own subnets from LB IPAM, one node answers ARP (IPv4) and NDP
 //! (IPv6) for each, and "the world" behind the fabric's router reaches them.
+//! Run by cluster::dual_stack on its cluster (one cluster for both).
 
 use std::net::IpAddr;
 use std::process::{Child, Stdio};
@@ -231,24 +232,22 @@ fn unix_now() -> f64 {
 /// pod, and moves when the pod does. Bad input: a policy whose interface
 /// pattern is no regular expression is a problem in `podnet status` naming it
 /// and the field, and the other policy's addresses still answer; an address
-/// outside every subnet of the nodes gets a Warning Event saying so.
-#[test]
-fn lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies() {
-    let test = "lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies";
-    let Some(cluster) = Cluster::start_family(test, "dual") else {
-        return;
-    };
-    cluster.install_podnet();
+/// outside every subnet of the nodes gets a Warning Event saying so. Run by
+/// cluster::dual_stack on its cluster, after the pods of its first part are
+/// gone.
+pub(super) fn lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies(
+    cluster: &Cluster,
+) {
     cluster.apply(POOL);
     cluster.apply(POLICY);
     // The server on node-3, which never answers and is never powered off: the
     // world's outage is the announcement's alone.
     cluster.apply(&lb_web("lbweb", "node-3", "Cluster"));
-    let addresses = lb_addresses(&cluster, "lbweb");
+    let addresses = lb_addresses(cluster, "lbweb");
     for a in &addresses {
         let page = cluster.wait_for(
             &format!("the world reaching {a}"),
-            || from_world(&cluster, *a),
+            || from_world(cluster, *a),
             || cluster.describe("default"),
         );
         assert_eq!(page, "lbweb");
@@ -260,7 +259,7 @@ fn lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies() {
         .expect("an IPv4 address");
     let first = cluster.wait_for(
         &format!("every agent agreeing who answers for {v4}"),
-        || answerer(&cluster, v4, None),
+        || answerer(cluster, v4, None),
         || cluster.describe("kube-system"),
     );
     assert!(
@@ -268,22 +267,22 @@ fn lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies() {
         "{first} answers, outside the policy's nodes"
     );
     let agent = cluster.agents()["node-3"].clone();
-    let explained = l2_explain(&cluster, &agent, v4);
+    let explained = l2_explain(cluster, &agent, v4);
     let node3 = explained["candidates"]
         .as_array()
         .and_then(|c| c.iter().find(|c| c["node"] == "node-3").cloned())
         .expect("node-3 among the candidates");
     assert_eq!(node3["standing"], "not-selected", "{explained}");
     for a in &addresses {
-        let answering = answerer(&cluster, *a, None).expect("an answerer");
+        let answering = answerer(cluster, *a, None).expect("an answerer");
         assert_eq!(
-            router_mac(&cluster, *a),
-            Some(node_mac(&cluster, &answering)),
+            router_mac(cluster, *a),
+            Some(node_mac(cluster, &answering)),
             "the router's neighbour entry for {a} is not {answering}'s eth0"
         );
     }
     let announced = format!("node {first} answers ARP/NDP for {v4}");
-    wait_for_event(&cluster, "L2Announced", "lbweb", &announced);
+    wait_for_event(cluster, "L2Announced", "lbweb", &announced);
 
     // Failover: the answering node powered off under a client in the world.
     let other = if first == "node-1" {
@@ -291,7 +290,7 @@ fn lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies() {
     } else {
         "node-1"
     };
-    let client = WorldClient::start(&cluster, v4, cluster.dir().join("l2-client.log"));
+    let client = WorldClient::start(cluster, v4, cluster.dir().join("l2-client.log"));
     std::thread::sleep(Duration::from_secs(2));
     let cut = unix_now();
     cluster.script_ok(&["poweroff", &first]);
@@ -315,10 +314,10 @@ fn lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies() {
     drop(client);
     let now = cluster.wait_for(
         &format!("the live agents agreeing that {other} answers for {v4}"),
-        || answerer(&cluster, v4, Some(&first)).filter(|n| n == other),
+        || answerer(cluster, v4, Some(&first)).filter(|n| n == other),
         || cluster.describe("kube-system"),
     );
-    assert_eq!(router_mac(&cluster, v4), Some(node_mac(&cluster, &now)));
+    assert_eq!(router_mac(cluster, v4), Some(node_mac(cluster, &now)));
     cluster.script_ok(&["boot", &first]);
     cluster.wait_nodes_ready();
     cluster.wait_for(
@@ -342,16 +341,16 @@ fn lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies() {
             "--wait=true",
         ]);
         cluster.apply(&lb_web("lblocal", node, "Local"));
-        let local = lb_addresses(&cluster, "lblocal");
+        let local = lb_addresses(cluster, "lblocal");
         for a in local {
             cluster.wait_for(
                 &format!("{node} answering for {a} (its pod's node)"),
-                || answerer(&cluster, a, None).filter(|n| n == node),
+                || answerer(cluster, a, None).filter(|n| n == node),
                 || cluster.describe("default"),
             );
             let page = cluster.wait_for(
                 &format!("the world reaching {a} on {node}"),
-                || from_world(&cluster, a),
+                || from_world(cluster, a),
                 || cluster.describe("default"),
             );
             assert_eq!(page, "lblocal");
@@ -373,19 +372,19 @@ fn lb_addresses_answer_the_world_from_one_allowed_node_and_move_when_it_dies() {
         || cluster.podnet_status(&agent, &[]),
     );
     assert_eq!(
-        from_world(&cluster, v4).as_deref(),
+        from_world(cluster, v4).as_deref(),
         Some("lbweb"),
         "{v4} after the broken policy"
     );
     cluster.apply(OUTSIDE);
     wait_for_event(
-        &cluster,
+        cluster,
         "L2NotAnnounced",
         "outside",
         "203.0.113.10 is in no subnet",
     );
     assert_eq!(
-        from_world(&cluster, v4).as_deref(),
+        from_world(cluster, v4).as_deref(),
         Some("lbweb"),
         "{v4} after the outside address"
     );
