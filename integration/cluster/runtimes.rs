@@ -137,6 +137,18 @@ pub(super) fn runtimes_status_reaches_readiness_gc_releases_and_restarts_lose_no
     // only when its third range is full.
     const RANGES_AT_CAP: usize = 3;
     let client = Client::new(cluster.agent_socket(&containerd2), Duration::from_secs(30));
+    // An address freed shortly before (a pod of an earlier part on this cluster)
+    // cools down for `ipam-release-cooldown` (30 s), counted as used: the fill
+    // would pass over it, and once cooled it would give the node room again.
+    let cooling = || {
+        let ranges = client.healthz_brief().ok()?.ipam.ranges;
+        Some(ranges.iter().map(|r| r.cooling).sum::<u64>())
+    };
+    cluster.wait_for(
+        &format!("no address cooling on {containerd2}"),
+        || (cooling()? == 0).then_some(()),
+        || format!("cooling: {:?}", cooling()),
+    );
     let mut taken = Vec::new();
     let refusal = loop {
         let owner = format!("test/fill-{}", taken.len());
