@@ -187,24 +187,7 @@ fn start(args: &[String], opts: &OperatorOptions) -> Result<(), OperatorError> {
                 }
             }
         };
-        let lb_ipam = async {
-            match config.lb_ipam {
-                Some(settings) => lbipam::controller::run(client.clone(), settings, metrics.lbipam.clone()).await,
-                None => std::future::pending().await,
-            }
-        };
-        let node_ipam = async {
-            match config.node_ipam {
-                Some(default_ipam) => nodeipam::controller::run(client.clone(), default_ipam).await,
-                None => std::future::pending().await,
-            }
-        };
-        let cluster_policies = async {
-            match config.cluster_network_policy {
-                true => cluster_policy_status::run(client.clone(), &config.identity).await,
-                false => std::future::pending().await,
-            }
-        };
+        let beside = beside_the_allocator(&client, &config, &metrics);
         let duplicates = async {
             match config.duplicate_check {
                 Some(interval) => duplicate_check::run(client.clone(), &config.identity, interval, &metrics).await,
@@ -214,9 +197,7 @@ fn start(args: &[String], opts: &OperatorOptions) -> Result<(), OperatorError> {
         let stop = tokio::select! {
             why = elector.keep_renewing() => Stop::Lost(why),
             ended = allocate => Stop::WatchEnded(ended),
-            why = lb_ipam => Stop::WatchEnded(why),
-            why = node_ipam => Stop::WatchEnded(why),
-            why = cluster_policies => Stop::WatchEnded(why),
+            why = beside => Stop::WatchEnded(why),
             never = duplicates => match never {},
             _ = shutdown_signal() => Stop::Signal,
         };
@@ -234,6 +215,41 @@ fn start(args: &[String], opts: &OperatorOptions) -> Result<(), OperatorError> {
             }
         }
     })
+}
+
+/// The leader's loops beside the allocator, each when `config` turns it on:
+/// LB IPAM, Node IPAM, the ClusterNetworkPolicies' status. Ends when the first
+/// of their watches ends (never when none runs).
+async fn beside_the_allocator(
+    client: &kube::Client,
+    config: &OperatorConfig,
+    metrics: &OperatorMetrics,
+) -> WatchEnded {
+    let lb_ipam = async {
+        match config.lb_ipam {
+            Some(settings) => {
+                lbipam::controller::run(client.clone(), settings, metrics.lbipam.clone()).await
+            }
+            None => std::future::pending().await,
+        }
+    };
+    let node_ipam = async {
+        match config.node_ipam {
+            Some(default_ipam) => nodeipam::controller::run(client.clone(), default_ipam).await,
+            None => std::future::pending().await,
+        }
+    };
+    let cluster_policies = async {
+        match config.cluster_network_policy {
+            true => cluster_policy_status::run(client.clone(), &config.identity).await,
+            false => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        why = lb_ipam => why,
+        why = node_ipam => why,
+        why = cluster_policies => why,
+    }
 }
 
 /// The allocator the operator starts with, from the resolved config: for a
