@@ -39,6 +39,15 @@ pub fn condition_json(
     json!({"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": since})
 }
 
+/// The condition of type `kind` in `obj`'s `status.conditions`, if it has one.
+pub fn condition_of<'a>(obj: &'a kube::api::DynamicObject, kind: &str) -> Option<&'a Value> {
+    obj.data
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
 /// How messages name an object of `kind`: `Kind "namespace/name"` or `Kind "name"`.
 fn describe(meta: &kube::api::ObjectMeta, kind: &str) -> String {
     let name = meta.name.as_deref().unwrap_or_default();

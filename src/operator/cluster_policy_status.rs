@@ -25,7 +25,7 @@ use crate::controller::{self, Controller, Timing, WatchItem, ending};
 use crate::k8s::discovery::{self, CiliumKind};
 use crate::k8s::events::post_policy_problem;
 use crate::k8s::mirror::{Keyed, Mirror, WatchEnded, projected};
-use crate::k8s::objects::condition_json;
+use crate::k8s::objects::{ApplyBody, condition_json, condition_of};
 use crate::policy::Problem;
 use crate::policy::view::cluster_policy;
 
@@ -56,10 +56,7 @@ impl Keyed for PolicyStatus {
 pub fn status_of(object: &DynamicObject) -> PolicyStatus {
     let name = object.metadata.name.clone().unwrap_or_default();
     let problems = cluster_policy(&name, &object.data["spec"]).problems;
-    let conditions = object.data.pointer("/status/conditions");
-    let condition = conditions
-        .and_then(Value::as_array)
-        .and_then(|list| list.iter().find(|c| c["type"] == ENFORCED_CONDITION));
+    let condition = condition_of(object, ENFORCED_CONDITION);
     PolicyStatus {
         name,
         generation: object.metadata.generation.unwrap_or_default(),
@@ -137,11 +134,8 @@ impl Writes for ApiWrites {
         condition: Value,
     ) -> Result<(), kube::Error> {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
-        let body = json!({
-            "apiVersion": resource.api_version, "kind": resource.kind,
-            "metadata": {"name": name},
-            "status": {"conditions": [condition]},
-        });
+        let body = ApplyBody::new(&resource.api_version, &resource.kind, name)
+            .with("status", json!({"conditions": [condition]}));
         let params = PatchParams::apply(FIELD_MANAGER).force();
         match api.patch_status(name, &params, &Patch::Apply(&body)).await {
             Ok(_) => Ok(()),

@@ -157,8 +157,9 @@ pub fn compile_with(cluster: Cluster, cache: &mut SetCache) -> Compiled {
         .collect();
     let cluster_problems = cluster.cluster_policies.iter().flat_map(|p| &p.problems);
     problems.extend(cluster_problems.cloned());
-    problems.extend(unknown_port_names(cluster.policies, cluster.pods));
-    problems.extend(unknown_named_ports(cluster.cluster_policies, cluster.pods));
+    let port_names = port_names(cluster.pods);
+    problems.extend(unknown_port_names(cluster.policies, &port_names));
+    problems.extend(unknown_named_ports(cluster.cluster_policies, &port_names));
     b.cache.end_compile();
     Compiled {
         state: State {
@@ -507,13 +508,21 @@ fn set_name(prefix: &str, key: &impl std::fmt::Debug) -> String {
     format!("{prefix}_{hex}")
 }
 
-/// A problem for every named port of a rule that no pod of the cluster has.
-fn unknown_port_names(policies: &[&PolicyView], pods: &[&PodView]) -> Vec<Problem> {
-    let known: BTreeSet<(Protocol, &str)> = pods
-        .iter()
+/// Every container port name of `pods`, with its protocol (one walk of the
+/// pods for both kinds of policy's checks).
+fn port_names<'a>(pods: &[&'a PodView]) -> BTreeSet<(Protocol, &'a str)> {
+    pods.iter()
         .flat_map(|p| &p.ports)
         .map(|np| (np.protocol, np.name.as_str()))
-        .collect();
+        .collect()
+}
+
+/// A problem for every named port of a rule that no pod of the cluster has
+/// (`known`: [`port_names`]).
+fn unknown_port_names(
+    policies: &[&PolicyView],
+    known: &BTreeSet<(Protocol, &str)>,
+) -> Vec<Problem> {
     let mut found = Vec::new();
     for p in policies {
         for direction in [Direction::Ingress, Direction::Egress] {
@@ -539,17 +548,21 @@ fn unknown_port_names(policies: &[&PolicyView], pods: &[&PodView]) -> Vec<Proble
 }
 
 /// A problem for each `destinationNamedPort` of `policies` that no container
-/// port of `pods` has, of any protocol (a rule of it matches nothing then).
-fn unknown_named_ports(policies: &[&ClusterPolicyView], pods: &[&PodView]) -> Vec<Problem> {
-    let known: BTreeSet<&str> = pods
-        .iter()
-        .flat_map(|p| &p.ports)
-        .map(|np| np.name.as_str())
-        .collect();
+/// port has, of any protocol (`known`: [`port_names`]; a rule of it matches
+/// nothing then).
+fn unknown_named_ports(
+    policies: &[&ClusterPolicyView],
+    known: &BTreeSet<(Protocol, &str)>,
+) -> Vec<Problem> {
+    let has = |name: &str| {
+        [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
+            .iter()
+            .any(|protocol| known.contains(&(*protocol, name)))
+    };
     let uses = policies
         .iter()
         .flat_map(|p| p.named_ports.iter().map(move |u| (*p, u)));
-    uses.filter(|(_, u)| !known.contains(u.name.as_str()))
+    uses.filter(|(_, u)| !has(&u.name))
         .map(|(p, u)| Problem {
             kind: Kind::ClusterNetworkPolicy,
             namespace: String::new(),

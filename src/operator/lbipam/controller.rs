@@ -28,7 +28,7 @@ use crate::controller::{self, Controller, Timing, WatchItem, ending};
 use crate::ipam::Family;
 use crate::k8s::discovery::{CiliumKind, resolve_waiting};
 use crate::k8s::mirror::{Mirror, WatchEnded, key_of};
-use crate::k8s::objects::{ApplyBody, condition_json, typed};
+use crate::k8s::objects::{ApplyBody, condition_json, condition_of, typed};
 use crate::resources::{CiliumLoadBalancerIPPool, LB_IP_POOL_KIND};
 
 /// The field manager of LB IPAM's applies.
@@ -345,7 +345,7 @@ impl LbIpam {
                         "True",
                         "invalid",
                         problem,
-                        old_condition(obj, INVALID_CONDITION),
+                        condition_of(obj, INVALID_CONDITION),
                     )]
                 }
                 (None, None) => continue,
@@ -397,7 +397,7 @@ impl LbIpam {
     }
 
     fn pool_conditions(&self, obj: &DynamicObject, name: &str, status: &PoolStatus) -> Vec<Value> {
-        let old = |kind: &str| old_condition(obj, kind);
+        let old = |kind: &str| condition_of(obj, kind);
         let mut out = vec![match &status.conflict {
             Some(m) => condition_json(
                 CONFLICT_CONDITION,
@@ -526,14 +526,6 @@ impl LbIpam {
         .await
         .map(|()| true)
     }
-}
-
-fn old_condition<'a>(obj: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
-    obj.data
-        .pointer("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use crate::policy::state::{
     Chain, ChainKey, Direction, Element, PeerMatch, PortMatch, Rule, Set, SetKind, State,
 };
 use crate::policy::table;
+use crate::policy::verdict::DropLog;
 
 /// Local pod `lxcweb`, isolated for ingress, taking TCP 80 from the two
 /// clients' addresses.
@@ -102,6 +103,13 @@ fn nft(script: &str) {
 fn checked(s: &State) -> [Found; 2] {
     [Depth::Quick, Depth::Full].map(|depth| table::check(s, None, depth).unwrap())
 }
+
+/// The verdict log of the tests (as the agent's defaults).
+const LOG: DropLog = DropLog {
+    group: 5730,
+    per_second: 100,
+    audit: false,
+};
 
 fn differs(found: &Found) -> bool {
     matches!(found, Found::Differs(_))
@@ -201,18 +209,12 @@ fn tiered(pass: bool) -> State {
 #[test]
 fn an_allowed_chain_flushed_behind_the_agents_back_is_found() {
     use crate::datapath::tests::{in_private_netns, root};
-    use crate::policy::verdict::DropLog;
     let name = "an_allowed_chain_flushed_behind_the_agents_back_is_found";
     if !root(name) {
         return;
     }
     in_private_netns(|| {
-        let log = DropLog {
-            group: 5730,
-            per_second: 100,
-            audit: false,
-        };
-        let (s, log) = (state(), Some(&log));
+        let (s, log) = (state(), Some(&LOG));
         let t = format!("{FAMILY} {TABLE}");
         table::install(&s, log).unwrap();
         let full = || table::check(&s, log, Depth::Full).unwrap();
@@ -252,7 +254,6 @@ fn the_kernel_takes_the_tiers_and_their_pass_chains_and_updates_between_them() {
 #[test]
 fn the_kernel_takes_logged_final_drops_and_tier_denies_and_counts_what_the_limit_suppressed() {
     use crate::datapath::tests::{in_private_netns, root};
-    use crate::policy::verdict::DropLog;
     let name =
         "the_kernel_takes_logged_final_drops_and_tier_denies_and_counts_what_the_limit_suppressed";
     if !root(name) {
@@ -260,11 +261,7 @@ fn the_kernel_takes_logged_final_drops_and_tier_denies_and_counts_what_the_limit
     }
     in_private_netns(|| {
         for audit in [false, true] {
-            let log = DropLog {
-                group: 5730,
-                per_second: 100,
-                audit,
-            };
+            let log = DropLog { audit, ..LOG };
             let (s, log) = (state(), Some(&log));
             assert_eq!(table::suppressed().unwrap(), None, "no table yet");
             table::install(&s, log).unwrap();
