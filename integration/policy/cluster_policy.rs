@@ -15,7 +15,8 @@
 //! audit mode it passes, reported as `audit`. The operator (with its own
 //! service-account token, deploy/operator.yaml) writes each policy's
 //! `podnet.io/Enforced` condition and posts each problem once for the cluster,
-//! not again after a new leader takes over.
+//! not again after a new leader takes over; conditions removed behind its back
+//! are written again, without a second Event.
 
 use std::time::Duration;
 
@@ -340,6 +341,28 @@ fn the_operator_writes_each_policys_condition_and_posts_each_problem_once_for_th
         next.log().contains("ClusterNetworkPolicy status on")
     });
     std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(problem_events(&cp, "dns-web"), 1, "{}", next.log());
+
+    // The conditions removed behind the leader's back: written again, and the
+    // problem, posted already, is not posted again.
+    for name in ["admin-web", "dns-web"] {
+        cp.kubectl(&[
+            "patch",
+            "clusternetworkpolicy",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"conditions":[]}}"#,
+        ])
+        .expect_ok("remove the conditions");
+    }
+    wait_for("admin-web's condition again", limit, || {
+        enforced(&cp, "admin-web") == "True/Enforced/podnet enforces every rule as written/1"
+    });
+    wait_for("dns-web's condition again", limit, || {
+        enforced(&cp, "dns-web") == problem
+    });
     assert_eq!(problem_events(&cp, "dns-web"), 1, "{}", next.log());
 
     // Fixed: enforced as written, at its new generation.
