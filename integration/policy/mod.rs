@@ -15,7 +15,8 @@
 //! what policies allow on both ends passes, and the node still reaches its pods.
 //! 10,000 policies compile, install in one nft transaction and update in place.
 //! A pod and itself: its own address unfiltered, itself through a Service
-//! (kube-proxy's hairpin) judged by its policy (`self_traffic`).
+//! (kube-proxy's hairpin) judged by its policy (`self_traffic`). A pod and its
+//! node: what it sends the node judged as egress (`own_node`).
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -29,6 +30,7 @@ use crate::harness::*;
 mod agent;
 mod cluster_policy;
 mod observe;
+mod own_node;
 mod self_traffic;
 mod topology;
 use topology::*;

@@ -24,8 +24,9 @@ pub const ALLOWED: Duration = Duration::from_secs(10);
 /// A dropped packet never answers: this long without an answer is blocked.
 pub const BLOCKED: Duration = Duration::from_millis(1500);
 /// The node's router address on every host link, as podnet's.
-const ROUTER4: &str = "10.77.255.254";
-const NODE6: &str = "fd77::ffff";
+pub const ROUTER4: &str = "10.77.255.254";
+/// The node's IPv6 address (on its loopback).
+pub const NODE6: &str = "fd77::ffff";
 const TCP_PORTS: [u16; 4] = [80, 8080, 9000, 9100];
 
 fn open(ns: &Netns) -> NetNs {
@@ -33,20 +34,20 @@ fn open(ns: &Netns) -> NetNs {
 }
 
 /// Runs `command` (words split on spaces) in `ns`; panics if it fails.
-fn run(ns: &Netns, command: &str) {
+pub fn run(ns: &Netns, command: &str) {
     let args: Vec<&str> = command.split_whitespace().collect();
     let out = ns.exec(&args);
     assert!(out.status.success(), "{command} in {}: {out:?}", ns.name);
 }
 
-/// A TCP server that echoes, in a pod's namespace, until dropped.
-struct Echo {
+/// A TCP server that echoes, in a pod's (or the node's) namespace, until dropped.
+pub struct Echo {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Echo {
-    fn start(ns: &Netns, port: u16) -> Echo {
+    pub fn start(ns: &Netns, port: u16) -> Echo {
         let listener = in_netns(&open(ns), || Ok(TcpListener::bind(("::", port))))
             .expect("enter the pod's netns")
             .unwrap_or_else(|e| panic!("listening on {port}: {e}"));

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use super::state::{FORWARD_CHAIN, TABLE};
+use super::state::{FORWARD_CHAIN, INPUT_CHAIN, TABLE};
 use crate::nft;
 
 /// One thing of the table the check compares.
@@ -50,8 +50,8 @@ impl fmt::Display for Part {
 /// How much of the table one check reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Depth {
-    /// The chains (without rules), both verdict maps and the `forward` chain's
-    /// rules: four small listings, whatever the table's size.
+    /// The chains (without rules), both verdict maps and the two base chains'
+    /// rules: five small listings, whatever the table's size.
     Quick,
     /// The whole table: every chain's rule count and every set's element count
     /// too (one listing of all of it).
@@ -63,7 +63,9 @@ impl Depth {
     pub fn covers(self, part: &Part) -> bool {
         match (self, part) {
             (Depth::Full, _) => true,
-            (Depth::Quick, Part::Rules { chain, .. }) => chain == FORWARD_CHAIN,
+            (Depth::Quick, Part::Rules { chain, .. }) => {
+                chain == FORWARD_CHAIN || chain == INPUT_CHAIN
+            }
             (Depth::Quick, Part::Elements { .. }) => false,
             (Depth::Quick, _) => true,
         }

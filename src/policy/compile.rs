@@ -17,7 +17,7 @@
 //! field) opens nothing and breaks nothing else. With [`Enforcement::Always`]
 //! (Cilium's `enable-policy always`) every local pod is isolated in both
 //! directions, selected or not: only what policies allow passes (and, as ever,
-//! what is between a pod and its own node).
+//! what a pod's own node sends it; what a pod sends its node is judged as egress).
 //!
 //! ClusterNetworkPolicies (`policy.networking.k8s.io`) add two tiers around
 //! NetworkPolicy, per local pod and direction ([`Chain`]): the Admin tier's

@@ -192,13 +192,15 @@ impl Explanations {
             let summary = match (policies.is_empty(), isolated) {
                 (true, false) => format!("open: no NetworkPolicy selects it for {}", d.as_str()),
                 (true, true) => format!(
-                    "isolated by enable-policy always: no NetworkPolicy selects it for {}, so nothing is allowed{NODE_CLAUSE}",
+                    "isolated by enable-policy always: no NetworkPolicy selects it for {}, so nothing is allowed{}",
                     d.as_str(),
+                    node_clause(d),
                 ),
                 (false, _) => format!(
-                    "isolated: only what {} allow{}{NODE_CLAUSE}",
+                    "isolated: only what {} allow{}{}",
                     keys.join(", "),
                     if keys.len() == 1 { "s" } else { "" },
+                    node_clause(d),
                 ),
             };
             let admin = self.tier_of(&s.subject_of, Tier::Admin, d);
@@ -310,9 +312,14 @@ fn tiers_summary(
     summary
 }
 
-/// What passes besides the policies: traffic between a pod and its own node
-/// is not forwarded, so never filtered.
-const NODE_CLAUSE: &str = "; traffic with its own node passes";
+/// What an isolated direction says of the pod's own node: what the node sends
+/// the pod always passes; what the pod sends its node is judged like the rest.
+fn node_clause(d: Direction) -> &'static str {
+    match d {
+        Direction::Ingress => "; traffic from its own node passes",
+        Direction::Egress => "; traffic to its own node too",
+    }
+}
 
 /// Each rule of `policy` for `d` as one line; no rule is "nothing".
 fn texts(d: Direction, rules: &[RuleView]) -> Vec<String> {

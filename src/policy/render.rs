@@ -9,14 +9,17 @@
 //! ip saddr != @router_v4`, then `ip saddr @block_<hash>_v4` for the router
 //! addresses it judges inside), or `egress_<link>` whose rules return (so the
 //! destination's ingress chain is still looked at) and which ends in drop; two
-//! verdict maps from host link to chain; and the `forward` base chain, which
+//! verdict maps from host link to chain; the `forward` base chain, which
 //! accepts established and related packets (replies, ICMP errors), then sends
 //! packets from a pod's link to its egress chain and packets to a pod's link to
-//! its ingress chain. Packets of an invalid conntrack state are not dropped
+//! its ingress chain; and the `input` base chain, which sends what a pod sends
+//! to its own node (a hostNetwork server, the node's addresses) to the pod's
+//! egress chain the same way, but IPv6 neighbour discovery (without it the pod
+//! reaches nothing). Packets of an invalid conntrack state are not dropped
 //! there: they are judged by the pod chains like new ones, so a reply conntrack
-//! lost track of passes whenever its direction is allowed. Only forwarded
-//! traffic is looked at: between a pod and its own node (kubelet probes, the
-//! node's DNS) packets go through input and output and are never filtered.
+//! lost track of passes whenever its direction is allowed. What the node sends
+//! a pod (kubelet probes) leaves through output, which no chain looks at: as
+//! Kubernetes says, a pod cannot refuse its own node.
 //! With a [`DropLog`], the final drops and the ClusterNetworkPolicy tiers'
 //! Deny rules are logged, and so are the tiers' Allow rules and (through the
 //! two `allowed_<direction>` chains their rules `goto`) NetworkPolicy's allow
@@ -31,7 +34,8 @@ use super::verdict::{self, DropLog};
 
 use super::state::{
     Chain, ChainKey, Diff, Direction, EGRESS_MAP, Element, FAMILY, FORWARD_CHAIN, INGRESS_MAP,
-    PeerMatch, PortMatch, ROUTER_SET, Rule, Set, SetKind, State, TABLE, TierRule, Verdict,
+    INPUT_CHAIN, PeerMatch, PortMatch, ROUTER_SET, Rule, Set, SetKind, State, TABLE, TierRule,
+    Verdict,
 };
 use crate::ipam::Family;
 
@@ -93,28 +97,34 @@ pub fn install(state: &State, log: Option<&DropLog>) -> String {
         };
         let _ = writeln!(s, "\tmap {map} {{ type ifname : verdict;{elements} }}");
     }
-    let _ = writeln!(
-        s,
-        "\tchain {FORWARD_CHAIN} {{\n\t\ttype filter hook forward priority filter; policy accept;"
-    );
-    for rule in forward_rules() {
-        let _ = writeln!(s, "\t\t{rule}");
+    for (chain, hook, rules) in base_chains() {
+        let _ = writeln!(
+            s,
+            "\tchain {chain} {{\n\t\ttype filter hook {hook} priority filter; policy accept;"
+        );
+        for rule in rules {
+            let _ = writeln!(s, "\t\t{rule}");
+        }
+        s.push_str("\t}\n");
     }
-    s.push_str("\t}\n}\n");
+    s.push_str("}\n");
     s
 }
 
 /// The parts of the table `install(state)` writes, as a resync compares them.
 pub fn parts(state: &State, log: Option<&DropLog>) -> BTreeSet<Part> {
-    let mut parts = BTreeSet::from([
-        Part::Chain {
-            name: FORWARD_CHAIN.into(),
-            hook: Some(check::base_chain("filter", "forward", "accept")),
-        },
-        Part::Rules {
-            chain: FORWARD_CHAIN.into(),
-            count: forward_rules().len(),
-        },
+    let mut parts = BTreeSet::new();
+    for (chain, hook, rules) in base_chains() {
+        parts.insert(Part::Chain {
+            name: chain.into(),
+            hook: Some(check::base_chain("filter", hook, "accept")),
+        });
+        parts.insert(Part::Rules {
+            chain: chain.into(),
+            count: rules.len(),
+        });
+    }
+    parts.extend([
         Part::Map {
             name: INGRESS_MAP.into(),
         },
@@ -180,13 +190,32 @@ fn allowed_chains(log: Option<&DropLog>) -> Vec<(String, [String; 2])> {
         .collect()
 }
 
-/// The forward chain's rules: replies pass, then each packet goes to the chains
-/// of its links.
-fn forward_rules() -> [String; 3] {
+/// The base chains, each with its hook and rules. Forward: replies pass, then
+/// each packet goes to the chains of its links. Input: replies and neighbour
+/// discovery pass, then a pod's packet goes to its egress chain.
+fn base_chains() -> [(&'static str, &'static str, Vec<String>); 2] {
+    let replies = "ct state established,related accept".to_string();
+    let from_pod = format!("iifname vmap @{EGRESS_MAP}");
     [
-        "ct state established,related accept".into(),
-        format!("iifname vmap @{EGRESS_MAP}"),
-        format!("oifname vmap @{INGRESS_MAP}"),
+        (
+            FORWARD_CHAIN,
+            "forward",
+            vec![
+                replies.clone(),
+                from_pod.clone(),
+                format!("oifname vmap @{INGRESS_MAP}"),
+            ],
+        ),
+        (
+            INPUT_CHAIN,
+            "input",
+            vec![
+                replies,
+                "icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } accept"
+                    .into(),
+                from_pod,
+            ],
+        ),
     ]
 }
 

@@ -20,8 +20,12 @@ pub const TABLE: &str = "podnet_policy";
 /// The verdict maps from host link to chain.
 pub const INGRESS_MAP: &str = "ingress_pods";
 pub const EGRESS_MAP: &str = "egress_pods";
-/// The base chain, on the forward hook.
+/// The base chain on the forward hook: traffic between pods, and between a
+/// pod and anything beyond its node.
 pub const FORWARD_CHAIN: &str = "forward";
+/// The base chain on the input hook: traffic from a pod to its own node,
+/// judged by the pod's egress chain.
+pub const INPUT_CHAIN: &str = "input";
 
 /// The set of this node's own addresses (traffic from them is allowed).
 pub const NODE_SET: &str = "node";

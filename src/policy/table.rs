@@ -7,7 +7,7 @@
 use super::check::{self, Depth, Found};
 use super::render;
 use super::state::{Diff, State};
-use super::state::{EGRESS_MAP, FAMILY, FORWARD_CHAIN, INGRESS_MAP, TABLE};
+use super::state::{EGRESS_MAP, FAMILY, FORWARD_CHAIN, INGRESS_MAP, INPUT_CHAIN, TABLE};
 use super::verdict::{self, DropLog};
 use crate::nft::{self, NftError};
 
@@ -54,7 +54,7 @@ pub fn remove() -> Result<(), PolicyTableError> {
 
 /// Compares the table in the kernel with `written`, the state last written, to
 /// `depth`: [`Depth::Quick`] lists the chains (no rules), both verdict maps and
-/// the forward chain; [`Depth::Full`] the whole table.
+/// the two base chains; [`Depth::Full`] the whole table.
 pub fn check(
     written: &State,
     log: Option<&DropLog>,
@@ -66,6 +66,7 @@ pub fn check(
             &["map", FAMILY, TABLE, INGRESS_MAP],
             &["map", FAMILY, TABLE, EGRESS_MAP],
             &["chain", FAMILY, TABLE, FORWARD_CHAIN],
+            &["chain", FAMILY, TABLE, INPUT_CHAIN],
         ]
         .into_iter()
         .map(nft::list)

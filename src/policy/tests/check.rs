@@ -137,6 +137,15 @@ fn the_kernels_table_is_checked_for_deletion_flushes_and_removed_elements() {
         nft(&format!("flush map {t} ingress_pods\n"));
         assert!(checked(&s).iter().all(differs), "no pod enforced");
         table::install(&s, None).unwrap();
+        nft(&format!("flush chain {t} input\n"));
+        assert!(
+            checked(&s).iter().all(differs),
+            "nothing to the node judged"
+        );
+        table::install(&s, None).unwrap();
+        nft(&format!("delete chain {t} input\n"));
+        assert!(checked(&s).iter().all(differs), "no input hook");
+        table::install(&s, None).unwrap();
         nft(&format!("flush chain {t} ingress_lxcweb\n"));
         let [quick, full] = checked(&s);
         assert_eq!(

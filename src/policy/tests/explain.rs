@@ -79,7 +79,7 @@ fn a_selected_pod_names_its_policies_and_what_each_allows_per_direction() {
     );
     assert_eq!(
         web.ingress.summary,
-        "isolated: only what a/deny, a/allow allow; traffic with its own node passes"
+        "isolated: only what a/deny, a/allow allow; traffic from its own node passes"
     );
     let egress: Vec<&str> = web
         .egress
@@ -134,7 +134,7 @@ fn an_unselected_pod_is_open_by_default_and_isolated_with_always() {
     assert!(db.ingress.policies.is_empty());
     assert_eq!(
         db.egress.summary,
-        "isolated by enable-policy always: no NetworkPolicy selects it for egress, so nothing is allowed; traffic with its own node passes"
+        "isolated by enable-policy always: no NetworkPolicy selects it for egress, so nothing is allowed; traffic to its own node too"
     );
     assert!(
         e.pod("b/client", &[ip("10.0.2.1")]).is_none(),
@@ -244,11 +244,11 @@ fn cluster_policies_are_listed_per_tier_in_the_order_they_decide_with_their_rule
     assert!(web.egress.baseline.is_empty(), "base has no egress rule");
     assert_eq!(
         web.ingress.summary,
-        "first the Admin tier (admin-web); then isolated: only what a/deny, a/allow allow; traffic with its own node passes; the Baseline tier (base) is not reached: NetworkPolicy isolates the pod"
+        "first the Admin tier (admin-web); then isolated: only what a/deny, a/allow allow; traffic from its own node passes; the Baseline tier (base) is not reached: NetworkPolicy isolates the pod"
     );
     assert_eq!(
         web.egress.summary,
-        "first the Admin tier (admin-out); then isolated: only what a/allow allows; traffic with its own node passes"
+        "first the Admin tier (admin-out); then isolated: only what a/allow allows; traffic to its own node too"
     );
 }
 

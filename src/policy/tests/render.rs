@@ -152,6 +152,12 @@ table inet podnet_policy {
 \t\tiifname vmap @egress_pods
 \t\toifname vmap @ingress_pods
 \t}
+\tchain input {
+\t\ttype filter hook input priority filter; policy accept;
+\t\tct state established,related accept
+\t\ticmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } accept
+\t\tiifname vmap @egress_pods
+\t}
 }
 ";
     assert_eq!(install(&state(), None), want);

@@ -54,7 +54,7 @@ fn each_pod_of_the_answer_gets_its_policy_and_a_sentence_in_the_summary() {
     assert!(!a.policy[0].ingress.isolated, "db: no policy selects it");
     assert!(
         a.summary.contains(
-            ". NetworkPolicy for a/web: ingress isolated: only what a/deny allows; traffic with its own node passes; egress open: no NetworkPolicy selects it for egress"
+            ". NetworkPolicy for a/web: ingress isolated: only what a/deny allows; traffic from its own node passes; egress open: no NetworkPolicy selects it for egress"
         ),
         "{}",
         a.summary
@@ -80,7 +80,7 @@ fn the_wire_spells_a_pods_policy_as_before() {
             "ingress": {
                 "isolated": true,
                 "policies": [{"policy": "a/deny", "allows": ["nothing"]}],
-                "summary": "isolated: only what a/deny allows; traffic with its own node passes"
+                "summary": "isolated: only what a/deny allows; traffic from its own node passes"
             },
             "egress": {
                 "isolated": false,
