@@ -353,8 +353,9 @@ impl ControlPlane {
     }
 
     /// deploy/agent-rbac.yaml applied, and the kubeconfig of the token the
-    /// kubelet would mount in the agent's pod on `node` (a Pod object bound to
-    /// it: the admission policy takes the node's name from the token).
+    /// kubelet would mount in the agent's pod on `node` (a Pod object,
+    /// `podnet-agent-<node>`, bound to it: the admission policy takes the node's
+    /// name from the token).
     pub fn agent_kubeconfig_on(&self, node: &str) -> PathBuf {
         self.kubectl(&[
             "apply",
@@ -362,12 +363,13 @@ impl ControlPlane {
             &repo_path("deploy/agent-rbac.yaml").to_string_lossy(),
         ])
         .expect_ok("apply deploy/agent-rbac.yaml");
+        let pod = format!("podnet-agent-{node}");
         self.apply(&format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: podnet-agent, namespace: kube-system}}\n\
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}, namespace: kube-system}}\n\
              spec:\n  nodeName: {node}\n  serviceAccountName: podnet-agent\n\
              \x20 containers: [{{name: agent, image: ghcr.io/podnet/podnet:0.1.0}}]\n"
         ));
-        self.pod_token_kubeconfig("kube-system", "podnet-agent", "podnet-agent")
+        self.pod_token_kubeconfig("kube-system", "podnet-agent", &pod)
     }
 
     /// Like [`token_kubeconfig`](Self::token_kubeconfig), with the token bound to

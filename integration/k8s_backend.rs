@@ -159,6 +159,16 @@ pub fn policy_agent_of(
     (node, node_name)
 }
 
+/// The agent's options that enforce both NetworkPolicy and
+/// ClusterNetworkPolicy, with the kubernetes IPAM.
+pub const POLICY_AGENT_ARGS: [&str; 5] = [
+    "--ipam",
+    "kubernetes",
+    "--enable-policy",
+    "default",
+    "--enable-cluster-network-policy",
+];
+
 /// A daemon on the node namespace, talking to the API server with `kubeconfig`.
 pub fn k8s_node(node: NodeNs, kubeconfig: &std::path::Path, args: &[&str]) -> Node {
     let mut all = vec![

@@ -8,7 +8,7 @@
 //! NetworkPolicy is gone; `podnet explain` lists the tiers in that order. An
 //! object podnet cannot enforce (a `domainNames` peer: no DNS-based peers yet)
 //! is reported in `podnet status` and the metric, and opens nothing; so is a
-//! named port no pod has, with an Event. An agent started before the CRD
+//! named port no pod has, with one Event however many agents see it. An agent started before the CRD
 //! enforces NetworkPolicy alone, says it waits for the CRD, and enforces the
 //! ClusterNetworkPolicies once it is installed from `podnet crds`. An Admin
 //! Deny's drop is seen by `podnet observe` naming the policy, tier and rule; in
@@ -23,7 +23,9 @@ use std::time::Duration;
 use super::observe::{Observer, audited_ping, metric, udp};
 use crate::harness::*;
 use crate::k8s::ControlPlane;
-use crate::k8s_backend::{add_with_uid, create_node, create_sandbox_pods, eventually, k8s_node};
+use crate::k8s_backend::{
+    POLICY_AGENT_ARGS, add_with_uid, create_node, create_sandbox_pods, eventually, k8s_node,
+};
 use crate::operator::{Operator, install_operator, wait_for};
 
 /// A ClusterNetworkPolicy of web (`app=web` in any namespace).
@@ -55,19 +57,8 @@ fn web_and_client(
     name: &str,
     cidr: &str,
 ) -> (Node, Sandbox, Sandbox, Vec<String>) {
-    let ns = cp.add_node_ns(name);
-    create_node(cp, &ns, &[cidr]);
-    let node_name = ns.name.clone();
-    let agent = cp.agent_kubeconfig_on(&node_name);
-    let args = [
-        "--ipam",
-        "kubernetes",
-        "--enable-policy",
-        "default",
-        "--enable-cluster-network-policy",
-    ];
-    let mut node = k8s_node(ns, &agent, &args);
-    node.start_daemon();
+    let node = policy_node(cp, name, cidr);
+    let node_name = node.ns.name.clone();
     let sandboxes = [node.sandbox(), node.sandbox()];
     create_sandbox_pods(cp, &node_name, &sandboxes);
     let ips: Vec<String> = sandboxes
@@ -84,6 +75,17 @@ fn web_and_client(
         cp.set_pod_ip(&sb.ns.name, ip);
     }
     (node, web, client, ips)
+}
+
+/// Node `name` (pod CIDR `cidr`) whose daemon enforces NetworkPolicy and
+/// ClusterNetworkPolicy with the agent's own service-account token, no pod yet.
+fn policy_node(cp: &ControlPlane, name: &str, cidr: &str) -> Node {
+    let ns = cp.add_node_ns(name);
+    create_node(cp, &ns, &[cidr]);
+    let agent = cp.agent_kubeconfig_on(&ns.name);
+    let mut node = k8s_node(ns, &agent, &POLICY_AGENT_ARGS);
+    node.start_daemon();
+    node
 }
 
 #[test]
@@ -173,8 +175,14 @@ fn admin_deny_beats_networkpolicy_pass_hands_over_and_baseline_deny_loses() {
     eventually("the named port's problem in podnet status", || {
         status_has(&node, problem)
     });
-    // The agent posts the named port's Event (it depends on the pods); the
-    // operator posts the object's own problems (the test below).
+    // The agents post the named port's Event (it depends on the pods), once
+    // for the cluster: a second node's agent sees the same problem and finds
+    // the Event posted. The operator posts the object's own problems (the
+    // test below).
+    let other = policy_node(&cp, "cnp-1b", "10.244.20.0/24");
+    eventually("the second agent sees the named port's problem", || {
+        status_has(&other, problem)
+    });
     eventually("the named port's Event", || {
         let events = cp
             .kubectl(&[
@@ -187,6 +195,8 @@ fn admin_deny_beats_networkpolicy_pass_hands_over_and_baseline_deny_loses() {
             .expect_ok("get events");
         events.contains("named-web") && !events.contains("dns-web")
     });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(problem_events(&cp, "named-web"), 1, "one Event, two agents");
 }
 
 #[test]

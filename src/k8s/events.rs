@@ -14,10 +14,17 @@
 //! ([`action_about`]): the action is in the key, and neither `kubectl get
 //! events` nor `kubectl describe` shows it, so what they list (reason, object,
 //! note) reads as before, one line per value. Repeats about the same value
-//! still fold into a series.
+//! still fold into a series. A policy's problems, which every node (and the
+//! operator) may see, are not posted through a `Recorder` but named by what
+//! they say, once for the cluster ([`ProblemEvents`]).
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use sha2::{Digest, Sha256};
 
 /// A recorder posting as `controller` (`podnet-agent`, `podnet-operator`), from
 /// `instance` (the node, or the operator replica).
@@ -47,26 +54,97 @@ pub fn event(warning: bool, reason: &str, note: &str, verb: &str, about: &str) -
     }
 }
 
-/// A policy's problem (the object is cluster-scoped: `name` of `api_version`
-/// and `kind`): a Warning `PolicyProblem` Event, `<field>: <why>` its note,
-/// `Enforce <field>` its action. Best effort: a failed post is logged at debug.
-pub async fn post_policy_problem(
-    recorder: &Recorder,
-    (api_version, kind): (&str, &str),
-    name: &str,
-    field: &str,
-    why: &str,
-) {
-    let target = ObjectReference {
-        api_version: Some(api_version.into()),
-        kind: Some(kind.into()),
-        name: Some(name.into()),
-        ..ObjectReference::default()
-    };
-    let note = format!("{field}: {why}");
-    let event = event(true, "PolicyProblem", &note, "Enforce", field);
-    if let Err(e) = recorder.publish(&event, &target).await {
-        tracing::debug!(error = %e, kind, name, "a policy problem's Event was not posted");
+/// Where policy problems go: one Warning `PolicyProblem` Event per problem for
+/// the whole cluster, whichever agent or operator replica sees it first.
+/// kube-rs's `Recorder` names each Event by the time it is posted, so every
+/// node that saw a problem posted its own; here the name is made of what the
+/// Event says ([`problem_event_name`]): the first create makes it, and every
+/// other poster's create finds it there (409 AlreadyExists) and posts nothing.
+/// It lasts the API server's `--event-ttl` (1 hour by default); a poster posts
+/// each problem once while it lasts in its own view.
+pub struct ProblemEvents {
+    client: kube::Client,
+    /// `podnet-agent` or `podnet-operator`.
+    controller: String,
+    /// The node, or the operator replica.
+    instance: String,
+}
+
+impl ProblemEvents {
+    pub fn new(client: kube::Client, controller: &str, instance: &str) -> ProblemEvents {
+        ProblemEvents {
+            client,
+            controller: controller.into(),
+            instance: instance.into(),
+        }
+    }
+
+    /// Posts the problem of cluster-scoped object `name` (of `api_version`
+    /// and `kind`) unless it is posted: its note `<field>: <why>`, its action
+    /// `Enforce <field>`. Best effort: a failed post is logged at debug.
+    pub async fn post(
+        &self,
+        (api_version, kind): (&str, &str),
+        name: &str,
+        field: &str,
+        why: &str,
+    ) {
+        let note = format!("{field}: {why}");
+        let group = api_version.split('/').next().unwrap_or(api_version);
+        let event = K8sEvent {
+            metadata: ObjectMeta {
+                name: Some(problem_event_name(group, kind, name, &note)),
+                // Cluster-scoped objects' Events live in `default`, as kube-rs's.
+                namespace: Some("default".into()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(Timestamp::now())),
+            type_: Some("Warning".into()),
+            reason: Some("PolicyProblem".into()),
+            note: Some(note),
+            action: Some(action_about("Enforce", field)),
+            regarding: Some(ObjectReference {
+                api_version: Some(api_version.into()),
+                kind: Some(kind.into()),
+                name: Some(name.into()),
+                ..ObjectReference::default()
+            }),
+            reporting_controller: Some(self.controller.clone()),
+            reporting_instance: Some(self.instance.clone()),
+            ..K8sEvent::default()
+        };
+        let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), "default");
+        match events.create(&PostParams::default(), &event).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                tracing::debug!(
+                    kind,
+                    name,
+                    field,
+                    "the policy problem's Event was posted already"
+                );
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, kind, name, "a policy problem's Event was not posted")
+            }
+        }
+    }
+}
+
+/// A problem Event's name: the object's name (cut to leave room, as a DNS
+/// subdomain ends: on a letter or digit) and 16 hex digits of a SHA-256 of
+/// the object's group, kind and name and the note. The same problem of the
+/// same object is the same name on every node; another problem, another name.
+fn problem_event_name(group: &str, kind: &str, name: &str, note: &str) -> String {
+    let digest = Sha256::digest([group, kind, name, note].join("\0").as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let mut prefix: String = name.chars().take(200).collect();
+    while prefix.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
+        prefix.pop();
+    }
+    match prefix.is_empty() {
+        true => format!("policy.{hex}"),
+        false => format!("{prefix}.{hex}"),
     }
 }
 
@@ -104,6 +182,34 @@ mod tests {
         assert_eq!(a, "AllocatePodCIDR 10.0.1.0/24");
         assert_ne!(a, b);
         assert_eq!(action_about("Found", ""), "Found");
+    }
+
+    #[test]
+    fn a_problem_event_is_named_by_what_it_says_the_same_on_every_node() {
+        let group = "policy.networking.k8s.io";
+        let kind = "ClusterNetworkPolicy";
+        let name = |policy: &str, note: &str| problem_event_name(group, kind, policy, note);
+        let a = name("named-web", "spec.ingress[0]: no port");
+        assert_eq!(a, name("named-web", "spec.ingress[0]: no port"));
+        assert!(a.starts_with("named-web."), "{a}");
+        assert_eq!(a.len(), "named-web.".len() + 16);
+        assert_ne!(a, name("named-web", "spec.ingress[1]: no port"));
+        assert_ne!(a, name("named-web2", "spec.ingress[0]: no port"));
+        assert_ne!(
+            a,
+            problem_event_name(
+                group,
+                "AdminNetworkPolicy",
+                "named-web",
+                "spec.ingress[0]: no port"
+            )
+        );
+        // A long name is cut to leave room, ending as a DNS subdomain does.
+        let long = format!("{}-{}", "a".repeat(199), "b".repeat(53));
+        let cut = name(&long, "x");
+        assert!(cut.len() <= 253, "{}", cut.len());
+        assert!(cut.starts_with(&format!("{}.", "a".repeat(199))), "{cut}");
+        assert!(name("---", "x").starts_with("policy."));
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! condition the policy already shows at its generation was posted before (by
 //! this leader or the one before it) and is not posted again. The problems are
 //! the agents' own reading of the object ([`cluster_policy`]); a named port
-//! no pod has depends on the pods, and each agent reports it. The kind is
+//! no pod has depends on the pods, and the agents report it (the first to post
+//! its Event posts it for all: an Event is named by what it says,
+//! [`ProblemEvents`]). The kind is
 //! found by API discovery and waited for, as the agents do; the loop is the
 //! controller kit's, a pass at once after each change.
 
@@ -18,12 +20,11 @@ use std::collections::BTreeSet;
 use futures::stream::{self, BoxStream};
 use futures::{Future, StreamExt};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
-use kube::runtime::events::Recorder;
 use serde_json::{Value, json};
 
 use crate::controller::{self, Controller, Timing, WatchItem, ending};
 use crate::k8s::discovery::{self, CiliumKind};
-use crate::k8s::events::post_policy_problem;
+use crate::k8s::events::ProblemEvents;
 use crate::k8s::mirror::{Keyed, Mirror, WatchEnded, projected};
 use crate::k8s::objects::{ApplyBody, condition_json, condition_of};
 use crate::policy::Problem;
@@ -123,7 +124,7 @@ pub trait Writes {
 /// The API server's end of [`Writes`].
 pub struct ApiWrites {
     client: kube::Client,
-    recorder: Recorder,
+    events: ProblemEvents,
 }
 
 impl Writes for ApiWrites {
@@ -147,7 +148,8 @@ impl Writes for ApiWrites {
     async fn post_event(&self, resource: &ApiResource, problem: &Problem) {
         let kind = (resource.api_version.as_str(), resource.kind.as_str());
         let why = problem.why.to_string();
-        post_policy_problem(&self.recorder, kind, &problem.name, &problem.field, &why).await;
+        let (name, field) = (&problem.name, &problem.field);
+        self.events.post(kind, name, field, &why).await;
     }
 }
 
@@ -274,7 +276,7 @@ fn inputs(client: kube::Client) -> BoxStream<'static, Input> {
 /// Runs until the watch ends; returns why. `identity` is the replica's.
 pub async fn run(client: kube::Client, identity: &str) -> WatchEnded {
     let writes = ApiWrites {
-        recorder: crate::k8s::events::recorder(client.clone(), "podnet-operator", identity),
+        events: ProblemEvents::new(client.clone(), "podnet-operator", identity),
         client: client.clone(),
     };
     let mut status = StatusLoop::new(writes);

@@ -12,12 +12,11 @@ use std::collections::BTreeSet;
 use futures::StreamExt;
 use futures::stream::{self, BoxStream};
 use kube::api::DynamicObject;
-use kube::runtime::events::Recorder;
 
 use super::{Input, Watched};
 use crate::controller::ending;
 use crate::k8s::discovery::{self, CiliumKind};
-use crate::k8s::events::post_policy_problem;
+use crate::k8s::events::ProblemEvents;
 use crate::k8s::mirror::{Keyed, projected};
 use crate::policy::view::cluster_policy;
 use crate::policy::{ClusterPolicyView, Problem, Why};
@@ -105,11 +104,12 @@ pub fn status_line(watched: &Watched) -> Option<String> {
 }
 
 /// The Events of the problems that depend on the pods (a named port no pod
-/// has): each posted once while it lasts. The problems of the object itself
+/// has): each posted once while it lasts, and once for the cluster (every
+/// agent sees it; the first to post it posts it for all, [`ProblemEvents`]). The problems of the object itself
 /// are the operator's to post, once for the cluster, with the policy's status
 /// (`operator::cluster_policy_status`).
 pub struct Problems {
-    recorder: Recorder,
+    events: ProblemEvents,
     posted: BTreeSet<Problem>,
 }
 
@@ -117,7 +117,7 @@ impl Problems {
     /// Posting as `podnet-agent` of `node`.
     pub fn new(client: kube::Client, node: &str) -> Problems {
         Problems {
-            recorder: crate::k8s::events::recorder(client, "podnet-agent", node),
+            events: ProblemEvents::new(client, "podnet-agent", node),
             posted: BTreeSet::new(),
         }
     }
@@ -137,7 +137,8 @@ impl Problems {
             let api_version = format!("{}/{version}", KIND.group());
             let why = problem.why.to_string();
             let kind = (api_version.as_str(), KIND.kind());
-            post_policy_problem(&self.recorder, kind, &problem.name, &problem.field, &why).await;
+            let (name, field) = (&problem.name, &problem.field);
+            self.events.post(kind, name, field, &why).await;
         }
     }
 }
