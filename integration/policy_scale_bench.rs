@@ -11,15 +11,17 @@
 //! namespace peers).
 //!
 //! It measures, in one run: the plugin's ADD latency (the real plugin binary
-//! through the daemon's socket, each ADD then DEL, `BENCH_ADDS` (100) a
-//! phase) while Pod labels churn with no policy, then while labels and
-//! policies churn with every policy in; a Pod label change to the kernel
-//! (`BENCH_LABELS` (50) pods, one at a time: one PATCH with curl, then `nft
-//! get element` of the pod's address in the set of a probe policy's peer,
-//! polled), joining and leaving; a new NetworkPolicy to its rule in the
-//! server's rules (`BENCH_NEW` (30)); the agent's CPU per Pod event (bulk label
-//! changes, `kubectl label` of every simulated pod of a namespace at once, the
-//! agent's CPU until it is quiet again, less its CPU at rest) and its RSS.
+//! through the daemon's socket, each ADD then DEL, `BENCH_ADDS` (100) of
+//! each kind) while labels and policies churn with every policy in, and while
+//! Pod labels churn with no policy, in four phases (with, without, without,
+//! with: a drift of the machine weighs on both kinds alike); a Pod label
+//! change to the kernel (`BENCH_LABELS` (50) pods, one at a time: one PATCH
+//! with curl, then `nft get element` of the pod's address in the set of a
+//! probe policy's peer, polled), joining and leaving; a new NetworkPolicy to
+//! its rule in the server's rules (`BENCH_NEW` (30)); the agent's CPU per Pod
+//! event (bulk label changes, `kubectl label` of every simulated pod of a
+//! namespace at once, the agent's CPU until it is quiet again, less its CPU
+//! at rest) and its RSS.
 //! It prints a Markdown report (and writes it to `BENCH_OUT`); it asserts
 //! nothing about time.
 
@@ -32,7 +34,9 @@ use serde_json::{Value, json};
 use crate::crossnode_bench::{append_to_bench_out, env_or};
 use crate::harness::*;
 use crate::k8s::ControlPlane;
-use crate::k8s_backend::{add_with_uid, create_node, create_sandbox_pods, eventually, k8s_node};
+use crate::k8s_backend::{
+    POLICY_AGENT_ARGS, add_with_uid, create_node, create_sandbox_pods, eventually, k8s_node,
+};
 use crate::policy_bench::{
     NAMESPACES, api_write, chain, cpu_seconds, create_sim_pods, list, load, namespace, namespaces,
     new_policy, percentile, policy, post_policy, usage, wait_policies,
@@ -313,14 +317,7 @@ fn scale_node(cp: &ControlPlane, adds: usize) -> (Node, String, Vec<Sandbox>) {
     let ns = cp.add_node_ns("polscale-1");
     create_node(cp, &ns, &["10.244.6.0/23"]);
     let node_name = ns.name.clone();
-    let args = [
-        "--ipam",
-        "kubernetes",
-        "--enable-policy",
-        "default",
-        "--enable-cluster-network-policy",
-    ];
-    let mut node = k8s_node(ns, &cp.kubeconfig(), &args);
+    let mut node = k8s_node(ns, &cp.kubeconfig(), &POLICY_AGENT_ARGS);
     node.start_daemon();
     let real = [node.sandbox(), node.sandbox()];
     let sandboxes: Vec<Sandbox> = (0..adds).map(|_| node.sandbox()).collect();
@@ -339,6 +336,44 @@ fn scale_node(cp: &ControlPlane, adds: usize) -> (Node, String, Vec<Sandbox>) {
     }
     let link = podnet::datapath::host_ifname(&server.container_id, &server.ifname);
     (node, format!("ingress_{link}"), sandboxes)
+}
+
+/// Creates the bench's policies, `counts` (NetworkPolicies,
+/// ClusterNetworkPolicies) and the probe; the time until the agent wrote them.
+fn create_policies(cp: &ControlPlane, node: &Node, counts: (usize, usize)) -> Duration {
+    let (n_policies, n_cluster) = counts;
+    let t = Instant::now();
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        &list((0..n_policies).map(spread_policy).collect()),
+    )
+    .expect_ok("create policies");
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        &list((0..n_cluster).map(cluster_policy).collect()),
+    )
+    .expect_ok("create cluster policies");
+    cp.kubectl_stdin(&["create", "-f", "-"], &probe_policy())
+        .expect_ok("the probe policy");
+    wait_cluster_policies(node, n_cluster);
+    wait_policies(node, n_policies + 1) + t.elapsed()
+}
+
+/// Deletes every policy of both kinds, and waits for the agent to write none.
+fn delete_policies(cp: &ControlPlane, node: &Node) {
+    cp.kubectl(&["delete", "networkpolicies", "--all", "-A", "--wait=false"])
+        .expect_ok("delete the policies");
+    cp.kubectl(&["delete", "clusternetworkpolicies", "--all", "--wait=false"])
+        .expect_ok("delete the cluster policies");
+    wait_cluster_policies(node, 0);
+    wait_policies(node, 0);
+}
+
+fn wait_cluster_policies(node: &Node, n: usize) {
+    let line = format!("ClusterNetworkPolicy: {n} ClusterNetworkPolicies");
+    eventually(&format!("{n} ClusterNetworkPolicies watched"), || {
+        node.podnet(&["status"]).contains(&line)
+    });
 }
 
 fn p50_p99(sorted: &[f64]) -> String {
@@ -370,29 +405,14 @@ fn policy_at_scale_label_and_policy_to_kernel_cpu_per_pod_event_and_add_latency(
     let pods_took = t_pods.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_secs(5));
     let (rss_pods, _, _) = usage(pid);
-    let add_none = add_latency(&node, &sandboxes, |stop| churn(&cp, pods, false, stop));
 
-    let n_policies = env_or("BENCH_POLICIES", 1000usize);
-    let n_cluster = env_or("BENCH_CLUSTER_POLICIES", 100usize);
-    let t_policies = Instant::now();
+    let counts = (
+        env_or("BENCH_POLICIES", 1000usize),
+        env_or("BENCH_CLUSTER_POLICIES", 100usize),
+    );
+    let (n_policies, n_cluster) = counts;
     let (_, _, ticks_p0) = usage(pid);
-    cp.kubectl_stdin(
-        &["create", "-f", "-"],
-        &list((0..n_policies).map(spread_policy).collect()),
-    )
-    .expect_ok("create policies");
-    cp.kubectl_stdin(
-        &["create", "-f", "-"],
-        &list((0..n_cluster).map(cluster_policy).collect()),
-    )
-    .expect_ok("create cluster policies");
-    cp.kubectl_stdin(&["create", "-f", "-"], &probe_policy())
-        .expect_ok("the probe policy");
-    let cluster_line = format!("ClusterNetworkPolicy: {n_cluster} ClusterNetworkPolicies");
-    eventually("the ClusterNetworkPolicies watched", || {
-        node.podnet(&["status"]).contains(&cluster_line)
-    });
-    let written_after = wait_policies(&node, n_policies + 1) + t_policies.elapsed();
+    let written_after = create_policies(&cp, &node, counts);
     let (_, _, ticks_p1) = usage(pid);
     let set = probe_set(&node, &ingress_chain);
 
@@ -406,8 +426,28 @@ fn policy_at_scale_label_and_policy_to_kernel_cpu_per_pod_event_and_add_latency(
     let [join, leave] = label_latency(&cp, &node, &set, pods, env_or("BENCH_LABELS", 50usize));
     let new = new_policy_latency(&cp, &node, &ingress_chain, env_or("BENCH_NEW", 30usize));
     let (events, cpu_ms_per_event, burst_s) = cpu_per_pod_event(&cp, pid, rest_per_s);
-    let add_with = add_latency(&node, &sandboxes, |stop| churn(&cp, pods, true, stop));
     let (rss_end, hwm_end, _) = usage(pid);
+    ticks_when_quiet(pid, rest_per_s);
+
+    // ADD latency in four phases, with policies, without, without, with
+    // (ABBA: a drift of the machine over the run weighs on both alike), each
+    // on half the sandboxes; the policies deleted and created again between.
+    let (first, second) = sandboxes.split_at(sandboxes.len() / 2);
+    let with = |sb: &[Sandbox]| add_latency(&node, sb, |stop| churn(&cp, pods, true, stop));
+    let without = |sb: &[Sandbox]| add_latency(&node, sb, |stop| churn(&cp, pods, false, stop));
+    let with_1 = with(first);
+    delete_policies(&cp, &node);
+    ticks_when_quiet(pid, rest_per_s);
+    let [none_1, none_2] = [without(second), without(first)];
+    create_policies(&cp, &node, counts);
+    ticks_when_quiet(pid, rest_per_s);
+    let with_2 = with(second);
+    let pooled = |a: &[f64], b: &[f64]| {
+        let mut v = [a, b].concat();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let (add_with, add_none) = (pooled(&with_1, &with_2), pooled(&none_1, &none_2));
 
     let mib = |kib: u64| kib as f64 / 1024.0;
     let p99 = |v: &[f64]| percentile(v, 0.99);
@@ -425,11 +465,11 @@ fn policy_at_scale_label_and_policy_to_kernel_cpu_per_pod_event_and_add_latency(
          | CPU per Pod event ({events} label changes, kubectl label per namespace, {burst_s:.0} s, less the rest rate) | {cpu_ms_per_event:.2} ms |\n\
          | CPU at rest with everything | {:.2} % of a core |\n\
          | RSS: pods, no policies / policies at rest (peak) / at the end (peak) | {:.1} / {:.1} ({:.1}) / {:.1} ({:.1}) MiB |\n\n\
-         | CNI ADD ({adds} each, real plugin, ADD then DEL) | p50 ms | p99 ms | max ms |\n\
+         | CNI ADD ({adds} each, real plugin, ADD then DEL; phases with, without, without, with) | p50 ms | p99 ms | max ms |\n\
          |---|---|---|---|\n\
          | no policies, Pod labels churning (10/s) | {} |\n\
          | every policy, labels and policies churning (10/s, 2/s) | {} |\n\n\
-         ADD p99 with policies / without: {:.2}\n",
+         ADD p99 with policies / without: {:.2} (each phase's p99, in order: {:.0}, {:.0}, {:.0}, {:.0} ms)\n",
         load(),
         started.elapsed().as_secs_f64(),
         written_after.as_secs_f64(),
@@ -449,6 +489,10 @@ fn policy_at_scale_label_and_policy_to_kernel_cpu_per_pod_event_and_add_latency(
         p50_p99(&add_none),
         p50_p99(&add_with),
         p99(&add_with) / p99(&add_none),
+        p99(&with_1),
+        p99(&none_1),
+        p99(&none_2),
+        p99(&with_2),
     );
     append_to_bench_out(&report);
 }
