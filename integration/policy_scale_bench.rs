@@ -215,9 +215,56 @@ fn new_policy_latency(cp: &ControlPlane, node: &Node, ingress_chain: &str, n: us
     ms
 }
 
+/// CPU ticks of one process and of the children it waited for (`utime +
+/// stime`, `cutime + cstime` of /proc/PID/stat: the agent's nft runs are its
+/// children).
+fn ticks_with_children(pid: i32) -> (u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let at = |i: usize| f.get(i).copied().unwrap_or(0);
+    (at(11) + at(12), at(13) + at(14))
+}
+
+/// Who spent the CPU of one ADD phase: the agent (its own threads, and the nft
+/// processes it ran), kube-apiserver and etcd, in CPU seconds per second of
+/// the phase.
+struct PhaseCpu {
+    seconds: f64,
+    agent: f64,
+    nft: f64,
+    apiserver: f64,
+    etcd: f64,
+}
+
+impl PhaseCpu {
+    fn row(&self, phase: &str) -> String {
+        format!(
+            "| {phase} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            self.seconds, self.agent, self.nft, self.apiserver, self.etcd
+        )
+    }
+}
+
+/// The CPU counters [`PhaseCpu`] is the difference of.
+fn cpu_now(cp: &ControlPlane, agent: i32) -> [u64; 4] {
+    let own = |pid: Option<i32>| pid.map_or(0, |p| ticks_with_children(p).0);
+    let (a, n) = ticks_with_children(agent);
+    [a, n, own(cp.apiserver_pid()), own(cp.etcd_pid())]
+}
+
 /// ADD (then DEL) of each sandbox, timed, while `churn` runs on another
-/// thread until they are done; the ADDs' ms, sorted.
-fn add_latency(node: &Node, sandboxes: &[Sandbox], churn: impl Fn(&AtomicBool) + Sync) -> Vec<f64> {
+/// thread until they are done; the ADDs' ms, sorted, and who spent the CPU.
+fn add_latency(
+    node: &Node,
+    cpu: impl Fn() -> [u64; 4],
+    sandboxes: &[Sandbox],
+    churn: impl Fn(&AtomicBool) + Sync,
+) -> (Vec<f64>, PhaseCpu) {
+    let (t0, c0) = (Instant::now(), cpu());
     let stop = AtomicBool::new(false);
     let mut ms = std::thread::scope(|s| {
         s.spawn(|| churn(&stop));
@@ -236,7 +283,16 @@ fn add_latency(node: &Node, sandboxes: &[Sandbox], churn: impl Fn(&AtomicBool) +
         ms
     });
     ms.sort_by(f64::total_cmp);
-    ms
+    let (seconds, c1) = (t0.elapsed().as_secs_f64(), cpu());
+    let per_s = |i: usize| cpu_seconds(c0[i], c1[i]) / seconds;
+    let spent = PhaseCpu {
+        seconds,
+        agent: per_s(0),
+        nft: per_s(1),
+        apiserver: per_s(2),
+        etcd: per_s(3),
+    };
+    (ms, spent)
 }
 
 /// Label churn: a simulated pod's `app` changed every 100 ms; with
@@ -315,7 +371,10 @@ fn cpu_per_pod_event(cp: &ControlPlane, pid: i32, rest_per_s: f64) -> (usize, f6
 fn scale_node(cp: &ControlPlane, adds: usize) -> (Node, String, Vec<Sandbox>) {
     cp.install_crds();
     let ns = cp.add_node_ns("polscale-1");
-    create_node(cp, &ns, &["10.244.6.0/23"]);
+    // A /21: the ADD phases' 2 x `adds` ADDs may all fall within the daemon's
+    // release cooldown (30 s: a released address is not handed out again
+    // before), each then taking an address of its own.
+    create_node(cp, &ns, &["10.244.0.0/21"]);
     let node_name = ns.name.clone();
     let mut node = k8s_node(ns, &cp.kubeconfig(), &POLICY_AGENT_ARGS);
     node.start_daemon();
@@ -433,15 +492,24 @@ fn policy_at_scale_label_and_policy_to_kernel_cpu_per_pod_event_and_add_latency(
     // (ABBA: a drift of the machine over the run weighs on both alike), each
     // on half the sandboxes; the policies deleted and created again between.
     let (first, second) = sandboxes.split_at(sandboxes.len() / 2);
-    let with = |sb: &[Sandbox]| add_latency(&node, sb, |stop| churn(&cp, pods, true, stop));
-    let without = |sb: &[Sandbox]| add_latency(&node, sb, |stop| churn(&cp, pods, false, stop));
-    let with_1 = with(first);
+    let cpu = || cpu_now(&cp, pid);
+    let with = |sb: &[Sandbox]| add_latency(&node, cpu, sb, |stop| churn(&cp, pods, true, stop));
+    let without =
+        |sb: &[Sandbox]| add_latency(&node, cpu, sb, |stop| churn(&cp, pods, false, stop));
+    let (with_1, cpu_with_1) = with(first);
     delete_policies(&cp, &node);
     ticks_when_quiet(pid, rest_per_s);
-    let [none_1, none_2] = [without(second), without(first)];
+    let [(none_1, cpu_none_1), (none_2, cpu_none_2)] = [without(second), without(first)];
     create_policies(&cp, &node, counts);
     ticks_when_quiet(pid, rest_per_s);
-    let with_2 = with(second);
+    let (with_2, cpu_with_2) = with(second);
+    let cpu_rows = [
+        cpu_with_1.row("with"),
+        cpu_none_1.row("without"),
+        cpu_none_2.row("without"),
+        cpu_with_2.row("with"),
+    ]
+    .join("\n");
     let pooled = |a: &[f64], b: &[f64]| {
         let mut v = [a, b].concat();
         v.sort_by(f64::total_cmp);
@@ -469,7 +537,10 @@ fn policy_at_scale_label_and_policy_to_kernel_cpu_per_pod_event_and_add_latency(
          |---|---|---|---|\n\
          | no policies, Pod labels churning (10/s) | {} |\n\
          | every policy, labels and policies churning (10/s, 2/s) | {} |\n\n\
-         ADD p99 with policies / without: {:.2} (each phase's p99, in order: {:.0}, {:.0}, {:.0}, {:.0} ms)\n",
+         ADD p99 with policies / without: {:.2} (each phase's p99, in order: {:.0}, {:.0}, {:.0}, {:.0} ms)\n\n\
+         | ADD phase: CPU seconds per second | s | agent | its nft runs | kube-apiserver | etcd |\n\
+         |---|---|---|---|---|---|\n\
+         {cpu_rows}\n",
         load(),
         started.elapsed().as_secs_f64(),
         written_after.as_secs_f64(),

@@ -112,13 +112,8 @@ pub fn compile_with(cluster: Cluster, cache: &mut SetCache) -> Compiled {
         .node_addresses
         .iter()
         .map(|ip| Element::Address(*ip));
-    b.sets.insert(
-        NODE_SET.into(),
-        Set {
-            kind: SetKind::Addresses,
-            elements: node.collect(),
-        },
-    );
+    b.sets
+        .insert(NODE_SET.into(), Set::new(SetKind::Addresses, node));
     let mut chains = BTreeMap::new();
     let mut unusable_links = Vec::new();
     let mut explanations = Explanations::new(cluster.enforcement);
@@ -434,10 +429,7 @@ impl<'a> Builder<'a, '_> {
     /// which the block's own match leaves out).
     fn block_routers(&mut self, net: &ipnet::IpNet, except: &[ipnet::IpNet]) -> String {
         let every = self.routers.keys().map(|ip| Element::Address(*ip));
-        let every = Set {
-            kind: SetKind::Addresses,
-            elements: every.collect(),
-        };
+        let every = Set::new(SetKind::Addresses, every);
         self.sets.entry(ROUTER_SET.into()).or_insert(every);
         let name = set_name("block", &(net, except));
         if !self.sets.contains_key(&name) {
@@ -447,10 +439,7 @@ impl<'a> Builder<'a, '_> {
                 .iter()
                 .filter(|(_, judged_as)| judged_as.as_ref().is_some_and(inside));
             let elements = judged_inside.map(|(router, _)| Element::Address(*router));
-            let set = Set {
-                kind: SetKind::Addresses,
-                elements: elements.collect(),
-            };
+            let set = Set::new(SetKind::Addresses, elements);
             self.sets.insert(name.clone(), set);
         }
         name
@@ -463,10 +452,7 @@ impl<'a> Builder<'a, '_> {
             let nodes = self.cluster.nodes.iter();
             let matching = nodes.filter(|n| selector.matches(&n.labels));
             let elements = matching.flat_map(|n| &n.internal_ips);
-            let set = Set {
-                kind: SetKind::Addresses,
-                elements: elements.map(|ip| Element::Address(*ip)).collect(),
-            };
+            let set = Set::new(SetKind::Addresses, elements.map(|ip| Element::Address(*ip)));
             self.sets.insert(name.clone(), set);
         }
         name

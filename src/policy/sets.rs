@@ -5,6 +5,8 @@
 //! for that is not kept is made from every pod once; a set the last compile did
 //! not use is dropped. What a pod adds to a set ([`Source::elements`]) is the
 //! one definition both paths use, so a kept set is what a fresh compile makes.
+//! A kept set whose elements did not change is handed out as the same
+//! allocation again, so a compile copies and compares only the sets that did.
 //!
 //! The caller says what changed since the last compile ([`Changes`]): the keys
 //! (`namespace/name`) of the Pods whose events arrived, or everything (a
@@ -125,13 +127,15 @@ impl Source<'_> {
 }
 
 /// One kept set: what each pod adds to it, and how many pods add each element
-/// (two pods may share an address a while).
+/// (two pods may share an address a while); the [`Set`] last made of it, until
+/// its elements change.
 #[derive(Debug, Clone)]
 struct Kept {
     source: Owned,
     kind: SetKind,
     members: BTreeMap<String, Vec<Element>>,
     counts: BTreeMap<Element, usize>,
+    made: Option<Set>,
 }
 
 impl Kept {
@@ -166,14 +170,19 @@ impl Kept {
         if !elements.is_empty() {
             self.members.insert(key.to_string(), elements);
         }
+        if changed {
+            self.made = None;
+        }
         changed
     }
 
-    fn set(&self) -> Set {
-        Set {
-            kind: self.kind,
-            elements: self.counts.keys().copied().collect(),
-        }
+    /// The set, made again only when its elements changed since the last call.
+    fn set(&mut self) -> Set {
+        let (kind, counts) = (self.kind, &self.counts);
+        let made = self
+            .made
+            .get_or_insert_with(|| Set::new(kind, counts.keys().copied()));
+        made.clone()
     }
 }
 
@@ -237,7 +246,7 @@ impl SetCache {
         labels_of: impl Fn(&str) -> &'l Labels + Copy,
     ) -> Set {
         self.used.insert(name.to_string());
-        if let Some(kept) = self.kept.get(name) {
+        if let Some(kept) = self.kept.get_mut(name) {
             return kept.set();
         }
         let mut kept = Kept {
@@ -245,6 +254,7 @@ impl SetCache {
             kind: source.kind(),
             members: BTreeMap::new(),
             counts: BTreeMap::new(),
+            made: None,
         };
         for p in pods {
             kept.put(

@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
@@ -73,11 +74,23 @@ impl Element {
     }
 }
 
-/// A named set of both families (nftables holds one set per family).
+/// A named set of both families (nftables holds one set per family). Its
+/// elements are shared: a kept set unchanged since the last compile is the same
+/// allocation in both states, so cloning a state and [`State::diff`] cost
+/// nothing for it, however many pods it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Set {
     pub kind: SetKind,
-    pub elements: BTreeSet<Element>,
+    pub elements: Arc<BTreeSet<Element>>,
+}
+
+impl Set {
+    pub fn new(kind: SetKind, elements: impl IntoIterator<Item = Element>) -> Set {
+        Set {
+            kind,
+            elements: Arc::new(elements.into_iter().collect()),
+        }
+    }
 }
 
 /// Whom a rule allows: the peer's address (the source for ingress, the
@@ -230,6 +243,9 @@ impl State {
                 d.sets_added.insert(name.clone(), set.clone());
                 continue;
             };
+            if Arc::ptr_eq(&set.elements, &old.elements) {
+                continue;
+            }
             let added: BTreeSet<Element> =
                 set.elements.difference(&old.elements).copied().collect();
             let removed: BTreeSet<Element> =

@@ -629,14 +629,16 @@ struct Count {
     pods_enforced: usize,
     /// Which policies select each local pod, for explain once written.
     explanations: Arc<Explanations>,
-    /// Every pod's `namespace/name` by address, for the verdicts once written.
-    pods_by_ip: HashMap<IpAddr, String>,
+    /// Every pod's `namespace/name` by address, for the verdicts once written
+    /// (None: the drops are not logged, so there are no verdicts to name).
+    pods_by_ip: Option<HashMap<IpAddr, String>>,
 }
 
 impl PolicyLoop {
-    /// Compiles the node's state (None: the node's side cannot be read), off
-    /// the runtime's threads, which answer the plugin: the views and the kept
-    /// sets go to the policy thread and come back with the state. The events
+    /// Compiles the node's state and counts it (None: the node's side cannot
+    /// be read), off the runtime's threads, which answer the plugin: the views
+    /// and the kept sets go to the policy thread and come back with the plan
+    /// (the count walks every pod when the verdicts need their names). The events
     /// that arrive meanwhile wait in the watches' streams; the next pass takes
     /// them all at once.
     async fn compile(&mut self) -> Option<Planned> {
@@ -649,13 +651,14 @@ impl PolicyLoop {
         };
         let mut watched = std::mem::take(&mut self.watched);
         let mut sets = std::mem::take(&mut self.sets);
-        let enforcement = self.enforcement;
-        let compiled = self.worker.run(move || {
+        let (enforcement, names) = (self.enforcement, self.log.is_some());
+        let planned = self.worker.run(move || {
             let changes = std::mem::take(&mut watched.changes);
             let compiled = compile_node_with(&watched, &node, enforcement, &mut sets, changes);
-            (watched, sets, compiled)
+            let planned = planned(&watched, compiled, names);
+            (watched, sets, planned)
         });
-        let (watched, sets, compiled) = match compiled.await {
+        let (watched, sets, planned) = match planned.await {
             Ok(done) => done,
             Err(e) => {
                 tracing::warn!(error = %e, "NetworkPolicy: the compile did not run");
@@ -664,12 +667,13 @@ impl PolicyLoop {
         };
         self.watched = watched;
         self.sets = sets;
-        Some(planned(&self.watched, compiled))
+        Some(planned)
     }
 }
 
-/// The plan of `compiled`, with what the status counts of it.
-fn planned(watched: &Watched, mut compiled: Compiled) -> Planned {
+/// The plan of `compiled`, with what the status counts of it (`names`: with
+/// every pod's name by address, for the verdicts).
+fn planned(watched: &Watched, mut compiled: Compiled, names: bool) -> Planned {
     let links: BTreeSet<&str> = compiled
         .state
         .chains
@@ -689,7 +693,7 @@ fn planned(watched: &Watched, mut compiled: Compiled) -> Planned {
         cluster: cluster::status_line(watched),
         pods_enforced,
         explanations: Arc::new(std::mem::take(&mut compiled.explanations)),
-        pods_by_ip: pods_by_ip(&watched.pods),
+        pods_by_ip: names.then(|| pods_by_ip(&watched.pods)),
     };
     Planned {
         compiled: Arc::new(compiled),
@@ -731,9 +735,9 @@ async fn report(
     };
     let problems = c.problems.len();
     if wrote != Wrote::Failed {
-        if let Some(verdicts) = daemon.verdicts() {
+        if let (Some(verdicts), Some(pods)) = (daemon.verdicts(), c.pods_by_ip) {
             verdicts.set_names(Names {
-                pods: c.pods_by_ip,
+                pods,
                 explanations: c.explanations.clone(),
             });
         }

@@ -19,10 +19,10 @@ fn state() -> State {
     State {
         sets: BTreeMap::from([(
             "clients".to_string(),
-            Set {
-                kind: SetKind::Addresses,
-                elements: clients.into_iter().map(Element::Address).collect(),
-            },
+            Set::new(
+                SetKind::Addresses,
+                clients.into_iter().map(Element::Address),
+            ),
         )]),
         chains: BTreeMap::from([(
             ChainKey {
@@ -190,11 +190,7 @@ fn tiered(pass: bool) -> State {
         origin: origin(Tier::Admin, "a".repeat(253)),
     };
     for name in ["denied", "passed", "allowed"] {
-        let elements = [Element::Address(ip("10.0.9.9"))].into();
-        let set = Set {
-            kind: SetKind::Addresses,
-            elements,
-        };
+        let set = Set::new(SetKind::Addresses, [Element::Address(ip("10.0.9.9"))]);
         s.sets.insert(name.into(), set);
     }
     for chain in s.chains.values_mut() {

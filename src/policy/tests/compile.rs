@@ -73,7 +73,7 @@ fn chain(c: &Compiled, direction: Direction, link: &str) -> Vec<Rule> {
 /// The addresses of the set a rule's peer names.
 fn members(c: &Compiled, rule: &Rule) -> BTreeSet<Element> {
     match &rule.peer {
-        PeerMatch::Set(name) => c.state.sets[name].elements.clone(),
+        PeerMatch::Set(name) => c.state.sets[name].elements.as_ref().clone(),
         other => panic!("not a set peer: {other:?}"),
     }
 }
@@ -87,7 +87,7 @@ fn without_policies_every_pod_is_open_and_only_the_node_set_exists() {
     let c = run(&[], &pods());
     assert!(c.state.chains.is_empty());
     assert_eq!(c.state.sets.keys().collect::<Vec<_>>(), [NODE_SET]);
-    assert_eq!(c.state.sets[NODE_SET].elements, addrs(&[NODE]));
+    assert_eq!(*c.state.sets[NODE_SET].elements, addrs(&[NODE]));
     assert!(c.problems.is_empty());
 }
 
@@ -322,7 +322,7 @@ fn egress_named_ports_are_the_destination_pods_address_and_port() {
         .iter()
         .map(|(a, p)| Element::AddressPort(ip(a), *p))
         .collect();
-    assert_eq!(c.state.sets[set].elements, want);
+    assert_eq!(*c.state.sets[set].elements, want);
     assert_eq!(c.state.sets[set].kind, SetKind::AddressPorts);
 }
 

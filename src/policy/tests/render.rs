@@ -33,38 +33,26 @@ fn state() -> State {
     let sets = BTreeMap::from([
         (
             "block_x".to_string(),
-            Set {
-                kind: SetKind::Addresses,
-                elements: addrs(&["10.61.2.1"]),
-            },
+            Set::new(SetKind::Addresses, addrs(&["10.61.2.1"])),
         ),
         (
             "router".to_string(),
-            Set {
-                kind: SetKind::Addresses,
-                elements: addrs(&["10.61.2.1", "10.61.3.1"]),
-            },
+            Set::new(SetKind::Addresses, addrs(&["10.61.2.1", "10.61.3.1"])),
         ),
         (
             "node".to_string(),
-            Set {
-                kind: SetKind::Addresses,
-                elements: addrs(&["192.168.0.1", "fd00::1"]),
-            },
+            Set::new(SetKind::Addresses, addrs(&["192.168.0.1", "fd00::1"])),
         ),
         (
             "peer_c".to_string(),
-            Set {
-                kind: SetKind::Addresses,
-                elements: addrs(&["10.0.1.1", "10.0.1.2"]),
-            },
+            Set::new(SetKind::Addresses, addrs(&["10.0.1.1", "10.0.1.2"])),
         ),
         (
             "port_m".to_string(),
-            Set {
-                kind: SetKind::AddressPorts,
-                elements: [Element::AddressPort(ip("fd00::5"), 9100)].into(),
-            },
+            Set::new(
+                SetKind::AddressPorts,
+                [Element::AddressPort(ip("fd00::5"), 9100)],
+            ),
         ),
     ]);
     let ingress = vec![
@@ -185,10 +173,7 @@ fn a_diff_is_element_updates_and_chain_replacements() {
     let diff = Diff {
         sets_added: [(
             "peer_n".to_string(),
-            Set {
-                kind: SetKind::Addresses,
-                elements: addrs(&["10.0.5.5"]),
-            },
+            Set::new(SetKind::Addresses, addrs(&["10.0.5.5"])),
         )]
         .into(),
         sets_removed: ["peer_old".to_string()].into(),

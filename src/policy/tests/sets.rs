@@ -94,6 +94,21 @@ fn a_pod_label_change_looks_at_that_pod_only_and_changes_only_the_sets_it_leaves
     assert_eq!(changed.len(), 2, "{diff:?}");
     assert!(changed.iter().all(|e| *e == &BTreeSet::from([moved])));
     assert!(diff.chains_replaced.is_empty() && diff.chains_added.is_empty());
+    let peer_sets = |s: &State| -> Vec<(String, Set)> {
+        let peers = s.sets.iter().filter(|(name, _)| name.starts_with("peer"));
+        peers.map(|(n, set)| (n.clone(), set.clone())).collect()
+    };
+    let (peers_before, peers_after) = (peer_sets(&before), peer_sets(&after));
+    assert_eq!(peers_after.len(), 3, "{peers_after:?}");
+    let shared = peers_after.iter().filter(|(name, set)| {
+        let old = peers_before.iter().find(|(n, _)| n == name);
+        old.is_some_and(|(_, old)| std::sync::Arc::ptr_eq(&old.elements, &set.elements))
+    });
+    assert_eq!(
+        shared.count(),
+        1,
+        "the set the pod neither left nor joined (cache) is the last compile's own; the two it changed are new"
+    );
     assert_eq!(
         after,
         state(
@@ -123,7 +138,7 @@ fn an_address_two_pods_share_stays_until_both_are_gone_and_unused_sets_are_dropp
     };
     let set = cache.get("peer_x", source.clone(), &[&one, &two], none);
     assert_eq!(
-        set.elements,
+        *set.elements,
         BTreeSet::from([Element::Address(ip("10.0.0.9"))])
     );
     cache.end_compile();

@@ -5,10 +5,7 @@ fn addr(s: &str) -> Element {
 }
 
 fn set(elements: &[&str]) -> Set {
-    Set {
-        kind: SetKind::Addresses,
-        elements: elements.iter().map(|s| addr(s)).collect(),
-    }
+    Set::new(SetKind::Addresses, elements.iter().map(|s| addr(s)))
 }
 
 fn key(link: &str) -> ChainKey {
