@@ -230,16 +230,22 @@ pub fn usage(pid: i32) -> (u64, u64, u64) {
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .unwrap_or(0)
     };
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
-    // Fields after the command's closing parenthesis: utime and stime are the
-    // 12th and 13th of them.
+    (kib("VmRSS:"), kib("VmHWM:"), cpu_ticks(pid).0)
+}
+
+/// A process's CPU ticks (user + system) so far, and those of the children it
+/// waited for (the agent's nft runs).
+pub fn cpu_ticks(pid: i32) -> (u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis: utime, stime, cutime and
+    // cstime are the 12th to the 15th of them.
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
     let fields: Vec<u64> = after
         .split_whitespace()
         .map(|f| f.parse().unwrap_or(0))
         .collect();
-    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
-    (kib("VmRSS:"), kib("VmHWM:"), ticks)
+    let at = |i: usize| fields.get(i).copied().unwrap_or(0);
+    (at(11) + at(12), at(13) + at(14))
 }
 
 pub fn cpu_seconds(from: u64, to: u64) -> f64 {

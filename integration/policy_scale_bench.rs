@@ -38,8 +38,8 @@ use crate::k8s_backend::{
     POLICY_AGENT_ARGS, add_with_uid, create_node, create_sandbox_pods, eventually, k8s_node,
 };
 use crate::policy_bench::{
-    NAMESPACES, api_write, chain, cpu_seconds, create_sim_pods, list, load, namespace, namespaces,
-    new_policy, percentile, policy, post_policy, usage, wait_policies,
+    NAMESPACES, api_write, chain, cpu_seconds, cpu_ticks, create_sim_pods, list, load, namespace,
+    namespaces, new_policy, percentile, policy, post_policy, usage, wait_policies,
 };
 
 /// The port of the probe policy's rule: the one line of the server's ingress
@@ -215,20 +215,6 @@ fn new_policy_latency(cp: &ControlPlane, node: &Node, ingress_chain: &str, n: us
     ms
 }
 
-/// CPU ticks of one process and of the children it waited for (`utime +
-/// stime`, `cutime + cstime` of /proc/PID/stat: the agent's nft runs are its
-/// children).
-fn ticks_with_children(pid: i32) -> (u64, u64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let f: Vec<u64> = after
-        .split_whitespace()
-        .map(|f| f.parse().unwrap_or(0))
-        .collect();
-    let at = |i: usize| f.get(i).copied().unwrap_or(0);
-    (at(11) + at(12), at(13) + at(14))
-}
-
 /// Who spent the CPU of one ADD phase: the agent (its own threads, and the nft
 /// processes it ran), kube-apiserver and etcd, in CPU seconds per second of
 /// the phase.
@@ -251,8 +237,8 @@ impl PhaseCpu {
 
 /// The CPU counters [`PhaseCpu`] is the difference of.
 fn cpu_now(cp: &ControlPlane, agent: i32) -> [u64; 4] {
-    let own = |pid: Option<i32>| pid.map_or(0, |p| ticks_with_children(p).0);
-    let (a, n) = ticks_with_children(agent);
+    let own = |pid: Option<i32>| pid.map_or(0, |p| cpu_ticks(p).0);
+    let (a, n) = cpu_ticks(agent);
     [a, n, own(cp.apiserver_pid()), own(cp.etcd_pid())]
 }
 
