@@ -111,13 +111,7 @@ impl Client<'_> {
             .env("NETCONFPATH", &self.netconfpath)
             .env("CNI_PATH", &self.cni_path)
             .env("CNI_IFNAME", &sb.ifname)
-            .env(
-                "CNI_ARGS",
-                format!(
-                    "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={}",
-                    sb.ns.name
-                ),
-            );
+            .env("CNI_ARGS", sb.cni_args());
         if self.kind == ClientKind::Driver {
             cmd.env("CNI_CACHE_DIR", &self.cache_dir);
         }

@@ -108,6 +108,15 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
+    /// The `CNI_ARGS` a runtime gives the plugin for this sandbox's pod
+    /// (`default/<netns name>`).
+    pub fn cni_args(&self) -> String {
+        format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={}",
+            self.ns.name
+        )
+    }
+
     /// True once the sandbox's interface is gone (waits up to 5 s).
     pub fn interface_gone(&self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -489,23 +498,31 @@ impl Node {
     ) -> PluginOutput {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.ns.name, podnet_bin()]);
-        cmd.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("CNI_COMMAND", command);
-        if let Some(sb) = sb {
-            cmd.env("CNI_CONTAINERID", &sb.container_id)
-                .env("CNI_NETNS", sb.ns.path())
-                .env("CNI_IFNAME", &sb.ifname)
-                .env(
-                    "CNI_ARGS",
-                    format!(
-                        "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={}",
-                        sb.ns.name
-                    ),
-                );
-        }
-        for (k, v) in extra_env {
-            cmd.env(k, v);
+        plugin_env(&mut cmd, command, sb, extra_env);
+        plugin_run(cmd, stdin)
+    }
+
+    /// Runs the plugin as a container runtime does: forked into the node
+    /// namespace (setns before the exec) and nothing more; `ip netns exec`
+    /// (which [`Node::plugin`] runs) also makes a mount namespace and mounts a
+    /// sysfs, which no runtime does, for every run. For the benches' timing.
+    pub fn plugin_as_runtime(&self, command: &str, sb: &Sandbox, stdin: &str) -> PluginOutput {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let netns = std::fs::File::open(self.ns.path()).expect("opening the node's netns");
+        let fd = netns.as_raw_fd();
+        let mut cmd = Command::new(podnet_bin());
+        plugin_env(&mut cmd, command, Some(sb), &[]);
+        // SAFETY: between fork and exec only setns, async-signal-safe; the
+        // file stays open in the closure.
+        unsafe {
+            cmd.pre_exec(move || {
+                let _keep_open = &netns;
+                match libc::setns(fd, libc::CLONE_NEWNET) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            });
         }
         plugin_run(cmd, stdin)
     }
@@ -585,6 +602,23 @@ impl Drop for Node {
         self.stop_daemon(true);
         self.ns.delete();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The plugin's environment on `cmd`: only PATH, `CNI_COMMAND`, the
+/// sandbox's variables and `extra_env`.
+fn plugin_env(cmd: &mut Command, command: &str, sb: Option<&Sandbox>, extra_env: &[(&str, &str)]) {
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("CNI_COMMAND", command);
+    if let Some(sb) = sb {
+        cmd.env("CNI_CONTAINERID", &sb.container_id)
+            .env("CNI_NETNS", sb.ns.path())
+            .env("CNI_IFNAME", &sb.ifname)
+            .env("CNI_ARGS", sb.cni_args());
+    }
+    for (k, v) in extra_env {
+        cmd.env(k, v);
     }
 }
 

@@ -258,7 +258,9 @@ fn the_plugin_logs_each_add_and_del_to_its_log_file() {
     );
     assert!(
         lines[0].contains(&format!("pod=default/{}", a.ns.name))
-            && lines[0].contains("duration_ms="),
+            && lines[0].contains("duration_ms=")
+            && lines[0].contains("phases_ms=ipam-round-trip:")
+            && lines[0].contains(",netlink-host:"),
         "{text}"
     );
     assert!(

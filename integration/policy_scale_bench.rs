@@ -10,8 +10,9 @@
 //! ClusterNetworkPolicies (half Admin, half Baseline, each with pod and
 //! namespace peers).
 //!
-//! It measures, in one run: the plugin's ADD latency (the real plugin binary
-//! through the daemon's socket, each ADD then DEL, `BENCH_ADDS` (100) of
+//! It measures, in one run: the plugin's ADD latency (the real plugin binary,
+//! started as a runtime starts it, through the daemon's socket, and its
+//! phases from its log line; each ADD then DEL, `BENCH_ADDS` (100) of
 //! each kind) while labels and policies churn with every policy in, and while
 //! Pod labels churn with no policy, in four phases (with, without, without,
 //! with: a drift of the machine weighs on both kinds alike); a Pod label
@@ -25,6 +26,7 @@
 //! It prints a Markdown report (and writes it to `BENCH_OUT`); it asserts
 //! nothing about time.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -140,16 +142,9 @@ fn ms_until(what: &str, done: impl Fn() -> bool) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-/// The server's NetworkPolicy rules of ingress: its ingress chain's, and its
-/// pass chain's when ClusterNetworkPolicies have a say (their Admin tier
-/// first, the NetworkPolicy tier behind a Pass).
-fn policy_rules(node: &Node, ingress_chain: &str) -> String {
-    chain(node, ingress_chain) + &chain(node, &format!("pass_{ingress_chain}"))
-}
-
 /// The IPv4 set of the server's probe rule.
 fn probe_set(node: &Node, ingress_chain: &str) -> String {
-    let listing = policy_rules(node, ingress_chain);
+    let listing = chain(node, ingress_chain);
     let line = listing
         .lines()
         .find(|l| l.contains(PROBE_PORT))
@@ -198,7 +193,7 @@ fn new_policy_latency(cp: &ControlPlane, node: &Node, ingress_chain: &str, n: us
         let needle = format!("198.18.{k}.0/24");
         post_policy(cp, &new_policy(k));
         ms.push(ms_until(&format!("policy new-{k}"), || {
-            policy_rules(node, ingress_chain).contains(&needle)
+            chain(node, ingress_chain).contains(&needle)
         }));
         std::thread::sleep(Duration::from_millis(300));
     }
@@ -227,10 +222,18 @@ struct PhaseCpu {
 }
 
 impl PhaseCpu {
-    fn row(&self, phase: &str) -> String {
+    /// The phase's row, with the policy table's `writes` (count, seconds).
+    fn row(&self, phase: &str, writes: (f64, f64)) -> String {
+        let (count, secs) = writes;
         format!(
-            "| {phase} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} |",
-            self.seconds, self.agent, self.nft, self.apiserver, self.etcd
+            "| {phase} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} |",
+            self.seconds,
+            self.agent,
+            self.nft,
+            self.apiserver,
+            self.etcd,
+            count / self.seconds,
+            if count > 0.0 { secs * 1e3 / count } else { 0.0 }
         )
     }
 }
@@ -242,43 +245,159 @@ fn cpu_now(cp: &ControlPlane, agent: i32) -> [u64; 4] {
     [a, n, own(cp.apiserver_pid()), own(cp.etcd_pid())]
 }
 
+/// One ADD phase: each ADD's parts in ms (`wall`: as the bench timed it;
+/// `exec`: that less the plugin's own duration, the process's start and exit;
+/// then each phase the plugin's log line gives), the policy table's writes
+/// meanwhile (how many, and the seconds their `nft` runs took), and who spent
+/// the CPU.
+struct AddPhase {
+    parts: BTreeMap<String, Vec<f64>>,
+    writes: (f64, f64),
+    cpu: PhaseCpu,
+}
+
+/// The agent's policy table writes so far: (count, seconds), every result.
+fn policy_writes(node: &Node) -> (f64, f64) {
+    let metrics = node.metrics();
+    let sum = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(&format!("podnet_policy_write_duration_seconds_{name}{{")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    (sum("count"), sum("sum"))
+}
+
+/// The duration and the phases of each ADD line of the plugin's log file
+/// (`duration_ms=… phases_ms=a:1.2,b:3.4`), in order; the file is removed.
+fn logged_adds(log: &std::path::Path) -> Vec<BTreeMap<String, f64>> {
+    let text = std::fs::read_to_string(log).expect("the plugin's log file");
+    std::fs::remove_file(log).expect("remove the plugin's log file");
+    let field = |line: &str, key: &str| -> String {
+        let at = line
+            .find(key)
+            .unwrap_or_else(|| panic!("no {key} in {line}"));
+        line[at + key.len()..]
+            .split(' ')
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    text.lines()
+        .filter(|l| l.contains(" ADD "))
+        .map(|line| {
+            let mut parts: BTreeMap<String, f64> = field(line, "phases_ms=")
+                .split(',')
+                .filter_map(|p| p.split_once(':'))
+                .map(|(name, ms)| (name.to_string(), ms.parse().expect("a phase's ms")))
+                .collect();
+            let total = field(line, "duration_ms=").parse().expect("duration_ms");
+            parts.insert("plugin".into(), total);
+            parts
+        })
+        .collect()
+}
+
 /// ADD (then DEL) of each sandbox, timed, while `churn` runs on another
-/// thread until they are done; the ADDs' ms, sorted, and who spent the CPU.
+/// thread until they are done; the plugin logs each to a file the bench reads.
 fn add_latency(
     node: &Node,
     cpu: impl Fn() -> [u64; 4],
     sandboxes: &[Sandbox],
     churn: impl Fn(&AtomicBool) + Sync,
-) -> (Vec<f64>, PhaseCpu) {
-    let (t0, c0) = (Instant::now(), cpu());
+) -> AddPhase {
+    let log = node.dir.join("bench-cni.log");
+    let mut conf: Value = serde_json::from_str(&node.conf("1.1.0")).expect("conf");
+    conf["log-file"] = json!(log);
+    let conf = conf.to_string();
+    let (t0, c0, w0) = (Instant::now(), cpu(), policy_writes(node));
     let stop = AtomicBool::new(false);
-    let mut ms = std::thread::scope(|s| {
+    let walls = std::thread::scope(|s| {
         s.spawn(|| churn(&stop));
         let ms: Vec<f64> = sandboxes
             .iter()
             .map(|sb| {
                 let t = Instant::now();
-                let add = node.add(sb);
+                let add = node.plugin_as_runtime("ADD", sb, &conf);
                 let took = t.elapsed().as_secs_f64() * 1e3;
                 assert!(add.ok, "ADD {}: {}", sb.ns.name, add.stdout);
-                assert!(node.del(sb).ok, "DEL {}", sb.ns.name);
+                let del = node.plugin_as_runtime("DEL", sb, &conf);
+                assert!(del.ok, "DEL {}", sb.ns.name);
                 took
             })
             .collect();
         stop.store(true, Ordering::Relaxed);
         ms
     });
-    ms.sort_by(f64::total_cmp);
-    let (seconds, c1) = (t0.elapsed().as_secs_f64(), cpu());
+    let (seconds, c1, w1) = (t0.elapsed().as_secs_f64(), cpu(), policy_writes(node));
+    let logged = logged_adds(&log);
+    assert_eq!(logged.len(), walls.len(), "one log line per ADD");
+    let mut parts: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (wall, mut logged) in walls.into_iter().zip(logged) {
+        logged.insert("exec".into(), wall - logged["plugin"]);
+        logged.insert("wall".into(), wall);
+        for (name, ms) in logged {
+            parts.entry(name).or_default().push(ms);
+        }
+    }
     let per_s = |i: usize| cpu_seconds(c0[i], c1[i]) / seconds;
-    let spent = PhaseCpu {
+    let cpu = PhaseCpu {
         seconds,
         agent: per_s(0),
         nft: per_s(1),
         apiserver: per_s(2),
         etcd: per_s(3),
     };
-    (ms, spent)
+    let writes = (w1.0 - w0.0, w1.1 - w0.1);
+    AddPhase { parts, writes, cpu }
+}
+
+impl AddPhase {
+    /// The ADDs' wall ms, sorted.
+    fn walls(&self) -> Vec<f64> {
+        sorted(self.parts["wall"].clone())
+    }
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// Each part of the ADD (`wall`, `exec`, `plugin`, the plugin's phases), p50
+/// and p99 without and with policies, each kind's two phases pooled.
+fn parts_table(without: [&AddPhase; 2], with: [&AddPhase; 2]) -> String {
+    let pooled = |phases: [&AddPhase; 2], part: &str| -> Vec<f64> {
+        let all = phases
+            .iter()
+            .flat_map(|p| p.parts.get(part).into_iter().flatten());
+        sorted(all.copied().collect())
+    };
+    let mut rows = vec![
+        "| ADD part, ms | without: p50 | p99 | with: p50 | p99 |".to_string(),
+        "|---|---|---|---|---|".into(),
+    ];
+    let order = ["wall", "exec", "plugin"];
+    let rest = with[0]
+        .parts
+        .keys()
+        .filter(|k| !order.contains(&k.as_str()));
+    for part in order.iter().map(|s| s.to_string()).chain(rest.cloned()) {
+        let (a, b) = (pooled(without, &part), pooled(with, &part));
+        if a.is_empty() || b.is_empty() {
+            continue;
+        }
+        let q = |v: &[f64], x| percentile(v, x);
+        rows.push(format!(
+            "| {part} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            q(&a, 0.5),
+            q(&a, 0.99),
+            q(&b, 0.5),
+            q(&b, 0.99)
+        ));
+    }
+    rows.join("\n")
 }
 
 /// Label churn: a simulated pod's `app` changed every 100 ms; with
@@ -482,26 +601,26 @@ fn policy_at_scale_label_and_policy_to_kernel_cpu_per_pod_event_and_add_latency(
     let with = |sb: &[Sandbox]| add_latency(&node, cpu, sb, |stop| churn(&cp, pods, true, stop));
     let without =
         |sb: &[Sandbox]| add_latency(&node, cpu, sb, |stop| churn(&cp, pods, false, stop));
-    let (with_1, cpu_with_1) = with(first);
+    let with_1 = with(first);
     delete_policies(&cp, &node);
     ticks_when_quiet(pid, rest_per_s);
-    let [(none_1, cpu_none_1), (none_2, cpu_none_2)] = [without(second), without(first)];
+    let [none_1, none_2] = [without(second), without(first)];
     create_policies(&cp, &node, counts);
     ticks_when_quiet(pid, rest_per_s);
-    let (with_2, cpu_with_2) = with(second);
-    let cpu_rows = [
-        cpu_with_1.row("with"),
-        cpu_none_1.row("without"),
-        cpu_none_2.row("without"),
-        cpu_with_2.row("with"),
-    ]
-    .join("\n");
-    let pooled = |a: &[f64], b: &[f64]| {
-        let mut v = [a, b].concat();
-        v.sort_by(f64::total_cmp);
-        v
-    };
+    let with_2 = with(second);
+    let phases = [
+        ("with", &with_1),
+        ("without", &none_1),
+        ("without", &none_2),
+        ("with", &with_2),
+    ];
+    let cpu_rows: Vec<String> = phases.iter().map(|(k, p)| p.cpu.row(k, p.writes)).collect();
+    let cpu_rows = cpu_rows.join("\n");
+    let parts = parts_table([&none_1, &none_2], [&with_1, &with_2]);
+    let pooled = |a: &AddPhase, b: &AddPhase| sorted([a.walls(), b.walls()].concat());
     let (add_with, add_none) = (pooled(&with_1, &with_2), pooled(&none_1, &none_2));
+    let [with_1, none_1, none_2, with_2] =
+        [&with_1, &none_1, &none_2, &with_2].map(AddPhase::walls);
 
     let mib = |kib: u64| kib as f64 / 1024.0;
     let p99 = |v: &[f64]| percentile(v, 0.99);
@@ -524,8 +643,9 @@ fn policy_at_scale_label_and_policy_to_kernel_cpu_per_pod_event_and_add_latency(
          | no policies, Pod labels churning (10/s) | {} |\n\
          | every policy, labels and policies churning (10/s, 2/s) | {} |\n\n\
          ADD p99 with policies / without: {:.2} (each phase's p99, in order: {:.0}, {:.0}, {:.0}, {:.0} ms)\n\n\
-         | ADD phase: CPU seconds per second | s | agent | its nft runs | kube-apiserver | etcd |\n\
-         |---|---|---|---|---|---|\n\
+         {parts}\n\n\
+         | ADD phase: CPU seconds per second | s | agent | its nft runs | kube-apiserver | etcd | policy writes per s | ms per write |\n\
+         |---|---|---|---|---|---|---|---|\n\
          {cpu_rows}\n",
         load(),
         started.elapsed().as_secs_f64(),

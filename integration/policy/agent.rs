@@ -68,6 +68,10 @@ fn a_policy_created_in_the_api_is_enforced_on_its_pods_link_and_deleting_it_open
         "{m}"
     );
     assert!(m.contains("podnet_policy_problems 0"), "{m}");
+    assert!(
+        m.contains("podnet_policy_write_duration_seconds_count{result=\"installed\"} 1"),
+        "{m}"
+    );
     let web_pod = format!("default/{}", web.ns.name);
     let explained = node.podnet(&["explain", web_ip]);
     for line in [

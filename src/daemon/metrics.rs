@@ -102,6 +102,8 @@ pub struct Metrics {
     pub policy_problems: Gauge,
     /// Writes of the policy table, by result (installed, updated, failed).
     pub policy_updates: Family<ResultLabels, Counter>,
+    /// How long each of those writes took (the `nft` run), by result.
+    pub policy_write_seconds: Family<ResultLabels, Histogram, fn() -> Histogram>,
     /// Local pods with a policy chain in the table.
     pub policy_pods_enforced: Gauge,
     /// Policy tables installed again because a resync found the kernel's not
@@ -180,6 +182,7 @@ impl Metrics {
             leaks_released: Counter::default(),
             policy_problems: Gauge::default(),
             policy_updates: Family::default(),
+            policy_write_seconds: Family::new_with_constructor(latency_histogram),
             policy_pods_enforced: Gauge::default(),
             policy_table_repairs: Family::default(),
             policy_verdicts: Family::default(),
@@ -267,26 +270,7 @@ impl Metrics {
             "Leaked allocations the leak check released (--ipam-release-leaked-after)",
             m.leaks_released.clone(),
         );
-        registry.register(
-            "policy_problems",
-            "NetworkPolicy and ClusterNetworkPolicy fields that are invalid (allowing nothing, or failing closed) or name a port no pod has, in the last compile",
-            m.policy_problems.clone(),
-        );
-        registry.register(
-            "policy_updates",
-            "Writes of the NetworkPolicy table, by result (installed, updated, failed)",
-            m.policy_updates.clone(),
-        );
-        registry.register(
-            "policy_pods_enforced",
-            "Local pods some NetworkPolicy selects, with a chain in the policy table",
-            m.policy_pods_enforced.clone(),
-        );
-        registry.register(
-            "policy_table_repairs",
-            "Policy tables installed again because a resync found the kernel's deleted (missing) or changed (differs) by someone else",
-            m.policy_table_repairs.clone(),
-        );
+        m.register_policy(registry);
         m.register_verdicts(registry);
         m.register_l2(registry);
         registry.register(
@@ -351,6 +335,36 @@ impl Metrics {
     }
 
     /// Registers the policy verdict metrics in `registry`.
+    /// The NetworkPolicy table's metrics: its problems, writes and repairs.
+    fn register_policy(&self, registry: &mut Registry) {
+        let m = self;
+        registry.register(
+            "policy_problems",
+            "NetworkPolicy and ClusterNetworkPolicy fields that are invalid (allowing nothing, or failing closed) or name a port no pod has, in the last compile",
+            m.policy_problems.clone(),
+        );
+        registry.register(
+            "policy_updates",
+            "Writes of the NetworkPolicy table, by result (installed, updated, failed)",
+            m.policy_updates.clone(),
+        );
+        registry.register(
+            "policy_write_duration_seconds",
+            "How long each write of the NetworkPolicy table took (the nft run: while it commits, the kernel makes a link added or deleted on this node wait), by result",
+            m.policy_write_seconds.clone(),
+        );
+        registry.register(
+            "policy_pods_enforced",
+            "Local pods some NetworkPolicy selects, with a chain in the policy table",
+            m.policy_pods_enforced.clone(),
+        );
+        registry.register(
+            "policy_table_repairs",
+            "Policy tables installed again because a resync found the kernel's deleted (missing) or changed (differs) by someone else",
+            m.policy_table_repairs.clone(),
+        );
+    }
+
     fn register_verdicts(&self, registry: &mut Registry) {
         let m = self;
         registry.register(

@@ -59,7 +59,8 @@ impl Timings {
     }
 
     /// The phases so far and `total` up to now: what travels with the endpoint
-    /// registration (the daemon adds its own handling of that request).
+    /// registration (the daemon adds its own handling of that request), and
+    /// what the report sends and logs.
     pub fn so_far(&self) -> BTreeMap<String, f64> {
         let mut phases = self.phases.clone();
         phases.insert("total".into(), self.total().as_secs_f64());
@@ -108,9 +109,7 @@ pub struct Outcome<'a> {
 /// Sends the timings unless the daemon has them (without waiting for its answer)
 /// and appends the log line.
 pub fn report(client: &Client, log_file: Option<&Path>, timings: Timings, outcome: &Outcome<'_>) {
-    let total = timings.total();
-    let mut phases = timings.phases;
-    phases.insert("total".into(), total.as_secs_f64());
+    let phases = timings.so_far();
     let (reason, error) = match outcome.result {
         Ok(_) => (String::new(), String::new()),
         Err(e) => (reason_of(e).to_string(), e.msg.clone()),
@@ -122,7 +121,7 @@ pub fn report(client: &Client, log_file: Option<&Path>, timings: Timings, outcom
             container_id: outcome.container_id.into(),
             ifname: outcome.ifname.into(),
             owner: outcome.owner.into(),
-            phases,
+            phases: phases.clone(),
             wired_expiration_uuids: if outcome.result.is_ok() {
                 timings.wired
             } else {
@@ -136,13 +135,15 @@ pub fn report(client: &Client, log_file: Option<&Path>, timings: Timings, outcom
         }
     }
     if let Some(path) = log_file
-        && let Err(e) = append_log(path, &log_line(outcome, total))
+        && let Err(e) = append_log(path, &log_line(outcome, &phases))
     {
         tracing::warn!(error = %e, path = %path.display(), "could not write the CNI log file");
     }
 }
 
-fn log_line(o: &Outcome<'_>, total: Duration) -> String {
+/// One line of the log: when, the verb, the attachment and pod, the result,
+/// the duration, and each phase's share of it (`total` is the duration), in ms.
+fn log_line(o: &Outcome<'_>, phases: &BTreeMap<String, f64>) -> String {
     let result = match o.result {
         Ok(out) => {
             let ips: Vec<String> = serde_json::from_str::<serde_json::Value>(out)
@@ -160,15 +161,23 @@ fn log_line(o: &Outcome<'_>, total: Duration) -> String {
         }
         Err(e) => format!("error code={} msg={:?}", e.code, e.msg),
     };
+    let ms = |secs: f64| format!("{:.2}", secs * 1000.0);
+    let total = phases.get("total").copied().unwrap_or_default();
+    let parts: Vec<String> = phases
+        .iter()
+        .filter(|(name, _)| *name != "total")
+        .map(|(name, secs)| format!("{name}:{}", ms(*secs)))
+        .collect();
     format!(
-        "{} {} container={} ifname={} pod={} {} duration_ms={:.2}\n",
+        "{} {} container={} ifname={} pod={} {} duration_ms={} phases_ms={}\n",
         utc_now(),
         o.verb,
         o.container_id,
         o.ifname,
         o.owner,
         result,
-        total.as_secs_f64() * 1000.0
+        ms(total),
+        parts.join(",")
     )
 }
 
@@ -273,6 +282,31 @@ mod tests {
         assert!(!t.delivered);
         t.delivered();
         assert!(t.delivered);
+    }
+
+    #[test]
+    fn the_log_line_gives_the_duration_and_each_phase_in_ms() {
+        let phases = BTreeMap::from([
+            ("ipam-round-trip".to_string(), 0.0012),
+            ("netlink-host".to_string(), 0.00405),
+            ("total".to_string(), 0.0061),
+        ]);
+        let result = r#"{"ips":[{"address":"10.0.0.5/24"}]}"#;
+        let outcome = Outcome {
+            verb: "ADD",
+            container_id: "c1",
+            ifname: "eth0",
+            owner: "ns/pod",
+            result: Ok(result),
+        };
+        let line = log_line(&outcome, &phases);
+        assert!(
+            line.ends_with(
+                " ADD container=c1 ifname=eth0 pod=ns/pod ok ips=[10.0.0.5/24] duration_ms=6.10 \
+                 phases_ms=ipam-round-trip:1.20,netlink-host:4.05\n"
+            ),
+            "{line}"
+        );
     }
 
     #[test]

@@ -730,7 +730,12 @@ async fn report(
     table_written: bool,
     audit_mode: bool,
 ) {
-    let Some(Pass { repaired, wrote }) = pass else {
+    let Some(Pass {
+        repaired,
+        wrote,
+        took,
+    }) = pass
+    else {
         return;
     };
     let problems = c.problems.len();
@@ -762,6 +767,9 @@ async fn report(
                     result: result.into(),
                 };
                 m.policy_updates.get_or_create(&labels).inc();
+                m.policy_write_seconds
+                    .get_or_create(&labels)
+                    .observe(took.as_secs_f64());
             }
             if let Some(found) = repaired.as_ref().and_then(Found::label) {
                 let labels = FoundLabels {

@@ -17,6 +17,7 @@
 //! kernel is behind [`Table`], so the writer is tested without one.
 
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use crate::policy::check::{Depth, Found};
 use crate::policy::table::{self, PolicyTableError};
@@ -77,11 +78,12 @@ impl Wrote {
 }
 
 /// What one pass did: what its check found, when that made it install, and
-/// the write.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// the write, with how long the write took.
+#[derive(Debug, Clone)]
 pub struct Pass {
     pub repaired: Option<Found>,
     pub wrote: Wrote,
+    pub took: Duration,
 }
 
 /// The state last written, and what has been logged.
@@ -148,8 +150,13 @@ impl<T: Table> Writer<T> {
     /// any, then the write of `compiled`.
     pub fn pass(&mut self, compiled: &Compiled, check: Option<Depth>) -> Pass {
         let repaired = check.and_then(|depth| self.check(depth));
+        let started = Instant::now();
         let wrote = self.write(compiled);
-        Pass { repaired, wrote }
+        Pass {
+            repaired,
+            wrote,
+            took: started.elapsed(),
+        }
     }
 
     /// Writes `compiled`'s state; logs its new problems.
