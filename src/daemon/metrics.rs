@@ -334,8 +334,8 @@ impl Metrics {
         }
     }
 
-    /// Registers the policy verdict metrics in `registry`.
-    /// The NetworkPolicy table's metrics: its problems, writes and repairs.
+    /// Registers the NetworkPolicy table's metrics in `registry`: its
+    /// problems, writes and repairs.
     fn register_policy(&self, registry: &mut Registry) {
         let m = self;
         registry.register(
@@ -365,6 +365,7 @@ impl Metrics {
         );
     }
 
+    /// Registers the policy verdict metrics in `registry`.
     fn register_verdicts(&self, registry: &mut Registry) {
         let m = self;
         registry.register(
