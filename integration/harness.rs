@@ -507,23 +507,9 @@ impl Node {
     /// (which [`Node::plugin`] runs) also makes a mount namespace and mounts a
     /// sysfs, which no runtime does, for every run. For the benches' timing.
     pub fn plugin_as_runtime(&self, command: &str, sb: &Sandbox, stdin: &str) -> PluginOutput {
-        use std::os::fd::AsRawFd;
-        use std::os::unix::process::CommandExt;
-        let netns = std::fs::File::open(self.ns.path()).expect("opening the node's netns");
-        let fd = netns.as_raw_fd();
         let mut cmd = Command::new(podnet_bin());
         plugin_env(&mut cmd, command, Some(sb), &[]);
-        // SAFETY: between fork and exec only setns, async-signal-safe; the
-        // file stays open in the closure.
-        unsafe {
-            cmd.pre_exec(move || {
-                let _keep_open = &netns;
-                match libc::setns(fd, libc::CLONE_NEWNET) {
-                    0 => Ok(()),
-                    _ => Err(std::io::Error::last_os_error()),
-                }
-            });
-        }
+        exec_in_netns(&mut cmd, &self.ns, || Ok(()));
         plugin_run(cmd, stdin)
     }
 
@@ -603,6 +589,39 @@ impl Drop for Node {
         self.ns.delete();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Makes `cmd`'s child enter `ns` between fork and exec (as a runtime starts a
+/// plugin: no `ip netns exec`), then run `then`, which may make only
+/// async-signal-safe calls.
+pub fn exec_in_netns(
+    cmd: &mut Command,
+    ns: &Netns,
+    then: impl Fn() -> std::io::Result<()> + Send + Sync + 'static,
+) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let netns = std::fs::File::open(ns.path()).expect("opening the netns");
+    let fd = netns.as_raw_fd();
+    // SAFETY: between fork and exec only setns and `then`, async-signal-safe
+    // by its contract; the file stays open in the closure.
+    unsafe {
+        cmd.pre_exec(move || {
+            let _keep_open = &netns;
+            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            then()
+        });
+    }
+}
+
+/// The values of the metric lines of `text` that start with `prefix`.
+pub fn metric_values(text: &str, prefix: &str) -> Vec<f64> {
+    let lines = text.lines().filter(|l| l.starts_with(prefix));
+    lines
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect()
 }
 
 /// The plugin's environment on `cmd`: only PATH, `CNI_COMMAND`, the

@@ -3,8 +3,6 @@
 //! naming it) and what it needs (with CAP_NET_ADMIN alone it serves pods).
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -34,7 +32,6 @@ fn cap_last_cap() -> u32 {
 /// set as its effective set, as a container runtime does with
 /// securityContext.capabilities.
 fn daemon_without(node: &Node, drop: &[u32], args: &[&str]) -> Command {
-    let netns = File::open(node.ns.path()).expect("opening the node's netns");
     let drop = drop.to_vec();
     let mut cmd = Command::new(podnet_bin());
     cmd.arg("daemon")
@@ -44,23 +41,17 @@ fn daemon_without(node: &Node, drop: &[u32], args: &[&str]) -> Command {
         .arg(node.state_dir())
         .args(args)
         .stdin(Stdio::null());
-    let fd: RawFd = netns.as_raw_fd();
-    // SAFETY: between fork and exec only async-signal-safe calls (setns, prctl);
-    // `drop` was allocated before the fork and is only read.
-    unsafe {
-        cmd.pre_exec(move || {
-            let _keep_open = &netns;
-            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+    // After the setns: prctl, async-signal-safe; `drop` was allocated before
+    // the fork and is only read.
+    exec_in_netns(&mut cmd, &node.ns, move || {
+        for cap in &drop {
+            // SAFETY: prctl with plain integers.
+            if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, *cap as libc::c_ulong, 0, 0, 0) } != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            for cap in &drop {
-                if libc::prctl(libc::PR_CAPBSET_DROP, *cap as libc::c_ulong, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
+        }
+        Ok(())
+    });
     cmd
 }
 

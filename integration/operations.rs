@@ -28,10 +28,7 @@ fn scrape(node: &Node, port: u16) -> String {
 }
 
 fn metric_value(text: &str, line_prefix: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(line_prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+    metric_values(text, line_prefix).first().copied()
 }
 
 #[test]

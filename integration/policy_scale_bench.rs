@@ -260,11 +260,8 @@ struct AddPhase {
 fn policy_writes(node: &Node) -> (f64, f64) {
     let metrics = node.metrics();
     let sum = |name: &str| -> f64 {
-        metrics
-            .lines()
-            .filter(|l| l.starts_with(&format!("podnet_policy_write_duration_seconds_{name}{{")))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        let prefix = format!("podnet_policy_write_duration_seconds_{name}{{");
+        metric_values(&metrics, &prefix).iter().sum()
     };
     (sum("count"), sum("sum"))
 }
@@ -353,14 +350,12 @@ fn add_latency(
     AddPhase { parts, writes, cpu }
 }
 
-impl AddPhase {
-    /// The ADDs' wall ms, sorted.
-    fn walls(&self) -> Vec<f64> {
-        sorted(self.parts["wall"].clone())
-    }
-}
-
-fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+/// The ms of one part of every ADD of `phases`, sorted.
+fn pooled(phases: &[&AddPhase], part: &str) -> Vec<f64> {
+    let all = phases
+        .iter()
+        .flat_map(|p| p.parts.get(part).into_iter().flatten());
+    let mut v: Vec<f64> = all.copied().collect();
     v.sort_by(f64::total_cmp);
     v
 }
@@ -368,12 +363,6 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
 /// Each part of the ADD (`wall`, `exec`, `plugin`, the plugin's phases), p50
 /// and p99 without and with policies, each kind's two phases pooled.
 fn parts_table(without: [&AddPhase; 2], with: [&AddPhase; 2]) -> String {
-    let pooled = |phases: [&AddPhase; 2], part: &str| -> Vec<f64> {
-        let all = phases
-            .iter()
-            .flat_map(|p| p.parts.get(part).into_iter().flatten());
-        sorted(all.copied().collect())
-    };
     let mut rows = vec![
         "| ADD part, ms | without: p50 | p99 | with: p50 | p99 |".to_string(),
         "|---|---|---|---|---|".into(),
@@ -384,7 +373,7 @@ fn parts_table(without: [&AddPhase; 2], with: [&AddPhase; 2]) -> String {
         .keys()
         .filter(|k| !order.contains(&k.as_str()));
     for part in order.iter().map(|s| s.to_string()).chain(rest.cloned()) {
-        let (a, b) = (pooled(without, &part), pooled(with, &part));
+        let (a, b) = (pooled(&without, &part), pooled(&with, &part));
         if a.is_empty() || b.is_empty() {
             continue;
         }
@@ -617,10 +606,12 @@ fn policy_at_scale_label_and_policy_to_kernel_cpu_per_pod_event_and_add_latency(
     let cpu_rows: Vec<String> = phases.iter().map(|(k, p)| p.cpu.row(k, p.writes)).collect();
     let cpu_rows = cpu_rows.join("\n");
     let parts = parts_table([&none_1, &none_2], [&with_1, &with_2]);
-    let pooled = |a: &AddPhase, b: &AddPhase| sorted([a.walls(), b.walls()].concat());
-    let (add_with, add_none) = (pooled(&with_1, &with_2), pooled(&none_1, &none_2));
+    let (add_with, add_none) = (
+        pooled(&[&with_1, &with_2], "wall"),
+        pooled(&[&none_1, &none_2], "wall"),
+    );
     let [with_1, none_1, none_2, with_2] =
-        [&with_1, &none_1, &none_2, &with_2].map(AddPhase::walls);
+        [&with_1, &none_1, &none_2, &with_2].map(|p| pooled(&[p], "wall"));
 
     let mib = |kib: u64| kib as f64 / 1024.0;
     let p99 = |v: &[f64]| percentile(v, 0.99);

@@ -84,9 +84,9 @@ pub(super) fn udp(sb: &Sandbox, ip: &str, port: u16, count: u32) {
 
 /// The value of the metric line that starts with `name`, 0 when absent.
 pub(super) fn metric(metrics: &str, name: &str) -> u64 {
-    let line = metrics.lines().find(|l| l.starts_with(name));
-    line.and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0)
+    metric_values(metrics, name)
+        .first()
+        .map_or(0, |v| *v as u64)
 }
 
 #[test]

@@ -59,8 +59,7 @@ impl Timings {
     }
 
     /// The phases so far and `total` up to now: what travels with the endpoint
-    /// registration (the daemon adds its own handling of that request), and
-    /// what the report sends and logs.
+    /// registration (the daemon adds its own handling of that request).
     pub fn so_far(&self) -> BTreeMap<String, f64> {
         let mut phases = self.phases.clone();
         phases.insert("total".into(), self.total().as_secs_f64());
@@ -109,7 +108,10 @@ pub struct Outcome<'a> {
 /// Sends the timings unless the daemon has them (without waiting for its answer)
 /// and appends the log line.
 pub fn report(client: &Client, log_file: Option<&Path>, timings: Timings, outcome: &Outcome<'_>) {
-    let phases = timings.so_far();
+    let total = timings.total();
+    let mut phases = timings.phases;
+    phases.insert("total".into(), total.as_secs_f64());
+    let line = log_file.map(|_| log_line(outcome, &phases));
     let (reason, error) = match outcome.result {
         Ok(_) => (String::new(), String::new()),
         Err(e) => (reason_of(e).to_string(), e.msg.clone()),
@@ -121,7 +123,7 @@ pub fn report(client: &Client, log_file: Option<&Path>, timings: Timings, outcom
             container_id: outcome.container_id.into(),
             ifname: outcome.ifname.into(),
             owner: outcome.owner.into(),
-            phases: phases.clone(),
+            phases,
             wired_expiration_uuids: if outcome.result.is_ok() {
                 timings.wired
             } else {
@@ -134,8 +136,8 @@ pub fn report(client: &Client, log_file: Option<&Path>, timings: Timings, outcom
             tracing::debug!(error = %e, "could not report timings");
         }
     }
-    if let Some(path) = log_file
-        && let Err(e) = append_log(path, &log_line(outcome, &phases))
+    if let (Some(path), Some(line)) = (log_file, line)
+        && let Err(e) = append_log(path, &line)
     {
         tracing::warn!(error = %e, path = %path.display(), "could not write the CNI log file");
     }
